@@ -1,0 +1,31 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+#![warn(missing_docs)]
+
+mod sync;
+
+pub mod clock;
+pub mod collector;
+pub mod counters;
+pub mod cursor;
+pub mod interval;
+pub mod metrics;
+pub mod readback;
+pub mod registry;
+pub mod report;
+pub mod slot;
+pub mod words;
+
+// -- verification (reference algorithms, RNG, portable math, kernel text) --
+
+pub use clock::{Clock, VirtualClock};
+pub use collector::{CollectError, Collector, Tick};
+pub use counters::{CountError, Counters, Snapshot};
+pub use cursor::{Cursor, Taken};
+pub use interval::{Interval, ZeroPeriod};
+pub use metrics::Rates;
+pub use readback::Readback;
+pub use registry::{Registry, RegistryError, RegistryReader};
+pub use report::Report;
+pub use slot::{SeqSlot, SlotReader, SlotWriter};
+pub use words::Words;

@@ -1,0 +1,3 @@
+//! Cross-crate, property-based and kernel-parity tests of Specula.
+//!
+//! Not implemented yet: see the crate README.
