@@ -1,3 +1,7 @@
-//! Specula for std runtimes: clock, CPU backend, collector thread, exporters, HTTP /metrics and the specula command.
-//!
-//! Not implemented yet: see the crate README.
+//! Specula for std runtimes: what a serving runtime with an operating system adds to
+//! `specula-core`.
+#![warn(missing_docs)]
+
+pub use specula_core as core;
+
+pub mod cpu;

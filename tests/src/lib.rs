@@ -1,3 +1,2 @@
-//! Cross-crate, property-based and kernel-parity tests of Specula.
-//!
-//! Not implemented yet: see the crate README.
+//! Shared test support for Specula: the conformance suite every backend instantiates, and
+//! helpers for the cross-crate tests.
