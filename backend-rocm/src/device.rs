@@ -1,0 +1,278 @@
+//! [`Device`]: one ROCm GPU, and the streams and events this crate uses on it.
+
+use crate::error::RocmError;
+use crate::ffi::{self, Hip, RawEvent, RawStream};
+use core::ffi::c_int;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Number of ROCm devices.
+///
+/// # Errors
+/// [`RocmError::NoRuntime`] when the HIP runtime cannot be loaded, [`RocmError::NoDevice`] when
+/// it loads but finds no device (as on a machine without an AMD GPU or without `/dev/kfd`).
+pub fn device_count() -> Result<usize, RocmError> {
+    let hip = ffi::hip()?;
+    let mut count: c_int = 0;
+    // SAFETY: `count` is a valid, writable `int`.
+    let status = unsafe { (hip.api.hipGetDeviceCount)(&mut count) };
+    if status != ffi::SUCCESS {
+        if status == ffi::ERROR_NO_DEVICE || status == ffi::ERROR_INSUFFICIENT_DRIVER {
+            return Err(RocmError::NoDevice { code: status });
+        }
+        hip.check("hipGetDeviceCount", status)?;
+    }
+    match usize::try_from(count) {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(RocmError::NoDevice { code: status }),
+    }
+}
+
+/// The version of the loaded HIP runtime (`hipRuntimeGetVersion`, e.g. 50221153 for 5.2).
+///
+/// # Errors
+/// [`RocmError::NoRuntime`] when the runtime cannot be loaded, [`RocmError::Hip`] when the call
+/// fails.
+pub fn runtime_version() -> Result<i32, RocmError> {
+    let hip = ffi::hip()?;
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid, writable `int`.
+    hip.check("hipRuntimeGetVersion", unsafe {
+        (hip.api.hipRuntimeGetVersion)(&mut v)
+    })?;
+    Ok(v)
+}
+
+pub(crate) struct DeviceInner {
+    pub(crate) hip: &'static Hip,
+    ordinal: c_int,
+    arch: Option<String>,
+    /// The verification module, compiled for this device once per process.
+    pub(crate) module: OnceLock<Result<Arc<crate::compile::Module>, RocmError>>,
+}
+
+/// One ROCm GPU. Cheap to clone; every clone (and every `Device::new` of the same ordinal in
+/// this process) shares one compiled kernel module.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl core::fmt::Debug for Device {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Device")
+            .field("ordinal", &self.inner.ordinal)
+            .field("arch", &self.inner.arch)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Opens device `ordinal`.
+    ///
+    /// # Errors
+    /// [`RocmError::NoRuntime`] without a HIP runtime, [`RocmError::NoDevice`] without a device,
+    /// [`RocmError::InvalidDevice`] for an ordinal past the last device.
+    pub fn new(ordinal: usize) -> Result<Self, RocmError> {
+        static OPEN: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(RocmError::InvalidDevice { ordinal, count });
+        }
+        let mut open = OPEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(d) = open.iter().find(|d| d.ordinal() == ordinal) {
+            return Ok(d.clone());
+        }
+        let hip = ffi::hip()?;
+        let raw = c_int::try_from(ordinal).map_err(|_| RocmError::SizeOverflow)?;
+        let arch = arch_name(hip, raw)?;
+        let device = Self {
+            inner: Arc::new(DeviceInner {
+                hip,
+                ordinal: raw,
+                arch,
+                module: OnceLock::new(),
+            }),
+        };
+        open.push(device.clone());
+        Ok(device)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        // The ordinal came from a `usize` and is non-negative.
+        self.inner.ordinal.unsigned_abs() as usize
+    }
+
+    /// The device's `gcnArchName` (e.g. `gfx90a:sramecc+:xnack-`), or `None` when the runtime's
+    /// properties layout was not recognised; hiprtc then targets the current device itself.
+    pub fn arch(&self) -> Option<&str> {
+        self.inner.arch.as_deref()
+    }
+
+    /// Makes this device current on the calling thread (`hipSetDevice`): HIP's current device
+    /// is per thread, so every entry point of this crate calls it first.
+    pub(crate) fn bind(&self) -> Result<(), RocmError> {
+        let hip = self.inner.hip;
+        // SAFETY: plain call with an ordinal checked against the device count.
+        hip.check("hipSetDevice", unsafe {
+            (hip.api.hipSetDevice)(self.inner.ordinal)
+        })
+    }
+
+    pub(crate) fn hip(&self) -> &'static Hip {
+        self.inner.hip
+    }
+}
+
+/// Reads `gcnArchName` through the newest properties entry point the runtime has. Returns
+/// `None` when the name found there does not look like an AMD target ID.
+fn arch_name(hip: &Hip, ordinal: c_int) -> Result<Option<String>, RocmError> {
+    let (call, offset) = match hip.props_r0600 {
+        Some(f) => (f, ffi::GCN_ARCH_NAME_OFFSET_R0600),
+        None => (
+            hip.api.hipGetDeviceProperties,
+            ffi::GCN_ARCH_NAME_OFFSET_R0000,
+        ),
+    };
+    let mut buf = vec![0u64; ffi::DEVICE_PROP_BUFFER / 8];
+    // SAFETY: `buf` is `DEVICE_PROP_BUFFER` writable bytes, 8-aligned, larger than either
+    // properties struct; `ordinal` is a valid device.
+    hip.check("hipGetDeviceProperties", unsafe {
+        call(buf.as_mut_ptr().cast(), ordinal)
+    })?;
+    let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    Ok(bytes.get(offset..offset + 256).and_then(parse_arch))
+}
+
+/// The NUL-terminated target ID at the start of `field`, if it looks like one (`gfx…`, only
+/// characters valid in a target ID).
+pub(crate) fn parse_arch(field: &[u8]) -> Option<String> {
+    let end = field.iter().position(|&b| b == 0)?;
+    let s = core::str::from_utf8(&field[..end]).ok()?;
+    (s.starts_with("gfx") && crate::compile::valid_target_id(s)).then(|| s.to_owned())
+}
+
+/// A HIP stream on one device, destroyed on drop.
+pub(crate) struct Stream {
+    pub(crate) raw: RawStream,
+    device: Device,
+}
+
+// SAFETY: a HIP stream handle may be used from any thread (the HIP runtime locks internally);
+// this crate binds the owning device before each use.
+unsafe impl Send for Stream {}
+// SAFETY: as for `Send`: every operation on the handle goes through the thread-safe runtime.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A non-blocking stream (no implicit synchronisation with the null stream).
+    pub(crate) fn new(device: &Device) -> Result<Self, RocmError> {
+        device.bind()?;
+        let hip = device.hip();
+        let mut raw: RawStream = core::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the flag is a documented value.
+        hip.check("hipStreamCreateWithFlags", unsafe {
+            (hip.api.hipStreamCreateWithFlags)(&mut raw, ffi::STREAM_NON_BLOCKING)
+        })?;
+        Ok(Self {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// Waits for everything enqueued on the stream.
+    pub(crate) fn synchronize(&self) -> Result<(), RocmError> {
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: `self.raw` is a live stream of this device.
+        hip.check("hipStreamSynchronize", unsafe {
+            (hip.api.hipStreamSynchronize)(self.raw)
+        })
+    }
+
+    /// Makes later work on this stream wait for `event`.
+    pub(crate) fn wait(&self, event: &Event) -> Result<(), RocmError> {
+        let hip = self.device.hip();
+        // SAFETY: both handles are live and belong to the same device.
+        hip.check("hipStreamWaitEvent", unsafe {
+            (hip.api.hipStreamWaitEvent)(self.raw, event.raw, 0)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let hip = self.device.hip();
+        // Errors cannot be returned from `drop`; a failed bind or destroy leaks the stream.
+        if self.device.bind().is_ok() {
+            // SAFETY: `self.raw` is a live stream that nothing else owns; it is not used again.
+            let _ = unsafe { (hip.api.hipStreamDestroy)(self.raw) };
+        }
+    }
+}
+
+/// A HIP event without timing, destroyed on drop.
+pub(crate) struct Event {
+    raw: RawEvent,
+    device: Device,
+}
+
+// SAFETY: a HIP event handle may be used from any thread (the runtime locks internally).
+unsafe impl Send for Event {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub(crate) fn new(device: &Device) -> Result<Self, RocmError> {
+        device.bind()?;
+        let hip = device.hip();
+        let mut raw: RawEvent = core::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the flag is a documented value.
+        hip.check("hipEventCreateWithFlags", unsafe {
+            (hip.api.hipEventCreateWithFlags)(&mut raw, ffi::EVENT_DISABLE_TIMING)
+        })?;
+        Ok(Self {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// Records the event at the current end of `stream`.
+    pub(crate) fn record(&self, stream: &Stream) -> Result<(), RocmError> {
+        let hip = self.device.hip();
+        // SAFETY: both handles are live and belong to the same device.
+        hip.check("hipEventRecord", unsafe {
+            (hip.api.hipEventRecord)(self.raw, stream.raw)
+        })
+    }
+
+    /// `Ok(true)` once the work before the recorded point has finished; never blocks.
+    pub(crate) fn query(&self) -> Result<bool, RocmError> {
+        let hip = self.device.hip();
+        // SAFETY: `self.raw` is a live event.
+        let status = unsafe { (hip.api.hipEventQuery)(self.raw) };
+        if status == ffi::ERROR_NOT_READY {
+            return Ok(false);
+        }
+        hip.check("hipEventQuery", status).map(|()| true)
+    }
+
+    /// Blocks until the work before the recorded point has finished.
+    pub(crate) fn synchronize(&self) -> Result<(), RocmError> {
+        let hip = self.device.hip();
+        // SAFETY: `self.raw` is a live event.
+        hip.check("hipEventSynchronize", unsafe {
+            (hip.api.hipEventSynchronize)(self.raw)
+        })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let hip = self.device.hip();
+        // SAFETY: `self.raw` is a live event that nothing else owns; it is not used again.
+        let _ = unsafe { (hip.api.hipEventDestroy)(self.raw) };
+    }
+}

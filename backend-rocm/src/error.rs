@@ -1,0 +1,133 @@
+//! [`RocmError`]: everything that can go wrong in this backend, as values.
+
+use core::fmt;
+use specula_core::verify::VerifyError;
+
+/// Why a ROCm operation failed. Nothing in this crate panics; every failure is one of these.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RocmError {
+    /// The HIP runtime (`libamdhip64`) could not be loaded, or lacks an entry point this crate
+    /// needs: ROCm is not installed, or not on the library path.
+    NoRuntime {
+        /// What was tried and why each attempt failed.
+        reason: String,
+    },
+    /// hiprtc (`libhiprtc`, or the copy inside ROCm 5's `libamdhip64`) could not be loaded.
+    NoHiprtc {
+        /// What was tried and why each attempt failed.
+        reason: String,
+    },
+    /// The runtime loaded but reports no usable ROCm device (`hipGetDeviceCount` failed with
+    /// `hipErrorNoDevice` or `hipErrorInsufficientDriver`, or counted zero devices).
+    NoDevice {
+        /// The HIP status `hipGetDeviceCount` returned (0 when it succeeded with no devices).
+        code: i32,
+    },
+    /// A device ordinal at or past the number of devices.
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices there are.
+        count: usize,
+    },
+    /// A HIP runtime call failed.
+    Hip {
+        /// The HIP function.
+        call: &'static str,
+        /// Its `hipError_t` status.
+        code: i32,
+        /// `hipGetErrorString` of the status.
+        message: String,
+    },
+    /// hiprtc rejected the kernel source: the compiler's log says why.
+    Hiprtc {
+        /// The program log (diagnostics from the device compiler).
+        log: String,
+    },
+    /// A hiprtc call other than the compilation itself failed.
+    HiprtcCall {
+        /// The hiprtc function.
+        call: &'static str,
+        /// Its `hiprtcResult` status.
+        code: i32,
+        /// `hiprtcGetErrorString` of the status.
+        message: String,
+    },
+    /// An argument that is passed to the device compiler or runtime as a C string (target name,
+    /// kernel name, source) contains a NUL byte, or a target name has characters no AMD target
+    /// ID has.
+    InvalidName {
+        /// The rejected text.
+        name: String,
+    },
+    /// A size computation overflowed `usize`, or a size does not fit a HIP launch parameter.
+    SizeOverflow,
+    /// A buffer's length does not match what the operation needs.
+    LengthMismatch {
+        /// What the buffer is.
+        what: &'static str,
+        /// Elements needed.
+        expected: usize,
+        /// Elements given.
+        actual: usize,
+    },
+    /// The batch was refused by validation ([`specula_core::verify::validate`]); nothing was
+    /// launched or counted.
+    Verify(VerifyError),
+    /// [`poll`](specula_core::Readback::poll) was called with no readback in flight.
+    NothingInFlight,
+    /// [`start`](specula_core::Readback::start) was called while a readback is still in flight.
+    AlreadyInFlight,
+}
+
+impl fmt::Display for RocmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoRuntime { reason } => write!(f, "HIP runtime not available: {reason}"),
+            Self::NoHiprtc { reason } => write!(f, "hiprtc not available: {reason}"),
+            Self::NoDevice { code } => {
+                write!(f, "no ROCm device (hipGetDeviceCount status {code})")
+            }
+            Self::InvalidDevice { ordinal, count } => {
+                write!(f, "ROCm device {ordinal} requested, {count} present")
+            }
+            Self::Hip {
+                call,
+                code,
+                message,
+            } => write!(f, "{call} failed: {message} ({code})"),
+            Self::Hiprtc { log } => write!(f, "kernel compilation failed:\n{log}"),
+            Self::HiprtcCall {
+                call,
+                code,
+                message,
+            } => write!(f, "{call} failed: {message} ({code})"),
+            Self::InvalidName { name } => write!(f, "invalid name for HIP: {name:?}"),
+            Self::SizeOverflow => f.write_str("size overflow"),
+            Self::LengthMismatch {
+                what,
+                expected,
+                actual,
+            } => write!(f, "{what}: {actual} elements given, {expected} needed"),
+            Self::Verify(e) => write!(f, "batch refused: {e}"),
+            Self::NothingInFlight => f.write_str("no readback in flight"),
+            Self::AlreadyInFlight => f.write_str("a readback is already in flight"),
+        }
+    }
+}
+
+impl std::error::Error for RocmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Verify(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<VerifyError> for RocmError {
+    fn from(e: VerifyError) -> Self {
+        Self::Verify(e)
+    }
+}
