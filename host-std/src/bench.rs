@@ -1,0 +1,210 @@
+//! `specula bench`: verification throughput over a grid, as a table or JSON.
+
+use crate::{Backend, CliError, MethodArg, gpu_unavailable};
+use specula::core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
+use specula::demo::MAX_K;
+use specula::ngram::SplitMix64;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Verification backend.
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    backend: Backend,
+    /// Batch sizes (comma separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8, 64])]
+    batch: Vec<usize>,
+    /// Draft lengths (comma separated, 1..=8).
+    #[arg(short, long, value_delimiter = ',', default_values_t = [4usize, 8])]
+    k: Vec<usize>,
+    /// Vocabulary sizes (comma separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1024usize, 32000])]
+    vocab: Vec<usize>,
+    /// Methods (comma separated; default all).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [MethodArg::Rejection, MethodArg::Greedy, MethodArg::Typical])]
+    method: Vec<MethodArg>,
+    /// Seconds spent timing each cell (at least one batch each).
+    #[arg(long, default_value_t = 0.2)]
+    seconds: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// CPU threads for the CPU backend (0 = all).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+struct Row {
+    method: MethodArg,
+    batch: usize,
+    k: usize,
+    vocab: usize,
+    iters: u64,
+    us_per_batch: f64,
+    requests_per_s: f64,
+    acceptance: f64,
+}
+
+fn method_name(m: MethodArg) -> &'static str {
+    match m {
+        MethodArg::Rejection => "rejection",
+        MethodArg::Greedy => "greedy",
+        MethodArg::Typical => "typical",
+    }
+}
+
+/// Random normalised rows, peaked so acceptance is neither 0 nor 1.
+fn fill(rows: &mut [f32], v: usize, rng: &mut SplitMix64) {
+    for row in rows.chunks_exact_mut(v) {
+        let mut s = 0.0;
+        for x in row.iter_mut() {
+            let u = rng.next_f64() as f32;
+            *x = u * u * u * u;
+            s += *x;
+        }
+        row.iter_mut().for_each(|x| *x /= s);
+    }
+}
+
+fn cell<V: Verifier<MAX_K>>(
+    verifier: &mut V,
+    method: MethodArg,
+    b: usize,
+    k: usize,
+    v: usize,
+    budget: Duration,
+) -> Result<Row, CliError> {
+    let mut rng = SplitMix64::new(0xBE7C ^ (b * 131 + k * 17 + v) as u64);
+    let mut draft_probs = vec![0f32; b * k * v];
+    let mut target_probs = vec![0f32; b * (k + 1) * v];
+    fill(&mut draft_probs, v, &mut rng);
+    fill(&mut target_probs, v, &mut rng);
+    let draft_ids: Vec<u32> = draft_probs
+        .chunks_exact(v)
+        .map(|row| specula::ngram::sample(row, &mut rng))
+        .collect();
+    let ks = vec![k as u32; b];
+    let seeds: Vec<u64> = (0..b as u64).collect();
+    let mut offsets = vec![0u64; b];
+    let (mut accepted, mut tokens) = (vec![0u32; b], vec![0u32; b * (k + 1)]);
+    let m: Method = method.into();
+    let before = verifier
+        .totals()
+        .map_err(|e| CliError::Run(format!("{e:?}")))?;
+    let start = Instant::now();
+    let mut iters = 0u64;
+    while iters == 0 || start.elapsed() < budget {
+        let batch = Batch {
+            vocab: v,
+            k_max: k,
+            k: &ks,
+            draft_ids: &draft_ids,
+            draft_probs: Some(&draft_probs),
+            draft_stride: v,
+            target_probs: &target_probs,
+            target_stride: v,
+            seed: &seeds,
+            offset: &offsets,
+            eps: None,
+            delta: None,
+        };
+        let mut out = Outputs {
+            accepted: &mut accepted,
+            tokens: &mut tokens,
+        };
+        verifier
+            .verify(m, Check::Cheap, &batch, &mut out)
+            .map_err(|e| CliError::Run(format!("verification failed: {e:?}")))?;
+        offsets.iter_mut().for_each(|o| *o += 1);
+        iters += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = verifier
+        .totals()
+        .map_err(|e| CliError::Run(format!("{e:?}")))?;
+    let d = after.delta_since(&before);
+    Ok(Row {
+        method,
+        batch: b,
+        k,
+        vocab: v,
+        iters,
+        us_per_batch: secs * 1e6 / iters as f64,
+        requests_per_s: (iters * b as u64) as f64 / secs,
+        acceptance: d.acceptance_rate().unwrap_or(0.0),
+    })
+}
+
+fn grid<V: Verifier<MAX_K>>(v: &mut V, a: &BenchArgs) -> Result<Vec<Row>, CliError> {
+    let budget = Duration::try_from_secs_f64(a.seconds)
+        .map_err(|_| CliError::Usage("--seconds must be a non-negative number".into()))?;
+    let mut rows = Vec::new();
+    for &method in &a.method {
+        for &b in &a.batch {
+            for &k in &a.k {
+                for &vocab in &a.vocab {
+                    rows.push(cell(v, method, b, k, vocab, budget)?);
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+pub fn run(a: BenchArgs) -> Result<(), CliError> {
+    if a.batch.iter().any(|&b| b == 0 || b > 4096) {
+        return Err(CliError::Usage("--batch values must be 1..=4096".into()));
+    }
+    if a.k.iter().any(|&k| k == 0 || k > MAX_K) {
+        return Err(CliError::Usage(format!("--k values must be 1..={MAX_K}")));
+    }
+    if a.vocab.iter().any(|&v| v == 0 || v > 1 << 20) {
+        return Err(CliError::Usage("--vocab values must be 1..=1048576".into()));
+    }
+    let rows = match a.backend {
+        Backend::Cpu => grid(&mut crate::cpu_verifier(a.threads)?, &a)?,
+        Backend::Reference => grid(&mut Reference::<MAX_K>::new(), &a)?,
+        b @ (Backend::Cuda | Backend::Rocm) => return Err(gpu_unavailable(b)),
+    };
+    let backend = format!("{:?}", a.backend).to_lowercase();
+    if a.json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"backend\":\"{backend}\",\"method\":\"{}\",\"batch\":{},\"k\":{},\"vocab\":{},\"iterations\":{},\"us_per_batch\":{:.3},\"requests_per_s\":{:.1},\"acceptance_rate\":{:.4}}}",
+                    method_name(r.method), r.batch, r.k, r.vocab, r.iters, r.us_per_batch, r.requests_per_s, r.acceptance
+                )
+            })
+            .collect();
+        println!("[{}]", items.join(",\n "));
+    } else {
+        println!(
+            "{:<9} {:<10} {:>6} {:>3} {:>7} {:>8} {:>13} {:>14} {:>10}",
+            "backend",
+            "method",
+            "batch",
+            "k",
+            "vocab",
+            "iters",
+            "µs/batch",
+            "requests/s",
+            "accepted"
+        );
+        for r in &rows {
+            println!(
+                "{:<9} {:<10} {:>6} {:>3} {:>7} {:>8} {:>13.1} {:>14.0} {:>9.1}%",
+                backend,
+                method_name(r.method),
+                r.batch,
+                r.k,
+                r.vocab,
+                r.iters,
+                r.us_per_batch,
+                r.requests_per_s,
+                r.acceptance * 100.0
+            );
+        }
+    }
+    Ok(())
+}

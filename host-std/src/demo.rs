@@ -1,0 +1,404 @@
+//! The `specula demo` loop: n-gram draft and target models, a real verifier, every sink wired.
+//!
+//! Lives in the library (not only the binary) so tests and the Prometheus check run the very
+//! loop a newcomer runs.
+
+use crate::clock::StdClock;
+use crate::driver::Driver;
+use crate::http::{MetricsServer, ServeError, ServerConfig};
+use crate::log_sink::LogSink;
+use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
+use crate::prom::{Options, SpecCollector};
+use crate::wiring::{HostReadback, WireError, wire};
+use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
+use specula_core::{Clock, Counters};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The compile-time maximum draft length of the demo's counters.
+pub const MAX_K: usize = 8;
+
+/// The corpus shipped with the demo (public-domain texts, see `corpus/README.md`).
+pub const CORPUS: &str = include_str!("../corpus/public-domain.txt");
+
+/// Demo settings.
+#[derive(Clone, Debug)]
+pub struct DemoConfig {
+    /// Draft length per step (1..=[`MAX_K`]).
+    pub k: usize,
+    /// Verification method.
+    pub method: Method,
+    /// Seed of the prompts, the draft sampler and the verifier's streams.
+    pub seed: u64,
+    /// Requests verified together each step.
+    pub batch: usize,
+    /// Stop after this many emitted tokens (all requests together).
+    pub max_tokens: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Log line period.
+    pub log_interval: Duration,
+    /// Counter collection period.
+    pub collect_interval: Duration,
+    /// Serve `/metrics` here.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Also export the `vllm:` names.
+    pub vllm_compat: bool,
+    /// Keep serving `/metrics` this long after the run, so the final totals can be scraped.
+    pub linger: Duration,
+    /// Target model order (3 = trigram).
+    pub target_order: usize,
+    /// Draft model order (2 = bigram).
+    pub draft_order: usize,
+    /// Engine label.
+    pub label: String,
+    /// Print a progress line to stderr about once a second.
+    pub progress: bool,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        Self {
+            k: 4,
+            method: Method::Rejection,
+            seed: 0x5eed,
+            batch: 8,
+            max_tokens: None,
+            duration: Some(Duration::from_secs(10)),
+            log_interval: Duration::from_secs(5),
+            collect_interval: Duration::from_millis(100),
+            metrics_addr: None,
+            vllm_compat: false,
+            linger: Duration::ZERO,
+            target_order: 3,
+            draft_order: 2,
+            label: "rank0".into(),
+            progress: false,
+        }
+    }
+}
+
+/// Why the demo stopped with an error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// A setting is out of range.
+    Config(String),
+    /// The corpus cannot train the models.
+    Corpus(NgramError),
+    /// The engine label is not usable.
+    Label(WireError),
+    /// The metrics server did not start.
+    Serve(ServeError),
+    /// The verifier refused a batch (a bug: the demo builds valid batches).
+    Verify(String),
+    /// A sink thread could not start.
+    Thread(std::io::Error),
+}
+
+impl std::fmt::Display for DemoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Config(m) => write!(f, "invalid setting: {m}"),
+            Self::Corpus(e) => write!(f, "cannot train the models on this corpus: {e}"),
+            Self::Label(e) => write!(f, "bad engine label: {e}"),
+            Self::Serve(e) => e.fmt(f),
+            Self::Verify(e) => write!(f, "verification failed: {e}"),
+            Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DemoError {}
+
+/// What a demo run produced.
+#[derive(Clone, Debug)]
+pub struct DemoSummary {
+    /// Final totals, as published to the slot (what every sink saw).
+    pub totals: Counters<MAX_K>,
+    /// Wall time of the decode loop.
+    pub elapsed: Duration,
+    /// Verification steps (batches).
+    pub steps: u64,
+    /// The start of request 0's text: prompt, then generated characters.
+    pub sample: String,
+    /// Where `/metrics` was served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Vocabulary size.
+    pub vocab: usize,
+}
+
+impl DemoSummary {
+    /// Emitted tokens per second of decode loop.
+    pub fn tokens_per_second(&self) -> Option<f64> {
+        let s = self.elapsed.as_secs_f64();
+        (s > 0.0).then(|| self.totals.emitted_tokens as f64 / s)
+    }
+}
+
+impl std::fmt::Display for DemoSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.totals;
+        let pct = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{:.1}%", v * 100.0));
+        writeln!(f, "== specula demo summary ==")?;
+        writeln!(f, "steps (batches):         {}", self.steps)?;
+        writeln!(f, "drafts:                  {}", t.drafts)?;
+        writeln!(f, "draft tokens:            {}", t.draft_tokens)?;
+        writeln!(f, "accepted tokens:         {}", t.accepted_tokens)?;
+        writeln!(f, "emitted tokens:          {}", t.emitted_tokens)?;
+        writeln!(f, "acceptance rate:         {}", pct(t.acceptance_rate()))?;
+        writeln!(
+            f,
+            "mean acceptance length:  {}",
+            t.mean_acceptance_length()
+                .map_or("n/a".into(), |v| format!("{v:.3}"))
+        )?;
+        writeln!(
+            f,
+            "throughput:              {} tokens/s over {:.2} s",
+            self.tokens_per_second()
+                .map_or("n/a".into(), |v| format!("{v:.0}")),
+            self.elapsed.as_secs_f64()
+        )?;
+        write!(f, "sample: {:?}", self.sample)
+    }
+}
+
+/// The final-totals line scripts parse: `FINAL drafts=… draft_tokens=… accepted_tokens=…
+/// emitted_tokens=…`.
+pub fn final_line(t: &Counters<MAX_K>) -> String {
+    format!(
+        "FINAL drafts={} draft_tokens={} accepted_tokens={} emitted_tokens={}",
+        t.drafts, t.draft_tokens, t.accepted_tokens, t.emitted_tokens
+    )
+}
+
+/// Characters of request 0's text kept for the summary.
+const SAMPLE_CHARS: usize = 300;
+
+struct Request {
+    history: Vec<u32>,
+}
+
+/// Runs the demo: trains the models on `corpus`, then decodes until the token budget or the
+/// duration runs out, verifying every draft with `verifier`. `on_done` sees the summary as
+/// soon as the loop ends, before the [`DemoConfig::linger`] period.
+pub fn run<V: Verifier<MAX_K>>(
+    cfg: &DemoConfig,
+    corpus: &str,
+    mut verifier: V,
+    progress_out: &mut dyn Write,
+    on_done: &mut dyn FnMut(&DemoSummary),
+) -> Result<DemoSummary, DemoError> {
+    if !(1..=MAX_K).contains(&cfg.k) {
+        return Err(DemoError::Config(format!(
+            "k must be 1..={MAX_K}, got {}",
+            cfg.k
+        )));
+    }
+    if cfg.batch == 0 || cfg.batch > 4096 {
+        return Err(DemoError::Config("batch must be 1..=4096".into()));
+    }
+    if cfg.max_tokens.is_none() && cfg.duration.is_none() {
+        return Err(DemoError::Config(
+            "give a token budget or a duration".into(),
+        ));
+    }
+    if cfg.log_interval.is_zero() || cfg.collect_interval.is_zero() {
+        return Err(DemoError::Config(
+            "intervals must be greater than zero".into(),
+        ));
+    }
+    let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
+    let ids = vocab.encode(corpus);
+    let v = vocab.len();
+    let target = NgramModel::train(&ids, v, cfg.target_order).map_err(DemoError::Corpus)?;
+    let draft = NgramModel::train(&ids, v, cfg.draft_order).map_err(DemoError::Corpus)?;
+
+    let wired = wire::<MAX_K, _>([cfg.label.as_str()]).map_err(DemoError::Label)?;
+    let clock = StdClock::new();
+    let slots = wired.slots.clone();
+    let server = match cfg.metrics_addr {
+        Some(addr) => {
+            let registry = SpecCollector::new(
+                slots.clone(),
+                Options {
+                    vllm_compat: cfg.vllm_compat,
+                },
+            )
+            .into_registry();
+            let config = ServerConfig {
+                addr,
+                ..ServerConfig::default()
+            };
+            Some(MetricsServer::start(config, Arc::new(registry)).map_err(DemoError::Serve)?)
+        }
+        None => None,
+    };
+    let metrics_addr = server.as_ref().map(MetricsServer::local_addr);
+    let Some(writer) = wired.writers.into_iter().next() else {
+        return Err(DemoError::Config("no slot was wired".into()));
+    };
+    let mut driver = Driver::new(
+        HostReadback::<MAX_K>::default(),
+        writer,
+        cfg.collect_interval,
+        clock,
+    )
+    .map_err(|e| DemoError::Config(e.to_string()))?;
+    let log = LogSink::new(&slots, cfg.log_interval, clock.now_ns(), log::Level::Info)
+        .map_err(|e| DemoError::Config(e.to_string()))?
+        .spawn(clock)
+        .map_err(DemoError::Thread)?;
+
+    // Prompts: random 16-character windows of the corpus.
+    let mut rng = SplitMix64::new(cfg.seed);
+    let prompt_len = 16.min(ids.len());
+    let mut requests: Vec<Request> = (0..cfg.batch)
+        .map(|_| {
+            let at = rng.below(ids.len() - prompt_len + 1);
+            Request {
+                history: ids[at..at + prompt_len].to_vec(),
+            }
+        })
+        .collect();
+    let mut sample_ids = requests[0].history.clone();
+
+    let (b, k) = (cfg.batch, cfg.k);
+    let ks = vec![k as u32; b];
+    let seeds: Vec<u64> = (0..b as u64)
+        .map(|i| cfg.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    let mut offsets = vec![0u64; b];
+    let mut draft_ids = vec![0u32; b * k];
+    let mut draft_probs = vec![0f32; b * k * v];
+    let mut target_probs = vec![0f32; b * (k + 1) * v];
+    let mut accepted = vec![0u32; b];
+    let mut tokens = vec![0u32; b * (k + 1)];
+    let keep = cfg.target_order.max(cfg.draft_order);
+    let mut ctx = Vec::with_capacity(keep + k);
+
+    let started = Instant::now();
+    let mut last_progress = started;
+    let mut steps = 0u64;
+    let mut emitted = 0u64;
+    loop {
+        if cfg.max_tokens.is_some_and(|m| emitted >= m)
+            || cfg.duration.is_some_and(|d| started.elapsed() >= d)
+        {
+            break;
+        }
+        for (r, req) in requests.iter().enumerate() {
+            ctx.clear();
+            ctx.extend_from_slice(&req.history[req.history.len().saturating_sub(keep)..]);
+            for j in 0..k {
+                let row = &mut draft_probs[(r * k + j) * v..][..v];
+                draft.probs(&ctx, row);
+                let t = if cfg.method == Method::Greedy {
+                    argmax(row)
+                } else {
+                    sample(row, &mut rng)
+                };
+                draft_ids[r * k + j] = t;
+                ctx.push(t);
+            }
+            ctx.truncate(ctx.len() - k);
+            for j in 0..=k {
+                let row = &mut target_probs[(r * (k + 1) + j) * v..][..v];
+                target.probs(&ctx, row);
+                if j < k {
+                    ctx.push(draft_ids[r * k + j]);
+                }
+            }
+        }
+        let batch = Batch {
+            vocab: v,
+            k_max: k,
+            k: &ks,
+            draft_ids: &draft_ids,
+            draft_probs: (cfg.method == Method::Rejection).then_some(&draft_probs[..]),
+            draft_stride: v,
+            target_probs: &target_probs,
+            target_stride: v,
+            seed: &seeds,
+            offset: &offsets,
+            eps: None,
+            delta: None,
+        };
+        let mut out = Outputs {
+            accepted: &mut accepted,
+            tokens: &mut tokens,
+        };
+        verifier
+            .verify(cfg.method, Check::Cheap, &batch, &mut out)
+            .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
+        let totals = verifier
+            .totals()
+            .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
+        // The verifier counts (verification and counting are one operation); the collector
+        // publishes its totals on the collection grid.
+        driver.collector_mut().readback_mut().set(totals);
+        driver.step();
+
+        for (r, req) in requests.iter_mut().enumerate() {
+            let n = accepted[r] as usize + 1;
+            let new = &tokens[r * (k + 1)..][..n];
+            req.history.extend_from_slice(new);
+            if req.history.len() > 4096 {
+                req.history.drain(..req.history.len() - keep);
+            }
+            if r == 0 && sample_ids.len() < SAMPLE_CHARS {
+                sample_ids.extend_from_slice(new);
+            }
+            emitted += n as u64;
+            offsets[r] = offsets[r].wrapping_add(1);
+        }
+        steps += 1;
+        if cfg.progress && last_progress.elapsed() >= Duration::from_secs(1) {
+            last_progress = Instant::now();
+            let s = started.elapsed().as_secs_f64();
+            let _ = write!(
+                progress_out,
+                "\r[{s:6.1} s] {emitted} tokens, {:.0} tokens/s   ",
+                emitted as f64 / s
+            );
+            let _ = progress_out.flush();
+        }
+    }
+    let elapsed = started.elapsed();
+    if cfg.progress {
+        let _ = writeln!(progress_out);
+    }
+    // Shutdown order: flush the collector (last counts to the slot), then stop the log sink
+    // (which drains once more); the Prometheus collector reads the slot at scrape time.
+    let flushed = driver.flush();
+    let _ = log.stop();
+    if let Err(e) = flushed {
+        return Err(DemoError::Verify(format!("final flush failed: {e}")));
+    }
+    sample_ids.truncate(SAMPLE_CHARS);
+    let summary = DemoSummary {
+        totals: slots.total().counters,
+        elapsed,
+        steps,
+        sample: vocab.decode(&sample_ids),
+        metrics_addr,
+        vocab: v,
+    };
+    on_done(&summary);
+    if let Some(server) = server {
+        if !cfg.linger.is_zero() {
+            log::info!(
+                target: crate::log_sink::TARGET,
+                "serving final totals on http://{}/metrics for {:.1} s",
+                server.local_addr(),
+                cfg.linger.as_secs_f64()
+            );
+            std::thread::sleep(cfg.linger);
+        }
+        server.shutdown();
+    }
+    Ok(summary)
+}

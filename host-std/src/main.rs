@@ -1,0 +1,281 @@
+//! The `specula` command: `specula demo` and `specula bench`.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use specula::core::verify::{Method, Reference};
+use specula::cpu::CpuVerifier;
+use specula::demo::{self, DemoConfig, MAX_K};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+mod bench;
+
+/// Speculative-decoding verification: demo and benchmark.
+#[derive(Parser, Debug)]
+#[command(name = "specula", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a real speculative-decoding loop: an n-gram draft model proposes, an n-gram target
+    /// model scores, the verifier decides; logs, /metrics and a final summary.
+    Demo(DemoArgs),
+    /// Time verification over a grid of batch sizes, draft lengths and vocabularies.
+    Bench(bench::BenchArgs),
+}
+
+/// Where verification runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// The CPU backend.
+    Cpu,
+    /// The core's plain-loop reference (slow, the bit-exact definition).
+    Reference,
+    /// NVIDIA GPUs (build with `--features cuda`).
+    Cuda,
+    /// AMD GPUs (build with `--features rocm`).
+    Rocm,
+}
+
+/// Verification method names on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MethodArg {
+    /// Lossless rejection sampling.
+    Rejection,
+    /// Greedy (argmax match).
+    Greedy,
+    /// Typical acceptance.
+    Typical,
+}
+
+impl From<MethodArg> for Method {
+    fn from(m: MethodArg) -> Self {
+        match m {
+            MethodArg::Rejection => Method::Rejection,
+            MethodArg::Greedy => Method::Greedy,
+            MethodArg::Typical => Method::Typical,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct DemoArgs {
+    /// Verification backend.
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    backend: Backend,
+    /// Draft tokens per step.
+    #[arg(short, long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=MAX_K as i64))]
+    k: u8,
+    /// Verification method.
+    #[arg(long, value_enum, default_value_t = MethodArg::Rejection)]
+    method: MethodArg,
+    /// Random seed (prompts, draft sampling, verifier streams).
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Requests verified together.
+    #[arg(short, long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    batch: u16,
+    /// Stop after this many emitted tokens.
+    #[arg(long)]
+    tokens: Option<u64>,
+    /// Stop after this many seconds (default 10 when no --tokens).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Seconds between log lines.
+    #[arg(long, default_value_t = 5.0)]
+    log_interval: f64,
+    /// Seconds between counter collections.
+    #[arg(long, default_value_t = 0.1)]
+    collect_interval: f64,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Also export the vllm:spec_decode_* names dashboards use.
+    #[arg(long)]
+    vllm_compat: bool,
+    /// Keep serving /metrics this many seconds after the run ends.
+    #[arg(long, default_value_t = 0.0)]
+    linger: f64,
+    /// Train on this text file instead of the bundled corpus.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Target model order (3 = trigram).
+    #[arg(long, default_value_t = 3)]
+    target_order: usize,
+    /// Draft model order (2 = bigram).
+    #[arg(long, default_value_t = 2)]
+    draft_order: usize,
+    /// CPU threads for the CPU backend (0 = all).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+/// Errors the command reports; each maps to an exit code.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad arguments or input (exit 2).
+    Usage(String),
+    /// The backend is not compiled in or has no device (exit 3).
+    Backend(String),
+    /// The run failed (exit 1).
+    Run(String),
+}
+
+impl CliError {
+    fn code(&self) -> u8 {
+        match self {
+            Self::Run(_) => 1,
+            Self::Usage(_) => 2,
+            Self::Backend(_) => 3,
+        }
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Usage(m) | Self::Backend(m) | Self::Run(m) => f.write_str(m),
+        }
+    }
+}
+
+fn seconds(name: &str, s: f64) -> Result<Duration, CliError> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| CliError::Usage(format!("--{name} must be a non-negative number of seconds")))
+}
+
+/// The error for a GPU backend this binary was built without.
+pub fn not_compiled(backend: Backend) -> CliError {
+    let (name, feature) = match backend {
+        Backend::Cuda => ("CUDA", "cuda"),
+        _ => ("ROCm", "rocm"),
+    };
+    CliError::Backend(format!(
+        "this specula was not compiled with {name} support (rebuild with `--features {feature}`)"
+    ))
+}
+
+fn run_demo(a: DemoArgs) -> Result<(), CliError> {
+    let corpus = match &a.corpus {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| CliError::Usage(format!("cannot read corpus {}: {e}", p.display())))?,
+        None => demo::CORPUS.to_owned(),
+    };
+    let duration = match (a.duration, a.tokens) {
+        (Some(d), _) => Some(seconds("duration", d)?),
+        (None, None) => Some(Duration::from_secs(10)),
+        (None, Some(_)) => None,
+    };
+    let cfg = DemoConfig {
+        k: a.k.into(),
+        method: a.method.into(),
+        seed: a.seed,
+        batch: a.batch.into(),
+        max_tokens: a.tokens,
+        duration,
+        log_interval: seconds("log-interval", a.log_interval)?,
+        collect_interval: seconds("collect-interval", a.collect_interval)?,
+        metrics_addr: a.metrics_addr,
+        vllm_compat: a.vllm_compat,
+        linger: seconds("linger", a.linger)?,
+        target_order: a.target_order,
+        draft_order: a.draft_order,
+        label: "rank0".into(),
+        progress: std::io::stderr().is_terminal(),
+    };
+    let mut stderr = std::io::stderr();
+    // Printed before any --linger, so scripts can read the totals while /metrics still serves.
+    let mut print = |summary: &demo::DemoSummary| {
+        if let Some(addr) = summary.metrics_addr {
+            println!("metrics served on http://{addr}/metrics");
+        }
+        println!("{summary}");
+        println!("{}", demo::final_line(&summary.totals));
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    };
+    match a.backend {
+        Backend::Cpu => demo::run(
+            &cfg,
+            &corpus,
+            cpu_verifier(a.threads)?,
+            &mut stderr,
+            &mut print,
+        ),
+        Backend::Reference => demo::run(
+            &cfg,
+            &corpus,
+            Reference::<MAX_K>::new(),
+            &mut stderr,
+            &mut print,
+        ),
+        b @ (Backend::Cuda | Backend::Rocm) => return Err(gpu_unavailable(b)),
+    }
+    .map_err(|e| match e {
+        demo::DemoError::Config(_) | demo::DemoError::Corpus(_) | demo::DemoError::Label(_) => {
+            CliError::Usage(e.to_string())
+        }
+        _ => CliError::Run(e.to_string()),
+    })?;
+    Ok(())
+}
+
+/// The CPU verifier on `threads` threads (0 = one per CPU).
+fn cpu_verifier(threads: usize) -> Result<CpuVerifier<MAX_K>, CliError> {
+    CpuVerifier::new(threads)
+        .map_err(|e| CliError::Backend(format!("cannot start {threads} CPU verifier threads: {e}")))
+}
+
+/// A GPU backend that cannot run here.
+fn gpu_unavailable(b: Backend) -> CliError {
+    #[cfg(feature = "cuda")]
+    if b == Backend::Cuda {
+        return CliError::Backend("the CUDA backend crate exposes no verifier yet".into());
+    }
+    #[cfg(feature = "rocm")]
+    if b == Backend::Rocm {
+        return CliError::Backend("the ROCm backend crate exposes no verifier yet".into());
+    }
+    not_compiled(b)
+}
+
+/// Prints `specula …` log records to stderr (the library emits through `log`; an application
+/// picks the logger: this one needs no extra dependency).
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::Level::Info
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("{:<5} {}: {}", r.level(), r.target(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: StderrLogger = StderrLogger;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
+    let r = match cli.command {
+        Command::Demo(a) => run_demo(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.code())
+        }
+    }
+}
