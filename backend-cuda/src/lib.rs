@@ -1,3 +1,16 @@
-//! CUDA backend of Specula: verification kernels with fused counters and asynchronous counter readback (cudarc, runtime NVRTC).
-//!
-//! Not implemented yet: see the crate README.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod calls;
+mod compile;
+mod device;
+mod error;
+mod readback;
+mod verifier;
+
+pub use calls::{CallCounts, call_counts};
+pub use compile::{compile_ptx, driver_present, nvrtc_options, nvrtc_present};
+pub use device::CudaDevice;
+pub use error::CudaError;
+pub use readback::CudaReadback;
+pub use verifier::{CudaVerifier, DeviceArgs};

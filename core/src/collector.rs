@@ -145,7 +145,10 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         let r = self.readback.flush();
         match self.finish(r, now_ns) {
             Tick::Published(v) => Ok(v),
-            _ => Err(self.last_error.clone().unwrap_or(CollectError::NotMonotonic)),
+            _ => Err(self
+                .last_error
+                .clone()
+                .unwrap_or(CollectError::NotMonotonic)),
         }
     }
 

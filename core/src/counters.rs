@@ -136,10 +136,18 @@ impl<const K: usize> Counters<K> {
         self.draft_tokens = f(self.draft_tokens, other.draft_tokens);
         self.accepted_tokens = f(self.accepted_tokens, other.accepted_tokens);
         self.emitted_tokens = f(self.emitted_tokens, other.emitted_tokens);
-        for (a, b) in self.accepted_per_position.iter_mut().zip(&other.accepted_per_position) {
+        for (a, b) in self
+            .accepted_per_position
+            .iter_mut()
+            .zip(&other.accepted_per_position)
+        {
             *a = f(*a, *b);
         }
-        for (a, b) in self.drafted_per_position.iter_mut().zip(&other.drafted_per_position) {
+        for (a, b) in self
+            .drafted_per_position
+            .iter_mut()
+            .zip(&other.drafted_per_position)
+        {
             *a = f(*a, *b);
         }
     }
@@ -149,10 +157,18 @@ impl<const K: usize> Counters<K> {
         f(self.draft_tokens, other.draft_tokens);
         f(self.accepted_tokens, other.accepted_tokens);
         f(self.emitted_tokens, other.emitted_tokens);
-        for (a, b) in self.accepted_per_position.iter().zip(&other.accepted_per_position) {
+        for (a, b) in self
+            .accepted_per_position
+            .iter()
+            .zip(&other.accepted_per_position)
+        {
             f(*a, *b);
         }
-        for (a, b) in self.drafted_per_position.iter().zip(&other.drafted_per_position) {
+        for (a, b) in self
+            .drafted_per_position
+            .iter()
+            .zip(&other.drafted_per_position)
+        {
             f(*a, *b);
         }
     }
@@ -283,7 +299,10 @@ mod tests {
         c.record(2, 1).unwrap();
         let before = c;
         assert_eq!(c.record(0, 0), Err(CountError::EmptyDraft));
-        assert_eq!(c.record(3, 0), Err(CountError::DraftTooLong { k: 3, max: 2 }));
+        assert_eq!(
+            c.record(3, 0),
+            Err(CountError::DraftTooLong { k: 3, max: 2 })
+        );
         assert_eq!(
             c.record(1, 2),
             Err(CountError::AcceptedExceedsDraft { accepted: 2, k: 1 })

@@ -104,7 +104,9 @@ mod tests {
         let (mut sum_a, mut sum_b) = (Counters::<3>::ZERO, Counters::<3>::ZERO);
         assert!(a.take().is_none());
         for i in 0..20u64 {
-            s.counters.record(1 + (i % 3) as usize, (i % 2) as usize).unwrap();
+            s.counters
+                .record(1 + (i % 3) as usize, (i % 2) as usize)
+                .unwrap();
             s.at_ns = i * 10;
             w.publish(&s);
             if i % 2 == 0 {

@@ -17,6 +17,10 @@ pub mod slot;
 pub mod words;
 
 // -- verification (reference algorithms, RNG, portable math, kernel text) --
+pub mod fmath;
+pub mod kernels;
+pub mod philox;
+pub mod verify;
 
 pub use clock::{Clock, VirtualClock};
 pub use collector::{CollectError, Collector, Tick};

@@ -6,10 +6,10 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
-#[cfg(not(loom))]
-pub(crate) use portable_atomic::{AtomicU32, Ordering, fence};
 #[cfg(all(not(loom), target_has_atomic = "64"))]
 pub(crate) use portable_atomic::AtomicU64;
+#[cfg(not(loom))]
+pub(crate) use portable_atomic::{AtomicU32, Ordering, fence};
 
 /// The widest native atomic word: the seqlock stamp uses it.
 #[cfg(any(loom, target_has_atomic = "64"))]

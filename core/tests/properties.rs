@@ -8,8 +8,7 @@ mod common;
 use common::SimDevice;
 use proptest::prelude::*;
 use specula_core::{
-    Clock, Collector, Counters, Cursor, Interval, SeqSlot, Snapshot, Tick,
-    VirtualClock,
+    Clock, Collector, Counters, Cursor, Interval, SeqSlot, Snapshot, Tick, VirtualClock,
 };
 
 fn config() -> ProptestConfig {
@@ -30,20 +29,25 @@ fn scenario() -> impl Strategy<Value = Scenario> {
     (
         1u64..=200,
         prop::collection::vec((1u64..=300, 0u64..300), 1..5),
-        prop::collection::vec((0u64..=40, 1u8..=4, 0u8..=4), 1..if cfg!(miri) { 40 } else { 400 }),
+        prop::collection::vec(
+            (0u64..=40, 1u8..=4, 0u8..=4),
+            1..if cfg!(miri) { 40 } else { 400 },
+        ),
         0u64..=120,
         any::<u64>(),
     )
-        .prop_map(|(collect_ns, consumers, steps, latency_ns, fail_mask)| Scenario {
-            collect_ns,
-            consumers,
-            steps: steps
-                .into_iter()
-                .map(|(dt, k, a)| (dt, k, a.min(k)))
-                .collect(),
-            latency_ns,
-            fail_mask,
-        })
+        .prop_map(
+            |(collect_ns, consumers, steps, latency_ns, fail_mask)| Scenario {
+                collect_ns,
+                consumers,
+                steps: steps
+                    .into_iter()
+                    .map(|(dt, k, a)| (dt, k, a.min(k)))
+                    .collect(),
+                latency_ns,
+                fail_mask,
+            },
+        )
 }
 
 proptest! {
@@ -71,14 +75,14 @@ proptest! {
                 prop_assert!(collector.last_error().is_some());
             }
             for (interval, cursor, sum, last) in consumers.iter_mut() {
-                if interval.due(clock.now_ns()) {
-                    if let Some(t) = cursor.take() {
-                        prop_assert!(t.snapshot.counters.dominates(&last.counters), "never decreases");
-                        prop_assert!(t.snapshot.at_ns >= last.at_ns);
-                        sum.add(&t.delta);
-                        prop_assert_eq!(*sum, t.snapshot.counters, "deltas add up to totals");
-                        *last = t.snapshot;
-                    }
+                if interval.due(clock.now_ns())
+                    && let Some(t) = cursor.take()
+                {
+                    prop_assert!(t.snapshot.counters.dominates(&last.counters), "never decreases");
+                    prop_assert!(t.snapshot.at_ns >= last.at_ns);
+                    sum.add(&t.delta);
+                    prop_assert_eq!(*sum, t.snapshot.counters, "deltas add up to totals");
+                    *last = t.snapshot;
                 }
             }
         }

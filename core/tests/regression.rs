@@ -57,8 +57,11 @@ fn simulate(collect_phase: u64, log_phase: u64, latency: u64, seed: u64, run_s: 
             let was_published = published;
             match cursor.take() {
                 Some(t) => {
-                    let line: heapless::String<768> = Report::new("rank0", &t).to_heapless().unwrap();
-                    assert!(line.starts_with("SpecDecoding metrics [rank0]: Mean acceptance length: "));
+                    let line: heapless::String<768> =
+                        Report::new("rank0", &t).to_heapless().unwrap();
+                    assert!(
+                        line.starts_with("SpecDecoding metrics [rank0]: Mean acceptance length: ")
+                    );
                     out.logged.add(&t.delta);
                 }
                 None if was_published => out.log_ticks_without_new_data += 1,
@@ -82,8 +85,15 @@ fn simulate(collect_phase: u64, log_phase: u64, latency: u64, seed: u64, run_s: 
 fn aligned_five_second_timers_log_every_tick() {
     for seed in 0..20 {
         let o = simulate(0, 0, 3 * MS, seed, 120);
-        assert_eq!(o.logged, o.device, "every count logged exactly once (seed {seed})");
-        assert!(o.log_ticks_after_first_publish >= 22, "{}", o.log_ticks_after_first_publish);
+        assert_eq!(
+            o.logged, o.device,
+            "every count logged exactly once (seed {seed})"
+        );
+        assert!(
+            o.log_ticks_after_first_publish >= 22,
+            "{}",
+            o.log_ticks_after_first_publish
+        );
         assert_eq!(o.log_ticks_without_new_data, 0, "seed {seed}");
     }
 }
@@ -92,12 +102,18 @@ fn aligned_five_second_timers_log_every_tick() {
 fn misaligned_timers_log_every_tick_and_lose_nothing() {
     // Phases away from the collect grid by more than latency + two steps: every log tick after
     // the first collection has a new snapshot.
-    for (i, log_phase) in [100 * MS, 1 * S, 2_500 * MS, 4_900 * MS].into_iter().enumerate() {
+    for (i, log_phase) in [100 * MS, S, 2_500 * MS, 4_900 * MS]
+        .into_iter()
+        .enumerate()
+    {
         for seed in 0..10 {
             let o = simulate(0, log_phase, 3 * MS, seed * 31 + i as u64, 120);
             assert_eq!(o.logged, o.device);
             assert!(o.log_ticks_after_first_publish >= 22);
-            assert_eq!(o.log_ticks_without_new_data, 0, "phase {log_phase} seed {seed}");
+            assert_eq!(
+                o.log_ticks_without_new_data, 0,
+                "phase {log_phase} seed {seed}"
+            );
         }
     }
 }
@@ -113,7 +129,10 @@ fn nearly_coincident_timers_still_lose_nothing() {
         assert_eq!(o.logged, o.device, "seed {seed}");
         empty += o.log_ticks_without_new_data;
     }
-    assert!(empty > 0, "the near-coincidence this test is about did occur");
+    assert!(
+        empty > 0,
+        "the near-coincidence this test is about did occur"
+    );
     assert!(empty < 40 * 24 / 2, "most log ticks still have new data");
 }
 

@@ -1,1 +1,269 @@
-//! The CPU backend (work in progress).
+//! The CPU backend: [`CpuVerifier`] verifies batches on a thread pool it owns, bit-identical to
+//! the core reference ([`specula_core::verify::verify_batch`]), and counts them in shared
+//! counters that a [`CpuReadback`] reads for a [`Collector`](specula_core::Collector).
+//!
+//! ```
+//! use specula::cpu::CpuVerifier;
+//! use specula::core::verify::{Batch, Check, Method, Outputs};
+//!
+//! let verifier = CpuVerifier::<8>::new(2).unwrap();
+//! let target = [0.5, 0.5, 0.0, 1.0];
+//! let batch = Batch {
+//!     vocab: 2, k_max: 1, k: &[1], draft_ids: &[1],
+//!     draft_probs: None, draft_stride: 2,
+//!     target_probs: &target, target_stride: 2,
+//!     seed: &[7], offset: &[0], eps: None, delta: None,
+//! };
+//! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+//! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+//! verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out).unwrap();
+//! assert_eq!(verifier.totals().drafts, 1);
+//! ```
+//!
+//! # Design
+//! * Requests are spread over the pool with rayon; each request runs the shared control flow
+//!   ([`verify_request`]) with [`ChunkedOps`], the vectorisable row reductions.
+//! * Validation comes first (batch shape, then every request, in parallel but reporting the
+//!   error of the lowest request, as the reference does), so a refused batch counts nothing.
+//! * The batch's counts are summed locally and added to the shared counters under one lock, once
+//!   per batch: every snapshot holds whole batches only.
+
+mod ops;
+
+pub use ops::ChunkedOps;
+
+use rayon::prelude::*;
+use specula_core::verify::{
+    Batch, Check, Method, Outputs, Verifier, VerifyError, validate_request, validate_shape,
+    verify_request,
+};
+use specula_core::{Counters, Readback};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+/// Locks the counters. A panic while holding the lock is impossible (the critical sections only
+/// copy and add integers), and even then the counters would be whole, so poison is ignored.
+fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Multithreaded CPU verifier with device-style shared counters (see the [module docs](self)).
+///
+/// `verify` takes `&self`: one verifier can be shared (e.g. in an `Arc`) by several threads, each
+/// submitting batches; counting stays batch-atomic.
+#[derive(Debug)]
+pub struct CpuVerifier<const K: usize> {
+    /// `None`: run on the calling thread.
+    pool: Option<rayon::ThreadPool>,
+    threads: usize,
+    counters: Arc<Mutex<Counters<K>>>,
+}
+
+impl<const K: usize> CpuVerifier<K> {
+    /// A verifier running on `threads` threads: `1` runs on the calling thread (no pool), `0`
+    /// means one per CPU (rayon's default), `n > 1` builds a pool of `n` threads it owns.
+    pub fn new(threads: usize) -> Result<Self, rayon::ThreadPoolBuildError> {
+        let pool = if threads == 1 {
+            None
+        } else {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("specula-verify-{i}"))
+                    .build()?,
+            )
+        };
+        let threads = pool
+            .as_ref()
+            .map_or(1, rayon::ThreadPool::current_num_threads);
+        Ok(Self {
+            pool,
+            threads,
+            counters: Arc::new(Mutex::new(Counters::ZERO)),
+        })
+    }
+
+    /// The number of threads verification runs on.
+    #[must_use]
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Validates `batch` (always the cheap checks, plus `check`), verifies every request with
+    /// `method` into `out`, then counts the whole batch at once. On error nothing is written or
+    /// counted, and the error is the one the core reference would report.
+    pub fn verify(
+        &self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), VerifyError> {
+        validate_shape::<K>(batch, out)?;
+        let n = batch.requests();
+        let width = batch.k_max + 1;
+        match &self.pool {
+            None => {
+                for b in 0..n {
+                    validate_request(method, check, batch, b)?;
+                }
+                for (b, (acc, row)) in out
+                    .accepted
+                    .iter_mut()
+                    .zip(out.tokens.chunks_exact_mut(width))
+                    .enumerate()
+                {
+                    *acc = verify_request(&ChunkedOps, method, batch, b, row);
+                }
+            }
+            Some(pool) => pool.install(|| {
+                // `find_map_first`: the error of the lowest failing request, as in the reference.
+                let first = (0..n)
+                    .into_par_iter()
+                    .find_map_first(|b| validate_request(method, check, batch, b).err());
+                if let Some(e) = first {
+                    return Err(e);
+                }
+                out.accepted
+                    .par_iter_mut()
+                    .zip(out.tokens.par_chunks_exact_mut(width))
+                    .enumerate()
+                    .for_each(|(b, (acc, row))| {
+                        *acc = verify_request(&ChunkedOps, method, batch, b, row);
+                    });
+                Ok(())
+            })?,
+        }
+        let mut local = Counters::<K>::ZERO;
+        for (&k, &acc) in batch.k.iter().zip(out.accepted.iter()) {
+            let recorded = local.record(k as usize, acc as usize);
+            // Validated: 1 ≤ k ≤ k_max ≤ K and acc ≤ k.
+            debug_assert!(recorded.is_ok());
+        }
+        lock(&self.counters).add(&local);
+        Ok(())
+    }
+
+    /// The counters of every batch verified so far (whole batches only).
+    #[must_use]
+    pub fn totals(&self) -> Counters<K> {
+        *lock(&self.counters)
+    }
+
+    /// A [`Readback`] of this verifier's counters, for a [`Collector`](specula_core::Collector).
+    /// It may live on another thread; its snapshots are batch-consistent while batches run.
+    #[must_use]
+    pub fn readback(&self) -> CpuReadback<K> {
+        CpuReadback {
+            counters: Arc::clone(&self.counters),
+            pending: None,
+        }
+    }
+}
+
+impl<const K: usize> Verifier<K> for CpuVerifier<K> {
+    type Error = VerifyError;
+
+    fn verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), VerifyError> {
+        CpuVerifier::verify(self, method, check, batch, out)
+    }
+
+    fn totals(&mut self) -> Result<Counters<K>, VerifyError> {
+        Ok(CpuVerifier::totals(self))
+    }
+}
+
+/// Why a [`CpuReadback`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CpuReadbackError {
+    /// `poll` was called with no readback started.
+    NotStarted,
+}
+
+impl std::fmt::Display for CpuReadbackError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotStarted => f.write_str("poll called with no readback in flight"),
+        }
+    }
+}
+
+impl std::error::Error for CpuReadbackError {}
+
+/// [`Readback`] of a [`CpuVerifier`]'s counters. `start` copies them under the lock (so the
+/// copy holds whole batches), `poll` hands that copy over, `flush` copies the current totals:
+/// `verify` is synchronous, so everything submitted before is already counted.
+#[derive(Debug)]
+pub struct CpuReadback<const K: usize> {
+    counters: Arc<Mutex<Counters<K>>>,
+    pending: Option<Counters<K>>,
+}
+
+impl<const K: usize> Readback<K> for CpuReadback<K> {
+    type Error = CpuReadbackError;
+
+    fn start(&mut self) -> Result<(), CpuReadbackError> {
+        self.pending = Some(*lock(&self.counters));
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Poll<Result<Counters<K>, CpuReadbackError>> {
+        Poll::Ready(self.pending.take().ok_or(CpuReadbackError::NotStarted))
+    }
+
+    fn flush(&mut self) -> Result<Counters<K>, CpuReadbackError> {
+        self.pending = None;
+        Ok(*lock(&self.counters))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readback_follows_the_contract() {
+        let v = CpuVerifier::<4>::new(1).unwrap();
+        let mut r = v.readback();
+        assert_eq!(r.poll(), Poll::Ready(Err(CpuReadbackError::NotStarted)));
+        r.start().unwrap();
+        let target = [0.0f32, 1.0, 0.0, 1.0];
+        let batch = Batch {
+            vocab: 2,
+            k_max: 1,
+            k: &[1],
+            draft_ids: &[1],
+            draft_probs: None,
+            draft_stride: 2,
+            target_probs: &target,
+            target_stride: 2,
+            seed: &[1],
+            offset: &[0],
+            eps: None,
+            delta: None,
+        };
+        let (mut a, mut t) = ([0u32; 1], [0u32; 2]);
+        v.verify(
+            Method::Greedy,
+            Check::Cheap,
+            &batch,
+            &mut Outputs {
+                accepted: &mut a,
+                tokens: &mut t,
+            },
+        )
+        .unwrap();
+        // The readback started before the batch: it shows the counters as they stood then.
+        assert_eq!(r.poll(), Poll::Ready(Ok(Counters::ZERO)));
+        let f = r.flush().unwrap();
+        assert_eq!((f.drafts, f.accepted_tokens, f.emitted_tokens), (1, 1, 2));
+        assert_eq!((a, t), ([1], [1, 1]));
+    }
+}

@@ -5,10 +5,11 @@
 //!
 //! Run: `cargo bench -p specula-tests --bench slot`
 
-use criterion::{BenchmarkId, Criterion, black_box};
+use criterion::{BenchmarkId, Criterion};
 use crossbeam_utils::atomic::AtomicCell;
 use specula_core::{Collector, Counters, Readback, SeqSlot, Snapshot};
-use std::path::PathBuf;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::task::Poll;
@@ -156,7 +157,7 @@ fn bench_tick(c: &mut Criterion) {
     g.finish();
 }
 
-fn median_ns(dir: &PathBuf, group: &str, id: &str) -> Option<f64> {
+fn median_ns(dir: &Path, group: &str, id: &str) -> Option<f64> {
     let text = std::fs::read_to_string(dir.join(group).join(id).join("new/estimates.json")).ok()?;
     // {"mean":{...},"median":{"confidence_interval":{...},"point_estimate":12.3,...
     let at = text.find("\"median\"")?;
@@ -167,9 +168,10 @@ fn median_ns(dir: &PathBuf, group: &str, id: &str) -> Option<f64> {
 }
 
 fn main() {
-    let dir = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_string()
-    }))
+    let dir = PathBuf::from(
+        std::env::var("CARGO_TARGET_DIR")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_string()),
+    )
     .join("criterion");
     let mut c = Criterion::default()
         .output_directory(&dir)
@@ -183,7 +185,10 @@ fn main() {
     c.final_summary();
 
     println!("\nmedian ns per op (ratio = contender / mutex, same run)");
-    println!("{:<22} {:>14} {:>14} {:>14} {:>14}", "case", "seqslot", "mutex", "rwlock", "atomiccell");
+    println!(
+        "{:<22} {:>14} {:>14} {:>14} {:>14}",
+        "case", "seqslot", "mutex", "rwlock", "atomiccell"
+    );
     for bytes in WORDS.map(|w| w * 8) {
         for op in ["read", "write"] {
             for mode in ["alone", "reader"] {
@@ -197,7 +202,10 @@ fn main() {
                         _ => "-".into(),
                     })
                     .collect();
-                println!("{group:<22} {:>14} {:>14} {:>14} {:>14}", cells[0], cells[1], cells[2], cells[3]);
+                println!(
+                    "{group:<22} {:>14} {:>14} {:>14} {:>14}",
+                    cells[0], cells[1], cells[2], cells[3]
+                );
             }
         }
     }

@@ -9,8 +9,11 @@ use specula_core::{Clock, Counters, Readback, VirtualClock};
 /// Counters accumulating "on a device"; a readback copies them when started and becomes ready
 /// `latency_ns` later.
 pub struct SimDevice<'c, const K: usize> {
+    /// The clock readbacks complete against.
     pub clock: &'c VirtualClock,
+    /// The device's live counters.
     pub totals: Counters<K>,
+    /// How long a readback takes.
     pub latency_ns: u64,
     in_flight: Option<(Counters<K>, u64)>,
     /// Readback number i (0-based) fails to start when bit `i % 64` is set; when bit
@@ -21,6 +24,7 @@ pub struct SimDevice<'c, const K: usize> {
 }
 
 impl<'c, const K: usize> SimDevice<'c, K> {
+    /// A device with zero counters whose readbacks take `latency_ns`.
     pub fn new(clock: &'c VirtualClock, latency_ns: u64) -> Self {
         Self {
             clock,
@@ -34,6 +38,7 @@ impl<'c, const K: usize> SimDevice<'c, K> {
     }
 }
 
+/// A failed simulated readback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimError;
 
@@ -73,14 +78,16 @@ impl<const K: usize> Readback<K> for SimDevice<'_, K> {
 pub struct Mix(pub u64);
 
 impl Mix {
-    pub fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+    /// A number in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }

@@ -1,0 +1,192 @@
+//! [`CudaDevice`]: a context, a compute stream and the loaded kernel; raw device and
+//! page-locked host buffers that free themselves.
+
+use crate::calls::{Blocking, call};
+use crate::compile::{compile_ptx, driver_present};
+use crate::error::CudaError;
+use cudarc::driver::result;
+use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+use std::sync::Arc;
+
+/// A CUDA context with the verification kernel loaded and the stream it runs on.
+///
+/// Create one with [`CudaDevice::new`] (its own primary context and a new stream) or
+/// [`CudaDevice::with_stream`] (the caller's context and stream, e.g. the inference engine's
+/// compute stream, so verification is ordered with the model's kernels).
+#[derive(Debug)]
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    // Keeps the module loaded while `function` is used.
+    _module: Arc<CudaModule>,
+    function: CudaFunction,
+    arch: String,
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal` with its own stream. Fails with [`CudaError::NoDriver`],
+    /// [`CudaError::NoDevice`], [`CudaError::NoNvrtc`] or [`CudaError::Nvrtc`], never panics.
+    pub fn new(ordinal: usize) -> Result<Self, CudaError> {
+        if !driver_present() {
+            return Err(CudaError::NoDriver);
+        }
+        let count = call("cuDeviceGetCount", Blocking::Yes, CudaContext::device_count)
+            .map_err(|_| CudaError::NoDevice)?;
+        if usize::try_from(count).map_or(true, |n| ordinal >= n) {
+            return Err(CudaError::NoDevice);
+        }
+        let ctx = call("cuDevicePrimaryCtxRetain", Blocking::Yes, || {
+            CudaContext::new(ordinal)
+        })?;
+        let stream = call("cuStreamCreate", Blocking::Yes, || ctx.new_stream())?;
+        Self::with_stream(stream)
+    }
+
+    /// Uses the caller's stream (and its context). The kernel is compiled with NVRTC for the
+    /// device's architecture (once per process) and loaded into the context.
+    pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self, CudaError> {
+        let ctx = stream.context().clone();
+        let (major, minor) = call("cuDeviceGetAttribute", Blocking::No, || {
+            ctx.compute_capability()
+        })?;
+        let arch = format!("compute_{major}{minor}");
+        let ptx = compile_ptx(&arch)?;
+        let module = call("cuModuleLoadData", Blocking::Yes, || {
+            ctx.load_module(Ptx::from_src(ptx))
+        })?;
+        let function = call("cuModuleGetFunction", Blocking::No, || {
+            module.load_function(specula_core::kernels::VERIFY_ENTRY)
+        })?;
+        Ok(Self {
+            ctx,
+            stream,
+            _module: module,
+            function,
+            arch,
+        })
+    }
+
+    /// The context.
+    #[must_use]
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The compute stream every launch and readback snapshot is ordered on.
+    #[must_use]
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The virtual architecture the kernel was compiled for (`compute_XY`).
+    #[must_use]
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    pub(crate) fn cu_stream(&self) -> CUstream {
+        self.stream.cu_stream()
+    }
+
+    pub(crate) fn cu_function(&self) -> CUfunction {
+        self.function.cu_function()
+    }
+
+    /// Makes the context current on this thread (raw driver calls need it). Cheap, never waits.
+    pub(crate) fn bind(&self) -> Result<(), CudaError> {
+        call("cuCtxSetCurrent", Blocking::No, || {
+            self.ctx.bind_to_thread()
+        })
+    }
+}
+
+/// Device memory owned by this crate (raw, so no cudarc event tracking runs on the step path).
+#[derive(Debug)]
+pub(crate) struct DeviceBuffer {
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceBuffer {
+    /// `bytes` (at least 16, so every pointer is valid and 16-byte aligned) zeroed device bytes.
+    pub(crate) fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, CudaError> {
+        let bytes = bytes.max(16);
+        call("cuCtxSetCurrent", Blocking::No, || ctx.bind_to_thread())?;
+        // SAFETY: the context is current; the size is non-zero.
+        let ptr = call("cuMemAlloc", Blocking::Yes, || unsafe {
+            result::malloc_sync(bytes)
+        })?;
+        let buf = Self {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        };
+        // SAFETY: `ptr` is a fresh allocation of `bytes` bytes in the current context.
+        call("cuMemsetD8", Blocking::Yes, || unsafe {
+            result::memset_d8_sync(ptr, 0, bytes)
+        })?;
+        Ok(buf)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; a failed free leaks device memory at worst.
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory of `len` u64 words (the target of asynchronous device-to-host copies).
+#[derive(Debug)]
+pub(crate) struct PinnedWords {
+    ptr: *mut u64,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is plain host memory owned by this value; nothing else aliases it.
+unsafe impl Send for PinnedWords {}
+
+impl PinnedWords {
+    pub(crate) fn zeroed(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, CudaError> {
+        call("cuCtxSetCurrent", Blocking::No, || ctx.bind_to_thread())?;
+        let bytes = len.max(1) * 8;
+        // SAFETY: the context is current; flags 0 = plain page-locked memory.
+        let raw = call("cuMemHostAlloc", Blocking::Yes, || unsafe {
+            result::malloc_host(bytes, 0)
+        })?;
+        let ptr = raw.cast::<u64>();
+        // SAFETY: `raw` points to `bytes` writable bytes, page aligned.
+        unsafe { core::ptr::write_bytes(ptr, 0, len.max(1)) };
+        Ok(Self {
+            ptr,
+            len,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u64 {
+        self.ptr
+    }
+
+    /// The words. Only call when no copy into the buffer is in flight.
+    pub(crate) fn words(&self) -> &[u64] {
+        // SAFETY: `ptr` is valid for `len` initialised words for the life of `self`.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedWords {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc and freed once, here.
+            let _ = unsafe { result::free_host(self.ptr.cast()) };
+        }
+    }
+}

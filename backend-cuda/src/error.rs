@@ -1,0 +1,64 @@
+//! [`CudaError`]: every way the CUDA backend can fail, as a value (cudarc would panic on a
+//! missing library; this crate checks first).
+
+use cudarc::driver::DriverError;
+use specula_core::verify::VerifyError;
+
+/// Why a CUDA backend operation failed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// The CUDA driver library (`libcuda.so` / `nvcuda.dll`) could not be loaded.
+    NoDriver,
+    /// The driver loaded but reports no usable device (or not the ordinal asked for).
+    NoDevice,
+    /// The NVRTC library (`libnvrtc.so.12`) could not be loaded.
+    NoNvrtc,
+    /// NVRTC refused the kernel text; `log` is its compile log.
+    Nvrtc {
+        /// The NVRTC program log (or the failing step when there is no log).
+        log: String,
+    },
+    /// A driver call failed.
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// The driver's error.
+        error: DriverError,
+    },
+    /// The batch failed validation (same error as the reference); nothing ran or was counted.
+    Verify(VerifyError),
+    /// A size does not fit the kernel's 32-bit shape words.
+    TooLarge,
+    /// The kernel raised error flags (`specula_core::kernels::ERR_*` bits).
+    DeviceFlags(u64),
+    /// [`Readback::start`](specula_core::Readback::start) while a readback is in flight.
+    ReadbackInFlight,
+    /// [`Readback::poll`](specula_core::Readback::poll) with no readback in flight.
+    NoReadback,
+}
+
+impl From<VerifyError> for CudaError {
+    fn from(e: VerifyError) -> Self {
+        Self::Verify(e)
+    }
+}
+
+impl core::fmt::Display for CudaError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoDriver => f.write_str("CUDA driver library not found"),
+            Self::NoDevice => f.write_str("no CUDA device"),
+            Self::NoNvrtc => f.write_str("NVRTC library not found"),
+            Self::Nvrtc { log } => write!(f, "NVRTC compilation failed:\n{log}"),
+            Self::Driver { call, error } => write!(f, "{call} failed: {error:?}"),
+            Self::Verify(e) => write!(f, "invalid batch: {e:?}"),
+            Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
+            Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
+            Self::ReadbackInFlight => f.write_str("a readback is already in flight"),
+            Self::NoReadback => f.write_str("no readback in flight"),
+        }
+    }
+}
+
+impl std::error::Error for CudaError {}

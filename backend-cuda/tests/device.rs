@@ -1,0 +1,129 @@
+//! The CUDA backend on a real device: the shared conformance suite, the step path's call
+//! counts and the asynchronous readback. Every test prints SKIPPED and passes when the machine
+//! has no CUDA driver or device (CI); `scripts/gpu-check.sh` runs them on a GPU host.
+
+use specula_core::Readback;
+use specula_core::verify::{Check, Method, Reference, Verifier};
+use specula_cuda::{CudaDevice, CudaError, CudaVerifier, call_counts};
+use specula_tests::conformance::{self, K};
+use std::sync::Arc;
+use std::task::Poll;
+
+fn device() -> Option<Arc<CudaDevice>> {
+    match CudaDevice::new(0) {
+        Ok(d) => Some(Arc::new(d)),
+        Err(e) => {
+            println!("SKIPPED: no usable CUDA device ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn construction_without_a_device_is_a_typed_error() {
+    // Runs everywhere: on a machine without CUDA this is the path under test.
+    match CudaDevice::new(usize::MAX) {
+        Err(CudaError::NoDriver) => assert!(!specula_cuda::driver_present()),
+        Err(CudaError::NoDevice) => {}
+        other => panic!("ordinal usize::MAX must not open: {other:?}"),
+    }
+    match CudaDevice::new(0) {
+        Ok(d) => println!("device present: {}", d.arch()),
+        Err(e) => assert!(
+            matches!(
+                e,
+                CudaError::NoDriver | CudaError::NoDevice | CudaError::NoNvrtc
+            ),
+            "unexpected error without a device: {e:?}"
+        ),
+    }
+}
+
+#[test]
+fn conformance_on_device() {
+    let Some(dev) = device() else { return };
+    conformance::run_all(|| CudaVerifier::<K>::new(dev.clone()).unwrap());
+}
+
+/// Also the caller's own stream: verification ordered on a stream the backend did not make.
+#[test]
+fn works_on_the_callers_stream() {
+    let Some(dev) = device() else { return };
+    let stream = dev.context().new_stream().unwrap();
+    let theirs = Arc::new(CudaDevice::with_stream(stream).unwrap());
+    conformance::exact_cases(|| CudaVerifier::<K>::new(theirs.clone()).unwrap());
+}
+
+/// The decode step (launch, readback start, poll) makes no synchronising driver call, and the
+/// readbacks it completes are consistent snapshots that end at the exact totals.
+#[test]
+fn step_path_never_synchronises_and_readback_is_exact() {
+    let Some(dev) = device() else { return };
+    let mut g = conformance::Gen(0xC0DA);
+    let (d, _) = conformance::random_batch(&mut g, conformance::RandomSpec::default());
+    let per_step = conformance::reference(Method::Rejection, Check::Cheap, &d)
+        .unwrap()
+        .1;
+    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let args = v.stage(Method::Rejection, Check::Cheap, &d.view()).unwrap();
+    let mut rb = v.readback().unwrap();
+    let steps = 200u64;
+    let mut completed = Vec::new();
+    let before = call_counts();
+    rb.start().unwrap();
+    for _ in 0..steps {
+        // SAFETY: `args` points at the verifier's staged buffers, valid until the next stage.
+        unsafe { v.launch(&args).unwrap() };
+        match rb.poll() {
+            Poll::Pending => {}
+            Poll::Ready(r) => {
+                completed.push(r.unwrap());
+                rb.start().unwrap();
+            }
+        }
+    }
+    let after = call_counts();
+    assert_eq!(
+        after.synchronizing - before.synchronizing,
+        0,
+        "the step path made a synchronising call"
+    );
+    assert!(after.calls > before.calls, "calls are counted");
+    let fin = rb.flush().unwrap();
+    assert_eq!(rb.error_flags(), 0);
+    let mut want = per_step;
+    for _ in 1..steps {
+        want.add(&per_step);
+    }
+    assert_eq!(fin, want, "flush returns the exact totals");
+    assert_eq!(v.totals().unwrap(), want);
+    // Every snapshot is a whole number of steps (consistent) and they never decrease.
+    let mut prev = specula_core::Counters::<K>::ZERO;
+    for c in &completed {
+        assert_eq!(c.drafts % per_step.drafts, 0, "torn snapshot {c:?}");
+        assert!(c.dominates(&prev));
+        prev = *c;
+    }
+    println!(
+        "{} readbacks completed during {steps} steps",
+        completed.len()
+    );
+}
+
+/// A reference run and a device run of the same batches agree on the totals (cheap sanity on
+/// top of the suite, through the Readback seam rather than `totals`).
+#[test]
+fn readback_flush_equals_reference_totals() {
+    let Some(dev) = device() else { return };
+    let mut g = conformance::Gen(0xF1_0511);
+    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let mut r = Reference::<K>::new();
+    for i in 0..30 {
+        let (d, _) = conformance::random_batch(&mut g, conformance::RandomSpec::default());
+        let m = conformance::METHODS[i % 3];
+        conformance::run(&mut v, m, Check::Cheap, &d).unwrap();
+        conformance::run(&mut r, m, Check::Cheap, &d).unwrap();
+    }
+    let mut rb = v.readback().unwrap();
+    assert_eq!(rb.flush().unwrap(), r.totals().unwrap());
+}

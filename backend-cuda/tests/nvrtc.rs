@@ -1,0 +1,79 @@
+//! The kernel text compiles with NVRTC for compute_80 and compute_90 and the PTX assembles with
+//! `ptxas` for sm_80 and sm_90. No GPU needed: only libnvrtc and ptxas, which
+//! `scripts/cuda-tools.sh` installs (pip wheels) into `.tools/cuda`. Skipped, with a message,
+//! when they are absent; CI runs it for real after the script.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SPECULA_PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("ptxas"))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
+    if !specula_cuda::nvrtc_present() {
+        println!("SKIPPED: libnvrtc not found (run `. scripts/cuda-tools.sh` first)");
+        return;
+    }
+    let ptxas = ptxas();
+    if ptxas.is_none() {
+        println!("SKIPPED (assembly only): ptxas not found; NVRTC compilation still checked");
+    }
+    let dir = std::env::temp_dir().join(format!("specula-nvrtc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {
+        let ptx = specula_cuda::compile_ptx(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert!(
+            ptx.contains(".entry specula_verify"),
+            "{arch}: entry point missing"
+        );
+        // --fmad=false: the compiler may not fuse a multiply and an add. The kernel never asks
+        // for an fma itself, so any fma instruction in the PTX would break bit-exactness.
+        assert!(
+            !ptx.contains("fma.rn.f32"),
+            "{arch}: contracted multiply-add in the PTX"
+        );
+        // No approximate (fast-math) division or flush-to-zero arithmetic either.
+        assert!(!ptx.contains("div.approx"), "{arch}: approximate division");
+        assert!(
+            !ptx.contains(".ftz.f32"),
+            "{arch}: flush-to-zero arithmetic"
+        );
+        if let Some(ptxas) = &ptxas {
+            let src = dir.join(format!("{sm}.ptx"));
+            std::fs::write(&src, &ptx).unwrap();
+            let out = Command::new(ptxas)
+                .arg(format!("-arch={sm}"))
+                .arg("-v")
+                .arg(&src)
+                .arg("-o")
+                .arg(dir.join(format!("{sm}.cubin")))
+                .output()
+                .expect("ptxas runs");
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
+            // Register spills would make the kernel much slower; report them loudly.
+            println!("ptxas {sm}: {}", log.trim().replace('\n', " | "));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compile_errors_are_values_not_panics() {
+    // Whatever this machine has, compiling for an architecture NVRTC does not know must return
+    // an error (NoNvrtc without the library, Nvrtc { log } with it), never panic.
+    let r = specula_cuda::compile_ptx("compute_1");
+    match r {
+        Err(specula_cuda::CudaError::NoNvrtc) => assert!(!specula_cuda::nvrtc_present()),
+        Err(specula_cuda::CudaError::Nvrtc { log }) => println!("NVRTC refused as expected: {log}"),
+        other => panic!("unexpected: {other:?}"),
+    }
+}

@@ -1,0 +1,412 @@
+// specula_verify.cu: the speculative-decoding verification kernel of Specula.
+//
+// ONE source for every GPU backend and for the host-executed tests:
+//   * CUDA: compiled at run time with NVRTC (`--fmad=false`, device arch) by `specula-cuda`;
+//   * HIP:  compiled with hipRTC / hipcc (define SPECULA_HIP or let __HIPCC__ select it);
+//   * host: compiled with g++ on top of tests/kernel_host/shim.hpp, in CUDA-macro and HIP-macro
+//           mode, so CI runs this exact text on the CPU and compares it bit for bit with the Rust
+//           reference (`specula_core::verify`).
+// It implements core/DETERMINISM.md exactly; read that page, not this file, for the rules.
+// Only the common subset of CUDA and HIP is used: no cooperative groups, no headers, no libm.
+//
+// Launch contract (see core/src/kernels.rs for the same text on the Rust side):
+//   grid  = (capacity, 1, 1), capacity >= shape.batch; blocks past the batch exit at once, so one
+//           launch configuration serves every batch size up to the capacity (graph capturable).
+//   block = (SPECULA_BLOCK_THREADS, 1, 1) or fewer threads, a multiple of the warp size.
+//   Every per-call value (shape, k, ids, seeds, offsets, eps, delta) is read from device memory.
+//   `stats` holds Counters<K> as 4 + 2K unsigned 64-bit words followed by one error-flag word.
+
+#if defined(SPECULA_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
+#define SPECULA_IS_HIP 1
+#else
+#define SPECULA_IS_HIP 0
+#endif
+
+#if SPECULA_IS_HIP && defined(__clang__)
+// hipcc contracts a * b + c into an FMA by default (-ffp-contract=fast); the rules forbid it.
+// The pragma makes the text safe whatever flags the HIP build passes (NVRTC: --fmad=false).
+#pragma clang fp contract(off)
+#endif
+
+#ifndef SPECULA_BLOCK_THREADS
+#define SPECULA_BLOCK_THREADS 256
+#endif
+// Warps per block at the smallest warp size any target has (32); sizes the cross-warp scratch.
+#define SPECULA_MAX_WARPS (SPECULA_BLOCK_THREADS / 32)
+
+#if SPECULA_IS_HIP
+// HIP: wave size 64 on CDNA, 32 on RDNA; `warpSize` is right on both. No mask argument.
+#define SPECULA_SHFL_DOWN(v, d) __shfl_down((v), (d))
+#else
+// CUDA: every lane of the warp takes part in each shuffle (reductions are block-uniform).
+#define SPECULA_SHFL_DOWN(v, d) __shfl_down_sync(0xFFFFFFFFu, (v), (d))
+#endif
+#define SPECULA_WARP_SIZE ((unsigned int)warpSize)
+
+typedef unsigned int sp_u32;
+typedef int sp_i32;
+typedef unsigned long long sp_u64;
+typedef long long sp_i64;
+
+// Shape words (device memory, 8 x u32).
+#define SP_SHAPE_BATCH 0
+#define SP_SHAPE_K_MAX 1
+#define SP_SHAPE_VOCAB 2
+#define SP_SHAPE_DRAFT_STRIDE 3
+#define SP_SHAPE_TARGET_STRIDE 4
+#define SP_SHAPE_METHOD 5
+#define SP_SHAPE_COUNTERS_K 6
+#define SP_SHAPE_FLAGS 7
+#define SP_FLAG_DRAFT_PROBS 1u
+
+#define SP_METHOD_REJECTION 0u
+#define SP_METHOD_GREEDY 1u
+#define SP_METHOD_TYPICAL 2u
+
+// Error-flag bits (the word after the counters); ORed, never cleared by the kernel.
+#define SP_ERR_SHAPE 1u     // shape words invalid: the whole launch did nothing
+#define SP_ERR_DRAFT_LEN 2u // some request had k = 0 or k > k_max: it was skipped
+#define SP_ERR_TOKEN 4u     // some request had a draft id >= V: it was skipped
+
+#define SP_SENTINEL 0xFFFFFFFFu
+
+// ---------------------------------------------------------------- exact numerics
+__device__ __forceinline__ float sp_f(sp_u32 bits) { return __uint_as_float(bits); }
+
+// float -> i32 / i64 as Rust's `as`: truncation, saturating, NaN -> 0 (C++ leaves these undefined).
+__device__ __forceinline__ sp_i32 sp_f2i32(float x) {
+    if (!(x == x)) return 0;
+    if (x >= 2147483648.0f) return 2147483647;
+    if (x < -2147483648.0f) return (sp_i32)(-2147483647 - 1);
+    return (sp_i32)x;
+}
+__device__ __forceinline__ sp_i64 sp_f2i64(float x) {
+    if (!(x == x)) return 0;
+    if (x >= 9223372036854775808.0f) return 9223372036854775807LL;
+    if (x < -9223372036854775808.0f) return (sp_i64)(-9223372036854775807LL - 1);
+    return (sp_i64)x;
+}
+
+// ln_p(x) for normal, positive, finite x (DETERMINISM.md).
+__device__ __forceinline__ float sp_ln(float x) {
+    sp_u32 bits = __float_as_uint(x);
+    sp_i32 e = (sp_i32)((bits >> 23) & 0xFFu) - 127;
+    float m = __uint_as_float((bits & 0x007FFFFFu) | 0x3F800000u);
+    if (m > sp_f(0x3FB504F3u)) {
+        m = m * 0.5f;
+        e = e + 1;
+    }
+    float s = (m - 1.0f) / (m + 1.0f);
+    float z = s * s;
+    float q = sp_f(0x3E638E39u);
+    float t;
+    t = z * q; q = sp_f(0x3E924925u) + t;
+    t = z * q; q = sp_f(0x3ECCCCCDu) + t;
+    t = z * q; q = sp_f(0x3F2AAAABu) + t;
+    t = z * q; q = 2.0f + t;
+    float a = (float)e * sp_f(0x3F317218u);
+    float b = s * q;
+    return a + b;
+}
+
+// exp_p(x) for x <= 0 (DETERMINISM.md). Integer steps wrap like Rust release builds.
+__device__ __forceinline__ float sp_exp(float x) {
+    if (!(x > -87.0f)) return 0.0f;
+    // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
+    // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
+    // target rows that are not probabilities.
+    if (x > 88.0f) return sp_f(0x7F800000u);
+    float t = x * sp_f(0x3FB8AA3Bu);
+    sp_i32 n = (t < 0.0f) ? sp_f2i32(t - 0.5f) : sp_f2i32(t + 0.5f);
+    float nf = (float)n;
+    float r1 = nf * sp_f(0x3F317200u);
+    float r2 = nf * sp_f(0x35BFBE8Eu);
+    float r = (x - r1) - r2;
+    float p = sp_f(0x3AB60B61u);
+    float t2;
+    t2 = r * p; p = sp_f(0x3C088889u) + t2;
+    t2 = r * p; p = sp_f(0x3D2AAAABu) + t2;
+    t2 = r * p; p = sp_f(0x3E2AAAABu) + t2;
+    t2 = r * p; p = 0.5f + t2;
+    t2 = r * p; p = 1.0f + t2;
+    t2 = r * p; p = 1.0f + t2;
+    if (n < -126) return 0.0f;
+    return p * __uint_as_float(((sp_u32)n + 127u) << 23);
+}
+
+// Philox4x32-10 on counter c, key (k0, k1); c is replaced by the output block.
+__device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
+    for (int round = 0; round < 10; ++round) {
+        sp_u64 p0 = (sp_u64)0xD2511F53u * (sp_u64)c[0];
+        sp_u64 p1 = (sp_u64)0xCD9E8D57u * (sp_u64)c[2];
+        sp_u32 hi0 = (sp_u32)(p0 >> 32), lo0 = (sp_u32)p0;
+        sp_u32 hi1 = (sp_u32)(p1 >> 32), lo1 = (sp_u32)p1;
+        sp_u32 n0 = hi1 ^ c[1] ^ k0;
+        sp_u32 n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+}
+
+// Uniform in [0, 1) and (0, 1] from one output word (exact).
+__device__ __forceinline__ float sp_u01(sp_u32 x) { return (float)(x >> 8) * sp_f(0x33800000u); }
+__device__ __forceinline__ float sp_u01_open0(sp_u32 x) { return (float)((x >> 8) + 1u) * sp_f(0x33800000u); }
+
+// ---------------------------------------------------------------- reduction keys
+// (key, id) packed in one u64 whose unsigned order is the order of DETERMINISM.md: larger key
+// first, then LOWER id (the low word holds ~id). 0 is below every packed value: "none".
+// -0.0 and +0.0 compare equal, so both map to +0.0 first.
+__device__ __forceinline__ sp_u64 sp_pack(float key, sp_u32 id) {
+    sp_u32 b = __float_as_uint(key);
+    if ((b & 0x7FFFFFFFu) == 0u) b = 0u; // on the bits: no compiler may fold "-0 -> +0" away
+    sp_u32 ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((sp_u64)ord << 32) | (sp_u64)(~id);
+}
+__device__ __forceinline__ sp_u32 sp_unpack_id(sp_u64 p) { return ~(sp_u32)p; }
+
+// Block-wide max (is_max) or wrapping sum of one u64 per thread; every thread gets the result.
+// Called by every thread of the block (block-uniform control flow).
+__device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64* s_red) {
+    const sp_u32 ws = SPECULA_WARP_SIZE;
+    for (sp_u32 d = ws / 2u; d > 0u; d >>= 1) {
+        sp_u64 o = SPECULA_SHFL_DOWN(v, d);
+        v = is_max ? (o > v ? o : v) : v + o;
+    }
+    const sp_u32 lane = threadIdx.x % ws;
+    const sp_u32 warp = threadIdx.x / ws;
+    const sp_u32 warps = (blockDim.x + ws - 1u) / ws;
+    if (lane == 0u) s_red[warp] = v;
+    __syncthreads();
+    sp_u64 r = s_red[0];
+    for (sp_u32 w = 1u; w < warps; ++w) {
+        sp_u64 o = s_red[w];
+        r = is_max ? (o > r ? o : r) : r + o;
+    }
+    __syncthreads(); // s_red is reused by the next reduction
+    return r;
+}
+
+// ---------------------------------------------------------------- row passes
+// A row is visited in groups of 4 ids (one Philox block each for the race): thread t takes groups
+// t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
+// group is whole, else as scalars. Each result is order-independent, so the split never matters.
+
+__device__ __forceinline__ bool sp_aligned16(const float* p) {
+    return (((unsigned long long)(const void*)p) & 15ull) == 0ull;
+}
+
+__device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 vocab, bool vec, float out[4]) {
+    if (vec && v0 + 3u < vocab) {
+        float4 q = *reinterpret_cast<const float4*>(row + v0);
+        out[0] = q.x; out[1] = q.y; out[2] = q.z; out[3] = q.w;
+    } else {
+        for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? row[v0 + i] : 0.0f;
+    }
+}
+
+// argmax with NaN as -inf, ties to the lowest id.
+__device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const bool vec = sp_aligned16(row);
+    sp_u64 best = 0ull;
+    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+        float w[4];
+        sp_load4(row, g * 4u, vocab, vec, w);
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            sp_u32 v = g * 4u + i;
+            if (v >= vocab) break;
+            float key = (w[i] == w[i]) ? w[i] : sp_f(0xFF800000u);
+            sp_u64 p = sp_pack(key, v);
+            if (p > best) best = p;
+        }
+    }
+    return sp_unpack_id(sp_block_reduce(best, true, s_red));
+}
+
+// Entropy in fixed point, summed as wrapping 64-bit integers, then scaled (exact order-free).
+__device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const bool vec = sp_aligned16(row);
+    sp_u64 sum = 0ull;
+    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+        float w[4];
+        sp_load4(row, g * 4u, vocab, vec, w);
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            if (g * 4u + i >= vocab) break;
+            float p = w[i];
+            if (p >= sp_f(0x00800000u) && p <= sp_f(0x7F7FFFFFu)) {
+                float prod = p * sp_ln(p);
+                float term = -prod;
+                float scaled = term * sp_f(0x53800000u); // 2^40
+                sum += (sp_u64)sp_f2i64(scaled);
+            }
+        }
+    }
+    sp_i64 total = (sp_i64)sp_block_reduce(sum, false, s_red);
+    return (float)total * sp_f(0x2B800000u); // 2^-40
+}
+
+// Exponential race over w_v = t_v - d_v (residual, d = draft row, or one-hot at onehot_id when
+// draft is null) or over w_v = t_v (plain). Returns the packed winner, 0 when no candidate.
+__device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
+                          sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
+                          sp_u32 off_hi, sp_u64* s_red) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const bool vec = sp_aligned16(trow) && (drow == 0 || sp_aligned16(drow));
+    sp_u64 best = 0ull;
+    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+        float w[4];
+        sp_load4(trow, g * 4u, vocab, vec, w);
+        if (residual) {
+            float d[4];
+            if (drow != 0) {
+                sp_load4(drow, g * 4u, vocab, vec, d);
+            } else {
+                for (sp_u32 i = 0; i < 4u; ++i) d[i] = (g * 4u + i == onehot_id) ? 1.0f : 0.0f;
+            }
+            for (sp_u32 i = 0; i < 4u; ++i) w[i] = w[i] - d[i];
+        }
+        bool any = false;
+        for (sp_u32 i = 0; i < 4u; ++i) any = any || (g * 4u + i < vocab && w[i] > 0.0f);
+        if (!any) continue; // no candidate here: the random words are not needed
+        sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
+        sp_philox(c, k0, k1);
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            sp_u32 v = g * 4u + i;
+            if (v >= vocab) break;
+            if (!(w[i] > 0.0f)) continue;
+            float e = -sp_ln(sp_u01_open0(c[i]));
+            float key = (e == 0.0f) ? sp_f(0x7F800000u) : w[i] / e;
+            sp_u64 p = sp_pack(key, v);
+            if (p > best) best = p;
+        }
+    }
+    return sp_block_reduce(best, true, s_red);
+}
+
+// ---------------------------------------------------------------- the kernel
+extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+               const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+               const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+               const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+               const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+
+    const sp_u32 batch = shape[SP_SHAPE_BATCH];
+    const sp_u32 b = blockIdx.x;
+    if (b >= batch) return;
+    const sp_u32 k_max = shape[SP_SHAPE_K_MAX];
+    const sp_u32 vocab = shape[SP_SHAPE_VOCAB];
+    const sp_u32 dstride = shape[SP_SHAPE_DRAFT_STRIDE];
+    const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
+    const sp_u32 method = shape[SP_SHAPE_METHOD];
+    const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
+    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
+
+    // Shape checks: uniform over the block, so an early return cannot split a barrier.
+    const bool shape_ok = k_max >= 1u && k_max <= ck && vocab >= 1u && tstride >= vocab &&
+                          (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
+                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
+    if (!shape_ok) {
+        if (threadIdx.x == 0u && b == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
+        return;
+    }
+
+    const sp_u32 kb = k[b];
+    sp_u32 bad = 0u;
+    if (kb < 1u || kb > k_max) {
+        bad = SP_ERR_DRAFT_LEN;
+    } else {
+        for (sp_u32 j = 0; j < kb; ++j) {
+            if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
+        }
+    }
+    sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
+    if (bad != 0u) {
+        // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
+        for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) out[j] = SP_SENTINEL;
+        if (threadIdx.x == 0u) {
+            accepted[b] = SP_SENTINEL;
+            atomicOr(err, (sp_u64)bad);
+        }
+        return;
+    }
+
+    const sp_u64 s = seed[b];
+    const sp_u64 o = offset[b];
+    const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
+    const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
+    const float* const tbase = target_probs + (sp_u64)b * (k_max + 1u) * tstride;
+    const float* const dbase = has_draft ? draft_probs + (sp_u64)b * k_max * dstride : 0;
+
+    sp_u32 acc = 0u;
+    sp_u32 emitted = 0u;
+    bool rejected = false;
+    for (sp_u32 j = 0; j < kb && !rejected; ++j) {
+        const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+        const float* trow = tbase + (sp_u64)j * tstride;
+        const float* drow = has_draft ? dbase + (sp_u64)j * dstride : 0;
+        const float pt = trow[x];
+        bool accept;
+        if (method == SP_METHOD_REJECTION) {
+            const float pd = has_draft ? drow[x] : 1.0f;
+            sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
+            sp_philox(c, k0, k1);
+            const float u = sp_u01(c[0]);
+            accept = u * pd < pt;
+            if (!accept) {
+                sp_u64 win = sp_race(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red);
+                if (win == 0ull)
+                    win = sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
+                emitted = win == 0ull ? 0u : sp_unpack_id(win);
+            }
+        } else if (method == SP_METHOD_GREEDY) {
+            const sp_u32 am = sp_argmax(trow, vocab, s_red);
+            accept = x == am;
+            if (!accept) emitted = am;
+        } else {
+            const float h = sp_entropy(trow, vocab, s_red);
+            const float a = eps[b];
+            const float e = sp_exp(-h);
+            const float bb = delta[b] * e;
+            const float thr = a < bb ? a : bb;
+            accept = pt > thr;
+            if (!accept) {
+                sp_u64 win = sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
+                emitted = win == 0ull ? 0u : sp_unpack_id(win);
+            }
+        }
+        if (accept) ++acc; else rejected = true;
+    }
+    if (!rejected) {
+        const float* trow = tbase + (sp_u64)kb * tstride;
+        if (method == SP_METHOD_GREEDY) {
+            emitted = sp_argmax(trow, vocab, s_red);
+        } else {
+            sp_u64 win = sp_race(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red);
+            emitted = win == 0ull ? 0u : sp_unpack_id(win);
+        }
+    }
+
+    for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
+        out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
+    }
+    // Counters<K>::record(kb, acc), fused: head words, then the per-position words.
+    sp_u64* const acc_pos = stats + 4u;
+    sp_u64* const drafted_pos = stats + 4u + ck;
+    if (threadIdx.x == 0u) {
+        accepted[b] = acc;
+        atomicAdd(stats + 0, 1ull);
+        atomicAdd(stats + 1, (sp_u64)kb);
+        atomicAdd(stats + 2, (sp_u64)acc);
+        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
+    }
+    for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
+        atomicAdd(drafted_pos + j, 1ull);
+        if (j < acc) atomicAdd(acc_pos + j, 1ull);
+    }
+}

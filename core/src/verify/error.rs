@@ -1,0 +1,198 @@
+//! [`VerifyError`]: why a batch was refused.
+
+/// A probability tensor of a [`Batch`](super::Batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Tensor {
+    /// `draft_probs`.
+    Draft,
+    /// `target_probs`.
+    Target,
+}
+
+/// A per-request slice or parameter of a [`Batch`](super::Batch) or
+/// [`Outputs`](super::Outputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Param {
+    /// `draft_ids`.
+    DraftIds,
+    /// `draft_probs`.
+    DraftProbs,
+    /// `target_probs`.
+    TargetProbs,
+    /// `seed`.
+    Seed,
+    /// `offset`.
+    Offset,
+    /// `eps` (typical acceptance).
+    Eps,
+    /// `delta` (typical acceptance).
+    Delta,
+    /// `Outputs::accepted`.
+    Accepted,
+    /// `Outputs::tokens`.
+    Tokens,
+}
+
+/// Why a batch was refused. Nothing was verified or counted, and the outputs are untouched.
+///
+/// Validation reports the first problem in this order: batch-wide shape errors
+/// ([`EmptyBatch`](Self::EmptyBatch) … [`Length`](Self::Length), outputs last), then for each
+/// request in order its draft length, its token ids by position, its typical-acceptance
+/// parameters, and (strict check only) its draft rows then its target rows by position, each
+/// row's values by index before its sum.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The batch has no request (`k` is empty).
+    EmptyBatch,
+    /// `k_max` is 0 or above the counters' maximum `K` (or the RNG limit).
+    KMaxOutOfRange {
+        /// The `k_max` given.
+        k_max: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// `vocab` is 0 or does not fit a token id below `u32::MAX`.
+    VocabOutOfRange {
+        /// The vocabulary size given.
+        vocab: usize,
+    },
+    /// A row stride is below the vocabulary size.
+    StrideTooSmall {
+        /// Which tensor.
+        tensor: Tensor,
+        /// The stride given.
+        stride: usize,
+        /// The vocabulary size.
+        vocab: usize,
+    },
+    /// A slice's length does not match the layout (`expected` is `usize::MAX` when the layout
+    /// size itself overflows).
+    Length {
+        /// Which slice.
+        param: Param,
+        /// Its length.
+        len: usize,
+        /// The length the layout needs.
+        expected: usize,
+    },
+    /// `k[request]` is 0 or above `k_max`.
+    DraftLength {
+        /// The request (batch slot).
+        request: usize,
+        /// Its draft length.
+        k: u32,
+        /// The batch's `k_max`.
+        k_max: usize,
+    },
+    /// A draft token id is not below the vocabulary size.
+    TokenOutOfRange {
+        /// The request.
+        request: usize,
+        /// The draft position.
+        position: usize,
+        /// The id given.
+        token: u32,
+        /// The vocabulary size.
+        vocab: usize,
+    },
+    /// A typical-acceptance parameter is NaN, infinite or negative.
+    BadParam {
+        /// The request.
+        request: usize,
+        /// [`Param::Eps`] or [`Param::Delta`].
+        param: Param,
+    },
+    /// (Strict check) a probability is NaN, infinite or negative.
+    BadProbability {
+        /// The request.
+        request: usize,
+        /// Which tensor.
+        tensor: Tensor,
+        /// The row's position `j`.
+        position: usize,
+        /// The vocabulary index in the row.
+        index: usize,
+    },
+    /// (Strict check) a row does not sum to 1 within the tolerance.
+    RowSum {
+        /// The request.
+        request: usize,
+        /// Which tensor.
+        tensor: Tensor,
+        /// The row's position `j`.
+        position: usize,
+        /// The row's sum (in `f64`).
+        sum: f64,
+    },
+}
+
+impl core::fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::EmptyBatch => f.write_str("empty batch"),
+            Self::KMaxOutOfRange { k_max, max } => {
+                write!(f, "k_max {k_max} is outside 1..={max}")
+            }
+            Self::VocabOutOfRange { vocab } => write!(f, "vocabulary size {vocab} out of range"),
+            Self::StrideTooSmall {
+                tensor,
+                stride,
+                vocab,
+            } => write!(
+                f,
+                "{tensor:?} row stride {stride} is below the vocabulary size {vocab}"
+            ),
+            Self::Length {
+                param,
+                len,
+                expected,
+            } => write!(f, "{param:?} has {len} values, the layout needs {expected}"),
+            Self::DraftLength { request, k, k_max } => {
+                write!(
+                    f,
+                    "request {request}: draft length {k} is outside 1..={k_max}"
+                )
+            }
+            Self::TokenOutOfRange {
+                request,
+                position,
+                token,
+                vocab,
+            } => write!(
+                f,
+                "request {request}, position {position}: token {token} is not below vocabulary size {vocab}"
+            ),
+            Self::BadParam { request, param } => {
+                write!(
+                    f,
+                    "request {request}: {param:?} is not finite and non-negative"
+                )
+            }
+            Self::BadProbability {
+                request,
+                tensor,
+                position,
+                index,
+            } => write!(
+                f,
+                "request {request}, {tensor:?} row {position}, index {index}: probability is not finite and non-negative"
+            ),
+            Self::RowSum {
+                request,
+                tensor,
+                position,
+                sum,
+            } => write!(
+                f,
+                "request {request}, {tensor:?} row {position} sums to {sum}, not 1"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for VerifyError {}

@@ -1,0 +1,230 @@
+//! The per-request algorithm ([`verify_request`]) and the plain-loop row reductions
+//! ([`ScalarOps`]) that define the reference bits.
+
+use super::{Batch, Method, SENTINEL};
+use crate::fmath::{entropy, exp_p, ln_p};
+use crate::philox::{accept_uniform, race_words, uniform_oc};
+
+/// Where a row's race draws its uniforms: the request's stream at a draft position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaceRng {
+    /// The request's seed.
+    pub seed: u64,
+    /// The request's offset.
+    pub offset: u64,
+    /// The row's draft position `j` (`0..=k`).
+    pub position: u32,
+}
+
+impl RaceRng {
+    /// The four race words for vocabulary ids `4·group .. 4·group + 4`.
+    #[inline(always)]
+    #[must_use]
+    pub fn words(&self, group: u32) -> [u32; 4] {
+        race_words(self.seed, self.offset, self.position, group)
+    }
+}
+
+/// The race key of weight `w` with race word `word`: `w / E` with `E = −ln_p(u')`, `+∞` when
+/// `E = 0`, and `−1` (below every candidate, whose keys are `≥ 0`) when `w` is not `> 0`.
+#[inline(always)]
+#[must_use]
+pub fn race_key(w: f32, word: u32) -> f32 {
+    if w > 0.0 {
+        let e = -ln_p(uniform_oc(word));
+        // −ln_p(1) is −0.0, and w / −0.0 would be −∞: the rule says +∞.
+        if e == 0.0 { f32::INFINITY } else { w / e }
+    } else {
+        -1.0
+    }
+}
+
+/// Exponential race over the weights `w(v)`, `v < vocab`: the id with the largest key, ties to
+/// the lowest id; `None` if no weight is `> 0`.
+#[inline]
+pub fn race(rng: RaceRng, vocab: usize, mut w: impl FnMut(usize) -> f32) -> Option<u32> {
+    let mut best_key = -1.0f32;
+    let mut best = None;
+    let mut v = 0usize;
+    let mut group = 0u32;
+    while v < vocab {
+        let words = rng.words(group);
+        for word in words {
+            if v >= vocab {
+                break;
+            }
+            let key = race_key(w(v), word);
+            // Strict `>`: a later (higher) id never displaces an equal key.
+            if key > best_key {
+                best_key = key;
+                best = Some(v as u32);
+            }
+            v += 1;
+        }
+        group = group.wrapping_add(1);
+    }
+    best
+}
+
+/// Argmax of a row, NaN as `−∞`, ties (IEEE equality, so `−0 = +0`) to the lowest id; 0 for a
+/// row with no value above `−∞`.
+#[inline]
+#[must_use]
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0u32;
+    let mut best_key = f32::NEG_INFINITY;
+    for (v, &x) in row.iter().enumerate() {
+        // NaN compares false, so it never wins: it acts as −∞.
+        if x > best_key {
+            best_key = x;
+            best = v as u32;
+        }
+    }
+    best
+}
+
+/// The residual race of rejection sampling: weights `target(v) − draft(v)` (one `f32`
+/// subtraction; a one-hot draft is `1.0` at its token, `0.0` elsewhere).
+#[inline]
+pub fn race_residual(
+    rng: RaceRng,
+    target: &[f32],
+    draft: Option<&[f32]>,
+    token: u32,
+) -> Option<u32> {
+    match draft {
+        Some(d) => race(rng, target.len(), |v| target[v] - d[v]),
+        None => race(rng, target.len(), |v| {
+            target[v] - if v == token as usize { 1.0 } else { 0.0 }
+        }),
+    }
+}
+
+/// The four row reductions of the verification rules. Every implementation must return the same
+/// values as [`ScalarOps`] for every input (NaN, infinities and negative values included); the
+/// rules make each reduction independent of evaluation order, so chunked, vectorised or
+/// parallel versions can.
+pub trait RowOps {
+    /// [`argmax`] of `row` (exactly `V` values).
+    fn argmax(&self, row: &[f32]) -> u32;
+    /// [`entropy`](crate::fmath::entropy) of `row`.
+    fn entropy(&self, row: &[f32]) -> f32;
+    /// [`race`] over the row's values.
+    fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32>;
+    /// [`race_residual`].
+    fn race_residual(
+        &self,
+        rng: RaceRng,
+        target: &[f32],
+        draft: Option<&[f32]>,
+        token: u32,
+    ) -> Option<u32>;
+}
+
+/// The reference reductions: plain sequential loops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScalarOps;
+
+impl RowOps for ScalarOps {
+    fn argmax(&self, row: &[f32]) -> u32 {
+        argmax(row)
+    }
+    fn entropy(&self, row: &[f32]) -> f32 {
+        entropy(row)
+    }
+    fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
+        race(rng, row.len(), |v| row[v])
+    }
+    fn race_residual(
+        &self,
+        rng: RaceRng,
+        target: &[f32],
+        draft: Option<&[f32]>,
+        token: u32,
+    ) -> Option<u32> {
+        race_residual(rng, target, draft, token)
+    }
+}
+
+/// Verifies request `b` of a batch that passed [`validate`](super::validate): writes its
+/// `k_max + 1` token slots into `tokens` and returns the accepted count.
+///
+/// This is the control flow every CPU-side backend shares; `ops` supplies the row reductions.
+/// Calling it on an unvalidated batch may panic on an out-of-bounds index.
+pub fn verify_request<O: RowOps + ?Sized>(
+    ops: &O,
+    method: Method,
+    batch: &Batch<'_>,
+    b: usize,
+    tokens: &mut [u32],
+) -> u32 {
+    let k = batch.k[b] as usize;
+    let ids = &batch.draft_ids[b * batch.k_max..][..k];
+    let (seed, offset) = (batch.seed[b], batch.offset[b]);
+    let rng = |j: usize| RaceRng {
+        seed,
+        offset,
+        position: j as u32,
+    };
+    let mut accepted = 0usize;
+    let mut emitted = None;
+    for (j, &x) in ids.iter().enumerate() {
+        let target = batch.target_row(b, j);
+        let pt = target[x as usize];
+        let accept = match method {
+            Method::Rejection => {
+                let draft = batch.draft_row(b, j);
+                let pd = draft.map_or(1.0, |d| d[x as usize]);
+                let u = accept_uniform(seed, offset, j as u32);
+                let ok = u * pd < pt;
+                if !ok {
+                    emitted = Some(
+                        ops.race_residual(rng(j), target, draft, x)
+                            .or_else(|| ops.race(rng(j), target))
+                            .unwrap_or(0),
+                    );
+                }
+                ok
+            }
+            Method::Greedy => {
+                let best = ops.argmax(target);
+                if best != x {
+                    emitted = Some(best);
+                }
+                best == x
+            }
+            Method::Typical => {
+                let h = ops.entropy(target);
+                let a = batch.eps_of(b);
+                let c = batch.delta_of(b) * exp_p(-h);
+                let thr = if a < c { a } else { c };
+                let ok = pt > thr;
+                if !ok {
+                    emitted = Some(ops.race(rng(j), target).unwrap_or(0));
+                }
+                ok
+            }
+        };
+        if !accept {
+            break;
+        }
+        tokens[j] = x;
+        accepted += 1;
+    }
+    let last = match emitted {
+        Some(t) => t,
+        None => {
+            // All k accepted: the bonus token from target row k.
+            let target = batch.target_row(b, k);
+            match method {
+                Method::Greedy => ops.argmax(target),
+                Method::Rejection | Method::Typical => ops.race(rng(k), target).unwrap_or(0),
+            }
+        }
+    };
+    tokens[accepted] = last;
+    for t in &mut tokens[accepted + 1..] {
+        *t = SENTINEL;
+    }
+    accepted as u32
+}

@@ -1,0 +1,183 @@
+//! Input validation: everything is checked before anything is verified or counted.
+
+use super::{Batch, Check, MAX_POSITIONS, Method, Outputs, Param, Tensor, VerifyError};
+
+fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
+    // An overflowing layout size can never match a real slice: report it as usize::MAX.
+    let expected = expected.unwrap_or(usize::MAX);
+    if len == expected {
+        Ok(())
+    } else {
+        Err(VerifyError::Length {
+            param,
+            len,
+            expected,
+        })
+    }
+}
+
+/// The batch-wide checks: sizes, strides and every slice length (inputs, then outputs).
+/// `O(1)`; afterwards every row index the verifier computes is in bounds and cannot overflow.
+pub fn validate_shape<const K: usize>(
+    batch: &Batch<'_>,
+    out: &Outputs<'_>,
+) -> Result<(), VerifyError> {
+    let b = batch.requests();
+    if b == 0 {
+        return Err(VerifyError::EmptyBatch);
+    }
+    let max = K.min(MAX_POSITIONS);
+    if batch.k_max == 0 || batch.k_max > max {
+        return Err(VerifyError::KMaxOutOfRange {
+            k_max: batch.k_max,
+            max,
+        });
+    }
+    let v = batch.vocab;
+    // Ids are u32 and u32::MAX is the sentinel, so every id < V must stay below it.
+    if v == 0 || v > u32::MAX as usize {
+        return Err(VerifyError::VocabOutOfRange { vocab: v });
+    }
+    let draft_slots = b.checked_mul(batch.k_max);
+    let target_rows = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
+    expect_len(Param::DraftIds, batch.draft_ids.len(), draft_slots)?;
+    if let Some(d) = batch.draft_probs {
+        if batch.draft_stride < v {
+            return Err(VerifyError::StrideTooSmall {
+                tensor: Tensor::Draft,
+                stride: batch.draft_stride,
+                vocab: v,
+            });
+        }
+        let need = draft_slots.and_then(|r| r.checked_mul(batch.draft_stride));
+        expect_len(Param::DraftProbs, d.len(), need)?;
+    }
+    if batch.target_stride < v {
+        return Err(VerifyError::StrideTooSmall {
+            tensor: Tensor::Target,
+            stride: batch.target_stride,
+            vocab: v,
+        });
+    }
+    let need = target_rows.and_then(|r| r.checked_mul(batch.target_stride));
+    expect_len(Param::TargetProbs, batch.target_probs.len(), need)?;
+    expect_len(Param::Seed, batch.seed.len(), Some(b))?;
+    expect_len(Param::Offset, batch.offset.len(), Some(b))?;
+    if let Some(e) = batch.eps {
+        expect_len(Param::Eps, e.len(), Some(b))?;
+    }
+    if let Some(d) = batch.delta {
+        expect_len(Param::Delta, d.len(), Some(b))?;
+    }
+    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
+    expect_len(Param::Tokens, out.tokens.len(), target_rows)?;
+    Ok(())
+}
+
+fn check_row(
+    row: &[f32],
+    tolerance: f32,
+    request: usize,
+    tensor: Tensor,
+    position: usize,
+) -> Result<(), VerifyError> {
+    let mut sum = 0f64;
+    for (index, &p) in row.iter().enumerate() {
+        // NaN is in no range, so this refuses NaN, negatives and +∞.
+        if !(0.0..f32::INFINITY).contains(&p) {
+            return Err(VerifyError::BadProbability {
+                request,
+                tensor,
+                position,
+                index,
+            });
+        }
+        sum += f64::from(p);
+    }
+    let dev = sum - 1.0;
+    // Written so a NaN tolerance fails every row rather than passing them.
+    if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
+        return Err(VerifyError::RowSum {
+            request,
+            tensor,
+            position,
+            sum,
+        });
+    }
+    Ok(())
+}
+
+/// The checks of request `b` of a batch that passed [`validate_shape`]: its draft length, its
+/// token ids, its typical-acceptance parameters (for [`Method::Typical`]) and, for
+/// [`Check::Strict`], every probability it will read.
+pub fn validate_request(
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    b: usize,
+) -> Result<(), VerifyError> {
+    let k = batch.k[b];
+    if k == 0 || k as usize > batch.k_max {
+        return Err(VerifyError::DraftLength {
+            request: b,
+            k,
+            k_max: batch.k_max,
+        });
+    }
+    let k = k as usize;
+    let ids = &batch.draft_ids[b * batch.k_max..][..k];
+    for (position, &token) in ids.iter().enumerate() {
+        if token as usize >= batch.vocab {
+            return Err(VerifyError::TokenOutOfRange {
+                request: b,
+                position,
+                token,
+                vocab: batch.vocab,
+            });
+        }
+    }
+    if method == Method::Typical {
+        let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
+        if !ok(batch.eps_of(b)) {
+            return Err(VerifyError::BadParam {
+                request: b,
+                param: Param::Eps,
+            });
+        }
+        if !ok(batch.delta_of(b)) {
+            return Err(VerifyError::BadParam {
+                request: b,
+                param: Param::Delta,
+            });
+        }
+    }
+    if let Check::Strict { sum_tolerance } = check {
+        // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding).
+        if batch.draft_probs.is_some() {
+            for j in 0..k {
+                if let Some(row) = batch.draft_row(b, j) {
+                    check_row(row, sum_tolerance, b, Tensor::Draft, j)?;
+                }
+            }
+        }
+        for j in 0..=k {
+            check_row(batch.target_row(b, j), sum_tolerance, b, Tensor::Target, j)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every check, in the documented order: [`validate_shape`], then [`validate_request`] for each
+/// request in batch order. `Ok` means the batch can be verified without any failure.
+pub fn validate<const K: usize>(
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    out: &Outputs<'_>,
+) -> Result<(), VerifyError> {
+    validate_shape::<K>(batch, out)?;
+    for b in 0..batch.requests() {
+        validate_request(method, check, batch, b)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every check Specula has that runs without a GPU: the README's test command.
+#
+# Tools some steps need and how they get here (.ci/run installs them on a clean machine):
+#   nightly + miri + rust-src        Miri on the core
+#   thumbv7em/thumbv6m/riscv32imc    no_std builds of the core
+#   .tools/cuda (scripts/cuda-tools.sh)   NVRTC + ptxas: kernel compiles for sm_80/sm_90
+#   hipcc, libamdhip64 (scripts/rocm-tools.sh)   kernel compiles for gfx90a/gfx940
+#   prometheus, promtool (scripts/prometheus-check.sh installs them)
+# A test whose tool is missing says that it was skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+FEATURES=specula/metrics,specula/cuda,specula/rocm
+
+if [ -f .tools/cuda/env.sh ]; then
+    # shellcheck disable=SC1091
+    . .tools/cuda/env.sh
+fi
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy (all targets, warnings denied)"
+cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
+
+step "tests (debug)"
+cargo test --workspace --features "$FEATURES"
+
+step "statistical tests (release)"
+cargo test --release -p specula-tests --test verify_stats
+
+step "no_std builds of the core"
+for t in thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imc-unknown-none-elf; do
+    cargo build -p specula-core --target "$t"
+done
+cargo build -p specula-core --target thumbv7em-none-eabihf --features defmt
+cargo build -p specula-core --target riscv32imc-unknown-none-elf --features critical-section
+
+step "Miri (core)"
+cargo +nightly miri test -p specula-core
+
+step "loom (core slot)"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+    cargo test -p specula-core --release --test loom
+
+step "real Prometheus scraping the demo"
+cargo build --release -p specula
+SPECULA_BIN=target/release/specula scripts/prometheus-check.sh
+
+step "all checks passed"

@@ -1,0 +1,40 @@
+// launch.cpp: compiles core/kernels/specula_verify.cu on the host over shim.hpp and exposes one
+// extern "C" launcher. build.rs compiles this file twice: once as is (CUDA-macro mode, exported
+// as specula_host_verify_cuda) and once with -DSPECULA_HIP (HIP-macro mode, wave size 64,
+// exported as specula_host_verify_hip).
+#include "shim.hpp"
+
+// The kernel's own extern "C" name would be the same in both modes: rename it per mode.
+#if defined(SPECULA_HIP)
+#define specula_verify specula_kernel_body_hip
+#define SPECULA_HOST_LAUNCHER specula_host_verify_hip
+#else
+#define specula_verify specula_kernel_body_cuda
+#define SPECULA_HOST_LAUNCHER specula_host_verify_cuda
+#endif
+
+#include "../../core/kernels/specula_verify.cu"
+
+#include <cstdint>
+
+// Launches the kernel on `grid` blocks of `block` threads. Returns 0 on success, 1 when `block`
+// is 0, above SPECULA_BLOCK_THREADS, or not a multiple of the warp size (nothing ran).
+extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block,
+                                     const std::uint32_t* shape, const std::uint32_t* k,
+                                     const std::uint32_t* draft_ids, const float* draft_probs,
+                                     const float* target_probs, const std::uint64_t* seed,
+                                     const std::uint64_t* offset, const float* eps,
+                                     const float* delta, std::uint32_t* accepted,
+                                     std::uint32_t* tokens, std::uint64_t* stats) {
+    if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
+        return 1;
+    }
+    static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit words");
+    auto* seed_ = reinterpret_cast<const unsigned long long*>(seed);
+    auto* offset_ = reinterpret_cast<const unsigned long long*>(offset);
+    auto* stats_ = reinterpret_cast<unsigned long long*>(stats);
+    return specula_shim::launch(grid, block, [&] {
+        specula_verify(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_, eps, delta,
+                       accepted, tokens, stats_);
+    });
+}

@@ -1,0 +1,297 @@
+//! The GPU kernel text (`core/kernels/specula_verify.cu`), executed on the host.
+//!
+//! `tests/build.rs` compiles the exact kernel source with g++ over a small CUDA/HIP shim (one OS
+//! thread per GPU thread, `std::barrier` for `__syncthreads`, `std::atomic_ref` for atomics),
+//! once in CUDA-macro mode (warp 32) and once in HIP-macro mode (wave 64). [`KernelHost`] wraps
+//! either launcher as a [`Verifier`], so the shared conformance suite checks the kernel's logic
+//! bit for bit against [`specula_core::verify::verify_batch`] on any CI machine, without a GPU.
+//!
+//! Like a GPU backend, it validates the batch on the host first (same errors as the reference),
+//! then launches one block per request; the device-side counters and error flag live in a
+//! `Vec<u64>` laid out as the kernel's `stats` buffer
+//! ([`specula_core::kernels::stats_words`]).
+
+use specula_core::Counters;
+use specula_core::kernels;
+use specula_core::verify::{
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, Verifier, VerifyError, validate,
+};
+
+/// Which macro set the kernel text was compiled with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// CUDA macros: warp size 32, `__shfl_down_sync`.
+    Cuda,
+    /// HIP macros: wave size 64, `__shfl_down`.
+    Hip,
+}
+
+impl Mode {
+    /// The warp (wave) size the shim emulates in this mode.
+    #[must_use]
+    pub const fn warp_size(self) -> u32 {
+        match self {
+            Self::Cuda => 32,
+            Self::Hip => 64,
+        }
+    }
+}
+
+/// The most threads per block the host build allows (`SPECULA_BLOCK_THREADS` in `build.rs`).
+pub const MAX_BLOCK_THREADS: u32 = 128;
+
+/// Why a host-executed verification failed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum KernelHostError {
+    /// The batch failed the reference's validation; nothing ran and nothing was counted.
+    Verify(VerifyError),
+    /// The block size is 0, above [`MAX_BLOCK_THREADS`] or not a multiple of the warp size.
+    BadBlock {
+        /// Threads per block asked for.
+        block: u32,
+        /// The mode's warp size.
+        warp: u32,
+    },
+    /// A size does not fit the kernel's 32-bit shape words (batch, `k_max + 1`, strides).
+    TooLarge,
+    /// The kernel raised error flags (`kernels::ERR_*` bits) although the batch was validated:
+    /// a kernel bug, never expected.
+    DeviceFlags(u64),
+}
+
+impl From<VerifyError> for KernelHostError {
+    fn from(e: VerifyError) -> Self {
+        Self::Verify(e)
+    }
+}
+
+impl core::fmt::Display for KernelHostError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Verify(e) => write!(f, "invalid batch: {e:?}"),
+            Self::BadBlock { block, warp } => {
+                write!(
+                    f,
+                    "block of {block} threads (warp {warp}, at most {MAX_BLOCK_THREADS})"
+                )
+            }
+            Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
+            Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
+        }
+    }
+}
+
+impl std::error::Error for KernelHostError {}
+
+type Launcher = unsafe extern "C" fn(
+    grid: u32,
+    block: u32,
+    shape: *const u32,
+    k: *const u32,
+    draft_ids: *const u32,
+    draft_probs: *const f32,
+    target_probs: *const f32,
+    seed: *const u64,
+    offset: *const u64,
+    eps: *const f32,
+    delta: *const f32,
+    accepted: *mut u32,
+    tokens: *mut u32,
+    stats: *mut u64,
+) -> i32;
+
+// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
+// exactly the `Launcher` signature: 32-bit unsigned ints, pointers to u32/f32/u64, int result.
+unsafe extern "C" {
+    fn specula_host_verify_cuda(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+    ) -> i32;
+    fn specula_host_verify_hip(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+    ) -> i32;
+}
+
+/// The kernel text run on the host as a [`Verifier`].
+#[derive(Clone, Debug)]
+pub struct KernelHost<const K: usize> {
+    mode: Mode,
+    block: u32,
+    /// The kernel's `stats` buffer: `Counters<K>` words, then the error-flag word.
+    stats: Vec<u64>,
+}
+
+impl<const K: usize> KernelHost<K> {
+    /// A host-executed kernel in `mode` with `block` threads per block (a multiple of the warp
+    /// size, at most [`MAX_BLOCK_THREADS`]), with zero counters.
+    pub fn new(mode: Mode, block: u32) -> Result<Self, KernelHostError> {
+        let warp = mode.warp_size();
+        if block == 0 || block > MAX_BLOCK_THREADS || !block.is_multiple_of(warp) {
+            return Err(KernelHostError::BadBlock { block, warp });
+        }
+        Ok(Self {
+            mode,
+            block,
+            stats: vec![0; kernels::stats_words(K)],
+        })
+    }
+
+    /// The macro mode.
+    #[must_use]
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The error-flag word as the kernel left it (`kernels::ERR_*` bits; 0 when all is well).
+    #[must_use]
+    pub fn error_flags(&self) -> u64 {
+        self.stats[kernels::stats_words(K) - 1]
+    }
+
+    /// Launches the kernel on raw, unvalidated arguments, exactly as a device launch would
+    /// read them: the kernel's own checks are all that stands between bad input and memory.
+    /// Returns the launcher's status (0: ran).
+    ///
+    /// # Safety
+    /// Every pointer must be valid for the extent the shape words (and `grid`) imply, as for a
+    /// device launch; `draft_probs`, `eps` and `delta` may be null when not used.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_raw(
+        &mut self,
+        grid: u32,
+        shape: &[u32; kernels::SHAPE_WORDS],
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+    ) -> i32 {
+        let f: Launcher = match self.mode {
+            Mode::Cuda => specula_host_verify_cuda,
+            Mode::Hip => specula_host_verify_hip,
+        };
+        // SAFETY: the caller guarantees the pointers; `shape` and `self.stats` are live and sized
+        // for the kernel (8 shape words; 4 + 2K + 1 stats words, with shape[COUNTERS_K] set by
+        // the caller to K or less).
+        unsafe {
+            f(
+                grid,
+                self.block,
+                shape.as_ptr(),
+                k,
+                draft_ids,
+                draft_probs,
+                target_probs,
+                seed,
+                offset,
+                eps,
+                delta,
+                accepted,
+                tokens,
+                self.stats.as_mut_ptr(),
+            )
+        }
+    }
+}
+
+fn to_u32(x: usize) -> Result<u32, KernelHostError> {
+    u32::try_from(x).map_err(|_| KernelHostError::TooLarge)
+}
+
+impl<const K: usize> Verifier<K> for KernelHost<K> {
+    type Error = KernelHostError;
+
+    fn verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), KernelHostError> {
+        validate::<K>(method, check, batch, out)?;
+        let b = batch.requests();
+        let shape = kernels::shape_words(
+            to_u32(b)?,
+            to_u32(batch.k_max)?,
+            to_u32(batch.vocab)?,
+            match batch.draft_probs {
+                Some(_) => Some(to_u32(batch.draft_stride)?),
+                None => None,
+            },
+            to_u32(batch.target_stride)?,
+            kernels::method_code(method),
+            to_u32(K)?,
+        );
+        let eps: Vec<f32> = batch
+            .eps
+            .map_or_else(|| vec![DEFAULT_EPS; b], <[f32]>::to_vec);
+        let delta: Vec<f32> = batch
+            .delta
+            .map_or_else(|| vec![DEFAULT_DELTA; b], <[f32]>::to_vec);
+        let before = self.error_flags();
+        // SAFETY: `validate` checked every slice length against the shape (ids B·k_max, probs
+        // rows × stride, seeds/offsets/eps/delta B, outputs B and B·(k_max+1)); grid = B.
+        let rc = unsafe {
+            self.launch_raw(
+                to_u32(b)?,
+                &shape,
+                batch.k.as_ptr(),
+                batch.draft_ids.as_ptr(),
+                batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
+                batch.target_probs.as_ptr(),
+                batch.seed.as_ptr(),
+                batch.offset.as_ptr(),
+                eps.as_ptr(),
+                delta.as_ptr(),
+                out.accepted.as_mut_ptr(),
+                out.tokens.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(KernelHostError::BadBlock {
+                block: self.block,
+                warp: self.mode.warp_size(),
+            });
+        }
+        let after = self.error_flags();
+        if after != before {
+            return Err(KernelHostError::DeviceFlags(after));
+        }
+        Ok(())
+    }
+
+    fn totals(&mut self) -> Result<Counters<K>, KernelHostError> {
+        kernels::counters_from_stats(&self.stats).ok_or(KernelHostError::TooLarge)
+    }
+}
