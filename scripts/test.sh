@@ -14,10 +14,9 @@ cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
 FEATURES=specula/metrics,specula/cuda,specula/rocm
 
-if [ -f .tools/cuda/env.sh ]; then
-    # shellcheck disable=SC1091
-    . .tools/cuda/env.sh
-fi
+# NVRTC and ptxas for the kernel compile checks (installed into .tools/cuda when missing).
+# shellcheck source=cuda-tools.sh
+. scripts/cuda-tools.sh || echo "NVRTC/ptxas unavailable: the CUDA compile checks will say skipped"
 
 step "format"
 cargo fmt --all -- --check

@@ -148,7 +148,8 @@ mod tests {
             let err = (got - exact).abs();
             // Relative to max(1, |ln x|): absolute near 1, relative elsewhere.
             worst_abs = worst_abs.max(err / exact.abs().max(1.0));
-            bits += 4099;
+            // Miri interprets every step: walk far fewer points there.
+            bits += if cfg!(miri) { 4099 * 1021 } else { 4099 };
         }
         assert!(worst_abs < 4e-7, "worst scaled error {worst_abs}");
         assert_eq!(ln_p(1.0), 0.0);
@@ -159,11 +160,16 @@ mod tests {
     fn ln_of_race_uniforms_is_never_positive() {
         // E = −ln(u') must be ≥ 0 for every u' in (0, 1]: check the whole top of the range,
         // where rounding could push a value above 0, and a sample of the rest.
-        for i in (0u32..(1 << 24)).rev().take(1 << 16) {
+        let (top, stride) = if cfg!(miri) {
+            (1 << 8, 251 * 1021)
+        } else {
+            (1 << 16, 251)
+        };
+        for i in (0u32..(1 << 24)).rev().take(top) {
             let u = (i + 1) as f32 * f32::from_bits(0x3380_0000);
             assert!(ln_p(u) <= 0.0, "ln_p({u}) > 0");
         }
-        for i in (0u32..(1 << 24)).step_by(251) {
+        for i in (0u32..(1 << 24)).step_by(stride) {
             let u = (i + 1) as f32 * f32::from_bits(0x3380_0000);
             assert!(ln_p(u) <= 0.0, "ln_p({u}) > 0");
         }
@@ -178,7 +184,7 @@ mod tests {
             if exact > f64::from(f32::MIN_POSITIVE) {
                 assert!(ulps(got, exact) <= 4, "exp_p({x}) = {got}, exact {exact}");
             }
-            x += 0.0137;
+            x += if cfg!(miri) { 1.37 } else { 0.0137 };
         }
         assert_eq!(exp_p(0.0), 1.0);
         assert_eq!(exp_p(-87.0), 0.0);

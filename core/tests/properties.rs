@@ -12,8 +12,16 @@ use specula_core::{
 };
 
 fn config() -> ProptestConfig {
-    // Miri runs every case through its interpreter: keep a handful there.
-    ProptestConfig::with_cases(if cfg!(miri) { 3 } else { 256 })
+    // Miri runs every case through its interpreter: keep a handful there, and no failure
+    // file (Miri's isolation forbids the file system).
+    if cfg!(miri) {
+        ProptestConfig {
+            failure_persistence: None,
+            ..ProptestConfig::with_cases(3)
+        }
+    } else {
+        ProptestConfig::with_cases(256)
+    }
 }
 
 #[derive(Debug, Clone)]

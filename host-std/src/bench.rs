@@ -1,6 +1,6 @@
 //! `specula bench`: verification throughput over a grid, as a table or JSON.
 
-use crate::{Backend, CliError, MethodArg, gpu_unavailable};
+use crate::{Backend, CliError, MethodArg};
 use specula::core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
 use specula::demo::MAX_K;
 use specula::ngram::SplitMix64;
@@ -32,6 +32,9 @@ pub struct BenchArgs {
     /// CPU threads for the CPU backend (0 = all).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// GPU ordinal for `--backend cuda` / `--backend rocm`.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
 }
 
 struct Row {
@@ -66,14 +69,18 @@ fn fill(rows: &mut [f32], v: usize, rng: &mut SplitMix64) {
     }
 }
 
-fn cell<V: Verifier<MAX_K>>(
+fn cell<V>(
     verifier: &mut V,
     method: MethodArg,
     b: usize,
     k: usize,
     v: usize,
     budget: Duration,
-) -> Result<Row, CliError> {
+) -> Result<Row, CliError>
+where
+    V: Verifier<MAX_K>,
+    V::Error: std::fmt::Display,
+{
     let mut rng = SplitMix64::new(0xBE7C ^ (b * 131 + k * 17 + v) as u64);
     let mut draft_probs = vec![0f32; b * k * v];
     let mut target_probs = vec![0f32; b * (k + 1) * v];
@@ -90,7 +97,7 @@ fn cell<V: Verifier<MAX_K>>(
     let m: Method = method.into();
     let before = verifier
         .totals()
-        .map_err(|e| CliError::Run(format!("{e:?}")))?;
+        .map_err(|e| CliError::Run(format!("reading the counters failed: {e}")))?;
     let start = Instant::now();
     let mut iters = 0u64;
     while iters == 0 || start.elapsed() < budget {
@@ -114,14 +121,14 @@ fn cell<V: Verifier<MAX_K>>(
         };
         verifier
             .verify(m, Check::Cheap, &batch, &mut out)
-            .map_err(|e| CliError::Run(format!("verification failed: {e:?}")))?;
+            .map_err(|e| CliError::Run(format!("verification failed: {e}")))?;
         offsets.iter_mut().for_each(|o| *o += 1);
         iters += 1;
     }
     let secs = start.elapsed().as_secs_f64();
     let after = verifier
         .totals()
-        .map_err(|e| CliError::Run(format!("{e:?}")))?;
+        .map_err(|e| CliError::Run(format!("reading the counters failed: {e}")))?;
     let d = after.delta_since(&before);
     Ok(Row {
         method,
@@ -135,7 +142,11 @@ fn cell<V: Verifier<MAX_K>>(
     })
 }
 
-fn grid<V: Verifier<MAX_K>>(v: &mut V, a: &BenchArgs) -> Result<Vec<Row>, CliError> {
+fn grid<V>(v: &mut V, a: &BenchArgs) -> Result<Vec<Row>, CliError>
+where
+    V: Verifier<MAX_K>,
+    V::Error: std::fmt::Display,
+{
     let budget = Duration::try_from_secs_f64(a.seconds)
         .map_err(|_| CliError::Usage("--seconds must be a non-negative number".into()))?;
     let mut rows = Vec::new();
@@ -164,7 +175,14 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let rows = match a.backend {
         Backend::Cpu => grid(&mut crate::cpu_verifier(a.threads)?, &a)?,
         Backend::Reference => grid(&mut Reference::<MAX_K>::new(), &a)?,
-        b @ (Backend::Cuda | Backend::Rocm) => return Err(gpu_unavailable(b)),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => grid(&mut crate::cuda_verifier(a.device)?, &a)?,
+        #[cfg(not(feature = "cuda"))]
+        Backend::Cuda => return Err(crate::not_compiled(Backend::Cuda)),
+        #[cfg(feature = "rocm")]
+        Backend::Rocm => grid(&mut crate::rocm_verifier(a.device)?, &a)?,
+        #[cfg(not(feature = "rocm"))]
+        Backend::Rocm => return Err(crate::not_compiled(Backend::Rocm)),
     };
     let backend = format!("{:?}", a.backend).to_lowercase();
     if a.json {

@@ -22,15 +22,21 @@
 //!
 //! # Design
 //! * Requests are spread over the pool with rayon; each request runs the shared control flow
-//!   ([`verify_request`]) with [`ChunkedOps`], the vectorisable row reductions.
+//!   ([`verify_request`]) with [`ChunkedOps`], the vectorisable row reductions, compiled for
+//!   the widest instruction set the CPU has (AVX-512 or AVX2 on x86-64, detected at run time).
+//! * A batch with fewer requests than threads (batch 1 is the latency case) is verified on the
+//!   calling thread instead, each row cut into pieces that the pool's threads share; the
+//!   reductions are order-independent by the rules, so the bits do not depend on the cut.
 //! * Validation comes first (batch shape, then every request, in parallel but reporting the
 //!   error of the lowest request, as the reference does), so a refused batch counts nothing.
 //! * The batch's counts are summed locally and added to the shared counters under one lock, once
 //!   per batch: every snapshot holds whole batches only.
 
+mod kernels;
 mod ops;
 
 pub use ops::ChunkedOps;
+use ops::SplitOps;
 
 use rayon::prelude::*;
 use specula_core::verify::{
@@ -114,6 +120,22 @@ impl<const K: usize> CpuVerifier<K> {
                     .enumerate()
                 {
                     *acc = verify_request(&ChunkedOps, method, batch, b, row);
+                }
+            }
+            Some(pool) if n < self.threads => {
+                // Fewer requests than threads (batch 1 is the latency case): verify them one
+                // by one on the calling thread, each row cut over the whole pool.
+                for b in 0..n {
+                    validate_request(method, check, batch, b)?;
+                }
+                let ops = SplitOps::new(self.threads, Some(pool));
+                for (b, (acc, row)) in out
+                    .accepted
+                    .iter_mut()
+                    .zip(out.tokens.chunks_exact_mut(width))
+                    .enumerate()
+                {
+                    *acc = verify_request(&ops, method, batch, b, row);
                 }
             }
             Some(pool) => pool.install(|| {

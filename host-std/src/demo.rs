@@ -11,7 +11,7 @@ use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::prom::{Options, SpecCollector};
 use crate::wiring::{HostReadback, WireError, wire};
 use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
-use specula_core::{Clock, Counters};
+use specula_core::{Clock, Counters, Readback};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -96,6 +96,8 @@ pub enum DemoError {
     Verify(String),
     /// A sink thread could not start.
     Thread(std::io::Error),
+    /// The final counter readback failed (the backend's [`Readback::flush`]).
+    Readback(String),
 }
 
 impl std::fmt::Display for DemoError {
@@ -107,6 +109,7 @@ impl std::fmt::Display for DemoError {
             Self::Serve(e) => e.fmt(f),
             Self::Verify(e) => write!(f, "verification failed: {e}"),
             Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
+            Self::Readback(e) => write!(f, "final counter readback failed: {e}"),
         }
     }
 }
@@ -185,13 +188,98 @@ struct Request {
 /// Runs the demo: trains the models on `corpus`, then decodes until the token budget or the
 /// duration runs out, verifying every draft with `verifier`. `on_done` sees the summary as
 /// soon as the loop ends, before the [`DemoConfig::linger`] period.
-pub fn run<V: Verifier<MAX_K>>(
+///
+/// The collector reads the counters through `readback`, the backend's own [`Readback`] of
+/// `verifier`'s counters (`CpuVerifier::readback`, `CudaVerifier::readback`,
+/// `RocmVerifier::readback`): the decode loop never copies counts itself, exactly as a serving
+/// engine would run. For a verifier without a readback, see [`run_host`].
+///
+/// ```
+/// use specula::cpu::CpuVerifier;
+/// use specula::demo::{self, DemoConfig, MAX_K};
+///
+/// use std::time::Duration;
+///
+/// let cfg = DemoConfig {
+///     max_tokens: Some(40),
+///     duration: None,
+///     log_interval: Duration::from_millis(200),
+///     ..DemoConfig::default()
+/// };
+/// let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
+/// let readback = verifier.readback();
+/// let summary =
+///     demo::run(&cfg, demo::CORPUS, verifier, readback, &mut std::io::sink(), &mut |_| {})
+///         .unwrap();
+/// assert!(summary.totals.emitted_tokens >= 40);
+/// ```
+pub fn run<V, R>(
     cfg: &DemoConfig,
     corpus: &str,
-    mut verifier: V,
+    verifier: V,
+    readback: R,
+    progress_out: &mut dyn Write,
+    on_done: &mut dyn FnMut(&DemoSummary),
+) -> Result<DemoSummary, DemoError>
+where
+    V: Verifier<MAX_K>,
+    R: Readback<MAX_K>,
+    R::Error: Clone,
+{
+    run_with(
+        cfg,
+        corpus,
+        verifier,
+        readback,
+        |_, _| Ok(()),
+        progress_out,
+        on_done,
+    )
+}
+
+/// [`run`] for a verifier that has no [`Readback`] of its own (the core's
+/// [`Reference`](specula_core::verify::Reference)): after every step its
+/// [`totals`](Verifier::totals) are copied into a [`HostReadback`] the collector reads.
+pub fn run_host<V: Verifier<MAX_K>>(
+    cfg: &DemoConfig,
+    corpus: &str,
+    verifier: V,
     progress_out: &mut dyn Write,
     on_done: &mut dyn FnMut(&DemoSummary),
 ) -> Result<DemoSummary, DemoError> {
+    run_with(
+        cfg,
+        corpus,
+        verifier,
+        HostReadback::<MAX_K>::default(),
+        |v: &mut V, host: &mut HostReadback<MAX_K>| {
+            let totals = v
+                .totals()
+                .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
+            host.set(totals);
+            Ok(())
+        },
+        progress_out,
+        on_done,
+    )
+}
+
+/// The demo loop; `after_verify` runs after every verified batch, before the collector's step.
+fn run_with<V, R, F>(
+    cfg: &DemoConfig,
+    corpus: &str,
+    mut verifier: V,
+    readback: R,
+    mut after_verify: F,
+    progress_out: &mut dyn Write,
+    on_done: &mut dyn FnMut(&DemoSummary),
+) -> Result<DemoSummary, DemoError>
+where
+    V: Verifier<MAX_K>,
+    R: Readback<MAX_K>,
+    R::Error: Clone,
+    F: FnMut(&mut V, &mut R) -> Result<(), DemoError>,
+{
     if !(1..=MAX_K).contains(&cfg.k) {
         return Err(DemoError::Config(format!(
             "k must be 1..={MAX_K}, got {}",
@@ -241,13 +329,8 @@ pub fn run<V: Verifier<MAX_K>>(
     let Some(writer) = wired.writers.into_iter().next() else {
         return Err(DemoError::Config("no slot was wired".into()));
     };
-    let mut driver = Driver::new(
-        HostReadback::<MAX_K>::default(),
-        writer,
-        cfg.collect_interval,
-        clock,
-    )
-    .map_err(|e| DemoError::Config(e.to_string()))?;
+    let mut driver = Driver::new(readback, writer, cfg.collect_interval, clock)
+        .map_err(|e| DemoError::Config(e.to_string()))?;
     let log = LogSink::new(&slots, cfg.log_interval, clock.now_ns(), log::Level::Info)
         .map_err(|e| DemoError::Config(e.to_string()))?
         .spawn(clock)
@@ -334,12 +417,9 @@ pub fn run<V: Verifier<MAX_K>>(
         verifier
             .verify(cfg.method, Check::Cheap, &batch, &mut out)
             .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
-        let totals = verifier
-            .totals()
-            .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
         // The verifier counts (verification and counting are one operation); the collector
-        // publishes its totals on the collection grid.
-        driver.collector_mut().readback_mut().set(totals);
+        // reads them back through the backend's readback and publishes them on its grid.
+        after_verify(&mut verifier, driver.collector_mut().readback_mut())?;
         driver.step();
 
         for (r, req) in requests.iter_mut().enumerate() {
@@ -376,7 +456,7 @@ pub fn run<V: Verifier<MAX_K>>(
     let flushed = driver.flush();
     let _ = log.stop();
     if let Err(e) = flushed {
-        return Err(DemoError::Verify(format!("final flush failed: {e}")));
+        return Err(DemoError::Readback(e.to_string()));
     }
     sample_ids.truncate(SAMPLE_CHARS);
     let summary = DemoSummary {

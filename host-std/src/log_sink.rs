@@ -119,6 +119,11 @@ fn run<const K: usize>(
     let (lock, cvar) = stop;
     let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
+        // Checked before waiting too: a `stop` sent before this thread first took the lock
+        // must not cost a whole interval.
+        if *stopped {
+            break;
+        }
         let now = clock.now_ns();
         let wait = sink.next_ns().saturating_sub(now);
         if wait > 0 {

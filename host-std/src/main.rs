@@ -12,9 +12,19 @@ use std::time::Duration;
 
 mod bench;
 
+/// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and host-std/README.md).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start)
+  2  bad arguments or input (an unreadable --corpus, an out-of-range setting)
+  3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
+  4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
+     the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)";
+
 /// Speculative-decoding verification: demo and benchmark.
 #[derive(Parser, Debug)]
-#[command(name = "specula", version, about)]
+#[command(name = "specula", version, about, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,8 +34,10 @@ struct Cli {
 enum Command {
     /// Run a real speculative-decoding loop: an n-gram draft model proposes, an n-gram target
     /// model scores, the verifier decides; logs, /metrics and a final summary.
+    #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
     /// Time verification over a grid of batch sizes, draft lengths and vocabularies.
+    #[command(after_help = EXIT_CODES)]
     Bench(bench::BenchArgs),
 }
 
@@ -113,15 +125,21 @@ struct DemoArgs {
     /// CPU threads for the CPU backend (0 = all).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// GPU ordinal for `--backend cuda` / `--backend rocm`.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
 }
 
-/// Errors the command reports; each maps to an exit code.
+/// Errors the command reports; each maps to an exit code (see [`EXIT_CODES`]).
 #[derive(Debug)]
 pub enum CliError {
     /// Bad arguments or input (exit 2).
     Usage(String),
-    /// The backend is not compiled in or has no device (exit 3).
+    /// The backend is not compiled into this binary (exit 3).
     Backend(String),
+    /// The backend is compiled in but has no driver, runtime, device or kernel compiler here
+    /// (exit 4).
+    Unavailable(String),
     /// The run failed (exit 1).
     Run(String),
 }
@@ -132,6 +150,7 @@ impl CliError {
             Self::Run(_) => 1,
             Self::Usage(_) => 2,
             Self::Backend(_) => 3,
+            Self::Unavailable(_) => 4,
         }
     }
 }
@@ -139,7 +158,9 @@ impl CliError {
 impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Usage(m) | Self::Backend(m) | Self::Run(m) => f.write_str(m),
+            Self::Usage(m) | Self::Backend(m) | Self::Unavailable(m) | Self::Run(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -200,21 +221,34 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
         let _ = std::io::stdout().flush();
     };
     match a.backend {
-        Backend::Cpu => demo::run(
-            &cfg,
-            &corpus,
-            cpu_verifier(a.threads)?,
-            &mut stderr,
-            &mut print,
-        ),
-        Backend::Reference => demo::run(
+        Backend::Cpu => {
+            let verifier = cpu_verifier(a.threads)?;
+            let readback = verifier.readback();
+            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
+        }
+        Backend::Reference => demo::run_host(
             &cfg,
             &corpus,
             Reference::<MAX_K>::new(),
             &mut stderr,
             &mut print,
         ),
-        b @ (Backend::Cuda | Backend::Rocm) => return Err(gpu_unavailable(b)),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => {
+            let verifier = cuda_verifier(a.device)?;
+            let readback = verifier.readback().map_err(cuda_error)?;
+            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
+        }
+        #[cfg(feature = "rocm")]
+        Backend::Rocm => {
+            let verifier = rocm_verifier(a.device)?;
+            let readback = verifier.readback().map_err(rocm_error)?;
+            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
+        }
+        #[cfg(not(feature = "cuda"))]
+        Backend::Cuda => return Err(not_compiled(Backend::Cuda)),
+        #[cfg(not(feature = "rocm"))]
+        Backend::Rocm => return Err(not_compiled(Backend::Rocm)),
     }
     .map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) | demo::DemoError::Label(_) => {
@@ -228,20 +262,73 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
 /// The CPU verifier on `threads` threads (0 = one per CPU).
 fn cpu_verifier(threads: usize) -> Result<CpuVerifier<MAX_K>, CliError> {
     CpuVerifier::new(threads)
-        .map_err(|e| CliError::Backend(format!("cannot start {threads} CPU verifier threads: {e}")))
+        .map_err(|e| CliError::Run(format!("cannot start {threads} CPU verifier threads: {e}")))
 }
 
-/// A GPU backend that cannot run here.
-fn gpu_unavailable(b: Backend) -> CliError {
-    #[cfg(feature = "cuda")]
-    if b == Backend::Cuda {
-        return CliError::Backend("the CUDA backend crate exposes no verifier yet".into());
+/// The CUDA verifier on device `ordinal`: opens the device (own context and stream), compiles
+/// the kernel with NVRTC and allocates the device counters.
+#[cfg(feature = "cuda")]
+fn cuda_verifier(ordinal: usize) -> Result<specula_cuda::CudaVerifier<MAX_K>, CliError> {
+    let device = specula_cuda::CudaDevice::new(ordinal).map_err(cuda_error)?;
+    specula_cuda::CudaVerifier::<MAX_K>::new(std::sync::Arc::new(device)).map_err(cuda_error)
+}
+
+/// A CUDA failure as a command error: a missing driver, device or NVRTC is [`CliError::Unavailable`]
+/// (exit 4), anything else a run failure.
+#[cfg(feature = "cuda")]
+fn cuda_error(e: specula_cuda::CudaError) -> CliError {
+    use specula_cuda::CudaError as E;
+    match e {
+        E::NoDriver => CliError::Unavailable(
+            "no CUDA driver: the driver library (libcuda.so.1 / nvcuda.dll) could not be loaded"
+                .into(),
+        ),
+        E::NoDevice => CliError::Unavailable(
+            "no CUDA device: the driver reports no device, or none with the --device ordinal"
+                .into(),
+        ),
+        E::NoNvrtc => CliError::Unavailable(
+            "no NVRTC: the CUDA backend compiles its kernel at run time and libnvrtc could not \
+             be loaded"
+                .into(),
+        ),
+        e => CliError::Run(format!("CUDA backend: {e}")),
     }
-    #[cfg(feature = "rocm")]
-    if b == Backend::Rocm {
-        return CliError::Backend("the ROCm backend crate exposes no verifier yet".into());
+}
+
+/// The ROCm verifier on device `ordinal`: loads the HIP runtime, opens the device, compiles the
+/// kernel with hiprtc and allocates the device counters.
+#[cfg(feature = "rocm")]
+fn rocm_verifier(ordinal: usize) -> Result<specula_rocm::RocmVerifier<MAX_K>, CliError> {
+    specula_rocm::RocmVerifier::<MAX_K>::new(ordinal).map_err(rocm_error)
+}
+
+/// A ROCm failure as a command error: a missing runtime, device or hiprtc is
+/// [`CliError::Unavailable`] (exit 4), anything else a run failure.
+#[cfg(feature = "rocm")]
+fn rocm_error(e: specula_rocm::RocmError) -> CliError {
+    use specula_rocm::RocmError as E;
+    match e {
+        E::NoRuntime { reason } => CliError::Unavailable(format!(
+            "no ROCm runtime: the HIP runtime (libamdhip64) could not be loaded: {reason}"
+        )),
+        E::NoHiprtc { reason } => CliError::Unavailable(format!(
+            "no hiprtc: the ROCm backend compiles its kernel at run time and hiprtc could not \
+             be loaded: {reason}"
+        )),
+        E::NoDevice { code } => CliError::Unavailable(match code {
+            0 => "no ROCm device: hipGetDeviceCount found no devices".into(),
+            100 => "no ROCm device: hipGetDeviceCount returned 100 (hipErrorNoDevice)".into(),
+            35 => "no ROCm device: hipGetDeviceCount returned 35 (hipErrorInsufficientDriver: \
+                   no amdgpu kernel driver, or no access to /dev/kfd)"
+                .into(),
+            c => format!("no ROCm device: hipGetDeviceCount returned {c}"),
+        }),
+        E::InvalidDevice { ordinal, count } => CliError::Unavailable(format!(
+            "no ROCm device {ordinal}: {count} present (use --device 0..{count})"
+        )),
+        e => CliError::Run(format!("ROCm backend: {e}")),
     }
-    not_compiled(b)
 }
 
 /// Prints `specula …` log records to stderr (the library emits through `log`; an application

@@ -3,3 +3,8 @@
 
 pub mod conformance;
 pub mod kernel_host;
+
+/// The README's usage example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -3,179 +3,168 @@
 //!
 //! Each reduction keeps one running best (or sum) per lane of a block and merges the lanes at the
 //! end. That is only allowed because the rules make every reduction order-independent: argmax and
-//! the race are maxima of a total order on (key, −id), and the entropy is an integer sum.
+//! the race are maxima of a total order on (key, −id), and the entropy is an integer sum. The
+//! same property lets [`SplitOps`] cut one row into ranges for several threads.
 
-// Lane loops index several arrays in lockstep by lane number: the shape the vectoriser wants.
-#![allow(clippy::needless_range_loop)]
-
+use super::kernels::{self, Best, Isa, OneHot, Residual, Row, Weights};
 use specula_core::fmath::entropy_from_fixed;
-use specula_core::fmath::entropy_term;
-use specula_core::philox::{STREAM_RACE, counter, key};
-use specula_core::verify::{RaceRng, RowOps, race_key};
+use specula_core::verify::{RaceRng, RowOps};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Lanes of the argmax and entropy blocks.
-const LANES: usize = 16;
-/// Philox calls per race block (4 ids each).
-const GROUPS: usize = 8;
-/// Vocabulary ids per race block.
-const BLOCK: usize = GROUPS * 4;
-
-/// Vectorisable row reductions, bit-identical to the reference.
+/// Vectorisable row reductions, bit-identical to the reference, on the calling thread.
+///
+/// The kernels run with the widest instruction set the CPU offers (AVX-512 or AVX2 on x86-64,
+/// detected once per process), or the target's baseline.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ChunkedOps;
 
-/// Merges `(key, id)` into `(best_key, best_id)` under "largest key, ties to the lowest id".
-#[inline(always)]
-fn better(key: f32, id: u32, best_key: f32, best_id: u32) -> bool {
-    key > best_key || (key == best_key && id < best_id)
-}
-
-/// Race over `len` weights produced block by block by `fill(start, &mut block)`, which writes
-/// the weights of ids `start .. start + BLOCK` (only the first `len − start` matter in the last
-/// block).
-#[inline(always)]
-fn race_blocks(rng: RaceRng, len: usize, fill: impl Fn(usize, &mut [f32; BLOCK])) -> Option<u32> {
-    let k = key(rng.seed);
-    let mut best_key = [-1.0f32; BLOCK];
-    let mut best_id = [u32::MAX; BLOCK];
-    let mut w = [0f32; BLOCK];
-    let mut start = 0usize;
-    while start < len {
-        fill(start, &mut w);
-        // Philox for GROUPS consecutive groups, written lane-wise so the 32×32→64 multiplies
-        // of all groups go through vector registers together.
-        let mut c = [[0u32; GROUPS]; 4];
-        let base = (start / 4) as u32;
-        for g in 0..GROUPS {
-            let ctr = counter(
-                base.wrapping_add(g as u32),
-                rng.position,
-                STREAM_RACE,
-                rng.offset,
-            );
-            c[0][g] = ctr[0];
-            c[1][g] = ctr[1];
-            c[2][g] = ctr[2];
-            c[3][g] = ctr[3];
-        }
-        philox_lanes(&mut c, k);
-        let n = (len - start).min(BLOCK);
-        for i in 0..BLOCK {
-            let key = if i < n {
-                race_key(w[i], c[i & 3][i >> 2])
-            } else {
-                -1.0
-            };
-            // Within a lane ids only grow, so a strict `>` keeps the lowest id of equal keys.
-            if key > best_key[i] {
-                best_key[i] = key;
-                best_id[i] = (start + i) as u32;
-            }
-        }
-        start += BLOCK;
-    }
-    let (mut bk, mut bi) = (-1.0f32, u32::MAX);
-    for i in 0..BLOCK {
-        if better(best_key[i], best_id[i], bk, bi) {
-            bk = best_key[i];
-            bi = best_id[i];
-        }
-    }
-    // Candidates have keys ≥ 0; −1 means no weight was > 0.
-    if bk >= 0.0 { Some(bi) } else { None }
-}
-
-/// Philox4x32-10 on GROUPS counters at once (`c[word][group]`), same key for all.
-#[inline(always)]
-fn philox_lanes(c: &mut [[u32; GROUPS]; 4], key: [u32; 2]) {
-    let [mut k0, mut k1] = key;
-    for round in 0..10 {
-        for g in 0..GROUPS {
-            let p0 = u64::from(0xD251_1F53u32) * u64::from(c[0][g]);
-            let p1 = u64::from(0xCD9E_8D57u32) * u64::from(c[2][g]);
-            let (hi0, lo0) = ((p0 >> 32) as u32, p0 as u32);
-            let (hi1, lo1) = ((p1 >> 32) as u32, p1 as u32);
-            let n0 = hi1 ^ c[1][g] ^ k0;
-            let n2 = hi0 ^ c[3][g] ^ k1;
-            c[0][g] = n0;
-            c[1][g] = lo1;
-            c[2][g] = n2;
-            c[3][g] = lo0;
-        }
-        if round < 9 {
-            k0 = k0.wrapping_add(0x9E37_79B9);
-            k1 = k1.wrapping_add(0xBB67_AE85);
-        }
-    }
-}
-
-/// Copies up to BLOCK values of `row` from `start`, zero-padding past its end.
-#[inline(always)]
-fn load(row: &[f32], start: usize, w: &mut [f32; BLOCK]) {
-    let src = &row[start..];
-    if src.len() >= BLOCK {
-        w.copy_from_slice(&src[..BLOCK]);
-    } else {
-        w[..src.len()].copy_from_slice(src);
-        w[src.len()..].fill(0.0);
-    }
-}
-
 impl RowOps for ChunkedOps {
     fn argmax(&self, row: &[f32]) -> u32 {
-        let mut best = [f32::NEG_INFINITY; LANES];
-        let mut idx = [0u32; LANES];
-        let chunks = row.chunks_exact(LANES);
-        let tail = chunks.remainder();
-        for (c, chunk) in chunks.enumerate() {
-            let base = (c * LANES) as u32;
-            for l in 0..LANES {
-                // NaN compares false: it never replaces anything, i.e. it is −∞.
-                if chunk[l] > best[l] {
-                    best[l] = chunk[l];
-                    idx[l] = base + l as u32;
+        SplitOps::single().argmax(row)
+    }
+    fn entropy(&self, row: &[f32]) -> f32 {
+        SplitOps::single().entropy(row)
+    }
+    fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
+        SplitOps::single().race(rng, row)
+    }
+    fn race_residual(
+        &self,
+        rng: RaceRng,
+        target: &[f32],
+        draft: Option<&[f32]>,
+        token: u32,
+    ) -> Option<u32> {
+        SplitOps::single().race_residual(rng, target, draft, token)
+    }
+}
+
+/// Ids per range below which a row is not cut further: a rayon task costs a few microseconds,
+/// about what the race needs for this many ids.
+const MIN_PIECE: usize = 4096;
+/// Ranges per thread: small ranges let whichever threads are free share the row evenly.
+const RANGES_PER_THREAD: usize = 4;
+/// Pieces start at multiples of this: a multiple of every kernel block (so only a row's last
+/// block is partial) and of 4 (Philox groups).
+const ALIGN: usize = 64;
+
+/// The row reductions of [`ChunkedOps`], each row shared by the calling thread and up to
+/// `threads − 1` tasks on `pool` (used when a batch has fewer requests than threads, so one
+/// request can use every core without first handing the whole request over to the pool).
+/// Results are merged under the same total orders, so they are the same bits for any cut.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SplitOps<'p> {
+    isa: Isa,
+    threads: usize,
+    min_piece: usize,
+    pool: Option<&'p rayon::ThreadPool>,
+}
+
+impl<'p> SplitOps<'p> {
+    /// Rows are shared by up to `threads` threads of `pool` (without a pool, or with
+    /// `threads ≤ 1`, never cut).
+    pub(crate) fn new(threads: usize, pool: Option<&'p rayon::ThreadPool>) -> Self {
+        Self {
+            isa: Isa::detect(),
+            threads,
+            min_piece: MIN_PIECE,
+            pool,
+        }
+    }
+
+    fn single() -> Self {
+        Self::new(1, None)
+    }
+
+    /// The range length for a row of `len` ids, or `None` to run it in one range.
+    fn piece_len(&self, len: usize) -> Option<usize> {
+        if self.threads <= 1 {
+            return None;
+        }
+        let ranges = (self.threads * RANGES_PER_THREAD).min(len / self.min_piece);
+        (ranges > 1).then(|| len.div_ceil(ranges).next_multiple_of(ALIGN))
+    }
+
+    /// Maps every range of the row through `f` and merges the results with `merge`.
+    ///
+    /// The calling thread and up to `threads − 1` pool tasks claim ranges from a shared counter
+    /// until none is left, so a task that a busy pool starts late finds nothing to do and the
+    /// caller never waits for more than the ranges already being worked on.
+    fn reduce<T: Send + Sync + Copy>(
+        &self,
+        len: usize,
+        identity: T,
+        f: impl Fn(usize, usize) -> T + Sync,
+        merge: impl Fn(T, T) -> T + Sync,
+    ) -> T {
+        let (Some(piece), Some(pool)) = (self.piece_len(len), self.pool) else {
+            return f(0, len);
+        };
+        let ranges = len.div_ceil(piece);
+        let next = AtomicUsize::new(0);
+        let work = |slot: &mut T| {
+            let mut acc = identity;
+            loop {
+                let p = next.fetch_add(1, Ordering::Relaxed);
+                if p >= ranges {
+                    break;
                 }
+                acc = merge(acc, f(p * piece, ((p + 1) * piece).min(len)));
             }
-        }
-        let (mut bk, mut bi) = (f32::NEG_INFINITY, u32::MAX);
-        for l in 0..LANES {
-            // A lane that never beat −∞ has no id: skip it (keeps "no comparable value → 0").
-            if best[l] > f32::NEG_INFINITY && better(best[l], idx[l], bk, bi) {
-                bk = best[l];
-                bi = idx[l];
+            *slot = acc;
+        };
+        let helpers = self.threads.min(pool.current_num_threads()).min(ranges) - 1;
+        let mut out = vec![identity; helpers + 1];
+        let (first, rest) = out.split_first_mut().expect("one slot at least");
+        let work = &work;
+        pool.in_place_scope(|s| {
+            for slot in rest {
+                s.spawn(move |_| work(slot));
             }
-        }
-        let tail_base = (row.len() - tail.len()) as u32;
-        for (i, &x) in tail.iter().enumerate() {
-            if x > bk {
-                bk = x;
-                bi = tail_base + i as u32;
-            }
-        }
-        if bi == u32::MAX { 0 } else { bi }
+            work(first);
+        });
+        out.into_iter().fold(identity, merge)
+    }
+
+    fn race_with<W: Weights + Sync>(&self, rng: RaceRng, w: W) -> Option<u32> {
+        let isa = self.isa;
+        let best = self.reduce(
+            w.len(),
+            Best::NO_RACE,
+            |s, e| kernels::race(isa, rng, w, s, e),
+            Best::merge,
+        );
+        // Candidates have keys ≥ 0; −1 means no weight was > 0.
+        (best.key >= 0.0).then_some(best.id)
+    }
+}
+
+impl RowOps for SplitOps<'_> {
+    fn argmax(&self, row: &[f32]) -> u32 {
+        let isa = self.isa;
+        let best = self.reduce(
+            row.len(),
+            Best::NO_ARGMAX,
+            |s, e| kernels::argmax(isa, row, s, e),
+            Best::merge,
+        );
+        // No value above −∞ (all NaN or −∞): the rules say 0.
+        if best.id == u32::MAX { 0 } else { best.id }
     }
 
     fn entropy(&self, row: &[f32]) -> f32 {
-        let mut sums = [0i64; LANES];
-        let chunks = row.chunks_exact(LANES);
-        let tail = chunks.remainder();
-        for chunk in chunks {
-            for l in 0..LANES {
-                sums[l] = sums[l].wrapping_add(entropy_term(chunk[l]));
-            }
-        }
-        let mut sum = 0i64;
-        for s in sums {
-            sum = sum.wrapping_add(s);
-        }
-        for &p in tail {
-            sum = sum.wrapping_add(entropy_term(p));
-        }
+        let isa = self.isa;
+        let sum = self.reduce(
+            row.len(),
+            0i64,
+            |s, e| kernels::entropy_sum(isa, row, s, e),
+            i64::wrapping_add,
+        );
         entropy_from_fixed(sum)
     }
 
     fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
-        race_blocks(rng, row.len(), |start, w| load(row, start, w))
+        self.race_with(rng, Row(row))
     }
 
     fn race_residual(
@@ -186,22 +175,8 @@ impl RowOps for ChunkedOps {
         token: u32,
     ) -> Option<u32> {
         match draft {
-            Some(d) => race_blocks(rng, target.len(), |start, w| {
-                let mut dw = [0f32; BLOCK];
-                load(target, start, w);
-                load(d, start, &mut dw);
-                for i in 0..BLOCK {
-                    w[i] -= dw[i];
-                }
-            }),
-            None => race_blocks(rng, target.len(), |start, w| {
-                load(target, start, w);
-                // `t − 0.0` is `t` bit for bit, so only the draft token's weight changes.
-                let t = token as usize;
-                if t >= start && t < start + BLOCK {
-                    w[t - start] -= 1.0;
-                }
-            }),
+            Some(draft) => self.race_with(rng, Residual { target, draft }),
+            None => self.race_with(rng, OneHot { target, token }),
         }
     }
 }
@@ -225,8 +200,10 @@ mod tests {
         ];
         let mut out = Vec::new();
         let mut x = 0x1234_5678u32;
-        for len in [1usize, 3, 4, 15, 16, 17, 31, 32, 33, 64, 100, 257] {
-            for mode in 0..4 {
+        for len in [
+            1usize, 3, 4, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 257, 4099, 20_000,
+        ] {
+            for mode in 0..6 {
                 let mut row = Vec::with_capacity(len);
                 for _ in 0..len {
                     x ^= x << 13;
@@ -236,7 +213,17 @@ mod tests {
                         0 => (x >> 8) as f32 / 16_777_216.0,
                         1 => specials[(x % specials.len() as u32) as usize],
                         2 => ((x >> 29) as f32) / 8.0, // many exact ties
-                        _ => f32::NAN,
+                        3 => f32::NAN,
+                        // Tiny and subnormal weights: the skip bound near underflow.
+                        4 => f32::from_bits(x >> 9) * 0.5,
+                        // Normalised, mostly zero: blocks without a candidate.
+                        _ => {
+                            if x.is_multiple_of(16) {
+                                (x >> 8) as f32 / 16_777_216.0 / len as f32
+                            } else {
+                                0.0
+                            }
+                        }
                     };
                     row.push(v);
                 }
@@ -246,35 +233,71 @@ mod tests {
         out
     }
 
-    #[test]
-    fn chunked_ops_match_the_reference_bit_for_bit() {
+    fn check(name: &str, ops: &impl RowOps) {
         let s = ScalarOps;
-        let c = ChunkedOps;
         for (r, row) in rows().iter().enumerate() {
-            assert_eq!(s.argmax(row), c.argmax(row), "argmax row {r}: {row:?}");
+            assert_eq!(s.argmax(row), ops.argmax(row), "{name} argmax row {r}");
             assert_eq!(
                 s.entropy(row).to_bits(),
-                c.entropy(row).to_bits(),
-                "entropy row {r}"
+                ops.entropy(row).to_bits(),
+                "{name} entropy row {r}"
             );
             let rng = RaceRng {
                 seed: r as u64 * 77,
                 offset: 5,
                 position: (r % 3) as u32,
             };
-            assert_eq!(s.race(rng, row), c.race(rng, row), "race row {r}");
+            assert_eq!(s.race(rng, row), ops.race(rng, row), "{name} race row {r}");
             let token = (r * 7 % row.len()) as u32;
             assert_eq!(
                 s.race_residual(rng, row, None, token),
-                c.race_residual(rng, row, None, token),
-                "one-hot residual row {r}"
+                ops.race_residual(rng, row, None, token),
+                "{name} one-hot residual row {r}"
             );
             let draft: Vec<f32> = row.iter().rev().copied().collect();
             assert_eq!(
                 s.race_residual(rng, row, Some(&draft), token),
-                c.race_residual(rng, row, Some(&draft), token),
-                "residual row {r}"
+                ops.race_residual(rng, row, Some(&draft), token),
+                "{name} residual row {r}"
             );
+        }
+    }
+
+    #[test]
+    fn chunked_ops_match_the_reference_bit_for_bit() {
+        check("chunked", &ChunkedOps);
+    }
+
+    #[test]
+    fn every_instruction_set_matches_the_reference() {
+        for isa in Isa::available() {
+            let ops = SplitOps {
+                isa,
+                threads: 1,
+                min_piece: MIN_PIECE,
+                pool: None,
+            };
+            check(&format!("{isa:?}"), &ops);
+        }
+    }
+
+    #[test]
+    fn split_rows_match_the_reference() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for isa in Isa::available() {
+            for threads in [2, 3, 7] {
+                // Small ranges, so even the short test rows are cut, with a partial last range.
+                let ops = SplitOps {
+                    isa,
+                    threads,
+                    min_piece: ALIGN,
+                    pool: Some(&pool),
+                };
+                check(&format!("{isa:?} x{threads}"), &ops);
+            }
         }
     }
 }

@@ -1,0 +1,556 @@
+//! Lane-wise row kernels, compiled once per instruction set and picked at run time.
+//!
+//! Every kernel works on a range `start..end` of a row (so a caller can split one row over
+//! threads) and returns a result that combines exactly with the results of other ranges: a
+//! [`Best`] under the total order "larger key, then lower id", or a wrapping `i64` sum. Inside a
+//! range each kernel keeps one running best (or sum) per lane of a fixed-size block, written as
+//! plain arrays indexed by lane so that LLVM turns each loop into vector instructions of the
+//! width the enabled target features allow.
+//!
+//! The x86-64 baseline is SSE2, which gives 4-wide float vectors and no 32×32→64 vector multiply
+//! of a useful width, so the same generic code is also instantiated inside
+//! `#[target_feature(enable = "avx2")]` and AVX-512 functions, chosen once per process by
+//! [`Isa::detect`]. Enabling a target feature never changes results here: Rust does not contract
+//! `a × b + c` into an FMA on its own (and nothing here calls `mul_add`), and the operations used
+//! (`+ − × ÷`, comparisons, selects, exact conversions, integer multiplies) are exactly rounded
+//! IEEE / integer operations at every vector width.
+
+// Lane loops index several arrays in lockstep by lane number: the shape the vectoriser wants.
+#![allow(clippy::needless_range_loop)]
+
+use specula_core::fmath::ln_p;
+use specula_core::philox::{STREAM_RACE, key, uniform_oc};
+use specula_core::verify::RaceRng;
+
+/// The best `(key, id)` of a range under "larger key wins, equal keys go to the lower id".
+///
+/// `id == u32::MAX` means "nothing yet" (no real row id can be `u32::MAX`: validation keeps
+/// every id below it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Best {
+    pub key: f32,
+    pub id: u32,
+}
+
+impl Best {
+    /// No race candidate: every candidate's key is `≥ 0`, so `−1` is below them all.
+    pub const NO_RACE: Self = Self {
+        key: -1.0,
+        id: u32::MAX,
+    };
+    /// No argmax candidate: only values `> −∞` ever become a best.
+    pub const NO_ARGMAX: Self = Self {
+        key: f32::NEG_INFINITY,
+        id: u32::MAX,
+    };
+
+    /// The better of two results. The order on (key, −id) is total over the keys that occur
+    /// (no NaN is ever a best), so merging in any order and grouping gives the same result.
+    #[inline(always)]
+    #[must_use]
+    pub fn merge(self, other: Self) -> Self {
+        if other.key > self.key || (other.key == self.key && other.id < self.id) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// The instruction set the kernels run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// The target's baseline (SSE2 on x86-64, whatever the target enables elsewhere).
+    Portable,
+    /// x86-64 with AVX2: 8 lanes of 32 bits.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// x86-64 with AVX-512 F/DQ/BW/VL: 16 lanes of 32 bits.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports, detected once and cached.
+    #[must_use]
+    pub fn detect() -> Self {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                {
+                    return Isa::Avx512;
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    return Isa::Avx2;
+                }
+            }
+            Isa::Portable
+        })
+    }
+
+    /// Every instruction set this CPU can run, for tests that compare them all.
+    #[cfg(test)]
+    pub fn available() -> Vec<Self> {
+        let mut v = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                v.push(Isa::Avx2);
+            }
+            if Isa::detect() == Isa::Avx512 {
+                v.push(Isa::Avx512);
+            }
+        }
+        v
+    }
+}
+
+/// The race weights of a row, produced a block at a time.
+pub(crate) trait Weights: Copy {
+    /// The row length `V`.
+    fn len(&self) -> usize;
+    /// Writes the weights of ids `start .. start + N` into `out`, with `0.0` (never a candidate)
+    /// for ids at or past `end` (`start < end ≤ len`).
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]);
+}
+
+/// Copies `row[start..end]` (at most `N` values) into `out`, zero-padding the rest.
+#[inline(always)]
+fn load<const N: usize>(row: &[f32], start: usize, end: usize, out: &mut [f32; N]) {
+    if end - start >= N {
+        // A full block: a fixed-size copy the compiler does with whole vectors.
+        let src: &[f32; N] = row[start..start + N].try_into().expect("N values");
+        *out = *src;
+    } else {
+        let n = end - start;
+        out[..n].copy_from_slice(&row[start..end]);
+        out[n..].fill(0.0);
+    }
+}
+
+/// A row's own values as weights.
+#[derive(Clone, Copy)]
+pub(crate) struct Row<'a>(pub &'a [f32]);
+
+impl Weights for Row<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        load(self.0, start, end, out);
+    }
+}
+
+/// `target − draft`, one `f32` subtraction per id (the residual of rejection sampling).
+#[derive(Clone, Copy)]
+pub(crate) struct Residual<'a> {
+    pub target: &'a [f32],
+    pub draft: &'a [f32],
+}
+
+impl Weights for Residual<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.target.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        let mut d = [0f32; N];
+        load(self.target, start, end, out);
+        load(self.draft, start, end, &mut d);
+        // Padding is 0 − 0 = 0: still never a candidate.
+        for i in 0..N {
+            out[i] -= d[i];
+        }
+    }
+}
+
+/// `target − one_hot(token)`: the residual of a drafter without probabilities.
+#[derive(Clone, Copy)]
+pub(crate) struct OneHot<'a> {
+    pub target: &'a [f32],
+    pub token: u32,
+}
+
+impl Weights for OneHot<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.target.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        load(self.target, start, end, out);
+        // `t − 0.0` is `t` bit for bit, so only the draft token's weight changes.
+        let t = self.token as usize;
+        if t >= start && t < end && t - start < N {
+            out[t - start] -= 1.0;
+        }
+    }
+}
+
+/// `(1 − u') × LB` is a lower bound of `E = −ln_p(u')` for every race uniform `u'` (checked
+/// exhaustively over all 2²⁴ of them by a test). `−ln u ≥ 1 − u` holds exactly; `LB` leaves
+/// room for the few-ulp error of `ln_p`.
+const LB: f32 = 1.0 - 1.0 / 4096.0;
+/// Absorbs the two roundings of `(b × L) × SHRINK` (each at most 2⁻²⁴ relative, or 2⁻¹⁵⁰
+/// absolute below the normal range), so the product stays below the exact `b × L`.
+const SHRINK: f32 = 1.0 - 1.0 / 1_048_576.0;
+
+/// Philox4x32-10 of `G` consecutive groups (lanes) from group `base`, the words returned in id
+/// order (`out[4g + w]` is word `w` of group `g`), as the race consumes them.
+#[inline(always)]
+fn philox_block<const G: usize, const N: usize>(
+    base: u32,
+    ctr: [u32; 3],
+    key: [u32; 2],
+    out: &mut [u32; N],
+) {
+    // Each lane holds its 32-bit word in a u64 whose upper half is left as garbage: the
+    // multiplies read only the low halves (`& 0xFFFF_FFFF`, one 32×32→64 vector multiply),
+    // the XORs keep low halves exact, and only low halves are returned. That avoids widening
+    // and narrowing the words every round.
+    const LO: u64 = 0xFFFF_FFFF;
+    let mut c0 = [0u64; G];
+    for g in 0..G {
+        c0[g] = u64::from(base.wrapping_add(g as u32));
+    }
+    let mut c1 = [u64::from(ctr[0]); G];
+    let mut c2 = [u64::from(ctr[1]); G];
+    let mut c3 = [u64::from(ctr[2]); G];
+    let [mut k0, mut k1] = key;
+    for round in 0..10 {
+        for g in 0..G {
+            let p0 = (c0[g] & LO) * 0xD251_1F53;
+            let p1 = (c2[g] & LO) * 0xCD9E_8D57;
+            let n0 = (p1 >> 32) ^ c1[g] ^ u64::from(k0);
+            let n2 = (p0 >> 32) ^ c3[g] ^ u64::from(k1);
+            c0[g] = n0;
+            c1[g] = p1;
+            c2[g] = n2;
+            c3[g] = p0;
+        }
+        // The key is bumped between rounds only, never after the tenth.
+        if round < 9 {
+            k0 = k0.wrapping_add(0x9E37_79B9);
+            k1 = k1.wrapping_add(0xBB67_AE85);
+        }
+    }
+    for g in 0..G {
+        out[4 * g] = c0[g] as u32;
+        out[4 * g + 1] = c1[g] as u32;
+        out[4 * g + 2] = c2[g] as u32;
+        out[4 * g + 3] = c3[g] as u32;
+    }
+}
+
+/// The race over ids `start..end` of `w` (`start` a multiple of 4, so blocks start on Philox
+/// group boundaries): the best (key, id) among candidates, or [`Best::NO_RACE`].
+///
+/// Per lane `i` (ids `≡ i mod N`, visited in increasing order) the kernel keeps the best key
+/// `b` so far, replaced only on a strictly larger key, so each lane holds its lowest id among
+/// equal keys. A block whose keys certainly cannot beat their lanes' `b` skips `ln_p` and both
+/// divisions: the key `fl(w / E)` can exceed `b` only if `w > b × E`, and
+/// `(b × L) × SHRINK ≤ b × L ≤ b × E` with `L = (1 − u') × LB ≤ E`, so `w < (b × L) × SHRINK`
+/// proves the key is at most `b` (also for `b = +∞`; for `b = −1` the bound is negative and
+/// never skips a candidate).
+#[inline(always)]
+fn race_range<W: Weights, const G: usize, const N: usize>(
+    rng: RaceRng,
+    w: W,
+    start: usize,
+    end: usize,
+) -> Best {
+    debug_assert!(N == 4 * G && start.is_multiple_of(4) && end <= w.len());
+    let k = key(rng.seed);
+    let ctr = [
+        (rng.position << 2) | STREAM_RACE,
+        rng.offset as u32,
+        (rng.offset >> 32) as u32,
+    ];
+    let mut best_key = [-1.0f32; N];
+    let mut best_id = [u32::MAX; N];
+    let mut wt = [0f32; N];
+    let mut words = [0u32; N];
+    let mut u = [0f32; N];
+    let mut s = start;
+    while s < end {
+        w.block(s, end, &mut wt);
+        // A block without a positive weight has no candidate (sparse rows, or a residual where
+        // the draft covers the target): skip even its random numbers.
+        let mut any = false;
+        for i in 0..N {
+            any |= wt[i] > 0.0;
+        }
+        if any {
+            // V ≤ u32::MAX, so the group index s / 4 fits 32 bits.
+            philox_block::<G, N>((s / 4) as u32, ctr, k, &mut words);
+            let mut need = false;
+            for i in 0..N {
+                u[i] = uniform_oc(words[i]);
+                let lower = (1.0 - u[i]) * LB;
+                let bound = (best_key[i] * lower) * SHRINK;
+                // A NaN bound (b = +∞, L = 0) proves nothing; NaN weights fail `> 0` and never
+                // need the exact key.
+                let proven = wt[i] < bound;
+                need |= wt[i] > 0.0 && !proven;
+            }
+            if need {
+                for i in 0..N {
+                    let e = -ln_p(u[i]);
+                    // −ln_p(1) is −0.0, and w / −0.0 would be −∞: the rule says +∞.
+                    let q = if e == 0.0 { f32::INFINITY } else { wt[i] / e };
+                    let key = if wt[i] > 0.0 { q } else { -1.0 };
+                    if key > best_key[i] {
+                        best_key[i] = key;
+                        best_id[i] = (s + i) as u32;
+                    }
+                }
+            }
+        }
+        s += N;
+    }
+    let mut best = Best::NO_RACE;
+    for i in 0..N {
+        best = best.merge(Best {
+            key: best_key[i],
+            id: best_id[i],
+        });
+    }
+    best
+}
+
+/// Argmax over `row[start..end]` (NaN never wins, being below every comparison), or
+/// [`Best::NO_ARGMAX`].
+#[inline(always)]
+fn argmax_range<const N: usize>(row: &[f32], start: usize, end: usize) -> Best {
+    let mut best = [f32::NEG_INFINITY; N];
+    let mut idx = [u32::MAX; N];
+    let chunks = row[start..end].chunks_exact(N);
+    let tail = chunks.remainder();
+    for (c, chunk) in chunks.enumerate() {
+        let base = (start + c * N) as u32;
+        for l in 0..N {
+            // Strict `>`: within a lane ids only grow, so the lowest id of equal keys stays.
+            if chunk[l] > best[l] {
+                best[l] = chunk[l];
+                idx[l] = base + l as u32;
+            }
+        }
+    }
+    let mut out = Best::NO_ARGMAX;
+    for l in 0..N {
+        out = out.merge(Best {
+            key: best[l],
+            id: idx[l],
+        });
+    }
+    let tail_base = (end - tail.len()) as u32;
+    for (i, &x) in tail.iter().enumerate() {
+        if x > out.key {
+            out = Best {
+                key: x,
+                id: tail_base + i as u32,
+            };
+        }
+    }
+    out
+}
+
+/// 2⁴⁰, the scale of the fixed-point entropy terms (as in `specula_core::fmath`).
+const TWO_40: f32 = f32::from_bits(0x5380_0000);
+
+/// `t as i64` (truncation toward zero, saturating at `i64::MIN` / `i64::MAX`) for every
+/// non-NaN `t`, from the bits alone: LLVM turns Rust's saturating `as` into one scalar
+/// conversion per lane, while these shifts and selects vectorise on 64-bit lanes.
+#[inline(always)]
+fn f32_to_i64_sat(t: f32) -> i64 {
+    let bits = t.to_bits();
+    let e = (bits >> 23) & 0xFF;
+    // |t| = mant × 2^(e − 150) for normal t (subnormals and zero have e = 0: |t| < 1).
+    let mant = u64::from((bits & 0x007F_FFFF) | 0x0080_0000);
+    // Both shift amounts are clamped so the unused one cannot overflow; selects pick the right one.
+    let up = mant << e.wrapping_sub(150).min(63);
+    let down = mant >> 150u32.wrapping_sub(e).min(63);
+    let mag = if e >= 150 { up } else { down };
+    let mag = if e < 127 { 0 } else { mag };
+    let negative = bits >> 31 != 0;
+    let v = if negative {
+        (mag as i64).wrapping_neg()
+    } else {
+        mag as i64
+    };
+    // |t| ≥ 2⁶³ (e ≥ 190): saturate. −2⁶³ itself gives i64::MIN either way.
+    let sat = if negative { i64::MIN } else { i64::MAX };
+    if e >= 190 { sat } else { v }
+}
+
+/// [`entropy_term`](specula_core::fmath::entropy_term), the same bits, written branch-free with
+/// [`f32_to_i64_sat`] so it vectorises.
+#[inline(always)]
+fn entropy_term(p: f32) -> i64 {
+    let valid = (f32::MIN_POSITIVE..=f32::MAX).contains(&p);
+    let term = -(p * ln_p(p));
+    // For valid p the term is finite (never NaN), where the conversion matches `as i64`.
+    let fixed = f32_to_i64_sat(term * TWO_40);
+    if valid { fixed } else { 0 }
+}
+
+/// The wrapping sum of the fixed-point entropy terms of `row[start..end]`.
+#[inline(always)]
+fn entropy_range<const N: usize>(row: &[f32], start: usize, end: usize) -> i64 {
+    let mut sums = [0i64; N];
+    let chunks = row[start..end].chunks_exact(N);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for l in 0..N {
+            sums[l] = sums[l].wrapping_add(entropy_term(chunk[l]));
+        }
+    }
+    let mut sum = 0i64;
+    for s in sums {
+        sum = sum.wrapping_add(s);
+    }
+    for &p in tail {
+        sum = sum.wrapping_add(entropy_term(p));
+    }
+    sum
+}
+
+/// The kernels inside `#[target_feature]` functions, so the generic code above is compiled (it is
+/// `#[inline(always)]`) for wider vectors. Only reachable after [`Isa::detect`] said so.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Best, RaceRng, Weights, argmax_range, entropy_range, race_range};
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn race_avx2<W: Weights>(rng: RaceRng, w: W, start: usize, end: usize) -> Best {
+        race_range::<W, 8, 32>(rng, w, start, end)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn race_avx512<W: Weights>(rng: RaceRng, w: W, start: usize, end: usize) -> Best {
+        race_range::<W, 16, 64>(rng, w, start, end)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn argmax_avx2(row: &[f32], start: usize, end: usize) -> Best {
+        argmax_range::<32>(row, start, end)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn argmax_avx512(row: &[f32], start: usize, end: usize) -> Best {
+        argmax_range::<64>(row, start, end)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn entropy_avx2(row: &[f32], start: usize, end: usize) -> i64 {
+        entropy_range::<16>(row, start, end)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn entropy_avx512(row: &[f32], start: usize, end: usize) -> i64 {
+        entropy_range::<32>(row, start, end)
+    }
+}
+
+/// Race over ids `start..end` of `w` with `isa` (`start` a multiple of 4).
+#[inline]
+pub(crate) fn race<W: Weights>(isa: Isa, rng: RaceRng, w: W, start: usize, end: usize) -> Best {
+    match isa {
+        Isa::Portable => race_range::<W, 4, 16>(rng, w, start, end),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::race_avx2(rng, w, start, end) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::race_avx512(rng, w, start, end) },
+    }
+}
+
+/// Argmax over `row[start..end]` with `isa`.
+#[inline]
+pub(crate) fn argmax(isa: Isa, row: &[f32], start: usize, end: usize) -> Best {
+    match isa {
+        Isa::Portable => argmax_range::<16>(row, start, end),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::argmax_avx2(row, start, end) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::argmax_avx512(row, start, end) },
+    }
+}
+
+/// Wrapping sum of the fixed-point entropy terms of `row[start..end]` with `isa`.
+#[inline]
+pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i64 {
+    match isa {
+        Isa::Portable => entropy_range::<16>(row, start, end),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::entropy_avx2(row, start, end) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::entropy_avx512(row, start, end) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The skip test of [`race_range`] relies on `(1 − u') × LB ≤ −ln_p(u')` for every race
+    /// uniform: there are only 2²⁴ of them, so check them all.
+    #[test]
+    fn lower_bound_of_e_holds_for_every_uniform() {
+        for m in 0u32..(1 << 24) {
+            let u = uniform_oc(m << 8);
+            let e = -ln_p(u);
+            let lower = (1.0 - u) * LB;
+            assert!(lower >= 0.0 && lower <= e, "u' = {u}: {lower} > {e}");
+        }
+    }
+
+    #[test]
+    fn conversion_matches_saturating_as() {
+        let check = |t: f32| {
+            if !t.is_nan() {
+                assert_eq!(f32_to_i64_sat(t), t as i64, "{t:e} ({:#x})", t.to_bits());
+            }
+        };
+        // A sparse sweep of all bit patterns, plus every exponent's edges.
+        for bits in (0..=u32::MAX).step_by(997) {
+            check(f32::from_bits(bits));
+        }
+        for e in 0u32..256 {
+            for sign in [0, 0x8000_0000] {
+                for mant in [0, 1, 0x40_0000, 0x7F_FFFF] {
+                    check(f32::from_bits(sign | e << 23 | mant));
+                }
+            }
+        }
+        assert_eq!(f32_to_i64_sat(-9.223_372e18), i64::MIN);
+    }
+
+    #[test]
+    fn entropy_term_matches_core() {
+        for bits in (0..=u32::MAX).step_by(991) {
+            let p = f32::from_bits(bits);
+            assert_eq!(
+                entropy_term(p),
+                specula_core::fmath::entropy_term(p),
+                "{p:e}"
+            );
+        }
+    }
+}
