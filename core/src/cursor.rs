@@ -41,6 +41,8 @@ pub struct Cursor<'a, const K: usize> {
     reader: SlotReader<'a, Snapshot<K>>,
     version: u64,
     seen: Snapshot<K>,
+    /// Clock time the cursor started counting from, when known: gives the first take a rate.
+    start_ns: Option<u64>,
 }
 
 impl<'a, const K: usize> Cursor<'a, K> {
@@ -50,6 +52,17 @@ impl<'a, const K: usize> Cursor<'a, K> {
             reader,
             version: 0,
             seen: Snapshot::ZERO,
+            start_ns: None,
+        }
+    }
+
+    /// Like [`new`](Cursor::new), for a consumer that knows when counting started (for
+    /// instance when the collector was created, on the same clock): its first take then has an
+    /// `elapsed_ns` too, so the first log line shows throughput.
+    pub fn new_at(reader: SlotReader<'a, Snapshot<K>>, start_ns: u64) -> Self {
+        Self {
+            start_ns: Some(start_ns),
+            ..Self::new(reader)
         }
     }
 
@@ -71,7 +84,11 @@ impl<'a, const K: usize> Cursor<'a, K> {
             new_readback_errors: snapshot
                 .readback_errors
                 .wrapping_sub(self.seen.readback_errors),
-            elapsed_ns: (self.version != 0).then(|| snapshot.at_ns.saturating_sub(self.seen.at_ns)),
+            elapsed_ns: match (self.version, self.start_ns) {
+                (0, None) => None,
+                (0, Some(start)) => Some(snapshot.at_ns.saturating_sub(start)),
+                _ => Some(snapshot.at_ns.saturating_sub(self.seen.at_ns)),
+            },
         };
         self.version = version;
         self.seen = snapshot;
@@ -122,6 +139,14 @@ mod tests {
         sum_b.add(&b.take().unwrap().delta);
         sum_a.add(&a.take().unwrap().delta);
         assert!(a.take().is_none());
+        let mut late = Cursor::new_at(r, 40);
+        let t = late.take().unwrap();
+        assert_eq!(
+            t.elapsed_ns,
+            Some(190 - 40),
+            "first take measured from the start"
+        );
+        assert_eq!(t.delta, s.counters);
         assert_eq!(sum_a, s.counters);
         assert_eq!(sum_b, s.counters);
     }

@@ -51,7 +51,9 @@ impl<const K: usize> LogSink<K> {
         level: log::Level,
     ) -> Result<Self, ZeroPeriod> {
         Ok(Self {
-            cursors: slots.cursors(),
+            // The log grid's start is when counting starts for this sink: the first line gets
+            // a rate too.
+            cursors: slots.cursors_at(start_ns),
             interval: Interval::new(duration_ns(period), start_ns)?,
             level,
         })

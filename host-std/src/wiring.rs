@@ -93,6 +93,14 @@ impl<const K: usize> Slots<K> {
             .collect()
     }
 
+    /// Like [`cursors`](Self::cursors), for a consumer that knows when counting started
+    /// (`start_ns` on the collectors' clock): its first take reports a rate too.
+    pub fn cursors_at(&self, start_ns: u64) -> Vec<(Arc<str>, Cursor<'static, K>)> {
+        self.iter()
+            .map(|(l, r)| (Arc::clone(l), Cursor::new_at(r, start_ns)))
+            .collect()
+    }
+
     /// The latest snapshot of every slot, added up (totals over all ranks).
     pub fn total(&self) -> Snapshot<K> {
         let mut t = Snapshot::ZERO;
