@@ -162,18 +162,7 @@ impl<const K: usize> CudaVerifier<K> {
     ) -> Result<DeviceArgs, CudaError> {
         let b = batch.requests();
         let tokens_len = b * (batch.k_max + 1);
-        let shape = kernels::shape_words(
-            to_u32(b)?,
-            to_u32(batch.k_max)?,
-            to_u32(batch.vocab)?,
-            match batch.draft_probs {
-                Some(_) => Some(to_u32(batch.draft_stride)?),
-                None => None,
-            },
-            to_u32(batch.target_stride)?,
-            kernels::method_code(method),
-            to_u32(K)?,
-        );
+        let shape = kernels::batch_shape::<K>(method, batch).map_err(|_| CudaError::TooLarge)?;
         let eps = batch
             .eps
             .map_or_else(|| vec![DEFAULT_EPS; b], <[f32]>::to_vec);

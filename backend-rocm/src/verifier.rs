@@ -377,18 +377,8 @@ impl<const K: usize> RocmVerifier<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), RocmError> {
         let b = batch.requests();
-        let shape = kernels::shape_words(
-            to_u32(b)?,
-            to_u32(batch.k_max)?,
-            to_u32(batch.vocab)?,
-            match batch.draft_probs {
-                Some(_) => Some(to_u32(batch.draft_stride)?),
-                None => None,
-            },
-            to_u32(batch.target_stride)?,
-            kernels::method_code(method),
-            to_u32(K)?,
-        );
+        let shape =
+            kernels::batch_shape::<K>(method, batch).map_err(|_| RocmError::SizeOverflow)?;
         let (dev, sc, stream) = (&self.device, &mut self.scratch, &self.stats.compute);
         dev.bind()?;
         let defaults;

@@ -31,7 +31,7 @@
 //!   stream) to a staging buffer, then to the host on a copy stream.
 
 use crate::counters::Counters;
-use crate::verify::Method;
+use crate::verify::{Batch, Method};
 
 /// The kernel source text (CUDA/HIP common subset; no headers needed).
 pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
@@ -105,6 +105,33 @@ pub const fn shape_words(
         counters_k,
         flags,
     ]
+}
+
+/// A batch dimension does not fit the kernels' 32-bit shape words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ShapeTooLarge;
+
+/// The shape words of launching `method` over `batch` with `Counters<K>`: what every backend
+/// (CUDA, ROCm, the host-executed kernel) passes to the kernel for a host-slice batch.
+pub fn batch_shape<const K: usize>(
+    method: Method,
+    batch: &Batch<'_>,
+) -> Result<[u32; SHAPE_WORDS], ShapeTooLarge> {
+    let w = |x: usize| u32::try_from(x).map_err(|_| ShapeTooLarge);
+    let draft_stride = match batch.draft_probs {
+        Some(_) => Some(w(batch.draft_stride)?),
+        None => None,
+    };
+    Ok(shape_words(
+        w(batch.requests())?,
+        w(batch.k_max)?,
+        w(batch.vocab)?,
+        draft_stride,
+        w(batch.target_stride)?,
+        method_code(method),
+        w(K)?,
+    ))
 }
 
 /// Words of the `stats` buffer for `Counters<K>`: `4 + 2K` counters and the error-flag word.

@@ -241,18 +241,8 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
     ) -> Result<(), KernelHostError> {
         validate::<K>(method, check, batch, out)?;
         let b = batch.requests();
-        let shape = kernels::shape_words(
-            to_u32(b)?,
-            to_u32(batch.k_max)?,
-            to_u32(batch.vocab)?,
-            match batch.draft_probs {
-                Some(_) => Some(to_u32(batch.draft_stride)?),
-                None => None,
-            },
-            to_u32(batch.target_stride)?,
-            kernels::method_code(method),
-            to_u32(K)?,
-        );
+        let shape =
+            kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;
         let eps: Vec<f32> = batch
             .eps
             .map_or_else(|| vec![DEFAULT_EPS; b], <[f32]>::to_vec);
