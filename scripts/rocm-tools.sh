@@ -8,7 +8,7 @@ set -euo pipefail
 have_tools() {
     command -v hipcc >/dev/null 2>&1 &&
         { [ -f /usr/include/hip/hip_runtime_api.h ] || [ -f /opt/rocm/include/hip/hip_runtime_api.h ]; } &&
-        { ldconfig -p 2>/dev/null | grep -q 'libamdhip64\.so' || [ -e /opt/rocm/lib/libamdhip64.so ]; }
+        { ldconfig -p 2>/dev/null | grep 'libamdhip64\.so' >/dev/null || [ -e /opt/rocm/lib/libamdhip64.so ]; }
 }
 
 if have_tools; then
