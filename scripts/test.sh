@@ -24,6 +24,9 @@ cargo fmt --all -- --check
 step "clippy (all targets, warnings denied)"
 cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
 
+step "docs (warnings denied: broken links, missing docs)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features "$FEATURES"
+
 step "tests (debug)"
 cargo test --workspace --features "$FEATURES"
 
