@@ -1,0 +1,100 @@
+//! The `metrics` bridge increments counters by exact cursor deltas: after any number of
+//! updates, each counter equals the slot's totals (never a sum of totals).
+#![cfg(feature = "metrics")]
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use specula::metrics_bridge::MetricsBridge;
+use specula::wire_ranks;
+use specula_core::Snapshot;
+use std::collections::HashMap;
+
+/// Running sums of every counter: the debugging recorder's snapshot returns (and resets) the
+/// increments since the previous snapshot.
+#[derive(Default)]
+struct Sums(HashMap<String, u64>);
+
+impl Sums {
+    fn absorb(&mut self, snapshotter: &Snapshotter) {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let DebugValue::Counter(n) = value else {
+                panic!("{key:?} is not a counter");
+            };
+            *self.0.entry(name_of(key.key())).or_default() += n;
+        }
+    }
+
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let key = metrics::Key::from_parts(
+            name.to_string(),
+            labels
+                .iter()
+                .map(|(k, v)| metrics::Label::new(k.to_string(), v.to_string()))
+                .collect::<Vec<_>>(),
+        );
+        self.0.get(&name_of(&key)).copied().unwrap_or(0)
+    }
+}
+
+fn name_of(key: &metrics::Key) -> String {
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    labels.sort();
+    format!("{}{{{}}}", key.name(), labels.join(","))
+}
+
+#[test]
+fn counters_equal_totals_after_every_update() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut wired = wire_ranks::<4>(2).unwrap();
+    let mut bridge = MetricsBridge::new(&wired.slots);
+    let mut totals = [Snapshot::<4>::ZERO; 2];
+    let mut sums = Sums::default();
+    metrics::with_local_recorder(&recorder, || {
+        for round in 0..5u64 {
+            for (rank, writer) in wired.writers.iter_mut().enumerate() {
+                // Rank 1 publishes only every other round: updates see uneven news.
+                if rank == 1 && round % 2 == 1 {
+                    continue;
+                }
+                for _ in 0..=round {
+                    totals[rank]
+                        .counters
+                        .record(4, (round % 5) as usize)
+                        .unwrap();
+                }
+                totals[rank].at_ns = round * 1_000;
+                writer.publish(&totals[rank]);
+            }
+            assert!(bridge.update() >= 1);
+            assert_eq!(bridge.update(), 0, "nothing new: nothing emitted");
+            sums.absorb(&snapshotter);
+            for (rank, t) in totals.iter().enumerate() {
+                let engine = format!("rank{rank}");
+                let l = [("engine", engine.as_str())];
+                let c = &t.counters;
+                assert_eq!(sums.get("specula_drafts_total", &l), c.drafts);
+                assert_eq!(sums.get("specula_draft_tokens_total", &l), c.draft_tokens);
+                assert_eq!(
+                    sums.get("specula_accepted_tokens_total", &l),
+                    c.accepted_tokens
+                );
+                assert_eq!(
+                    sums.get("specula_emitted_tokens_total", &l),
+                    c.emitted_tokens
+                );
+                for i in 0..4 {
+                    let pos = i.to_string();
+                    let lp = [("engine", engine.as_str()), ("position", pos.as_str())];
+                    assert_eq!(
+                        sums.get("specula_accepted_tokens_per_position_total", &lp),
+                        c.accepted_per_position[i]
+                    );
+                }
+            }
+        }
+    });
+    assert!(totals[0].counters.drafts > totals[1].counters.drafts);
+}
