@@ -3,19 +3,26 @@
 # no Rust toolchain. Nothing is built on that host.
 #
 # 1. Here (a machine with Rust; no GPU needed):
-#        scripts/gpu-check.sh pack [DIR]        # default DIR: gpu-bin
-#    builds `cargo test --no-run` / `cargo bench --no-run` for specula-cuda (release), and copies
-#    the device-test and benchmark binaries plus the NVRTC libraries (from .tools/cuda, see
-#    scripts/cuda-tools.sh) into DIR.
+#        scripts/gpu-check.sh pack [DIR] [--with-nvrtc]      # default DIR: gpu-bin
+#    builds `cargo test --no-run` / `cargo bench --no-run` for specula-cuda (release) and copies
+#    the stripped device-test and benchmark binaries (a few MB) and this script into DIR.
+#    --with-nvrtc also copies NVRTC 12 (about 110 MB, from .tools/cuda, see
+#    scripts/cuda-tools.sh) for a host that has no NVRTC of its own.
 # 2. Carry DIR to the CUDA host (x86-64 Linux, NVIDIA driver installed) and run there:
-#        scripts/gpu-check.sh run [DIR]
-#    which runs the conformance suite and readback tests on device 0, then the benchmark grid
-#    (batch 1/16/64/256 x V 32k/128k/152k x k 1/4/8: GB/s of probability data read vs a
-#    device-to-device copy, us per call). Finishes in under 5 minutes (hard limit 290 s).
+#        DIR/gpu-check.sh run [DIR]
+#    which finds NVRTC (DIR/nvrtc, else the host's CUDA toolkit or Python wheels), runs the
+#    conformance suite, the caller's-stream test, the zero-synchronisation step-path test, the
+#    CUDA-graph capture/replay test and the readback tests on device 0, then the benchmark grid
+#    (greedy / typical / rejection x batch 1/16/64/256 x V 32k/128k/152k x k 1/4/8: GB/s of
+#    probability data read vs a device-to-device copy, us per call, and launch vs graph replay
+#    at batch 1). Finishes in under 5 minutes (hard limit 290 s).
+#    With the device tool of this workplace: DIR=gpu-bin (ignored by git), carry ["gpu-bin"],
+#    command "bash gpu-bin/gpu-check.sh run gpu-bin 2>&1 | tee $OUT/gpu-check.log".
 set -euo pipefail
 
 cmd="${1:-}"
 dir="${2:-gpu-bin}"
+with_nvrtc="${3:-}"
 
 case "$cmd" in
 pack)
@@ -23,7 +30,8 @@ pack)
     cd "$root"
     # shellcheck source=/dev/null
     . scripts/cuda-tools.sh
-    mkdir -p "$dir/nvrtc"
+    rm -rf "$dir"
+    mkdir -p "$dir"
     list=$(mktemp)
     cargo test -p specula-cuda --release --test device --no-run --message-format=json >"$list"
     cargo bench -p specula-cuda --bench grid --no-run --message-format=json >>"$list"
@@ -46,16 +54,44 @@ if missing:
     sys.exit(f"gpu-check: no binary for {sorted(missing)}")
 PY
     rm -f "$list"
-    cp -a "$SPECULA_CUDA_TOOLS"/nvidia/cuda_nvrtc/lib/. "$dir/nvrtc/"
+    strip "$dir/device" "$dir/grid" 2>/dev/null || true
+    if [ "$with_nvrtc" = "--with-nvrtc" ]; then
+        mkdir -p "$dir/nvrtc"
+        # The library and its builtins; the ".alt" variants are not needed.
+        cp -a "$SPECULA_CUDA_TOOLS"/nvidia/cuda_nvrtc/lib/libnvrtc.so* \
+            "$SPECULA_CUDA_TOOLS"/nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so* "$dir/nvrtc/"
+    fi
     cp "$0" "$dir/gpu-check.sh"
     echo "gpu-check: packed into $dir ($(du -sh "$dir" | cut -f1)); on the GPU host run: $dir/gpu-check.sh run $dir"
     ;;
 run)
     [ -x "$dir/device" ] && [ -x "$dir/grid" ] || { echo "gpu-check: $dir/device or $dir/grid missing (run 'pack' first)" >&2; exit 2; }
-    export LD_LIBRARY_PATH="$dir/nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # NVRTC: the packed one, else the host's. cudarc asks for libnvrtc.so or libnvrtc.so.12;
+    # a host with only NVRTC 13 (CUDA 13) gets a libnvrtc.so link to it in a scratch folder
+    # (the API calls used exist unchanged in 13, and a newer driver loads its PTX).
+    if [ -d "$dir/nvrtc" ]; then
+        nvrtc_dir="$(cd "$dir/nvrtc" && pwd)"
+    else
+        found=""
+        for c in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+            $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null | tr ' ' '\n' | sed 's|$|/nvidia/cuda_nvrtc/lib|; p; s|/cuda_nvrtc/lib$|/cu13/lib|') \
+            $(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}' | xargs -r -n1 dirname); do
+            for f in "$c"/libnvrtc.so "$c"/libnvrtc.so.12 "$c"/libnvrtc.so.13; do
+                if [ -e "$f" ]; then found="$f"; break 2; fi
+            done
+        done
+        [ -n "$found" ] || { echo "gpu-check: no NVRTC on this host; pack with --with-nvrtc" >&2; exit 2; }
+        nvrtc_dir="$(mktemp -d)"
+        ln -s "$(readlink -f "$found")" "$nvrtc_dir/libnvrtc.so"
+        nvrtc_dir="$nvrtc_dir:$(dirname "$(readlink -f "$found")")"
+    fi
+    echo "gpu-check: NVRTC from $nvrtc_dir"
+    export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # A device that does not open is a failure here, not a skip.
+    export SPECULA_REQUIRE_DEVICE=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     start=$(date +%s)
-    echo "== device tests (conformance suite, caller's stream, step-path call counts, readback)"
+    echo "== device tests (conformance suite, caller's stream, step-path call counts, graph replay, readback)"
     timeout 200 "$dir/device" --test-threads=1 --nocapture
     echo "== benchmark grid"
     left=$((290 - ($(date +%s) - start)))
@@ -63,7 +99,7 @@ run)
     echo "gpu-check: done in $(( $(date +%s) - start )) s"
     ;;
 *)
-    echo "usage: $0 pack [DIR]   (here, builds)   |   $0 run [DIR]   (on the CUDA host)" >&2
+    echo "usage: $0 pack [DIR] [--with-nvrtc]   (here, builds)   |   $0 run [DIR]   (on the CUDA host)" >&2
     exit 2
     ;;
 esac

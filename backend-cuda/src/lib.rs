@@ -5,6 +5,7 @@ mod calls;
 mod compile;
 mod device;
 mod error;
+mod graph;
 mod readback;
 mod verifier;
 
@@ -12,5 +13,6 @@ pub use calls::{CallCounts, call_counts};
 pub use compile::{compile_ptx, driver_present, nvrtc_options, nvrtc_present};
 pub use device::CudaDevice;
 pub use error::CudaError;
+pub use graph::VerifyGraph;
 pub use readback::CudaReadback;
 pub use verifier::{CudaVerifier, DeviceArgs};

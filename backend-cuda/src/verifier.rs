@@ -77,6 +77,11 @@ impl<const K: usize> CudaVerifier<K> {
         &self.dev
     }
 
+    /// The counters buffer, shared with readbacks and captured graphs so it outlives them.
+    pub(crate) fn stats_buffer(&self) -> Arc<DeviceBuffer> {
+        self.stats.clone()
+    }
+
     /// The device `stats` buffer: [`kernels::stats_words`]`(K)` `u64` words.
     #[must_use]
     pub fn stats_ptr(&self) -> CUdeviceptr {
@@ -135,7 +140,11 @@ impl<const K: usize> CudaVerifier<K> {
     /// Validates `batch` like the reference (outputs sized for it are assumed) and copies it into
     /// this verifier's own device buffers (grown when too small), returning the [`DeviceArgs`]
     /// that [`launch`](CudaVerifier::launch) takes. Blocking: this is set-up, not the step path.
-    /// The buffers stay valid until the next `stage` or `verify`.
+    /// The buffers stay valid until the next `stage` or `verify`, and those reuse them while
+    /// they are large enough: a batch that needs no more bytes in any buffer than an earlier one
+    /// gets the same pointers (only `capacity` differs, and `draft_probs` is 0 without draft
+    /// probabilities). So a [`VerifyGraph`](crate::VerifyGraph) captured on the largest batch
+    /// replays later, smaller batches staged this way.
     pub fn stage(
         &mut self,
         method: Method,

@@ -1,10 +1,11 @@
 //! The CUDA backend on a real device: the shared conformance suite, the step path's call
 //! counts and the asynchronous readback. Every test prints SKIPPED and passes when the machine
-//! has no CUDA driver or device (CI); `scripts/gpu-check.sh` runs them on a GPU host.
+//! has no CUDA driver or device (CI), unless `SPECULA_REQUIRE_DEVICE` is set, as
+//! `scripts/gpu-check.sh` does when it runs them on a GPU host.
 
 use specula_core::Readback;
 use specula_core::verify::{Check, Method, Reference, Verifier};
-use specula_cuda::{CudaDevice, CudaError, CudaVerifier, call_counts};
+use specula_cuda::{CudaDevice, CudaError, CudaVerifier, DeviceArgs, call_counts};
 use specula_tests::conformance::{self, K};
 use std::sync::Arc;
 use std::task::Poll;
@@ -13,6 +14,11 @@ fn device() -> Option<Arc<CudaDevice>> {
     match CudaDevice::new(0) {
         Ok(d) => Some(Arc::new(d)),
         Err(e) => {
+            // On the GPU host (scripts/gpu-check.sh sets this) a skip would hide a failure.
+            assert!(
+                std::env::var_os("SPECULA_REQUIRE_DEVICE").is_none(),
+                "SPECULA_REQUIRE_DEVICE is set but no device opened: {e}"
+            );
             println!("SKIPPED: no usable CUDA device ({e})");
             None
         }
@@ -108,6 +114,93 @@ fn step_path_never_synchronises_and_readback_is_exact() {
         "{} readbacks completed during {steps} steps",
         completed.len()
     );
+}
+
+/// A batch of `n` requests with draft probabilities and typical parameters, so every batch
+/// staged from it fits the buffers of the first (largest) one.
+fn full_layout_batch(g: &mut conformance::Gen, n: usize) -> conformance::BatchData {
+    let spec = conformance::RandomSpec {
+        max_requests: n,
+        max_vocab: 40,
+        garbage: false,
+    };
+    loop {
+        let (d, _) = conformance::random_batch(g, spec);
+        if d.requests() == n && d.draft_probs.is_some() && d.eps.is_some() && d.delta.is_some() {
+            return d;
+        }
+    }
+}
+
+/// Capture once, replay many times with new inputs: batch size, `k`, seeds, offsets and the
+/// method all change between replays and every replay equals the reference, because the kernel
+/// reads every per-call value from device buffers. Replays make no synchronising call, and the
+/// counters read back at the end are the exact sum over all replays.
+#[test]
+fn graph_capture_and_replay_with_new_inputs() {
+    let Some(dev) = device() else { return };
+    let mut g = conformance::Gen(0x6_7A9);
+    let pool = full_layout_batch(&mut g, 8);
+    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let first = v
+        .stage(Method::Rejection, Check::Cheap, &pool.view())
+        .unwrap();
+    // SAFETY: the staged buffers stay allocated (and, as asserted below, unmoved) while `v`
+    // lives; every later batch needs no more bytes than `pool`.
+    let graph = unsafe { v.capture(&first).unwrap() };
+    let mut want = specula_core::Counters::<K>::ZERO;
+    let replays = 60;
+    for i in 0..replays {
+        let n = 1 + g.below(pool.requests());
+        let mut d = pool.empty_like();
+        for _ in 0..n {
+            d.push_from(&pool, g.below(pool.requests()));
+        }
+        for b in 0..n {
+            d.seed[b] = g.next_u64();
+            d.offset[b] = g.next_u64() >> g.below(64);
+            d.k[b] = 1 + g.below(d.k[b] as usize) as u32; // never past the valid draft ids
+        }
+        let m = conformance::METHODS[i % 3];
+        let args = v.stage(m, Check::Cheap, &d.view()).unwrap();
+        assert_eq!(
+            DeviceArgs {
+                capacity: first.capacity,
+                ..args
+            },
+            first,
+            "stage moved a buffer the graph reads"
+        );
+        let before = call_counts();
+        // SAFETY: the buffers are the captured ones, holding a batch of n ≤ capacity requests.
+        unsafe { graph.replay().unwrap() };
+        let after = call_counts();
+        assert_eq!(
+            after.synchronizing, before.synchronizing,
+            "replay synchronised"
+        );
+        let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
+        let mut out = conformance::OutData::new(n, d.k_max);
+        v.download_outputs(graph.args(), &mut out.accepted, &mut out.tokens)
+            .unwrap();
+        assert_eq!(
+            out.accepted, ref_out.accepted,
+            "replay {i} ({m:?}, {n} requests)"
+        );
+        assert_eq!(
+            out.tokens, ref_out.tokens,
+            "replay {i} ({m:?}, {n} requests)"
+        );
+        want.add(&c);
+    }
+    let mut rb = v.readback().unwrap();
+    assert_eq!(
+        rb.flush().unwrap(),
+        want,
+        "counters after {replays} replays"
+    );
+    assert_eq!(rb.error_flags(), 0);
+    println!("{replays} graph replays matched the reference");
 }
 
 /// A reference run and a device run of the same batches agree on the totals (cheap sanity on
