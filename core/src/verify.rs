@@ -18,20 +18,8 @@
 //!
 //! // One request, vocabulary 4, a 1-token draft (token 2) from a one-hot drafter.
 //! let target = [0.1, 0.2, 0.6, 0.1, /* bonus row */ 0.0, 0.0, 0.0, 1.0];
-//! let batch = Batch {
-//!     vocab: 4,
-//!     k_max: 1,
-//!     k: &[1],
-//!     draft_ids: &[2],
-//!     draft_probs: None,
-//!     draft_stride: 4,
-//!     target_probs: &target,
-//!     target_stride: 4,
-//!     seed: &[42],
-//!     offset: &[0],
-//!     eps: None,
-//!     delta: None,
-//! };
+//! // V = 4, k_max = 1, k = [1], draft ids [2], rows packed back to back, seed 42, offset 0.
+//! let batch = Batch::dense(4, 1, &[1], &[2], &target, &[42], &[0]);
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
 //! let mut counters = Counters::<4>::ZERO;
 //! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
@@ -137,7 +125,64 @@ pub struct Batch<'a> {
     pub delta: Option<&'a [f32]>,
 }
 
-impl Batch<'_> {
+impl<'a> Batch<'a> {
+    /// A batch whose rows are packed back to back (both strides equal `vocab`), from a drafter
+    /// without probabilities and with the default typical-acceptance parameters; add those with
+    /// [`with_draft_probs`](Batch::with_draft_probs) and [`with_typical`](Batch::with_typical).
+    /// Nothing is checked here: the verifier validates the batch.
+    ///
+    /// ```
+    /// use specula_core::verify::Batch;
+    /// let target = [0.5, 0.5, 0.0, 1.0]; // V = 2, k_max = 1: two target rows
+    /// let draft = [0.9, 0.1];
+    /// let b = Batch::dense(2, 1, &[1], &[0], &target, &[7], &[0]).with_draft_probs(&draft);
+    /// assert_eq!((b.requests(), b.draft_stride, b.target_stride), (1, 2, 2));
+    /// ```
+    #[must_use]
+    pub const fn dense(
+        vocab: usize,
+        k_max: usize,
+        k: &'a [u32],
+        draft_ids: &'a [u32],
+        target_probs: &'a [f32],
+        seed: &'a [u64],
+        offset: &'a [u64],
+    ) -> Self {
+        Self {
+            vocab,
+            k_max,
+            k,
+            draft_ids,
+            draft_probs: None,
+            draft_stride: vocab,
+            target_probs,
+            target_stride: vocab,
+            seed,
+            offset,
+            eps: None,
+            delta: None,
+        }
+    }
+
+    /// The same batch with draft probabilities (rows of stride [`draft_stride`](Batch::draft_stride)).
+    #[must_use]
+    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+        Self {
+            draft_probs: Some(draft_probs),
+            ..self
+        }
+    }
+
+    /// The same batch with per-request typical-acceptance `ε` and `δ`.
+    #[must_use]
+    pub const fn with_typical(self, eps: &'a [f32], delta: &'a [f32]) -> Self {
+        Self {
+            eps: Some(eps),
+            delta: Some(delta),
+            ..self
+        }
+    }
+
     /// The batch size `B`.
     #[must_use]
     pub fn requests(&self) -> usize {

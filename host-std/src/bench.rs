@@ -101,20 +101,8 @@ where
     let start = Instant::now();
     let mut iters = 0u64;
     while iters == 0 || start.elapsed() < budget {
-        let batch = Batch {
-            vocab: v,
-            k_max: k,
-            k: &ks,
-            draft_ids: &draft_ids,
-            draft_probs: Some(&draft_probs),
-            draft_stride: v,
-            target_probs: &target_probs,
-            target_stride: v,
-            seed: &seeds,
-            offset: &offsets,
-            eps: None,
-            delta: None,
-        };
+        let batch = Batch::dense(v, k, &ks, &draft_ids, &target_probs, &seeds, &offsets)
+            .with_draft_probs(&draft_probs);
         let mut out = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,

@@ -8,12 +8,7 @@
 //!
 //! let verifier = CpuVerifier::<8>::new(2).unwrap();
 //! let target = [0.5, 0.5, 0.0, 1.0];
-//! let batch = Batch {
-//!     vocab: 2, k_max: 1, k: &[1], draft_ids: &[1],
-//!     draft_probs: None, draft_stride: 2,
-//!     target_probs: &target, target_stride: 2,
-//!     seed: &[7], offset: &[0], eps: None, delta: None,
-//! };
+//! let batch = Batch::dense(2, 1, &[1], &[1], &target, &[7], &[0]);
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
 //! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
 //! verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out).unwrap();
@@ -257,20 +252,7 @@ mod tests {
         assert_eq!(r.poll(), Poll::Ready(Err(CpuReadbackError::NotStarted)));
         r.start().unwrap();
         let target = [0.0f32, 1.0, 0.0, 1.0];
-        let batch = Batch {
-            vocab: 2,
-            k_max: 1,
-            k: &[1],
-            draft_ids: &[1],
-            draft_probs: None,
-            draft_stride: 2,
-            target_probs: &target,
-            target_stride: 2,
-            seed: &[1],
-            offset: &[0],
-            eps: None,
-            delta: None,
-        };
+        let batch = Batch::dense(2, 1, &[1], &[1], &target, &[1], &[0]);
         let (mut a, mut t) = ([0u32; 1], [0u32; 2]);
         v.verify(
             Method::Greedy,

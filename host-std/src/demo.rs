@@ -396,20 +396,10 @@ where
                 }
             }
         }
-        let batch = Batch {
-            vocab: v,
-            k_max: k,
-            k: &ks,
-            draft_ids: &draft_ids,
-            draft_probs: (cfg.method == Method::Rejection).then_some(&draft_probs[..]),
-            draft_stride: v,
-            target_probs: &target_probs,
-            target_stride: v,
-            seed: &seeds,
-            offset: &offsets,
-            eps: None,
-            delta: None,
-        };
+        let mut batch = Batch::dense(v, k, &ks, &draft_ids, &target_probs, &seeds, &offsets);
+        if cfg.method == Method::Rejection {
+            batch = batch.with_draft_probs(&draft_probs);
+        }
         let mut out = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,

@@ -87,20 +87,8 @@ fn bench(c: &mut Criterion) {
                 let kk = vec![k as u32; b];
                 let seed: Vec<u64> = (0..b as u64).collect();
                 let offset = vec![17u64; b];
-                let batch = Batch {
-                    vocab,
-                    k_max: k,
-                    k: &kk,
-                    draft_ids: &ids,
-                    draft_probs: Some(&draft[..dlen]),
-                    draft_stride: vocab,
-                    target_probs: &target[..tlen],
-                    target_stride: vocab,
-                    seed: &seed,
-                    offset: &offset,
-                    eps: None,
-                    delta: None,
-                };
+                let batch = Batch::dense(vocab, k, &kk, &ids, &target[..tlen], &seed, &offset)
+                    .with_draft_probs(&draft[..dlen]);
                 let mut accepted = vec![0u32; b];
                 let mut tokens = vec![0u32; b * (k + 1)];
                 let run = |acc: &mut [u32], tok: &mut [u32]| {

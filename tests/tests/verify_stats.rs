@@ -81,20 +81,10 @@ fn draw(seed: u64, with_probs: bool, fixed: [u32; KD]) -> Tally {
                 fixed[i % KD]
             };
         }
-        let view = Batch {
-            vocab: V,
-            k_max: KD,
-            k: &k,
-            draft_ids: &ids,
-            draft_probs: with_probs.then_some(&draft[..]),
-            draft_stride: V,
-            target_probs: &target,
-            target_stride: V,
-            seed: &seeds,
-            offset: &offsets,
-            eps: None,
-            delta: None,
-        };
+        let mut view = Batch::dense(V, KD, &k, &ids, &target, &seeds, &offsets);
+        if with_probs {
+            view = view.with_draft_probs(&draft);
+        }
         let mut out = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,
