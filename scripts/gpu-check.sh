@@ -66,9 +66,9 @@ PY
     ;;
 run)
     [ -x "$dir/device" ] && [ -x "$dir/grid" ] || { echo "gpu-check: $dir/device or $dir/grid missing (run 'pack' first)" >&2; exit 2; }
-    # NVRTC: the packed one, else the host's. cudarc asks for libnvrtc.so or libnvrtc.so.12;
-    # a host with only NVRTC 13 (CUDA 13) gets a libnvrtc.so link to it in a scratch folder
-    # (the API calls used exist unchanged in 13, and a newer driver loads its PTX).
+    # NVRTC: the packed one, else the host's (CUDA 12 or 13: specula-cuda loads either; the
+    # file found is named in SPECULA_NVRTC and its folder, which holds the builtins library,
+    # goes on the loader path).
     if [ -d "$dir/nvrtc" ]; then
         nvrtc_dir="$(cd "$dir/nvrtc" && pwd)"
     else
@@ -76,14 +76,13 @@ run)
         for c in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
             $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null | tr ' ' '\n' | sed 's|$|/nvidia/cuda_nvrtc/lib|; p; s|/cuda_nvrtc/lib$|/cu13/lib|') \
             $(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}' | xargs -r -n1 dirname); do
-            for f in "$c"/libnvrtc.so "$c"/libnvrtc.so.12 "$c"/libnvrtc.so.13; do
-                if [ -e "$f" ]; then found="$f"; break 2; fi
+            for f in "$c"/libnvrtc.so "$c"/libnvrtc.so.13 "$c"/libnvrtc.so.12; do
+                if [ -e "$f" ]; then found="$(readlink -f "$f")"; break 2; fi
             done
         done
         [ -n "$found" ] || { echo "gpu-check: no NVRTC on this host; pack with --with-nvrtc" >&2; exit 2; }
-        nvrtc_dir="$(mktemp -d)"
-        ln -s "$(readlink -f "$found")" "$nvrtc_dir/libnvrtc.so"
-        nvrtc_dir="$nvrtc_dir:$(dirname "$(readlink -f "$found")")"
+        export SPECULA_NVRTC="$found"
+        nvrtc_dir="$(dirname "$found")"
     fi
     echo "gpu-check: NVRTC from $nvrtc_dir"
     export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -1,7 +1,6 @@
 //! NVRTC compilation of the kernel text, with library checks first and a per-process cache.
 
 use crate::error::CudaError;
-use cudarc::nvrtc::{CompileError, CompileOptions};
 use std::sync::Mutex;
 
 /// True if the CUDA driver library can be loaded (cudarc would panic on first use otherwise).
@@ -11,11 +10,16 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
-/// True if the NVRTC library can be loaded.
+/// True if an NVRTC library (CUDA 11.2 to 13; or the file `SPECULA_NVRTC` names) can be loaded.
 #[must_use]
 pub fn nvrtc_present() -> bool {
-    // SAFETY: as for `driver_present`: a dlopen probe, nothing is called.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    crate::nvrtc::present()
+}
+
+/// The version of the NVRTC library that loads (`(major, minor)`), if one does.
+#[must_use]
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    crate::nvrtc::version()
 }
 
 /// The NVRTC options the kernel is always compiled with: no FMA contraction, IEEE division and
@@ -44,22 +48,15 @@ pub fn compile_ptx(arch: &str) -> Result<String, CudaError> {
     if let Some((_, ptx)) = cache.iter().find(|(a, _)| a == arch) {
         return Ok(ptx.clone());
     }
-    if !nvrtc_present() {
-        return Err(CudaError::NoNvrtc);
-    }
-    let opts = CompileOptions {
-        options: nvrtc_options(arch),
-        name: Some("specula_verify.cu".into()),
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(specula_core::kernels::SOURCE, opts)
-        .map_err(|e| CudaError::Nvrtc {
-            log: match e {
-                CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
-                other => format!("{other:?}"),
-            },
-        })?
-        .to_src();
+    let ptx = crate::nvrtc::compile(
+        specula_core::kernels::SOURCE,
+        "specula_verify.cu",
+        &nvrtc_options(arch),
+    )
+    .map_err(|e| match e {
+        crate::nvrtc::Failure::Missing => CudaError::NoNvrtc,
+        crate::nvrtc::Failure::Refused(log) => CudaError::Nvrtc { log },
+    })?;
     cache.push((arch.to_owned(), ptx.clone()));
     Ok(ptx)
 }

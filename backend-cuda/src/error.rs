@@ -12,7 +12,7 @@ pub enum CudaError {
     NoDriver,
     /// The driver loaded but reports no usable device (or not the ordinal asked for).
     NoDevice,
-    /// The NVRTC library (`libnvrtc.so.12`) could not be loaded.
+    /// No NVRTC library could be loaded (`SPECULA_NVRTC`, `libnvrtc.so`, `.so.13`, `.so.12`, ...).
     NoNvrtc,
     /// NVRTC refused the kernel text; `log` is its compile log.
     Nvrtc {
@@ -49,7 +49,9 @@ impl core::fmt::Display for CudaError {
         match self {
             Self::NoDriver => f.write_str("CUDA driver library not found"),
             Self::NoDevice => f.write_str("no CUDA device"),
-            Self::NoNvrtc => f.write_str("NVRTC library not found"),
+            Self::NoNvrtc => f.write_str(
+                "NVRTC library not found (put libnvrtc on the loader path or name it in SPECULA_NVRTC)",
+            ),
             Self::Nvrtc { log } => write!(f, "NVRTC compilation failed:\n{log}"),
             Self::Driver { call, error } => write!(f, "{call} failed: {error:?}"),
             Self::Verify(e) => write!(f, "invalid batch: {e:?}"),

@@ -6,13 +6,15 @@ mod compile;
 mod device;
 mod error;
 mod graph;
+mod nvrtc;
 mod readback;
 mod verifier;
 
 pub use calls::{CallCounts, call_counts};
-pub use compile::{compile_ptx, driver_present, nvrtc_options, nvrtc_present};
+pub use compile::{compile_ptx, driver_present, nvrtc_options, nvrtc_present, nvrtc_version};
 pub use device::CudaDevice;
 pub use error::CudaError;
 pub use graph::VerifyGraph;
+pub use nvrtc::NVRTC_ENV;
 pub use readback::CudaReadback;
 pub use verifier::{CudaVerifier, DeviceArgs};

@@ -26,6 +26,7 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
     if ptxas.is_none() {
         println!("SKIPPED (assembly only): ptxas not found; NVRTC compilation still checked");
     }
+    println!("NVRTC version {:?}", specula_cuda::nvrtc_version());
     let dir = std::env::temp_dir().join(format!("specula-nvrtc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {

@@ -289,7 +289,7 @@ fn cuda_error(e: specula_cuda::CudaError) -> CliError {
         ),
         E::NoNvrtc => CliError::Unavailable(
             "no NVRTC: the CUDA backend compiles its kernel at run time and libnvrtc could not \
-             be loaded"
+             be loaded (put it on the loader path or name the file in SPECULA_NVRTC)"
                 .into(),
         ),
         e => CliError::Run(format!("CUDA backend: {e}")),
