@@ -457,3 +457,100 @@ fn full_conformance_cuda_macros() {
 fn full_conformance_hip_macros() {
     specula_tests::conformance::run_all(|| KernelHost::<K>::new(Mode::Hip, 64).unwrap());
 }
+
+/// What a captured CUDA graph relies on: one fixed launch (grid = capacity, the same buffers)
+/// repeated while only the buffers' contents change — batch size, `k`, seeds, offsets, even the
+/// method, through the shape words — gives the reference's results for the live requests, leaves
+/// the output slots past the batch untouched and counts exactly the live requests.
+#[test]
+fn fixed_launch_repeated_with_new_buffer_contents() {
+    use specula_tests::conformance as c;
+    const CAP: usize = 8;
+    const SENTINEL: u32 = 0xDEAD_BEEF;
+    for (mode_i, mode) in [Mode::Cuda, Mode::Hip].into_iter().enumerate() {
+        let mut host = KernelHost::<K>::new(mode, 64).unwrap();
+        let mut g = c::Gen(0x7E_91A7 + mode_i as u64);
+        let spec = c::RandomSpec {
+            max_requests: CAP,
+            max_vocab: 40,
+            garbage: false,
+        };
+        // Full layout (draft probabilities, ε, δ), so every batch fits the same buffers.
+        let pool = loop {
+            let (d, _) = c::random_batch(&mut g, spec);
+            if d.requests() == CAP
+                && d.draft_probs.is_some()
+                && d.eps.is_some()
+                && d.delta.is_some()
+            {
+                break d;
+            }
+        };
+        let (km, ds, ts) = (pool.k_max, pool.draft_stride, pool.target_stride);
+        // The "device buffers", allocated once for CAP requests and never moved.
+        let mut k = vec![0u32; CAP];
+        let mut ids = vec![0u32; CAP * km];
+        let mut draft = vec![0f32; CAP * km * ds];
+        let mut target = vec![0f32; CAP * (km + 1) * ts];
+        let (mut seed, mut offset) = (vec![0u64; CAP], vec![0u64; CAP]);
+        let (mut eps, mut delta) = (vec![0f32; CAP], vec![0f32; CAP]);
+        let mut accepted = vec![0u32; CAP];
+        let mut tokens = vec![0u32; CAP * (km + 1)];
+        let mut want = Counters::<K>::ZERO;
+        for i in 0..40 {
+            let n = 1 + g.below(CAP);
+            let mut d = pool.empty_like();
+            for _ in 0..n {
+                d.push_from(&pool, g.below(CAP));
+            }
+            for b in 0..n {
+                d.seed[b] = g.next_u64();
+                d.offset[b] = g.next_u64() >> g.below(64);
+                d.k[b] = 1 + g.below(d.k[b] as usize) as u32;
+            }
+            let m = METHODS[i % 3];
+            // New contents in the front of the same buffers; stale requests stay behind them.
+            k[..n].copy_from_slice(&d.k);
+            ids[..n * km].copy_from_slice(&d.draft_ids);
+            draft[..n * km * ds].copy_from_slice(d.draft_probs.as_ref().unwrap());
+            target[..n * (km + 1) * ts].copy_from_slice(&d.target_probs);
+            seed[..n].copy_from_slice(&d.seed);
+            offset[..n].copy_from_slice(&d.offset);
+            eps[..n].copy_from_slice(d.eps.as_ref().unwrap());
+            delta[..n].copy_from_slice(d.delta.as_ref().unwrap());
+            accepted.fill(SENTINEL);
+            tokens.fill(SENTINEL);
+            let shape = kernels::batch_shape::<K>(m, &d.view()).unwrap();
+            // SAFETY: every buffer holds CAP requests of this layout; the shape names n ≤ CAP.
+            let rc = unsafe {
+                host.launch_raw(
+                    CAP as u32,
+                    &shape,
+                    k.as_ptr(),
+                    ids.as_ptr(),
+                    draft.as_ptr(),
+                    target.as_ptr(),
+                    seed.as_ptr(),
+                    offset.as_ptr(),
+                    eps.as_ptr(),
+                    delta.as_ptr(),
+                    accepted.as_mut_ptr(),
+                    tokens.as_mut_ptr(),
+                )
+            };
+            assert_eq!(rc, 0);
+            let (r, counted) = c::reference(m, Check::Cheap, &d).unwrap();
+            let what = format!("{mode:?} launch {i}: {m:?}, {n} live requests");
+            assert_eq!(&accepted[..n], &r.accepted[..], "{what}");
+            assert_eq!(&tokens[..n * (km + 1)], &r.tokens[..], "{what}");
+            assert!(accepted[n..].iter().all(|&a| a == SENTINEL), "{what}");
+            assert!(
+                tokens[n * (km + 1)..].iter().all(|&t| t == SENTINEL),
+                "{what}"
+            );
+            want.add(&counted);
+            assert_eq!(host.totals().unwrap(), want, "{what}");
+            assert_eq!(host.error_flags(), 0, "{what}");
+        }
+    }
+}
