@@ -488,13 +488,13 @@ fn fixed_launch_repeated_with_new_buffer_contents() {
         };
         let (km, ds, ts) = (pool.k_max, pool.draft_stride, pool.target_stride);
         // The "device buffers", allocated once for CAP requests and never moved.
-        let mut k = vec![0u32; CAP];
+        let mut k = [0u32; CAP];
         let mut ids = vec![0u32; CAP * km];
         let mut draft = vec![0f32; CAP * km * ds];
         let mut target = vec![0f32; CAP * (km + 1) * ts];
-        let (mut seed, mut offset) = (vec![0u64; CAP], vec![0u64; CAP]);
-        let (mut eps, mut delta) = (vec![0f32; CAP], vec![0f32; CAP]);
-        let mut accepted = vec![0u32; CAP];
+        let (mut seed, mut offset) = ([0u64; CAP], [0u64; CAP]);
+        let (mut eps, mut delta) = ([0f32; CAP], [0f32; CAP]);
+        let mut accepted = [0u32; CAP];
         let mut tokens = vec![0u32; CAP * (km + 1)];
         let mut want = Counters::<K>::ZERO;
         for i in 0..40 {
