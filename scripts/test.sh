@@ -4,7 +4,8 @@
 # Tools some steps need and how they get here (.ci/run installs them on a clean machine):
 #   nightly + miri + rust-src        Miri on the core
 #   thumbv7em/thumbv6m/riscv32imc    no_std builds of the core
-#   .tools/cuda (scripts/cuda-tools.sh)   NVRTC + ptxas: kernel compiles for sm_80/sm_90
+#   .tools/cuda, .tools/cuda13 (scripts/cuda-tools.sh)   NVRTC + ptxas 12.9 and 13.5: kernel
+#                                    compiles for sm_80/sm_90
 #   hipcc, libamdhip64 (scripts/rocm-tools.sh)   kernel compiles for gfx90a/gfx940
 #   prometheus, promtool (scripts/prometheus-check.sh installs them)
 # A test whose tool is missing says that it was skipped.
@@ -29,6 +30,14 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features "$FEATURES
 
 step "tests (debug)"
 cargo test --workspace --features "$FEATURES"
+
+step "kernel compile checks with NVRTC and ptxas 13"
+if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
+    SPECULA_NVRTC="$SPECULA_CUDA13_NVRTC" SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" \
+        SPECULA_EXPECT_NVRTC_MAJOR=13 cargo test -p specula-cuda --test nvrtc -- --nocapture
+else
+    echo "skipped: CUDA 13 tools not installed (scripts/cuda-tools.sh)"
+fi
 
 step "statistical tests (release)"
 cargo test --release -p specula-tests --test verify_stats

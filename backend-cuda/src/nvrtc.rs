@@ -20,10 +20,10 @@ type Program = *mut c_void;
 /// `NVRTC_SUCCESS`.
 const SUCCESS: Status = 0;
 
-/// The variable that may name the NVRTC library file (tried before the usual names).
+/// The variable that may name the NVRTC library file; when set, it is the only file tried.
 pub const NVRTC_ENV: &str = "SPECULA_NVRTC";
 
-/// Library names tried after [`NVRTC_ENV`], newest first.
+/// Library names tried when [`NVRTC_ENV`] is not set, newest first.
 #[cfg(not(windows))]
 const NAMES: &[&str] = &[
     "libnvrtc.so",
@@ -72,11 +72,14 @@ macro_rules! sym {
 
 impl Api {
     fn open() -> Option<Self> {
-        let from_env = std::env::var_os(NVRTC_ENV);
-        let lib = from_env
-            .iter()
-            .map(std::path::PathBuf::from)
-            .chain(NAMES.iter().map(std::path::PathBuf::from))
+        // A file named in the variable is the only one tried: falling back to another version
+        // would hide a mistake.
+        let candidates: Vec<std::ffi::OsString> = match std::env::var_os(NVRTC_ENV) {
+            Some(path) => vec![path],
+            None => NAMES.iter().map(Into::into).collect(),
+        };
+        let lib = candidates
+            .into_iter()
             // SAFETY: loading NVRTC runs only its (side-effect free) initialisers.
             .find_map(|p| unsafe { Library::new(p) }.ok())?;
         Some(Self {

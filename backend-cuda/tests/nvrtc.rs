@@ -19,6 +19,10 @@ fn ptxas() -> Option<PathBuf> {
 #[test]
 fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
     if !specula_cuda::nvrtc_present() {
+        assert!(
+            std::env::var_os("SPECULA_EXPECT_NVRTC_MAJOR").is_none(),
+            "SPECULA_EXPECT_NVRTC_MAJOR is set but no NVRTC loaded"
+        );
         println!("SKIPPED: libnvrtc not found (run `. scripts/cuda-tools.sh` first)");
         return;
     }
@@ -26,7 +30,16 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
     if ptxas.is_none() {
         println!("SKIPPED (assembly only): ptxas not found; NVRTC compilation still checked");
     }
-    println!("NVRTC version {:?}", specula_cuda::nvrtc_version());
+    let version = specula_cuda::nvrtc_version();
+    println!("NVRTC version {version:?}");
+    // scripts/test.sh runs this test once per NVRTC major version it installed.
+    if let Some(major) = std::env::var_os("SPECULA_EXPECT_NVRTC_MAJOR") {
+        let major: i32 = major
+            .to_str()
+            .and_then(|m| m.parse().ok())
+            .expect("a number");
+        assert_eq!(version.map(|v| v.0), Some(major), "the NVRTC that loaded");
+    }
     let dir = std::env::temp_dir().join(format!("specula-nvrtc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {
