@@ -35,6 +35,12 @@ step "kernel compile checks with NVRTC and ptxas 13"
 if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
     SPECULA_NVRTC="$SPECULA_CUDA13_NVRTC" SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" \
         SPECULA_EXPECT_NVRTC_MAJOR=13 cargo test -p specula-cuda --test nvrtc -- --nocapture
+    # Found without SPECULA_NVRTC or the loader path: in $CUDA_HOME/lib64, as a toolkit has it.
+    home="$(mktemp -d)"
+    ln -s "$(dirname "$SPECULA_CUDA13_NVRTC")" "$home/lib64"
+    env -u LD_LIBRARY_PATH CUDA_HOME="$home" SPECULA_EXPECT_NVRTC_MAJOR=13 \
+        SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" cargo test -p specula-cuda --test nvrtc
+    rm -rf "$home"
 else
     echo "skipped: CUDA 13 tools not installed (scripts/cuda-tools.sh)"
 fi

@@ -11,6 +11,7 @@
 use core::ffi::{c_char, c_int};
 use libloading::Library;
 use std::ffi::{CString, c_void};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// `nvrtcResult`, read as an integer (never as an enum a later release could extend).
@@ -23,7 +24,8 @@ const SUCCESS: Status = 0;
 /// The variable that may name the NVRTC library file; when set, it is the only file tried.
 pub const NVRTC_ENV: &str = "SPECULA_NVRTC";
 
-/// Library names tried when [`NVRTC_ENV`] is not set, newest first.
+/// Library names tried when [`NVRTC_ENV`] is not set, newest first: through the dynamic
+/// loader's search, then in the toolkit folders ([`toolkit_lib_dirs`]).
 #[cfg(not(windows))]
 const NAMES: &[&str] = &[
     "libnvrtc.so",
@@ -74,9 +76,16 @@ impl Api {
     fn open() -> Option<Self> {
         // A file named in the variable is the only one tried: falling back to another version
         // would hide a mistake.
-        let candidates: Vec<std::ffi::OsString> = match std::env::var_os(NVRTC_ENV) {
-            Some(path) => vec![path],
-            None => NAMES.iter().map(Into::into).collect(),
+        let candidates: Vec<PathBuf> = match std::env::var_os(NVRTC_ENV) {
+            Some(path) => vec![path.into()],
+            None => {
+                // The loader's own search first, then the toolkit folders it often lacks.
+                let mut c: Vec<PathBuf> = NAMES.iter().map(PathBuf::from).collect();
+                for dir in toolkit_lib_dirs() {
+                    c.extend(NAMES.iter().map(|n| dir.join(n)));
+                }
+                c
+            }
         };
         let lib = candidates
             .into_iter()
@@ -94,6 +103,21 @@ impl Api {
             _lib: lib,
         })
     }
+}
+
+/// `$CUDA_PATH/lib64`, `$CUDA_HOME/lib64`, then `/usr/local/cuda/lib64` (`bin` folders on
+/// Windows): where a CUDA toolkit keeps NVRTC when the dynamic loader's search does not look.
+fn toolkit_lib_dirs() -> Vec<PathBuf> {
+    let sub = if cfg!(windows) { "bin" } else { "lib64" };
+    let mut dirs: Vec<PathBuf> = ["CUDA_PATH", "CUDA_HOME"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(|root| PathBuf::from(root).join(sub))
+        .collect();
+    if cfg!(unix) {
+        dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    }
+    dirs
 }
 
 fn api() -> Option<&'static Api> {

@@ -184,8 +184,18 @@ fn open_first(names: &[&str]) -> Result<Library, String> {
     Err(tried.join("; "))
 }
 
-const HIP_NAMES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
-const RTC_NAMES: &[&str] = &["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"];
+const HIP_NAMES: &[&str] = &[
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
+const RTC_NAMES: &[&str] = &[
+    "libhiprtc.so",
+    "libhiprtc.so.7",
+    "libhiprtc.so.6",
+    "libhiprtc.so.5",
+];
 
 fn load_hip() -> Result<Hip, String> {
     let lib = open_first(HIP_NAMES)?;
