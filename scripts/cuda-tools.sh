@@ -12,33 +12,35 @@
 # SPECULA_CUDA_TOOLS=/some/dir uses (or installs into) another folder, e.g. a shared cache.
 # Takes about a minute the first time (four wheels, ~210 MB), nothing afterwards.
 
+# _specula_wheels DIR NVRTC PTXAS PACKAGE...: pip-installs PACKAGE... into DIR unless the files
+# NVRTC and PTXAS (relative to DIR) are already there; fails if they are still missing.
+_specula_wheels() {
+    local dir="$1" nvrtc="$2" ptxas="$3"
+    shift 3
+    if [ ! -e "$dir/$nvrtc" ] || [ ! -x "$dir/$ptxas" ]; then
+        echo "cuda-tools: installing $* into $dir" >&2
+        mkdir -p "$dir"
+        python3 -m pip install --quiet --disable-pip-version-check --no-deps --upgrade \
+            --target "$dir" "$@" || return 1
+    fi
+    [ -e "$dir/$nvrtc" ] && [ -x "$dir/$ptxas" ]
+}
+
 _specula_cuda_tools() {
     local root
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
     local dir="${SPECULA_CUDA_TOOLS:-$root/.tools/cuda}"
-    local version="12.9.86"
-    if [ ! -e "$dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ] || [ ! -x "$dir/nvidia/cuda_nvcc/bin/ptxas" ]; then
-        echo "cuda-tools: installing NVRTC and ptxas $version into $dir" >&2
-        mkdir -p "$dir"
-        python3 -m pip install --quiet --disable-pip-version-check --no-deps --upgrade \
-            --target "$dir" \
-            "nvidia-cuda-nvrtc-cu12==$version" "nvidia-cuda-nvcc-cu12==$version" || return 1
-    fi
+    _specula_wheels "$dir" nvidia/cuda_nvrtc/lib/libnvrtc.so.12 nvidia/cuda_nvcc/bin/ptxas \
+        nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-nvcc-cu12==12.9.86 || return 1
     # CUDA 13 as well (NVRTC 13 is what current drivers and PyTorch ship), in its own folder so
     # the two wheels' "nvidia" trees do not replace each other. Optional: failure only skips it.
     local dir13="${SPECULA_CUDA13_TOOLS:-$root/.tools/cuda13}"
-    local version13="13.5.37"
-    if [ ! -e "$dir13/nvidia/cu13/lib/libnvrtc.so.13" ] || [ ! -x "$dir13/nvidia/cu13/bin/ptxas" ]; then
-        echo "cuda-tools: installing NVRTC and ptxas $version13 into $dir13" >&2
-        mkdir -p "$dir13"
-        python3 -m pip install --quiet --disable-pip-version-check --no-deps --upgrade \
-            --target "$dir13" \
-            "nvidia-cuda-nvrtc==$version13" "nvidia-cuda-nvcc==$version13" ||
-            echo "cuda-tools: CUDA 13 tools not installed; their compile check will be skipped" >&2
-    fi
-    if [ -e "$dir13/nvidia/cu13/lib/libnvrtc.so.13" ] && [ -x "$dir13/nvidia/cu13/bin/ptxas" ]; then
+    if _specula_wheels "$dir13" nvidia/cu13/lib/libnvrtc.so.13 nvidia/cu13/bin/ptxas \
+        nvidia-cuda-nvrtc==13.5.37 nvidia-cuda-nvcc==13.5.37; then
         export SPECULA_CUDA13_NVRTC="$dir13/nvidia/cu13/lib/libnvrtc.so.13"
         export SPECULA_CUDA13_PTXAS="$dir13/nvidia/cu13/bin/ptxas"
+    else
+        echo "cuda-tools: CUDA 13 tools not installed; their compile check will be skipped" >&2
     fi
     export SPECULA_CUDA_TOOLS="$dir"
     export LD_LIBRARY_PATH="$dir/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

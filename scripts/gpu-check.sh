@@ -5,14 +5,16 @@
 # 1. Here (a machine with Rust; no GPU needed):
 #        scripts/gpu-check.sh pack [DIR] [--with-nvrtc]      # default DIR: gpu-bin
 #    builds `cargo test --no-run` / `cargo bench --no-run` for specula-cuda (release) and copies
-#    the stripped device-test and benchmark binaries (a few MB) and this script into DIR.
+#    the stripped device-test and benchmark binaries and the `specula` program built with
+#    --features cuda (a few MB together) and this script into DIR.
 #    --with-nvrtc also copies NVRTC 12 (about 110 MB, from .tools/cuda, see
 #    scripts/cuda-tools.sh) for a host that has no NVRTC of its own.
 # 2. Carry DIR to the CUDA host (x86-64 Linux, NVIDIA driver installed) and run there:
 #        DIR/gpu-check.sh run [DIR]
 #    which finds NVRTC (DIR/nvrtc, else the host's CUDA toolkit or Python wheels), runs the
 #    conformance suite, the caller's-stream test, the zero-synchronisation step-path test, the
-#    CUDA-graph capture/replay test and the readback tests on device 0, then the benchmark grid
+#    CUDA-graph capture/replay test and the readback tests on device 0, an 8 s
+#    `specula demo --backend cuda` (exit 0 and its log lines), then the benchmark grid
 #    (greedy / typical / rejection x batch 1/16/64/256 x V 32k/128k/152k x k 1/4/8: GB/s of
 #    probability data read vs a device-to-device copy, us per call, and launch vs graph replay
 #    at batch 1). Finishes in under 5 minutes (hard limit 290 s).
@@ -35,6 +37,8 @@ pack)
     list=$(mktemp)
     cargo test -p specula-cuda --release --test device --no-run --message-format=json >"$list"
     cargo bench -p specula-cuda --bench grid --no-run --message-format=json >>"$list"
+    cargo build --release -p specula --features cuda --bin specula
+    cp target/release/specula "$dir/specula"
     python3 - "$list" "$dir" <<'PY'
 import json, shutil, sys, os
 seen = []
@@ -54,7 +58,7 @@ if missing:
     sys.exit(f"gpu-check: no binary for {sorted(missing)}")
 PY
     rm -f "$list"
-    strip "$dir/device" "$dir/grid" 2>/dev/null || true
+    strip "$dir/device" "$dir/grid" "$dir/specula" 2>/dev/null || true
     if [ "$with_nvrtc" = "--with-nvrtc" ]; then
         mkdir -p "$dir/nvrtc"
         # The library and its builtins; the ".alt" variants are not needed.
@@ -65,7 +69,9 @@ PY
     echo "gpu-check: packed into $dir ($(du -sh "$dir" | cut -f1)); on the GPU host run: $dir/gpu-check.sh run $dir"
     ;;
 run)
-    [ -x "$dir/device" ] && [ -x "$dir/grid" ] || { echo "gpu-check: $dir/device or $dir/grid missing (run 'pack' first)" >&2; exit 2; }
+    for b in device grid specula; do
+        [ -x "$dir/$b" ] || { echo "gpu-check: $dir/$b missing (run 'pack' first)" >&2; exit 2; }
+    done
     # NVRTC: the packed one, else the host's (CUDA 12 or 13: specula-cuda loads either; the
     # file found is named in SPECULA_NVRTC and its folder, which holds the builtins library,
     # goes on the loader path).
@@ -92,8 +98,11 @@ run)
     start=$(date +%s)
     echo "== device tests (conformance suite, caller's stream, step-path call counts, graph replay, readback)"
     timeout 200 "$dir/device" --test-threads=1 --nocapture
+    echo "== end to end: specula demo on the GPU (collector thread, asynchronous readback, log)"
+    timeout 60 "$dir/specula" demo --backend cuda --batch 64 --duration 8 --log-interval 2
     echo "== benchmark grid"
     left=$((290 - ($(date +%s) - start)))
+    [ "$left" -gt 10 ] || left=10
     timeout "$left" "$dir/grid" --bench
     echo "gpu-check: done in $(( $(date +%s) - start )) s"
     ;;
