@@ -34,7 +34,9 @@ unsafe impl Send for VerifyGraph {}
 impl<const K: usize> CudaVerifier<K> {
     /// Captures one [`launch`](CudaVerifier::launch) on `args` into a CUDA graph (stream capture
     /// in thread-local mode on the compute stream) and instantiates it. Set-up, not the step
-    /// path: instantiation may block.
+    /// path: instantiation may block. A stream that cannot be captured (the legacy default
+    /// stream, given to [`CudaDevice::with_stream`](crate::CudaDevice::with_stream)) gives the
+    /// driver's error as [`CudaError::Driver`].
     ///
     /// # Safety
     /// As for [`launch`](CudaVerifier::launch), and the buffers must stay valid for as long as
