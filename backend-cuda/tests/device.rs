@@ -116,22 +116,6 @@ fn step_path_never_synchronises_and_readback_is_exact() {
     );
 }
 
-/// A batch of `n` requests with draft probabilities and typical parameters, so every batch
-/// staged from it fits the buffers of the first (largest) one.
-fn full_layout_batch(g: &mut conformance::Gen, n: usize) -> conformance::BatchData {
-    let spec = conformance::RandomSpec {
-        max_requests: n,
-        max_vocab: 40,
-        garbage: false,
-    };
-    loop {
-        let (d, _) = conformance::random_batch(g, spec);
-        if d.requests() == n && d.draft_probs.is_some() && d.eps.is_some() && d.delta.is_some() {
-            return d;
-        }
-    }
-}
-
 /// Capture once, replay many times with new inputs: batch size, `k`, seeds, offsets and the
 /// method all change between replays and every replay equals the reference, because the kernel
 /// reads every per-call value from device buffers. Replays make no synchronising call, and the
@@ -140,7 +124,7 @@ fn full_layout_batch(g: &mut conformance::Gen, n: usize) -> conformance::BatchDa
 fn graph_capture_and_replay_with_new_inputs() {
     let Some(dev) = device() else { return };
     let mut g = conformance::Gen(0x6_7A9);
-    let pool = full_layout_batch(&mut g, 8);
+    let pool = conformance::full_layout_batch(&mut g, 8);
     let mut v = CudaVerifier::<K>::new(dev).unwrap();
     let first = v
         .stage(Method::Rejection, Check::Cheap, &pool.view())
@@ -151,16 +135,8 @@ fn graph_capture_and_replay_with_new_inputs() {
     let mut want = specula_core::Counters::<K>::ZERO;
     let replays = 60;
     for i in 0..replays {
-        let n = 1 + g.below(pool.requests());
-        let mut d = pool.empty_like();
-        for _ in 0..n {
-            d.push_from(&pool, g.below(pool.requests()));
-        }
-        for b in 0..n {
-            d.seed[b] = g.next_u64();
-            d.offset[b] = g.next_u64() >> g.below(64);
-            d.k[b] = 1 + g.below(d.k[b] as usize) as u32; // never past the valid draft ids
-        }
+        let d = conformance::vary(&mut g, &pool);
+        let n = d.requests();
         let m = conformance::METHODS[i % 3];
         let args = v.stage(m, Check::Cheap, &d.view()).unwrap();
         assert_eq!(

@@ -354,6 +354,39 @@ pub fn random_batch(g: &mut Gen, spec: RandomSpec) -> (BatchData, bool) {
     (d, clean)
 }
 
+/// A random clean batch of exactly `n` requests with every optional part (draft probabilities,
+/// `ε`, `δ`): the largest layout, so every batch [`vary`] draws from it fits the same buffers.
+pub fn full_layout_batch(g: &mut Gen, n: usize) -> BatchData {
+    let spec = RandomSpec {
+        max_requests: n,
+        max_vocab: 40,
+        garbage: false,
+    };
+    loop {
+        let (d, _) = random_batch(g, spec);
+        if d.requests() == n && d.draft_probs.is_some() && d.eps.is_some() && d.delta.is_some() {
+            return d;
+        }
+    }
+}
+
+/// A new step drawn from `pool`'s layout: 1 to `pool.requests()` requests picked from it, each
+/// with a new seed and offset and a draft length no longer than the pool request's (so every
+/// draft id stays valid). What a runtime replaying one captured launch feeds it step by step.
+pub fn vary(g: &mut Gen, pool: &BatchData) -> BatchData {
+    let n = 1 + g.below(pool.requests());
+    let mut d = pool.empty_like();
+    for _ in 0..n {
+        d.push_from(pool, g.below(pool.requests()));
+    }
+    for b in 0..n {
+        d.seed[b] = g.next_u64();
+        d.offset[b] = g.next_u64() >> g.below(64);
+        d.k[b] = 1 + g.below(d.k[b] as usize) as u32;
+    }
+    d
+}
+
 /// What the reference gives: outputs and the counters of this batch alone.
 pub fn reference(
     method: Method,

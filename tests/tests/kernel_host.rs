@@ -4,28 +4,10 @@
 use specula_core::Counters;
 use specula_core::kernels::{self, ERR_DRAFT_LEN, ERR_SHAPE, ERR_TOKEN};
 use specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier, VerifyError};
+use specula_tests::conformance::Gen;
 use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode};
 
 const K: usize = 8;
-
-/// Small deterministic generator for the test inputs (not the verification RNG).
-struct Gen(u64);
-impl Gen {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
 
 /// An owned batch: probabilities shaped like real ones (peaked, normalised) or hostile ones
 /// (NaN, ±0, negative, ∞, exact ties, subnormals, values > 1), odd vocabularies and strides
@@ -46,7 +28,7 @@ struct Owned {
 }
 
 fn row(g: &mut Gen, v: usize, hostile: bool, out: &mut [f32]) {
-    let peak = g.below(v as u64) as usize;
+    let peak = g.below(v);
     let mut sum = 0.0f32;
     for (i, p) in out.iter_mut().enumerate().take(v) {
         let x = g.unit();
@@ -58,7 +40,7 @@ fn row(g: &mut Gen, v: usize, hostile: bool, out: &mut [f32]) {
     }
     if hostile {
         for _ in 0..1 + g.below(4) {
-            let i = g.below(v as u64) as usize;
+            let i = g.below(v);
             out[i] = match g.below(9) {
                 0 => f32::NAN,
                 1 => -0.0,
@@ -79,23 +61,23 @@ fn row(g: &mut Gen, v: usize, hostile: bool, out: &mut [f32]) {
 
 fn gen_batch(g: &mut Gen) -> Owned {
     let vocab = match g.below(6) {
-        0 => 1 + g.below(4) as usize,
-        1 => 4 * (1 + g.below(16) as usize),
+        0 => 1 + g.below(4),
+        1 => 4 * (1 + g.below(16)),
         2 => 257,
-        3 => 1000 + g.below(100) as usize,
-        _ => 5 + g.below(200) as usize,
+        3 => 1000 + g.below(100),
+        _ => 5 + g.below(200),
     };
     let pad = |g: &mut Gen| match g.below(3) {
         0 => 0,
         1 => (4 - vocab % 4) % 4, // aligned rows (float4 path)
-        _ => 1 + g.below(5) as usize,
+        _ => 1 + g.below(5),
     };
     let tstride = vocab + pad(g);
     let dstride = vocab + pad(g);
-    let k_max = 1 + g.below(K as u64) as usize;
-    let b = 1 + g.below(12) as usize;
+    let k_max = 1 + g.below(K);
+    let b = 1 + g.below(12);
     let hostile = g.below(3) == 0;
-    let k: Vec<u32> = (0..b).map(|_| 1 + g.below(k_max as u64) as u32).collect();
+    let k: Vec<u32> = (0..b).map(|_| 1 + g.below(k_max) as u32).collect();
     let mut target = vec![0.0f32; b * (k_max + 1) * tstride];
     for r in target.chunks_exact_mut(tstride) {
         row(g, vocab, hostile, r);
@@ -115,7 +97,7 @@ fn gen_batch(g: &mut Gen) -> Owned {
             ids[r * k_max + j] = if g.below(3) > 0 {
                 specula_core::verify::argmax(t)
             } else {
-                g.below(vocab as u64) as u32
+                g.below(vocab) as u32
             };
         }
     }
@@ -129,8 +111,8 @@ fn gen_batch(g: &mut Gen) -> Owned {
         dstride,
         target,
         tstride,
-        seed: (0..b).map(|_| g.next()).collect(),
-        offset: (0..b).map(|_| g.next() >> g.below(64)).collect(),
+        seed: (0..b).map(|_| g.next_u64()).collect(),
+        offset: (0..b).map(|_| g.next_u64() >> g.below(64)).collect(),
         eps: typical_params.then(|| (0..b).map(|_| g.unit() * 0.3).collect()),
         delta: typical_params.then(|| (0..b).map(|_| g.unit()).collect()),
     }
@@ -236,9 +218,7 @@ fn large_vocabulary_rows_match() {
     for r in target.chunks_exact_mut(tstride) {
         row(&mut g, vocab, false, r);
     }
-    let ids: Vec<u32> = (0..b * k_max)
-        .map(|_| g.below(vocab as u64) as u32)
-        .collect();
+    let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(vocab) as u32).collect();
     let o = Owned {
         vocab,
         k_max,
@@ -470,22 +450,7 @@ fn fixed_launch_repeated_with_new_buffer_contents() {
     for (mode_i, mode) in [Mode::Cuda, Mode::Hip].into_iter().enumerate() {
         let mut host = KernelHost::<K>::new(mode, 64).unwrap();
         let mut g = c::Gen(0x7E_91A7 + mode_i as u64);
-        let spec = c::RandomSpec {
-            max_requests: CAP,
-            max_vocab: 40,
-            garbage: false,
-        };
-        // Full layout (draft probabilities, ε, δ), so every batch fits the same buffers.
-        let pool = loop {
-            let (d, _) = c::random_batch(&mut g, spec);
-            if d.requests() == CAP
-                && d.draft_probs.is_some()
-                && d.eps.is_some()
-                && d.delta.is_some()
-            {
-                break d;
-            }
-        };
+        let pool = c::full_layout_batch(&mut g, CAP);
         let (km, ds, ts) = (pool.k_max, pool.draft_stride, pool.target_stride);
         // The "device buffers", allocated once for CAP requests and never moved.
         let mut k = [0u32; CAP];
@@ -498,16 +463,8 @@ fn fixed_launch_repeated_with_new_buffer_contents() {
         let mut tokens = vec![0u32; CAP * (km + 1)];
         let mut want = Counters::<K>::ZERO;
         for i in 0..40 {
-            let n = 1 + g.below(CAP);
-            let mut d = pool.empty_like();
-            for _ in 0..n {
-                d.push_from(&pool, g.below(CAP));
-            }
-            for b in 0..n {
-                d.seed[b] = g.next_u64();
-                d.offset[b] = g.next_u64() >> g.below(64);
-                d.k[b] = 1 + g.below(d.k[b] as usize) as u32;
-            }
+            let d = c::vary(&mut g, &pool);
+            let n = d.requests();
             let m = METHODS[i % 3];
             // New contents in the front of the same buffers; stale requests stay behind them.
             k[..n].copy_from_slice(&d.k);
