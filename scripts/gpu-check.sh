@@ -11,7 +11,7 @@
 #    scripts/cuda-tools.sh) for a host that has no NVRTC of its own.
 # 2. Carry DIR to the CUDA host (x86-64 Linux, NVIDIA driver installed) and run there:
 #        DIR/gpu-check.sh run [DIR]
-#    which finds NVRTC (DIR/nvrtc, else the host's CUDA toolkit or Python wheels), runs the
+#    which finds NVRTC (DIR/nvrtc, the host's CUDA toolkit, or a Python wheel's), runs the
 #    conformance suite, the caller's-stream test, the zero-synchronisation step-path test, the
 #    CUDA-graph capture/replay test and the readback tests on device 0, an 8 s
 #    `specula demo --backend cuda` (exit 0 and its log lines), then the benchmark grid
@@ -72,26 +72,25 @@ run)
     for b in device grid specula; do
         [ -x "$dir/$b" ] || { echo "gpu-check: $dir/$b missing (run 'pack' first)" >&2; exit 2; }
     done
-    # NVRTC: the packed one, else the host's (CUDA 12 or 13: specula-cuda loads either; the
-    # file found is named in SPECULA_NVRTC and its folder, which holds the builtins library,
-    # goes on the loader path).
+    # NVRTC: specula-cuda itself looks on the loader path and in the CUDA toolkit folders
+    # ($CUDA_PATH, $CUDA_HOME, /usr/local/cuda), versions 12 and 13. What it does not search is
+    # added here: the packed copy, else a Python wheel's (PyTorch's) lib folder.
+    nvrtc_dir=""
     if [ -d "$dir/nvrtc" ]; then
         nvrtc_dir="$(cd "$dir/nvrtc" && pwd)"
     else
-        found=""
-        for c in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
-            $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null | tr ' ' '\n' | sed 's|$|/nvidia/cuda_nvrtc/lib|; p; s|/cuda_nvrtc/lib$|/cu13/lib|') \
-            $(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}' | xargs -r -n1 dirname); do
-            for f in "$c"/libnvrtc.so "$c"/libnvrtc.so.13 "$c"/libnvrtc.so.12; do
-                if [ -e "$f" ]; then found="$(readlink -f "$f")"; break 2; fi
+        for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+            for c in "$site/nvidia/cu13/lib" "$site/nvidia/cuda_nvrtc/lib"; do
+                if [ -e "$c/libnvrtc.so.13" ] || [ -e "$c/libnvrtc.so.12" ]; then
+                    nvrtc_dir="${nvrtc_dir:+$nvrtc_dir:}$c"
+                fi
             done
         done
-        [ -n "$found" ] || { echo "gpu-check: no NVRTC on this host; pack with --with-nvrtc" >&2; exit 2; }
-        export SPECULA_NVRTC="$found"
-        nvrtc_dir="$(dirname "$found")"
     fi
-    echo "gpu-check: NVRTC from $nvrtc_dir"
-    export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "gpu-check: NVRTC folders added to the loader path: ${nvrtc_dir:-none}"
+    if [ -n "$nvrtc_dir" ]; then
+        export LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
     # A device that does not open is a failure here, not a skip.
     export SPECULA_REQUIRE_DEVICE=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true

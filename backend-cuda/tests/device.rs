@@ -12,7 +12,14 @@ use std::task::Poll;
 
 fn device() -> Option<Arc<CudaDevice>> {
     match CudaDevice::new(0) {
-        Ok(d) => Some(Arc::new(d)),
+        Ok(d) => {
+            println!(
+                "device 0 ({}), NVRTC {:?}",
+                d.arch(),
+                specula_cuda::nvrtc_version()
+            );
+            Some(Arc::new(d))
+        }
         Err(e) => {
             // On the GPU host (scripts/gpu-check.sh sets this) a skip would hide a failure.
             assert!(
