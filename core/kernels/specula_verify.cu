@@ -149,9 +149,63 @@ __device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
     }
 }
 
-// Uniform in [0, 1) and (0, 1] from one output word (exact).
-__device__ __forceinline__ float sp_u01(sp_u32 x) { return (float)(x >> 8) * sp_f(0x33800000u); }
-__device__ __forceinline__ float sp_u01_open0(sp_u32 x) { return (float)((x >> 8) + 1u) * sp_f(0x33800000u); }
+// ---------------------------------------------------------------- random variates (binary64)
+__device__ __forceinline__ double sp_d(sp_u64 bits) { return __longlong_as_double((long long)bits); }
+
+// E = -ln(1 - v), v = (x + 1/2) 2^-64: the race's exponential variate of the 64-bit draw x
+// (DETERMINISM.md, "Race draws"). Positive and finite for every x.
+__device__ __forceinline__ double sp_exponential(sp_u64 x) {
+    double t;
+    if (x < (1ull << 62)) {
+        const double v = ((double)x + 0.5) * sp_d(0x3BF0000000000000ull); // 2^-64
+        const double s = v / (2.0 - v);
+        const double z = s * s;
+        double q = sp_d(0x3FAE1E1E1E1E1E1Eull); // 1/17
+        t = z * q; q = sp_d(0x3FB1111111111111ull) + t; // 1/15
+        t = z * q; q = sp_d(0x3FB3B13B13B13B14ull) + t; // 1/13
+        t = z * q; q = sp_d(0x3FB745D1745D1746ull) + t; // 1/11
+        t = z * q; q = sp_d(0x3FBC71C71C71C71Cull) + t; // 1/9
+        t = z * q; q = sp_d(0x3FC2492492492492ull) + t; // 1/7
+        t = z * q; q = sp_d(0x3FC999999999999Aull) + t; // 1/5
+        t = z * q; q = sp_d(0x3FD5555555555555ull) + t; // 1/3
+        t = z * q; q = 1.0 + t;
+        return (s + s) * q;
+    }
+    const double u = ((double)(~x) + 0.5) * sp_d(0x3BF0000000000000ull);
+    const sp_u64 bits = (sp_u64)__double_as_longlong(u);
+    sp_i32 e = (sp_i32)((bits >> 52) & 0x7FFull) - 1023;
+    double m = sp_d((bits & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
+    if (m > sp_d(0x3FF6A09E667F3BCDull)) { // sqrt(2)
+        m = m * 0.5;
+        e = e + 1;
+    }
+    const double s = (m - 1.0) / (m + 1.0);
+    const double z = s * s;
+    double q = sp_d(0x3FAAF286BCA1AF28ull); // 1/19
+    t = z * q; q = sp_d(0x3FAE1E1E1E1E1E1Eull) + t;
+    t = z * q; q = sp_d(0x3FB1111111111111ull) + t;
+    t = z * q; q = sp_d(0x3FB3B13B13B13B14ull) + t;
+    t = z * q; q = sp_d(0x3FB745D1745D1746ull) + t;
+    t = z * q; q = sp_d(0x3FBC71C71C71C71Cull) + t;
+    t = z * q; q = sp_d(0x3FC2492492492492ull) + t;
+    t = z * q; q = sp_d(0x3FC999999999999Aull) + t;
+    t = z * q; q = sp_d(0x3FD5555555555555ull) + t;
+    t = z * q; q = 1.0 + t;
+    const double ln_m = (s + s) * q;
+    const double ef = (double)e;
+    const double hi = ef * sp_d(0x3FE62E42FEE00000ull); // ln 2, high part (exact product)
+    const double lo = ef * sp_d(0x3DEA39EF35793C76ull); // ln 2, low part
+    const double rest = lo + ln_m;
+    const double ln_u = hi + rest;
+    return -ln_u;
+}
+
+// Rejection sampling's test: U = ((x >> 11) | 1) 2^-53 from the 64-bit stream-0 draw; accept iff
+// U pd < pt in binary64 (NaN rejects).
+__device__ __forceinline__ bool sp_accepts(sp_u64 x, float pt, float pd) {
+    const double u = (double)((x >> 11) | 1ull) * sp_d(0x3CA0000000000000ull); // 2^-53
+    return u * (double)pd < (double)pt;
+}
 
 // ---------------------------------------------------------------- reduction keys
 // (key, id) packed in one u64 whose unsigned order is the order of DETERMINISM.md: larger key
@@ -247,42 +301,80 @@ __device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
     return (float)total * sp_f(0x2B800000u); // 2^-40
 }
 
+// The skip test's f32 stand-in for a thread's best key: at most the key (within one rounding)
+// and at most FLT_MAX. Only an optimisation: a skipped id provably has a smaller key.
+__device__ __forceinline__ float sp_skip_key(double key) {
+    const double c = key < 3.4028234663852886e38 ? key : 3.4028234663852886e38;
+    return (float)c;
+}
+
 // Exponential race over w_v = t_v - d_v (residual, d = draft row, or one-hot at onehot_id when
-// draft is null) or over w_v = t_v (plain). Returns the packed winner, 0 when no candidate.
+// draft is null) or over w_v = t_v (plain), keys w / E in binary64 (DETERMINISM.md). Returns
+// (1 << 32) | winner, or 0 when there is no candidate.
+//
+// Each thread visits its ids in increasing order and keeps a strictly larger key only, so it holds
+// its lowest id among equal keys. Stream-2 words and the binary64 map are computed only for ids
+// the f32 test cannot rule out: w < (best * floor) * SHRINK, floor = (hi >> 8) 2^-24 <= E, proves
+// w / E < best (see host-std/src/cpu/kernels.rs for the margin).
 __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                           sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                           sp_u32 off_hi, sp_u64* s_red) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const bool vec = sp_aligned16(trow) && (drow == 0 || sp_aligned16(drow));
-    sp_u64 best = 0ull;
+    double best = -1.0;
+    float best_skip = -1.0f;
+    sp_u32 best_id = SP_SENTINEL;
     for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+        float t[4];
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         float w[4];
-        sp_load4(trow, g * 4u, vocab, vec, w);
+        sp_load4(trow, g * 4u, vocab, vec, t);
         if (residual) {
-            float d[4];
             if (drow != 0) {
                 sp_load4(drow, g * 4u, vocab, vec, d);
             } else {
                 for (sp_u32 i = 0; i < 4u; ++i) d[i] = (g * 4u + i == onehot_id) ? 1.0f : 0.0f;
             }
-            for (sp_u32 i = 0; i < 4u; ++i) w[i] = w[i] - d[i];
         }
         bool any = false;
-        for (sp_u32 i = 0; i < 4u; ++i) any = any || (g * 4u + i < vocab && w[i] > 0.0f);
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            w[i] = residual ? t[i] - d[i] : t[i];
+            any = any || (g * 4u + i < vocab && w[i] > 0.0f);
+        }
         if (!any) continue; // no candidate here: the random words are not needed
         sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
         sp_philox(c, k0, k1);
+        bool open[4];
+        bool need = false;
         for (sp_u32 i = 0; i < 4u; ++i) {
-            sp_u32 v = g * 4u + i;
-            if (v >= vocab) break;
-            if (!(w[i] > 0.0f)) continue;
-            float e = -sp_ln(sp_u01_open0(c[i]));
-            float key = (e == 0.0f) ? sp_f(0x7F800000u) : w[i] / e;
-            sp_u64 p = sp_pack(key, v);
-            if (p > best) best = p;
+            const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
+            const float p = best_skip * floor_e;
+            const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
+            open[i] = g * 4u + i < vocab && w[i] > 0.0f && !(w[i] < bound);
+            need = need || open[i];
+        }
+        if (!need) continue;
+        sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
+        sp_philox(c2, k0, k1);
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            if (!open[i]) continue;
+            const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
+            const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
+            const double key = wx / e;
+            if (key > best) {
+                best = key;
+                best_skip = sp_skip_key(key);
+                best_id = g * 4u + i;
+            }
         }
     }
-    return sp_block_reduce(best, true, s_red);
+    // Candidate keys are positive (or +inf), so their bit patterns order as unsigned integers;
+    // "none" is 0. First the largest key, then the lowest id holding it.
+    const sp_u64 mine = best > 0.0 ? (sp_u64)__double_as_longlong(best) : 0ull;
+    const sp_u64 top = sp_block_reduce(mine, true, s_red);
+    if (top == 0ull) return 0ull;
+    const sp_u64 lowest = sp_block_reduce(mine == top ? (sp_u64)(~best_id) : 0ull, true, s_red);
+    return (1ull << 32) | (sp_u64)(~(sp_u32)lowest);
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -356,13 +448,12 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
             const float pd = has_draft ? drow[x] : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
-            const float u = sp_u01(c[0]);
-            accept = u * pd < pt;
+            accept = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
             if (!accept) {
                 sp_u64 win = sp_race(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 if (win == 0ull)
                     win = sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
-                emitted = win == 0ull ? 0u : sp_unpack_id(win);
+                emitted = (sp_u32)win; // 0 when none
             }
         } else if (method == SP_METHOD_GREEDY) {
             const sp_u32 am = sp_argmax(trow, vocab, s_red);
@@ -377,7 +468,7 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
             accept = pt > thr;
             if (!accept) {
                 sp_u64 win = sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
-                emitted = win == 0ull ? 0u : sp_unpack_id(win);
+                emitted = (sp_u32)win; // 0 when none
             }
         }
         if (accept) ++acc; else rejected = true;
@@ -388,7 +479,7 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
             emitted = sp_argmax(trow, vocab, s_red);
         } else {
             sp_u64 win = sp_race(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red);
-            emitted = win == 0ull ? 0u : sp_unpack_id(win);
+            emitted = (sp_u32)win; // 0 when none
         }
     }
 

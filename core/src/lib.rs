@@ -17,6 +17,7 @@ pub mod slot;
 pub mod words;
 
 // -- verification (reference algorithms, RNG, portable math, kernel text) --
+pub mod exponential;
 pub mod fmath;
 pub mod kernels;
 pub mod philox;

@@ -1,5 +1,5 @@
 //! Philox4x32-10, the counter-based random number generator of the verification rules
-//! (`core/DETERMINISM.md`), and the two uniform conversions built on it.
+//! (`core/DETERMINISM.md`), and the draws of its three streams.
 //!
 //! A counter-based generator has no state to carry between calls: the random word for a given
 //! (seed, offset, position, vocabulary index) is a pure function of those numbers. That is what
@@ -15,10 +15,13 @@ const W0: u32 = 0x9E37_79B9;
 /// Weyl increment of key word 1.
 const W1: u32 = 0xBB67_AE85;
 
-/// Stream 0: the acceptance uniform of a draft position (index 0, output word 0).
+/// Stream 0: the acceptance draw of a draft position (index 0, output words 0 and 1).
 pub const STREAM_ACCEPT: u32 = 0;
-/// Stream 1: the exponential race over the vocabulary (index `v >> 2`, output word `v & 3`).
+/// Stream 1: the high words of the race draws over the vocabulary (index `v >> 2`, output word
+/// `v & 3`).
 pub const STREAM_RACE: u32 = 1;
+/// Stream 2: the low words of the race draws, at the same index and word as stream 1.
+pub const STREAM_RACE_LO: u32 = 2;
 
 #[inline(always)]
 fn mulhilo(a: u32, b: u32) -> (u32, u32) {
@@ -82,26 +85,28 @@ pub fn uniform_co(x: u32) -> f32 {
     (x >> 8) as f32 * f32::from_bits(0x3380_0000) // 2⁻²⁴
 }
 
-/// Uniform in `(0, 1]`: `((x >> 8) + 1) · 2⁻²⁴`, exact (never 0, so its logarithm is finite).
-#[inline(always)]
-#[must_use]
-pub fn uniform_oc(x: u32) -> f32 {
-    ((x >> 8) + 1) as f32 * f32::from_bits(0x3380_0000)
-}
-
-/// The acceptance uniform (stream 0) of draft position `position` of a request.
+/// The 64-bit acceptance draw (stream 0, index 0: word 0 high, word 1 low) of draft position
+/// `position` of a request; [`accepts`](crate::exponential::accepts) turns it into the test.
 #[inline]
 #[must_use]
-pub fn accept_uniform(seed: u64, offset: u64, position: u32) -> f32 {
+pub fn accept_draw(seed: u64, offset: u64, position: u32) -> u64 {
     let w = philox4x32_10(counter(0, position, STREAM_ACCEPT, offset), key(seed));
-    uniform_co(w[0])
+    (u64::from(w[0]) << 32) | u64::from(w[1])
 }
 
-/// The four race words (stream 1) for vocabulary ids `4·index .. 4·index + 4` at `position`.
+/// The four race high words (stream 1) for vocabulary ids `4·index .. 4·index + 4` at
+/// `position`.
 #[inline(always)]
 #[must_use]
 pub fn race_words(seed: u64, offset: u64, position: u32, index: u32) -> [u32; 4] {
     philox4x32_10(counter(index, position, STREAM_RACE, offset), key(seed))
+}
+
+/// The four race low words (stream 2) for the same ids as [`race_words`].
+#[inline(always)]
+#[must_use]
+pub fn race_words_lo(seed: u64, offset: u64, position: u32, index: u32) -> [u32; 4] {
+    philox4x32_10(counter(index, position, STREAM_RACE_LO, offset), key(seed))
 }
 
 #[cfg(test)]
@@ -135,6 +140,19 @@ mod tests {
             counter(7, 3, STREAM_RACE, 0x1111_2222_3333_4444),
             [7, 13, 0x3333_4444, 0x1111_2222]
         );
+        assert_eq!(counter(7, 3, STREAM_RACE_LO, 0)[1], 14);
+    }
+
+    #[test]
+    fn draws_pair_the_words_high_then_low() {
+        let w = philox4x32_10(counter(0, 2, STREAM_ACCEPT, 9), key(5));
+        assert_eq!(
+            accept_draw(5, 9, 2),
+            (u64::from(w[0]) << 32) | u64::from(w[1])
+        );
+        let lo = philox4x32_10(counter(3, 2, STREAM_RACE_LO, 9), key(5));
+        assert_eq!(race_words_lo(5, 9, 2, 3), lo);
+        assert_ne!(race_words_lo(5, 9, 2, 3), race_words(5, 9, 2, 3));
     }
 
     #[test]
@@ -142,8 +160,6 @@ mod tests {
         assert_eq!(uniform_co(0), 0.0);
         assert_eq!(uniform_co(0xFF), 0.0);
         assert_eq!(uniform_co(u32::MAX), 1.0 - f32::EPSILON / 2.0);
-        assert_eq!(uniform_oc(0), f32::from_bits(0x3380_0000));
-        assert_eq!(uniform_oc(u32::MAX), 1.0);
         assert_eq!(uniform_co(0x8000_0000), 0.5);
     }
 }

@@ -42,7 +42,10 @@ fn read_sum(src: &[f32], threads: usize) -> f32 {
                 })
             })
             .collect();
-        parts.into_iter().map(|h| h.join().expect("sum thread")).sum()
+        parts
+            .into_iter()
+            .map(|h| h.join().expect("sum thread"))
+            .sum()
     })
 }
 

@@ -135,6 +135,8 @@ static inline void __syncthreads() { specula_shim::sync_block(); }
 
 static inline unsigned int __float_as_uint(float f) { return std::bit_cast<unsigned int>(f); }
 static inline float __uint_as_float(unsigned int u) { return std::bit_cast<float>(u); }
+static inline long long __double_as_longlong(double d) { return std::bit_cast<long long>(d); }
+static inline double __longlong_as_double(long long u) { return std::bit_cast<double>(u); }
 
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return std::atomic_ref<unsigned long long>(*p).fetch_add(v);

@@ -68,12 +68,13 @@ fn value_stability() {
         .collect();
     assert_eq!(got, want, "{:?}", (d.vocab, d.k_max, d.requests()));
     // The raw stream too: Philox words and derived uniforms at fixed coordinates.
-    use specula_core::philox::{accept_uniform, race_words};
+    use specula_core::exponential::{draw, exponential};
+    use specula_core::philox::{accept_draw, race_words, race_words_lo};
     assert_eq!(race_words(7, 11, 2, 5), PINNED_WORDS);
-    assert_eq!(
-        accept_uniform(u64::MAX, 1 << 40, 3).to_bits(),
-        PINNED_UNIFORM
-    );
+    assert_eq!(race_words_lo(7, 11, 2, 5), PINNED_WORDS_LO);
+    assert_eq!(accept_draw(u64::MAX, 1 << 40, 3), PINNED_ACCEPT);
+    let e = exponential(draw(PINNED_WORDS[1], PINNED_WORDS_LO[1]));
+    assert_eq!(e.to_bits(), PINNED_EXPONENTIAL, "{e}");
 }
 
 const S: u32 = specula_core::verify::SENTINEL;
@@ -85,18 +86,22 @@ const S: u32 = specula_core::verify::SENTINEL;
 const PINNED: [(&[u32], &[u32]); 3] = [
     // Rejection
     (&[1, 5, 0, 0, 0, 0, 2, 0],
-     &[17, 5, S, S, S, S, S, S, S, 33, 24, 41, 4, 5, 37, S, S, S, 30, S, S, S, S, S, S, S, S, 14, S, S, S, S, S, S, S, S, 25, S, S, S, S, S, S, S, S, 0, S, S, S, S, S, S, S, S, 5, 22, 28, S, S, S, S, S, S, 29, S, S, S, S, S, S, S, S]),
+     &[17, 40, S, S, S, S, S, S, S, 33, 24, 41, 4, 5, 37, S, S, S, 2, S, S, S, S, S, S, S, S, 14, S, S, S, S, S, S, S, S, 5, S, S, S, S, S, S, S, S, 6, S, S, S, S, S, S, S, S, 5, 22, 10, S, S, S, S, S, S, 15, S, S, S, S, S, S, S, S]),
     // Greedy
     (&[0, 1, 0, 0, 0, 0, 2, 0],
      &[39, S, S, S, S, S, S, S, S, 33, 9, S, S, S, S, S, S, S, 2, S, S, S, S, S, S, S, S, 14, S, S, S, S, S, S, S, S, 12, S, S, S, S, S, S, S, S, 5, S, S, S, S, S, S, S, S, 5, 22, 28, S, S, S, S, S, S, 8, S, S, S, S, S, S, S, S]),
     // Typical
     (&[4, 5, 0, 0, 0, 0, 2, 0],
-     &[17, 33, 38, 23, 23, S, S, S, S, 33, 24, 41, 4, 5, 37, S, S, S, 30, S, S, S, S, S, S, S, S, 14, S, S, S, S, S, S, S, S, 25, S, S, S, S, S, S, S, S, 0, S, S, S, S, S, S, S, S, 5, 22, 28, S, S, S, S, S, S, 29, S, S, S, S, S, S, S, S]),
+     &[17, 33, 38, 23, 4, S, S, S, S, 33, 24, 41, 4, 5, 37, S, S, S, 2, S, S, S, S, S, S, S, S, 14, S, S, S, S, S, S, S, S, 11, S, S, S, S, S, S, S, S, 6, S, S, S, S, S, S, S, S, 5, 22, 10, S, S, S, S, S, S, 15, S, S, S, S, S, S, S, S]),
 ];
 /// Philox4x32-10 words at seed 7, offset 11, position 2, race index 5.
 const PINNED_WORDS: [u32; 4] = [0x7be1_714c, 0xe6d0_6a4c, 0x06bb_ca6f, 0xce82_d299];
-/// Acceptance uniform at seed u64::MAX, offset 2⁴⁰, position 3.
-const PINNED_UNIFORM: u32 = 0x3eac_dfcc;
+/// Stream-2 words at the same coordinates.
+const PINNED_WORDS_LO: [u32; 4] = [0x4e2f_279f, 0xebf1_efce, 0xab8c_3b15, 0x6eee_6207];
+/// The 64-bit acceptance draw at seed u64::MAX, offset 2⁴⁰, position 3.
+const PINNED_ACCEPT: u64 = 0x566f_e672_80e8_3f5d;
+/// The race variate E of word 1 of the pinned groups.
+const PINNED_EXPONENTIAL: u64 = 0x4002_8d18_4cc2_98f6;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]

@@ -2,8 +2,9 @@
 //! ([`ScalarOps`]) that define the reference bits.
 
 use super::{Batch, Method, SENTINEL};
-use crate::fmath::{entropy, exp_p, ln_p};
-use crate::philox::{accept_uniform, race_words, uniform_oc};
+use crate::exponential::{accepts, draw, exponential};
+use crate::fmath::{entropy, exp_p};
+use crate::philox::{accept_draw, race_words, race_words_lo};
 
 /// Where a row's race draws its uniforms: the request's stream at a draft position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,43 +18,47 @@ pub struct RaceRng {
 }
 
 impl RaceRng {
-    /// The four race words for vocabulary ids `4·group .. 4·group + 4`.
+    /// The four race high words (stream 1) for vocabulary ids `4·group .. 4·group + 4`.
     #[inline(always)]
     #[must_use]
     pub fn words(&self, group: u32) -> [u32; 4] {
         race_words(self.seed, self.offset, self.position, group)
     }
-}
 
-/// The race key of weight `w` with race word `word`: `w / E` with `E = −ln_p(u')`, `+∞` when
-/// `E = 0`, and `−1` (below every candidate, whose keys are `≥ 0`) when `w` is not `> 0`.
-#[inline(always)]
-#[must_use]
-pub fn race_key(w: f32, word: u32) -> f32 {
-    if w > 0.0 {
-        let e = -ln_p(uniform_oc(word));
-        // −ln_p(1) is −0.0, and w / −0.0 would be −∞: the rule says +∞.
-        if e == 0.0 { f32::INFINITY } else { w / e }
-    } else {
-        -1.0
+    /// The four race low words (stream 2) for the same ids as [`words`](Self::words).
+    #[inline(always)]
+    #[must_use]
+    pub fn words_lo(&self, group: u32) -> [u32; 4] {
+        race_words_lo(self.seed, self.offset, self.position, group)
     }
 }
 
-/// Exponential race over the weights `w(v)`, `v < vocab`: the id with the largest key, ties to
-/// the lowest id; `None` if no weight is `> 0`.
+/// The race key of weight `w` with the 64-bit race draw `x`: `w / E` with
+/// `E = `[`exponential`]`(x)` (never 0 or `+∞`, so the key is positive, or `+∞` only for
+/// `w = +∞`), and `−1` (below every candidate) when `w` is not `> 0`.
+#[inline(always)]
+#[must_use]
+pub fn race_key(w: f64, x: u64) -> f64 {
+    if w > 0.0 { w / exponential(x) } else { -1.0 }
+}
+
+/// Exponential race over the weights `w(v)`, `v < vocab` (in `f64`; see [`race_residual`] for
+/// how a residual is formed): the id with the largest key, ties to the lowest id; `None` if no
+/// weight is `> 0`.
 #[inline]
-pub fn race(rng: RaceRng, vocab: usize, mut w: impl FnMut(usize) -> f32) -> Option<u32> {
-    let mut best_key = -1.0f32;
+pub fn race(rng: RaceRng, vocab: usize, mut w: impl FnMut(usize) -> f64) -> Option<u32> {
+    let mut best_key = -1.0f64;
     let mut best = None;
     let mut v = 0usize;
     let mut group = 0u32;
     while v < vocab {
         let words = rng.words(group);
-        for word in words {
+        let lo = rng.words_lo(group);
+        for (hi, lo) in words.into_iter().zip(lo) {
             if v >= vocab {
                 break;
             }
-            let key = race_key(w(v), word);
+            let key = race_key(w(v), draw(hi, lo));
             // Strict `>`: a later (higher) id never displaces an equal key.
             if key > best_key {
                 best_key = key;
@@ -83,8 +88,10 @@ pub fn argmax(row: &[f32]) -> u32 {
     best
 }
 
-/// The residual race of rejection sampling: weights `target(v) − draft(v)` (one `f32`
-/// subtraction; a one-hot draft is `1.0` at its token, `0.0` elsewhere).
+/// The residual race of rejection sampling: weights `target(v) − draft(v)`, both converted to
+/// `f64` first (one `f64` subtraction, exact unless the two differ by more than 2²⁹ in
+/// magnitude; a one-hot draft is `1.0` at its token, `0.0` elsewhere). `w > 0` exactly when
+/// `target(v) > draft(v)`.
 #[inline]
 pub fn race_residual(
     rng: RaceRng,
@@ -93,9 +100,11 @@ pub fn race_residual(
     token: u32,
 ) -> Option<u32> {
     match draft {
-        Some(d) => race(rng, target.len(), |v| target[v] - d[v]),
+        Some(d) => race(rng, target.len(), |v| {
+            f64::from(target[v]) - f64::from(d[v])
+        }),
         None => race(rng, target.len(), |v| {
-            target[v] - if v == token as usize { 1.0 } else { 0.0 }
+            f64::from(target[v]) - if v == token as usize { 1.0 } else { 0.0 }
         }),
     }
 }
@@ -133,7 +142,7 @@ impl RowOps for ScalarOps {
         entropy(row)
     }
     fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
-        race(rng, row.len(), |v| row[v])
+        race(rng, row.len(), |v| f64::from(row[v]))
     }
     fn race_residual(
         &self,
@@ -175,8 +184,7 @@ pub fn verify_request<O: RowOps + ?Sized>(
             Method::Rejection => {
                 let draft = batch.draft_row(b, j);
                 let pd = draft.map_or(1.0, |d| d[x as usize]);
-                let u = accept_uniform(seed, offset, j as u32);
-                let ok = u * pd < pt;
+                let ok = accepts(accept_draw(seed, offset, j as u32), pt, pd);
                 if !ok {
                     emitted = Some(
                         ops.race_residual(rng(j), target, draft, x)

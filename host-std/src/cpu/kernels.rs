@@ -18,17 +18,21 @@
 // Lane loops index several arrays in lockstep by lane number: the shape the vectoriser wants.
 #![allow(clippy::needless_range_loop)]
 
+use specula_core::exponential::{draw, exponential, exponential_floor};
 use specula_core::fmath::ln_p;
-use specula_core::philox::{STREAM_RACE, key, uniform_oc};
+use specula_core::philox::{STREAM_RACE, STREAM_RACE_LO, key};
 use specula_core::verify::RaceRng;
 
 /// The best `(key, id)` of a range under "larger key wins, equal keys go to the lower id".
 ///
 /// `id == u32::MAX` means "nothing yet" (no real row id can be `u32::MAX`: validation keeps
 /// every id below it).
+///
+/// Keys are `f64`: race keys are computed in `f64`, and argmax keys (`f32` values) convert
+/// exactly and in order.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Best {
-    pub key: f32,
+    pub key: f64,
     pub id: u32,
 }
 
@@ -40,7 +44,7 @@ impl Best {
     };
     /// No argmax candidate: only values `> −∞` ever become a best.
     pub const NO_ARGMAX: Self = Self {
-        key: f32::NEG_INFINITY,
+        key: f64::NEG_INFINITY,
         id: u32::MAX,
     };
 
@@ -115,8 +119,12 @@ pub(crate) trait Weights: Copy {
     /// The row length `V`.
     fn len(&self) -> usize;
     /// Writes the weights of ids `start .. start + N` into `out`, with `0.0` (never a candidate)
-    /// for ids at or past `end` (`start < end ≤ len`).
+    /// for ids at or past `end` (`start < end ≤ len`), computed in `f32`: positive exactly when
+    /// [`exact`](Self::exact) is, and otherwise within one `f32` rounding of it (the skip test's
+    /// input only).
     fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]);
+    /// The weight of id `v` as the rules define it, in `f64` (the key's input).
+    fn exact(&self, v: usize) -> f64;
 }
 
 /// Copies `row[start..end]` (at most `N` values) into `out`, zero-padding the rest.
@@ -146,6 +154,10 @@ impl Weights for Row<'_> {
     fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
         load(self.0, start, end, out);
     }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        f64::from(self.0[v])
+    }
 }
 
 /// `target − draft`, one `f32` subtraction per id (the residual of rejection sampling).
@@ -170,6 +182,10 @@ impl Weights for Residual<'_> {
             out[i] -= d[i];
         }
     }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        f64::from(self.target[v]) - f64::from(self.draft[v])
+    }
 }
 
 /// `target − one_hot(token)`: the residual of a drafter without probabilities.
@@ -193,15 +209,24 @@ impl Weights for OneHot<'_> {
             out[t - start] -= 1.0;
         }
     }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        f64::from(self.target[v]) - if v == self.token as usize { 1.0 } else { 0.0 }
+    }
 }
 
-/// `(1 − u') × LB` is a lower bound of `E = −ln_p(u')` for every race uniform `u'` (checked
-/// exhaustively over all 2²⁴ of them by a test). `−ln u ≥ 1 − u` holds exactly; `LB` leaves
-/// room for the few-ulp error of `ln_p`.
-const LB: f32 = 1.0 - 1.0 / 4096.0;
-/// Absorbs the two roundings of `(b × L) × SHRINK` (each at most 2⁻²⁴ relative, or 2⁻¹⁵⁰
-/// absolute below the normal range), so the product stays below the exact `b × L`.
+/// The skip test's margin: absorbs the roundings between the `f32` test and the exact key
+/// (the `f32` copy of the lane's best key, two `f32` products, the `f32` weight, the `f64`
+/// division and the map's error `ETA`), together below `(1 + 2⁻²⁴)⁴·(1 + 2⁻⁴⁷) < 1 + 2⁻²¹`.
 const SHRINK: f32 = 1.0 - 1.0 / 1_048_576.0;
+
+/// The `f32` stand-in for a lane's best key in the skip test: at most the key (rounded to
+/// nearest, so within one rounding above it) and at most `f32::MAX`, so the test stays
+/// conservative when keys exceed the `f32` range.
+#[inline(always)]
+fn skip_key(key: f64) -> f32 {
+    key.min(f64::from(f32::MAX)) as f32
+}
 
 /// Philox4x32-10 of `G` consecutive groups (lanes) from group `base`, the words returned in id
 /// order (`out[4g + w]` is word `w` of group `g`), as the race consumes them.
@@ -255,11 +280,11 @@ fn philox_block<const G: usize, const N: usize>(
 ///
 /// Per lane `i` (ids `≡ i mod N`, visited in increasing order) the kernel keeps the best key
 /// `b` so far, replaced only on a strictly larger key, so each lane holds its lowest id among
-/// equal keys. A block whose keys certainly cannot beat their lanes' `b` skips `ln_p` and both
-/// divisions: the key `fl(w / E)` can exceed `b` only if `w > b × E`, and
-/// `(b × L) × SHRINK ≤ b × L ≤ b × E` with `L = (1 − u') × LB ≤ E`, so `w < (b × L) × SHRINK`
-/// proves the key is at most `b` (also for `b = +∞`; for `b = −1` the bound is negative and
-/// never skips a candidate).
+/// equal keys. Computing a key needs the id's stream-2 word and the `f64` map; a block whose
+/// candidates certainly cannot beat their lanes' `b` skips both. The key `w / E` exceeds `b`
+/// only if `w > b × E`, and `E ≥ F` with `F = exponential_floor(high word)`, so
+/// `w_f32 < (b_f32 × F) × SHRINK` proves the key is below `b` (see [`SHRINK`]; for `b = −1` the
+/// bound is negative and never skips a candidate, for `F = 0` it is 0 and never skips either).
 #[inline(always)]
 fn race_range<W: Weights, const G: usize, const N: usize>(
     rng: RaceRng,
@@ -274,11 +299,14 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
         rng.offset as u32,
         (rng.offset >> 32) as u32,
     ];
-    let mut best_key = [-1.0f32; N];
+    let ctr_lo = [(rng.position << 2) | STREAM_RACE_LO, ctr[1], ctr[2]];
+    let mut best_key = [-1.0f64; N];
+    let mut best_skip = [-1.0f32; N];
     let mut best_id = [u32::MAX; N];
     let mut wt = [0f32; N];
     let mut words = [0u32; N];
-    let mut u = [0f32; N];
+    let mut lo = [0u32; N];
+    let mut open = [false; N];
     let mut s = start;
     while s < end {
         w.block(s, end, &mut wt);
@@ -290,26 +318,25 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
         }
         if any {
             // V ≤ u32::MAX, so the group index s / 4 fits 32 bits.
-            philox_block::<G, N>((s / 4) as u32, ctr, k, &mut words);
+            let base = (s / 4) as u32;
+            philox_block::<G, N>(base, ctr, k, &mut words);
             let mut need = false;
             for i in 0..N {
-                u[i] = uniform_oc(words[i]);
-                let lower = (1.0 - u[i]) * LB;
-                let bound = (best_key[i] * lower) * SHRINK;
-                // A NaN bound (b = +∞, L = 0) proves nothing; NaN weights fail `> 0` and never
-                // need the exact key.
-                let proven = wt[i] < bound;
-                need |= wt[i] > 0.0 && !proven;
+                let bound = (best_skip[i] * exponential_floor(words[i])) * SHRINK;
+                // NaN weights fail `> 0`: never candidates.
+                open[i] = wt[i] > 0.0 && !(wt[i] < bound);
+                need |= open[i];
             }
             if need {
+                philox_block::<G, N>(base, ctr_lo, k, &mut lo);
                 for i in 0..N {
-                    let e = -ln_p(u[i]);
-                    // −ln_p(1) is −0.0, and w / −0.0 would be −∞: the rule says +∞.
-                    let q = if e == 0.0 { f32::INFINITY } else { wt[i] / e };
-                    let key = if wt[i] > 0.0 { q } else { -1.0 };
-                    if key > best_key[i] {
-                        best_key[i] = key;
-                        best_id[i] = (s + i) as u32;
+                    if open[i] {
+                        let key = w.exact(s + i) / exponential(draw(words[i], lo[i]));
+                        if key > best_key[i] {
+                            best_key[i] = key;
+                            best_skip[i] = skip_key(key);
+                            best_id[i] = (s + i) as u32;
+                        }
                     }
                 }
             }
@@ -347,15 +374,15 @@ fn argmax_range<const N: usize>(row: &[f32], start: usize, end: usize) -> Best {
     let mut out = Best::NO_ARGMAX;
     for l in 0..N {
         out = out.merge(Best {
-            key: best[l],
+            key: f64::from(best[l]),
             id: idx[l],
         });
     }
     let tail_base = (end - tail.len()) as u32;
     for (i, &x) in tail.iter().enumerate() {
-        if x > out.key {
+        if f64::from(x) > out.key {
             out = Best {
-                key: x,
+                key: f64::from(x),
                 id: tail_base + i as u32,
             };
         }
@@ -509,16 +536,18 @@ pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i6
 mod tests {
     use super::*;
 
-    /// The skip test of [`race_range`] relies on `(1 − u') × LB ≤ −ln_p(u')` for every race
-    /// uniform: there are only 2²⁴ of them, so check them all.
+    /// The skip test of [`race_range`] relies on [`skip_key`] never exceeding the key by more
+    /// than one `f32` rounding and on its clamp to `f32::MAX`.
     #[test]
-    fn lower_bound_of_e_holds_for_every_uniform() {
-        for m in 0u32..(1 << 24) {
-            let u = uniform_oc(m << 8);
-            let e = -ln_p(u);
-            let lower = (1.0 - u) * LB;
-            assert!(lower >= 0.0 && lower <= e, "u' = {u}: {lower} > {e}");
+    fn skip_key_is_conservative() {
+        for key in [1e-300, 1e-46, 1.5, 3.4e38, 3.5e38, 1e300, f64::INFINITY] {
+            let s = f64::from(skip_key(key));
+            assert!(
+                s.is_finite() && s <= key * (1.0 + 1.0 / 16_777_216.0),
+                "{key:e} → {s:e}"
+            );
         }
+        assert_eq!(skip_key(-1.0), -1.0);
     }
 
     #[test]
