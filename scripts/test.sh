@@ -45,8 +45,8 @@ else
     echo "skipped: CUDA 13 tools not installed (scripts/cuda-tools.sh)"
 fi
 
-step "statistical tests (release)"
-cargo test --release -p specula-tests --test verify_stats
+step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map"
+cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates
 
 step "no_std builds of the core"
 for t in thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imc-unknown-none-elf; do

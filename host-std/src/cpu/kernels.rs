@@ -20,7 +20,7 @@
 
 use specula_core::exponential::{draw, exponential, exponential_floor};
 use specula_core::fmath::ln_p;
-use specula_core::philox::{STREAM_RACE, STREAM_RACE_LO, key};
+use specula_core::philox::{STREAM_RACE, STREAM_RACE_LO, key, philox4x32_10};
 use specula_core::verify::RaceRng;
 
 /// The best `(key, id)` of a range under "larger key wins, equal keys go to the lower id".
@@ -275,16 +275,26 @@ fn philox_block<const G: usize, const N: usize>(
     }
 }
 
+/// [`exponential`] kept out of line: the race's hot loop stays small enough for the vectoriser,
+/// and the map runs only for the few ids the skip test cannot rule out.
+#[inline(never)]
+fn exponential_cold(x: u64) -> f64 {
+    exponential(x)
+}
+
 /// The race over ids `start..end` of `w` (`start` a multiple of 4, so blocks start on Philox
 /// group boundaries): the best (key, id) among candidates, or [`Best::NO_RACE`].
 ///
-/// Per lane `i` (ids `≡ i mod N`, visited in increasing order) the kernel keeps the best key
-/// `b` so far, replaced only on a strictly larger key, so each lane holds its lowest id among
-/// equal keys. Computing a key needs the id's stream-2 word and the `f64` map; a block whose
-/// candidates certainly cannot beat their lanes' `b` skips both. The key `w / E` exceeds `b`
-/// only if `w > b × E`, and `E ≥ F` with `F = exponential_floor(high word)`, so
+/// Computing a key needs the id's stream-2 word and the binary64 map, so the kernel computes it
+/// only for ids that might beat the best key `b` found so far in the range. The key `w / E`
+/// exceeds `b` only if `w > b × E`, and `E ≥ F` with `F = exponential_floor(high word)`, so
 /// `w_f32 < (b_f32 × F) × SHRINK` proves the key is below `b` (see [`SHRINK`]; for `b = −1` the
-/// bound is negative and never skips a candidate, for `F = 0` it is 0 and never skips either).
+/// bound is negative and never rules out a candidate, for `F = 0` it is 0 and never does either).
+/// One vector pass per block builds the mask of ids the test cannot rule out; those few are
+/// visited in increasing id order and replace `b` only on a strictly larger key, so the range's
+/// result is its largest key with the lowest id among equals. Keeping one `b` for the whole
+/// range (not one per lane) makes the test as strong as it can be: after the first block only
+/// about `ln V` ids per race need their exact key.
 #[inline(always)]
 fn race_range<W: Weights, const G: usize, const N: usize>(
     rng: RaceRng,
@@ -292,7 +302,7 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
     start: usize,
     end: usize,
 ) -> Best {
-    debug_assert!(N == 4 * G && start.is_multiple_of(4) && end <= w.len());
+    debug_assert!(N == 4 * G && N <= 64 && start.is_multiple_of(4) && end <= w.len());
     let k = key(rng.seed);
     let ctr = [
         (rng.position << 2) | STREAM_RACE,
@@ -300,13 +310,10 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
         (rng.offset >> 32) as u32,
     ];
     let ctr_lo = [(rng.position << 2) | STREAM_RACE_LO, ctr[1], ctr[2]];
-    let mut best_key = [-1.0f64; N];
-    let mut best_skip = [-1.0f32; N];
-    let mut best_id = [u32::MAX; N];
+    let mut best = Best::NO_RACE;
+    let mut best_skip = -1.0f32;
     let mut wt = [0f32; N];
     let mut words = [0u32; N];
-    let mut lo = [0u32; N];
-    let mut open = [false; N];
     let mut s = start;
     while s < end {
         w.block(s, end, &mut wt);
@@ -320,35 +327,38 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
             // V ≤ u32::MAX, so the group index s / 4 fits 32 bits.
             let base = (s / 4) as u32;
             philox_block::<G, N>(base, ctr, k, &mut words);
-            let mut need = false;
+            // One bit per id that the test cannot rule out (N ≤ 64): a straight vector pass.
+            let mut open = 0u64;
             for i in 0..N {
-                let bound = (best_skip[i] * exponential_floor(words[i])) * SHRINK;
-                // NaN weights fail `> 0`: never candidates.
-                open[i] = wt[i] > 0.0 && !(wt[i] < bound);
-                need |= open[i];
+                let bound = (best_skip * exponential_floor(words[i])) * SHRINK;
+                // NaN weights fail `> 0`: never candidates. A NaN bound (b = +∞ times F = 0)
+                // proves nothing, so the id stays open.
+                let proven = wt[i] < bound;
+                open |= u64::from(wt[i] > 0.0 && !proven) << i;
             }
-            if need {
-                philox_block::<G, N>(base, ctr_lo, k, &mut lo);
-                for i in 0..N {
-                    if open[i] {
-                        let key = w.exact(s + i) / exponential(draw(words[i], lo[i]));
-                        if key > best_key[i] {
-                            best_key[i] = key;
-                            best_skip[i] = skip_key(key);
-                            best_id[i] = (s + i) as u32;
-                        }
-                    }
+            // The open ids in increasing order: each needs its stream-2 word (one Philox block
+            // per group of four ids, computed once) and the binary64 map.
+            let mut lo_group = u32::MAX;
+            let mut lo = [0u32; 4];
+            while open != 0 {
+                let i = open.trailing_zeros() as usize;
+                open &= open - 1;
+                let group = base + (i / 4) as u32;
+                if group != lo_group {
+                    lo = philox4x32_10([group, ctr_lo[0], ctr_lo[1], ctr_lo[2]], k);
+                    lo_group = group;
+                }
+                let key = w.exact(s + i) / exponential_cold(draw(words[i], lo[i % 4]));
+                if key > best.key {
+                    best = Best {
+                        key,
+                        id: (s + i) as u32,
+                    };
+                    best_skip = skip_key(key);
                 }
             }
         }
         s += N;
-    }
-    let mut best = Best::NO_RACE;
-    for i in 0..N {
-        best = best.merge(Best {
-            key: best_key[i],
-            id: best_id[i],
-        });
     }
     best
 }
