@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn ln_of_race_uniforms_is_never_positive() {
-        // E = −ln(u') must be ≥ 0 for every u' in (0, 1]: check the whole top of the range,
+        // ln_p(p) must be ≤ 0 for every p in (0, 1] (entropy terms stay ≥ 0): check the top of the range,
         // where rounding could push a value above 0, and a sample of the rest.
         let (top, stride) = if cfg!(miri) {
             (1 << 8, 251 * 1021)
