@@ -2,6 +2,7 @@
 //! missing library; this crate checks first).
 
 use cudarc::driver::DriverError;
+use specula_core::ErrorKind;
 use specula_core::verify::VerifyError;
 
 /// Why a CUDA backend operation failed.
@@ -36,6 +37,22 @@ pub enum CudaError {
     ReadbackInFlight,
     /// [`Readback::poll`](specula_core::Readback::poll) with no readback in flight.
     NoReadback,
+}
+
+impl CudaError {
+    /// What the failure means to a runtime, in the kind every backend shares.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NoDriver => ErrorKind::NoDriver,
+            Self::NoDevice => ErrorKind::NoDevice,
+            Self::NoNvrtc => ErrorKind::NoCompiler,
+            Self::Nvrtc { .. } => ErrorKind::Compile,
+            Self::Verify(_) | Self::TooLarge => ErrorKind::InvalidInput,
+            Self::ReadbackInFlight | Self::NoReadback => ErrorKind::Misuse,
+            Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
+        }
+    }
 }
 
 impl From<VerifyError> for CudaError {

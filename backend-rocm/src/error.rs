@@ -1,6 +1,7 @@
 //! [`RocmError`]: everything that can go wrong in this backend, as values.
 
 use core::fmt;
+use specula_core::ErrorKind;
 use specula_core::verify::VerifyError;
 
 /// Why a ROCm operation failed. Nothing in this crate panics; every failure is one of these.
@@ -122,6 +123,25 @@ impl std::error::Error for RocmError {
         match self {
             Self::Verify(e) => Some(e),
             _ => None,
+        }
+    }
+}
+
+impl RocmError {
+    /// What the failure means to a runtime, in the kind every backend shares.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NoRuntime { .. } => ErrorKind::NoDriver,
+            Self::NoHiprtc { .. } => ErrorKind::NoCompiler,
+            Self::NoDevice { .. } | Self::InvalidDevice { .. } => ErrorKind::NoDevice,
+            Self::Hiprtc { .. } => ErrorKind::Compile,
+            Self::InvalidName { .. }
+            | Self::SizeOverflow
+            | Self::LengthMismatch { .. }
+            | Self::Verify(_) => ErrorKind::InvalidInput,
+            Self::NothingInFlight | Self::AlreadyInFlight => ErrorKind::Misuse,
+            Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
     }
 }

@@ -35,8 +35,8 @@ use ops::SplitOps;
 
 use rayon::prelude::*;
 use specula_core::verify::{
-    Batch, Check, Method, Outputs, Verifier, VerifyError, validate_request, validate_shape,
-    verify_request,
+    Batch, Check, Method, Outputs, ScalarOps, Verifier, VerifyError, validate_request,
+    validate_shape, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,6 +57,9 @@ pub struct CpuVerifier<const K: usize> {
     /// `None`: run on the calling thread.
     pool: Option<rayon::ThreadPool>,
     threads: usize,
+    /// Verify with the core's plain-loop [`ScalarOps`] (the reference reductions) instead of
+    /// the vectorised kernels: same bits, the reference's speed.
+    reference: bool,
     counters: Arc<Mutex<Counters<K>>>,
 }
 
@@ -80,8 +83,28 @@ impl<const K: usize> CpuVerifier<K> {
         Ok(Self {
             pool,
             threads,
+            reference: false,
             counters: Arc::new(Mutex::new(Counters::ZERO)),
         })
+    }
+
+    /// The core reference (plain sequential loops, [`ScalarOps`]) on the calling thread, with the
+    /// same shared counters and [`readback`](Self::readback) as the CPU backend: the reference
+    /// as a backend a runtime can open (`"reference"`), for debugging and cross-checks.
+    #[must_use]
+    pub fn reference() -> Self {
+        Self {
+            pool: None,
+            threads: 1,
+            reference: true,
+            counters: Arc::new(Mutex::new(Counters::ZERO)),
+        }
+    }
+
+    /// Whether this verifier runs the plain-loop reference reductions.
+    #[must_use]
+    pub fn is_reference(&self) -> bool {
+        self.reference
     }
 
     /// The number of threads verification runs on.
@@ -114,7 +137,11 @@ impl<const K: usize> CpuVerifier<K> {
                     .zip(out.tokens.chunks_exact_mut(width))
                     .enumerate()
                 {
-                    *acc = verify_request(&ChunkedOps, method, batch, b, row);
+                    *acc = if self.reference {
+                        verify_request(&ScalarOps, method, batch, b, row)
+                    } else {
+                        verify_request(&ChunkedOps, method, batch, b, row)
+                    };
                 }
             }
             Some(pool) if n < self.threads => {

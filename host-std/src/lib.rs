@@ -3,6 +3,7 @@
 
 pub use specula_core as core;
 
+pub mod backend;
 pub mod clock;
 pub mod cpu;
 pub mod demo;
@@ -15,6 +16,14 @@ pub mod ngram;
 pub mod prom;
 pub mod wiring;
 
+/// The CUDA backend crate (feature `cuda`); [`backend::Backend`] opens it by name.
+#[cfg(feature = "cuda")]
+pub use specula_cuda as cuda;
+/// The ROCm backend crate (feature `rocm`); [`backend::Backend`] opens it by name.
+#[cfg(feature = "rocm")]
+pub use specula_rocm as rocm;
+
+pub use backend::{AnyReadback, Backend, BackendError, BackendKind, BackendSpec};
 pub use clock::StdClock;
 pub use driver::Driver;
 pub use log_sink::{LogSink, LogThread, Logged};

@@ -1,0 +1,533 @@
+//! One way to open a verification backend, whatever features this build has.
+//!
+//! A runtime names the backend at run time (`"cpu"`, `"cpu:8"`, `"reference"`, `"cuda"`,
+//! `"cuda:1"`, `"rocm:0"`), opens it with [`Backend::open`] and holds a [`Backend`] without
+//! knowing which one it got: it implements [`Verifier`], and [`Backend::readback`] gives the
+//! matching [`Readback`] for a [`Collector`](specula_core::Collector). Every variant name exists
+//! under every feature set; one that is not compiled in fails with
+//! [`ErrorKind::NotCompiledIn`], so the runtime's code is the same whatever the features.
+//! Failures carry an [`ErrorKind`] shared by all backends: match on kinds, not variant lists.
+//!
+//! ```
+//! use specula::backend::{Backend, BackendSpec};
+//! use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
+//!
+//! // From a command line or a configuration file; fall back to the CPU when no GPU is here.
+//! let spec: BackendSpec = "cuda:0".parse()?;
+//! let mut backend = match Backend::<8>::open(&spec) {
+//!     Ok(b) => b,
+//!     Err(e) if e.kind().is_unavailable() => Backend::open(&"cpu".parse()?)?,
+//!     Err(e) => return Err(e.into()),
+//! };
+//! let mut readback = backend.readback()?; // for the Collector
+//! let target = [0.1, 0.6, 0.3, /* bonus row */ 0.0, 0.0, 1.0];
+//! let batch = Batch::dense(3, 1, &[1], &[1], &target, &[7], &[0]);
+//! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+//! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+//! backend.verify(Method::Greedy, Check::Cheap, &batch, &mut out)?;
+//! assert_eq!((accepted, tokens), ([1], [1, 2]));
+//! # let _ = &mut readback;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::cpu::{CpuReadback, CpuReadbackError, CpuVerifier};
+use specula_core::verify::{Batch, Check, Method, Outputs, Verifier, VerifyError};
+use specula_core::{Counters, ErrorKind, Readback};
+use std::fmt;
+use std::str::FromStr;
+use std::task::Poll;
+
+/// Which backend: every name exists whatever the features (see [`compiled_in`](Self::compiled_in)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// The multithreaded, vectorised CPU backend.
+    Cpu,
+    /// The core reference (plain loops, one thread): same bits, for cross-checks.
+    Reference,
+    /// The CUDA backend (feature `cuda`).
+    Cuda,
+    /// The ROCm backend (feature `rocm`).
+    Rocm,
+}
+
+impl BackendKind {
+    /// Every kind, in the order names are listed to users.
+    pub const ALL: [Self; 4] = [Self::Cpu, Self::Reference, Self::Cuda, Self::Rocm];
+
+    /// The name a [`BackendSpec`] uses.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Reference => "reference",
+            Self::Cuda => "cuda",
+            Self::Rocm => "rocm",
+        }
+    }
+
+    /// The Cargo feature of `specula` that compiles this backend in (`None`: always there).
+    #[must_use]
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Self::Cpu | Self::Reference => None,
+            Self::Cuda => Some("cuda"),
+            Self::Rocm => Some("rocm"),
+        }
+    }
+
+    /// Whether this build contains the backend.
+    #[must_use]
+    pub fn compiled_in(self) -> bool {
+        match self {
+            Self::Cpu | Self::Reference => true,
+            Self::Cuda => cfg!(feature = "cuda"),
+            Self::Rocm => cfg!(feature = "rocm"),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A backend and its one number: the device ordinal of a GPU backend (default 0), the thread
+/// count of the CPU backend (default 0 = one per CPU). Parsed from `name` or `name:number`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendSpec {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// Device ordinal (GPU) or thread count (CPU); `None` for the default. The reference has no
+    /// number.
+    pub index: Option<usize>,
+}
+
+impl BackendSpec {
+    /// `kind` with its default number.
+    #[must_use]
+    pub fn new(kind: BackendKind) -> Self {
+        Self { kind, index: None }
+    }
+}
+
+impl FromStr for BackendSpec {
+    type Err = BackendError;
+
+    fn from_str(s: &str) -> Result<Self, BackendError> {
+        let bad = |why: String| BackendError::new(None, ErrorKind::InvalidInput, why);
+        let (name, number) = match s.split_once(':') {
+            Some((n, i)) => (n, Some(i)),
+            None => (s, None),
+        };
+        let kind = BackendKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| {
+                bad(format!(
+                    "unknown backend {name:?}: expected one of cpu, reference, cuda, rocm \
+                     (optionally with :N)"
+                ))
+            })?;
+        let index = match number {
+            None => None,
+            Some(_) if kind == BackendKind::Reference => {
+                return Err(bad("the reference backend takes no number".into()));
+            }
+            Some(i) => Some(i.trim().parse::<usize>().map_err(|_| {
+                bad(format!(
+                    "{s:?}: the number after ':' must be a device ordinal or thread count"
+                ))
+            })?),
+        };
+        Ok(Self { kind, index })
+    }
+}
+
+impl fmt::Display for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "{}:{i}", self.kind),
+            None => write!(f, "{}", self.kind),
+        }
+    }
+}
+
+/// A backend failure: its [`ErrorKind`], the backend it came from (when known) and a message.
+/// The batch errors keep their [`VerifyError`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendError {
+    backend: Option<BackendKind>,
+    kind: ErrorKind,
+    verify: Option<VerifyError>,
+    message: String,
+}
+
+impl BackendError {
+    fn new(backend: Option<BackendKind>, kind: ErrorKind, message: String) -> Self {
+        Self {
+            backend,
+            kind,
+            verify: None,
+            message,
+        }
+    }
+
+    /// What the failure means (shared by every backend).
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The backend it came from, when known.
+    #[must_use]
+    pub fn backend(&self) -> Option<BackendKind> {
+        self.backend
+    }
+
+    /// The validation error, for a refused batch.
+    #[must_use]
+    pub fn verify_error(&self) -> Option<&VerifyError> {
+        self.verify.as_ref()
+    }
+
+    /// The error for a backend this build does not contain.
+    #[must_use]
+    pub fn not_compiled_in(kind: BackendKind) -> Self {
+        let feature = kind.feature().unwrap_or("(none)");
+        Self::new(
+            Some(kind),
+            ErrorKind::NotCompiledIn,
+            format!(
+                "the {kind} backend is not compiled in: enable the `{feature}` feature of `specula`"
+            ),
+        )
+    }
+
+    fn at(mut self, backend: BackendKind) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+}
+
+impl From<VerifyError> for BackendError {
+    fn from(e: VerifyError) -> Self {
+        Self {
+            backend: None,
+            kind: ErrorKind::InvalidInput,
+            message: format!("batch refused: {e}"),
+            verify: Some(e),
+        }
+    }
+}
+
+impl From<CpuReadbackError> for BackendError {
+    fn from(e: CpuReadbackError) -> Self {
+        Self::new(Some(BackendKind::Cpu), ErrorKind::Misuse, e.to_string())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl From<specula_cuda::CudaError> for BackendError {
+    fn from(e: specula_cuda::CudaError) -> Self {
+        let verify = match &e {
+            specula_cuda::CudaError::Verify(v) => Some(*v),
+            _ => None,
+        };
+        Self {
+            backend: Some(BackendKind::Cuda),
+            kind: e.kind(),
+            verify,
+            message: e.to_string(),
+        }
+    }
+}
+
+#[cfg(feature = "rocm")]
+impl From<specula_rocm::RocmError> for BackendError {
+    fn from(e: specula_rocm::RocmError) -> Self {
+        let verify = match &e {
+            specula_rocm::RocmError::Verify(v) => Some(*v),
+            _ => None,
+        };
+        Self {
+            backend: Some(BackendKind::Rocm),
+            kind: e.kind(),
+            verify,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.backend {
+            Some(b) => write!(f, "{b} backend: {} ({})", self.message, self.kind),
+            None => write!(f, "{} ({})", self.message, self.kind),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.verify
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// An open backend. It verifies (the [`Verifier`] trait, errors as [`BackendError`]) and hands
+/// out its [`readback`](Self::readback).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Backend<const K: usize> {
+    /// The CPU backend, or the reference ([`CpuVerifier::reference`]).
+    Cpu(CpuVerifier<K>),
+    /// The CUDA backend.
+    #[cfg(feature = "cuda")]
+    Cuda(specula_cuda::CudaVerifier<K>),
+    /// The ROCm backend.
+    #[cfg(feature = "rocm")]
+    Rocm(specula_rocm::RocmVerifier<K>),
+}
+
+impl<const K: usize> Backend<K> {
+    /// Opens the backend `spec` names: the CPU backend starts its threads; a GPU backend loads
+    /// its driver and kernel compiler, opens the device and compiles the kernel. A backend not
+    /// compiled in gives [`ErrorKind::NotCompiledIn`]; no driver, device or compiler gives
+    /// [`ErrorKind::NoDriver`], [`ErrorKind::NoDevice`] or [`ErrorKind::NoCompiler`] (all
+    /// [`is_unavailable`](ErrorKind::is_unavailable)).
+    pub fn open(spec: &BackendSpec) -> Result<Self, BackendError> {
+        match spec.kind {
+            BackendKind::Cpu => {
+                let threads = spec.index.unwrap_or(0);
+                CpuVerifier::new(threads).map(Self::Cpu).map_err(|e| {
+                    BackendError::new(
+                        Some(BackendKind::Cpu),
+                        ErrorKind::Resource,
+                        format!("cannot start {threads} verifier threads: {e}"),
+                    )
+                })
+            }
+            BackendKind::Reference => Ok(Self::Cpu(CpuVerifier::reference())),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => {
+                let device = specula_cuda::CudaDevice::new(spec.index.unwrap_or(0))?;
+                Ok(Self::Cuda(specula_cuda::CudaVerifier::new(
+                    std::sync::Arc::new(device),
+                )?))
+            }
+            #[cfg(feature = "rocm")]
+            BackendKind::Rocm => Ok(Self::Rocm(specula_rocm::RocmVerifier::new(
+                spec.index.unwrap_or(0),
+            )?)),
+            #[allow(unreachable_patterns)] // every kind is compiled in under some feature sets
+            kind => Err(BackendError::not_compiled_in(kind)),
+        }
+    }
+
+    /// Which backend this is.
+    #[must_use]
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Self::Cpu(v) if v.is_reference() => BackendKind::Reference,
+            Self::Cpu(_) => BackendKind::Cpu,
+            #[cfg(feature = "cuda")]
+            Self::Cuda(_) => BackendKind::Cuda,
+            #[cfg(feature = "rocm")]
+            Self::Rocm(_) => BackendKind::Rocm,
+        }
+    }
+
+    /// A [`Readback`] of this backend's counters, for a [`Collector`](specula_core::Collector)
+    /// (it may live on another thread).
+    pub fn readback(&self) -> Result<AnyReadback<K>, BackendError> {
+        Ok(match self {
+            Self::Cpu(v) => AnyReadback::Cpu(v.readback()),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(v) => AnyReadback::Cuda(v.readback()?),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(v) => AnyReadback::Rocm(v.readback()?),
+        })
+    }
+}
+
+impl<const K: usize> Verifier<K> for Backend<K> {
+    type Error = BackendError;
+
+    fn verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), BackendError> {
+        let kind = self.kind();
+        match self {
+            Self::Cpu(v) => v
+                .verify(method, check, batch, out)
+                .map_err(BackendError::from),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(v) => Verifier::verify(v, method, check, batch, out).map_err(Into::into),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(v) => Verifier::verify(v, method, check, batch, out).map_err(Into::into),
+        }
+        .map_err(|e| e.at(kind))
+    }
+
+    fn totals(&mut self) -> Result<Counters<K>, BackendError> {
+        match self {
+            Self::Cpu(v) => Ok(CpuVerifier::totals(v)),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(v) => Verifier::totals(v).map_err(Into::into),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(v) => Verifier::totals(v).map_err(Into::into),
+        }
+    }
+}
+
+/// The [`Readback`] of a [`Backend`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyReadback<const K: usize> {
+    /// The CPU backend's (or the reference's).
+    Cpu(CpuReadback<K>),
+    /// The CUDA backend's.
+    #[cfg(feature = "cuda")]
+    Cuda(specula_cuda::CudaReadback<K>),
+    /// The ROCm backend's.
+    #[cfg(feature = "rocm")]
+    Rocm(specula_rocm::RocmReadback<K>),
+}
+
+impl<const K: usize> Readback<K> for AnyReadback<K> {
+    type Error = BackendError;
+
+    fn start(&mut self) -> Result<(), BackendError> {
+        match self {
+            Self::Cpu(r) => r.start().map_err(Into::into),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(r) => r.start().map_err(Into::into),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(r) => r.start().map_err(Into::into),
+        }
+    }
+
+    fn poll(&mut self) -> Poll<Result<Counters<K>, BackendError>> {
+        match self {
+            Self::Cpu(r) => r.poll().map_err(Into::into),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(r) => r.poll().map_err(Into::into),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(r) => r.poll().map_err(Into::into),
+        }
+    }
+
+    fn flush(&mut self) -> Result<Counters<K>, BackendError> {
+        match self {
+            Self::Cpu(r) => r.flush().map_err(Into::into),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(r) => r.flush().map_err(Into::into),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(r) => r.flush().map_err(Into::into),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_print() {
+        for (text, kind, index) in [
+            ("cpu", BackendKind::Cpu, None),
+            ("cpu:4", BackendKind::Cpu, Some(4)),
+            ("CUDA:1", BackendKind::Cuda, Some(1)),
+            ("rocm", BackendKind::Rocm, None),
+            ("reference", BackendKind::Reference, None),
+        ] {
+            let s: BackendSpec = text.parse().unwrap();
+            assert_eq!((s.kind, s.index), (kind, index), "{text}");
+            assert_eq!(s.to_string(), text.to_ascii_lowercase());
+        }
+        for bad in ["gpu", "cuda:x", "cuda:-1", "reference:2", ""] {
+            let e = bad.parse::<BackendSpec>().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_backend_not_compiled_in_is_a_typed_error() {
+        for kind in BackendKind::ALL {
+            if kind.compiled_in() {
+                continue;
+            }
+            let e = Backend::<4>::open(&BackendSpec::new(kind)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotCompiledIn);
+            assert!(e.kind().is_unavailable());
+            assert_eq!(e.backend(), Some(kind));
+            assert!(e.to_string().contains(kind.feature().unwrap()), "{e}");
+        }
+    }
+
+    #[test]
+    fn gpu_backends_without_a_gpu_are_unavailable_not_panics() {
+        // No GPU on CI: a compiled-in GPU backend reports a missing driver, device or compiler.
+        for kind in [BackendKind::Cuda, BackendKind::Rocm] {
+            match Backend::<4>::open(&BackendSpec::new(kind)) {
+                Ok(b) => assert_eq!(b.kind(), kind), // a machine with a GPU
+                Err(e) => assert!(e.kind().is_unavailable(), "{kind}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn cpu_and_reference_agree_and_count_through_their_readbacks() {
+        let target = [
+            0.1f32, 0.5, 0.2, 0.2, /* position 1 */ 0.3, 0.3, 0.2, 0.2, /* bonus */ 0.25,
+            0.25, 0.25, 0.25,
+        ];
+        let batch = Batch::dense(4, 2, &[2], &[1, 0], &target, &[11], &[5]);
+        let mut results = Vec::new();
+        for name in ["cpu:2", "reference"] {
+            let mut b = Backend::<4>::open(&name.parse().unwrap()).unwrap();
+            let mut r = b.readback().unwrap();
+            let (mut a, mut t) = ([0u32; 1], [0u32; 3]);
+            let mut out = Outputs {
+                accepted: &mut a,
+                tokens: &mut t,
+            };
+            b.verify(Method::Rejection, Check::Cheap, &batch, &mut out)
+                .unwrap();
+            let flushed = r.flush().unwrap();
+            assert_eq!(flushed.drafts, 1, "{name}");
+            assert_eq!(flushed.accepted_tokens, u64::from(a[0]), "{name}");
+            assert_eq!(b.totals().unwrap(), flushed);
+            results.push((a, t));
+        }
+        assert_eq!(
+            results[0], results[1],
+            "CPU and reference give the same bits"
+        );
+        // A refused batch keeps its validation error and kind.
+        let mut b = Backend::<4>::open(&"cpu".parse().unwrap()).unwrap();
+        let bad = Batch::dense(4, 2, &[2], &[9, 0], &target, &[11], &[5]);
+        let (mut a, mut t) = ([0u32; 1], [0u32; 3]);
+        let e = b
+            .verify(
+                Method::Greedy,
+                Check::Cheap,
+                &bad,
+                &mut Outputs {
+                    accepted: &mut a,
+                    tokens: &mut t,
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!(e.backend(), Some(BackendKind::Cpu));
+        assert!(e.verify_error().is_some());
+    }
+}
