@@ -64,7 +64,7 @@ typedef long long sp_i64;
 #define SP_METHOD_TYPICAL 2u
 
 // Error-flag bits (the word after the counters); ORed, never cleared by the kernel.
-#define SP_ERR_SHAPE 1u     // shape words invalid: the whole launch did nothing
+#define SP_ERR_SHAPE 1u     // shape words invalid (or batch > grid): the whole launch did nothing
 #define SP_ERR_DRAFT_LEN 2u // some request had k = 0 or k > k_max: it was skipped
 #define SP_ERR_TOKEN 4u     // some request had a draft id >= V: it was skipped
 
@@ -400,7 +400,10 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     // Shape checks: uniform over the block, so an early return cannot split a barrier.
-    const bool shape_ok = k_max >= 1u && k_max <= ck && vocab >= 1u && tstride >= vocab &&
+    // batch <= gridDim.x: a batch above the launch's capacity would leave requests without a
+    // block, silently; the whole launch refuses it instead.
+    const bool shape_ok = batch <= gridDim.x && k_max >= 1u && k_max <= ck && vocab >= 1u &&
+                          tstride >= vocab &&
                           (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
                           blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
     if (!shape_ok) {

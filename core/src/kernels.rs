@@ -15,6 +15,8 @@
 //! * Grid `(capacity, 1, 1)` with `capacity ≥ shape[SHAPE_BATCH]`: one block per request; blocks
 //!   past the batch return at once. Because the batch size, `k`, seeds and offsets are all read
 //!   from device memory, one launch configuration (and one captured CUDA graph) serves every step.
+//!   A batch above the capacity makes the whole launch do nothing and raise [`ERR_SHAPE`] (never
+//!   a silent cut to the first `capacity` requests).
 //! * Block `(n, 1, 1)` with `n ≤ BLOCK_THREADS` (the kernel's compile-time `SPECULA_BLOCK_THREADS`,
 //!   256 unless defined otherwise) and `n` a multiple of the warp size (32 on NVIDIA, 64 or 32 on
 //!   AMD). No dynamic shared memory.
@@ -26,7 +28,7 @@
 //!   or a draft id `≥ V` is skipped and not counted: its `accepted` and every token slot are set
 //!   to the sentinel `u32::MAX`. Nothing is ever read or written out of bounds.
 //! * Compile with FMA contraction off (NVRTC `--fmad=false`, hipcc `-ffp-contract=off`) and no
-//!   fast math; the arithmetic is IEEE binary32 in the order the document writes it.
+//!   fast math; the arithmetic is IEEE binary32 and binary64 in the order the document writes it.
 //! * Readback: copy `stats` device-to-device on the compute stream (one consistent point in the
 //!   stream) to a staging buffer, then to the host on a copy stream.
 
@@ -63,7 +65,8 @@ pub const SHAPE_FLAGS: usize = 7;
 /// Flag: `draft_probs` is present (otherwise the drafter is one-hot).
 pub const FLAG_DRAFT_PROBS: u32 = 1;
 
-/// Error flag: the shape words were invalid; the launch did nothing.
+/// Error flag: the shape words were invalid, or the batch exceeded the launch's grid; the launch
+/// did nothing.
 pub const ERR_SHAPE: u64 = 1;
 /// Error flag: some request had `k = 0` or `k > k_max`; it was skipped and not counted.
 pub const ERR_DRAFT_LEN: u64 = 2;

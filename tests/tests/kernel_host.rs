@@ -359,6 +359,32 @@ fn kernel_skips_bad_requests_and_flags_them() {
         assert_ne!(host.error_flags() & ERR_SHAPE, 0);
         assert_eq!(accepted2, [9; 4]);
         assert_eq!(host.totals().unwrap(), want);
+
+        // A batch above the launch's capacity (4 requests, grid 3): refused as a whole with the
+        // shape bit, never silently cut to the first three.
+        let mut host = KernelHost::<K>::new(mode, 64).unwrap();
+        let mut accepted3 = [9u32; 4];
+        // SAFETY: as above; the kernel rejects the shape before reading any per-request buffer.
+        let rc = unsafe {
+            host.launch_raw(
+                3,
+                &shape,
+                k.as_ptr(),
+                ids.as_ptr(),
+                core::ptr::null(),
+                target.as_ptr(),
+                seeds.as_ptr(),
+                offsets.as_ptr(),
+                core::ptr::null(),
+                core::ptr::null(),
+                accepted3.as_mut_ptr(),
+                tokens.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(host.error_flags(), ERR_SHAPE, "{mode:?}");
+        assert_eq!(accepted3, [9; 4]);
+        assert_eq!(host.totals().unwrap(), Counters::ZERO);
     }
 }
 
