@@ -1,9 +1,9 @@
 //! `specula bench`: verification throughput over a grid, as a table or JSON.
 
 use crate::{Backend, CliError, MethodArg};
-use specula::core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
 use specula::demo::MAX_K;
 use specula::ngram::SplitMix64;
+use specula::specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]

@@ -1,9 +1,9 @@
 //! The `specula` command: `specula demo` and `specula bench`.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use specula::core::verify::{Method, Reference};
 use specula::cpu::CpuVerifier;
 use specula::demo::{self, DemoConfig, MAX_K};
+use specula::specula_core::verify::{Method, Reference};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
