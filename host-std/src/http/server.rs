@@ -13,7 +13,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -29,8 +29,8 @@ pub struct ServerConfig {
     /// any other address logs a warning).
     pub addr: SocketAddr,
     /// Connections served at once (1..=65 536). When all are taken, the oldest connection that
-    /// has been open at least [`EVICT_AFTER`] without finishing its request head is closed to
-    /// make room; when there is none, the new connection gets `503` without a byte read.
+    /// has had its turn to read and still has not sent a complete request head gets `503` and
+    /// is closed to make room; when there is none, the new connection gets `503` at once.
     pub max_connections: usize,
     /// Time from accept to the end of the request head; a client still sending its head then
     /// gets `408` and is closed.
@@ -45,11 +45,6 @@ pub struct ServerConfig {
     /// being served finish before closing them.
     pub shutdown_grace: Duration,
 }
-
-/// A connection still sending its request head is closed to make room for a new one only once
-/// it has been open this long, so a burst of well-behaved scrapes does not close its own
-/// members.
-pub const EVICT_AFTER: Duration = Duration::from_millis(100);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -115,9 +110,10 @@ impl std::error::Error for ServeError {
 ///   life, and its request head must be complete within [`ServerConfig::head_timeout`] (else
 ///   `408`); the server never drains or lingers past the deadline;
 /// * **connections**: at most [`ServerConfig::max_connections`]; when full, the oldest
-///   connection still sending its head (open at least [`EVICT_AFTER`]) is closed to admit the
-///   new one, else the new one gets `503` written without blocking: overflow never costs the
-///   acceptor a wait, and a crowd of slow clients cannot keep a scraper out;
+///   connection that has had its turn to read and is still sending its head gets `503` and is
+///   closed to admit the new one, else the new one gets `503`; both answers are written
+///   without blocking, so overflow never costs the acceptor a wait, and a crowd of slow clients
+///   (reconnecting or not) cannot keep a scraper, whose head arrives with its connection, out;
 /// * **memory**: a request head over [`ServerConfig::max_head_bytes`] gets `431`; request
 ///   bodies are never read;
 /// * **answers**: `200` for `GET`/`HEAD /metrics` in the [negotiated](super::negotiate) format,
@@ -228,8 +224,8 @@ impl Drop for MetricsServer {
 
 /// A connection being served, as the acceptor sees it.
 struct Live {
-    accepted: Instant,
-    head_done: Arc<AtomicBool>,
+    phase: Arc<AtomicU8>,
+    raw: Arc<std::net::TcpStream>,
     task: AbortHandle,
 }
 
@@ -245,7 +241,17 @@ async fn accept_loop(
             biased;
             _ = &mut stopped => break,
             r = listener.accept() => match r {
-                Ok((stream, _)) => admit(stream, &shared, &mut live, &mut tasks),
+                Ok((stream, _)) => {
+                    if let Some(stream) = admit(stream, &shared, &mut live, &mut tasks) {
+                        // Every slot is held by a connection that has not run yet (a burst of
+                        // accepts): let them take their first turn, which reads what their
+                        // clients sent without waiting, and try once more.
+                        tokio::task::yield_now().await;
+                        if let Some(stream) = admit(stream, &shared, &mut live, &mut tasks) {
+                            overflow(stream);
+                        }
+                    }
+                }
                 Err(e) => {
                     // Out of descriptors, a connection reset before accept, …: transient. Back
                     // off briefly so a persistent error does not spin, but keep serving.
@@ -265,38 +271,59 @@ async fn accept_loop(
     tasks.abort_all();
 }
 
-/// Admits `stream` within the connection cap. Never waits: everything here is a non-blocking
-/// call or bookkeeping.
+/// Admits `stream` within the connection cap, or gives it back when every slot is taken by a
+/// connection that has not had its turn to read yet. Never waits: everything here is a
+/// non-blocking call or bookkeeping.
 fn admit(
     stream: TcpStream,
     shared: &Arc<Shared>,
     live: &mut VecDeque<Live>,
     tasks: &mut JoinSet<()>,
-) {
+) -> Option<TcpStream> {
     while tasks.try_join_next().is_some() {}
     live.retain(|c| !c.task.is_finished());
     if live.len() >= shared.config.max_connections {
-        let now = Instant::now();
-        let slow = live.iter().position(|c| {
-            !c.head_done.load(Ordering::Acquire) && now.duration_since(c.accepted) >= EVICT_AFTER
-        });
+        // The oldest connection that has had its turn to read and still has no complete head.
+        // Connections not yet polled may have their whole request waiting: they stay.
+        let slow = live
+            .iter()
+            .position(|c| c.phase.load(Ordering::Acquire) == READING);
         match slow.and_then(|i| live.remove(i)) {
-            Some(evicted) => evicted.task.abort(),
-            None => return overflow(stream),
+            Some(evicted) => {
+                // No other task runs while this one does (one thread): the evicted connection
+                // has written nothing, so it can take a 503 before it is closed.
+                let _ = std::io::Write::write(&mut &*evicted.raw, RESPONSE_503);
+                evicted.task.abort();
+            }
+            None => return Some(stream),
         }
     }
-    let head_done = Arc::new(AtomicBool::new(false));
+    // A second handle on the socket, to answer 408 or 503 without hyper.
+    let Ok(std_stream) = stream.into_std() else {
+        return None;
+    };
+    let Ok(raw) = std_stream.try_clone() else {
+        return None;
+    };
+    let Ok(stream) = TcpStream::from_std(std_stream) else {
+        return None;
+    };
+    let raw = Arc::new(raw);
+    let phase = Arc::new(AtomicU8::new(QUEUED));
     let task = tasks.spawn(connection(
         stream,
+        Arc::clone(&raw),
         Arc::clone(shared),
-        Arc::clone(&head_done),
+        Arc::clone(&phase),
     ));
-    live.push_back(Live {
-        accepted: Instant::now(),
-        head_done,
-        task,
-    });
+    live.push_back(Live { phase, raw, task });
+    None
 }
+
+/// Connection phases: spawned but not yet run; reading its head; head complete.
+const QUEUED: u8 = 0;
+const READING: u8 = 1;
+const HEAD_DONE: u8 = 2;
 
 const RESPONSE_503: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; \
     charset=utf-8\r\nContent-Length: 24\r\nConnection: close\r\nRetry-After: 1\r\n\r\n\
@@ -316,25 +343,21 @@ fn overflow(stream: TcpStream) {
 }
 
 /// Serves one connection within its deadlines.
-async fn connection(stream: TcpStream, shared: Arc<Shared>, head_done: Arc<AtomicBool>) {
+async fn connection(
+    stream: TcpStream,
+    raw: Arc<std::net::TcpStream>,
+    shared: Arc<Shared>,
+    phase: Arc<AtomicU8>,
+) {
+    let _close = CloseOnDrop(Arc::clone(&raw));
     let start = Instant::now();
     let cfg = &shared.config;
     let deadline = start + cfg.timeout;
     let head_deadline = start + cfg.head_timeout.min(cfg.timeout);
-    // A second handle on the socket, to answer 408 once hyper's future is dropped.
-    let Ok(std_stream) = stream.into_std() else {
-        return;
-    };
-    let Ok(raw) = std_stream.try_clone() else {
-        return;
-    };
-    let Ok(stream) = TcpStream::from_std(std_stream) else {
-        return;
-    };
     let svc = {
-        let (shared, head_done) = (Arc::clone(&shared), Arc::clone(&head_done));
+        let (shared, phase) = (Arc::clone(&shared), Arc::clone(&phase));
         hyper::service::service_fn(move |req: Request<Incoming>| {
-            head_done.store(true, Ordering::Release);
+            phase.store(HEAD_DONE, Ordering::Release);
             let resp = respond(&shared.registry, &req);
             std::future::ready(Ok::<_, Infallible>(resp))
         })
@@ -351,17 +374,20 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>, head_done: Arc<Atomi
     let head = sleep_until(head_deadline);
     tokio::pin!(head);
     let mut head_checked = false;
+    // Polled below before this task yields: whatever the client sent by now is read first.
+    phase.store(READING, Ordering::Release);
     loop {
         tokio::select! {
+            biased;
             _ = &mut conn => return,
             () = &mut head, if !head_checked => {
                 head_checked = true;
-                if !head_done.load(Ordering::Acquire) {
+                if phase.load(Ordering::Acquire) != HEAD_DONE {
                     break;
                 }
             }
             () = sleep_until(deadline) => {
-                if head_done.load(Ordering::Acquire) {
+                if phase.load(Ordering::Acquire) == HEAD_DONE {
                     return; // mid-response: just close
                 }
                 break;
@@ -371,7 +397,17 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>, head_done: Arc<Atomi
     // The head did not arrive in time: 408, written without waiting, then close.
     drop(conn);
     // The socket is non-blocking (the flag is shared with the clone): this never waits.
-    let _ = std::io::Write::write(&mut &raw, RESPONSE_408);
+    let _ = std::io::Write::write(&mut &*raw, RESPONSE_408);
+}
+
+/// Shuts a connection down when its task ends, however it ends (finished, timed out, evicted,
+/// or dropped with the runtime): the acceptor's second handle must not keep it open.
+struct CloseOnDrop(Arc<std::net::TcpStream>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 fn text(status: StatusCode) -> Response<Full<Bytes>> {
