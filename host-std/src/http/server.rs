@@ -369,8 +369,8 @@ async fn connection(
         .title_case_headers(true)
         .max_buf_size(cfg.max_head_bytes)
         .max_headers(64);
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-    tokio::pin!(conn);
+    // Boxed so that it can be dropped (closing hyper's handle) before the 408 is written.
+    let mut conn = Box::pin(builder.serve_connection(TokioIo::new(stream), svc));
     let head = sleep_until(head_deadline);
     tokio::pin!(head);
     let mut head_checked = false;
@@ -379,7 +379,7 @@ async fn connection(
     loop {
         tokio::select! {
             biased;
-            _ = &mut conn => return,
+            _ = conn.as_mut() => return,
             () = &mut head, if !head_checked => {
                 head_checked = true;
                 if phase.load(Ordering::Acquire) != HEAD_DONE {
