@@ -145,12 +145,13 @@ fn a_slowloris_crowd_never_keeps_a_scraper_out() {
     while start.elapsed() < Duration::from_secs(2) {
         // Keep the crowd busy, reconnecting whoever was cut off.
         for s in &mut crowd {
-            if s.write(b"X").is_err() {
-                if let Ok(n) = TcpStream::connect_timeout(&a, Duration::from_secs(1)) {
-                    n.set_nonblocking(true).unwrap();
-                    let _ = (&n).write(b"GET /metrics HTTP/1.1\r\n");
-                    *s = n;
-                }
+            if s.write(b"X").is_ok() {
+                continue;
+            }
+            if let Ok(n) = TcpStream::connect_timeout(&a, Duration::from_secs(1)) {
+                n.set_nonblocking(true).unwrap();
+                let _ = (&n).write(b"GET /metrics HTTP/1.1\r\n");
+                *s = n;
             }
         }
         assert_scrape_ok(a, TIMEOUT + MARGIN);
