@@ -23,7 +23,7 @@
 //! # Ok::<(), std::fmt::Error>(())
 //! ```
 //!
-//! With the `http` feature, [`MetricsServer`] serves `/metrics` on its own thread (hyper 1 on a
+//! With the `http` feature, `MetricsServer` serves `/metrics` on its own thread (hyper 1 on a
 //! one-thread tokio runtime) with bounds an exposed endpoint needs; see its documentation.
 
 use crate::prom::Format;
