@@ -44,8 +44,13 @@ done
 have_miri=1
 if ! cargo +nightly miri --version >/dev/null 2>&1 ||
     ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-    rustup toolchain install nightly --profile minimal --component miri,rust-src ||
+    # Adds the components to an installed nightly without updating it; installs nightly only
+    # where there is none.
+    if rustup run nightly rustc --version >/dev/null 2>&1; then
         rustup component add --toolchain nightly miri rust-src || have_miri=0
+    else
+        rustup toolchain install nightly --profile minimal --component miri,rust-src || have_miri=0
+    fi
     cargo +nightly miri --version >/dev/null 2>&1 || have_miri=0
 fi
 have_cuda=1
