@@ -37,7 +37,7 @@ pack)
     list=$(mktemp)
     cargo test -p specula-cuda --release --test device --no-run --message-format=json >"$list"
     cargo bench -p specula-cuda --bench grid --no-run --message-format=json >>"$list"
-    cargo build --release -p specula --features cuda --bin specula
+    cargo build --release -p specula --features cuda,cli --bin specula
     cp target/release/specula "$dir/specula"
     python3 - "$list" "$dir" <<'PY'
 import json, shutil, sys, os

@@ -7,7 +7,7 @@
 # demo's own printed final totals (specula_* and vllm:* names), and that `promtool check
 # metrics` accepts the exposition. Takes about 30 s after the build.
 #
-# Env: SPECULA_BIN (prebuilt binary; default: cargo build --release -p specula),
+# Env: SPECULA_BIN (prebuilt binary; default: cargo build --release -p specula --features cli),
 #      DEMO_PORT (default 19464), PROM_PORT (default 19090).
 set -euo pipefail
 
@@ -35,7 +35,7 @@ fi
 command -v curl >/dev/null || fail "curl is required"
 
 if [[ -z "${SPECULA_BIN:-}" ]]; then
-  (cd "$root" && cargo build --release -q -p specula)
+  (cd "$root" && cargo build --release -q -p specula --features cli)
   SPECULA_BIN="${CARGO_TARGET_DIR:-$root/target}/release/specula"
 fi
 [[ -x "$SPECULA_BIN" ]] || fail "no specula binary at $SPECULA_BIN"

@@ -1,35 +1,100 @@
 #!/usr/bin/env bash
-# Every check Specula has that runs without a GPU: the README's test command.
+# Every check Specula has that runs without a GPU: the README's test command. It sets itself up:
+# whatever a step needs and is missing is installed first (steps 0), then the checks run.
 #
-# Tools some steps need and how they get here (.ci/run installs them on a clean machine):
-#   nightly + miri + rust-src        Miri on the core
-#   thumbv7em/thumbv6m/riscv32imc    no_std builds of the core
-#   .tools/cuda, .tools/cuda13 (scripts/cuda-tools.sh)   NVRTC + ptxas 12.9 and 13.5: kernel
-#                                    compiles for sm_80/sm_90
-#   hipcc, libamdhip64 (scripts/rocm-tools.sh)   kernel compiles for gfx90a/gfx940
-#   prometheus, promtool (scripts/prometheus-check.sh installs them)
-# A test whose tool is missing says that it was skipped.
+#   nightly + miri + rust-src        Miri on the core                (rustup)
+#   thumbv7em/thumbv6m/riscv32imc    no_std builds of the core       (rustup)
+#   NVRTC + ptxas 12.9 and 13.5      kernel compiles for sm_80/sm_90 (scripts/cuda-tools.sh: pip
+#                                    wheels into .tools/)
+#   hipcc, libamdhip64, hiprtc       kernel compiles for gfx90a/gfx940 (scripts/rocm-tools.sh:
+#                                    Debian's ROCm 5.2, needs root + apt-get)
+#   prometheus, promtool             the end-to-end scrape check     (Debian, needs root + apt-get)
+#
+# A check whose tool could not be installed is SKIPPED: it says so where it runs and again in
+# the summary at the end. With CI=true (as .ci/run has it) a missing tool fails the run instead,
+# so a broken set-up can never pass as green. Tests that skip for want of a tool append a line to
+# $SPECULA_SKIP_LOG, which this script sets and prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n=== %s\n' "$*"; }
-FEATURES=specula/metrics,specula/cuda,specula/rocm
+SPECULA_SKIP_LOG="$(mktemp)"
+export SPECULA_SKIP_LOG
+trap 'rm -f "$SPECULA_SKIP_LOG"' EXIT
+# skip WHAT: record a check that cannot run here; under CI=true, fail the run.
+skip() {
+    echo "SKIPPED: $*" | tee -a "$SPECULA_SKIP_LOG"
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAIL: a tool is missing under CI=true: $*" >&2
+        exit 1
+    fi
+}
+FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/cli
 
-# NVRTC and ptxas for the kernel compile checks (installed into .tools/cuda when missing).
+step "0. set-up: install what is missing"
+targets="thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imc-unknown-none-elf"
+have_targets=1
+for t in $targets; do
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$t"; then
+        rustup target add "$t" || have_targets=0
+    fi
+done
+have_miri=1
+if ! cargo +nightly miri --version >/dev/null 2>&1 ||
+    ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+    # Adds the components to an installed nightly without updating it; installs nightly only
+    # where there is none.
+    if rustup run nightly rustc --version >/dev/null 2>&1; then
+        rustup component add --toolchain nightly miri rust-src || have_miri=0
+    else
+        rustup toolchain install nightly --profile minimal --component miri,rust-src || have_miri=0
+    fi
+    cargo +nightly miri --version >/dev/null 2>&1 || have_miri=0
+fi
+have_cuda=1
 # shellcheck source=cuda-tools.sh
-. scripts/cuda-tools.sh || echo "NVRTC/ptxas unavailable: the CUDA compile checks will say skipped"
+. scripts/cuda-tools.sh || have_cuda=0
+have_rocm=1
+bash scripts/rocm-tools.sh || have_rocm=0
+have_prometheus=1
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                prometheus >/dev/null || true
+    fi
+    { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || have_prometheus=0
+fi
+command -v curl >/dev/null || have_prometheus=0
+[ "$have_targets" = 1 ] || skip "no_std builds: the embedded targets could not be installed"
+[ "$have_miri" = 1 ] || skip "Miri: nightly with miri and rust-src could not be installed"
+[ "$have_cuda" = 1 ] || skip "CUDA kernel compile checks: NVRTC/ptxas 12.9 (scripts/cuda-tools.sh)"
+[ -n "${SPECULA_CUDA13_NVRTC:-}" ] || skip "CUDA 13 kernel compile check: NVRTC/ptxas 13.5"
+[ "$have_rocm" = 1 ] || skip "ROCm kernel compile checks: hipcc/hiprtc (scripts/rocm-tools.sh)"
+[ "$have_prometheus" = 1 ] || skip "real Prometheus scrape: prometheus, promtool or curl missing"
+echo "set-up done after $(($(date +%s) - start)) s"
 
 step "format"
 cargo fmt --all -- --check
 
 step "clippy (all targets, warnings denied)"
 cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
+# The library as a runtime uses it: no program, no server.
+cargo clippy -p specula --all-targets -- -D warnings
 
 step "docs (warnings denied: broken links, missing docs)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features "$FEATURES"
 
 step "tests (debug)"
 cargo test --workspace --features "$FEATURES"
+
+step "examples (host-std/examples, built by the tests above)"
+for e in cpu_runtime ranks axum_metrics; do
+    echo "--- $e"
+    "target/debug/examples/$e" >/dev/null
+done
 
 step "kernel compile checks with NVRTC and ptxas 13"
 if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
@@ -42,28 +107,47 @@ if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
         SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" cargo test -p specula-cuda --test nvrtc
     rm -rf "$home"
 else
-    echo "skipped: CUDA 13 tools not installed (scripts/cuda-tools.sh)"
+    echo "SKIPPED (see the summary): CUDA 13 tools not installed"
 fi
 
 step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map"
 cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates
 
 step "no_std builds of the core"
-for t in thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imc-unknown-none-elf; do
-    cargo build -p specula-core --target "$t"
-done
-cargo build -p specula-core --target thumbv7em-none-eabihf --features defmt
-cargo build -p specula-core --target riscv32imc-unknown-none-elf --features critical-section
+if [ "$have_targets" = 1 ]; then
+    for t in $targets; do
+        cargo build -p specula-core --target "$t"
+    done
+    cargo build -p specula-core --target thumbv7em-none-eabihf --features defmt
+    cargo build -p specula-core --target riscv32imc-unknown-none-elf --features critical-section
+else
+    echo "SKIPPED (see the summary)"
+fi
 
 step "Miri (core)"
-cargo +nightly miri test -p specula-core
+if [ "$have_miri" = 1 ]; then
+    cargo +nightly miri test -p specula-core
+else
+    echo "SKIPPED (see the summary)"
+fi
 
 step "loom (core slot)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
     cargo test -p specula-core --release --test loom
 
 step "real Prometheus scraping the demo"
-cargo build --release -p specula
-SPECULA_BIN=target/release/specula scripts/prometheus-check.sh
+if [ "$have_prometheus" = 1 ]; then
+    cargo build --release -p specula --features cli
+    SPECULA_BIN=target/release/specula scripts/prometheus-check.sh
+else
+    echo "SKIPPED (see the summary)"
+fi
 
-step "all checks passed"
+step "summary"
+if [ -s "$SPECULA_SKIP_LOG" ]; then
+    echo "checks SKIPPED for want of a tool ($(wc -l <"$SPECULA_SKIP_LOG")):"
+    sort -u "$SPECULA_SKIP_LOG" | sed 's/^/  /'
+else
+    echo "no check was skipped"
+fi
+echo "all checks passed in $(($(date +%s) - start)) s"

@@ -1,17 +1,22 @@
 //! The single-source kernel compiles for AMD targets, without a GPU: in process with hiprtc (the
 //! path the backend uses at run time) and with `hipcc --genco` for the newest target the installed
-//! toolchain knows. Each test skips, saying so, when its tool is absent; CI installs the tools
-//! with `scripts/rocm-tools.sh` so there they run.
+//! toolchain knows. Each test reports SKIPPED when its tool is absent (and fails under
+//! `CI=true`, where `scripts/test.sh` has installed the tools with `scripts/rocm-tools.sh`).
+
+mod common;
 
 use specula_core::kernels::{SOURCE, VERIFY_ENTRY};
 use specula_rocm::{COMPILE_OPTIONS, CodeObject, EM_AMDGPU, RocmError, compile, unbundle};
 use std::process::Command;
 
-fn hiprtc_available() -> bool {
+fn hiprtc_available(test: &str) -> bool {
     match specula_rocm::hiprtc_version() {
         Ok(_) => true,
         Err(RocmError::NoHiprtc { reason }) => {
-            eprintln!("SKIP: hiprtc not available ({reason}); run scripts/rocm-tools.sh");
+            common::skipped(
+                test,
+                &format!("hiprtc not available ({reason}); run scripts/rocm-tools.sh"),
+            );
             false
         }
         Err(e) => panic!("hiprtc_version: {e:?}"),
@@ -24,7 +29,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 #[test]
 fn hiprtc_compiles_the_kernel_for_gfx90a() {
-    if !hiprtc_available() {
+    if !hiprtc_available("hiprtc_compiles_the_kernel_for_gfx90a") {
         return;
     }
     let code = compile(
@@ -52,7 +57,7 @@ fn hiprtc_compiles_the_kernel_for_gfx90a() {
 
 #[test]
 fn hiprtc_errors_are_typed_and_carry_the_log() {
-    if !hiprtc_available() {
+    if !hiprtc_available("hiprtc_errors_are_typed_and_carry_the_log") {
         return;
     }
     let bad = "extern \"C\" __global__ void broken(float* x) { x[0] = undeclared_name; }";
@@ -123,7 +128,10 @@ fn device_code(bundle: &[u8], arch: &str) -> CodeObject {
 fn hipcc_compiles_the_kernel_for_gfx90a_and_the_newest_mi_target() {
     let gfx90a = match genco("gfx90a") {
         Err(e) => {
-            eprintln!("SKIP: {e}; run scripts/rocm-tools.sh");
+            common::skipped(
+                "hipcc_compiles_the_kernel_for_gfx90a_and_the_newest_mi_target",
+                &format!("{e}; run scripts/rocm-tools.sh"),
+            );
             return;
         }
         Ok(bytes) => bytes.expect("hipcc must accept gfx90a"),

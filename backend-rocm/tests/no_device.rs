@@ -1,6 +1,8 @@
 //! Without an AMD GPU (every CI machine and developer machine of this project), constructing the
 //! backend must return a typed error, never panic or abort.
 
+mod common;
+
 use specula_core::verify::Verifier;
 use specula_rocm::{Device, RocmError, RocmVerifier, device_count};
 use std::path::Path;
@@ -20,7 +22,8 @@ fn machine() -> Option<bool> {
 fn constructing_without_a_device_is_a_typed_error() {
     match machine() {
         Some(true) => {
-            eprintln!("SKIP: a ROCm device is present; the no-device path cannot be tested here");
+            // Not a missing tool: this machine has what the test cannot use.
+            println!("SKIPPED: a ROCm device is present; the no-device path cannot be tested here");
         }
         Some(false) => {
             // The runtime loaded and answered; with no /dev/kfd it must say "no device".
@@ -34,7 +37,10 @@ fn constructing_without_a_device_is_a_typed_error() {
             assert!(matches!(Device::new(7), Err(RocmError::NoDevice { .. })));
         }
         None => {
-            eprintln!("SKIP (partly): no HIP runtime; checking the NoRuntime error instead");
+            common::skipped(
+                "constructing_without_a_device_is_a_typed_error (partly)",
+                "no HIP runtime; checked the NoRuntime error instead (run scripts/rocm-tools.sh)",
+            );
             let err =
                 RocmVerifier::<4>::new(0).expect_err("no runtime, yet construction succeeded");
             assert!(matches!(err, RocmError::NoRuntime { .. }), "{err:?}");
@@ -45,7 +51,10 @@ fn constructing_without_a_device_is_a_typed_error() {
 #[test]
 fn runtime_version_is_reported_when_the_runtime_loads() {
     if machine().is_none() {
-        eprintln!("SKIP: no HIP runtime (run scripts/rocm-tools.sh)");
+        common::skipped(
+            "runtime_version_is_reported_when_the_runtime_loads",
+            "no HIP runtime (run scripts/rocm-tools.sh)",
+        );
         return;
     }
     // hipRuntimeGetVersion works without a device: major·10⁷ + minor·10⁵ + patch.

@@ -1,9 +1,9 @@
 //! `specula bench`: verification throughput over a grid, as a table or JSON.
 
 use crate::{Backend, CliError, MethodArg};
-use specula::core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
 use specula::demo::MAX_K;
 use specula::ngram::SplitMix64;
+use specula::specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -150,7 +150,35 @@ where
     Ok(rows)
 }
 
-pub fn run(a: BenchArgs) -> Result<(), CliError> {
+/// The most probability data one bench cell may allocate (1 GiB): draft and target rows,
+/// `batch × (2k + 1) × vocab` f32 values.
+pub const MAX_CELL_BYTES: u64 = 1 << 30;
+
+/// The most values one grid list (`--batch`, `--k`, `--vocab`, `--method`) may hold.
+pub const MAX_LIST: usize = 64;
+
+/// The bytes of probabilities a cell allocates, `None` on overflow.
+fn cell_bytes(b: usize, k: usize, v: usize) -> Option<u64> {
+    (b as u64)
+        .checked_mul(2 * k as u64 + 1)?
+        .checked_mul(v as u64)?
+        .checked_mul(4)
+}
+
+/// Checks every size the user controls before anything is allocated.
+fn check(a: &BenchArgs) -> Result<(), CliError> {
+    for (name, len) in [
+        ("batch", a.batch.len()),
+        ("k", a.k.len()),
+        ("vocab", a.vocab.len()),
+        ("method", a.method.len()),
+    ] {
+        if len > MAX_LIST {
+            return Err(CliError::Usage(format!(
+                "--{name} lists {len} values; at most {MAX_LIST}"
+            )));
+        }
+    }
     if a.batch.iter().any(|&b| b == 0 || b > 4096) {
         return Err(CliError::Usage("--batch values must be 1..=4096".into()));
     }
@@ -160,6 +188,31 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     if a.vocab.iter().any(|&v| v == 0 || v > 1 << 20) {
         return Err(CliError::Usage("--vocab values must be 1..=1048576".into()));
     }
+    if !(0.0..=600.0).contains(&a.seconds) {
+        return Err(CliError::Usage(
+            "--seconds must be 0..=600 seconds per cell".into(),
+        ));
+    }
+    for &b in &a.batch {
+        for &k in &a.k {
+            for &v in &a.vocab {
+                let bytes = cell_bytes(b, k, v).unwrap_or(u64::MAX);
+                if bytes > MAX_CELL_BYTES {
+                    return Err(CliError::Usage(format!(
+                        "--batch {b} --k {k} --vocab {v} needs {:.1} GB of probabilities \
+                         (batch × (2k + 1) × vocab × 4 bytes); at most {:.1} GB per cell",
+                        bytes as f64 / 1e9,
+                        MAX_CELL_BYTES as f64 / 1e9
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn run(a: BenchArgs) -> Result<(), CliError> {
+    check(&a)?;
     let rows = match a.backend {
         Backend::Cpu => grid(&mut crate::cpu_verifier(a.threads)?, &a)?,
         Backend::Reference => grid(&mut Reference::<MAX_K>::new(), &a)?,

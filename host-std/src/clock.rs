@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```
 /// use specula::clock::StdClock;
-/// use specula::core::Clock;
+/// use specula::specula_core::Clock;
 /// let clock = StdClock::new();
 /// let a = clock.now_ns();
 /// assert!(clock.now_ns() >= a);

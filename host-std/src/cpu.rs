@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use specula::cpu::CpuVerifier;
-//! use specula::core::verify::{Batch, Check, Method, Outputs};
+//! use specula::specula_core::verify::{Batch, Check, Method, Outputs};
 //!
 //! let verifier = CpuVerifier::<8>::new(2).unwrap();
 //! let target = [0.5, 0.5, 0.0, 1.0];

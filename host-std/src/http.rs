@@ -1,423 +1,134 @@
-//! HTTP `/metrics`: a small, bounded scrape endpoint.
+//! HTTP `/metrics`: content negotiation (always available) and, with the `http` feature, a
+//! hardened scrape server.
 //!
-//! Why not tiny_http (which the workspace also declares): tiny_http 0.12 starts one thread per
-//! open connection with no upper limit, sets no socket timeouts, buffers header lines without a
-//! size limit, and its accept thread exits for good on the first `accept` error (for instance
-//! running out of file descriptors). A scrape endpoint serves one resource to one scraper, so a
-//! fixed pool over `std::net` that answers one request per connection meets every bound with a
-//! couple of hundred lines:
-//! * threads: one acceptor plus `workers`; connections beyond the queue get `503` at once;
-//! * time: each connection has one overall deadline (`timeout`), so a client that trickles
-//!   bytes is cut off as surely as one that sends nothing (`408`);
-//! * memory: a request head over `max_head_bytes` gets `431`; bodies are never read;
-//! * `404` for other paths, `405` (with `Allow`) for other methods on `/metrics`, `400` for
-//!   anything that is not an HTTP/1.x request line.
+//! A runtime that already runs an HTTP server (axum, hyper, …) mounts the metrics itself: it
+//! picks the format with [`negotiate`] from the request's `Accept` header and encodes the
+//! registry with [`render`](crate::prom::render); neither needs the `http` feature nor starts a
+//! thread (see `examples/axum_metrics.rs`):
+//!
+//! ```
+//! use specula::http::negotiate;
+//! use specula::prom::{Format, render};
+//! # let registry = prometheus_client::registry::Registry::default();
+//! // What Prometheus sends:
+//! let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+//! let format = negotiate(Some(accept)).expect("acceptable");
+//! assert_eq!(format, Format::OpenMetrics);
+//! let body = render(&registry, format)?; // send with Content-Type: format.content_type()
+//! assert!(body.ends_with("# EOF\n"));
+//! // q=0 means "not this one"; media types are case-insensitive.
+//! assert_eq!(negotiate(Some("Application/OpenMetrics-Text;q=0, */*")), Some(Format::Text));
+//! // Nothing acceptable: answer 406.
+//! assert_eq!(negotiate(Some("application/json")), None);
+//! # Ok::<(), std::fmt::Error>(())
+//! ```
+//!
+//! With the `http` feature, `MetricsServer` serves `/metrics` on its own thread (hyper 1 on a
+//! one-thread tokio runtime) with bounds an exposed endpoint needs; see its documentation.
 
-use crate::prom::{Format, render};
-use prometheus_client::registry::Registry;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use crate::prom::Format;
+
+#[cfg(feature = "http")]
+mod server;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use server::{MetricsServer, ServeError, ServerConfig};
 
 /// The path served.
 pub const PATH: &str = "/metrics";
 
-/// Server settings.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Where to listen; loopback by default so metrics are not exposed by accident.
-    pub addr: SocketAddr,
-    /// Worker threads answering requests.
-    pub workers: usize,
-    /// Accepted connections waiting for a worker; more get `503`.
-    pub queue: usize,
-    /// Overall deadline of one connection, from accept to the last byte written.
-    pub timeout: Duration,
-    /// Largest request head (request line and headers) read.
-    pub max_head_bytes: usize,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
-            workers: 2,
-            queue: 32,
-            timeout: Duration::from_secs(5),
-            max_head_bytes: 8 * 1024,
+/// The format to answer a request whose `Accept` header is `accept` with (RFC 9110 §12.5.1):
+/// the acceptable format with the highest quality value, `None` when neither is acceptable
+/// (answer `406 Not Acceptable`).
+///
+/// * Each media range's quality is its `q` parameter (0 to 1, at most three decimals; default
+///   1); a malformed `q` makes the range count as `q=0`, as do ranges that are not
+///   `type/subtype`.
+/// * A format takes the quality of the most specific range that matches it
+///   (`application/openmetrics-text` before `application/*` before `*/*`), so
+///   `application/openmetrics-text;q=0, */*` excludes OpenMetrics.
+/// * Media types and parameter names compare case-insensitively.
+/// * On equal quality the more specific match wins, then the range listed first; when all else
+///   is equal the classic text format, which every scraper reads.
+/// * No header (or an empty one) accepts anything: the text format.
+///
+/// Several `Accept` header lines are one list: join their values with `,`.
+pub fn negotiate(accept: Option<&str>) -> Option<Format> {
+    let accept = match accept {
+        Some(a) if !a.trim().is_empty() => a,
+        _ => return Some(Format::Text),
+    };
+    // Per format: (quality in thousandths, specificity, position of the range) of its best match.
+    let mut best: [Option<(u16, u8, usize)>; 2] = [None, None];
+    for (pos, range) in accept.split(',').enumerate() {
+        let range = range.trim();
+        if range.is_empty() {
+            continue;
         }
-    }
-}
-
-/// Why the server could not start.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ServeError {
-    /// Binding the address failed (in use, no permission, not a local address).
-    Bind {
-        /// The address asked for.
-        addr: SocketAddr,
-        /// The operating system's error.
-        source: io::Error,
-    },
-    /// A setting is out of range.
-    BadConfig(&'static str),
-    /// A thread could not be started.
-    Spawn(io::Error),
-}
-
-impl std::fmt::Display for ServeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Bind { addr, source } if source.kind() == io::ErrorKind::AddrInUse => {
-                write!(
-                    f,
-                    "cannot serve metrics on {addr}: the address is already in use"
-                )
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim();
+        let mut q = Some(1000u16);
+        for p in parts {
+            let Some((name, value)) = p.split_once('=') else {
+                continue;
+            };
+            if name.trim().eq_ignore_ascii_case("q") {
+                q = parse_q(value.trim());
             }
-            Self::Bind { addr, source } => write!(f, "cannot serve metrics on {addr}: {source}"),
-            Self::BadConfig(why) => write!(f, "bad metrics server setting: {why}"),
-            Self::Spawn(e) => write!(f, "cannot start a metrics server thread: {e}"),
         }
-    }
-}
-
-impl std::error::Error for ServeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Bind { source, .. } | Self::Spawn(source) => Some(source),
-            Self::BadConfig(_) => None,
-        }
-    }
-}
-
-/// A running `/metrics` endpoint. Dropping it (or [`shutdown`](Self::shutdown)) stops it.
-#[derive(Debug)]
-pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-struct Shared {
-    registry: Arc<Registry>,
-    config: ServerConfig,
-}
-
-impl MetricsServer {
-    /// Binds `config.addr` and starts serving `registry` (encoded at each scrape).
-    pub fn start(config: ServerConfig, registry: Arc<Registry>) -> Result<Self, ServeError> {
-        if config.workers == 0 || config.queue == 0 {
-            return Err(ServeError::BadConfig(
-                "workers and queue must be at least 1",
-            ));
-        }
-        if config.timeout.is_zero() || config.max_head_bytes < 64 {
-            return Err(ServeError::BadConfig(
-                "timeout must be > 0 and max_head_bytes >= 64",
-            ));
-        }
-        let listener = TcpListener::bind(config.addr).map_err(|source| ServeError::Bind {
-            addr: config.addr,
-            source,
-        })?;
-        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
-            addr: config.addr,
-            source,
-        })?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = sync_channel::<(TcpStream, Instant)>(config.queue);
-        let rx = Arc::new(Mutex::new(rx));
-        let shared = Arc::new(Shared { registry, config });
-        let mut server = Self {
-            addr,
-            stop: Arc::clone(&stop),
-            threads: Vec::new(),
+        let q = q.unwrap_or(0);
+        let Some((ty, sub)) = media.split_once('/') else {
+            continue;
         };
-        for i in 0..shared.config.workers {
-            let (rx, shared) = (Arc::clone(&rx), Arc::clone(&shared));
-            let t = std::thread::Builder::new()
-                .name(format!("specula-http-{i}"))
-                .spawn(move || worker(&rx, &shared))
-                .map_err(ServeError::Spawn)?;
-            server.threads.push(t);
-        }
-        let t = std::thread::Builder::new()
-            .name("specula-http-accept".into())
-            .spawn(move || acceptor(&listener, &tx, &stop, shared.config.timeout))
-            .map_err(ServeError::Spawn)?;
-        server.threads.push(t);
-        Ok(server)
-    }
-
-    /// The address actually bound (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Stops accepting, lets the workers finish the connections already accepted, and joins
-    /// every thread.
-    pub fn shutdown(mut self) {
-        self.stop_threads();
-    }
-
-    fn stop_threads(&mut self) {
-        if self.stop.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        // Wake the acceptor, which is blocked in accept(). If the connect fails the acceptor is
-        // gone already (or the address is unreachable) and joining does not block on it.
-        let _ = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_secs(1));
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop_threads();
-    }
-}
-
-/// The address to connect to in order to wake an acceptor bound to `addr`.
-fn wake_addr(addr: SocketAddr) -> SocketAddr {
-    let mut a = addr;
-    if a.ip().is_unspecified() {
-        a.set_ip(match a {
-            SocketAddr::V4(_) => [127, 0, 0, 1].into(),
-            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-        });
-    }
-    a
-}
-
-fn acceptor(
-    listener: &TcpListener,
-    tx: &SyncSender<(TcpStream, Instant)>,
-    stop: &AtomicBool,
-    timeout: Duration,
-) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                match tx.try_send((stream, Instant::now())) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full((stream, _))) => {
-                        // Overloaded: answer at once rather than queue without bound. The
-                        // response fits in a fresh socket's send buffer, so this does not block
-                        // for long; the write timeout bounds it anyway.
-                        let _ = stream.set_write_timeout(Some(timeout.min(Duration::from_secs(1))));
-                        respond_status(stream, 503, "Service Unavailable", &[]);
-                    }
-                    Err(TrySendError::Disconnected(_)) => break,
-                }
-            }
-            Err(e) => {
-                // Out of descriptors, a connection reset before accept, …: transient. Back off
-                // briefly so a persistent error does not spin, but never give up serving.
-                log::warn!(target: "specula::http", "accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
+        let (ty, sub) = (ty.trim(), sub.trim());
+        for (i, (fty, fsub)) in [("application", "openmetrics-text"), ("text", "plain")]
+            .into_iter()
+            .enumerate()
+        {
+            let specificity = if ty.eq_ignore_ascii_case(fty) && sub.eq_ignore_ascii_case(fsub) {
+                2
+            } else if ty.eq_ignore_ascii_case(fty) && sub == "*" {
+                1
+            } else if ty == "*" && sub == "*" {
+                0
+            } else {
+                continue;
+            };
+            // The most specific range decides the quality; among equally specific ones the
+            // first listed.
+            match best[i] {
+                Some((_, s, _)) if s >= specificity => {}
+                _ => best[i] = Some((q, specificity, pos)),
             }
         }
     }
-    // Dropping `tx` ends the workers once the queue is drained.
-}
-
-fn worker(rx: &Mutex<Receiver<(TcpStream, Instant)>>, shared: &Shared) {
-    loop {
-        let next = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-        let Ok((stream, accepted)) = next else { return };
-        handle(stream, accepted, shared);
-    }
-}
-
-/// What a request head asked for.
-#[derive(Debug, PartialEq, Eq)]
-enum Head {
-    /// A well-formed request line and headers.
-    Request {
-        method: String,
-        path: String,
-        accept: Option<String>,
-    },
-    /// Not HTTP/1.x.
-    Malformed,
-}
-
-fn parse_head(head: &[u8]) -> Head {
-    let Ok(text) = std::str::from_utf8(head) else {
-        return Head::Malformed;
+    let score = |b: Option<(u16, u8, usize)>| match b {
+        Some((q, s, pos)) if q > 0 => Some((q, s, std::cmp::Reverse(pos))),
+        _ => None,
     };
-    let mut lines = text.split("\r\n").flat_map(|l| l.split('\n'));
-    let Some(request_line) = lines.next() else {
-        return Head::Malformed;
-    };
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Head::Malformed;
-    };
-    let method_ok = !method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase());
-    if !method_ok || !matches!(version, "HTTP/1.0" | "HTTP/1.1") || !target.starts_with('/') {
-        return Head::Malformed;
-    }
-    let mut accept = None;
-    for line in lines {
-        if line.is_empty() {
-            break;
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            return Head::Malformed;
-        };
-        if name.eq_ignore_ascii_case("accept") {
-            accept = Some(value.trim().to_owned());
-        }
-    }
-    let path = target.split(['?', '#']).next().unwrap_or(target);
-    Head::Request {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        accept,
+    match (score(best[0]), score(best[1])) {
+        (None, None) => None,
+        (Some(_), None) => Some(Format::OpenMetrics),
+        (None, Some(_)) => Some(Format::Text),
+        (Some(om), Some(text)) if om > text => Some(Format::OpenMetrics),
+        (Some(_), Some(_)) => Some(Format::Text),
     }
 }
 
-/// Why reading a head stopped.
-enum ReadHead {
-    Complete(Vec<u8>),
-    TooLarge,
-    TimedOut,
-    Closed,
-}
-
-fn read_head(stream: &mut TcpStream, deadline: Instant, max: usize) -> ReadHead {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return ReadHead::TimedOut;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return ReadHead::Closed,
-            Ok(n) => {
-                let from = buf.len().saturating_sub(3);
-                buf.extend_from_slice(&chunk[..n]);
-                let tail = &buf[from..];
-                let end = find(tail, b"\r\n\r\n")
-                    .map(|i| from + i + 4)
-                    .or_else(|| find(tail, b"\n\n").map(|i| from + i + 2));
-                if let Some(end) = end {
-                    if end > max {
-                        return ReadHead::TooLarge;
-                    }
-                    buf.truncate(end);
-                    return ReadHead::Complete(buf);
-                }
-                if buf.len() > max {
-                    return ReadHead::TooLarge;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return ReadHead::TimedOut;
-            }
-            Err(_) => return ReadHead::Closed,
-        }
+/// A `qvalue` (RFC 9110 §12.4.2) in thousandths, `None` when malformed.
+fn parse_q(v: &str) -> Option<u16> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn handle(mut stream: TcpStream, accepted: Instant, shared: &Shared) {
-    let cfg = &shared.config;
-    let deadline = accepted + cfg.timeout;
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() || stream.set_write_timeout(Some(left)).is_err() {
-        return; // waited in the queue past its deadline: the client has given up
+    let mut thousandths = 0u16;
+    for (i, b) in frac.bytes().enumerate() {
+        thousandths += u16::from(b - b'0') * [100, 10, 1][i];
     }
-    let head = match read_head(&mut stream, deadline, cfg.max_head_bytes) {
-        ReadHead::Complete(h) => h,
-        ReadHead::TooLarge => {
-            return respond_status(stream, 431, "Request Header Fields Too Large", &[]);
-        }
-        ReadHead::TimedOut => return respond_status(stream, 408, "Request Timeout", &[]),
-        ReadHead::Closed => return,
-    };
-    match parse_head(&head) {
-        Head::Malformed => respond_status(stream, 400, "Bad Request", &[]),
-        Head::Request { path, .. } if path != PATH => respond_status(stream, 404, "Not Found", &[]),
-        Head::Request { method, accept, .. } => match method.as_str() {
-            "GET" | "HEAD" => {
-                let format = Format::negotiate(accept.as_deref());
-                match render(&shared.registry, format) {
-                    Ok(body) => respond(
-                        stream,
-                        "200 OK",
-                        &[("Content-Type", format.content_type())],
-                        body.as_bytes(),
-                        method == "HEAD",
-                    ),
-                    Err(_) => respond_status(stream, 500, "Internal Server Error", &[]),
-                }
-            }
-            _ => respond_status(stream, 405, "Method Not Allowed", &[("Allow", "GET, HEAD")]),
-        },
-    }
-}
-
-fn respond_status(stream: TcpStream, code: u16, reason: &str, headers: &[(&str, &str)]) {
-    let status = format!("{code} {reason}");
-    let mut h = vec![("Content-Type", "text/plain; charset=utf-8")];
-    h.extend_from_slice(headers);
-    let body = format!("{status}\n");
-    respond(stream, &status, &h, body.as_bytes(), false);
-}
-
-fn respond(mut stream: TcpStream, status: &str, headers: &[(&str, &str)], body: &[u8], head: bool) {
-    let mut out = Vec::with_capacity(body.len() + 256);
-    let _ = write!(out, "HTTP/1.1 {status}\r\n");
-    for (k, v) in headers {
-        let _ = write!(out, "{k}: {v}\r\n");
-    }
-    let _ = write!(
-        out,
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if !head {
-        out.extend_from_slice(body);
-    }
-    if stream.write_all(&out).is_err() {
-        return;
-    }
-    // Lingering close: stop writing, then read (and discard) briefly what the client still
-    // sends, so closing with unread bytes does not reset the connection before the client has
-    // read the response.
-    let _ = stream.shutdown(Shutdown::Write);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut sink = [0u8; 4096];
-    let mut drained = 0usize;
-    while drained < 64 * 1024 {
-        match stream.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => drained += n,
-        }
+    match int {
+        "0" => Some(thousandths),
+        "1" if thousandths == 0 => Some(1000),
+        _ => None,
     }
 }
 
@@ -426,26 +137,70 @@ mod tests {
     use super::*;
 
     #[test]
-    fn heads_parse_strictly() {
-        let h = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nAccept: text/plain\r\n\r\n");
-        assert_eq!(
-            h,
-            Head::Request {
-                method: "GET".into(),
-                path: "/metrics".into(),
-                accept: Some("text/plain".into())
-            }
-        );
-        for bad in [
-            &b"\x00\xff\xfe garbage\r\n\r\n"[..],
-            b"GET /metrics\r\n\r\n",
-            b"GET /metrics HTTP/2.0\r\n\r\n",
-            b"get /metrics HTTP/1.1\r\n\r\n",
-            b"GET metrics HTTP/1.1\r\n\r\n",
-            b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n",
-            b"",
+    fn negotiation_follows_quality_values() {
+        use Format::{OpenMetrics as Om, Text};
+        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                          application/openmetrics-text;version=0.0.1;q=0.5,\
+                          text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,\
+                          text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        for (accept, want) in [
+            (None, Some(Text)),
+            (Some(""), Some(Text)),
+            (Some("*/*"), Some(Text)),
+            (Some("text/plain"), Some(Text)),
+            (Some("application/openmetrics-text"), Some(Om)),
+            (Some(prometheus), Some(Om)),
+            (Some("application/openmetrics-text;q=0"), None),
+            (Some("application/openmetrics-text;q=0, */*"), Some(Text)),
+            (
+                Some("application/openmetrics-text;Q=0.0, text/plain"),
+                Some(Text),
+            ),
+            (
+                Some("text/plain;q=0.1, application/openmetrics-text;q=0.2"),
+                Some(Om),
+            ),
+            (
+                Some("text/plain;q=0.3, application/openmetrics-text;q=0.2"),
+                Some(Text),
+            ),
+            (Some("APPLICATION/OPENMETRICS-TEXT"), Some(Om)),
+            (
+                Some("Application/OpenMetrics-Text; Version=1.0.0"),
+                Some(Om),
+            ),
+            (Some("application/*"), Some(Om)),
+            (Some("application/*;q=0.9, text/*;q=0.8"), Some(Om)),
+            (
+                Some("application/*, application/openmetrics-text;q=0"),
+                None,
+            ),
+            (Some("application/openmetrics-text, text/plain"), Some(Om)),
+            (Some("text/plain, application/openmetrics-text"), Some(Text)),
+            (Some("application/json"), None),
+            (Some("text/plain;q=0, */*;q=0.5"), Some(Om)),
+            (Some("*/*;q=0.5, text/plain;q=0"), Some(Om)),
+            (Some("application/openmetrics-text;q=1.5"), None),
+            (Some("application/openmetrics-text;q=0.0001"), None),
+            (
+                Some("application/openmetrics-text;q=abc, text/plain;q=0.1"),
+                Some(Text),
+            ),
+            (Some("garbage, ,;;,==,/,"), None),
         ] {
-            assert_eq!(parse_head(bad), Head::Malformed, "{bad:?}");
+            assert_eq!(negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn qvalues_parse_strictly() {
+        assert_eq!(parse_q("1"), Some(1000));
+        assert_eq!(parse_q("1.000"), Some(1000));
+        assert_eq!(parse_q("0.5"), Some(500));
+        assert_eq!(parse_q("0.125"), Some(125));
+        assert_eq!(parse_q("0"), Some(0));
+        for bad in ["1.001", "2", "-0", "0.1234", "", ".5", "0.x", "1e0"] {
+            assert_eq!(parse_q(bad), None, "{bad}");
         }
     }
 }

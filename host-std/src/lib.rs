@@ -1,17 +1,25 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use specula_core as core;
+/// The no_std core this crate builds on (the crate `specula-core`), re-exported under its own
+/// name so that `use specula::*` never shadows the language's `core`.
+pub use specula_core;
 
 pub mod backend;
 pub mod clock;
 pub mod cpu;
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod demo;
 pub mod driver;
 pub mod http;
 pub mod log_sink;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics_bridge;
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod ngram;
 pub mod prom;
 pub mod wiring;

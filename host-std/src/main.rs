@@ -1,9 +1,9 @@
 //! The `specula` command: `specula demo` and `specula bench`.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use specula::core::verify::{Method, Reference};
 use specula::cpu::CpuVerifier;
 use specula::demo::{self, DemoConfig, MAX_K};
+use specula::specula_core::verify::{Method, Reference};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -181,10 +181,55 @@ pub fn not_compiled(backend: Backend) -> CliError {
     ))
 }
 
+/// The largest `--corpus` read (32 MiB): training keeps a few hash-map entries per character,
+/// so this bounds the demo's memory and start-up time as well as the read.
+pub const MAX_CORPUS_BYTES: u64 = 32 << 20;
+
+/// Reads a `--corpus` file: a regular file of at most [`MAX_CORPUS_BYTES`], in one pass into one
+/// buffer sized from the file's length (memory: its size plus one page of slack, never a
+/// doubling), decoded in place. FIFOs, sockets, devices (`/dev/zero`) and directories are
+/// refused before they are opened for reading, so nothing blocks or reads without end; a file
+/// that grows while read is cut off at the cap plus one byte and refused.
+fn read_corpus(path: &std::path::Path) -> Result<String, CliError> {
+    use std::io::Read as _;
+    let shown = path.display();
+    let usage = |what: String| CliError::Usage(format!("cannot read corpus {shown}: {what}"));
+    let meta = std::fs::metadata(path).map_err(|e| usage(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(usage(
+            "not a regular file (FIFOs, sockets, devices and directories are refused)".into(),
+        ));
+    }
+    let too_big = |n: u64| {
+        usage(format!(
+            "{n} bytes is more than the {MAX_CORPUS_BYTES} bytes ({} MiB) allowed",
+            MAX_CORPUS_BYTES >> 20
+        ))
+    };
+    if meta.len() > MAX_CORPUS_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| usage(e.to_string()))?;
+    // The same file as the one checked (a path swapped in between is caught here).
+    let meta = file.metadata().map_err(|e| usage(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(usage("not a regular file".into()));
+    }
+    // `meta.len() <= MAX_CORPUS_BYTES`, which fits a usize on every supported target.
+    let len = usize::try_from(meta.len()).unwrap_or(0);
+    let mut bytes = Vec::with_capacity(len + 1);
+    file.take(MAX_CORPUS_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| usage(e.to_string()))?;
+    if bytes.len() as u64 > MAX_CORPUS_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| usage(format!("not UTF-8 text: {e}")))
+}
+
 fn run_demo(a: DemoArgs) -> Result<(), CliError> {
     let corpus = match &a.corpus {
-        Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| CliError::Usage(format!("cannot read corpus {}: {e}", p.display())))?,
+        Some(p) => read_corpus(p)?,
         None => demo::CORPUS.to_owned(),
     };
     let duration = match (a.duration, a.tokens) {
@@ -259,8 +304,20 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The CPU verifier on `threads` threads (0 = one per CPU).
+/// `--threads` may ask for at most this many threads per CPU.
+pub const MAX_THREADS_PER_CPU: usize = 4;
+
+/// The CPU verifier on `threads` threads (0 = one per CPU), at most [`MAX_THREADS_PER_CPU`] per
+/// CPU (exit 2 beyond: starting 100 000 threads takes a minute before it fails).
 fn cpu_verifier(threads: usize) -> Result<CpuVerifier<MAX_K>, CliError> {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+    if threads > max {
+        return Err(CliError::Usage(format!(
+            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most {max} on \
+             this machine's {cpus} CPUs (0 = one per CPU)"
+        )));
+    }
     CpuVerifier::new(threads)
         .map_err(|e| CliError::Run(format!("cannot start {threads} CPU verifier threads: {e}")))
 }

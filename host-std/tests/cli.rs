@@ -126,6 +126,116 @@ fn unreadable_corpus_exits_2() {
     );
 }
 
+/// Runs `specula args…`, killing it if it has not exited within `limit` (a hang is a failure,
+/// not a stuck test run).
+fn specula_within(args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the specula binary runs");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("output");
+            panic!("specula {args:?} still ran after {limit:?}: {o:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+const QUICK: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[test]
+fn huge_bench_sizes_exit_2_with_the_figure_before_allocating() {
+    let o = specula_within(
+        &["bench", "--vocab", "1048576", "--batch", "4096", "--k", "8"],
+        QUICK,
+    );
+    let (_, err) = expect_code(&o, 2);
+    let line = error_line(&err);
+    assert!(line.contains("needs 292.1 GB of probabilities"), "{line}");
+    let many: Vec<String> = (1..=65).map(|i| i.to_string()).collect();
+    let o = specula_within(&["bench", "--batch", &many.join(",")], QUICK);
+    let (_, err) = expect_code(&o, 2);
+    assert!(error_line(&err).contains("--batch lists 65 values; at most 64"));
+    let o = specula_within(&["bench", "--seconds", "1e9"], QUICK);
+    expect_code(&o, 2);
+}
+
+#[test]
+fn too_many_threads_exit_2_at_once() {
+    for cmd in ["demo", "bench"] {
+        let o = specula_within(&[cmd, "--threads", "100000"], QUICK);
+        let (_, err) = expect_code(&o, 2);
+        let line = error_line(&err);
+        assert!(
+            line.contains("--threads 100000 is more than 4 per CPU"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn device_files_fifos_and_directories_are_refused_as_corpus() {
+    let dir = std::env::temp_dir().join(format!("specula-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut refused = vec!["/dev/zero".to_owned(), dir.display().to_string()];
+    // A FIFO with no writer: opening it for reading would block forever.
+    let fifo = dir.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        refused.push(fifo.display().to_string());
+    } else {
+        eprintln!("SKIPPED the FIFO case: mkfifo is not available");
+    }
+    for path in &refused {
+        let o = specula_within(&["demo", "--corpus", path, "--tokens", "1"], QUICK);
+        let (_, err) = expect_code(&o, 2);
+        assert!(
+            error_line(&err).contains("not a regular file"),
+            "{path}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_oversized_corpus_exits_2_with_its_size() {
+    let path = std::env::temp_dir().join(format!("specula-big-{}.txt", std::process::id()));
+    // Sparse: no disk space used.
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(33 << 20).unwrap();
+    drop(f);
+    let o = specula_within(
+        &["demo", "--corpus", path.to_str().unwrap(), "--tokens", "1"],
+        QUICK,
+    );
+    std::fs::remove_file(&path).unwrap();
+    let (_, err) = expect_code(&o, 2);
+    assert!(
+        error_line(&err).contains("34603008 bytes is more than the 33554432 bytes (32 MiB)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_corpus_file_is_read_and_trained_on() {
+    let path = std::env::temp_dir().join(format!("specula-small-{}.txt", std::process::id()));
+    std::fs::write(
+        &path,
+        "the quick brown fox jumps over the lazy dog. ".repeat(40),
+    )
+    .unwrap();
+    let o = demo(&["--corpus", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    let (out, _) = expect_code(&o, 0);
+    assert!(out.contains("== specula demo summary =="), "{out}");
+}
+
 #[test]
 fn metrics_port_in_use_fails_with_a_clear_message() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");

@@ -1,7 +1,7 @@
 //! The log sink through the real `StdClock` path, with collection and log grids misaligned.
 
-use specula::core::{Clock, Counters, Tick};
 use specula::ngram::SplitMix64;
+use specula::specula_core::{Clock, Counters, Tick};
 use specula::{Driver, HostReadback, LogSink, StdClock, wire};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! Prometheus exposition: totals equal the slots', counter semantics, vllm compatibility names.
 
 use specula::HostReadback;
-use specula::core::Counters;
 use specula::prom::{Format, Options, SpecCollector, render};
+use specula::specula_core::Counters;
 use specula::{Driver, StdClock, wire};
 use std::time::Duration;
 
