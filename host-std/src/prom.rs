@@ -31,13 +31,13 @@ impl Format {
         }
     }
 
-    /// The format a client asks for in its `Accept` header: OpenMetrics when it names it
-    /// (Prometheus does), the classic text format otherwise (curl, browsers).
+    /// The format to answer a client whose `Accept` header is `accept` with, by the same rules
+    /// as [`http::negotiate`](crate::http::negotiate) (quality values, specificity,
+    /// case-insensitive media types); where neither format is acceptable, the classic text
+    /// format, which every scraper reads. A server that answers `406 Not Acceptable` instead
+    /// calls [`http::negotiate`](crate::http::negotiate) itself.
     pub fn negotiate(accept: Option<&str>) -> Self {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Self::OpenMetrics,
-            _ => Self::Text,
-        }
+        crate::http::negotiate(accept).unwrap_or(Self::Text)
     }
 }
 

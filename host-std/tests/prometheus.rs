@@ -106,6 +106,17 @@ fn content_negotiation() {
     assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
     let prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
     assert_eq!(Format::negotiate(Some(prom)), Format::OpenMetrics);
+    // Same rules as the server's negotiation: q=0 excludes, a lower q loses.
+    assert_eq!(
+        Format::negotiate(Some("application/openmetrics-text;q=0, */*")),
+        Format::Text
+    );
+    assert_eq!(
+        Format::negotiate(Some("text/plain;q=0.2, application/openmetrics-text;q=0.9")),
+        Format::OpenMetrics
+    );
+    // Nothing acceptable: the text format (a server that answers 406 uses http::negotiate).
+    assert_eq!(Format::negotiate(Some("application/json")), Format::Text);
     assert_eq!(
         Format::OpenMetrics.content_type(),
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
