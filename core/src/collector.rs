@@ -1,24 +1,69 @@
 //! [`Collector`]: the asynchronous collection state machine, driven once per decode step.
+//!
+//! # When a readback starts
+//! * **On the collection grid** (`start + n·period`), as long as no consumer deadlines are set:
+//!   the cadence scrapes are served at.
+//! * **Ahead of each consumer deadline**, once [`Collector::set_deadlines`] has told the
+//!   collector when its consumers next need a fresh snapshot (a log sink's grid): a readback is
+//!   started at the last decode step from which waiting one more step would risk publishing
+//!   after the deadline, judged from the measured readback latency (the largest of the last
+//!   [`LATENCY_WINDOW`] readbacks, step to step, and never less than the age of the oldest one
+//!   still in flight) and the measured step gap (a slowly decaying maximum). So one publication
+//!   lands in each deadline interval `(T − period, T]`, whatever the phase between the two
+//!   grids. If the deadline period is longer than the collection period, readbacks are also
+//!   started whenever a collection period has passed since the previous start, so scrapes stay
+//!   fresh.
+//!
+//! Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
+//! [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
+//! cadence.
+//!
+//! # Staleness
+//! A readback in flight for longer than [`Collector::stale_after_ns`] (default: three
+//! collection periods, at least [`MIN_STALE_NS`]) counts as a readback error
+//! ([`CollectError::Stale`], `readback_errors` raised and the last good counters republished,
+//! so every consumer sees it). The collector then asks the backend to
+//! [`abandon`](Readback::abandon) it: if it can, the ring slot is freed and collection goes on;
+//! if it cannot, the collector keeps polling it (publishing it if it ever completes) and
+//! reports it again after each further staleness deadline. Either way `tick` never blocks, and
+//! [`Collector::flush`] still recovers every count. The time of the last successful collection
+//! is the published snapshot's `at_ns` (the clock time its counts are as of), so a consumer
+//! computes the data's age as `now − at_ns`.
 
 use crate::counters::{Counters, Snapshot};
-use crate::interval::Interval;
+use crate::flight::{Flight, MAX_IN_FLIGHT};
+use crate::interval::{Interval, ZeroPeriod};
 use crate::readback::Readback;
 use crate::slot::SlotWriter;
 use core::task::Poll;
 
-/// What one [`Collector::tick`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Readback latencies remembered for the latency estimate (the largest of them is used).
+pub const LATENCY_WINDOW: usize = 16;
+
+/// The smallest default staleness deadline: 1 s (a few periods of a sub-second collection
+/// period would declare healthy GPU readbacks stale).
+pub const MIN_STALE_NS: u64 = 1_000_000_000;
+
+/// The default staleness deadline, in collection periods.
+pub const DEFAULT_STALE_PERIODS: u64 = 3;
+
+/// What one [`Collector::tick`] did: the most telling of what happened, in the order
+/// `Published`, `Failed`, `Started`, `Pending`, `Idle`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Tick {
     /// Nothing due and nothing in flight.
+    #[default]
     Idle,
     /// A readback was started.
     Started,
     /// A readback is in flight and not finished.
     Pending,
-    /// A readback finished and was published as this version.
+    /// A readback finished and was published as this version (the last one, if several
+    /// finished in this tick).
     Published(u64),
-    /// A readback failed; the last good counters were republished with the error count raised.
+    /// A readback failed or went stale; the last good counters were republished with the
+    /// error count raised.
     Failed,
 }
 
@@ -32,6 +77,8 @@ pub enum CollectError<E> {
     /// The backend returned counts below ones already published (a broken backend, or counters
     /// reset behind the collector's back); they are discarded.
     NotMonotonic,
+    /// A readback was in flight for longer than the staleness deadline.
+    Stale,
 }
 
 impl<E: core::fmt::Debug> core::fmt::Display for CollectError<E> {
@@ -39,18 +86,57 @@ impl<E: core::fmt::Debug> core::fmt::Display for CollectError<E> {
         match self {
             Self::Readback(e) => write!(f, "counter readback failed: {e:?}"),
             Self::NotMonotonic => f.write_str("readback returned decreasing counters"),
+            Self::Stale => f.write_str("counter readback did not complete before its deadline"),
         }
     }
 }
 
 impl<E: core::fmt::Debug> core::error::Error for CollectError<E> {}
 
-/// Reads counters back asynchronously on a fixed cadence and publishes them to a slot.
+/// One readback in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Entry {
+    /// Clock time of the tick that started it: the time its counts are as of.
+    started_ns: u64,
+    /// When it is (next) reported stale.
+    stale_at_ns: u64,
+}
+
+/// The last [`LATENCY_WINDOW`] readback latencies, as seen from tick to tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Latencies {
+    samples: [u64; LATENCY_WINDOW],
+    next: usize,
+    len: usize,
+}
+
+impl Latencies {
+    fn record(&mut self, ns: u64) {
+        self.samples[self.next % LATENCY_WINDOW] = ns;
+        self.next = (self.next + 1) % LATENCY_WINDOW;
+        self.len = (self.len + 1).min(LATENCY_WINDOW);
+    }
+
+    fn max(&self) -> Option<u64> {
+        self.samples[..self.len].iter().copied().max()
+    }
+}
+
+/// What happened during one tick, folded into a [`Tick`] at the end.
+#[derive(Clone, Copy, Debug, Default)]
+struct Outcome {
+    published: Option<u64>,
+    failed: bool,
+    started: bool,
+}
+
+/// Reads counters back asynchronously and publishes them to a slot.
 ///
 /// Call [`tick`](Collector::tick) once per decode step with the current time: it never blocks.
-/// When the interval is due it starts a readback; while one is in flight it polls it; a finished
-/// one is published to the slot. Consumers read the slot on their own schedule (through
-/// [`Cursor`](crate::Cursor)s), so no timer has to line up with this one. Call
+/// It polls the readbacks in flight (publishing those that finished), reports a stale one, and
+/// starts a new readback when the collection grid or a consumer deadline calls for one (see the
+/// [module documentation](crate::collector)). Consumers read the slot on their own schedule
+/// (through [`Cursor`](crate::Cursor)s), so no timer has to line up with this one. Call
 /// [`flush`](Collector::flush) at shutdown.
 ///
 /// ```
@@ -70,6 +156,8 @@ impl<E: core::fmt::Debug> core::error::Error for CollectError<E> {}
 /// let (writer, reader) = slot.split();
 /// let mut device = Host(Counters::ZERO);
 /// let mut collector = Collector::new(&mut device, writer, 1_000, 0).unwrap();
+/// // A log line every 1 000 ns on a grid of its own: have a snapshot ready for each.
+/// collector.set_deadlines(1_000, 450).unwrap();
 /// let mut log = Cursor::new(reader);
 /// for step in 0..10u64 {
 ///     collector.readback_mut().0.record(2, 1).unwrap(); // the verifier counts
@@ -84,10 +172,33 @@ pub struct Collector<'a, R: Readback<K>, const K: usize> {
     readback: R,
     writer: SlotWriter<'a, Snapshot<K>>,
     interval: Interval,
-    /// Start time of the readback in flight.
-    in_flight: Option<u64>,
+    /// The consumers' deadline grid; its `next_ns` is the earliest deadline not yet served.
+    deadlines: Option<Interval>,
+    /// Start a readback at the next tick, whatever the grids say (set with the deadlines: the
+    /// first readback measures the latency).
+    probe: bool,
+    flight: Flight<Entry>,
+    last_start_ns: Option<u64>,
+    last_tick_ns: Option<u64>,
+    /// A slowly decaying maximum of the time between ticks.
+    gap_ns: u64,
+    latencies: Latencies,
+    stale_after_ns: u64,
     last: Snapshot<K>,
     last_error: Option<CollectError<R::Error>>,
+}
+
+impl<R: Readback<K>, const K: usize> core::fmt::Debug for Collector<'_, R, K> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Collector")
+            .field("interval", &self.interval)
+            .field("deadlines", &self.deadlines)
+            .field("in_flight", &self.flight.len())
+            .field("latency_estimate_ns", &self.latency_estimate_ns())
+            .field("stale_after_ns", &self.stale_after_ns)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
@@ -97,51 +208,201 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         writer: SlotWriter<'a, Snapshot<K>>,
         period_ns: u64,
         start_ns: u64,
-    ) -> Result<Self, crate::interval::ZeroPeriod> {
+    ) -> Result<Self, ZeroPeriod> {
         Ok(Self {
             readback,
             writer,
             interval: Interval::new(period_ns, start_ns)?,
-            in_flight: None,
+            deadlines: None,
+            probe: false,
+            flight: Flight::new(),
+            last_start_ns: None,
+            last_tick_ns: None,
+            gap_ns: 0,
+            latencies: Latencies::default(),
+            stale_after_ns: period_ns
+                .saturating_mul(DEFAULT_STALE_PERIODS)
+                .max(MIN_STALE_NS),
             last: Snapshot::ZERO,
             last_error: None,
         })
     }
 
+    /// Tells the collector that its consumers need a fresh snapshot at `start_ns + n·period_ns`
+    /// (n = 1, 2, …; a log sink's grid, on the same clock). From the next tick on, readbacks
+    /// are timed so that one has been published in each interval between two deadlines; the
+    /// next tick also starts one readback at once, to measure the latency.
+    pub fn set_deadlines(&mut self, period_ns: u64, start_ns: u64) -> Result<(), ZeroPeriod> {
+        self.deadlines = Some(Interval::new(period_ns, start_ns)?);
+        self.probe = true;
+        Ok(())
+    }
+
+    /// Goes back to readbacks on the collection grid only.
+    pub fn clear_deadlines(&mut self) {
+        self.deadlines = None;
+        self.probe = false;
+    }
+
+    /// The consumers' deadline grid, if set; its `next_ns` is the earliest deadline no
+    /// readback has been started for yet.
+    pub fn deadlines(&self) -> Option<&Interval> {
+        self.deadlines.as_ref()
+    }
+
+    /// Sets how long a readback may stay in flight before it counts as an error (at least
+    /// 1 ns).
+    pub fn set_stale_after(&mut self, ns: u64) {
+        self.stale_after_ns = ns.max(1);
+        for e in self.flight.iter_mut() {
+            e.stale_at_ns = e.started_ns.saturating_add(ns.max(1));
+        }
+    }
+
+    /// How long a readback may stay in flight before it counts as an error.
+    pub fn stale_after_ns(&self) -> u64 {
+        self.stale_after_ns
+    }
+
+    /// The readback latency the collector plans with: the largest of the last
+    /// [`LATENCY_WINDOW`] successful readbacks, from the tick that started one to the tick that
+    /// published it. `None` before the first.
+    pub fn latency_estimate_ns(&self) -> Option<u64> {
+        self.latencies.max()
+    }
+
+    /// How many readbacks the collector keeps in flight at most: the backend's
+    /// [`max_in_flight`](Readback::max_in_flight), between 1 and [`MAX_IN_FLIGHT`].
+    pub fn capacity(&self) -> usize {
+        self.readback.max_in_flight().clamp(1, MAX_IN_FLIGHT)
+    }
+
     /// Drives collection; call once per decode step. Never blocks (provided the backend's
-    /// `start` and `poll` do not, as the [`Readback`] contract requires).
+    /// `start`, `poll` and `abandon` do not, as the [`Readback`] contract requires).
     #[inline]
     pub fn tick(&mut self, now_ns: u64) -> Tick {
-        match self.in_flight {
-            Some(started) => match self.readback.poll() {
-                Poll::Pending => Tick::Pending,
-                Poll::Ready(r) => {
-                    self.in_flight = None;
-                    self.finish(r, started)
-                }
-            },
-            None => {
-                if !self.interval.due(now_ns) {
-                    return Tick::Idle;
-                }
-                match self.readback.start() {
-                    Ok(()) => {
-                        self.in_flight = Some(now_ns);
-                        Tick::Started
-                    }
-                    Err(e) => self.fail(CollectError::Readback(e)),
-                }
+        self.observe_gap(now_ns);
+        let mut out = Outcome::default();
+        self.poll_flight(now_ns, &mut out);
+        self.check_stale(now_ns, &mut out);
+        if self.flight.len() < self.capacity() && self.wants_start(now_ns) {
+            self.start(now_ns, &mut out);
+        }
+        match out {
+            Outcome {
+                published: Some(v), ..
+            } => Tick::Published(v),
+            Outcome { failed: true, .. } => Tick::Failed,
+            Outcome { started: true, .. } => Tick::Started,
+            _ if !self.flight.is_empty() => Tick::Pending,
+            _ => Tick::Idle,
+        }
+    }
+
+    fn observe_gap(&mut self, now_ns: u64) {
+        if let Some(prev) = self.last_tick_ns {
+            let gap = now_ns.saturating_sub(prev);
+            self.gap_ns = gap.max(self.gap_ns - self.gap_ns / 16);
+        }
+        self.last_tick_ns = Some(now_ns);
+    }
+
+    /// Polls the oldest readbacks in flight and publishes each one that finished.
+    fn poll_flight(&mut self, now_ns: u64, out: &mut Outcome) {
+        while let Some(&entry) = self.flight.front() {
+            let Poll::Ready(r) = self.readback.poll() else {
+                break;
+            };
+            self.flight.pop();
+            if r.is_ok() {
+                self.latencies
+                    .record(now_ns.saturating_sub(entry.started_ns));
+            }
+            match self.finish(r, entry.started_ns) {
+                Tick::Published(v) => out.published = Some(v),
+                _ => out.failed = true,
+            }
+        }
+    }
+
+    /// Reports the oldest readback if it is stale, and abandons it if the backend can.
+    fn check_stale(&mut self, now_ns: u64, out: &mut Outcome) {
+        let Some(entry) = self.flight.front_mut() else {
+            return;
+        };
+        if now_ns < entry.stale_at_ns {
+            return;
+        }
+        entry.stale_at_ns = now_ns.saturating_add(self.stale_after_ns);
+        self.fail(CollectError::Stale);
+        out.failed = true;
+        if self.readback.abandon() {
+            self.flight.pop();
+        }
+    }
+
+    /// Whether a readback should start now (capacity permitting).
+    fn wants_start(&mut self, now_ns: u64) -> bool {
+        let Some(deadlines) = self.deadlines.as_mut() else {
+            return self.interval.due(now_ns);
+        };
+        if core::mem::take(&mut self.probe) {
+            deadlines.due(now_ns); // deadlines already passed are not owed a readback
+            return true;
+        }
+        // Deadlines already passed can no longer be served.
+        deadlines.due(now_ns);
+        let deadline = deadlines.next_ns();
+        // The latency to plan with: the measured one, and never less than the age of the oldest
+        // readback still in flight (it has taken at least that long), up to the stale limit.
+        let oldest_age = self
+            .flight
+            .front()
+            .map_or(0, |e| now_ns.saturating_sub(e.started_ns))
+            .min(self.stale_after_ns);
+        let latency = self.latencies.max().unwrap_or(0).max(oldest_age);
+        // Started at the next step (one gap from now), would it still be published in time?
+        let last_chance = now_ns.saturating_add(self.gap_ns).saturating_add(latency) >= deadline;
+        if last_chance {
+            // Served: the next readback is for the deadline after this one.
+            deadlines.due(deadline);
+            return true;
+        }
+        // A deadline grid coarser than the collection period: keep scrapes fresh too.
+        deadlines.period_ns() > self.interval.period_ns()
+            && self
+                .last_start_ns
+                .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns())
+    }
+
+    fn start(&mut self, now_ns: u64, out: &mut Outcome) {
+        match self.readback.start() {
+            Ok(()) => {
+                let entry = Entry {
+                    started_ns: now_ns,
+                    stale_at_ns: now_ns.saturating_add(self.stale_after_ns),
+                };
+                // Cannot fail: the caller checked there is room.
+                let _ = self.flight.push(entry);
+                self.last_start_ns = Some(now_ns);
+                out.started = true;
+            }
+            Err(e) => {
+                self.fail(CollectError::Readback(e));
+                out.failed = true;
             }
         }
     }
 
     /// Final, blocking readback: waits for the backend and publishes its totals, so nothing
-    /// counted before shutdown is lost. Returns the published version.
+    /// counted before shutdown is lost. Every readback in flight is retired. Returns the
+    /// published version, or why nothing was published (the backend's error, or
+    /// [`CollectError::NotMonotonic`]).
     pub fn flush(&mut self, now_ns: u64) -> Result<u64, CollectError<R::Error>>
     where
         R::Error: Clone,
     {
-        self.in_flight = None;
+        self.flight.clear();
         let r = self.readback.flush();
         match self.finish(r, now_ns) {
             Tick::Published(v) => Ok(v),
@@ -171,7 +432,8 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         Tick::Failed
     }
 
-    /// The last snapshot published (or zero).
+    /// The last snapshot published (or zero). Its `at_ns` is the time of the last successful
+    /// collection.
     pub fn last(&self) -> &Snapshot<K> {
         &self.last
     }
@@ -183,7 +445,12 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
 
     /// True while a readback is in flight.
     pub fn in_flight(&self) -> bool {
-        self.in_flight.is_some()
+        !self.flight.is_empty()
+    }
+
+    /// How many readbacks are in flight.
+    pub fn in_flight_count(&self) -> usize {
+        self.flight.len()
     }
 
     /// The backend.
@@ -201,7 +468,6 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         &self.interval
     }
 }
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
