@@ -40,6 +40,10 @@ use core::task::Poll;
 /// Readback latencies remembered for the latency estimate (the largest of them is used).
 pub const LATENCY_WINDOW: usize = 16;
 
+/// The step-gap estimate loses `1/GAP_DECAY` of its excess over the current gap per tick: a
+/// maximum that forgets a long pause within a few hundred steps.
+const GAP_DECAY: u64 = 256;
+
 /// The smallest default staleness deadline: 1 s (a few periods of a sub-second collection
 /// period would declare healthy GPU readbacks stale).
 pub const MIN_STALE_NS: u64 = 1_000_000_000;
@@ -120,6 +124,10 @@ impl Latencies {
     fn max(&self) -> Option<u64> {
         self.samples[..self.len].iter().copied().max()
     }
+
+    fn min(&self) -> Option<u64> {
+        self.samples[..self.len].iter().copied().min()
+    }
 }
 
 /// What happened during one tick, folded into a [`Tick`] at the end.
@@ -174,9 +182,6 @@ pub struct Collector<'a, R: Readback<K>, const K: usize> {
     interval: Interval,
     /// The consumers' deadline grid; its `next_ns` is the earliest deadline not yet served.
     deadlines: Option<Interval>,
-    /// Start a readback at the next tick, whatever the grids say (set with the deadlines: the
-    /// first readback measures the latency).
-    probe: bool,
     flight: Flight<Entry>,
     last_start_ns: Option<u64>,
     last_tick_ns: Option<u64>,
@@ -214,7 +219,6 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             writer,
             interval: Interval::new(period_ns, start_ns)?,
             deadlines: None,
-            probe: false,
             flight: Flight::new(),
             last_start_ns: None,
             last_tick_ns: None,
@@ -230,18 +234,16 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
 
     /// Tells the collector that its consumers need a fresh snapshot at `start_ns + n·period_ns`
     /// (n = 1, 2, …; a log sink's grid, on the same clock). From the next tick on, readbacks
-    /// are timed so that one has been published in each interval between two deadlines; the
-    /// next tick also starts one readback at once, to measure the latency.
+    /// are timed so that one has been published in each interval between two deadlines. Until
+    /// a first readback has measured the latency, one is started every half deadline period.
     pub fn set_deadlines(&mut self, period_ns: u64, start_ns: u64) -> Result<(), ZeroPeriod> {
         self.deadlines = Some(Interval::new(period_ns, start_ns)?);
-        self.probe = true;
         Ok(())
     }
 
     /// Goes back to readbacks on the collection grid only.
     pub fn clear_deadlines(&mut self) {
         self.deadlines = None;
-        self.probe = false;
     }
 
     /// The consumers' deadline grid, if set; its `next_ns` is the earliest deadline no
@@ -302,7 +304,7 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
     fn observe_gap(&mut self, now_ns: u64) {
         if let Some(prev) = self.last_tick_ns {
             let gap = now_ns.saturating_sub(prev);
-            self.gap_ns = gap.max(self.gap_ns - self.gap_ns / 16);
+            self.gap_ns = gap.max(self.gap_ns - self.gap_ns / GAP_DECAY);
         }
         self.last_tick_ns = Some(now_ns);
     }
@@ -346,24 +348,34 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         let Some(deadlines) = self.deadlines.as_mut() else {
             return self.interval.due(now_ns);
         };
-        if core::mem::take(&mut self.probe) {
-            deadlines.due(now_ns); // deadlines already passed are not owed a readback
-            return true;
+        if self.latencies.len == 0 {
+            // No latency measured yet: start one every half deadline period (ring permitting),
+            // so whatever the latency, publications land at least once per deadline interval
+            // until the first one calibrates the plan below.
+            return self
+                .last_start_ns
+                .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
         }
-        // Deadlines already passed can no longer be served.
-        deadlines.due(now_ns);
-        let deadline = deadlines.next_ns();
-        // The latency to plan with: the measured one, and never less than the age of the oldest
-        // readback still in flight (it has taken at least that long), up to the stale limit.
+        // The latency to plan with. A readback is seen done at the first tick after it
+        // completes: plan with the largest latency seen, and at least the smallest plus one
+        // step gap; never less than the age of the oldest readback still in flight (it has
+        // taken at least that long), counted up to the staleness limit.
         let oldest_age = self
             .flight
             .front()
             .map_or(0, |e| now_ns.saturating_sub(e.started_ns))
             .min(self.stale_after_ns);
-        let latency = self.latencies.max().unwrap_or(0).max(oldest_age);
+        let (lo, hi) = match (self.latencies.min(), self.latencies.max()) {
+            (Some(lo), Some(hi)) => (lo, hi.max(lo.saturating_add(self.gap_ns))),
+            _ => (0, 0),
+        };
+        let (lo, plan) = (lo.max(oldest_age), hi.max(oldest_age));
+        // Deadlines a readback started now cannot reach are not owed one: the next deadline
+        // to serve is the first one at or after the earliest publication possible.
+        deadlines.due(now_ns.saturating_add(lo).saturating_sub(1));
+        let deadline = deadlines.next_ns();
         // Started at the next step (one gap from now), would it still be published in time?
-        let last_chance = now_ns.saturating_add(self.gap_ns).saturating_add(latency) >= deadline;
-        if last_chance {
+        if now_ns.saturating_add(self.gap_ns).saturating_add(plan) >= deadline {
             // Served: the next readback is for the deadline after this one.
             deadlines.due(deadline);
             return true;
@@ -479,6 +491,8 @@ mod tests {
         pending: Option<(Counters<2>, u32)>,
         latency: u32,
         fail_next: bool,
+        fail_start: bool,
+        fail_flush: bool,
         starts: u32,
     }
 
@@ -487,6 +501,9 @@ mod tests {
         fn start(&mut self) -> Result<(), &'static str> {
             assert!(self.pending.is_none(), "start while in flight");
             self.starts += 1;
+            if self.fail_start {
+                return Err("start failed");
+            }
             self.pending = Some((self.device, self.latency));
             Ok(())
         }
@@ -505,6 +522,9 @@ mod tests {
         }
         fn flush(&mut self) -> Result<Counters<2>, &'static str> {
             self.pending = None;
+            if self.fail_flush {
+                return Err("flush failed");
+            }
             Ok(self.device)
         }
     }
@@ -515,6 +535,8 @@ mod tests {
             pending: None,
             latency,
             fail_next: false,
+            fail_start: false,
+            fail_flush: false,
             starts: 0,
         }
     }
@@ -590,5 +612,129 @@ mod tests {
         assert!(c.readback().starts > 10 && c.readback().starts < 60);
         let mut cur = Cursor::new(r);
         assert!(cur.take().is_some());
+    }
+
+    #[test]
+    fn a_failed_start_is_counted_and_not_in_flight() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(3), w, 10, 0).unwrap();
+        c.readback_mut().fail_start = true;
+        assert_eq!(c.tick(10), Tick::Failed);
+        assert!(!c.in_flight(), "nothing was started");
+        assert_eq!(c.in_flight_count(), 0);
+        assert_eq!(
+            c.last_error(),
+            Some(&CollectError::Readback("start failed"))
+        );
+        assert_eq!(r.read().0.readback_errors, 1);
+        // Not polled (the scripted backend panics on a poll with nothing in flight).
+        assert_eq!(c.tick(15), Tick::Idle);
+        c.readback_mut().fail_start = false;
+        assert_eq!(c.tick(20), Tick::Started);
+        assert!(c.in_flight());
+        assert_eq!(c.in_flight_count(), 1);
+        assert_eq!(c.tick(21), Tick::Pending);
+    }
+
+    #[test]
+    fn flush_retires_the_readback_in_flight_and_reports_the_backend_error() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(5), w, 10, 0).unwrap();
+        c.readback_mut().device.record(2, 2).unwrap();
+        assert_eq!(c.tick(10), Tick::Started);
+        assert!(c.in_flight());
+        c.readback_mut().fail_flush = true;
+        assert_eq!(c.flush(12), Err(CollectError::Readback("flush failed")));
+        assert!(!c.in_flight(), "flush retires what was in flight");
+        assert_eq!(r.read().0.readback_errors, 1);
+        c.readback_mut().fail_flush = false;
+        assert_eq!(c.flush(13), Ok(2));
+        assert!(!c.in_flight());
+        assert_eq!(r.read().0.counters.drafts, 1);
+    }
+
+    #[test]
+    fn at_ns_never_goes_back() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 100, 0).unwrap();
+        assert_eq!(c.tick(100), Tick::Started);
+        assert_eq!(c.tick(101), Tick::Published(1));
+        assert_eq!(r.read().0.at_ns, 100);
+        // A flush stamped earlier than the last collection (a caller's clock that went back).
+        assert_eq!(c.flush(40), Ok(2));
+        assert_eq!(r.read().0.at_ns, 100);
+        assert_eq!(c.last().at_ns, 100);
+        assert_eq!(c.flush(140), Ok(3));
+        assert_eq!(r.read().0.at_ns, 140);
+    }
+
+    #[test]
+    fn tick_defaults_to_idle_and_errors_display() {
+        assert_eq!(Tick::default(), Tick::Idle);
+        let mut s: heapless::String<96> = heapless::String::new();
+        core::fmt::write(&mut s, format_args!("{}", CollectError::<u8>::Stale)).unwrap();
+        assert_eq!(
+            s.as_str(),
+            "counter readback did not complete before its deadline"
+        );
+        s.clear();
+        core::fmt::write(&mut s, format_args!("{}", CollectError::Readback(7u8))).unwrap();
+        assert_eq!(s.as_str(), "counter readback failed: 7");
+        s.clear();
+        core::fmt::write(&mut s, format_args!("{}", CollectError::<u8>::NotMonotonic)).unwrap();
+        assert_eq!(s.as_str(), "readback returned decreasing counters");
+    }
+
+    #[test]
+    fn stale_defaults_and_settings() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(u32::MAX), w, 2 * MIN_STALE_NS, 0).unwrap();
+        assert_eq!(c.stale_after_ns(), 6 * MIN_STALE_NS, "three periods");
+        assert_eq!(c.capacity(), 1);
+        assert_eq!(c.latency_estimate_ns(), None);
+        c.set_stale_after(0);
+        assert_eq!(c.stale_after_ns(), 1, "at least 1 ns");
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(u32::MAX), w, 10, 0).unwrap();
+        assert_eq!(c.stale_after_ns(), MIN_STALE_NS, "never below the floor");
+        assert_eq!(c.tick(10), Tick::Started);
+        // Shortening the deadline applies to the readback already in flight.
+        c.set_stale_after(50);
+        assert_eq!(c.tick(59), Tick::Pending);
+        assert_eq!(c.tick(60), Tick::Failed);
+        assert_eq!(c.last_error(), Some(&CollectError::Stale));
+        assert_eq!(r.read().0.readback_errors, 1);
+        // It cannot be abandoned: still in flight, reported again one deadline later.
+        assert!(c.in_flight());
+        assert_eq!(c.tick(109), Tick::Pending);
+        assert_eq!(c.tick(110), Tick::Failed);
+        assert_eq!(r.read().0.readback_errors, 2);
+    }
+
+    #[test]
+    fn latency_estimate_is_the_largest_recent_latency() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 100, 0).unwrap();
+        assert_eq!(c.tick(100), Tick::Started);
+        assert_eq!(c.tick(107), Tick::Published(1));
+        assert_eq!(c.latency_estimate_ns(), Some(7));
+        assert_eq!(c.tick(200), Tick::Started);
+        assert_eq!(c.tick(203), Tick::Published(2));
+        assert_eq!(c.latency_estimate_ns(), Some(7));
+        for i in 0..LATENCY_WINDOW as u64 {
+            assert_eq!(c.tick(300 + 100 * i), Tick::Started);
+            assert!(matches!(c.tick(302 + 100 * i), Tick::Published(_)));
+        }
+        assert_eq!(
+            c.latency_estimate_ns(),
+            Some(2),
+            "old samples are forgotten"
+        );
     }
 }
