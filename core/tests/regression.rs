@@ -340,32 +340,3 @@ fn full_sweep_collection_grid_only() {
     t.report("collection grid only, one in flight, full sweep");
     assert!(t.empty[0] > 0, "{t:?}");
 }
-
-#[test]
-#[ignore]
-fn debug_sweep() {
-    for &(step_ns, jitter_ns) in &QUICK_STEPS {
-        for &permille in &QUICK_LATENCY_PERMILLE {
-            for (pi, log_phase_ns) in quick_phases().enumerate() {
-                let o = sweep::run(Config {
-                    collect_ns: 5 * S,
-                    log_ns: 5 * S,
-                    log_phase_ns,
-                    step_ns,
-                    jitter_ns,
-                    latency_ns: 5 * S / 1000 * permille,
-                    run_ns: 60 * S,
-                    deadlines: true,
-                    capacity: 4,
-                    seed: pi as u64,
-                });
-                if o.empty > 0 {
-                    eprintln!(
-                        "step {step_ns} lat {permille} phase {log_phase_ns}: empty at {:?} pub {:?}",
-                        o.empty_at, o.published_at
-                    );
-                }
-            }
-        }
-    }
-}
