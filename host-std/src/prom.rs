@@ -4,14 +4,16 @@
 //! rank) and encodes its cumulative totals as counters. Because the values are the slot's own
 //! totals, a scrape can never double count, whatever the scrape and collection schedules.
 
+use crate::clock::StdClock;
 use crate::wiring::Slots;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use specula_core::Snapshot;
+use specula_core::{Clock, Snapshot};
 use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Exposition formats the HTTP endpoint can serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +66,12 @@ pub struct Options {
 /// `specula_drafts_total`, `specula_draft_tokens_total`, `specula_accepted_tokens_total`,
 /// `specula_emitted_tokens_total`, `specula_accepted_tokens_per_position_total{position}`,
 /// `specula_draft_tokens_per_position_total{position}`, `specula_readback_errors_total`; and
-/// `specula_build_info{version,max_draft}` = 1. With [`Options::vllm_compat`] also
+/// `specula_build_info{version,max_draft}` = 1. Given the collectors' clock
+/// ([`with_clock`](SpecCollector::with_clock)) also the gauges
+/// `specula_last_collection_timestamp_seconds` (Unix time of the last successful collection,
+/// the snapshot's `at_ns`) and `specula_last_collection_age_seconds` (how old the data is at
+/// the scrape), so a stalled collection shows as an age that grows. With
+/// [`Options::vllm_compat`] also
 /// `vllm:spec_decode_num_drafts_total`, `vllm:spec_decode_num_draft_tokens_total`,
 /// `vllm:spec_decode_num_accepted_tokens_total` and
 /// `vllm:spec_decode_num_accepted_tokens_per_pos_total{position}`.
@@ -72,12 +79,26 @@ pub struct Options {
 pub struct SpecCollector<const K: usize> {
     slots: Slots<K>,
     options: Options,
+    clock: Option<StdClock>,
 }
 
 impl<const K: usize> SpecCollector<K> {
     /// A collector over `slots`.
     pub fn new(slots: Slots<K>, options: Options) -> Self {
-        Self { slots, options }
+        Self {
+            slots,
+            options,
+            clock: None,
+        }
+    }
+
+    /// Exports the time of each slot's last successful collection and its age, reading the
+    /// snapshots' `at_ns` on `clock` — the clock the collectors tick with (a [`StdClock`] is
+    /// `Copy` and every copy shares its epoch).
+    #[must_use]
+    pub fn with_clock(mut self, clock: StdClock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// A new registry holding only this collector.
@@ -110,6 +131,33 @@ fn counter_family(
             .encode_counter::<NoLabelSet, _, u64>(v, None)?;
     }
     Ok(())
+}
+
+fn gauge_family(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(&str, f64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (engine, v) in rows {
+        let labels = [("engine", *engine)];
+        m.encode_family(&labels)?.encode_gauge(v)?;
+    }
+    Ok(())
+}
+
+/// How old a snapshot taken at `at_ns` is at `now_ns` (zero if it is from the future).
+pub fn age(at_ns: u64, now_ns: u64) -> Duration {
+    Duration::from_nanos(now_ns.saturating_sub(at_ns))
+}
+
+/// The Unix time, in seconds, of `at_ns` on a clock that reads `now_ns` at the system time
+/// `now` (before the Unix epoch: 0).
+pub fn unix_seconds(at_ns: u64, now_ns: u64, now: SystemTime) -> f64 {
+    now.checked_sub(age(at_ns, now_ns))
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn position_family<const K: usize>(
@@ -187,6 +235,31 @@ impl<const K: usize> Collector for SpecCollector<K> {
             "Counter readbacks that failed or returned decreasing counts.",
             &rows(|s| s.readback_errors),
         )?;
+        if let Some(clock) = self.clock {
+            // One reading of both clocks per scrape: every engine's age is against the same now.
+            let (now_ns, now) = (clock.now_ns(), SystemTime::now());
+            let stamps: Vec<(&str, f64)> = snaps
+                .iter()
+                .map(|(l, s)| (*l, unix_seconds(s.at_ns, now_ns, now)))
+                .collect();
+            let ages: Vec<(&str, f64)> = snaps
+                .iter()
+                .map(|(l, s)| (*l, age(s.at_ns, now_ns).as_secs_f64()))
+                .collect();
+            gauge_family(
+                &mut enc,
+                "specula_last_collection_timestamp_seconds",
+                "Unix time the counters of the last successful collection are as of.",
+                &stamps,
+            )?;
+            gauge_family(
+                &mut enc,
+                "specula_last_collection_age_seconds",
+                "Age of the last successful collection at this scrape; grows while collection \
+                 is stalled.",
+                &ages,
+            )?;
+        }
         {
             let k = K.to_string();
             let gauge = ConstGauge::new(1i64);

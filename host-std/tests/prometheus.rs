@@ -122,3 +122,88 @@ fn content_negotiation() {
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
 }
+
+/// The value of the sample `name{labels}` as a float.
+fn sample_f64(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn last_collection_time_and_age_are_exported_with_the_clock() {
+    use specula::prom::{age, unix_seconds};
+    use specula::specula_core::Clock;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    // Explicit times: a snapshot as of 3 s on a clock that reads 10 s at Unix time 1000 s.
+    let at_1000 = UNIX_EPOCH + Duration::from_secs(1000);
+    assert_eq!(age(3_000_000_000, 10_000_000_000), Duration::from_secs(7));
+    assert_eq!(unix_seconds(3_000_000_000, 10_000_000_000, at_1000), 993.0);
+    // A snapshot from the clock's future (another clock) is not negative in age.
+    assert_eq!(age(11, 10), Duration::ZERO);
+    assert_eq!(unix_seconds(11, 10, at_1000), 1000.0);
+    // Before the Unix epoch: 0, never a panic.
+    assert_eq!(unix_seconds(0, u64::MAX, at_1000), 0.0);
+
+    let wired = wire::<4, _>(["rank0", "stalled"]).unwrap();
+    let clock = StdClock::new();
+    let mut writers = wired.writers.into_iter();
+    let mut d = Driver::new(
+        HostReadback::<4>::default(),
+        writers.next().unwrap(),
+        Duration::from_secs(3600),
+        clock,
+    )
+    .unwrap();
+    d.collector_mut().readback_mut().record(2, 1).unwrap();
+    d.flush().unwrap();
+    let collected_at = d.collector().last().at_ns;
+    drop(writers); // the "stalled" rank never collects
+    let without = render(
+        &SpecCollector::new(wired.slots.clone(), Options::default()).into_registry(),
+        Format::Text,
+    )
+    .unwrap();
+    assert!(
+        !without.contains("specula_last_collection"),
+        "needs the clock"
+    );
+    let reg = SpecCollector::new(wired.slots, Options::default())
+        .with_clock(clock)
+        .into_registry();
+    let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let text = render(&reg, Format::Text).unwrap();
+    let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    assert!(text.contains("# TYPE specula_last_collection_timestamp_seconds gauge"));
+    assert!(text.contains("# TYPE specula_last_collection_age_seconds gauge"));
+    let ts = |e: &str| {
+        sample_f64(
+            &text,
+            &format!("specula_last_collection_timestamp_seconds{{engine=\"{e}\"}}"),
+        )
+        .unwrap()
+    };
+    let age_of = |e: &str| {
+        sample_f64(
+            &text,
+            &format!("specula_last_collection_age_seconds{{engine=\"{e}\"}}"),
+        )
+        .unwrap()
+    };
+    // The collected rank: its timestamp is its at_ns mapped to Unix time; timestamp + age is
+    // the scrape's Unix time (within the float formatting).
+    for e in ["rank0", "stalled"] {
+        assert!(age_of(e) >= 0.0);
+        let scrape = ts(e) + age_of(e);
+        assert!(
+            scrape >= before.as_secs_f64() - 1e-3 && scrape <= after.as_secs_f64() + 1e-3,
+            "{e}: {scrape} not in [{before:?}, {after:?}]"
+        );
+    }
+    // The stalled rank's data is as of the clock's epoch: older than the collected rank's.
+    assert!(collected_at <= clock.now_ns());
+    assert!(age_of("stalled") >= age_of("rank0"));
+    assert!(ts("stalled") <= ts("rank0"));
+    let om = render(&reg, Format::OpenMetrics).unwrap();
+    assert!(om.contains("# TYPE specula_last_collection_age_seconds gauge"));
+}
