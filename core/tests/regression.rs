@@ -220,6 +220,10 @@ struct Tally {
     with_completion: [u32; 2],
     empty_despite_completion: [u32; 2],
     max_in_flight: usize,
+    /// Empty log ticks later than 60 s into a run (after the latency estimate settled).
+    empty_after_a_minute: [u32; 2],
+    /// Empty log ticks by step period (index into the step list).
+    empty_by_step: [u32; STEP_PERIODS.len()],
 }
 
 impl Tally {
@@ -230,7 +234,8 @@ impl Tally {
         eprintln!(
             "{what}: {} runs; latency <= period: {} of {} log ticks empty ({:.3} %), {} empty \
              of {} with a completion; period < latency <= 2x: {} of {} empty ({:.3} %), {} \
-             empty of {} with a completion; at most {} in flight",
+             empty of {} with a completion; at most {} in flight; empty after 60 s: {:?}; \
+             empty by step period: {:?}",
             self.runs,
             self.empty[0],
             self.ticks[0],
@@ -243,6 +248,8 @@ impl Tally {
             self.empty_despite_completion[1],
             self.with_completion[1],
             self.max_in_flight,
+            self.empty_after_a_minute,
+            self.empty_by_step,
         );
     }
 }
@@ -285,6 +292,9 @@ fn sweep(
                 tally.with_completion[bucket] += o.ticks_with_completion;
                 tally.empty_despite_completion[bucket] += o.empty_despite_completion;
                 tally.max_in_flight = tally.max_in_flight.max(o.max_in_flight);
+                tally.empty_after_a_minute[bucket] +=
+                    o.empty_at.iter().filter(|&&t| t > 60 * S).count() as u32;
+                tally.empty_by_step[si] += o.empty;
             }
         }
     }
