@@ -96,6 +96,26 @@ for e in cpu_runtime ranks axum_metrics; do
     "target/debug/examples/$e" >/dev/null
 done
 
+step "pick_backend under every feature set (the same code; a backend not compiled in exits 3)"
+# Expected exit status per feature set for: cpu, reference, cuda, rocm, a malformed name.
+# Without a GPU a compiled-in GPU backend exits 4 (no driver / device).
+for set in "none:0 0 3 3 2" "cuda:0 0 4 3 2" "rocm:0 0 3 4 2" "cuda,rocm:0 0 4 4 2"; do
+    feats="${set%%:*}" want="${set#*:}"
+    if [ "$feats" = none ]; then flag=(); else flag=(--features "$feats"); fi
+    cargo build -q -p specula --example pick_backend "${flag[@]}"
+    got=""
+    for name in cpu reference cuda rocm nonsense; do
+        rc=0
+        target/debug/examples/pick_backend "$name" >/dev/null 2>&1 || rc=$?
+        got="$got${got:+ }$rc"
+    done
+    echo "--- features $feats: exit codes $got (cpu reference cuda rocm nonsense)"
+    if [ "$got" != "$want" ] && [ -z "${SPECULA_HAS_GPU:-}" ]; then
+        echo "expected $want" >&2
+        exit 1
+    fi
+done
+
 step "kernel compile checks with NVRTC and ptxas 13"
 if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
     SPECULA_NVRTC="$SPECULA_CUDA13_NVRTC" SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" \

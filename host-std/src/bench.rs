@@ -3,7 +3,7 @@
 use crate::{Backend, CliError, MethodArg};
 use specula::demo::MAX_K;
 use specula::ngram::SplitMix64;
-use specula::specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
+use specula::specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -213,18 +213,10 @@ fn check(a: &BenchArgs) -> Result<(), CliError> {
 
 pub fn run(a: BenchArgs) -> Result<(), CliError> {
     check(&a)?;
-    let rows = match a.backend {
-        Backend::Cpu => grid(&mut crate::cpu_verifier(a.threads)?, &a)?,
-        Backend::Reference => grid(&mut Reference::<MAX_K>::new(), &a)?,
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => grid(&mut crate::cuda_verifier(a.device)?, &a)?,
-        #[cfg(not(feature = "cuda"))]
-        Backend::Cuda => return Err(crate::not_compiled(Backend::Cuda)),
-        #[cfg(feature = "rocm")]
-        Backend::Rocm => grid(&mut crate::rocm_verifier(a.device)?, &a)?,
-        #[cfg(not(feature = "rocm"))]
-        Backend::Rocm => return Err(crate::not_compiled(Backend::Rocm)),
-    };
+    let rows = grid(
+        &mut crate::open_backend(a.backend, a.threads, a.device)?,
+        &a,
+    )?;
     let backend = format!("{:?}", a.backend).to_lowercase();
     if a.json {
         let items: Vec<String> = rows

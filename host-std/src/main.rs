@@ -1,9 +1,10 @@
 //! The `specula` command: `specula demo` and `specula bench`.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use specula::cpu::CpuVerifier;
 use specula::demo::{self, DemoConfig, MAX_K};
-use specula::specula_core::verify::{Method, Reference};
+use specula::specula_core::ErrorKind;
+use specula::specula_core::verify::Method;
+use specula::{BackendError, BackendKind, BackendSpec};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -170,17 +171,6 @@ fn seconds(name: &str, s: f64) -> Result<Duration, CliError> {
         .map_err(|_| CliError::Usage(format!("--{name} must be a non-negative number of seconds")))
 }
 
-/// The error for a GPU backend this binary was built without.
-pub fn not_compiled(backend: Backend) -> CliError {
-    let (name, feature) = match backend {
-        Backend::Cuda => ("CUDA", "cuda"),
-        _ => ("ROCm", "rocm"),
-    };
-    CliError::Backend(format!(
-        "this specula was not compiled with {name} support (rebuild with `--features {feature}`)"
-    ))
-}
-
 /// The largest `--corpus` read (32 MiB): training keeps a few hash-map entries per character,
 /// so this bounds the demo's memory and start-up time as well as the read.
 pub const MAX_CORPUS_BYTES: u64 = 32 << 20;
@@ -265,37 +255,9 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
     };
-    match a.backend {
-        Backend::Cpu => {
-            let verifier = cpu_verifier(a.threads)?;
-            let readback = verifier.readback();
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
-        Backend::Reference => demo::run_host(
-            &cfg,
-            &corpus,
-            Reference::<MAX_K>::new(),
-            &mut stderr,
-            &mut print,
-        ),
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => {
-            let verifier = cuda_verifier(a.device)?;
-            let readback = verifier.readback().map_err(cuda_error)?;
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
-        #[cfg(feature = "rocm")]
-        Backend::Rocm => {
-            let verifier = rocm_verifier(a.device)?;
-            let readback = verifier.readback().map_err(rocm_error)?;
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
-        #[cfg(not(feature = "cuda"))]
-        Backend::Cuda => return Err(not_compiled(Backend::Cuda)),
-        #[cfg(not(feature = "rocm"))]
-        Backend::Rocm => return Err(not_compiled(Backend::Rocm)),
-    }
-    .map_err(|e| match e {
+    let verifier = open_backend(a.backend, a.threads, a.device)?;
+    let readback = verifier.readback().map_err(backend_error)?;
+    demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print).map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) | demo::DemoError::Label(_) => {
             CliError::Usage(e.to_string())
         }
@@ -307,84 +269,77 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
 /// `--threads` may ask for at most this many threads per CPU.
 pub const MAX_THREADS_PER_CPU: usize = 4;
 
-/// The CPU verifier on `threads` threads (0 = one per CPU), at most [`MAX_THREADS_PER_CPU`] per
-/// CPU (exit 2 beyond: starting 100 000 threads takes a minute before it fails).
-fn cpu_verifier(threads: usize) -> Result<CpuVerifier<MAX_K>, CliError> {
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
-    if threads > max {
-        return Err(CliError::Usage(format!(
-            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most {max} on \
-             this machine's {cpus} CPUs (0 = one per CPU)"
-        )));
-    }
-    CpuVerifier::new(threads)
-        .map_err(|e| CliError::Run(format!("cannot start {threads} CPU verifier threads: {e}")))
+/// Opens `--backend` the way a library user does, with [`specula::Backend::open`]: `--threads`
+/// is the CPU backend's number, `--device` a GPU backend's. `--threads` may ask for at most
+/// [`MAX_THREADS_PER_CPU`] threads per CPU (exit 2 beyond: starting 100 000 threads takes a
+/// minute before it fails).
+pub fn open_backend(
+    backend: Backend,
+    threads: usize,
+    device: usize,
+) -> Result<specula::Backend<MAX_K>, CliError> {
+    let (kind, index) = match backend {
+        Backend::Cpu => {
+            let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+            if threads > max {
+                return Err(CliError::Usage(format!(
+                    "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most \
+                     {max} on this machine's {cpus} CPUs (0 = one per CPU)"
+                )));
+            }
+            (BackendKind::Cpu, Some(threads))
+        }
+        Backend::Reference => (BackendKind::Reference, None),
+        Backend::Cuda => (BackendKind::Cuda, Some(device)),
+        Backend::Rocm => (BackendKind::Rocm, Some(device)),
+    };
+    specula::Backend::open(&BackendSpec { kind, index }).map_err(backend_error)
 }
 
-/// The CUDA verifier on device `ordinal`: opens the device (own context and stream), compiles
-/// the kernel with NVRTC and allocates the device counters.
-#[cfg(feature = "cuda")]
-fn cuda_verifier(ordinal: usize) -> Result<specula_cuda::CudaVerifier<MAX_K>, CliError> {
-    let device = specula_cuda::CudaDevice::new(ordinal).map_err(cuda_error)?;
-    specula_cuda::CudaVerifier::<MAX_K>::new(std::sync::Arc::new(device)).map_err(cuda_error)
-}
-
-/// A CUDA failure as a command error: a missing driver, device or NVRTC is [`CliError::Unavailable`]
-/// (exit 4), anything else a run failure.
-#[cfg(feature = "cuda")]
-fn cuda_error(e: specula_cuda::CudaError) -> CliError {
-    use specula_cuda::CudaError as E;
-    match e {
-        E::NoDriver => CliError::Unavailable(
-            "no CUDA driver: the driver library (libcuda.so.1 / nvcuda.dll) could not be loaded"
-                .into(),
-        ),
-        E::NoDevice => CliError::Unavailable(
-            "no CUDA device: the driver reports no device, or none with the --device ordinal"
-                .into(),
-        ),
-        E::NoNvrtc => CliError::Unavailable(
-            "no NVRTC: the CUDA backend compiles its kernel at run time and libnvrtc could not \
-             be loaded (put it on the loader path or name the file in SPECULA_NVRTC)"
-                .into(),
-        ),
-        e => CliError::Run(format!("CUDA backend: {e}")),
-    }
-}
-
-/// The ROCm verifier on device `ordinal`: loads the HIP runtime, opens the device, compiles the
-/// kernel with hiprtc and allocates the device counters.
-#[cfg(feature = "rocm")]
-fn rocm_verifier(ordinal: usize) -> Result<specula_rocm::RocmVerifier<MAX_K>, CliError> {
-    specula_rocm::RocmVerifier::<MAX_K>::new(ordinal).map_err(rocm_error)
-}
-
-/// A ROCm failure as a command error: a missing runtime, device or hiprtc is
-/// [`CliError::Unavailable`] (exit 4), anything else a run failure.
-#[cfg(feature = "rocm")]
-fn rocm_error(e: specula_rocm::RocmError) -> CliError {
-    use specula_rocm::RocmError as E;
-    match e {
-        E::NoRuntime { reason } => CliError::Unavailable(format!(
-            "no ROCm runtime: the HIP runtime (libamdhip64) could not be loaded: {reason}"
-        )),
-        E::NoHiprtc { reason } => CliError::Unavailable(format!(
-            "no hiprtc: the ROCm backend compiles its kernel at run time and hiprtc could not \
-             be loaded: {reason}"
-        )),
-        E::NoDevice { code } => CliError::Unavailable(match code {
-            0 => "no ROCm device: hipGetDeviceCount found no devices".into(),
-            100 => "no ROCm device: hipGetDeviceCount returned 100 (hipErrorNoDevice)".into(),
-            35 => "no ROCm device: hipGetDeviceCount returned 35 (hipErrorInsufficientDriver: \
-                   no amdgpu kernel driver, or no access to /dev/kfd)"
-                .into(),
-            c => format!("no ROCm device: hipGetDeviceCount returned {c}"),
+/// A backend failure as a command error, by its [`ErrorKind`]: not compiled in is exit 3; no
+/// driver, device or kernel compiler exit 4 (each line starts with what is missing); refused
+/// input exit 2; anything else a run failure (exit 1).
+pub fn backend_error(e: BackendError) -> CliError {
+    let name = match e.backend() {
+        Some(BackendKind::Cuda) => "CUDA",
+        Some(BackendKind::Rocm) => "ROCm",
+        _ => "backend",
+    };
+    let gpu = matches!(e.backend(), Some(BackendKind::Cuda | BackendKind::Rocm));
+    match e.kind() {
+        ErrorKind::NotCompiledIn => {
+            let feature = e.backend().and_then(BackendKind::feature).unwrap_or("cuda");
+            CliError::Backend(format!(
+                "this specula was not compiled with {name} support (rebuild with `--features \
+                 {feature}`)"
+            ))
+        }
+        ErrorKind::NoDriver if gpu => CliError::Unavailable(match e.backend() {
+            Some(BackendKind::Rocm) => {
+                format!("no ROCm runtime: the HIP runtime (libamdhip64) could not be loaded ({e})")
+            }
+            _ => format!(
+                "no CUDA driver: the driver library (libcuda.so.1 / nvcuda.dll) could not be \
+                 loaded ({e})"
+            ),
         }),
-        E::InvalidDevice { ordinal, count } => CliError::Unavailable(format!(
-            "no ROCm device {ordinal}: {count} present (use --device 0..{count})"
+        ErrorKind::NoCompiler if gpu => CliError::Unavailable(match e.backend() {
+            Some(BackendKind::Rocm) => format!(
+                "no hiprtc: the ROCm backend compiles its kernel at run time and hiprtc could \
+                 not be loaded ({e})"
+            ),
+            _ => format!(
+                "no NVRTC: the CUDA backend compiles its kernel at run time and libnvrtc could \
+                 not be loaded ({e})"
+            ),
+        }),
+        ErrorKind::NoDevice if gpu => CliError::Unavailable(format!(
+            "no {name} device: the driver reports none, or none with the --device ordinal ({e})"
         )),
-        e => CliError::Run(format!("ROCm backend: {e}")),
+        k if k.is_unavailable() => CliError::Unavailable(format!("no {name} available: {e}")),
+        ErrorKind::InvalidInput => CliError::Usage(e.to_string()),
+        _ => CliError::Run(e.to_string()),
     }
 }
 
