@@ -16,6 +16,7 @@
 # $SPECULA_SKIP_LOG, which this script sets and prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
@@ -115,6 +116,22 @@ for set in "none:0 0 3 3 2" "cuda:0 0 4 3 2" "rocm:0 0 3 4 2" "cuda,rocm:0 0 4 4
         exit 1
     fi
 done
+
+step "CUDA backend links next to candle (cudarc dynamic-linking, the version from the build system)"
+# tests/link-candle depends on cudarc as candle-core's `cuda` feature does and on specula with
+# `cuda`; with Specula's default version, and with the application naming its own version
+# (default features off). Negative control: both versions at once must not build.
+(
+    cd tests/link-candle
+    export CARGO_TARGET_DIR="$root/target/link-candle"
+    cargo check -q
+    cargo check -q --no-default-features --features own-version
+    if cargo check -q --features own-version 2>/dev/null; then
+        echo "negative control built: the check cannot see a version conflict" >&2
+        exit 1
+    fi
+    echo "links with candle's cudarc features; two CUDA versions refused as expected"
+)
 
 step "kernel compile checks with NVRTC and ptxas 13"
 if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
