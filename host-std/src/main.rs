@@ -25,7 +25,8 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success, including a demo stopped by SIGINT or SIGTERM: it stops stepping, flushes the
      counters, logs the final line, prints the summary and the FINAL line, keeps serving
-     /metrics for --linger (one more signal ends that) and exits 0
+     /metrics for --linger (one more signal ends that) and exits 0; a third signal exits at
+     once with 128 + its number (130 for SIGINT, 143 for SIGTERM), flushed or not
   1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
      a failed final readback or a panicked log thread: the summary is printed first)
   2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
@@ -204,7 +205,9 @@ fn period(name: &str, s: f64) -> Result<Duration, CliError> {
 
 /// Forwards SIGINT and SIGTERM to `shutdown` from a thread of its own (signal-hook's
 /// self-pipe: the handler itself only writes a byte). From here on these signals no longer
-/// kill the process: the demo stops, flushes and reports.
+/// kill the process: the first stops the demo (it flushes and reports), the second ends
+/// `--linger`, and a third exits at once with 128 + the signal number (130, 143), in case the
+/// shutdown itself is stuck (a GPU readback that never completes).
 #[cfg(unix)]
 fn forward_signals(shutdown: &Shutdown) -> Result<(), CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
@@ -214,8 +217,12 @@ fn forward_signals(shutdown: &Shutdown) -> Result<(), CliError> {
     std::thread::Builder::new()
         .name("specula-signals".into())
         .spawn(move || {
-            for sig in signals.forever() {
+            for (n, sig) in signals.forever().enumerate() {
                 asker.request(Reason::Signal(sig));
+                if n >= 2 {
+                    let code = u8::try_from(128 + sig).unwrap_or(u8::MAX);
+                    std::process::exit(code.into());
+                }
             }
         })
         .map_err(|e| CliError::Run(format!("cannot start the signal thread: {e}")))?;
