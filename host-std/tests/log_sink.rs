@@ -441,9 +441,11 @@ fn a_log_thread_panic_does_not_prevent_the_demo_summary() {
 fn a_demo_stops_early_on_a_shutdown_request_and_flushes() {
     use specula::demo::{self, DemoConfig, MAX_K};
     use specula::shutdown::Reason;
+    captured();
     let stop = Shutdown::new();
     let cfg = DemoConfig {
         duration: Some(Duration::from_secs(3600)),
+        log_interval: Duration::from_millis(50),
         label: "stopped-demo".into(),
         shutdown: stop.clone(),
         ..DemoConfig::default()
@@ -457,8 +459,14 @@ fn a_demo_stops_early_on_a_shutdown_request_and_flushes() {
                 eprintln!("stopped before the first step");
             }
         };
+        // Asked to stop once the loop has logged counts (so there is something to flush).
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
+            while !lines_for("stopped-demo")
+                .iter()
+                .any(|l| l.contains("Accepted: "))
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             asker.request(Reason::Requested);
         });
         let r = demo::run(
@@ -474,6 +482,7 @@ fn a_demo_stops_early_on_a_shutdown_request_and_flushes() {
     })
     .unwrap();
     assert_eq!(summary.stopped_by, Some(Reason::Requested));
+    assert!(summary.steps > 0);
     assert!(
         summary
             .to_string()
