@@ -390,10 +390,14 @@ where
     let mut last_progress = started;
     let mut steps = 0u64;
     let mut emitted = 0u64;
+    let mut stopped_by = None;
     loop {
+        if cfg.shutdown.is_requested() {
+            stopped_by = cfg.shutdown.reason();
+            break;
+        }
         if cfg.max_tokens.is_some_and(|m| emitted >= m)
             || cfg.duration.is_some_and(|d| started.elapsed() >= d)
-            || cfg.shutdown.is_requested()
         {
             break;
         }
@@ -467,7 +471,6 @@ where
     if cfg.progress {
         let _ = writeln!(progress_out);
     }
-    let stopped_by = cfg.shutdown.reason();
     if let Some(r) = stopped_by {
         log::info!(
             target: crate::log_sink::TARGET,
