@@ -13,14 +13,14 @@ pub struct Taken<const K: usize> {
     /// The snapshot (lifetime totals).
     pub snapshot: Snapshot<K>,
     /// Counts since this cursor's previous take (for its first take: since zero, or since the
-    /// snapshot a late [`Cursor::new_at`] started from). Summing the deltas of every take gives
+    /// snapshot [`Cursor::attach`] started from). Summing the deltas of every take gives
     /// the totals: increment counters by these, never by totals.
     pub delta: Counters<K>,
     /// Readback failures since the previous take.
     pub new_readback_errors: u64,
     /// Clock time between the two snapshots this take compares: the previous one taken (or the
-    /// one a late [`Cursor::new_at`] started from) and this one. On a first take from zero it is
-    /// the time since the cursor's start, when one was given (`None` otherwise).
+    /// one [`Cursor::attach`] started from) and this one. On a first take from zero it is the
+    /// time since the cursor's start, when [`Cursor::new_at`] knew it (`None` otherwise).
     pub elapsed_ns: Option<u64>,
 }
 
@@ -59,24 +59,30 @@ impl<'a, const K: usize> Cursor<'a, K> {
         }
     }
 
-    /// A cursor for a consumer that reports rates from its first take (a log sink), created at
-    /// `start_ns` on the collector's clock.
+    /// Like [`new`](Cursor::new), for a consumer that knows when counting started (`start_ns`,
+    /// for instance when the collector was created, on the same clock): its first take then
+    /// has an `elapsed_ns` too, so the first log line shows throughput.
     ///
-    /// * If nothing has been published yet, counting starts now: the first take reports
-    ///   everything since zero over the time since `start_ns` (the collector's creation time,
-    ///   when the consumer is created with it).
-    /// * If something has been published already (a consumer attached late), the cursor starts
-    ///   from that snapshot: the first take reports what changed since it, over the time between
-    ///   the two snapshots — an exact rate, not the whole past divided by the time since the
-    ///   consumer was created. The counts before that snapshot are in the lifetime totals only.
+    /// That holds only if nothing was published before the cursor was made: a consumer
+    /// attached after counting began does not know when the counts already published were
+    /// made, so its first take (everything since zero) has no `elapsed_ns` rather than a rate
+    /// over the wrong time. A late consumer that wants an exact first interval uses
+    /// [`attach`](Cursor::attach).
     pub fn new_at(reader: SlotReader<'a, Snapshot<K>>, start_ns: u64) -> Self {
-        let (seen, version) = reader.read();
-        if version == 0 {
-            return Self {
-                start_ns: Some(start_ns),
-                ..Self::new(reader)
-            };
+        let start_ns = (reader.version() == 0).then_some(start_ns);
+        Self {
+            start_ns,
+            ..Self::new(reader)
         }
+    }
+
+    /// A cursor that starts from the slot's current snapshot: its first take reports what
+    /// changed since then, over the time between the two snapshots it compares — an exact
+    /// first interval for a consumer attached after counting began. The counts published
+    /// before it are in the lifetime totals only. On a slot with nothing published it is
+    /// [`new`](Cursor::new).
+    pub fn attach(reader: SlotReader<'a, Snapshot<K>>) -> Self {
+        let (seen, version) = reader.read();
         Self {
             reader,
             version,
@@ -158,8 +164,13 @@ mod tests {
         sum_b.add(&b.take().unwrap().delta);
         sum_a.add(&a.take().unwrap().delta);
         assert!(a.take().is_none());
+        // Made with a start after publications: the first take has no rate (the counts were
+        // not made since 40).
+        let mut late_from_zero = Cursor::new_at(r, 40);
+        let t = late_from_zero.take().unwrap();
+        assert_eq!((t.delta, t.elapsed_ns), (s.counters, None));
         // Attached after publications: starts from the latest snapshot.
-        let mut late = Cursor::new_at(r, 40);
+        let mut late = Cursor::attach(r);
         assert!(late.take().is_none());
         let before = s.counters;
         s.counters.record(3, 3).unwrap();
@@ -231,8 +242,15 @@ mod tests {
             w.publish(&s);
         }
         assert_eq!(early.take().unwrap().delta.drafts, 6_000);
-        // A sink created at 63 s; the next collection is as of 65 s.
-        let mut late = Cursor::new_at(r, 63 * S);
+        // Made at 63 s "from zero": 65 s of counts over 2 s would be 32× too high.
+        let mut from_zero = Cursor::new_at(r, 63 * S);
+        assert_eq!(
+            from_zero.take().unwrap().rates(),
+            None,
+            "no rate rather than a wrong one"
+        );
+        // Attached at 63 s; the next collection is as of 65 s.
+        let mut late = Cursor::attach(r);
         assert!(late.take().is_none(), "nothing new since it attached");
         for _ in 0..500 {
             s.counters.record(2, 1).unwrap();
@@ -252,5 +270,13 @@ mod tests {
         );
         let e = early.take().unwrap();
         assert_eq!((e.delta.drafts, e.elapsed_ns), (500, Some(5 * S)));
+        let z = from_zero.take().unwrap();
+        assert_eq!((z.delta.drafts, z.elapsed_ns), (500, Some(5 * S)));
+        // On an empty slot, attach is new.
+        let mut empty = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (_, er) = empty.split();
+        let mut a = Cursor::attach(er);
+        assert_eq!(a.seen(), &Snapshot::ZERO);
+        assert!(a.take().is_none());
     }
 }

@@ -95,13 +95,20 @@ impl<const K: usize> Slots<K> {
             .collect()
     }
 
-    /// Like [`cursors`](Self::cursors), for a consumer that reports rates from its first take
-    /// (see [`Cursor::new_at`]): created before anything was published, each cursor counts
-    /// from zero at `start_ns` (on the collectors' clock); attached late, it starts from the
-    /// slot's current snapshot, so its first interval's rate is exact.
+    /// Like [`cursors`](Self::cursors), for a consumer that knows when counting started
+    /// (`start_ns` on the collectors' clock): its first take reports a rate too, unless the
+    /// slot had already been published to (see [`Cursor::new_at`]).
     pub fn cursors_at(&self, start_ns: u64) -> Vec<(Arc<str>, Cursor<'static, K>)> {
         self.iter()
             .map(|(l, r)| (Arc::clone(l), Cursor::new_at(r, start_ns)))
+            .collect()
+    }
+
+    /// One [`Cursor::attach`]ed cursor per slot, with its label: for a consumer attached after
+    /// counting began, whose first interval starts at each slot's current snapshot.
+    pub fn cursors_attached(&self) -> Vec<(Arc<str>, Cursor<'static, K>)> {
+        self.iter()
+            .map(|(l, r)| (Arc::clone(l), Cursor::attach(r)))
             .collect()
     }
 
@@ -302,6 +309,31 @@ mod tests {
         h.record(2, 2).unwrap();
         assert_eq!(h.flush().map(|c| c.drafts), Ok(7));
         assert!(!h.abandon(), "flush retired the copy in flight");
+    }
+
+    #[test]
+    fn cursors_attached_start_from_each_slots_current_snapshot() {
+        let mut wired = wire::<2, _>(["a", "b"]).unwrap();
+        let mut s = Snapshot::<2>::ZERO;
+        s.counters.record(2, 1).unwrap();
+        s.at_ns = 1_000;
+        wired.writers[0].publish(&s);
+        let mut attached = wired.slots.cursors_attached();
+        let mut from_zero = wired.slots.cursors_at(0);
+        assert_eq!(attached.len(), 2);
+        assert!(attached.iter_mut().all(|(_, c)| c.take().is_none()));
+        s.counters.record(1, 1).unwrap();
+        s.at_ns = 3_000;
+        wired.writers[0].publish(&s);
+        let t = attached[0].1.take().unwrap();
+        assert_eq!((t.delta.drafts, t.elapsed_ns), (1, Some(2_000)));
+        let z = from_zero[0].1.take().unwrap();
+        assert_eq!(
+            (z.delta.drafts, z.elapsed_ns),
+            (2, None),
+            "late: no rate from zero"
+        );
+        assert_eq!(&*attached[1].0, "b");
     }
 
     fn with_drafts(n: u64) -> Counters<2> {
