@@ -375,7 +375,14 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         deadlines.due(now_ns.saturating_add(lo).saturating_sub(1));
         let deadline = deadlines.next_ns();
         // Started at the next step (one gap from now), would it still be published in time?
-        if now_ns.saturating_add(self.gap_ns).saturating_add(plan) >= deadline {
+        let last_chance = now_ns.saturating_add(self.gap_ns).saturating_add(plan) >= deadline;
+        // Started now, could it be published before the previous deadline (after a long pause
+        // in the steps, the gap estimate stays large for a while)? Then it is too early: wait.
+        let too_early = now_ns
+            .saturating_add(lo)
+            .saturating_add(deadlines.period_ns())
+            <= deadline;
+        if last_chance && !too_early {
             // Served: the next readback is for the deadline after this one.
             deadlines.due(deadline);
             return true;

@@ -263,3 +263,35 @@ fn a_coarser_deadline_grid_still_collects_every_period() {
         );
     }
 }
+
+#[test]
+fn after_a_pause_in_the_steps_each_log_interval_still_gets_its_publication() {
+    // 30 ms steps, then no step for 10 minutes (an idle engine), then 30 ms steps again: the
+    // step-gap estimate is huge for a while, yet readbacks are not all started at once for
+    // the next deadlines (which would leave the following intervals empty).
+    let clock = VirtualClock::new(0);
+    let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+    let (writer, _) = slot.split();
+    let mut device = SimDevice::<2>::new(&clock, 200 * MS);
+    device.capacity = 4;
+    let mut collector = Collector::new(&mut device, writer, 5 * S, 0).unwrap();
+    collector.set_deadlines(5 * S, 2 * S).unwrap();
+    run(&clock, &mut collector, record, 30 * MS, 60 * S);
+    clock.advance(600 * S);
+    let resumed = clock.now_ns();
+    let seen = run(&clock, &mut collector, record, 30 * MS, resumed + 60 * S);
+    // Log deadlines at 2 s + n·5 s. Every interval after the first one after the pause has a
+    // publication.
+    let first = (resumed - 2 * S) / (5 * S) * (5 * S) + 2 * S + 5 * S;
+    for n in 1..11u64 {
+        let deadline = first + n * 5 * S;
+        assert!(
+            seen.published_at
+                .iter()
+                .any(|&p| p > deadline - 5 * S && p <= deadline),
+            "interval ending {deadline} (resumed {resumed}): {:?}",
+            seen.published_at
+        );
+    }
+    assert!(seen.published_at.len() <= 16, "{:?}", seen.published_at);
+}
