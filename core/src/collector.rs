@@ -7,12 +7,15 @@
 //!   collector when its consumers next need a fresh snapshot (a log sink's grid): a readback is
 //!   started at the last decode step from which waiting one more step would risk publishing
 //!   after the deadline, judged from the measured readback latency (the largest of the last
-//!   [`LATENCY_WINDOW`] readbacks, step to step, and never less than the age of the oldest one
-//!   still in flight) and the measured step gap (a slowly decaying maximum). So one publication
-//!   lands in each deadline interval `(T − period, T]`, whatever the phase between the two
-//!   grids. If the deadline period is longer than the collection period, readbacks are also
-//!   started whenever a collection period has passed since the previous start, so scrapes stay
-//!   fresh.
+//!   [`LATENCY_WINDOW`] readbacks, step to step, at least the smallest plus one step gap, and
+//!   never less than the age of the oldest one still in flight) and the measured step gap (a
+//!   slowly decaying maximum) — but never so early that it could be published before the
+//!   previous deadline. So one publication lands in each deadline interval `(T − period, T]`,
+//!   whatever the phase between the two grids; a deadline no readback can reach any more is
+//!   skipped. Until the first readback has measured the latency, one is started every half
+//!   deadline period. If the deadline period is longer than the collection period, readbacks
+//!   are also started whenever a collection period has passed since the previous start, so
+//!   scrapes stay fresh.
 //!
 //! Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
 //! [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
@@ -183,6 +186,7 @@ pub struct Collector<'a, R: Readback<K>, const K: usize> {
     /// The consumers' deadline grid; its `next_ns` is the earliest deadline not yet served.
     deadlines: Option<Interval>,
     flight: Flight<Entry>,
+    /// When a readback was last started, or tried (a failed start is not retried every tick).
     last_start_ns: Option<u64>,
     last_tick_ns: Option<u64>,
     /// A slowly decaying maximum of the time between ticks.
@@ -395,6 +399,7 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
     }
 
     fn start(&mut self, now_ns: u64, out: &mut Outcome) {
+        self.last_start_ns = Some(now_ns);
         match self.readback.start() {
             Ok(()) => {
                 let entry = Entry {
@@ -403,7 +408,6 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
                 };
                 // Cannot fail: the caller checked there is room.
                 let _ = self.flight.push(entry);
-                self.last_start_ns = Some(now_ns);
                 out.started = true;
             }
             Err(e) => {

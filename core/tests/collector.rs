@@ -295,3 +295,27 @@ fn after_a_pause_in_the_steps_each_log_interval_still_gets_its_publication() {
     }
     assert!(seen.published_at.len() <= 16, "{:?}", seen.published_at);
 }
+
+#[test]
+fn a_backend_that_cannot_start_is_retried_on_the_schedule_not_every_step() {
+    for deadlines in [false, true] {
+        let clock = VirtualClock::new(0);
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (writer, reader) = slot.split();
+        let mut device = SimDevice::<2>::new(&clock, 3 * MS);
+        device.fail_mask = u64::MAX; // every start fails
+        let mut collector = Collector::new(&mut device, writer, 5 * S, 0).unwrap();
+        if deadlines {
+            collector.set_deadlines(5 * S, S).unwrap();
+        }
+        let seen = run(&clock, &mut collector, record, 10 * MS, 30 * S);
+        // On the grid: one try per 5 s; before calibration with deadlines: one per 2.5 s.
+        let expected = if deadlines { 12 } else { 6 };
+        assert_eq!(seen.failed_at.len(), expected, "deadlines {deadlines}");
+        assert_eq!(reader.read().0.readback_errors, expected as u64);
+        assert!(!collector.in_flight());
+        // The device still counted every step, and flush gets it all.
+        collector.flush(clock.now_ns()).unwrap();
+        assert_eq!(reader.read().0.counters.drafts, 3000);
+    }
+}
