@@ -339,6 +339,7 @@ where
                     vllm_compat: cfg.vllm_compat,
                 },
             )
+            .with_clock(clock)
             .into_registry();
             let config = ServerConfig {
                 addr,
@@ -352,9 +353,19 @@ where
     let Some(writer) = wired.writers.into_iter().next() else {
         return Err(DemoError::Config("no slot was wired".into()));
     };
+    // One start for the log grid and the collector's deadlines: the collector times its
+    // readbacks so that one has been published before each log tick.
+    let start_ns = clock.now_ns();
     let mut driver = Driver::new(readback, writer, cfg.collect_interval, clock)
         .map_err(|e| DemoError::Config(e.to_string()))?;
-    let log = LogSink::new(&slots, cfg.log_interval, clock.now_ns(), log::Level::Info)
+    driver
+        .collector_mut()
+        .set_deadlines(
+            crate::clock::duration_ns(cfg.log_interval.max(crate::log_sink::MIN_PERIOD)),
+            start_ns,
+        )
+        .map_err(|e| DemoError::Config(e.to_string()))?;
+    let log = LogSink::new(&slots, cfg.log_interval, start_ns, log::Level::Info)
         .map_err(|e| DemoError::Config(e.to_string()))?
         .spawn(clock)
         .map_err(DemoError::Thread)?;
