@@ -35,6 +35,6 @@ pub use interval::{Interval, ZeroPeriod};
 pub use metrics::Rates;
 pub use readback::Readback;
 pub use registry::{Registry, RegistryError, RegistryReader};
-pub use report::Report;
+pub use report::{Report, VllmReport};
 pub use slot::{SeqSlot, SlotReader, SlotWriter};
 pub use words::Words;
