@@ -679,6 +679,7 @@ impl VllmEngineMetrics {
 
     /// Registers the three families in `registry` (once per registry).
     pub fn register(&self, registry: &mut Registry) {
+        // `Registry::register` ends every help text with a '.': these are vLLM's without it.
         let sub = registry.sub_registry_with_labels(
             self.labels
                 .iter()
@@ -686,17 +687,17 @@ impl VllmEngineMetrics {
         );
         sub.register(
             "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
+            "Number of requests in model execution batches",
             self.running.clone(),
         );
         sub.register(
             "vllm:generation_tokens",
-            "Number of generation tokens processed.",
+            "Number of generation tokens processed",
             self.generation_tokens.clone(),
         );
         sub.register(
             "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
+            "Histogram of inter-token latency in seconds",
             self.inter_token_latency.clone(),
         );
     }
