@@ -141,3 +141,53 @@ fn with_the_clock_the_last_collection_time_and_age_are_gauges() {
         "the rank that never collected is the older"
     );
 }
+
+#[test]
+fn constant_labels_and_the_draft_length_reach_every_counter() {
+    use specula::prom::{ConstLabels, DraftLenError};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut wired = wire_ranks::<4>(1).unwrap();
+    assert_eq!(
+        MetricsBridge::new(&wired.slots).with_draft_len(5).err(),
+        Some(DraftLenError { got: 5, max: 4 })
+    );
+    assert!(MetricsBridge::new(&wired.slots).with_draft_len(0).is_err());
+    let labels = ConstLabels::model_name("m")
+        .unwrap()
+        .with("region", "eu")
+        .unwrap();
+    let mut bridge = MetricsBridge::new(&wired.slots)
+        .with_labels(&labels)
+        .with_draft_len(2)
+        .unwrap();
+    let mut s = Snapshot::<4>::ZERO;
+    s.counters.record(2, 1).unwrap();
+    s.counters.record(2, 2).unwrap();
+    wired.writers[0].publish(&s);
+    let mut sums = Sums::default();
+    metrics::with_local_recorder(&recorder, || assert_eq!(bridge.update(), 1));
+    let keys: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, _)| name_of(k.key()))
+        .collect();
+    assert!(!keys.is_empty());
+    for k in &keys {
+        assert!(k.contains("model_name=m") && k.contains("region=eu"), "{k}");
+        assert!(!k.contains("position=2"), "two positions only: {k}");
+    }
+    assert!(keys.iter().any(|k| k.contains("position=1")), "{keys:?}");
+    // Deltas, not totals: the second update adds only the one new draft.
+    s.counters.record(2, 0).unwrap();
+    wired.writers[0].publish(&s);
+    metrics::with_local_recorder(&recorder, || assert_eq!(bridge.update(), 1));
+    sums.absorb(&snapshotter);
+    let l = [("model_name", "m"), ("region", "eu"), ("engine", "rank0")];
+    assert_eq!(
+        sums.get("specula_drafts_total", &l),
+        1,
+        "the second update's delta"
+    );
+}
