@@ -181,9 +181,10 @@ impl<const K: usize> LogSink<K> {
     /// per-position values, capped at `K`) instead of the native line, so a log parser written
     /// for vLLM reads it unchanged: no engine label, no lifetime part, and nothing for an
     /// interval without drafts. What vLLM's line has no room for goes on lines a vLLM parser
-    /// does not match: a tick with no new collection logs [`StaleReport`] prefixed
-    /// `Specula collection [label]: `, and new readback errors a warning
-    /// `Specula readback errors [label]: N (+n)`.
+    /// does not match, so every tick still has a line: an interval without drafts logs
+    /// `Specula collection [label]: no drafts since the previous line | lifetime: drafts=N`, a
+    /// tick with no new collection [`StaleReport`] prefixed `Specula collection [label]: `, and
+    /// new readback errors a warning `Specula readback errors [label]: N (+n)`.
     #[must_use]
     pub fn with_vllm_lines(mut self, draft_len: usize) -> Self {
         self.vllm = Some(draft_len.clamp(1, K.max(1)));
@@ -278,8 +279,17 @@ fn log_taken<const K: usize>(level: log::Level, vllm: Option<usize>, label: &str
     match vllm {
         None => log::log!(target: TARGET, level, "{}", Report::new(label, t)),
         Some(n) => {
-            if let Some(line) = VllmReport::new(t, n) {
-                log::log!(target: TARGET, level, "{line}");
+            match VllmReport::new(t, n) {
+                Some(line) => log::log!(target: TARGET, level, "{line}"),
+                // vLLM logs nothing for an interval without drafts; the tick still has its
+                // line, on a prefix vLLM parsers do not match.
+                None => log::log!(
+                    target: TARGET,
+                    level,
+                    "Specula collection [{label}]: no drafts since the previous line | \
+                     lifetime: drafts={}",
+                    t.snapshot.counters.drafts
+                ),
             }
             if t.new_readback_errors != 0 {
                 log::warn!(

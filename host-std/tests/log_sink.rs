@@ -597,6 +597,13 @@ fn vllm_lines_are_vllms_exact_format_and_skip_idle_intervals() {
             .any(|l| l == "Specula readback errors [vllm-mode]: 1 (+1)"),
         "{own:?}"
     );
+    // Every tick still has a line: the idle one on Specula's own prefix.
+    assert!(
+        own.iter().any(|l| l
+            == "Specula collection [vllm-mode]: no drafts since the previous line | lifetime: \
+                drafts=2"),
+        "{own:?}"
+    );
     assert!(
         own.iter().any(|l| l.starts_with(
             "Specula collection [vllm-mode]: no new collection since the previous line"
