@@ -30,7 +30,7 @@ Exit codes:
   1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
      a failed final readback or a panicked log thread: the summary is printed first)
   2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
-     1 ms)
+     1 ms, a --label or --model-name that is not a valid Prometheus label)
   3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
   4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
      the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)
