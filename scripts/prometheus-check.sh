@@ -5,7 +5,7 @@
 # throw-away Prometheus (own config, temporary storage, 1 s scrape interval, loopback only, not
 # the system service), and checks through Prometheus' query API that
 #  - the counters equal the demo's own printed final totals (specula_* and vllm:* names),
-#  - every panel query of dashboards/specula.json returns data that agrees with the demo's
+#  - every panel query of host-std/dashboards/specula.json returns data that agrees with the demo's
 #    summary, and everything vLLM's speculative-decoding dashboard selects (series, types,
 #    labels, template variables: host-std/tests/fixtures/vllm_spec_decode_dashboard.txt) is
 #    there (scripts/prometheus_dashboards.py),
@@ -141,7 +141,7 @@ check 'up{job="specula"}' 1
 
 # 4. Both dashboards against this Prometheus.
 python3 "$root/scripts/prometheus_dashboards.py" "http://127.0.0.1:$PROM_PORT" specula "$final" \
-  "$elapsed" "$root/dashboards/specula.json" \
+  "$elapsed" "$root/host-std/dashboards/specula.json" \
   "$root/host-std/tests/fixtures/vllm_spec_decode_dashboard.txt" \
   || fail "dashboard checks (above)"
 echo "prometheus-check: PASS"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks, through a real Prometheus' HTTP API, that a `specula demo --vllm-compat` scrape
 
-1. answers every panel query of dashboards/specula.json with data that agrees with the demo's
+1. answers every panel query of host-std/dashboards/specula.json with data that agrees with the demo's
    own summary (exact for cumulative panels, within a stated tolerance for ratios and rates),
 2. holds every series, metric type, label and template variable that vLLM's
    speculative-decoding dashboard selects (host-std/tests/fixtures/vllm_spec_decode_dashboard.txt),

@@ -378,7 +378,7 @@ fn everything_vllms_dashboard_selects_is_in_compat_output() {
 #[test]
 fn our_dashboard_queries_only_exported_families() {
     let json: serde_json::Value =
-        serde_json::from_str(include_str!("../../dashboards/specula.json")).unwrap();
+        serde_json::from_str(include_str!("../dashboards/specula.json")).unwrap();
     let wired = wire::<4, _>(["rank0"]).unwrap();
     let text = render(
         &SpecCollector::new(wired.slots, Options::default())
