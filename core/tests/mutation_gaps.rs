@@ -881,3 +881,128 @@ mod validation {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Known answers of the portable numerics (the GPU kernels must give the same bits)
+// ---------------------------------------------------------------------------------------------
+
+/// FNV-1a over 64-bit words: one number that pins thousands of results.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+    fn add(&mut self, v: u64) {
+        for b in v.to_le_bytes() {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// splitmix64: the test inputs' generator.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+mod fmath_known_answers {
+    use super::Fnv;
+    use specula_core::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p, ln_p};
+
+    fn ln_bits(x_bits: u32) -> u32 {
+        ln_p(f32::from_bits(x_bits)).to_bits()
+    }
+
+    #[test]
+    fn ln_at_the_mantissa_fold() {
+        // The mantissa exactly √2 (rounded) is not folded (`m > SQRT_2`); one ulp above is.
+        assert_eq!(ln_bits(0x3FB5_04F3), 0x3EB1_7218, "ln_p(√2)");
+        assert_eq!(ln_bits(0x3FB5_04F2), 0x3EB1_7215);
+        assert_eq!(ln_bits(0x3FB5_04F4), 0x3EB1_7219);
+        assert_eq!(ln_bits(0x3F35_04F3), 0xBEB1_7218, "ln_p(√2 / 2)");
+        // The largest |s| of the series, where the C7 term's sign shows in the last bit.
+        assert_eq!(ln_p(1.414_062_5).to_bits(), 0x3EB1_6418);
+        assert_eq!(ln_bits(0x3FC0_0000), 0x3ECF_9920, "ln_p(1.5)");
+        assert_eq!(ln_bits(0x3F40_0000), 0xBE93_4B10, "ln_p(0.75)");
+        assert_eq!(ln_bits(0x4000_0000), 0x3F31_7218, "ln_p(2)");
+        // The ends of the normal range.
+        assert_eq!(ln_bits(0x0080_0000), 0xC2AE_AC50, "ln_p(MIN_POSITIVE)");
+        assert_eq!(ln_bits(0x7F7F_FFFF), 0x42B1_7218, "ln_p(MAX)");
+        assert_eq!(ln_bits(0x0DA2_4260), 0xC28A_27B5, "ln_p(1e-30)");
+        assert_eq!(ln_bits(0x7217_7617), 0x428C_5A32, "ln_p(3e30)");
+    }
+
+    #[test]
+    fn exp_at_its_boundaries() {
+        let exp_bits = |x: f32| exp_p(x).to_bits();
+        // x = 88 is the last input that is not +∞: e⁸⁸ ≈ 1.65e38 is finite.
+        assert_eq!(exp_bits(88.0), 0x7EF8_82B7);
+        assert_eq!(exp_bits(87.99), 0x7EF6_0990);
+        assert_eq!(exp_bits(f32::from_bits(0x42B0_0001)), 0x7F80_0000, "just above 88");
+        // Just above −87: n = −126, the smallest normal scale, not flushed to 0.
+        assert_eq!(exp_bits(f32::from_bits(0xC2AD_FFFF)), 0x00B3_36E0);
+        assert_eq!(exp_bits(-86.99), 0x00B5_03B6);
+        assert_eq!(exp_bits(-86.5), 0x0113_BC74);
+        assert_eq!(exp_bits(-87.0), 0);
+        // The largest reduced arguments |r| ≈ ln2/2, on both sides of the rounding of n.
+        assert_eq!(exp_bits(0.3466), 0x3FB5_062E);
+        assert_eq!(exp_bits(-0.3466), 0x3F35_03B9);
+        assert_eq!(exp_bits(f32::from_bits(0x3EB1_7218)), 0x3FB5_04F5);
+        assert_eq!(exp_bits(f32::from_bits(0xBEB1_7218)), 0x3F35_04F2);
+        assert_eq!(exp_bits(1.039_720_7), 0x4035_04F1);
+        assert_eq!(exp_bits(0.5), 0x3FD3_094C);
+        assert_eq!(exp_bits(-0.5), 0x3F1B_4598);
+        assert_eq!(exp_bits(10.0), 0x46AC_14EE);
+        assert_eq!(exp_bits(-10.0), 0x383E_6BCE);
+        assert_eq!(exp_bits(50.0), 0x638C_881F);
+        assert_eq!(exp_bits(0.0), 0x3F80_0000);
+        assert_eq!(exp_bits(-0.0), 0x3F80_0000);
+    }
+
+    /// Every result bit of 4096 + 2048 `ln_p` and 4096 `exp_p` inputs spread over their ranges.
+    #[test]
+    fn ln_and_exp_sweeps() {
+        let mut h = Fnv::new();
+        let (lo, hi) = (0x0080_0000u32, 0x7F7F_FFFFu32);
+        for i in 0..4096u32 {
+            h.add(u64::from(ln_bits(lo + (hi - lo) / 4096 * i)));
+        }
+        // Densely around 1, where the series does all the work.
+        let (lo, hi) = (0x3F35_04F3u32, 0x3FB5_04F3u32);
+        for i in 0..2048u32 {
+            h.add(u64::from(ln_bits(lo + (hi - lo) / 2048 * i)));
+        }
+        assert_eq!(h.0, 7_507_939_885_867_699_002, "ln_p sweep");
+        let mut h = Fnv::new();
+        for i in 0..4096u32 {
+            let x = -87.5f32 + i as f32 * (176.0 / 4096.0);
+            h.add(u64::from(exp_p(x).to_bits()));
+        }
+        assert_eq!(h.0, 13_565_997_445_163_094_477, "exp_p sweep");
+    }
+
+    #[test]
+    fn entropy_known_answers() {
+        assert_eq!(entropy_term(0.5), 381_061_693_440);
+        assert_eq!(entropy_term(1.0), 0);
+        assert_eq!(entropy_term(f32::MIN_POSITIVE), 0);
+        assert_eq!(entropy_term(f32::from_bits(0x007F_FFFF)), 0, "subnormal");
+        assert_eq!(entropy_term(-0.5), 0);
+        assert_eq!(entropy_from_fixed(1 << 40).to_bits(), 1.0f32.to_bits());
+        assert_eq!(entropy_from_fixed(-(3 << 39)).to_bits(), (-1.5f32).to_bits());
+        let row = [0.5f32, 0.25, 0.125, 0.125];
+        assert_eq!(entropy(&row).to_bits(), 0x3F9B_43D5);
+    }
+}
