@@ -1006,3 +1006,129 @@ mod fmath_known_answers {
         assert_eq!(entropy(&row).to_bits(), 0x3F9B_43D5);
     }
 }
+
+mod philox_known_answers {
+    use super::Fnv;
+    use specula_core::philox::{
+        STREAM_ACCEPT, STREAM_RACE, STREAM_RACE_LO, accept_draw, counter, key, philox4x32_10,
+        race_words, race_words_lo, uniform_co,
+    };
+
+    /// The same coordinates `specula-tests`' value-stability test pins for every backend.
+    #[test]
+    fn stream_words_at_fixed_coordinates() {
+        assert_eq!(
+            race_words(7, 11, 2, 5),
+            [0x7be1_714c, 0xe6d0_6a4c, 0x06bb_ca6f, 0xce82_d299]
+        );
+        assert_eq!(
+            race_words_lo(7, 11, 2, 5),
+            [0x4e2f_279f, 0xebf1_efce, 0xab8c_3b15, 0x6eee_6207]
+        );
+        assert_eq!(accept_draw(u64::MAX, 1 << 40, 3), 0x566f_e672_80e8_3f5d);
+        assert_eq!(
+            (STREAM_ACCEPT, STREAM_RACE, STREAM_RACE_LO),
+            (0, 1, 2),
+            "the stream numbers are part of the counter layout"
+        );
+    }
+
+    #[test]
+    fn counter_and_key_use_every_bit() {
+        assert_eq!(key(u64::MAX), [u32::MAX, u32::MAX]);
+        assert_eq!(key(1 << 32), [0, 1]);
+        assert_eq!(
+            counter(u32::MAX, (1 << 30) - 1, 3, u64::MAX),
+            [u32::MAX, u32::MAX, u32::MAX, u32::MAX]
+        );
+        assert_eq!(counter(0, 1, 0, 1 << 32), [0, 4, 0, 1]);
+        assert_eq!(uniform_co(0x0000_0100), f32::from_bits(0x3380_0000), "2⁻²⁴");
+        assert_eq!(uniform_co(0x1234_5678), 0x12_3456 as f32 / 16_777_216.0);
+    }
+
+    /// 256 blocks with every counter and key word varying, pinned by digest.
+    #[test]
+    fn philox_sweep() {
+        let mut h = Fnv::new();
+        let mut x = 0x0123_4567u32;
+        for _ in 0..256 {
+            let mut w = [0u32; 6];
+            for v in &mut w {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *v = x;
+            }
+            let out = philox4x32_10([w[0], w[1], w[2], w[3]], [w[4], w[5]]);
+            for o in out {
+                h.add(u64::from(o));
+            }
+        }
+        assert_eq!(h.0, 8_088_776_234_842_338_135, "philox sweep");
+    }
+}
+
+mod exponential_known_answers {
+    use super::Fnv;
+    use specula_core::exponential::{
+        ETA, accepts, draw, exponential, exponential_floor, uniform53,
+    };
+
+    fn e(x: u64) -> u64 {
+        exponential(x).to_bits()
+    }
+
+    #[test]
+    fn at_the_branch_and_the_fold() {
+        // v = ¼ exactly is the first draw of the logarithm branch.
+        assert_eq!(e((1 << 62) - 1), 0x3FD2_6962_1134_DB92);
+        assert_eq!(e(1 << 62), 0x3FD2_6962_1134_DB92);
+        // u = 1 − v with its mantissa exactly √2 (rounded) is not folded; one cell off is.
+        let n = (core::f64::consts::SQRT_2 * 9_223_372_036_854_775_808.0) as u64;
+        assert_eq!(n, 0xB504_F333_F9DE_6800);
+        assert_eq!(e(!n), 0x3FD6_2E42_FEFA_39ED);
+        assert_eq!(e(!n - 4096), 0x3FD6_2E42_FEFA_39E8);
+        assert_eq!(e(!n + 4096), 0x3FD6_2E42_FEFA_39F4);
+        // The ends, and halfway.
+        assert_eq!(e(0), 0x3BE0_0000_0000_0000);
+        assert_eq!(e(1), 0x3BF8_0000_0000_0000, "1.5 · 2⁻⁶⁴");
+        assert_eq!(e(u64::MAX), 0x4046_86FC_0AF6_22D7, "45.05");
+        assert_eq!(e(1 << 63), 0x3FE6_2E42_FEFA_39EF, "ln 2");
+        assert_eq!(e(0xC000_0000_0000_0000), 0x3FF6_2E42_FEFA_39EF, "ln 4");
+        assert!(ETA > 0.0 && ETA < 1e-14);
+    }
+
+    /// 4096 draws over the whole range plus 64 near each end and the branch, pinned by digest.
+    #[test]
+    fn exponential_sweep() {
+        let mut h = Fnv::new();
+        for i in 0..4096u64 {
+            h.add(e(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        }
+        for i in 0..64u64 {
+            h.add(e(1 << i));
+            h.add(e(u64::MAX - (1 << i)));
+            h.add(e((1 << 62) + i * 0x1_0000_0001));
+            h.add(e((1 << 62) - 1 - i * 0x1_0000_0001));
+        }
+        assert_eq!(h.0, 2_459_743_973_946_944_459, "exponential sweep");
+    }
+
+    #[test]
+    fn draws_floors_and_uniforms() {
+        assert_eq!(draw(0x1234_5678, 0x9ABC_DEF0), 0x1234_5678_9ABC_DEF0);
+        assert_eq!(draw(u32::MAX, 0), 0xFFFF_FFFF_0000_0000);
+        assert_eq!(exponential_floor(0x8000_0000), 0.5);
+        assert_eq!(exponential_floor(0x0000_01FF), f32::from_bits(0x3380_0000));
+        assert_eq!(exponential_floor(u32::MAX), 1.0 - f32::EPSILON / 2.0);
+        assert_eq!(uniform53(0x0000_0000_0000_0800), 1.0 / 9_007_199_254_740_992.0);
+        assert_eq!(uniform53(0x0000_0000_0000_1000), 3.0 / 9_007_199_254_740_992.0);
+        // U·pd < pt at the boundary: U = ½ + 2⁻⁵³.
+        let half = 1u64 << 63;
+        assert!(!accepts(half, 0.5, 1.0));
+        assert!(accepts(half, 0.500_001, 1.0));
+        assert!(accepts(half, 0.5, 0.999_99));
+        assert!(!accepts(half, 0.25, 0.5));
+        assert!(!accepts(0, 0.0, 1.0), "pt = 0 never accepts");
+    }
+}
