@@ -61,7 +61,11 @@ fn a_second_split_continues_the_versions() {
 fn try_read_succeeds_on_a_quiet_slot() {
     let mut slot = SeqSlot::new([9u64, 8]);
     let (mut w, r) = slot.split();
-    assert_eq!(r.try_read(0), Some(([9, 8], 0)), "0 attempts still tries once");
+    assert_eq!(
+        r.try_read(0),
+        Some(([9, 8], 0)),
+        "0 attempts still tries once"
+    );
     assert_eq!(r.try_read(1), Some(([9, 8], 0)));
     w.publish(&[1, 2]);
     assert_eq!(r.try_read(3), Some(([1, 2], 1)));
@@ -157,8 +161,7 @@ fn registry_len_and_is_empty() {
     let (mut ws, rd) = reg.split();
     assert_eq!((ws.len(), rd.len(), rd.is_empty()), (3, 3, false));
     ws[2].publish(&33);
-    let got: heapless::Vec<(&str, (u64, u64)), 4> =
-        rd.iter().map(|(l, r)| (l, r.read())).collect();
+    let got: heapless::Vec<(&str, (u64, u64)), 4> = rd.iter().map(|(l, r)| (l, r.read())).collect();
     assert_eq!(got, [("a", (10, 0)), ("b", (20, 0)), ("c", (33, 1))]);
     assert_eq!(rd.get("b").map(|r| r.read()), Some((20, 0)));
     assert_eq!(rd.get("c").map(|r| r.read()), Some((33, 1)));
@@ -503,7 +506,13 @@ mod validation {
     fn every_length_is_checked() {
         let d = Data::new();
         let b = d.batch();
-        let len = |param, len, expected| Err(VerifyError::Length { param, len, expected });
+        let len = |param, len, expected| {
+            Err(VerifyError::Length {
+                param,
+                len,
+                expected,
+            })
+        };
         assert_eq!(
             shape(
                 &Batch {
@@ -676,7 +685,11 @@ mod validation {
         let mut d = Data::new();
         d.eps = [0.0, f32::MAX];
         d.delta = [0.0, 1e30];
-        assert_eq!(d.check(Method::Typical, Check::Cheap), Ok(()), "0 and large are fine");
+        assert_eq!(
+            d.check(Method::Typical, Check::Cheap),
+            Ok(()),
+            "0 and large are fine"
+        );
     }
 
     #[test]
@@ -715,7 +728,11 @@ mod validation {
             sum: 0.875,
         };
         assert_eq!(d.check(Method::Greedy, Check::STRICT), Err(low));
-        assert_eq!(d.check(Method::Greedy, tol(0.125)), Ok(()), "|dev| = tol passes");
+        assert_eq!(
+            d.check(Method::Greedy, tol(0.125)),
+            Ok(()),
+            "|dev| = tol passes"
+        );
         assert_eq!(d.check(Method::Greedy, tol(0.124)), Err(low));
         // [¼, ¼, ¼, ⅜] sums to 1.125 (too high).
         d.target[V + 3] = 0.375;
@@ -950,7 +967,11 @@ mod fmath_known_answers {
         // x = 88 is the last input that is not +∞: e⁸⁸ ≈ 1.65e38 is finite.
         assert_eq!(exp_bits(88.0), 0x7EF8_82B7);
         assert_eq!(exp_bits(87.99), 0x7EF6_0990);
-        assert_eq!(exp_bits(f32::from_bits(0x42B0_0001)), 0x7F80_0000, "just above 88");
+        assert_eq!(
+            exp_bits(f32::from_bits(0x42B0_0001)),
+            0x7F80_0000,
+            "just above 88"
+        );
         // Just above −87: n = −126, the smallest normal scale, not flushed to 0.
         assert_eq!(exp_bits(f32::from_bits(0xC2AD_FFFF)), 0x00B3_36E0);
         assert_eq!(exp_bits(-86.99), 0x00B5_03B6);
@@ -1001,7 +1022,10 @@ mod fmath_known_answers {
         assert_eq!(entropy_term(f32::from_bits(0x007F_FFFF)), 0, "subnormal");
         assert_eq!(entropy_term(-0.5), 0);
         assert_eq!(entropy_from_fixed(1 << 40).to_bits(), 1.0f32.to_bits());
-        assert_eq!(entropy_from_fixed(-(3 << 39)).to_bits(), (-1.5f32).to_bits());
+        assert_eq!(
+            entropy_from_fixed(-(3 << 39)).to_bits(),
+            (-1.5f32).to_bits()
+        );
         let row = [0.5f32, 0.25, 0.125, 0.125];
         assert_eq!(entropy(&row).to_bits(), 0x3F9B_43D5);
     }
@@ -1121,8 +1145,14 @@ mod exponential_known_answers {
         assert_eq!(exponential_floor(0x8000_0000), 0.5);
         assert_eq!(exponential_floor(0x0000_01FF), f32::from_bits(0x3380_0000));
         assert_eq!(exponential_floor(u32::MAX), 1.0 - f32::EPSILON / 2.0);
-        assert_eq!(uniform53(0x0000_0000_0000_0800), 1.0 / 9_007_199_254_740_992.0);
-        assert_eq!(uniform53(0x0000_0000_0000_1000), 3.0 / 9_007_199_254_740_992.0);
+        assert_eq!(
+            uniform53(0x0000_0000_0000_0800),
+            1.0 / 9_007_199_254_740_992.0
+        );
+        assert_eq!(
+            uniform53(0x0000_0000_0000_1000),
+            3.0 / 9_007_199_254_740_992.0
+        );
         // U·pd < pt at the boundary: U = ½ + 2⁻⁵³.
         let half = 1u64 << 63;
         assert!(!accepts(half, 0.5, 1.0));
@@ -1130,5 +1160,532 @@ mod exponential_known_answers {
         assert!(accepts(half, 0.5, 0.999_99));
         assert!(!accepts(half, 0.25, 0.5));
         assert!(!accepts(0, 0.0, 1.0), "pt = 0 never accepts");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference verifier: row reductions and whole batches
+// ---------------------------------------------------------------------------------------------
+
+mod reference_known_answers {
+    use super::{Fnv, Mix};
+    use specula_core::Counters;
+    use specula_core::exponential::exponential;
+    use specula_core::philox::{race_words, race_words_lo};
+    use specula_core::verify::{
+        Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, RaceRng, Reference, RowOps,
+        SENTINEL, ScalarOps, Verifier, argmax, race, race_key, race_residual, verify_batch,
+    };
+
+    const RNG: RaceRng = RaceRng {
+        seed: 7,
+        offset: 11,
+        position: 2,
+    };
+
+    #[test]
+    fn argmax_ties_nan_and_infinities() {
+        assert_eq!(
+            argmax(&[0.1, 0.3, f32::NAN, 0.3, 0.2]),
+            1,
+            "ties to the lowest id"
+        );
+        assert_eq!(argmax(&[f32::NAN, 0.5]), 1, "NaN never wins");
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, -1.0]), 1);
+        assert_eq!(argmax(&[-0.0, 0.0]), 0, "−0 = +0: a tie");
+        assert_eq!(argmax(&[0.0, 0.0, 0.0, 1e-45]), 3);
+        assert_eq!(argmax(&[]), 0);
+        assert_eq!(ScalarOps.argmax(&[0.2, 0.7, 0.1]), 1);
+    }
+
+    #[test]
+    fn race_keys() {
+        assert_eq!(race_key(0.0, 5), -1.0);
+        assert_eq!(race_key(-0.5, 5), -1.0);
+        assert_eq!(race_key(f64::NAN, 5), -1.0);
+        assert_eq!(race_key(2.0, 1 << 63), 2.0 / exponential(1 << 63));
+        assert_eq!(race_key(2.0, 1 << 63).to_bits(), 0x4007_1547_652B_82FE);
+        assert_eq!(race_key(f64::INFINITY, 0), f64::INFINITY);
+        assert_eq!(race_key(1e-300, u64::MAX), 1e-300 / exponential(u64::MAX));
+    }
+
+    #[test]
+    fn race_rng_words_are_the_streams() {
+        assert_eq!(RNG.words(5), race_words(7, 11, 2, 5));
+        assert_eq!(RNG.words_lo(5), race_words_lo(7, 11, 2, 5));
+        assert_eq!(RNG.words(0), race_words(7, 11, 2, 0));
+        assert_ne!(RNG.words(5), RNG.words(6));
+    }
+
+    #[test]
+    fn races_with_no_candidate_or_one() {
+        assert_eq!(race(RNG, 0, |_| 1.0), None);
+        assert_eq!(race(RNG, 9, |_| 0.0), None);
+        assert_eq!(race(RNG, 9, |_| f64::NAN), None);
+        for v in 0..9 {
+            let only = |i: usize| if i == v { 0.25 } else { 0.0 };
+            assert_eq!(race(RNG, 9, only), Some(v as u32), "only {v} has weight");
+        }
+        // An id past `vocab` is never offered, even inside a group of four.
+        assert_eq!(race(RNG, 5, |i| if i >= 5 { 1.0 } else { 0.0 }), None);
+        // All nine weights positive: the winner is pinned (and stays in range).
+        let row = [0.1f32, 0.2, 0.05, 0.15, 0.1, 0.1, 0.1, 0.1, 0.1];
+        assert_eq!(race(RNG, 9, |i| f64::from(row[i])), Some(7));
+        assert_eq!(ScalarOps.race(RNG, &row), Some(7));
+        let mut wins = [0u32; 9];
+        for seed in 0..64 {
+            let rng = RaceRng { seed, ..RNG };
+            wins[ScalarOps.race(rng, &row).unwrap() as usize] += 1;
+        }
+        assert_eq!(wins, [8, 12, 6, 11, 6, 3, 6, 5, 7], "winners over 64 seeds");
+    }
+
+    #[test]
+    fn residual_races() {
+        let target = [0.5f32, 0.25, 0.25, 0.0, 0.0];
+        let draft = [0.5f32, 0.5, 0.0, 0.0, 0.0];
+        // Only id 2 has target > draft.
+        assert_eq!(race_residual(RNG, &target, Some(&draft), 1), Some(2));
+        assert_eq!(
+            ScalarOps.race_residual(RNG, &target, Some(&draft), 1),
+            Some(2)
+        );
+        // One-hot draft at 0: weights −0.5, ¼, ¼, 0, 0.
+        let mut wins = [0u32; 5];
+        for seed in 0..64 {
+            let rng = RaceRng { seed, ..RNG };
+            wins[race_residual(rng, &target, None, 0).unwrap() as usize] += 1;
+        }
+        assert_eq!(
+            wins,
+            [0, 36, 28, 0, 0],
+            "one-hot at 0: winners over 64 seeds"
+        );
+        // One-hot at the only id with mass: no positive residual.
+        assert_eq!(race_residual(RNG, &[1.0, 0.0], None, 0), None);
+        assert_eq!(race_residual(RNG, &[0.0, 1.0], None, 0), Some(1));
+        // Equal rows: no residual.
+        assert_eq!(race_residual(RNG, &draft, Some(&draft), 0), None);
+        assert_eq!(
+            ScalarOps.entropy(&[0.5, 0.5]).to_bits(),
+            0x3F31_7218,
+            "ln 2"
+        );
+    }
+
+    /// A random batch (seeded): B ≤ 3, k_max ≤ 3, V ≤ 9, with zeros, one-hot rows, NaN and
+    /// negative values (Check::Cheap uses them as given), with or without draft rows and
+    /// typical parameters.
+    struct Random {
+        vocab: usize,
+        k_max: usize,
+        k: heapless::Vec<u32, 3>,
+        ids: heapless::Vec<u32, 9>,
+        draft: heapless::Vec<f32, 81>,
+        target: heapless::Vec<f32, 108>,
+        seed: heapless::Vec<u64, 3>,
+        offset: heapless::Vec<u64, 3>,
+        eps: heapless::Vec<f32, 3>,
+        delta: heapless::Vec<f32, 3>,
+        with_draft: bool,
+        with_typical: bool,
+    }
+
+    fn value(g: &mut Mix) -> f32 {
+        match g.below(16) {
+            0..=3 => 0.0,
+            4 => 1.0,
+            5 => f32::NAN,
+            6 => -0.25,
+            _ => (g.below(1 << 24) as f32) / 16_777_216.0,
+        }
+    }
+
+    impl Random {
+        fn new(g: &mut Mix) -> Self {
+            let vocab = 1 + g.below(9) as usize;
+            let k_max = 1 + g.below(3) as usize;
+            let b = 1 + g.below(3) as usize;
+            let mut r = Random {
+                vocab,
+                k_max,
+                k: heapless::Vec::new(),
+                ids: heapless::Vec::new(),
+                draft: heapless::Vec::new(),
+                target: heapless::Vec::new(),
+                seed: heapless::Vec::new(),
+                offset: heapless::Vec::new(),
+                eps: heapless::Vec::new(),
+                delta: heapless::Vec::new(),
+                with_draft: g.below(2) == 0,
+                with_typical: g.below(2) == 0,
+            };
+            for _ in 0..b {
+                r.k.push(1 + g.below(k_max as u64) as u32).unwrap();
+                r.seed.push(g.next()).unwrap();
+                r.offset.push(g.next()).unwrap();
+                r.eps.push(g.below(50) as f32 / 100.0).unwrap();
+                r.delta.push(g.below(50) as f32 / 100.0).unwrap();
+                for _ in 0..k_max {
+                    r.ids.push(g.below(vocab as u64) as u32).unwrap();
+                    for _ in 0..vocab {
+                        r.draft.push(value(g)).unwrap();
+                    }
+                }
+                for j in 0..=k_max {
+                    // Some target rows favour the draft token, so that tokens get accepted.
+                    let favour = j < k_max && g.below(2) == 0;
+                    let id = r.ids.get(r.ids.len() - k_max + j.min(k_max - 1)).copied();
+                    for v in 0..vocab {
+                        let p = if favour && id == Some(v as u32) {
+                            0.875
+                        } else {
+                            value(g)
+                        };
+                        r.target.push(p).unwrap();
+                    }
+                }
+            }
+            r
+        }
+
+        fn batch(&self) -> Batch<'_> {
+            let mut b = Batch::dense(
+                self.vocab,
+                self.k_max,
+                &self.k,
+                &self.ids,
+                &self.target,
+                &self.seed,
+                &self.offset,
+            );
+            if self.with_draft {
+                b = b.with_draft_probs(&self.draft);
+            }
+            if self.with_typical {
+                b = b.with_typical(&self.eps, &self.delta);
+            }
+            b
+        }
+    }
+
+    /// 200 random batches × 3 methods through `verify_batch`; every output word and counter
+    /// pinned by one digest per method.
+    #[test]
+    fn random_batches_are_pinned() {
+        let mut digests = [0u64; 3];
+        let mut accepted_total = [0u64; 3];
+        for (m, method) in [Method::Rejection, Method::Greedy, Method::Typical]
+            .into_iter()
+            .enumerate()
+        {
+            let mut g = Mix(0x5EED);
+            let mut h = Fnv::new();
+            let mut counters = Counters::<3>::ZERO;
+            for _ in 0..200 {
+                let r = Random::new(&mut g);
+                let batch = r.batch();
+                let mut accepted = [0u32; 3];
+                let mut tokens = [0u32; 12];
+                let mut out = Outputs {
+                    accepted: &mut accepted[..batch.requests()],
+                    tokens: &mut tokens[..batch.requests() * (r.k_max + 1)],
+                };
+                verify_batch(method, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
+                for &a in out.accepted.iter() {
+                    h.add(u64::from(a));
+                }
+                for &t in out.tokens.iter() {
+                    assert!(t == SENTINEL || (t as usize) < r.vocab, "{t}");
+                    h.add(u64::from(t));
+                }
+            }
+            accepted_total[m] = counters.accepted_tokens;
+            h.add(counters.drafts);
+            h.add(counters.draft_tokens);
+            h.add(counters.accepted_tokens);
+            h.add(counters.emitted_tokens);
+            for i in 0..3 {
+                h.add(counters.accepted_per_position[i]);
+                h.add(counters.drafted_per_position[i]);
+            }
+            digests[m] = h.0;
+        }
+        assert_eq!(
+            accepted_total,
+            [366, 250, 456],
+            "accepted tokens per method"
+        );
+        assert_eq!(
+            digests,
+            [
+                3_401_053_452_593_991_705,
+                6_814_457_254_986_222_090,
+                16_314_651_700_834_559_048
+            ],
+            "rejection, greedy, typical"
+        );
+    }
+
+    #[test]
+    fn one_request_by_hand() {
+        // V = 4, k_max = 2, k = 2: the draft is [2, 1].
+        let target = [
+            0.1, 0.2, 0.6, 0.1, // row 0: argmax 2 (accepts 2)
+            0.1, 0.2, 0.3, 0.4, // row 1: argmax 3 (rejects 1)
+            0.0, 0.0, 0.0, 1.0, // row 2: bonus row
+        ];
+        let batch = Batch::dense(4, 2, &[2], &[2, 1], &target, &[42], &[0]);
+        assert_eq!(batch.requests(), 1);
+        let (mut accepted, mut tokens) = ([9u32; 1], [9u32; 3]);
+        let mut counters = Counters::<2>::ZERO;
+        let mut out = Outputs {
+            accepted: &mut accepted,
+            tokens: &mut tokens,
+        };
+        verify_batch(
+            Method::Greedy,
+            Check::STRICT,
+            &batch,
+            &mut out,
+            &mut counters,
+        )
+        .unwrap();
+        assert_eq!((accepted, tokens), ([1], [2, 3, SENTINEL]));
+        assert_eq!(
+            (
+                counters.drafts,
+                counters.accepted_tokens,
+                counters.emitted_tokens
+            ),
+            (1, 1, 2)
+        );
+        // All accepted: the bonus token is row k's argmax.
+        let batch = Batch::dense(4, 2, &[2], &[2, 3], &target, &[42], &[0]);
+        let mut out = Outputs {
+            accepted: &mut accepted,
+            tokens: &mut tokens,
+        };
+        verify_batch(
+            Method::Greedy,
+            Check::STRICT,
+            &batch,
+            &mut out,
+            &mut counters,
+        )
+        .unwrap();
+        assert_eq!((accepted, tokens), ([2], [2, 3, 3]));
+        assert_eq!(counters.accepted_per_position, [2, 1]);
+        // A refused batch writes and counts nothing.
+        let before = counters;
+        let mut out = Outputs {
+            accepted: &mut accepted,
+            tokens: &mut tokens[..2],
+        };
+        assert!(
+            verify_batch(
+                Method::Greedy,
+                Check::Cheap,
+                &batch,
+                &mut out,
+                &mut counters
+            )
+            .is_err()
+        );
+        assert_eq!(counters, before);
+        assert_eq!((accepted, tokens), ([2], [2, 3, 3]));
+    }
+
+    #[test]
+    fn typical_uses_the_given_or_default_parameters() {
+        assert_eq!((DEFAULT_EPS, DEFAULT_DELTA), (0.09, 0.3));
+        // Uniform row over 4: H = ln 4, δ·e^(−H) = 0.3/4 = 0.075 < ε = 0.09: threshold 0.075.
+        let target = [0.25f32; 8];
+        let run = |eps: &[f32], delta: &[f32]| {
+            let b = Batch::dense(4, 1, &[1], &[0], &target, &[1], &[0]);
+            let b = if eps.is_empty() {
+                b
+            } else {
+                b.with_typical(eps, delta)
+            };
+            let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+            let mut c = Counters::<1>::ZERO;
+            let mut out = Outputs {
+                accepted: &mut accepted,
+                tokens: &mut tokens,
+            };
+            verify_batch(Method::Typical, Check::Cheap, &b, &mut out, &mut c).unwrap();
+            accepted[0]
+        };
+        assert_eq!(run(&[], &[]), 1, "defaults: 0.25 > 0.075");
+        assert_eq!(run(&[0.3], &[1.1]), 0, "threshold min(0.3, 0.275) = 0.275");
+        assert_eq!(run(&[0.2], &[2.0]), 1, "threshold min(0.2, 0.5) = 0.2");
+        assert_eq!(run(&[0.25], &[2.0]), 0, "0.25 is not above 0.25");
+        assert_eq!(run(&[0.5], &[0.9]), 1, "threshold min(0.5, 0.225) = 0.225");
+    }
+
+    #[test]
+    fn reference_verifier_counts_what_it_verifies() {
+        let target = [0.5f32, 0.5, 0.5, 0.5];
+        let batch = Batch::dense(2, 1, &[1], &[0], &target, &[3], &[4]);
+        let mut v = Reference::<2>::new();
+        assert_eq!(v.totals(), Ok(Counters::ZERO));
+        let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+        let mut out = Outputs {
+            accepted: &mut accepted,
+            tokens: &mut tokens,
+        };
+        v.verify(Method::Greedy, Check::Cheap, &batch, &mut out)
+            .unwrap();
+        v.verify(Method::Greedy, Check::Cheap, &batch, &mut out)
+            .unwrap();
+        let mut want = Counters::<2>::ZERO;
+        want.record(1, 1).unwrap();
+        want.record(1, 1).unwrap();
+        assert_eq!(v.totals(), Ok(want));
+        assert_eq!(v.counters, want);
+        assert_eq!(Reference::<2>::default().counters, Counters::ZERO);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel launch contract and derived metrics
+// ---------------------------------------------------------------------------------------------
+
+mod kernel_contract {
+    use specula_core::Counters;
+    use specula_core::kernels::{
+        FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
+        method_code, shape_words, stats_words,
+    };
+    use specula_core::verify::{Batch, Method};
+
+    #[test]
+    fn method_codes_and_shape_words() {
+        assert_eq!(
+            [Method::Rejection, Method::Greedy, Method::Typical].map(method_code),
+            [0, 1, 2]
+        );
+        assert_eq!(
+            shape_words(3, 4, 5, Some(6), 7, 2, 9),
+            [3, 4, 5, 6, 7, 2, 9, FLAG_DRAFT_PROBS]
+        );
+        assert_eq!(
+            shape_words(3, 4, 5, None, 7, 1, 9),
+            [3, 4, 5, 0, 7, 1, 9, 0]
+        );
+        assert_eq!(SHAPE_WORDS, 8);
+    }
+
+    #[test]
+    fn batch_shapes_and_their_limits() {
+        let target = [0.0f32; 3 * 2 * 6];
+        let draft = [0.0f32; 3 * 5];
+        let b = Batch::dense(5, 1, &[1, 1, 1], &[0, 0, 0], &target, &[0; 3], &[0; 3]);
+        let b = Batch {
+            target_stride: 6,
+            ..b
+        };
+        assert_eq!(
+            batch_shape::<4>(Method::Typical, &b),
+            Ok([3, 1, 5, 0, 6, 2, 4, 0])
+        );
+        let with = b.with_draft_probs(&draft);
+        assert_eq!(
+            batch_shape::<4>(Method::Greedy, &with),
+            Ok([3, 1, 5, 5, 6, 1, 4, FLAG_DRAFT_PROBS])
+        );
+        assert_eq!(
+            batch_shape::<{ u32::MAX as usize }>(Method::Greedy, &b).map(|s| s[6]),
+            Ok(u32::MAX)
+        );
+        #[cfg(target_pointer_width = "64")]
+        {
+            let big = u32::MAX as usize + 1;
+            assert_eq!(
+                batch_shape::<{ u32::MAX as usize + 1 }>(Method::Greedy, &b),
+                Err(ShapeTooLarge)
+            );
+            for wide in [
+                Batch { vocab: big, ..b },
+                Batch { k_max: big, ..b },
+                Batch {
+                    target_stride: big,
+                    ..b
+                },
+                Batch {
+                    draft_stride: big,
+                    ..with
+                },
+            ] {
+                assert_eq!(batch_shape::<4>(Method::Greedy, &wide), Err(ShapeTooLarge));
+            }
+            // A draft stride is not part of the shape without draft probabilities.
+            let ignored = Batch {
+                draft_stride: big,
+                ..b
+            };
+            assert!(batch_shape::<4>(Method::Greedy, &ignored).is_ok());
+        }
+    }
+
+    #[test]
+    fn stats_layout() {
+        assert_eq!((stats_words(0), error_word(0)), (5, 4));
+        assert_eq!((stats_words(3), error_word(3)), (11, 10));
+        let stats: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+        let mut want = Counters::<2>::ZERO;
+        want.drafts = 1;
+        want.draft_tokens = 2;
+        want.accepted_tokens = 3;
+        want.emitted_tokens = 4;
+        want.accepted_per_position = [5, 6];
+        want.drafted_per_position = [7, 8];
+        assert_eq!(counters_from_stats::<2>(&stats), Some(want), "no flag word");
+        assert_eq!(counters_from_stats::<2>(&stats[..7]), None);
+        assert_eq!(
+            counters_from_stats::<0>(&stats[..4]).map(|c| c.drafts),
+            Some(1)
+        );
+    }
+}
+
+mod derived_metrics {
+    use specula_core::{Counters, Rates};
+
+    #[test]
+    fn ratios_and_rates() {
+        let mut c = Counters::<3>::ZERO;
+        c.record(3, 1).unwrap();
+        c.record(2, 2).unwrap();
+        c.record(1, 0).unwrap();
+        // 6 drafted, 3 accepted, 6 emitted, 3 drafts; positions: accepted [2, 1, 0] of
+        // drafted [3, 2, 1].
+        assert_eq!(c.acceptance_rate(), Some(0.5));
+        assert_eq!(c.system_efficiency(), Some(6.0 / 9.0));
+        assert_eq!(c.mean_acceptance_length(), Some(2.0));
+        assert_eq!(c.position_acceptance_rate(0), Some(2.0 / 3.0));
+        assert_eq!(c.position_acceptance_rate(1), Some(0.5));
+        assert_eq!(c.position_acceptance_rate(2), Some(0.0));
+        assert_eq!(c.position_acceptance_rate(3), None);
+        assert_eq!(c.position_acceptance_per_draft(0), Some(2.0 / 3.0));
+        assert_eq!(c.position_acceptance_per_draft(1), Some(1.0 / 3.0));
+        assert_eq!(c.position_acceptance_per_draft(3), None);
+        assert_eq!(Counters::<3>::ZERO.position_acceptance_per_draft(0), None);
+        let r = Rates {
+            delta: c,
+            elapsed_ns: 500_000_000,
+        };
+        assert_eq!(r.accepted_per_second(), Some(6.0));
+        assert_eq!(r.drafted_per_second(), Some(12.0));
+        assert_eq!(r.emitted_per_second(), Some(12.0));
+        let none = Rates {
+            delta: c,
+            elapsed_ns: 0,
+        };
+        assert_eq!(none.drafted_per_second(), None);
+        assert_eq!(none.emitted_per_second(), None);
     }
 }
