@@ -3,8 +3,8 @@
 //! patterns were computed once by this implementation and are what every backend (the GPU
 //! kernels included) must produce: a change here is a change of behaviour, not a test to update.
 //!
-//! Everything runs under Miri too (`cargo +nightly miri test -p specula-core --test
-//! mutation_gaps`); the few sweeps that would take minutes there take fewer points under Miri.
+//! Everything but the four digest sweeps runs under Miri too (`cargo +nightly miri test -p
+//! specula-core --test mutation_gaps`): the sweeps are safe arithmetic and take minutes there.
 
 use core::fmt::Write as _;
 use specula_core::error_kind::ErrorKind;
@@ -994,6 +994,10 @@ mod fmath_known_answers {
 
     /// Every result bit of 4096 + 2048 `ln_p` and 4096 `exp_p` inputs spread over their ranges.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "pure arithmetic, minutes under Miri; the boundary tests run"
+    )]
     fn ln_and_exp_sweeps() {
         let mut h = Fnv::new();
         let (lo, hi) = (0x0080_0000u32, 0x7F7F_FFFFu32);
@@ -1072,6 +1076,10 @@ mod philox_known_answers {
 
     /// 256 blocks with every counter and key word varying, pinned by digest.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "pure arithmetic, minutes under Miri; the boundary tests run"
+    )]
     fn philox_sweep() {
         let mut h = Fnv::new();
         let mut x = 0x0123_4567u32;
@@ -1121,6 +1129,10 @@ mod exponential_known_answers {
 
     /// 4096 draws over the whole range plus 64 near each end and the branch, pinned by digest.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "pure arithmetic, minutes under Miri; the boundary tests run"
+    )]
     fn exponential_sweep() {
         let mut h = Fnv::new();
         for i in 0..4096u64 {
@@ -1371,6 +1383,10 @@ mod reference_known_answers {
     /// 200 random batches × 3 methods through `verify_batch`; every output word and counter
     /// pinned by one digest per method.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "pure arithmetic, minutes under Miri; the boundary tests run"
+    )]
     fn random_batches_are_pinned() {
         let mut digests = [0u64; 3];
         let mut accepted_total = [0u64; 3];
