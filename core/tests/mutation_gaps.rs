@@ -388,15 +388,17 @@ mod validation {
             accepted: &mut a,
             tokens: &mut t,
         };
+        // (1 << 30) − 2: the last position j = k_max keeps `(j << 2) | stream` within 32 bits.
+        assert_eq!(MAX_POSITIONS, 1_073_741_822);
         let rng = Batch {
-            k_max: MAX_POSITIONS + 1,
+            k_max: 1_073_741_823,
             ..b
         };
         assert_eq!(
             validate_shape::<{ usize::MAX }>(&rng, &out),
             Err(VerifyError::KMaxOutOfRange {
-                k_max: MAX_POSITIONS + 1,
-                max: MAX_POSITIONS
+                k_max: 1_073_741_823,
+                max: 1_073_741_822
             })
         );
         // At the limit itself the next problem is the length of draft_ids.
