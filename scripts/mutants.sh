@@ -7,6 +7,7 @@
 #                                       as in CI on a fresh clone of main); uncommitted changes count
 #   scripts/mutants.sh ... -- ARGS      ARGS go to cargo-mutants (e.g. -- -f core/src/slot.rs)
 #   MUTANTS_MAX=N (default 100)          --changed tests at most about N mutants (one slice of them)
+#   MUTANTS_OUT=DIR (default target/mutants)  where cargo-mutants writes mutants.out
 #
 # What is measured, and with which tests, is in .cargo/mutants.toml. A mutant that no test catches
 # must be listed in core/mutants-survivors.txt with a one-line reason (equivalent, or why no test
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
         break
         ;;
     -h | --help)
-        sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -58,7 +59,7 @@ if ! cargo mutants --version >/dev/null 2>&1; then
     exit 1
 fi
 
-out=target/mutants
+out=${MUTANTS_OUT:-target/mutants}
 rm -rf "$out"
 mkdir -p "$out"
 args=(--package specula-core --jobs 1 --timeout 30 --output "$out" --colors never)
