@@ -17,6 +17,7 @@
 # $SPECULA_SKIP_LOG, which this script sets and prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
@@ -98,10 +99,46 @@ step "tests (debug)"
 cargo test --workspace --features "$FEATURES"
 
 step "examples (host-std/examples, built by the tests above)"
-for e in cpu_runtime ranks axum_metrics; do
+for e in cpu_runtime ranks axum_metrics graceful_shutdown; do
     echo "--- $e"
     "target/debug/examples/$e" >/dev/null
 done
+
+step "pick_backend under every feature set (the same code; a backend not compiled in exits 3)"
+# Expected exit status per feature set for: cpu, reference, cuda, rocm, a malformed name.
+# Without a GPU a compiled-in GPU backend exits 4 (no driver / device).
+for set in "none:0 0 3 3 2" "cuda:0 0 4 3 2" "rocm:0 0 3 4 2" "cuda,rocm:0 0 4 4 2"; do
+    feats="${set%%:*}" want="${set#*:}"
+    if [ "$feats" = none ]; then flag=(); else flag=(--features "$feats"); fi
+    cargo build -q -p specula --example pick_backend "${flag[@]}"
+    got=""
+    for name in cpu reference cuda rocm nonsense; do
+        rc=0
+        target/debug/examples/pick_backend "$name" >/dev/null 2>&1 || rc=$?
+        got="$got${got:+ }$rc"
+    done
+    echo "--- features $feats: exit codes $got (cpu reference cuda rocm nonsense)"
+    if [ "$got" != "$want" ] && [ -z "${SPECULA_HAS_GPU:-}" ]; then
+        echo "expected $want" >&2
+        exit 1
+    fi
+done
+
+step "CUDA backend links next to candle (cudarc dynamic-linking, the version from the build system)"
+# tests/link-candle depends on cudarc as candle-core's `cuda` feature does and on specula with
+# `cuda`; with Specula's default version, and with the application naming its own version
+# (default features off). Negative control: both versions at once must not build.
+(
+    cd tests/link-candle
+    export CARGO_TARGET_DIR="$root/target/link-candle"
+    cargo check -q
+    cargo check -q --no-default-features --features own-version
+    if cargo check -q --features own-version 2>/dev/null; then
+        echo "negative control built: the check cannot see a version conflict" >&2
+        exit 1
+    fi
+    echo "links with candle's cudarc features; two CUDA versions refused as expected"
+)
 
 step "kernel compile checks with NVRTC and ptxas 13"
 if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then

@@ -3,11 +3,90 @@
 use crate::error::CudaError;
 use std::sync::Mutex;
 
-/// True if the CUDA driver library can be loaded (cudarc would panic on first use otherwise).
+/// True if the CUDA driver library loads **and** exports every entry point this crate's path
+/// calls through cudarc ([`DRIVER_SYMBOLS`]). cudarc resolves a driver function on its first
+/// call and panics when the library or the symbol is missing; a stub or partial `libcuda` (a
+/// container's compat shim, a driver older than the API) must give
+/// [`CudaError::NoDriver`](crate::CudaError::NoDriver) instead, so the check runs before cudarc
+/// touches the driver. Checked once per process.
 #[must_use]
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the library by its candidate names; no symbol is called.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRESENT.get_or_init(|| driver_library_complete(&driver_candidates()))
+}
+
+/// The driver entry points (CUDA ≥ 12.0 names) that opening a device, compiling, launching,
+/// graph capture and the readback reach through cudarc.
+pub const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuLaunchKernel",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemsetD8Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+];
+
+/// The file names cudarc's loader tries for the driver, in its order (its Windows names with
+/// a CUDA version in them aside): the first that loads is the one it uses.
+fn driver_candidates() -> Vec<String> {
+    use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
+    let mut names = Vec::new();
+    for lib in ["cuda", "nvcuda"] {
+        names.push(format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}"));
+        names.push(format!("{DLL_PREFIX}{lib}64{DLL_SUFFIX}"));
+        for major in ["13", "12", "11", "10", "9", "1"] {
+            names.push(format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}.{major}"));
+        }
+    }
+    names
+}
+
+/// Whether the first of `candidates` that loads exports every one of [`DRIVER_SYMBOLS`].
+fn driver_library_complete(candidates: &[String]) -> bool {
+    let Some(lib) = candidates.iter().find_map(|name| {
+        // SAFETY: loading the driver runs only its initialisers (cudarc loads the same file);
+        // no symbol is called here.
+        unsafe { libloading::Library::new(name) }.ok()
+    }) else {
+        return false;
+    };
+    DRIVER_SYMBOLS.iter().all(|sym| {
+        // SAFETY: the symbol is only looked up, never called, so its type does not matter.
+        unsafe { lib.get::<*const core::ffi::c_void>(sym.as_bytes()) }.is_ok()
+    })
 }
 
 /// True if an NVRTC library (CUDA 11.2 to 13; or the file `SPECULA_NVRTC` names) can be loaded.

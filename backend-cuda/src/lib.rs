@@ -11,7 +11,9 @@ mod readback;
 mod verifier;
 
 pub use calls::{CallCounts, call_counts};
-pub use compile::{compile_ptx, driver_present, nvrtc_options, nvrtc_present, nvrtc_version};
+pub use compile::{
+    DRIVER_SYMBOLS, compile_ptx, driver_present, nvrtc_options, nvrtc_present, nvrtc_version,
+};
 pub use device::CudaDevice;
 pub use error::CudaError;
 pub use graph::VerifyGraph;

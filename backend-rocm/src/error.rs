@@ -87,8 +87,18 @@ impl fmt::Display for RocmError {
         match self {
             Self::NoRuntime { reason } => write!(f, "HIP runtime not available: {reason}"),
             Self::NoHiprtc { reason } => write!(f, "hiprtc not available: {reason}"),
+            Self::NoDevice { code: 0 } => {
+                f.write_str("no ROCm device: hipGetDeviceCount found none")
+            }
+            Self::NoDevice { code: 35 } => f.write_str(
+                "no ROCm device: hipGetDeviceCount returned 35 (hipErrorInsufficientDriver: no \
+                 amdgpu kernel driver, or no access to /dev/kfd)",
+            ),
+            Self::NoDevice { code: 100 } => {
+                f.write_str("no ROCm device: hipGetDeviceCount returned 100 (hipErrorNoDevice)")
+            }
             Self::NoDevice { code } => {
-                write!(f, "no ROCm device (hipGetDeviceCount status {code})")
+                write!(f, "no ROCm device: hipGetDeviceCount returned {code}")
             }
             Self::InvalidDevice { ordinal, count } => {
                 write!(f, "ROCm device {ordinal} requested, {count} present")

@@ -3,7 +3,7 @@
 use crate::{Backend, CliError, MethodArg};
 use specula::demo::MAX_K;
 use specula::ngram::SplitMix64;
-use specula::specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
+use specula::specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -213,18 +213,14 @@ fn check(a: &BenchArgs) -> Result<(), CliError> {
 
 pub fn run(a: BenchArgs) -> Result<(), CliError> {
     check(&a)?;
-    let rows = match a.backend {
-        Backend::Cpu => grid(&mut crate::cpu_verifier(a.threads)?, &a)?,
-        Backend::Reference => grid(&mut Reference::<MAX_K>::new(), &a)?,
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => grid(&mut crate::cuda_verifier(a.device)?, &a)?,
-        #[cfg(not(feature = "cuda"))]
-        Backend::Cuda => return Err(crate::not_compiled(Backend::Cuda)),
-        #[cfg(feature = "rocm")]
-        Backend::Rocm => grid(&mut crate::rocm_verifier(a.device)?, &a)?,
-        #[cfg(not(feature = "rocm"))]
-        Backend::Rocm => return Err(crate::not_compiled(Backend::Rocm)),
-    };
+    let rows = grid(
+        &mut crate::open_backend(a.backend, a.threads, a.device)?,
+        &a,
+    )?;
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    // A closed pipe or a full disk is exit 5, never a panic.
+    let failed = |e: std::io::Error| CliError::Output(format!("cannot write to stdout: {e}"));
     let backend = format!("{:?}", a.backend).to_lowercase();
     if a.json {
         let items: Vec<String> = rows
@@ -236,9 +232,10 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                 )
             })
             .collect();
-        println!("[{}]", items.join(",\n "));
+        writeln!(out, "[{}]", items.join(",\n ")).map_err(failed)?;
     } else {
-        println!(
+        writeln!(
+            out,
             "{:<9} {:<10} {:>6} {:>3} {:>7} {:>8} {:>13} {:>14} {:>10}",
             "backend",
             "method",
@@ -249,9 +246,11 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
             "µs/batch",
             "requests/s",
             "accepted"
-        );
+        )
+        .map_err(failed)?;
         for r in &rows {
-            println!(
+            writeln!(
+                out,
                 "{:<9} {:<10} {:>6} {:>3} {:>7} {:>8} {:>13.1} {:>14.0} {:>9.1}%",
                 backend,
                 method_name(r.method),
@@ -262,8 +261,10 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
                 r.us_per_batch,
                 r.requests_per_s,
                 r.acceptance * 100.0
-            );
+            )
+            .map_err(failed)?;
         }
     }
+    out.flush().map_err(failed)?;
     Ok(())
 }

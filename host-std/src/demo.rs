@@ -6,9 +6,10 @@
 use crate::clock::StdClock;
 use crate::driver::Driver;
 use crate::http::{MetricsServer, ServeError, ServerConfig};
-use crate::log_sink::LogSink;
+use crate::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
 use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::prom::{Options, SpecCollector};
+use crate::shutdown::{Reason, Shutdown, finish};
 use crate::wiring::{HostReadback, WireError, wire};
 use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
 use specula_core::{Clock, Counters, Readback};
@@ -56,6 +57,11 @@ pub struct DemoConfig {
     pub label: String,
     /// Print a progress line to stderr about once a second.
     pub progress: bool,
+    /// Stops the run early when requested (the `specula` program requests it on SIGINT and
+    /// SIGTERM, and when its output fails): the loop ends after the current step, the counters
+    /// are flushed and logged, the summary is produced; a request made after the run stopped
+    /// ends [`linger`](Self::linger).
+    pub shutdown: Shutdown,
 }
 
 impl Default for DemoConfig {
@@ -76,6 +82,7 @@ impl Default for DemoConfig {
             draft_order: 2,
             label: "rank0".into(),
             progress: false,
+            shutdown: Shutdown::new(),
         }
     }
 }
@@ -96,8 +103,11 @@ pub enum DemoError {
     Verify(String),
     /// A sink thread could not start.
     Thread(std::io::Error),
-    /// The final counter readback failed (the backend's [`Readback::flush`]).
+    /// The final counter readback failed (the backend's [`Readback::flush`]); the summary was
+    /// still produced, from the last good snapshot.
     Readback(String),
+    /// The log thread panicked (its logger did); the summary was still produced.
+    LogThread(LogThreadPanicked),
 }
 
 impl std::fmt::Display for DemoError {
@@ -110,6 +120,7 @@ impl std::fmt::Display for DemoError {
             Self::Verify(e) => write!(f, "verification failed: {e}"),
             Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
             Self::Readback(e) => write!(f, "final counter readback failed: {e}"),
+            Self::LogThread(e) => e.fmt(f),
         }
     }
 }
@@ -131,6 +142,8 @@ pub struct DemoSummary {
     pub metrics_addr: Option<SocketAddr>,
     /// Vocabulary size.
     pub vocab: usize,
+    /// Why the run stopped before its budget, if it did ([`DemoConfig::shutdown`]).
+    pub stopped_by: Option<Reason>,
 }
 
 impl DemoSummary {
@@ -146,6 +159,9 @@ impl std::fmt::Display for DemoSummary {
         let t = &self.totals;
         let pct = |x: Option<f64>| x.map_or("n/a".into(), |v| format!("{:.1}%", v * 100.0));
         writeln!(f, "== specula demo summary ==")?;
+        if let Some(r) = self.stopped_by {
+            writeln!(f, "stopped early by:        {r}")?;
+        }
         writeln!(f, "steps (batches):         {}", self.steps)?;
         writeln!(f, "drafts:                  {}", t.drafts)?;
         writeln!(f, "draft tokens:            {}", t.draft_tokens)?;
@@ -294,10 +310,17 @@ where
             "give a token budget or a duration".into(),
         ));
     }
-    if cfg.log_interval.is_zero() || cfg.collect_interval.is_zero() {
-        return Err(DemoError::Config(
-            "intervals must be greater than zero".into(),
-        ));
+    for (name, d) in [
+        ("log interval", cfg.log_interval),
+        ("collect interval", cfg.collect_interval),
+    ] {
+        if d < MIN_PERIOD {
+            return Err(DemoError::Config(format!(
+                "the {name} must be at least {} s (1 ms), got {} s",
+                MIN_PERIOD.as_secs_f64(),
+                d.as_secs_f64()
+            )));
+        }
     }
     let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
     let ids = vocab.encode(corpus);
@@ -367,7 +390,12 @@ where
     let mut last_progress = started;
     let mut steps = 0u64;
     let mut emitted = 0u64;
+    let mut stopped_by = None;
     loop {
+        if cfg.shutdown.is_requested() {
+            stopped_by = cfg.shutdown.reason();
+            break;
+        }
         if cfg.max_tokens.is_some_and(|m| emitted >= m)
             || cfg.duration.is_some_and(|d| started.elapsed() >= d)
         {
@@ -438,16 +466,26 @@ where
         }
     }
     let elapsed = started.elapsed();
+    // Requests seen when the loop stopped: one more (a second signal) ends the linger.
+    let requests_at_stop = cfg.shutdown.requests();
     if cfg.progress {
         let _ = writeln!(progress_out);
     }
+    if let Some(r) = stopped_by {
+        log::info!(
+            target: crate::log_sink::TARGET,
+            "stopping on {r} after {:.2} s: flushing the counters",
+            elapsed.as_secs_f64()
+        );
+    }
     // Shutdown order: flush the collector (last counts to the slot), then stop the log sink
     // (which drains once more); the Prometheus collector reads the slot at scrape time.
-    let flushed = driver.flush();
-    let _ = log.stop();
-    if let Err(e) = flushed {
-        return Err(DemoError::Readback(e.to_string()));
-    }
+    let done = finish(&mut driver, Some(log));
+    let error = match (done.flushed, done.log) {
+        (Err(e), _) => Some(DemoError::Readback(e.to_string())),
+        (Ok(_), Some(Err(p))) => Some(DemoError::LogThread(p)),
+        _ => None,
+    };
     sample_ids.truncate(SAMPLE_CHARS);
     let summary = DemoSummary {
         totals: slots.total().counters,
@@ -456,19 +494,26 @@ where
         sample: vocab.decode(&sample_ids),
         metrics_addr,
         vocab: v,
+        stopped_by,
     };
     on_done(&summary);
     if let Some(server) = server {
-        if !cfg.linger.is_zero() {
+        if !cfg.linger.is_zero() && cfg.shutdown.requests() == requests_at_stop {
             log::info!(
                 target: crate::log_sink::TARGET,
-                "serving final totals on http://{}/metrics for {:.1} s",
+                "serving final totals on http://{}/metrics for {:.1} s (SIGINT/SIGTERM ends it)",
                 server.local_addr(),
                 cfg.linger.as_secs_f64()
             );
-            std::thread::sleep(cfg.linger);
+            // Ends early on a request made after the run stopped (a second signal).
+            if cfg.shutdown.wait_for_request(requests_at_stop, cfg.linger) {
+                log::info!(target: crate::log_sink::TARGET, "linger ended by request");
+            }
         }
         server.shutdown();
     }
-    Ok(summary)
+    match error {
+        Some(e) => Err(e),
+        None => Ok(summary),
+    }
 }

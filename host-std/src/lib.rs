@@ -22,6 +22,7 @@ pub mod metrics_bridge;
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod ngram;
 pub mod prom;
+pub mod shutdown;
 pub mod wiring;
 
 /// The CUDA backend crate (feature `cuda`); [`backend::Backend`] opens it by name.
@@ -34,6 +35,7 @@ pub use specula_rocm as rocm;
 pub use backend::{AnyReadback, Backend, BackendError, BackendKind, BackendSpec};
 pub use clock::StdClock;
 pub use driver::Driver;
-pub use log_sink::{LogSink, LogThread, Logged};
+pub use log_sink::{LineLogger, LogSink, LogThread, Logged};
 pub use prom::SpecCollector;
+pub use shutdown::Shutdown;
 pub use wiring::{HostReadback, Slots, Wired, wire, wire_ranks};

@@ -1,35 +1,117 @@
-//! The log sink: the core's [`Report`] line through the `log` facade, on its own schedule.
+//! The log sink: the core's [`Report`] line through the `log` facade, on its own schedule;
+//! and [`LineLogger`], a `log` backend whose failed writes are counted, never a panic.
 //!
 //! `log` rather than `tracing`: a library should emit through the smallest facade and let the
 //! application choose the backend; every `tracing` subscriber can take `log` records (through
 //! `tracing-log`), while the reverse needs `tracing`'s heavier dependency tree in every user.
 
 use crate::clock::{StdClock, duration_ns};
+use crate::shutdown::{Reason, Shutdown};
 use crate::wiring::Slots;
-use specula_core::{Clock, Cursor, Interval, Report, Taken, ZeroPeriod};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use specula_core::{Clock, Cursor, Interval, Report, Snapshot, Taken, ZeroPeriod};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The `log` target of every line.
 pub const TARGET: &str = "specula";
 
+/// The shortest log period: a shorter one is raised to this (1 ms). Every tick logs a line,
+/// so a shorter period would only flood the log and spin a core.
+pub const MIN_PERIOD: Duration = Duration::from_millis(1);
+
 /// One line that was logged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Logged<const K: usize> {
     /// The engine/rank label.
     pub label: Arc<str>,
-    /// What the cursor took: the interval delta and the lifetime totals.
-    pub taken: Taken<K>,
+    /// What the cursor took: the interval delta and the lifetime totals; `None` for a tick
+    /// with no new collection (the line then says how old the data is).
+    pub taken: Option<Taken<K>>,
+    /// How old the newest collected data was when the line was logged (the tick's time minus
+    /// the snapshot's `at_ns`); `None` when nothing was ever collected, and for the lines of
+    /// [`LogSink::drain`], which has no clock.
+    pub age_ns: Option<u64>,
 }
 
-/// Logs every slot's [`Report`] once per interval, and only when something new was published.
+/// The line of a log tick that found no new collection: how old the data is, and the
+/// lifetime totals it still holds.
+///
+/// `SpecDecoding metrics [rank0]: no new collection since the previous line; the newest data
+/// is 12.30 s old | lifetime: drafts=…, drafted=…, accepted=…, emitted=…` (and `, readback
+/// errors=N` when there were some); before any collection: `… no collection yet, 5.00 s after
+/// the log started`.
+#[derive(Clone, Copy, Debug)]
+pub struct StaleReport<'a, const K: usize> {
+    label: &'a str,
+    /// The last snapshot taken (None: never collected).
+    last: Option<&'a Snapshot<K>>,
+    /// Age of `last`, or time since the sink started when there is none.
+    age_ns: u64,
+}
+
+impl<'a, const K: usize> StaleReport<'a, K> {
+    /// The stale line for `label`: `last` is the newest snapshot seen (`None` if nothing was
+    /// ever collected) and `age_ns` its age (or the time since the log started).
+    pub fn new(label: &'a str, last: Option<&'a Snapshot<K>>, age_ns: u64) -> Self {
+        Self {
+            label,
+            last,
+            age_ns,
+        }
+    }
+}
+
+impl<const K: usize> std::fmt::Display for StaleReport<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.age_ns as f64 / 1e9;
+        let Some(s) = self.last else {
+            return write!(
+                f,
+                "SpecDecoding metrics [{}]: no collection yet, {secs:.2} s after the log started",
+                self.label
+            );
+        };
+        let t = &s.counters;
+        write!(
+            f,
+            "SpecDecoding metrics [{}]: no new collection since the previous line; the newest \
+             data is {secs:.2} s old | lifetime: drafts={}, drafted={}, accepted={}, emitted={}",
+            self.label, t.drafts, t.draft_tokens, t.accepted_tokens, t.emitted_tokens
+        )?;
+        if s.readback_errors != 0 {
+            write!(f, ", readback errors={}", s.readback_errors)?;
+        }
+        Ok(())
+    }
+}
+
+struct Entry<const K: usize> {
+    label: Arc<str>,
+    cursor: Cursor<'static, K>,
+    /// The cursor has taken a snapshot (its `seen` is a real collection).
+    collected: bool,
+}
+
+/// Logs every slot's line once per interval.
 ///
 /// Each slot has its own [`Cursor`], so the sink's grid need not line up with the collectors':
-/// an interval that saw no publication logs nothing, and the next one logs the whole delta.
+/// a tick that finds a new publication logs the core's [`Report`] (the exact delta since the
+/// previous line, rates over the time between the two snapshots compared, lifetime totals); a
+/// tick that finds none still logs a line ([`StaleReport`]) that says how old the data is, so a
+/// stalled collection shows within one interval.
+///
+/// A sink created after a slot's first publication starts from the snapshot it finds there:
+/// its first line covers what was counted since, and its rates are over the time between that
+/// snapshot and the new one (never over the sink's own age). A sink created before the first
+/// publication counts from zero, and `start_ns` (when counting started, on the collector's
+/// clock) gives its first line a rate.
 pub struct LogSink<const K: usize> {
-    cursors: Vec<(Arc<str>, Cursor<'static, K>)>,
+    entries: Vec<Entry<K>>,
     interval: Interval,
+    start_ns: u64,
     level: log::Level,
 }
 
@@ -44,41 +126,88 @@ impl<const K: usize> std::fmt::Debug for LogSink<K> {
 
 impl<const K: usize> LogSink<K> {
     /// A sink over `slots` that logs at `level` every `period` on a grid starting at `start_ns`.
+    /// A period under [`MIN_PERIOD`] is raised to it.
+    ///
+    /// # Errors
+    /// A zero `period`.
     pub fn new(
         slots: &Slots<K>,
         period: Duration,
         start_ns: u64,
         level: log::Level,
     ) -> Result<Self, ZeroPeriod> {
+        if period.is_zero() {
+            return Err(ZeroPeriod);
+        }
+        let period = period.max(MIN_PERIOD);
+        let entries = slots
+            .cursors_at(start_ns)
+            .into_iter()
+            .map(|(label, mut cursor)| {
+                // Attached late: the snapshot already there is this sink's baseline, so its
+                // first delta and its first rate span the same two snapshots.
+                let collected = cursor.reader().version() != 0 && cursor.take().is_some();
+                Entry {
+                    label,
+                    cursor,
+                    collected,
+                }
+            })
+            .collect();
         Ok(Self {
-            // The log grid's start is when counting starts for this sink: the first line gets
-            // a rate too.
-            cursors: slots.cursors_at(start_ns),
+            entries,
             interval: Interval::new(duration_ns(period), start_ns)?,
+            start_ns,
             level,
         })
     }
 
-    /// When the interval is due at `now_ns`, logs each slot with something new and returns what
-    /// it logged; otherwise returns nothing.
+    /// When the interval is due at `now_ns`, logs one line per slot and returns them: the
+    /// report of what is new, or a line that says how old the data is; otherwise returns
+    /// nothing.
     pub fn poll(&mut self, now_ns: u64) -> Vec<Logged<K>> {
-        if self.interval.due(now_ns) {
-            self.drain()
-        } else {
-            Vec::new()
+        if !self.interval.due(now_ns) {
+            return Vec::new();
         }
+        let mut out = Vec::with_capacity(self.entries.len());
+        for e in &mut self.entries {
+            let taken = e.cursor.take();
+            e.collected |= taken.is_some();
+            let seen = *e.cursor.seen();
+            let collected = e.collected;
+            let age_ns = collected.then(|| now_ns.saturating_sub(seen.at_ns));
+            match &taken {
+                Some(t) => log::log!(target: TARGET, self.level, "{}", Report::new(&e.label, t)),
+                None => {
+                    let stale = StaleReport::new(
+                        &e.label,
+                        collected.then_some(&seen),
+                        age_ns.unwrap_or_else(|| now_ns.saturating_sub(self.start_ns)),
+                    );
+                    log::log!(target: TARGET, self.level, "{stale}");
+                }
+            }
+            out.push(Logged {
+                label: Arc::clone(&e.label),
+                taken,
+                age_ns,
+            });
+        }
+        out
     }
 
     /// Logs whatever is new now, whatever the interval (at shutdown, after the collectors'
-    /// flush).
+    /// flush); a slot with nothing new logs nothing here.
     pub fn drain(&mut self) -> Vec<Logged<K>> {
         let mut out = Vec::new();
-        for (label, cursor) in &mut self.cursors {
-            if let Some(taken) = cursor.take() {
-                log::log!(target: TARGET, self.level, "{}", Report::new(label, &taken));
+        for e in &mut self.entries {
+            if let Some(taken) = e.cursor.take() {
+                e.collected = true;
+                log::log!(target: TARGET, self.level, "{}", Report::new(&e.label, &taken));
                 out.push(Logged {
-                    label: Arc::clone(label),
-                    taken,
+                    label: Arc::clone(&e.label),
+                    taken: Some(taken),
+                    age_ns: None,
                 });
             }
         }
@@ -102,7 +231,7 @@ impl<const K: usize> LogSink<K> {
     }
 
     fn spawn_inner(self, clock: StdClock, record: bool) -> std::io::Result<LogThread<K>> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
             .name("specula-log".into())
@@ -111,39 +240,28 @@ impl<const K: usize> LogSink<K> {
     }
 }
 
+/// The log thread: no lock anywhere. It parks until the next tick (or `stop`'s unpark) and
+/// re-checks the flag after every wake-up, so `stop` is seen within one park whatever the
+/// period (and the period is at least [`MIN_PERIOD`], so it never spins).
 fn run<const K: usize>(
     mut sink: LogSink<K>,
     clock: StdClock,
-    stop: &(Mutex<bool>, Condvar),
+    stop: &AtomicBool,
     record: bool,
 ) -> (LogSink<K>, Vec<Logged<K>>) {
     let mut logged = Vec::new();
-    let (lock, cvar) = stop;
-    let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
-    loop {
-        // Checked before waiting too: a `stop` sent before this thread first took the lock
-        // must not cost a whole interval.
-        if *stopped {
-            break;
-        }
-        let now = clock.now_ns();
-        let wait = sink.next_ns().saturating_sub(now);
+    while !stop.load(Ordering::Acquire) {
+        let wait = sink.next_ns().saturating_sub(clock.now_ns());
         if wait > 0 {
-            // A condvar, not a sleep: `stop` must not wait for the rest of an interval.
-            stopped = cvar
-                .wait_timeout(stopped, Duration::from_nanos(wait))
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        if *stopped {
-            break;
+            // Spurious wake-ups and `stop`'s unpark both come back here to re-check.
+            std::thread::park_timeout(Duration::from_nanos(wait));
+            continue;
         }
         let lines = sink.poll(clock.now_ns());
         if record {
             logged.extend(lines);
         }
     }
-    drop(stopped);
     // Shutdown: the collectors were flushed before `stop`, so this logs the last counts.
     let lines = sink.drain();
     if record {
@@ -152,10 +270,22 @@ fn run<const K: usize>(
     (sink, logged)
 }
 
+/// The log thread panicked (its logger did): the message, when the panic carried one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogThreadPanicked(pub String);
+
+impl std::fmt::Display for LogThreadPanicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the log thread panicked: {}", self.0)
+    }
+}
+
+impl std::error::Error for LogThreadPanicked {}
+
 /// A [`LogSink`] running on its own thread.
 #[derive(Debug)]
 pub struct LogThread<const K: usize> {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: Arc<AtomicBool>,
     handle: JoinHandle<(LogSink<K>, Vec<Logged<K>>)>,
 }
 
@@ -163,14 +293,115 @@ impl<const K: usize> LogThread<K> {
     /// Stops the thread after one final [`drain`](LogSink::drain); returns the sink and, when
     /// it was started with [`spawn_recording`](LogSink::spawn_recording), every line it logged.
     /// Flush the collectors first.
-    pub fn stop(self) -> (LogSink<K>, Vec<Logged<K>>) {
-        let (lock, cvar) = &*self.stop;
-        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        cvar.notify_all();
-        match self.handle.join() {
-            Ok(r) => r,
-            // The thread only formats and logs; a panic there is a logger's panic: re-raise it.
-            Err(p) => std::panic::resume_unwind(p),
+    ///
+    /// Never hangs on the thread's schedule: the thread holds no lock and is woken at once.
+    ///
+    /// # Errors
+    /// The thread panicked (a logger's panic): returned, not re-raised, so the caller can
+    /// still print its summary from the slots.
+    pub fn stop(self) -> Result<(LogSink<K>, Vec<Logged<K>>), LogThreadPanicked> {
+        self.stop.store(true, Ordering::Release);
+        self.handle.thread().unpark();
+        self.handle.join().map_err(|p| {
+            LogThreadPanicked(
+                p.downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into()),
+            )
+        })
+    }
+}
+
+/// A `log` backend that writes each record as one line (`LEVEL target: message`) to a stream,
+/// stderr by default. A failed write (a closed pipe, a full disk) is counted
+/// ([`failed_writes`](Self::failed_writes)) and, if set, requests a [`Shutdown`] with
+/// [`Reason::Output`]; it never panics, unlike `eprintln!`.
+///
+/// ```
+/// use specula::log_sink::LineLogger;
+/// let logger = LineLogger::new(Box::new(std::io::sink()), log::LevelFilter::Info);
+/// log::Log::log(&logger, &log::Record::builder().args(format_args!("hello")).build());
+/// assert_eq!(logger.failed_writes(), 0);
+/// ```
+pub struct LineLogger {
+    out: Mutex<Box<dyn Write + Send>>,
+    level: log::LevelFilter,
+    failed: AtomicU64,
+    first_error: OnceLock<std::io::ErrorKind>,
+    on_failure: OnceLock<Shutdown>,
+}
+
+impl std::fmt::Debug for LineLogger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineLogger")
+            .field("level", &self.level)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LineLogger {
+    /// A logger writing records at `level` or above to `out`.
+    pub fn new(out: Box<dyn Write + Send>, level: log::LevelFilter) -> Self {
+        Self {
+            out: Mutex::new(out),
+            level,
+            failed: AtomicU64::new(0),
+            first_error: OnceLock::new(),
+            on_failure: OnceLock::new(),
         }
+    }
+
+    /// A logger writing to stderr.
+    pub fn stderr(level: log::LevelFilter) -> Self {
+        Self::new(Box::new(std::io::stderr()), level)
+    }
+
+    /// On a failed write, also request `shutdown` with [`Reason::Output`] (the first setting
+    /// wins; returns false if one was already set).
+    pub fn request_on_failure(&self, shutdown: Shutdown) -> bool {
+        self.on_failure.set(shutdown).is_ok()
+    }
+
+    /// Lines that could not be written.
+    pub fn failed_writes(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// The kind of the first failed write, if any.
+    pub fn first_error(&self) -> Option<std::io::ErrorKind> {
+        self.first_error.get().copied()
+    }
+}
+
+impl log::Log for LineLogger {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= self.level
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if !self.enabled(r.metadata()) {
+            return;
+        }
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let written = writeln!(out, "{:<5} {}: {}", r.level(), r.target(), r.args())
+            .and_then(|()| out.flush());
+        drop(out);
+        if let Err(e) = written {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            let _ = self.first_error.set(e.kind());
+            if let Some(s) = self.on_failure.get() {
+                s.request(Reason::Output);
+            }
+        }
+    }
+
+    fn flush(&self) {
+        let _ = self
+            .out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .flush();
     }
 }

@@ -1,10 +1,13 @@
 //! The `specula` command: `specula demo` and `specula bench`.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use specula::cpu::CpuVerifier;
 use specula::demo::{self, DemoConfig, MAX_K};
-use specula::specula_core::verify::{Method, Reference};
-use std::io::IsTerminal;
+use specula::log_sink::{LineLogger, MIN_PERIOD};
+use specula::shutdown::{Reason, Shutdown};
+use specula::specula_core::ErrorKind;
+use specula::specula_core::verify::Method;
+use specula::{BackendError, BackendKind, BackendSpec};
+use std::io::{IsTerminal, Write as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,14 +16,27 @@ use std::time::Duration;
 mod bench;
 
 /// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and host-std/README.md).
+///
+/// A demo stopped by SIGINT or SIGTERM exits 0, not 130/143: the stop was asked for and the
+/// shutdown completed (counters flushed, final log line, summary and FINAL line printed), so a
+/// supervisor must not record a failure (systemd counts exit 143 as failed unless told
+/// otherwise; Kubernetes reports it as an error); the summary says which signal stopped it.
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success
-  1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start)
-  2  bad arguments or input (an unreadable --corpus, an out-of-range setting)
+  0  success, including a demo stopped by SIGINT or SIGTERM: it stops stepping, flushes the
+     counters, logs the final line, prints the summary and the FINAL line, keeps serving
+     /metrics for --linger (one more signal ends that) and exits 0; a third signal exits at
+     once with 128 + its number (130 for SIGINT, 143 for SIGTERM), flushed or not
+  1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
+     a failed final readback or a panicked log thread: the summary is printed first)
+  2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
+     1 ms)
   3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
   4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
-     the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)";
+     the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)
+  5  output failed: stdout or stderr could not be written (a closed pipe, a full disk); the demo
+     stops as on a signal, flushes the counters and reports the totals on the stream that still
+     works";
 
 /// Speculative-decoding verification: demo and benchmark.
 #[derive(Parser, Debug)]
@@ -142,6 +158,8 @@ pub enum CliError {
     Unavailable(String),
     /// The run failed (exit 1).
     Run(String),
+    /// stdout or stderr could not be written (exit 5).
+    Output(String),
 }
 
 impl CliError {
@@ -151,6 +169,7 @@ impl CliError {
             Self::Usage(_) => 2,
             Self::Backend(_) => 3,
             Self::Unavailable(_) => 4,
+            Self::Output(_) => 5,
         }
     }
 }
@@ -158,9 +177,11 @@ impl CliError {
 impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Usage(m) | Self::Backend(m) | Self::Unavailable(m) | Self::Run(m) => {
-                f.write_str(m)
-            }
+            Self::Usage(m)
+            | Self::Backend(m)
+            | Self::Unavailable(m)
+            | Self::Run(m)
+            | Self::Output(m) => f.write_str(m),
         }
     }
 }
@@ -170,15 +191,48 @@ fn seconds(name: &str, s: f64) -> Result<Duration, CliError> {
         .map_err(|_| CliError::Usage(format!("--{name} must be a non-negative number of seconds")))
 }
 
-/// The error for a GPU backend this binary was built without.
-pub fn not_compiled(backend: Backend) -> CliError {
-    let (name, feature) = match backend {
-        Backend::Cuda => ("CUDA", "cuda"),
-        _ => ("ROCm", "rocm"),
-    };
-    CliError::Backend(format!(
-        "this specula was not compiled with {name} support (rebuild with `--features {feature}`)"
-    ))
+/// A period: at least [`MIN_PERIOD`] (1 ms; shorter ones only spin a core and flood the log).
+fn period(name: &str, s: f64) -> Result<Duration, CliError> {
+    let d = seconds(name, s)?;
+    if d < MIN_PERIOD {
+        return Err(CliError::Usage(format!(
+            "--{name} must be at least {} s (1 ms), got {s} s",
+            MIN_PERIOD.as_secs_f64()
+        )));
+    }
+    Ok(d)
+}
+
+/// Forwards SIGINT and SIGTERM to `shutdown` from a thread of its own (signal-hook's
+/// self-pipe: the handler itself only writes a byte). From here on these signals no longer
+/// kill the process: the first stops the demo (it flushes and reports), the second ends
+/// `--linger`, and a third exits at once with 128 + the signal number (130, 143), in case the
+/// shutdown itself is stuck (a GPU readback that never completes).
+#[cfg(unix)]
+fn forward_signals(shutdown: &Shutdown) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::Run(format!("cannot install the SIGINT/SIGTERM handler: {e}")))?;
+    let asker = shutdown.clone();
+    std::thread::Builder::new()
+        .name("specula-signals".into())
+        .spawn(move || {
+            for (n, sig) in signals.forever().enumerate() {
+                asker.request(Reason::Signal(sig));
+                if n >= 2 {
+                    let code = u8::try_from(128 + sig).unwrap_or(u8::MAX);
+                    std::process::exit(code.into());
+                }
+            }
+        })
+        .map_err(|e| CliError::Run(format!("cannot start the signal thread: {e}")))?;
+    Ok(())
+}
+
+/// No signal forwarding off Unix: Ctrl-C ends the process as before.
+#[cfg(not(unix))]
+fn forward_signals(_: &Shutdown) -> Result<(), CliError> {
+    Ok(())
 }
 
 /// The largest `--corpus` read (32 MiB): training keeps a few hash-map entries per character,
@@ -227,7 +281,10 @@ fn read_corpus(path: &std::path::Path) -> Result<String, CliError> {
     String::from_utf8(bytes).map_err(|e| usage(format!("not UTF-8 text: {e}")))
 }
 
-fn run_demo(a: DemoArgs) -> Result<(), CliError> {
+fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
+    let shutdown = Shutdown::new();
+    logger.request_on_failure(shutdown.clone());
+    forward_signals(&shutdown)?;
     let corpus = match &a.corpus {
         Some(p) => read_corpus(p)?,
         None => demo::CORPUS.to_owned(),
@@ -244,8 +301,8 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
         batch: a.batch.into(),
         max_tokens: a.tokens,
         duration,
-        log_interval: seconds("log-interval", a.log_interval)?,
-        collect_interval: seconds("collect-interval", a.collect_interval)?,
+        log_interval: period("log-interval", a.log_interval)?,
+        collect_interval: period("collect-interval", a.collect_interval)?,
         metrics_addr: a.metrics_addr,
         vllm_compat: a.vllm_compat,
         linger: seconds("linger", a.linger)?,
@@ -253,49 +310,53 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
         draft_order: a.draft_order,
         label: "rank0".into(),
         progress: std::io::stderr().is_terminal(),
+        shutdown: shutdown.clone(),
     };
     let mut stderr = std::io::stderr();
     // Printed before any --linger, so scripts can read the totals while /metrics still serves.
+    // A failed write is kept (and ends the linger), never a panic.
+    let mut stdout_error: Option<std::io::Error> = None;
+    let mut final_line = None;
     let mut print = |summary: &demo::DemoSummary| {
-        if let Some(addr) = summary.metrics_addr {
-            println!("metrics served on http://{addr}/metrics");
+        let line = demo::final_line(&summary.totals);
+        let mut out = std::io::stdout().lock();
+        let written = summary
+            .metrics_addr
+            .map_or(Ok(()), |addr| {
+                writeln!(out, "metrics served on http://{addr}/metrics")
+            })
+            .and_then(|()| writeln!(out, "{summary}\n{line}"))
+            .and_then(|()| out.flush());
+        if let Err(e) = written {
+            stdout_error = Some(e);
+            shutdown.request(Reason::Output);
         }
-        println!("{summary}");
-        println!("{}", demo::final_line(&summary.totals));
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
+        final_line = Some(line);
     };
-    match a.backend {
-        Backend::Cpu => {
-            let verifier = cpu_verifier(a.threads)?;
-            let readback = verifier.readback();
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
-        Backend::Reference => demo::run_host(
-            &cfg,
-            &corpus,
-            Reference::<MAX_K>::new(),
-            &mut stderr,
-            &mut print,
-        ),
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => {
-            let verifier = cuda_verifier(a.device)?;
-            let readback = verifier.readback().map_err(cuda_error)?;
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
-        #[cfg(feature = "rocm")]
-        Backend::Rocm => {
-            let verifier = rocm_verifier(a.device)?;
-            let readback = verifier.readback().map_err(rocm_error)?;
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
-        #[cfg(not(feature = "cuda"))]
-        Backend::Cuda => return Err(not_compiled(Backend::Cuda)),
-        #[cfg(not(feature = "rocm"))]
-        Backend::Rocm => return Err(not_compiled(Backend::Rocm)),
+    let verifier = open_backend(a.backend, a.threads, a.device)?;
+    let readback = verifier.readback().map_err(backend_error)?;
+    let ran = demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print);
+    let final_line = final_line.unwrap_or_default();
+    if let Some(e) = stdout_error {
+        // The counts were flushed and logged; give the totals on stderr, which may still work.
+        return Err(CliError::Output(format!(
+            "cannot write the summary to stdout: {e}; the counters were flushed: {final_line}"
+        )));
     }
-    .map_err(|e| match e {
+    if logger.failed_writes() != 0 {
+        let msg = format!(
+            "{} log lines could not be written to stderr ({}); the counters were flushed",
+            logger.failed_writes(),
+            logger
+                .first_error()
+                .map_or_else(|| "unknown error".into(), |k| k.to_string())
+        );
+        // stderr is what failed: say it on stdout as well, after the FINAL line.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "error: {msg}").and_then(|()| out.flush());
+        return Err(CliError::Output(msg));
+    }
+    ran.map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) | demo::DemoError::Label(_) => {
             CliError::Usage(e.to_string())
         }
@@ -307,118 +368,98 @@ fn run_demo(a: DemoArgs) -> Result<(), CliError> {
 /// `--threads` may ask for at most this many threads per CPU.
 pub const MAX_THREADS_PER_CPU: usize = 4;
 
-/// The CPU verifier on `threads` threads (0 = one per CPU), at most [`MAX_THREADS_PER_CPU`] per
-/// CPU (exit 2 beyond: starting 100 000 threads takes a minute before it fails).
-fn cpu_verifier(threads: usize) -> Result<CpuVerifier<MAX_K>, CliError> {
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
-    if threads > max {
-        return Err(CliError::Usage(format!(
-            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most {max} on \
-             this machine's {cpus} CPUs (0 = one per CPU)"
-        )));
-    }
-    CpuVerifier::new(threads)
-        .map_err(|e| CliError::Run(format!("cannot start {threads} CPU verifier threads: {e}")))
-}
-
-/// The CUDA verifier on device `ordinal`: opens the device (own context and stream), compiles
-/// the kernel with NVRTC and allocates the device counters.
-#[cfg(feature = "cuda")]
-fn cuda_verifier(ordinal: usize) -> Result<specula_cuda::CudaVerifier<MAX_K>, CliError> {
-    let device = specula_cuda::CudaDevice::new(ordinal).map_err(cuda_error)?;
-    specula_cuda::CudaVerifier::<MAX_K>::new(std::sync::Arc::new(device)).map_err(cuda_error)
-}
-
-/// A CUDA failure as a command error: a missing driver, device or NVRTC is [`CliError::Unavailable`]
-/// (exit 4), anything else a run failure.
-#[cfg(feature = "cuda")]
-fn cuda_error(e: specula_cuda::CudaError) -> CliError {
-    use specula_cuda::CudaError as E;
-    match e {
-        E::NoDriver => CliError::Unavailable(
-            "no CUDA driver: the driver library (libcuda.so.1 / nvcuda.dll) could not be loaded"
-                .into(),
-        ),
-        E::NoDevice => CliError::Unavailable(
-            "no CUDA device: the driver reports no device, or none with the --device ordinal"
-                .into(),
-        ),
-        E::NoNvrtc => CliError::Unavailable(
-            "no NVRTC: the CUDA backend compiles its kernel at run time and libnvrtc could not \
-             be loaded (put it on the loader path or name the file in SPECULA_NVRTC)"
-                .into(),
-        ),
-        e => CliError::Run(format!("CUDA backend: {e}")),
-    }
-}
-
-/// The ROCm verifier on device `ordinal`: loads the HIP runtime, opens the device, compiles the
-/// kernel with hiprtc and allocates the device counters.
-#[cfg(feature = "rocm")]
-fn rocm_verifier(ordinal: usize) -> Result<specula_rocm::RocmVerifier<MAX_K>, CliError> {
-    specula_rocm::RocmVerifier::<MAX_K>::new(ordinal).map_err(rocm_error)
-}
-
-/// A ROCm failure as a command error: a missing runtime, device or hiprtc is
-/// [`CliError::Unavailable`] (exit 4), anything else a run failure.
-#[cfg(feature = "rocm")]
-fn rocm_error(e: specula_rocm::RocmError) -> CliError {
-    use specula_rocm::RocmError as E;
-    match e {
-        E::NoRuntime { reason } => CliError::Unavailable(format!(
-            "no ROCm runtime: the HIP runtime (libamdhip64) could not be loaded: {reason}"
-        )),
-        E::NoHiprtc { reason } => CliError::Unavailable(format!(
-            "no hiprtc: the ROCm backend compiles its kernel at run time and hiprtc could not \
-             be loaded: {reason}"
-        )),
-        E::NoDevice { code } => CliError::Unavailable(match code {
-            0 => "no ROCm device: hipGetDeviceCount found no devices".into(),
-            100 => "no ROCm device: hipGetDeviceCount returned 100 (hipErrorNoDevice)".into(),
-            35 => "no ROCm device: hipGetDeviceCount returned 35 (hipErrorInsufficientDriver: \
-                   no amdgpu kernel driver, or no access to /dev/kfd)"
-                .into(),
-            c => format!("no ROCm device: hipGetDeviceCount returned {c}"),
-        }),
-        E::InvalidDevice { ordinal, count } => CliError::Unavailable(format!(
-            "no ROCm device {ordinal}: {count} present (use --device 0..{count})"
-        )),
-        e => CliError::Run(format!("ROCm backend: {e}")),
-    }
-}
-
-/// Prints `specula …` log records to stderr (the library emits through `log`; an application
-/// picks the logger: this one needs no extra dependency).
-struct StderrLogger;
-
-impl log::Log for StderrLogger {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Info
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            eprintln!("{:<5} {}: {}", r.level(), r.target(), r.args());
+/// Opens `--backend` the way a library user does, with [`specula::Backend::open`]: `--threads`
+/// is the CPU backend's number, `--device` a GPU backend's. `--threads` may ask for at most
+/// [`MAX_THREADS_PER_CPU`] threads per CPU (exit 2 beyond: starting 100 000 threads takes a
+/// minute before it fails).
+pub fn open_backend(
+    backend: Backend,
+    threads: usize,
+    device: usize,
+) -> Result<specula::Backend<MAX_K>, CliError> {
+    let (kind, index) = match backend {
+        Backend::Cpu => {
+            let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+            if threads > max {
+                return Err(CliError::Usage(format!(
+                    "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most \
+                     {max} on this machine's {cpus} CPUs (0 = one per CPU)"
+                )));
+            }
+            (BackendKind::Cpu, Some(threads))
         }
-    }
-    fn flush(&self) {}
+        Backend::Reference => (BackendKind::Reference, None),
+        Backend::Cuda => (BackendKind::Cuda, Some(device)),
+        Backend::Rocm => (BackendKind::Rocm, Some(device)),
+    };
+    specula::Backend::open(&BackendSpec { kind, index }).map_err(backend_error)
 }
 
-static LOGGER: StderrLogger = StderrLogger;
+/// A backend failure as a command error, by its [`ErrorKind`]: not compiled in is exit 3; no
+/// driver, device or kernel compiler exit 4 (each line starts with what is missing); refused
+/// input exit 2; anything else a run failure (exit 1).
+pub fn backend_error(e: BackendError) -> CliError {
+    let name = match e.backend() {
+        Some(BackendKind::Cuda) => "CUDA",
+        Some(BackendKind::Rocm) => "ROCm",
+        _ => "backend",
+    };
+    let gpu = matches!(e.backend(), Some(BackendKind::Cuda | BackendKind::Rocm));
+    match e.kind() {
+        ErrorKind::NotCompiledIn => {
+            let feature = e.backend().and_then(BackendKind::feature).unwrap_or("cuda");
+            CliError::Backend(format!(
+                "this specula was not compiled with {name} support (rebuild with `--features \
+                 {feature}`)"
+            ))
+        }
+        ErrorKind::NoDriver if gpu => CliError::Unavailable(match e.backend() {
+            Some(BackendKind::Rocm) => {
+                format!("no ROCm runtime: the HIP runtime (libamdhip64) could not be loaded ({e})")
+            }
+            _ => format!(
+                "no CUDA driver: the driver library (libcuda.so.1 / nvcuda.dll) could not be \
+                 loaded ({e})"
+            ),
+        }),
+        ErrorKind::NoCompiler if gpu => CliError::Unavailable(match e.backend() {
+            Some(BackendKind::Rocm) => format!(
+                "no hiprtc: the ROCm backend compiles its kernel at run time and hiprtc could \
+                 not be loaded ({e})"
+            ),
+            _ => format!(
+                "no NVRTC: the CUDA backend compiles its kernel at run time and libnvrtc could \
+                 not be loaded ({e})"
+            ),
+        }),
+        ErrorKind::NoDevice if gpu => CliError::Unavailable(format!(
+            "no {name} device: the driver reports none, or none with the --device ordinal ({e})"
+        )),
+        k if k.is_unavailable() => CliError::Unavailable(format!("no {name} available: {e}")),
+        ErrorKind::InvalidInput => CliError::Usage(e.to_string()),
+        _ => CliError::Run(e.to_string()),
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if log::set_logger(&LOGGER).is_ok() {
+    // `specula …` log records to stderr (the library emits through `log`; the program picks
+    // the logger): a failed write is counted and stops the demo, never a panic.
+    let logger: &'static LineLogger =
+        Box::leak(Box::new(LineLogger::stderr(log::LevelFilter::Info)));
+    if log::set_logger(logger).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }
     let r = match cli.command {
-        Command::Demo(a) => run_demo(a),
+        Command::Demo(a) => run_demo(a, logger),
         Command::Bench(a) => bench::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "error: {e}").and_then(|()| err.flush());
             ExitCode::from(e.code())
         }
     }

@@ -1,7 +1,8 @@
 //! The `specula` binary end to end: exit codes and messages a user or a script relies on.
 //!
-//! Exit codes: 0 success, 1 run failure, 2 bad input, 3 backend not compiled in, 4 backend
-//! compiled in but no driver / runtime / device here.
+//! Exit codes: 0 success (also a demo stopped by SIGINT/SIGTERM), 1 run failure, 2 bad input,
+//! 3 backend not compiled in, 4 backend compiled in but no driver / runtime / device here,
+//! 5 stdout or stderr could not be written.
 
 use std::process::{Command, Output};
 
@@ -31,9 +32,8 @@ fn expect_code(o: &Output, want: i32) -> (String, String) {
     (out, err)
 }
 
-/// A short run that never needs more than a moment. The short log interval bounds shutdown:
-/// a run this short can end before the log thread first waits, and then its stop waits out one
-/// interval.
+/// A short run that never needs more than a moment (the log thread's stop does not wait for
+/// its interval, so the interval no longer bounds the exit; 0.2 s still gives a line or two).
 const SHORT: &[&str] = &["--tokens", "40", "--threads", "1", "--log-interval", "0.2"];
 
 fn demo(extra: &[&str]) -> Output {
@@ -112,6 +112,8 @@ fn help_documents_the_exit_codes() {
             out.contains("4  the backend is compiled in but cannot run here"),
             "{out}"
         );
+        assert!(out.contains("0  success, including a demo stopped by SIGINT or SIGTERM"));
+        assert!(out.contains("5  output failed: stdout or stderr could not be written"));
     }
 }
 
@@ -322,18 +324,12 @@ fn rocm_without_a_device_exits_4() {
         Err(E::NoRuntime { .. }) => expect_unavailable("rocm", &["no ROCm runtime"]),
         Err(E::NoHiprtc { .. }) => expect_unavailable("rocm", &["no hiprtc"]),
         Err(E::NoDevice { code: 0 }) => {
-            expect_unavailable(
-                "rocm",
-                &["no ROCm device: hipGetDeviceCount found no devices"],
-            );
+            expect_unavailable("rocm", &["no ROCm device", "hipGetDeviceCount found none"]);
         }
-        Err(E::NoDevice { code }) => expect_unavailable(
-            "rocm",
-            &[&format!(
-                "no ROCm device: hipGetDeviceCount returned {code}"
-            )],
-        ),
-        Err(E::InvalidDevice { .. }) => expect_unavailable("rocm", &["no ROCm device 0"]),
+        Err(E::NoDevice { code }) => {
+            expect_unavailable("rocm", &[&format!("hipGetDeviceCount returned {code}")])
+        }
+        Err(E::InvalidDevice { .. }) => expect_unavailable("rocm", &["ROCm device 0 requested"]),
         Err(e) => eprintln!("skipped: the ROCm backend fails here for another reason: {e}"),
     }
 }
@@ -353,4 +349,344 @@ fn cuda_without_a_driver_or_device_exits_4() {
         Err(E::NoNvrtc) => expect_unavailable("cuda", &["no NVRTC"]),
         Err(e) => eprintln!("skipped: the CUDA backend fails here for another reason: {e}"),
     }
+}
+
+#[test]
+fn intervals_under_1_ms_exit_2_with_the_bound() {
+    for (flag, value) in [
+        ("--log-interval", "1e-8"),
+        ("--log-interval", "0.0009"),
+        ("--collect-interval", "1e-6"),
+        ("--log-interval", "0"),
+    ] {
+        let o = specula_within(&["demo", flag, value, "--tokens", "1"], QUICK);
+        let (_, err) = expect_code(&o, 2);
+        let line = error_line(&err);
+        assert!(
+            line.contains(&format!("{flag} must be at least 0.001 s (1 ms)")),
+            "{flag} {value}: {line}"
+        );
+    }
+    // 1 ms itself is accepted.
+    let o = specula_within(
+        &[
+            "demo",
+            "--tokens",
+            "40",
+            "--threads",
+            "1",
+            "--log-interval",
+            "0.001",
+            "--collect-interval",
+            "0.001",
+        ],
+        QUICK,
+    );
+    expect_code(&o, 0);
+}
+
+/// Waits for `child` to exit; kills it and fails if it runs past `limit` (a hang).
+fn wait_within(child: &mut std::process::Child, limit: std::time::Duration) -> i32 {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status
+                .code()
+                .unwrap_or_else(|| panic!("killed: {status:?}"));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("specula still ran after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Lines of a child's stream as they come, read on their own thread.
+fn lines_of(stream: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads `rx` into `seen` until a line satisfies `done` (fails after a minute or at EOF).
+fn read_until(
+    rx: &std::sync::mpsc::Receiver<String>,
+    seen: &mut Vec<String>,
+    what: &str,
+    done: impl Fn(&[String]) -> bool,
+) {
+    let limit = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done(seen) {
+        let left = limit.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("no {what} within a minute; so far:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// Sends `signal` (`TERM`, `INT`) to the child `pid` with the system's `kill`.
+fn send(signal: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(ok.success(), "kill -s {signal} {pid}: {ok:?}");
+}
+
+/// `name=value` in a `FINAL …` line.
+fn final_field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+}
+
+/// The interval's `Accepted: N tokens` and `Drafted: N tokens` of a report line (`None` for
+/// a line without new counts).
+fn line_delta(line: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let rest = line.split(&format!(", {name}: ")).nth(1)?;
+        rest.split(' ').next()?.parse().ok()
+    };
+    Some((field("Accepted")?, field("Drafted")?))
+}
+
+/// One `GET /metrics` over a plain socket; the value of `name{engine="rank0"}`.
+fn scrape(addr: &str, name: &str) -> u64 {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("read the scrape");
+    let key = format!("{name}{{engine=\"rank0\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in:\n{body}"))
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_flushes_and_the_final_counters_equal_the_logged_deltas_and_the_last_scrape() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args([
+            "demo",
+            "--duration",
+            "3600",
+            "--linger",
+            "3600",
+            "--threads",
+            "1",
+        ])
+        .args(["--log-interval", "0.2", "--metrics-addr", &addr])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the specula binary runs");
+    let out = lines_of(child.stdout.take().unwrap());
+    let err = lines_of(child.stderr.take().unwrap());
+    let (mut out_seen, mut err_seen) = (Vec::new(), Vec::new());
+    // Running: two log lines with counts.
+    read_until(&err, &mut err_seen, "two log lines", |l| {
+        l.iter().filter(|l| line_delta(l).is_some()).count() >= 2
+    });
+    send("TERM", child.id());
+    // Stopped, flushed, summary printed; still serving /metrics (the linger).
+    read_until(&out, &mut out_seen, "the FINAL line", |l| {
+        l.last().is_some_and(|l| l.starts_with("FINAL "))
+    });
+    read_until(&err, &mut err_seen, "the linger line", |l| {
+        l.last().is_some_and(|l| l.contains("serving final totals"))
+    });
+    let scraped = (
+        scrape(&addr, "specula_accepted_tokens_total"),
+        scrape(&addr, "specula_draft_tokens_total"),
+    );
+    // A second signal ends the linger; the exit is 0.
+    send("TERM", child.id());
+    let code = wait_within(&mut child, std::time::Duration::from_secs(60));
+    err_seen.extend(err.iter());
+    out_seen.extend(out.iter());
+    let all_err = err_seen.join("\n");
+    assert_eq!(code, 0, "{all_err}");
+    let fin = out_seen
+        .iter()
+        .find(|l| l.starts_with("FINAL "))
+        .expect("FINAL line");
+    let final_counts = (
+        final_field(fin, "accepted_tokens"),
+        final_field(fin, "draft_tokens"),
+    );
+    let mut logged = (0, 0);
+    for (a, d) in err_seen.iter().filter_map(|l| line_delta(l)) {
+        logged = (logged.0 + a, logged.1 + d);
+    }
+    assert!(final_counts.1 > 0, "{fin}");
+    assert_eq!(logged, final_counts, "sum of the logged deltas\n{all_err}");
+    assert_eq!(scraped, final_counts, "the last scrape");
+    let summary = out_seen.join("\n");
+    assert!(
+        summary.contains("stopped early by:        SIGTERM"),
+        "{summary}"
+    );
+    assert!(all_err.contains("stopping on SIGTERM"), "{all_err}");
+    assert!(all_err.contains("linger ended by request"), "{all_err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_stops_the_demo_with_its_summary_and_exit_0() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args(["demo", "--duration", "3600", "--threads", "1"])
+        .args(["--log-interval", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the specula binary runs");
+    let out = lines_of(child.stdout.take().unwrap());
+    let err = lines_of(child.stderr.take().unwrap());
+    let mut err_seen = Vec::new();
+    read_until(&err, &mut err_seen, "a log line", |l| {
+        l.iter().any(|l| line_delta(l).is_some())
+    });
+    send("INT", child.id());
+    let code = wait_within(&mut child, std::time::Duration::from_secs(60));
+    let out: Vec<String> = out.iter().collect();
+    err_seen.extend(err.iter());
+    assert_eq!(code, 0, "{}", err_seen.join("\n"));
+    assert!(
+        out.iter().any(|l| l == "stopped early by:        SIGINT"),
+        "{out:?}"
+    );
+    let fin = out.last().expect("output");
+    assert!(fin.starts_with("FINAL "), "{out:?}");
+    // The last log line (the final drain) carries the same lifetime totals.
+    let last_log = err_seen
+        .iter()
+        .rev()
+        .find(|l| l.contains("| lifetime:"))
+        .expect("a log line");
+    assert!(
+        last_log.contains(&format!(
+            "lifetime: drafts={}, drafted={}, accepted={},",
+            final_field(fin, "drafts"),
+            final_field(fin, "draft_tokens"),
+            final_field(fin, "accepted_tokens")
+        )),
+        "{last_log}\n{fin}"
+    );
+}
+
+#[test]
+fn a_closed_stdout_exits_5_after_flushing_with_the_totals_on_stderr() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args(["demo"])
+        .args(SHORT)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the specula binary runs");
+    // The reader goes away before anything is written: `specula demo | true`.
+    drop(child.stdout.take());
+    let err = lines_of(child.stderr.take().unwrap());
+    let code = wait_within(&mut child, std::time::Duration::from_secs(60));
+    let err: Vec<String> = err.iter().collect();
+    let all = err.join("\n");
+    assert_eq!(code, 5, "{all}");
+    assert!(!all.contains("panicked"), "{all}");
+    let line = error_line(&all);
+    assert!(
+        line.contains("cannot write the summary to stdout"),
+        "{line}"
+    );
+    let fin = line.split("flushed: ").nth(1).expect("the FINAL line");
+    assert!(fin.starts_with("FINAL "), "{line}");
+    assert!(final_field(fin, "emitted_tokens") >= 40, "{line}");
+    // The final log line carries the same totals: the counts were flushed before the exit.
+    assert!(
+        all.contains(&format!(
+            "lifetime: drafts={}, drafted={},",
+            final_field(fin, "drafts"),
+            final_field(fin, "draft_tokens")
+        )),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_full_stderr_ends_the_demo_with_exit_5_and_the_totals_on_stdout() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("SKIPPED: no /dev/full here");
+        return;
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args(["demo", "--duration", "3600", "--threads", "1"])
+        .args(["--log-interval", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(full)
+        .spawn()
+        .expect("the specula binary runs");
+    let out = lines_of(child.stdout.take().unwrap());
+    // It stops at its first failed log line, not after an hour.
+    let code = wait_within(&mut child, std::time::Duration::from_secs(60));
+    let out: Vec<String> = out.iter().collect();
+    let all = out.join("\n");
+    assert_eq!(code, 5, "{all}");
+    assert!(
+        all.contains("stopped early by:        output failure"),
+        "{all}"
+    );
+    assert!(out.iter().any(|l| l.starts_with("FINAL drafts=")), "{all}");
+    let last = out.last().expect("output");
+    assert!(
+        last.starts_with("error: ") && last.contains("log lines could not be written to stderr"),
+        "{all}"
+    );
+}
+
+#[test]
+fn bench_with_a_closed_stdout_exits_5() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args(["bench", "--batch", "2", "--k", "4", "--vocab", "64"])
+        .args(["--seconds", "0.01", "--threads", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the specula binary runs");
+    drop(child.stdout.take());
+    let err = lines_of(child.stderr.take().unwrap());
+    let code = wait_within(&mut child, std::time::Duration::from_secs(60));
+    let err: Vec<String> = err.iter().collect();
+    assert_eq!(code, 5, "{err:?}");
+    assert!(
+        error_line(&err.join("\n")).contains("cannot write to stdout"),
+        "{err:?}"
+    );
 }

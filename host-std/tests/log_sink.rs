@@ -1,12 +1,14 @@
 //! The log sink through the real `StdClock` path, with collection and log grids misaligned.
 
 use specula::ngram::SplitMix64;
-use specula::specula_core::{Clock, Counters, Tick};
-use specula::{Driver, HostReadback, LogSink, StdClock, wire};
+use specula::specula_core::{Clock, Collector, Counters, Readback, Snapshot, Tick};
+use specula::{Driver, HostReadback, LineLogger, LogSink, Shutdown, StdClock, wire};
 use std::sync::{Mutex, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
-/// Captures `specula` log records so the tests see what went through the `log` facade.
+/// Captures `specula` log records so the tests see what went through the `log` facade. A
+/// record for a label starting with `panics` panics, as a broken logger would.
 struct Capture(Mutex<Vec<String>>);
 
 impl log::Log for Capture {
@@ -15,6 +17,10 @@ impl log::Log for Capture {
     }
     fn log(&self, r: &log::Record<'_>) {
         if r.target() == specula::log_sink::TARGET {
+            let line = r.args().to_string();
+            if line.contains("[panics") {
+                panic!("this logger breaks on {line:.40}");
+            }
             self.0
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -91,25 +97,27 @@ fn every_log_tick_after_the_first_collection_logs_and_deltas_sum_to_totals() {
         let before = sink.next_ns();
         let out = sink.poll(clock.now_ns());
         if sink.next_ns() != before {
-            // A log tick happened.
+            // A log tick happened: it always logs a line, with new counts or with their age.
+            assert_eq!(out.len(), 1, "one line per slot on every tick");
+            let fresh = out.iter().any(|l| l.taken.is_some());
             if any_published {
                 ticks_after_first += 1;
-                ticks_logged += u32::from(!out.is_empty());
+                ticks_logged += u32::from(fresh);
             }
-            if published_since_tick > 0 && out.is_empty() {
+            if published_since_tick > 0 && !fresh {
                 silent_with_news += 1;
             }
             published_since_tick = 0;
         }
-        for l in &out {
-            logged.add(&l.taken.delta);
+        for t in out.iter().filter_map(|l| l.taken.as_ref()) {
+            logged.add(&t.delta);
         }
         lines += out.len();
         std::thread::sleep(Duration::from_millis(1 + rng.below(3) as u64));
     }
     driver.flush().unwrap();
     for l in sink.drain() {
-        logged.add(&l.taken.delta);
+        logged.add(&l.taken.expect("drain logs only new counts").delta);
         lines += 1;
     }
     let totals = *driver.collector().readback().counters();
@@ -172,23 +180,367 @@ fn log_thread_flushes_the_last_counts_at_shutdown() {
         record(driver.collector_mut().readback_mut(), &mut rng);
     }
     driver.flush().unwrap();
-    let (_, logged) = log.stop();
+    let (_, logged) = log.stop().expect("the log thread did not panic");
     let mut sum = Counters::<4>::ZERO;
-    for l in &logged {
-        sum.add(&l.taken.delta);
+    for t in logged.iter().filter_map(|l| l.taken.as_ref()) {
+        sum.add(&t.delta);
     }
     assert_eq!(sum, *driver.collector().readback().counters());
     assert!(logged.len() >= 2, "{} lines", logged.len());
     assert_eq!(lines_for("threaded").len(), logged.len());
 }
 
+/// A readback the test can stall: `poll` stays pending while `stalled`, and `flush` (the
+/// blocking path) always recovers the counts.
+#[derive(Default)]
+struct Stallable {
+    counts: Counters<4>,
+    stalled: bool,
+}
+
+impl Readback<4> for Stallable {
+    type Error = ();
+    fn start(&mut self) -> Result<(), ()> {
+        Ok(())
+    }
+    fn poll(&mut self) -> Poll<Result<Counters<4>, ()>> {
+        if self.stalled {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(self.counts))
+        }
+    }
+    fn flush(&mut self) -> Result<Counters<4>, ()> {
+        Ok(self.counts)
+    }
+}
+
+const S: u64 = 1_000_000_000;
+
+/// Ticks the collector twice at `now` (start, then poll), as `Driver::step` does.
+fn collect(c: &mut Collector<'static, Stallable, 4>, now: u64) {
+    if let Tick::Started = c.tick(now) {
+        c.tick(now);
+    }
+}
+
 #[test]
-fn nothing_new_logs_nothing() {
+fn a_tick_with_no_new_collection_logs_how_old_the_data_is() {
+    captured();
+    let wired = wire::<4, _>(["stalled"]).unwrap();
+    let writer = wired.writers.into_iter().next().unwrap();
+    // Collections every 2 s from 0; log ticks every 1 s from 0.2 s: 1.2, 2.2, 3.2, …
+    let mut c = Collector::new(Stallable::default(), writer, 2 * S, 0).unwrap();
+    let mut sink = LogSink::new(
+        &wired.slots,
+        Duration::from_secs(1),
+        S / 5,
+        log::Level::Info,
+    )
+    .unwrap();
+    let mut logged = Counters::<4>::ZERO;
+    let mut poll = |sink: &mut LogSink<4>, now: u64| {
+        let out = sink.poll(now);
+        assert_eq!(out.len(), 1, "a tick at {now} logs a line");
+        if let Some(t) = &out[0].taken {
+            logged.add(&t.delta);
+        }
+        out.into_iter().next().unwrap()
+    };
+    c.readback_mut().counts.record(4, 2).unwrap();
+    let before_any = poll(&mut sink, 12 * S / 10);
+    assert_eq!((before_any.taken, before_any.age_ns), (None, None));
+    collect(&mut c, 2 * S);
+    let fresh = poll(&mut sink, 22 * S / 10);
+    assert!(fresh.taken.is_some());
+    assert_eq!(fresh.age_ns, Some(S / 5));
+    // The readback stalls: the engine goes on counting, nothing new is published.
+    c.readback_mut().stalled = true;
+    c.readback_mut().counts.record(4, 4).unwrap();
+    let mut ages = Vec::new();
+    for tick in [32, 42, 52] {
+        let now = tick * S / 10;
+        collect(&mut c, now);
+        let l = poll(&mut sink, now);
+        assert_eq!(l.taken, None, "nothing new at {now}");
+        ages.push(l.age_ns);
+    }
+    // Seen within one interval, and the age grows by one interval per tick.
+    assert_eq!(
+        ages,
+        [Some(12 * S / 10), Some(22 * S / 10), Some(32 * S / 10)]
+    );
+    // The blocking flush recovers everything; the next tick logs it.
+    c.flush(55 * S / 10).unwrap();
+    let after = poll(&mut sink, 62 * S / 10);
+    assert_eq!(after.taken.map(|t| t.snapshot.counters.drafts), Some(2));
+    assert_eq!(logged, c.readback().counts, "deltas sum to the totals");
+    let lines = lines_for("stalled");
+    assert_eq!(lines.len(), 6, "{lines:#?}");
+    assert_eq!(
+        lines[0],
+        "SpecDecoding metrics [stalled]: no collection yet, 1.00 s after the log started"
+    );
+    assert_eq!(
+        lines[2],
+        "SpecDecoding metrics [stalled]: no new collection since the previous line; the newest \
+         data is 1.20 s old | lifetime: drafts=1, drafted=4, accepted=2, emitted=3"
+    );
+    assert!(
+        lines[4].contains("the newest data is 3.20 s old"),
+        "{}",
+        lines[4]
+    );
+    assert!(lines[5].contains("lifetime: drafts=2,"), "{}", lines[5]);
+}
+
+#[test]
+fn a_sink_attached_late_rates_its_first_line_over_the_snapshots_it_compares() {
+    captured();
+    let wired = wire::<4, _>(["late"]).unwrap();
+    let mut writer = wired.writers.into_iter().next().unwrap();
+    // 60 s of counting (6000 draft tokens) before the sink exists.
+    let mut s = Snapshot::<4>::ZERO;
+    for _ in 0..1500 {
+        s.counters.record(4, 2).unwrap();
+    }
+    s.at_ns = 60 * S;
+    writer.publish(&s);
+    let mut sink = LogSink::new(
+        &wired.slots,
+        Duration::from_secs(3),
+        61 * S,
+        log::Level::Info,
+    )
+    .unwrap();
+    // 3 s later: 300 more draft tokens.
+    for _ in 0..75 {
+        s.counters.record(4, 1).unwrap();
+    }
+    s.at_ns = 63 * S;
+    writer.publish(&s);
+    let out = sink.poll(64 * S);
+    let taken = out[0].taken.expect("new counts");
+    assert_eq!(taken.delta.draft_tokens, 300, "only what was counted since");
+    assert_eq!(taken.elapsed_ns, Some(3 * S), "between the two snapshots");
+    let rates = taken.rates().unwrap();
+    assert_eq!(rates.drafted_per_second(), Some(100.0));
+    let line = lines_for("late").pop().unwrap();
+    assert!(
+        line.contains("Drafted throughput: 100.00 tokens/s"),
+        "{line}"
+    );
+    assert!(line.contains("lifetime: drafts=1575,"), "{line}");
+}
+
+#[test]
+fn every_due_tick_logs_a_line_and_periods_under_1_ms_are_raised_to_it() {
     let wired = wire::<4, _>(["idle"]).unwrap();
-    let clock = StdClock::new();
     let mut sink =
         LogSink::new(&wired.slots, Duration::from_nanos(1), 0, log::Level::Info).unwrap();
-    assert!(sink.poll(clock.now_ns() + 10).is_empty());
-    assert!(sink.drain().is_empty());
+    assert!(sink.poll(999_999).is_empty(), "not due before 1 ms");
+    let l = sink.poll(1_000_000);
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].taken, None);
+    assert_eq!(sink.next_ns(), 2_000_000);
+    assert!(sink.drain().is_empty(), "drain logs only new counts");
     assert!(LogSink::new(&wired.slots, Duration::ZERO, 0, log::Level::Info).is_err());
+}
+
+/// Runs `f` on another thread; fails if it has not returned within a minute (a hang).
+fn returns<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+#[test]
+fn log_thread_stop_never_hangs_at_any_period() {
+    captured();
+    let wired = wire::<4, _>(["stopper"]).unwrap();
+    let clock = StdClock::new();
+    for period in [
+        Duration::from_nanos(1),
+        Duration::from_micros(1),
+        Duration::from_millis(1),
+        Duration::from_secs(3600),
+    ] {
+        for run_first in [false, true] {
+            let log = LogSink::new(&wired.slots, period, clock.now_ns(), log::Level::Info)
+                .unwrap()
+                .spawn_recording(clock)
+                .unwrap();
+            if run_first {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let r = returns("LogThread::stop", move || log.stop());
+            let (_, lines) = r.expect("no panic");
+            assert!(
+                lines.iter().all(|l| l.taken.is_none()),
+                "{period:?}: nothing was published"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_panicking_logger_is_returned_by_stop_not_re_raised() {
+    captured();
+    let wired = wire::<4, _>(["panics"]).unwrap();
+    let mut writer = wired.writers.into_iter().next().unwrap();
+    let clock = StdClock::new();
+    let log = LogSink::new(
+        &wired.slots,
+        Duration::from_millis(1),
+        clock.now_ns(),
+        log::Level::Info,
+    )
+    .unwrap()
+    .spawn(clock)
+    .unwrap();
+    // Something new to log: at the latest the final drain logs it, and the logger panics.
+    let mut s = Snapshot::<4>::ZERO;
+    s.counters.record(4, 1).unwrap();
+    writer.publish(&s);
+    let r = returns("LogThread::stop", move || log.stop());
+    let err = r.expect_err("the logger panicked");
+    assert!(err.0.contains("this logger breaks on"), "{err}");
+}
+
+#[test]
+fn a_log_thread_panic_does_not_prevent_the_demo_summary() {
+    use specula::demo::{self, DemoConfig, MAX_K};
+    captured();
+    let cfg = DemoConfig {
+        max_tokens: Some(40),
+        duration: None,
+        label: "panics-demo".into(),
+        ..DemoConfig::default()
+    };
+    let verifier = specula::cpu::CpuVerifier::<MAX_K>::new(1).unwrap();
+    let readback = verifier.readback();
+    let mut summary = None;
+    let r = demo::run(
+        &cfg,
+        demo::CORPUS,
+        verifier,
+        readback,
+        &mut std::io::sink(),
+        &mut |s| summary = Some(s.totals),
+    );
+    assert!(
+        matches!(r, Err(demo::DemoError::LogThread(_))),
+        "the panic is reported: {r:?}"
+    );
+    let totals = summary.expect("the summary was produced");
+    assert!(totals.emitted_tokens >= 40, "{totals:?}");
+}
+
+#[test]
+fn a_demo_stops_early_on_a_shutdown_request_and_flushes() {
+    use specula::demo::{self, DemoConfig, MAX_K};
+    use specula::shutdown::Reason;
+    captured();
+    let stop = Shutdown::new();
+    let cfg = DemoConfig {
+        duration: Some(Duration::from_secs(3600)),
+        log_interval: Duration::from_millis(50),
+        label: "stopped-demo".into(),
+        shutdown: stop.clone(),
+        ..DemoConfig::default()
+    };
+    let verifier = specula::cpu::CpuVerifier::<MAX_K>::new(1).unwrap();
+    let readback = verifier.readback();
+    let asker = stop.clone();
+    let summary = returns("a demo asked to stop", move || {
+        let mut on_done = |s: &demo::DemoSummary| {
+            if s.steps == 0 {
+                eprintln!("stopped before the first step");
+            }
+        };
+        // Asked to stop once the loop has logged counts (so there is something to flush).
+        let t = std::thread::spawn(move || {
+            while !lines_for("stopped-demo")
+                .iter()
+                .any(|l| l.contains("Accepted: "))
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            asker.request(Reason::Requested);
+        });
+        let r = demo::run(
+            &cfg,
+            demo::CORPUS,
+            verifier,
+            readback,
+            &mut std::io::sink(),
+            &mut on_done,
+        );
+        t.join().unwrap();
+        r
+    })
+    .unwrap();
+    assert_eq!(summary.stopped_by, Some(Reason::Requested));
+    assert!(summary.steps > 0);
+    assert!(
+        summary
+            .to_string()
+            .contains("stopped early by:        request")
+    );
+    // Flushed: the slot's totals are the verifier's, step for step.
+    assert_eq!(summary.totals.drafts, summary.steps * 8);
+}
+
+/// A stream that is always full.
+struct Full;
+
+impl std::io::Write for Full {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::StorageFull.into())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_log_write_is_counted_and_requests_shutdown_never_panics() {
+    let mut streams: Vec<(&str, Box<dyn std::io::Write + Send>)> = vec![("Full", Box::new(Full))];
+    match std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        Ok(f) => streams.push(("/dev/full", Box::new(f))),
+        Err(e) => eprintln!("SKIPPED the /dev/full case: {e}"),
+    }
+    for (name, out) in streams {
+        let logger = LineLogger::new(out, log::LevelFilter::Info);
+        let stop = Shutdown::new();
+        assert!(logger.request_on_failure(stop.clone()));
+        let record = |msg| {
+            log::Log::log(
+                &logger,
+                &log::Record::builder()
+                    .level(log::Level::Info)
+                    .target("specula")
+                    .args(format_args!("{msg}"))
+                    .build(),
+            );
+        };
+        record("one");
+        record("two");
+        log::Log::log(
+            &logger,
+            &log::Record::builder()
+                .level(log::Level::Debug)
+                .args(format_args!("below the level: not written"))
+                .build(),
+        );
+        assert_eq!(logger.failed_writes(), 2, "{name}");
+        assert_eq!(
+            logger.first_error(),
+            Some(std::io::ErrorKind::StorageFull),
+            "{name}"
+        );
+        assert_eq!(stop.reason(), Some(specula::shutdown::Reason::Output));
+        assert!(stop.output_failed());
+    }
 }
