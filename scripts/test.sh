@@ -9,6 +9,7 @@
 #   hipcc, libamdhip64, hiprtc       kernel compiles for gfx90a/gfx940 (scripts/rocm-tools.sh:
 #                                    Debian's ROCm 5.2, needs root + apt-get)
 #   prometheus, promtool             the end-to-end scrape check     (Debian, needs root + apt-get)
+#   cargo-mutants                    mutation testing of the core    (cargo install --locked)
 #
 # A check whose tool could not be installed is SKIPPED: it says so where it runs and again in
 # the summary at the end. With CI=true (as .ci/run has it) a missing tool fails the run instead,
@@ -69,12 +70,18 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
     { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || have_prometheus=0
 fi
 command -v curl >/dev/null || have_prometheus=0
+have_mutants=1
+if ! cargo mutants --version >/dev/null 2>&1; then
+    cargo install cargo-mutants --locked || have_mutants=0
+    cargo mutants --version >/dev/null 2>&1 || have_mutants=0
+fi
 [ "$have_targets" = 1 ] || skip "no_std builds: the embedded targets could not be installed"
 [ "$have_miri" = 1 ] || skip "Miri: nightly with miri and rust-src could not be installed"
 [ "$have_cuda" = 1 ] || skip "CUDA kernel compile checks: NVRTC/ptxas 12.9 (scripts/cuda-tools.sh)"
 [ -n "${SPECULA_CUDA13_NVRTC:-}" ] || skip "CUDA 13 kernel compile check: NVRTC/ptxas 13.5"
 [ "$have_rocm" = 1 ] || skip "ROCm kernel compile checks: hipcc/hiprtc (scripts/rocm-tools.sh)"
 [ "$have_prometheus" = 1 ] || skip "real Prometheus scrape: prometheus, promtool or curl missing"
+[ "$have_mutants" = 1 ] || skip "mutation testing: cargo-mutants could not be installed"
 echo "set-up done after $(($(date +%s) - start)) s"
 
 step "format"
@@ -171,6 +178,15 @@ fi
 step "loom (core slot)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
     cargo test -p specula-core --release --test loom
+
+step "mutation testing of the core (changed lines; full run: scripts/mutants.sh)"
+if [ "$have_mutants" = 1 ]; then
+    # The mutants on the lines changed since the merge base with main (on main itself: by the
+    # last commit); fails on a surviving mutant not explained in core/mutants-survivors.txt.
+    scripts/mutants.sh --changed
+else
+    echo "SKIPPED (see the summary)"
+fi
 
 step "real Prometheus scraping the demo"
 if [ "$have_prometheus" = 1 ]; then

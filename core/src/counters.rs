@@ -182,6 +182,17 @@ pub struct CountersStorage<const K: usize> {
     drafted: [Cell64; K],
 }
 
+/// Storage holding zero counters.
+impl<const K: usize> Default for CountersStorage<K> {
+    fn default() -> Self {
+        Self {
+            head: Default::default(),
+            accepted: core::array::from_fn(|_| Cell64::default()),
+            drafted: core::array::from_fn(|_| Cell64::default()),
+        }
+    }
+}
+
 impl<const K: usize> Words for Counters<K> {
     type Storage = CountersStorage<K>;
     fn to_storage(&self) -> Self::Storage {

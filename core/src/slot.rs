@@ -236,6 +236,19 @@ mod tests {
     }
 
     #[test]
+    fn the_stamp_wraps_instead_of_overflowing() {
+        let mut slot = SeqSlot::new(1u64);
+        // Even, one publication before the stamp wraps: odd = MAX, even = 0.
+        slot.stamp.store(Stamp::MAX - 1, Ordering::Relaxed);
+        let (mut w, r) = slot.split();
+        assert_eq!(w.version(), version_of(Stamp::MAX - 1));
+        assert_eq!(w.publish(&2), 0);
+        assert_eq!(r.read(), (2, 0));
+        assert_eq!(w.publish(&3), 1);
+        assert_eq!(r.try_read(1), Some((3, 1)));
+    }
+
+    #[test]
     fn wide_payload_round_trips() {
         let mut slot = SeqSlot::new([0u64; 32]);
         let (mut w, r) = slot.split();

@@ -71,6 +71,14 @@ impl Cell64 {
     }
 }
 
+/// A cell holding 0.
+impl Default for Cell64 {
+    #[inline]
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
 /// A `u32` held in relaxed atomic storage.
 #[derive(Debug)]
 pub struct Cell32(AtomicU32);
@@ -90,6 +98,14 @@ impl Cell32 {
     #[inline]
     pub fn store(&self, v: u32) {
         self.0.store(v, Ordering::Relaxed)
+    }
+}
+
+/// A cell holding 0.
+impl Default for Cell32 {
+    #[inline]
+    fn default() -> Self {
+        Self::new(0)
     }
 }
 
