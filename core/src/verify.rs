@@ -13,13 +13,18 @@
 //!   the results are the same bits — the rules make every reduction order-independent.
 //!
 //! ```
-//! use specula_core::verify::{verify_batch, Batch, Check, Method, Outputs};
+//! use specula_core::verify::{verify_batch, Batch, Check, Drafts, Method, Outputs, Dims, Streams};
 //! use specula_core::Counters;
 //!
 //! // One request, vocabulary 4, a 1-token draft (token 2) from a one-hot drafter.
 //! let target = [0.1, 0.2, 0.6, 0.1, /* bonus row */ 0.0, 0.0, 0.0, 1.0];
-//! // V = 4, k_max = 1, k = [1], draft ids [2], rows packed back to back, seed 42, offset 0.
-//! let batch = Batch::dense(4, 1, &[1], &[2], &target, &[42], &[0]);
+//! // Rows packed back to back.
+//! let batch = Batch::dense(
+//!     Dims { vocab: 4, k_max: 1 },
+//!     Drafts { k: &[1], ids: &[2] },
+//!     &target,
+//!     Streams { seed: &[42], offset: &[0] },
+//! );
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
 //! let mut counters = Counters::<4>::ZERO;
 //! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
@@ -32,11 +37,14 @@ mod error;
 mod reference;
 mod validate;
 
-pub use error::{Param, Tensor, VerifyError};
+pub use error::{Feature, Param, Tensor, VerifyError};
 pub use reference::{
     RaceRng, RowOps, ScalarOps, argmax, race, race_key, race_residual, verify_request,
 };
-pub use validate::{validate, validate_request, validate_shape};
+pub use validate::{
+    validate, validate_request, validate_request_with, validate_shape, validate_shape_with,
+    validate_with,
+};
 
 use crate::counters::Counters;
 
@@ -93,74 +101,240 @@ impl Check {
     };
 }
 
-/// A borrowed view of one verification step of `B = k.len()` requests, laid out as
-/// `core/DETERMINISM.md` describes (the same layout a GPU kernel reads).
+/// The vocabulary size and the number of draft slots per request of a padded [`Batch`]
+/// (named fields: the two sizes cannot be swapped silently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dims {
+    /// Vocabulary size `V`.
+    pub vocab: usize,
+    /// Draft slots per request (`k_max`).
+    pub k_max: usize,
+}
+
+/// The drafts of a padded [`Batch`]: per-request lengths and the `B · k_max` padded ids.
 #[derive(Clone, Copy, Debug)]
+pub struct Drafts<'a> {
+    /// `k[b]`: request `b`'s draft length; its length is the batch size `B`.
+    pub k: &'a [u32],
+    /// `ids[b·k_max + j]` for `j < k[b]`: the draft tokens.
+    pub ids: &'a [u32],
+}
+
+/// The drafts of a ragged [`Batch`] (vLLM's layout): cumulative draft counts and the
+/// `num_tokens` ids packed back to back.
+#[derive(Clone, Copy, Debug)]
+pub struct RaggedDrafts<'a> {
+    /// vLLM's `cu_num_draft_tokens`: `cu[b]` is the number of draft tokens of requests `0..=b`
+    /// (non-decreasing); its length is the batch size `B`, its last value `num_tokens`.
+    pub cu_num_draft_tokens: &'a [u32],
+    /// The draft tokens, request after request: request `b`'s are `ids[cu[b−1]..cu[b]]`
+    /// (`cu[−1] = 0`).
+    pub ids: &'a [u32],
+}
+
+/// The per-request random streams of a [`Batch`] (named fields: seed and offset cannot be
+/// swapped silently). Each is `B` values; advance the offsets every step with
+/// [`advance_offsets`].
+#[derive(Clone, Copy, Debug)]
+pub struct Streams<'a> {
+    /// Per-request random seed.
+    pub seed: &'a [u64],
+    /// Per-request random offset (the step counter of the request's stream).
+    pub offset: &'a [u64],
+}
+
+/// Advances every request's random offset by one step (wrapping). One verification step reads
+/// draft positions `0..=k` at one offset, so the next step needs the next offset to draw fresh
+/// numbers; call this once per step after verifying.
+///
+/// ```
+/// use specula_core::verify::advance_offsets;
+/// let mut offset = [0u64, 41, u64::MAX];
+/// advance_offsets(&mut offset);
+/// assert_eq!(offset, [1, 42, 0]);
+/// ```
+pub fn advance_offsets(offsets: &mut [u64]) {
+    for o in offsets {
+        *o = o.wrapping_add(1);
+    }
+}
+
+/// What a backend can verify beyond the padded layout with `k ≥ 1` every backend supports
+/// (see [`Verifier::support`] and [`validate_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub struct Support {
+    /// Requests with `k = 0` (only the bonus token is emitted) and `k_max = 0`.
+    pub empty_drafts: bool,
+    /// The ragged layout ([`Batch::ragged`]).
+    pub ragged: bool,
+    /// Caller-supplied bonus tokens ([`Batch::with_bonus`]).
+    pub bonus: bool,
+}
+
+impl Support {
+    /// The padded layout with `1 ≤ k ≤ k_max`, sampled bonus tokens: what every backend verifies
+    /// (the GPU kernels, today).
+    pub const PADDED: Self = Self {
+        empty_drafts: false,
+        ragged: false,
+        bonus: false,
+    };
+    /// Everything: the reference and the CPU backend.
+    pub const ALL: Self = Self {
+        empty_drafts: true,
+        ragged: true,
+        bonus: true,
+    };
+}
+
+/// A borrowed view of one verification step of `B` requests, laid out as
+/// `core/DETERMINISM.md` describes (the same layout a GPU kernel reads).
+///
+/// Build it with [`Batch::dense`] (the padded layout) or [`Batch::ragged`] (vLLM's layout) and
+/// the `with_*` methods; it is `#[non_exhaustive]`, so new inputs are added without breaking
+/// callers. The fields stay readable (and writable, to set strides).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct Batch<'a> {
     /// Vocabulary size `V` (`1 ≤ V ≤ u32::MAX`).
     pub vocab: usize,
-    /// Draft slots per request (`1 ≤ k_max ≤ K`).
+    /// Draft slots per request (`0 ≤ k_max ≤ K`; `0` only where [`Support::empty_drafts`]).
+    /// In the ragged layout, the largest draft length (the output width is `k_max + 1`).
     pub k_max: usize,
-    /// `k[b]`: request `b`'s draft length, `1 ≤ k[b] ≤ k_max`. Its length is the batch size `B`.
+    /// Padded layout: `k[b]`, request `b`'s draft length, `k[b] ≤ k_max` (`≥ 1` unless
+    /// [`Support::empty_drafts`]); its length is the batch size `B`. Empty in the ragged layout.
     pub k: &'a [u32],
-    /// `draft_ids[b·k_max + j]` for `j < k[b]`: the draft tokens (`< V`); `B · k_max` values.
+    /// Padded layout: `draft_ids[b·k_max + j]` for `j < k[b]`, `B · k_max` values. Ragged: the
+    /// `num_tokens` ids back to back. Every id read is `< V`.
     pub draft_ids: &'a [u32],
-    /// Draft probabilities: row `(b, j)` starts at `(b·k_max + j) · draft_stride`;
-    /// `B · k_max · draft_stride` values. `None`: a drafter without probabilities (one-hot).
+    /// Draft probabilities: padded, row `(b, j)` starts at `(b·k_max + j) · draft_stride`
+    /// (`B · k_max` rows); ragged, at `(cu[b−1] + j) · draft_stride` (`num_tokens` rows).
+    /// `None`: a drafter without probabilities (one-hot).
     pub draft_probs: Option<&'a [f32]>,
     /// Row stride of `draft_probs` (`≥ V`); ignored when `draft_probs` is `None`.
     pub draft_stride: usize,
-    /// Target probabilities: row `(b, j)`, `j ≤ k_max`, starts at
-    /// `(b·(k_max+1) + j) · target_stride`; `B · (k_max+1) · target_stride` values.
+    /// Target probabilities: padded, row `(b, j)`, `j ≤ k_max`, starts at
+    /// `(b·(k_max+1) + j) · target_stride` (`B · (k_max+1)` rows); ragged, at
+    /// `(cu[b−1] + b + j) · target_stride` (`num_tokens + B` rows), or without the bonus rows
+    /// when bonus tokens are supplied: `(cu[b−1] + j) · target_stride` (`num_tokens` rows).
     pub target_probs: &'a [f32],
     /// Row stride of `target_probs` (`≥ V`).
     pub target_stride: usize,
     /// Per-request random seed (`B` values).
     pub seed: &'a [u64],
-    /// Per-request random offset (`B` values); the caller advances it every step.
+    /// Per-request random offset (`B` values); the caller advances it every step
+    /// ([`advance_offsets`]).
     pub offset: &'a [u64],
     /// Typical acceptance `ε` per request (`B` values, finite, `≥ 0`); `None`: [`DEFAULT_EPS`].
     pub eps: Option<&'a [f32]>,
     /// Typical acceptance `δ` per request (`B` values, finite, `≥ 0`); `None`: [`DEFAULT_DELTA`].
     pub delta: Option<&'a [f32]>,
+    /// Ragged layout: vLLM's `cu_num_draft_tokens` (`B` values). `None`: the padded layout.
+    pub cu_num_draft_tokens: Option<&'a [u32]>,
+    /// Caller-supplied bonus tokens (`B` values, `< V`): emitted when a request accepts all its
+    /// drafts, instead of a sample of target row `k`. `None`: sampled.
+    pub bonus: Option<&'a [u32]>,
 }
 
 impl<'a> Batch<'a> {
-    /// A batch whose rows are packed back to back (both strides equal `vocab`), from a drafter
-    /// without probabilities and with the default typical-acceptance parameters; add those with
-    /// [`with_draft_probs`](Batch::with_draft_probs) and [`with_typical`](Batch::with_typical).
-    /// Nothing is checked here: the verifier validates the batch.
+    /// A batch in the padded layout whose rows are packed back to back (both strides equal
+    /// `vocab`), from a drafter without probabilities and with the default typical-acceptance
+    /// parameters; add those with [`with_draft_probs`](Batch::with_draft_probs) and
+    /// [`with_typical`](Batch::with_typical). Nothing is checked here: the verifier validates
+    /// the batch.
     ///
     /// ```
-    /// use specula_core::verify::Batch;
+    /// use specula_core::verify::{Batch, Drafts, Dims, Streams};
     /// let target = [0.5, 0.5, 0.0, 1.0]; // V = 2, k_max = 1: two target rows
     /// let draft = [0.9, 0.1];
-    /// let b = Batch::dense(2, 1, &[1], &[0], &target, &[7], &[0]).with_draft_probs(&draft);
+    /// let b = Batch::dense(
+    ///     Dims { vocab: 2, k_max: 1 },
+    ///     Drafts { k: &[1], ids: &[0] },
+    ///     &target,
+    ///     Streams { seed: &[7], offset: &[0] },
+    /// )
+    /// .with_draft_probs(&draft);
     /// assert_eq!((b.requests(), b.draft_stride, b.target_stride), (1, 2, 2));
     /// ```
     #[must_use]
     pub const fn dense(
-        vocab: usize,
-        k_max: usize,
-        k: &'a [u32],
-        draft_ids: &'a [u32],
+        dims: Dims,
+        drafts: Drafts<'a>,
         target_probs: &'a [f32],
-        seed: &'a [u64],
-        offset: &'a [u64],
+        streams: Streams<'a>,
     ) -> Self {
+        Self {
+            vocab: dims.vocab,
+            k_max: dims.k_max,
+            k: drafts.k,
+            draft_ids: drafts.ids,
+            draft_probs: None,
+            draft_stride: dims.vocab,
+            target_probs,
+            target_stride: dims.vocab,
+            seed: streams.seed,
+            offset: streams.offset,
+            eps: None,
+            delta: None,
+            cu_num_draft_tokens: None,
+            bonus: None,
+        }
+    }
+
+    /// A batch in the ragged layout (vLLM's): request `b` has `k_b = cu[b] − cu[b−1]` drafts
+    /// (`k_b = 0` allowed), its target rows are `cu[b−1] + b + j` for `j ≤ k_b` (`num_tokens + B`
+    /// rows, or `num_tokens` rows `cu[b−1] + j` with [`with_bonus`](Batch::with_bonus)). Strides
+    /// equal `vocab`; `k_max` is the largest `k_b` (the outputs are `B × (k_max + 1)`).
+    ///
+    /// ```
+    /// use specula_core::verify::{Batch, RaggedDrafts, Streams};
+    /// // Two requests, V = 2: the first drafts token 1, the second nothing (k = 0).
+    /// let target = [0.0, 1.0, /* bonus */ 1.0, 0.0, /* request 1, bonus */ 0.0, 1.0];
+    /// let b = Batch::ragged(
+    ///     2,
+    ///     RaggedDrafts { cu_num_draft_tokens: &[1, 1], ids: &[1] },
+    ///     &target,
+    ///     Streams { seed: &[7, 8], offset: &[0, 0] },
+    /// );
+    /// assert_eq!((b.requests(), b.k_max, b.draft_len(1)), (2, 1, 0));
+    /// ```
+    #[must_use]
+    pub const fn ragged(
+        vocab: usize,
+        drafts: RaggedDrafts<'a>,
+        target_probs: &'a [f32],
+        streams: Streams<'a>,
+    ) -> Self {
+        let cu = drafts.cu_num_draft_tokens;
+        let mut k_max = 0usize;
+        let mut prev = 0u32;
+        let mut i = 0;
+        while i < cu.len() {
+            // Saturating: a decreasing `cu` is refused by validation, not here.
+            let k = cu[i].saturating_sub(prev) as usize;
+            if k > k_max {
+                k_max = k;
+            }
+            prev = cu[i];
+            i += 1;
+        }
         Self {
             vocab,
             k_max,
-            k,
-            draft_ids,
+            k: &[],
+            draft_ids: drafts.ids,
             draft_probs: None,
             draft_stride: vocab,
             target_probs,
             target_stride: vocab,
-            seed,
-            offset,
+            seed: streams.seed,
+            offset: streams.offset,
             eps: None,
             delta: None,
+            cu_num_draft_tokens: Some(cu),
+            bonus: None,
         }
     }
 
@@ -183,16 +357,82 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// The same batch with caller-supplied bonus tokens (`B` values, the engine's own sampler
+    /// made them): a request that accepts all its drafts emits `bonus[b]`. In the ragged layout
+    /// the target tensor then has no bonus rows (`num_tokens` rows, as vLLM's).
+    #[must_use]
+    pub const fn with_bonus(self, bonus: &'a [u32]) -> Self {
+        Self {
+            bonus: Some(bonus),
+            ..self
+        }
+    }
+
+    /// The same batch with explicit row strides (`≥ V`) for the draft and target tensors.
+    #[must_use]
+    pub const fn with_strides(self, strides: Strides) -> Self {
+        Self {
+            draft_stride: strides.draft,
+            target_stride: strides.target,
+            ..self
+        }
+    }
+
     /// The batch size `B`.
     #[must_use]
     pub fn requests(&self) -> usize {
-        self.k.len()
+        match self.cu_num_draft_tokens {
+            Some(cu) => cu.len(),
+            None => self.k.len(),
+        }
+    }
+
+    /// Whether the batch is in the ragged layout.
+    #[must_use]
+    pub fn is_ragged(&self) -> bool {
+        self.cu_num_draft_tokens.is_some()
+    }
+
+    /// Request `b`'s first draft slot: `b·k_max` (padded) or `cu[b−1]` (ragged).
+    #[inline]
+    fn draft_start(&self, b: usize) -> usize {
+        match self.cu_num_draft_tokens {
+            Some(cu) => {
+                if b == 0 {
+                    0
+                } else {
+                    cu[b - 1] as usize
+                }
+            }
+            None => b * self.k_max,
+        }
+    }
+
+    /// Request `b`'s draft length `k_b` (wrapping for a decreasing ragged `cu`, which validation
+    /// refuses). Panics if `b ≥ B`.
+    #[must_use]
+    pub fn draft_len(&self, b: usize) -> u32 {
+        match self.cu_num_draft_tokens {
+            Some(cu) => cu[b].wrapping_sub(if b == 0 { 0 } else { cu[b - 1] }),
+            None => self.k[b],
+        }
+    }
+
+    /// Request `b`'s draft ids (`k_b` values). Only for a validated batch.
+    #[inline]
+    pub(crate) fn draft_ids_of(&self, b: usize) -> &[u32] {
+        &self.draft_ids[self.draft_start(b)..][..self.draft_len(b) as usize]
     }
 
     /// Target row `(b, j)`, exactly `V` values. Only for a validated batch.
     #[inline]
     pub(crate) fn target_row(&self, b: usize, j: usize) -> &[f32] {
-        let start = (b * (self.k_max + 1) + j) * self.target_stride;
+        let row = match self.cu_num_draft_tokens {
+            Some(_) if self.bonus.is_some() => self.draft_start(b) + j,
+            Some(_) => self.draft_start(b) + b + j,
+            None => b * (self.k_max + 1) + j,
+        };
+        let start = row * self.target_stride;
         &self.target_probs[start..start + self.vocab]
     }
 
@@ -201,7 +441,7 @@ impl<'a> Batch<'a> {
     #[inline]
     pub(crate) fn draft_row(&self, b: usize, j: usize) -> Option<&[f32]> {
         self.draft_probs.map(|d| {
-            let start = (b * self.k_max + j) * self.draft_stride;
+            let start = (self.draft_start(b) + j) * self.draft_stride;
             &d[start..start + self.vocab]
         })
     }
@@ -217,6 +457,15 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// The row strides of a [`Batch`]'s probability tensors (named: they cannot be swapped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Strides {
+    /// Row stride of the draft probabilities.
+    pub draft: usize,
+    /// Row stride of the target probabilities.
+    pub target: usize,
+}
+
 /// The caller's output buffers for a [`Batch`] of `B` requests.
 #[derive(Debug)]
 pub struct Outputs<'a> {
@@ -230,10 +479,11 @@ pub struct Outputs<'a> {
 /// A verification backend: verifies a [`Batch`] and counts it, as one operation.
 ///
 /// Contract (tested by the conformance suite in `specula-tests`):
-/// * outputs are bit-identical to [`verify_batch`] for every batch, batch size, request order and
-///   thread count;
-/// * a batch that fails validation returns the same [`VerifyError`] as [`validate`] (converted
-///   into `Self::Error`), counts nothing, and leaves the outputs untouched;
+/// * outputs are bit-identical to [`verify_batch`] for every batch it [supports](Self::support),
+///   batch size, request order and thread count;
+/// * a batch that fails validation returns the same [`VerifyError`] as [`validate_with`] with
+///   its [`support`](Self::support) (converted into `Self::Error`), counts nothing, and leaves
+///   the outputs untouched;
 /// * after a successful call the totals include every request of the batch.
 pub trait Verifier<const K: usize> {
     /// Why verification failed: at least every [`VerifyError`], plus whatever the backend adds
@@ -252,11 +502,20 @@ pub trait Verifier<const K: usize> {
     /// The cumulative counters of every batch verified so far (waits for the device if it has
     /// to).
     fn totals(&mut self) -> Result<Counters<K>, Self::Error>;
+
+    /// What this backend verifies beyond the padded layout with `k ≥ 1`; a batch using anything
+    /// else is refused by validation ([`VerifyError::DraftLength`] for `k = 0`,
+    /// [`VerifyError::KMaxOutOfRange`] for `k_max = 0`, [`VerifyError::Unsupported`] for the
+    /// ragged layout or bonus tokens). Default: [`Support::PADDED`].
+    fn support(&self) -> Support {
+        Support::PADDED
+    }
 }
 
-/// The reference verifier: validates everything, then verifies each request in order with the
-/// plain-loop [`ScalarOps`] and records it in `counters`. Nothing is counted (and `out` is
-/// untouched) when it returns an error.
+/// The reference verifier: validates everything ([`validate_with`] and [`Support::ALL`]), then
+/// verifies each request in order with the plain-loop [`ScalarOps`] and records it in
+/// `counters` — except a request with `k = 0`, which is not counted (as vLLM counts no draft
+/// for it). Nothing is counted (and `out` is untouched) when it returns an error.
 pub fn verify_batch<const K: usize>(
     method: Method,
     check: Check,
@@ -264,7 +523,7 @@ pub fn verify_batch<const K: usize>(
     out: &mut Outputs<'_>,
     counters: &mut Counters<K>,
 ) -> Result<(), VerifyError> {
-    validate::<K>(method, check, batch, out)?;
+    validate_with::<K>(Support::ALL, method, check, batch, out)?;
     let width = batch.k_max + 1;
     for (b, (acc, row)) in out
         .accepted
@@ -273,9 +532,12 @@ pub fn verify_batch<const K: usize>(
         .enumerate()
     {
         *acc = verify_request(&ScalarOps, method, batch, b, row);
-        let recorded = counters.record(batch.k[b] as usize, *acc as usize);
-        // Validation guarantees 1 ≤ k ≤ k_max ≤ K and accepted ≤ k, so this cannot fail.
-        debug_assert!(recorded.is_ok());
+        let k = batch.draft_len(b) as usize;
+        if k > 0 {
+            let recorded = counters.record(k, *acc as usize);
+            // Validation guarantees k ≤ k_max ≤ K and accepted ≤ k, so this cannot fail.
+            debug_assert!(recorded.is_ok());
+        }
     }
     Ok(())
 }
@@ -313,4 +575,44 @@ impl<const K: usize> Verifier<K> for Reference<K> {
     fn totals(&mut self) -> Result<Counters<K>, VerifyError> {
         Ok(self.counters)
     }
+
+    fn support(&self) -> Support {
+        Support::ALL
+    }
+}
+
+/// Converts emitted tokens (`B · (k_max+1)` values, [`SENTINEL`]-padded, as in
+/// [`Outputs::tokens`]) into vLLM's `output_token_ids` layout: `[B, k_max+1]` `i32`, `-1`-padded.
+///
+/// Errors: [`VerifyError::Length`] ([`Param::Tokens`]) if `vllm` is not as long as `tokens`;
+/// [`VerifyError::VllmTokenRange`] if a token does not fit an `i32` (nothing is written then).
+///
+/// ```
+/// use specula_core::verify::{to_vllm_tokens, SENTINEL};
+/// let mut out = [0i32; 4];
+/// to_vllm_tokens(&[5, 9, 2, SENTINEL], &mut out).unwrap();
+/// assert_eq!(out, [5, 9, 2, -1]);
+/// ```
+pub fn to_vllm_tokens(tokens: &[u32], vllm: &mut [i32]) -> Result<(), VerifyError> {
+    if vllm.len() != tokens.len() {
+        return Err(VerifyError::Length {
+            param: Param::Tokens,
+            len: vllm.len(),
+            expected: tokens.len(),
+        });
+    }
+    if let Some(index) = tokens
+        .iter()
+        .position(|&t| t != SENTINEL && i32::try_from(t).is_err())
+    {
+        return Err(VerifyError::VllmTokenRange {
+            index,
+            token: tokens[index],
+        });
+    }
+    for (o, &t) in vllm.iter_mut().zip(tokens) {
+        // Checked above: every non-sentinel token fits.
+        *o = if t == SENTINEL { -1 } else { t as i32 };
+    }
+    Ok(())
 }

@@ -262,8 +262,8 @@ fn virtual_clock_moves_forward_only() {
 mod validation {
     use super::fmt;
     use specula_core::verify::{
-        Batch, Check, MAX_POSITIONS, Method, Outputs, Param, Tensor, VerifyError, validate,
-        validate_shape,
+        Batch, Check, Dims, Drafts, MAX_POSITIONS, Method, Outputs, Param, Streams, Tensor,
+        VerifyError, validate, validate_shape,
     };
 
     const V: usize = 4;
@@ -302,26 +302,38 @@ mod validation {
         }
         fn batch(&self) -> Batch<'_> {
             Batch::dense(
-                V,
-                KM,
-                &self.k,
-                &self.ids,
+                Dims {
+                    vocab: V,
+                    k_max: KM,
+                },
+                Drafts {
+                    k: &self.k,
+                    ids: &self.ids,
+                },
                 &self.target,
-                &self.seed,
-                &self.offset,
+                Streams {
+                    seed: &self.seed,
+                    offset: &self.offset,
+                },
             )
             .with_draft_probs(&self.draft)
             .with_typical(&self.eps, &self.delta)
         }
         fn check(&mut self, method: Method, check: Check) -> Result<(), VerifyError> {
             let batch = Batch::dense(
-                V,
-                KM,
-                &self.k,
-                &self.ids,
+                Dims {
+                    vocab: V,
+                    k_max: KM,
+                },
+                Drafts {
+                    k: &self.k,
+                    ids: &self.ids,
+                },
                 &self.target,
-                &self.seed,
-                &self.offset,
+                Streams {
+                    seed: &self.seed,
+                    offset: &self.offset,
+                },
             )
             .with_draft_probs(&self.draft)
             .with_typical(&self.eps, &self.delta);
@@ -365,14 +377,26 @@ mod validation {
     fn empty_batch_and_k_max_limits() {
         let d = Data::new();
         let b = d.batch();
-        let empty = Batch { k: &[], ..b };
+        let empty = {
+            let mut x = b;
+            x.k = &[];
+            x
+        };
         assert_eq!(shape(&empty, 0, 0), Err(VerifyError::EmptyBatch));
-        let zero = Batch { k_max: 0, ..b };
+        let zero = {
+            let mut x = b;
+            x.k_max = 0;
+            x
+        };
         assert_eq!(
             shape(&zero, B, 6),
             Err(VerifyError::KMaxOutOfRange { k_max: 0, max: KM })
         );
-        let above = Batch { k_max: KM + 1, ..b };
+        let above = {
+            let mut x = b;
+            x.k_max = KM + 1;
+            x
+        };
         assert_eq!(
             shape(&above, B, 6),
             Err(VerifyError::KMaxOutOfRange {
@@ -390,9 +414,10 @@ mod validation {
         };
         // (1 << 30) − 2: the last position j = k_max keeps `(j << 2) | stream` within 32 bits.
         assert_eq!(MAX_POSITIONS, 1_073_741_822);
-        let rng = Batch {
-            k_max: 1_073_741_823,
-            ..b
+        let rng = {
+            let mut x = b;
+            x.k_max = 1_073_741_823;
+            x
         };
         assert_eq!(
             validate_shape::<{ usize::MAX }>(&rng, &out),
@@ -402,9 +427,10 @@ mod validation {
             })
         );
         // At the limit itself the next problem is the length of draft_ids.
-        let at = Batch {
-            k_max: MAX_POSITIONS,
-            ..b
+        let at = {
+            let mut x = b;
+            x.k_max = MAX_POSITIONS;
+            x
         };
         assert_eq!(
             validate_shape::<{ usize::MAX }>(&at, &out),
@@ -421,17 +447,22 @@ mod validation {
     fn vocabulary_limit_is_u32_max() {
         let d = Data::new();
         let b = d.batch();
-        let zero = Batch { vocab: 0, ..b };
+        let zero = {
+            let mut x = b;
+            x.vocab = 0;
+            x
+        };
         assert_eq!(
             shape(&zero, B, 6),
             Err(VerifyError::VocabOutOfRange { vocab: 0 })
         );
         let over = u32::MAX as usize + 1;
-        let too_big = Batch {
-            vocab: over,
-            draft_stride: over,
-            target_stride: over,
-            ..b
+        let too_big = {
+            let mut x = b;
+            x.vocab = over;
+            x.draft_stride = over;
+            x.target_stride = over;
+            x
         };
         assert_eq!(
             shape(&too_big, B, 6),
@@ -440,11 +471,12 @@ mod validation {
         // u32::MAX itself is a valid size (ids stay below the sentinel): the next check is the
         // draft rows' length.
         let max = u32::MAX as usize;
-        let at_max = Batch {
-            vocab: max,
-            draft_stride: max,
-            target_stride: max,
-            ..b
+        let at_max = {
+            let mut x = b;
+            x.vocab = max;
+            x.draft_stride = max;
+            x.target_stride = max;
+            x
         };
         assert_eq!(
             shape(&at_max, B, 6),
@@ -460,9 +492,10 @@ mod validation {
     fn strides_at_and_below_the_vocabulary() {
         let d = Data::new();
         let b = d.batch();
-        let draft = Batch {
-            draft_stride: V - 1,
-            ..b
+        let draft = {
+            let mut x = b;
+            x.draft_stride = V - 1;
+            x
         };
         assert_eq!(
             shape(&draft, B, 6),
@@ -472,9 +505,10 @@ mod validation {
                 vocab: V
             })
         );
-        let target = Batch {
-            target_stride: V - 1,
-            ..b
+        let target = {
+            let mut x = b;
+            x.target_stride = V - 1;
+            x
         };
         assert_eq!(
             shape(&target, B, 6),
@@ -485,21 +519,23 @@ mod validation {
             })
         );
         // Without draft probabilities the draft stride is ignored.
-        let one_hot = Batch {
-            draft_probs: None,
-            draft_stride: 0,
-            ..b
+        let one_hot = {
+            let mut x = b;
+            x.draft_probs = None;
+            x.draft_stride = 0;
+            x
         };
         assert_eq!(shape(&one_hot, B, 6), Ok(()));
         // Wider strides: the rows are padded.
         let wide_d = [0.25f32; B * KM * (V + 1)];
         let wide_t = [0.25f32; B * (KM + 1) * (V + 2)];
-        let wide = Batch {
-            draft_probs: Some(&wide_d),
-            draft_stride: V + 1,
-            target_probs: &wide_t,
-            target_stride: V + 2,
-            ..b
+        let wide = {
+            let mut x = b;
+            x.draft_probs = Some(&wide_d);
+            x.draft_stride = V + 1;
+            x.target_probs = &wide_t;
+            x.target_stride = V + 2;
+            x
         };
         assert_eq!(shape(&wide, B, 6), Ok(()));
     }
@@ -517,9 +553,10 @@ mod validation {
         };
         assert_eq!(
             shape(
-                &Batch {
-                    draft_ids: &d.ids[..3],
-                    ..b
+                &{
+                    let mut x = b;
+                    x.draft_ids = &d.ids[..3];
+                    x
                 },
                 B,
                 6
@@ -528,9 +565,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    draft_probs: Some(&d.draft[..15]),
-                    ..b
+                &{
+                    let mut x = b;
+                    x.draft_probs = Some(&d.draft[..15]);
+                    x
                 },
                 B,
                 6
@@ -539,9 +577,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    target_probs: &d.target[..23],
-                    ..b
+                &{
+                    let mut x = b;
+                    x.target_probs = &d.target[..23];
+                    x
                 },
                 B,
                 6
@@ -550,9 +589,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    seed: &d.seed[..1],
-                    ..b
+                &{
+                    let mut x = b;
+                    x.seed = &d.seed[..1];
+                    x
                 },
                 B,
                 6
@@ -561,9 +601,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    offset: &[0, 0, 0],
-                    ..b
+                &{
+                    let mut x = b;
+                    x.offset = &[0, 0, 0];
+                    x
                 },
                 B,
                 6
@@ -572,9 +613,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    eps: Some(&[0.1]),
-                    ..b
+                &{
+                    let mut x = b;
+                    x.eps = Some(&[0.1]);
+                    x
                 },
                 B,
                 6
@@ -583,9 +625,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    delta: Some(&[0.1]),
-                    ..b
+                &{
+                    let mut x = b;
+                    x.delta = Some(&[0.1]);
+                    x
                 },
                 B,
                 6
@@ -597,9 +640,10 @@ mod validation {
         // A layout size that overflows can never match: expected is usize::MAX.
         assert_eq!(
             shape(
-                &Batch {
-                    target_stride: usize::MAX,
-                    ..b
+                &{
+                    let mut x = b;
+                    x.target_stride = usize::MAX;
+                    x
                 },
                 B,
                 6
@@ -608,9 +652,10 @@ mod validation {
         );
         assert_eq!(
             shape(
-                &Batch {
-                    draft_stride: usize::MAX,
-                    ..b
+                &{
+                    let mut x = b;
+                    x.draft_stride = usize::MAX;
+                    x
                 },
                 B,
                 6
@@ -809,9 +854,10 @@ mod validation {
             accepted: &mut a,
             tokens: &mut t,
         };
-        let one_hot = Batch {
-            draft_probs: None,
-            ..d.batch()
+        let one_hot = {
+            let mut x = d.batch();
+            x.draft_probs = None;
+            x
         };
         assert_eq!(
             validate::<KM>(Method::Greedy, strict, &one_hot, &out),
@@ -1184,8 +1230,9 @@ mod reference_known_answers {
     use specula_core::exponential::exponential;
     use specula_core::philox::{race_words, race_words_lo};
     use specula_core::verify::{
-        Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, RaceRng, Reference, RowOps,
-        SENTINEL, ScalarOps, Verifier, argmax, race, race_key, race_residual, verify_batch,
+        Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RaceRng,
+        Reference, RowOps, SENTINEL, ScalarOps, Streams, Verifier, argmax, race, race_key,
+        race_residual, verify_batch,
     };
 
     const RNG: RaceRng = RaceRng {
@@ -1364,13 +1411,19 @@ mod reference_known_answers {
 
         fn batch(&self) -> Batch<'_> {
             let mut b = Batch::dense(
-                self.vocab,
-                self.k_max,
-                &self.k,
-                &self.ids,
+                Dims {
+                    vocab: self.vocab,
+                    k_max: self.k_max,
+                },
+                Drafts {
+                    k: &self.k,
+                    ids: &self.ids,
+                },
                 &self.target,
-                &self.seed,
-                &self.offset,
+                Streams {
+                    seed: &self.seed,
+                    offset: &self.offset,
+                },
             );
             if self.with_draft {
                 b = b.with_draft_probs(&self.draft);
@@ -1452,7 +1505,18 @@ mod reference_known_answers {
             0.1, 0.2, 0.3, 0.4, // row 1: argmax 3 (rejects 1)
             0.0, 0.0, 0.0, 1.0, // row 2: bonus row
         ];
-        let batch = Batch::dense(4, 2, &[2], &[2, 1], &target, &[42], &[0]);
+        let batch = Batch::dense(
+            Dims { vocab: 4, k_max: 2 },
+            Drafts {
+                k: &[2],
+                ids: &[2, 1],
+            },
+            &target,
+            Streams {
+                seed: &[42],
+                offset: &[0],
+            },
+        );
         assert_eq!(batch.requests(), 1);
         let (mut accepted, mut tokens) = ([9u32; 1], [9u32; 3]);
         let mut counters = Counters::<2>::ZERO;
@@ -1478,7 +1542,18 @@ mod reference_known_answers {
             (1, 1, 2)
         );
         // All accepted: the bonus token is row k's argmax.
-        let batch = Batch::dense(4, 2, &[2], &[2, 3], &target, &[42], &[0]);
+        let batch = Batch::dense(
+            Dims { vocab: 4, k_max: 2 },
+            Drafts {
+                k: &[2],
+                ids: &[2, 3],
+            },
+            &target,
+            Streams {
+                seed: &[42],
+                offset: &[0],
+            },
+        );
         let mut out = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,
@@ -1519,7 +1594,15 @@ mod reference_known_answers {
         // Uniform row over 4: H = ln 4, δ·e^(−H) = 0.3/4 = 0.075 < ε = 0.09: threshold 0.075.
         let target = [0.25f32; 8];
         let run = |eps: &[f32], delta: &[f32]| {
-            let b = Batch::dense(4, 1, &[1], &[0], &target, &[1], &[0]);
+            let b = Batch::dense(
+                Dims { vocab: 4, k_max: 1 },
+                Drafts { k: &[1], ids: &[0] },
+                &target,
+                Streams {
+                    seed: &[1],
+                    offset: &[0],
+                },
+            );
             let b = if eps.is_empty() {
                 b
             } else {
@@ -1544,7 +1627,15 @@ mod reference_known_answers {
     #[test]
     fn reference_verifier_counts_what_it_verifies() {
         let target = [0.5f32, 0.5, 0.5, 0.5];
-        let batch = Batch::dense(2, 1, &[1], &[0], &target, &[3], &[4]);
+        let batch = Batch::dense(
+            Dims { vocab: 2, k_max: 1 },
+            Drafts { k: &[1], ids: &[0] },
+            &target,
+            Streams {
+                seed: &[3],
+                offset: &[4],
+            },
+        );
         let mut v = Reference::<2>::new();
         assert_eq!(v.totals(), Ok(Counters::ZERO));
         let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
@@ -1575,7 +1666,7 @@ mod kernel_contract {
         FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
         method_code, shape_words, stats_words,
     };
-    use specula_core::verify::{Batch, Method};
+    use specula_core::verify::{Batch, Dims, Drafts, Method, Streams};
 
     #[test]
     fn method_codes_and_shape_words() {
@@ -1598,10 +1689,22 @@ mod kernel_contract {
     fn batch_shapes_and_their_limits() {
         let target = [0.0f32; 3 * 2 * 6];
         let draft = [0.0f32; 3 * 5];
-        let b = Batch::dense(5, 1, &[1, 1, 1], &[0, 0, 0], &target, &[0; 3], &[0; 3]);
-        let b = Batch {
-            target_stride: 6,
-            ..b
+        let b = Batch::dense(
+            Dims { vocab: 5, k_max: 1 },
+            Drafts {
+                k: &[1, 1, 1],
+                ids: &[0, 0, 0],
+            },
+            &target,
+            Streams {
+                seed: &[0; 3],
+                offset: &[0; 3],
+            },
+        );
+        let b = {
+            let mut x = b;
+            x.target_stride = 6;
+            x
         };
         assert_eq!(
             batch_shape::<4>(Method::Typical, &b),
@@ -1624,23 +1727,34 @@ mod kernel_contract {
                 Err(ShapeTooLarge)
             );
             for wide in [
-                Batch { vocab: big, ..b },
-                Batch { k_max: big, ..b },
-                Batch {
-                    target_stride: big,
-                    ..b
+                {
+                    let mut x = b;
+                    x.vocab = big;
+                    x
                 },
-                Batch {
-                    draft_stride: big,
-                    ..with
+                {
+                    let mut x = b;
+                    x.k_max = big;
+                    x
+                },
+                {
+                    let mut x = b;
+                    x.target_stride = big;
+                    x
+                },
+                {
+                    let mut x = with;
+                    x.draft_stride = big;
+                    x
                 },
             ] {
                 assert_eq!(batch_shape::<4>(Method::Greedy, &wide), Err(ShapeTooLarge));
             }
             // A draft stride is not part of the shape without draft probabilities.
-            let ignored = Batch {
-                draft_stride: big,
-                ..b
+            let ignored = {
+                let mut x = b;
+                x.draft_stride = big;
+                x
             };
             assert!(batch_shape::<4>(Method::Greedy, &ignored).is_ok());
         }

@@ -6,7 +6,7 @@
 
 use specula::cpu::CpuVerifier;
 use specula::metrics_bridge::MetricsBridge;
-use specula::specula_core::verify::{Batch, Check, Method, Outputs};
+use specula::specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
 use specula::specula_core::{Counters, Report};
 use specula::{Driver, StdClock, wire};
 use std::time::Duration;
@@ -54,7 +54,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 best as u32
             };
         }
-        let b = Batch::dense(vocab, k, &ks, &draft_ids, &target, &seeds, &offsets);
+        let b = Batch::dense(
+            Dims {
+                vocab,
+                k_max: k,
+            },
+            Drafts {
+                k: &ks,
+                ids: &draft_ids,
+            },
+            &target,
+            Streams {
+                seed: &seeds,
+                offset: &offsets,
+            },
+        );
         let mut out = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,

@@ -11,7 +11,7 @@
 
 use specula::StdClock;
 use specula::backend::{Backend, BackendSpec};
-use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
+use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier};
 use specula_core::{Clock, Collector, Cursor, ErrorKind, Report, SeqSlot, Snapshot};
 
 const K: usize = 4;
@@ -55,7 +55,18 @@ fn run(name: &str) -> Result<(), (i32, String)> {
     let target: Vec<f32> = (0..2)
         .flat_map(|_| rows.iter().flatten().copied())
         .collect();
-    let batch = Batch::dense(v, 2, &[2, 1], &[2, 4, 5, 0], &target, &[1, 2], &[0, 0]);
+    let batch = Batch::dense(
+        Dims { vocab: v, k_max: 2 },
+        Drafts {
+            k: &[2, 1],
+            ids: &[2, 4, 5, 0],
+        },
+        &target,
+        Streams {
+            seed: &[1, 2],
+            offset: &[0, 0],
+        },
+    );
     let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 6]);
     let mut out = Outputs {
         accepted: &mut accepted,

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use specula::backend::{Backend, BackendSpec};
-//! use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
+//! use specula_core::verify::{Batch, Drafts, Dims, Streams, Check, Method, Outputs, Verifier};
 //!
 //! // From a command line or a configuration file; fall back to the CPU when no GPU is here.
 //! let spec: BackendSpec = "cuda:0".parse()?;
@@ -21,7 +21,7 @@
 //! };
 //! let mut readback = backend.readback()?; // for the Collector
 //! let target = [0.1, 0.6, 0.3, /* bonus row */ 0.0, 0.0, 1.0];
-//! let batch = Batch::dense(3, 1, &[1], &[1], &target, &[7], &[0]);
+//! let batch = Batch::dense(Dims { vocab: 3, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
 //! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
 //! backend.verify(Method::Greedy, Check::Cheap, &batch, &mut out)?;
@@ -458,6 +458,7 @@ impl<const K: usize> Readback<K> for AnyReadback<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specula_core::verify::{Dims, Drafts, Streams};
 
     #[test]
     fn specs_parse_and_print() {
@@ -509,7 +510,18 @@ mod tests {
             0.1f32, 0.5, 0.2, 0.2, /* position 1 */ 0.3, 0.3, 0.2, 0.2, /* bonus */ 0.25,
             0.25, 0.25, 0.25,
         ];
-        let batch = Batch::dense(4, 2, &[2], &[1, 0], &target, &[11], &[5]);
+        let batch = Batch::dense(
+            Dims { vocab: 4, k_max: 2 },
+            Drafts {
+                k: &[2],
+                ids: &[1, 0],
+            },
+            &target,
+            Streams {
+                seed: &[11],
+                offset: &[5],
+            },
+        );
         let mut results = Vec::new();
         for name in ["cpu:2", "reference"] {
             let mut b = Backend::<4>::open(&name.parse().unwrap()).unwrap();
@@ -533,7 +545,18 @@ mod tests {
         );
         // A refused batch keeps its validation error and kind.
         let mut b = Backend::<4>::open(&"cpu".parse().unwrap()).unwrap();
-        let bad = Batch::dense(4, 2, &[2], &[9, 0], &target, &[11], &[5]);
+        let bad = Batch::dense(
+            Dims { vocab: 4, k_max: 2 },
+            Drafts {
+                k: &[2],
+                ids: &[9, 0],
+            },
+            &target,
+            Streams {
+                seed: &[11],
+                offset: &[5],
+            },
+        );
         let (mut a, mut t) = ([0u32; 1], [0u32; 3]);
         let e = b
             .verify(

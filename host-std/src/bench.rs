@@ -3,7 +3,9 @@
 use crate::{Backend, CliError, MethodArg};
 use specula::demo::MAX_K;
 use specula::ngram::SplitMix64;
-use specula::specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
+use specula::specula_core::verify::{
+    Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
+};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -101,8 +103,19 @@ where
     let start = Instant::now();
     let mut iters = 0u64;
     while iters == 0 || start.elapsed() < budget {
-        let batch = Batch::dense(v, k, &ks, &draft_ids, &target_probs, &seeds, &offsets)
-            .with_draft_probs(&draft_probs);
+        let batch = Batch::dense(
+            Dims { vocab: v, k_max: k },
+            Drafts {
+                k: &ks,
+                ids: &draft_ids,
+            },
+            &target_probs,
+            Streams {
+                seed: &seeds,
+                offset: &offsets,
+            },
+        )
+        .with_draft_probs(&draft_probs);
         let mut out = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,

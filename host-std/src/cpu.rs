@@ -4,11 +4,11 @@
 //!
 //! ```
 //! use specula::cpu::CpuVerifier;
-//! use specula::specula_core::verify::{Batch, Check, Method, Outputs};
+//! use specula::specula_core::verify::{Batch, Drafts, Dims, Streams, Check, Method, Outputs};
 //!
 //! let verifier = CpuVerifier::<8>::new(2).unwrap();
 //! let target = [0.5, 0.5, 0.0, 1.0];
-//! let batch = Batch::dense(2, 1, &[1], &[1], &target, &[7], &[0]);
+//! let batch = Batch::dense(Dims { vocab: 2, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
 //! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
 //! verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out).unwrap();
@@ -35,8 +35,8 @@ use ops::SplitOps;
 
 use rayon::prelude::*;
 use specula_core::verify::{
-    Batch, Check, Method, Outputs, ScalarOps, Verifier, VerifyError, validate_request,
-    validate_shape, verify_request,
+    Batch, Check, Method, Outputs, ScalarOps, Support, Verifier, VerifyError,
+    validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,7 +115,9 @@ impl<const K: usize> CpuVerifier<K> {
 
     /// Validates `batch` (always the cheap checks, plus `check`), verifies every request with
     /// `method` into `out`, then counts the whole batch at once. On error nothing is written or
-    /// counted, and the error is the one the core reference would report.
+    /// counted, and the error is the one the core reference would report. Everything the
+    /// reference verifies is supported ([`Support::ALL`]: `k = 0`, the ragged layout, bonus
+    /// tokens); a request with `k = 0` is not counted.
     pub fn verify(
         &self,
         method: Method,
@@ -123,13 +125,13 @@ impl<const K: usize> CpuVerifier<K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), VerifyError> {
-        validate_shape::<K>(batch, out)?;
+        validate_shape_with::<K>(Support::ALL, batch, out)?;
         let n = batch.requests();
         let width = batch.k_max + 1;
         match &self.pool {
             None => {
                 for b in 0..n {
-                    validate_request(method, check, batch, b)?;
+                    validate_request_with(Support::ALL, method, check, batch, b)?;
                 }
                 for (b, (acc, row)) in out
                     .accepted
@@ -148,7 +150,7 @@ impl<const K: usize> CpuVerifier<K> {
                 // Fewer requests than threads (batch 1 is the latency case): verify them one
                 // by one on the calling thread, each row cut over the whole pool.
                 for b in 0..n {
-                    validate_request(method, check, batch, b)?;
+                    validate_request_with(Support::ALL, method, check, batch, b)?;
                 }
                 let ops = SplitOps::new(self.threads, Some(pool));
                 for (b, (acc, row)) in out
@@ -162,9 +164,9 @@ impl<const K: usize> CpuVerifier<K> {
             }
             Some(pool) => pool.install(|| {
                 // `find_map_first`: the error of the lowest failing request, as in the reference.
-                let first = (0..n)
-                    .into_par_iter()
-                    .find_map_first(|b| validate_request(method, check, batch, b).err());
+                let first = (0..n).into_par_iter().find_map_first(|b| {
+                    validate_request_with(Support::ALL, method, check, batch, b).err()
+                });
                 if let Some(e) = first {
                     return Err(e);
                 }
@@ -179,10 +181,14 @@ impl<const K: usize> CpuVerifier<K> {
             })?,
         }
         let mut local = Counters::<K>::ZERO;
-        for (&k, &acc) in batch.k.iter().zip(out.accepted.iter()) {
-            let recorded = local.record(k as usize, acc as usize);
-            // Validated: 1 ≤ k ≤ k_max ≤ K and acc ≤ k.
-            debug_assert!(recorded.is_ok());
+        for (b, &acc) in out.accepted.iter().enumerate() {
+            // A request without drafts (k = 0) is not counted, as in the reference.
+            let k = batch.draft_len(b) as usize;
+            if k > 0 {
+                let recorded = local.record(k, acc as usize);
+                // Validated: k ≤ k_max ≤ K and acc ≤ k.
+                debug_assert!(recorded.is_ok());
+            }
         }
         lock(&self.counters).add(&local);
         Ok(())
@@ -220,6 +226,10 @@ impl<const K: usize> Verifier<K> for CpuVerifier<K> {
 
     fn totals(&mut self) -> Result<Counters<K>, VerifyError> {
         Ok(CpuVerifier::totals(self))
+    }
+
+    fn support(&self) -> Support {
+        Support::ALL
     }
 }
 
@@ -271,6 +281,7 @@ impl<const K: usize> Readback<K> for CpuReadback<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specula_core::verify::{Dims, Drafts, Streams};
 
     #[test]
     fn readback_follows_the_contract() {
@@ -279,7 +290,15 @@ mod tests {
         assert_eq!(r.poll(), Poll::Ready(Err(CpuReadbackError::NotStarted)));
         r.start().unwrap();
         let target = [0.0f32, 1.0, 0.0, 1.0];
-        let batch = Batch::dense(2, 1, &[1], &[1], &target, &[1], &[0]);
+        let batch = Batch::dense(
+            Dims { vocab: 2, k_max: 1 },
+            Drafts { k: &[1], ids: &[1] },
+            &target,
+            Streams {
+                seed: &[1],
+                offset: &[0],
+            },
+        );
         let (mut a, mut t) = ([0u32; 1], [0u32; 2]);
         v.verify(
             Method::Greedy,

@@ -11,7 +11,7 @@ use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
 use crate::shutdown::{Reason, Shutdown, finish};
 use crate::wiring::{HostReadback, WireError, wire};
-use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
+use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier};
 use specula_core::{Clock, Counters, Readback};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -490,7 +490,18 @@ where
                 }
             }
         }
-        let mut batch = Batch::dense(v, k, &ks, &draft_ids, &target_probs, &seeds, &offsets);
+        let mut batch = Batch::dense(
+            Dims { vocab: v, k_max: k },
+            Drafts {
+                k: &ks,
+                ids: &draft_ids,
+            },
+            &target_probs,
+            Streams {
+                seed: &seeds,
+                offset: &offsets,
+            },
+        );
         if cfg.method == Method::Rejection {
             batch = batch.with_draft_probs(&draft_probs);
         }

@@ -13,7 +13,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use specula::cpu::CpuVerifier;
-use specula_core::verify::{Batch, Check, Method, Outputs};
+use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
 use specula_tests::conformance::{Gen, sample};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -119,8 +119,19 @@ fn bench(c: &mut Criterion) {
                 let kk = vec![k as u32; b];
                 let seed: Vec<u64> = (0..b as u64).collect();
                 let offset = vec![17u64; b];
-                let batch = Batch::dense(vocab, k, &kk, &ids, &target[..tlen], &seed, &offset)
-                    .with_draft_probs(&draft[..dlen]);
+                let batch = Batch::dense(
+                    Dims {
+                        vocab,
+                        k_max: k,
+                    },
+                    Drafts { k: &kk, ids: &ids },
+                    &target[..tlen],
+                    Streams {
+                        seed: &seed,
+                        offset: &offset,
+                    },
+                )
+                .with_draft_probs(&draft[..dlen]);
                 let mut accepted = vec![0u32; b];
                 let mut tokens = vec![0u32; b * (k + 1)];
                 let run = |acc: &mut [u32], tok: &mut [u32]| {

@@ -16,9 +16,10 @@
 
 use specula_core::Counters;
 use specula_core::verify::{
-    Batch, Check, Method, Outputs, Param, SENTINEL, Tensor, Verifier, VerifyError, validate,
-    verify_batch,
+    Batch, Check, Dims, Drafts, Method, Outputs, Param, SENTINEL, Streams, Strides, Tensor,
+    Verifier, VerifyError, validate, validate_with, verify_batch,
 };
+use specula_core::verify::{Feature, RaggedDrafts};
 
 /// The counters' maximum draft length the suite is written for.
 pub const K: usize = 8;
@@ -101,20 +102,29 @@ impl OutData {
 impl BatchData {
     /// The borrowed view.
     pub fn view(&self) -> Batch<'_> {
-        Batch {
-            vocab: self.vocab,
-            k_max: self.k_max,
-            k: &self.k,
-            draft_ids: &self.draft_ids,
-            draft_probs: self.draft_probs.as_deref(),
-            draft_stride: self.draft_stride,
-            target_probs: &self.target_probs,
-            target_stride: self.target_stride,
-            seed: &self.seed,
-            offset: &self.offset,
-            eps: self.eps.as_deref(),
-            delta: self.delta.as_deref(),
-        }
+        let mut b = Batch::dense(
+            Dims {
+                vocab: self.vocab,
+                k_max: self.k_max,
+            },
+            Drafts {
+                k: &self.k,
+                ids: &self.draft_ids,
+            },
+            &self.target_probs,
+            Streams {
+                seed: &self.seed,
+                offset: &self.offset,
+            },
+        )
+        .with_strides(Strides {
+            draft: self.draft_stride,
+            target: self.target_stride,
+        });
+        b.draft_probs = self.draft_probs.as_deref();
+        b.eps = self.eps.as_deref();
+        b.delta = self.delta.as_deref();
+        b
     }
 
     /// Number of requests.
@@ -421,7 +431,14 @@ pub fn assert_matches_reference<V: Verifier<K>>(
     d: &BatchData,
     what: &str,
 ) {
-    let want = reference(method, check, d);
+    // What the backend supports decides which error a batch gets; supported, the reference's.
+    let want = {
+        let mut o = OutData::new(d.requests(), d.k_max);
+        match validate_with::<K>(v.support(), method, check, &d.view(), &o.view()) {
+            Err(e) => Err(e),
+            Ok(()) => reference(method, check, d),
+        }
+    };
     let got = run(v, method, check, d);
     match (want, got) {
         (Ok(w), Ok(g)) => {
@@ -478,6 +495,7 @@ pub fn assert_well_formed(d: &BatchData, out: &OutData, counted: &Counters<K>) {
     let mut c = Counters::<K>::ZERO;
     for b in 0..d.requests() {
         let (k, a) = (d.k[b] as usize, out.accepted[b] as usize);
+        let count = k > 0;
         assert!(a <= k, "request {b}: accepted {a} > k {k}");
         let row = &out.tokens[b * w..(b + 1) * w];
         assert_eq!(
@@ -494,9 +512,15 @@ pub fn assert_well_formed(d: &BatchData, out: &OutData, counted: &Counters<K>) {
             row[a + 1..].iter().all(|&t| t == SENTINEL),
             "request {b}: padding {row:?}"
         );
-        c.record(k, a).unwrap();
+        // A request without drafts is not counted (as vLLM counts no draft for it).
+        if count {
+            c.record(k, a).unwrap();
+        }
     }
-    assert_eq!(*counted, c, "counts are not one record per request");
+    assert_eq!(
+        *counted, c,
+        "counts are not one record per request with drafts"
+    );
 }
 
 /// Hand-made cases with outputs known from the rules alone.
@@ -841,6 +865,7 @@ pub fn error_cases<V: Verifier<K>>(mut make: impl FnMut() -> V) {
         }
     };
     let mut v = make();
+    let empty_drafts = v.support().empty_drafts;
     // Warm the counters so "nothing counted" is checked against non-zero totals.
     run(&mut v, Method::Greedy, Check::Cheap, &good).unwrap();
     let (b, km, vocab) = (good.requests(), good.k_max, good.vocab);
@@ -871,7 +896,12 @@ pub fn error_cases<V: Verifier<K>>(mut make: impl FnMut() -> V) {
             Method::Greedy,
             Check::Cheap,
             Box::new(|d| d.k_max = 0),
-            kmax_out(0),
+            // Where k = 0 is supported, k_max = 0 is a valid shape: the draft ids are too long.
+            if empty_drafts {
+                len(Param::DraftIds, b * km, 0)
+            } else {
+                kmax_out(0)
+            },
         ),
         (
             "k_max > K",
@@ -1083,6 +1113,10 @@ pub fn error_cases<V: Verifier<K>>(mut make: impl FnMut() -> V) {
             sum: 0.0,
         },
     ));
+    if empty_drafts {
+        // Not an error there: `empty_drafts` covers it.
+        cases.retain(|c| c.0 != "k = 0");
+    }
     let before = v.totals().unwrap();
     for (what, m, check, break_it, want) in cases {
         let mut d = good.clone();
@@ -1161,6 +1195,8 @@ pub fn error_cases<V: Verifier<K>>(mut make: impl FnMut() -> V) {
 pub fn run_all<V: Verifier<K>>(mut make: impl FnMut() -> V) {
     exact_cases(&mut make);
     error_cases(&mut make);
+    empty_drafts(&mut make);
+    ragged_layout(&mut make, 0x4A6_0005, 1_000);
     one_hot_targets(&mut make, 0x0AE_0001, 300);
     batch_invariance(&mut make, 0x1A7_0002);
     matches_reference_on_random_batches(&mut make, 0x5EED_0003, 10_000);
@@ -1291,13 +1327,17 @@ pub fn fuzz_one<V: Verifier<K>>(v: &mut V, input: &FuzzInput) {
     let got = v.verify(method, check, &d.view(), &mut out.view());
     let mut ref_out = out0.clone();
     let mut ref_counts = Counters::<K>::ZERO;
-    let want = verify_batch(
-        method,
-        check,
-        &d.view(),
-        &mut ref_out.view(),
-        &mut ref_counts,
-    );
+    // The backend's support decides the error (k = 0 is refused where it is not supported).
+    let want =
+        validate_with::<K>(v.support(), method, check, &d.view(), &ref_out.view()).and_then(|()| {
+            verify_batch(
+                method,
+                check,
+                &d.view(),
+                &mut ref_out.view(),
+                &mut ref_counts,
+            )
+        });
     let after = v.totals().unwrap();
     match (want, got) {
         (Ok(()), Ok(())) => {
@@ -1314,5 +1354,418 @@ pub fn fuzz_one<V: Verifier<K>>(v: &mut V, input: &FuzzInput) {
             assert_eq!(after, before, "counted on error");
         }
         (w, g) => panic!("reference {w:?}, backend {g:?}"),
+    }
+}
+
+/// An owned batch in the ragged layout (vLLM's), from which [`RaggedData::view`] makes a
+/// [`Batch`].
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)] // the fields are those of `Batch`
+pub struct RaggedData {
+    pub vocab: usize,
+    pub cu_num_draft_tokens: Vec<u32>,
+    pub draft_ids: Vec<u32>,
+    pub draft_probs: Option<Vec<f32>>,
+    pub draft_stride: usize,
+    pub target_probs: Vec<f32>,
+    pub target_stride: usize,
+    pub seed: Vec<u64>,
+    pub offset: Vec<u64>,
+    pub eps: Option<Vec<f32>>,
+    pub delta: Option<Vec<f32>>,
+    pub bonus: Option<Vec<u32>>,
+}
+
+impl RaggedData {
+    /// The same requests as the padded `d`, packed: draft ids and rows `0..k` back to back,
+    /// target rows `0..=k` (only `0..k` with `bonus`, as vLLM's layout has no bonus rows then).
+    /// Strides are kept (padding included).
+    pub fn from_padded(d: &BatchData, bonus: Option<&[u32]>) -> Self {
+        let mut r = Self {
+            vocab: d.vocab,
+            cu_num_draft_tokens: vec![],
+            draft_ids: vec![],
+            draft_probs: d.draft_probs.as_ref().map(|_| vec![]),
+            draft_stride: d.draft_stride,
+            target_probs: vec![],
+            target_stride: d.target_stride,
+            seed: d.seed.clone(),
+            offset: d.offset.clone(),
+            eps: d.eps.clone(),
+            delta: d.delta.clone(),
+            bonus: bonus.map(<[u32]>::to_vec),
+        };
+        let (km, ds, ts) = (d.k_max, d.draft_stride, d.target_stride);
+        let mut cu = 0u32;
+        for b in 0..d.requests() {
+            let k = d.k[b] as usize;
+            cu += d.k[b];
+            r.cu_num_draft_tokens.push(cu);
+            r.draft_ids
+                .extend_from_slice(&d.draft_ids[b * km..b * km + k]);
+            if let (Some(out), Some(src)) = (&mut r.draft_probs, &d.draft_probs) {
+                out.extend_from_slice(&src[b * km * ds..(b * km + k) * ds]);
+            }
+            let rows = if bonus.is_some() { k } else { k + 1 };
+            let t0 = b * (km + 1) * ts;
+            r.target_probs
+                .extend_from_slice(&d.target_probs[t0..t0 + rows * ts]);
+        }
+        r
+    }
+
+    /// The borrowed view.
+    pub fn view(&self) -> Batch<'_> {
+        let mut b = Batch::ragged(
+            self.vocab,
+            RaggedDrafts {
+                cu_num_draft_tokens: &self.cu_num_draft_tokens,
+                ids: &self.draft_ids,
+            },
+            &self.target_probs,
+            Streams {
+                seed: &self.seed,
+                offset: &self.offset,
+            },
+        )
+        .with_strides(Strides {
+            draft: self.draft_stride,
+            target: self.target_stride,
+        });
+        b.draft_probs = self.draft_probs.as_deref();
+        b.eps = self.eps.as_deref();
+        b.delta = self.delta.as_deref();
+        b.bonus = self.bonus.as_deref();
+        b
+    }
+}
+
+/// Runs the reference and `v` on the same view; asserts the same outputs (or the same error,
+/// the reference's checked against `v`'s [`Verifier::support`]) and the same counts. Returns
+/// the outputs and counts on success.
+pub fn assert_view_matches_reference<V: Verifier<K>>(
+    v: &mut V,
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    what: &str,
+) -> Option<(OutData, Counters<K>)> {
+    let (b, km) = (batch.requests(), batch.k_max);
+    let mut want = OutData::new(b, km);
+    let mut wc = Counters::<K>::ZERO;
+    let w = validate_with::<K>(v.support(), method, check, batch, &want.view())
+        .and_then(|()| verify_batch(method, check, batch, &mut want.view(), &mut wc));
+    let before = v.totals().unwrap();
+    let mut got = OutData::new(b, km);
+    let g = v.verify(method, check, batch, &mut got.view());
+    let gc = v.totals().unwrap().delta_since(&before);
+    match (w, g) {
+        (Ok(()), Ok(())) => {
+            assert_eq!(
+                got, want,
+                "{what} ({method:?}): outputs differ from the reference"
+            );
+            assert_eq!(
+                gc, wc,
+                "{what} ({method:?}): counts differ from the reference"
+            );
+            Some((got, gc))
+        }
+        (Err(w), Err(g)) => {
+            assert_eq!(g, V::Error::from(w), "{what}: error differs");
+            assert_eq!(got, OutData::new(b, km), "{what}: outputs written on error");
+            assert!(gc.is_zero(), "{what}: counted on error");
+            None
+        }
+        (w, g) => panic!("{what}: reference gave {w:?}, backend gave {g:?}"),
+    }
+}
+
+/// The outputs of a padded batch narrowed to `k_max + 1 = width` slots per request (the slots
+/// dropped must be sentinels): what the same requests give in a narrower layout.
+pub fn narrow(out: &OutData, width: usize) -> OutData {
+    let from = out.tokens.len() / out.accepted.len().max(1);
+    let mut tokens = vec![];
+    for row in out.tokens.chunks(from.max(1)) {
+        assert!(
+            row[width..].iter().all(|&t| t == SENTINEL),
+            "a dropped slot is not a sentinel: {row:?}"
+        );
+        tokens.extend_from_slice(&row[..width]);
+    }
+    OutData {
+        accepted: out.accepted.clone(),
+        tokens,
+    }
+}
+
+/// `k = 0` (only the bonus is emitted, nothing counted) and `k_max = 0` where the backend
+/// supports them ([`Support::empty_drafts`](specula_core::verify::Support)): exact cases and
+/// random batches against the reference. Elsewhere: the typed errors, nothing counted.
+pub fn empty_drafts<V: Verifier<K>>(mut make: impl FnMut() -> V) {
+    let mut v = make();
+    let one = |i: usize| {
+        let mut r = [0.0f32; 4];
+        r[i] = 1.0;
+        r
+    };
+    // V = 4, k_max = 2: request 0 has no draft (its row 0 is one-hot at 3), request 1 drafts
+    // [1], accepted by the one-hot row 0 at 1, then the bonus row one-hot at 2.
+    let rows = [one(3), one(0), one(0), one(1), one(2), one(0)];
+    let d = BatchData {
+        vocab: 4,
+        k_max: 2,
+        k: vec![0, 1],
+        draft_ids: vec![7, 7, 1, 7],
+        draft_probs: None,
+        draft_stride: 4,
+        target_probs: rows.iter().flatten().copied().collect(),
+        target_stride: 4,
+        seed: vec![5, 6],
+        offset: vec![0, 1],
+        eps: None,
+        delta: None,
+    };
+    let s = SENTINEL;
+    let mut only_bonus = d.clone();
+    only_bonus.k_max = 0;
+    only_bonus.k = vec![0, 0];
+    only_bonus.draft_ids = vec![];
+    only_bonus.target_probs = [one(0), one(2)].iter().flatten().copied().collect();
+    if !v.support().empty_drafts {
+        let before = v.totals().unwrap();
+        for m in METHODS {
+            let mut out = OutData::new(2, 2);
+            let e = v.verify(m, Check::STRICT, &d.view(), &mut out.view());
+            let want = VerifyError::DraftLength {
+                request: 0,
+                k: 0,
+                k_max: 2,
+            };
+            assert_eq!(e, Err(V::Error::from(want)), "k = 0 ({m:?})");
+            assert_eq!(out, OutData::new(2, 2), "k = 0: outputs written");
+            let mut out = OutData::new(2, 0);
+            let e = v.verify(m, Check::STRICT, &only_bonus.view(), &mut out.view());
+            let want = VerifyError::KMaxOutOfRange { k_max: 0, max: K };
+            assert_eq!(e, Err(V::Error::from(want)), "k_max = 0 ({m:?})");
+        }
+        assert_eq!(
+            v.totals().unwrap(),
+            before,
+            "k = 0 refused: nothing counted"
+        );
+        return;
+    }
+    for m in METHODS {
+        let (out, c) = run(&mut v, m, Check::STRICT, &d).unwrap();
+        assert_eq!(out.accepted, [0, 1], "{m:?}");
+        assert_eq!(out.tokens, [3, s, s, 1, 2, s], "{m:?}");
+        // Only request 1 is counted: one draft of one token, accepted.
+        let mut want = Counters::<K>::ZERO;
+        want.record(1, 1).unwrap();
+        assert_eq!(c, want, "{m:?}: k = 0 must not be counted");
+        let (out, c) = run(&mut v, m, Check::STRICT, &only_bonus).unwrap();
+        assert_eq!(
+            (out.accepted, out.tokens),
+            (vec![0, 0], vec![0, 2]),
+            "{m:?}"
+        );
+        assert!(c.is_zero(), "{m:?}: a batch without drafts counts nothing");
+        // A caller-supplied bonus replaces the sample (and needs no valid bonus row).
+        let bonus = [1, 0];
+        let view = d.view().with_bonus(&bonus);
+        let (out, _) = assert_view_matches_reference(&mut v, m, Check::STRICT, &view, "bonus")
+            .expect("a valid batch with bonus tokens");
+        assert_eq!(out.tokens, [1, s, s, 1, 0, s], "{m:?}: bonus tokens");
+        let bad = [4, 0];
+        let view = d.view().with_bonus(&bad);
+        let mut out = OutData::new(2, 2);
+        let e = v.verify(m, Check::Cheap, &view, &mut out.view());
+        let want = VerifyError::TokenOutOfRange {
+            request: 0,
+            position: 0,
+            token: 4,
+            vocab: 4,
+        };
+        assert_eq!(e, Err(V::Error::from(want)), "bonus ≥ V");
+    }
+    // Random batches with some k = 0, bit for bit against the reference.
+    let mut g = Gen(0x0E_0000_0004);
+    for i in 0..300 {
+        let (mut d, clean) = random_batch(&mut g, RandomSpec::default());
+        for k in &mut d.k {
+            if g.chance(1, 3) {
+                *k = 0;
+            }
+        }
+        let check = if clean { Check::STRICT } else { Check::Cheap };
+        let m = METHODS[i % 3];
+        let (out, c) = assert_view_matches_reference(&mut v, m, check, &d.view(), "k = 0 random")
+            .expect("a valid batch");
+        assert_well_formed(&d, &out, &c);
+    }
+}
+
+/// The ragged layout ([`Batch::ragged`]) gives the same bits and counts as the padded layout
+/// for the same requests (with and without caller-supplied bonus tokens, `k = 0` included),
+/// and the reference's errors; where the backend does not support it, the typed error.
+pub fn ragged_layout<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
+    let mut v = make();
+    let mut g = Gen(seed);
+    let support = v.support();
+    if !support.ragged {
+        let (d, _) = random_batch(&mut g, RandomSpec::default());
+        let r = RaggedData::from_padded(&d, None);
+        let mut out = OutData::new(d.requests(), r.view().k_max);
+        let e = v.verify(Method::Greedy, Check::Cheap, &r.view(), &mut out.view());
+        let want = VerifyError::Unsupported {
+            feature: Feature::Ragged,
+        };
+        assert_eq!(e, Err(V::Error::from(want)), "ragged");
+        if !support.bonus {
+            let bonus = vec![0; d.requests()];
+            let mut out = OutData::new(d.requests(), d.k_max);
+            let view = d.view().with_bonus(&bonus);
+            let e = v.verify(Method::Greedy, Check::Cheap, &view, &mut out.view());
+            let want = VerifyError::Unsupported {
+                feature: Feature::Bonus,
+            };
+            assert_eq!(e, Err(V::Error::from(want)), "bonus");
+        }
+        return;
+    }
+    for i in 0..batches {
+        let (mut d, clean) = random_batch(&mut g, RandomSpec::default());
+        if support.empty_drafts {
+            for k in &mut d.k {
+                if g.chance(1, 4) {
+                    *k = 0;
+                }
+            }
+        }
+        let bonus: Option<Vec<u32>> = g
+            .chance(1, 3)
+            .then(|| (0..d.requests()).map(|_| g.below(d.vocab) as u32).collect());
+        let check = if clean { Check::STRICT } else { Check::Cheap };
+        let m = METHODS[i % 3];
+        let padded = match &bonus {
+            Some(x) => d.view().with_bonus(x),
+            None => d.view(),
+        };
+        let r = RaggedData::from_padded(&d, bonus.as_deref());
+        let what = format!("batch {i}");
+        let p = assert_view_matches_reference(&mut v, m, check, &padded, &what);
+        let q = assert_view_matches_reference(&mut v, m, check, &r.view(), &what);
+        let ((po, pc), (qo, qc)) = (p.expect("valid padded"), q.expect("valid ragged"));
+        assert_eq!(
+            narrow(&po, r.view().k_max + 1),
+            qo,
+            "{what}: ragged ≠ padded"
+        );
+        assert_eq!(pc, qc, "{what}: counts differ between the layouts");
+    }
+    // A decreasing cumulative count is refused, nothing counted.
+    let (d, _) = random_batch(&mut g, RandomSpec::default());
+    let mut r = RaggedData::from_padded(&d, None);
+    r.cu_num_draft_tokens
+        .insert(0, r.cu_num_draft_tokens[0] + 1);
+    r.seed.insert(0, 0);
+    r.offset.insert(0, 0);
+    let before = v.totals().unwrap();
+    let mut out = OutData::new(r.seed.len(), r.view().k_max);
+    let e = v.verify(Method::Greedy, Check::Cheap, &r.view(), &mut out.view());
+    let want = VerifyError::CumulativeDecreases { request: 1 };
+    assert_eq!(
+        e,
+        Err(V::Error::from(want)),
+        "decreasing cu_num_draft_tokens"
+    );
+    assert_eq!(v.totals().unwrap(), before, "nothing counted");
+}
+
+/// A clean batch of `b` requests at exactly vocabulary `vocab` with `k_max` slots, draft
+/// lengths in `0..=k_max` (`1..=k_max` unless `empty_drafts`), draft probabilities and
+/// typical-acceptance parameters: real vocabulary sizes for the layout comparisons.
+pub fn sized_batch(
+    g: &mut Gen,
+    b: usize,
+    vocab: usize,
+    k_max: usize,
+    empty_drafts: bool,
+) -> BatchData {
+    let lo = usize::from(!empty_drafts);
+    let mut d = BatchData {
+        vocab,
+        k_max,
+        k: (0..b)
+            .map(|_| (lo + g.below(k_max + 1 - lo)) as u32)
+            .collect(),
+        draft_ids: vec![0; b * k_max],
+        draft_probs: Some(vec![0.0; b * k_max * vocab]),
+        draft_stride: vocab,
+        target_probs: vec![0.0; b * (k_max + 1) * vocab],
+        target_stride: vocab,
+        seed: (0..b).map(|_| g.next_u64()).collect(),
+        offset: (0..b).map(|_| g.next_u64() >> g.below(64)).collect(),
+        eps: Some((0..b).map(|_| g.unit() * 0.3).collect()),
+        delta: Some((0..b).map(|_| g.unit()).collect()),
+    };
+    for r in 0..b {
+        for j in 0..=k_max {
+            let t0 = (r * (k_max + 1) + j) * vocab;
+            let sh = shape(g);
+            random_row(g, &mut d.target_probs[t0..t0 + vocab], sh);
+            if j < k_max {
+                let d0 = (r * k_max + j) * vocab;
+                let dp = d.draft_probs.as_mut().expect("draft probabilities");
+                // Half the drafts near the target (acceptance likely), half elsewhere.
+                if g.chance(1, 2) {
+                    dp[d0..d0 + vocab].copy_from_slice(&d.target_probs[t0..t0 + vocab]);
+                } else {
+                    let sh = shape(g);
+                    random_row(g, &mut dp[d0..d0 + vocab], sh);
+                }
+                d.draft_ids[r * k_max + j] = sample(g, &dp[d0..d0 + vocab]);
+            }
+        }
+    }
+    d
+}
+
+/// Ragged against padded, bit for bit, at vocabulary `vocab` (32k and more: real sizes), each
+/// method, with and without caller-supplied bonus tokens, `k = 0` included; both against the
+/// reference. Only for a backend that supports the ragged layout and `k = 0`.
+pub fn ragged_matches_padded_at<V: Verifier<K>>(
+    v: &mut V,
+    seed: u64,
+    vocab: usize,
+    batches: usize,
+) {
+    let mut g = Gen(seed);
+    for i in 0..batches {
+        let d = sized_batch(&mut g, 4, vocab, 3, true);
+        let bonus: Vec<u32> = (0..4).map(|_| g.below(vocab) as u32).collect();
+        for m in METHODS {
+            for with_bonus in [false, true] {
+                let padded = if with_bonus {
+                    d.view().with_bonus(&bonus)
+                } else {
+                    d.view()
+                };
+                let r = RaggedData::from_padded(&d, with_bonus.then_some(&bonus[..]));
+                let what = format!("V = {vocab}, batch {i}, bonus {with_bonus}");
+                let (po, pc) = assert_view_matches_reference(v, m, Check::STRICT, &padded, &what)
+                    .expect("valid padded batch");
+                let (qo, qc) = assert_view_matches_reference(v, m, Check::STRICT, &r.view(), &what)
+                    .expect("valid ragged batch");
+                assert_eq!(
+                    narrow(&po, r.view().k_max + 1),
+                    qo,
+                    "{what}: ragged ≠ padded"
+                );
+                assert_eq!(pc, qc, "{what}: counts differ");
+                assert_well_formed(&d, &po, &pc);
+            }
+        }
     }
 }

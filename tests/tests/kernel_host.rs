@@ -3,7 +3,9 @@
 
 use specula_core::Counters;
 use specula_core::kernels::{self, ERR_DRAFT_LEN, ERR_SHAPE, ERR_TOKEN};
-use specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier, VerifyError};
+use specula_core::verify::{
+    Batch, Check, Dims, Drafts, Method, Outputs, Reference, Streams, Strides, Verifier, VerifyError,
+};
 use specula_tests::conformance::Gen;
 use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode};
 
@@ -120,20 +122,29 @@ fn gen_batch(g: &mut Gen) -> Owned {
 
 impl Owned {
     fn batch(&self) -> Batch<'_> {
-        Batch {
-            vocab: self.vocab,
-            k_max: self.k_max,
-            k: &self.k,
-            draft_ids: &self.ids,
-            draft_probs: self.draft.as_deref(),
-            draft_stride: self.dstride,
-            target_probs: &self.target,
-            target_stride: self.tstride,
-            seed: &self.seed,
-            offset: &self.offset,
-            eps: self.eps.as_deref(),
-            delta: self.delta.as_deref(),
-        }
+        let mut b = Batch::dense(
+            Dims {
+                vocab: self.vocab,
+                k_max: self.k_max,
+            },
+            Drafts {
+                k: &self.k,
+                ids: &self.ids,
+            },
+            &self.target,
+            Streams {
+                seed: &self.seed,
+                offset: &self.offset,
+            },
+        )
+        .with_strides(Strides {
+            draft: self.dstride,
+            target: self.tstride,
+        });
+        b.draft_probs = self.draft.as_deref();
+        b.eps = self.eps.as_deref();
+        b.delta = self.delta.as_deref();
+        b
     }
 }
 

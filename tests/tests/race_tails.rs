@@ -14,7 +14,9 @@
 //! per side (flat rows and the V = 32k checks), with fixed seeds.
 
 use specula::cpu::CpuVerifier;
-use specula_core::verify::{Batch, Check, Method, Outputs, Reference, Verifier};
+use specula_core::verify::{
+    Batch, Check, Dims, Drafts, Method, Outputs, Reference, Streams, Verifier,
+};
 use specula_tests::conformance::{Gen, sample};
 use specula_tests::kernel_host::{KernelHost, Mode};
 
@@ -110,7 +112,18 @@ fn run<V: Verifier<K>>(
     while out.len() < draws {
         offsets.fill(call);
         call += 1;
-        let batch = Batch::dense(vocab, 1, &k, &ids, &target, &seeds, &offsets);
+        let batch = Batch::dense(
+            Dims {
+                vocab,
+                k_max: 1,
+            },
+            Drafts { k: &k, ids: &ids },
+            &target,
+            Streams {
+                seed: &seeds,
+                offset: &offsets,
+            },
+        );
         let mut o = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,
@@ -352,8 +365,19 @@ fn rejection_at_32k_is_lossless_and_accepts_at_the_overlap() {
         for id in ids.iter_mut() {
             *id = sample(&mut g, &d);
         }
-        let batch =
-            Batch::dense(VOCAB, 1, &k, &ids, &target, &seeds, &offsets).with_draft_probs(&draft);
+        let batch = Batch::dense(
+            Dims {
+                vocab: VOCAB,
+                k_max: 1,
+            },
+            Drafts { k: &k, ids: &ids },
+            &target,
+            Streams {
+                seed: &seeds,
+                offset: &offsets,
+            },
+        )
+        .with_draft_probs(&draft);
         let mut o = Outputs {
             accepted: &mut accepted,
             tokens: &mut tokens,

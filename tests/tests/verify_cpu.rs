@@ -111,3 +111,11 @@ proptest! {
         conformance::fuzz_one(&mut v, &input);
     }
 }
+
+/// Ragged and padded layouts give the reference's bits at real vocabulary sizes, on one thread
+/// and on a pool (the row-splitting path included).
+#[test]
+fn ragged_matches_padded_at_32k() {
+    conformance::ragged_matches_padded_at(&mut one(), 0x32_001, 32_000, 2);
+    conformance::ragged_matches_padded_at(&mut many(), 0x32_002, 32_768, 2);
+}

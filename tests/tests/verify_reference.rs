@@ -113,3 +113,19 @@ proptest! {
         conformance::fuzz_one(&mut v, &input);
     }
 }
+
+#[test]
+fn empty_drafts() {
+    conformance::empty_drafts(Reference::<K>::new);
+}
+
+#[test]
+fn ragged_layout() {
+    conformance::ragged_layout(Reference::<K>::new, 0x4A6_0005, 500);
+}
+
+/// Ragged and padded layouts give the same bits at a real vocabulary size (32 000).
+#[test]
+fn ragged_matches_padded_at_32k() {
+    conformance::ragged_matches_padded_at(&mut Reference::<K>::new(), 0x32_000, 32_000, 2);
+}

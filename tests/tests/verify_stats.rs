@@ -13,7 +13,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use specula_core::Counters;
-use specula_core::verify::{Batch, Check, Method, Outputs, verify_batch};
+use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams, verify_batch};
 use specula_tests::conformance::{Gen, sample};
 
 const V: usize = 6;
@@ -81,7 +81,18 @@ fn draw(seed: u64, with_probs: bool, fixed: [u32; KD]) -> Tally {
                 fixed[i % KD]
             };
         }
-        let mut view = Batch::dense(V, KD, &k, &ids, &target, &seeds, &offsets);
+        let mut view = Batch::dense(
+            Dims {
+                vocab: V,
+                k_max: KD,
+            },
+            Drafts { k: &k, ids: &ids },
+            &target,
+            Streams {
+                seed: &seeds,
+                offset: &offsets,
+            },
+        );
         if with_probs {
             view = view.with_draft_probs(&draft);
         }

@@ -10,6 +10,17 @@ pub enum Tensor {
     Target,
 }
 
+/// An input a backend may not support (see [`Support`](super::Support)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Feature {
+    /// The ragged layout (`cu_num_draft_tokens`).
+    Ragged,
+    /// Caller-supplied bonus tokens.
+    Bonus,
+}
+
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
 /// [`Outputs`](super::Outputs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,6 +41,10 @@ pub enum Param {
     Eps,
     /// `delta` (typical acceptance).
     Delta,
+    /// `cu_num_draft_tokens` (ragged layout).
+    CuNumDraftTokens,
+    /// `bonus` (caller-supplied bonus tokens).
+    Bonus,
     /// `Outputs::accepted`.
     Accepted,
     /// `Outputs::tokens`.
@@ -49,7 +64,8 @@ pub enum Param {
 pub enum VerifyError {
     /// The batch has no request (`k` is empty).
     EmptyBatch,
-    /// `k_max` is 0 or above the counters' maximum `K` (or the RNG limit).
+    /// `k_max` is above the counters' maximum `K` (or the RNG limit), or 0 where the backend
+    /// does not support `k = 0`.
     KMaxOutOfRange {
         /// The `k_max` given.
         k_max: usize,
@@ -80,7 +96,7 @@ pub enum VerifyError {
         /// The length the layout needs.
         expected: usize,
     },
-    /// `k[request]` is 0 or above `k_max`.
+    /// `k[request]` is above `k_max`, or 0 where the backend does not support `k = 0`.
     DraftLength {
         /// The request (batch slot).
         request: usize,
@@ -89,7 +105,8 @@ pub enum VerifyError {
         /// The batch's `k_max`.
         k_max: usize,
     },
-    /// A draft token id is not below the vocabulary size.
+    /// A draft token id (or, at position `k`, a caller-supplied bonus token) is not below the
+    /// vocabulary size.
     TokenOutOfRange {
         /// The request.
         request: usize,
@@ -106,6 +123,23 @@ pub enum VerifyError {
         request: usize,
         /// [`Param::Eps`] or [`Param::Delta`].
         param: Param,
+    },
+    /// The backend does not support this input (see [`Support`](super::Support)).
+    Unsupported {
+        /// What it does not support.
+        feature: Feature,
+    },
+    /// Ragged layout: `cu_num_draft_tokens` decreases at this request.
+    CumulativeDecreases {
+        /// The request whose cumulative count is below its predecessor's.
+        request: usize,
+    },
+    /// [`to_vllm_tokens`](super::to_vllm_tokens): a token does not fit vLLM's `i32`.
+    VllmTokenRange {
+        /// Its index in the tokens.
+        index: usize,
+        /// The token.
+        token: u32,
     },
     /// (Strict check) a probability is NaN, infinite or negative.
     BadProbability {
@@ -167,6 +201,16 @@ impl core::fmt::Display for VerifyError {
                 f,
                 "request {request}, position {position}: token {token} is not below vocabulary size {vocab}"
             ),
+            Self::Unsupported { feature } => {
+                write!(f, "this backend does not support {feature:?} input")
+            }
+            Self::CumulativeDecreases { request } => write!(
+                f,
+                "request {request}: cu_num_draft_tokens is below the previous request's"
+            ),
+            Self::VllmTokenRange { index, token } => {
+                write!(f, "token {token} at {index} does not fit an i32")
+            }
             Self::BadParam { request, param } => {
                 write!(
                     f,

@@ -167,8 +167,8 @@ pub fn verify_request<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
-    let k = batch.k[b] as usize;
-    let ids = &batch.draft_ids[b * batch.k_max..][..k];
+    let ids = batch.draft_ids_of(b);
+    let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
     let rng = |j: usize| RaceRng {
         seed,
@@ -221,8 +221,10 @@ pub fn verify_request<O: RowOps + ?Sized>(
     }
     let last = match emitted {
         Some(t) => t,
+        // All k accepted (or k = 0): the caller's bonus token, if given.
+        None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
         None => {
-            // All k accepted: the bonus token from target row k.
+            // All k accepted (or k = 0): the bonus token from target row k.
             let target = batch.target_row(b, k);
             match method {
                 Method::Greedy => ops.argmax(target),

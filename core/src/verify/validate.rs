@@ -1,6 +1,8 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
-use super::{Batch, Check, MAX_POSITIONS, Method, Outputs, Param, Tensor, VerifyError};
+use super::{
+    Batch, Check, Feature, MAX_POSITIONS, Method, Outputs, Param, Support, Tensor, VerifyError,
+};
 
 fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
     // An overflowing layout size can never match a real slice: report it as usize::MAX.
@@ -16,18 +18,39 @@ fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), V
     }
 }
 
-/// The batch-wide checks: sizes, strides and every slice length (inputs, then outputs).
-/// `O(1)`; afterwards every row index the verifier computes is in bounds and cannot overflow.
+/// The batch-wide checks of the padded layout with `k ≥ 1` ([`Support::PADDED`], what every
+/// backend verifies): [`validate_shape_with`].
 pub fn validate_shape<const K: usize>(
     batch: &Batch<'_>,
     out: &Outputs<'_>,
 ) -> Result<(), VerifyError> {
+    validate_shape_with::<K>(Support::PADDED, batch, out)
+}
+
+/// The batch-wide checks for a backend that supports `support`: the layout features, sizes,
+/// strides and every slice length (inputs, then outputs). `O(B)` for the ragged layout, `O(1)`
+/// otherwise; afterwards every row index the verifier computes is in bounds and cannot overflow.
+pub fn validate_shape_with<const K: usize>(
+    support: Support,
+    batch: &Batch<'_>,
+    out: &Outputs<'_>,
+) -> Result<(), VerifyError> {
+    if batch.is_ragged() && !support.ragged {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Ragged,
+        });
+    }
+    if batch.bonus.is_some() && !support.bonus {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Bonus,
+        });
+    }
     let b = batch.requests();
     if b == 0 {
         return Err(VerifyError::EmptyBatch);
     }
     let max = K.min(MAX_POSITIONS);
-    if batch.k_max == 0 || batch.k_max > max {
+    if (batch.k_max == 0 && !support.empty_drafts) || batch.k_max > max {
         return Err(VerifyError::KMaxOutOfRange {
             k_max: batch.k_max,
             max,
@@ -38,8 +61,28 @@ pub fn validate_shape<const K: usize>(
     if v == 0 || v > u32::MAX as usize {
         return Err(VerifyError::VocabOutOfRange { vocab: v });
     }
-    let draft_slots = b.checked_mul(batch.k_max);
-    let target_rows = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
+    let (draft_slots, target_rows) = match batch.cu_num_draft_tokens {
+        Some(cu) => {
+            let mut prev = 0u32;
+            for (request, &c) in cu.iter().enumerate() {
+                if c < prev {
+                    return Err(VerifyError::CumulativeDecreases { request });
+                }
+                prev = c;
+            }
+            let tokens = prev as usize;
+            let rows = if batch.bonus.is_some() {
+                Some(tokens)
+            } else {
+                tokens.checked_add(b)
+            };
+            (Some(tokens), rows)
+        }
+        None => (
+            b.checked_mul(batch.k_max),
+            batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b)),
+        ),
+    };
     expect_len(Param::DraftIds, batch.draft_ids.len(), draft_slots)?;
     if let Some(d) = batch.draft_probs {
         if batch.draft_stride < v {
@@ -69,8 +112,12 @@ pub fn validate_shape<const K: usize>(
     if let Some(d) = batch.delta {
         expect_len(Param::Delta, d.len(), Some(b))?;
     }
+    if let Some(x) = batch.bonus {
+        expect_len(Param::Bonus, x.len(), Some(b))?;
+    }
+    let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
     expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
-    expect_len(Param::Tokens, out.tokens.len(), target_rows)?;
+    expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
     Ok(())
 }
 
@@ -107,17 +154,28 @@ fn check_row(
     Ok(())
 }
 
-/// The checks of request `b` of a batch that passed [`validate_shape`]: its draft length, its
-/// token ids, its typical-acceptance parameters (for [`Method::Typical`]) and, for
-/// [`Check::Strict`], every probability it will read.
+/// [`validate_request_with`] for the padded layout with `k ≥ 1` ([`Support::PADDED`]).
 pub fn validate_request(
     method: Method,
     check: Check,
     batch: &Batch<'_>,
     b: usize,
 ) -> Result<(), VerifyError> {
-    let k = batch.k[b];
-    if k == 0 || k as usize > batch.k_max {
+    validate_request_with(Support::PADDED, method, check, batch, b)
+}
+
+/// The checks of request `b` of a batch that passed [`validate_shape_with`] (same `support`):
+/// its draft length, its token ids, its bonus token, its typical-acceptance parameters (for
+/// [`Method::Typical`]) and, for [`Check::Strict`], every probability it will read.
+pub fn validate_request_with(
+    support: Support,
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    b: usize,
+) -> Result<(), VerifyError> {
+    let k = batch.draft_len(b);
+    if (k == 0 && !support.empty_drafts) || k as usize > batch.k_max {
         return Err(VerifyError::DraftLength {
             request: b,
             k,
@@ -125,12 +183,23 @@ pub fn validate_request(
         });
     }
     let k = k as usize;
-    let ids = &batch.draft_ids[b * batch.k_max..][..k];
+    let ids = batch.draft_ids_of(b);
     for (position, &token) in ids.iter().enumerate() {
         if token as usize >= batch.vocab {
             return Err(VerifyError::TokenOutOfRange {
                 request: b,
                 position,
+                token,
+                vocab: batch.vocab,
+            });
+        }
+    }
+    if let Some(bonus) = batch.bonus {
+        let token = bonus[b];
+        if token as usize >= batch.vocab {
+            return Err(VerifyError::TokenOutOfRange {
+                request: b,
+                position: k,
                 token,
                 vocab: batch.vocab,
             });
@@ -152,7 +221,8 @@ pub fn validate_request(
         }
     }
     if let Check::Strict { sum_tolerance } = check {
-        // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding).
+        // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding;
+        // row k only when the bonus is sampled).
         if batch.draft_probs.is_some() {
             for j in 0..k {
                 if let Some(row) = batch.draft_row(b, j) {
@@ -160,24 +230,38 @@ pub fn validate_request(
                 }
             }
         }
-        for j in 0..=k {
+        let rows = if batch.bonus.is_some() { k } else { k + 1 };
+        for j in 0..rows {
             check_row(batch.target_row(b, j), sum_tolerance, b, Tensor::Target, j)?;
         }
     }
     Ok(())
 }
 
-/// Every check, in the documented order: [`validate_shape`], then [`validate_request`] for each
-/// request in batch order. `Ok` means the batch can be verified without any failure.
+/// Every check for the padded layout with `k ≥ 1` ([`Support::PADDED`], what every backend,
+/// the GPU kernels included, verifies): [`validate_with`].
 pub fn validate<const K: usize>(
     method: Method,
     check: Check,
     batch: &Batch<'_>,
     out: &Outputs<'_>,
 ) -> Result<(), VerifyError> {
-    validate_shape::<K>(batch, out)?;
+    validate_with::<K>(Support::PADDED, method, check, batch, out)
+}
+
+/// Every check for a backend that supports `support`, in the documented order:
+/// [`validate_shape_with`], then [`validate_request_with`] for each request in batch order.
+/// `Ok` means the batch can be verified without any failure.
+pub fn validate_with<const K: usize>(
+    support: Support,
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    out: &Outputs<'_>,
+) -> Result<(), VerifyError> {
+    validate_shape_with::<K>(support, batch, out)?;
     for b in 0..batch.requests() {
-        validate_request(method, check, batch, b)?;
+        validate_request_with(support, method, check, batch, b)?;
     }
     Ok(())
 }
