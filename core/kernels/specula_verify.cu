@@ -43,6 +43,13 @@
 #endif
 #define SPECULA_WARP_SIZE ((unsigned int)warpSize)
 
+// Marks the start of a rarely taken region inside a hot loop. Empty in every real build;
+// scripts/kernel-report.py defines it (before this text) as a PTX `pmevent` so that it can tell
+// the hot path of each loop from the cold one in the SASS.
+#ifndef SP_COLD_MARK
+#define SP_COLD_MARK()
+#endif
+
 typedef unsigned int sp_u32;
 typedef int sp_i32;
 typedef unsigned long long sp_u64;
@@ -354,6 +361,7 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
             need = need || open[i];
         }
         if (!need) continue;
+        SP_COLD_MARK();
         sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
         sp_philox(c2, k0, k1);
         for (sp_u32 i = 0; i < 4u; ++i) {
