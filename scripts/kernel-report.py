@@ -41,10 +41,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # compiler-version noise), so a change that makes a pass slower fails CI. Lower them as the
 # kernel improves.
 BUDGET = {
-    "argmax": 20.0,
-    "entropy": 68.0,
-    "race": 40.0,
-    "residual": 42.0,
+    "argmax": 8.0,
+    "entropy": 46.0,
+    "race": 30.0,
+    "residual": 33.0,
 }
 TARGET_INSTR = 30.0  # the issue's target, per element, every pass
 TARGET_INFLIGHT = 32 * 1024  # bytes in flight per SM (issue 17)
@@ -179,8 +179,11 @@ def parse_sass(text):
 
 
 # ---------------------------------------------------------------- control flow
-def branch_target(op, args):
-    if op.split(".")[0] not in ("BRA", "JMP"):
+def branch_target(op, args, pred=""):
+    base = op.split(".")[0]
+    # sm_80 leaves a divergent loop with a predicated CALL.REL.NOINC past its back branch: a
+    # conditional jump. An unpredicated CALL is a real subroutine call (a slow path).
+    if base not in ("BRA", "JMP") and not (base == "CALL" and pred not in ("", "@PT")):
         return None
     m = re.findall(r"0x([0-9a-f]+)", args)
     return int(m[-1], 16) if m else None
@@ -190,11 +193,11 @@ def blocks_of(insns):
     """Basic blocks: list of dicts {start, insns, succ}."""
     leaders = {insns[0][0]}
     for i, (a, pred, op, args) in enumerate(insns):
-        t = branch_target(op, args)
+        t = branch_target(op, args, pred)
         base = op.split(".")[0]
         if t is not None:
             leaders.add(t)
-        if base in ("BRA", "JMP", "EXIT", "RET", "BRX", "JMX") and i + 1 < len(insns):
+        if base in ("BRA", "JMP", "EXIT", "RET", "BRX", "JMX", "CALL") and i + 1 < len(insns):
             leaders.add(insns[i + 1][0])
     order = sorted(leaders)
     index = {a: i for i, (a, *_rest) in enumerate(insns)}
@@ -209,7 +212,7 @@ def blocks_of(insns):
     for n, b in enumerate(blocks):
         a, pred, op, args = b["insns"][-1]
         base = op.split(".")[0]
-        t = branch_target(op, args)
+        t = branch_target(op, args, pred)
         uncond = pred in ("", "@PT")
         if t is not None and t in starts and t != a:
             b["succ"].append(t)
@@ -259,8 +262,10 @@ def counted(insn):
 
 def hot_path(bmap, header, body, latches):
     """Longest path (in instructions, NOPs aside) from the header to a latch through the loop
-    body, leaving out the cold region: blocks with a PMTRIG mark, blocks only reachable through
-    one, and, when the loop has 128-bit loads, blocks with narrower loads (a row's scalar tail).
+    body, leaving out the cold region: blocks with a PMTRIG mark, blocks with a CALL (the
+    compiler's out-of-line slow paths, e.g. of an IEEE division whose operands need scaling),
+    blocks only reachable through those, and, when the loop has 128-bit loads, blocks with
+    narrower loads (a row's scalar tail).
     Returns the block starts of the path, in order."""
     has128 = any(
         is_load(i[2]) and load_bytes(i[2]) == 16 for s in body for i in bmap[s]["insns"]
@@ -268,7 +273,7 @@ def hot_path(bmap, header, body, latches):
     cold = set()
     for s in body:
         ins = bmap[s]["insns"]
-        if any(i[2].startswith("PMTRIG") for i in ins):
+        if any(i[2].startswith("PMTRIG") or (i[2].startswith("CALL") and i[1] in ("", "@PT")) for i in ins):
             cold.add(s)
         if has128 and any(is_load(i[2]) and load_bytes(i[2]) < 16 for i in ins):
             cold.add(s)

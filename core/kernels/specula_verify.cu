@@ -88,16 +88,24 @@ __device__ __forceinline__ sp_i32 sp_f2i32(float x) {
     return (sp_i32)x;
 }
 __device__ __forceinline__ sp_i64 sp_f2i64(float x) {
+#if defined(__CUDA_ARCH__)
+    // PTX cvt.rzi.s64.f32 is exactly Rust's `as`: truncation, saturation to the i64 range, and
+    // NaN -> 0 (PTX ISA, "cvt": float-to-integer conversions clamp, NaN converts to 0). One
+    // instruction instead of three compares and branches in the entropy's hot loop.
+    return __float2ll_rz(x);
+#else
     if (!(x == x)) return 0;
     if (x >= 9223372036854775808.0f) return 9223372036854775807LL;
     if (x < -9223372036854775808.0f) return (sp_i64)(-9223372036854775807LL - 1);
     return (sp_i64)x;
+#endif
 }
 
-// ln_p(x) for normal, positive, finite x (DETERMINISM.md).
+// ln_p(x) for normal, positive, finite x (DETERMINISM.md). The sign bit of such an x is 0, so
+// bits >> 23 is the biased exponent itself (the rule's "& 0xFF" changes nothing).
 __device__ __forceinline__ float sp_ln(float x) {
     sp_u32 bits = __float_as_uint(x);
-    sp_i32 e = (sp_i32)((bits >> 23) & 0xFFu) - 127;
+    sp_i32 e = (sp_i32)(bits >> 23) - 127;
     float m = __uint_as_float((bits & 0x007FFFFFu) | 0x3F800000u);
     if (m > sp_f(0x3FB504F3u)) {
         m = m * 0.5f;
@@ -141,19 +149,53 @@ __device__ __forceinline__ float sp_exp(float x) {
     return p * __uint_as_float(((sp_u32)n + 127u) << 23);
 }
 
-// Philox4x32-10 on counter c, key (k0, k1); c is replaced by the output block.
-__device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
+// An empty asm that takes x and gives it back: the compiler can no longer recompute x from what
+// it was made of, so a loop-invariant value stays in a register instead of being recomputed in
+// every iteration (ptxas otherwise re-adds the Weyl constants to the seed per block of 4 draws).
+// No effect on any value; CUDA device code only.
+#if defined(__CUDA_ARCH__)
+#define SP_KEEP_IN_REGISTER(x) asm volatile("" : "+r"(x))
+#else
+#define SP_KEEP_IN_REGISTER(x) ((void)0)
+#endif
+
+// Philox4x32-10's key schedule: the round keys of key (k0, k1), computed once per row pass (the
+// keys are the request's seed, the same for every id) instead of once per block of 4 draws.
+struct sp_keys {
+    sp_u32 k0[10];
+    sp_u32 k1[10];
+};
+__device__ __forceinline__ sp_keys sp_key_schedule(sp_u32 k0, sp_u32 k1) {
+    sp_keys ks;
     for (int round = 0; round < 10; ++round) {
-        sp_u64 p0 = (sp_u64)0xD2511F53u * (sp_u64)c[0];
-        sp_u64 p1 = (sp_u64)0xCD9E8D57u * (sp_u64)c[2];
-        sp_u32 hi0 = (sp_u32)(p0 >> 32), lo0 = (sp_u32)p0;
-        sp_u32 hi1 = (sp_u32)(p1 >> 32), lo1 = (sp_u32)p1;
-        sp_u32 n0 = hi1 ^ c[1] ^ k0;
-        sp_u32 n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        ks.k0[round] = k0;
+        ks.k1[round] = k1;
+        // Only the k0 half: keeping all 20 round keys costs ptxas ~25 registers and an SM
+        // block of occupancy (measured with scripts/kernel-report.py), k0 alone fits.
+        SP_KEEP_IN_REGISTER(ks.k0[round]);
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
+    return ks;
+}
+
+// Philox4x32-10 on counter c with a precomputed key schedule; c is replaced by the output block.
+// The high and low words of each product come from __umulhi and a 32-bit multiply (one wide
+// multiply on the device), not from a 64-bit product the compiler would widen and split again.
+__device__ __forceinline__ void sp_philox_ks(sp_u32 c[4], const sp_keys& ks) {
+    for (int round = 0; round < 10; ++round) {
+        const sp_u32 hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        const sp_u32 hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        sp_u32 n0 = hi1 ^ c[1] ^ ks.k0[round];
+        sp_u32 n2 = hi0 ^ c[3] ^ ks.k1[round];
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+    }
+}
+
+// Philox4x32-10 on counter c, key (k0, k1); c is replaced by the output block.
+__device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
+    const sp_keys ks = sp_key_schedule(k0, k1);
+    sp_philox_ks(c, ks);
 }
 
 // ---------------------------------------------------------------- random variates (binary64)
@@ -257,32 +299,40 @@ __device__ __forceinline__ bool sp_aligned16(const float* p) {
     return (((unsigned long long)(const void*)p) & 15ull) == 0ull;
 }
 
-__device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 vocab, bool vec, float out[4]) {
+// Ids past the row's end read as `pad`, a value chosen per pass so that it can never count
+// (argmax: NaN, never above anything; entropy: 0, no term; race: 0, not a candidate): the hot
+// loops then need no per-element bounds checks.
+__device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 vocab, bool vec,
+                                         float pad, float out[4]) {
     if (vec && v0 + 3u < vocab) {
         float4 q = *reinterpret_cast<const float4*>(row + v0);
         out[0] = q.x; out[1] = q.y; out[2] = q.z; out[3] = q.w;
     } else {
-        for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? row[v0 + i] : 0.0f;
+        for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? row[v0 + i] : pad;
     }
 }
 
-// argmax with NaN as -inf, ties to the lowest id.
+// argmax with NaN as -inf, ties to the lowest id. Each thread visits its ids in increasing
+// order and keeps a strictly larger value only, so it holds the lowest id among its equal
+// largest values (IEEE `>`: -0 and +0 tie, NaN never replaces anything, so a NaN or -inf id
+// stands only when nothing before it in the thread was larger, exactly as a -inf key would).
+// The packed (key, id) of that one element then enters the block-wide maximum.
 __device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const bool vec = sp_aligned16(row);
-    sp_u64 best = 0ull;
+    float best = sp_f(0xFF800000u); // -inf
+    sp_u32 best_id = threadIdx.x * 4u;
     for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
         float w[4];
-        sp_load4(row, g * 4u, vocab, vec, w);
+        sp_load4(row, g * 4u, vocab, vec, sp_f(0x7FC00000u), w); // past the end: NaN
         for (sp_u32 i = 0; i < 4u; ++i) {
-            sp_u32 v = g * 4u + i;
-            if (v >= vocab) break;
-            float key = (w[i] == w[i]) ? w[i] : sp_f(0xFF800000u);
-            sp_u64 p = sp_pack(key, v);
-            if (p > best) best = p;
+            const bool up = w[i] > best;
+            best = up ? w[i] : best;
+            best_id = up ? g * 4u + i : best_id;
         }
     }
-    return sp_unpack_id(sp_block_reduce(best, true, s_red));
+    const sp_u64 mine = threadIdx.x < groups ? sp_pack(best, best_id) : 0ull;
+    return sp_unpack_id(sp_block_reduce(mine, true, s_red));
 }
 
 // Entropy in fixed point, summed as wrapping 64-bit integers, then scaled (exact order-free).
@@ -292,16 +342,18 @@ __device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
     sp_u64 sum = 0ull;
     for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
         float w[4];
-        sp_load4(row, g * 4u, vocab, vec, w);
+        sp_load4(row, g * 4u, vocab, vec, 0.0f, w); // past the end: 0, no term
         for (sp_u32 i = 0; i < 4u; ++i) {
-            if (g * 4u + i >= vocab) break;
-            float p = w[i];
-            if (p >= sp_f(0x00800000u) && p <= sp_f(0x7F7FFFFFu)) {
-                float prod = p * sp_ln(p);
-                float term = -prod;
-                float scaled = term * sp_f(0x53800000u); // 2^40
-                sum += (sp_u64)sp_f2i64(scaled);
-            }
+            // Branch-free: the term is computed for every value and kept for the normal,
+            // finite, positive ones only (for the others ln_p's result is meaningless but
+            // harmless: no trap, and it is dropped).
+            const float p = w[i];
+            const bool counts = p >= sp_f(0x00800000u) && p <= sp_f(0x7F7FFFFFu);
+            const float prod = p * sp_ln(p);
+            const float term = -prod;
+            const float scaled = term * sp_f(0x53800000u); // 2^40
+            const sp_u64 fixed = (sp_u64)sp_f2i64(scaled);
+            sum += counts ? fixed : 0ull;
         }
     }
     sp_i64 total = (sp_i64)sp_block_reduce(sum, false, s_red);
@@ -331,14 +383,15 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
     double best = -1.0;
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
+    const sp_keys ks = sp_key_schedule(k0, k1);
     for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
         float t[4];
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         float w[4];
-        sp_load4(trow, g * 4u, vocab, vec, t);
+        sp_load4(trow, g * 4u, vocab, vec, 0.0f, t); // past the end: 0, never a candidate
         if (residual) {
             if (drow != 0) {
-                sp_load4(drow, g * 4u, vocab, vec, d);
+                sp_load4(drow, g * 4u, vocab, vec, 0.0f, d);
             } else {
                 for (sp_u32 i = 0; i < 4u; ++i) d[i] = (g * 4u + i == onehot_id) ? 1.0f : 0.0f;
             }
@@ -346,24 +399,24 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
         bool any = false;
         for (sp_u32 i = 0; i < 4u; ++i) {
             w[i] = residual ? t[i] - d[i] : t[i];
-            any = any || (g * 4u + i < vocab && w[i] > 0.0f);
+            any = any || w[i] > 0.0f;
         }
         if (!any) continue; // no candidate here: the random words are not needed
         sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
-        sp_philox(c, k0, k1);
+        sp_philox_ks(c, ks);
         bool open[4];
         bool need = false;
         for (sp_u32 i = 0; i < 4u; ++i) {
             const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
             const float p = best_skip * floor_e;
             const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
-            open[i] = g * 4u + i < vocab && w[i] > 0.0f && !(w[i] < bound);
+            open[i] = w[i] > 0.0f && !(w[i] < bound);
             need = need || open[i];
         }
         if (!need) continue;
         SP_COLD_MARK();
         sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
-        sp_philox(c2, k0, k1);
+        sp_philox_ks(c2, ks);
         for (sp_u32 i = 0; i < 4u; ++i) {
             if (!open[i]) continue;
             const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];

@@ -138,6 +138,10 @@ static inline float __uint_as_float(unsigned int u) { return std::bit_cast<float
 static inline long long __double_as_longlong(double d) { return std::bit_cast<long long>(d); }
 static inline double __longlong_as_double(long long u) { return std::bit_cast<double>(u); }
 
+static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
+    return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
+}
+
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
 }
