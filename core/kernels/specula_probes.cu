@@ -2,16 +2,16 @@
 // scripts/kernel-report.py can read each pass's hot loop in the SASS on its own. Compiled only by
 // that script, appended to the kernel text (backend-cuda/examples/kernel_ptx.rs), never shipped.
 // Each wrapper runs one pass over one row per block and stores its result, so nothing is
-// optimised away; the launch shape is the kernel's (SPECULA_BLOCK_THREADS threads).
+// optimised away; the launch bounds are the kernel's (SP_LAUNCH_BOUNDS: the same register cap).
 
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_argmax(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, sp_u32* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     const sp_u32 r = sp_argmax(rows + (sp_u64)blockIdx.x * stride, vocab, s_red);
     if (threadIdx.x == 0u) out[blockIdx.x] = r;
 }
 
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_entropy(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     const float h = sp_entropy(rows + (sp_u64)blockIdx.x * stride, vocab, s_red);
@@ -19,7 +19,7 @@ specula_probe_entropy(const float* __restrict__ rows, sp_u32 vocab, sp_u32 strid
 }
 
 // The race over a target row (typical acceptance's emission and every bonus token).
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_race(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, sp_u64 seed,
                    sp_u64 offset, sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
@@ -30,7 +30,7 @@ specula_probe_race(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, 
 }
 
 // The race over a residual target - draft (rejection sampling after a rejection).
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_residual(const float* __restrict__ trows, const float* __restrict__ drows,
                        sp_u32 vocab, sp_u32 stride, sp_u64 seed, sp_u64 offset,
                        sp_u64* __restrict__ out) {
@@ -43,7 +43,7 @@ specula_probe_residual(const float* __restrict__ trows, const float* __restrict_
 
 // One acceptance test of rejection sampling (its Philox block and the binary64 comparison), as
 // the kernel runs it for each draft position: the report counts this function's instructions.
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_accept(const float* __restrict__ pt, const float* __restrict__ pd, sp_u64 seed,
                      sp_u64 offset, sp_u32* __restrict__ out) {
     const sp_u32 j = blockIdx.x;

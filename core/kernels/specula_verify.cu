@@ -31,6 +31,18 @@
 #ifndef SPECULA_BLOCK_THREADS
 #define SPECULA_BLOCK_THREADS 256
 #endif
+// CUDA: at least SPECULA_MIN_BLOCKS blocks per SM, i.e. at most 64 registers per thread at 256
+// threads and 4 blocks: the occupancy that keeps >= 32 KB of loads in flight per SM (with the
+// row passes' unrolling below). ptxas fits the whole kernel in 64 registers without a spill
+// (scripts/kernel-report.py checks). HIP's second argument means something else: not used there.
+#ifndef SPECULA_MIN_BLOCKS
+#define SPECULA_MIN_BLOCKS 4
+#endif
+#if SPECULA_IS_HIP
+#define SP_LAUNCH_BOUNDS __launch_bounds__(SPECULA_BLOCK_THREADS)
+#else
+#define SP_LAUNCH_BOUNDS __launch_bounds__(SPECULA_BLOCK_THREADS, SPECULA_MIN_BLOCKS)
+#endif
 // Warps per block at the smallest warp size any target has (32); sizes the cross-warp scratch.
 #define SPECULA_MAX_WARPS (SPECULA_BLOCK_THREADS / 32)
 
@@ -291,6 +303,26 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 }
 
 // ---------------------------------------------------------------- row passes
+// Groups of 4 ids each thread loads before computing on any of them (loads hoisted ahead of the
+// compute, so that many bytes are in flight per thread). Any value gives the same results; these
+// are sized by scripts/kernel-report.py against the register budget (no spills in the loops).
+// Fully unrolled loops over those groups keep their arrays in registers.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
+#define SP_UNROLLED _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__clang__)
+#define SP_UNROLLED _Pragma("GCC unroll 16")
+#else
+#define SP_UNROLLED
+#endif
+#ifndef SP_UNROLL_ARGMAX
+#define SP_UNROLL_ARGMAX 4u
+#endif
+#ifndef SP_UNROLL_ENTROPY
+#define SP_UNROLL_ENTROPY 4u
+#endif
+#ifndef SP_UNROLL_RACE
+#define SP_UNROLL_RACE 2u
+#endif
 // A row is visited in groups of 4 ids (one Philox block each for the race): thread t takes groups
 // t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
 // group is whole, else as scalars. Each result is order-independent, so the split never matters.
@@ -322,13 +354,20 @@ __device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
     const bool vec = sp_aligned16(row);
     float best = sp_f(0xFF800000u); // -inf
     sp_u32 best_id = threadIdx.x * 4u;
-    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
-        float w[4];
-        sp_load4(row, g * 4u, vocab, vec, sp_f(0x7FC00000u), w); // past the end: NaN
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            const bool up = w[i] > best;
-            best = up ? w[i] : best;
-            best_id = up ? g * 4u + i : best_id;
+    const sp_u32 step = blockDim.x * SP_UNROLL_ARGMAX;
+    for (sp_u32 g0 = threadIdx.x; g0 < groups; g0 += step) {
+        float w[SP_UNROLL_ARGMAX][4];
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) // every load first, then the compares
+            sp_load4(row, (g0 + u * blockDim.x) * 4u, vocab, vec, sp_f(0x7FC00000u), w[u]);
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) {
+            const sp_u32 v0 = (g0 + u * blockDim.x) * 4u;
+            for (sp_u32 i = 0; i < 4u; ++i) {
+                const bool up = w[u][i] > best;
+                best = up ? w[u][i] : best;
+                best_id = up ? v0 + i : best_id;
+            }
         }
     }
     const sp_u64 mine = threadIdx.x < groups ? sp_pack(best, best_id) : 0ull;
@@ -340,10 +379,16 @@ __device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const bool vec = sp_aligned16(row);
     sp_u64 sum = 0ull;
-    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
-        float w[4];
-        sp_load4(row, g * 4u, vocab, vec, 0.0f, w); // past the end: 0, no term
-        for (sp_u32 i = 0; i < 4u; ++i) {
+    const sp_u32 step = blockDim.x * SP_UNROLL_ENTROPY;
+    for (sp_u32 g0 = threadIdx.x; g0 < groups; g0 += step) {
+        float ws[SP_UNROLL_ENTROPY][4];
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_ENTROPY; ++u) // every load first, then the terms
+            sp_load4(row, (g0 + u * blockDim.x) * 4u, vocab, vec, 0.0f, ws[u]); // past the end: 0
+        SP_UNROLLED
+        for (sp_u32 n = 0; n < SP_UNROLL_ENTROPY * 4u; ++n) {
+            const float* w = ws[n / 4u];
+            const sp_u32 i = n % 4u;
             // Branch-free: the term is computed for every value and kept for the normal,
             // finite, positive ones only (for the others ln_p's result is meaningless but
             // harmless: no trap, and it is dropped).
@@ -367,6 +412,47 @@ __device__ __forceinline__ float sp_skip_key(double key) {
     return (float)c;
 }
 
+// One group of 4 ids (g*4 .. g*4+3) of the race, visited in increasing order; updates the thread's
+// best (key, f32 skip bound, id). d holds zeros for the plain race.
+__device__ __forceinline__ void sp_race_group(const float t[4], const float d[4], bool residual,
+                                              sp_u32 g, sp_u32 position, sp_u32 off_lo,
+                                              sp_u32 off_hi, const sp_keys& ks, double& best,
+                                              float& best_skip, sp_u32& best_id) {
+    float w[4];
+    bool any = false;
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        w[i] = residual ? t[i] - d[i] : t[i];
+        any = any || w[i] > 0.0f;
+    }
+    if (!any) return; // no candidate here: the random words are not needed
+    sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
+    sp_philox_ks(c, ks);
+    bool open[4];
+    bool need = false;
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
+        const float p = best_skip * floor_e;
+        const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
+        open[i] = w[i] > 0.0f && !(w[i] < bound);
+        need = need || open[i];
+    }
+    if (!need) return;
+    SP_COLD_MARK();
+    sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
+    sp_philox_ks(c2, ks);
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        if (!open[i]) continue;
+        const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
+        const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
+        const double key = wx / e;
+        if (key > best) {
+            best = key;
+            best_skip = sp_skip_key(key);
+            best_id = g * 4u + i;
+        }
+    }
+}
+
 // Exponential race over w_v = t_v - d_v (residual, d = draft row, or one-hot at onehot_id when
 // draft is null) or over w_v = t_v (plain), keys w / E in binary64 (DETERMINISM.md). Returns
 // (1 << 32) | winner, or 0 when there is no candidate.
@@ -384,49 +470,25 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
     const sp_keys ks = sp_key_schedule(k0, k1);
-    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
-        float t[4];
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float w[4];
-        sp_load4(trow, g * 4u, vocab, vec, 0.0f, t); // past the end: 0, never a candidate
-        if (residual) {
-            if (drow != 0) {
-                sp_load4(drow, g * 4u, vocab, vec, 0.0f, d);
+    const sp_u32 step = blockDim.x * SP_UNROLL_RACE;
+    for (sp_u32 g0 = threadIdx.x; g0 < groups; g0 += step) {
+        float t[SP_UNROLL_RACE][4];
+        float d[SP_UNROLL_RACE][4];
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) { // every load first, then the draws
+            const sp_u32 v0 = (g0 + u * blockDim.x) * 4u;
+            sp_load4(trow, v0, vocab, vec, 0.0f, t[u]); // past the end: 0, never a candidate
+            if (residual && drow != 0) {
+                sp_load4(drow, v0, vocab, vec, 0.0f, d[u]);
             } else {
-                for (sp_u32 i = 0; i < 4u; ++i) d[i] = (g * 4u + i == onehot_id) ? 1.0f : 0.0f;
+                for (sp_u32 i = 0; i < 4u; ++i)
+                    d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
-        bool any = false;
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            w[i] = residual ? t[i] - d[i] : t[i];
-            any = any || w[i] > 0.0f;
-        }
-        if (!any) continue; // no candidate here: the random words are not needed
-        sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
-        sp_philox_ks(c, ks);
-        bool open[4];
-        bool need = false;
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
-            const float p = best_skip * floor_e;
-            const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
-            open[i] = w[i] > 0.0f && !(w[i] < bound);
-            need = need || open[i];
-        }
-        if (!need) continue;
-        SP_COLD_MARK();
-        sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
-        sp_philox_ks(c2, ks);
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            if (!open[i]) continue;
-            const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
-            const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
-            const double key = wx / e;
-            if (key > best) {
-                best = key;
-                best_skip = sp_skip_key(key);
-                best_id = g * 4u + i;
-            }
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+            sp_race_group(t[u], d[u], residual, g0 + u * blockDim.x, position, off_lo, off_hi, ks,
+                          best, best_skip, best_id);
         }
     }
     // Candidate keys are positive (or +inf), so their bit patterns order as unsigned integers;
@@ -439,7 +501,7 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
 }
 
 // ---------------------------------------------------------------- the kernel
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
                const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,

@@ -31,6 +31,50 @@
 //!   fast math; the arithmetic is IEEE binary32 and binary64 in the order the document writes it.
 //! * Readback: copy `stats` device-to-device on the compute stream (one consistent point in the
 //!   stream) to a staging buffer, then to the host on a copy stream.
+//!
+//! # Speed (issue 17)
+//! `scripts/kernel-report.py` reads the compiled kernel (sm_80, sm_90) and reports, per row pass,
+//! instructions per element on the hot path, registers, spills and bytes in flight per SM, and a
+//! latency/roofline model's predicted µs (README, "Kernel speed"). What the text does for it:
+//! rows are padded past their end with a value that never counts (no per-element bounds checks);
+//! each thread loads `SP_UNROLL_*` groups of 4 ids before computing on any of them (64 B
+//! per thread for argmax and entropy, 32 B for the race, 64 B for the residual race); the CUDA
+//! build asks for 4 blocks of 256 per SM (`__launch_bounds__(256, 4)`: 64 registers, which ptxas
+//! meets without spilling), so ≥ 32 KB are in flight per SM; Philox's key schedule is hoisted out
+//! of the race loop; the race computes the stream-2 word, `expo` and the division only for ids
+//! the f32 skip test cannot rule out.
+//!
+//! ## Not done yet: rows split across blocks (design)
+//! One block per request leaves most SMs idle below batch ~132 and makes every row pass one
+//! block's latency chain (the model predicts ~130 µs for greedy at batch 1, V = 128k, k = 4,
+//! against ~10 µs for the same bytes spread over the GPU). The numerics already allow a split
+//! (every reduction is order-free); the plan, for a later change:
+//! * **Grid** `(capacity · S, 1, 1)`, block `(b, s) = (x / S, x % S)` with `S` a shape word (the
+//!   backends launch `capacity · S` blocks, `S = clamp(⌈4·SMs / capacity⌉, 1, ⌈V / 8192⌉)`,
+//!   fixed per captured graph like the capacity). Slice `s` covers groups `s, s + S, …` of every
+//!   row (interleaved, so slices stay balanced at any V).
+//! * **Scratch**: a new device buffer (kernel parameter 13, owned by the verifier and sized for
+//!   the capacity at staging time, so the step path still makes no allocating call) holding, per
+//!   request and row: the argmax as one packed (f32 key, `~id`) u64 combined with a 64-bit
+//!   `atomicMax`; the entropy as a fixed-point sum combined with a 64-bit `atomicAdd` (wrapping
+//!   i64: exactly the order-free sum); the race as `S` slots of (binary64 key bits, id), one per
+//!   slice, since a binary64 key and an id do not fit one 64-bit atomic (the finishing block
+//!   reduces the `S` slots: largest key, then lowest id); and one ticket counter per request.
+//! * **Passes in parallel**: every block evaluates all `k` acceptance tests of its request at
+//!   once (threads `j < k`; each a Philox block and two loads), so the rejection position `j*`
+//!   is known everywhere without a chain of `k` latencies. Greedy: argmax of rows `0..=k` over
+//!   the slice. Rejection: the residual race of row `j*` (or the bonus race of row `k`), and in
+//!   the same sweep the plain race of row `j*` (the fallback: same draws, same loads). Typical
+//!   acceptance needs the entropies before it knows `j*`: phase one sums entropies of rows
+//!   `0..k` over the slices, phase two (a second kernel in the same captured graph, or the
+//!   race of every row computed speculatively in phase one) races row `j*`.
+//! * **Finish**: after its atomics a block does `__threadfence()` and takes a ticket
+//!   (`atomicAdd`); the block that draws `S − 1` reads the combined words, decides acceptance in
+//!   order, writes `accepted`/`tokens`, records the counters (fused, as now) and zeroes the
+//!   request's scratch words and ticket for the next launch (graph replays need no memset).
+//! * **Host shim**: runs blocks one after another, so the last ticket is always the last block
+//!   (no block ever waits on another: no deadlock); the conformance suite runs the split path in
+//!   both forms with `S > 1` forced by the shape word.
 
 use crate::counters::Counters;
 use crate::verify::{Batch, Method};

@@ -124,7 +124,7 @@ int launch(unsigned int grid, unsigned int block, F&& kernel) {
 #define __device__ static
 #define __forceinline__ inline
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 
 struct alignas(16) float4 {
