@@ -67,6 +67,7 @@ ALU_LAT = 4.0  # cycles of a dependent integer/float operation
 CLOCK = 1.98e9  # SM clock, Hz
 
 VOCAB = 128256  # "128k": Llama 3's vocabulary
+MAX_SLICES = 64  # backend-cuda/src/verifier.rs
 K = 4
 BATCHES = (1, 64, 256)
 
@@ -371,19 +372,25 @@ def acceptance_chain(insns):
 
 
 def row_loops(insns):
-    """The innermost loops with 128-bit loads (the row loops) of a function, and the local-memory
-    (spill) instructions inside them."""
+    """The innermost loops with 128-bit loads (the row loops) of a function: how many, and the
+    local-memory (spill) instructions on their hot paths and in their cold regions."""
     bmap = blocks_of(insns)
     loops = [
-        (h, body)
-        for h, body, _l in loops_of(bmap)
+        (h, body, latches)
+        for h, body, latches in loops_of(bmap)
         if any(is_load(i[2]) and load_bytes(i[2]) == 16 for s in body for i in bmap[s]["insns"])
     ]
-    inner = [(h, b) for h, b in loops if not any(b2 < b for _h2, b2 in loops)]
-    local = sum(
-        1 for _h, b in inner for s in b for i in bmap[s]["insns"] if i[2].startswith(("STL", "LDL"))
-    )
-    return len(inner), local
+    inner = [(h, b, l) for h, b, l in loops if not any(b2 < b for _h2, b2, _l2 in loops)]
+    hot = cold = 0
+    for h, body, latches in inner:
+        path = set(hot_path(bmap, h, body, latches))
+        for s in body:
+            n = sum(1 for i in bmap[s]["insns"] if i[2].startswith(("STL", "LDL")))
+            if s in path:
+                hot += n
+            else:
+                cold += n
+    return len(inner), hot, cold
 
 
 # ---------------------------------------------------------------- the model
@@ -451,16 +458,22 @@ def model(method, scenario, batch, figs, kregs, split=1, latency=LATENCY):
     return t, copy / t, total_bytes
 
 
+def slices_for(batch):
+    """Blocks per request as specula-cuda launches (CudaVerifier::slices_for)."""
+    return 1 if batch >= SMS else min(math.ceil(2 * SMS / batch), MAX_SLICES)
+
+
 def model_split(method, scenario, batch, figs, kregs, latency=LATENCY):
-    """The same model for the design of core/src/kernels.rs ("rows split across blocks", NOT
-    implemented): S = clamp(ceil(4 x SMs / batch), 1, ceil(V / 1024)) blocks per request, each
+    """The same model for the split entry (specula_verify_split, core/src/kernels.rs "Rows
+    split across blocks"): S = slices_for(batch) blocks per request, each
     streaming its slice of every row the request may need, all rows of a request at once (no
     chain of passes): greedy reads rows 0..k (argmax), typical rows 0..k (entropy of 0..k-1 and,
     speculatively, the race of every row), rejection the acceptance tests in parallel (two
-    latencies), then the bonus row or the residual row pair (plain race in the same sweep). A
+    latencies), then the bonus row or the residual row pair and the plain race of its target
+    row (the fallback, in the same launch). A
     block's partial results combine with atomics; the last block by ticket finishes the request:
     about three more latencies."""
-    split = max(1, min(math.ceil(4 * SMS / batch), math.ceil(VOCAB / 1024)))
+    split = slices_for(batch)
     if method == "greedy":
         work = [("argmax", K + 1, figs["argmax"]["per_elem"])]
     elif method == "typical":
@@ -469,7 +482,9 @@ def model_split(method, scenario, batch, figs, kregs, latency=LATENCY):
     elif scenario == "all accepted":
         work = [("race", 1, figs["race"]["per_elem"])]
     else:
-        work = [("residual", 1, figs["residual"]["per_elem"] + 2.0)]
+        # The residual race and, in the same launch, the plain race over the target row (the
+        # fallback; its row is read again, counted here as if from HBM).
+        work = [("residual", 1, figs["residual"]["per_elem"]), ("race", 1, figs["race"]["per_elem"])]
     serial = 2 * latency + figs["accept_chain"] * ALU_LAT / CLOCK if method == "rejection" else 0.0
     occ = occupancy(kregs)
     blocks = batch * split
@@ -514,7 +529,12 @@ def main():
                 figs[name] = a
             figs["accept_chain"] = acceptance_chain(sass.get("specula_probe_accept", []))
             kern = dict(kernel_log.get("specula_verify", {}))
-            kern["row_loops"], kern["row_local"] = row_loops(sass.get("specula_verify", []))
+            kern["row_loops"], kern["row_local"], kern["row_local_cold"] = row_loops(
+                sass.get("specula_verify", []))
+            split = dict(kernel_log.get("specula_verify_split", {}))
+            split["row_loops"], split["row_local"], split["row_local_cold"] = row_loops(
+                sass.get("specula_verify_split", []))
+            kern["split"] = split
             results[arch] = (figs, kern)
 
         for arch, (figs, kern) in results.items():
@@ -523,9 +543,17 @@ def main():
                   f"{kern.get('spill_st', 0)}+{kern.get('spill_ld', 0)} spill bytes, "
                   f"{kern.get('stack', 0)} B stack; {occ} blocks of 256 per SM "
                   f"({occ * 8} of {MAX_WARPS_SM} warps); {kern['row_loops']} row loops, "
-                  f"{kern['row_local']} local-memory instructions in them")
+                  f"{kern['row_local']} local-memory instructions on their hot paths, "
+                  f"{kern['row_local_cold']} in their cold regions")
             if kern["row_local"]:
-                failures.append(f"{arch}: specula_verify spills inside a row loop")
+                failures.append(f"{arch}: specula_verify spills on a row loop's hot path")
+            sp = kern["split"]
+            print(f"   {arch}: specula_verify_split: {sp.get('regs')} registers, "
+                  f"{sp.get('spill_st', 0)}+{sp.get('spill_ld', 0)} spill bytes; "
+                  f"{sp['row_loops']} row loops, {sp['row_local']} local-memory instructions on "
+                  f"their hot paths, {sp['row_local_cold']} in their cold regions")
+            if sp["row_local"]:
+                failures.append(f"{arch}: specula_verify_split spills on a row loop's hot path")
             print(f"{'pass':<10}{'instr/elt':>10}{'(path/elts)':>14}{'loop insns':>11}{'regs':>6}"
                   f"{'spill':>7}{'local':>7}{'B/thread':>10}{'KB/SM':>8}  budget")
             for name in PASSES:
@@ -552,7 +580,8 @@ def main():
 
         arch = "sm_90" if "sm_90" in results else archs[-1]
         figs, kern = results[arch]
-        print(f"\n== PREDICTIONS of the model (not measurements): H200, {arch} code, V = {VOCAB}, "
+        print(f"\n== PREDICTIONS of the model (not measurements), one block per request "
+              f"(specula_verify): H200, {arch} code, V = {VOCAB}, "
               f"k = {K}, rows in HBM ({LATENCY * 1e9:.0f} ns); batch 1 also with rows in L2 "
               f"({L2_LATENCY * 1e9:.0f} ns)")
         rows = []
@@ -572,13 +601,17 @@ def main():
         else:
             for name, cells, l2 in rows:
                 print(f"{name:<32}" + "".join(f"{c:>22}" for c in cells) + f"   L2: {l2}")
-        print("\n== PREDICTIONS for the NOT YET IMPLEMENTED design 'rows split across blocks' "
-              "(core/src/kernels.rs), same per-pass figures:")
+        print("\n== PREDICTIONS as specula-cuda launches (rows split over S blocks per request "
+              "below one request per SM: specula_verify_split, its own registers):")
+        sregs = kern["split"].get("regs", 255)
         for method, scenario in (("greedy", "all accepted"), ("typical", "all accepted"),
                                  ("rejection", "all accepted"), ("rejection", "rejected at j=0")):
             cells = []
             for b in BATCHES:
-                t, frac, split = model_split(method, scenario, b, figs, kern.get("regs", 255))
+                if slices_for(b) > 1:
+                    t, frac, split = model_split(method, scenario, b, figs, sregs)
+                else:
+                    (t, frac, _), split = model(method, scenario, b, figs, kern.get("regs", 255)), 1
                 cells.append(f"{t * 1e6:.0f} µs, {frac:.2f}× (S={split})")
             name = f"{method} ({scenario})"
             if args.markdown:

@@ -44,37 +44,36 @@
 //! of the race loop; the race computes the stream-2 word, `expo` and the division only for ids
 //! the f32 skip test cannot rule out.
 //!
-//! ## Not done yet: rows split across blocks (design)
+//! ## Rows split across blocks ([`VERIFY_SPLIT_ENTRY`])
 //! One block per request leaves most SMs idle below batch ~132 and makes every row pass one
-//! block's latency chain (the model predicts ~130 µs for greedy at batch 1, V = 128k, k = 4,
-//! against ~10 µs for the same bytes spread over the GPU). The numerics already allow a split
-//! (every reduction is order-free); the plan, for a later change:
-//! * **Grid** `(capacity · S, 1, 1)`, block `(b, s) = (x / S, x % S)` with `S` a shape word (the
-//!   backends launch `capacity · S` blocks, `S = clamp(⌈4·SMs / capacity⌉, 1, ⌈V / 8192⌉)`,
-//!   fixed per captured graph like the capacity). Slice `s` covers groups `s, s + S, …` of every
-//!   row (interleaved, so slices stay balanced at any V).
-//! * **Scratch**: a new device buffer (kernel parameter 13, owned by the verifier and sized for
-//!   the capacity at staging time, so the step path still makes no allocating call) holding, per
-//!   request and row: the argmax as one packed (f32 key, `~id`) u64 combined with a 64-bit
-//!   `atomicMax`; the entropy as a fixed-point sum combined with a 64-bit `atomicAdd` (wrapping
-//!   i64: exactly the order-free sum); the race as `S` slots of (binary64 key bits, id), one per
-//!   slice, since a binary64 key and an id do not fit one 64-bit atomic (the finishing block
-//!   reduces the `S` slots: largest key, then lowest id); and one ticket counter per request.
-//! * **Passes in parallel**: every block evaluates all `k` acceptance tests of its request at
-//!   once (threads `j < k`; each a Philox block and two loads), so the rejection position `j*`
-//!   is known everywhere without a chain of `k` latencies. Greedy: argmax of rows `0..=k` over
-//!   the slice. Rejection: the residual race of row `j*` (or the bonus race of row `k`), and in
-//!   the same sweep the plain race of row `j*` (the fallback: same draws, same loads). Typical
-//!   acceptance needs the entropies before it knows `j*`: phase one sums entropies of rows
-//!   `0..k` over the slices, phase two (a second kernel in the same captured graph, or the
-//!   race of every row computed speculatively in phase one) races row `j*`.
-//! * **Finish**: after its atomics a block does `__threadfence()` and takes a ticket
-//!   (`atomicAdd`); the block that draws `S − 1` reads the combined words, decides acceptance in
-//!   order, writes `accepted`/`tokens`, records the counters (fused, as now) and zeroes the
-//!   request's scratch words and ticket for the next launch (graph replays need no memset).
-//! * **Host shim**: runs blocks one after another, so the last ticket is always the last block
-//!   (no block ever waits on another: no deadlock); the conformance suite runs the split path in
-//!   both forms with `S > 1` forced by the shape word.
+//! block's latency chain (the model predicts ~135 µs for greedy at batch 1, V = 128k, k = 4).
+//! The second entry point, `specula_verify_split`, spreads each request over `slices` blocks;
+//! `specula-cuda` launches it below one request per multiprocessor (`CudaVerifier::slices_for`:
+//! `min(⌈2·SMs / capacity⌉, 64)` blocks per request, scratch reserved at staging time so the step
+//! path never allocates; the graph keeps the scratch alive). The numerics are unchanged (every
+//! reduction is order-free), so it gives the same bits; the host-executed kernel runs it in both
+//! macro forms against the reference (`tests/tests/kernel_host.rs`, `*_rows_split`).
+//! * **Grid** `(capacity · slices, 1, 1)`: block `x` works on request `x / slices`, slice
+//!   `x % slices`; threads take groups `g_first, g_first + g_step, …` of every row
+//!   (`g_first = slice · blockDim + thread`, `g_step = slices · blockDim`).
+//! * **All rows at once**: greedy takes the argmax of rows `0..=k` (packed (f32 key, `~id`),
+//!   combined with a 64-bit `atomicMax`); typical acceptance the fixed-point entropy sums of rows
+//!   `0..k` (64-bit wrapping `atomicAdd`, exactly the order-free sum) and, as the rejection
+//!   position is not known yet, the race of every row `0..=k`; rejection sampling runs the `k`
+//!   cheap acceptance tests in every block, then the residual race of the first rejected row and
+//!   the plain race of that row (its fallback) in the same launch, or the bonus race. A race's
+//!   result is one (binary64 key bits, id) slot per slice: a binary64 key and an id do not fit
+//!   one 64-bit atomic; the finishing block takes the largest key, then the lowest id holding it.
+//! * **Finish**: each block fences (`__threadfence`) and takes a ticket (`atomicAdd`); the block
+//!   that draws the last one decides acceptance in order, writes `accepted`/`tokens`, records the
+//!   counters (fused, as in the one-block entry) and zeroes the request's scratch words for the
+//!   next launch (graph replays need no memset). The host shim runs blocks one after another, so
+//!   no block ever waits on another.
+//! * **Cost**: greedy and typical read rows `0..=k` even when an early draft is rejected, and
+//!   typical computes every row's race (≈ 70 instructions per element): worth it when most of
+//!   the GPU would otherwise idle, not at batch ≥ SMs, where the launch keeps one block per
+//!   request. Not done: ROCm still launches one block per request; a two-phase typical
+//!   acceptance (entropies, then only the chosen row's race) would save the speculative races.
 
 use crate::counters::Counters;
 use crate::verify::{Batch, Method};
@@ -84,6 +83,21 @@ pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
 
 /// Name of the verification entry point (`extern "C"`, so not mangled).
 pub const VERIFY_ENTRY: &str = "specula_verify";
+
+/// Name of the entry point that splits each request's rows over several blocks (`extern "C"`):
+/// [`VERIFY_ENTRY`]'s twelve parameters, then `scratch: *mut u64`
+/// ([`split_scratch_words`]`(k_max, slices)` words per request of the capacity, zero before the
+/// first launch; the kernel leaves them zero) and `slices: u32` (by value, ≥ 1). Grid
+/// `(capacity · slices, 1, 1)`, block as for [`VERIFY_ENTRY`]; same results bit for bit.
+pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
+
+/// `u64` scratch words per request that [`VERIFY_SPLIT_ENTRY`] needs for `k_max` (the shape
+/// word) and `slices` blocks per request: a ticket, one word per row (argmax or entropy sum) and
+/// a (key, id) slot per slice for each race it may run.
+#[must_use]
+pub const fn split_scratch_words(k_max: usize, slices: usize) -> usize {
+    1 + k_max + 2 * slices * (k_max + 1)
+}
 
 /// Default threads per block the text is compiled for (`SPECULA_BLOCK_THREADS`).
 pub const BLOCK_THREADS: u32 = 256;
