@@ -13,6 +13,8 @@
 //!    device-to-device copy (which also writes them: counted once, as the "× copy") and a
 //!    read-only kernel (`specula_read_baseline`, compiled here with the crate's NVRTC options), the
 //!    real ceiling for a kernel that only reads.
+//!    Below one request per multiprocessor the verifier splits each request's rows over S
+//!    blocks (column S); the `1-block` column times the same case with one block per request.
 //! 2. **L2**: at batch 1 and 16, µs per call with the rows resident in L2 (calls back to back)
 //!    and with L2 flushed before every call (a 512 MB memset; only the launch is timed).
 //! 3. **Latency at batch 1** (V 128k, k 4): p50/p90/p99 of single calls timed one by one with
@@ -243,6 +245,10 @@ fn main() {
     };
     dev.context().bind_to_thread().expect("bind");
     let mut v = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    // Never given split scratch: always one block per request, the yardstick for the split
+    // launch `v` uses below one request per multiprocessor.
+    let mut v1 = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    v.reserve_split(256).expect("split scratch");
     let stream = dev.stream().cu_stream();
     println!("device arch {}", dev.arch());
 
@@ -313,13 +319,15 @@ fn main() {
         (Method::Rejection, Drafts::Fallback),
     ];
     println!(
-        "{:>9} {:>8} {:>5} {:>7} {:>2} {:>9} {:>7} {:>8} {:>8} {:>6} {:>6} {:>8} {:>10}",
+        "{:>9} {:>8} {:>5} {:>7} {:>2} {:>3} {:>9} {:>9} {:>7} {:>8} {:>8} {:>6} {:>6} {:>8} {:>10}",
         "method",
         "drafts",
         "batch",
         "vocab",
         "k",
+        "S",
         "us/call",
+        "1-block",
         "GB/s",
         "copy",
         "read",
@@ -341,6 +349,7 @@ fn main() {
                     seed += 1_000;
                     let case = Case::new(method, drafts, b, vocab, k, target, draft, seed);
                     let n = if b == 1 { 300 } else { 30 };
+                    let slices = v.slices_for(b as u32);
                     // SAFETY: every buffer of the case is sized for this (b, k, vocab).
                     let mut launch = || unsafe { v.launch(&case.args).expect("launch") };
                     timer.mean(3, &mut launch); // warm-up
@@ -348,6 +357,14 @@ fn main() {
                     let flushed = if b <= 16 {
                         let t = timer.each(20, &mut flush_l2, &mut launch);
                         format!("{:.2}", pct(&t, 0.5))
+                    } else {
+                        "-".into()
+                    };
+                    let one_block = if slices > 1 {
+                        // SAFETY: as for `launch`.
+                        let mut launch1 = || unsafe { v1.launch(&case.args).expect("launch") };
+                        timer.mean(3, &mut launch1);
+                        format!("{:.2}", timer.mean(n, &mut launch1))
                     } else {
                         "-".into()
                     };
@@ -373,7 +390,7 @@ fn main() {
                     let gbs = bytes as f64 / us / 1e3;
                     let mean_acc = accepted.iter().map(|&a| f64::from(a)).sum::<f64>() / b as f64;
                     println!(
-                        "{:>9} {:>8} {b:>5} {vocab:>7} {k:>2} {us:>9.2} {gbs:>7.1} {:>8.1} {:>8.1} {:>6.2} {:>6.2} {mean_acc:>8.2} {flushed:>10}",
+                        "{:>9} {:>8} {b:>5} {vocab:>7} {k:>2} {slices:>3} {us:>9.2} {one_block:>9} {gbs:>7.1} {:>8.1} {:>8.1} {:>6.2} {:>6.2} {mean_acc:>8.2} {flushed:>10}",
                         format!("{method:?}"),
                         format!("{drafts:?}"),
                         bytes as f64 / copy_us / 1e3,

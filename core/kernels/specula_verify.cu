@@ -779,18 +779,18 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             }
         }
     } else {
-        // The acceptance tests are cheap: every block runs them and finds the same position.
-        for (sp_u32 j = 0; j < kb; ++j) {
+        // The k acceptance tests at once, one per thread (each a Philox block and two loads),
+        // in every block: the first rejection is the smallest rejecting position, a block-wide
+        // maximum of ~j (positions past it are tested too, never used).
+        for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
             const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
             const float pt = tbase[(sp_u64)j * tstride + x];
             const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
-            if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd)) {
-                jr = j;
-                break;
-            }
+            if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd) && j < jr) jr = j;
         }
+        jr = ~(sp_u32)sp_block_reduce((sp_u64)(~jr), true, s_red);
         const float* trow = tbase + (sp_u64)jr * tstride;
         sp_u64 top;
         sp_u32 id;

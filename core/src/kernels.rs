@@ -60,7 +60,8 @@
 //!   combined with a 64-bit `atomicMax`); typical acceptance the fixed-point entropy sums of rows
 //!   `0..k` (64-bit wrapping `atomicAdd`, exactly the order-free sum) and, as the rejection
 //!   position is not known yet, the race of every row `0..=k`; rejection sampling runs the `k`
-//!   cheap acceptance tests in every block, then the residual race of the first rejected row and
+//!   acceptance tests at once (one per thread, first rejection by a block-wide reduction) in
+//!   every block, then the residual race of the first rejected row and
 //!   the plain race of that row (its fallback) in the same launch, or the bonus race. A race's
 //!   result is one (binary64 key bits, id) slot per slice: a binary64 key and an id do not fit
 //!   one 64-bit atomic; the finishing block takes the largest key, then the lowest id holding it.
