@@ -296,8 +296,14 @@ fn invalid_batches_are_refused_like_the_reference() {
 /// be: a bad request is skipped (sentinels, not counted, flag raised), its neighbours are not.
 #[test]
 fn kernel_skips_bad_requests_and_flags_them() {
-    for mode in [Mode::Cuda, Mode::Hip] {
-        let mut host = KernelHost::<K>::new(mode, 64).unwrap();
+    // One block per request, and the split entry (rows over 3 / 2 blocks per request).
+    for (mode, slices) in [
+        (Mode::Cuda, 1),
+        (Mode::Hip, 1),
+        (Mode::Cuda, 3),
+        (Mode::Hip, 2),
+    ] {
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
         let (vocab, k_max, b) = (6u32, 2u32, 4usize);
         let k = [2u32, 0, 3, 1]; // request 1: k = 0; request 2: k > k_max
         let mut ids = vec![1u32; b * k_max as usize];
@@ -332,7 +338,12 @@ fn kernel_skips_bad_requests_and_flags_them() {
             )
         };
         assert_eq!(rc, 0);
-        assert_eq!(host.error_flags(), ERR_DRAFT_LEN | ERR_TOKEN, "{mode:?}");
+        assert_eq!(
+            host.error_flags(),
+            ERR_DRAFT_LEN | ERR_TOKEN,
+            "{mode:?} {slices}"
+        );
+        assert!(host.scratch_is_clear());
         assert_eq!(accepted, [2, u32::MAX, u32::MAX, u32::MAX]);
         assert_eq!(&tokens[..3], &[5, 5, 5]);
         assert!(tokens[3..].iter().all(|&t| t == u32::MAX));
@@ -367,7 +378,7 @@ fn kernel_skips_bad_requests_and_flags_them() {
 
         // A batch above the launch's capacity (4 requests, grid 3): refused as a whole with the
         // shape bit, never silently cut to the first three.
-        let mut host = KernelHost::<K>::new(mode, 64).unwrap();
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
         let mut accepted3 = [9u32; 4];
         // SAFETY: as above; the kernel rejects the shape before reading any per-request buffer.
         let rc = unsafe {
@@ -387,7 +398,7 @@ fn kernel_skips_bad_requests_and_flags_them() {
             )
         };
         assert_eq!(rc, 0);
-        assert_eq!(host.error_flags(), ERR_SHAPE, "{mode:?}");
+        assert_eq!(host.error_flags(), ERR_SHAPE, "{mode:?} {slices}");
         assert_eq!(accepted3, [9; 4]);
         assert_eq!(host.totals().unwrap(), Counters::ZERO);
     }
