@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # End-to-end check of the /metrics exposition against a real Prometheus server.
 #
-# Runs `specula demo` with a token budget and --linger, scrapes it with a throw-away Prometheus
-# (own config, temporary storage, 1 s scrape interval, loopback only, not the system service),
-# and checks through Prometheus' query API that the accepted/draft token counters equal the
-# demo's own printed final totals (specula_* and vllm:* names), and that `promtool check
-# metrics` accepts the exposition. Takes about 30 s after the build.
+# Runs `specula demo --vllm-compat` for a fixed duration with --linger, scrapes it with a
+# throw-away Prometheus (own config, temporary storage, 1 s scrape interval, loopback only, not
+# the system service), and checks through Prometheus' query API that
+#  - the counters equal the demo's own printed final totals (specula_* and vllm:* names),
+#  - every panel query of host-std/dashboards/specula.json returns data that agrees with the demo's
+#    summary, and everything vLLM's speculative-decoding dashboard selects (series, types,
+#    labels, template variables: host-std/tests/fixtures/vllm_spec_decode_dashboard.txt) is
+#    there (scripts/prometheus_dashboards.py),
+#  - `promtool check metrics` accepts the exposition,
+#  - the log carries vLLM v1's exact "SpecDecoding metrics: " line.
+# Takes about a minute after the build; nothing is downloaded at test time beyond the
+# prometheus package when it is missing.
 #
 # Env: SPECULA_BIN (prebuilt binary; default: cargo build --release -p specula --features cli),
 #      DEMO_PORT (default 19464), PROM_PORT (default 19090).
@@ -13,7 +20,7 @@ set -euo pipefail
 
 DEMO_PORT="${DEMO_PORT:-19464}"
 PROM_PORT="${PROM_PORT:-19090}"
-LINGER=40
+LINGER=90
 root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 pids=()
@@ -40,16 +47,34 @@ if [[ -z "${SPECULA_BIN:-}" ]]; then
 fi
 [[ -x "$SPECULA_BIN" ]] || fail "no specula binary at $SPECULA_BIN"
 
-# 1. The demo: fixed token budget, then it keeps serving its final totals for $LINGER s.
-"$SPECULA_BIN" demo --tokens 300000 --batch 8 --k 4 --seed 7 --threads 2 \
-  --log-interval 1 --collect-interval 0.05 --vllm-compat \
-  --metrics-addr "127.0.0.1:$DEMO_PORT" --linger "$LINGER" >"$work/demo.out" 2>"$work/demo.err" &
+# 0. A throw-away Prometheus scraping the demo every second, started first so that it scrapes
+#    the whole run (the rate panels need samples from during the run, not only its totals).
+cat >"$work/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: specula
+    static_configs:
+      - targets: ['127.0.0.1:$DEMO_PORT']
+YML
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
+  --web.listen-address="127.0.0.1:$PROM_PORT" >"$work/prom.log" 2>&1 &
 pids+=($!)
+
+# 1. The demo: a fixed duration (long enough for several scrapes during the run, which the
+#    rate panels need), then it keeps serving its final totals for $LINGER s.
+"$SPECULA_BIN" demo --duration 12 --batch 8 --k 4 --seed 7 --threads 2 \
+  --log-interval 1 --collect-interval 0.05 --vllm-compat \
+  --model-name specula-check --label region=ci \
+  --metrics-addr "127.0.0.1:$DEMO_PORT" --linger "$LINGER" >"$work/demo.out" 2>"$work/demo.err" &
+demo_pid=$!
+pids+=("$demo_pid")
 final=""
 for _ in $(seq 1 120); do
   final="$(grep '^FINAL ' "$work/demo.out" || true)"
   [[ -n "$final" ]] && break
-  kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/demo.err" >&2; fail "demo exited early"; }
+  kill -0 "$demo_pid" 2>/dev/null || { cat "$work/demo.err" >&2; fail "demo exited early"; }
   sleep 0.5
 done
 [[ -n "$final" ]] || fail "demo printed no final totals"
@@ -58,6 +83,17 @@ field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$final"; }
 want_accepted="$(field accepted_tokens)"
 want_draft="$(field draft_tokens)"
 want_drafts="$(field drafts)"
+elapsed="$(sed -n 's/^throughput: .* over \([0-9.]*\) s$/\1/p' "$work/demo.out")"
+[[ -n "$elapsed" ]] || fail "no elapsed time in the demo's summary"
+
+# The log: vLLM v1's line, exactly its prefix, fields and number formats (what a vLLM log
+# parser matches), one value per drafted position, and no native line beside it.
+vllm_line='SpecDecoding metrics: Mean acceptance length: [0-9]+\.[0-9]{2}, Accepted throughput: [0-9]+\.[0-9]{2} tokens/s, Drafted throughput: [0-9]+\.[0-9]{2} tokens/s, Accepted: [0-9]+ tokens, Drafted: [0-9]+ tokens, Per-position acceptance rate: [0-9]\.[0-9]{3}, [0-9]\.[0-9]{3}, [0-9]\.[0-9]{3}, [0-9]\.[0-9]{3}, Avg Draft acceptance rate: [0-9]+\.[0-9]%$'
+grep -Eq "$vllm_line" "$work/demo.err" || { cat "$work/demo.err" >&2; fail "no vLLM-format log line"; }
+if grep -q 'SpecDecoding metrics \[\|lifetime:' "$work/demo.err"; then
+  fail "a native line in compat mode"
+fi
+echo "prometheus-check: log lines in vLLM v1's format: $(grep -Ec "$vllm_line" "$work/demo.err")"
 
 # 2. promtool on the exposition (classic text format, as curl asks for it).
 curl -sf --max-time 5 "http://127.0.0.1:$DEMO_PORT/metrics" >"$work/metrics.txt" \
@@ -77,20 +113,6 @@ grep -v '^vllm:\|^# [A-Z]* vllm:' "$work/metrics.txt" | promtool check metrics \
   || fail "promtool check metrics on the specula_* families"
 echo "prometheus-check: promtool check metrics passed"
 
-# 3. A throw-away Prometheus scraping the demo every second.
-cat >"$work/prometheus.yml" <<YML
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: specula
-    static_configs:
-      - targets: ['127.0.0.1:$DEMO_PORT']
-YML
-prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
-  --web.listen-address="127.0.0.1:$PROM_PORT" >"$work/prom.log" 2>&1 &
-pids+=($!)
-
 query() {
   curl -sf --max-time 3 --get "http://127.0.0.1:$PROM_PORT/api/v1/query" \
     --data-urlencode "query=$1" |
@@ -107,10 +129,19 @@ check() { # name expected
   tail -5 "$work/prom.log" >&2
   fail "$1 = '${got}', the demo printed $2"
 }
-check 'specula_accepted_tokens_total{engine="rank0"}' "$want_accepted"
-check 'specula_draft_tokens_total{engine="rank0"}' "$want_draft"
-check 'specula_drafts_total{engine="rank0"}' "$want_drafts"
-check '{__name__="vllm:spec_decode_num_accepted_tokens_total",engine="rank0"}' "$want_accepted"
-check '{__name__="vllm:spec_decode_num_draft_tokens_total",engine="rank0"}' "$want_draft"
+# Compat mode: vLLM's engine index and the constant labels on every series.
+sel='model_name="specula-check",region="ci",engine="0"'
+check "specula_accepted_tokens_total{$sel}" "$want_accepted"
+check "specula_draft_tokens_total{$sel}" "$want_draft"
+check "specula_drafts_total{$sel}" "$want_drafts"
+check "{__name__=\"vllm:spec_decode_num_accepted_tokens_total\",$sel}" "$want_accepted"
+check "{__name__=\"vllm:spec_decode_num_draft_tokens_total\",$sel}" "$want_draft"
+check "{__name__=\"vllm:spec_decode_num_drafts_total\",$sel}" "$want_drafts"
 check 'up{job="specula"}' 1
+
+# 4. Both dashboards against this Prometheus.
+python3 "$root/scripts/prometheus_dashboards.py" "http://127.0.0.1:$PROM_PORT" specula "$final" \
+  "$elapsed" "$root/host-std/dashboards/specula.json" \
+  "$root/host-std/tests/fixtures/vllm_spec_decode_dashboard.txt" \
+  || fail "dashboard checks (above)"
 echo "prometheus-check: PASS"

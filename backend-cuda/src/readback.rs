@@ -6,6 +6,15 @@
 //! event recorded after that copy makes the copy stream wait; the copy stream then moves the
 //! staging buffer to page-locked host memory (two buffers, alternating) and records a completion
 //! event. `poll` only queries that event. The compute stream never waits for the host copy.
+//!
+//! One readback is in flight at a time ([`Readback::max_in_flight`] keeps its default of 1):
+//! the device-side staging buffer and the snapshot event are single, and a second `start`
+//! would overwrite the staging buffer while the copy stream may still be reading it. A ring
+//! would need one staging buffer, snapshot event, completion event and pinned buffer per slot;
+//! a collector with a latency above its period then starts the next readback as soon as the
+//! previous one is published. A stale readback cannot be abandoned ([`Readback::abandon`] keeps
+//! its default, `false`): the copy stream may still write its pinned buffer, so the collector
+//! keeps polling it and reports it once per staleness deadline until it completes.
 
 use crate::calls::{Blocking, call};
 use crate::device::{CudaDevice, DeviceBuffer, PinnedWords};

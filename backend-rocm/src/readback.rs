@@ -97,6 +97,13 @@ struct Slot {
 /// page-locked host memory, then records the completion event. `poll` only queries that event
 /// (`hipEventQuery`); it never synchronises. Slots alternate (double buffering), so a `flush`
 /// while a readback is in flight never writes host memory that is being read.
+///
+/// One readback is in flight at a time ([`Readback::max_in_flight`] keeps its default of 1;
+/// `start` refuses a second with [`RocmError::AlreadyInFlight`]): the second slot is what lets
+/// `flush` run while one is in flight, and `poll` tracks a single slot. A stale readback cannot
+/// be abandoned ([`Readback::abandon`] keeps its default, `false`): its copy may still land in
+/// the slot's pinned buffer, so the collector keeps polling it and reports it once per
+/// staleness deadline until it completes.
 pub struct RocmReadback<const K: usize> {
     counters: Arc<DeviceCounters<K>>,
     copy: Stream,

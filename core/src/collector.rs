@@ -1,24 +1,76 @@
 //! [`Collector`]: the asynchronous collection state machine, driven once per decode step.
+//!
+//! # When a readback starts
+//! * **On the collection grid** (`start + n·period`), as long as no consumer deadlines are set:
+//!   the cadence scrapes are served at.
+//! * **Ahead of each consumer deadline**, once [`Collector::set_deadlines`] has told the
+//!   collector when its consumers next need a fresh snapshot (a log sink's grid): a readback is
+//!   started at the last decode step from which waiting one more step would risk publishing
+//!   after the deadline, judged from the measured readback latency (the largest of the last
+//!   [`LATENCY_WINDOW`] readbacks, step to step, at least the smallest plus one step gap, and
+//!   never less than the age of the oldest one still in flight) and the measured step gap (a
+//!   slowly decaying maximum) — but never so early that it could be published before the
+//!   previous deadline. So one publication lands in each deadline interval `(T − period, T]`,
+//!   whatever the phase between the two grids; a deadline no readback can reach any more is
+//!   skipped. Until the first readback has measured the latency, one is started every half
+//!   deadline period. If the deadline period is longer than the collection period, readbacks
+//!   are also started whenever a collection period has passed since the previous start, so
+//!   scrapes stay fresh.
+//!
+//! Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
+//! [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
+//! cadence.
+//!
+//! # Staleness
+//! A readback in flight for longer than [`Collector::stale_after_ns`] (default: three
+//! collection periods, at least [`MIN_STALE_NS`]) counts as a readback error
+//! ([`CollectError::Stale`], `readback_errors` raised and the last good counters republished,
+//! so every consumer sees it). The collector then asks the backend to
+//! [`abandon`](Readback::abandon) it: if it can, the ring slot is freed and collection goes on;
+//! if it cannot, the collector keeps polling it (publishing it if it ever completes) and
+//! reports it again after each further staleness deadline. Either way `tick` never blocks, and
+//! [`Collector::flush`] still recovers every count. The time of the last successful collection
+//! is the published snapshot's `at_ns` (the clock time its counts are as of), so a consumer
+//! computes the data's age as `now − at_ns`.
 
 use crate::counters::{Counters, Snapshot};
-use crate::interval::Interval;
+use crate::flight::{Flight, MAX_IN_FLIGHT};
+use crate::interval::{Interval, ZeroPeriod};
 use crate::readback::Readback;
 use crate::slot::SlotWriter;
 use core::task::Poll;
 
-/// What one [`Collector::tick`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Readback latencies remembered for the latency estimate (the largest of them is used).
+pub const LATENCY_WINDOW: usize = 16;
+
+/// The step-gap estimate loses `1/GAP_DECAY` of its excess over the current gap per tick: a
+/// maximum that forgets a long pause within a few hundred steps.
+const GAP_DECAY: u64 = 256;
+
+/// The smallest default staleness deadline: 1 s (a few periods of a sub-second collection
+/// period would declare healthy GPU readbacks stale).
+pub const MIN_STALE_NS: u64 = 1_000_000_000;
+
+/// The default staleness deadline, in collection periods.
+pub const DEFAULT_STALE_PERIODS: u64 = 3;
+
+/// What one [`Collector::tick`] did: the most telling of what happened, in the order
+/// `Published`, `Failed`, `Started`, `Pending`, `Idle`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Tick {
     /// Nothing due and nothing in flight.
+    #[default]
     Idle,
     /// A readback was started.
     Started,
     /// A readback is in flight and not finished.
     Pending,
-    /// A readback finished and was published as this version.
+    /// A readback finished and was published as this version (the last one, if several
+    /// finished in this tick).
     Published(u64),
-    /// A readback failed; the last good counters were republished with the error count raised.
+    /// A readback failed or went stale; the last good counters were republished with the
+    /// error count raised.
     Failed,
 }
 
@@ -32,6 +84,8 @@ pub enum CollectError<E> {
     /// The backend returned counts below ones already published (a broken backend, or counters
     /// reset behind the collector's back); they are discarded.
     NotMonotonic,
+    /// A readback was in flight for longer than the staleness deadline.
+    Stale,
 }
 
 impl<E: core::fmt::Debug> core::fmt::Display for CollectError<E> {
@@ -39,18 +93,61 @@ impl<E: core::fmt::Debug> core::fmt::Display for CollectError<E> {
         match self {
             Self::Readback(e) => write!(f, "counter readback failed: {e:?}"),
             Self::NotMonotonic => f.write_str("readback returned decreasing counters"),
+            Self::Stale => f.write_str("counter readback did not complete before its deadline"),
         }
     }
 }
 
 impl<E: core::fmt::Debug> core::error::Error for CollectError<E> {}
 
-/// Reads counters back asynchronously on a fixed cadence and publishes them to a slot.
+/// One readback in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Entry {
+    /// Clock time of the tick that started it: the time its counts are as of.
+    started_ns: u64,
+    /// When it is (next) reported stale.
+    stale_at_ns: u64,
+}
+
+/// The last [`LATENCY_WINDOW`] readback latencies, as seen from tick to tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Latencies {
+    samples: [u64; LATENCY_WINDOW],
+    next: usize,
+    len: usize,
+}
+
+impl Latencies {
+    fn record(&mut self, ns: u64) {
+        self.samples[self.next % LATENCY_WINDOW] = ns;
+        self.next = (self.next + 1) % LATENCY_WINDOW;
+        self.len = (self.len + 1).min(LATENCY_WINDOW);
+    }
+
+    fn max(&self) -> Option<u64> {
+        self.samples[..self.len].iter().copied().max()
+    }
+
+    fn min(&self) -> Option<u64> {
+        self.samples[..self.len].iter().copied().min()
+    }
+}
+
+/// What happened during one tick, folded into a [`Tick`] at the end.
+#[derive(Clone, Copy, Debug, Default)]
+struct Outcome {
+    published: Option<u64>,
+    failed: bool,
+    started: bool,
+}
+
+/// Reads counters back asynchronously and publishes them to a slot.
 ///
 /// Call [`tick`](Collector::tick) once per decode step with the current time: it never blocks.
-/// When the interval is due it starts a readback; while one is in flight it polls it; a finished
-/// one is published to the slot. Consumers read the slot on their own schedule (through
-/// [`Cursor`](crate::Cursor)s), so no timer has to line up with this one. Call
+/// It polls the readbacks in flight (publishing those that finished), reports a stale one, and
+/// starts a new readback when the collection grid or a consumer deadline calls for one (see the
+/// [module documentation](crate::collector)). Consumers read the slot on their own schedule
+/// (through [`Cursor`](crate::Cursor)s), so no timer has to line up with this one. Call
 /// [`flush`](Collector::flush) at shutdown.
 ///
 /// ```
@@ -70,6 +167,8 @@ impl<E: core::fmt::Debug> core::error::Error for CollectError<E> {}
 /// let (writer, reader) = slot.split();
 /// let mut device = Host(Counters::ZERO);
 /// let mut collector = Collector::new(&mut device, writer, 1_000, 0).unwrap();
+/// // A log line every 1 000 ns on a grid of its own: have a snapshot ready for each.
+/// collector.set_deadlines(1_000, 450).unwrap();
 /// let mut log = Cursor::new(reader);
 /// for step in 0..10u64 {
 ///     collector.readback_mut().0.record(2, 1).unwrap(); // the verifier counts
@@ -84,10 +183,31 @@ pub struct Collector<'a, R: Readback<K>, const K: usize> {
     readback: R,
     writer: SlotWriter<'a, Snapshot<K>>,
     interval: Interval,
-    /// Start time of the readback in flight.
-    in_flight: Option<u64>,
+    /// The consumers' deadline grid; its `next_ns` is the earliest deadline not yet served.
+    deadlines: Option<Interval>,
+    flight: Flight<Entry>,
+    /// When a readback was last started, or tried (a failed start is not retried every tick).
+    last_start_ns: Option<u64>,
+    last_tick_ns: Option<u64>,
+    /// A slowly decaying maximum of the time between ticks.
+    gap_ns: u64,
+    latencies: Latencies,
+    stale_after_ns: u64,
     last: Snapshot<K>,
     last_error: Option<CollectError<R::Error>>,
+}
+
+impl<R: Readback<K>, const K: usize> core::fmt::Debug for Collector<'_, R, K> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Collector")
+            .field("interval", &self.interval)
+            .field("deadlines", &self.deadlines)
+            .field("in_flight", &self.flight.len())
+            .field("latency_estimate_ns", &self.latency_estimate_ns())
+            .field("stale_after_ns", &self.stale_after_ns)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
@@ -97,51 +217,215 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         writer: SlotWriter<'a, Snapshot<K>>,
         period_ns: u64,
         start_ns: u64,
-    ) -> Result<Self, crate::interval::ZeroPeriod> {
+    ) -> Result<Self, ZeroPeriod> {
         Ok(Self {
             readback,
             writer,
             interval: Interval::new(period_ns, start_ns)?,
-            in_flight: None,
+            deadlines: None,
+            flight: Flight::new(),
+            last_start_ns: None,
+            last_tick_ns: None,
+            gap_ns: 0,
+            latencies: Latencies::default(),
+            stale_after_ns: period_ns
+                .saturating_mul(DEFAULT_STALE_PERIODS)
+                .max(MIN_STALE_NS),
             last: Snapshot::ZERO,
             last_error: None,
         })
     }
 
+    /// Tells the collector that its consumers need a fresh snapshot at `start_ns + n·period_ns`
+    /// (n = 1, 2, …; a log sink's grid, on the same clock). From the next tick on, readbacks
+    /// are timed so that one has been published in each interval between two deadlines. Until
+    /// a first readback has measured the latency, one is started every half deadline period.
+    pub fn set_deadlines(&mut self, period_ns: u64, start_ns: u64) -> Result<(), ZeroPeriod> {
+        self.deadlines = Some(Interval::new(period_ns, start_ns)?);
+        Ok(())
+    }
+
+    /// Goes back to readbacks on the collection grid only.
+    pub fn clear_deadlines(&mut self) {
+        self.deadlines = None;
+    }
+
+    /// The consumers' deadline grid, if set; its `next_ns` is the earliest deadline no
+    /// readback has been started for yet.
+    pub fn deadlines(&self) -> Option<&Interval> {
+        self.deadlines.as_ref()
+    }
+
+    /// Sets how long a readback may stay in flight before it counts as an error (at least
+    /// 1 ns).
+    pub fn set_stale_after(&mut self, ns: u64) {
+        self.stale_after_ns = ns.max(1);
+        for e in self.flight.iter_mut() {
+            e.stale_at_ns = e.started_ns.saturating_add(ns.max(1));
+        }
+    }
+
+    /// How long a readback may stay in flight before it counts as an error.
+    pub fn stale_after_ns(&self) -> u64 {
+        self.stale_after_ns
+    }
+
+    /// The readback latency the collector plans with: the largest of the last
+    /// [`LATENCY_WINDOW`] successful readbacks, from the tick that started one to the tick that
+    /// published it. `None` before the first.
+    pub fn latency_estimate_ns(&self) -> Option<u64> {
+        self.latencies.max()
+    }
+
+    /// How many readbacks the collector keeps in flight at most: the backend's
+    /// [`max_in_flight`](Readback::max_in_flight), between 1 and [`MAX_IN_FLIGHT`].
+    pub fn capacity(&self) -> usize {
+        self.readback.max_in_flight().clamp(1, MAX_IN_FLIGHT)
+    }
+
     /// Drives collection; call once per decode step. Never blocks (provided the backend's
-    /// `start` and `poll` do not, as the [`Readback`] contract requires).
+    /// `start`, `poll` and `abandon` do not, as the [`Readback`] contract requires).
     #[inline]
     pub fn tick(&mut self, now_ns: u64) -> Tick {
-        match self.in_flight {
-            Some(started) => match self.readback.poll() {
-                Poll::Pending => Tick::Pending,
-                Poll::Ready(r) => {
-                    self.in_flight = None;
-                    self.finish(r, started)
-                }
-            },
-            None => {
-                if !self.interval.due(now_ns) {
-                    return Tick::Idle;
-                }
-                match self.readback.start() {
-                    Ok(()) => {
-                        self.in_flight = Some(now_ns);
-                        Tick::Started
-                    }
-                    Err(e) => self.fail(CollectError::Readback(e)),
-                }
+        self.observe_gap(now_ns);
+        let mut out = Outcome::default();
+        self.poll_flight(now_ns, &mut out);
+        self.check_stale(now_ns, &mut out);
+        if self.flight.len() < self.capacity() && self.wants_start(now_ns) {
+            self.start(now_ns, &mut out);
+        }
+        match out {
+            Outcome {
+                published: Some(v), ..
+            } => Tick::Published(v),
+            Outcome { failed: true, .. } => Tick::Failed,
+            Outcome { started: true, .. } => Tick::Started,
+            _ if !self.flight.is_empty() => Tick::Pending,
+            _ => Tick::Idle,
+        }
+    }
+
+    fn observe_gap(&mut self, now_ns: u64) {
+        if let Some(prev) = self.last_tick_ns {
+            let gap = now_ns.saturating_sub(prev);
+            self.gap_ns = gap.max(self.gap_ns - self.gap_ns / GAP_DECAY);
+        }
+        self.last_tick_ns = Some(now_ns);
+    }
+
+    /// Polls the oldest readbacks in flight and publishes each one that finished.
+    fn poll_flight(&mut self, now_ns: u64, out: &mut Outcome) {
+        while let Some(&entry) = self.flight.front() {
+            let Poll::Ready(r) = self.readback.poll() else {
+                break;
+            };
+            self.flight.pop();
+            if r.is_ok() {
+                self.latencies
+                    .record(now_ns.saturating_sub(entry.started_ns));
+            }
+            match self.finish(r, entry.started_ns) {
+                Tick::Published(v) => out.published = Some(v),
+                _ => out.failed = true,
+            }
+        }
+    }
+
+    /// Reports the oldest readback if it is stale, and abandons it if the backend can.
+    fn check_stale(&mut self, now_ns: u64, out: &mut Outcome) {
+        let Some(entry) = self.flight.front_mut() else {
+            return;
+        };
+        if now_ns < entry.stale_at_ns {
+            return;
+        }
+        entry.stale_at_ns = now_ns.saturating_add(self.stale_after_ns);
+        self.fail(CollectError::Stale);
+        out.failed = true;
+        if self.readback.abandon() {
+            self.flight.pop();
+        }
+    }
+
+    /// Whether a readback should start now (capacity permitting).
+    fn wants_start(&mut self, now_ns: u64) -> bool {
+        let Some(deadlines) = self.deadlines.as_mut() else {
+            return self.interval.due(now_ns);
+        };
+        if self.latencies.len == 0 {
+            // No latency measured yet: start one every half deadline period (ring permitting),
+            // so whatever the latency, publications land at least once per deadline interval
+            // until the first one calibrates the plan below.
+            return self
+                .last_start_ns
+                .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
+        }
+        // The latency to plan with. A readback is seen done at the first tick after it
+        // completes: plan with the largest latency seen, and at least the smallest plus one
+        // step gap; never less than the age of the oldest readback still in flight (it has
+        // taken at least that long), counted up to the staleness limit.
+        let oldest_age = self
+            .flight
+            .front()
+            .map_or(0, |e| now_ns.saturating_sub(e.started_ns))
+            .min(self.stale_after_ns);
+        let (lo, hi) = match (self.latencies.min(), self.latencies.max()) {
+            (Some(lo), Some(hi)) => (lo, hi.max(lo.saturating_add(self.gap_ns))),
+            _ => (0, 0),
+        };
+        let (lo, plan) = (lo.max(oldest_age), hi.max(oldest_age));
+        // Deadlines a readback started now cannot reach are not owed one: the next deadline
+        // to serve is the first one at or after the earliest publication possible.
+        deadlines.due(now_ns.saturating_add(lo).saturating_sub(1));
+        let deadline = deadlines.next_ns();
+        // Started at the next step (one gap from now), would it still be published in time?
+        let last_chance = now_ns.saturating_add(self.gap_ns).saturating_add(plan) >= deadline;
+        // Started now, could it be published before the previous deadline (after a long pause
+        // in the steps, the gap estimate stays large for a while)? Then it is too early: wait.
+        let too_early = now_ns
+            .saturating_add(lo)
+            .saturating_add(deadlines.period_ns())
+            <= deadline;
+        if last_chance && !too_early {
+            // Served: the next readback is for the deadline after this one.
+            deadlines.due(deadline);
+            return true;
+        }
+        // A deadline grid coarser than the collection period: keep scrapes fresh too.
+        deadlines.period_ns() > self.interval.period_ns()
+            && self
+                .last_start_ns
+                .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns())
+    }
+
+    fn start(&mut self, now_ns: u64, out: &mut Outcome) {
+        self.last_start_ns = Some(now_ns);
+        match self.readback.start() {
+            Ok(()) => {
+                let entry = Entry {
+                    started_ns: now_ns,
+                    stale_at_ns: now_ns.saturating_add(self.stale_after_ns),
+                };
+                // Cannot fail: the caller checked there is room.
+                let _ = self.flight.push(entry);
+                out.started = true;
+            }
+            Err(e) => {
+                self.fail(CollectError::Readback(e));
+                out.failed = true;
             }
         }
     }
 
     /// Final, blocking readback: waits for the backend and publishes its totals, so nothing
-    /// counted before shutdown is lost. Returns the published version.
+    /// counted before shutdown is lost. Every readback in flight is retired. Returns the
+    /// published version, or why nothing was published (the backend's error, or
+    /// [`CollectError::NotMonotonic`]).
     pub fn flush(&mut self, now_ns: u64) -> Result<u64, CollectError<R::Error>>
     where
         R::Error: Clone,
     {
-        self.in_flight = None;
+        self.flight.clear();
         let r = self.readback.flush();
         match self.finish(r, now_ns) {
             Tick::Published(v) => Ok(v),
@@ -171,7 +455,8 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         Tick::Failed
     }
 
-    /// The last snapshot published (or zero).
+    /// The last snapshot published (or zero). Its `at_ns` is the time of the last successful
+    /// collection.
     pub fn last(&self) -> &Snapshot<K> {
         &self.last
     }
@@ -183,7 +468,12 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
 
     /// True while a readback is in flight.
     pub fn in_flight(&self) -> bool {
-        self.in_flight.is_some()
+        !self.flight.is_empty()
+    }
+
+    /// How many readbacks are in flight.
+    pub fn in_flight_count(&self) -> usize {
+        self.flight.len()
     }
 
     /// The backend.
@@ -201,7 +491,6 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         &self.interval
     }
 }
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -213,6 +502,8 @@ mod tests {
         pending: Option<(Counters<2>, u32)>,
         latency: u32,
         fail_next: bool,
+        fail_start: bool,
+        fail_flush: bool,
         starts: u32,
     }
 
@@ -221,6 +512,9 @@ mod tests {
         fn start(&mut self) -> Result<(), &'static str> {
             assert!(self.pending.is_none(), "start while in flight");
             self.starts += 1;
+            if self.fail_start {
+                return Err("start failed");
+            }
             self.pending = Some((self.device, self.latency));
             Ok(())
         }
@@ -239,6 +533,9 @@ mod tests {
         }
         fn flush(&mut self) -> Result<Counters<2>, &'static str> {
             self.pending = None;
+            if self.fail_flush {
+                return Err("flush failed");
+            }
             Ok(self.device)
         }
     }
@@ -249,6 +546,8 @@ mod tests {
             pending: None,
             latency,
             fail_next: false,
+            fail_start: false,
+            fail_flush: false,
             starts: 0,
         }
     }
@@ -324,5 +623,129 @@ mod tests {
         assert!(c.readback().starts > 10 && c.readback().starts < 60);
         let mut cur = Cursor::new(r);
         assert!(cur.take().is_some());
+    }
+
+    #[test]
+    fn a_failed_start_is_counted_and_not_in_flight() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(3), w, 10, 0).unwrap();
+        c.readback_mut().fail_start = true;
+        assert_eq!(c.tick(10), Tick::Failed);
+        assert!(!c.in_flight(), "nothing was started");
+        assert_eq!(c.in_flight_count(), 0);
+        assert_eq!(
+            c.last_error(),
+            Some(&CollectError::Readback("start failed"))
+        );
+        assert_eq!(r.read().0.readback_errors, 1);
+        // Not polled (the scripted backend panics on a poll with nothing in flight).
+        assert_eq!(c.tick(15), Tick::Idle);
+        c.readback_mut().fail_start = false;
+        assert_eq!(c.tick(20), Tick::Started);
+        assert!(c.in_flight());
+        assert_eq!(c.in_flight_count(), 1);
+        assert_eq!(c.tick(21), Tick::Pending);
+    }
+
+    #[test]
+    fn flush_retires_the_readback_in_flight_and_reports_the_backend_error() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(5), w, 10, 0).unwrap();
+        c.readback_mut().device.record(2, 2).unwrap();
+        assert_eq!(c.tick(10), Tick::Started);
+        assert!(c.in_flight());
+        c.readback_mut().fail_flush = true;
+        assert_eq!(c.flush(12), Err(CollectError::Readback("flush failed")));
+        assert!(!c.in_flight(), "flush retires what was in flight");
+        assert_eq!(r.read().0.readback_errors, 1);
+        c.readback_mut().fail_flush = false;
+        assert_eq!(c.flush(13), Ok(2));
+        assert!(!c.in_flight());
+        assert_eq!(r.read().0.counters.drafts, 1);
+    }
+
+    #[test]
+    fn at_ns_never_goes_back() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 100, 0).unwrap();
+        assert_eq!(c.tick(100), Tick::Started);
+        assert_eq!(c.tick(101), Tick::Published(1));
+        assert_eq!(r.read().0.at_ns, 100);
+        // A flush stamped earlier than the last collection (a caller's clock that went back).
+        assert_eq!(c.flush(40), Ok(2));
+        assert_eq!(r.read().0.at_ns, 100);
+        assert_eq!(c.last().at_ns, 100);
+        assert_eq!(c.flush(140), Ok(3));
+        assert_eq!(r.read().0.at_ns, 140);
+    }
+
+    #[test]
+    fn tick_defaults_to_idle_and_errors_display() {
+        assert_eq!(Tick::default(), Tick::Idle);
+        let mut s: heapless::String<96> = heapless::String::new();
+        core::fmt::write(&mut s, format_args!("{}", CollectError::<u8>::Stale)).unwrap();
+        assert_eq!(
+            s.as_str(),
+            "counter readback did not complete before its deadline"
+        );
+        s.clear();
+        core::fmt::write(&mut s, format_args!("{}", CollectError::Readback(7u8))).unwrap();
+        assert_eq!(s.as_str(), "counter readback failed: 7");
+        s.clear();
+        core::fmt::write(&mut s, format_args!("{}", CollectError::<u8>::NotMonotonic)).unwrap();
+        assert_eq!(s.as_str(), "readback returned decreasing counters");
+    }
+
+    #[test]
+    fn stale_defaults_and_settings() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(u32::MAX), w, 2 * MIN_STALE_NS, 0).unwrap();
+        assert_eq!(c.stale_after_ns(), 6 * MIN_STALE_NS, "three periods");
+        assert_eq!(c.capacity(), 1);
+        assert_eq!(c.latency_estimate_ns(), None);
+        c.set_stale_after(0);
+        assert_eq!(c.stale_after_ns(), 1, "at least 1 ns");
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, r) = slot.split();
+        let mut c = Collector::new(scripted(u32::MAX), w, 10, 0).unwrap();
+        assert_eq!(c.stale_after_ns(), MIN_STALE_NS, "never below the floor");
+        assert_eq!(c.tick(10), Tick::Started);
+        // Shortening the deadline applies to the readback already in flight.
+        c.set_stale_after(50);
+        assert_eq!(c.tick(59), Tick::Pending);
+        assert_eq!(c.tick(60), Tick::Failed);
+        assert_eq!(c.last_error(), Some(&CollectError::Stale));
+        assert_eq!(r.read().0.readback_errors, 1);
+        // It cannot be abandoned: still in flight, reported again one deadline later.
+        assert!(c.in_flight());
+        assert_eq!(c.tick(109), Tick::Pending);
+        assert_eq!(c.tick(110), Tick::Failed);
+        assert_eq!(r.read().0.readback_errors, 2);
+    }
+
+    #[test]
+    fn latency_estimate_is_the_largest_recent_latency() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 100, 0).unwrap();
+        assert_eq!(c.tick(100), Tick::Started);
+        assert_eq!(c.tick(107), Tick::Published(1));
+        assert_eq!(c.latency_estimate_ns(), Some(7));
+        assert_eq!(c.tick(200), Tick::Started);
+        assert_eq!(c.tick(203), Tick::Published(2));
+        assert_eq!(c.latency_estimate_ns(), Some(7));
+        for i in 0..LATENCY_WINDOW as u64 {
+            assert_eq!(c.tick(300 + 100 * i), Tick::Started);
+            assert!(matches!(c.tick(302 + 100 * i), Tick::Published(_)));
+        }
+        assert_eq!(
+            c.latency_estimate_ns(),
+            Some(2),
+            "old samples are forgotten"
+        );
     }
 }

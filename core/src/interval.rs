@@ -100,4 +100,42 @@ mod tests {
         assert!(!i.due(u64::MAX - 1));
         assert!(i.due(u64::MAX));
     }
+
+    #[test]
+    fn a_late_check_fires_once_and_lands_on_the_next_grid_point() {
+        let mut i = Interval::new(100, 0).unwrap();
+        assert_eq!(i.period_ns(), 100);
+        assert_eq!(i.next_ns(), 100);
+        // Two and a half periods late: one firing, and the next tick is the grid point after.
+        assert!(i.due(350));
+        assert_eq!(i.next_ns(), 400);
+        assert!(
+            !i.due(350),
+            "a late check fires once, not once per missed tick"
+        );
+        assert!(!i.due(399));
+        assert!(i.due(400));
+        assert_eq!(i.next_ns(), 500);
+        // Exactly on a grid point several periods late.
+        assert!(i.due(900));
+        assert_eq!(i.next_ns(), 1000);
+        assert_eq!(i.period_ns(), 100);
+    }
+
+    #[test]
+    fn next_tick_saturates_instead_of_wrapping() {
+        let i = Interval::new(10, u64::MAX - 5).unwrap();
+        assert_eq!(i.next_ns(), u64::MAX);
+        let mut i = Interval::new(10, u64::MAX - 25).unwrap();
+        assert_eq!(i.next_ns(), u64::MAX - 15);
+        assert!(i.due(u64::MAX - 1));
+        assert_eq!(
+            i.next_ns(),
+            u64::MAX,
+            "saturated, not wrapped to a small value"
+        );
+        // The grid cannot go past the end of time: there it stays, due at every check.
+        assert!(i.due(u64::MAX));
+        assert_eq!(i.next_ns(), u64::MAX);
+    }
 }

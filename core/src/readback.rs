@@ -8,9 +8,16 @@ use core::task::Poll;
 /// The contract a backend implements:
 /// * [`start`](Readback::start) enqueues a copy of the counters as they stand at this point of
 ///   the device's work and returns at once; it never waits for the device.
-/// * [`poll`](Readback::poll) reports whether that copy has finished, without waiting.
+/// * [`poll`](Readback::poll) reports whether the *oldest* copy in flight has finished, without
+///   waiting. A `Ready` answer (success or error) retires that copy.
 /// * [`flush`](Readback::flush) may block: it waits for all work recorded so far and returns
-///   the final totals. It is called at shutdown so nothing counted is lost.
+///   the final totals; every copy still in flight is retired. It is called at shutdown so
+///   nothing counted is lost.
+/// * [`max_in_flight`](Readback::max_in_flight) (default 1) says how many copies may be in
+///   flight at once; they finish in the order they were started (as copies on one stream do).
+/// * [`abandon`](Readback::abandon) (default: cannot) gives up the oldest copy in flight when
+///   the collector declares it stale; a backend returns `true` only when the copy's buffers can
+///   safely be reused.
 ///
 /// Counters are cumulative totals; each completed readback must be at least the previous one
 /// field by field (the collector rejects one that is not).
@@ -18,14 +25,30 @@ pub trait Readback<const K: usize> {
     /// Why a readback failed.
     type Error: core::fmt::Debug;
 
-    /// Starts one readback. Called only when none is in flight.
+    /// Starts one readback. Called only while fewer than
+    /// [`max_in_flight`](Readback::max_in_flight) are in flight.
     fn start(&mut self) -> Result<(), Self::Error>;
 
-    /// Polls the readback in flight: `Pending` until it is done. Never blocks.
+    /// Polls the oldest readback in flight: `Pending` until it is done. Never blocks.
     fn poll(&mut self) -> Poll<Result<Counters<K>, Self::Error>>;
 
-    /// Waits for everything counted so far and returns the totals. May block.
+    /// Waits for everything counted so far and returns the totals; retires every readback in
+    /// flight. May block.
     fn flush(&mut self) -> Result<Counters<K>, Self::Error>;
+
+    /// How many readbacks may be in flight at once: at least 1 (a 0 is read as 1). The
+    /// collector uses at most [`MAX_IN_FLIGHT`](crate::flight::MAX_IN_FLIGHT).
+    fn max_in_flight(&self) -> usize {
+        1
+    }
+
+    /// Gives up the oldest readback in flight, which the collector found stale. Returns `true`
+    /// if the backend released it (the collector stops polling it and may start another in its
+    /// place), `false` if it cannot yet (the collector keeps polling it, and publishes it if it
+    /// ever completes). The default cannot.
+    fn abandon(&mut self) -> bool {
+        false
+    }
 }
 
 impl<const K: usize, R: Readback<K> + ?Sized> Readback<K> for &mut R {
@@ -38,5 +61,11 @@ impl<const K: usize, R: Readback<K> + ?Sized> Readback<K> for &mut R {
     }
     fn flush(&mut self) -> Result<Counters<K>, Self::Error> {
         (**self).flush()
+    }
+    fn max_in_flight(&self) -> usize {
+        (**self).max_in_flight()
+    }
+    fn abandon(&mut self) -> bool {
+        (**self).abandon()
     }
 }

@@ -111,6 +111,90 @@ impl<const K: usize> Display for Report<'_, K> {
     }
 }
 
+/// The "SpecDecoding metrics: " line exactly as vLLM v1 logs it (its `SpecDecodingLogging`),
+/// for log parsers written against vLLM: the same prefix, fields, number formats and
+/// definitions.
+///
+/// `Mean acceptance length` is 1 + accepted / drafts; throughputs are over the time between
+/// the two snapshots compared (0.00 when unknown, as vLLM prints 0 for no elapsed time);
+/// `Per-position acceptance rate` has one value per position of the runtime's draft length,
+/// each the drafts accepted at that position divided by **all** drafts (vLLM's definition);
+/// `Avg Draft acceptance rate` is accepted / drafted tokens in percent. An interval without
+/// drafts has no line at all ([`new`](Self::new) returns `None`), as vLLM logs nothing then.
+///
+/// ```
+/// use specula_core::{Cursor, SeqSlot, Snapshot, VllmReport};
+/// let mut slot = SeqSlot::new(Snapshot::<4>::ZERO);
+/// let (mut w, r) = slot.split();
+/// let mut cursor = Cursor::new(r);
+/// let mut s = Snapshot::ZERO;
+/// s.counters.record(2, 1).unwrap();
+/// w.publish(&s);
+/// let taken = cursor.take().unwrap();
+/// let line: heapless::String<512> = VllmReport::new(&taken, 2).unwrap().to_heapless().unwrap();
+/// assert_eq!(
+///     line.as_str(),
+///     "SpecDecoding metrics: Mean acceptance length: 2.00, Accepted throughput: 0.00 tokens/s, \
+///      Drafted throughput: 0.00 tokens/s, Accepted: 1 tokens, Drafted: 2 tokens, \
+///      Per-position acceptance rate: 1.000, 0.000, Avg Draft acceptance rate: 50.0%"
+/// );
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct VllmReport<'a, const K: usize> {
+    taken: &'a Taken<K>,
+    positions: usize,
+}
+
+impl<'a, const K: usize> VllmReport<'a, K> {
+    /// The line for `taken` with `draft_len` per-position values (capped at `K`); `None`
+    /// when the interval has no drafts (vLLM prints nothing for it).
+    pub fn new(taken: &'a Taken<K>, draft_len: usize) -> Option<Self> {
+        (taken.delta.drafts != 0).then_some(Self {
+            taken,
+            positions: draft_len.min(K),
+        })
+    }
+
+    /// Formats into a fixed-capacity string; `Err` if `N` bytes are not enough.
+    pub fn to_heapless<const N: usize>(&self) -> Result<heapless::String<N>, fmt::Error> {
+        let mut s = heapless::String::new();
+        write!(s, "{self}")?;
+        Ok(s)
+    }
+}
+
+impl<const K: usize> Display for VllmReport<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.taken.delta;
+        // `new` guarantees at least one draft.
+        let drafts = d.drafts.max(1) as f64;
+        let rates = self.taken.rates();
+        write!(
+            f,
+            "SpecDecoding metrics: Mean acceptance length: {:.2}, Accepted throughput: {:.2} \
+             tokens/s, Drafted throughput: {:.2} tokens/s, Accepted: {} tokens, Drafted: {} \
+             tokens, Per-position acceptance rate: ",
+            1.0 + d.accepted_tokens as f64 / drafts,
+            rates.and_then(|r| r.accepted_per_second()).unwrap_or(0.0),
+            rates.and_then(|r| r.drafted_per_second()).unwrap_or(0.0),
+            d.accepted_tokens,
+            d.draft_tokens,
+        )?;
+        for (i, n) in d.accepted_per_position[..self.positions].iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{:.3}", *n as f64 / drafts)?;
+        }
+        f.write_str(", Avg Draft acceptance rate: ")?;
+        match d.acceptance_rate() {
+            Some(r) => write!(f, "{:.1}%", r * 100.0),
+            // Python's "%.1f" of NaN.
+            None => f.write_str("nan%"),
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -144,5 +228,35 @@ mod tests {
         );
         // Too small a buffer is an error, not a panic or a truncated line.
         assert!(Report::new("r0", &t).to_heapless::<16>().is_err());
+    }
+
+    #[test]
+    fn vllm_line_is_vllms_format_and_definitions() {
+        let mut slot = SeqSlot::new(Snapshot::<8>::ZERO);
+        let (mut w, r) = slot.split();
+        let mut cur = Cursor::new(r);
+        let mut s = Snapshot::<8>::ZERO;
+        s.at_ns = 1_000_000_000;
+        w.publish(&s);
+        let idle = cur.take().unwrap();
+        assert!(VllmReport::new(&idle, 4).is_none(), "no drafts: no line");
+        // Draft lengths 1..=4, every token accepted but the last one of each draft.
+        for k in 1..=4 {
+            s.counters.record(k, k - 1).unwrap();
+        }
+        s.at_ns = 3_000_000_000;
+        w.publish(&s);
+        let t = cur.take().unwrap();
+        let line: heapless::String<512> = VllmReport::new(&t, 4).unwrap().to_heapless().unwrap();
+        // Per position: accepted there / all 4 drafts (0.75, 0.5, 0.25, 0), not / drafts that
+        // reached the position; 4 positions (the draft length), not K = 8.
+        assert_eq!(
+            line.as_str(),
+            "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 3.00 \
+             tokens/s, Drafted throughput: 5.00 tokens/s, Accepted: 6 tokens, Drafted: 10 \
+             tokens, Per-position acceptance rate: 0.750, 0.500, 0.250, 0.000, Avg Draft \
+             acceptance rate: 60.0%"
+        );
+        assert!(VllmReport::new(&t, 4).unwrap().to_heapless::<32>().is_err());
     }
 }

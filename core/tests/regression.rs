@@ -33,12 +33,27 @@ struct Outcome {
 /// Decode steps every 20–40 ms for `run_s` seconds; collect every 5 s on a grid starting at
 /// `collect_phase`, log every 5 s on a grid starting at `log_phase`.
 fn simulate(collect_phase: u64, log_phase: u64, latency: u64, seed: u64, run_s: u64) -> Outcome {
+    simulate_with(collect_phase, log_phase, latency, seed, run_s, false)
+}
+
+/// [`simulate`], optionally telling the collector the log grid (`set_deadlines`).
+fn simulate_with(
+    collect_phase: u64,
+    log_phase: u64,
+    latency: u64,
+    seed: u64,
+    run_s: u64,
+    deadlines: bool,
+) -> Outcome {
     let clock = VirtualClock::new(0);
     let mut slot = SeqSlot::new(Snapshot::<4>::ZERO);
     let (writer, reader) = slot.split();
     let mut device = SimDevice::<4>::new(&clock, latency);
     let mut rng = Mix(seed);
     let mut collector = Collector::new(&mut device, writer, 5 * S, collect_phase).unwrap();
+    if deadlines {
+        collector.set_deadlines(5 * S, log_phase).unwrap();
+    }
     let mut log_interval = Interval::new(5 * S, log_phase).unwrap();
     let mut cursor = Cursor::new(reader);
     let mut out = Outcome {
@@ -150,10 +165,221 @@ fn nearly_coincident_timers_still_lose_nothing() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "many long runs; too slow under Miri")]
+fn nearly_coincident_timers_log_every_tick_when_the_collector_knows_the_log_grid() {
+    // The same near-coincidence, with the log grid given to the collector: it times each
+    // readback to be published before the log tick, so no log tick is empty.
+    for seed in 0..2 * SEEDS {
+        for (log_phase, latency) in [(20 * MS, 10 * MS), (0, 3 * MS), (4_990 * MS, 10 * MS)] {
+            let o = simulate_with(0, log_phase, latency, seed, RUN_S, true);
+            assert_eq!(o.logged, o.device, "seed {seed}");
+            assert!(o.log_ticks_after_first_publish >= TICKS, "seed {seed}");
+            assert_eq!(
+                o.log_ticks_without_new_data, 0,
+                "seed {seed} phase {log_phase}"
+            );
+        }
+    }
+}
+
+#[test]
 fn totals_equal_device_after_flush_even_without_collection() {
     // Shorter than one collect interval: only flush() publishes, and nothing is lost.
     let o = simulate(0, 0, 3 * MS, 7, 3);
     assert_eq!(o.log_ticks_after_first_publish, 0);
     assert_eq!(o.logged, o.device);
     assert!(o.device.drafts > 50);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The timing sweep of issue 11: 5 s collection / 5 s log, every log phase, step periods from
+// 1 ms to 2 s with jitter, readback latencies from 0 to twice the period.
+
+use common::sweep::{self, Config};
+
+/// Step periods and their jitter (each gap uniform in `period ± jitter`).
+const STEP_PERIODS: [(u64, u64); 7] = [
+    (MS, MS / 10),
+    (7 * MS, 7 * MS / 10),
+    (30 * MS, 10 * MS), // 20–40 ms
+    (33 * MS, 33 * MS / 10),
+    (333 * MS, 33 * MS),
+    (S, S / 10),
+    (2 * S, 2 * S / 10),
+];
+
+/// Readback latencies, in thousandths of the 5 s period.
+const LATENCY_PERMILLE: [u64; 12] = [0, 1, 100, 300, 500, 700, 900, 1000, 1200, 1500, 1800, 2000];
+
+/// Totals of a sweep, split at latency ≤ period and period < latency ≤ 2 × period.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    runs: u32,
+    ticks: [u32; 2],
+    empty: [u32; 2],
+    with_completion: [u32; 2],
+    empty_despite_completion: [u32; 2],
+    max_in_flight: usize,
+    /// Empty log ticks later than 60 s into a run (after the latency estimate settled).
+    empty_after_a_minute: [u32; 2],
+    /// Empty log ticks by step period (index into the step list).
+    empty_by_step: [u32; STEP_PERIODS.len()],
+}
+
+impl Tally {
+    fn empty_share(&self, bucket: usize) -> f64 {
+        f64::from(self.empty[bucket]) / f64::from(self.ticks[bucket].max(1))
+    }
+    fn report(&self, what: &str) {
+        eprintln!(
+            "{what}: {} runs; latency <= period: {} of {} log ticks empty ({:.3} %), {} empty \
+             of {} with a completion; period < latency <= 2x: {} of {} empty ({:.3} %), {} \
+             empty of {} with a completion; at most {} in flight; empty after 60 s: {:?}; \
+             empty by step period: {:?}",
+            self.runs,
+            self.empty[0],
+            self.ticks[0],
+            100.0 * self.empty_share(0),
+            self.empty_despite_completion[0],
+            self.with_completion[0],
+            self.empty[1],
+            self.ticks[1],
+            100.0 * self.empty_share(1),
+            self.empty_despite_completion[1],
+            self.with_completion[1],
+            self.max_in_flight,
+            self.empty_after_a_minute,
+            self.empty_by_step,
+        );
+    }
+}
+
+/// Runs every combination; asserts that every count is logged exactly once in each run.
+fn sweep(
+    phases: impl Iterator<Item = u64> + Clone,
+    steps: &[(u64, u64)],
+    latencies: &[u64],
+    run_ns: u64,
+    deadlines: bool,
+    capacity: usize,
+) -> Tally {
+    let mut tally = Tally::default();
+    for (si, &(step_ns, jitter_ns)) in steps.iter().enumerate() {
+        for &permille in latencies {
+            let latency_ns = 5 * S / 1000 * permille;
+            let bucket = usize::from(permille > 1000);
+            for (pi, log_phase_ns) in phases.clone().enumerate() {
+                let o = sweep::run(Config {
+                    collect_ns: 5 * S,
+                    log_ns: 5 * S,
+                    log_phase_ns,
+                    step_ns,
+                    jitter_ns,
+                    latency_ns,
+                    run_ns,
+                    deadlines,
+                    capacity,
+                    seed: (si as u64) << 40 | permille << 20 | pi as u64,
+                });
+                assert_eq!(
+                    o.logged, o.device,
+                    "counts lost or doubled: step {step_ns} latency {latency_ns} phase \
+                     {log_phase_ns}"
+                );
+                tally.runs += 1;
+                tally.ticks[bucket] += o.ticks;
+                tally.empty[bucket] += o.empty;
+                tally.with_completion[bucket] += o.ticks_with_completion;
+                tally.empty_despite_completion[bucket] += o.empty_despite_completion;
+                tally.max_in_flight = tally.max_in_flight.max(o.max_in_flight);
+                tally.empty_after_a_minute[bucket] +=
+                    o.empty_at.iter().filter(|&&t| t > 60 * S).count() as u32;
+                tally.empty_by_step[si] += o.empty;
+            }
+        }
+    }
+    tally
+}
+
+/// The quick sweep, in the normal test run: phases at and around the collection grid.
+fn quick_phases() -> impl Iterator<Item = u64> + Clone {
+    [0, 50 * MS, 1_250 * MS, 2_500 * MS, 4_950 * MS].into_iter()
+}
+
+const QUICK_STEPS: [(u64, u64); 4] = [
+    (7 * MS, 7 * MS / 10),
+    (30 * MS, 10 * MS),
+    (333 * MS, 33 * MS),
+    (2 * S, 2 * S / 10),
+];
+const QUICK_LATENCY_PERMILLE: [u64; 5] = [0, 500, 1000, 1500, 2000];
+
+#[test]
+#[cfg_attr(miri, ignore = "thousands of simulated steps; too slow under Miri")]
+fn deadline_aware_collection_logs_every_tick_in_the_quick_sweep() {
+    let t = sweep(
+        quick_phases(),
+        &QUICK_STEPS,
+        &QUICK_LATENCY_PERMILLE,
+        60 * S,
+        true,
+        specula_core::MAX_IN_FLIGHT,
+    );
+    t.report("deadline-aware, quick sweep");
+    assert!(t.ticks[0] > 500 && t.ticks[1] > 200, "{t:?}");
+    assert_eq!(t.empty_despite_completion, [0, 0], "{t:?}");
+    assert_eq!(t.empty, [0, 0], "{t:?}");
+    assert!(t.max_in_flight >= 3, "latency 2x the period needs a ring");
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "thousands of simulated steps; too slow under Miri")]
+fn the_quick_sweep_sees_the_old_collection_miss_log_ticks() {
+    // The same sweep on the collection grid alone with one readback at a time (the behaviour
+    // before deadlines and the ring): the sweep does see empty log ticks, so it can fail.
+    let t = sweep(
+        quick_phases(),
+        &QUICK_STEPS,
+        &QUICK_LATENCY_PERMILLE,
+        60 * S,
+        false,
+        1,
+    );
+    t.report("collection grid only, one in flight, quick sweep");
+    assert!(t.empty[0] > 0 && t.empty_share(1) > 0.3, "{t:?}");
+}
+
+/// The full sweep of issue 11 (8 400 two-minute runs). Run with
+/// `cargo test -p specula-core --release --test regression -- --ignored --nocapture full_sweep`.
+#[test]
+#[ignore = "8 400 simulated two-minute runs: run in release mode (see the doc comment)"]
+fn full_sweep_deadline_aware() {
+    let t = sweep(
+        (0..100).map(|i| i * 50 * MS),
+        &STEP_PERIODS,
+        &LATENCY_PERMILLE,
+        120 * S,
+        true,
+        specula_core::MAX_IN_FLIGHT,
+    );
+    t.report("deadline-aware, full sweep");
+    assert_eq!(t.empty_despite_completion, [0, 0], "{t:?}");
+    assert!(t.empty_share(0) <= 0.001, "{t:?}");
+}
+
+/// The full sweep with the old collection (collection grid only, one readback in flight), for
+/// comparison. Same command, `full_sweep_collection_grid_only`.
+#[test]
+#[ignore = "8 400 simulated two-minute runs: run in release mode"]
+fn full_sweep_collection_grid_only() {
+    let t = sweep(
+        (0..100).map(|i| i * 50 * MS),
+        &STEP_PERIODS,
+        &LATENCY_PERMILLE,
+        120 * S,
+        false,
+        1,
+    );
+    t.report("collection grid only, one in flight, full sweep");
+    assert!(t.empty[0] > 0, "{t:?}");
 }

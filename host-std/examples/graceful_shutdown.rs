@@ -46,13 +46,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(20),
         clock,
     )?;
-    let log = LogSink::new(
-        &wired.slots,
-        Duration::from_millis(100),
-        clock.now_ns(),
-        log::Level::Info,
-    )?
-    .spawn_recording(clock)?;
+    // The log grid, shared with the collector so a readback is published before each log tick.
+    let (log_period, start_ns) = (Duration::from_millis(100), clock.now_ns());
+    driver
+        .collector_mut()
+        .set_deadlines(specula::clock::duration_ns(log_period), start_ns)?;
+    let log = LogSink::new(&wired.slots, log_period, start_ns, log::Level::Info)?
+        .spawn_recording(clock)?;
 
     let mut step = 0u64;
     while !stop.is_requested() {

@@ -433,6 +433,26 @@ impl<const K: usize> Readback<K> for AnyReadback<K> {
             Self::Rocm(r) => r.flush().map_err(Into::into),
         }
     }
+
+    fn max_in_flight(&self) -> usize {
+        match self {
+            Self::Cpu(r) => r.max_in_flight(),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(r) => r.max_in_flight(),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(r) => r.max_in_flight(),
+        }
+    }
+
+    fn abandon(&mut self) -> bool {
+        match self {
+            Self::Cpu(r) => r.abandon(),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(r) => r.abandon(),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(r) => r.abandon(),
+        }
+    }
 }
 
 #[cfg(test)]

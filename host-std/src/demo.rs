@@ -8,7 +8,7 @@ use crate::driver::Driver;
 use crate::http::{MetricsServer, ServeError, ServerConfig};
 use crate::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
 use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
-use crate::prom::{Options, SpecCollector};
+use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
 use crate::shutdown::{Reason, Shutdown, finish};
 use crate::wiring::{HostReadback, WireError, wire};
 use specula_core::verify::{Batch, Check, Method, Outputs, Verifier};
@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 
 /// The compile-time maximum draft length of the demo's counters.
 pub const MAX_K: usize = 8;
+
+/// The demo's default `model_name` label.
+pub const DEFAULT_MODEL_NAME: &str = "specula-demo-ngram";
 
 /// The corpus shipped with the demo (public-domain texts, see `corpus/README.md`).
 pub const CORPUS: &str = include_str!("../corpus/public-domain.txt");
@@ -45,8 +48,15 @@ pub struct DemoConfig {
     pub collect_interval: Duration,
     /// Serve `/metrics` here.
     pub metrics_addr: Option<SocketAddr>,
-    /// Also export the `vllm:` names.
+    /// Run as a small vLLM-compatible engine: export the `vllm:` names (engine label "0"),
+    /// the engine metrics vLLM's dashboards read (`vllm:num_requests_running`,
+    /// `vllm:generation_tokens_total`, `vllm:inter_token_latency_seconds`), and log vLLM's
+    /// `SpecDecoding metrics: ` line instead of the native one.
     pub vllm_compat: bool,
+    /// The `model_name` label on every series (vLLM's served model name).
+    pub model_name: String,
+    /// More constant labels on every series, `(name, value)`, validated at start.
+    pub labels: Vec<(String, String)>,
     /// Keep serving `/metrics` this long after the run, so the final totals can be scraped.
     pub linger: Duration,
     /// Target model order (3 = trigram).
@@ -77,6 +87,8 @@ impl Default for DemoConfig {
             collect_interval: Duration::from_millis(100),
             metrics_addr: None,
             vllm_compat: false,
+            model_name: DEFAULT_MODEL_NAME.into(),
+            labels: Vec::new(),
             linger: Duration::ZERO,
             target_order: 3,
             draft_order: 2,
@@ -97,6 +109,8 @@ pub enum DemoError {
     Corpus(NgramError),
     /// The engine label is not usable.
     Label(WireError),
+    /// A constant label (`model_name` or another) is not usable.
+    ConstLabel(LabelError),
     /// The metrics server did not start.
     Serve(ServeError),
     /// The verifier refused a batch (a bug: the demo builds valid batches).
@@ -116,6 +130,7 @@ impl std::fmt::Display for DemoError {
             Self::Config(m) => write!(f, "invalid setting: {m}"),
             Self::Corpus(e) => write!(f, "cannot train the models on this corpus: {e}"),
             Self::Label(e) => write!(f, "bad engine label: {e}"),
+            Self::ConstLabel(e) => write!(f, "bad label: {e}"),
             Self::Serve(e) => e.fmt(f),
             Self::Verify(e) => write!(f, "verification failed: {e}"),
             Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
@@ -186,12 +201,34 @@ impl std::fmt::Display for DemoSummary {
 }
 
 /// The final-totals line scripts parse: `FINAL drafts=… draft_tokens=… accepted_tokens=…
-/// emitted_tokens=…`.
-pub fn final_line(t: &Counters<MAX_K>) -> String {
+/// emitted_tokens=… accepted_per_position=a,b,…` (one count per position of the draft
+/// length `k`).
+pub fn final_line(t: &Counters<MAX_K>, k: usize) -> String {
+    let per_pos: Vec<String> = t.accepted_per_position[..k.clamp(1, MAX_K)]
+        .iter()
+        .map(u64::to_string)
+        .collect();
     format!(
-        "FINAL drafts={} draft_tokens={} accepted_tokens={} emitted_tokens={}",
-        t.drafts, t.draft_tokens, t.accepted_tokens, t.emitted_tokens
+        "FINAL drafts={} draft_tokens={} accepted_tokens={} emitted_tokens={} \
+         accepted_per_position={}",
+        t.drafts,
+        t.draft_tokens,
+        t.accepted_tokens,
+        t.emitted_tokens,
+        per_pos.join(",")
     )
+}
+
+/// The constant labels of `cfg`: `model_name`, then [`DemoConfig::labels`] in order.
+///
+/// # Errors
+/// A label that breaks Prometheus' rules, is reserved or given twice.
+pub fn const_labels(cfg: &DemoConfig) -> Result<ConstLabels, LabelError> {
+    let mut labels = ConstLabels::model_name(&cfg.model_name)?;
+    for (n, v) in &cfg.labels {
+        labels.push(n, v)?;
+    }
+    Ok(labels)
 }
 
 /// Characters of request 0's text kept for the summary.
@@ -322,6 +359,7 @@ where
             )));
         }
     }
+    let labels = const_labels(cfg).map_err(DemoError::ConstLabel)?;
     let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
     let ids = vocab.encode(corpus);
     let v = vocab.len();
@@ -331,15 +369,24 @@ where
     let wired = wire::<MAX_K, _>([cfg.label.as_str()]).map_err(DemoError::Label)?;
     let clock = StdClock::new();
     let slots = wired.slots.clone();
+    // In compat mode the demo is a small vLLM engine (engine index 0) for the dashboards.
+    let engine = cfg.vllm_compat.then(|| VllmEngineMetrics::new(&labels, 0));
     let server = match cfg.metrics_addr {
         Some(addr) => {
-            let registry = SpecCollector::new(
+            let mut registry = SpecCollector::new(
                 slots.clone(),
                 Options {
                     vllm_compat: cfg.vllm_compat,
                 },
             )
+            .with_clock(clock)
+            .with_labels(labels.clone())
+            .with_draft_len(cfg.k)
+            .map_err(|e| DemoError::Config(e.to_string()))?
             .into_registry();
+            if let Some(engine) = &engine {
+                engine.register(&mut registry);
+            }
             let config = ServerConfig {
                 addr,
                 ..ServerConfig::default()
@@ -352,12 +399,24 @@ where
     let Some(writer) = wired.writers.into_iter().next() else {
         return Err(DemoError::Config("no slot was wired".into()));
     };
+    // One start for the log grid and the collector's deadlines: the collector times its
+    // readbacks so that one has been published before each log tick.
+    let start_ns = clock.now_ns();
     let mut driver = Driver::new(readback, writer, cfg.collect_interval, clock)
         .map_err(|e| DemoError::Config(e.to_string()))?;
-    let log = LogSink::new(&slots, cfg.log_interval, clock.now_ns(), log::Level::Info)
-        .map_err(|e| DemoError::Config(e.to_string()))?
-        .spawn(clock)
-        .map_err(DemoError::Thread)?;
+    driver
+        .collector_mut()
+        .set_deadlines(
+            crate::clock::duration_ns(cfg.log_interval.max(crate::log_sink::MIN_PERIOD)),
+            start_ns,
+        )
+        .map_err(|e| DemoError::Config(e.to_string()))?;
+    let mut log = LogSink::new(&slots, cfg.log_interval, start_ns, log::Level::Info)
+        .map_err(|e| DemoError::Config(e.to_string()))?;
+    if cfg.vllm_compat {
+        log = log.with_vllm_lines(cfg.k);
+    }
+    let log = log.spawn(clock).map_err(DemoError::Thread)?;
 
     // Prompts: random 16-character windows of the corpus.
     let mut rng = SplitMix64::new(cfg.seed);
@@ -388,6 +447,13 @@ where
 
     let started = Instant::now();
     let mut last_progress = started;
+    // The end of the previous step: every request gets its next tokens once per step, so the
+    // time between two step ends is each request's inter-token latency (vLLM's definition:
+    // the time since that request's previous output).
+    let mut last_output = started;
+    if let Some(e) = &engine {
+        e.set_running(b as i64);
+    }
     let mut steps = 0u64;
     let mut emitted = 0u64;
     let mut stopped_by = None;
@@ -440,6 +506,7 @@ where
         after_verify(&mut verifier, driver.collector_mut().readback_mut())?;
         driver.step();
 
+        let step_emitted_before = emitted;
         for (r, req) in requests.iter_mut().enumerate() {
             let n = accepted[r] as usize + 1;
             let new = &tokens[r * (k + 1)..][..n];
@@ -452,6 +519,12 @@ where
             }
             emitted += n as u64;
             offsets[r] = offsets[r].wrapping_add(1);
+        }
+        if let Some(e) = &engine {
+            let now = Instant::now();
+            e.add_generation_tokens(emitted - step_emitted_before);
+            e.observe_inter_token_latency(now.duration_since(last_output).as_secs_f64(), b);
+            last_output = now;
         }
         steps += 1;
         if cfg.progress && last_progress.elapsed() >= Duration::from_secs(1) {
@@ -466,6 +539,9 @@ where
         }
     }
     let elapsed = started.elapsed();
+    if let Some(e) = &engine {
+        e.set_running(0);
+    }
     // Requests seen when the loop stopped: one more (a second signal) ends the linger.
     let requests_at_stop = cfg.shutdown.requests();
     if cfg.progress {

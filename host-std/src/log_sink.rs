@@ -8,7 +8,7 @@
 use crate::clock::{StdClock, duration_ns};
 use crate::shutdown::{Reason, Shutdown};
 use crate::wiring::Slots;
-use specula_core::{Clock, Cursor, Interval, Report, Snapshot, Taken, ZeroPeriod};
+use specula_core::{Clock, Cursor, Interval, Report, Snapshot, Taken, VllmReport, ZeroPeriod};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -50,6 +50,8 @@ pub struct StaleReport<'a, const K: usize> {
     last: Option<&'a Snapshot<K>>,
     /// Age of `last`, or time since the sink started when there is none.
     age_ns: u64,
+    /// The prefix: "SpecDecoding metrics", or "Specula collection" beside vLLM's lines.
+    prefix: &'static str,
 }
 
 impl<'a, const K: usize> StaleReport<'a, K> {
@@ -60,7 +62,17 @@ impl<'a, const K: usize> StaleReport<'a, K> {
             label,
             last,
             age_ns,
+            prefix: "SpecDecoding metrics",
         }
+    }
+
+    /// The same line with the prefix `Specula collection [label]: `, for a log that carries
+    /// vLLM's lines ([`LogSink::with_vllm_lines`]): a parser keyed on vLLM's
+    /// `SpecDecoding metrics` never mistakes it for one of them.
+    #[must_use]
+    pub fn beside_vllm_lines(mut self) -> Self {
+        self.prefix = "Specula collection";
+        self
     }
 }
 
@@ -70,16 +82,16 @@ impl<const K: usize> std::fmt::Display for StaleReport<'_, K> {
         let Some(s) = self.last else {
             return write!(
                 f,
-                "SpecDecoding metrics [{}]: no collection yet, {secs:.2} s after the log started",
-                self.label
+                "{} [{}]: no collection yet, {secs:.2} s after the log started",
+                self.prefix, self.label
             );
         };
         let t = &s.counters;
         write!(
             f,
-            "SpecDecoding metrics [{}]: no new collection since the previous line; the newest \
-             data is {secs:.2} s old | lifetime: drafts={}, drafted={}, accepted={}, emitted={}",
-            self.label, t.drafts, t.draft_tokens, t.accepted_tokens, t.emitted_tokens
+            "{} [{}]: no new collection since the previous line; the newest data is {secs:.2} s \
+             old | lifetime: drafts={}, drafted={}, accepted={}, emitted={}",
+            self.prefix, self.label, t.drafts, t.draft_tokens, t.accepted_tokens, t.emitted_tokens
         )?;
         if s.readback_errors != 0 {
             write!(f, ", readback errors={}", s.readback_errors)?;
@@ -113,6 +125,8 @@ pub struct LogSink<const K: usize> {
     interval: Interval,
     start_ns: u64,
     level: log::Level,
+    /// `Some(draft length)`: log vLLM's line ([`VllmReport`]) instead of the native one.
+    vllm: Option<usize>,
 }
 
 impl<const K: usize> std::fmt::Debug for LogSink<K> {
@@ -159,7 +173,22 @@ impl<const K: usize> LogSink<K> {
             interval: Interval::new(duration_ns(period), start_ns)?,
             start_ns,
             level,
+            vllm: None,
         })
+    }
+
+    /// Logs vLLM v1's exact `SpecDecoding metrics: …` line ([`VllmReport`], with `draft_len`
+    /// per-position values, capped at `K`) instead of the native line, so a log parser written
+    /// for vLLM reads it unchanged: no engine label, no lifetime part, and nothing for an
+    /// interval without drafts. What vLLM's line has no room for goes on lines a vLLM parser
+    /// does not match, so every tick still has a line: an interval without drafts logs
+    /// `Specula collection [label]: no drafts since the previous line | lifetime: drafts=N`, a
+    /// tick with no new collection [`StaleReport`] prefixed `Specula collection [label]: `, and
+    /// new readback errors a warning `Specula readback errors [label]: N (+n)`.
+    #[must_use]
+    pub fn with_vllm_lines(mut self, draft_len: usize) -> Self {
+        self.vllm = Some(draft_len.clamp(1, K.max(1)));
+        self
     }
 
     /// When the interval is due at `now_ns`, logs one line per slot and returns them: the
@@ -170,6 +199,7 @@ impl<const K: usize> LogSink<K> {
             return Vec::new();
         }
         let mut out = Vec::with_capacity(self.entries.len());
+        let (level, vllm, start_ns) = (self.level, self.vllm, self.start_ns);
         for e in &mut self.entries {
             let taken = e.cursor.take();
             e.collected |= taken.is_some();
@@ -177,14 +207,17 @@ impl<const K: usize> LogSink<K> {
             let collected = e.collected;
             let age_ns = collected.then(|| now_ns.saturating_sub(seen.at_ns));
             match &taken {
-                Some(t) => log::log!(target: TARGET, self.level, "{}", Report::new(&e.label, t)),
+                Some(t) => log_taken(level, vllm, &e.label, t),
                 None => {
-                    let stale = StaleReport::new(
+                    let mut stale = StaleReport::new(
                         &e.label,
                         collected.then_some(&seen),
-                        age_ns.unwrap_or_else(|| now_ns.saturating_sub(self.start_ns)),
+                        age_ns.unwrap_or_else(|| now_ns.saturating_sub(start_ns)),
                     );
-                    log::log!(target: TARGET, self.level, "{stale}");
+                    if vllm.is_some() {
+                        stale = stale.beside_vllm_lines();
+                    }
+                    log::log!(target: TARGET, level, "{stale}");
                 }
             }
             out.push(Logged {
@@ -200,10 +233,11 @@ impl<const K: usize> LogSink<K> {
     /// flush); a slot with nothing new logs nothing here.
     pub fn drain(&mut self) -> Vec<Logged<K>> {
         let mut out = Vec::new();
+        let (level, vllm) = (self.level, self.vllm);
         for e in &mut self.entries {
             if let Some(taken) = e.cursor.take() {
                 e.collected = true;
-                log::log!(target: TARGET, self.level, "{}", Report::new(&e.label, &taken));
+                log_taken(level, vllm, &e.label, &taken);
                 out.push(Logged {
                     label: Arc::clone(&e.label),
                     taken: Some(taken),
@@ -237,6 +271,35 @@ impl<const K: usize> LogSink<K> {
             .name("specula-log".into())
             .spawn(move || run(self, clock, &stop2, record))?;
         Ok(LogThread { stop, handle })
+    }
+}
+
+/// Logs the line of one take: the native [`Report`], or with `vllm` (a draft length) vLLM's.
+fn log_taken<const K: usize>(level: log::Level, vllm: Option<usize>, label: &str, t: &Taken<K>) {
+    match vllm {
+        None => log::log!(target: TARGET, level, "{}", Report::new(label, t)),
+        Some(n) => {
+            match VllmReport::new(t, n) {
+                Some(line) => log::log!(target: TARGET, level, "{line}"),
+                // vLLM logs nothing for an interval without drafts; the tick still has its
+                // line, on a prefix vLLM parsers do not match.
+                None => log::log!(
+                    target: TARGET,
+                    level,
+                    "Specula collection [{label}]: no drafts since the previous line | \
+                     lifetime: drafts={}",
+                    t.snapshot.counters.drafts
+                ),
+            }
+            if t.new_readback_errors != 0 {
+                log::warn!(
+                    target: TARGET,
+                    "Specula readback errors [{label}]: {} (+{})",
+                    t.snapshot.readback_errors,
+                    t.new_readback_errors
+                );
+            }
+        }
     }
 }
 

@@ -30,7 +30,7 @@ Exit codes:
   1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
      a failed final readback or a panicked log thread: the summary is printed first)
   2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
-     1 ms)
+     1 ms, a --label or --model-name that is not a valid Prometheus label)
   3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
   4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
      the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)
@@ -123,9 +123,21 @@ struct DemoArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
-    /// Also export the vllm:spec_decode_* names dashboards use.
+    /// Run as a small vLLM engine for vLLM's dashboards and log parsers: also export the
+    /// vllm:spec_decode_* names (v1 and v0), vllm:num_requests_running,
+    /// vllm:generation_tokens_total and vllm:inter_token_latency_seconds with engine="0", and
+    /// log vLLM's exact "SpecDecoding metrics: " line.
     #[arg(long)]
     vllm_compat: bool,
+    /// The model_name label on every series (vLLM's served model name).
+    #[arg(long, default_value = demo::DEFAULT_MODEL_NAME)]
+    model_name: String,
+    /// Another constant label on every series, NAME=VALUE (repeatable). NAME follows
+    /// Prometheus' rules ([a-zA-Z_][a-zA-Z0-9_]*, no leading "__") and may not be engine,
+    /// position, le, quantile, job, instance, version, max_draft or model_name; VALUE is 1 to 256
+    /// bytes without control characters. A bad label exits 2.
+    #[arg(long = "label", value_name = "NAME=VALUE")]
+    labels: Vec<String>,
     /// Keep serving /metrics this many seconds after the run ends.
     #[arg(long, default_value_t = 0.0)]
     linger: f64,
@@ -281,6 +293,20 @@ fn read_corpus(path: &std::path::Path) -> Result<String, CliError> {
     String::from_utf8(bytes).map_err(|e| usage(format!("not UTF-8 text: {e}")))
 }
 
+/// `--label NAME=VALUE` arguments as pairs (validated with the model name by
+/// [`demo::const_labels`]).
+fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    args.iter()
+        .map(|a| {
+            a.split_once('=')
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .ok_or_else(|| {
+                    CliError::Usage(format!("bad label: --label {a:?} is not NAME=VALUE"))
+                })
+        })
+        .collect()
+}
+
 fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
     let shutdown = Shutdown::new();
     logger.request_on_failure(shutdown.clone());
@@ -305,6 +331,8 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         collect_interval: period("collect-interval", a.collect_interval)?,
         metrics_addr: a.metrics_addr,
         vllm_compat: a.vllm_compat,
+        model_name: a.model_name.clone(),
+        labels: parse_labels(&a.labels)?,
         linger: seconds("linger", a.linger)?,
         target_order: a.target_order,
         draft_order: a.draft_order,
@@ -312,13 +340,16 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         progress: std::io::stderr().is_terminal(),
         shutdown: shutdown.clone(),
     };
+    // Refused here, before the models are trained: exit 2.
+    demo::const_labels(&cfg).map_err(|e| CliError::Usage(format!("bad label: {e}")))?;
+    let k = cfg.k;
     let mut stderr = std::io::stderr();
     // Printed before any --linger, so scripts can read the totals while /metrics still serves.
     // A failed write is kept (and ends the linger), never a panic.
     let mut stdout_error: Option<std::io::Error> = None;
     let mut final_line = None;
     let mut print = |summary: &demo::DemoSummary| {
-        let line = demo::final_line(&summary.totals);
+        let line = demo::final_line(&summary.totals, k);
         let mut out = std::io::stdout().lock();
         let written = summary
             .metrics_addr
@@ -357,9 +388,10 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         return Err(CliError::Output(msg));
     }
     ran.map_err(|e| match e {
-        demo::DemoError::Config(_) | demo::DemoError::Corpus(_) | demo::DemoError::Label(_) => {
-            CliError::Usage(e.to_string())
-        }
+        demo::DemoError::Config(_)
+        | demo::DemoError::Corpus(_)
+        | demo::DemoError::Label(_)
+        | demo::DemoError::ConstLabel(_) => CliError::Usage(e.to_string()),
         _ => CliError::Run(e.to_string()),
     })?;
     Ok(())

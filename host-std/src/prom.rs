@@ -4,14 +4,18 @@
 //! rank) and encodes its cumulative totals as counters. Because the values are the slot's own
 //! totals, a scrape can never double count, whatever the scrape and collection schedules.
 
+use crate::clock::StdClock;
 use crate::wiring::Slots;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use specula_core::Snapshot;
-use std::fmt::Write;
+use specula_core::{Clock, Snapshot};
+use std::fmt::{self, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Exposition formats the HTTP endpoint can serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,30 +58,281 @@ pub fn render(registry: &Registry, format: Format) -> Result<String, std::fmt::E
 /// What the collector exports besides its own `specula_*` families.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {
-    /// Also export the `vllm:spec_decode_*` counters existing dashboards use.
+    /// Also export the `vllm:spec_decode_*` names existing dashboards use (vLLM v1's counters
+    /// and v0's emitted-tokens counter and gauges), and label every family's `engine` with the
+    /// slot's index in wiring order ("0", "1", …), as vLLM numbers its engines.
     pub vllm_compat: bool,
+}
+
+/// Label names a constant label may not use: the exporter sets `engine`, `position`, `le`,
+/// `version` and `max_draft` itself, `quantile` belongs to summaries, and Prometheus adds
+/// `job` and `instance` at scrape time (an exported one would be renamed `exported_job`,
+/// breaking every dashboard that filters on it).
+pub const RESERVED_LABELS: [&str; 8] = [
+    "engine",
+    "position",
+    "le",
+    "quantile",
+    "job",
+    "instance",
+    "version",
+    "max_draft",
+];
+
+/// Longest constant label value, in bytes.
+pub const MAX_LABEL_VALUE: usize = 256;
+
+/// Why a constant label was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LabelError {
+    /// The name does not match Prometheus' `[a-zA-Z_][a-zA-Z0-9_]*`, or starts with `__`
+    /// (reserved for Prometheus' internal use).
+    BadName(String),
+    /// The name is one the exporter or Prometheus sets itself ([`RESERVED_LABELS`]).
+    Reserved(String),
+    /// The name was given twice.
+    Duplicate(String),
+    /// The value of this label is empty, longer than [`MAX_LABEL_VALUE`] bytes or holds a
+    /// control character.
+    BadValue(String),
+    /// A `name=value` pair without `=`.
+    NoEquals(String),
+}
+
+impl fmt::Display for LabelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadName(n) => write!(
+                f,
+                "label name {n:?} must match [a-zA-Z_][a-zA-Z0-9_]* and not start with \"__\""
+            ),
+            Self::Reserved(n) => write!(
+                f,
+                "label name {n:?} is set by the exporter or by Prometheus (reserved: {})",
+                RESERVED_LABELS.join(", ")
+            ),
+            Self::Duplicate(n) => write!(f, "label {n:?} is given twice"),
+            Self::BadValue(n) => write!(
+                f,
+                "the value of label {n:?} must be 1 to {MAX_LABEL_VALUE} bytes without control \
+                 characters"
+            ),
+            Self::NoEquals(p) => write!(f, "{p:?} is not a name=value pair"),
+        }
+    }
+}
+
+impl std::error::Error for LabelError {}
+
+/// Checks `name` against Prometheus' label name rules and [`RESERVED_LABELS`].
+///
+/// # Errors
+/// [`LabelError::BadName`] or [`LabelError::Reserved`].
+pub fn check_label_name(name: &str) -> Result<(), LabelError> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') || name.starts_with("__")
+    {
+        return Err(LabelError::BadName(name.to_owned()));
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Err(LabelError::Reserved(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// Labels added to every series the exporters write: `model_name` and whatever key/value
+/// pairs the runtime adds (a deployment, a region), validated when added.
+///
+/// ```
+/// use specula::prom::{ConstLabels, LabelError};
+/// let labels = ConstLabels::model_name("llama-3-8b")?.with("region", "eu-west")?;
+/// assert_eq!(labels.get("model_name"), Some("llama-3-8b"));
+/// assert!(matches!(labels.clone().with("engine", "x"), Err(LabelError::Reserved(_))));
+/// assert!(matches!(labels.with("2fast", "x"), Err(LabelError::BadName(_))));
+/// # Ok::<(), LabelError>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConstLabels {
+    pairs: Vec<(String, String)>,
+}
+
+impl ConstLabels {
+    /// No labels.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `model_name="name"`, the label vLLM sets on every series (its served model name).
+    ///
+    /// # Errors
+    /// An empty, overlong or control-character value.
+    pub fn model_name(name: &str) -> Result<Self, LabelError> {
+        Self::new().with("model_name", name)
+    }
+
+    /// Adds `name="value"`.
+    ///
+    /// # Errors
+    /// A name that breaks Prometheus' rules or is reserved, a name already given, a bad value.
+    pub fn with(mut self, name: &str, value: &str) -> Result<Self, LabelError> {
+        self.push(name, value)?;
+        Ok(self)
+    }
+
+    /// Adds `name="value"` in place; see [`with`](Self::with).
+    ///
+    /// # Errors
+    /// As [`with`](Self::with); nothing is added on error.
+    pub fn push(&mut self, name: &str, value: &str) -> Result<(), LabelError> {
+        check_label_name(name)?;
+        if self.get(name).is_some() {
+            return Err(LabelError::Duplicate(name.to_owned()));
+        }
+        if value.is_empty() || value.len() > MAX_LABEL_VALUE || value.chars().any(char::is_control)
+        {
+            return Err(LabelError::BadValue(name.to_owned()));
+        }
+        self.pairs.push((name.to_owned(), value.to_owned()));
+        Ok(())
+    }
+
+    /// Adds a `name=value` pair (the value may contain `=`), as a command line gives it.
+    ///
+    /// # Errors
+    /// [`LabelError::NoEquals`], or as [`with`](Self::with).
+    pub fn push_pair(&mut self, pair: &str) -> Result<(), LabelError> {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| LabelError::NoEquals(pair.to_owned()))?;
+        self.push(name, value)
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `(name, value)` pairs in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// Number of labels.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}
+
+/// A draft length outside `1..=K` was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DraftLenError {
+    /// The length asked for.
+    pub got: usize,
+    /// The compile-time maximum `K`.
+    pub max: usize,
+}
+
+impl fmt::Display for DraftLenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "draft length must be 1..={}, got {}", self.max, self.got)
+    }
+}
+
+impl std::error::Error for DraftLenError {}
+
+/// Checks a runtime draft length against `K`.
+///
+/// # Errors
+/// `n` is 0 or more than `K`.
+pub fn check_draft_len<const K: usize>(n: usize) -> Result<usize, DraftLenError> {
+    if (1..=K).contains(&n) {
+        Ok(n)
+    } else {
+        Err(DraftLenError { got: n, max: K })
+    }
 }
 
 /// Reads [`Slots`] at scrape time and encodes them as Prometheus counters.
 ///
-/// Families (each with an `engine` label, the slot's label):
+/// Families (each with the constant labels ([`with_labels`](SpecCollector::with_labels)) and
+/// an `engine` label, the slot's label):
 /// `specula_drafts_total`, `specula_draft_tokens_total`, `specula_accepted_tokens_total`,
 /// `specula_emitted_tokens_total`, `specula_accepted_tokens_per_position_total{position}`,
 /// `specula_draft_tokens_per_position_total{position}`, `specula_readback_errors_total`; and
-/// `specula_build_info{version,max_draft}` = 1. With [`Options::vllm_compat`] also
-/// `vllm:spec_decode_num_drafts_total`, `vllm:spec_decode_num_draft_tokens_total`,
-/// `vllm:spec_decode_num_accepted_tokens_total` and
-/// `vllm:spec_decode_num_accepted_tokens_per_pos_total{position}`.
+/// `specula_build_info{version,max_draft}` = 1. Per-position families have one series per
+/// position of the runtime's draft length ([`with_draft_len`](SpecCollector::with_draft_len),
+/// `K` by default). Given the collectors' clock
+/// ([`with_clock`](SpecCollector::with_clock)) also the gauges
+/// `specula_last_collection_timestamp_seconds` (Unix time of the last successful collection,
+/// the snapshot's `at_ns`) and `specula_last_collection_age_seconds` (how old the data is at
+/// the scrape), so a stalled collection shows as an age that grows.
+///
+/// With [`Options::vllm_compat`] every family's `engine` label is the slot's index in wiring
+/// order ("0", "1", …, vLLM's engine index) and these families are added, with vLLM's names,
+/// types and help texts: v1's counters `vllm:spec_decode_num_drafts_total`,
+/// `vllm:spec_decode_num_draft_tokens_total`, `vllm:spec_decode_num_accepted_tokens_total`,
+/// `vllm:spec_decode_num_accepted_tokens_per_pos_total{position}`; v0's counter
+/// `vllm:spec_decode_num_emitted_tokens_total` and gauges
+/// `vllm:spec_decode_draft_acceptance_rate` (accepted / draft tokens) and
+/// `vllm:spec_decode_efficiency` (emitted tokens / (draft tokens + drafts)), computed from the
+/// cumulative counts at each scrape (NaN before the first draft, as vLLM's).
 #[derive(Debug)]
 pub struct SpecCollector<const K: usize> {
     slots: Slots<K>,
     options: Options,
+    clock: Option<StdClock>,
+    labels: ConstLabels,
+    draft_len: usize,
 }
 
 impl<const K: usize> SpecCollector<K> {
     /// A collector over `slots`.
     pub fn new(slots: Slots<K>, options: Options) -> Self {
-        Self { slots, options }
+        Self {
+            slots,
+            options,
+            clock: None,
+            labels: ConstLabels::new(),
+            draft_len: K,
+        }
+    }
+
+    /// Exports the time of each slot's last successful collection and its age, reading the
+    /// snapshots' `at_ns` on `clock` — the clock the collectors tick with (a [`StdClock`] is
+    /// `Copy` and every copy shares its epoch).
+    #[must_use]
+    pub fn with_clock(mut self, clock: StdClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Adds `labels` to every series (before `engine`).
+    #[must_use]
+    pub fn with_labels(mut self, labels: ConstLabels) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Exports `n` positions per per-position family: the runtime's draft length
+    /// (vLLM's `num_speculative_tokens`), set at start-up; `K` by default.
+    ///
+    /// # Errors
+    /// `n` is 0 or more than `K`.
+    pub fn with_draft_len(mut self, n: usize) -> Result<Self, DraftLenError> {
+        self.draft_len = check_draft_len::<K>(n)?;
+        Ok(self)
     }
 
     /// A new registry holding only this collector.
@@ -88,105 +343,216 @@ impl<const K: usize> SpecCollector<K> {
     }
 }
 
-/// Position label values "0", "1", … without allocating per scrape beyond one small string.
-fn position_labels<const K: usize>() -> [String; K] {
-    std::array::from_fn(|i| {
-        let mut s = String::new();
-        let _ = write!(s, "{i}");
-        s
-    })
+/// Position label values "0", "1", … (one small string each per scrape).
+fn position_labels(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let mut s = String::new();
+            let _ = write!(s, "{i}");
+            s
+        })
+        .collect()
+}
+
+/// The label set of one series: the constant labels, then `engine`, then `extra`.
+fn label_set<'a>(
+    labels: &'a ConstLabels,
+    engine: &'a str,
+    extra: Option<(&'a str, &'a str)>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut v: Vec<(&str, &str)> = labels.iter().collect();
+    v.push(("engine", engine));
+    v.extend(extra);
+    v
 }
 
 fn counter_family(
     enc: &mut DescriptorEncoder<'_>,
+    labels: &ConstLabels,
     name: &str,
     help: &str,
     rows: &[(&str, u64)],
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (engine, v) in rows {
-        let labels = [("engine", *engine)];
-        m.encode_family(&labels)?
+        m.encode_family(&label_set(labels, engine, None))?
             .encode_counter::<NoLabelSet, _, u64>(v, None)?;
     }
     Ok(())
 }
 
-fn position_family<const K: usize>(
+fn gauge_family(
     enc: &mut DescriptorEncoder<'_>,
+    labels: &ConstLabels,
     name: &str,
     help: &str,
-    snaps: &[(&str, Snapshot<K>)],
-    field: impl Fn(&Snapshot<K>) -> &[u64; K],
+    rows: &[(&str, f64)],
 ) -> Result<(), std::fmt::Error> {
-    let positions = position_labels::<K>();
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (engine, s) in snaps {
-        for (pos, v) in positions.iter().zip(field(s)) {
-            let labels = [("engine", *engine), ("position", pos.as_str())];
-            m.encode_family(&labels)?
-                .encode_counter::<NoLabelSet, _, u64>(v, None)?;
-        }
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (engine, v) in rows {
+        m.encode_family(&label_set(labels, engine, None))?
+            .encode_gauge(v)?;
     }
     Ok(())
 }
 
+/// How old a snapshot taken at `at_ns` is at `now_ns` (zero if it is from the future).
+pub fn age(at_ns: u64, now_ns: u64) -> Duration {
+    Duration::from_nanos(now_ns.saturating_sub(at_ns))
+}
+
+/// The Unix time, in seconds, of `at_ns` on a clock that reads `now_ns` at the system time
+/// `now` (before the Unix epoch: 0).
+pub fn unix_seconds(at_ns: u64, now_ns: u64, now: SystemTime) -> f64 {
+    now.checked_sub(age(at_ns, now_ns))
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One encoding pass: the snapshots, their engine label values and the settings.
+struct Scrape<'a, const K: usize> {
+    labels: &'a ConstLabels,
+    snaps: Vec<(&'a str, Snapshot<K>)>,
+    positions: Vec<String>,
+}
+
+impl<const K: usize> Scrape<'_, K> {
+    fn position_family(
+        &self,
+        enc: &mut DescriptorEncoder<'_>,
+        name: &str,
+        help: &str,
+        field: impl Fn(&Snapshot<K>) -> &[u64; K],
+    ) -> Result<(), std::fmt::Error> {
+        let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (engine, s) in &self.snaps {
+            for (pos, v) in self.positions.iter().zip(field(s)) {
+                m.encode_family(&label_set(
+                    self.labels,
+                    engine,
+                    Some(("position", pos.as_str())),
+                ))?
+                .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<const K: usize> Collector for SpecCollector<K> {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        // Engine label values: the slot's label, or in compat mode its index (vLLM's).
+        let indices: Vec<String> = if self.options.vllm_compat {
+            position_labels(self.slots.len())
+        } else {
+            Vec::new()
+        };
         // One read per slot per scrape: every family below comes from the same snapshot.
-        let snaps: Vec<(&str, Snapshot<K>)> =
-            self.slots.iter().map(|(l, r)| (&**l, r.read().0)).collect();
+        let snaps: Vec<(&str, Snapshot<K>)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, (l, r))| {
+                let engine = indices.get(i).map_or(&**l, String::as_str);
+                (engine, r.read().0)
+            })
+            .collect();
+        let sc = Scrape {
+            labels: &self.labels,
+            snaps,
+            positions: position_labels(self.draft_len),
+        };
+        let labels = &self.labels;
         let rows = |f: fn(&Snapshot<K>) -> u64| -> Vec<(&str, u64)> {
-            snaps.iter().map(|(l, s)| (*l, f(s))).collect()
+            sc.snaps.iter().map(|(l, s)| (*l, f(s))).collect()
+        };
+        let ratios = |f: fn(&Snapshot<K>) -> Option<f64>| -> Vec<(&str, f64)> {
+            sc.snaps
+                .iter()
+                .map(|(l, s)| (*l, f(s).unwrap_or(f64::NAN)))
+                .collect()
         };
 
         let drafts = rows(|s| s.counters.drafts);
         let draft_tokens = rows(|s| s.counters.draft_tokens);
         let accepted = rows(|s| s.counters.accepted_tokens);
+        let emitted = rows(|s| s.counters.emitted_tokens);
         counter_family(
             &mut enc,
+            labels,
             "specula_drafts",
             "Verification steps with at least one draft token.",
             &drafts,
         )?;
         counter_family(
             &mut enc,
+            labels,
             "specula_draft_tokens",
             "Draft tokens proposed.",
             &draft_tokens,
         )?;
         counter_family(
             &mut enc,
+            labels,
             "specula_accepted_tokens",
             "Draft tokens accepted by the verifier.",
             &accepted,
         )?;
         counter_family(
             &mut enc,
+            labels,
             "specula_emitted_tokens",
             "Tokens emitted: accepted plus one recovered or bonus token per draft.",
-            &rows(|s| s.counters.emitted_tokens),
+            &emitted,
         )?;
-        position_family(
+        sc.position_family(
             &mut enc,
             "specula_accepted_tokens_per_position",
             "Drafts whose token at this position was accepted.",
-            &snaps,
             |s| &s.counters.accepted_per_position,
         )?;
-        position_family(
+        sc.position_family(
             &mut enc,
             "specula_draft_tokens_per_position",
             "Drafts that had a token at this position.",
-            &snaps,
             |s| &s.counters.drafted_per_position,
         )?;
         counter_family(
             &mut enc,
+            labels,
             "specula_readback_errors",
             "Counter readbacks that failed or returned decreasing counts.",
             &rows(|s| s.readback_errors),
         )?;
+        if let Some(clock) = self.clock {
+            // One reading of both clocks per scrape: every engine's age is against the same now.
+            let (now_ns, now) = (clock.now_ns(), SystemTime::now());
+            let stamps: Vec<(&str, f64)> = sc
+                .snaps
+                .iter()
+                .map(|(l, s)| (*l, unix_seconds(s.at_ns, now_ns, now)))
+                .collect();
+            let ages: Vec<(&str, f64)> = sc
+                .snaps
+                .iter()
+                .map(|(l, s)| (*l, age(s.at_ns, now_ns).as_secs_f64()))
+                .collect();
+            gauge_family(
+                &mut enc,
+                labels,
+                "specula_last_collection_timestamp_seconds",
+                "Unix time the counters of the last successful collection are as of.",
+                &stamps,
+            )?;
+            gauge_family(
+                &mut enc,
+                labels,
+                "specula_last_collection_age_seconds",
+                "Age of the last successful collection at this scrape; grows while collection \
+                 is stalled.",
+                &ages,
+            )?;
+        }
         {
             let k = K.to_string();
             let gauge = ConstGauge::new(1i64);
@@ -196,36 +562,165 @@ impl<const K: usize> Collector for SpecCollector<K> {
                 None,
                 gauge.metric_type(),
             )?;
-            let labels = [("version", env!("CARGO_PKG_VERSION")), ("max_draft", &k)];
-            gauge.encode(m.encode_family(&labels)?)?;
+            let mut set: Vec<(&str, &str)> = labels.iter().collect();
+            set.push(("version", env!("CARGO_PKG_VERSION")));
+            set.push(("max_draft", &k));
+            gauge.encode(m.encode_family(&set)?)?;
         }
         if self.options.vllm_compat {
+            // vLLM v1 (vllm/v1/spec_decode/metrics.py): names, types and help texts.
             counter_family(
                 &mut enc,
+                labels,
                 "vllm:spec_decode_num_drafts",
                 "Number of spec decoding drafts.",
                 &drafts,
             )?;
             counter_family(
                 &mut enc,
+                labels,
                 "vllm:spec_decode_num_draft_tokens",
                 "Number of draft tokens.",
                 &draft_tokens,
             )?;
             counter_family(
                 &mut enc,
+                labels,
                 "vllm:spec_decode_num_accepted_tokens",
                 "Number of accepted tokens.",
                 &accepted,
             )?;
-            position_family(
+            sc.position_family(
                 &mut enc,
                 "vllm:spec_decode_num_accepted_tokens_per_pos",
                 "Accepted tokens per draft position.",
-                &snaps,
                 |s| &s.counters.accepted_per_position,
+            )?;
+            // vLLM v0 (vllm/engine/metrics.py): the emitted counter and the two gauges, here
+            // from the cumulative counts of this very scrape.
+            counter_family(
+                &mut enc,
+                labels,
+                "vllm:spec_decode_num_emitted_tokens",
+                "Number of emitted tokens.",
+                &emitted,
+            )?;
+            gauge_family(
+                &mut enc,
+                labels,
+                "vllm:spec_decode_draft_acceptance_rate",
+                // vLLM v0's help text, its spelling included: exact, so tools that compare
+                // metadata see the same family.
+                "Speulative token acceptance rate.",
+                &ratios(|s| s.counters.acceptance_rate()),
+            )?;
+            gauge_family(
+                &mut enc,
+                labels,
+                "vllm:spec_decode_efficiency",
+                "Speculative decoding system efficiency.",
+                &ratios(|s| s.counters.system_efficiency()),
             )?;
         }
         Ok(())
+    }
+}
+
+/// vLLM's `vllm:inter_token_latency_seconds` bucket boundaries (its v1 `PrometheusStatLogger`).
+pub const VLLM_ITL_BUCKETS: [f64; 19] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+
+/// The engine metrics vLLM's dashboards read besides the speculative-decoding families, for a
+/// runtime (or the demo) that is not vLLM but wants those dashboards to work: the gauge
+/// `vllm:num_requests_running`, the counter `vllm:generation_tokens_total` and the histogram
+/// `vllm:inter_token_latency_seconds` (vLLM's buckets, [`VLLM_ITL_BUCKETS`]), with vLLM's help
+/// texts and the labels `model_name` (and any other constant label) and `engine`.
+///
+/// The handles are cheap clones of shared atomics: update them from the decode loop, register
+/// them once.
+///
+/// ```
+/// use specula::prom::{ConstLabels, Format, VllmEngineMetrics, render};
+/// let m = VllmEngineMetrics::new(&ConstLabels::model_name("demo")?, 0);
+/// let mut registry = prometheus_client::registry::Registry::default();
+/// m.register(&mut registry);
+/// m.set_running(8);
+/// m.add_generation_tokens(40);
+/// m.observe_inter_token_latency(0.02, 8);
+/// let text = render(&registry, Format::Text)?;
+/// assert!(text.contains("vllm:generation_tokens_total{model_name=\"demo\",engine=\"0\"} 40"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct VllmEngineMetrics {
+    labels: Vec<(String, String)>,
+    running: Gauge,
+    generation_tokens: Counter,
+    inter_token_latency: Histogram,
+}
+
+impl VllmEngineMetrics {
+    /// Metrics for engine index `engine` (vLLM's `engine` label), labelled with `labels`.
+    pub fn new(labels: &ConstLabels, engine: usize) -> Self {
+        let mut l: Vec<(String, String)> = labels
+            .iter()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect();
+        l.push(("engine".into(), engine.to_string()));
+        Self {
+            labels: l,
+            running: Gauge::default(),
+            generation_tokens: Counter::default(),
+            inter_token_latency: Histogram::new(VLLM_ITL_BUCKETS),
+        }
+    }
+
+    /// Registers the three families in `registry` (once per registry).
+    pub fn register(&self, registry: &mut Registry) {
+        // `Registry::register` ends every help text with a '.': these are vLLM's without it.
+        let sub = registry.sub_registry_with_labels(
+            self.labels
+                .iter()
+                .map(|(n, v)| (n.clone().into(), v.clone().into())),
+        );
+        sub.register(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches",
+            self.running.clone(),
+        );
+        sub.register(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed",
+            self.generation_tokens.clone(),
+        );
+        sub.register(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds",
+            self.inter_token_latency.clone(),
+        );
+    }
+
+    /// Sets the number of requests running (in the current batch).
+    pub fn set_running(&self, n: i64) {
+        self.running.set(n);
+    }
+
+    /// Counts `n` more generated (emitted) tokens.
+    pub fn add_generation_tokens(&self, n: u64) {
+        self.generation_tokens.inc_by(n);
+    }
+
+    /// Records an inter-token latency of `seconds` for each of `requests` requests (vLLM
+    /// observes once per request per engine step: the time since that request's previous
+    /// output). A negative or non-finite value is ignored.
+    pub fn observe_inter_token_latency(&self, seconds: f64, requests: usize) {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        for _ in 0..requests {
+            self.inter_token_latency.observe(seconds);
+        }
     }
 }

@@ -6,7 +6,9 @@
 //! once and leaks it: a few hundred bytes per rank, once per process, the usual price of
 //! process-lifetime telemetry (the same as a `static`). Wire once at start-up, not per request.
 
-use specula_core::{Counters, Cursor, Readback, SeqSlot, SlotReader, SlotWriter, Snapshot};
+use specula_core::{
+    Counters, Cursor, Flight, MAX_IN_FLIGHT, Readback, SeqSlot, SlotReader, SlotWriter, Snapshot,
+};
 use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
@@ -94,10 +96,19 @@ impl<const K: usize> Slots<K> {
     }
 
     /// Like [`cursors`](Self::cursors), for a consumer that knows when counting started
-    /// (`start_ns` on the collectors' clock): its first take reports a rate too.
+    /// (`start_ns` on the collectors' clock): its first take reports a rate too, unless the
+    /// slot had already been published to (see [`Cursor::new_at`]).
     pub fn cursors_at(&self, start_ns: u64) -> Vec<(Arc<str>, Cursor<'static, K>)> {
         self.iter()
             .map(|(l, r)| (Arc::clone(l), Cursor::new_at(r, start_ns)))
+            .collect()
+    }
+
+    /// One [`Cursor::attach`]ed cursor per slot, with its label: for a consumer attached after
+    /// counting began, whose first interval starts at each slot's current snapshot.
+    pub fn cursors_attached(&self) -> Vec<(Arc<str>, Cursor<'static, K>)> {
+        self.iter()
+            .map(|(l, r)| (Arc::clone(l), Cursor::attach(r)))
             .collect()
     }
 
@@ -201,7 +212,8 @@ pub fn wire_ranks<const K: usize>(n: usize) -> Result<Wired<K>, WireError> {
 }
 
 /// A [`Readback`] for counts kept in host memory (a CPU engine, or a GPU engine that already
-/// copies its counts back): every readback completes at once.
+/// copies its counts back): every readback completes at its first poll. Up to
+/// [`MAX_IN_FLIGHT`] copies can be outstanding, and any can be abandoned.
 ///
 /// ```
 /// use specula::wiring::HostReadback;
@@ -212,7 +224,7 @@ pub fn wire_ranks<const K: usize>(n: usize) -> Result<Wired<K>, WireError> {
 #[derive(Clone, Debug, Default)]
 pub struct HostReadback<const K: usize> {
     counters: Counters<K>,
-    started: Option<Counters<K>>,
+    started: Flight<Counters<K>>,
 }
 
 impl<const K: usize> HostReadback<K> {
@@ -241,17 +253,94 @@ impl<const K: usize> Readback<K> for HostReadback<K> {
     type Error = Infallible;
 
     fn start(&mut self) -> Result<(), Infallible> {
-        // The copy point: counts recorded after this belong to the next readback.
-        self.started = Some(self.counters);
+        // The copy point: counts recorded after this belong to the next readback. A caller
+        // that starts more than `max_in_flight` loses the oldest copy (a collector never does).
+        if self.started.is_full() {
+            self.started.pop();
+        }
+        let _ = self.started.push(self.counters);
         Ok(())
     }
 
     fn poll(&mut self) -> Poll<Result<Counters<K>, Infallible>> {
-        Poll::Ready(Ok(self.started.take().unwrap_or(self.counters)))
+        Poll::Ready(Ok(self.started.pop().unwrap_or(self.counters)))
     }
 
     fn flush(&mut self) -> Result<Counters<K>, Infallible> {
-        self.started = None;
+        self.started.clear();
         Ok(self.counters)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        MAX_IN_FLIGHT
+    }
+
+    fn abandon(&mut self) -> bool {
+        // A host copy holds no device resource: it can always be dropped.
+        self.started.pop().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_readbacks_complete_in_start_order_and_can_be_abandoned() {
+        let mut h = HostReadback::<2>::default();
+        assert_eq!(h.max_in_flight(), MAX_IN_FLIGHT);
+        assert!(!h.abandon(), "nothing to abandon");
+        for i in 1..=MAX_IN_FLIGHT as u64 {
+            h.record(1, 0).unwrap();
+            h.start().unwrap();
+            assert_eq!(h.counters().drafts, i);
+        }
+        // Beyond capacity: the oldest copy is dropped, never a panic.
+        h.record(1, 0).unwrap();
+        h.start().unwrap();
+        assert!(h.abandon(), "the copy as of 2 drafts");
+        for expected in 3..=MAX_IN_FLIGHT as u64 + 1 {
+            assert_eq!(h.poll(), Poll::Ready(Ok(with_drafts(expected))));
+        }
+        // Nothing in flight: the current totals.
+        h.record(1, 1).unwrap();
+        assert_eq!(h.poll().map(|r| r.map(|c| c.drafts)), Poll::Ready(Ok(6)));
+        h.start().unwrap();
+        h.record(2, 2).unwrap();
+        assert_eq!(h.flush().map(|c| c.drafts), Ok(7));
+        assert!(!h.abandon(), "flush retired the copy in flight");
+    }
+
+    #[test]
+    fn cursors_attached_start_from_each_slots_current_snapshot() {
+        let mut wired = wire::<2, _>(["a", "b"]).unwrap();
+        let mut s = Snapshot::<2>::ZERO;
+        s.counters.record(2, 1).unwrap();
+        s.at_ns = 1_000;
+        wired.writers[0].publish(&s);
+        let mut attached = wired.slots.cursors_attached();
+        let mut from_zero = wired.slots.cursors_at(0);
+        assert_eq!(attached.len(), 2);
+        assert!(attached.iter_mut().all(|(_, c)| c.take().is_none()));
+        s.counters.record(1, 1).unwrap();
+        s.at_ns = 3_000;
+        wired.writers[0].publish(&s);
+        let t = attached[0].1.take().unwrap();
+        assert_eq!((t.delta.drafts, t.elapsed_ns), (1, Some(2_000)));
+        let z = from_zero[0].1.take().unwrap();
+        assert_eq!(
+            (z.delta.drafts, z.elapsed_ns),
+            (2, None),
+            "late: no rate from zero"
+        );
+        assert_eq!(&*attached[1].0, "b");
+    }
+
+    fn with_drafts(n: u64) -> Counters<2> {
+        let mut c = Counters::ZERO;
+        for _ in 0..n {
+            c.record(1, 0).unwrap();
+        }
+        c
     }
 }

@@ -57,12 +57,14 @@ fn cpu_demo_prints_its_summary_and_exits_0() {
     assert!(out.contains("== specula demo summary =="), "{out}");
     let last = out.lines().last().unwrap_or_default();
     assert!(last.starts_with("FINAL drafts="), "{out}");
-    let emitted: u64 = last
-        .rsplit("emitted_tokens=")
-        .next()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("cannot parse {last:?}"));
+    let emitted = final_field(last, "emitted_tokens");
     assert!(emitted >= 40, "{last}");
+    // One accepted count per drafted position (the default draft length is 4).
+    let per_pos = last
+        .split("accepted_per_position=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no accepted_per_position in {last:?}"));
+    assert_eq!(per_pos.split(',').count(), 4, "{last}");
 }
 
 #[test]
@@ -462,7 +464,7 @@ fn line_delta(line: &str) -> Option<(u64, u64)> {
     Some((field("Accepted")?, field("Drafted")?))
 }
 
-/// One `GET /metrics` over a plain socket; the value of `name{engine="rank0"}`.
+/// One `GET /metrics` over a plain socket; the value of `name{…,engine="rank0"}`.
 fn scrape(addr: &str, name: &str) -> u64 {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr).expect("connect to /metrics");
@@ -475,9 +477,10 @@ fn scrape(addr: &str, name: &str) -> u64 {
     .unwrap();
     let mut body = String::new();
     s.read_to_string(&mut body).expect("read the scrape");
-    let key = format!("{name}{{engine=\"rank0\"}} ");
+    let key = format!("{name}{{");
     body.lines()
-        .find_map(|l| l.strip_prefix(&key))
+        .filter(|l| l.starts_with(&key))
+        .find_map(|l| l.split_once("engine=\"rank0\"} ").map(|(_, v)| v))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {key} in:\n{body}"))
 }
@@ -688,5 +691,80 @@ fn bench_with_a_closed_stdout_exits_5() {
     assert!(
         error_line(&err.join("\n")).contains("cannot write to stdout"),
         "{err:?}"
+    );
+}
+
+#[test]
+fn bad_labels_exit_2_before_the_run() {
+    for (args, want) in [
+        (
+            vec!["--label", "bad-name=x"],
+            "must match [a-zA-Z_][a-zA-Z0-9_]*",
+        ),
+        (vec!["--label", "__x=1"], "must match"),
+        (vec!["--label", "engine=x"], "reserved"),
+        (vec!["--label", "instance=x"], "reserved"),
+        (vec!["--label", "model_name=x"], "given twice"),
+        (vec!["--label", "a=1", "--label", "a=2"], "given twice"),
+        (vec!["--label", "novalue"], "is not NAME=VALUE"),
+        (vec!["--label", "region="], "must be 1 to 256 bytes"),
+        (vec!["--model-name", ""], "must be 1 to 256 bytes"),
+    ] {
+        let o = demo(&args);
+        let (_, err) = expect_code(&o, 2);
+        let line = error_line(&err);
+        assert!(line.contains("bad label"), "{args:?}: {line}");
+        assert!(line.contains(want), "{args:?}: {line}");
+        assert!(
+            !err.contains("SpecDecoding"),
+            "refused before the run: {err}"
+        );
+    }
+}
+
+#[test]
+fn vllm_compat_demo_logs_vllms_exact_line() {
+    let o = demo(&["--vllm-compat", "--k", "3"]);
+    let (out, err) = expect_code(&o, 0);
+    let fin = out
+        .lines()
+        .find(|l| l.starts_with("FINAL "))
+        .expect("FINAL line");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("INFO  specula: "))
+        .filter(|l| l.starts_with("SpecDecoding"))
+        .collect();
+    assert!(!lines.is_empty(), "{err}");
+    let mut logged = (0, 0);
+    for l in &lines {
+        // vLLM v1's prefix and fields; no engine label, no lifetime part, and no line
+        // without drafts (vLLM prints none).
+        assert!(
+            l.starts_with("SpecDecoding metrics: Mean acceptance length: "),
+            "{l}"
+        );
+        assert!(!l.contains("lifetime") && !l.contains("n/a"), "{l}");
+        let per_pos = l
+            .split("Per-position acceptance rate: ")
+            .nth(1)
+            .and_then(|r| r.split(", Avg").next())
+            .unwrap_or_else(|| panic!("{l}"));
+        let rates: Vec<f64> = per_pos.split(", ").map(|v| v.parse().unwrap()).collect();
+        assert_eq!(rates.len(), 3, "one per drafted position: {l}");
+        // vLLM's definition: accepted at a position / all drafts, so it never rises.
+        assert!(rates.windows(2).all(|w| w[0] >= w[1]), "{l}");
+        assert!(l.ends_with('%'), "{l}");
+        let (a, d) = line_delta(l).unwrap_or_else(|| panic!("{l}"));
+        assert!(d > 0, "{l}");
+        logged = (logged.0 + a, logged.1 + d);
+    }
+    assert_eq!(
+        logged,
+        (
+            final_field(fin, "accepted_tokens"),
+            final_field(fin, "draft_tokens")
+        ),
+        "the lines' intervals add up to the totals\n{err}"
     );
 }

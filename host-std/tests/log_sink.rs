@@ -544,3 +544,71 @@ fn a_failed_log_write_is_counted_and_requests_shutdown_never_panics() {
         assert!(stop.output_failed());
     }
 }
+
+#[test]
+fn vllm_lines_are_vllms_exact_format_and_skip_idle_intervals() {
+    captured();
+    let label = "vllm-mode";
+    let wired = wire::<4, _>([label]).unwrap();
+    let mut writer = wired.writers.into_iter().next().unwrap();
+    let s = 1_000_000_000u64;
+    let mut sink = LogSink::new(&wired.slots, Duration::from_secs(1), 0, log::Level::Info)
+        .unwrap()
+        .with_vllm_lines(2);
+    let vllm_lines = || -> Vec<String> {
+        captured()
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with("SpecDecoding metrics: "))
+            .cloned()
+            .collect()
+    };
+    let mut snap = Snapshot::<4>::ZERO;
+    snap.counters.record(2, 1).unwrap();
+    snap.counters.record(2, 2).unwrap();
+    snap.at_ns = s / 2;
+    writer.publish(&snap);
+    assert_eq!(sink.poll(s).len(), 1);
+    // Over the 0.5 s since counting started; per position: accepted there / all drafts; two
+    // positions (the draft length), not K = 4.
+    assert_eq!(
+        vllm_lines(),
+        [
+            "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 6.00 \
+          tokens/s, Drafted throughput: 8.00 tokens/s, Accepted: 3 tokens, Drafted: 4 tokens, \
+          Per-position acceptance rate: 1.000, 0.500, Avg Draft acceptance rate: 75.0%"
+        ]
+    );
+    // A new collection without drafts: no vLLM line (vLLM prints none), but the new readback
+    // error is reported on a line of its own.
+    snap.at_ns = 3 * s / 2;
+    snap.readback_errors = 1;
+    writer.publish(&snap);
+    let logged = sink.poll(2 * s);
+    assert_eq!(logged[0].taken.map(|t| t.delta.drafts), Some(0));
+    // No new collection at all: the staleness line, under a prefix vLLM parsers do not match.
+    sink.poll(3 * s);
+    assert_eq!(vllm_lines().len(), 1, "idle intervals log no vLLM line");
+    let own = lines_for(label);
+    assert!(
+        own.iter()
+            .any(|l| l == "Specula readback errors [vllm-mode]: 1 (+1)"),
+        "{own:?}"
+    );
+    // Every tick still has a line: the idle one on Specula's own prefix.
+    assert!(
+        own.iter().any(|l| l
+            == "Specula collection [vllm-mode]: no drafts since the previous line | lifetime: \
+                drafts=2"),
+        "{own:?}"
+    );
+    assert!(
+        own.iter().any(|l| l.starts_with(
+            "Specula collection [vllm-mode]: no new collection since the previous line"
+        )),
+        "{own:?}"
+    );
+    assert!(!own.iter().any(|l| l.contains("SpecDecoding")), "{own:?}");
+}

@@ -98,3 +98,96 @@ fn counters_equal_totals_after_every_update() {
     });
     assert!(totals[0].counters.drafts > totals[1].counters.drafts);
 }
+
+#[test]
+fn with_the_clock_the_last_collection_time_and_age_are_gauges() {
+    use specula::StdClock;
+    use specula::specula_core::Clock;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut wired = wire_ranks::<4>(2).unwrap();
+    let clock = StdClock::new();
+    let mut bridge = MetricsBridge::new(&wired.slots).with_clock(clock);
+    let mut s = Snapshot::<4>::ZERO;
+    s.counters.record(2, 2).unwrap();
+    s.at_ns = clock.now_ns();
+    wired.writers[0].publish(&s); // rank1 never collects
+    let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        assert_eq!(bridge.update(), 1);
+    });
+    let after = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let mut gauges = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if let DebugValue::Gauge(v) = value {
+            gauges.insert(name_of(key.key()), v.into_inner());
+        }
+    }
+    for rank in ["rank0", "rank1"] {
+        let ts = gauges[&format!("specula_last_collection_timestamp_seconds{{engine={rank}}}")];
+        let age = gauges[&format!("specula_last_collection_age_seconds{{engine={rank}}}")];
+        assert!(age >= 0.0);
+        let scrape = ts + age;
+        assert!(
+            scrape >= before.as_secs_f64() - 1e-3 && scrape <= after.as_secs_f64() + 1e-3,
+            "{rank}: {scrape}"
+        );
+    }
+    assert!(
+        gauges["specula_last_collection_age_seconds{engine=rank1}"]
+            >= gauges["specula_last_collection_age_seconds{engine=rank0}"],
+        "the rank that never collected is the older"
+    );
+}
+
+#[test]
+fn constant_labels_and_the_draft_length_reach_every_counter() {
+    use specula::prom::{ConstLabels, DraftLenError};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut wired = wire_ranks::<4>(1).unwrap();
+    assert_eq!(
+        MetricsBridge::new(&wired.slots).with_draft_len(5).err(),
+        Some(DraftLenError { got: 5, max: 4 })
+    );
+    assert!(MetricsBridge::new(&wired.slots).with_draft_len(0).is_err());
+    let labels = ConstLabels::model_name("m")
+        .unwrap()
+        .with("region", "eu")
+        .unwrap();
+    let mut bridge = MetricsBridge::new(&wired.slots)
+        .with_labels(&labels)
+        .with_draft_len(2)
+        .unwrap();
+    let mut s = Snapshot::<4>::ZERO;
+    s.counters.record(2, 1).unwrap();
+    s.counters.record(2, 2).unwrap();
+    wired.writers[0].publish(&s);
+    let mut sums = Sums::default();
+    metrics::with_local_recorder(&recorder, || assert_eq!(bridge.update(), 1));
+    let keys: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, _)| name_of(k.key()))
+        .collect();
+    assert!(!keys.is_empty());
+    for k in &keys {
+        assert!(k.contains("model_name=m") && k.contains("region=eu"), "{k}");
+        assert!(!k.contains("position=2"), "two positions only: {k}");
+    }
+    assert!(keys.iter().any(|k| k.contains("position=1")), "{keys:?}");
+    // Deltas, not totals: the second update adds only the one new draft.
+    s.counters.record(2, 0).unwrap();
+    wired.writers[0].publish(&s);
+    metrics::with_local_recorder(&recorder, || assert_eq!(bridge.update(), 1));
+    sums.absorb(&snapshotter);
+    let l = [("model_name", "m"), ("region", "eu"), ("engine", "rank0")];
+    assert_eq!(
+        sums.get("specula_drafts_total", &l),
+        1,
+        "the second update's delta"
+    );
+}
