@@ -570,7 +570,7 @@ def main():
                 if spill or f["local"]:
                     failures.append(f"{arch}: {name} spills / local memory in the hot loop")
             print(f"acceptance test: Philox chain of {figs['accept_chain']} instructions per test, "
-                  f"{K} tests one after another")
+                  f"{K} tests one after another in specula_verify, at once in specula_verify_split")
             worst = max(figs[n]["per_elem"] for n in PASSES)
             kb = min(figs[n]["thread_bytes"] for n in PASSES) * 256 * occ
             print(f"issue 17 targets: <= {TARGET_INSTR:.0f} instr/element in every pass: "
