@@ -74,7 +74,8 @@
 //!   typical computes every row's race (≈ 70 instructions per element): worth it when most of
 //!   the GPU would otherwise idle, not at batch ≥ SMs, where the launch keeps one block per
 //!   request. `specula-rocm` splits below 128 requests (`min(⌈256 / batch⌉, 64)` blocks; it
-//!   cannot query the CU count). Not done: a two-phase typical acceptance (entropies, then only the chosen row's race) would save the speculative races.
+//!   cannot query the CU count). Not done: a two-phase typical acceptance (entropies, then only
+//!   the chosen row's race) would save the speculative races.
 
 use crate::counters::Counters;
 use crate::verify::{Batch, Method};
