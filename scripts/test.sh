@@ -154,6 +154,16 @@ else
     echo "SKIPPED (see the summary): CUDA 13 tools not installed"
 fi
 
+step "kernel report: SASS per pass (instructions/element, registers, spills, bytes in flight), budgets, model predictions"
+# scripts/kernel-report.py: compiles the kernel and its probes with the crate's NVRTC options for
+# sm_80 and sm_90, reads the SASS, fails on spills in a row loop or a pass over its instruction
+# budget, and prints the latency/roofline model's predictions (README, "Kernel speed").
+if [ "$have_cuda" = 1 ] && [ -n "${SPECULA_CUOBJDUMP:-}" ]; then
+    python3 scripts/kernel-report.py
+else
+    skip "kernel report: NVRTC, ptxas or cuobjdump/nvdisasm missing (scripts/cuda-tools.sh)"
+fi
+
 step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map"
 cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates
 
