@@ -9,6 +9,9 @@
 #     . scripts/cuda-tools.sh
 #     cargo test -p specula-cuda --test nvrtc -- --nocapture
 #
+# It also installs cuobjdump and nvdisasm (nvidia-cuda-cuobjdump 13.4, nvidia-cuda-nvdisasm 13.5)
+# into .tools/sass for scripts/kernel-report.py, and exports SPECULA_CUOBJDUMP when they are there.
+#
 # SPECULA_CUDA_TOOLS=/some/dir uses (or installs into) another folder, e.g. a shared cache.
 # Takes about a minute the first time (four wheels, ~210 MB), nothing afterwards.
 
@@ -41,6 +44,15 @@ _specula_cuda_tools() {
         export SPECULA_CUDA13_PTXAS="$dir13/nvidia/cu13/bin/ptxas"
     else
         echo "cuda-tools: CUDA 13 tools not installed; their compile check will be skipped" >&2
+    fi
+    # cuobjdump + nvdisasm, to read the SASS (scripts/kernel-report.py). One pip call for both:
+    # their wheels share the nvidia/cu13 tree. Optional: failure only skips the report.
+    local sass="${SPECULA_SASS_TOOLS:-$root/.tools/sass}"
+    if _specula_wheels "$sass" nvidia/cu13/bin/nvdisasm nvidia/cu13/bin/cuobjdump \
+        nvidia-cuda-cuobjdump==13.4.92 nvidia-cuda-nvdisasm==13.5.37; then
+        export SPECULA_CUOBJDUMP="$sass/nvidia/cu13/bin/cuobjdump"
+    else
+        echo "cuda-tools: cuobjdump/nvdisasm not installed; the kernel report will be skipped" >&2
     fi
     export SPECULA_CUDA_TOOLS="$dir"
     export LD_LIBRARY_PATH="$dir/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -15,9 +15,13 @@
 #    conformance suite, the caller's-stream test, the zero-synchronisation step-path test, the
 #    CUDA-graph capture/replay test and the readback tests on device 0, an 8 s
 #    `specula demo --backend cuda` (exit 0 and its log lines), then the benchmark grid
-#    (greedy / typical / rejection x batch 1/16/64/256 x V 32k/128k/152k x k 1/4/8: GB/s of
-#    probability data read vs a device-to-device copy, us per call, and launch vs graph replay
-#    at batch 1). Finishes in under 5 minutes (hard limit 290 s).
+#    (backend-cuda/benches/grid.rs: greedy / typical / rejection with drafts equal, mixed
+#    (residual race) and fallback (residual empty, target race) x batch 1/16/64/256 x V
+#    32k/128k/152k x k 1/4/8: us per call, GB/s of probability data read against a
+#    device-to-device copy and a read-only kernel over the same bytes, L2-flushed us at batch
+#    1 and 16; then p50/p90/p99 of single calls at batch 1, plain launch and graph replay),
+#    to compare with the predictions of scripts/kernel-report.py (README, "Kernel speed").
+#    Finishes in under 5 minutes (hard limit 290 s).
 #    With the device tool of this workplace: DIR=gpu-bin (ignored by git), carry ["gpu-bin"],
 #    command "bash gpu-bin/gpu-check.sh run gpu-bin 2>&1 | tee $OUT/gpu-check.log".
 set -euo pipefail

@@ -18,6 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+# Where cargo builds (CARGO_TARGET_DIR when set, as cargo itself reads it).
+target="${CARGO_TARGET_DIR:-$root/target}"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
@@ -101,7 +103,7 @@ cargo test --workspace --features "$FEATURES"
 step "examples (host-std/examples, built by the tests above)"
 for e in cpu_runtime ranks axum_metrics graceful_shutdown; do
     echo "--- $e"
-    "target/debug/examples/$e" >/dev/null
+    "$target/debug/examples/$e" >/dev/null
 done
 
 step "pick_backend under every feature set (the same code; a backend not compiled in exits 3)"
@@ -114,7 +116,7 @@ for set in "none:0 0 3 3 2" "cuda:0 0 4 3 2" "rocm:0 0 3 4 2" "cuda,rocm:0 0 4 4
     got=""
     for name in cpu reference cuda rocm nonsense; do
         rc=0
-        target/debug/examples/pick_backend "$name" >/dev/null 2>&1 || rc=$?
+        "$target"/debug/examples/pick_backend "$name" >/dev/null 2>&1 || rc=$?
         got="$got${got:+ }$rc"
     done
     echo "--- features $feats: exit codes $got (cpu reference cuda rocm nonsense)"
@@ -130,7 +132,7 @@ step "CUDA backend links next to candle (cudarc dynamic-linking, the version fro
 # (default features off). Negative control: both versions at once must not build.
 (
     cd tests/link-candle
-    export CARGO_TARGET_DIR="$root/target/link-candle"
+    export CARGO_TARGET_DIR="$target/link-candle"
     cargo check -q
     cargo check -q --no-default-features --features own-version
     if cargo check -q --features own-version 2>/dev/null; then
@@ -152,6 +154,16 @@ if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
     rm -rf "$home"
 else
     echo "SKIPPED (see the summary): CUDA 13 tools not installed"
+fi
+
+step "kernel report: SASS per pass (instructions/element, registers, spills, bytes in flight), budgets, model predictions"
+# scripts/kernel-report.py: compiles the kernel and its probes with the crate's NVRTC options for
+# sm_80 and sm_90, reads the SASS, fails on spills in a row loop or a pass over its instruction
+# budget, and prints the latency/roofline model's predictions (README, "Kernel speed").
+if [ "$have_cuda" = 1 ] && [ -n "${SPECULA_CUOBJDUMP:-}" ]; then
+    python3 scripts/kernel-report.py
+else
+    skip "kernel report: NVRTC, ptxas or cuobjdump/nvdisasm missing (scripts/cuda-tools.sh)"
 fi
 
 step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map"
@@ -176,7 +188,7 @@ else
 fi
 
 step "loom (core slot)"
-RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$target/loom" \
     cargo test -p specula-core --release --test loom
 
 step "mutation testing of the core (changed lines; full run: scripts/mutants.sh)"
@@ -191,7 +203,7 @@ fi
 step "real Prometheus scraping the demo"
 if [ "$have_prometheus" = 1 ]; then
     cargo build --release -p specula --features cli
-    SPECULA_BIN=target/release/specula scripts/prometheus-check.sh
+    SPECULA_BIN="$target/release/specula" scripts/prometheus-check.sh
 else
     echo "SKIPPED (see the summary)"
 fi

@@ -115,6 +115,17 @@ pub fn nvrtc_options(arch: &str) -> Vec<String> {
     ]
 }
 
+/// Compiles an arbitrary `source` (named `name` in messages) to PTX for `arch` with exactly the
+/// options the kernel gets ([`nvrtc_options`]), uncached. For tooling that compiles the kernel
+/// text together with extra code, e.g. the per-pass probe wrappers that `scripts/kernel-report.py`
+/// disassembles (`core/kernels/specula_probes.cu`).
+pub fn compile_source_ptx(source: &str, name: &str, arch: &str) -> Result<String, CudaError> {
+    crate::nvrtc::compile(source, name, &nvrtc_options(arch)).map_err(|e| match e {
+        crate::nvrtc::Failure::Missing => CudaError::NoNvrtc,
+        crate::nvrtc::Failure::Refused(log) => CudaError::Nvrtc { log },
+    })
+}
+
 static CACHE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// Compiles [`specula_core::kernels::SOURCE`] to PTX for `arch` (e.g. `"compute_90"`), once per

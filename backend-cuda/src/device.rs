@@ -22,7 +22,10 @@ pub struct CudaDevice {
     // Keeps the module loaded while `function` is used.
     _module: Arc<CudaModule>,
     function: CudaFunction,
+    /// The entry that splits each request's rows over several blocks.
+    split_function: CudaFunction,
     arch: String,
+    sms: u32,
 }
 
 impl CudaDevice {
@@ -59,12 +62,22 @@ impl CudaDevice {
         let function = call("cuModuleGetFunction", Blocking::No, || {
             module.load_function(specula_core::kernels::VERIFY_ENTRY)
         })?;
+        let split_function = call("cuModuleGetFunction", Blocking::No, || {
+            module.load_function(specula_core::kernels::VERIFY_SPLIT_ENTRY)
+        })?;
+        let sms = call("cuDeviceGetAttribute", Blocking::No, || {
+            ctx.attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+        })?;
         Ok(Self {
             ctx,
             stream,
             _module: module,
             function,
+            split_function,
             arch,
+            sms: u32::try_from(sms).unwrap_or(1).max(1),
         })
     }
 
@@ -92,6 +105,16 @@ impl CudaDevice {
 
     pub(crate) fn cu_function(&self) -> CUfunction {
         self.function.cu_function()
+    }
+
+    pub(crate) fn cu_split_function(&self) -> CUfunction {
+        self.split_function.cu_function()
+    }
+
+    /// Streaming multiprocessors of the device.
+    #[must_use]
+    pub fn multiprocessors(&self) -> u32 {
+        self.sms
     }
 
     /// Makes the context current on this thread (raw driver calls need it). Cheap, never waits.

@@ -20,8 +20,10 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct VerifyGraph {
     dev: Arc<CudaDevice>,
-    // The counters the captured kernel updates; kept alive as long as the graph is.
+    // The counters the captured kernel updates and the split entry's scratch; kept alive as
+    // long as the graph is.
     _stats: Arc<DeviceBuffer>,
+    _scratch: Option<Arc<DeviceBuffer>>,
     graph: CUgraph,
     exec: CUgraphExec,
     args: DeviceArgs,
@@ -82,6 +84,7 @@ impl<const K: usize> CudaVerifier<K> {
         Ok(VerifyGraph {
             dev: self.device().clone(),
             _stats: self.stats_buffer(),
+            _scratch: self.split_buffer(),
             graph,
             exec,
             args: *args,

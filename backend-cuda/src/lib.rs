@@ -12,7 +12,8 @@ mod verifier;
 
 pub use calls::{CallCounts, call_counts};
 pub use compile::{
-    DRIVER_SYMBOLS, compile_ptx, driver_present, nvrtc_options, nvrtc_present, nvrtc_version,
+    DRIVER_SYMBOLS, compile_ptx, compile_source_ptx, driver_present, nvrtc_options, nvrtc_present,
+    nvrtc_version,
 };
 pub use device::CudaDevice;
 pub use error::CudaError;

@@ -49,11 +49,17 @@ pub struct DeviceArgs {
 
 const SLOTS: usize = 11;
 
+/// The most blocks one request's rows are split over.
+const MAX_SLICES: u32 = 64;
+
 /// The verification kernel with its device counters (`Counters<K>` plus an error word).
 #[derive(Debug)]
 pub struct CudaVerifier<const K: usize> {
     dev: Arc<CudaDevice>,
     stats: Arc<DeviceBuffer>,
+    /// Scratch of the split entry (`kernels::VERIFY_SPLIT_ENTRY`) and the capacity it is sized
+    /// for; shared with captured graphs so it outlives them.
+    split: Option<(Arc<DeviceBuffer>, u32)>,
     /// Device buffers of the host-slice convenience path, grown on demand.
     staging: [Option<DeviceBuffer>; SLOTS],
     flags_seen: u64,
@@ -66,6 +72,7 @@ impl<const K: usize> CudaVerifier<K> {
         Ok(Self {
             dev,
             stats: Arc::new(stats),
+            split: None,
             staging: Default::default(),
             flags_seen: 0,
         })
@@ -82,6 +89,47 @@ impl<const K: usize> CudaVerifier<K> {
         self.stats.clone()
     }
 
+    /// The split entry's scratch, when one is reserved (graphs keep it alive).
+    pub(crate) fn split_buffer(&self) -> Option<Arc<DeviceBuffer>> {
+        self.split.as_ref().map(|(b, _)| b.clone())
+    }
+
+    /// Blocks per request a launch of `capacity` requests uses: below one request per
+    /// multiprocessor, the rows of each request are split over
+    /// `min(⌈2 · SMs / capacity⌉, 64)` blocks (`kernels::VERIFY_SPLIT_ENTRY`), when scratch for
+    /// that capacity is reserved ([`reserve_split`](CudaVerifier::reserve_split)); otherwise 1.
+    #[must_use]
+    pub fn slices_for(&self, capacity: u32) -> u32 {
+        let sms = self.dev.multiprocessors();
+        let reserved = self.split.as_ref().is_some_and(|(_, c)| *c >= capacity);
+        if capacity == 0 || capacity >= sms || !reserved {
+            return 1;
+        }
+        (2 * sms).div_ceil(capacity).clamp(1, MAX_SLICES)
+    }
+
+    /// Allocates (zeroed) the scratch the split entry needs for launches of up to `capacity`
+    /// requests, so that [`launch`](CudaVerifier::launch) can spread small batches over the GPU
+    /// without allocating on the step path. Set-up, blocking; [`stage`](CudaVerifier::stage)
+    /// calls it. Without it every launch uses one block per request.
+    pub fn reserve_split(&mut self, capacity: u32) -> Result<(), CudaError> {
+        if self.split.as_ref().is_some_and(|(_, c)| *c >= capacity) {
+            return Ok(());
+        }
+        let sms = self.dev.multiprocessors();
+        if capacity == 0 || capacity >= sms {
+            return Ok(());
+        }
+        let slices = (2 * sms).div_ceil(capacity).clamp(1, MAX_SLICES) as usize;
+        // k_max <= K always (the kernel refuses a larger shape), so K sizes every launch.
+        let words = kernels::split_scratch_words(K, slices)
+            .checked_mul(capacity as usize)
+            .ok_or(CudaError::TooLarge)?;
+        let buf = DeviceBuffer::zeroed(self.dev.context(), words * 8)?;
+        self.split = Some((Arc::new(buf), capacity));
+        Ok(())
+    }
+
     /// The device `stats` buffer: [`kernels::stats_words`]`(K)` `u64` words.
     #[must_use]
     pub fn stats_ptr(&self) -> CUdeviceptr {
@@ -96,14 +144,18 @@ impl<const K: usize> CudaVerifier<K> {
     /// The decode-step path: enqueues one kernel launch on the compute stream and returns.
     /// Exactly two driver calls (make the context current, launch), neither synchronising; the
     /// counters are updated by the same kernel. Bad requests are skipped by the kernel and
-    /// flagged in the error word (see [`CudaReadback::error_flags`]).
+    /// flagged in the error word (see [`CudaReadback::error_flags`]). Below one request per
+    /// multiprocessor, with scratch reserved for the capacity, each request's rows are split
+    /// over [`slices_for`](CudaVerifier::slices_for) blocks (same results, bit for bit).
     ///
     /// # Safety
     /// Every pointer in `args` must be device memory of this context, valid for the extent the
     /// shape words imply and not freed before the kernel has run.
     pub unsafe fn launch(&mut self, args: &DeviceArgs) -> Result<(), CudaError> {
         self.dev.bind()?;
-        let mut values: [u64; 12] = [
+        let slices = self.slices_for(args.capacity);
+        let scratch = self.split.as_ref().map_or(0, |(b, _)| b.ptr);
+        let mut values: [u64; 13] = [
             args.shape,
             args.k,
             args.draft_ids,
@@ -116,23 +168,33 @@ impl<const K: usize> CudaVerifier<K> {
             args.accepted,
             args.tokens,
             self.stats.ptr,
+            scratch,
         ];
-        let mut params: [*mut c_void; 12] = [core::ptr::null_mut(); 12];
+        let mut slices_param = slices;
+        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
         for (p, v) in params.iter_mut().zip(values.iter_mut()) {
             *p = core::ptr::from_mut(v).cast();
         }
-        let f = self.dev.cu_function();
+        params[13] = core::ptr::from_mut(&mut slices_param).cast();
         let stream = self.dev.cu_stream();
-        // SAFETY: the function is the loaded `specula_verify`, whose 12 parameters are all
-        // 64-bit pointers, passed in that order; the caller vouches for the buffers.
+        let (f, n) = if slices > 1 {
+            (self.dev.cu_split_function(), 14)
+        } else {
+            (self.dev.cu_function(), 12)
+        };
+        let grid = args.capacity.max(1).saturating_mul(slices);
+        // SAFETY: `f` is the loaded `specula_verify` (12 pointer parameters) or
+        // `specula_verify_split` (those, the scratch pointer and a u32), passed in that order;
+        // the scratch holds split_scratch_words(K, slices) words per request of the capacity
+        // (slices > 1 only when reserved for it); the caller vouches for the other buffers.
         call("cuLaunchKernel", Blocking::No, || unsafe {
             result::launch_kernel(
                 f,
-                (args.capacity.max(1), 1, 1),
+                (grid, 1, 1),
                 (kernels::BLOCK_THREADS, 1, 1),
                 0,
                 stream,
-                &mut params,
+                &mut params[..n],
             )
         })
     }
@@ -179,6 +241,7 @@ impl<const K: usize> CudaVerifier<K> {
             .delta
             .map_or_else(|| vec![DEFAULT_DELTA; b], <[f32]>::to_vec);
         self.dev.bind()?;
+        self.reserve_split(to_u32(b)?)?;
         Ok(DeviceArgs {
             capacity: to_u32(b)?,
             shape: self.upload(0, &shape)?,

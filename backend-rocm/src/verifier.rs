@@ -8,7 +8,7 @@ use crate::memory::{DeviceBuffer, DeviceCopy};
 use crate::readback::{DeviceCounters, RocmReadback};
 use core::ffi::c_void;
 use specula_core::Counters;
-use specula_core::kernels::{self, BLOCK_THREADS, VERIFY_ENTRY};
+use specula_core::kernels::{self, BLOCK_THREADS, VERIFY_ENTRY, VERIFY_SPLIT_ENTRY};
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, Verifier, VerifyError, validate,
 };
@@ -98,6 +98,24 @@ struct Scratch {
     delta: Option<DeviceBuffer<f32>>,
     accepted: Option<DeviceBuffer<u32>>,
     tokens: Option<DeviceBuffer<u32>>,
+    /// The split entry's scratch (zero between launches: the kernel leaves it so).
+    split: Option<DeviceBuffer<u64>>,
+}
+
+/// Requests per launch below which each request's rows are split over several blocks
+/// (`kernels::VERIFY_SPLIT_ENTRY`): about one request per compute unit of an MI-series GCD.
+const SPLIT_BELOW: u32 = 128;
+/// The most blocks one request's rows are split over.
+const MAX_SLICES: u32 = 64;
+
+/// Blocks per request for a launch of `batch` requests: `min(⌈256 / batch⌉, 64)` below
+/// [`SPLIT_BELOW`], else 1.
+fn slices_for(batch: u32) -> u32 {
+    if batch == 0 || batch >= SPLIT_BELOW {
+        1
+    } else {
+        (2 * SPLIT_BELOW).div_ceil(batch).clamp(1, MAX_SLICES)
+    }
 }
 
 /// A buffer of at least `len` elements in `slot`, reallocated only when too small.
@@ -164,6 +182,7 @@ pub struct RocmVerifier<const K: usize> {
     device: Device,
     _module: Arc<Module>,
     kernel: Kernel,
+    split_kernel: Kernel,
     stats: Arc<DeviceCounters<K>>,
     scratch: Scratch,
 }
@@ -197,10 +216,12 @@ impl<const K: usize> RocmVerifier<K> {
     pub fn on(device: &Device) -> Result<Self, RocmError> {
         let module = module_for(device)?;
         let kernel = Kernel(module.function(VERIFY_ENTRY)?);
+        let split_kernel = Kernel(module.function(VERIFY_SPLIT_ENTRY)?);
         Ok(Self {
             device: device.clone(),
             _module: module,
             kernel,
+            split_kernel,
             stats: Arc::new(DeviceCounters::new(device)?),
             scratch: Scratch::default(),
         })
@@ -341,21 +362,42 @@ impl<const K: usize> RocmVerifier<K> {
         launched.and(synced)
     }
 
-    /// Launches the kernel with the twelve pointer arguments of the launch contract.
-    fn launch(&self, grid: u32, mut args: [*mut c_void; 12]) -> Result<(), RocmError> {
-        let hip = self.device.hip();
-        let mut params: [*mut c_void; 12] = [core::ptr::null_mut(); 12];
-        for (p, a) in params.iter_mut().zip(args.iter_mut()) {
+    /// Launches the kernel with the twelve pointer arguments of the launch contract: one block
+    /// per request, or below [`SPLIT_BELOW`] requests the split entry over
+    /// [`slices_for`]`(batch)` blocks per request (its scratch grown here; the verify paths
+    /// are set-up style and wait anyway).
+    fn launch(&mut self, batch: u32, args: [*mut c_void; 12]) -> Result<(), RocmError> {
+        let slices = slices_for(batch);
+        let mut values = [core::ptr::null_mut::<c_void>(); 13];
+        values[..12].copy_from_slice(&args);
+        let function = if slices > 1 {
+            let words = kernels::split_scratch_words(K, slices as usize)
+                .checked_mul(batch as usize)
+                .ok_or(RocmError::SizeOverflow)?;
+            values[12] = ensure(&mut self.scratch.split, &self.device, words)?.as_device_ptr();
+            self.split_kernel.0
+        } else {
+            self.kernel.0
+        };
+        let mut slices_param = slices;
+        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
+        for (p, a) in params.iter_mut().zip(values.iter_mut()) {
             *p = core::ptr::from_mut(a).cast();
         }
-        // SAFETY: `kernel` is a function of the loaded module; `params` holds one pointer to each
-        // of the twelve pointer-sized arguments in the order of the launch contract, all alive
-        // for the call (HIP copies the values at launch); every device buffer was checked to hold
-        // what the shape words describe; grid and block follow the contract (block = 256, a
-        // multiple of both AMD wave sizes).
+        params[13] = core::ptr::from_mut(&mut slices_param).cast();
+        let grid = batch.checked_mul(slices).ok_or(RocmError::SizeOverflow)?;
+        let hip = self.device.hip();
+        // SAFETY: `function` is a function of the loaded module: `specula_verify` (twelve
+        // pointer-sized arguments) or `specula_verify_split` (those, the scratch pointer and a
+        // u32); `params` holds one pointer to each argument in the order of the launch contract
+        // (HIP reads as many as the function has), all alive for the call (HIP copies the values
+        // at launch); every device buffer was checked to hold what the shape words describe, the
+        // scratch holds split_scratch_words(K, slices) words per request (zero: fresh, or left
+        // so by the kernel); grid and block follow the contract (block = 256, a multiple of
+        // both AMD wave sizes).
         hip.check("hipModuleLaunchKernel", unsafe {
             (hip.api.hipModuleLaunchKernel)(
-                self.kernel.0,
+                function,
                 grid,
                 1,
                 1,
@@ -453,5 +495,21 @@ impl<const K: usize> Verifier<K> for RocmVerifier<K> {
     /// Waits for all work on the compute stream and reads the device counters.
     fn totals(&mut self) -> Result<Counters<K>, RocmError> {
         self.stats.read_blocking()
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::{MAX_SLICES, SPLIT_BELOW, slices_for};
+
+    #[test]
+    fn small_batches_split_large_ones_do_not() {
+        assert_eq!(slices_for(1), MAX_SLICES);
+        assert_eq!(slices_for(64), 4);
+        assert_eq!(slices_for(100), 3);
+        assert_eq!(slices_for(SPLIT_BELOW - 1), 3);
+        assert_eq!(slices_for(SPLIT_BELOW), 1);
+        assert_eq!(slices_for(4096), 1);
+        assert_eq!(slices_for(0), 1);
     }
 }

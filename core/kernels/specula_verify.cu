@@ -15,6 +15,8 @@
 //   block = (SPECULA_BLOCK_THREADS, 1, 1) or fewer threads, a multiple of the warp size.
 //   Every per-call value (shape, k, ids, seeds, offsets, eps, delta) is read from device memory.
 //   `stats` holds Counters<K> as 4 + 2K unsigned 64-bit words followed by one error-flag word.
+// A second entry, specula_verify_split (at the end), splits each request's rows over several
+// blocks for small batches; its contract is written above it.
 
 #if defined(SPECULA_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
 #define SPECULA_IS_HIP 1
@@ -31,6 +33,24 @@
 #ifndef SPECULA_BLOCK_THREADS
 #define SPECULA_BLOCK_THREADS 256
 #endif
+// CUDA: at least SPECULA_MIN_BLOCKS blocks per SM, i.e. at most 64 registers per thread at 256
+// threads and 4 blocks: the occupancy that keeps >= 32 KB of loads in flight per SM (with the
+// row passes' unrolling below). ptxas fits the whole kernel in 64 registers without a spill
+// (scripts/kernel-report.py checks). HIP's second argument means something else: not used there.
+#ifndef SPECULA_MIN_BLOCKS
+#define SPECULA_MIN_BLOCKS 4
+#endif
+// The split entry keeps more state across its row passes: 3 blocks per SM (80 registers).
+#ifndef SPECULA_SPLIT_MIN_BLOCKS
+#define SPECULA_SPLIT_MIN_BLOCKS 3
+#endif
+#if SPECULA_IS_HIP
+#define SP_LAUNCH_BOUNDS __launch_bounds__(SPECULA_BLOCK_THREADS)
+#define SP_LAUNCH_BOUNDS_SPLIT __launch_bounds__(SPECULA_BLOCK_THREADS)
+#else
+#define SP_LAUNCH_BOUNDS __launch_bounds__(SPECULA_BLOCK_THREADS, SPECULA_MIN_BLOCKS)
+#define SP_LAUNCH_BOUNDS_SPLIT __launch_bounds__(SPECULA_BLOCK_THREADS, SPECULA_SPLIT_MIN_BLOCKS)
+#endif
 // Warps per block at the smallest warp size any target has (32); sizes the cross-warp scratch.
 #define SPECULA_MAX_WARPS (SPECULA_BLOCK_THREADS / 32)
 
@@ -42,6 +62,13 @@
 #define SPECULA_SHFL_DOWN(v, d) __shfl_down_sync(0xFFFFFFFFu, (v), (d))
 #endif
 #define SPECULA_WARP_SIZE ((unsigned int)warpSize)
+
+// Marks the start of a rarely taken region inside a hot loop. Empty in every real build;
+// scripts/kernel-report.py defines it (before this text) as a PTX `pmevent` so that it can tell
+// the hot path of each loop from the cold one in the SASS.
+#ifndef SP_COLD_MARK
+#define SP_COLD_MARK()
+#endif
 
 typedef unsigned int sp_u32;
 typedef int sp_i32;
@@ -81,16 +108,24 @@ __device__ __forceinline__ sp_i32 sp_f2i32(float x) {
     return (sp_i32)x;
 }
 __device__ __forceinline__ sp_i64 sp_f2i64(float x) {
+#if defined(__CUDA_ARCH__)
+    // PTX cvt.rzi.s64.f32 is exactly Rust's `as`: truncation, saturation to the i64 range, and
+    // NaN -> 0 (PTX ISA, "cvt": float-to-integer conversions clamp, NaN converts to 0). One
+    // instruction instead of three compares and branches in the entropy's hot loop.
+    return __float2ll_rz(x);
+#else
     if (!(x == x)) return 0;
     if (x >= 9223372036854775808.0f) return 9223372036854775807LL;
     if (x < -9223372036854775808.0f) return (sp_i64)(-9223372036854775807LL - 1);
     return (sp_i64)x;
+#endif
 }
 
-// ln_p(x) for normal, positive, finite x (DETERMINISM.md).
+// ln_p(x) for normal, positive, finite x (DETERMINISM.md). The sign bit of such an x is 0, so
+// bits >> 23 is the biased exponent itself (the rule's "& 0xFF" changes nothing).
 __device__ __forceinline__ float sp_ln(float x) {
     sp_u32 bits = __float_as_uint(x);
-    sp_i32 e = (sp_i32)((bits >> 23) & 0xFFu) - 127;
+    sp_i32 e = (sp_i32)(bits >> 23) - 127;
     float m = __uint_as_float((bits & 0x007FFFFFu) | 0x3F800000u);
     if (m > sp_f(0x3FB504F3u)) {
         m = m * 0.5f;
@@ -134,19 +169,53 @@ __device__ __forceinline__ float sp_exp(float x) {
     return p * __uint_as_float(((sp_u32)n + 127u) << 23);
 }
 
-// Philox4x32-10 on counter c, key (k0, k1); c is replaced by the output block.
-__device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
+// An empty asm that takes x and gives it back: the compiler can no longer recompute x from what
+// it was made of, so a loop-invariant value stays in a register instead of being recomputed in
+// every iteration (ptxas otherwise re-adds the Weyl constants to the seed per block of 4 draws).
+// No effect on any value; CUDA device code only.
+#if defined(__CUDA_ARCH__)
+#define SP_KEEP_IN_REGISTER(x) asm volatile("" : "+r"(x))
+#else
+#define SP_KEEP_IN_REGISTER(x) ((void)0)
+#endif
+
+// Philox4x32-10's key schedule: the round keys of key (k0, k1), computed once per row pass (the
+// keys are the request's seed, the same for every id) instead of once per block of 4 draws.
+struct sp_keys {
+    sp_u32 k0[10];
+    sp_u32 k1[10];
+};
+__device__ __forceinline__ sp_keys sp_key_schedule(sp_u32 k0, sp_u32 k1) {
+    sp_keys ks;
     for (int round = 0; round < 10; ++round) {
-        sp_u64 p0 = (sp_u64)0xD2511F53u * (sp_u64)c[0];
-        sp_u64 p1 = (sp_u64)0xCD9E8D57u * (sp_u64)c[2];
-        sp_u32 hi0 = (sp_u32)(p0 >> 32), lo0 = (sp_u32)p0;
-        sp_u32 hi1 = (sp_u32)(p1 >> 32), lo1 = (sp_u32)p1;
-        sp_u32 n0 = hi1 ^ c[1] ^ k0;
-        sp_u32 n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        ks.k0[round] = k0;
+        ks.k1[round] = k1;
+        // Only the k0 half: keeping all 20 round keys costs ptxas ~25 registers and an SM
+        // block of occupancy (measured with scripts/kernel-report.py), k0 alone fits.
+        SP_KEEP_IN_REGISTER(ks.k0[round]);
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
+    return ks;
+}
+
+// Philox4x32-10 on counter c with a precomputed key schedule; c is replaced by the output block.
+// The high and low words of each product come from __umulhi and a 32-bit multiply (one wide
+// multiply on the device), not from a 64-bit product the compiler would widen and split again.
+__device__ __forceinline__ void sp_philox_ks(sp_u32 c[4], const sp_keys& ks) {
+    for (int round = 0; round < 10; ++round) {
+        const sp_u32 hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        const sp_u32 hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        sp_u32 n0 = hi1 ^ c[1] ^ ks.k0[round];
+        sp_u32 n2 = hi0 ^ c[3] ^ ks.k1[round];
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+    }
+}
+
+// Philox4x32-10 on counter c, key (k0, k1); c is replaced by the output block.
+__device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
+    const sp_keys ks = sp_key_schedule(k0, k1);
+    sp_philox_ks(c, ks);
 }
 
 // ---------------------------------------------------------------- random variates (binary64)
@@ -242,6 +311,26 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 }
 
 // ---------------------------------------------------------------- row passes
+// Groups of 4 ids each thread loads before computing on any of them (loads hoisted ahead of the
+// compute, so that many bytes are in flight per thread). Any value gives the same results; these
+// are sized by scripts/kernel-report.py against the register budget (no spills in the loops).
+// Fully unrolled loops over those groups keep their arrays in registers.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
+#define SP_UNROLLED _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__clang__)
+#define SP_UNROLLED _Pragma("GCC unroll 16")
+#else
+#define SP_UNROLLED
+#endif
+#ifndef SP_UNROLL_ARGMAX
+#define SP_UNROLL_ARGMAX 4u
+#endif
+#ifndef SP_UNROLL_ENTROPY
+#define SP_UNROLL_ENTROPY 4u
+#endif
+#ifndef SP_UNROLL_RACE
+#define SP_UNROLL_RACE 2u
+#endif
 // A row is visited in groups of 4 ids (one Philox block each for the race): thread t takes groups
 // t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
 // group is whole, else as scalars. Each result is order-independent, so the split never matters.
@@ -250,55 +339,97 @@ __device__ __forceinline__ bool sp_aligned16(const float* p) {
     return (((unsigned long long)(const void*)p) & 15ull) == 0ull;
 }
 
-__device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 vocab, bool vec, float out[4]) {
+// Ids past the row's end read as `pad`, a value chosen per pass so that it can never count
+// (argmax: NaN, never above anything; entropy: 0, no term; race: 0, not a candidate): the hot
+// loops then need no per-element bounds checks.
+__device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 vocab, bool vec,
+                                         float pad, float out[4]) {
     if (vec && v0 + 3u < vocab) {
         float4 q = *reinterpret_cast<const float4*>(row + v0);
         out[0] = q.x; out[1] = q.y; out[2] = q.z; out[3] = q.w;
     } else {
-        for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? row[v0 + i] : 0.0f;
+        for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? row[v0 + i] : pad;
     }
 }
 
-// argmax with NaN as -inf, ties to the lowest id.
-__device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
+// argmax with NaN as -inf, ties to the lowest id. Each thread visits its ids in increasing
+// order and keeps a strictly larger value only, so it holds the lowest id among its equal
+// largest values (IEEE `>`: -0 and +0 tie, NaN never replaces anything, so a NaN or -inf id
+// stands only when nothing before it in the thread was larger, exactly as a -inf key would).
+// The packed (key, id) of that one element then enters the block-wide maximum.
+// This block's part of the argmax: threads take groups g_first, g_first + g_step, ... (every
+// group exactly once over the g_step threads that share the row: the block's threads, or those
+// of every block the row is split over). Returns the block-wide maximum of the packed
+// (key, id), 0 when the block holds no id.
+__device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
+                                   sp_u64* s_red) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const bool vec = sp_aligned16(row);
-    sp_u64 best = 0ull;
-    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
-        float w[4];
-        sp_load4(row, g * 4u, vocab, vec, w);
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            sp_u32 v = g * 4u + i;
-            if (v >= vocab) break;
-            float key = (w[i] == w[i]) ? w[i] : sp_f(0xFF800000u);
-            sp_u64 p = sp_pack(key, v);
-            if (p > best) best = p;
-        }
-    }
-    return sp_unpack_id(sp_block_reduce(best, true, s_red));
-}
-
-// Entropy in fixed point, summed as wrapping 64-bit integers, then scaled (exact order-free).
-__device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
-    const sp_u32 groups = (vocab + 3u) / 4u;
-    const bool vec = sp_aligned16(row);
-    sp_u64 sum = 0ull;
-    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
-        float w[4];
-        sp_load4(row, g * 4u, vocab, vec, w);
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            if (g * 4u + i >= vocab) break;
-            float p = w[i];
-            if (p >= sp_f(0x00800000u) && p <= sp_f(0x7F7FFFFFu)) {
-                float prod = p * sp_ln(p);
-                float term = -prod;
-                float scaled = term * sp_f(0x53800000u); // 2^40
-                sum += (sp_u64)sp_f2i64(scaled);
+    float best = sp_f(0xFF800000u); // -inf
+    sp_u32 best_id = g_first * 4u;
+    const sp_u32 step = g_step * SP_UNROLL_ARGMAX;
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float w[SP_UNROLL_ARGMAX][4];
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) // every load first, then the compares
+            sp_load4(row, (g0 + u * g_step) * 4u, vocab, vec, sp_f(0x7FC00000u), w[u]);
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) {
+            const sp_u32 v0 = (g0 + u * g_step) * 4u;
+            for (sp_u32 i = 0; i < 4u; ++i) {
+                const bool up = w[u][i] > best;
+                best = up ? w[u][i] : best;
+                best_id = up ? v0 + i : best_id;
             }
         }
     }
-    sp_i64 total = (sp_i64)sp_block_reduce(sum, false, s_red);
-    return (float)total * sp_f(0x2B800000u); // 2^-40
+    const sp_u64 mine = g_first < groups ? sp_pack(best, best_id) : 0ull;
+    return sp_block_reduce(mine, true, s_red);
+}
+
+__device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
+    return sp_unpack_id(sp_argmax_packed(row, vocab, threadIdx.x, blockDim.x, s_red));
+}
+
+// Entropy in fixed point, summed as wrapping 64-bit integers (exact, order-free): this block's
+// part of the sum (groups g_first, g_first + g_step, ..., as in sp_argmax_packed).
+__device__ sp_u64 sp_entropy_sum(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
+                                 sp_u64* s_red) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const bool vec = sp_aligned16(row);
+    sp_u64 sum = 0ull;
+    const sp_u32 step = g_step * SP_UNROLL_ENTROPY;
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float ws[SP_UNROLL_ENTROPY][4];
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_ENTROPY; ++u) // every load first, then the terms
+            sp_load4(row, (g0 + u * g_step) * 4u, vocab, vec, 0.0f, ws[u]); // past the end: 0
+        SP_UNROLLED
+        for (sp_u32 n = 0; n < SP_UNROLL_ENTROPY * 4u; ++n) {
+            const float* w = ws[n / 4u];
+            const sp_u32 i = n % 4u;
+            // Branch-free: the term is computed for every value and kept for the normal,
+            // finite, positive ones only (for the others ln_p's result is meaningless but
+            // harmless: no trap, and it is dropped).
+            const float p = w[i];
+            const bool counts = p >= sp_f(0x00800000u) && p <= sp_f(0x7F7FFFFFu);
+            const float prod = p * sp_ln(p);
+            const float term = -prod;
+            const float scaled = term * sp_f(0x53800000u); // 2^40
+            const sp_u64 fixed = (sp_u64)sp_f2i64(scaled);
+            sum += counts ? fixed : 0ull;
+        }
+    }
+    return sp_block_reduce(sum, false, s_red);
+}
+
+// H from the whole row's fixed-point sum: (sum as f32) x 2^-40.
+__device__ __forceinline__ float sp_entropy_of_sum(sp_u64 sum) {
+    return (float)(sp_i64)sum * sp_f(0x2B800000u); // 2^-40
+}
+
+__device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
+    return sp_entropy_of_sum(sp_entropy_sum(row, vocab, threadIdx.x, blockDim.x, s_red));
 }
 
 // The skip test's f32 stand-in for a thread's best key: at most the key (within one rounding)
@@ -306,6 +437,47 @@ __device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
 __device__ __forceinline__ float sp_skip_key(double key) {
     const double c = key < 3.4028234663852886e38 ? key : 3.4028234663852886e38;
     return (float)c;
+}
+
+// One group of 4 ids (g*4 .. g*4+3) of the race, visited in increasing order; updates the thread's
+// best (key, f32 skip bound, id). d holds zeros for the plain race.
+__device__ __forceinline__ void sp_race_group(const float t[4], const float d[4], bool residual,
+                                              sp_u32 g, sp_u32 position, sp_u32 off_lo,
+                                              sp_u32 off_hi, const sp_keys& ks, double& best,
+                                              float& best_skip, sp_u32& best_id) {
+    float w[4];
+    bool any = false;
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        w[i] = residual ? t[i] - d[i] : t[i];
+        any = any || w[i] > 0.0f;
+    }
+    if (!any) return; // no candidate here: the random words are not needed
+    sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
+    sp_philox_ks(c, ks);
+    bool open[4];
+    bool need = false;
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
+        const float p = best_skip * floor_e;
+        const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
+        open[i] = w[i] > 0.0f && !(w[i] < bound);
+        need = need || open[i];
+    }
+    if (!need) return;
+    SP_COLD_MARK();
+    sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
+    sp_philox_ks(c2, ks);
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        if (!open[i]) continue;
+        const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
+        const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
+        const double key = wx / e;
+        if (key > best) {
+            best = key;
+            best_skip = sp_skip_key(key);
+            best_id = g * 4u + i;
+        }
+    }
 }
 
 // Exponential race over w_v = t_v - d_v (residual, d = draft row, or one-hot at onehot_id when
@@ -316,69 +488,62 @@ __device__ __forceinline__ float sp_skip_key(double key) {
 // its lowest id among equal keys. Stream-2 words and the binary64 map are computed only for ids
 // the f32 test cannot rule out: w < (best * floor) * SHRINK, floor = (hi >> 8) 2^-24 <= E, proves
 // w / E < best (see host-std/src/cpu/kernels.rs for the margin).
-__device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
-                          sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
-                          sp_u32 off_hi, sp_u64* s_red) {
+// This block's part of the race (groups g_first, g_first + g_step, ... as in sp_argmax_packed):
+// the largest key's bits (0: no candidate in the block) and the lowest id holding it.
+__device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
+                             sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
+                             sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
+                             sp_u64& top, sp_u32& lowest_id) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const bool vec = sp_aligned16(trow) && (drow == 0 || sp_aligned16(drow));
     double best = -1.0;
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
-    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
-        float t[4];
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float w[4];
-        sp_load4(trow, g * 4u, vocab, vec, t);
-        if (residual) {
-            if (drow != 0) {
-                sp_load4(drow, g * 4u, vocab, vec, d);
+    const sp_keys ks = sp_key_schedule(k0, k1);
+    const sp_u32 step = g_step * SP_UNROLL_RACE;
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float t[SP_UNROLL_RACE][4];
+        float d[SP_UNROLL_RACE][4];
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) { // every load first, then the draws
+            const sp_u32 v0 = (g0 + u * g_step) * 4u;
+            sp_load4(trow, v0, vocab, vec, 0.0f, t[u]); // past the end: 0, never a candidate
+            if (residual && drow != 0) {
+                sp_load4(drow, v0, vocab, vec, 0.0f, d[u]);
             } else {
-                for (sp_u32 i = 0; i < 4u; ++i) d[i] = (g * 4u + i == onehot_id) ? 1.0f : 0.0f;
+                for (sp_u32 i = 0; i < 4u; ++i)
+                    d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
-        bool any = false;
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            w[i] = residual ? t[i] - d[i] : t[i];
-            any = any || (g * 4u + i < vocab && w[i] > 0.0f);
-        }
-        if (!any) continue; // no candidate here: the random words are not needed
-        sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
-        sp_philox(c, k0, k1);
-        bool open[4];
-        bool need = false;
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
-            const float p = best_skip * floor_e;
-            const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
-            open[i] = g * 4u + i < vocab && w[i] > 0.0f && !(w[i] < bound);
-            need = need || open[i];
-        }
-        if (!need) continue;
-        sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
-        sp_philox(c2, k0, k1);
-        for (sp_u32 i = 0; i < 4u; ++i) {
-            if (!open[i]) continue;
-            const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
-            const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
-            const double key = wx / e;
-            if (key > best) {
-                best = key;
-                best_skip = sp_skip_key(key);
-                best_id = g * 4u + i;
-            }
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+            sp_race_group(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
+                          best, best_skip, best_id);
         }
     }
     // Candidate keys are positive (or +inf), so their bit patterns order as unsigned integers;
     // "none" is 0. First the largest key, then the lowest id holding it.
     const sp_u64 mine = best > 0.0 ? (sp_u64)__double_as_longlong(best) : 0ull;
-    const sp_u64 top = sp_block_reduce(mine, true, s_red);
-    if (top == 0ull) return 0ull;
+    top = sp_block_reduce(mine, true, s_red);
+    lowest_id = SP_SENTINEL;
+    if (top == 0ull) return;
     const sp_u64 lowest = sp_block_reduce(mine == top ? (sp_u64)(~best_id) : 0ull, true, s_red);
-    return (1ull << 32) | (sp_u64)(~(sp_u32)lowest);
+    lowest_id = ~(sp_u32)lowest;
+}
+
+// The whole race in one block: (1 << 32) | winner, or 0 when there is no candidate.
+__device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
+                          sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
+                          sp_u32 off_hi, sp_u64* s_red) {
+    sp_u64 top;
+    sp_u32 id;
+    sp_race_part(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                 threadIdx.x, blockDim.x, s_red, top, id);
+    return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
 // ---------------------------------------------------------------- the kernel
-extern "C" __global__ void __launch_bounds__(SPECULA_BLOCK_THREADS)
+extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
                const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
@@ -490,6 +655,226 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
         out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
     }
     // Counters<K>::record(kb, acc), fused: head words, then the per-position words.
+    sp_u64* const acc_pos = stats + 4u;
+    sp_u64* const drafted_pos = stats + 4u + ck;
+    if (threadIdx.x == 0u) {
+        accepted[b] = acc;
+        atomicAdd(stats + 0, 1ull);
+        atomicAdd(stats + 1, (sp_u64)kb);
+        atomicAdd(stats + 2, (sp_u64)acc);
+        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
+    }
+    for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
+        atomicAdd(drafted_pos + j, 1ull);
+        if (j < acc) atomicAdd(acc_pos + j, 1ull);
+    }
+}
+
+// ---------------------------------------------------------------- the kernel, rows split
+// specula_verify_split: the same verification with each request's rows split over `slices`
+// blocks, so that a small batch still spreads over the whole GPU (core/src/kernels.rs, "Rows
+// split across blocks"). Launch contract: specula_verify's twelve parameters, then `scratch`
+// (kernels::split_scratch_words(k_max, slices) u64 words per request of the capacity, all zero
+// before the first launch; the kernel leaves them zero again) and `slices` (>= 1, by value);
+// grid = (capacity x slices, 1, 1), block as for specula_verify. Block x works on request
+// x / slices, slice x % slices: threads take groups g_first, g_first + g_step, ... of every row
+// the request may need (all rows are read at once instead of one pass after another), combine
+// their part into the request's scratch words (argmax: packed 64-bit atomicMax; entropy: 64-bit
+// wrapping atomicAdd of the fixed-point sums; races: one (key, id) slot per slice), and the block
+// that draws the last ticket decides, writes the request and its counters, and clears the words.
+// Same results as specula_verify, bit for bit: every reduction is order-free.
+extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
+specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                     const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+                     const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                     const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                     const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                     sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                     sp_u64* __restrict__ scratch, sp_u32 slices) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u32 s_last;
+
+    const sp_u32 batch = shape[SP_SHAPE_BATCH];
+    const sp_u32 nsl = slices == 0u ? 1u : slices; // 0 is refused below
+    const sp_u32 b = blockIdx.x / nsl;
+    const sp_u32 sl = blockIdx.x % nsl;
+    if (b >= batch) return;
+    const sp_u32 k_max = shape[SP_SHAPE_K_MAX];
+    const sp_u32 vocab = shape[SP_SHAPE_VOCAB];
+    const sp_u32 dstride = shape[SP_SHAPE_DRAFT_STRIDE];
+    const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
+    const sp_u32 method = shape[SP_SHAPE_METHOD];
+    const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
+    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
+
+    const bool shape_ok = batch <= gridDim.x / nsl && slices >= 1u && scratch != 0 &&
+                          k_max >= 1u && k_max <= ck && vocab >= 1u && tstride >= vocab &&
+                          (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
+                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
+    if (!shape_ok) {
+        if (threadIdx.x == 0u && blockIdx.x == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
+        return;
+    }
+
+    const sp_u32 kb = k[b];
+    sp_u32 bad = 0u;
+    if (kb < 1u || kb > k_max) {
+        bad = SP_ERR_DRAFT_LEN;
+    } else {
+        for (sp_u32 j = 0; j < kb; ++j) {
+            if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
+        }
+    }
+    sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
+    if (bad != 0u) {
+        if (sl != 0u) return; // one block of the request writes "skipped"
+        for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) out[j] = SP_SENTINEL;
+        if (threadIdx.x == 0u) {
+            accepted[b] = SP_SENTINEL;
+            atomicOr(err, (sp_u64)bad);
+        }
+        return;
+    }
+
+    const sp_u64 s = seed[b];
+    const sp_u64 o = offset[b];
+    const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
+    const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
+    const float* const tbase = target_probs + (sp_u64)b * (k_max + 1u) * tstride;
+    const float* const dbase = has_draft ? draft_probs + (sp_u64)b * k_max * dstride : 0;
+
+    // Scratch words of this request: [0] the ticket; [1 + j] argmax of row j (greedy) or the
+    // entropy sum of row j (typical); from `base`, race slots: race r's key of slice q at
+    // base + 2 r nsl + q, its id at base + (2 r + 1) nsl + q (typical: race r = row r;
+    // rejection: r = 0 the residual race, r = 1 the plain race).
+    const sp_u32 base = 1u + k_max;
+    const sp_u64 words = (sp_u64)base + 2ull * nsl * (k_max + 1u);
+    sp_u64* const scr = scratch + (sp_u64)b * words;
+    const sp_u32 g_first = sl * blockDim.x + threadIdx.x;
+    const sp_u32 g_step = nsl * blockDim.x;
+    sp_u32 jr = kb; // rejection sampling: the first rejected position (kb: none)
+    if (method == SP_METHOD_GREEDY) {
+        for (sp_u32 j = 0; j <= kb; ++j) {
+            const sp_u64 p =
+                sp_argmax_packed(tbase + (sp_u64)j * tstride, vocab, g_first, g_step, s_red);
+            if (threadIdx.x == 0u) atomicMax(scr + 1u + j, p);
+        }
+    } else if (method == SP_METHOD_TYPICAL) {
+        // Entropies of rows 0..k-1 and, since the rejection position is not known yet, the race
+        // of every row 0..k.
+        for (sp_u32 j = 0; j <= kb; ++j) {
+            const float* trow = tbase + (sp_u64)j * tstride;
+            if (j < kb) {
+                const sp_u64 h = sp_entropy_sum(trow, vocab, g_first, g_step, s_red);
+                if (threadIdx.x == 0u) atomicAdd(scr + 1u + j, h);
+            }
+            sp_u64 top;
+            sp_u32 id;
+            sp_race_part(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first, g_step,
+                         s_red, top, id);
+            if (threadIdx.x == 0u) {
+                scr[base + 2u * j * nsl + sl] = top;
+                scr[base + (2u * j + 1u) * nsl + sl] = id;
+            }
+        }
+    } else {
+        // The k acceptance tests at once, one per thread (each a Philox block and two loads),
+        // in every block: the first rejection is the smallest rejecting position, a block-wide
+        // maximum of ~j (positions past it are tested too, never used).
+        for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
+            const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+            const float pt = tbase[(sp_u64)j * tstride + x];
+            const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
+            sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
+            sp_philox(c, k0, k1);
+            if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd) && j < jr) jr = j;
+        }
+        jr = ~(sp_u32)sp_block_reduce((sp_u64)(~jr), true, s_red);
+        const float* trow = tbase + (sp_u64)jr * tstride;
+        sp_u64 top;
+        sp_u32 id;
+        if (jr < kb) { // the residual race, and its fallback (the plain race) in the same launch
+            const sp_u32 x = draft_ids[(sp_u64)b * k_max + jr];
+            const float* drow = has_draft ? dbase + (sp_u64)jr * dstride : 0;
+            sp_race_part(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
+                         s_red, top, id);
+            if (threadIdx.x == 0u) {
+                scr[base + sl] = top;
+                scr[base + nsl + sl] = id;
+            }
+        }
+        sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
+                     s_red, top, id);
+        if (threadIdx.x == 0u) {
+            scr[base + 2u * nsl + sl] = top;
+            scr[base + 3u * nsl + sl] = id;
+        }
+    }
+
+    // Last-block ticket (the classic threadfence reduction): the parts first, then the ticket.
+    if (threadIdx.x == 0u) {
+        __threadfence();
+        s_last = atomicAdd(scr, 1ull) == (sp_u64)(nsl - 1u) ? 1u : 0u;
+    }
+    __syncthreads();
+    if (s_last == 0u) return;
+    __threadfence();
+    const volatile sp_u64* const parts = scr;
+    sp_u32 acc = 0u;
+    sp_u32 emitted = 0u;
+    // The winner of race slot set r: the largest key over the slices, then the lowest id
+    // holding it; (1 << 32) | id, or 0 when no slice had a candidate.
+    auto race_winner = [&](sp_u32 r) -> sp_u64 {
+        sp_u64 top = 0ull;
+        for (sp_u32 q = 0; q < nsl; ++q) {
+            const sp_u64 t = parts[base + 2u * r * nsl + q];
+            top = t > top ? t : top;
+        }
+        if (top == 0ull) return 0ull;
+        sp_u32 id = SP_SENTINEL;
+        for (sp_u32 q = 0; q < nsl; ++q) {
+            const sp_u32 i = (sp_u32)parts[base + (2u * r + 1u) * nsl + q];
+            if (parts[base + 2u * r * nsl + q] == top && i < id) id = i;
+        }
+        return (1ull << 32) | (sp_u64)id;
+    };
+    if (method == SP_METHOD_REJECTION) {
+        acc = jr;
+        sp_u64 win = jr < kb ? race_winner(0u) : 0ull;
+        if (win == 0ull) win = race_winner(1u);
+        emitted = (sp_u32)win; // 0 when none
+    } else {
+        bool rejected = false;
+        for (sp_u32 j = 0; j < kb && !rejected; ++j) {
+            const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+            if (method == SP_METHOD_GREEDY) {
+                const sp_u32 am = sp_unpack_id(parts[1u + j]);
+                rejected = x != am;
+                if (rejected) emitted = am;
+            } else {
+                const float pt = tbase[(sp_u64)j * tstride + x];
+                const float h = sp_entropy_of_sum(parts[1u + j]);
+                const float a = eps[b];
+                const float e = sp_exp(-h);
+                const float bb = delta[b] * e;
+                const float thr = a < bb ? a : bb;
+                rejected = !(pt > thr);
+                if (rejected) emitted = (sp_u32)race_winner(j);
+            }
+            if (!rejected) ++acc;
+        }
+        if (!rejected) {
+            emitted = method == SP_METHOD_GREEDY ? sp_unpack_id(parts[1u + kb])
+                                                 : (sp_u32)race_winner(kb);
+        }
+    }
+    __syncthreads(); // every thread has read the parts: clear them for the next launch
+    for (sp_u64 w = threadIdx.x; w < words; w += blockDim.x) scr[w] = 0ull;
+
+    for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
+        out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
+    }
     sp_u64* const acc_pos = stats + 4u;
     sp_u64* const drafted_pos = stats + 4u + ck;
     if (threadIdx.x == 0u) {

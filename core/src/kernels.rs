@@ -31,6 +31,51 @@
 //!   fast math; the arithmetic is IEEE binary32 and binary64 in the order the document writes it.
 //! * Readback: copy `stats` device-to-device on the compute stream (one consistent point in the
 //!   stream) to a staging buffer, then to the host on a copy stream.
+//!
+//! # Speed (issue 17)
+//! `scripts/kernel-report.py` reads the compiled kernel (sm_80, sm_90) and reports, per row pass,
+//! instructions per element on the hot path, registers, spills and bytes in flight per SM, and a
+//! latency/roofline model's predicted µs (README, "Kernel speed"). What the text does for it:
+//! rows are padded past their end with a value that never counts (no per-element bounds checks);
+//! each thread loads `SP_UNROLL_*` groups of 4 ids before computing on any of them (64 B
+//! per thread for argmax and entropy, 32 B for the race, 64 B for the residual race); the CUDA
+//! build asks for 4 blocks of 256 per SM (`__launch_bounds__(256, 4)`: 64 registers, which ptxas
+//! meets without spilling), so ≥ 32 KB are in flight per SM; Philox's key schedule is hoisted out
+//! of the race loop; the race computes the stream-2 word, `expo` and the division only for ids
+//! the f32 skip test cannot rule out.
+//!
+//! ## Rows split across blocks ([`VERIFY_SPLIT_ENTRY`])
+//! One block per request leaves most SMs idle below batch ~132 and makes every row pass one
+//! block's latency chain (the model predicts ~135 µs for greedy at batch 1, V = 128k, k = 4).
+//! The second entry point, `specula_verify_split`, spreads each request over `slices` blocks;
+//! `specula-cuda` launches it below one request per multiprocessor (`CudaVerifier::slices_for`:
+//! `min(⌈2·SMs / capacity⌉, 64)` blocks per request, scratch reserved at staging time so the step
+//! path never allocates; the graph keeps the scratch alive). The numerics are unchanged (every
+//! reduction is order-free), so it gives the same bits; the host-executed kernel runs it in both
+//! macro forms against the reference (`tests/tests/kernel_host.rs`, `*_rows_split`).
+//! * **Grid** `(capacity · slices, 1, 1)`: block `x` works on request `x / slices`, slice
+//!   `x % slices`; threads take groups `g_first, g_first + g_step, …` of every row
+//!   (`g_first = slice · blockDim + thread`, `g_step = slices · blockDim`).
+//! * **All rows at once**: greedy takes the argmax of rows `0..=k` (packed (f32 key, `~id`),
+//!   combined with a 64-bit `atomicMax`); typical acceptance the fixed-point entropy sums of rows
+//!   `0..k` (64-bit wrapping `atomicAdd`, exactly the order-free sum) and, as the rejection
+//!   position is not known yet, the race of every row `0..=k`; rejection sampling runs the `k`
+//!   acceptance tests at once (one per thread, first rejection by a block-wide reduction) in
+//!   every block, then the residual race of the first rejected row and
+//!   the plain race of that row (its fallback) in the same launch, or the bonus race. A race's
+//!   result is one (binary64 key bits, id) slot per slice: a binary64 key and an id do not fit
+//!   one 64-bit atomic; the finishing block takes the largest key, then the lowest id holding it.
+//! * **Finish**: each block fences (`__threadfence`) and takes a ticket (`atomicAdd`); the block
+//!   that draws the last one decides acceptance in order, writes `accepted`/`tokens`, records the
+//!   counters (fused, as in the one-block entry) and zeroes the request's scratch words for the
+//!   next launch (graph replays need no memset). The host shim runs blocks one after another, so
+//!   no block ever waits on another.
+//! * **Cost**: greedy and typical read rows `0..=k` even when an early draft is rejected, and
+//!   typical computes every row's race (≈ 70 instructions per element): worth it when most of
+//!   the GPU would otherwise idle, not at batch ≥ SMs, where the launch keeps one block per
+//!   request. `specula-rocm` splits below 128 requests (`min(⌈256 / batch⌉, 64)` blocks; it
+//!   cannot query the CU count). Not done: a two-phase typical acceptance (entropies, then only
+//!   the chosen row's race) would save the speculative races.
 
 use crate::counters::Counters;
 use crate::verify::{Batch, Method};
@@ -40,6 +85,21 @@ pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
 
 /// Name of the verification entry point (`extern "C"`, so not mangled).
 pub const VERIFY_ENTRY: &str = "specula_verify";
+
+/// Name of the entry point that splits each request's rows over several blocks (`extern "C"`):
+/// [`VERIFY_ENTRY`]'s twelve parameters, then `scratch: *mut u64`
+/// ([`split_scratch_words`]`(k_max, slices)` words per request of the capacity, zero before the
+/// first launch; the kernel leaves them zero) and `slices: u32` (by value, ≥ 1). Grid
+/// `(capacity · slices, 1, 1)`, block as for [`VERIFY_ENTRY`]; same results bit for bit.
+pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
+
+/// `u64` scratch words per request that [`VERIFY_SPLIT_ENTRY`] needs for `k_max` (the shape
+/// word) and `slices` blocks per request: a ticket, one word per row (argmax or entropy sum) and
+/// a (key, id) slot per slice for each race it may run.
+#[must_use]
+pub const fn split_scratch_words(k_max: usize, slices: usize) -> usize {
+    1 + k_max + 2 * slices * (k_max + 1)
+}
 
 /// Default threads per block the text is compiled for (`SPECULA_BLOCK_THREADS`).
 pub const BLOCK_THREADS: u32 = 256;

@@ -7,9 +7,11 @@
 // The kernel's own extern "C" name would be the same in both modes: rename it per mode.
 #if defined(SPECULA_HIP)
 #define specula_verify specula_kernel_body_hip
+#define specula_verify_split specula_kernel_split_hip
 #define SPECULA_HOST_LAUNCHER specula_host_verify_hip
 #else
 #define specula_verify specula_kernel_body_cuda
+#define specula_verify_split specula_kernel_split_cuda
 #define SPECULA_HOST_LAUNCHER specula_host_verify_cuda
 #endif
 
@@ -17,15 +19,17 @@
 
 #include <cstdint>
 
-// Launches the kernel on `grid` blocks of `block` threads. Returns 0 on success, 1 when `block`
-// is 0, above SPECULA_BLOCK_THREADS, or not a multiple of the warp size (nothing ran).
+// Launches the kernel on `grid` blocks of `block` threads: specula_verify when `slices` is 1,
+// else specula_verify_split (grid = capacity x slices; `scratch` as its contract sizes it). Returns 0 on success, 1 when
+// `block` is 0, above SPECULA_BLOCK_THREADS, or not a multiple of the warp size (nothing ran).
 extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block,
                                      const std::uint32_t* shape, const std::uint32_t* k,
                                      const std::uint32_t* draft_ids, const float* draft_probs,
                                      const float* target_probs, const std::uint64_t* seed,
                                      const std::uint64_t* offset, const float* eps,
                                      const float* delta, std::uint32_t* accepted,
-                                     std::uint32_t* tokens, std::uint64_t* stats) {
+                                     std::uint32_t* tokens, std::uint64_t* stats,
+                                     std::uint64_t* scratch, unsigned int slices) {
     if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
         return 1;
     }
@@ -33,8 +37,17 @@ extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block,
     auto* seed_ = reinterpret_cast<const unsigned long long*>(seed);
     auto* offset_ = reinterpret_cast<const unsigned long long*>(offset);
     auto* stats_ = reinterpret_cast<unsigned long long*>(stats);
+    auto* scratch_ = reinterpret_cast<unsigned long long*>(scratch);
+    // One slice: the one-block-per-request entry; more: the split entry (grid = capacity x
+    // slices blocks, run one after another, so the last ticket is the last block).
+    if (slices == 1) {
+        return specula_shim::launch(grid, block, [&] {
+            specula_verify(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_, eps,
+                           delta, accepted, tokens, stats_);
+        });
+    }
     return specula_shim::launch(grid, block, [&] {
-        specula_verify(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_, eps, delta,
-                       accepted, tokens, stats_);
+        specula_verify_split(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_, eps,
+                             delta, accepted, tokens, stats_, scratch_, slices);
     });
 }

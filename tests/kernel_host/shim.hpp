@@ -124,7 +124,7 @@ int launch(unsigned int grid, unsigned int block, F&& kernel) {
 #define __device__ static
 #define __forceinline__ inline
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 
 struct alignas(16) float4 {
@@ -138,9 +138,22 @@ static inline float __uint_as_float(unsigned int u) { return std::bit_cast<float
 static inline long long __double_as_longlong(double d) { return std::bit_cast<long long>(d); }
 static inline double __longlong_as_double(long long u) { return std::bit_cast<double>(u); }
 
+static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
+    return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
+}
+
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
 }
+static inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+    std::atomic_ref<unsigned long long> a(*p);
+    unsigned long long old = a.load();
+    while (old < v && !a.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
+// Blocks run one after another on the same threads, so a device-wide fence is a plain one.
+static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static inline unsigned long long atomicOr(unsigned long long* p, unsigned long long v) {
     return std::atomic_ref<unsigned long long>(*p).fetch_or(v);
 }

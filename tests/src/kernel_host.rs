@@ -99,10 +99,13 @@ type Launcher = unsafe extern "C" fn(
     accepted: *mut u32,
     tokens: *mut u32,
     stats: *mut u64,
+    scratch: *mut u64,
+    slices: u32,
 ) -> i32;
 
 // SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
-// exactly the `Launcher` signature: 32-bit unsigned ints, pointers to u32/f32/u64, int result.
+// exactly the `Launcher` signature: 32-bit unsigned ints, pointers to u32/f32/u64, a 32-bit
+// unsigned int, int result.
 unsafe extern "C" {
     fn specula_host_verify_cuda(
         grid: u32,
@@ -119,6 +122,8 @@ unsafe extern "C" {
         accepted: *mut u32,
         tokens: *mut u32,
         stats: *mut u64,
+        scratch: *mut u64,
+        slices: u32,
     ) -> i32;
     fn specula_host_verify_hip(
         grid: u32,
@@ -135,6 +140,8 @@ unsafe extern "C" {
         accepted: *mut u32,
         tokens: *mut u32,
         stats: *mut u64,
+        scratch: *mut u64,
+        slices: u32,
     ) -> i32;
 }
 
@@ -143,6 +150,10 @@ unsafe extern "C" {
 pub struct KernelHost<const K: usize> {
     mode: Mode,
     block: u32,
+    /// Blocks per request: 1 runs `specula_verify`, more `specula_verify_split`.
+    slices: u32,
+    /// The split entry's scratch words (zero between launches, as the kernel leaves them).
+    scratch: Vec<u64>,
     /// The kernel's `stats` buffer: `Counters<K>` words, then the error-flag word.
     stats: Vec<u64>,
 }
@@ -158,8 +169,31 @@ impl<const K: usize> KernelHost<K> {
         Ok(Self {
             mode,
             block,
+            slices: 1,
+            scratch: Vec::new(),
             stats: vec![0; kernels::stats_words(K)],
         })
+    }
+
+    /// The same, with each request's rows split over `slices` blocks (the kernel's
+    /// `specula_verify_split` entry when `slices > 1`). `slices` 0 is taken as 1.
+    pub fn with_slices(mode: Mode, block: u32, slices: u32) -> Result<Self, KernelHostError> {
+        let mut h = Self::new(mode, block)?;
+        h.slices = slices.max(1);
+        Ok(h)
+    }
+
+    /// Blocks per request.
+    #[must_use]
+    pub fn slices(&self) -> u32 {
+        self.slices
+    }
+
+    /// Whether the split entry's scratch words are all zero, as every launch must leave them
+    /// (a captured graph replays with no memset in between).
+    #[must_use]
+    pub fn scratch_is_clear(&self) -> bool {
+        self.scratch.iter().all(|&w| w == 0)
     }
 
     /// The macro mode.
@@ -176,7 +210,9 @@ impl<const K: usize> KernelHost<K> {
 
     /// Launches the kernel on raw, unvalidated arguments, exactly as a device launch would
     /// read them: the kernel's own checks are all that stands between bad input and memory.
-    /// Returns the launcher's status (0: ran).
+    /// `grid` is the capacity in requests; with [`slices`](Self::slices) > 1 the split entry
+    /// runs on `grid · slices` blocks with scratch sized for `grid` requests and `shape`'s
+    /// `k_max`. Returns the launcher's status (0: ran).
     ///
     /// # Safety
     /// Every pointer must be valid for the extent the shape words (and `grid`) imply, as for a
@@ -201,12 +237,26 @@ impl<const K: usize> KernelHost<K> {
             Mode::Cuda => specula_host_verify_cuda,
             Mode::Hip => specula_host_verify_hip,
         };
-        // SAFETY: the caller guarantees the pointers; `shape` and `self.stats` are live and sized
-        // for the kernel (8 shape words; 4 + 2K + 1 stats words, with shape[COUNTERS_K] set by
-        // the caller to K or less).
+        let (blocks, scratch) = if self.slices > 1 {
+            let words = kernels::split_scratch_words(
+                shape[kernels::SHAPE_K_MAX] as usize,
+                self.slices as usize,
+            );
+            let len = words.saturating_mul(grid as usize);
+            if self.scratch.len() < len {
+                self.scratch.resize(len, 0);
+            }
+            (grid.saturating_mul(self.slices), self.scratch.as_mut_ptr())
+        } else {
+            (grid, core::ptr::null_mut())
+        };
+        // SAFETY: the caller guarantees the pointers; `shape`, `self.stats` and the scratch are
+        // live and sized for the kernel (8 shape words; 4 + 2K + 1 stats words, with
+        // shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request of
+        // `grid`, zero as the kernel leaves them).
         unsafe {
             f(
-                grid,
+                blocks,
                 self.block,
                 shape.as_ptr(),
                 k,
@@ -220,6 +270,8 @@ impl<const K: usize> KernelHost<K> {
                 accepted,
                 tokens,
                 self.stats.as_mut_ptr(),
+                scratch,
+                self.slices,
             )
         }
     }

@@ -166,7 +166,8 @@ where
 
 const METHODS: [Method; 3] = [Method::Rejection, Method::Greedy, Method::Typical];
 
-/// Every (mode, block size) the host build allows, including a single-warp block.
+/// Every (mode, block size) the host build allows, including a single-warp block, and the
+/// split entry (rows over several blocks per request) in both modes.
 fn hosts() -> Vec<KernelHost<K>> {
     let mut v = Vec::new();
     for (mode, blocks) in [(Mode::Cuda, [32u32, 128]), (Mode::Hip, [64, 128])] {
@@ -174,6 +175,8 @@ fn hosts() -> Vec<KernelHost<K>> {
             v.push(KernelHost::new(mode, block).unwrap());
         }
     }
+    v.push(KernelHost::with_slices(Mode::Cuda, 32, 3).unwrap());
+    v.push(KernelHost::with_slices(Mode::Hip, 64, 2).unwrap());
     v
 }
 
@@ -192,11 +195,13 @@ fn kernel_text_matches_the_reference_bit_for_bit() {
             accepted_total += want.0.iter().map(|&a| u64::from(a)).sum::<u64>();
             for h in &mut hosts {
                 let got = run(h, method, &o);
+                assert!(h.scratch_is_clear(), "split scratch left dirty");
                 assert_eq!(
                     got,
                     want,
-                    "batch {i} {method:?} mode {:?}: V={} k_max={} draft={} strides {}/{}",
+                    "batch {i} {method:?} mode {:?} slices {}: V={} k_max={} draft={} strides {}/{}",
                     h.mode(),
+                    h.slices(),
                     o.vocab,
                     o.k_max,
                     o.draft.is_some(),
@@ -302,8 +307,14 @@ fn invalid_batches_are_refused_like_the_reference() {
 /// be: a bad request is skipped (sentinels, not counted, flag raised), its neighbours are not.
 #[test]
 fn kernel_skips_bad_requests_and_flags_them() {
-    for mode in [Mode::Cuda, Mode::Hip] {
-        let mut host = KernelHost::<K>::new(mode, 64).unwrap();
+    // One block per request, and the split entry (rows over 3 / 2 blocks per request).
+    for (mode, slices) in [
+        (Mode::Cuda, 1),
+        (Mode::Hip, 1),
+        (Mode::Cuda, 3),
+        (Mode::Hip, 2),
+    ] {
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
         let (vocab, k_max, b) = (6u32, 2u32, 4usize);
         let k = [2u32, 0, 3, 1]; // request 1: k = 0; request 2: k > k_max
         let mut ids = vec![1u32; b * k_max as usize];
@@ -338,7 +349,12 @@ fn kernel_skips_bad_requests_and_flags_them() {
             )
         };
         assert_eq!(rc, 0);
-        assert_eq!(host.error_flags(), ERR_DRAFT_LEN | ERR_TOKEN, "{mode:?}");
+        assert_eq!(
+            host.error_flags(),
+            ERR_DRAFT_LEN | ERR_TOKEN,
+            "{mode:?} {slices}"
+        );
+        assert!(host.scratch_is_clear());
         assert_eq!(accepted, [2, u32::MAX, u32::MAX, u32::MAX]);
         assert_eq!(&tokens[..3], &[5, 5, 5]);
         assert!(tokens[3..].iter().all(|&t| t == u32::MAX));
@@ -373,7 +389,7 @@ fn kernel_skips_bad_requests_and_flags_them() {
 
         // A batch above the launch's capacity (4 requests, grid 3): refused as a whole with the
         // shape bit, never silently cut to the first three.
-        let mut host = KernelHost::<K>::new(mode, 64).unwrap();
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
         let mut accepted3 = [9u32; 4];
         // SAFETY: as above; the kernel rejects the shape before reading any per-request buffer.
         let rc = unsafe {
@@ -393,7 +409,7 @@ fn kernel_skips_bad_requests_and_flags_them() {
             )
         };
         assert_eq!(rc, 0);
-        assert_eq!(host.error_flags(), ERR_SHAPE, "{mode:?}");
+        assert_eq!(host.error_flags(), ERR_SHAPE, "{mode:?} {slices}");
         assert_eq!(accepted3, [9; 4]);
         assert_eq!(host.totals().unwrap(), Counters::ZERO);
     }
@@ -459,6 +475,27 @@ fn conformance_cuda_macros() {
 #[test]
 fn conformance_hip_macros() {
     conformance_quick(|| KernelHost::<K>::new(Mode::Hip, 64).unwrap());
+}
+
+/// The split entry (each request's rows over 3 blocks, last-block ticket), CUDA-macro mode:
+/// the suite's exact, error and batch-invariance cases and 300 random batches.
+#[test]
+fn conformance_cuda_macros_rows_split() {
+    split_conformance(|| KernelHost::<K>::with_slices(Mode::Cuda, 64, 3).unwrap());
+}
+
+/// The split entry over 2 blocks per request, HIP-macro mode.
+#[test]
+fn conformance_hip_macros_rows_split() {
+    split_conformance(|| KernelHost::<K>::with_slices(Mode::Hip, 64, 2).unwrap());
+}
+
+fn split_conformance(make: impl FnMut() -> KernelHost<K> + Copy) {
+    use specula_tests::conformance as c;
+    c::exact_cases(make);
+    c::error_cases(make);
+    c::batch_invariance(make, 0x1A7_0012);
+    c::matches_reference_on_random_batches(make, 0x5EED_0013, 300);
 }
 
 /// The whole suite, 10 000 random batches, CUDA-macro mode (slow: `cargo test -- --ignored`).

@@ -1,0 +1,54 @@
+// specula_probes.cu: one __global__ wrapper per row pass of specula_verify.cu, so that
+// scripts/kernel-report.py can read each pass's hot loop in the SASS on its own. Compiled only by
+// that script, appended to the kernel text (backend-cuda/examples/kernel_ptx.rs), never shipped.
+// Each wrapper runs one pass over one row per block and stores its result, so nothing is
+// optimised away; the launch bounds are the kernel's (SP_LAUNCH_BOUNDS: the same register cap).
+
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_argmax(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, sp_u32* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    const sp_u32 r = sp_argmax(rows + (sp_u64)blockIdx.x * stride, vocab, s_red);
+    if (threadIdx.x == 0u) out[blockIdx.x] = r;
+}
+
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_entropy(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    const float h = sp_entropy(rows + (sp_u64)blockIdx.x * stride, vocab, s_red);
+    if (threadIdx.x == 0u) out[blockIdx.x] = h;
+}
+
+// The race over a target row (typical acceptance's emission and every bonus token).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_race(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, sp_u64 seed,
+                   sp_u64 offset, sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    const sp_u64 w = sp_race(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
+                             (sp_u32)seed, (sp_u32)(seed >> 32), (sp_u32)offset,
+                             (sp_u32)(offset >> 32), s_red);
+    if (threadIdx.x == 0u) out[blockIdx.x] = w;
+}
+
+// The race over a residual target - draft (rejection sampling after a rejection).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_residual(const float* __restrict__ trows, const float* __restrict__ drows,
+                       sp_u32 vocab, sp_u32 stride, sp_u64 seed, sp_u64 offset,
+                       sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    const sp_u64 w = sp_race(trows + (sp_u64)blockIdx.x * stride, drows + (sp_u64)blockIdx.x * stride,
+                             true, 0u, vocab, 1u, (sp_u32)seed, (sp_u32)(seed >> 32),
+                             (sp_u32)offset, (sp_u32)(offset >> 32), s_red);
+    if (threadIdx.x == 0u) out[blockIdx.x] = w;
+}
+
+// One acceptance test of rejection sampling (its Philox block and the binary64 comparison), as
+// the kernel runs it for each draft position: the report counts this function's instructions.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_accept(const float* __restrict__ pt, const float* __restrict__ pd, sp_u64 seed,
+                     sp_u64 offset, sp_u32* __restrict__ out) {
+    const sp_u32 j = blockIdx.x;
+    sp_u32 c[4] = {0u, (j << 2) | 0u, (sp_u32)offset, (sp_u32)(offset >> 32)};
+    sp_philox(c, (sp_u32)seed, (sp_u32)(seed >> 32));
+    const bool a = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt[j], pd[j]);
+    if (threadIdx.x == 0u) out[j] = a ? 1u : 0u;
+}
