@@ -92,7 +92,7 @@ typedef long long sp_i64;
 
 // Error-flag bits (the word after the counters); ORed, never cleared by the kernel.
 #define SP_ERR_SHAPE 1u     // shape words invalid (or batch > grid): the whole launch did nothing
-#define SP_ERR_DRAFT_LEN 2u // some request had k = 0 or k > k_max: it was skipped
+#define SP_ERR_DRAFT_LEN 2u // some request had k > k_max: it was skipped
 #define SP_ERR_TOKEN 4u     // some request had a draft id >= V: it was skipped
 
 #define SP_SENTINEL 0xFFFFFFFFu
@@ -567,7 +567,7 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     // Shape checks: uniform over the block, so an early return cannot split a barrier.
     // batch <= gridDim.x: a batch above the launch's capacity would leave requests without a
     // block, silently; the whole launch refuses it instead.
-    const bool shape_ok = batch <= gridDim.x && k_max >= 1u && k_max <= ck && vocab >= 1u &&
+    const bool shape_ok = batch <= gridDim.x && k_max <= ck && vocab >= 1u &&
                           tstride >= vocab &&
                           (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
                           blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
@@ -578,7 +578,7 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
 
     const sp_u32 kb = k[b];
     sp_u32 bad = 0u;
-    if (kb < 1u || kb > k_max) {
+    if (kb > k_max) { // k = 0 is valid: only the bonus token
         bad = SP_ERR_DRAFT_LEN;
     } else {
         for (sp_u32 j = 0; j < kb; ++j) {
@@ -657,8 +657,9 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     // Counters<K>::record(kb, acc), fused: head words, then the per-position words.
     sp_u64* const acc_pos = stats + 4u;
     sp_u64* const drafted_pos = stats + 4u + ck;
-    if (threadIdx.x == 0u) {
-        accepted[b] = acc;
+    if (threadIdx.x == 0u) accepted[b] = acc;
+    // k = 0 is not counted (vLLM counts no draft for a request without draft tokens).
+    if (threadIdx.x == 0u && kb > 0u) {
         atomicAdd(stats + 0, 1ull);
         atomicAdd(stats + 1, (sp_u64)kb);
         atomicAdd(stats + 2, (sp_u64)acc);
@@ -709,7 +710,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     const bool shape_ok = batch <= gridDim.x / nsl && slices >= 1u && scratch != 0 &&
-                          k_max >= 1u && k_max <= ck && vocab >= 1u && tstride >= vocab &&
+                          k_max <= ck && vocab >= 1u && tstride >= vocab &&
                           (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
                           blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
     if (!shape_ok) {
@@ -719,7 +720,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
 
     const sp_u32 kb = k[b];
     sp_u32 bad = 0u;
-    if (kb < 1u || kb > k_max) {
+    if (kb > k_max) { // k = 0 is valid: only the bonus token
         bad = SP_ERR_DRAFT_LEN;
     } else {
         for (sp_u32 j = 0; j < kb; ++j) {
@@ -877,8 +878,9 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     }
     sp_u64* const acc_pos = stats + 4u;
     sp_u64* const drafted_pos = stats + 4u + ck;
-    if (threadIdx.x == 0u) {
-        accepted[b] = acc;
+    if (threadIdx.x == 0u) accepted[b] = acc;
+    // k = 0 is not counted (vLLM counts no draft for a request without draft tokens).
+    if (threadIdx.x == 0u && kb > 0u) {
         atomicAdd(stats + 0, 1ull);
         atomicAdd(stats + 1, (sp_u64)kb);
         atomicAdd(stats + 2, (sp_u64)acc);

@@ -128,7 +128,8 @@ pub const FLAG_DRAFT_PROBS: u32 = 1;
 /// Error flag: the shape words were invalid, or the batch exceeded the launch's grid; the launch
 /// did nothing.
 pub const ERR_SHAPE: u64 = 1;
-/// Error flag: some request had `k = 0` or `k > k_max`; it was skipped and not counted.
+/// Error flag: some request had `k > k_max`; it was skipped and not counted. (`k = 0` is valid:
+/// only the bonus token is emitted, and the request is not counted.)
 pub const ERR_DRAFT_LEN: u64 = 2;
 /// Error flag: some request had a draft id `≥ V`; it was skipped and not counted.
 pub const ERR_TOKEN: u64 = 4;

@@ -39,7 +39,8 @@ mod validate;
 
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use reference::{
-    RaceRng, RowOps, ScalarOps, argmax, race, race_key, race_residual, verify_request,
+    RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual, softmax_exp,
+    softmax_fixed, softmax_max, verify_request,
 };
 pub use validate::{
     validate, validate_request, validate_request_with, validate_shape, validate_shape_with,
@@ -171,6 +172,8 @@ pub struct Support {
     pub ragged: bool,
     /// Caller-supplied bonus tokens ([`Batch::with_bonus`]).
     pub bonus: bool,
+    /// Target logits with per-request temperature ([`Batch::with_target_logits`]).
+    pub logits: bool,
 }
 
 impl Support {
@@ -180,12 +183,23 @@ impl Support {
         empty_drafts: false,
         ragged: false,
         bonus: false,
+        logits: false,
+    };
+    /// The padded layout with `k = 0` allowed, sampled bonus tokens: the GPU kernel text (run on
+    /// the host in CI); the CUDA and ROCm backends keep [`PADDED`](Self::PADDED) until the
+    /// kernel's `k = 0` is checked on a device.
+    pub const EMPTY_DRAFTS: Self = Self {
+        empty_drafts: true,
+        ragged: false,
+        bonus: false,
+        logits: false,
     };
     /// Everything: the reference and the CPU backend.
     pub const ALL: Self = Self {
         empty_drafts: true,
         ragged: true,
         bonus: true,
+        logits: true,
     };
 }
 
@@ -236,6 +250,12 @@ pub struct Batch<'a> {
     /// Caller-supplied bonus tokens (`B` values, `< V`): emitted when a request accepts all its
     /// drafts, instead of a sample of target row `k`. `None`: sampled.
     pub bonus: Option<&'a [u32]>,
+    /// Target logits, laid out as `target_probs` would be (which is then empty): each row is
+    /// turned into probabilities by the softmax of `core/DETERMINISM.md` at the request's
+    /// [`temperature`](Self::temperature). `None`: `target_probs` is used.
+    pub target_logits: Option<&'a [f32]>,
+    /// Per-request temperature for `target_logits` (`B` values, finite, `≥ 0`; `0`: greedy).
+    pub temperature: Option<&'a [f32]>,
 }
 
 impl<'a> Batch<'a> {
@@ -280,6 +300,8 @@ impl<'a> Batch<'a> {
             delta: None,
             cu_num_draft_tokens: None,
             bonus: None,
+            target_logits: None,
+            temperature: None,
         }
     }
 
@@ -335,6 +357,8 @@ impl<'a> Batch<'a> {
             delta: None,
             cu_num_draft_tokens: Some(cu),
             bonus: None,
+            target_logits: None,
+            temperature: None,
         }
     }
 
@@ -364,6 +388,40 @@ impl<'a> Batch<'a> {
     pub const fn with_bonus(self, bonus: &'a [u32]) -> Self {
         Self {
             bonus: Some(bonus),
+            ..self
+        }
+    }
+
+    /// The same batch verified against target **logits** instead of probabilities: rows laid
+    /// out as the target probabilities (the same stride, padded or ragged), one temperature per
+    /// request. `T > 0`: each row is the softmax of `logits / T` defined in
+    /// `core/DETERMINISM.md` (bit-exact, order-independent), then the method's rules apply to
+    /// it; `T = 0`: the request is verified greedily on the logits (argmax), whatever the
+    /// method. `target_probs` is set empty.
+    ///
+    /// ```
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams};
+    /// use specula_core::Counters;
+    /// let logits = [0.0, 3.0, 0.0, /* bonus row */ 5.0, 0.0, 0.0]; // V = 3, k_max = 1
+    /// let batch = Batch::dense(
+    ///     Dims { vocab: 3, k_max: 1 },
+    ///     Drafts { k: &[1], ids: &[1] },
+    ///     &[],
+    ///     Streams { seed: &[1], offset: &[0] },
+    /// )
+    /// .with_target_logits(Logits { values: &logits, temperature: &[0.0] });
+    /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
+    /// assert_eq!((accepted, tokens), ([1], [1, 0])); // T = 0: greedy
+    /// ```
+    #[must_use]
+    pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
+        Self {
+            target_probs: &[],
+            target_logits: Some(logits.values),
+            temperature: Some(logits.temperature),
             ..self
         }
     }
@@ -424,6 +482,73 @@ impl<'a> Batch<'a> {
         &self.draft_ids[self.draft_start(b)..][..self.draft_len(b) as usize]
     }
 
+    /// Target row `(b, j)` (probabilities, or logits with
+    /// [`with_target_logits`](Batch::with_target_logits)), exactly `V` values; `None` if it is
+    /// outside the tensor (a batch that passed validation never is, for `j ≤ k_b`, or `j < k_b`
+    /// with bonus tokens in the ragged layout).
+    #[must_use]
+    pub fn target_row_checked(&self, b: usize, j: usize) -> Option<&[f32]> {
+        let row = match self.cu_num_draft_tokens {
+            Some(cu) => {
+                let start = if b == 0 { 0 } else { *cu.get(b - 1)? as usize };
+                let extra = if self.bonus.is_some() { 0 } else { b };
+                start.checked_add(extra)?.checked_add(j)?
+            }
+            None => b.checked_mul(self.k_max.checked_add(1)?)?.checked_add(j)?,
+        };
+        let start = row.checked_mul(self.target_stride)?;
+        self.target_tensor()
+            .get(start..start.checked_add(self.vocab)?)
+    }
+
+    /// Request `b`'s draft ids (`k_b` values), `None` if outside the slice.
+    #[must_use]
+    pub fn draft_ids_checked(&self, b: usize) -> Option<&[u32]> {
+        let k = self.draft_len_checked(b)? as usize;
+        let start = self.draft_start_checked(b)?;
+        self.draft_ids.get(start..start.checked_add(k)?)
+    }
+
+    /// Draft row `(b, j)` if the drafter gave probabilities and it is inside the tensor.
+    #[must_use]
+    pub fn draft_row_checked(&self, b: usize, j: usize) -> Option<&[f32]> {
+        let d = self.draft_probs?;
+        let row = self.draft_start_checked(b)?.checked_add(j)?;
+        let start = row.checked_mul(self.draft_stride)?;
+        d.get(start..start.checked_add(self.vocab)?)
+    }
+
+    fn draft_start_checked(&self, b: usize) -> Option<usize> {
+        match self.cu_num_draft_tokens {
+            Some(cu) => Some(if b == 0 { 0 } else { *cu.get(b - 1)? as usize }),
+            None => b.checked_mul(self.k_max),
+        }
+    }
+
+    fn draft_len_checked(&self, b: usize) -> Option<u32> {
+        match self.cu_num_draft_tokens {
+            Some(cu) => cu[..]
+                .get(b)?
+                .checked_sub(if b == 0 { 0 } else { *cu.get(b - 1)? }),
+            None => self.k.get(b).copied(),
+        }
+    }
+
+    /// The target tensor: the logits if given, else the probabilities.
+    #[inline]
+    pub(crate) fn target_tensor(&self) -> &'a [f32] {
+        match self.target_logits {
+            Some(l) => l,
+            None => self.target_probs,
+        }
+    }
+
+    /// Request `b`'s temperature, if the batch has logits.
+    #[inline]
+    pub(crate) fn temperature_of(&self, b: usize) -> Option<f32> {
+        self.temperature.map(|t| t[b])
+    }
+
     /// Target row `(b, j)`, exactly `V` values. Only for a validated batch.
     #[inline]
     pub(crate) fn target_row(&self, b: usize, j: usize) -> &[f32] {
@@ -433,7 +558,7 @@ impl<'a> Batch<'a> {
             None => b * (self.k_max + 1) + j,
         };
         let start = row * self.target_stride;
-        &self.target_probs[start..start + self.vocab]
+        &self.target_tensor()[start..start + self.vocab]
     }
 
     /// Draft row `(b, j)`, exactly `V` values, if the drafter gave probabilities. Only for a
@@ -455,6 +580,17 @@ impl<'a> Batch<'a> {
     pub(crate) fn delta_of(&self, b: usize) -> f32 {
         self.delta.map_or(DEFAULT_DELTA, |d| d[b])
     }
+}
+
+/// Target logits with a temperature per request (see [`Batch::with_target_logits`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Logits<'a> {
+    /// The logits, laid out exactly as the target probabilities would be (same rows, same
+    /// stride, padded or ragged).
+    pub values: &'a [f32],
+    /// Per-request temperature (`B` values, finite, `≥ 0`); `0` means greedy for that request,
+    /// whatever the method.
+    pub temperature: &'a [f32],
 }
 
 /// The row strides of a [`Batch`]'s probability tensors (named: they cannot be swapped).

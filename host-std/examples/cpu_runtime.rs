@@ -55,10 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
         }
         let b = Batch::dense(
-            Dims {
-                vocab,
-                k_max: k,
-            },
+            Dims { vocab, k_max: k },
             Drafts {
                 k: &ks,
                 ids: &draft_ids,

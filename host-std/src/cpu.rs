@@ -35,8 +35,9 @@ use ops::SplitOps;
 
 use rayon::prelude::*;
 use specula_core::verify::{
-    Batch, Check, Method, Outputs, ScalarOps, Support, Verifier, VerifyError,
-    validate_request_with, validate_shape_with, verify_request,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RowOps, SENTINEL,
+    ScalarOps, Softmax, Streams, Support, Verifier, VerifyError, softmax_exp, softmax_fixed,
+    softmax_max, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -46,6 +47,93 @@ use std::task::Poll;
 /// copy and add integers), and even then the counters would be whole, so poison is ignored.
 fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Ids per piece of the softmax reductions: the maxima and sums of pieces are combined after,
+/// which the rules make independent of the cut.
+const SOFTMAX_PIECE: usize = 2048;
+
+/// Writes the softmax of the logits `row` at temperature `t > 0` into `out` (the rules of
+/// `core/DETERMINISM.md`): maximum and exact fixed-point sum over pieces, then each `p`.
+fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
+    let max = row
+        .chunks(SOFTMAX_PIECE)
+        .map(|c| {
+            c.iter()
+                .fold(f32::NEG_INFINITY, |m, &l| softmax_max(m, l / t))
+        })
+        .fold(f32::NEG_INFINITY, softmax_max);
+    let fixed = row
+        .chunks(SOFTMAX_PIECE)
+        .map(|c| {
+            c.iter().fold(0u128, |s, &l| {
+                s.wrapping_add(softmax_fixed(softmax_exp(l, t, max)))
+            })
+        })
+        .fold(0u128, u128::wrapping_add);
+    let sm = Softmax::from_parts(t, max, fixed);
+    for (o, &l) in out.iter_mut().zip(row) {
+        *o = sm.p(l);
+    }
+}
+
+/// Verifies request `b` of a validated batch with `ops`. Target logits at a temperature
+/// `> 0` are turned into probability rows first ([`softmax_into`]), then verified as a
+/// one-request probability batch with the same seed, offset, drafts and parameters (the random
+/// streams do not depend on the batch slot, so the bits are those of the whole batch).
+fn verify_one<O: RowOps + ?Sized>(
+    ops: &O,
+    method: Method,
+    batch: &Batch<'_>,
+    b: usize,
+    tokens: &mut [u32],
+) -> u32 {
+    let t = match batch.temperature.map(|t| t[b]) {
+        Some(t) if t > 0.0 => t,
+        _ => return verify_request(ops, method, batch, b, tokens),
+    };
+    let v = batch.vocab;
+    let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
+    let k = ids.len();
+    let rows = if batch.bonus.is_some() { k } else { k + 1 };
+    // Always k + 1 rows, the layout of a one-request dense batch (row k unread with a bonus).
+    let mut probs = vec![0f32; (k + 1) * v];
+    for (j, out) in probs.chunks_exact_mut(v).take(rows).enumerate() {
+        if let Some(row) = batch.target_row_checked(b, j) {
+            softmax_into(row, t, out);
+        }
+    }
+    let draft: Option<Vec<f32>> = batch.draft_probs.map(|_| {
+        (0..k)
+            .flat_map(|j| batch.draft_row_checked(b, j).unwrap_or(&[]))
+            .copied()
+            .collect()
+    });
+    let k32 = [k as u32];
+    let eps = [batch.eps.map_or(DEFAULT_EPS, |e| e[b])];
+    let delta = [batch.delta.map_or(DEFAULT_DELTA, |d| d[b])];
+    let bonus = batch.bonus.map(|x| [x[b]]);
+    let mut one = Batch::dense(
+        Dims { vocab: v, k_max: k },
+        Drafts { k: &k32, ids },
+        &probs,
+        Streams {
+            seed: &batch.seed[b..=b],
+            offset: &batch.offset[b..=b],
+        },
+    )
+    .with_typical(&eps, &delta);
+    if let Some(d) = &draft {
+        one = one.with_draft_probs(d);
+    }
+    if let Some(x) = &bonus {
+        one = one.with_bonus(x);
+    }
+    let acc = verify_request(ops, method, &one, 0, &mut tokens[..=k]);
+    for x in &mut tokens[k + 1..] {
+        *x = SENTINEL;
+    }
+    acc
 }
 
 /// Multithreaded CPU verifier with device-style shared counters (see the [module docs](self)).
@@ -140,9 +228,9 @@ impl<const K: usize> CpuVerifier<K> {
                     .enumerate()
                 {
                     *acc = if self.reference {
-                        verify_request(&ScalarOps, method, batch, b, row)
+                        verify_one(&ScalarOps, method, batch, b, row)
                     } else {
-                        verify_request(&ChunkedOps, method, batch, b, row)
+                        verify_one(&ChunkedOps, method, batch, b, row)
                     };
                 }
             }
@@ -159,7 +247,7 @@ impl<const K: usize> CpuVerifier<K> {
                     .zip(out.tokens.chunks_exact_mut(width))
                     .enumerate()
                 {
-                    *acc = verify_request(&ops, method, batch, b, row);
+                    *acc = verify_one(&ops, method, batch, b, row);
                 }
             }
             Some(pool) => pool.install(|| {
@@ -175,7 +263,7 @@ impl<const K: usize> CpuVerifier<K> {
                     .zip(out.tokens.par_chunks_exact_mut(width))
                     .enumerate()
                     .for_each(|(b, (acc, row))| {
-                        *acc = verify_request(&ChunkedOps, method, batch, b, row);
+                        *acc = verify_one(&ChunkedOps, method, batch, b, row);
                     });
                 Ok(())
             })?,

@@ -120,10 +120,7 @@ fn bench(c: &mut Criterion) {
                 let seed: Vec<u64> = (0..b as u64).collect();
                 let offset = vec![17u64; b];
                 let batch = Batch::dense(
-                    Dims {
-                        vocab,
-                        k_max: k,
-                    },
+                    Dims { vocab, k_max: k },
                     Drafts { k: &kk, ids: &ids },
                     &target[..tlen],
                     Streams {

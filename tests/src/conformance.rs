@@ -19,7 +19,7 @@ use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Param, SENTINEL, Streams, Strides, Tensor,
     Verifier, VerifyError, validate, validate_with, verify_batch,
 };
-use specula_core::verify::{Feature, RaggedDrafts};
+use specula_core::verify::{Feature, Logits, RaggedDrafts};
 
 /// The counters' maximum draft length the suite is written for.
 pub const K: usize = 8;
@@ -1197,6 +1197,7 @@ pub fn run_all<V: Verifier<K>>(mut make: impl FnMut() -> V) {
     error_cases(&mut make);
     empty_drafts(&mut make);
     ragged_layout(&mut make, 0x4A6_0005, 1_000);
+    target_logits(&mut make, 0x106_0006, 300);
     one_hot_targets(&mut make, 0x0AE_0001, 300);
     batch_invariance(&mut make, 0x1A7_0002);
     matches_reference_on_random_batches(&mut make, 0x5EED_0003, 10_000);
@@ -1767,5 +1768,61 @@ pub fn ragged_matches_padded_at<V: Verifier<K>>(
                 assert_well_formed(&d, &po, &pc);
             }
         }
+    }
+}
+
+/// Target logits with per-request temperature: where the backend supports them
+/// ([`Support::logits`](specula_core::verify::Support)), random padded batches (mixed
+/// temperatures, 0 = greedy; `k = 0` where supported) against the reference, bit for bit;
+/// elsewhere the typed error, nothing counted.
+pub fn target_logits<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
+    let mut v = make();
+    let mut g = Gen(seed);
+    let support = v.support();
+    let spec = RandomSpec {
+        garbage: false,
+        ..RandomSpec::default()
+    };
+    for i in 0..batches {
+        let (mut d, _) = random_batch(&mut g, spec);
+        if support.empty_drafts {
+            for k in &mut d.k {
+                if g.chance(1, 4) {
+                    *k = 0;
+                }
+            }
+        }
+        let logits: Vec<f32> = d
+            .target_probs
+            .iter()
+            .map(|_| 6.0 * g.unit() - 3.0)
+            .collect();
+        let temps: Vec<f32> = (0..d.requests())
+            .map(|_| if g.chance(1, 3) { 0.0 } else { 0.1 + g.unit() })
+            .collect();
+        let batch = d.view().with_target_logits(Logits {
+            values: &logits,
+            temperature: &temps,
+        });
+        let m = METHODS[i % 3];
+        if !support.logits {
+            let before = v.totals().unwrap();
+            let mut out = OutData::new(d.requests(), d.k_max);
+            let e = v.verify(m, Check::Cheap, &batch, &mut out.view());
+            let want = VerifyError::Unsupported {
+                feature: Feature::Logits,
+            };
+            assert_eq!(e, Err(V::Error::from(want)), "logits");
+            assert_eq!(
+                v.totals().unwrap(),
+                before,
+                "logits refused: nothing counted"
+            );
+            return;
+        }
+        let what = format!("logits batch {i}");
+        let (out, c) = assert_view_matches_reference(&mut v, m, Check::STRICT, &batch, &what)
+            .expect("a valid logits batch");
+        assert_well_formed(&d, &out, &c);
     }
 }

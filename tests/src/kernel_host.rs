@@ -14,7 +14,8 @@
 use specula_core::Counters;
 use specula_core::kernels;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, Verifier, VerifyError, validate,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, Support, Verifier, VerifyError,
+    validate_with,
 };
 
 /// Which macro set the kernel text was compiled with.
@@ -291,7 +292,7 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), KernelHostError> {
-        validate::<K>(method, check, batch, out)?;
+        validate_with::<K>(Support::EMPTY_DRAFTS, method, check, batch, out)?;
         let b = batch.requests();
         let shape =
             kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;
@@ -335,5 +336,10 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
 
     fn totals(&mut self) -> Result<Counters<K>, KernelHostError> {
         kernels::counters_from_stats(&self.stats).ok_or(KernelHostError::TooLarge)
+    }
+
+    /// The kernel text verifies `k = 0` (padded layout, sampled bonus tokens).
+    fn support(&self) -> Support {
+        Support::EMPTY_DRAFTS
     }
 }

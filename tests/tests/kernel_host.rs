@@ -304,7 +304,8 @@ fn invalid_batches_are_refused_like_the_reference() {
 }
 
 /// The kernel's own guards, reached by launching it on unvalidated arguments as a device would
-/// be: a bad request is skipped (sentinels, not counted, flag raised), its neighbours are not.
+/// be: a bad request is skipped (sentinels, not counted, flag raised), its neighbours are not;
+/// a request with `k = 0` is valid (only its bonus token, not counted).
 #[test]
 fn kernel_skips_bad_requests_and_flags_them() {
     // One block per request, and the split entry (rows over 3 / 2 blocks per request).
@@ -316,7 +317,7 @@ fn kernel_skips_bad_requests_and_flags_them() {
     ] {
         let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
         let (vocab, k_max, b) = (6u32, 2u32, 4usize);
-        let k = [2u32, 0, 3, 1]; // request 1: k = 0; request 2: k > k_max
+        let k = [2u32, 0, 3, 1]; // request 1: k = 0 (valid); request 2: k > k_max
         let mut ids = vec![1u32; b * k_max as usize];
         ids[6] = 1_000_000; // request 3, position 0: id >= V
         ids[0] = 5; // request 0 stays valid and accepts both (argmax 5)
@@ -355,12 +356,18 @@ fn kernel_skips_bad_requests_and_flags_them() {
             "{mode:?} {slices}"
         );
         assert!(host.scratch_is_clear());
-        assert_eq!(accepted, [2, u32::MAX, u32::MAX, u32::MAX]);
+        assert_eq!(accepted, [2, 0, u32::MAX, u32::MAX]);
         assert_eq!(&tokens[..3], &[5, 5, 5]);
-        assert!(tokens[3..].iter().all(|&t| t == u32::MAX));
+        // Request 1 (k = 0): only its bonus, the argmax of its row 0.
+        assert_eq!(&tokens[3..6], &[5, u32::MAX, u32::MAX]);
+        assert!(tokens[6..].iter().all(|&t| t == u32::MAX));
         let mut want = Counters::<K>::ZERO;
         want.record(2, 2).unwrap();
-        assert_eq!(host.totals().unwrap(), want, "only request 0 counted");
+        assert_eq!(
+            host.totals().unwrap(),
+            want,
+            "only request 0 counted (k = 0 is not)"
+        );
 
         // A shape the kernel cannot honour (k_max > K): nothing runs, nothing is written.
         let bad = kernels::shape_words(4, K as u32 + 1, vocab, None, vocab, 1, K as u32);

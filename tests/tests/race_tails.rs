@@ -113,10 +113,7 @@ fn run<V: Verifier<K>>(
         offsets.fill(call);
         call += 1;
         let batch = Batch::dense(
-            Dims {
-                vocab,
-                k_max: 1,
-            },
+            Dims { vocab, k_max: 1 },
             Drafts { k: &k, ids: &ids },
             &target,
             Streams {

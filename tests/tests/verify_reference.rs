@@ -129,3 +129,8 @@ fn ragged_layout() {
 fn ragged_matches_padded_at_32k() {
     conformance::ragged_matches_padded_at(&mut Reference::<K>::new(), 0x32_000, 32_000, 2);
 }
+
+#[test]
+fn target_logits() {
+    conformance::target_logits(Reference::<K>::new, 0x106_0006, 300);
+}

@@ -19,6 +19,8 @@ pub enum Feature {
     Ragged,
     /// Caller-supplied bonus tokens.
     Bonus,
+    /// Target logits with temperature.
+    Logits,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
@@ -45,6 +47,10 @@ pub enum Param {
     CuNumDraftTokens,
     /// `bonus` (caller-supplied bonus tokens).
     Bonus,
+    /// `target_logits`.
+    TargetLogits,
+    /// `temperature`.
+    Temperature,
     /// `Outputs::accepted`.
     Accepted,
     /// `Outputs::tokens`.
@@ -117,11 +123,11 @@ pub enum VerifyError {
         /// The vocabulary size.
         vocab: usize,
     },
-    /// A typical-acceptance parameter is NaN, infinite or negative.
+    /// A typical-acceptance parameter or a temperature is NaN, infinite or negative.
     BadParam {
         /// The request.
         request: usize,
-        /// [`Param::Eps`] or [`Param::Delta`].
+        /// [`Param::Eps`], [`Param::Delta`] or [`Param::Temperature`].
         param: Param,
     },
     /// The backend does not support this input (see [`Support`](super::Support)).
@@ -147,6 +153,15 @@ pub enum VerifyError {
         request: usize,
         /// Which tensor.
         tensor: Tensor,
+        /// The row's position `j`.
+        position: usize,
+        /// The vocabulary index in the row.
+        index: usize,
+    },
+    /// (Strict check) a target logit is NaN or `+∞` (`−∞`, a masked token, is allowed).
+    BadLogit {
+        /// The request.
+        request: usize,
         /// The row's position `j`.
         position: usize,
         /// The vocabulary index in the row.
@@ -225,6 +240,14 @@ impl core::fmt::Display for VerifyError {
             } => write!(
                 f,
                 "request {request}, {tensor:?} row {position}, index {index}: probability is not finite and non-negative"
+            ),
+            Self::BadLogit {
+                request,
+                position,
+                index,
+            } => write!(
+                f,
+                "request {request}, target row {position}, index {index}: logit is NaN or +inf"
             ),
             Self::RowSum {
                 request,

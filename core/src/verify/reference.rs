@@ -3,7 +3,7 @@
 
 use super::{Batch, Method, SENTINEL};
 use crate::exponential::{accepts, draw, exponential};
-use crate::fmath::{entropy, exp_p};
+use crate::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
 use crate::philox::{accept_draw, race_words, race_words_lo};
 
 /// Where a row's race draws its uniforms: the request's stream at a draft position.
@@ -109,6 +109,187 @@ pub fn race_residual(
     }
 }
 
+/// `2⁶⁴` as `f64`, the fixed-point scale of the softmax sum.
+const TWO_64: f64 = 18_446_744_073_709_551_616.0;
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / TWO_64;
+
+/// The softmax of one logits row at temperature `t > 0`, as `core/DETERMINISM.md` defines it:
+/// `z_v = l_v / t` (binary32), `m` = the largest `z_v` (NaN ignored), `e_v = exp_p(z_v − m)`,
+/// `S` = the exact integer sum of `⌊e_v · 2⁶⁴⌋` (u128, any order) times `2⁻⁶⁴` (binary64),
+/// `p_v = (e_v / S)` rounded to binary32 (`0` for every id when `S = 0`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Softmax {
+    t: f32,
+    max: f32,
+    sum: f64,
+}
+
+impl Softmax {
+    /// The softmax state of `row` at temperature `t` (two passes: the maximum, the sum).
+    #[must_use]
+    pub fn of(row: &[f32], t: f32) -> Self {
+        let mut max = f32::NEG_INFINITY;
+        for &l in row {
+            max = softmax_max(max, l / t);
+        }
+        let mut fixed = 0u128;
+        for &l in row {
+            fixed = fixed.wrapping_add(softmax_fixed(softmax_exp(l, t, max)));
+        }
+        Self::from_parts(t, max, fixed)
+    }
+
+    /// The state from a row's maximum `z` and its fixed-point sum, however they were reduced.
+    #[must_use]
+    pub fn from_parts(t: f32, max: f32, fixed: u128) -> Self {
+        Self {
+            t,
+            max,
+            sum: (fixed as f64) * TWO_M64,
+        }
+    }
+
+    /// `p` of the id whose logit is `l`.
+    #[inline]
+    #[must_use]
+    pub fn p(&self, l: f32) -> f32 {
+        if self.sum == 0.0 {
+            0.0
+        } else {
+            (f64::from(softmax_exp(l, self.t, self.max)) / self.sum) as f32
+        }
+    }
+}
+
+/// The running maximum of the softmax: `z` replaces `max` iff `z > max` (NaN never does). The
+/// sign of a zero maximum does not matter (`z − (±0)` is the same value).
+#[inline(always)]
+#[must_use]
+pub fn softmax_max(max: f32, z: f32) -> f32 {
+    if z > max { z } else { max }
+}
+
+/// `e = exp_p(l / t − max)`, in `[0, 1]`.
+#[inline(always)]
+#[must_use]
+pub fn softmax_exp(l: f32, t: f32, max: f32) -> f32 {
+    exp_p(l / t - max)
+}
+
+/// `⌊e · 2⁶⁴⌋` (binary64 product, exact; truncation), the fixed-point term of the softmax sum.
+#[inline(always)]
+#[must_use]
+pub fn softmax_fixed(e: f32) -> u128 {
+    (f64::from(e) * TWO_64) as u128
+}
+
+/// Verifies request `b` of a validated batch with target logits at temperature `t > 0`:
+/// exactly [`verify_request`] on the probability rows `Softmax::of(row, t).p(·)`, computed on
+/// the fly with the plain-loop reductions (the reference needs no buffer).
+fn verify_request_softmax(
+    method: Method,
+    batch: &Batch<'_>,
+    b: usize,
+    t: f32,
+    tokens: &mut [u32],
+) -> u32 {
+    let ids = batch.draft_ids_of(b);
+    let k = ids.len();
+    let (seed, offset) = (batch.seed[b], batch.offset[b]);
+    let rng = |j: usize| RaceRng {
+        seed,
+        offset,
+        position: j as u32,
+    };
+    let vocab = batch.vocab;
+    let argmax_p = |row: &[f32], sm: &Softmax| {
+        let mut best = 0u32;
+        let mut best_key = f32::NEG_INFINITY;
+        for (v, &l) in row.iter().enumerate() {
+            let x = sm.p(l);
+            if x > best_key {
+                best_key = x;
+                best = v as u32;
+            }
+        }
+        best
+    };
+    let plain = |j: usize, row: &[f32], sm: &Softmax| {
+        race(rng(j), vocab, |v| f64::from(sm.p(row[v]))).unwrap_or(0)
+    };
+    let mut accepted = 0usize;
+    let mut emitted = None;
+    for (j, &x) in ids.iter().enumerate() {
+        let row = batch.target_row(b, j);
+        let sm = Softmax::of(row, t);
+        let pt = sm.p(row[x as usize]);
+        let accept = match method {
+            Method::Rejection => {
+                let draft = batch.draft_row(b, j);
+                let pd = draft.map_or(1.0, |d| d[x as usize]);
+                let ok = accepts(accept_draw(seed, offset, j as u32), pt, pd);
+                if !ok {
+                    let residual = match draft {
+                        Some(d) => {
+                            race(rng(j), vocab, |v| f64::from(sm.p(row[v])) - f64::from(d[v]))
+                        }
+                        None => race(rng(j), vocab, |v| {
+                            f64::from(sm.p(row[v])) - if v == x as usize { 1.0 } else { 0.0 }
+                        }),
+                    };
+                    emitted = Some(residual.unwrap_or_else(|| plain(j, row, &sm)));
+                }
+                ok
+            }
+            Method::Greedy => {
+                let best = argmax_p(row, &sm);
+                if best != x {
+                    emitted = Some(best);
+                }
+                best == x
+            }
+            Method::Typical => {
+                let mut fixed = 0i64;
+                for &l in row {
+                    fixed = fixed.wrapping_add(entropy_term(sm.p(l)));
+                }
+                let h = entropy_from_fixed(fixed);
+                let a = batch.eps_of(b);
+                let c = batch.delta_of(b) * exp_p(-h);
+                let thr = if a < c { a } else { c };
+                let ok = pt > thr;
+                if !ok {
+                    emitted = Some(plain(j, row, &sm));
+                }
+                ok
+            }
+        };
+        if !accept {
+            break;
+        }
+        tokens[j] = x;
+        accepted += 1;
+    }
+    let last = match emitted {
+        Some(e) => e,
+        None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
+        None => {
+            let row = batch.target_row(b, k);
+            let sm = Softmax::of(row, t);
+            match method {
+                Method::Greedy => argmax_p(row, &sm),
+                Method::Rejection | Method::Typical => plain(k, row, &sm),
+            }
+        }
+    };
+    tokens[accepted] = last;
+    for x in &mut tokens[accepted + 1..] {
+        *x = SENTINEL;
+    }
+    accepted as u32
+}
+
 /// The four row reductions of the verification rules. Every implementation must return the same
 /// values as [`ScalarOps`] for every input (NaN, infinities and negative values included); the
 /// rules make each reduction independent of evaluation order, so chunked, vectorised or
@@ -160,6 +341,10 @@ impl RowOps for ScalarOps {
 ///
 /// This is the control flow every CPU-side backend shares; `ops` supplies the row reductions.
 /// Calling it on an unvalidated batch may panic on an out-of-bounds index.
+///
+/// With target logits: temperature 0 verifies greedily on the logit rows (with `ops`);
+/// temperature `> 0` runs the softmax rows through the plain-loop reductions, ignoring `ops`
+/// (a backend that wants its own reductions materialises the rows with [`Softmax`] first).
 pub fn verify_request<O: RowOps + ?Sized>(
     ops: &O,
     method: Method,
@@ -167,6 +352,12 @@ pub fn verify_request<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
+    let method = match batch.temperature_of(b) {
+        Some(t) if t > 0.0 => return verify_request_softmax(method, batch, b, t, tokens),
+        // 0 (validation refuses negative and NaN temperatures).
+        Some(_) => Method::Greedy,
+        None => method,
+    };
     let ids = batch.draft_ids_of(b);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);

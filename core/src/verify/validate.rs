@@ -45,6 +45,11 @@ pub fn validate_shape_with<const K: usize>(
             feature: Feature::Bonus,
         });
     }
+    if batch.target_logits.is_some() && !support.logits {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Logits,
+        });
+    }
     let b = batch.requests();
     if b == 0 {
         return Err(VerifyError::EmptyBatch);
@@ -103,7 +108,13 @@ pub fn validate_shape_with<const K: usize>(
         });
     }
     let need = target_rows.and_then(|r| r.checked_mul(batch.target_stride));
-    expect_len(Param::TargetProbs, batch.target_probs.len(), need)?;
+    match batch.target_logits {
+        Some(l) => {
+            expect_len(Param::TargetProbs, batch.target_probs.len(), Some(0))?;
+            expect_len(Param::TargetLogits, l.len(), need)?;
+        }
+        None => expect_len(Param::TargetProbs, batch.target_probs.len(), need)?,
+    }
     expect_len(Param::Seed, batch.seed.len(), Some(b))?;
     expect_len(Param::Offset, batch.offset.len(), Some(b))?;
     if let Some(e) = batch.eps {
@@ -114,6 +125,11 @@ pub fn validate_shape_with<const K: usize>(
     }
     if let Some(x) = batch.bonus {
         expect_len(Param::Bonus, x.len(), Some(b))?;
+    }
+    if let Some(t) = batch.temperature {
+        // Temperatures without logits are a mistake, not something to ignore.
+        let want = batch.target_logits.map(|_| b).or(Some(0));
+        expect_len(Param::Temperature, t.len(), want)?;
     }
     let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
     expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
@@ -205,6 +221,14 @@ pub fn validate_request_with(
             });
         }
     }
+    if let Some(t) = batch.temperature_of(b)
+        && !(0.0..f32::INFINITY).contains(&t)
+    {
+        return Err(VerifyError::BadParam {
+            request: b,
+            param: Param::Temperature,
+        });
+    }
     if method == Method::Typical {
         let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
         if !ok(batch.eps_of(b)) {
@@ -232,6 +256,18 @@ pub fn validate_request_with(
         }
         let rows = if batch.bonus.is_some() { k } else { k + 1 };
         for j in 0..rows {
+            if batch.target_logits.is_some() {
+                let row = batch.target_row(b, j);
+                // NaN and +∞ are refused; −∞ masks a token.
+                if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
+                    return Err(VerifyError::BadLogit {
+                        request: b,
+                        position: j,
+                        index,
+                    });
+                }
+                continue;
+            }
             check_row(batch.target_row(b, j), sum_tolerance, b, Tensor::Target, j)?;
         }
     }
