@@ -23,10 +23,11 @@
 //! * `stats` holds [`stats_words`]`(K)` words: the fields of [`Counters<K>`] in declaration order
 //!   (`drafts, draft_tokens, accepted_tokens, emitted_tokens, accepted_per_position[K],
 //!   drafted_per_position[K]`), then one error-flag word. The kernel adds to the counters with
-//!   64-bit atomics (`Counters::record(k, accepted)` per request, in the same launch) and ORs
-//!   [`ERR_SHAPE`], [`ERR_DRAFT_LEN`] or [`ERR_TOKEN`] into the flag word. A request with a bad `k`
-//!   or a draft id `≥ V` is skipped and not counted: its `accepted` and every token slot are set
-//!   to the sentinel `u32::MAX`. Nothing is ever read or written out of bounds.
+//!   64-bit atomics (`Counters::record(k, accepted)` per request with `k ≥ 1`, in the same
+//!   launch; a request with `k = 0` emits only its bonus token and is not counted) and ORs
+//!   [`ERR_SHAPE`], [`ERR_DRAFT_LEN`] or [`ERR_TOKEN`] into the flag word. A request with
+//!   `k > k_max` or a draft id `≥ V` is skipped and not counted: its `accepted` and every token
+//!   slot are set to the sentinel `u32::MAX`. Nothing is ever read or written out of bounds.
 //! * Compile with FMA contraction off (NVRTC `--fmad=false`, hipcc `-ffp-contract=off`) and no
 //!   fast math; the arithmetic is IEEE binary32 and binary64 in the order the document writes it.
 //! * Readback: copy `stats` device-to-device on the compute stream (one consistent point in the

@@ -2,13 +2,16 @@
 //! requests with 3, 2 and 0 draft tokens (the last had no draft this step: only its bonus token
 //! is sampled, and it is not counted as a draft), `num_tokens + B` target rows indexed by the
 //! cumulative draft counts, outputs converted to vLLM's `-1`-padded `[B, k_max+1]` i32 layout,
-//! and the random offsets advanced for the next step.
+//! and the random offsets advanced for the next step. Then the same step from target **logits**
+//! with a temperature per request: request 0 sampled at T = 0.7 with draft probabilities
+//! (rejection sampling), request 1 greedy (T = 0, an n-gram drafter: one-hot draft rows),
+//! request 2 again without draft — one batch, one call.
 //!
 //! `cargo run -p specula --example ragged_step`
 
 use specula::cpu::CpuVerifier;
 use specula::specula_core::verify::{
-    Batch, Check, Method, Outputs, RaggedDrafts, Streams, advance_offsets, to_vllm_tokens,
+    Batch, Check, Logits, Method, Outputs, RaggedDrafts, Streams, advance_offsets, to_vllm_tokens,
 };
 
 const V: usize = 8;
@@ -72,5 +75,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c = verifier.totals();
     assert_eq!((c.drafts, c.draft_tokens, c.accepted_tokens), (4, 10, 8));
     println!("drafts {}, accepted {}", c.drafts, c.accepted_tokens);
+
+    // The same layout from logits: row v of `rows` as logits 3·p (any scale would do).
+    let logits: Vec<f32> = target.iter().map(|&p| 3.0 * p).collect();
+    let temperature = [0.7f32, 0.0, 1.0];
+    // Draft rows (5, one per draft token): request 0's drafter probabilities, request 1's
+    // n-gram drafter as one-hot rows.
+    let mut draft = Vec::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let row = if i < 3 {
+            peaked(id as usize)
+        } else {
+            let mut r = [0.0f32; V];
+            r[id as usize] = 1.0;
+            r
+        };
+        draft.extend_from_slice(&row);
+    }
+    let batch = Batch::ragged(
+        V,
+        RaggedDrafts {
+            cu_num_draft_tokens: &cu,
+            ids: &ids,
+        },
+        &[],
+        Streams {
+            seed: &seed,
+            offset: &offset,
+        },
+    )
+    .with_target_logits(Logits {
+        values: &logits,
+        temperature: &temperature,
+    })
+    .with_draft_probs(&draft);
+    let width = batch.k_max + 1;
+    let mut accepted = [0u32; 3];
+    let mut tokens = vec![0u32; 3 * width];
+    let mut out = Outputs {
+        accepted: &mut accepted,
+        tokens: &mut tokens,
+    };
+    // Rejection sampling for the sampled requests; T = 0 makes request 1 greedy.
+    verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out)?;
+    let mut vllm = vec![0i32; 3 * width];
+    to_vllm_tokens(&tokens, &mut vllm)?;
+    println!("logits step: accepted {accepted:?}, output_token_ids {vllm:?}");
+    // Request 1 is greedy on its logits, as in the first step.
+    assert_eq!(&vllm[4..8], &[4, 5, 7, -1]);
+    assert_eq!(accepted[2], 0);
     Ok(())
 }
