@@ -39,12 +39,12 @@ mod validate;
 
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use reference::{
-    RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual, softmax_exp,
-    softmax_fixed, softmax_max, verify_request,
+    RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual, recovered_at,
+    softmax_exp, softmax_fixed, softmax_max, verify_request,
 };
 pub use validate::{
-    validate, validate_request, validate_request_with, validate_shape, validate_shape_with,
-    validate_with,
+    draft_slots, validate, validate_recovered, validate_request, validate_request_with,
+    validate_shape, validate_shape_with, validate_with,
 };
 
 use crate::counters::Counters;
@@ -714,6 +714,65 @@ impl<const K: usize> Verifier<K> for Reference<K> {
 
     fn support(&self) -> Support {
         Support::ALL
+    }
+}
+
+/// vLLM's `recovered_token_ids`, an optional output next to verification: for every draft slot,
+/// the token its request emits if that position is the first rejected one
+/// ([`recovered_at`]), whether or not verification reaches it. Layout: one value per draft
+/// slot ([`draft_slots`]) — padded, `recovered[b·k_max + j]` with [`SENTINEL`] for `j ≥ k_b`;
+/// ragged, `recovered[cu[b−1] + j]`. It uses the same random draws as [`verify_batch`], so at
+/// a request's first rejected position it equals the emitted token. Nothing is counted.
+///
+/// Errors: those of [`validate_with`] with [`Support::ALL`] (the outputs replaced by
+/// `recovered`'s length, [`Param::Recovered`]); nothing is written then.
+///
+/// ```
+/// use specula_core::verify::{recovered_tokens, Batch, Check, Dims, Drafts, Method, Streams, SENTINEL};
+/// let target = [0.0, 1.0, 0.0, /* bonus row */ 1.0, 0.0, 0.0]; // V = 3, k_max = 1
+/// let batch = Batch::dense(
+///     Dims { vocab: 3, k_max: 1 },
+///     Drafts { k: &[1], ids: &[1] },
+///     &target,
+///     Streams { seed: &[1], offset: &[0] },
+/// );
+/// let mut recovered = [SENTINEL; 1];
+/// recovered_tokens::<4>(Method::Greedy, Check::STRICT, &batch, &mut recovered).unwrap();
+/// assert_eq!(recovered, [1]); // greedy: the argmax of row 0, though the draft is accepted
+/// ```
+pub fn recovered_tokens<const K: usize>(
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    recovered: &mut [u32],
+) -> Result<(), VerifyError> {
+    validate_recovered::<K>(Support::ALL, method, check, batch, recovered)?;
+    fill_recovered(&ScalarOps, method, batch, recovered);
+    Ok(())
+}
+
+/// Writes [`recovered_tokens`] of a batch that passed [`validate_recovered`], with `ops`.
+pub fn fill_recovered<O: RowOps + ?Sized>(
+    ops: &O,
+    method: Method,
+    batch: &Batch<'_>,
+    recovered: &mut [u32],
+) {
+    let mut start = 0usize;
+    for b in 0..batch.requests() {
+        let k = batch.draft_len(b) as usize;
+        if !batch.is_ragged() {
+            start = b * batch.k_max;
+            for slot in &mut recovered[start + k..start + batch.k_max] {
+                *slot = SENTINEL;
+            }
+        }
+        for j in 0..k {
+            recovered[start + j] = recovered_at(ops, method, batch, b, j);
+        }
+        if batch.is_ragged() {
+            start += k;
+        }
     }
 }
 

@@ -34,10 +34,11 @@ pub use ops::ChunkedOps;
 use ops::SplitOps;
 
 use rayon::prelude::*;
+use specula_core::verify::fill_recovered;
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RowOps, SENTINEL,
     ScalarOps, Softmax, Streams, Support, Verifier, VerifyError, softmax_exp, softmax_fixed,
-    softmax_max, validate_request_with, validate_shape_with, verify_request,
+    softmax_max, validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -279,6 +280,26 @@ impl<const K: usize> CpuVerifier<K> {
             }
         }
         lock(&self.counters).add(&local);
+        Ok(())
+    }
+
+    /// vLLM's `recovered_token_ids` for `batch` (see
+    /// [`specula_core::verify::recovered_tokens`], whose bits it gives): one token per draft
+    /// slot, the one emitted if that position is the first rejected. Computed with this
+    /// verifier's row reductions on the calling thread; nothing is counted.
+    pub fn recovered_tokens(
+        &self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        recovered: &mut [u32],
+    ) -> Result<(), VerifyError> {
+        validate_recovered::<K>(Support::ALL, method, check, batch, recovered)?;
+        if self.reference {
+            fill_recovered(&ScalarOps, method, batch, recovered);
+        } else {
+            fill_recovered(&ChunkedOps, method, batch, recovered);
+        }
         Ok(())
     }
 

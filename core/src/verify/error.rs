@@ -51,6 +51,8 @@ pub enum Param {
     TargetLogits,
     /// `temperature`.
     Temperature,
+    /// The recovered-token output of [`recovered_tokens`](super::recovered_tokens).
+    Recovered,
     /// `Outputs::accepted`.
     Accepted,
     /// `Outputs::tokens`.

@@ -290,6 +290,68 @@ fn verify_request_softmax(
     accepted as u32
 }
 
+/// The token request `b` emits if its draft position `j < k_b` is the first rejected one
+/// (vLLM's `recovered_token_ids`), whether or not it is reached: rejection sampling, the
+/// residual race at position `j` (its fallback as in [`verify_request`]); greedy, the argmax
+/// of row `j`; typical acceptance, the race over row `j`. Target logits as in
+/// [`verify_request`]. Only for a validated batch and `j < k_b`.
+pub fn recovered_at<O: RowOps + ?Sized>(
+    ops: &O,
+    method: Method,
+    batch: &Batch<'_>,
+    b: usize,
+    j: usize,
+) -> u32 {
+    let x = batch.draft_ids_of(b)[j];
+    let rng = RaceRng {
+        seed: batch.seed[b],
+        offset: batch.offset[b],
+        position: j as u32,
+    };
+    let row = batch.target_row(b, j);
+    let vocab = batch.vocab;
+    match batch.temperature_of(b) {
+        Some(t) if t > 0.0 => {
+            let sm = Softmax::of(row, t);
+            let plain = || race(rng, vocab, |v| f64::from(sm.p(row[v]))).unwrap_or(0);
+            match method {
+                Method::Rejection => {
+                    let residual = match batch.draft_row(b, j) {
+                        Some(d) => race(rng, vocab, |v| f64::from(sm.p(row[v])) - f64::from(d[v])),
+                        None => race(rng, vocab, |v| {
+                            f64::from(sm.p(row[v])) - if v == x as usize { 1.0 } else { 0.0 }
+                        }),
+                    };
+                    residual.unwrap_or_else(plain)
+                }
+                Method::Greedy => {
+                    let mut best = 0u32;
+                    let mut best_key = f32::NEG_INFINITY;
+                    for (v, &l) in row.iter().enumerate() {
+                        let p = sm.p(l);
+                        if p > best_key {
+                            best_key = p;
+                            best = v as u32;
+                        }
+                    }
+                    best
+                }
+                Method::Typical => plain(),
+            }
+        }
+        // Temperature 0: greedy on the logits.
+        Some(_) => ops.argmax(row),
+        None => match method {
+            Method::Rejection => ops
+                .race_residual(rng, row, batch.draft_row(b, j), x)
+                .or_else(|| ops.race(rng, row))
+                .unwrap_or(0),
+            Method::Greedy => ops.argmax(row),
+            Method::Typical => ops.race(rng, row).unwrap_or(0),
+        },
+    }
+}
+
 /// The four row reductions of the verification rules. Every implementation must return the same
 /// values as [`ScalarOps`] for every input (NaN, infinities and negative values included); the
 /// rules make each reduction independent of evaluation order, so chunked, vectorised or

@@ -35,6 +35,29 @@ pub fn validate_shape_with<const K: usize>(
     batch: &Batch<'_>,
     out: &Outputs<'_>,
 ) -> Result<(), VerifyError> {
+    validate_inputs_with::<K>(support, batch)?;
+    let b = batch.requests();
+    let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
+    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
+    expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
+    Ok(())
+}
+
+/// The number of draft slots of `batch` (`B · k_max` padded, `num_tokens` ragged), for a
+/// batch that passed [`validate_shape_with`] (or its input part).
+#[must_use]
+pub fn draft_slots(batch: &Batch<'_>) -> usize {
+    match batch.cu_num_draft_tokens {
+        Some(cu) => cu.last().map_or(0, |&c| c as usize),
+        None => batch.requests().saturating_mul(batch.k_max),
+    }
+}
+
+/// [`validate_shape_with`] without the outputs.
+pub(crate) fn validate_inputs_with<const K: usize>(
+    support: Support,
+    batch: &Batch<'_>,
+) -> Result<(), VerifyError> {
     if batch.is_ragged() && !support.ragged {
         return Err(VerifyError::Unsupported {
             feature: Feature::Ragged,
@@ -131,9 +154,6 @@ pub fn validate_shape_with<const K: usize>(
         let want = batch.target_logits.map(|_| b).or(Some(0));
         expect_len(Param::Temperature, t.len(), want)?;
     }
-    let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
-    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
-    expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
     Ok(())
 }
 
@@ -270,6 +290,24 @@ pub fn validate_request_with(
             }
             check_row(batch.target_row(b, j), sum_tolerance, b, Tensor::Target, j)?;
         }
+    }
+    Ok(())
+}
+
+/// Every check of [`validate_with`] for a [`recovered_tokens`](super::recovered_tokens) call:
+/// the inputs, every request, and `recovered` holding one slot per draft slot
+/// ([`draft_slots`]).
+pub fn validate_recovered<const K: usize>(
+    support: Support,
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    recovered: &[u32],
+) -> Result<(), VerifyError> {
+    validate_inputs_with::<K>(support, batch)?;
+    expect_len(Param::Recovered, recovered.len(), Some(draft_slots(batch)))?;
+    for b in 0..batch.requests() {
+        validate_request_with(support, method, check, batch, b)?;
     }
     Ok(())
 }
