@@ -748,4 +748,38 @@ mod tests {
             "old samples are forgotten"
         );
     }
+
+    #[test]
+    fn latencies_keep_the_smallest_and_largest_of_the_window() {
+        let mut l = Latencies::default();
+        assert_eq!((l.min(), l.max()), (None, None));
+        for ns in [5, 3, 7] {
+            l.record(ns);
+        }
+        assert_eq!((l.min(), l.max()), (Some(3), Some(7)));
+        for _ in 0..LATENCY_WINDOW {
+            l.record(10);
+        }
+        assert_eq!(
+            (l.min(), l.max()),
+            (Some(10), Some(10)),
+            "older samples forgotten"
+        );
+        l.record(4);
+        assert_eq!((l.min(), l.max()), (Some(4), Some(10)));
+    }
+
+    #[test]
+    fn debug_shows_the_state() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(5), w, 100, 0).unwrap();
+        assert_eq!(c.tick(100), Tick::Started);
+        let mut s: heapless::String<512> = heapless::String::new();
+        core::fmt::write(&mut s, format_args!("{c:?}")).unwrap();
+        assert!(s.starts_with("Collector {"), "{s}");
+        assert!(s.contains("in_flight: 1"), "{s}");
+        assert!(s.contains("stale_after_ns: 1000000000"), "{s}");
+        assert!(s.ends_with(".. }"), "{s}");
+    }
 }
