@@ -82,10 +82,9 @@ mod tests {
     }
 
     fn counters(drafts: u64) -> Counters<2> {
-        Counters {
-            drafts,
-            ..Counters::ZERO
-        }
+        let mut c = Counters::ZERO;
+        c.drafts = drafts;
+        c
     }
 
     impl Readback<2> for Fake {
