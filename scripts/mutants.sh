@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of specula-core with cargo-mutants (issue 19).
 #
-#   scripts/mutants.sh                  every mutant of the measured files (about 30 min on 2 cores)
+#   scripts/mutants.sh                  every mutant of the measured files (about 40 min on 2 cores)
 #   scripts/mutants.sh --changed [BASE] only the mutants on lines changed since BASE (the default:
 #                                       the merge base with main, or HEAD~1 when HEAD is on main,
 #                                       as in CI on a fresh clone of main); uncommitted changes count

@@ -748,4 +748,92 @@ mod tests {
             "old samples are forgotten"
         );
     }
+
+    #[test]
+    fn latencies_keep_the_smallest_and_largest_of_the_window() {
+        let mut l = Latencies::default();
+        assert_eq!((l.min(), l.max()), (None, None));
+        for ns in [5, 3, 7] {
+            l.record(ns);
+        }
+        assert_eq!((l.min(), l.max()), (Some(3), Some(7)));
+        for _ in 0..LATENCY_WINDOW {
+            l.record(10);
+        }
+        assert_eq!(
+            (l.min(), l.max()),
+            (Some(10), Some(10)),
+            "older samples forgotten"
+        );
+        l.record(4);
+        assert_eq!((l.min(), l.max()), (Some(4), Some(10)));
+    }
+
+    #[test]
+    fn debug_shows_the_state() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(5), w, 100, 0).unwrap();
+        assert_eq!(c.tick(100), Tick::Started);
+        let mut s: heapless::String<512> = heapless::String::new();
+        core::fmt::write(&mut s, format_args!("{c:?}")).unwrap();
+        assert!(s.starts_with("Collector {"), "{s}");
+        assert!(s.contains("in_flight: 1"), "{s}");
+        assert!(s.contains("stale_after_ns: 1000000000"), "{s}");
+        assert!(s.ends_with(".. }"), "{s}");
+    }
+
+    #[test]
+    fn the_step_gap_is_a_slowly_decaying_maximum() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 1_000_000, 0).unwrap();
+        c.tick(0);
+        assert_eq!(c.gap_ns, 0, "no gap before a second tick");
+        c.tick(1_000);
+        assert_eq!(c.gap_ns, 1_000);
+        c.tick(1_010);
+        // Loses 1/256 of itself (1000 / 256 = 3), not 1000 % 256.
+        assert_eq!(c.gap_ns, 997);
+        c.tick(1_020);
+        assert_eq!(c.gap_ns, 994);
+        c.tick(3_020);
+        assert_eq!(c.gap_ns, 2_000, "a longer gap takes over at once");
+    }
+
+    /// A collector on a 1000 ns grid with a deadline grid of `dl_period` from 0, whose
+    /// planner has measured `latencies` and a step gap of `gap_ns`.
+    fn planner<'s>(
+        w: SlotWriter<'s, Snapshot<2>>,
+        dl_period: u64,
+        latencies: &[u64],
+        gap_ns: u64,
+    ) -> Collector<'s, Scripted, 2> {
+        let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
+        c.set_deadlines(dl_period, 0).unwrap();
+        for &l in latencies {
+            c.latencies.record(l);
+        }
+        c.gap_ns = gap_ns;
+        c
+    }
+
+    #[test]
+    fn a_readback_starts_at_the_last_step_that_still_meets_the_deadline() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // Latency 200, gap 10: plan with 210; started at 780, the next step (790) plus 210 is
+        // the deadline 1000 exactly; at 779 it would still be in time one step later.
+        // At 900 the 1000 deadline cannot be reached any more: skipped, not served.
+        for (now, want, next) in [
+            (700, false, 1_000),
+            (779, false, 1_000),
+            (780, true, 2_000),
+            (900, false, 2_000),
+        ] {
+            let (w, _) = slot.split();
+            let mut c = planner(w, 1_000, &[200], 10);
+            assert_eq!(c.wants_start(now), want, "at {now}");
+            assert_eq!(c.deadlines().unwrap().next_ns(), next, "at {now}");
+        }
+    }
 }

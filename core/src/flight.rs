@@ -143,9 +143,15 @@ mod tests {
         let mut next_in = 0;
         let mut next_out = 0;
         for round in 0..10 {
-            while f.push(next_in).is_ok() {
+            // Bounded, so a ring that never fills fails here instead of looping for ever.
+            for _ in 0..=3 {
+                if f.push(next_in).is_err() {
+                    break;
+                }
                 next_in += 1;
+                assert!(f.len() <= 3, "holds at most N");
             }
+            assert_eq!(f.push(next_in), Err(next_in), "full: handed back");
             assert!(f.is_full());
             assert_eq!(f.len(), 3);
             assert_eq!(f.back(), Some(&(next_in - 1)));

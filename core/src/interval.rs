@@ -77,6 +77,9 @@ mod tests {
     #[test]
     fn zero_period_is_an_error() {
         assert_eq!(Interval::new(0, 5), Err(ZeroPeriod));
+        let mut s: heapless::String<64> = heapless::String::new();
+        core::fmt::write(&mut s, format_args!("{ZeroPeriod}")).unwrap();
+        assert_eq!(s.as_str(), "interval period must be greater than zero");
     }
 
     #[test]

@@ -69,3 +69,92 @@ impl<const K: usize, R: Readback<K> + ?Sized> Readback<K> for &mut R {
         (**self).abandon()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A backend whose every answer is distinct, to see that `&mut R` forwards each call.
+    struct Fake {
+        fail_start: bool,
+        starts: u32,
+        abandons: u32,
+    }
+
+    fn counters(drafts: u64) -> Counters<2> {
+        let mut c = Counters::ZERO;
+        c.drafts = drafts;
+        c
+    }
+
+    impl Readback<2> for Fake {
+        type Error = u8;
+        fn start(&mut self) -> Result<(), u8> {
+            self.starts += 1;
+            if self.fail_start { Err(7) } else { Ok(()) }
+        }
+        fn poll(&mut self) -> Poll<Result<Counters<2>, u8>> {
+            Poll::Ready(Ok(counters(3)))
+        }
+        fn flush(&mut self) -> Result<Counters<2>, u8> {
+            Ok(counters(4))
+        }
+        fn max_in_flight(&self) -> usize {
+            3
+        }
+        fn abandon(&mut self) -> bool {
+            self.abandons += 1;
+            self.abandons % 2 == 1
+        }
+    }
+
+    /// A backend that keeps the trait's defaults.
+    struct Plain;
+
+    impl Readback<2> for Plain {
+        type Error = u8;
+        fn start(&mut self) -> Result<(), u8> {
+            Ok(())
+        }
+        fn poll(&mut self) -> Poll<Result<Counters<2>, u8>> {
+            Poll::Pending
+        }
+        fn flush(&mut self) -> Result<Counters<2>, u8> {
+            Err(1)
+        }
+    }
+
+    #[test]
+    fn defaults_are_one_in_flight_and_no_abandon() {
+        let mut p = Plain;
+        assert_eq!(p.max_in_flight(), 1);
+        assert!(!p.abandon());
+        // Through `&mut R` too.
+        let mut r = &mut p;
+        assert_eq!(Readback::<2>::max_in_flight(&r), 1);
+        assert!(!Readback::<2>::abandon(&mut r));
+        assert_eq!(Readback::<2>::poll(&mut r), Poll::Pending);
+        assert_eq!(Readback::<2>::flush(&mut r), Err(1));
+    }
+
+    #[test]
+    fn a_mutable_reference_forwards_every_call() {
+        let mut f = Fake {
+            fail_start: false,
+            starts: 0,
+            abandons: 0,
+        };
+        {
+            let mut r = &mut f;
+            assert_eq!(r.start(), Ok(()));
+            r.fail_start = true;
+            assert_eq!(Readback::start(&mut r), Err(7));
+            assert_eq!(Readback::poll(&mut r), Poll::Ready(Ok(counters(3))));
+            assert_eq!(Readback::flush(&mut r), Ok(counters(4)));
+            assert_eq!(Readback::max_in_flight(&r), 3);
+            assert!(Readback::abandon(&mut r));
+            assert!(!Readback::abandon(&mut r));
+        }
+        assert_eq!((f.starts, f.abandons), (2, 2));
+    }
+}
