@@ -335,6 +335,19 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 // t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
 // group is whole, else as scalars. Each result is order-independent, so the split never matters.
 
+// A request the kernel skips (and does not count): its error bit, 0 when it is valid. k = 0 is
+// valid (only the bonus token); k > k_max or a draft id outside the vocabulary is not. Both
+// entry points check requests with this one function.
+__device__ __forceinline__ sp_u32 sp_request_error(const sp_u32* draft_ids, sp_u32 b, sp_u32 kb,
+                                                   sp_u32 k_max, sp_u32 vocab) {
+    if (kb > k_max) return SP_ERR_DRAFT_LEN;
+    sp_u32 bad = 0u;
+    for (sp_u32 j = 0; j < kb; ++j) {
+        if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
+    }
+    return bad;
+}
+
 __device__ __forceinline__ bool sp_aligned16(const float* p) {
     return (((unsigned long long)(const void*)p) & 15ull) == 0ull;
 }
@@ -577,14 +590,7 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     }
 
     const sp_u32 kb = k[b];
-    sp_u32 bad = 0u;
-    if (kb > k_max) { // k = 0 is valid: only the bonus token
-        bad = SP_ERR_DRAFT_LEN;
-    } else {
-        for (sp_u32 j = 0; j < kb; ++j) {
-            if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
-        }
-    }
+    const sp_u32 bad = sp_request_error(draft_ids, b, kb, k_max, vocab);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
@@ -719,14 +725,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     }
 
     const sp_u32 kb = k[b];
-    sp_u32 bad = 0u;
-    if (kb > k_max) { // k = 0 is valid: only the bonus token
-        bad = SP_ERR_DRAFT_LEN;
-    } else {
-        for (sp_u32 j = 0; j < kb; ++j) {
-            if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
-        }
-    }
+    const sp_u32 bad = sp_request_error(draft_ids, b, kb, k_max, vocab);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         if (sl != 0u) return; // one block of the request writes "skipped"
