@@ -55,6 +55,19 @@ impl ErrorKind {
     }
 }
 
+/// An error with an [`ErrorKind`]: what generic code (the GPU orchestration, the conformance
+/// suites) needs of a backend's or driver's error type.
+pub trait HasKind {
+    /// The kind of this failure.
+    fn kind(&self) -> ErrorKind;
+}
+
+impl HasKind for core::convert::Infallible {
+    fn kind(&self) -> ErrorKind {
+        match *self {}
+    }
+}
+
 impl core::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.as_str())

@@ -3,6 +3,39 @@
 use crate::counters::Counters;
 use core::task::Poll;
 
+/// Misuse of a [`Readback`], answered the same way by every implementation (and checked by the
+/// readback conformance suite of `specula-tests`):
+/// * [`poll`](Readback::poll) with nothing in flight returns `Ready(Err(e))` where `e` is (or
+///   wraps) [`Misuse::NothingInFlight`];
+/// * [`start`](Readback::start) with [`max_in_flight`](Readback::max_in_flight) readbacks in
+///   flight returns `Err(e)` where `e` is (or wraps) [`Misuse::AlreadyInFlight`], and changes
+///   nothing.
+///
+/// Both have [`ErrorKind::Misuse`](crate::ErrorKind::Misuse).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Misuse {
+    /// `poll` with no readback in flight.
+    NothingInFlight,
+    /// `start` with `max_in_flight` readbacks already in flight.
+    AlreadyInFlight,
+}
+
+impl crate::error_kind::HasKind for Misuse {
+    fn kind(&self) -> crate::ErrorKind {
+        crate::ErrorKind::Misuse
+    }
+}
+
+impl core::fmt::Display for Misuse {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::NothingInFlight => "no readback in flight",
+            Self::AlreadyInFlight => "as many readbacks in flight as allowed",
+        })
+    }
+}
+
 /// An asynchronous copy of device-side counters to the host.
 ///
 /// The contract a backend implements:

@@ -234,10 +234,6 @@ impl<const K: usize> KernelHost<K> {
         accepted: *mut u32,
         tokens: *mut u32,
     ) -> i32 {
-        let f: Launcher = match self.mode {
-            Mode::Cuda => specula_host_verify_cuda,
-            Mode::Hip => specula_host_verify_hip,
-        };
         let (blocks, scratch) = if self.slices > 1 {
             let words = kernels::split_scratch_words(
                 shape[kernels::SHAPE_K_MAX] as usize,
@@ -251,30 +247,93 @@ impl<const K: usize> KernelHost<K> {
         } else {
             (grid, core::ptr::null_mut())
         };
+        let params = Params {
+            shape: shape.as_ptr(),
+            k,
+            draft_ids,
+            draft_probs,
+            target_probs,
+            seed,
+            offset,
+            eps,
+            delta,
+            accepted,
+            tokens,
+            stats: self.stats.as_mut_ptr(),
+            scratch,
+        };
         // SAFETY: the caller guarantees the pointers; `shape`, `self.stats` and the scratch are
         // live and sized for the kernel (8 shape words; 4 + 2K + 1 stats words, with
         // shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request of
         // `grid`, zero as the kernel leaves them).
-        unsafe {
-            f(
-                blocks,
-                self.block,
-                shape.as_ptr(),
-                k,
-                draft_ids,
-                draft_probs,
-                target_probs,
-                seed,
-                offset,
-                eps,
-                delta,
-                accepted,
-                tokens,
-                self.stats.as_mut_ptr(),
-                scratch,
-                self.slices,
-            )
-        }
+        unsafe { launch_params(self.mode, blocks, self.block, self.slices, &params) }
+    }
+}
+
+/// The kernel's parameters as raw host pointers, in its order (the split entry's two extra
+/// ones last). One pack, used by [`KernelHost`] and by the host driver
+/// ([`crate::host_driver`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// Shape words.
+    pub shape: *const u32,
+    /// `k[b]`.
+    pub k: *const u32,
+    /// Draft ids.
+    pub draft_ids: *const u32,
+    /// Draft probabilities, or null.
+    pub draft_probs: *const f32,
+    /// Target probabilities.
+    pub target_probs: *const f32,
+    /// Seeds.
+    pub seed: *const u64,
+    /// Offsets.
+    pub offset: *const u64,
+    /// `ε`, or null.
+    pub eps: *const f32,
+    /// `δ`, or null.
+    pub delta: *const f32,
+    /// Output: accepted counts.
+    pub accepted: *mut u32,
+    /// Output: tokens.
+    pub tokens: *mut u32,
+    /// Counters and error word.
+    pub stats: *mut u64,
+    /// Split scratch, or null with one slice.
+    pub scratch: *mut u64,
+}
+
+/// Runs `blocks` blocks of `block` threads of the kernel text compiled in `mode` (the split
+/// entry when `slices > 1`). Returns the launcher's status (0: ran).
+///
+/// # Safety
+/// Every pointer in `p` must be valid for the extent the shape words (and `blocks`) imply, as
+/// for a device launch, and not accessed by anything else while the kernel runs.
+pub unsafe fn launch_params(mode: Mode, blocks: u32, block: u32, slices: u32, p: &Params) -> i32 {
+    let f: Launcher = match mode {
+        Mode::Cuda => specula_host_verify_cuda,
+        Mode::Hip => specula_host_verify_hip,
+    };
+    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
+    unsafe {
+        f(
+            blocks,
+            block,
+            p.shape,
+            p.k,
+            p.draft_ids,
+            p.draft_probs,
+            p.target_probs,
+            p.seed,
+            p.offset,
+            p.eps,
+            p.delta,
+            p.accepted,
+            p.tokens,
+            p.stats,
+            p.scratch,
+            slices,
+        )
     }
 }
 

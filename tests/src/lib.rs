@@ -2,6 +2,7 @@
 //! helpers for the cross-crate tests.
 
 pub mod conformance;
+pub mod host_driver;
 pub mod kernel_host;
 
 /// The README's usage example, compiled and run as a doc test.

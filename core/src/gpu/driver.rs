@@ -1,0 +1,184 @@
+//! [`Driver`]: the seam between the orchestration in this module and a GPU API (CUDA, HIP, or
+//! the host driver of the tests), in the style of wgpu-hal's `Api`: associated types for the
+//! handles, one method per driver call the orchestration makes, nothing else.
+
+use super::view::{Element, View, ViewMut};
+use crate::error_kind::HasKind;
+use core::fmt::Debug;
+
+/// What an event query answers: the work recorded before the event has finished, or not yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Status {
+    /// Everything recorded before the event has completed.
+    Ready,
+    /// Some of it is still queued or running.
+    Pending,
+}
+
+/// Which entry point of `core/kernels/specula_verify.cu` a launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Entry {
+    /// [`VERIFY_ENTRY`](crate::kernels::VERIFY_ENTRY): one block per request.
+    Single,
+    /// [`VERIFY_SPLIT_ENTRY`](crate::kernels::VERIFY_SPLIT_ENTRY): each request's rows over
+    /// `slices` blocks, with the scratch buffer of [`Launch::scratch`].
+    Split {
+        /// Blocks per request (≥ 2).
+        slices: u32,
+    },
+}
+
+/// The device buffers of one verification step, typed and borrowed: the compiler checks that
+/// they outlive every use the orchestration makes of them (a launch, or a captured graph, which
+/// borrows them for its own lifetime). Laid out as `core/DETERMINISM.md` says; the values behind
+/// them (shape words, `k`, seeds, offsets, ...) are read by the kernel at run time, so a graph
+/// replays with new values copied into the same buffers.
+#[derive(Debug)]
+pub struct VerifyArgs<'a, D: Driver> {
+    /// Blocks launched: the largest batch these buffers hold (`≥` the batch shape word).
+    pub capacity: u32,
+    /// [`SHAPE_WORDS`](crate::kernels::SHAPE_WORDS) shape words
+    /// ([`shape_words`](crate::kernels::shape_words)); the counters-`K` word must be `K`.
+    pub shape: View<'a, D, u32>,
+    /// `k[b]`.
+    pub k: View<'a, D, u32>,
+    /// Draft ids.
+    pub draft_ids: View<'a, D, u32>,
+    /// Draft probabilities; `None` with a one-hot drafter.
+    pub draft_probs: Option<View<'a, D, f32>>,
+    /// Target probabilities.
+    pub target_probs: View<'a, D, f32>,
+    /// Seeds.
+    pub seed: View<'a, D, u64>,
+    /// Offsets.
+    pub offset: View<'a, D, u64>,
+    /// Typical acceptance `ε` (read only by typical acceptance).
+    pub eps: View<'a, D, f32>,
+    /// Typical acceptance `δ` (read only by typical acceptance).
+    pub delta: View<'a, D, f32>,
+    /// Output: accepted counts.
+    pub accepted: ViewMut<'a, D, u32>,
+    /// Output: tokens.
+    pub tokens: ViewMut<'a, D, u32>,
+}
+
+/// One kernel launch as the orchestration asks a driver for it: everything the driver glue
+/// turns into its launch parameters, in the kernel's parameter order.
+#[derive(Debug)]
+pub struct Launch<'l, 'a, D: Driver> {
+    /// Which entry point.
+    pub entry: Entry,
+    /// Blocks: `capacity` for [`Entry::Single`], `capacity · slices` for [`Entry::Split`].
+    pub grid: u32,
+    /// Threads per block ([`Driver::block_threads`]).
+    pub block: u32,
+    /// The step's buffers.
+    pub args: &'l VerifyArgs<'a, D>,
+    /// The counters buffer ([`stats_words`](crate::kernels::stats_words)`(K)` `u64` words).
+    pub stats: &'l D::Buffer,
+    /// The split entry's scratch (zero between launches); `Some` exactly for [`Entry::Split`].
+    pub scratch: Option<&'l D::Buffer>,
+}
+
+/// A GPU API as the orchestration uses it.
+///
+/// Handles are cheap to clone where the orchestration shares them (a driver value, a device
+/// buffer shared by a verifier, its readbacks and its graphs). Every method that enqueues work
+/// returns as soon as the work is queued; only [`sync_event`](Driver::sync_event) and
+/// [`sync_stream`](Driver::sync_stream) wait for the device, and the orchestration counts
+/// every call it makes to them ([`Syncs`](super::Syncs)).
+///
+/// A driver keeps every buffer alive until the work that uses it has completed, even if its last
+/// handle is dropped earlier (reference counts, or a free that waits, as `cuMemFree` does).
+pub trait Driver: Clone {
+    /// Why a driver call failed.
+    type Error: Debug + Clone + PartialEq + core::fmt::Display + HasKind;
+    /// An in-order queue of work.
+    type Stream: Clone;
+    /// A marker in a stream that can be queried and waited on.
+    type Event;
+    /// Device memory (a shared handle: clones refer to the same memory).
+    type Buffer: Clone + Debug;
+    /// Page-locked host memory, target of asynchronous device-to-host copies.
+    type HostBuffer;
+    /// A captured, executable sequence of stream work.
+    type Graph;
+
+    /// A new stream.
+    fn stream(&self) -> Result<Self::Stream, Self::Error>;
+    /// A new event (no timing).
+    fn event(&self) -> Result<Self::Event, Self::Error>;
+    /// `bytes` of zeroed device memory (at least 8-byte aligned).
+    fn alloc(&self, bytes: usize) -> Result<Self::Buffer, Self::Error>;
+    /// The size of `buf` in bytes.
+    fn bytes(buf: &Self::Buffer) -> usize;
+    /// `bytes` of zeroed page-locked host memory.
+    fn alloc_host(&self, bytes: usize) -> Result<Self::HostBuffer, Self::Error>;
+    /// Enqueues a copy of `src` into `dst` at byte `offset` (in bounds: the orchestration checks).
+    /// `src` may be reused as soon as this returns (the driver stages it, as a pageable
+    /// `cuMemcpyHtoDAsync` does).
+    fn upload<T: Element>(
+        &self,
+        stream: &Self::Stream,
+        dst: &Self::Buffer,
+        offset: usize,
+        src: &[T],
+    ) -> Result<(), Self::Error>;
+    /// Enqueues a device-to-device copy of `bytes` bytes.
+    fn copy(
+        &self,
+        stream: &Self::Stream,
+        dst: &Self::Buffer,
+        src: &Self::Buffer,
+        bytes: usize,
+    ) -> Result<(), Self::Error>;
+    /// Enqueues a copy of `bytes` bytes of `src` from byte `src_offset` into the page-locked
+    /// `dst` at byte `dst_offset` (both in bounds: the orchestration checks).
+    fn download(
+        &self,
+        stream: &Self::Stream,
+        dst: &Self::HostBuffer,
+        dst_offset: usize,
+        src: &Self::Buffer,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<(), Self::Error>;
+    /// Reads `out.len()` elements of `buf` from byte `offset` (in bounds: the orchestration
+    /// checks).
+    ///
+    /// # Safety
+    /// No copy into `buf` may be in flight: every download into it has been seen complete (an
+    /// event recorded after it queried [`Status::Ready`] or was waited on).
+    unsafe fn read_host<T: Element>(&self, buf: &Self::HostBuffer, offset: usize, out: &mut [T]);
+    /// Enqueues `event` on `stream`: it completes when the work queued before it has.
+    fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<(), Self::Error>;
+    /// Makes `stream` wait (on the device, not the host) for the last recording of `event`.
+    fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<(), Self::Error>;
+    /// Whether the last recording of `event` has completed. Never waits. An error is the
+    /// failure of the work it tracks.
+    fn query(&self, event: &Self::Event) -> Result<Status, Self::Error>;
+    /// Waits on the host for the last recording of `event`. Synchronising.
+    fn sync_event(&self, event: &Self::Event) -> Result<(), Self::Error>;
+    /// Waits on the host for everything queued on `stream`. Synchronising.
+    fn sync_stream(&self, stream: &Self::Stream) -> Result<(), Self::Error>;
+    /// Enqueues one launch of the kernel.
+    fn launch(
+        &self,
+        stream: &Self::Stream,
+        launch: &Launch<'_, '_, Self>,
+    ) -> Result<(), Self::Error>;
+    /// Starts capturing `stream`: work enqueued on it is recorded, not run, until
+    /// [`end_capture`](Driver::end_capture).
+    fn begin_capture(&self, stream: &Self::Stream) -> Result<(), Self::Error>;
+    /// Ends the capture and instantiates what was recorded.
+    fn end_capture(&self, stream: &Self::Stream) -> Result<Self::Graph, Self::Error>;
+    /// Enqueues one replay of `graph` on `stream`.
+    fn replay(&self, graph: &Self::Graph, stream: &Self::Stream) -> Result<(), Self::Error>;
+    /// Multiprocessors (compute units): below one request per multiprocessor, launches split
+    /// each request's rows over several blocks.
+    fn multiprocessors(&self) -> u32;
+    /// Threads per block the kernel text was compiled for.
+    fn block_threads(&self) -> u32;
+}

@@ -1,0 +1,22 @@
+//! The GPU orchestration, written once over a small [`Driver`] trait: staging, launch (the
+//! single-block and split entry points of the kernel text), graph capture and replay, the
+//! readback ring, flush, and the count of synchronising calls. CUDA, ROCm and the host driver of
+//! `specula-tests` (which runs the kernel text on CPU threads, so CI executes this code end to
+//! end) are driver glue.
+//!
+//! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
+//! lifetime the compiler checks, never raw pointers valid "until the next stage".
+
+mod driver;
+mod error;
+mod readback;
+mod staging;
+mod verifier;
+mod view;
+
+pub use driver::{Driver, Entry, Launch, Status, VerifyArgs};
+pub use error::GpuError;
+pub use readback::GpuReadback;
+pub use staging::Staging;
+pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph};
+pub use view::{Element, OutOfBounds, View, ViewMut};

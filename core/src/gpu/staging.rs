@@ -1,0 +1,172 @@
+//! [`Staging`]: grow-only device buffers that host-slice batches are copied into.
+
+use super::driver::{Driver, VerifyArgs};
+use super::error::GpuError;
+use super::view::{Element, View, ViewMut};
+use crate::kernels;
+use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method};
+
+/// Buffers, in the order of [`VerifyArgs`]' fields.
+const SLOTS: usize = 11;
+const SHAPE: usize = 0;
+const KS: usize = 1;
+const IDS: usize = 2;
+const DPROBS: usize = 3;
+const TPROBS: usize = 4;
+const SEED: usize = 5;
+const OFFSET: usize = 6;
+const EPS: usize = 7;
+const DELTA: usize = 8;
+const ACCEPTED: usize = 9;
+const TOKENS: usize = 10;
+
+/// The byte sizes a batch needs in each buffer.
+fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
+    let b = batch.requests();
+    let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
+    let w4 = |n: usize| n.checked_mul(4);
+    let w8 = |n: usize| n.checked_mul(8);
+    Some([
+        kernels::SHAPE_WORDS * 4,
+        w4(batch.k.len())?,
+        w4(batch.draft_ids.len())?,
+        w4(batch.draft_probs.map_or(0, <[f32]>::len))?,
+        w4(batch.target_probs.len())?,
+        w8(batch.seed.len())?,
+        w8(batch.offset.len())?,
+        w4(b)?,
+        w4(b)?,
+        w4(b)?,
+        w4(tokens)?,
+    ])
+}
+
+/// Device buffers of the host-slice path, grown on demand and never shrunk: a batch that needs
+/// no more bytes in any buffer than an earlier one is written into the same buffers, so a graph
+/// captured on [`write`](Staging::write)'s views of the largest batch replays later, smaller
+/// batches written the same way.
+#[derive(Debug)]
+pub struct Staging<D: Driver> {
+    bufs: [Option<D::Buffer>; SLOTS],
+}
+
+impl<D: Driver> Default for Staging<D> {
+    fn default() -> Self {
+        Self {
+            bufs: Default::default(),
+        }
+    }
+}
+
+impl<D: Driver> Staging<D> {
+    /// No buffers yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
+    pub fn reserve(&mut self, drv: &D, batch: &Batch<'_>) -> Result<(), GpuError<D::Error>> {
+        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        for (slot, need) in self.bufs.iter_mut().zip(needs) {
+            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
+            if !fits {
+                *slot = None; // free before allocating the larger one
+                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
+                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues copies of `batch` (validated by the caller, reserved for) on `stream` and
+    /// returns the views a launch takes. Does not allocate or synchronise: the copies are
+    /// ordered on `stream` before whatever is enqueued after them, so a launch or a graph
+    /// replay on the same stream sees this batch. Fails with [`GpuError::ViewTooShort`] if a
+    /// buffer is too small (not reserved for this batch).
+    pub fn write<const K: usize>(
+        &self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &Batch<'_>,
+    ) -> Result<VerifyArgs<'_, D>, GpuError<D::Error>> {
+        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
+        for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
+            match src {
+                Some(b) if D::bytes(b) >= need => *dst = Some(b),
+                _ => return Err(GpuError::ViewTooShort),
+            }
+        }
+        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
+        let b = batch.requests();
+        let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
+        let shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
+        let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
+        Ok(VerifyArgs {
+            capacity,
+            shape,
+            k: up_u32(drv, stream, buf(KS)?, batch.k)?,
+            draft_ids: up_u32(drv, stream, buf(IDS)?, batch.draft_ids)?,
+            draft_probs: match batch.draft_probs {
+                Some(d) => Some(upload(drv, stream, buf(DPROBS)?, d)?),
+                None => None,
+            },
+            target_probs: upload(drv, stream, buf(TPROBS)?, batch.target_probs)?,
+            seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
+            offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
+            eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
+            delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
+            accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
+            tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
+        })
+    }
+}
+
+fn oob<E>(_: super::view::OutOfBounds) -> GpuError<E> {
+    GpuError::ViewTooShort
+}
+
+fn up_u32<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    data: &[u32],
+) -> Result<View<'a, D, u32>, GpuError<D::Error>> {
+    upload(drv, stream, dst, data)
+}
+
+fn upload<'a, D: Driver, T: Element>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    data: &[T],
+) -> Result<View<'a, D, T>, GpuError<D::Error>> {
+    let view = View::range(dst, 0, data.len()).map_err(oob)?;
+    drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
+    Ok(view)
+}
+
+/// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).
+fn per_request<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    values: Option<&[f32]>,
+    default: f32,
+    b: usize,
+) -> Result<View<'a, D, f32>, GpuError<D::Error>> {
+    if let Some(v) = values {
+        return upload(drv, stream, dst, v);
+    }
+    let view = View::range(dst, 0, b).map_err(oob)?;
+    let chunk = [default; 64];
+    let mut at = 0;
+    while at < b {
+        let n = (b - at).min(chunk.len());
+        drv.upload(stream, dst, at * 4, &chunk[..n])
+            .map_err(GpuError::Driver)?;
+        at += n;
+    }
+    Ok(view)
+}

@@ -1,0 +1,387 @@
+//! [`GpuVerifier`]: the kernel over a [`Driver`], written once for every GPU API.
+
+use super::driver::{Driver, Entry, Launch, VerifyArgs};
+use super::error::GpuError;
+use super::readback::{GpuReadback, read_stats};
+use super::staging::Staging;
+use crate::counters::Counters;
+use crate::flight::MAX_IN_FLIGHT;
+use crate::kernels;
+use crate::verify::{Batch, Check, Method, Outputs, Support, Verifier, validate_with};
+use core::marker::PhantomData;
+
+/// The most blocks one request's rows are split over.
+pub const MAX_SLICES: u32 = 64;
+
+/// A captured launch, replayable with new values in the same buffers. It borrows the buffers
+/// of the [`VerifyArgs`] it was captured on for `'a`, so none can be freed or reallocated
+/// while it exists. Replay it only on the verifier that captured it.
+#[derive(Debug)]
+pub struct VerifyGraph<'a, D: Driver> {
+    graph: D::Graph,
+    capacity: u32,
+    _buffers: PhantomData<&'a D::Buffer>,
+}
+
+impl<D: Driver> VerifyGraph<'_, D> {
+    /// The capacity (blocks per slice) it launches.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
+/// The verification kernel with its device counters (`Counters<K>` plus an error word), its
+/// compute stream, split scratch and host-slice staging, over any [`Driver`].
+///
+/// The step path is [`launch`](GpuVerifier::launch) (or a [`VerifyGraph`] replay) and a
+/// [`GpuReadback`]'s `start`/`poll`: they enqueue work and query events, and never call a
+/// synchronising driver method. [`sync_calls`](GpuVerifier::sync_calls) counts the
+/// synchronising calls this verifier made (the host-slice [`Verifier`] path makes one per
+/// call; the step path none).
+#[derive(Debug)]
+pub struct GpuVerifier<D: Driver, const K: usize> {
+    drv: D,
+    stream: D::Stream,
+    stats: D::Buffer,
+    /// Scratch of the split entry and the capacity it is sized for.
+    split: Option<(D::Buffer, u32)>,
+    staging: Staging<D>,
+    /// Page-locked outputs of the host-slice path: accepted, tokens, then the stats words.
+    host: Option<(D::HostBuffer, usize)>,
+    done: D::Event,
+    flags_seen: u64,
+    syncs: u64,
+}
+
+impl<D: Driver, const K: usize> GpuVerifier<D, K> {
+    /// A verifier with zeroed device counters and its own stream.
+    pub fn new(drv: D) -> Result<Self, GpuError<D::Error>> {
+        let stats = drv
+            .alloc(kernels::stats_words(K) * 8)
+            .map_err(GpuError::Driver)?;
+        Ok(Self {
+            stream: drv.stream().map_err(GpuError::Driver)?,
+            done: drv.event().map_err(GpuError::Driver)?,
+            drv,
+            stats,
+            split: None,
+            staging: Staging::new(),
+            host: None,
+            flags_seen: 0,
+            syncs: 0,
+        })
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.drv
+    }
+
+    /// The compute stream every launch is enqueued on.
+    pub fn stream(&self) -> &D::Stream {
+        &self.stream
+    }
+
+    /// The counters buffer ([`kernels::stats_words`]`(K)` `u64` words).
+    pub fn stats(&self) -> &D::Buffer {
+        &self.stats
+    }
+
+    /// Synchronising driver calls this verifier has made.
+    pub fn sync_calls(&self) -> u64 {
+        self.syncs
+    }
+
+    /// A readback of this verifier's counters with up to [`MAX_IN_FLIGHT`] copies in flight,
+    /// ordered on its compute stream.
+    pub fn readback(&self) -> Result<GpuReadback<D, K, MAX_IN_FLIGHT>, GpuError<D::Error>> {
+        GpuReadback::new(self.drv.clone(), self.stream.clone(), self.stats.clone())
+    }
+
+    /// Blocks per request a launch of `capacity` requests uses: below one request per
+    /// multiprocessor, `min(⌈2 · SMs / capacity⌉, 64)` when scratch for that capacity is
+    /// reserved ([`reserve_split`](GpuVerifier::reserve_split)); otherwise 1.
+    pub fn slices_for(&self, capacity: u32) -> u32 {
+        let reserved = self.split.as_ref().is_some_and(|(_, c)| *c >= capacity);
+        if !reserved {
+            return 1;
+        }
+        wanted_slices(self.drv.multiprocessors(), capacity)
+    }
+
+    /// Allocates (zeroed) the split entry's scratch for launches of up to `capacity` requests,
+    /// so small batches spread over the device without allocating on the step path. Set-up;
+    /// [`stage`](GpuVerifier::stage) calls it.
+    pub fn reserve_split(&mut self, capacity: u32) -> Result<(), GpuError<D::Error>> {
+        if self.split.as_ref().is_some_and(|(_, c)| *c >= capacity) {
+            return Ok(());
+        }
+        let slices = wanted_slices(self.drv.multiprocessors(), capacity);
+        if slices <= 1 {
+            return Ok(());
+        }
+        // k_max ≤ K always (the kernel refuses a larger shape), so K sizes every launch.
+        let bytes = kernels::split_scratch_words(K, slices as usize)
+            .checked_mul(capacity as usize)
+            .and_then(|w| w.checked_mul(8))
+            .ok_or(GpuError::TooLarge)?;
+        self.split = None;
+        self.split = Some((self.drv.alloc(bytes).map_err(GpuError::Driver)?, capacity));
+        Ok(())
+    }
+
+    /// Set-up for the host-slice path: validates `batch` like the reference (with `out`, the host
+    /// outputs its results will be copied to), grows `staging`
+    /// and the split scratch for it. Then [`Staging::write`] enqueues the copies and gives the
+    /// views for [`launch_staged`](GpuVerifier::launch_staged) or
+    /// [`capture`](GpuVerifier::capture).
+    pub fn stage(
+        &mut self,
+        staging: &mut Staging<D>,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &Outputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        validate_with::<K>(Support::EMPTY_DRAFTS, method, check, batch, out)?;
+        staging.reserve(&self.drv, batch)?;
+        self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
+    }
+
+    /// The step path: enqueues one launch on the compute stream and returns; no synchronising
+    /// call. Bad requests are skipped by the kernel and flagged in the error word.
+    ///
+    /// The views' lengths are checked against `args.capacity` (per-request buffers and the
+    /// shape words).
+    ///
+    /// # Safety
+    /// The shape words in device memory (read by the kernel when it runs) must describe
+    /// extents within the views: rows × strides of the probability views, `capacity · k_max`
+    /// draft ids, `capacity · (k_max + 1)` tokens. Views written by [`Staging::write`] meet this.
+    pub unsafe fn launch(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
+        if !views_fit(args) {
+            return Err(GpuError::ViewTooShort);
+        }
+        enqueue_launch::<D, K>(
+            &self.drv,
+            &self.stream,
+            &self.stats,
+            self.split.as_ref(),
+            args,
+        )
+    }
+
+    /// [`launch`](GpuVerifier::launch) on views [`Staging::write`] returned for a batch that
+    /// [`stage`](GpuVerifier::stage) validated.
+    pub fn launch_staged(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
+        // SAFETY: staged views hold exactly the validated batch the shape words describe.
+        unsafe { self.launch(args) }
+    }
+
+    /// Captures one launch on `args` as a graph (no work runs). Set-up; a replay is one
+    /// driver call on the step path.
+    ///
+    /// # Safety
+    /// As for [`launch`](GpuVerifier::launch), at every replay.
+    pub unsafe fn capture<'a>(
+        &self,
+        args: &VerifyArgs<'a, D>,
+    ) -> Result<VerifyGraph<'a, D>, GpuError<D::Error>> {
+        if !views_fit(args) {
+            return Err(GpuError::ViewTooShort);
+        }
+        self.drv
+            .begin_capture(&self.stream)
+            .map_err(GpuError::Driver)?;
+        let launched = enqueue_launch::<D, K>(
+            &self.drv,
+            &self.stream,
+            &self.stats,
+            self.split.as_ref(),
+            args,
+        );
+        // End the capture even when the launch failed, so the stream is usable again.
+        let graph = self.drv.end_capture(&self.stream).map_err(GpuError::Driver);
+        launched?;
+        Ok(VerifyGraph {
+            graph: graph?,
+            capacity: args.capacity,
+            _buffers: PhantomData,
+        })
+    }
+
+    /// Enqueues one replay of `graph` on the compute stream (the step path: no synchronising
+    /// call).
+    pub fn replay(&self, graph: &VerifyGraph<'_, D>) -> Result<(), GpuError<D::Error>> {
+        self.drv
+            .replay(&graph.graph, &self.stream)
+            .map_err(GpuError::Driver)
+    }
+
+    /// Copies the outputs of the work enqueued so far to `accepted` and `tokens` and waits
+    /// (one synchronising call). Not the step path.
+    pub fn download_outputs(
+        &mut self,
+        args: &VerifyArgs<'_, D>,
+        accepted: &mut [u32],
+        tokens: &mut [u32],
+    ) -> Result<u64, GpuError<D::Error>> {
+        if accepted.len() > args.accepted.len() || tokens.len() > args.tokens.len() {
+            return Err(GpuError::ViewTooShort);
+        }
+        let a_bytes = accepted.len() * 4;
+        let t_bytes = tokens.len() * 4;
+        let s_bytes = kernels::stats_words(K) * 8;
+        let total = a_bytes
+            .checked_add(t_bytes)
+            .and_then(|x| x.checked_add(s_bytes))
+            .ok_or(GpuError::TooLarge)?;
+        let fits = self.host.as_ref().is_some_and(|(_, n)| *n >= total);
+        if !fits {
+            self.host = None;
+            let h = self.drv.alloc_host(total).map_err(GpuError::Driver)?;
+            self.host = Some((h, total));
+        }
+        let Some((host, _)) = self.host.as_ref() else {
+            return Err(GpuError::TooLarge);
+        };
+        let d = &self.drv;
+        // Stats words first (8-aligned), then accepted, then tokens.
+        let s = &self.stream;
+        d.download(s, host, 0, &self.stats, 0, s_bytes)
+            .map_err(GpuError::Driver)?;
+        let (acc, acc_at) = (args.accepted.buffer(), args.accepted.byte_offset());
+        d.download(s, host, s_bytes, acc, acc_at, a_bytes)
+            .map_err(GpuError::Driver)?;
+        let (tok, tok_at) = (args.tokens.buffer(), args.tokens.byte_offset());
+        d.download(s, host, s_bytes + a_bytes, tok, tok_at, t_bytes)
+            .map_err(GpuError::Driver)?;
+        d.record(&self.done, &self.stream)
+            .map_err(GpuError::Driver)?;
+        self.syncs += 1;
+        d.sync_event(&self.done).map_err(GpuError::Driver)?;
+        // SAFETY: the event recorded after every download into `host` has been waited on.
+        unsafe {
+            d.read_host(host, s_bytes, accepted);
+            d.read_host(host, s_bytes + a_bytes, tokens);
+        }
+        // SAFETY: as above.
+        let (_, flags) = unsafe { read_stats::<D, K>(d, host) };
+        Ok(flags)
+    }
+}
+
+fn wanted_slices(sms: u32, capacity: u32) -> u32 {
+    if capacity == 0 || capacity >= sms {
+        return 1;
+    }
+    (2 * sms).div_ceil(capacity).clamp(1, MAX_SLICES)
+}
+
+fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
+    let b = args.capacity as usize;
+    args.shape.len() >= kernels::SHAPE_WORDS
+        && args.k.len() >= b
+        && args.seed.len() >= b
+        && args.offset.len() >= b
+        && args.eps.len() >= b
+        && args.delta.len() >= b
+        && args.accepted.len() >= b
+        && args.tokens.len() >= b
+}
+
+fn enqueue_launch<D: Driver, const K: usize>(
+    drv: &D,
+    stream: &D::Stream,
+    stats: &D::Buffer,
+    split: Option<&(D::Buffer, u32)>,
+    args: &VerifyArgs<'_, D>,
+) -> Result<(), GpuError<D::Error>> {
+    let capacity = args.capacity.max(1);
+    let slices = match split {
+        Some((_, c)) if *c >= capacity => wanted_slices(drv.multiprocessors(), capacity),
+        _ => 1,
+    };
+    let (entry, scratch) = match split {
+        Some((buf, _)) if slices > 1 => (Entry::Split { slices }, Some(buf)),
+        _ => (Entry::Single, None),
+    };
+    let launch = Launch {
+        entry,
+        grid: capacity.saturating_mul(slices),
+        block: drv.block_threads(),
+        args,
+        stats,
+        scratch,
+    };
+    drv.launch(stream, &launch).map_err(GpuError::Driver)
+}
+
+impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
+    type Error = GpuError<D::Error>;
+
+    /// Host-slice convenience: stage, launch, copy down, wait (one synchronising call).
+    fn verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), Self::Error> {
+        validate_with::<K>(Support::EMPTY_DRAFTS, method, check, batch, out)?;
+        let mut staging = core::mem::take(&mut self.staging);
+        let result = self.verify_staged(&mut staging, method, batch, out);
+        self.staging = staging;
+        result
+    }
+
+    fn totals(&mut self) -> Result<Counters<K>, Self::Error> {
+        let bytes = kernels::stats_words(K) * 8;
+        let fits = self.host.as_ref().is_some_and(|(_, n)| *n >= bytes);
+        if !fits {
+            self.host = None;
+            let h = self.drv.alloc_host(bytes).map_err(GpuError::Driver)?;
+            self.host = Some((h, bytes));
+        }
+        let Some((host, _)) = self.host.as_ref() else {
+            return Err(GpuError::TooLarge);
+        };
+        self.drv
+            .download(&self.stream, host, 0, &self.stats, 0, bytes)
+            .map_err(GpuError::Driver)?;
+        self.drv
+            .record(&self.done, &self.stream)
+            .map_err(GpuError::Driver)?;
+        self.syncs += 1;
+        self.drv.sync_event(&self.done).map_err(GpuError::Driver)?;
+        // SAFETY: the download into `host` has been waited on.
+        let (c, _) = unsafe { read_stats::<D, K>(&self.drv, host) };
+        Ok(c)
+    }
+
+    /// The kernel text verifies `k = 0` (padded layout, sampled bonus tokens).
+    fn support(&self) -> Support {
+        Support::EMPTY_DRAFTS
+    }
+}
+
+impl<D: Driver, const K: usize> GpuVerifier<D, K> {
+    fn verify_staged(
+        &mut self,
+        staging: &mut Staging<D>,
+        method: Method,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        staging.reserve(&self.drv, batch)?;
+        self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
+        let args = staging.write::<K>(&self.drv, &self.stream, method, batch)?;
+        self.launch_staged(&args)?;
+        let flags = self.download_outputs(&args, out.accepted, out.tokens)?;
+        if flags != self.flags_seen {
+            self.flags_seen = flags;
+            return Err(GpuError::DeviceFlags(flags));
+        }
+        Ok(())
+    }
+}

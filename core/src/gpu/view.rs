@@ -1,0 +1,183 @@
+//! Typed, borrowed views of device buffers: what the step path takes instead of raw pointers.
+
+use super::driver::Driver;
+use core::fmt;
+use core::marker::PhantomData;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+    impl Sealed for f32 {}
+}
+
+/// An element type the kernel reads or writes (`u32`, `u64`, `f32`).
+pub trait Element: sealed::Sealed + Copy {
+    /// Its size in bytes.
+    const BYTES: usize;
+}
+impl Element for u32 {
+    const BYTES: usize = 4;
+}
+impl Element for u64 {
+    const BYTES: usize = 8;
+}
+impl Element for f32 {
+    const BYTES: usize = 4;
+}
+
+/// A view is out of its buffer's bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct OutOfBounds;
+
+fn window<D: Driver, T: Element>(
+    buf: &D::Buffer,
+    offset: usize,
+    len: usize,
+) -> Result<(), OutOfBounds> {
+    let end = offset.checked_add(len).ok_or(OutOfBounds)?;
+    let bytes = end.checked_mul(T::BYTES).ok_or(OutOfBounds)?;
+    if bytes > D::bytes(buf) {
+        return Err(OutOfBounds);
+    }
+    Ok(())
+}
+
+/// `len` elements of type `T` read by the kernel, starting at element `offset` of a device
+/// buffer, borrowed for `'a`.
+pub struct View<'a, D: Driver, T: Element> {
+    buf: &'a D::Buffer,
+    offset: usize,
+    len: usize,
+    _t: PhantomData<&'a [T]>,
+}
+
+impl<D: Driver, T: Element> Clone for View<'_, D, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<D: Driver, T: Element> Copy for View<'_, D, T> {}
+
+impl<D: Driver, T: Element> fmt::Debug for View<'_, D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, D: Driver, T: Element> View<'a, D, T> {
+    /// The whole buffer, as `T`s (a trailing partial element is left out).
+    pub fn new(buf: &'a D::Buffer) -> Self {
+        Self {
+            buf,
+            offset: 0,
+            len: D::bytes(buf) / T::BYTES,
+            _t: PhantomData,
+        }
+    }
+
+    /// Elements `offset .. offset + len` of the buffer.
+    pub fn range(buf: &'a D::Buffer, offset: usize, len: usize) -> Result<Self, OutOfBounds> {
+        window::<D, T>(buf, offset, len)?;
+        Ok(Self {
+            buf,
+            offset,
+            len,
+            _t: PhantomData,
+        })
+    }
+
+    /// The buffer viewed.
+    pub fn buffer(&self) -> &'a D::Buffer {
+        self.buf
+    }
+
+    /// The first element's byte offset in the buffer.
+    pub fn byte_offset(&self) -> usize {
+        self.offset * T::BYTES
+    }
+
+    /// Elements viewed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if no element is viewed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// `len` elements of type `T` written by the kernel: the buffer is borrowed exclusively for
+/// `'a`, so nothing else reads or writes it through this orchestration meanwhile.
+pub struct ViewMut<'a, D: Driver, T: Element> {
+    inner: View<'a, D, T>,
+    _excl: PhantomData<&'a mut [T]>,
+}
+
+impl<D: Driver, T: Element> fmt::Debug for ViewMut<'_, D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ViewMut")
+            .field("offset", &self.inner.offset)
+            .field("len", &self.inner.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, D: Driver, T: Element> ViewMut<'a, D, T> {
+    /// The whole buffer, as `T`s.
+    pub fn new(buf: &'a mut D::Buffer) -> Self {
+        let buf: &'a D::Buffer = buf;
+        Self {
+            inner: View::new(buf),
+            _excl: PhantomData,
+        }
+    }
+
+    /// Elements `offset .. offset + len` of the buffer.
+    pub fn range(buf: &'a mut D::Buffer, offset: usize, len: usize) -> Result<Self, OutOfBounds> {
+        let buf: &'a D::Buffer = buf;
+        Ok(Self {
+            inner: View::range(buf, offset, len)?,
+            _excl: PhantomData,
+        })
+    }
+
+    /// A view the orchestration writes through although it holds the buffer shared (its own
+    /// staging buffers, whose writes are ordered on one stream).
+    pub(crate) fn shared(inner: View<'a, D, T>) -> Self {
+        Self {
+            inner,
+            _excl: PhantomData,
+        }
+    }
+
+    /// The same elements, read-only (for instance to copy the outputs down).
+    pub fn as_view(&self) -> View<'_, D, T> {
+        self.inner
+    }
+
+    /// The buffer viewed.
+    pub fn buffer(&self) -> &D::Buffer {
+        self.inner.buf
+    }
+
+    /// The first element's byte offset in the buffer.
+    pub fn byte_offset(&self) -> usize {
+        self.inner.byte_offset()
+    }
+
+    /// Elements viewed.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// True if no element is viewed.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+}
