@@ -120,12 +120,13 @@ impl<const K: usize> CudaVerifier<K> {
         if capacity == 0 || capacity >= sms {
             return Ok(());
         }
-        let slices = (2 * sms).div_ceil(capacity).clamp(1, MAX_SLICES) as usize;
+        // Every capacity up to this one launches with its own slice count (more slices for
+        // fewer requests), so the scratch is sized for the largest need among them, not just
+        // this capacity's (which overflowed it for, say, 3 requests after reserving 4 on 16 SMs).
         // k_max <= K always (the kernel refuses a larger shape), so K sizes every launch.
-        let words = kernels::split_scratch_words(K, slices)
-            .checked_mul(capacity as usize)
+        let bytes = specula_core::gpu::split_scratch_bytes::<K>(sms, capacity)
             .ok_or(CudaError::TooLarge)?;
-        let buf = DeviceBuffer::zeroed(self.dev.context(), words * 8)?;
+        let buf = DeviceBuffer::zeroed(self.dev.context(), bytes)?;
         self.split = Some((Arc::new(buf), capacity));
         Ok(())
     }

@@ -18,5 +18,5 @@ pub use driver::{Driver, Entry, Launch, Status, VerifyArgs};
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::Staging;
-pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph};
+pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, OutOfBounds, View, ViewMut};

@@ -116,15 +116,14 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         if self.split.as_ref().is_some_and(|(_, c)| *c >= capacity) {
             return Ok(());
         }
-        let slices = wanted_slices(self.drv.multiprocessors(), capacity);
-        if slices <= 1 {
+        let sms = self.drv.multiprocessors();
+        if wanted_slices(sms, capacity) <= 1 {
             return Ok(());
         }
-        // k_max ≤ K always (the kernel refuses a larger shape), so K sizes every launch.
-        let bytes = kernels::split_scratch_words(K, slices as usize)
-            .checked_mul(capacity as usize)
-            .and_then(|w| w.checked_mul(8))
-            .ok_or(GpuError::TooLarge)?;
+        // Every launch of a capacity up to this one uses the scratch, with its own slice count
+        // (more slices for fewer requests): size it for the largest need among them, not just
+        // this capacity's. k_max ≤ K always (the kernel refuses a larger shape).
+        let bytes = split_scratch_bytes::<K>(sms, capacity).ok_or(GpuError::TooLarge)?;
         self.split = None;
         self.split = Some((self.drv.alloc(bytes).map_err(GpuError::Driver)?, capacity));
         Ok(())
@@ -269,6 +268,19 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         let (_, flags) = unsafe { read_stats::<D, K>(d, host) };
         Ok(flags)
     }
+}
+
+/// Scratch bytes of the split entry that launches of every capacity `1..=capacity` need on
+/// `sms` multiprocessors, each with its own slice count (`min(⌈2 · sms / c⌉, 64)` below `sms`
+/// requests): fewer requests take more slices, and can need more scratch than `capacity` does.
+/// `None` on overflow.
+pub fn split_scratch_bytes<const K: usize>(sms: u32, capacity: u32) -> Option<usize> {
+    let mut most = 0usize;
+    for c in 1..=capacity {
+        let words = kernels::split_scratch_words(K, wanted_slices(sms, c) as usize);
+        most = most.max(words.checked_mul(c as usize)?);
+    }
+    most.checked_mul(8)
 }
 
 fn wanted_slices(sms: u32, capacity: u32) -> u32 {

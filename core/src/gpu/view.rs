@@ -12,19 +12,34 @@ mod sealed {
 }
 
 /// An element type the kernel reads or writes (`u32`, `u64`, `f32`).
-pub trait Element: sealed::Sealed + Copy {
+pub trait Element: sealed::Sealed + Copy + Default {
     /// Its size in bytes.
     const BYTES: usize;
+    /// Its native-endian bytes, written to `out[..BYTES]` (so a driver needs no `unsafe` to
+    /// stage a typed slice).
+    fn write_ne(self, out: &mut [u8]);
+    /// The value of native-endian `bytes[..BYTES]`.
+    fn read_ne(bytes: &[u8]) -> Self;
 }
-impl Element for u32 {
-    const BYTES: usize = 4;
+
+macro_rules! element {
+    ($t:ty, $n:literal) => {
+        impl Element for $t {
+            const BYTES: usize = $n;
+            fn write_ne(self, out: &mut [u8]) {
+                out[..$n].copy_from_slice(&self.to_ne_bytes());
+            }
+            fn read_ne(bytes: &[u8]) -> Self {
+                let mut b = [0u8; $n];
+                b.copy_from_slice(&bytes[..$n]);
+                <$t>::from_ne_bytes(b)
+            }
+        }
+    };
 }
-impl Element for u64 {
-    const BYTES: usize = 8;
-}
-impl Element for f32 {
-    const BYTES: usize = 4;
-}
+element!(u32, 4);
+element!(u64, 8);
+element!(f32, 4);
 
 /// A view is out of its buffer's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,1055 @@
+//! The GPU orchestration (`specula_core::gpu`) over a deterministic fake driver: streams are
+//! queues the test drains step by step, so every pending/ready state, ordering and fault is
+//! under the test's control. (The host driver of `specula-tests` runs the same code with real
+//! threads and the kernel text; this one is what the mutation tests judge.)
+
+use specula_core::gpu::{
+    Driver, Element, Entry, GpuError, GpuReadback, GpuVerifier, Launch, MAX_SLICES, OutOfBounds,
+    Staging, Status, View, ViewMut,
+};
+use specula_core::kernels;
+use specula_core::verify::{
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Streams, Verifier,
+    VerifyError,
+};
+use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::task::Poll;
+
+const K: usize = 4;
+
+#[derive(Clone, Debug, PartialEq)]
+struct FakeError(ErrorKind);
+
+impl HasKind for FakeError {
+    fn kind(&self) -> ErrorKind {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "fake {}", self.0)
+    }
+}
+
+#[derive(Debug)]
+struct Mem {
+    id: usize,
+    data: RefCell<Vec<u8>>,
+}
+type Buf = Rc<Mem>;
+
+#[derive(Debug, Default)]
+struct Ev {
+    recorded: Cell<u64>,
+    completed: Cell<u64>,
+    failed: Cell<u64>,
+}
+type Event = Rc<Ev>;
+
+#[derive(Clone, Debug)]
+struct LaunchRec {
+    entry: Entry,
+    grid: u32,
+    block: u32,
+    /// (buffer id, byte offset) of shape, k, accepted, tokens, stats.
+    shape: (usize, usize),
+    k: (usize, usize),
+    accepted: (usize, usize),
+    stats: usize,
+    scratch: Option<(usize, usize)>,
+    draft_probs: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Upload(Buf, usize, Vec<u8>),
+    Copy(Buf, Buf, usize),
+    Download(Buf, usize, Buf, usize, usize),
+    Record(Event, u64),
+    Wait(Event, u64),
+    Launch(Rc<(LaunchRec, [Buf; 4], [usize; 4])>),
+    Replay(Rc<Vec<Op>>),
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    queue: RefCell<VecDeque<Op>>,
+    capture: RefCell<Option<Vec<Op>>>,
+    failed: Cell<bool>,
+}
+type Stream = Rc<StreamState>;
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: Cell<usize>,
+    streams: RefCell<Vec<Stream>>,
+    launches: RefCell<Vec<LaunchRec>>,
+    syncs: Cell<u64>,
+    fail_downloads: Cell<u32>,
+    fail_calls: Cell<bool>,
+}
+
+#[derive(Clone, Debug)]
+struct Fake {
+    st: Rc<State>,
+    sms: u32,
+}
+
+impl Fake {
+    fn new(sms: u32) -> Self {
+        Self {
+            st: Rc::default(),
+            sms,
+        }
+    }
+
+    fn id(&self) -> usize {
+        let i = self.st.next_id.get();
+        self.st.next_id.set(i + 1);
+        i
+    }
+
+    fn push(&self, s: &Stream, op: Op) -> Result<(), FakeError> {
+        if self.st.fail_calls.get() {
+            return Err(FakeError(ErrorKind::Device));
+        }
+        if let Some(c) = s.capture.borrow_mut().as_mut() {
+            c.push(op);
+            return Ok(());
+        }
+        s.queue.borrow_mut().push_back(op);
+        Ok(())
+    }
+
+    /// Runs the first queued op of `s` if it can; false if blocked or empty.
+    fn step(&self, s: &Stream) -> bool {
+        let Some(op) = s.queue.borrow().front().cloned() else {
+            return false;
+        };
+        if let Op::Wait(ev, g) = &op
+            && ev.completed.get() < *g
+        {
+            return false;
+        }
+        s.queue.borrow_mut().pop_front();
+        self.exec(s, &op);
+        true
+    }
+
+    fn exec(&self, s: &Stream, op: &Op) {
+        match op {
+            Op::Upload(dst, off, data) => {
+                dst.data.borrow_mut()[*off..off + data.len()].copy_from_slice(data);
+            }
+            Op::Copy(dst, src, n) => {
+                let v = src.data.borrow()[..*n].to_vec();
+                dst.data.borrow_mut()[..*n].copy_from_slice(&v);
+            }
+            Op::Download(dst, doff, src, soff, n) => {
+                let f = self.st.fail_downloads.get();
+                if f > 0 {
+                    self.st.fail_downloads.set(f - 1);
+                    s.failed.set(true);
+                    return;
+                }
+                let v = src.data.borrow()[*soff..soff + n].to_vec();
+                dst.data.borrow_mut()[*doff..doff + n].copy_from_slice(&v);
+            }
+            Op::Record(ev, g) => {
+                ev.completed.set(ev.completed.get().max(*g));
+                if s.failed.replace(false) {
+                    ev.failed.set(*g);
+                }
+            }
+            Op::Wait(..) => {}
+            Op::Launch(l) => {
+                let (rec, bufs, offs) = &**l;
+                self.st.launches.borrow_mut().push(rec.clone());
+                // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100.
+                let [shape, k, accepted, stats] = bufs;
+                let batch = u32::read_ne(&shape.data.borrow()[offs[0]..]) as usize;
+                let mut st = stats.data.borrow_mut();
+                let drafts = u64::read_ne(&st[..]) + batch as u64;
+                drafts.write_ne(&mut st[..8]);
+                drop(st);
+                for b in 0..batch {
+                    let kb = u32::read_ne(&k.data.borrow()[offs[1] + 4 * b..]);
+                    (kb + 100).write_ne(&mut accepted.data.borrow_mut()[offs[2] + 4 * b..]);
+                }
+            }
+            Op::Replay(ops) => {
+                for o in ops.iter() {
+                    self.exec(s, o);
+                }
+            }
+        }
+    }
+
+    /// Runs every stream until none can progress.
+    fn run(&self) {
+        let streams = self.st.streams.borrow().clone();
+        while streams.iter().any(|s| self.step(s)) {}
+    }
+
+    /// Runs only stream `s` until it blocks or empties.
+    fn run_stream(&self, s: &Stream) {
+        while self.step(s) {}
+    }
+
+    fn launches(&self) -> Vec<LaunchRec> {
+        self.st.launches.borrow().clone()
+    }
+
+    fn pending_ops(&self) -> usize {
+        self.st
+            .streams
+            .borrow()
+            .iter()
+            .map(|s| s.queue.borrow().len())
+            .sum()
+    }
+}
+
+impl Driver for Fake {
+    type Error = FakeError;
+    type Stream = Stream;
+    type Event = Event;
+    type Buffer = Buf;
+    type HostBuffer = Buf;
+    type Graph = Rc<Vec<Op>>;
+
+    fn stream(&self) -> Result<Stream, FakeError> {
+        let s: Stream = Rc::default();
+        self.st.streams.borrow_mut().push(s.clone());
+        Ok(s)
+    }
+    fn event(&self) -> Result<Event, FakeError> {
+        Ok(Rc::default())
+    }
+    fn alloc(&self, bytes: usize) -> Result<Buf, FakeError> {
+        if self.st.fail_calls.get() {
+            return Err(FakeError(ErrorKind::Resource));
+        }
+        Ok(Rc::new(Mem {
+            id: self.id(),
+            data: RefCell::new(vec![0; bytes]),
+        }))
+    }
+    fn bytes(buf: &Buf) -> usize {
+        buf.data.borrow().len()
+    }
+    fn alloc_host(&self, bytes: usize) -> Result<Buf, FakeError> {
+        self.alloc(bytes)
+    }
+    fn upload<T: Element>(
+        &self,
+        s: &Stream,
+        dst: &Buf,
+        offset: usize,
+        src: &[T],
+    ) -> Result<(), FakeError> {
+        let mut bytes = vec![0u8; src.len() * T::BYTES];
+        for (x, out) in src.iter().zip(bytes.chunks_mut(T::BYTES)) {
+            x.write_ne(out);
+        }
+        self.push(s, Op::Upload(dst.clone(), offset, bytes))
+    }
+    fn copy(&self, s: &Stream, dst: &Buf, src: &Buf, bytes: usize) -> Result<(), FakeError> {
+        self.push(s, Op::Copy(dst.clone(), src.clone(), bytes))
+    }
+    fn download(
+        &self,
+        s: &Stream,
+        dst: &Buf,
+        dst_offset: usize,
+        src: &Buf,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<(), FakeError> {
+        let op = Op::Download(dst.clone(), dst_offset, src.clone(), src_offset, bytes);
+        self.push(s, op)
+    }
+    unsafe fn read_host<T: Element>(&self, buf: &Buf, offset: usize, out: &mut [T]) {
+        let d = buf.data.borrow();
+        for (i, x) in out.iter_mut().enumerate() {
+            *x = T::read_ne(&d[offset + i * T::BYTES..]);
+        }
+    }
+    fn record(&self, ev: &Event, s: &Stream) -> Result<(), FakeError> {
+        let g = ev.recorded.get() + 1;
+        ev.recorded.set(g);
+        self.push(s, Op::Record(ev.clone(), g))
+    }
+    fn wait(&self, s: &Stream, ev: &Event) -> Result<(), FakeError> {
+        self.push(s, Op::Wait(ev.clone(), ev.recorded.get()))
+    }
+    fn query(&self, ev: &Event) -> Result<Status, FakeError> {
+        if ev.completed.get() < ev.recorded.get() {
+            Ok(Status::Pending)
+        } else if ev.failed.get() == ev.recorded.get() && ev.recorded.get() > 0 {
+            Err(FakeError(ErrorKind::Device))
+        } else {
+            Ok(Status::Ready)
+        }
+    }
+    fn sync_event(&self, ev: &Event) -> Result<(), FakeError> {
+        self.st.syncs.set(self.st.syncs.get() + 1);
+        self.run();
+        match self.query(ev)? {
+            Status::Ready => Ok(()),
+            Status::Pending => Err(FakeError(ErrorKind::Device)), // would hang
+        }
+    }
+    fn sync_stream(&self, s: &Stream) -> Result<(), FakeError> {
+        self.st.syncs.set(self.st.syncs.get() + 1);
+        self.run();
+        if s.queue.borrow().is_empty() {
+            Ok(())
+        } else {
+            Err(FakeError(ErrorKind::Device))
+        }
+    }
+    fn launch(&self, s: &Stream, l: &Launch<'_, '_, Self>) -> Result<(), FakeError> {
+        let a = l.args;
+        let at = |b: &Buf, o: usize| (b.id, o);
+        let rec = LaunchRec {
+            entry: l.entry,
+            grid: l.grid,
+            block: l.block,
+            shape: at(a.shape.buffer(), a.shape.byte_offset()),
+            k: at(a.k.buffer(), a.k.byte_offset()),
+            accepted: at(a.accepted.buffer(), a.accepted.byte_offset()),
+            stats: l.stats.id,
+            scratch: l.scratch.map(|b| (b.id, Self::bytes(b))),
+            draft_probs: a.draft_probs.is_some(),
+        };
+        let bufs = [
+            a.shape.buffer().clone(),
+            a.k.buffer().clone(),
+            a.accepted.buffer().clone(),
+            l.stats.clone(),
+        ];
+        let offs = [
+            a.shape.byte_offset(),
+            a.k.byte_offset(),
+            a.accepted.byte_offset(),
+            0,
+        ];
+        self.push(s, Op::Launch(Rc::new((rec, bufs, offs))))
+    }
+    fn begin_capture(&self, s: &Stream) -> Result<(), FakeError> {
+        *s.capture.borrow_mut() = Some(Vec::new());
+        Ok(())
+    }
+    fn end_capture(&self, s: &Stream) -> Result<Rc<Vec<Op>>, FakeError> {
+        s.capture
+            .borrow_mut()
+            .take()
+            .map(Rc::new)
+            .ok_or(FakeError(ErrorKind::Misuse))
+    }
+    fn replay(&self, g: &Rc<Vec<Op>>, s: &Stream) -> Result<(), FakeError> {
+        self.push(s, Op::Replay(g.clone()))
+    }
+    fn multiprocessors(&self) -> u32 {
+        self.sms
+    }
+    fn block_threads(&self) -> u32 {
+        96
+    }
+}
+
+/// An owned batch of `b` requests, `k_max` 2, vocabulary 3, one-hot target rows.
+struct Owned {
+    k: Vec<u32>,
+    ids: Vec<u32>,
+    target: Vec<f32>,
+    seed: Vec<u64>,
+    offset: Vec<u64>,
+    draft: Option<Vec<f32>>,
+}
+
+impl Owned {
+    fn new(b: usize) -> Self {
+        let mut target = vec![0.0; b * 3 * 3];
+        for r in 0..b * 3 {
+            target[r * 3] = 1.0;
+        }
+        Self {
+            k: (0..b).map(|i| 1 + (i % 2) as u32).collect(),
+            ids: vec![0; b * 2],
+            target,
+            seed: (0..b as u64).collect(),
+            offset: vec![7; b],
+            draft: None,
+        }
+    }
+    fn view(&self) -> Batch<'_> {
+        let mut batch = Batch::dense(
+            Dims { vocab: 3, k_max: 2 },
+            Drafts {
+                k: &self.k,
+                ids: &self.ids,
+            },
+            &self.target,
+            Streams {
+                seed: &self.seed,
+                offset: &self.offset,
+            },
+        );
+        batch.draft_probs = self.draft.as_deref();
+        if self.draft.is_some() {
+            batch.draft_stride = 3;
+        }
+        batch
+    }
+}
+
+fn outputs(b: usize) -> (Vec<u32>, Vec<u32>) {
+    (vec![0; b], vec![0; b * 3])
+}
+
+#[test]
+fn verify_stages_launches_and_downloads_with_one_sync() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(5);
+    let (mut acc, mut tok) = outputs(5);
+    v.verify(
+        Method::Greedy,
+        Check::Cheap,
+        &d.view(),
+        &mut Outputs {
+            accepted: &mut acc,
+            tokens: &mut tok,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        acc,
+        vec![101, 102, 101, 102, 101],
+        "the fake kernel's outputs came back"
+    );
+    assert_eq!(v.sync_calls(), 1);
+    assert_eq!(drv.st.syncs.get(), 1);
+    let l = drv.launches();
+    assert_eq!(l.len(), 1);
+    assert_eq!((l[0].entry, l[0].grid, l[0].block), (Entry::Single, 5, 96));
+    assert_eq!(l[0].stats, v.stats().id);
+    assert!(l[0].scratch.is_none() && !l[0].draft_probs);
+    assert_eq!(v.totals().unwrap().drafts, 5);
+    assert_eq!(v.sync_calls(), 2);
+    assert_eq!(v.support(), specula_core::verify::Support::EMPTY_DRAFTS);
+    // A second, smaller batch reuses the staging buffers (same ids).
+    let d2 = Owned::new(3);
+    let (mut acc2, mut tok2) = outputs(3);
+    v.verify(
+        Method::Rejection,
+        Check::Cheap,
+        &d2.view(),
+        &mut Outputs {
+            accepted: &mut acc2,
+            tokens: &mut tok2,
+        },
+    )
+    .unwrap();
+    let l = drv.launches();
+    assert_eq!(
+        (l[1].shape, l[1].k, l[1].accepted),
+        (l[0].shape, l[0].k, l[0].accepted)
+    );
+    assert_eq!(l[1].grid, 3);
+    assert_eq!(acc2, vec![101, 102, 101]);
+    assert_eq!(v.totals().unwrap().drafts, 8);
+    assert_eq!(v.driver().multiprocessors(), 1);
+}
+
+#[test]
+fn a_refused_batch_enqueues_nothing() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut d = Owned::new(2);
+    d.ids[0] = 9; // ≥ V
+    let (mut acc, mut tok) = outputs(2);
+    let e = v
+        .verify(
+            Method::Greedy,
+            Check::Cheap,
+            &d.view(),
+            &mut Outputs {
+                accepted: &mut acc,
+                tokens: &mut tok,
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, GpuError::Verify(VerifyError::TokenOutOfRange { .. })),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(drv.launches().is_empty() && drv.pending_ops() == 0);
+}
+
+#[test]
+fn device_flags_are_reported_once() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    // The fake kernel does not set flags; poke the error word as a kernel would.
+    let w = kernels::error_word(K) * 8;
+    kernels::ERR_TOKEN.write_ne(&mut v.stats().data.borrow_mut()[w..]);
+    let d = Owned::new(1);
+    let run = |v: &mut GpuVerifier<Fake, K>| {
+        let (mut acc, mut tok) = outputs(1);
+        v.verify(
+            Method::Greedy,
+            Check::Cheap,
+            &d.view(),
+            &mut Outputs {
+                accepted: &mut acc,
+                tokens: &mut tok,
+            },
+        )
+    };
+    let e = run(&mut v).unwrap_err();
+    assert_eq!(e, GpuError::DeviceFlags(kernels::ERR_TOKEN));
+    assert_eq!(e.kind(), ErrorKind::Device);
+    assert_eq!(run(&mut v), Ok(()), "the same flags are not reported again");
+}
+
+#[test]
+fn split_entry_below_one_request_per_multiprocessor() {
+    let drv = Fake::new(16);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    assert_eq!(v.slices_for(4), 1, "nothing reserved");
+    v.reserve_split(0).unwrap();
+    v.reserve_split(16).unwrap();
+    assert_eq!(
+        v.slices_for(4),
+        1,
+        "capacity 16 needs no split: nothing reserved"
+    );
+    v.reserve_split(4).unwrap();
+    assert_eq!(v.slices_for(4), 8);
+    assert_eq!(v.slices_for(3), 11);
+    assert_eq!(v.slices_for(1), 32);
+    assert_eq!(v.slices_for(5), 1, "reserved for 4 only");
+    assert_eq!(v.slices_for(16), 1);
+    let d = Owned::new(2);
+    let (mut acc, mut tok) = outputs(2);
+    v.verify(
+        Method::Greedy,
+        Check::Cheap,
+        &d.view(),
+        &mut Outputs {
+            accepted: &mut acc,
+            tokens: &mut tok,
+        },
+    )
+    .unwrap();
+    let l = drv.launches();
+    let slices = 16;
+    assert_eq!(l[0].entry, Entry::Split { slices });
+    assert_eq!(l[0].grid, 2 * slices);
+    // Reserved for capacity 4, the scratch holds what every capacity up to 4 launches with
+    // (2 requests split 16 ways need more than 4 split 8 ways... or less: the most of all).
+    let need = |c: usize, s: usize| kernels::split_scratch_words(K, s) * c * 8;
+    let most = [need(1, 32), need(2, 16), need(3, 11), need(4, 8)]
+        .into_iter()
+        .max()
+        .unwrap();
+    assert_eq!(l[0].scratch.map(|s| s.1), Some(most));
+    assert!(
+        need(3, 11) > need(4, 8),
+        "sizing for the reserved capacity alone would overflow"
+    );
+    assert_eq!(acc, vec![101, 102]);
+    // A large device: the slice count is capped.
+    let mut big = GpuVerifier::<Fake, K>::new(Fake::new(1000)).unwrap();
+    big.reserve_split(1).unwrap();
+    assert_eq!(big.slices_for(1), MAX_SLICES);
+    assert_eq!(big.slices_for(0), 1);
+}
+
+#[test]
+fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let b = 70; // more than one 64-value chunk of default ε/δ
+    let mut d = Owned::new(b);
+    d.draft = Some(vec![0.25; b * 2 * 3]);
+    let (mut acc, mut tok) = outputs(b);
+    assert_eq!(
+        staging
+            .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+            .unwrap_err(),
+        GpuError::ViewTooShort,
+        "not reserved"
+    );
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Typical, Check::Cheap, &d.view(), &o)
+        .unwrap();
+    let args = staging
+        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .unwrap();
+    drv.run();
+    assert_eq!(args.capacity, b as u32);
+    assert_eq!(args.k.len(), b);
+    assert_eq!(args.tokens.len(), b * 3);
+    assert_eq!(args.accepted.len(), b);
+    assert_eq!(args.draft_probs.map(|p| p.len()), Some(b * 6));
+    let read_f32 = |view: View<'_, Fake, f32>, i: usize| {
+        f32::read_ne(&view.buffer().data.borrow()[view.byte_offset() + 4 * i..])
+    };
+    for i in [0, 63, 64, 69] {
+        assert_eq!(read_f32(args.eps, i), DEFAULT_EPS);
+        assert_eq!(read_f32(args.delta, i), DEFAULT_DELTA);
+    }
+    let shape: Vec<u32> = (0..kernels::SHAPE_WORDS)
+        .map(|i| u32::read_ne(&args.shape.buffer().data.borrow()[4 * i..]))
+        .collect();
+    assert_eq!(
+        shape,
+        kernels::batch_shape::<K>(Method::Typical, &d.view()).unwrap()
+    );
+    // Given ε/δ are copied as they are.
+    let eps = vec![0.5f32; b];
+    let mut batch = d.view();
+    batch.eps = Some(&eps);
+    batch.delta = Some(&eps);
+    let args = staging
+        .write::<K>(&drv, v.stream(), Method::Typical, &batch)
+        .unwrap();
+    drv.run();
+    assert_eq!(read_f32(args.eps, 69), 0.5);
+    assert_eq!(read_f32(args.delta, 0), 0.5);
+    // A larger batch than reserved.
+    let d2 = Owned::new(b + 1);
+    assert_eq!(
+        staging
+            .write::<K>(&drv, v.stream(), Method::Typical, &d2.view())
+            .unwrap_err(),
+        GpuError::ViewTooShort
+    );
+    // Staging grows for it, with new buffers.
+    let old = args.k.buffer().id;
+    staging.reserve(&drv, &d2.view()).unwrap();
+    let args = staging
+        .write::<K>(&drv, v.stream(), Method::Typical, &d2.view())
+        .unwrap();
+    assert_ne!(args.k.buffer().id, old);
+    assert_eq!(args.capacity, b as u32 + 1);
+}
+
+#[test]
+fn launch_checks_every_per_request_view_against_the_capacity() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let d = Owned::new(4);
+    let (mut acc, mut tok) = outputs(4);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
+        .unwrap();
+    for field in 0..8 {
+        let mut a = staging
+            .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+            .unwrap();
+        match field {
+            0 => a.shape = View::range(a.shape.buffer(), 0, 7).unwrap(),
+            1 => a.k = short(a.k),
+            2 => a.seed = short(a.seed),
+            3 => a.offset = short(a.offset),
+            4 => a.eps = short(a.eps),
+            5 => a.delta = short(a.delta),
+            6 => a.capacity = 5,  // accepted holds 4
+            _ => a.capacity = 13, // tokens hold 12
+        }
+        // SAFETY: refused before anything is enqueued.
+        let e = unsafe { v.launch(&a) }.unwrap_err();
+        assert_eq!(e, GpuError::ViewTooShort, "field {field}");
+        // SAFETY: as above.
+        let e = unsafe { v.capture(&a) }.unwrap_err();
+        assert_eq!(e, GpuError::ViewTooShort, "field {field}");
+    }
+    drv.run();
+    assert!(drv.launches().is_empty());
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    v.launch_staged(&a).unwrap();
+    drv.run();
+    assert_eq!(drv.launches().len(), 1);
+    // Download into host slices longer than the views is refused.
+    let (mut acc, mut tok) = (vec![0; 5], vec![0; 12]);
+    assert_eq!(
+        v.download_outputs(&a, &mut acc, &mut tok),
+        Err(GpuError::ViewTooShort)
+    );
+    let (mut acc, mut tok) = (vec![0; 4], vec![0; 13]);
+    assert_eq!(
+        v.download_outputs(&a, &mut acc, &mut tok),
+        Err(GpuError::ViewTooShort)
+    );
+    let (mut acc, mut tok) = (vec![0; 4], vec![0; 12]);
+    assert_eq!(v.download_outputs(&a, &mut acc, &mut tok), Ok(0));
+    assert_eq!(acc, vec![101, 102, 101, 102]);
+}
+
+#[test]
+fn views_are_bounded_and_typed() {
+    let drv = Fake::new(1);
+    let mut buf = drv.alloc(40).unwrap();
+    let v = View::<Fake, u32>::new(&buf);
+    assert_eq!((v.len(), v.byte_offset(), v.is_empty()), (10, 0, false));
+    let w = View::<Fake, u64>::range(&buf, 2, 3).unwrap();
+    assert_eq!((w.len(), w.byte_offset()), (3, 16));
+    assert_eq!(
+        View::<Fake, u64>::range(&buf, 2, 4).unwrap_err(),
+        OutOfBounds
+    );
+    assert_eq!(
+        View::<Fake, u64>::range(&buf, usize::MAX, 1).unwrap_err(),
+        OutOfBounds
+    );
+    assert_eq!(
+        View::<Fake, u64>::range(&buf, 1, usize::MAX / 8).unwrap_err(),
+        OutOfBounds
+    );
+    assert!(View::<Fake, f32>::range(&buf, 10, 0).unwrap().is_empty());
+    let odd = drv.alloc(7).unwrap();
+    assert_eq!(
+        View::<Fake, u32>::new(&odd).len(),
+        1,
+        "a partial element is left out"
+    );
+    {
+        let m = ViewMut::<Fake, u32>::range(&mut buf, 1, 2).unwrap();
+        assert_eq!((m.len(), m.byte_offset(), m.is_empty()), (2, 4, false));
+        assert_eq!(m.as_view().len(), 2);
+        assert_eq!(m.buffer().id, buf_id(&m));
+        assert!(format!("{m:?}").contains("len: 2"));
+    }
+    assert!(ViewMut::<Fake, u32>::range(&mut buf, 9, 2).is_err());
+    let m = ViewMut::<Fake, u64>::new(&mut buf);
+    assert_eq!(m.len(), 5);
+    assert!(format!("{:?}", View::<Fake, u32>::new(&odd)).contains("len: 1"));
+    // The element codecs.
+    let mut b = [0u8; 8];
+    0x0102_0304u32.write_ne(&mut b);
+    assert_eq!(u32::read_ne(&b), 0x0102_0304);
+    1.5f32.write_ne(&mut b);
+    assert_eq!(f32::read_ne(&b), 1.5);
+    u64::MAX.write_ne(&mut b);
+    assert_eq!(u64::read_ne(&b), u64::MAX);
+    assert_eq!((u32::BYTES, u64::BYTES, f32::BYTES), (4, 8, 4));
+}
+
+fn short<T: Element>(view: View<'_, Fake, T>) -> View<'_, Fake, T> {
+    View::range(view.buffer(), 0, 3).unwrap()
+}
+
+fn buf_id(m: &ViewMut<'_, Fake, u32>) -> usize {
+    m.buffer().id
+}
+
+#[test]
+fn a_graph_runs_nothing_until_replayed_and_replays_new_values() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let d = Owned::new(4);
+    let (mut acc, mut tok) = outputs(4);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
+        .unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    // SAFETY: staged views.
+    let g = unsafe { v.capture(&a) }.unwrap();
+    assert_eq!(g.capacity(), 4);
+    drv.run();
+    assert!(drv.launches().is_empty(), "capture runs nothing");
+    v.replay(&g).unwrap();
+    v.replay(&g).unwrap();
+    drv.run();
+    assert_eq!(drv.launches().len(), 2);
+    // New values in the same buffers: 2 requests, k = 2, 1.
+    let mut d2 = Owned::new(2);
+    d2.k = vec![2, 1];
+    staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d2.view())
+        .unwrap();
+    v.replay(&g).unwrap();
+    let (mut acc, mut tok) = (vec![0; 2], vec![0; 6]);
+    v.download_outputs(&a, &mut acc, &mut tok).unwrap();
+    assert_eq!(acc, vec![102, 101]);
+    assert_eq!(v.totals().unwrap().drafts, 4 + 4 + 2);
+    assert_eq!(v.sync_calls(), 2);
+}
+
+#[test]
+fn a_failing_capture_still_ends_the_capture() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let d = Owned::new(1);
+    let (mut acc, mut tok) = outputs(1);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
+        .unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    drv.st.fail_calls.set(true);
+    // SAFETY: staged views.
+    let e = unsafe { v.capture(&a) }.unwrap_err();
+    assert_eq!(e, GpuError::Driver(FakeError(ErrorKind::Device)));
+    assert!(v.stream().capture.borrow().is_none(), "capture ended");
+    assert_eq!(
+        v.launch_staged(&a),
+        Err(GpuError::Driver(FakeError(ErrorKind::Device)))
+    );
+    assert!(GpuVerifier::<Fake, K>::new(drv.clone()).is_err());
+    assert!(v.readback().is_err());
+    drv.st.fail_calls.set(false);
+}
+
+/// A verifier, a readback of it, and a step that counts `n` drafts.
+fn rig(n: usize) -> (Fake, GpuVerifier<Fake, K>, Staging<Fake>, Owned) {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let d = Owned::new(n);
+    let (mut acc, mut tok) = outputs(n);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
+        .unwrap();
+    (drv, v, staging, d)
+}
+
+fn step(v: &GpuVerifier<Fake, K>, s: &Staging<Fake>, d: &Owned) {
+    let a = s
+        .write::<K>(v.driver(), v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    v.launch_staged(&a).unwrap();
+}
+
+#[test]
+fn readbacks_snapshot_in_stream_order_and_complete_in_start_order() {
+    let (drv, v, s, d) = rig(3);
+    let mut rb = v.readback().unwrap();
+    assert_eq!(rb.max_in_flight(), 4);
+    assert_eq!(
+        rb.poll(),
+        Poll::Ready(Err(GpuError::Misuse(Misuse::NothingInFlight)))
+    );
+    for _ in 0..4 {
+        step(&v, &s, &d);
+        rb.start().unwrap();
+    }
+    assert_eq!(rb.in_flight(), 4);
+    assert_eq!(rb.start(), Err(GpuError::Misuse(Misuse::AlreadyInFlight)));
+    assert_eq!(rb.in_flight(), 4, "a refused start changes nothing");
+    step(&v, &s, &d); // after the last snapshot: not in any of them
+    assert!(rb.poll().is_pending(), "nothing ran yet");
+    // Run the compute stream only: the snapshots are taken, the host copies are not.
+    drv.run_stream(v.stream());
+    assert!(rb.poll().is_pending());
+    drv.run_stream(rb.copy_stream());
+    for i in 1..=4u64 {
+        let c = match rb.poll() {
+            Poll::Ready(r) => r.unwrap(),
+            Poll::Pending => panic!("copy {i} ran"),
+        };
+        assert_eq!(c.drafts, 3 * i, "snapshot as of start {i}");
+    }
+    assert_eq!(rb.in_flight(), 0);
+    assert!(matches!(rb.poll(), Poll::Ready(Err(GpuError::Misuse(_)))));
+    assert_eq!(rb.sync_calls(), 0);
+    assert_eq!(drv.st.syncs.get(), 0, "start and poll never synchronise");
+    let total = rb.flush().unwrap();
+    assert_eq!(total.drafts, 15);
+    assert_eq!(rb.sync_calls(), 1);
+    assert_eq!(rb.error_flags(), 0);
+    assert!(format!("{rb:?}").contains("in_flight: 0"));
+}
+
+#[test]
+fn the_error_word_comes_back_with_the_counters() {
+    let (drv, v, s, d) = rig(1);
+    let mut rb = v.readback().unwrap();
+    step(&v, &s, &d);
+    let w = kernels::error_word(K) * 8;
+    drv.run();
+    kernels::ERR_DRAFT_LEN.write_ne(&mut v.stats().data.borrow_mut()[w..]);
+    let mut c = Counters::<K>::ZERO;
+    c.drafts = 1;
+    for j in 0..K {
+        let (a, dr) = (4 + j, 4 + K + j);
+        (10 + j as u64).write_ne(&mut v.stats().data.borrow_mut()[a * 8..]);
+        (20 + j as u64).write_ne(&mut v.stats().data.borrow_mut()[dr * 8..]);
+        c.accepted_per_position[j] = 10 + j as u64;
+        c.drafted_per_position[j] = 20 + j as u64;
+    }
+    for (i, x) in [(1, 5u64), (2, 6), (3, 7)] {
+        x.write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+    }
+    c.draft_tokens = 5;
+    c.accepted_tokens = 6;
+    c.emitted_tokens = 7;
+    rb.start().unwrap();
+    drv.run();
+    assert_eq!(rb.poll(), Poll::Ready(Ok(c)));
+    assert_eq!(rb.error_flags(), kernels::ERR_DRAFT_LEN);
+}
+
+#[test]
+fn a_failed_copy_is_one_error_and_frees_its_slot() {
+    let (drv, v, s, d) = rig(2);
+    let mut rb =
+        GpuReadback::<Fake, K, 1>::new(drv.clone(), v.stream().clone(), v.stats().clone()).unwrap();
+    assert_eq!(rb.max_in_flight(), 1);
+    step(&v, &s, &d);
+    drv.st.fail_downloads.set(1);
+    rb.start().unwrap();
+    drv.run();
+    let e = match rb.poll() {
+        Poll::Ready(Err(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(e.kind(), ErrorKind::Device);
+    rb.start().unwrap();
+    drv.run();
+    assert_eq!(rb.poll().map(|r| r.map(|c| c.drafts)), Poll::Ready(Ok(2)));
+    // A failing enqueue leaves the slot free.
+    drv.st.fail_calls.set(true);
+    assert!(matches!(rb.start(), Err(GpuError::Driver(_))));
+    drv.st.fail_calls.set(false);
+    assert_eq!(rb.in_flight(), 0);
+    rb.start().unwrap();
+    // Flush fails when the final copy fails.
+    drv.st.fail_downloads.set(2);
+    assert!(matches!(rb.flush(), Err(GpuError::Driver(_))));
+}
+
+#[test]
+fn abandoned_slots_wait_for_their_copy_before_reuse() {
+    let (drv, v, s, d) = rig(1);
+    let mut rb =
+        GpuReadback::<Fake, K, 2>::new(drv.clone(), v.stream().clone(), v.stats().clone()).unwrap();
+    assert!(!rb.abandon(), "nothing in flight");
+    step(&v, &s, &d);
+    rb.start().unwrap();
+    rb.start().unwrap();
+    assert!(rb.abandon());
+    assert_eq!(rb.in_flight(), 1);
+    // One slot abandoned and pending, one in flight: no free slot, but room in flight.
+    assert_eq!(rb.start(), Err(GpuError::Stalled));
+    assert!(rb.abandon());
+    assert_eq!(rb.start(), Err(GpuError::Stalled));
+    assert!(matches!(rb.poll(), Poll::Ready(Err(GpuError::Misuse(_)))));
+    // The copies land: the slots come back.
+    drv.run();
+    rb.start().unwrap();
+    rb.start().unwrap();
+    drv.run();
+    assert_eq!(rb.poll().map(|r| r.map(|c| c.drafts)), Poll::Ready(Ok(1)));
+    // A failed abandoned copy also frees its slot.
+    assert!(rb.abandon());
+    rb.start().unwrap();
+    assert!(rb.abandon());
+    drv.st.fail_downloads.set(1);
+    drv.run();
+    rb.start().unwrap();
+    rb.start().unwrap();
+    assert_eq!(rb.start(), Err(GpuError::Misuse(Misuse::AlreadyInFlight)));
+    assert_eq!(rb.sync_calls(), 0);
+}
+
+#[test]
+fn flush_waits_for_abandoned_copies_when_no_slot_is_free() {
+    let (drv, v, s, d) = rig(2);
+    let mut rb =
+        GpuReadback::<Fake, K, 1>::new(drv.clone(), v.stream().clone(), v.stats().clone()).unwrap();
+    step(&v, &s, &d);
+    rb.start().unwrap();
+    assert!(rb.abandon());
+    step(&v, &s, &d);
+    let total = rb.flush().unwrap();
+    assert_eq!(total.drafts, 4);
+    assert_eq!(rb.sync_calls(), 2, "the abandoned copy, then the final one");
+    // And when copies are in flight, it retires them first.
+    rb.start().unwrap();
+    step(&v, &s, &d);
+    assert_eq!(rb.flush().unwrap().drafts, 6);
+    assert_eq!(rb.sync_calls(), 4);
+    assert_eq!(rb.in_flight(), 0);
+    // A failing wait is reported.
+    rb.start().unwrap();
+    drv.st.fail_downloads.set(1);
+    assert!(matches!(rb.flush(), Err(GpuError::Driver(_))));
+}
+
+#[test]
+fn errors_have_one_kind_per_concept() {
+    type E = GpuError<FakeError>;
+    let cases: [(E, ErrorKind, &str); 7] = [
+        (
+            GpuError::Driver(FakeError(ErrorKind::NoDevice)),
+            ErrorKind::NoDevice,
+            "driver: fake no device",
+        ),
+        (
+            GpuError::Verify(VerifyError::EmptyBatch),
+            ErrorKind::InvalidInput,
+            "invalid batch: EmptyBatch",
+        ),
+        (GpuError::TooLarge, ErrorKind::InvalidInput, "32-bit"),
+        (GpuError::ViewTooShort, ErrorKind::InvalidInput, "shorter"),
+        (GpuError::DeviceFlags(4), ErrorKind::Device, "0x4"),
+        (
+            Misuse::NothingInFlight.into(),
+            ErrorKind::Misuse,
+            "no readback in flight",
+        ),
+        (GpuError::Stalled, ErrorKind::Device, "stalled"),
+    ];
+    for (e, kind, text) in cases {
+        assert_eq!(e.kind(), kind, "{e:?}");
+        assert_eq!(HasKind::kind(&e), kind);
+        assert!(e.to_string().contains(text), "{e}");
+    }
+    let e: E = VerifyError::EmptyBatch.into();
+    assert_eq!(e, GpuError::Verify(VerifyError::EmptyBatch));
+    assert_eq!(HasKind::kind(&Misuse::AlreadyInFlight), ErrorKind::Misuse);
+    assert!(Misuse::AlreadyInFlight.to_string().contains("in flight"));
+    assert_ne!(
+        Misuse::AlreadyInFlight.to_string(),
+        Misuse::NothingInFlight.to_string()
+    );
+    assert_eq!(
+        E::from(Misuse::AlreadyInFlight).to_string(),
+        Misuse::AlreadyInFlight.to_string()
+    );
+}
