@@ -342,23 +342,9 @@ impl<const K: usize> Verifier<K> for CpuVerifier<K> {
     }
 }
 
-/// Why a [`CpuReadback`] failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CpuReadbackError {
-    /// `poll` was called with no readback started.
-    NotStarted,
-}
-
-impl std::fmt::Display for CpuReadbackError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NotStarted => f.write_str("poll called with no readback in flight"),
-        }
-    }
-}
-
-impl std::error::Error for CpuReadbackError {}
+/// Why a [`CpuReadback`] failed: only misuse ([`Misuse`](specula_core::Misuse), the answer
+/// every readback gives).
+pub type CpuReadbackError = specula_core::Misuse;
 
 /// [`Readback`] of a [`CpuVerifier`]'s counters. `start` copies them under the lock (so the
 /// copy holds whole batches), `poll` hands that copy over, `flush` copies the current totals:
@@ -373,12 +359,15 @@ impl<const K: usize> Readback<K> for CpuReadback<K> {
     type Error = CpuReadbackError;
 
     fn start(&mut self) -> Result<(), CpuReadbackError> {
+        if self.pending.is_some() {
+            return Err(CpuReadbackError::AlreadyInFlight);
+        }
         self.pending = Some(*lock(&self.counters));
         Ok(())
     }
 
     fn poll(&mut self) -> Poll<Result<Counters<K>, CpuReadbackError>> {
-        Poll::Ready(self.pending.take().ok_or(CpuReadbackError::NotStarted))
+        Poll::Ready(self.pending.take().ok_or(CpuReadbackError::NothingInFlight))
     }
 
     fn flush(&mut self) -> Result<Counters<K>, CpuReadbackError> {
@@ -396,7 +385,10 @@ mod tests {
     fn readback_follows_the_contract() {
         let v = CpuVerifier::<4>::new(1).unwrap();
         let mut r = v.readback();
-        assert_eq!(r.poll(), Poll::Ready(Err(CpuReadbackError::NotStarted)));
+        assert_eq!(
+            r.poll(),
+            Poll::Ready(Err(CpuReadbackError::NothingInFlight))
+        );
         r.start().unwrap();
         let target = [0.0f32, 1.0, 0.0, 1.0];
         let batch = Batch::dense(

@@ -7,9 +7,9 @@
 //! process-lifetime telemetry (the same as a `static`). Wire once at start-up, not per request.
 
 use specula_core::{
-    Counters, Cursor, Flight, MAX_IN_FLIGHT, Readback, SeqSlot, SlotReader, SlotWriter, Snapshot,
+    Counters, Cursor, Flight, MAX_IN_FLIGHT, Misuse, Readback, SeqSlot, SlotReader, SlotWriter,
+    Snapshot,
 };
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 use std::task::Poll;
@@ -250,23 +250,21 @@ impl<const K: usize> HostReadback<K> {
 }
 
 impl<const K: usize> Readback<K> for HostReadback<K> {
-    type Error = Infallible;
+    /// Only misuse, answered as every readback does.
+    type Error = Misuse;
 
-    fn start(&mut self) -> Result<(), Infallible> {
-        // The copy point: counts recorded after this belong to the next readback. A caller
-        // that starts more than `max_in_flight` loses the oldest copy (a collector never does).
-        if self.started.is_full() {
-            self.started.pop();
-        }
-        let _ = self.started.push(self.counters);
-        Ok(())
+    fn start(&mut self) -> Result<(), Misuse> {
+        // The copy point: counts recorded after this belong to the next readback.
+        self.started
+            .push(self.counters)
+            .map_err(|_| Misuse::AlreadyInFlight)
     }
 
-    fn poll(&mut self) -> Poll<Result<Counters<K>, Infallible>> {
-        Poll::Ready(Ok(self.started.pop().unwrap_or(self.counters)))
+    fn poll(&mut self) -> Poll<Result<Counters<K>, Misuse>> {
+        Poll::Ready(self.started.pop().ok_or(Misuse::NothingInFlight))
     }
 
-    fn flush(&mut self) -> Result<Counters<K>, Infallible> {
+    fn flush(&mut self) -> Result<Counters<K>, Misuse> {
         self.started.clear();
         Ok(self.counters)
     }
@@ -295,16 +293,16 @@ mod tests {
             h.start().unwrap();
             assert_eq!(h.counters().drafts, i);
         }
-        // Beyond capacity: the oldest copy is dropped, never a panic.
+        // Beyond capacity: refused as misuse, nothing changes.
         h.record(1, 0).unwrap();
-        h.start().unwrap();
-        assert!(h.abandon(), "the copy as of 2 drafts");
-        for expected in 3..=MAX_IN_FLIGHT as u64 + 1 {
+        assert_eq!(h.start(), Err(Misuse::AlreadyInFlight));
+        assert!(h.abandon(), "the copy as of 1 draft");
+        for expected in 2..=MAX_IN_FLIGHT as u64 {
             assert_eq!(h.poll(), Poll::Ready(Ok(with_drafts(expected))));
         }
-        // Nothing in flight: the current totals.
+        // Nothing in flight: misuse, as for every readback.
         h.record(1, 1).unwrap();
-        assert_eq!(h.poll().map(|r| r.map(|c| c.drafts)), Poll::Ready(Ok(6)));
+        assert_eq!(h.poll(), Poll::Ready(Err(Misuse::NothingInFlight)));
         h.start().unwrap();
         h.record(2, 2).unwrap();
         assert_eq!(h.flush().map(|c| c.drafts), Ok(7));

@@ -4,6 +4,7 @@
 pub mod conformance;
 pub mod host_driver;
 pub mod kernel_host;
+pub mod readback_conformance;
 
 /// The README's usage example, compiled and run as a doc test.
 #[cfg(doctest)]
