@@ -98,6 +98,7 @@ api! {
         hipHostFree: fn(*mut c_void) -> Status,
         hipMemcpyAsync: fn(*mut c_void, *const c_void, usize, c_int, RawStream) -> Status,
         hipMemsetAsync: fn(*mut c_void, c_int, usize, RawStream) -> Status,
+        hipMemsetD32Async: fn(*mut c_void, c_int, usize, RawStream) -> Status,
         hipStreamCreateWithFlags: fn(*mut RawStream, c_uint) -> Status,
         hipStreamDestroy: fn(RawStream) -> Status,
         hipStreamSynchronize: fn(RawStream) -> Status,
