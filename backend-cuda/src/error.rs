@@ -2,8 +2,8 @@
 //! missing library; this crate checks first).
 
 use cudarc::driver::DriverError;
-use specula_core::ErrorKind;
 use specula_core::verify::VerifyError;
+use specula_core::{ErrorKind, HasKind, Misuse};
 
 /// Why a CUDA backend operation failed.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,10 +33,9 @@ pub enum CudaError {
     TooLarge,
     /// The kernel raised error flags (`specula_core::kernels::ERR_*` bits).
     DeviceFlags(u64),
-    /// [`Readback::start`](specula_core::Readback::start) while a readback is in flight.
-    ReadbackInFlight,
-    /// [`Readback::poll`](specula_core::Readback::poll) with no readback in flight.
-    NoReadback,
+    /// A readback was misused (poll with none in flight, start with too many): the answer
+    /// every [`Readback`](specula_core::Readback) gives.
+    Misuse(Misuse),
 }
 
 impl CudaError {
@@ -49,9 +48,21 @@ impl CudaError {
             Self::NoNvrtc => ErrorKind::NoCompiler,
             Self::Nvrtc { .. } => ErrorKind::Compile,
             Self::Verify(_) | Self::TooLarge => ErrorKind::InvalidInput,
-            Self::ReadbackInFlight | Self::NoReadback => ErrorKind::Misuse,
+            Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
         }
+    }
+}
+
+impl HasKind for CudaError {
+    fn kind(&self) -> ErrorKind {
+        CudaError::kind(self)
+    }
+}
+
+impl From<Misuse> for CudaError {
+    fn from(e: Misuse) -> Self {
+        Self::Misuse(e)
     }
 }
 
@@ -74,8 +85,7 @@ impl core::fmt::Display for CudaError {
             Self::Verify(e) => write!(f, "invalid batch: {e:?}"),
             Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
-            Self::ReadbackInFlight => f.write_str("a readback is already in flight"),
-            Self::NoReadback => f.write_str("no readback in flight"),
+            Self::Misuse(m) => write!(f, "{m}"),
         }
     }
 }

@@ -23,7 +23,7 @@ use cudarc::driver::result;
 use cudarc::driver::sys::{CUevent, CUevent_flags, CUevent_wait_flags, CUresult};
 use cudarc::driver::{CudaStream, DriverError};
 use specula_core::kernels;
-use specula_core::{Counters, Readback};
+use specula_core::{Counters, Misuse, Readback};
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -104,7 +104,7 @@ impl<const K: usize> Readback<K> for CudaReadback<K> {
 
     fn start(&mut self) -> Result<(), CudaError> {
         if self.in_flight.is_some() {
-            return Err(CudaError::ReadbackInFlight);
+            return Err(Misuse::AlreadyInFlight.into());
         }
         self.dev.bind()?;
         let i = self.next;
@@ -152,7 +152,7 @@ impl<const K: usize> Readback<K> for CudaReadback<K> {
 
     fn poll(&mut self) -> Poll<Result<Counters<K>, CudaError>> {
         let Some(i) = self.in_flight else {
-            return Poll::Ready(Err(CudaError::NoReadback));
+            return Poll::Ready(Err(Misuse::NothingInFlight.into()));
         };
         if let Err(e) = self.dev.bind() {
             return Poll::Ready(Err(e));

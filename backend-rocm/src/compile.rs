@@ -189,7 +189,7 @@ pub fn compile(
         options.push(c_string(o)?);
     }
     let option_ptrs: Vec<*const core::ffi::c_char> = options.iter().map(|o| o.as_ptr()).collect();
-    let n_options = i32::try_from(option_ptrs.len()).map_err(|_| RocmError::SizeOverflow)?;
+    let n_options = i32::try_from(option_ptrs.len()).map_err(|_| RocmError::TooLarge)?;
 
     let mut raw: RawProgram = core::ptr::null_mut();
     // SAFETY: `src` and `file` are NUL-terminated and outlive the call; no headers are passed

@@ -85,7 +85,7 @@ impl Device {
             return Ok(d.clone());
         }
         let hip = ffi::hip()?;
-        let raw = c_int::try_from(ordinal).map_err(|_| RocmError::SizeOverflow)?;
+        let raw = c_int::try_from(ordinal).map_err(|_| RocmError::TooLarge)?;
         let arch = arch_name(hip, raw)?;
         let device = Self {
             inner: Arc::new(DeviceInner {

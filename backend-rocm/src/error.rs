@@ -1,8 +1,8 @@
 //! [`RocmError`]: everything that can go wrong in this backend, as values.
 
 use core::fmt;
-use specula_core::ErrorKind;
 use specula_core::verify::VerifyError;
+use specula_core::{ErrorKind, HasKind, Misuse};
 
 /// Why a ROCm operation failed. Nothing in this crate panics; every failure is one of these.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,8 +62,9 @@ pub enum RocmError {
         /// The rejected text.
         name: String,
     },
-    /// A size computation overflowed `usize`, or a size does not fit a HIP launch parameter.
-    SizeOverflow,
+    /// A size computation overflowed `usize`, or a size does not fit a HIP launch parameter or
+    /// the kernel's 32-bit shape words (the same name as in every backend).
+    TooLarge,
     /// A buffer's length does not match what the operation needs.
     LengthMismatch {
         /// What the buffer is.
@@ -76,10 +77,9 @@ pub enum RocmError {
     /// The batch was refused by validation ([`specula_core::verify::validate`]); nothing was
     /// launched or counted.
     Verify(VerifyError),
-    /// [`poll`](specula_core::Readback::poll) was called with no readback in flight.
-    NothingInFlight,
-    /// [`start`](specula_core::Readback::start) was called while a readback is still in flight.
-    AlreadyInFlight,
+    /// A readback was misused (poll with none in flight, start with too many): the answer
+    /// every [`Readback`](specula_core::Readback) gives.
+    Misuse(Misuse),
 }
 
 impl fmt::Display for RocmError {
@@ -115,15 +115,14 @@ impl fmt::Display for RocmError {
                 message,
             } => write!(f, "{call} failed: {message} ({code})"),
             Self::InvalidName { name } => write!(f, "invalid name for HIP: {name:?}"),
-            Self::SizeOverflow => f.write_str("size overflow"),
+            Self::TooLarge => f.write_str("size overflow"),
             Self::LengthMismatch {
                 what,
                 expected,
                 actual,
             } => write!(f, "{what}: {actual} elements given, {expected} needed"),
             Self::Verify(e) => write!(f, "batch refused: {e}"),
-            Self::NothingInFlight => f.write_str("no readback in flight"),
-            Self::AlreadyInFlight => f.write_str("a readback is already in flight"),
+            Self::Misuse(m) => write!(f, "{m}"),
         }
     }
 }
@@ -147,12 +146,24 @@ impl RocmError {
             Self::NoDevice { .. } | Self::InvalidDevice { .. } => ErrorKind::NoDevice,
             Self::Hiprtc { .. } => ErrorKind::Compile,
             Self::InvalidName { .. }
-            | Self::SizeOverflow
+            | Self::TooLarge
             | Self::LengthMismatch { .. }
             | Self::Verify(_) => ErrorKind::InvalidInput,
-            Self::NothingInFlight | Self::AlreadyInFlight => ErrorKind::Misuse,
+            Self::Misuse(_) => ErrorKind::Misuse,
             Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
+    }
+}
+
+impl HasKind for RocmError {
+    fn kind(&self) -> ErrorKind {
+        RocmError::kind(self)
+    }
+}
+
+impl From<Misuse> for RocmError {
+    fn from(e: Misuse) -> Self {
+        Self::Misuse(e)
     }
 }
 

@@ -22,8 +22,7 @@ macro_rules! device_copy {
 device_copy!(u8, u32, i32, u64, i64, f32);
 
 fn bytes_of<T>(len: usize) -> Result<usize, RocmError> {
-    len.checked_mul(size_of::<T>())
-        .ok_or(RocmError::SizeOverflow)
+    len.checked_mul(size_of::<T>()).ok_or(RocmError::TooLarge)
 }
 
 /// `len` elements of `T` in device memory (`hipMalloc`), zeroed at allocation, freed on drop.
@@ -53,7 +52,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Allocates `len` zeroed elements on `device` (the zeroing completes before this returns).
     ///
     /// # Errors
-    /// [`RocmError::Hip`] when allocation fails, [`RocmError::SizeOverflow`] for absurd sizes.
+    /// [`RocmError::Hip`] when allocation fails, [`RocmError::TooLarge`] for absurd sizes.
     pub fn zeroed(device: &Device, len: usize) -> Result<Self, RocmError> {
         let bytes = bytes_of::<T>(len)?;
         device.bind()?;

@@ -6,7 +6,7 @@ use crate::ffi;
 use crate::memory::{DeviceBuffer, PinnedBuffer};
 use core::task::Poll;
 use specula_core::kernels::{counters_from_stats, error_word, stats_words};
-use specula_core::{Counters, Readback};
+use specula_core::{Counters, Misuse, Readback};
 use std::sync::Arc;
 
 /// The kernel's `stats` buffer in device memory (`Counters<K>` as `4 + 2K` words, then the
@@ -99,7 +99,7 @@ struct Slot {
 /// while a readback is in flight never writes host memory that is being read.
 ///
 /// One readback is in flight at a time ([`Readback::max_in_flight`] keeps its default of 1;
-/// `start` refuses a second with [`RocmError::AlreadyInFlight`]): the second slot is what lets
+/// `start` refuses a second with [`Misuse::AlreadyInFlight`]): the second slot is what lets
 /// `flush` run while one is in flight, and `poll` tracks a single slot. A stale readback cannot
 /// be abandoned ([`Readback::abandon`] keeps its default, `false`): its copy may still land in
 /// the slot's pinned buffer, so the collector keeps polling it and reports it once per
@@ -198,7 +198,7 @@ impl<const K: usize> Readback<K> for RocmReadback<K> {
 
     fn start(&mut self) -> Result<(), RocmError> {
         if self.in_flight.is_some() {
-            return Err(RocmError::AlreadyInFlight);
+            return Err(Misuse::AlreadyInFlight.into());
         }
         self.in_flight = Some(self.enqueue()?);
         Ok(())
@@ -206,7 +206,7 @@ impl<const K: usize> Readback<K> for RocmReadback<K> {
 
     fn poll(&mut self) -> Poll<Result<Counters<K>, RocmError>> {
         let Some(i) = self.in_flight else {
-            return Poll::Ready(Err(RocmError::NothingInFlight));
+            return Poll::Ready(Err(Misuse::NothingInFlight.into()));
         };
         match self.slots[i].done.query() {
             Ok(false) => Poll::Pending,

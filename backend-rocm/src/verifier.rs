@@ -128,7 +128,7 @@ fn ensure<'s, T: DeviceCopy>(
         *slot = None;
         *slot = Some(DeviceBuffer::zeroed(device, len.max(1))?);
     }
-    slot.as_mut().ok_or(RocmError::SizeOverflow)
+    slot.as_mut().ok_or(RocmError::TooLarge)
 }
 
 /// Uploads `data` into the scratch buffer `slot`, returning its device pointer.
@@ -144,7 +144,7 @@ fn stage<T: DeviceCopy>(
 }
 
 fn to_u32(n: usize) -> Result<u32, RocmError> {
-    u32::try_from(n).map_err(|_| RocmError::SizeOverflow)
+    u32::try_from(n).map_err(|_| RocmError::TooLarge)
 }
 
 fn need<T: DeviceCopy>(
@@ -269,7 +269,7 @@ impl<const K: usize> RocmVerifier<K> {
         if v == 0 || s.vocab == u32::MAX {
             return Err(VerifyError::VocabOutOfRange { vocab: v }.into());
         }
-        let mul = |a: usize, c: usize| a.checked_mul(c).ok_or(RocmError::SizeOverflow);
+        let mul = |a: usize, c: usize| a.checked_mul(c).ok_or(RocmError::TooLarge);
         need("k", batch.k, b)?;
         need("draft_ids", batch.draft_ids, mul(b, k_max)?)?;
         need("seed", batch.seed, b)?;
@@ -370,7 +370,7 @@ impl<const K: usize> RocmVerifier<K> {
         let function = if slices > 1 {
             let words = kernels::split_scratch_words(K, slices as usize)
                 .checked_mul(batch as usize)
-                .ok_or(RocmError::SizeOverflow)?;
+                .ok_or(RocmError::TooLarge)?;
             values[12] = ensure(&mut self.scratch.split, &self.device, words)?.as_device_ptr();
             self.split_kernel.0
         } else {
@@ -382,7 +382,7 @@ impl<const K: usize> RocmVerifier<K> {
             *p = core::ptr::from_mut(a).cast();
         }
         params[13] = core::ptr::from_mut(&mut slices_param).cast();
-        let grid = batch.checked_mul(slices).ok_or(RocmError::SizeOverflow)?;
+        let grid = batch.checked_mul(slices).ok_or(RocmError::TooLarge)?;
         let hip = self.device.hip();
         // SAFETY: `function` is a function of the loaded module: `specula_verify` (twelve
         // pointer-sized arguments) or `specula_verify_split` (those, the scratch pointer and a
@@ -416,8 +416,7 @@ impl<const K: usize> RocmVerifier<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), RocmError> {
         let b = batch.requests();
-        let shape =
-            kernels::batch_shape::<K>(method, batch).map_err(|_| RocmError::SizeOverflow)?;
+        let shape = kernels::batch_shape::<K>(method, batch).map_err(|_| RocmError::TooLarge)?;
         let (dev, sc, stream) = (&self.device, &mut self.scratch, &self.stats.compute);
         dev.bind()?;
         let defaults;
