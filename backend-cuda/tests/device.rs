@@ -203,3 +203,33 @@ fn readback_flush_equals_reference_totals() {
     let mut rb = v.readback().unwrap();
     assert_eq!(rb.flush().unwrap(), r.totals().unwrap());
 }
+
+/// The readback conformance suite every implementation passes (misuse included), on the device.
+#[test]
+fn readback_conformance_on_device() {
+    use specula_tests::readback_conformance::{Rig, run_all};
+    struct Cuda {
+        v: CudaVerifier<K>,
+        r: specula_cuda::CudaReadback<K>,
+        d: conformance::BatchData,
+    }
+    impl Rig<K> for Cuda {
+        type R = specula_cuda::CudaReadback<K>;
+        fn readback(&mut self) -> &mut Self::R {
+            &mut self.r
+        }
+        fn step(&mut self) {
+            conformance::run(&mut self.v, Method::Greedy, Check::Cheap, &self.d).unwrap();
+        }
+        fn totals(&mut self) -> specula_core::Counters<K> {
+            self.v.totals().unwrap()
+        }
+    }
+    let Some(dev) = device() else { return };
+    let d = conformance::full_layout_batch(&mut conformance::Gen(0x2EAD), 3);
+    run_all(|| {
+        let v = CudaVerifier::<K>::new(dev.clone()).unwrap();
+        let r = v.readback().unwrap();
+        Cuda { v, r, d: d.clone() }
+    });
+}
