@@ -127,7 +127,7 @@ impl CudaDevice {
 
 /// Device memory owned by this crate (raw, so no cudarc event tracking runs on the step path).
 #[derive(Debug)]
-pub(crate) struct DeviceBuffer {
+pub struct DeviceBuffer {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) bytes: usize,
     ctx: Arc<CudaContext>,
@@ -167,7 +167,7 @@ impl Drop for DeviceBuffer {
 
 /// Page-locked host memory of `len` u64 words (the target of asynchronous device-to-host copies).
 #[derive(Debug)]
-pub(crate) struct PinnedWords {
+pub struct PinnedWords {
     ptr: *mut u64,
     len: usize,
     ctx: Arc<CudaContext>,
@@ -175,6 +175,10 @@ pub(crate) struct PinnedWords {
 
 // SAFETY: the buffer is plain host memory owned by this value; nothing else aliases it.
 unsafe impl Send for PinnedWords {}
+// SAFETY: shared access only reads (`read_host`) under the orchestration's contract
+// that no copy into it is in flight; copies into it are enqueued through `&self` by the
+// driver glue, ordered by events before any read.
+unsafe impl Sync for PinnedWords {}
 
 impl PinnedWords {
     pub(crate) fn zeroed(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, CudaError> {
@@ -194,14 +198,14 @@ impl PinnedWords {
         })
     }
 
-    pub(crate) fn as_mut_ptr(&mut self) -> *mut u64 {
-        self.ptr
+    /// The first byte (for the driver glue's byte-addressed copies).
+    pub(crate) fn as_byte_ptr(&self) -> *mut u8 {
+        self.ptr.cast()
     }
 
-    /// The words. Only call when no copy into the buffer is in flight.
-    pub(crate) fn words(&self) -> &[u64] {
-        // SAFETY: `ptr` is valid for `len` initialised words for the life of `self`.
-        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    /// Size in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.len.max(1) * 8
     }
 }
 

@@ -2,6 +2,7 @@
 //! missing library; this crate checks first).
 
 use cudarc::driver::DriverError;
+use specula_core::gpu::GpuError;
 use specula_core::verify::VerifyError;
 use specula_core::{ErrorKind, HasKind, Misuse};
 
@@ -33,6 +34,10 @@ pub enum CudaError {
     TooLarge,
     /// The kernel raised error flags (`specula_core::kernels::ERR_*` bits).
     DeviceFlags(u64),
+    /// A device view is shorter than a launch's capacity needs.
+    ViewTooShort,
+    /// Every readback slot is held by an abandoned copy that has not completed.
+    Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
@@ -47,7 +52,8 @@ impl CudaError {
             Self::NoDevice => ErrorKind::NoDevice,
             Self::NoNvrtc => ErrorKind::NoCompiler,
             Self::Nvrtc { .. } => ErrorKind::Compile,
-            Self::Verify(_) | Self::TooLarge => ErrorKind::InvalidInput,
+            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort => ErrorKind::InvalidInput,
+            Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
         }
@@ -57,6 +63,21 @@ impl CudaError {
 impl HasKind for CudaError {
     fn kind(&self) -> ErrorKind {
         CudaError::kind(self)
+    }
+}
+
+impl From<GpuError<CudaError>> for CudaError {
+    fn from(e: GpuError<CudaError>) -> Self {
+        match e {
+            GpuError::Driver(e) => e,
+            GpuError::Verify(v) => Self::Verify(v),
+            GpuError::TooLarge => Self::TooLarge,
+            GpuError::ViewTooShort => Self::ViewTooShort,
+            GpuError::DeviceFlags(bits) => Self::DeviceFlags(bits),
+            GpuError::Misuse(m) => Self::Misuse(m),
+            // `GpuError` is non-exhaustive; today this is `Stalled`.
+            _ => Self::Stalled,
+        }
     }
 }
 
@@ -86,6 +107,8 @@ impl core::fmt::Display for CudaError {
             Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
             Self::Misuse(m) => write!(f, "{m}"),
+            Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
         }
     }
 }

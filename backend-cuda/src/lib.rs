@@ -4,6 +4,7 @@
 mod calls;
 mod compile;
 mod device;
+mod driver;
 mod error;
 mod graph;
 mod nvrtc;
@@ -15,7 +16,8 @@ pub use compile::{
     DRIVER_SYMBOLS, compile_ptx, compile_source_ptx, driver_present, nvrtc_options, nvrtc_present,
     nvrtc_version,
 };
-pub use device::CudaDevice;
+pub use device::{CudaDevice, DeviceBuffer, PinnedWords};
+pub use driver::{CudaDriver, EventHandle, GraphHandle};
 pub use error::CudaError;
 pub use graph::VerifyGraph;
 pub use nvrtc::NVRTC_ENV;

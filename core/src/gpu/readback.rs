@@ -129,7 +129,13 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
         self.syncs
     }
 
-    /// The stream the copies to the host run on.
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.drv
+    }
+
+    /// The stream the copies to the host run on (a driver glue whose page-locked memory must
+    /// not be freed under a copy synchronises it before dropping the readback).
     pub fn copy_stream(&self) -> &D::Stream {
         &self.copy
     }

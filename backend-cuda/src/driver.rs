@@ -1,0 +1,355 @@
+//! [`CudaDriver`]: the CUDA driver API as a [`specula_core::gpu::Driver`], so the shared GPU
+//! orchestration (readback ring, and the staging, launch and graph logic the host driver of
+//! `specula-tests` executes in CI) runs on CUDA unchanged. Every driver call goes through
+//! [`call`], which counts it (and whether it can block) for [`crate::call_counts`].
+
+use crate::calls::{Blocking, call};
+use crate::device::{CudaDevice, DeviceBuffer, PinnedWords};
+use crate::error::CudaError;
+use cudarc::driver::result;
+use cudarc::driver::sys::{
+    CUevent, CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags,
+    CUresult, CUstreamCaptureMode,
+};
+use cudarc::driver::{CudaContext, CudaStream, DriverError};
+use specula_core::gpu::{Driver, Element, Entry, Launch, Status};
+use specula_core::kernels;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// The CUDA driver API on one [`CudaDevice`] (a shared handle).
+#[derive(Clone, Debug)]
+pub struct CudaDriver {
+    dev: Arc<CudaDevice>,
+}
+
+impl CudaDriver {
+    /// The driver of `dev` (its context; launches use its loaded kernel).
+    #[must_use]
+    pub fn new(dev: Arc<CudaDevice>) -> Self {
+        Self { dev }
+    }
+
+    /// The device.
+    #[must_use]
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+}
+
+/// A CUDA event (no timing), destroyed with its last handle.
+#[derive(Debug)]
+pub struct EventHandle {
+    ev: CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a CUDA event may be recorded, queried and destroyed from any thread once its context
+// is current (every use binds it); the handle is owned by this value.
+unsafe impl Send for EventHandle {}
+// SAFETY: as for `Send`: the driver API is thread-safe for these calls.
+unsafe impl Sync for EventHandle {}
+
+impl Drop for EventHandle {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created by cuEventCreate and destroyed once, here; destroying an event
+            // with work pending is allowed (resources are released when it completes).
+            let _ = unsafe { result::event::destroy(self.ev) };
+        }
+    }
+}
+
+/// An instantiated CUDA graph, destroyed with its handle.
+#[derive(Debug)]
+pub struct GraphHandle {
+    graph: CUgraph,
+    exec: CUgraphExec,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: graph handles are owned by this value; launching and destroying them from any thread
+// with the context current is allowed.
+unsafe impl Send for GraphHandle {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for GraphHandle {}
+
+impl Drop for GraphHandle {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created in `end_capture` and destroyed once, here. Destroying an executable
+            // graph with launches still pending is allowed: they complete first.
+            unsafe {
+                let _ = result::graph::exec_destroy(self.exec);
+                let _ = result::graph::destroy(self.graph);
+            }
+        }
+    }
+}
+
+impl CudaDriver {
+    fn bind(&self) -> Result<(), CudaError> {
+        self.dev.bind()
+    }
+}
+
+impl Driver for CudaDriver {
+    type Error = CudaError;
+    type Stream = Arc<CudaStream>;
+    type Event = Arc<EventHandle>;
+    type Buffer = Arc<DeviceBuffer>;
+    type HostBuffer = PinnedWords;
+    type Graph = GraphHandle;
+
+    fn stream(&self) -> Result<Arc<CudaStream>, CudaError> {
+        call("cuStreamCreate", Blocking::Yes, || {
+            self.dev.context().new_stream()
+        })
+    }
+
+    fn event(&self) -> Result<Arc<EventHandle>, CudaError> {
+        self.bind()?;
+        let ev = call("cuEventCreate", Blocking::No, || {
+            result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        })?;
+        Ok(Arc::new(EventHandle {
+            ev,
+            ctx: self.dev.context().clone(),
+        }))
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<Arc<DeviceBuffer>, CudaError> {
+        Ok(Arc::new(DeviceBuffer::zeroed(self.dev.context(), bytes)?))
+    }
+
+    fn bytes(buf: &Arc<DeviceBuffer>) -> usize {
+        buf.bytes
+    }
+
+    fn alloc_host(&self, bytes: usize) -> Result<PinnedWords, CudaError> {
+        PinnedWords::zeroed(self.dev.context(), bytes.div_ceil(8))
+    }
+
+    fn upload<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        dst: &Arc<DeviceBuffer>,
+        offset: usize,
+        src: &[T],
+    ) -> Result<(), CudaError> {
+        self.bind()?;
+        let s = stream.cu_stream();
+        let ptr = dst.ptr + offset as u64;
+        // SAFETY: the orchestration checked `offset + size_of_val(src)` against the buffer; a
+        // pageable source is staged by the driver before the call returns, so `src` may go away
+        // afterwards (counted as possibly blocking).
+        call("cuMemcpyHtoDAsync", Blocking::Yes, || unsafe {
+            result::memcpy_htod_async(ptr, src, s)
+        })
+    }
+
+    fn copy(
+        &self,
+        stream: &Arc<CudaStream>,
+        dst: &Arc<DeviceBuffer>,
+        src: &Arc<DeviceBuffer>,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
+        self.bind()?;
+        let s = stream.cu_stream();
+        let (d, sr) = (dst.ptr, src.ptr);
+        // SAFETY: both buffers hold at least `bytes` bytes (the orchestration sizes them);
+        // device memory of the current context, kept alive by the caller's handles.
+        call("cuMemcpyDtoDAsync", Blocking::No, || unsafe {
+            result::memcpy_dtod_async(d, sr, bytes, s)
+        })
+    }
+
+    fn download(
+        &self,
+        stream: &Arc<CudaStream>,
+        dst: &PinnedWords,
+        dst_offset: usize,
+        src: &Arc<DeviceBuffer>,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
+        if dst_offset
+            .checked_add(bytes)
+            .is_none_or(|end| end > dst.bytes())
+        {
+            return Err(CudaError::TooLarge);
+        }
+        self.bind()?;
+        let s = stream.cu_stream();
+        let from = src.ptr + src_offset as u64;
+        // SAFETY: `dst` is page-locked memory of `dst.bytes()` bytes, the range checked above;
+        // the host reads it only after an event recorded after this copy completes (the
+        // orchestration's contract), and the buffer outlives the copy (its owner waits or
+        // keeps it until then).
+        let out =
+            unsafe { core::slice::from_raw_parts_mut(dst.as_byte_ptr().add(dst_offset), bytes) };
+        // SAFETY: `from` holds `bytes` bytes (checked by the orchestration); `out` as above.
+        call("cuMemcpyDtoHAsync", Blocking::No, || unsafe {
+            result::memcpy_dtoh_async(out, from, s)
+        })
+    }
+
+    unsafe fn read_host<T: Element>(&self, buf: &PinnedWords, offset: usize, out: &mut [T]) {
+        let bytes = buf.bytes();
+        for (i, x) in out.iter_mut().enumerate() {
+            let at = offset + i * T::BYTES;
+            if at + T::BYTES > bytes {
+                return; // out of bounds: the orchestration never asks
+            }
+            // SAFETY: in bounds; the caller guarantees no copy into `buf` is in flight.
+            let b = unsafe { core::slice::from_raw_parts(buf.as_byte_ptr().add(at), T::BYTES) };
+            *x = T::read_ne(b);
+        }
+    }
+
+    fn record(&self, event: &Arc<EventHandle>, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+        self.bind()?;
+        let (e, s) = (event.ev, stream.cu_stream());
+        // SAFETY: a live event and stream of the current context.
+        call("cuEventRecord", Blocking::No, || unsafe {
+            result::event::record(e, s)
+        })
+    }
+
+    fn wait(&self, stream: &Arc<CudaStream>, event: &Arc<EventHandle>) -> Result<(), CudaError> {
+        self.bind()?;
+        let (e, s) = (event.ev, stream.cu_stream());
+        // SAFETY: a live stream and event of the current context.
+        call("cuStreamWaitEvent", Blocking::No, || unsafe {
+            result::stream::wait_event(s, e, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })
+    }
+
+    fn query(&self, event: &Arc<EventHandle>) -> Result<Status, CudaError> {
+        self.bind()?;
+        let e = event.ev;
+        // SAFETY: a live event of the current context; cuEventQuery never waits.
+        match call("cuEventQuery", Blocking::No, || unsafe {
+            result::event::query(e)
+        }) {
+            Ok(()) => Ok(Status::Ready),
+            Err(CudaError::Driver {
+                error: DriverError(CUresult::CUDA_ERROR_NOT_READY),
+                ..
+            }) => Ok(Status::Pending),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn sync_event(&self, event: &Arc<EventHandle>) -> Result<(), CudaError> {
+        self.bind()?;
+        let e = event.ev;
+        // SAFETY: a live event of the current context.
+        call("cuEventSynchronize", Blocking::Yes, || unsafe {
+            result::event::synchronize(e)
+        })
+    }
+
+    fn sync_stream(&self, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+        self.bind()?;
+        let s = stream.cu_stream();
+        // SAFETY: a live stream of the current context.
+        call("cuStreamSynchronize", Blocking::Yes, || unsafe {
+            result::stream::synchronize(s)
+        })
+    }
+
+    fn launch(&self, stream: &Arc<CudaStream>, l: &Launch<'_, '_, Self>) -> Result<(), CudaError> {
+        self.bind()?;
+        let a = l.args;
+        let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
+        let mut values: [u64; 13] = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.k.buffer(), a.k.byte_offset()),
+            at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
+            a.draft_probs.map_or(0, |v| at(v.buffer(), v.byte_offset())),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            l.stats.ptr,
+            l.scratch.map_or(0, |s| s.ptr),
+        ];
+        let (f, mut slices, n) = match l.entry {
+            Entry::Single => (self.dev.cu_function(), 1u32, 12),
+            Entry::Split { slices } => (self.dev.cu_split_function(), slices, 14),
+        };
+        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
+        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
+            *p = core::ptr::from_mut(v).cast();
+        }
+        params[13] = core::ptr::from_mut(&mut slices).cast();
+        let s = stream.cu_stream();
+        let (grid, block) = (l.grid, l.block);
+        // SAFETY: `f` is the loaded `specula_verify` (12 pointer parameters) or
+        // `specula_verify_split` (those, the scratch pointer and a u32), passed in that order;
+        // the orchestration sized stats and scratch and checked the views against the capacity;
+        // the caller of its launch vouched for the shape words in device memory.
+        call("cuLaunchKernel", Blocking::No, || unsafe {
+            result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params[..n])
+        })
+    }
+
+    fn begin_capture(&self, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+        self.bind()?;
+        let s = stream.cu_stream();
+        // SAFETY: a live stream of the current context.
+        call("cuStreamBeginCapture", Blocking::No, || unsafe {
+            result::stream::begin_capture(
+                s,
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        })
+    }
+
+    fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<GraphHandle, CudaError> {
+        self.bind()?;
+        let s = stream.cu_stream();
+        // SAFETY: the stream is capturing (begun by `begin_capture`).
+        let graph = call("cuStreamEndCapture", Blocking::No, || unsafe {
+            result::stream::end_capture(s)
+        })?;
+        // SAFETY: `graph` is the live graph just captured.
+        match call("cuGraphInstantiateWithFlags", Blocking::Yes, || unsafe {
+            result::graph::instantiate(graph, CUgraphInstantiate_flags(0))
+        }) {
+            Ok(exec) => Ok(GraphHandle {
+                graph,
+                exec,
+                ctx: self.dev.context().clone(),
+            }),
+            Err(e) => {
+                // SAFETY: not yet owned by a handle; destroyed once, here.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(e)
+            }
+        }
+    }
+
+    fn replay(&self, graph: &GraphHandle, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+        self.bind()?;
+        let (exec, s) = (graph.exec, stream.cu_stream());
+        // SAFETY: a live executable graph and stream of the current context; the orchestration
+        // ties the graph to the lifetime of the buffers it was captured on.
+        call("cuGraphLaunch", Blocking::No, || unsafe {
+            result::graph::launch(exec, s)
+        })
+    }
+
+    fn multiprocessors(&self) -> u32 {
+        self.dev.multiprocessors()
+    }
+
+    fn block_threads(&self) -> u32 {
+        kernels::BLOCK_THREADS
+    }
+}
