@@ -78,3 +78,9 @@ impl<const K: usize> Drop for CudaReadback<K> {
         let _ = drv.sync_stream(self.inner.copy_stream());
     }
 }
+
+// The collector runs on its own thread: the readback must move there.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<CudaReadback<8>>();
+};
