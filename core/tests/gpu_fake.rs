@@ -630,14 +630,16 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     drv.run();
     assert_eq!(read_f32(args.eps, 69), 0.5);
     assert_eq!(read_f32(args.delta, 0), 0.5);
-    // A larger batch than reserved.
+    // A larger batch than reserved: refused before anything is enqueued.
     let d2 = Owned::new(b + 1);
+    assert_eq!(drv.pending_ops(), 0);
     assert_eq!(
         staging
             .write::<K>(&drv, v.stream(), Method::Typical, &d2.view())
             .unwrap_err(),
         GpuError::ViewTooShort
     );
+    assert_eq!(drv.pending_ops(), 0, "no partial write");
     // Staging grows for it, with new buffers.
     let old = args.k.buffer().id;
     staging.reserve(&drv, &d2.view()).unwrap();
