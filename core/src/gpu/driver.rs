@@ -88,7 +88,8 @@ pub struct Launch<'l, 'a, D: Driver> {
 /// buffer shared by a verifier, its readbacks and its graphs). Every method that enqueues work
 /// returns as soon as the work is queued; only [`sync_event`](Driver::sync_event) and
 /// [`sync_stream`](Driver::sync_stream) wait for the device, and the orchestration counts
-/// every call it makes to them ([`Syncs`](super::Syncs)).
+/// every call it makes to them ([`GpuVerifier::sync_calls`](super::GpuVerifier::sync_calls),
+/// [`GpuReadback::sync_calls`](super::GpuReadback::sync_calls)).
 ///
 /// A driver keeps every buffer alive until the work that uses it has completed, even if its last
 /// handle is dropped earlier (reference counts, or a free that waits, as `cuMemFree` does).
