@@ -155,7 +155,8 @@ pub(crate) fn parse_arch(field: &[u8]) -> Option<String> {
 }
 
 /// A HIP stream on one device, destroyed on drop.
-pub(crate) struct Stream {
+#[derive(Debug)]
+pub struct Stream {
     pub(crate) raw: RawStream,
     device: Device,
 }
@@ -214,7 +215,8 @@ impl Drop for Stream {
 }
 
 /// A HIP event without timing, destroyed on drop.
-pub(crate) struct Event {
+#[derive(Debug)]
+pub struct Event {
     raw: RawEvent,
     device: Device,
 }

@@ -1,6 +1,7 @@
 //! [`RocmError`]: everything that can go wrong in this backend, as values.
 
 use core::fmt;
+use specula_core::gpu::GpuError;
 use specula_core::verify::VerifyError;
 use specula_core::{ErrorKind, HasKind, Misuse};
 
@@ -77,6 +78,12 @@ pub enum RocmError {
     /// The batch was refused by validation ([`specula_core::verify::validate`]); nothing was
     /// launched or counted.
     Verify(VerifyError),
+    /// An operation this backend does not provide yet (named).
+    Unsupported(&'static str),
+    /// A device view is shorter than a launch's capacity needs.
+    ViewTooShort,
+    /// Every readback slot is held by an abandoned copy that has not completed.
+    Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
@@ -123,6 +130,9 @@ impl fmt::Display for RocmError {
             } => write!(f, "{what}: {actual} elements given, {expected} needed"),
             Self::Verify(e) => write!(f, "batch refused: {e}"),
             Self::Misuse(m) => write!(f, "{m}"),
+            Self::Unsupported(what) => write!(f, "not supported by the ROCm backend yet: {what}"),
+            Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
         }
     }
 }
@@ -149,7 +159,9 @@ impl RocmError {
             | Self::TooLarge
             | Self::LengthMismatch { .. }
             | Self::Verify(_) => ErrorKind::InvalidInput,
-            Self::Misuse(_) => ErrorKind::Misuse,
+            Self::Misuse(_) | Self::Unsupported(_) => ErrorKind::Misuse,
+            Self::ViewTooShort => ErrorKind::InvalidInput,
+            Self::Stalled => ErrorKind::Device,
             Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
     }
@@ -158,6 +170,25 @@ impl RocmError {
 impl HasKind for RocmError {
     fn kind(&self) -> ErrorKind {
         RocmError::kind(self)
+    }
+}
+
+impl From<GpuError<RocmError>> for RocmError {
+    fn from(e: GpuError<RocmError>) -> Self {
+        match e {
+            GpuError::Driver(e) => e,
+            GpuError::Verify(v) => Self::Verify(v),
+            GpuError::TooLarge => Self::TooLarge,
+            GpuError::ViewTooShort => Self::ViewTooShort,
+            GpuError::DeviceFlags(bits) => Self::Hip {
+                call: "specula_verify (kernel error flags)",
+                code: i32::try_from(bits).unwrap_or(i32::MAX),
+                message: format!("kernel error flags {bits:#x}"),
+            },
+            GpuError::Misuse(m) => Self::Misuse(m),
+            // `GpuError` is non-exhaustive; today this is `Stalled`.
+            _ => Self::Stalled,
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod compile;
 mod device;
+mod driver;
 mod error;
 mod ffi;
 mod memory;
@@ -12,8 +13,9 @@ mod verifier;
 pub use compile::{
     COMPILE_OPTIONS, CodeObject, EM_AMDGPU, compile, hiprtc_version, unbundle, valid_target_id,
 };
-pub use device::{Device, device_count, runtime_version};
+pub use device::{Device, Event, Stream, device_count, runtime_version};
+pub use driver::{NoGraph, RocmDriver};
 pub use error::RocmError;
-pub use memory::{DeviceBuffer, DeviceCopy};
+pub use memory::{DeviceBuffer, DeviceCopy, PinnedBuffer};
 pub use readback::{DeviceCounters, RocmReadback};
 pub use verifier::{DeviceBatch, DeviceOutputs, DeviceShape, RocmVerifier};

@@ -243,9 +243,9 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
 }
 
 /// `len` elements of page-locked host memory (`hipHostMalloc`), the target of asynchronous
-/// device-to-host copies. Only read through [`read`](Self::read) once the copy that wrote it has
-/// completed.
-pub(crate) struct PinnedBuffer<T: DeviceCopy> {
+/// device-to-host copies. Only read once the copy that wrote it has completed.
+#[derive(Debug)]
+pub struct PinnedBuffer<T: DeviceCopy> {
     ptr: *mut c_void,
     len: usize,
     device: Device,
@@ -281,16 +281,9 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         self.ptr
     }
 
-    /// Copies the contents out. The caller has established that no copy into the buffer is in
-    /// flight (its completion event was observed), so these plain reads race with nothing.
-    pub(crate) fn read(&self) -> Vec<T> {
-        let mut out = vec![T::default(); self.len];
-        // SAFETY: `ptr` holds `len` initialised `T` (zeroed at allocation, then written by
-        // completed copies); `out` has room for `len`; the ranges do not overlap.
-        unsafe {
-            core::ptr::copy_nonoverlapping(self.ptr.cast::<T>(), out.as_mut_ptr(), self.len);
-        }
-        out
+    /// Elements held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 }
 
