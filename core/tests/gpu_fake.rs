@@ -71,7 +71,7 @@ enum Op {
     Download(Buf, usize, Buf, usize, usize),
     Record(Event, u64),
     Wait(Event, u64),
-    Launch(Rc<(LaunchRec, [Buf; 4], [usize; 4])>),
+    Launch(Rc<(LaunchRec, [Buf; 5], [usize; 5])>),
     Replay(Rc<Vec<Op>>),
 }
 
@@ -169,9 +169,14 @@ impl Fake {
             Op::Launch(l) => {
                 let (rec, bufs, offs) = &**l;
                 self.st.launches.borrow_mut().push(rec.clone());
-                // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100.
-                let [shape, k, accepted, stats] = bufs;
+                // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100; tokens[i] =
+                // 200 + i over B · (k_max + 1).
+                let [shape, k, accepted, stats, tokens] = bufs;
                 let batch = u32::read_ne(&shape.data.borrow()[offs[0]..]) as usize;
+                let k_max = u32::read_ne(&shape.data.borrow()[offs[0] + 4..]) as usize;
+                for i in 0..batch * (k_max + 1) {
+                    (200 + i as u32).write_ne(&mut tokens.data.borrow_mut()[offs[4] + 4 * i..]);
+                }
                 let mut st = stats.data.borrow_mut();
                 let drafts = u64::read_ne(&st[..]) + batch as u64;
                 drafts.write_ne(&mut st[..8]);
@@ -332,12 +337,14 @@ impl Driver for Fake {
             a.k.buffer().clone(),
             a.accepted.buffer().clone(),
             l.stats.clone(),
+            a.tokens.buffer().clone(),
         ];
         let offs = [
             a.shape.byte_offset(),
             a.k.byte_offset(),
             a.accepted.byte_offset(),
             0,
+            a.tokens.byte_offset(),
         ];
         self.push(s, Op::Launch(Rc::new((rec, bufs, offs))))
     }
@@ -464,8 +471,44 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
     );
     assert_eq!(l[1].grid, 3);
     assert_eq!(acc2, vec![101, 102, 101]);
+    assert_eq!(tok2, (200..209).collect::<Vec<u32>>());
     assert_eq!(v.totals().unwrap().drafts, 8);
+    // A larger batch than any before: the host buffer grows.
+    let d3 = Owned::new(9);
+    let (mut acc3, mut tok3) = outputs(9);
+    v.verify(
+        Method::Greedy,
+        Check::Cheap,
+        &d3.view(),
+        &mut Outputs {
+            accepted: &mut acc3,
+            tokens: &mut tok3,
+        },
+    )
+    .unwrap();
+    assert_eq!(acc3[8], 101);
+    assert_eq!(tok3, (200..227).collect::<Vec<u32>>());
     assert_eq!(v.driver().multiprocessors(), 1);
+}
+
+#[test]
+fn totals_read_every_counter_word_on_a_fresh_verifier() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut want = Counters::<K>::ZERO;
+    for i in 0..4 + 2 * K {
+        (1000 + i as u64).write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+    }
+    want.drafts = 1000;
+    want.draft_tokens = 1001;
+    want.accepted_tokens = 1002;
+    want.emitted_tokens = 1003;
+    for j in 0..K {
+        want.accepted_per_position[j] = 1004 + j as u64;
+        want.drafted_per_position[j] = 1004 + (K + j) as u64;
+    }
+    assert_eq!(v.totals().unwrap(), want);
+    assert_eq!(v.sync_calls(), 1);
 }
 
 #[test]
@@ -567,6 +610,21 @@ fn split_entry_below_one_request_per_multiprocessor() {
         "sizing for the reserved capacity alone would overflow"
     );
     assert_eq!(acc, vec![101, 102]);
+    // A staged batch larger than the reserved split capacity (still below 16): one block per
+    // request, no scratch.
+    let mut staging = Staging::<Fake>::new();
+    let d8 = Owned::new(8);
+    staging.reserve(&drv, &d8.view()).unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d8.view())
+        .unwrap();
+    v.launch_staged(&a).unwrap();
+    drv.run();
+    let l = drv.launches();
+    assert_eq!(
+        (l[1].entry, l[1].grid, l[1].scratch),
+        (Entry::Single, 8, None)
+    );
     // A large device: the slice count is capped.
     let mut big = GpuVerifier::<Fake, K>::new(Fake::new(1000)).unwrap();
     big.reserve_split(1).unwrap();

@@ -235,12 +235,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
             .checked_add(t_bytes)
             .and_then(|x| x.checked_add(s_bytes))
             .ok_or(GpuError::TooLarge)?;
-        let fits = self.host.as_ref().is_some_and(|(_, n)| *n >= total);
-        if !fits {
-            self.host = None;
-            let h = self.drv.alloc_host(total).map_err(GpuError::Driver)?;
-            self.host = Some((h, total));
-        }
+        grow_host(&self.drv, &mut self.host, total)?;
         let Some((host, _)) = self.host.as_ref() else {
             return Err(GpuError::TooLarge);
         };
@@ -283,6 +278,20 @@ pub fn split_scratch_bytes<const K: usize>(sms: u32, capacity: u32) -> Option<us
     most.checked_mul(8)
 }
 
+/// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
+fn grow_host<D: Driver>(
+    drv: &D,
+    host: &mut Option<(D::HostBuffer, usize)>,
+    bytes: usize,
+) -> Result<(), GpuError<D::Error>> {
+    if host.as_ref().is_some_and(|(_, n)| *n >= bytes) {
+        return Ok(());
+    }
+    *host = None; // free before allocating the larger one
+    *host = Some((drv.alloc_host(bytes).map_err(GpuError::Driver)?, bytes));
+    Ok(())
+}
+
 fn wanted_slices(sms: u32, capacity: u32) -> u32 {
     if capacity == 0 || capacity >= sms {
         return 1;
@@ -310,13 +319,14 @@ fn enqueue_launch<D: Driver, const K: usize>(
     args: &VerifyArgs<'_, D>,
 ) -> Result<(), GpuError<D::Error>> {
     let capacity = args.capacity.max(1);
-    let slices = match split {
-        Some((_, c)) if *c >= capacity => wanted_slices(drv.multiprocessors(), capacity),
-        _ => 1,
-    };
-    let (entry, scratch) = match split {
-        Some((buf, _)) if slices > 1 => (Entry::Split { slices }, Some(buf)),
-        _ => (Entry::Single, None),
+    // Scratch is only ever reserved below one request per multiprocessor, so a launch that
+    // fits it always splits (over ≥ 2 blocks).
+    let (entry, slices, scratch) = match split {
+        Some((buf, c)) if *c >= capacity => {
+            let slices = wanted_slices(drv.multiprocessors(), capacity);
+            (Entry::Split { slices }, slices, Some(buf))
+        }
+        _ => (Entry::Single, 1, None),
     };
     let launch = Launch {
         entry,
@@ -349,12 +359,7 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
 
     fn totals(&mut self) -> Result<Counters<K>, Self::Error> {
         let bytes = kernels::stats_words(K) * 8;
-        let fits = self.host.as_ref().is_some_and(|(_, n)| *n >= bytes);
-        if !fits {
-            self.host = None;
-            let h = self.drv.alloc_host(bytes).map_err(GpuError::Driver)?;
-            self.host = Some((h, bytes));
-        }
+        grow_host(&self.drv, &mut self.host, bytes)?;
         let Some((host, _)) = self.host.as_ref() else {
             return Err(GpuError::TooLarge);
         };
