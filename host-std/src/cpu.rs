@@ -36,9 +36,10 @@ use ops::SplitOps;
 use rayon::prelude::*;
 use specula_core::verify::fill_recovered;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RowOps, SENTINEL,
-    ScalarOps, Softmax, Streams, Support, Verifier, VerifyError, softmax_exp, softmax_fixed,
-    softmax_max, validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
+    SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError, softmax_exp,
+    softmax_fixed, softmax_max, validate_recovered, validate_request_with, validate_shape_with,
+    verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -78,9 +79,53 @@ fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
     }
 }
 
-/// Verifies request `b` of a validated batch with `ops`. Target logits at a temperature
-/// `> 0` are turned into probability rows first ([`softmax_into`]), then verified as a
-/// one-request probability batch with the same seed, offset, drafts and parameters (the random
+/// Writes target row `row` as the probabilities request processing gives
+/// ([`Processed`](specula_core::verify::Processed), bit for bit): the softmax at `t > 0`
+/// (pieces reduced, then combined), then the sampling filter's [`Cut`] of those weights, or of
+/// the stored probabilities when `t` is `None`. `scratch` holds a widened half-precision row.
+fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]) {
+    let widened;
+    let src: &[f32] = match row {
+        Values::F32(x) => x,
+        Values::Half(_) => {
+            let mut w = vec![0f32; row.len()];
+            row.widen_into(&mut w);
+            widened = w;
+            &widened
+        }
+    };
+    match t {
+        // The plain softmax (the same bits as a cut that keeps every id).
+        Some(t) if t > 0.0 && !filter.is_active() => softmax_into(src, t, out),
+        Some(t) if t > 0.0 => {
+            let max = src
+                .chunks(SOFTMAX_PIECE)
+                .map(|c| {
+                    c.iter()
+                        .fold(f32::NEG_INFINITY, |m, &l| softmax_max(m, l / t))
+                })
+                .fold(f32::NEG_INFINITY, softmax_max);
+            let weights: Vec<f32> = src.iter().map(|&l| softmax_exp(l, t, max)).collect();
+            cut_into(&weights, filter, out);
+        }
+        None if filter.is_active() => cut_into(src, filter, out),
+        // T = 0 (greedy on the logits) or unfiltered probabilities: the values themselves.
+        _ => out.copy_from_slice(src),
+    }
+}
+
+/// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
+fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
+    let cut = Cut::of(|f| w.iter().for_each(|&x| f(x)), filter);
+    for (o, &x) in out.iter_mut().zip(w) {
+        *o = cut.p(x);
+    }
+}
+
+/// Verifies request `b` of a validated batch with `ops`. A request that is not
+/// [plain](Batch::is_plain) (logits at a temperature `> 0`, a sampling filter, bf16 / f16
+/// inputs) has its rows processed first ([`process_into`]), then is verified as a one-request
+/// binary32 probability batch with the same seed, offset, drafts and parameters (the random
 /// streams do not depend on the batch slot, so the bits are those of the whole batch).
 fn verify_one<O: RowOps + ?Sized>(
     ops: &O,
@@ -89,9 +134,13 @@ fn verify_one<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
-    let t = match batch.temperature.map(|t| t[b]) {
-        Some(t) if t > 0.0 => t,
-        _ => return verify_request(ops, method, batch, b, tokens),
+    if batch.is_plain(b) {
+        return verify_request(ops, method, batch, b, tokens);
+    }
+    let (method, t, filter) = match batch.temperature.map(|t| t[b]) {
+        Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
+        Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
+        None => (method, None, batch.filter_of(b)),
     };
     let v = batch.vocab;
     let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
@@ -100,15 +149,18 @@ fn verify_one<O: RowOps + ?Sized>(
     // Always k + 1 rows, the layout of a one-request dense batch (row k unread with a bonus).
     let mut probs = vec![0f32; (k + 1) * v];
     for (j, out) in probs.chunks_exact_mut(v).take(rows).enumerate() {
-        if let Some(row) = batch.target_row_checked(b, j) {
-            softmax_into(row, t, out);
+        if let Some(row) = batch.target_values_checked(b, j) {
+            process_into(row, t, filter, out);
         }
     }
-    let draft: Option<Vec<f32>> = batch.draft_probs.map(|_| {
-        (0..k)
-            .flat_map(|j| batch.draft_row_checked(b, j).unwrap_or(&[]))
-            .copied()
-            .collect()
+    let draft: Option<Vec<f32>> = batch.has_draft_probs().then(|| {
+        let mut d = vec![0f32; k * v];
+        for (j, out) in d.chunks_exact_mut(v).enumerate() {
+            if let Some(row) = batch.draft_values_checked(b, j) {
+                row.widen_into(out);
+            }
+        }
+        d
     });
     let k32 = [k as u32];
     let eps = [batch.eps.map_or(DEFAULT_EPS, |e| e[b])];
