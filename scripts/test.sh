@@ -101,7 +101,7 @@ step "tests (debug)"
 cargo test --workspace --features "$FEATURES"
 
 step "examples (host-std/examples, built by the tests above)"
-for e in cpu_runtime ranks axum_metrics graceful_shutdown; do
+for e in cpu_runtime ranks axum_metrics graceful_shutdown ragged_step; do
     echo "--- $e"
     "$target/debug/examples/$e" >/dev/null
 done

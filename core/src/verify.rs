@@ -483,7 +483,8 @@ impl<'a> Batch<'a> {
     /// .with_target_logits_half(HalfLogits { values: Half::Bf16(&logits), temperature: &[0.0] });
     /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
     /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
-    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut Counters::<4>::ZERO).unwrap();
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
     /// assert_eq!((accepted, tokens), ([1], [1, 0]));
     /// ```
     #[must_use]
@@ -526,7 +527,8 @@ impl<'a> Batch<'a> {
     /// .with_top_k(&[1]);
     /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
     /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
-    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut Counters::<4>::ZERO).unwrap();
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
     /// assert_eq!((accepted, tokens), ([0], [0, u32::MAX])); // rejected; the only kept id
     /// ```
     #[must_use]
