@@ -184,6 +184,8 @@ pub struct Support {
     /// bf16 / f16 target logits and draft probabilities ([`Batch::with_target_logits_half`],
     /// [`Batch::with_draft_probs_half`]).
     pub half: bool,
+    /// A method per request ([`Batch::with_methods`]).
+    pub methods: bool,
 }
 
 impl Support {
@@ -196,6 +198,7 @@ impl Support {
         logits: false,
         filters: false,
         half: false,
+        methods: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens: the GPU kernel text (run on
     /// the host in CI); the CUDA and ROCm backends keep [`PADDED`](Self::PADDED) until the
@@ -207,6 +210,7 @@ impl Support {
         logits: false,
         filters: false,
         half: false,
+        methods: false,
     };
     /// Everything: the reference and the CPU backend.
     pub const ALL: Self = Self {
@@ -216,6 +220,7 @@ impl Support {
         logits: true,
         filters: true,
         half: true,
+        methods: true,
     };
 }
 
@@ -284,6 +289,8 @@ pub struct Batch<'a> {
     pub top_p: Option<&'a [f32]>,
     /// Per-request min-p (`B` values in `[0, 1]`; `0`: off), see [`Filter`].
     pub min_p: Option<&'a [f32]>,
+    /// Per-request method (`B` values), overriding the method of the call. `None`: the call's.
+    pub methods: Option<&'a [Method]>,
 }
 
 impl<'a> Batch<'a> {
@@ -335,6 +342,7 @@ impl<'a> Batch<'a> {
             top_k: None,
             top_p: None,
             min_p: None,
+            methods: None,
         }
     }
 
@@ -397,6 +405,7 @@ impl<'a> Batch<'a> {
             top_k: None,
             top_p: None,
             min_p: None,
+            methods: None,
         }
     }
 
@@ -559,6 +568,44 @@ impl<'a> Batch<'a> {
             min_p: Some(min_p),
             ..self
         }
+    }
+
+    /// The same batch with a verification method per request (`B` values), overriding the
+    /// method the verifier is called with: greedy, rejection-sampled and typical-acceptance
+    /// requests in one batch (logits at temperature 0 stay greedy whatever the method).
+    ///
+    /// ```
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+    /// use specula_core::Counters;
+    /// // Both requests draft token 1, which has target probability 0.4 (argmax: token 0).
+    /// let row = [0.6, 0.4, /* bonus */ 0.0, 1.0];
+    /// let target: Vec<f32> = row.iter().chain(&row).copied().collect();
+    /// let batch = Batch::dense(
+    ///     Dims { vocab: 2, k_max: 1 },
+    ///     Drafts { k: &[1, 1], ids: &[1, 1] },
+    ///     &target,
+    ///     Streams { seed: &[5, 5], offset: &[0, 0] },
+    /// )
+    /// .with_methods(&[Method::Greedy, Method::Typical]);
+    /// let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 4]);
+    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
+    /// // Greedy rejects (not the argmax) and emits 0; typical accepts (0.4 > ε = 0.09).
+    /// assert_eq!((accepted, tokens), ([0, 1], [0, u32::MAX, 1, 1]));
+    /// ```
+    #[must_use]
+    pub const fn with_methods(self, methods: &'a [Method]) -> Self {
+        Self {
+            methods: Some(methods),
+            ..self
+        }
+    }
+
+    /// Request `b`'s method: its own ([`with_methods`](Batch::with_methods)) or `call`'s.
+    #[must_use]
+    pub fn method_of(&self, b: usize, call: Method) -> Method {
+        self.methods.map_or(call, |m| m[b])
     }
 
     /// The same batch with explicit row strides (`≥ V`) for the draft and target tensors.

@@ -137,6 +137,7 @@ fn verify_one<O: RowOps + ?Sized>(
     if batch.is_plain(b) {
         return verify_request(ops, method, batch, b, tokens);
     }
+    let method = batch.method_of(b, method);
     let (method, t, filter) = match batch.temperature.map(|t| t[b]) {
         Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
         Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),

@@ -1873,7 +1873,7 @@ pub fn random_filters(g: &mut Gen, b: usize, vocab: usize) -> (Vec<u32>, Vec<f32
 
 /// Sampling inputs (issue 13): per-request top-k / top-p / min-p on the probability and the
 /// logits paths, binary32 / bf16 / f16 logits and draft probabilities, temperatures mixing 0
-/// (greedy) and `> 0`: against the reference bit for bit where the backend supports them
+/// (greedy) and `> 0`, a method per request: against the reference bit for bit where the backend supports them
 /// ([`Support::filters`](specula_core::verify::Support), `half`, `logits`), elsewhere the typed
 /// error with nothing counted.
 pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
@@ -1948,6 +1948,10 @@ pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, b
         }
         if g.chance(1, 2) {
             batch = batch.with_min_p(&min_p);
+        }
+        let methods: Vec<Method> = (0..n).map(|_| METHODS[g.below(3)]).collect();
+        if g.chance(1, 3) {
+            batch = batch.with_methods(&methods);
         }
         let m = METHODS[i % 3];
         let what = format!("sampling batch {i}");

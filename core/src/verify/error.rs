@@ -25,6 +25,8 @@ pub enum Feature {
     Filters,
     /// bf16 / f16 inputs.
     Half,
+    /// A method per request.
+    Methods,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
@@ -61,6 +63,8 @@ pub enum Param {
     TopP,
     /// `min_p` (in `[0, 1]`).
     MinP,
+    /// `methods` (a method per request).
+    Methods,
     /// The recovered-token output of [`recovered_tokens`](super::recovered_tokens).
     Recovered,
     /// `Outputs::accepted`.

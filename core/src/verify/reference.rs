@@ -397,6 +397,7 @@ pub fn recovered_at<O: RowOps + ?Sized>(
     b: usize,
     j: usize,
 ) -> u32 {
+    let method = batch.method_of(b, method);
     let x = batch.draft_ids_of(b)[j];
     let rng = RaceRng {
         seed: batch.seed[b],
@@ -497,6 +498,7 @@ pub fn verify_request<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
+    let method = batch.method_of(b, method);
     if !batch.is_plain(b) {
         return verify_request_processed(method, batch, b, tokens);
     }

@@ -79,6 +79,11 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             feature: Feature::Half,
         });
     }
+    if batch.methods.is_some() && !support.methods {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Methods,
+        });
+    }
     if (batch.top_k.is_some() || batch.top_p.is_some() || batch.min_p.is_some()) && !support.filters
     {
         return Err(VerifyError::Unsupported {
@@ -193,6 +198,9 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     if let Some(x) = batch.min_p {
         expect_len(Param::MinP, x.len(), Some(b))?;
     }
+    if let Some(x) = batch.methods {
+        expect_len(Param::Methods, x.len(), Some(b))?;
+    }
     Ok(())
 }
 
@@ -303,7 +311,7 @@ pub fn validate_request_with(
             param: Param::MinP,
         });
     }
-    if method == Method::Typical {
+    if batch.method_of(b, method) == Method::Typical {
         let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
         if !ok(batch.eps_of(b)) {
             return Err(VerifyError::BadParam {
