@@ -34,6 +34,8 @@ pub use ops::ChunkedOps;
 use ops::SplitOps;
 
 use rayon::prelude::*;
+use specula_core::exponential::accepts;
+use specula_core::philox::accept_draw;
 use specula_core::verify::fill_recovered;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
@@ -58,6 +60,15 @@ const SOFTMAX_PIECE: usize = 2048;
 /// Writes the softmax of the logits `row` at temperature `t > 0` into `out` (the rules of
 /// `core/DETERMINISM.md`): maximum and exact fixed-point sum over pieces, then each `p`.
 fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
+    let sm = softmax_of(row, t);
+    for (o, &l) in out.iter_mut().zip(row) {
+        *o = sm.p(l);
+    }
+}
+
+/// The softmax state (maximum and exact fixed-point sum, reduced over pieces) of `row` at
+/// temperature `t > 0`.
+fn softmax_of(row: &[f32], t: f32) -> Softmax {
     let max = row
         .chunks(SOFTMAX_PIECE)
         .map(|c| {
@@ -73,10 +84,97 @@ fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
             })
         })
         .fold(0u128, u128::wrapping_add);
-    let sm = Softmax::from_parts(t, max, fixed);
-    for (o, &l) in out.iter_mut().zip(row) {
-        *o = sm.p(l);
+    Softmax::from_parts(t, max, fixed)
+}
+
+/// A row as binary32: borrowed, or widened into `buf`.
+fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    match row {
+        Values::F32(x) => x,
+        Values::Half(_) => {
+            buf.resize(row.len(), 0.0);
+            row.widen_into(buf);
+            buf
+        }
     }
+}
+
+/// Rejection sampling from logits at `t > 0` without a filter, lazily: the acceptance test of
+/// row `j` needs only the softmax state (maximum and sum) and `p(x_j)`, so rows are reduced one
+/// by one until the first rejection `r`; only row `r` (the residual's, or the bonus row when
+/// all are accepted) is written out in full, rows after it are never read. The one-request
+/// batch handed to [`verify_request`] holds exactly the values the rules read (`p(x_j)` and
+/// `d(x_j)` at accepted positions, full rows at `r`), so the bits are those of the full rows.
+fn verify_rejection_lazy<O: RowOps + ?Sized>(
+    ops: &O,
+    batch: &Batch<'_>,
+    b: usize,
+    t: f32,
+    tokens: &mut [u32],
+) -> u32 {
+    let v = batch.vocab;
+    let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
+    let k = ids.len();
+    let (seed, offset) = (batch.seed[b], batch.offset[b]);
+    let mut probs = vec![0f32; (k + 1) * v];
+    let mut draft = batch.has_draft_probs().then(|| vec![0f32; k * v]);
+    let mut buf = Vec::new();
+    let mut r = k;
+    for (j, &x) in ids.iter().enumerate() {
+        let x = x as usize;
+        let Some(row) = batch.target_values_checked(b, j) else {
+            break;
+        };
+        let sm = softmax_of(f32_row(row, &mut buf), t);
+        let pt = sm.p(row.at(x));
+        let d = batch.draft_values_checked(b, j);
+        let pd = d.map_or(1.0, |d| d.at(x));
+        if accepts(accept_draw(seed, offset, j as u32), pt, pd) {
+            probs[j * v + x] = pt;
+            if let Some(dr) = &mut draft {
+                dr[j * v + x] = pd;
+            }
+        } else {
+            let full = f32_row(row, &mut buf);
+            for (o, &l) in probs[j * v..(j + 1) * v].iter_mut().zip(full) {
+                *o = sm.p(l);
+            }
+            if let (Some(dr), Some(d)) = (&mut draft, d) {
+                d.widen_into(&mut dr[j * v..(j + 1) * v]);
+            }
+            r = j;
+            break;
+        }
+    }
+    if r == k
+        && batch.bonus.is_none()
+        && let Some(row) = batch.target_values_checked(b, k)
+    {
+        let full = f32_row(row, &mut buf).to_vec();
+        softmax_into(&full, t, &mut probs[k * v..]);
+    }
+    let k32 = [k as u32];
+    let bonus = batch.bonus.map(|x| [x[b]]);
+    let mut one = Batch::dense(
+        Dims { vocab: v, k_max: k },
+        Drafts { k: &k32, ids },
+        &probs,
+        Streams {
+            seed: &batch.seed[b..=b],
+            offset: &batch.offset[b..=b],
+        },
+    );
+    if let Some(d) = &draft {
+        one = one.with_draft_probs(d);
+    }
+    if let Some(x) = &bonus {
+        one = one.with_bonus(x);
+    }
+    let acc = verify_request(ops, Method::Rejection, &one, 0, &mut tokens[..=k]);
+    for x in &mut tokens[k + 1..] {
+        *x = SENTINEL;
+    }
+    acc
 }
 
 /// Writes target row `row` as the probabilities request processing gives
@@ -143,6 +241,13 @@ fn verify_one<O: RowOps + ?Sized>(
         Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
         None => (method, None, batch.filter_of(b)),
     };
+    if let Some(t) = t
+        && t > 0.0
+        && method == Method::Rejection
+        && !filter.is_active()
+    {
+        return verify_rejection_lazy(ops, batch, b, t, tokens);
+    }
     let v = batch.vocab;
     let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
     let k = ids.len();
