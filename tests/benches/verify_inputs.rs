@@ -6,9 +6,14 @@
 //! position, whole rows only at the rejection and the bonus); the logits paths must read every
 //! row once for the softmax, and bf16 halves those bytes.
 //!
-//! `cargo bench -p specula-tests --bench verify_inputs` (under a minute on 2 cores). Prints
-//! one line per (V, batch, input): ms per batch, the read-only pass over that input's bytes,
-//! their ratio, and the ratio to the f32 probability path of the same shape.
+//! `cargo bench -p specula-tests --bench verify_inputs` (a minute or two). Prints one line per
+//! (V, batch, input): ms per batch, the read-only pass over that input's bytes, their ratio,
+//! and the ratio to the f32 probability path of the same shape.
+//!
+//! Both sides run on **one thread** (the verifier on the calling thread, the read pass too) and
+//! are timed in that thread's **CPU time** (Linux `/proc/thread-self/stat`, accumulated over at
+//! least 0.5 s per figure), so the figures hold on a machine shared with other jobs, where wall
+//! time would mostly measure the scheduler; elsewhere wall time is used.
 
 use half::bf16;
 use specula::cpu::CpuVerifier;
@@ -22,53 +27,74 @@ use std::time::Instant;
 const K: usize = 4;
 const T: f32 = 0.8;
 
-/// Median seconds of `runs` calls of `f` after one warm-up call.
-fn median_s(runs: usize, mut f: impl FnMut()) -> f64 {
+/// This thread's CPU time in seconds (user + system, clock ticks of 10 ms), if readable.
+fn thread_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Seconds per call of `f` (after one warm-up call): this thread's CPU time over at least
+/// 0.5 s of it, or wall time where CPU time cannot be read.
+fn per_call_s(mut f: impl FnMut()) -> f64 {
     f();
-    let mut t: Vec<f64> = (0..runs)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[runs / 2]
+    let (cpu0, wall0) = (thread_cpu_s(), Instant::now());
+    let mut n = 0u64;
+    loop {
+        f();
+        n += 1;
+        let spent = match (cpu0, thread_cpu_s()) {
+            (Some(a), Some(b)) => b - a,
+            _ => wall0.elapsed().as_secs_f64(),
+        };
+        if spent >= 0.5 && n >= 3 {
+            return spent / n as f64;
+        }
+    }
 }
 
 /// Sums `bytes` bytes of `src` (as u16 words, so f32 and bf16 inputs read alike) on `threads`
 /// threads, one contiguous piece each.
 fn read_sum(src: &[u16], threads: usize) -> u64 {
-    let piece = src.len().div_ceil(threads.max(1)).max(1);
+    fn sum(c: &[u16]) -> u64 {
+        // Eight independent sums so the loop is bound by loads, not by one add chain.
+        let mut acc = [0u64; 8];
+        let chunks = c.chunks_exact(8);
+        let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
+        for ch in chunks {
+            for (a, &x) in acc.iter_mut().zip(ch) {
+                *a += u64::from(x);
+            }
+        }
+        acc.iter().sum::<u64>() + tail
+    }
+    if threads <= 1 {
+        // On this thread, so its CPU time counts it.
+        return sum(src);
+    }
+    let piece = src.len().div_ceil(threads).max(1);
     std::thread::scope(|s| {
-        let parts: Vec<_> = src
-            .chunks(piece)
-            .map(|c| {
-                s.spawn(move || {
-                    let mut acc = [0u64; 8];
-                    let chunks = c.chunks_exact(8);
-                    let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
-                    for ch in chunks {
-                        for (a, &x) in acc.iter_mut().zip(ch) {
-                            *a += u64::from(x);
-                        }
-                    }
-                    acc.iter().sum::<u64>() + tail
-                })
-            })
-            .collect();
+        let parts: Vec<_> = src.chunks(piece).map(|c| s.spawn(move || sum(c))).collect();
         parts.into_iter().map(|h| h.join().expect("sum")).sum()
     })
 }
 
 fn main() {
-    let verifier = CpuVerifier::<8>::new(0).expect("thread pool");
+    // One thread: timed in this thread's CPU time (see the module docs).
+    let verifier = CpuVerifier::<8>::new(1).expect("verifier");
     let threads = verifier.threads();
     let mut g = Gen(0x1A9_0713);
     println!(
         "{:>6} {:>5} {:<22} {:>10} {:>10} {:>8} {:>8}",
         "V", "batch", "input", "ms/batch", "read ms", "/read", "/probs"
     );
+    if thread_cpu_s().is_none() {
+        println!("(no /proc/thread-self/stat: wall time)");
+    }
     for vocab in [32 * 1024, 128 * 1024] {
         for b in [1usize, 16] {
             let rows = b * (K + 1);
@@ -144,12 +170,11 @@ fn main() {
             let pool: Vec<u16> = (0..(probs.len() * 4 + draft_bytes) / 2)
                 .map(|i| i as u16)
                 .collect();
-            let runs = if vocab > 64 * 1024 { 9 } else { 21 };
             let mut probs_s = 0.0;
             for (name, batch, bytes) in cases {
                 let mut accepted = vec![0u32; b];
                 let mut tokens = vec![0u32; b * (K + 1)];
-                let s = median_s(runs, || {
+                let s = per_call_s(|| {
                     let mut out = Outputs {
                         accepted: &mut accepted,
                         tokens: &mut tokens,
@@ -159,7 +184,7 @@ fn main() {
                         .expect("valid batch");
                     black_box(&tokens);
                 });
-                let read = median_s(runs, || {
+                let read = per_call_s(|| {
                     black_box(read_sum(black_box(&pool[..bytes / 2]), threads));
                 });
                 if probs_s == 0.0 {
