@@ -40,8 +40,7 @@ use specula_core::verify::fill_recovered;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
     SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError, softmax_exp,
-    softmax_fixed, softmax_max, validate_recovered, validate_request_with, validate_shape_with,
-    verify_request,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,37 +52,31 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Ids per piece of the softmax reductions: the maxima and sums of pieces are combined after,
-/// which the rules make independent of the cut.
-const SOFTMAX_PIECE: usize = 2048;
-
 /// Writes the softmax of the logits `row` at temperature `t > 0` into `out` (the rules of
-/// `core/DETERMINISM.md`): maximum and exact fixed-point sum over pieces, then each `p`.
+/// `core/DETERMINISM.md`): maximum and exact fixed-point sum by the lane-wise kernels (the
+/// reductions are order-independent), then each `p`.
 fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
-    let sm = softmax_of(row, t);
-    for (o, &l) in out.iter_mut().zip(row) {
-        *o = sm.p(l);
+    let isa = kernels::Isa::detect();
+    let max = kernels::softmax_max(isa, row, t);
+    let fixed = kernels::softmax_sum(isa, row, t, max);
+    if fixed == 0 {
+        // S = 0: every p is 0 (the rules).
+        out.fill(0.0);
+        return;
     }
+    let sum = (fixed as f64) * TWO_M64;
+    kernels::softmax_write(isa, row, t, max, sum, out);
 }
+
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
 /// The softmax state (maximum and exact fixed-point sum, reduced over pieces) of `row` at
 /// temperature `t > 0`.
 fn softmax_of(row: &[f32], t: f32) -> Softmax {
-    let max = row
-        .chunks(SOFTMAX_PIECE)
-        .map(|c| {
-            c.iter()
-                .fold(f32::NEG_INFINITY, |m, &l| softmax_max(m, l / t))
-        })
-        .fold(f32::NEG_INFINITY, softmax_max);
-    let fixed = row
-        .chunks(SOFTMAX_PIECE)
-        .map(|c| {
-            c.iter().fold(0u128, |s, &l| {
-                s.wrapping_add(softmax_fixed(softmax_exp(l, t, max)))
-            })
-        })
-        .fold(0u128, u128::wrapping_add);
+    let isa = kernels::Isa::detect();
+    let max = kernels::softmax_max(isa, row, t);
+    let fixed = kernels::softmax_sum(isa, row, t, max);
     Softmax::from_parts(t, max, fixed)
 }
 
@@ -196,13 +189,7 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
         // The plain softmax (the same bits as a cut that keeps every id).
         Some(t) if t > 0.0 && !filter.is_active() => softmax_into(src, t, out),
         Some(t) if t > 0.0 => {
-            let max = src
-                .chunks(SOFTMAX_PIECE)
-                .map(|c| {
-                    c.iter()
-                        .fold(f32::NEG_INFINITY, |m, &l| softmax_max(m, l / t))
-                })
-                .fold(f32::NEG_INFINITY, softmax_max);
+            let max = kernels::softmax_max(kernels::Isa::detect(), src, t);
             let weights: Vec<f32> = src.iter().map(|&l| softmax_exp(l, t, max)).collect();
             cut_into(&weights, filter, out);
         }
