@@ -40,7 +40,7 @@ mod validate;
 mod values;
 
 pub use error::{Feature, Param, Tensor, VerifyError};
-pub use filter::{Cut, Filter, weight_fixed, weight_key};
+pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};
 pub use reference::{
     Processed, RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual,
     recovered_at, softmax_exp, softmax_fixed, softmax_max, verify_request,

@@ -39,7 +39,7 @@ use specula_core::philox::accept_draw;
 use specula_core::verify::fill_recovered;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
-    SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError, softmax_exp,
+    SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError,
     validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
@@ -190,7 +190,9 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
         Some(t) if t > 0.0 && !filter.is_active() => softmax_into(src, t, out),
         Some(t) if t > 0.0 => {
             let max = kernels::softmax_max(kernels::Isa::detect(), src, t);
-            let weights: Vec<f32> = src.iter().map(|&l| softmax_exp(l, t, max)).collect();
+            // The weights e_v: the probability kernel with S = 1 writes (e_v / 1) = e_v exactly.
+            let mut weights = vec![0f32; src.len()];
+            kernels::softmax_write(kernels::Isa::detect(), src, t, max, 1.0, &mut weights);
             cut_into(&weights, filter, out);
         }
         None if filter.is_active() => cut_into(src, filter, out),
@@ -201,7 +203,7 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
 
 /// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
 fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
-    let cut = Cut::of(|f| w.iter().for_each(|&x| f(x)), filter);
+    let cut = Cut::of(w, filter);
     for (o, &x) in out.iter_mut().zip(w) {
         *o = cut.p(x);
     }

@@ -58,6 +58,22 @@ pub fn weight_fixed(w: f32) -> u128 {
     if w > 0.0 { softmax_fixed(w) } else { 0 }
 }
 
+/// A row of weights a [`Cut`] reads, pass after pass (each pass must hand over the same
+/// values; the order does not matter). Generic, so every pass is a monomorphised loop.
+pub trait WeightRow {
+    /// Calls `f` with every weight.
+    fn for_each_weight(&self, f: impl FnMut(f32));
+}
+
+impl WeightRow for [f32] {
+    #[inline]
+    fn for_each_weight(&self, mut f: impl FnMut(f32)) {
+        for &w in self {
+            f(w);
+        }
+    }
+}
+
 /// The result of filtering one row of weights: the kept ids are those whose
 /// [`weight_key`] is `≥ threshold`, and `fixed` is the exact sum of their [`weight_fixed`]
 /// terms (wrapping `u128`).
@@ -70,27 +86,26 @@ pub struct Cut {
 }
 
 impl Cut {
-    /// Filters the weights that `row` hands to its callback (in any order, any number of
-    /// times: each pass must give the same values) with `filter`. At most 1 + 4 + 1 + 4 passes
-    /// (max, top-k digits, mass, top-p digits); a part that is off costs nothing.
-    pub fn of(row: impl Fn(&mut dyn FnMut(f32)), filter: Filter) -> Self {
+    /// Filters the weights of `row` with `filter`. At most 1 + 4 + 1 + 4 passes (max, top-k
+    /// digits, mass, top-p digits); a part that is off costs nothing.
+    pub fn of<R: WeightRow + ?Sized>(row: &R, filter: Filter) -> Self {
         let mut threshold = 0u32;
         if filter.min_p > 0.0 {
             let mut max = 0u32;
-            row(&mut |w| max = max.max(weight_key(w)));
+            row.for_each_weight(|w| max = max.max(weight_key(w)));
             threshold = weight_key(filter.min_p * f32::from_bits(max));
         }
         if filter.top_k != 0
-            && let Some((t, _)) = descend(&row, 0, |_| 1, |c| c >= u128::from(filter.top_k))
+            && let Some((t, _)) = descend(row, 0, |_| 1, |c| c >= u128::from(filter.top_k))
         {
             threshold = threshold.max(t);
         }
         if filter.top_p < 1.0 {
-            let mass = mass_above(&row, threshold);
+            let mass = mass_above(row, threshold);
             if mass != 0 {
                 let target = f64::from(filter.top_p) * (mass as f64);
                 if let Some((t, m)) =
-                    descend(&row, threshold, weight_fixed, |m| (m as f64) >= target)
+                    descend(row, threshold, weight_fixed, |m| (m as f64) >= target)
                 {
                     return Self {
                         threshold: t,
@@ -105,7 +120,7 @@ impl Cut {
         }
         Self {
             threshold,
-            fixed: mass_above(&row, threshold),
+            fixed: mass_above(row, threshold),
         }
     }
 
@@ -123,9 +138,9 @@ impl Cut {
 }
 
 /// `Σ weight_fixed(w)` over the weights with key `≥ threshold` (wrapping).
-fn mass_above(row: &impl Fn(&mut dyn FnMut(f32)), threshold: u32) -> u128 {
+fn mass_above<R: WeightRow + ?Sized>(row: &R, threshold: u32) -> u128 {
     let mut m = 0u128;
-    row(&mut |w| {
+    row.for_each_weight(|w| {
         if weight_key(w) >= threshold {
             m = m.wrapping_add(weight_fixed(w));
         }
@@ -140,8 +155,8 @@ fn mass_above(row: &impl Fn(&mut dyn FnMut(f32)), threshold: u32) -> u128 {
 /// Radix descent, 8 bits per pass from the top: the answer's top byte is the largest digit `d`
 /// whose `F(d·2²⁴)` satisfies `pred`, and so on down, so 4 passes give the exact answer
 /// (the same as a 32-step bisection over the bits would).
-fn descend(
-    row: &impl Fn(&mut dyn FnMut(f32)),
+fn descend<R: WeightRow + ?Sized>(
+    row: &R,
     floor: u32,
     g: impl Fn(f32) -> u128,
     pred: impl Fn(u128) -> bool,
@@ -153,7 +168,7 @@ fn descend(
     for level in 0..4u32 {
         let shift = 24 - 8 * level;
         hist.fill(0);
-        row(&mut |w| {
+        row.for_each_weight(|w| {
             let key = weight_key(w);
             // Same higher digits as the prefix (the top level: every key).
             if key >= floor && (level == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))) {
@@ -188,7 +203,7 @@ mod tests {
     use super::*;
 
     fn cut(row: &[f32], f: Filter) -> Cut {
-        Cut::of(|g| row.iter().for_each(|&w| g(w)), f)
+        Cut::of(row, f)
     }
 
     fn kept(row: &[f32], f: Filter) -> usize {

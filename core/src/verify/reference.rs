@@ -1,7 +1,7 @@
 //! The per-request algorithm ([`verify_request`]) and the plain-loop row reductions
 //! ([`ScalarOps`]) that define the reference bits.
 
-use super::{Batch, Cut, Filter, Method, SENTINEL, Values};
+use super::{Batch, Cut, Filter, Method, SENTINEL, Values, WeightRow};
 use crate::exponential::{accepts, draw, exponential};
 use crate::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
 use crate::philox::{accept_draw, race_words, race_words_lo};
@@ -217,7 +217,7 @@ impl Processed {
             Some(t) if t > 0.0 => {
                 let mut max = f32::NEG_INFINITY;
                 row.for_each(|l| max = softmax_max(max, l / t));
-                let cut = Cut::of(|f| row.for_each(|l| f(softmax_exp(l, t, max))), filter);
+                let cut = Cut::of(&SoftmaxWeights { row, t, max }, filter);
                 Self {
                     kind: Kind::Logits { t, max },
                     cut,
@@ -225,7 +225,7 @@ impl Processed {
             }
             None if filter.is_active() => Self {
                 kind: Kind::Probs,
-                cut: Cut::of(|f| row.for_each(f), filter),
+                cut: Cut::of(&row, filter),
             },
             _ => Self {
                 kind: Kind::Identity,
@@ -243,6 +243,25 @@ impl Processed {
             Kind::Probs => self.cut.p(x),
             Kind::Logits { t, max } => self.cut.p(softmax_exp(x, t, max)),
         }
+    }
+}
+
+/// The softmax weights `e_v = exp_p(l_v / t − max)` of a logits row.
+struct SoftmaxWeights<'a> {
+    row: Values<'a>,
+    t: f32,
+    max: f32,
+}
+
+impl WeightRow for SoftmaxWeights<'_> {
+    fn for_each_weight(&self, mut f: impl FnMut(f32)) {
+        self.row.for_each(|l| f(softmax_exp(l, self.t, self.max)));
+    }
+}
+
+impl WeightRow for Values<'_> {
+    fn for_each_weight(&self, f: impl FnMut(f32)) {
+        self.for_each(f);
     }
 }
 
