@@ -92,17 +92,78 @@ fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
     }
 }
 
-/// Rejection sampling from logits at `t > 0` without a filter, lazily: the acceptance test of
-/// row `j` needs only the softmax state (maximum and sum) and `p(x_j)`, so rows are reduced one
-/// by one until the first rejection `r`; only row `r` (the residual's, or the bonus row when
-/// all are accepted) is written out in full, rows after it are never read. The one-request
-/// batch handed to [`verify_request`] holds exactly the values the rules read (`p(x_j)` and
-/// `d(x_j)` at accepted positions, full rows at `r`), so the bits are those of the full rows.
+/// How one target row of a request that is not plain becomes probabilities, reduced once:
+/// `p(x)` of any id is then cheap, and the full row can be written on demand.
+enum RowState {
+    /// Logits without a filter: the softmax state.
+    Softmax(Softmax),
+    /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`].
+    Cut(Cut),
+    /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
+    Identity,
+}
+
+impl RowState {
+    /// Reduces the binary32 row `src` (logits at `t > 0`, or probabilities for `None`);
+    /// `weights` receives the softmax weights when a filter needs them.
+    fn of(src: &[f32], t: Option<f32>, filter: Filter, weights: &mut Vec<f32>) -> Self {
+        match t {
+            Some(t) if !filter.is_active() => Self::Softmax(softmax_of(src, t)),
+            Some(t) => {
+                let isa = kernels::Isa::detect();
+                let max = kernels::softmax_max(isa, src, t);
+                weights.resize(src.len(), 0.0);
+                // S = 1 writes (e_v / 1) = e_v exactly.
+                kernels::softmax_write(isa, src, t, max, 1.0, weights);
+                Self::Cut(Cut::of(&weights[..], filter))
+            }
+            None if filter.is_active() => Self::Cut(Cut::of(src, filter)),
+            None => Self::Identity,
+        }
+    }
+
+    /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
+    fn p(&self, src: &[f32], weights: &[f32], x: usize) -> f32 {
+        match self {
+            Self::Softmax(sm) => sm.p(src[x]),
+            Self::Cut(c) if weights.len() == src.len() => c.p(weights[x]),
+            Self::Cut(c) => c.p(src[x]),
+            Self::Identity => src[x],
+        }
+    }
+
+    /// Writes the whole probability row.
+    fn write(&self, src: &[f32], weights: &[f32], t: Option<f32>, out: &mut [f32]) {
+        match self {
+            Self::Softmax(_) => softmax_into(src, t.unwrap_or(1.0), out),
+            Self::Cut(c) => {
+                let w = if weights.len() == src.len() {
+                    weights
+                } else {
+                    src
+                };
+                for (o, &x) in out.iter_mut().zip(w) {
+                    *o = c.p(x);
+                }
+            }
+            Self::Identity => out.copy_from_slice(src),
+        }
+    }
+}
+
+/// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
+/// inputs), lazily: the acceptance test of row `j` needs only the row's reduction
+/// ([`RowState`]) and `p(x_j)`, so rows are reduced one by one until the first rejection `r`;
+/// only row `r` (the residual's, or the bonus row when all are accepted) is written out in
+/// full, rows after it are never read. The one-request batch handed to [`verify_request`]
+/// holds exactly the values the rules read (`p(x_j)` and `d(x_j)` at accepted positions, full
+/// rows at `r`), so the bits are those of the full rows.
 fn verify_rejection_lazy<O: RowOps + ?Sized>(
     ops: &O,
     batch: &Batch<'_>,
     b: usize,
-    t: f32,
+    t: Option<f32>,
+    filter: Filter,
     tokens: &mut [u32],
 ) -> u32 {
     let v = batch.vocab;
@@ -111,15 +172,17 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
     let mut probs = vec![0f32; (k + 1) * v];
     let mut draft = batch.has_draft_probs().then(|| vec![0f32; k * v]);
-    let mut buf = Vec::new();
+    let (mut buf, mut weights) = (Vec::new(), Vec::new());
     let mut r = k;
     for (j, &x) in ids.iter().enumerate() {
         let x = x as usize;
         let Some(row) = batch.target_values_checked(b, j) else {
             break;
         };
-        let sm = softmax_of(f32_row(row, &mut buf), t);
-        let pt = sm.p(row.at(x));
+        weights.clear();
+        let src = f32_row(row, &mut buf);
+        let state = RowState::of(src, t, filter, &mut weights);
+        let pt = state.p(src, &weights, x);
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
         if accepts(accept_draw(seed, offset, j as u32), pt, pd) {
@@ -128,10 +191,7 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
                 dr[j * v + x] = pd;
             }
         } else {
-            let full = f32_row(row, &mut buf);
-            for (o, &l) in probs[j * v..(j + 1) * v].iter_mut().zip(full) {
-                *o = sm.p(l);
-            }
+            state.write(src, &weights, t, &mut probs[j * v..(j + 1) * v]);
             if let (Some(dr), Some(d)) = (&mut draft, d) {
                 d.widen_into(&mut dr[j * v..(j + 1) * v]);
             }
@@ -143,8 +203,10 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
         && batch.bonus.is_none()
         && let Some(row) = batch.target_values_checked(b, k)
     {
-        let full = f32_row(row, &mut buf).to_vec();
-        softmax_into(&full, t, &mut probs[k * v..]);
+        weights.clear();
+        let src = f32_row(row, &mut buf);
+        let state = RowState::of(src, t, filter, &mut weights);
+        state.write(src, &weights, t, &mut probs[k * v..]);
     }
     let k32 = [k as u32];
     let bonus = batch.bonus.map(|x| [x[b]]);
@@ -230,12 +292,8 @@ fn verify_one<O: RowOps + ?Sized>(
         Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
         None => (method, None, batch.filter_of(b)),
     };
-    if let Some(t) = t
-        && t > 0.0
-        && method == Method::Rejection
-        && !filter.is_active()
-    {
-        return verify_rejection_lazy(ops, batch, b, t, tokens);
+    if method == Method::Rejection && t.is_none_or(|t| t > 0.0) {
+        return verify_rejection_lazy(ops, batch, b, t, filter, tokens);
     }
     let v = batch.vocab;
     let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
