@@ -40,7 +40,7 @@ use specula_core::verify::fill_recovered;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
     SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError,
-    validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request, weight_key,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,9 +115,9 @@ impl RowState {
                 weights.resize(src.len(), 0.0);
                 // S = 1 writes (e_v / 1) = e_v exactly.
                 kernels::softmax_write(isa, src, t, max, 1.0, weights);
-                Self::Cut(Cut::of(&weights[..], filter))
+                Self::Cut(cut_of(weights, filter))
             }
-            None if filter.is_active() => Self::Cut(Cut::of(src, filter)),
+            None if filter.is_active() => Self::Cut(cut_of(src, filter)),
             None => Self::Identity,
         }
     }
@@ -263,9 +263,46 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
     }
 }
 
+/// [`Cut::of`] the weights `w`, the same result, faster when top-k or min-p keep few ids:
+/// their threshold `θ₁` first, then the top-p search among the kept ids only (gathered in one
+/// pass). Equal by the rules: top-p's mass function counts only keys `≥ θ₁`, so over the
+/// gathered ids it is the same function, and the threshold is at least `θ₁`.
+fn cut_of(w: &[f32], filter: Filter) -> Cut {
+    if filter.top_p >= 1.0 || (filter.top_k == 0 && filter.min_p <= 0.0) {
+        return Cut::of(w, filter);
+    }
+    let first = Cut::of(
+        w,
+        Filter {
+            top_p: 1.0,
+            ..filter
+        },
+    );
+    let kept: Vec<f32> = w
+        .iter()
+        .copied()
+        .filter(|&x| weight_key(x) >= first.threshold)
+        .collect();
+    if kept.len() > w.len() / 4 {
+        // Not few: the plain search is as fast.
+        return Cut::of(w, filter);
+    }
+    let p = Cut::of(
+        &kept[..],
+        Filter {
+            top_p: filter.top_p,
+            ..Filter::NONE
+        },
+    );
+    Cut {
+        threshold: p.threshold.max(first.threshold),
+        fixed: p.fixed,
+    }
+}
+
 /// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
 fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
-    let cut = Cut::of(w, filter);
+    let cut = cut_of(w, filter);
     for (o, &x) in out.iter_mut().zip(w) {
         *o = cut.p(x);
     }
@@ -596,6 +633,35 @@ impl<const K: usize> Readback<K> for CpuReadback<K> {
 mod tests {
     use super::*;
     use specula_core::verify::{Dims, Drafts, Streams};
+
+    /// [`cut_of`] gives [`Cut::of`]'s result (threshold and kept mass) for every filter mix,
+    /// with ties and zeros, whether or not it takes the gathered path.
+    #[test]
+    fn fast_cut_is_the_cut() {
+        let mut s = 0xC07_u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for round in 0..400 {
+            let n = 1 + (next() % 3000) as usize;
+            let w: Vec<f32> = (0..n)
+                .map(|_| match next() % 6 {
+                    0 => 0.0,
+                    1 => 0.001,
+                    _ => ((next() >> 40) as f32 / (1u64 << 24) as f32).powi(3),
+                })
+                .collect();
+            let f = Filter {
+                top_k: [0, 1, 5, 50, 2000][(next() % 5) as usize],
+                top_p: [1.0, 0.9, 0.5, 0.01][(next() % 4) as usize],
+                min_p: [0.0, 0.01, 0.3][(next() % 3) as usize],
+            };
+            assert_eq!(cut_of(&w, f), Cut::of(&w[..], f), "round {round}: {f:?}");
+        }
+    }
 
     #[test]
     fn readback_follows_the_contract() {
