@@ -101,7 +101,7 @@ step "tests (debug)"
 cargo test --workspace --features "$FEATURES"
 
 step "examples (host-std/examples, built by the tests above)"
-for e in cpu_runtime ranks axum_metrics graceful_shutdown; do
+for e in cpu_runtime ranks axum_metrics graceful_shutdown ragged_step; do
     echo "--- $e"
     "$target/debug/examples/$e" >/dev/null
 done
@@ -175,7 +175,7 @@ else
 fi
 
 step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map"
-cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates
+cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates --test verify_logits --test verify_filters
 
 step "no_std builds of the core"
 if [ "$have_targets" = 1 ]; then

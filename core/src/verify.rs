@@ -34,18 +34,22 @@
 //! ```
 
 mod error;
+mod filter;
 mod reference;
 mod validate;
+mod values;
 
 pub use error::{Feature, Param, Tensor, VerifyError};
+pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};
 pub use reference::{
-    RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual, recovered_at,
-    softmax_exp, softmax_fixed, softmax_max, verify_request,
+    Processed, RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual,
+    recovered_at, softmax_exp, softmax_fixed, softmax_max, verify_request,
 };
 pub use validate::{
     draft_slots, validate, validate_recovered, validate_request, validate_request_with,
     validate_shape, validate_shape_with, validate_with,
 };
+pub use values::{Half, Values, bf16_to_f32, f16_to_f32};
 
 use crate::counters::Counters;
 
@@ -174,6 +178,14 @@ pub struct Support {
     pub bonus: bool,
     /// Target logits with per-request temperature ([`Batch::with_target_logits`]).
     pub logits: bool,
+    /// Per-request top-k, top-p and min-p ([`Batch::with_top_k`], [`Batch::with_top_p`],
+    /// [`Batch::with_min_p`]).
+    pub filters: bool,
+    /// bf16 / f16 target logits and draft probabilities ([`Batch::with_target_logits_half`],
+    /// [`Batch::with_draft_probs_half`]).
+    pub half: bool,
+    /// A method per request ([`Batch::with_methods`]).
+    pub methods: bool,
 }
 
 impl Support {
@@ -184,6 +196,9 @@ impl Support {
         ragged: false,
         bonus: false,
         logits: false,
+        filters: false,
+        half: false,
+        methods: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens: the GPU kernel text (run on
     /// the host in CI); the CUDA and ROCm backends keep [`PADDED`](Self::PADDED) until the
@@ -193,6 +208,9 @@ impl Support {
         ragged: false,
         bonus: false,
         logits: false,
+        filters: false,
+        half: false,
+        methods: false,
     };
     /// Everything: the reference and the CPU backend.
     pub const ALL: Self = Self {
@@ -200,6 +218,9 @@ impl Support {
         ragged: true,
         bonus: true,
         logits: true,
+        filters: true,
+        half: true,
+        methods: true,
     };
 }
 
@@ -256,6 +277,20 @@ pub struct Batch<'a> {
     pub target_logits: Option<&'a [f32]>,
     /// Per-request temperature for `target_logits` (`B` values, finite, `≥ 0`; `0`: greedy).
     pub temperature: Option<&'a [f32]>,
+    /// bf16 / f16 target logits, laid out as `target_logits` would be (which is then `None`,
+    /// and `target_probs` empty); read widened exactly to binary32.
+    pub target_logits_half: Option<Half<'a>>,
+    /// bf16 / f16 draft probabilities, laid out as `draft_probs` would be (which is then
+    /// `None`); read widened exactly to binary32.
+    pub draft_probs_half: Option<Half<'a>>,
+    /// Per-request top-k (`B` values; `0`: off), see [`Filter`].
+    pub top_k: Option<&'a [u32]>,
+    /// Per-request top-p (`B` values in `(0, 1]`; `1`: off), see [`Filter`].
+    pub top_p: Option<&'a [f32]>,
+    /// Per-request min-p (`B` values in `[0, 1]`; `0`: off), see [`Filter`].
+    pub min_p: Option<&'a [f32]>,
+    /// Per-request method (`B` values), overriding the method of the call. `None`: the call's.
+    pub methods: Option<&'a [Method]>,
 }
 
 impl<'a> Batch<'a> {
@@ -302,6 +337,12 @@ impl<'a> Batch<'a> {
             bonus: None,
             target_logits: None,
             temperature: None,
+            target_logits_half: None,
+            draft_probs_half: None,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            methods: None,
         }
     }
 
@@ -359,6 +400,12 @@ impl<'a> Batch<'a> {
             bonus: None,
             target_logits: None,
             temperature: None,
+            target_logits_half: None,
+            draft_probs_half: None,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            methods: None,
         }
     }
 
@@ -424,6 +471,141 @@ impl<'a> Batch<'a> {
             temperature: Some(logits.temperature),
             ..self
         }
+    }
+
+    /// [`with_target_logits`](Batch::with_target_logits) for bf16 / f16 logits (the engine's
+    /// own tensor, reinterpreted as 16-bit patterns): each value is widened exactly to binary32,
+    /// then everything is as with binary32 logits. `target_probs` is set empty and
+    /// `target_logits` to `None`.
+    ///
+    /// ```
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Half, HalfLogits, Method, Outputs, Streams};
+    /// use specula_core::Counters;
+    /// // bf16 bit patterns of 0, 3, 0 and (bonus row) 5, 0, 0.
+    /// let logits = [0x0000, 0x4040, 0x0000, 0x40A0, 0x0000, 0x0000];
+    /// let batch = Batch::dense(
+    ///     Dims { vocab: 3, k_max: 1 },
+    ///     Drafts { k: &[1], ids: &[1] },
+    ///     &[],
+    ///     Streams { seed: &[1], offset: &[0] },
+    /// )
+    /// .with_target_logits_half(HalfLogits { values: Half::Bf16(&logits), temperature: &[0.0] });
+    /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
+    /// assert_eq!((accepted, tokens), ([1], [1, 0]));
+    /// ```
+    #[must_use]
+    pub const fn with_target_logits_half(self, logits: HalfLogits<'a>) -> Self {
+        Self {
+            target_probs: &[],
+            target_logits: None,
+            target_logits_half: Some(logits.values),
+            temperature: Some(logits.temperature),
+            ..self
+        }
+    }
+
+    /// [`with_draft_probs`](Batch::with_draft_probs) for bf16 / f16 draft probabilities (rows of
+    /// stride [`draft_stride`](Batch::draft_stride)), widened exactly to binary32 on read.
+    #[must_use]
+    pub const fn with_draft_probs_half(self, draft_probs: Half<'a>) -> Self {
+        Self {
+            draft_probs: None,
+            draft_probs_half: Some(draft_probs),
+            ..self
+        }
+    }
+
+    /// The same batch with per-request top-k (`B` values, `0` = off): each request's target
+    /// rows keep their `top_k` largest probabilities (ties with the `top_k`-th kept) and are
+    /// renormalised before verification (`core/DETERMINISM.md`, "Sampling filters").
+    ///
+    /// ```
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+    /// use specula_core::Counters;
+    /// // Draft token 2 has target probability 0.3, but top-k 1 keeps only token 0.
+    /// let target = [0.6, 0.1, 0.3, /* bonus row */ 0.2, 0.5, 0.3];
+    /// let batch = Batch::dense(
+    ///     Dims { vocab: 3, k_max: 1 },
+    ///     Drafts { k: &[1], ids: &[2] },
+    ///     &target,
+    ///     Streams { seed: &[9], offset: &[0] },
+    /// )
+    /// .with_top_k(&[1]);
+    /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
+    /// assert_eq!((accepted, tokens), ([0], [0, u32::MAX])); // rejected; the only kept id
+    /// ```
+    #[must_use]
+    pub const fn with_top_k(self, top_k: &'a [u32]) -> Self {
+        Self {
+            top_k: Some(top_k),
+            ..self
+        }
+    }
+
+    /// The same batch with per-request top-p (`B` values in `(0, 1]`, `1` = off): each
+    /// request's target rows keep the smallest set of largest probabilities whose mass reaches
+    /// `top_p` (the id that crosses it and its ties kept), renormalised.
+    #[must_use]
+    pub const fn with_top_p(self, top_p: &'a [f32]) -> Self {
+        Self {
+            top_p: Some(top_p),
+            ..self
+        }
+    }
+
+    /// The same batch with per-request min-p (`B` values in `[0, 1]`, `0` = off): each
+    /// request's target rows keep the probabilities `≥ min_p ×` the row's largest,
+    /// renormalised.
+    #[must_use]
+    pub const fn with_min_p(self, min_p: &'a [f32]) -> Self {
+        Self {
+            min_p: Some(min_p),
+            ..self
+        }
+    }
+
+    /// The same batch with a verification method per request (`B` values), overriding the
+    /// method the verifier is called with: greedy, rejection-sampled and typical-acceptance
+    /// requests in one batch (logits at temperature 0 stay greedy whatever the method).
+    ///
+    /// ```
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+    /// use specula_core::Counters;
+    /// // Both requests draft token 1, which has target probability 0.4 (argmax: token 0).
+    /// let row = [0.6, 0.4, /* bonus */ 0.0, 1.0];
+    /// let target: Vec<f32> = row.iter().chain(&row).copied().collect();
+    /// let batch = Batch::dense(
+    ///     Dims { vocab: 2, k_max: 1 },
+    ///     Drafts { k: &[1, 1], ids: &[1, 1] },
+    ///     &target,
+    ///     Streams { seed: &[5, 5], offset: &[0, 0] },
+    /// )
+    /// .with_methods(&[Method::Greedy, Method::Typical]);
+    /// let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 4]);
+    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut counters = Counters::<4>::ZERO;
+    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
+    /// // Greedy rejects (not the argmax) and emits 0; typical accepts (0.4 > ε = 0.09).
+    /// assert_eq!((accepted, tokens), ([0, 1], [0, u32::MAX, 1, 1]));
+    /// ```
+    #[must_use]
+    pub const fn with_methods(self, methods: &'a [Method]) -> Self {
+        Self {
+            methods: Some(methods),
+            ..self
+        }
+    }
+
+    /// Request `b`'s method: its own ([`with_methods`](Batch::with_methods)) or `call`'s.
+    #[must_use]
+    pub fn method_of(&self, b: usize, call: Method) -> Method {
+        self.methods.map_or(call, |m| m[b])
     }
 
     /// The same batch with explicit row strides (`≥ V`) for the draft and target tensors.
@@ -543,6 +725,81 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// The target tensor in any format.
+    #[inline]
+    pub(crate) fn target_values_tensor(&self) -> Values<'a> {
+        match self.target_logits_half {
+            Some(h) => Values::Half(h),
+            None => Values::F32(self.target_tensor()),
+        }
+    }
+
+    /// Whether the batch has target logits (binary32 or half).
+    #[must_use]
+    pub fn has_logits(&self) -> bool {
+        self.target_logits.is_some() || self.target_logits_half.is_some()
+    }
+
+    /// Request `b`'s sampling filter ([`Filter::NONE`] where a part is not given). Panics if
+    /// a given slice is shorter than `b + 1`.
+    #[must_use]
+    pub fn filter_of(&self, b: usize) -> Filter {
+        Filter {
+            top_k: self.top_k.map_or(0, |x| x[b]),
+            top_p: self.top_p.map_or(1.0, |x| x[b]),
+            min_p: self.min_p.map_or(0.0, |x| x[b]),
+        }
+    }
+
+    /// Whether request `b` of a validated batch is verified on its stored binary32 rows as
+    /// they are (no softmax, no filter, no widening): then any [`RowOps`] may reduce them.
+    #[must_use]
+    pub fn is_plain(&self, b: usize) -> bool {
+        if self.target_logits_half.is_some() || self.draft_probs_half.is_some() {
+            return false;
+        }
+        match self.temperature_of(b) {
+            Some(t) if t > 0.0 => false,
+            // T = 0: greedy on the logits, filters change no argmax.
+            Some(_) => true,
+            None => !self.filter_of(b).is_active(),
+        }
+    }
+
+    /// Target row `(b, j)` in any format, `None` if outside the tensor (see
+    /// [`target_row_checked`](Batch::target_row_checked)).
+    #[must_use]
+    pub fn target_values_checked(&self, b: usize, j: usize) -> Option<Values<'a>> {
+        let row = match self.cu_num_draft_tokens {
+            Some(cu) => {
+                let start = if b == 0 { 0 } else { *cu.get(b - 1)? as usize };
+                let extra = if self.bonus.is_some() { 0 } else { b };
+                start.checked_add(extra)?.checked_add(j)?
+            }
+            None => b.checked_mul(self.k_max.checked_add(1)?)?.checked_add(j)?,
+        };
+        self.target_values_tensor()
+            .get(row.checked_mul(self.target_stride)?, self.vocab)
+    }
+
+    /// Draft row `(b, j)` in any format, if the drafter gave probabilities and it is inside.
+    #[must_use]
+    pub fn draft_values_checked(&self, b: usize, j: usize) -> Option<Values<'a>> {
+        let d = match (self.draft_probs, self.draft_probs_half) {
+            (Some(d), _) => Values::F32(d),
+            (None, Some(h)) => Values::Half(h),
+            (None, None) => return None,
+        };
+        let row = self.draft_start_checked(b)?.checked_add(j)?;
+        d.get(row.checked_mul(self.draft_stride)?, self.vocab)
+    }
+
+    /// Whether the drafter gave probabilities (in any format).
+    #[must_use]
+    pub fn has_draft_probs(&self) -> bool {
+        self.draft_probs.is_some() || self.draft_probs_half.is_some()
+    }
+
     /// Request `b`'s temperature, if the batch has logits.
     #[inline]
     pub(crate) fn temperature_of(&self, b: usize) -> Option<f32> {
@@ -590,6 +847,16 @@ pub struct Logits<'a> {
     pub values: &'a [f32],
     /// Per-request temperature (`B` values, finite, `≥ 0`); `0` means greedy for that request,
     /// whatever the method.
+    pub temperature: &'a [f32],
+}
+
+/// bf16 / f16 target logits with a temperature per request (see
+/// [`Batch::with_target_logits_half`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HalfLogits<'a> {
+    /// The logits' 16-bit patterns, laid out exactly as the target probabilities would be.
+    pub values: Half<'a>,
+    /// Per-request temperature (`B` values, finite, `≥ 0`); `0` means greedy for that request.
     pub temperature: &'a [f32],
 }
 

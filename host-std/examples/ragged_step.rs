@@ -2,16 +2,20 @@
 //! requests with 3, 2 and 0 draft tokens (the last had no draft this step: only its bonus token
 //! is sampled, and it is not counted as a draft), `num_tokens + B` target rows indexed by the
 //! cumulative draft counts, outputs converted to vLLM's `-1`-padded `[B, k_max+1]` i32 layout,
-//! and the random offsets advanced for the next step. Then the same step from target **logits**
-//! with a temperature per request: request 0 sampled at T = 0.7 with draft probabilities
-//! (rejection sampling), request 1 greedy (T = 0, an n-gram drafter: one-hot draft rows),
-//! request 2 again without draft — one batch, one call.
+//! and the random offsets advanced for the next step. Then the same step as an engine hands it
+//! over (issue 13): **bf16 target logits** in the ragged layout, request 0 sampled at T = 0.7
+//! with top-p 0.9 and draft probabilities (k = 3, rejection sampling), request 1 greedy (T = 0,
+//! an n-gram drafter: one-hot draft rows, k = 2), request 2 without draft (k = 0) — one batch,
+//! one call, no glue — and the outputs in vLLM's layout.
 //!
 //! `cargo run -p specula --example ragged_step`
 
 use specula::cpu::CpuVerifier;
+use specula::half::bf16;
+use specula::half_tensors;
 use specula::specula_core::verify::{
-    Batch, Check, Logits, Method, Outputs, RaggedDrafts, Streams, advance_offsets, to_vllm_tokens,
+    Batch, Check, HalfLogits, Method, Outputs, RaggedDrafts, Streams, advance_offsets,
+    to_vllm_tokens,
 };
 
 const V: usize = 8;
@@ -76,11 +80,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!((c.drafts, c.draft_tokens, c.accepted_tokens), (4, 10, 8));
     println!("drafts {}, accepted {}", c.drafts, c.accepted_tokens);
 
-    // The same layout from logits: row v of `rows` as logits 3·p (any scale would do).
-    let logits: Vec<f32> = target.iter().map(|&p| 3.0 * p).collect();
+    // The same step as the engine hands it over: bf16 target logits in the same ragged layout
+    // (`half::bf16`, viewed without a copy), a temperature and a top-p per request.
+    // Each row's top id (the peak above) gets logit 4, the next id 1.5, the rest 0.
+    let logits: Vec<bf16> = target
+        .chunks(V)
+        .flat_map(|row| {
+            let top = row.iter().position(|&p| p > 0.5).unwrap_or(0);
+            (0..V).map(move |v| {
+                bf16::from_f32(if v == top {
+                    4.0
+                } else if v == (top + 1) % V {
+                    1.5
+                } else {
+                    0.0
+                })
+            })
+        })
+        .collect();
+    // Request 0: T = 0.7, top-p 0.9; request 1: greedy (T = 0); request 2: T = 1, no filter.
     let temperature = [0.7f32, 0.0, 1.0];
-    // Draft rows (5, one per draft token): request 0's drafter probabilities, request 1's
-    // n-gram drafter as one-hot rows.
+    let top_p = [0.9f32, 1.0, 1.0];
+    // Draft rows (5, one per draft token): request 0's drafter probabilities (k = 3),
+    // request 1's n-gram drafter as one-hot rows (k = 2); request 2 has none (k = 0).
     let mut draft = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
         let row = if i < 3 {
@@ -104,10 +126,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             offset: &offset,
         },
     )
-    .with_target_logits(Logits {
-        values: &logits,
+    .with_target_logits_half(HalfLogits {
+        values: half_tensors::bf16(&logits),
         temperature: &temperature,
     })
+    .with_top_p(&top_p)
     .with_draft_probs(&draft);
     let width = batch.k_max + 1;
     let mut accepted = [0u32; 3];
@@ -120,9 +143,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out)?;
     let mut vllm = vec![0i32; 3 * width];
     to_vllm_tokens(&tokens, &mut vllm)?;
-    println!("logits step: accepted {accepted:?}, output_token_ids {vllm:?}");
+    println!("bf16 logits step: accepted {accepted:?}, output_token_ids {vllm:?}");
+    // Request 0: at T = 0.7 the top id has probability ≈ 0.95 ≥ 0.9, so top-p keeps it alone:
+    // drafts 1 and 2 are the top ids (accepted), 3 is not (rejected, probability 0 after the
+    // filter) and the top id of that row, 6, is emitted — whatever the random draws.
+    assert_eq!(&vllm[..4], &[1, 2, 6, -1]);
     // Request 1 is greedy on its logits, as in the first step.
     assert_eq!(&vllm[4..8], &[4, 5, 7, -1]);
+    // Request 2: only its bonus token, sampled at T = 1.
     assert_eq!(accepted[2], 0);
+    assert!(vllm[8] >= 0 && vllm[9..].iter().all(|&t| t == -1));
+    advance_offsets(&mut offset);
     Ok(())
 }

@@ -385,6 +385,17 @@ impl<const K: usize> Verifier<K> for Backend<K> {
             Self::Rocm(v) => Verifier::totals(v).map_err(Into::into),
         }
     }
+    /// The backend's own [`Support`](specula_core::verify::Support): everything for the CPU
+    /// backend and the reference, what the GPU backend declares otherwise.
+    fn support(&self) -> specula_core::verify::Support {
+        match self {
+            Self::Cpu(v) => Verifier::<K>::support(v),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(v) => Verifier::support(v),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(v) => Verifier::support(v),
+        }
+    }
 }
 
 /// The [`Readback`] of a [`Backend`].

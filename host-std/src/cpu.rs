@@ -34,11 +34,13 @@ pub use ops::ChunkedOps;
 use ops::SplitOps;
 
 use rayon::prelude::*;
+use specula_core::exponential::accepts;
+use specula_core::philox::accept_draw;
 use specula_core::verify::fill_recovered;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RowOps, SENTINEL,
-    ScalarOps, Softmax, Streams, Support, Verifier, VerifyError, softmax_exp, softmax_fixed,
-    softmax_max, validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
+    SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request, weight_key,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,37 +52,266 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Ids per piece of the softmax reductions: the maxima and sums of pieces are combined after,
-/// which the rules make independent of the cut.
-const SOFTMAX_PIECE: usize = 2048;
-
 /// Writes the softmax of the logits `row` at temperature `t > 0` into `out` (the rules of
-/// `core/DETERMINISM.md`): maximum and exact fixed-point sum over pieces, then each `p`.
+/// `core/DETERMINISM.md`): maximum and exact fixed-point sum by the lane-wise kernels (the
+/// reductions are order-independent), then each `p`.
 fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
-    let max = row
-        .chunks(SOFTMAX_PIECE)
-        .map(|c| {
-            c.iter()
-                .fold(f32::NEG_INFINITY, |m, &l| softmax_max(m, l / t))
-        })
-        .fold(f32::NEG_INFINITY, softmax_max);
-    let fixed = row
-        .chunks(SOFTMAX_PIECE)
-        .map(|c| {
-            c.iter().fold(0u128, |s, &l| {
-                s.wrapping_add(softmax_fixed(softmax_exp(l, t, max)))
-            })
-        })
-        .fold(0u128, u128::wrapping_add);
-    let sm = Softmax::from_parts(t, max, fixed);
-    for (o, &l) in out.iter_mut().zip(row) {
-        *o = sm.p(l);
+    let isa = kernels::Isa::detect();
+    let max = kernels::softmax_max(isa, row, t);
+    let fixed = kernels::softmax_sum(isa, row, t, max);
+    if fixed == 0 {
+        // S = 0: every p is 0 (the rules).
+        out.fill(0.0);
+        return;
+    }
+    let sum = (fixed as f64) * TWO_M64;
+    kernels::softmax_write(isa, row, t, max, sum, out);
+}
+
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+
+/// The softmax state (maximum and exact fixed-point sum, reduced over pieces) of `row` at
+/// temperature `t > 0`.
+fn softmax_of(row: &[f32], t: f32) -> Softmax {
+    let isa = kernels::Isa::detect();
+    let max = kernels::softmax_max(isa, row, t);
+    let fixed = kernels::softmax_sum(isa, row, t, max);
+    Softmax::from_parts(t, max, fixed)
+}
+
+/// A row as binary32: borrowed, or widened into `buf`.
+fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    match row {
+        Values::F32(x) => x,
+        Values::Half(_) => {
+            buf.resize(row.len(), 0.0);
+            row.widen_into(buf);
+            buf
+        }
     }
 }
 
-/// Verifies request `b` of a validated batch with `ops`. Target logits at a temperature
-/// `> 0` are turned into probability rows first ([`softmax_into`]), then verified as a
-/// one-request probability batch with the same seed, offset, drafts and parameters (the random
+/// How one target row of a request that is not plain becomes probabilities, reduced once:
+/// `p(x)` of any id is then cheap, and the full row can be written on demand.
+enum RowState {
+    /// Logits without a filter: the softmax state.
+    Softmax(Softmax),
+    /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`].
+    Cut(Cut),
+    /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
+    Identity,
+}
+
+impl RowState {
+    /// Reduces the binary32 row `src` (logits at `t > 0`, or probabilities for `None`);
+    /// `weights` receives the softmax weights when a filter needs them.
+    fn of(src: &[f32], t: Option<f32>, filter: Filter, weights: &mut Vec<f32>) -> Self {
+        match t {
+            Some(t) if !filter.is_active() => Self::Softmax(softmax_of(src, t)),
+            Some(t) => {
+                let isa = kernels::Isa::detect();
+                let max = kernels::softmax_max(isa, src, t);
+                weights.resize(src.len(), 0.0);
+                // S = 1 writes (e_v / 1) = e_v exactly.
+                kernels::softmax_write(isa, src, t, max, 1.0, weights);
+                Self::Cut(cut_of(weights, filter))
+            }
+            None if filter.is_active() => Self::Cut(cut_of(src, filter)),
+            None => Self::Identity,
+        }
+    }
+
+    /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
+    fn p(&self, src: &[f32], weights: &[f32], x: usize) -> f32 {
+        match self {
+            Self::Softmax(sm) => sm.p(src[x]),
+            Self::Cut(c) if weights.len() == src.len() => c.p(weights[x]),
+            Self::Cut(c) => c.p(src[x]),
+            Self::Identity => src[x],
+        }
+    }
+
+    /// Writes the whole probability row.
+    fn write(&self, src: &[f32], weights: &[f32], t: Option<f32>, out: &mut [f32]) {
+        match self {
+            Self::Softmax(_) => softmax_into(src, t.unwrap_or(1.0), out),
+            Self::Cut(c) => {
+                let w = if weights.len() == src.len() {
+                    weights
+                } else {
+                    src
+                };
+                for (o, &x) in out.iter_mut().zip(w) {
+                    *o = c.p(x);
+                }
+            }
+            Self::Identity => out.copy_from_slice(src),
+        }
+    }
+}
+
+/// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
+/// inputs), lazily: the acceptance test of row `j` needs only the row's reduction
+/// ([`RowState`]) and `p(x_j)`, so rows are reduced one by one until the first rejection `r`;
+/// only row `r` (the residual's, or the bonus row when all are accepted) is written out in
+/// full, rows after it are never read. The one-request batch handed to [`verify_request`]
+/// holds exactly the values the rules read (`p(x_j)` and `d(x_j)` at accepted positions, full
+/// rows at `r`), so the bits are those of the full rows.
+fn verify_rejection_lazy<O: RowOps + ?Sized>(
+    ops: &O,
+    batch: &Batch<'_>,
+    b: usize,
+    t: Option<f32>,
+    filter: Filter,
+    tokens: &mut [u32],
+) -> u32 {
+    let v = batch.vocab;
+    let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
+    let k = ids.len();
+    let (seed, offset) = (batch.seed[b], batch.offset[b]);
+    let mut probs = vec![0f32; (k + 1) * v];
+    let mut draft = batch.has_draft_probs().then(|| vec![0f32; k * v]);
+    let (mut buf, mut weights) = (Vec::new(), Vec::new());
+    let mut r = k;
+    for (j, &x) in ids.iter().enumerate() {
+        let x = x as usize;
+        let Some(row) = batch.target_values_checked(b, j) else {
+            break;
+        };
+        weights.clear();
+        let src = f32_row(row, &mut buf);
+        let state = RowState::of(src, t, filter, &mut weights);
+        let pt = state.p(src, &weights, x);
+        let d = batch.draft_values_checked(b, j);
+        let pd = d.map_or(1.0, |d| d.at(x));
+        if accepts(accept_draw(seed, offset, j as u32), pt, pd) {
+            probs[j * v + x] = pt;
+            if let Some(dr) = &mut draft {
+                dr[j * v + x] = pd;
+            }
+        } else {
+            state.write(src, &weights, t, &mut probs[j * v..(j + 1) * v]);
+            if let (Some(dr), Some(d)) = (&mut draft, d) {
+                d.widen_into(&mut dr[j * v..(j + 1) * v]);
+            }
+            r = j;
+            break;
+        }
+    }
+    if r == k
+        && batch.bonus.is_none()
+        && let Some(row) = batch.target_values_checked(b, k)
+    {
+        weights.clear();
+        let src = f32_row(row, &mut buf);
+        let state = RowState::of(src, t, filter, &mut weights);
+        state.write(src, &weights, t, &mut probs[k * v..]);
+    }
+    let k32 = [k as u32];
+    let bonus = batch.bonus.map(|x| [x[b]]);
+    let mut one = Batch::dense(
+        Dims { vocab: v, k_max: k },
+        Drafts { k: &k32, ids },
+        &probs,
+        Streams {
+            seed: &batch.seed[b..=b],
+            offset: &batch.offset[b..=b],
+        },
+    );
+    if let Some(d) = &draft {
+        one = one.with_draft_probs(d);
+    }
+    if let Some(x) = &bonus {
+        one = one.with_bonus(x);
+    }
+    let acc = verify_request(ops, Method::Rejection, &one, 0, &mut tokens[..=k]);
+    for x in &mut tokens[k + 1..] {
+        *x = SENTINEL;
+    }
+    acc
+}
+
+/// Writes target row `row` as the probabilities request processing gives
+/// ([`Processed`](specula_core::verify::Processed), bit for bit): the softmax at `t > 0`
+/// (pieces reduced, then combined), then the sampling filter's [`Cut`] of those weights, or of
+/// the stored probabilities when `t` is `None`. `scratch` holds a widened half-precision row.
+fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]) {
+    let widened;
+    let src: &[f32] = match row {
+        Values::F32(x) => x,
+        Values::Half(_) => {
+            let mut w = vec![0f32; row.len()];
+            row.widen_into(&mut w);
+            widened = w;
+            &widened
+        }
+    };
+    match t {
+        // The plain softmax (the same bits as a cut that keeps every id).
+        Some(t) if t > 0.0 && !filter.is_active() => softmax_into(src, t, out),
+        Some(t) if t > 0.0 => {
+            let max = kernels::softmax_max(kernels::Isa::detect(), src, t);
+            // The weights e_v: the probability kernel with S = 1 writes (e_v / 1) = e_v exactly.
+            let mut weights = vec![0f32; src.len()];
+            kernels::softmax_write(kernels::Isa::detect(), src, t, max, 1.0, &mut weights);
+            cut_into(&weights, filter, out);
+        }
+        None if filter.is_active() => cut_into(src, filter, out),
+        // T = 0 (greedy on the logits) or unfiltered probabilities: the values themselves.
+        _ => out.copy_from_slice(src),
+    }
+}
+
+/// [`Cut::of`] the weights `w`, the same result, faster when top-k or min-p keep few ids:
+/// their threshold `θ₁` first, then the top-p search among the kept ids only (gathered in one
+/// pass). Equal by the rules: top-p's mass function counts only keys `≥ θ₁`, so over the
+/// gathered ids it is the same function, and the threshold is at least `θ₁`.
+fn cut_of(w: &[f32], filter: Filter) -> Cut {
+    if filter.top_p >= 1.0 || (filter.top_k == 0 && filter.min_p <= 0.0) {
+        return Cut::of(w, filter);
+    }
+    let first = Cut::of(
+        w,
+        Filter {
+            top_p: 1.0,
+            ..filter
+        },
+    );
+    let kept: Vec<f32> = w
+        .iter()
+        .copied()
+        .filter(|&x| weight_key(x) >= first.threshold)
+        .collect();
+    if kept.len() > w.len() / 4 {
+        // Not few: the plain search is as fast.
+        return Cut::of(w, filter);
+    }
+    let p = Cut::of(
+        &kept[..],
+        Filter {
+            top_p: filter.top_p,
+            ..Filter::NONE
+        },
+    );
+    Cut {
+        threshold: p.threshold.max(first.threshold),
+        fixed: p.fixed,
+    }
+}
+
+/// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
+fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
+    let cut = cut_of(w, filter);
+    for (o, &x) in out.iter_mut().zip(w) {
+        *o = cut.p(x);
+    }
+}
+
+/// Verifies request `b` of a validated batch with `ops`. A request that is not
+/// [plain](Batch::is_plain) (logits at a temperature `> 0`, a sampling filter, bf16 / f16
+/// inputs) has its rows processed first ([`process_into`]), then is verified as a one-request
+/// binary32 probability batch with the same seed, offset, drafts and parameters (the random
 /// streams do not depend on the batch slot, so the bits are those of the whole batch).
 fn verify_one<O: RowOps + ?Sized>(
     ops: &O,
@@ -89,10 +320,18 @@ fn verify_one<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
-    let t = match batch.temperature.map(|t| t[b]) {
-        Some(t) if t > 0.0 => t,
-        _ => return verify_request(ops, method, batch, b, tokens),
+    if batch.is_plain(b) {
+        return verify_request(ops, method, batch, b, tokens);
+    }
+    let method = batch.method_of(b, method);
+    let (method, t, filter) = match batch.temperature.map(|t| t[b]) {
+        Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
+        Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
+        None => (method, None, batch.filter_of(b)),
     };
+    if method == Method::Rejection && t.is_none_or(|t| t > 0.0) {
+        return verify_rejection_lazy(ops, batch, b, t, filter, tokens);
+    }
     let v = batch.vocab;
     let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
     let k = ids.len();
@@ -100,15 +339,18 @@ fn verify_one<O: RowOps + ?Sized>(
     // Always k + 1 rows, the layout of a one-request dense batch (row k unread with a bonus).
     let mut probs = vec![0f32; (k + 1) * v];
     for (j, out) in probs.chunks_exact_mut(v).take(rows).enumerate() {
-        if let Some(row) = batch.target_row_checked(b, j) {
-            softmax_into(row, t, out);
+        if let Some(row) = batch.target_values_checked(b, j) {
+            process_into(row, t, filter, out);
         }
     }
-    let draft: Option<Vec<f32>> = batch.draft_probs.map(|_| {
-        (0..k)
-            .flat_map(|j| batch.draft_row_checked(b, j).unwrap_or(&[]))
-            .copied()
-            .collect()
+    let draft: Option<Vec<f32>> = batch.has_draft_probs().then(|| {
+        let mut d = vec![0f32; k * v];
+        for (j, out) in d.chunks_exact_mut(v).enumerate() {
+            if let Some(row) = batch.draft_values_checked(b, j) {
+                row.widen_into(out);
+            }
+        }
+        d
     });
     let k32 = [k as u32];
     let eps = [batch.eps.map_or(DEFAULT_EPS, |e| e[b])];
@@ -380,6 +622,35 @@ impl<const K: usize> Readback<K> for CpuReadback<K> {
 mod tests {
     use super::*;
     use specula_core::verify::{Dims, Drafts, Streams};
+
+    /// [`cut_of`] gives [`Cut::of`]'s result (threshold and kept mass) for every filter mix,
+    /// with ties and zeros, whether or not it takes the gathered path.
+    #[test]
+    fn fast_cut_is_the_cut() {
+        let mut s = 0xC07_u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for round in 0..400 {
+            let n = 1 + (next() % 3000) as usize;
+            let w: Vec<f32> = (0..n)
+                .map(|_| match next() % 6 {
+                    0 => 0.0,
+                    1 => 0.001,
+                    _ => ((next() >> 40) as f32 / (1u64 << 24) as f32).powi(3),
+                })
+                .collect();
+            let f = Filter {
+                top_k: [0, 1, 5, 50, 2000][(next() % 5) as usize],
+                top_p: [1.0, 0.9, 0.5, 0.01][(next() % 4) as usize],
+                min_p: [0.0, 0.01, 0.3][(next() % 3) as usize],
+            };
+            assert_eq!(cut_of(&w, f), Cut::of(&w[..], f), "round {round}: {f:?}");
+        }
+    }
 
     #[test]
     fn readback_follows_the_contract() {

@@ -11,7 +11,9 @@ use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
 use crate::shutdown::{Reason, Shutdown, finish};
 use crate::wiring::{HostReadback, WireError, wire};
-use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier};
+use specula_core::verify::{
+    Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
+};
 use specula_core::{Clock, Counters, Readback};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -72,6 +74,75 @@ pub struct DemoConfig {
     /// are flushed and logged, the summary is produced; a request made after the run stopped
     /// ends [`linger`](Self::linger).
     pub shutdown: Shutdown,
+    /// How the target distribution is sampled: temperature, top-k / top-p / min-p, and how
+    /// many requests are greedy (issue 13's mixed batches).
+    pub sampling: Sampling,
+}
+
+/// The demo's sampling parameters, applied by the verifier itself (target logits with a
+/// temperature per request, per-request filters), as a serving engine hands them over.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// Hand the target rows over as logits (`ln p`) with this temperature (`≥ 0`; `0`:
+    /// every request greedy). `None`: as probabilities (temperature 1).
+    pub temperature: Option<f32>,
+    /// Per-request top-k of every sampled request (`0`: off).
+    pub top_k: u32,
+    /// Per-request top-p (`(0, 1]`; `1`: off).
+    pub top_p: f32,
+    /// Per-request min-p (`[0, 1]`; `0`: off).
+    pub min_p: f32,
+    /// The first this many requests of the batch are greedy (temperature 0, an argmax
+    /// drafter), the others sampled: one batch, one call. Implies logits.
+    pub greedy_requests: usize,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: None,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            greedy_requests: 0,
+        }
+    }
+}
+
+impl Sampling {
+    /// Whether a filter is on.
+    #[must_use]
+    pub fn filters(&self) -> bool {
+        self.top_k != 0 || self.top_p < 1.0 || self.min_p > 0.0
+    }
+
+    /// Whether the target rows are handed over as logits.
+    #[must_use]
+    pub fn logits(&self) -> bool {
+        self.temperature.is_some() || self.greedy_requests > 0
+    }
+
+    /// Checks the ranges (the verifier would refuse them too, but later and per batch).
+    fn check(&self, batch: usize) -> Result<(), String> {
+        if let Some(t) = self.temperature
+            && !(0.0..f32::INFINITY).contains(&t)
+        {
+            return Err(format!("temperature must be finite and ≥ 0, got {t}"));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top-p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min-p must be in [0, 1], got {}", self.min_p));
+        }
+        if self.greedy_requests > batch {
+            return Err(format!(
+                "greedy requests ({}) exceed the batch ({batch})",
+                self.greedy_requests
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for DemoConfig {
@@ -95,6 +166,7 @@ impl Default for DemoConfig {
             label: "rank0".into(),
             progress: false,
             shutdown: Shutdown::new(),
+            sampling: Sampling::default(),
         }
     }
 }
@@ -359,6 +431,15 @@ where
             )));
         }
     }
+    cfg.sampling.check(cfg.batch).map_err(DemoError::Config)?;
+    let support = verifier.support();
+    if (cfg.sampling.logits() && !support.logits) || (cfg.sampling.filters() && !support.filters) {
+        return Err(DemoError::Config(
+            "this backend does not verify from logits or with top-k / top-p / min-p (the CPU \
+             and reference backends do)"
+                .into(),
+        ));
+    }
     let labels = const_labels(cfg).map_err(DemoError::ConstLabel)?;
     let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
     let ids = vocab.encode(corpus);
@@ -440,6 +521,30 @@ where
     let mut draft_ids = vec![0u32; b * k];
     let mut draft_probs = vec![0f32; b * k * v];
     let mut target_probs = vec![0f32; b * (k + 1) * v];
+    let sampling = cfg.sampling;
+    let greedy = |r: usize| cfg.method == Method::Greedy || r < sampling.greedy_requests;
+    let mut target_logits = vec![
+        0f32;
+        if sampling.logits() {
+            target_probs.len()
+        } else {
+            0
+        }
+    ];
+    let temperatures: Vec<f32> = (0..b)
+        .map(|r| {
+            if r < sampling.greedy_requests {
+                0.0
+            } else {
+                sampling.temperature.unwrap_or(1.0)
+            }
+        })
+        .collect();
+    let (top_k, top_p, min_p) = (
+        vec![sampling.top_k; b],
+        vec![sampling.top_p; b],
+        vec![sampling.min_p; b],
+    );
     let mut accepted = vec![0u32; b];
     let mut tokens = vec![0u32; b * (k + 1)];
     let keep = cfg.target_order.max(cfg.draft_order);
@@ -473,7 +578,7 @@ where
             for j in 0..k {
                 let row = &mut draft_probs[(r * k + j) * v..][..v];
                 draft.probs(&ctx, row);
-                let t = if cfg.method == Method::Greedy {
+                let t = if greedy(r) {
                     argmax(row)
                 } else {
                     sample(row, &mut rng)
@@ -490,6 +595,12 @@ where
                 }
             }
         }
+        if sampling.logits() {
+            // What an engine hands over: logits (here ln p of the n-gram model; −∞ masks).
+            for (l, &p) in target_logits.iter_mut().zip(&target_probs) {
+                *l = p.ln();
+            }
+        }
         let mut batch = Batch::dense(
             Dims { vocab: v, k_max: k },
             Drafts {
@@ -504,6 +615,18 @@ where
         );
         if cfg.method == Method::Rejection {
             batch = batch.with_draft_probs(&draft_probs);
+        }
+        if sampling.logits() {
+            batch = batch.with_target_logits(Logits {
+                values: &target_logits,
+                temperature: &temperatures,
+            });
+        }
+        if sampling.filters() {
+            batch = batch
+                .with_top_k(&top_k)
+                .with_top_p(&top_p)
+                .with_min_p(&min_p);
         }
         let mut out = Outputs {
             accepted: &mut accepted,

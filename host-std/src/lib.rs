@@ -13,6 +13,7 @@ pub mod cpu;
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod demo;
 pub mod driver;
+pub mod half_tensors;
 pub mod http;
 pub mod log_sink;
 #[cfg(feature = "metrics")]
@@ -25,6 +26,8 @@ pub mod prom;
 pub mod shutdown;
 pub mod wiring;
 
+/// The `half` crate (bf16 / f16 types), for [`half_tensors`].
+pub use half;
 /// The CUDA backend crate (feature `cuda`); [`backend::Backend`] opens it by name.
 #[cfg(feature = "cuda")]
 pub use specula_cuda as cuda;

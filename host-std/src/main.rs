@@ -156,6 +156,23 @@ struct DemoArgs {
     /// GPU ordinal for `--backend cuda` / `--backend rocm`.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Hand the target rows to the verifier as logits with this temperature (0 = greedy);
+    /// without it, as probabilities. CPU and reference backends.
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Per-request top-k of the sampled requests (0 = off). CPU and reference backends.
+    #[arg(long, default_value_t = 0)]
+    top_k: u32,
+    /// Per-request top-p, in (0, 1] (1 = off). CPU and reference backends.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Per-request min-p, in [0, 1] (0 = off). CPU and reference backends.
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Make the first N requests of the batch greedy (temperature 0, argmax drafts) while the
+    /// others sample: greedy and sampled requests in one batch (logits).
+    #[arg(long, default_value_t = 0)]
+    greedy_requests: usize,
 }
 
 /// Errors the command reports; each maps to an exit code (see [`EXIT_CODES`]).
@@ -339,6 +356,13 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         label: "rank0".into(),
         progress: std::io::stderr().is_terminal(),
         shutdown: shutdown.clone(),
+        sampling: demo::Sampling {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            min_p: a.min_p,
+            greedy_requests: a.greedy_requests,
+        },
     };
     // Refused here, before the models are trained: exit 2.
     demo::const_labels(&cfg).map_err(|e| CliError::Usage(format!("bad label: {e}")))?;

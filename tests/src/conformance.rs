@@ -19,7 +19,7 @@ use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Param, SENTINEL, Streams, Strides, Tensor,
     Verifier, VerifyError, validate, validate_with, verify_batch,
 };
-use specula_core::verify::{Feature, Logits, RaggedDrafts};
+use specula_core::verify::{Feature, Half, HalfLogits, Logits, RaggedDrafts};
 
 /// The counters' maximum draft length the suite is written for.
 pub const K: usize = 8;
@@ -1198,6 +1198,7 @@ pub fn run_all<V: Verifier<K>>(mut make: impl FnMut() -> V) {
     empty_drafts(&mut make);
     ragged_layout(&mut make, 0x4A6_0005, 1_000);
     target_logits(&mut make, 0x106_0006, 300);
+    sampling_inputs(&mut make, 0x5A3_0007, 400);
     one_hot_targets(&mut make, 0x0AE_0001, 300);
     batch_invariance(&mut make, 0x1A7_0002);
     matches_reference_on_random_batches(&mut make, 0x5EED_0003, 10_000);
@@ -1824,5 +1825,138 @@ pub fn target_logits<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, bat
         let (out, c) = assert_view_matches_reference(&mut v, m, Check::STRICT, &batch, &what)
             .expect("a valid logits batch");
         assert_well_formed(&d, &out, &c);
+    }
+}
+
+/// The bit patterns of `x` rounded to bf16 (`half`'s round-to-nearest-even).
+pub fn to_bf16(x: &[f32]) -> Vec<u16> {
+    x.iter()
+        .map(|&v| half::bf16::from_f32(v).to_bits())
+        .collect()
+}
+
+/// The bit patterns of `x` rounded to f16.
+pub fn to_f16(x: &[f32]) -> Vec<u16> {
+    x.iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect()
+}
+
+/// Random per-request sampling filters for `b` requests over vocabulary `vocab`: each part on
+/// or off independently, top-k from 1 to past `V`, top-p from 0.05 to 1, min-p up to 0.5.
+pub fn random_filters(g: &mut Gen, b: usize, vocab: usize) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let top_k = (0..b)
+        .map(|_| match g.below(4) {
+            0 => 0,
+            1 => 1,
+            2 => 1 + g.below(vocab) as u32,
+            _ => vocab as u32 + g.below(3) as u32,
+        })
+        .collect();
+    let top_p = (0..b)
+        .map(|_| match g.below(4) {
+            0 => 1.0,
+            1 => 0.9,
+            2 => 0.05 + 0.95 * g.unit(),
+            _ => 0.05,
+        })
+        .collect();
+    let min_p = (0..b)
+        .map(|_| match g.below(3) {
+            0 => 0.0,
+            1 => 0.5 * g.unit(),
+            _ => 0.05,
+        })
+        .collect();
+    (top_k, top_p, min_p)
+}
+
+/// Sampling inputs (issue 13): per-request top-k / top-p / min-p on the probability and the
+/// logits paths, binary32 / bf16 / f16 logits and draft probabilities, temperatures mixing 0
+/// (greedy) and `> 0`, a method per request: against the reference bit for bit where the backend supports them
+/// ([`Support::filters`](specula_core::verify::Support), `half`, `logits`), elsewhere the typed
+/// error with nothing counted.
+pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
+    let mut v = make();
+    let mut g = Gen(seed);
+    let spec = RandomSpec {
+        garbage: false,
+        ..RandomSpec::default()
+    };
+    for i in 0..batches {
+        let (d, _) = random_batch(&mut g, spec);
+        let n = d.requests();
+        let (top_k, top_p, min_p) = random_filters(&mut g, n, d.vocab);
+        let logits: Vec<f32> = d
+            .target_probs
+            .iter()
+            .map(|_| {
+                if g.chance(1, 40) {
+                    f32::NEG_INFINITY
+                } else {
+                    // Coarse values make ties, which the filters must keep together.
+                    (8.0 * g.unit()).round() * 0.5 - 3.0
+                }
+            })
+            .collect();
+        let temps: Vec<f32> = (0..n)
+            .map(|_| if g.chance(1, 4) { 0.0 } else { 0.2 + g.unit() })
+            .collect();
+        let (lb, lh) = (to_bf16(&logits), to_f16(&logits));
+        let draft_half = d.draft_probs.as_ref().map(|p| (to_bf16(p), to_f16(p)));
+        let mut batch = d.view();
+        let mut check = Check::STRICT;
+        match g.below(4) {
+            0 => {}
+            1 => {
+                batch = batch.with_target_logits(Logits {
+                    values: &logits,
+                    temperature: &temps,
+                });
+            }
+            2 => {
+                batch = batch.with_target_logits_half(HalfLogits {
+                    values: Half::Bf16(&lb),
+                    temperature: &temps,
+                });
+            }
+            _ => {
+                batch = batch.with_target_logits_half(HalfLogits {
+                    values: Half::F16(&lh),
+                    temperature: &temps,
+                });
+            }
+        }
+        if let Some((b16, f16)) = &draft_half {
+            match g.below(3) {
+                0 => {}
+                1 => batch = batch.with_draft_probs_half(Half::Bf16(b16)),
+                _ => batch = batch.with_draft_probs_half(Half::F16(f16)),
+            }
+            if batch.draft_probs_half.is_some() {
+                // Rounded rows sum to 1 within a few 2⁻⁸ only.
+                check = Check::Strict {
+                    sum_tolerance: 0.05,
+                };
+            }
+        }
+        if g.chance(3, 4) {
+            batch = batch.with_top_k(&top_k);
+        }
+        if g.chance(3, 4) {
+            batch = batch.with_top_p(&top_p);
+        }
+        if g.chance(1, 2) {
+            batch = batch.with_min_p(&min_p);
+        }
+        let methods: Vec<Method> = (0..n).map(|_| METHODS[g.below(3)]).collect();
+        if g.chance(1, 3) {
+            batch = batch.with_methods(&methods);
+        }
+        let m = METHODS[i % 3];
+        let what = format!("sampling batch {i}");
+        if let Some((out, c)) = assert_view_matches_reference(&mut v, m, check, &batch, &what) {
+            assert_well_formed(&d, &out, &c);
+        }
     }
 }

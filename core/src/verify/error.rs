@@ -21,6 +21,12 @@ pub enum Feature {
     Bonus,
     /// Target logits with temperature.
     Logits,
+    /// Per-request top-k, top-p and min-p.
+    Filters,
+    /// bf16 / f16 inputs.
+    Half,
+    /// A method per request.
+    Methods,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
@@ -51,6 +57,14 @@ pub enum Param {
     TargetLogits,
     /// `temperature`.
     Temperature,
+    /// `top_k`.
+    TopK,
+    /// `top_p` (in `(0, 1]`).
+    TopP,
+    /// `min_p` (in `[0, 1]`).
+    MinP,
+    /// `methods` (a method per request).
+    Methods,
     /// The recovered-token output of [`recovered_tokens`](super::recovered_tokens).
     Recovered,
     /// `Outputs::accepted`.
@@ -125,11 +139,13 @@ pub enum VerifyError {
         /// The vocabulary size.
         vocab: usize,
     },
-    /// A typical-acceptance parameter or a temperature is NaN, infinite or negative.
+    /// A typical-acceptance parameter or a temperature is NaN, infinite or negative, or a
+    /// top-p / min-p is outside its range.
     BadParam {
         /// The request.
         request: usize,
-        /// [`Param::Eps`], [`Param::Delta`] or [`Param::Temperature`].
+        /// [`Param::Eps`], [`Param::Delta`], [`Param::Temperature`], [`Param::TopP`] or
+        /// [`Param::MinP`].
         param: Param,
     },
     /// The backend does not support this input (see [`Support`](super::Support)).
@@ -228,12 +244,15 @@ impl core::fmt::Display for VerifyError {
             Self::VllmTokenRange { index, token } => {
                 write!(f, "token {token} at {index} does not fit an i32")
             }
-            Self::BadParam { request, param } => {
-                write!(
+            Self::BadParam { request, param } => match param {
+                Param::TopP | Param::MinP => {
+                    write!(f, "request {request}: {param:?} is outside its range")
+                }
+                _ => write!(
                     f,
                     "request {request}: {param:?} is not finite and non-negative"
-                )
-            }
+                ),
+            },
             Self::BadProbability {
                 request,
                 tensor,

@@ -1,7 +1,7 @@
 //! The per-request algorithm ([`verify_request`]) and the plain-loop row reductions
 //! ([`ScalarOps`]) that define the reference bits.
 
-use super::{Batch, Method, SENTINEL};
+use super::{Batch, Cut, Filter, Method, SENTINEL, Values, WeightRow};
 use crate::exponential::{accepts, draw, exponential};
 use crate::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
 use crate::philox::{accept_draw, race_words, race_words_lo};
@@ -184,16 +184,148 @@ pub fn softmax_fixed(e: f32) -> u128 {
     (f64::from(e) * TWO_64) as u128
 }
 
-/// Verifies request `b` of a validated batch with target logits at temperature `t > 0`:
-/// exactly [`verify_request`] on the probability rows `Softmax::of(row, t).p(·)`, computed on
-/// the fly with the plain-loop reductions (the reference needs no buffer).
-fn verify_request_softmax(
+/// How one stored target row becomes the probability row a method reads
+/// (`core/DETERMINISM.md`: softmax, sampling filters, renormalisation).
+///
+/// * logits at `T > 0`: `p_v = Cut::p(e_v)` with `e_v` the softmax's `exp_p(l_v/T − m)` and the
+///   [`Cut`] of those weights by the request's [`Filter`] (no filter: the plain softmax);
+/// * probabilities with an active filter: `p_v = Cut::p(row_v)`;
+/// * otherwise (probabilities without a filter, logits at `T = 0`): the stored values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Processed {
+    kind: Kind,
+    cut: Cut,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Identity,
+    Probs,
+    Logits { t: f32, max: f32 },
+}
+
+impl Processed {
+    /// The processing of `row` for a request with temperature `t` (`None`: probabilities) and
+    /// `filter`.
+    #[must_use]
+    pub fn of(row: Values<'_>, t: Option<f32>, filter: Filter) -> Self {
+        let none = Cut {
+            threshold: 0,
+            fixed: 0,
+        };
+        match t {
+            Some(t) if t > 0.0 => {
+                let mut max = f32::NEG_INFINITY;
+                row.for_each(|l| max = softmax_max(max, l / t));
+                let cut = Cut::of(&SoftmaxWeights { row, t, max }, filter);
+                Self {
+                    kind: Kind::Logits { t, max },
+                    cut,
+                }
+            }
+            None if filter.is_active() => Self {
+                kind: Kind::Probs,
+                cut: Cut::of(&row, filter),
+            },
+            _ => Self {
+                kind: Kind::Identity,
+                cut: none,
+            },
+        }
+    }
+
+    /// The probability of the id whose stored value is `x`.
+    #[inline]
+    #[must_use]
+    pub fn p(&self, x: f32) -> f32 {
+        match self.kind {
+            Kind::Identity => x,
+            Kind::Probs => self.cut.p(x),
+            Kind::Logits { t, max } => self.cut.p(softmax_exp(x, t, max)),
+        }
+    }
+}
+
+/// The softmax weights `e_v = exp_p(l_v / t − max)` of a logits row.
+struct SoftmaxWeights<'a> {
+    row: Values<'a>,
+    t: f32,
+    max: f32,
+}
+
+impl WeightRow for SoftmaxWeights<'_> {
+    fn for_each_weight(&self, mut f: impl FnMut(f32)) {
+        self.row.for_each(|l| f(softmax_exp(l, self.t, self.max)));
+    }
+}
+
+impl WeightRow for Values<'_> {
+    fn for_each_weight(&self, f: impl FnMut(f32)) {
+        self.for_each(f);
+    }
+}
+
+/// Argmax over the processed row (NaN as −∞, ties to the lowest id).
+fn argmax_processed(row: Values<'_>, pr: &Processed) -> u32 {
+    let mut best = 0u32;
+    let mut best_key = f32::NEG_INFINITY;
+    let mut v = 0u32;
+    row.for_each(|l| {
+        let x = pr.p(l);
+        if x > best_key {
+            best_key = x;
+            best = v;
+        }
+        v += 1;
+    });
+    best
+}
+
+/// The residual race over the processed target row minus the draft row (one-hot at `x`
+/// without draft probabilities).
+fn residual_processed(
+    rng: RaceRng,
+    row: Values<'_>,
+    pr: &Processed,
+    draft: Option<Values<'_>>,
+    x: u32,
+) -> Option<u32> {
+    let vocab = row.len();
+    match draft {
+        Some(d) => race(rng, vocab, |v| {
+            f64::from(pr.p(row.at(v))) - f64::from(d.at(v))
+        }),
+        None => race(rng, vocab, |v| {
+            f64::from(pr.p(row.at(v))) - if v == x as usize { 1.0 } else { 0.0 }
+        }),
+    }
+}
+
+/// The race over the processed row.
+fn race_processed(rng: RaceRng, row: Values<'_>, pr: &Processed) -> Option<u32> {
+    race(rng, row.len(), |v| f64::from(pr.p(row.at(v))))
+}
+
+/// The request's effective method and processing parameters: logits at `T = 0` are greedy.
+fn effective(batch: &Batch<'_>, method: Method, b: usize) -> (Method, Option<f32>, Filter) {
+    match batch.temperature_of(b) {
+        Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
+        // T = 0: greedy on the logits themselves (no filter changes the argmax).
+        Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
+        None => (method, None, batch.filter_of(b)),
+    }
+}
+
+/// Verifies request `b` of a validated batch that is not [plain](Batch::is_plain): exactly
+/// [`verify_request`]'s rules on the [`Processed`] rows, computed on the fly with plain loops
+/// (the reference needs no buffer).
+fn verify_request_processed(
     method: Method,
     batch: &Batch<'_>,
     b: usize,
-    t: f32,
     tokens: &mut [u32],
 ) -> u32 {
+    let (method, t, filter) = effective(batch, method, b);
     let ids = batch.draft_ids_of(b);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
@@ -202,48 +334,32 @@ fn verify_request_softmax(
         offset,
         position: j as u32,
     };
-    let vocab = batch.vocab;
-    let argmax_p = |row: &[f32], sm: &Softmax| {
-        let mut best = 0u32;
-        let mut best_key = f32::NEG_INFINITY;
-        for (v, &l) in row.iter().enumerate() {
-            let x = sm.p(l);
-            if x > best_key {
-                best_key = x;
-                best = v as u32;
-            }
-        }
-        best
+    let row_of = |j: usize| {
+        batch
+            .target_values_checked(b, j)
+            .unwrap_or(Values::F32(&[]))
     };
-    let plain = |j: usize, row: &[f32], sm: &Softmax| {
-        race(rng(j), vocab, |v| f64::from(sm.p(row[v]))).unwrap_or(0)
-    };
+    let plain =
+        |j: usize, row: Values<'_>, pr: &Processed| race_processed(rng(j), row, pr).unwrap_or(0);
     let mut accepted = 0usize;
     let mut emitted = None;
     for (j, &x) in ids.iter().enumerate() {
-        let row = batch.target_row(b, j);
-        let sm = Softmax::of(row, t);
-        let pt = sm.p(row[x as usize]);
+        let row = row_of(j);
+        let pr = Processed::of(row, t, filter);
+        let pt = pr.p(row.at(x as usize));
         let accept = match method {
             Method::Rejection => {
-                let draft = batch.draft_row(b, j);
-                let pd = draft.map_or(1.0, |d| d[x as usize]);
+                let draft = batch.draft_values_checked(b, j);
+                let pd = draft.map_or(1.0, |d| d.at(x as usize));
                 let ok = accepts(accept_draw(seed, offset, j as u32), pt, pd);
                 if !ok {
-                    let residual = match draft {
-                        Some(d) => {
-                            race(rng(j), vocab, |v| f64::from(sm.p(row[v])) - f64::from(d[v]))
-                        }
-                        None => race(rng(j), vocab, |v| {
-                            f64::from(sm.p(row[v])) - if v == x as usize { 1.0 } else { 0.0 }
-                        }),
-                    };
-                    emitted = Some(residual.unwrap_or_else(|| plain(j, row, &sm)));
+                    let residual = residual_processed(rng(j), row, &pr, draft, x);
+                    emitted = Some(residual.unwrap_or_else(|| plain(j, row, &pr)));
                 }
                 ok
             }
             Method::Greedy => {
-                let best = argmax_p(row, &sm);
+                let best = argmax_processed(row, &pr);
                 if best != x {
                     emitted = Some(best);
                 }
@@ -251,16 +367,14 @@ fn verify_request_softmax(
             }
             Method::Typical => {
                 let mut fixed = 0i64;
-                for &l in row {
-                    fixed = fixed.wrapping_add(entropy_term(sm.p(l)));
-                }
+                row.for_each(|l| fixed = fixed.wrapping_add(entropy_term(pr.p(l))));
                 let h = entropy_from_fixed(fixed);
                 let a = batch.eps_of(b);
                 let c = batch.delta_of(b) * exp_p(-h);
                 let thr = if a < c { a } else { c };
                 let ok = pt > thr;
                 if !ok {
-                    emitted = Some(plain(j, row, &sm));
+                    emitted = Some(plain(j, row, &pr));
                 }
                 ok
             }
@@ -275,11 +389,11 @@ fn verify_request_softmax(
         Some(e) => e,
         None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
         None => {
-            let row = batch.target_row(b, k);
-            let sm = Softmax::of(row, t);
+            let row = row_of(k);
+            let pr = Processed::of(row, t, filter);
             match method {
-                Method::Greedy => argmax_p(row, &sm),
-                Method::Rejection | Method::Typical => plain(k, row, &sm),
+                Method::Greedy => argmax_processed(row, &pr),
+                Method::Rejection | Method::Typical => plain(k, row, &pr),
             }
         }
     };
@@ -302,43 +416,31 @@ pub fn recovered_at<O: RowOps + ?Sized>(
     b: usize,
     j: usize,
 ) -> u32 {
+    let method = batch.method_of(b, method);
     let x = batch.draft_ids_of(b)[j];
     let rng = RaceRng {
         seed: batch.seed[b],
         offset: batch.offset[b],
         position: j as u32,
     };
-    let row = batch.target_row(b, j);
-    let vocab = batch.vocab;
-    match batch.temperature_of(b) {
-        Some(t) if t > 0.0 => {
-            let sm = Softmax::of(row, t);
-            let plain = || race(rng, vocab, |v| f64::from(sm.p(row[v]))).unwrap_or(0);
-            match method {
-                Method::Rejection => {
-                    let residual = match batch.draft_row(b, j) {
-                        Some(d) => race(rng, vocab, |v| f64::from(sm.p(row[v])) - f64::from(d[v])),
-                        None => race(rng, vocab, |v| {
-                            f64::from(sm.p(row[v])) - if v == x as usize { 1.0 } else { 0.0 }
-                        }),
-                    };
-                    residual.unwrap_or_else(plain)
-                }
-                Method::Greedy => {
-                    let mut best = 0u32;
-                    let mut best_key = f32::NEG_INFINITY;
-                    for (v, &l) in row.iter().enumerate() {
-                        let p = sm.p(l);
-                        if p > best_key {
-                            best_key = p;
-                            best = v as u32;
-                        }
-                    }
-                    best
-                }
-                Method::Typical => plain(),
+    if !batch.is_plain(b) {
+        let (method, t, filter) = effective(batch, method, b);
+        let row = batch
+            .target_values_checked(b, j)
+            .unwrap_or(Values::F32(&[]));
+        let pr = Processed::of(row, t, filter);
+        let plain = || race_processed(rng, row, &pr).unwrap_or(0);
+        return match method {
+            Method::Rejection => {
+                residual_processed(rng, row, &pr, batch.draft_values_checked(b, j), x)
+                    .unwrap_or_else(plain)
             }
-        }
+            Method::Greedy => argmax_processed(row, &pr),
+            Method::Typical => plain(),
+        };
+    }
+    let row = batch.target_row(b, j);
+    match batch.temperature_of(b) {
         // Temperature 0: greedy on the logits.
         Some(_) => ops.argmax(row),
         None => match method {
@@ -404,9 +506,10 @@ impl RowOps for ScalarOps {
 /// This is the control flow every CPU-side backend shares; `ops` supplies the row reductions.
 /// Calling it on an unvalidated batch may panic on an out-of-bounds index.
 ///
-/// With target logits: temperature 0 verifies greedily on the logit rows (with `ops`);
-/// temperature `> 0` runs the softmax rows through the plain-loop reductions, ignoring `ops`
-/// (a backend that wants its own reductions materialises the rows with [`Softmax`] first).
+/// With target logits: temperature 0 verifies greedily on the logit rows (with `ops`).
+/// A request that is not [plain](Batch::is_plain) (temperature `> 0`, a sampling filter,
+/// half-precision inputs) runs its [`Processed`] rows through the plain-loop reductions,
+/// ignoring `ops` (a backend that wants its own reductions materialises the rows first).
 pub fn verify_request<O: RowOps + ?Sized>(
     ops: &O,
     method: Method,
@@ -414,9 +517,12 @@ pub fn verify_request<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
+    let method = batch.method_of(b, method);
+    if !batch.is_plain(b) {
+        return verify_request_processed(method, batch, b, tokens);
+    }
     let method = match batch.temperature_of(b) {
-        Some(t) if t > 0.0 => return verify_request_softmax(method, batch, b, t, tokens),
-        // 0 (validation refuses negative and NaN temperatures).
+        // 0 (validation refuses negative and NaN temperatures; T > 0 is not plain).
         Some(_) => Method::Greedy,
         None => method,
     };

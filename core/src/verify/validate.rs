@@ -1,7 +1,8 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
 use super::{
-    Batch, Check, Feature, MAX_POSITIONS, Method, Outputs, Param, Support, Tensor, VerifyError,
+    Batch, Check, Feature, MAX_POSITIONS, Method, Outputs, Param, Support, Tensor, Values,
+    VerifyError,
 };
 
 fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
@@ -68,9 +69,25 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             feature: Feature::Bonus,
         });
     }
-    if batch.target_logits.is_some() && !support.logits {
+    if batch.has_logits() && !support.logits {
         return Err(VerifyError::Unsupported {
             feature: Feature::Logits,
+        });
+    }
+    if (batch.target_logits_half.is_some() || batch.draft_probs_half.is_some()) && !support.half {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Half,
+        });
+    }
+    if batch.methods.is_some() && !support.methods {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Methods,
+        });
+    }
+    if (batch.top_k.is_some() || batch.top_p.is_some() || batch.min_p.is_some()) && !support.filters
+    {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Filters,
         });
     }
     let b = batch.requests();
@@ -112,7 +129,20 @@ pub(crate) fn validate_inputs_with<const K: usize>(
         ),
     };
     expect_len(Param::DraftIds, batch.draft_ids.len(), draft_slots)?;
-    if let Some(d) = batch.draft_probs {
+    if let (Some(d), Some(_)) = (batch.draft_probs, batch.draft_probs_half) {
+        // Both formats at once: the binary32 one must be absent.
+        return Err(VerifyError::Length {
+            param: Param::DraftProbs,
+            len: d.len(),
+            expected: 0,
+        });
+    }
+    let draft_len = match (batch.draft_probs, batch.draft_probs_half) {
+        (Some(d), _) => Some(d.len()),
+        (None, Some(h)) => Some(h.len()),
+        (None, None) => None,
+    };
+    if let Some(len) = draft_len {
         if batch.draft_stride < v {
             return Err(VerifyError::StrideTooSmall {
                 tensor: Tensor::Draft,
@@ -121,7 +151,7 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             });
         }
         let need = draft_slots.and_then(|r| r.checked_mul(batch.draft_stride));
-        expect_len(Param::DraftProbs, d.len(), need)?;
+        expect_len(Param::DraftProbs, len, need)?;
     }
     if batch.target_stride < v {
         return Err(VerifyError::StrideTooSmall {
@@ -131,12 +161,17 @@ pub(crate) fn validate_inputs_with<const K: usize>(
         });
     }
     let need = target_rows.and_then(|r| r.checked_mul(batch.target_stride));
-    match batch.target_logits {
-        Some(l) => {
+    match (batch.target_logits, batch.target_logits_half) {
+        (Some(l), Some(_)) => expect_len(Param::TargetLogits, l.len(), Some(0))?,
+        (Some(l), None) => {
             expect_len(Param::TargetProbs, batch.target_probs.len(), Some(0))?;
             expect_len(Param::TargetLogits, l.len(), need)?;
         }
-        None => expect_len(Param::TargetProbs, batch.target_probs.len(), need)?,
+        (None, Some(h)) => {
+            expect_len(Param::TargetProbs, batch.target_probs.len(), Some(0))?;
+            expect_len(Param::TargetLogits, h.len(), need)?;
+        }
+        (None, None) => expect_len(Param::TargetProbs, batch.target_probs.len(), need)?,
     }
     expect_len(Param::Seed, batch.seed.len(), Some(b))?;
     expect_len(Param::Offset, batch.offset.len(), Some(b))?;
@@ -151,21 +186,34 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     }
     if let Some(t) = batch.temperature {
         // Temperatures without logits are a mistake, not something to ignore.
-        let want = batch.target_logits.map(|_| b).or(Some(0));
-        expect_len(Param::Temperature, t.len(), want)?;
+        let want = if batch.has_logits() { b } else { 0 };
+        expect_len(Param::Temperature, t.len(), Some(want))?;
+    }
+    if let Some(x) = batch.top_k {
+        expect_len(Param::TopK, x.len(), Some(b))?;
+    }
+    if let Some(x) = batch.top_p {
+        expect_len(Param::TopP, x.len(), Some(b))?;
+    }
+    if let Some(x) = batch.min_p {
+        expect_len(Param::MinP, x.len(), Some(b))?;
+    }
+    if let Some(x) = batch.methods {
+        expect_len(Param::Methods, x.len(), Some(b))?;
     }
     Ok(())
 }
 
 fn check_row(
-    row: &[f32],
+    row: Values<'_>,
     tolerance: f32,
     request: usize,
     tensor: Tensor,
     position: usize,
 ) -> Result<(), VerifyError> {
     let mut sum = 0f64;
-    for (index, &p) in row.iter().enumerate() {
+    for index in 0..row.len() {
+        let p = row.at(index);
         // NaN is in no range, so this refuses NaN, negatives and +∞.
         if !(0.0..f32::INFINITY).contains(&p) {
             return Err(VerifyError::BadProbability {
@@ -249,7 +297,21 @@ pub fn validate_request_with(
             param: Param::Temperature,
         });
     }
-    if method == Method::Typical {
+    let f = batch.filter_of(b);
+    // Written so NaN fails: top-p in (0, 1], min-p in [0, 1].
+    if !(f.top_p > 0.0 && f.top_p <= 1.0) {
+        return Err(VerifyError::BadParam {
+            request: b,
+            param: Param::TopP,
+        });
+    }
+    if !(0.0..=1.0).contains(&f.min_p) {
+        return Err(VerifyError::BadParam {
+            request: b,
+            param: Param::MinP,
+        });
+    }
+    if batch.method_of(b, method) == Method::Typical {
         let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
         if !ok(batch.eps_of(b)) {
             return Err(VerifyError::BadParam {
@@ -267,19 +329,22 @@ pub fn validate_request_with(
     if let Check::Strict { sum_tolerance } = check {
         // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding;
         // row k only when the bonus is sampled).
-        if batch.draft_probs.is_some() {
-            for j in 0..k {
-                if let Some(row) = batch.draft_row(b, j) {
-                    check_row(row, sum_tolerance, b, Tensor::Draft, j)?;
-                }
+        for j in 0..k {
+            if let Some(row) = batch.draft_values_checked(b, j) {
+                check_row(row, sum_tolerance, b, Tensor::Draft, j)?;
             }
         }
         let rows = if batch.bonus.is_some() { k } else { k + 1 };
         for j in 0..rows {
-            if batch.target_logits.is_some() {
-                let row = batch.target_row(b, j);
+            let Some(row) = batch.target_values_checked(b, j) else {
+                continue;
+            };
+            if batch.has_logits() {
                 // NaN and +∞ are refused; −∞ masks a token.
-                if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
+                if let Some(index) = (0..row.len()).position(|i| {
+                    let l = row.at(i);
+                    l.is_nan() || l == f32::INFINITY
+                }) {
                     return Err(VerifyError::BadLogit {
                         request: b,
                         position: j,
@@ -288,7 +353,7 @@ pub fn validate_request_with(
                 }
                 continue;
             }
-            check_row(batch.target_row(b, j), sum_tolerance, b, Tensor::Target, j)?;
+            check_row(row, sum_tolerance, b, Tensor::Target, j)?;
         }
     }
     Ok(())

@@ -460,6 +460,133 @@ fn entropy_range<const N: usize>(row: &[f32], start: usize, end: usize) -> i64 {
     sum
 }
 
+// ---- softmax (target logits): `core/DETERMINISM.md`, "Target logits and temperature" ----
+
+const INV_LN2: f32 = f32::from_bits(0x3FB8_AA3B);
+const LN2_HI: f32 = f32::from_bits(0x3F31_7200);
+const LN2_LO: f32 = f32::from_bits(0x35BF_BE8E);
+const E720: f32 = f32::from_bits(0x3AB6_0B61);
+const E120: f32 = f32::from_bits(0x3C08_8889);
+const E24: f32 = f32::from_bits(0x3D2A_AAAB);
+const E6: f32 = f32::from_bits(0x3E2A_AAAB);
+
+/// [`exp_p`](specula_core::fmath::exp_p), the same bits for every `x`, written with selects
+/// instead of early returns so that it vectorises.
+#[inline(always)]
+fn exp_p(x: f32) -> f32 {
+    let t = x * INV_LN2;
+    let tt = if t < 0.0 { t - 0.5 } else { t + 0.5 };
+    // In range (−87 < x ≤ 88) |tt| < 128, so the conversion is exact truncation; out of range
+    // the value is discarded below.
+    let n = tt as i32;
+    let nf = n as f32;
+    let r = (x - nf * LN2_HI) - nf * LN2_LO;
+    let mut p = E720;
+    p = E120 + r * p;
+    p = E24 + r * p;
+    p = E6 + r * p;
+    p = 0.5 + r * p;
+    p = 1.0 + r * p;
+    p = 1.0 + r * p;
+    let scale = f32::from_bits((n.wrapping_add(127) as u32) << 23);
+    let v = p * scale;
+    let v = if n < -126 { 0.0 } else { v };
+    let v = if x > 88.0 { f32::INFINITY } else { v };
+    // Last, so NaN (and x ≤ −87) give 0.
+    if x > -87.0 { v } else { 0.0 }
+}
+
+/// `⌊e · 2⁶⁴⌋` for `0 ≤ e < 1` (as `softmax_fixed`), from the bits: `mant · 2^(E − 86)`,
+/// shifted up or truncated down (subnormals give 0). `e = 1` is counted apart by the caller.
+#[inline(always)]
+fn fixed_below_one(e: f32) -> u64 {
+    let bits = e.to_bits();
+    let ex = (bits >> 23) & 0xFF;
+    let mant = u64::from((bits & 0x007F_FFFF) | 0x0080_0000);
+    let up = mant << ex.wrapping_sub(86).min(63);
+    let down = mant >> 86u32.wrapping_sub(ex).min(63);
+    let v = if ex >= 86 { up } else { down };
+    if ex == 0 { 0 } else { v }
+}
+
+/// The running maximum of `l / t` over `row[start..end]` (`softmax_max`'s rule per lane).
+#[inline(always)]
+fn softmax_max_range<const N: usize>(row: &[f32], t: f32, start: usize, end: usize) -> f32 {
+    let mut m = [f32::NEG_INFINITY; N];
+    let chunks = row[start..end].chunks_exact(N);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..N {
+            let z = c[l] / t;
+            m[l] = if z > m[l] { z } else { m[l] };
+        }
+    }
+    let mut best = f32::NEG_INFINITY;
+    for z in m.into_iter().chain(tail.iter().map(|&x| x / t)) {
+        best = specula_core::verify::softmax_max(best, z);
+    }
+    best
+}
+
+/// The exact fixed-point softmax sum over `row[start..end]`: `Σ ⌊e_v · 2⁶⁴⌋` with
+/// `e_v = exp_p(l_v / t − max) ∈ [0, 1]`, kept per lane as a wrapping `u64` and a count of its
+/// carries (and of `e = 1`, whose term is `2⁶⁴`), combined exactly in `u128`.
+#[inline(always)]
+fn softmax_sum_range<const N: usize>(
+    row: &[f32],
+    t: f32,
+    max: f32,
+    start: usize,
+    end: usize,
+) -> u128 {
+    let mut lo = [0u64; N];
+    let mut hi = [0u64; N];
+    let chunks = row[start..end].chunks_exact(N);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..N {
+            let e = exp_p(c[l] / t - max);
+            let one = e >= 1.0;
+            let term = if one { 0 } else { fixed_below_one(e) };
+            let sum = lo[l].wrapping_add(term);
+            hi[l] += u64::from(sum < term) + u64::from(one);
+            lo[l] = sum;
+        }
+    }
+    let mut total = 0u128;
+    for l in 0..N {
+        total = total.wrapping_add((u128::from(hi[l]) << 64) | u128::from(lo[l]));
+    }
+    for &x in tail {
+        total = total.wrapping_add(specula_core::verify::softmax_fixed(exp_p(x / t - max)));
+    }
+    total
+}
+
+/// `out[i] = ((e_i as f64) / sum) as f32` for `row[start..end]` (`sum > 0`; `Softmax::p`).
+#[inline(always)]
+fn softmax_write_range<const N: usize>(
+    row: &[f32],
+    t: f32,
+    max: f32,
+    sum: f64,
+    out: &mut [f32],
+    start: usize,
+    end: usize,
+) {
+    let src = row[start..end].chunks_exact(N);
+    let tail = src.remainder();
+    let mut dst = out[start..end].chunks_exact_mut(N);
+    for (c, o) in src.zip(&mut dst) {
+        for l in 0..N {
+            o[l] = (f64::from(exp_p(c[l] / t - max)) / sum) as f32;
+        }
+    }
+    for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
+        *o = (f64::from(exp_p(x / t - max)) / sum) as f32;
+    }
+}
+
 /// The kernels inside `#[target_feature]` functions, so the generic code above is compiled (it is
 /// `#[inline(always)]`) for wider vectors. Only reachable after [`Isa::detect`] said so.
 #[cfg(target_arch = "x86_64")]
@@ -494,6 +621,82 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn entropy_avx512(row: &[f32], start: usize, end: usize) -> i64 {
         entropy_range::<32>(row, start, end)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn softmax_max_avx2(row: &[f32], t: f32) -> f32 {
+        super::softmax_max_range::<16>(row, t, 0, row.len())
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn softmax_max_avx512(row: &[f32], t: f32) -> f32 {
+        super::softmax_max_range::<32>(row, t, 0, row.len())
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn softmax_sum_avx2(row: &[f32], t: f32, max: f32) -> u128 {
+        super::softmax_sum_range::<8>(row, t, max, 0, row.len())
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn softmax_sum_avx512(row: &[f32], t: f32, max: f32) -> u128 {
+        super::softmax_sum_range::<16>(row, t, max, 0, row.len())
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn softmax_write_avx2(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
+        super::softmax_write_range::<8>(row, t, max, sum, out, 0, row.len());
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn softmax_write_avx512(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
+        super::softmax_write_range::<16>(row, t, max, sum, out, 0, row.len());
+    }
+}
+
+/// The softmax maximum of `row` at temperature `t` with `isa` (the rules' `m`).
+#[inline]
+pub(crate) fn softmax_max(isa: Isa, row: &[f32], t: f32) -> f32 {
+    match isa {
+        Isa::Portable => softmax_max_range::<8>(row, t, 0, row.len()),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::softmax_max_avx2(row, t) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::softmax_max_avx512(row, t) },
+    }
+}
+
+/// The exact fixed-point softmax sum `F` of `row` at `t` with maximum `max`, with `isa`.
+#[inline]
+pub(crate) fn softmax_sum(isa: Isa, row: &[f32], t: f32, max: f32) -> u128 {
+    match isa {
+        Isa::Portable => softmax_sum_range::<4>(row, t, max, 0, row.len()),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::softmax_sum_avx2(row, t, max) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::softmax_sum_avx512(row, t, max) },
+    }
+}
+
+/// Writes the probabilities `((e_v as f64) / sum) as f32` of `row` into `out` (same length,
+/// `sum = S > 0`) with `isa`.
+#[inline]
+pub(crate) fn softmax_write(isa: Isa, row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
+    match isa {
+        Isa::Portable => softmax_write_range::<4>(row, t, max, sum, out, 0, row.len()),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::softmax_write_avx2(row, t, max, sum, out) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::softmax_write_avx512(row, t, max, sum, out) },
     }
 }
 
@@ -545,6 +748,77 @@ pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lane-wise softmax kernels give the core's bits (`softmax_max`, `softmax_fixed` of
+    /// `softmax_exp`, `Softmax::p`) on every instruction set, for rows with −∞, NaN, +∞, huge
+    /// and tiny logits, at lengths that leave tails.
+    #[test]
+    fn softmax_kernels_match_the_core() {
+        use specula_core::verify::{Softmax, softmax_exp, softmax_fixed};
+        let mut s = 0x50F7_3A11u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for x in [
+            -200.0f32,
+            -87.0,
+            -86.9,
+            -0.0,
+            0.0,
+            1e-30,
+            88.0,
+            88.1,
+            f32::NAN,
+        ] {
+            assert_eq!(
+                exp_p(x).to_bits(),
+                specula_core::fmath::exp_p(x).to_bits(),
+                "{x}"
+            );
+        }
+        for round in 0..200 {
+            let n = 1 + (next() % 300) as usize;
+            let row: Vec<f32> = (0..n)
+                .map(|_| match next() % 40 {
+                    0 => f32::NEG_INFINITY,
+                    1 => f32::NAN,
+                    2 => 1e30,
+                    3 => -1e30,
+                    _ => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 60.0,
+                })
+                .collect();
+            let t = [0.05f32, 0.7, 1.0, 3.0][round % 4];
+            let want = Softmax::of(&row, t);
+            let mut m = f32::NEG_INFINITY;
+            for &l in &row {
+                m = specula_core::verify::softmax_max(m, l / t);
+            }
+            let f: u128 = row
+                .iter()
+                .map(|&l| softmax_fixed(softmax_exp(l, t, m)))
+                .fold(0, u128::wrapping_add);
+            for isa in Isa::available() {
+                let got_m = softmax_max(isa, &row, t);
+                assert_eq!(
+                    got_m.to_bits() & 0x7FFF_FFFF,
+                    m.to_bits() & 0x7FFF_FFFF,
+                    "{isa:?}"
+                );
+                assert_eq!(softmax_sum(isa, &row, t, m), f, "{isa:?} round {round}");
+                if f != 0 {
+                    let sum = (f as f64) / 18_446_744_073_709_551_616.0;
+                    let mut out = vec![0f32; n];
+                    softmax_write(isa, &row, t, m, sum, &mut out);
+                    for (o, &l) in out.iter().zip(&row) {
+                        assert_eq!(o.to_bits(), want.p(l).to_bits(), "{isa:?} round {round}");
+                    }
+                }
+            }
+        }
+    }
 
     /// The skip test of [`race_range`] relies on [`skip_key`] never exceeding the key by more
     /// than one `f32` rounding and on its clamp to `f32::MAX`.

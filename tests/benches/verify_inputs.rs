@@ -1,0 +1,206 @@
+//! The inputs engines hand over (issue 13), on the CPU backend, in one run: rejection sampling
+//! from target **probabilities** (f32), from target **logits** (f32 and bf16, T = 0.8), and from
+//! bf16 logits with **top-k 50 / top-p 0.9**, each next to a read-only pass over the same input
+//! bytes (the target tensor plus the draft rows, summed on as many threads as the verifier
+//! has): its physical floor. The probability path reads few of its bytes (8 per accepted
+//! position, whole rows only at the rejection and the bonus); the logits paths must read every
+//! row once for the softmax, and bf16 halves those bytes.
+//!
+//! `cargo bench -p specula-tests --bench verify_inputs` (a minute or two). Prints one line per
+//! (V, batch, input): ms per batch, the read-only pass over that input's bytes, their ratio,
+//! and the ratio to the f32 probability path of the same shape.
+//!
+//! Both sides run on **one thread** (the verifier on the calling thread, the read pass too) and
+//! are timed in that thread's **CPU time** (Linux `/proc/thread-self/stat`, accumulated over at
+//! least 0.5 s per figure), so the figures hold on a machine shared with other jobs, where wall
+//! time would mostly measure the scheduler; elsewhere wall time is used.
+
+use half::bf16;
+use specula::cpu::CpuVerifier;
+use specula_core::verify::{
+    Batch, Check, Dims, Drafts, Half, HalfLogits, Logits, Method, Outputs, Streams,
+};
+use specula_tests::conformance::{Gen, sample};
+use std::hint::black_box;
+use std::time::Instant;
+
+const K: usize = 4;
+const T: f32 = 0.8;
+
+/// This thread's CPU time in seconds (user + system, clock ticks of 10 ms), if readable.
+fn thread_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Seconds per call of `f` (after one warm-up call): this thread's CPU time over at least
+/// 0.5 s of it, or wall time where CPU time cannot be read.
+fn per_call_s(mut f: impl FnMut()) -> f64 {
+    f();
+    let (cpu0, wall0) = (thread_cpu_s(), Instant::now());
+    let mut n = 0u64;
+    loop {
+        f();
+        n += 1;
+        let spent = match (cpu0, thread_cpu_s()) {
+            (Some(a), Some(b)) => b - a,
+            _ => wall0.elapsed().as_secs_f64(),
+        };
+        if spent >= 0.5 && n >= 3 {
+            return spent / n as f64;
+        }
+    }
+}
+
+/// Sums `bytes` bytes of `src` (as u16 words, so f32 and bf16 inputs read alike) on `threads`
+/// threads, one contiguous piece each.
+fn read_sum(src: &[u16], threads: usize) -> u64 {
+    fn sum(c: &[u16]) -> u64 {
+        // Eight independent sums so the loop is bound by loads, not by one add chain.
+        let mut acc = [0u64; 8];
+        let chunks = c.chunks_exact(8);
+        let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
+        for ch in chunks {
+            for (a, &x) in acc.iter_mut().zip(ch) {
+                *a += u64::from(x);
+            }
+        }
+        acc.iter().sum::<u64>() + tail
+    }
+    if threads <= 1 {
+        // On this thread, so its CPU time counts it.
+        return sum(src);
+    }
+    let piece = src.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = src.chunks(piece).map(|c| s.spawn(move || sum(c))).collect();
+        parts.into_iter().map(|h| h.join().expect("sum")).sum()
+    })
+}
+
+fn main() {
+    // One thread: timed in this thread's CPU time (see the module docs).
+    let verifier = CpuVerifier::<8>::new(1).expect("verifier");
+    let threads = verifier.threads();
+    let mut g = Gen(0x1A9_0713);
+    println!(
+        "{:>6} {:>5} {:<22} {:>10} {:>10} {:>8} {:>8}",
+        "V", "batch", "input", "ms/batch", "read ms", "/read", "/probs"
+    );
+    if thread_cpu_s().is_none() {
+        println!("(no /proc/thread-self/stat: wall time)");
+    }
+    for vocab in [32 * 1024, 128 * 1024] {
+        for b in [1usize, 16] {
+            let rows = b * (K + 1);
+            // Logits 3·ln u (a long tail); probabilities = their softmax at T (f64), drafts near.
+            let logits: Vec<f32> = (0..rows * vocab)
+                .map(|_| 3.0 * (g.unit() + 1e-6).ln())
+                .collect();
+            let lb: Vec<bf16> = logits.iter().map(|&x| bf16::from_f32(x)).collect();
+            let lb_bits: Vec<u16> = lb.iter().map(|x| x.to_bits()).collect();
+            let mut probs = vec![0f32; rows * vocab];
+            for (p, l) in probs
+                .chunks_exact_mut(vocab)
+                .zip(logits.chunks_exact(vocab))
+            {
+                let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let e: Vec<f64> = l
+                    .iter()
+                    .map(|&x| (f64::from(x - m) / f64::from(T)).exp())
+                    .collect();
+                let s: f64 = e.iter().sum();
+                for (o, x) in p.iter_mut().zip(&e) {
+                    *o = (x / s) as f32;
+                }
+            }
+            let mut draft = vec![0f32; b * K * vocab];
+            for r in 0..b {
+                for j in 0..K {
+                    let t = &probs[(r * (K + 1) + j) * vocab..][..vocab];
+                    let d = &mut draft[(r * K + j) * vocab..][..vocab];
+                    for (o, &x) in d.iter_mut().zip(t) {
+                        *o = x * (0.7 + 0.6 * g.unit());
+                    }
+                    let s: f32 = d.iter().sum();
+                    d.iter_mut().for_each(|x| *x /= s);
+                }
+            }
+            let ids: Vec<u32> = (0..b * K)
+                .map(|i| sample(&mut g, &draft[i * vocab..(i + 1) * vocab]))
+                .collect();
+            let ks = vec![K as u32; b];
+            let seed: Vec<u64> = (0..b as u64).collect();
+            let offset = vec![3u64; b];
+            let temps = vec![T; b];
+            let (top_k, top_p) = (vec![50u32; b], vec![0.9f32; b]);
+            let base = Batch::dense(
+                Dims { vocab, k_max: K },
+                Drafts { k: &ks, ids: &ids },
+                &probs,
+                Streams {
+                    seed: &seed,
+                    offset: &offset,
+                },
+            )
+            .with_draft_probs(&draft);
+            let f32_logits = base.with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            });
+            let bf16_logits = base.with_target_logits_half(HalfLogits {
+                values: Half::Bf16(&lb_bits),
+                temperature: &temps,
+            });
+            let filtered = bf16_logits.with_top_k(&top_k).with_top_p(&top_p);
+            // Input bytes: the target tensor plus the draft rows.
+            let draft_bytes = draft.len() * 4;
+            let cases = [
+                ("probabilities f32", base, probs.len() * 4 + draft_bytes),
+                ("logits f32", f32_logits, logits.len() * 4 + draft_bytes),
+                ("logits bf16", bf16_logits, lb.len() * 2 + draft_bytes),
+                ("bf16 top-k/top-p", filtered, lb.len() * 2 + draft_bytes),
+            ];
+            // The read-only pass reads the same number of bytes from one buffer.
+            let pool: Vec<u16> = (0..(probs.len() * 4 + draft_bytes) / 2)
+                .map(|i| i as u16)
+                .collect();
+            let mut probs_s = 0.0;
+            for (name, batch, bytes) in cases {
+                let mut accepted = vec![0u32; b];
+                let mut tokens = vec![0u32; b * (K + 1)];
+                let s = per_call_s(|| {
+                    let mut out = Outputs {
+                        accepted: &mut accepted,
+                        tokens: &mut tokens,
+                    };
+                    verifier
+                        .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
+                        .expect("valid batch");
+                    black_box(&tokens);
+                });
+                let read = per_call_s(|| {
+                    black_box(read_sum(black_box(&pool[..bytes / 2]), threads));
+                });
+                if probs_s == 0.0 {
+                    probs_s = s;
+                }
+                println!(
+                    "{:>6} {:>5} {:<22} {:>10.3} {:>10.3} {:>8.2} {:>8.2}",
+                    format!("{}k", vocab / 1024),
+                    b,
+                    name,
+                    s * 1e3,
+                    read * 1e3,
+                    s / read,
+                    s / probs_s
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,730 @@
+//! Sampling inputs (issue 13): per-request top-k / top-p / min-p and bf16 / f16 inputs.
+//!
+//! * the CPU backend equals the reference bit for bit at real vocabulary sizes (32k, 152k),
+//!   padded and ragged, bf16 logits, filters on both paths;
+//! * filters that are off change no bit; half-precision input gives the bits of its widened
+//!   binary32 values;
+//! * the kept set at V = 32768 equals a sort-based reading of `core/DETERMINISM.md` (ties at
+//!   the top-k and top-p boundaries kept, the crossing id kept);
+//! * bad parameters are typed errors with nothing counted, and backends without the support
+//!   refuse them;
+//! * a method per request gives each request the bits it gets alone with that method;
+//! * (release mode) the emitted tokens follow softmax(logits / T) after the filters at
+//!   V = 32000, and no filtered-out id is ever emitted.
+
+// Request and row indices address several tables at once.
+#![allow(clippy::needless_range_loop)]
+
+use specula::cpu::CpuVerifier;
+use specula_core::Counters;
+use specula_core::verify::{
+    Batch, Check, Dims, Drafts, Feature, Filter, Half, HalfLogits, Logits, Method, Outputs, Param,
+    Processed, Reference, Streams, Support, Values, VerifyError, advance_offsets, validate_with,
+    verify_batch,
+};
+use specula_tests::conformance::{
+    self, BatchData, Gen, K, METHODS, OutData, RaggedData, assert_view_matches_reference,
+    random_filters, sized_batch, to_bf16, to_f16,
+};
+
+/// Random logits in place of `d`'s target rows (a long tail, a few masked ids, coarse steps
+/// so that ties occur), and temperatures mixing 0 and `(0, 1.5)`.
+fn logits_for(g: &mut Gen, d: &BatchData) -> (Vec<f32>, Vec<f32>) {
+    let l = d
+        .target_probs
+        .iter()
+        .map(|_| {
+            if g.chance(1, 100) {
+                f32::NEG_INFINITY
+            } else {
+                (16.0 * (g.unit() + 1e-6).ln()).round() / 4.0
+            }
+        })
+        .collect();
+    let t = (0..d.requests())
+        .map(|_| {
+            if g.chance(1, 4) {
+                0.0
+            } else {
+                0.1 + 1.4 * g.unit()
+            }
+        })
+        .collect();
+    (l, t)
+}
+
+/// CPU (3 threads, 1 thread) against the reference at V = 32000 and 151936: bf16 logits with
+/// filters, f32 probabilities with filters, padded and ragged; every method.
+#[test]
+fn cpu_matches_reference_at_real_sizes() {
+    let mut g = Gen(0xF117_0001);
+    let mut many = CpuVerifier::<K>::new(3).expect("pool");
+    let mut one = CpuVerifier::<K>::new(1).expect("verifier");
+    for (vocab, batches) in [(32_000usize, 2usize), (151_936, 1)] {
+        for i in 0..batches {
+            let d = sized_batch(&mut g, 3, vocab, 2, true);
+            let (logits, temps) = logits_for(&mut g, &d);
+            let lb = to_bf16(&logits);
+            let (top_k, top_p, min_p) = random_filters(&mut g, 3, vocab);
+            // The same requests in the ragged layout: its "probabilities" are the bf16 logits.
+            let mut as_logits = d.clone();
+            as_logits.target_probs = logits.clone();
+            let r = RaggedData::from_padded(&as_logits, None);
+            let rb = to_bf16(&r.target_probs);
+            for m in METHODS {
+                let what = format!("V = {vocab}, batch {i}");
+                let views = [
+                    d.view()
+                        .with_target_logits_half(HalfLogits {
+                            values: Half::Bf16(&lb),
+                            temperature: &temps,
+                        })
+                        .with_top_k(&top_k)
+                        .with_top_p(&top_p)
+                        .with_min_p(&min_p),
+                    d.view().with_top_p(&top_p).with_min_p(&min_p),
+                    {
+                        let mut v = r.view();
+                        v.target_probs = &[];
+                        v.with_target_logits_half(HalfLogits {
+                            values: Half::Bf16(&rb),
+                            temperature: &temps,
+                        })
+                        .with_top_k(&top_k)
+                        .with_top_p(&top_p)
+                    },
+                ];
+                for (n, batch) in views.iter().enumerate() {
+                    let what = format!("{what}, view {n}");
+                    assert_view_matches_reference(&mut many, m, Check::STRICT, batch, &what)
+                        .expect("valid batch");
+                    assert_view_matches_reference(&mut one, m, Check::STRICT, batch, &what)
+                        .expect("valid batch");
+                }
+            }
+        }
+    }
+}
+
+/// Runs the reference on `batch` (method `m`), returning the outputs.
+fn run(m: Method, batch: &Batch<'_>) -> OutData {
+    let mut out = OutData::new(batch.requests(), batch.k_max);
+    let mut counters = Counters::<K>::ZERO;
+    verify_batch(m, Check::Cheap, batch, &mut out.view(), &mut counters).expect("valid batch");
+    out
+}
+
+/// Filters given but off (top-k 0, top-p 1, min-p 0) give the bits of no filter at all, on
+/// both paths; and switching one on does change outputs (so the comparison can fail).
+#[test]
+fn filters_that_are_off_change_nothing() {
+    let mut g = Gen(0xF117_0002);
+    let mut changed = 0;
+    for i in 0..200 {
+        let vocab = 64 + g.below(200);
+        let d = sized_batch(&mut g, 4, vocab, 3, true);
+        let (logits, temps) = logits_for(&mut g, &d);
+        let m = METHODS[i % 3];
+        let off_k = vec![0u32; 4];
+        let off_p = vec![1.0f32; 4];
+        let off_m = vec![0.0f32; 4];
+        let on_p = vec![0.3f32; 4];
+        let lv = Logits {
+            values: &logits,
+            temperature: &temps,
+        };
+        for base in [d.view(), d.view().with_target_logits(lv)] {
+            let plain = run(m, &base);
+            let off = run(
+                m,
+                &base
+                    .with_top_k(&off_k)
+                    .with_top_p(&off_p)
+                    .with_min_p(&off_m),
+            );
+            assert_eq!(plain, off, "batch {i}: filters off changed the outputs");
+            if run(m, &base.with_top_p(&on_p)) != plain {
+                changed += 1;
+            }
+        }
+    }
+    assert!(
+        changed > 50,
+        "top-p 0.3 changed only {changed} of 400 batches"
+    );
+}
+
+/// bf16 / f16 logits and draft probabilities give exactly the bits of the binary32 tensors of
+/// their widened values, on the reference and the CPU backend.
+#[test]
+fn half_inputs_equal_their_widened_values() {
+    let mut g = Gen(0xF117_0003);
+    let cpu = CpuVerifier::<K>::new(2).expect("pool");
+    for i in 0..60 {
+        let vocab = 32 + g.below(3000);
+        let d = sized_batch(&mut g, 3, vocab, 3, true);
+        let (logits, temps) = logits_for(&mut g, &d);
+        let dp = d.draft_probs.clone().expect("draft probabilities");
+        let (top_k, top_p, min_p) = random_filters(&mut g, 3, d.vocab);
+        let m = METHODS[i % 3];
+        for bf in [true, false] {
+            let (lh, dh) = if bf {
+                (to_bf16(&logits), to_bf16(&dp))
+            } else {
+                (to_f16(&logits), to_f16(&dp))
+            };
+            let widen = |h: &[u16]| -> Vec<f32> {
+                let mut w = vec![0f32; h.len()];
+                let v = if bf {
+                    Values::Half(Half::Bf16(h))
+                } else {
+                    Values::Half(Half::F16(h))
+                };
+                v.widen_into(&mut w);
+                w
+            };
+            let half = if bf { Half::Bf16 } else { Half::F16 };
+            let (lw, dw) = (widen(&lh), widen(&dh));
+            let mut wide = d.view().with_target_logits(Logits {
+                values: &lw,
+                temperature: &temps,
+            });
+            wide.draft_probs = Some(&dw);
+            let narrow = d
+                .view()
+                .with_target_logits_half(HalfLogits {
+                    values: half(&lh),
+                    temperature: &temps,
+                })
+                .with_draft_probs_half(half(&dh));
+            for (a, b) in [
+                (wide, narrow),
+                (
+                    wide.with_top_k(&top_k).with_min_p(&min_p),
+                    narrow.with_top_k(&top_k).with_min_p(&min_p),
+                ),
+                (wide.with_top_p(&top_p), narrow.with_top_p(&top_p)),
+            ] {
+                let want = run(m, &a);
+                assert_eq!(run(m, &b), want, "batch {i}, bf16 {bf}");
+                let mut got = OutData::new(3, d.k_max);
+                cpu.verify(m, Check::Cheap, &b, &mut got.view())
+                    .expect("valid batch");
+                assert_eq!(got, want, "CPU, batch {i}, bf16 {bf}");
+            }
+        }
+    }
+}
+
+/// The kept set by sorting, as `core/DETERMINISM.md` reads: `(count kept, threshold value)`.
+fn kept_by_sort(w: &[f32], f: Filter) -> usize {
+    let mut s: Vec<f32> = w.iter().copied().filter(|&x| x > 0.0).collect();
+    s.sort_by(|a, b| b.total_cmp(a));
+    let mut th = 0f32;
+    if f.min_p > 0.0 {
+        th = f.min_p * s[0];
+    }
+    if f.top_k > 0 && f.top_k as usize <= w.len() && (f.top_k as usize) <= s.len() {
+        th = th.max(s[f.top_k as usize - 1]);
+    }
+    let fix = |x: f32| (f64::from(x) * 18_446_744_073_709_551_616.0) as u128;
+    if f.top_p < 1.0 {
+        let kept: Vec<f32> = s.iter().copied().filter(|&x| x >= th).collect();
+        let mass: u128 = kept.iter().map(|&x| fix(x)).sum();
+        let target = f64::from(f.top_p) * (mass as f64);
+        // Walk down by distinct values: the first value whose cumulative mass (ties included)
+        // reaches the target is the threshold.
+        let mut acc = 0u128;
+        let mut i = 0;
+        while i < kept.len() {
+            let v = kept[i];
+            while i < kept.len() && kept[i] == v {
+                acc += fix(kept[i]);
+                i += 1;
+            }
+            if acc as f64 >= target {
+                th = th.max(v);
+                break;
+            }
+        }
+    }
+    w.iter().filter(|&&x| x > 0.0 && x >= th).count()
+}
+
+/// At V = 32768 with many tied weights: the reference's kept set (ids with a non-zero
+/// processed probability) equals the sort-based reading of the rules for every filter mix, and
+/// the kept probabilities sum to 1.
+#[test]
+fn kept_set_is_the_sorted_definition_at_32k() {
+    const V: usize = 32_768;
+    let mut g = Gen(0xF117_0004);
+    for round in 0..12 {
+        // Quantised weights: many ties, including at the boundaries.
+        let w: Vec<f32> = (0..V)
+            .map(|_| {
+                let u = g.unit();
+                (u * u * u * 64.0).floor() / 64.0
+            })
+            .collect();
+        for f in [
+            Filter {
+                top_k: 1 + g.below(500) as u32,
+                ..Filter::NONE
+            },
+            Filter {
+                top_p: 0.05 + 0.9 * g.unit(),
+                ..Filter::NONE
+            },
+            Filter {
+                min_p: 0.5 * g.unit(),
+                ..Filter::NONE
+            },
+            Filter {
+                top_k: 1 + g.below(5000) as u32,
+                top_p: 0.1 + 0.85 * g.unit(),
+                min_p: 0.1 * g.unit(),
+            },
+        ] {
+            let pr = Processed::of(Values::F32(&w), None, f);
+            let p: Vec<f32> = w.iter().map(|&x| pr.p(x)).collect();
+            let kept = p.iter().filter(|&&x| x > 0.0).count();
+            assert_eq!(kept, kept_by_sort(&w, f), "round {round}, {f:?}");
+            // Kept ids keep their order and all ties together.
+            let min_kept = w
+                .iter()
+                .zip(&p)
+                .filter(|(_, q)| **q > 0.0)
+                .map(|(x, _)| *x)
+                .fold(f32::INFINITY, f32::min);
+            assert!(
+                w.iter()
+                    .zip(&p)
+                    .all(|(&x, &q)| (q > 0.0) == (x >= min_kept)),
+                "round {round}, {f:?}: not an upper set"
+            );
+            let s: f64 = p.iter().map(|&x| f64::from(x)).sum();
+            assert!((s - 1.0).abs() < 1e-4, "round {round}: sum {s}");
+        }
+    }
+}
+
+/// Bad filter parameters and conflicting inputs are typed errors, nothing is counted, and a
+/// backend without the support refuses them.
+#[test]
+fn bad_filter_inputs_are_typed_errors() {
+    let mut g = Gen(0xF117_0005);
+    let d = sized_batch(&mut g, 2, 16, 2, false);
+    let cpu = CpuVerifier::<K>::new(1).expect("verifier");
+    let check = |batch: &Batch<'_>, want: VerifyError| {
+        let mut out = OutData::new(2, d.k_max);
+        let mut counters = Counters::<K>::ZERO;
+        assert_eq!(
+            verify_batch(
+                Method::Rejection,
+                Check::Cheap,
+                batch,
+                &mut out.view(),
+                &mut counters
+            ),
+            Err(want)
+        );
+        assert_eq!(
+            cpu.verify(Method::Rejection, Check::Cheap, batch, &mut out.view()),
+            Err(want)
+        );
+        assert_eq!(out, OutData::new(2, d.k_max), "outputs written on error");
+        assert!(cpu.totals().is_zero(), "counted on error");
+    };
+    for bad in [0.0, -0.5, 1.5, f32::NAN, f32::INFINITY] {
+        check(
+            &d.view().with_top_p(&[0.5, bad]),
+            VerifyError::BadParam {
+                request: 1,
+                param: Param::TopP,
+            },
+        );
+    }
+    for bad in [-0.1, 1.01, f32::NAN] {
+        check(
+            &d.view().with_min_p(&[bad, 0.5]),
+            VerifyError::BadParam {
+                request: 0,
+                param: Param::MinP,
+            },
+        );
+    }
+    check(
+        &d.view().with_top_k(&[3]),
+        VerifyError::Length {
+            param: Param::TopK,
+            len: 1,
+            expected: 2,
+        },
+    );
+    let dp = d.draft_probs.clone().expect("draft probabilities");
+    let dh = to_bf16(&dp);
+    let mut both = d.view().with_draft_probs_half(Half::Bf16(&dh));
+    both.draft_probs = Some(&dp);
+    check(
+        &both,
+        VerifyError::Length {
+            param: Param::DraftProbs,
+            len: dp.len(),
+            expected: 0,
+        },
+    );
+    let lh = to_f16(&d.target_probs);
+    check(
+        &d.view().with_target_logits_half(HalfLogits {
+            values: Half::F16(&lh[1..]),
+            temperature: &[1.0, 1.0],
+        }),
+        VerifyError::Length {
+            param: Param::TargetLogits,
+            len: lh.len() - 1,
+            expected: lh.len(),
+        },
+    );
+    // Support::PADDED (the GPU backends) refuses both features.
+    let out = OutData::new(2, d.k_max);
+    let mut o = out.clone();
+    let v = |b: &Batch<'_>, o: &mut OutData| {
+        validate_with::<K>(Support::PADDED, Method::Greedy, Check::Cheap, b, &o.view())
+    };
+    assert_eq!(
+        v(&d.view().with_top_k(&[1, 2]), &mut o),
+        Err(VerifyError::Unsupported {
+            feature: Feature::Filters
+        })
+    );
+    assert_eq!(
+        v(&d.view().with_draft_probs_half(Half::Bf16(&dh)), &mut o),
+        Err(VerifyError::Unsupported {
+            feature: Feature::Half
+        })
+    );
+    // The reference as a backend supports both.
+    assert!(Reference::<K>::new().counters.is_zero());
+}
+
+/// The exact filtered law in binary64: softmax(l / T), then min-p, top-k, top-p (on the
+/// renormalised kept mass), renormalised; ties with a boundary value are kept together, as the
+/// rules say (bf16 logits tie often, and tied logits give equal binary64 probabilities).
+fn filtered_law(l: &[f32], t: f32, f: Filter) -> Vec<f64> {
+    let z: Vec<f64> = l.iter().map(|&x| f64::from(x) / f64::from(t)).collect();
+    let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = z.iter().map(|&x| (x - m).exp()).collect();
+    let s: f64 = w.iter().sum();
+    let mut p: Vec<f64> = w.iter().map(|&x| x / s).collect();
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+    let mut th = f64::from(f.min_p) * p[order[0]];
+    if f.top_k > 0 && (f.top_k as usize) <= p.len() {
+        th = th.max(p[order[f.top_k as usize - 1]]);
+    }
+    if f.top_p < 1.0 {
+        let mass: f64 = p.iter().filter(|&&x| x >= th).sum();
+        let mut acc = 0.0;
+        let mut i = 0;
+        while i < order.len() {
+            let v = p[order[i]];
+            while i < order.len() && p[order[i]] == v {
+                acc += v;
+                i += 1;
+            }
+            if acc >= f64::from(f.top_p) * mass {
+                th = th.max(v);
+                break;
+            }
+        }
+    }
+    let kept: f64 = p.iter().filter(|&&x| x >= th).sum();
+    for x in &mut p {
+        *x = if *x >= th { *x / kept } else { 0.0 };
+    }
+    p
+}
+
+/// Rejection sampling from target logits at V = 32000 (k = 1, a draft that also puts mass on
+/// filtered-out ids) for temperature / top-k / top-p / min-p combinations: the kept set equals
+/// the binary64 one, no filtered-out id is ever emitted, and the first emitted token follows
+/// the filtered law (chi-square over 32 buckets of equal mass, α = 10⁻⁶; plus a z-test on the
+/// tail, the least likely 5 % of the kept mass, |z| < 4.9).
+#[test]
+#[cfg_attr(debug_assertions, ignore = "statistical: run with --release")]
+fn filtered_logits_are_lossless_at_32k() {
+    const VOCAB: usize = 32_000;
+    const B: usize = 400;
+    const CALLS: usize = 30;
+    const BUCKETS: usize = 32;
+    /// Chi-square critical value at α = 10⁻⁶ for 31 degrees of freedom.
+    const CHI2_31DOF_1E6: f64 = 86.7;
+    let mut g = Gen(0xF117_0006);
+    let l: Vec<f32> = (0..VOCAB).map(|_| 3.0 * (g.unit() + 1e-6).ln()).collect();
+    let lb = to_bf16(&l);
+    let mut lw = vec![0f32; VOCAB];
+    Values::Half(Half::Bf16(&lb)).widen_into(&mut lw);
+    let v = CpuVerifier::<K>::new(0).expect("thread pool");
+    let cases = [
+        (
+            0.7f32,
+            Filter {
+                top_p: 0.9,
+                ..Filter::NONE
+            },
+        ),
+        (
+            1.0,
+            Filter {
+                top_k: 50,
+                ..Filter::NONE
+            },
+        ),
+        (
+            1.2,
+            Filter {
+                min_p: 0.05,
+                ..Filter::NONE
+            },
+        ),
+        (
+            0.8,
+            Filter {
+                top_k: 2000,
+                top_p: 0.8,
+                min_p: 0.01,
+            },
+        ),
+    ];
+    for (case, &(t, f)) in cases.iter().enumerate() {
+        let p = filtered_law(&lw, t, f);
+        let ours = Processed::of(Values::Half(Half::Bf16(&lb)), Some(t), f);
+        let kept: Vec<bool> = lw.iter().map(|&x| ours.p(x) > 0.0).collect();
+        let want: Vec<bool> = p.iter().map(|&x| x > 0.0).collect();
+        let differ = kept.iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            differ, 0,
+            "case {case}: kept set differs from binary64 at {differ} ids"
+        );
+        let n_kept = kept.iter().filter(|&&k| k).count();
+        // The draft: the unfiltered softmax, perturbed, so it also proposes filtered-out ids.
+        let mut q: Vec<f32> = {
+            let z: Vec<f64> = lw.iter().map(|&x| f64::from(x) / f64::from(t)).collect();
+            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            z.iter()
+                .map(|&x| ((x - m).exp() * f64::from(0.5 + g.unit())) as f32)
+                .collect()
+        };
+        let qs: f32 = q.iter().sum();
+        q.iter_mut().for_each(|x| *x /= qs);
+        // Buckets of equal mass over the ids by decreasing probability; the tail is the last
+        // 5 % of the mass.
+        let mut order: Vec<usize> = (0..VOCAB).filter(|&i| kept[i]).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+        let mut bucket = vec![usize::MAX; VOCAB];
+        let mut tail = vec![false; VOCAB];
+        let mut mass = [0f64; BUCKETS];
+        let mut tail_mass = 0f64;
+        let mut acc = 0f64;
+        for &i in &order {
+            let b = ((acc * BUCKETS as f64) as usize).min(BUCKETS - 1);
+            bucket[i] = b;
+            mass[b] += p[i];
+            if acc >= 0.95 {
+                tail[i] = true;
+                tail_mass += p[i];
+            }
+            acc += p[i];
+        }
+        let logits: Vec<u16> = (0..B * 2).flat_map(|_| lb.iter().copied()).collect();
+        let draft: Vec<f32> = (0..B).flat_map(|_| q.iter().copied()).collect();
+        let ks = vec![1u32; B];
+        let temps = vec![t; B];
+        let (tk, tp, mp) = (vec![f.top_k; B], vec![f.top_p; B], vec![f.min_p; B]);
+        let seeds: Vec<u64> = (0..B as u64).map(|b| 0xF11 ^ (b << 32)).collect();
+        let mut offsets = vec![0u64; B];
+        let mut ids = vec![0u32; B];
+        let mut hist = [0u64; BUCKETS];
+        let mut tail_hits = 0u64;
+        // Draft ids by inverse CDF (a binary search, not a linear scan per draw).
+        let cdf: Vec<f64> = q
+            .iter()
+            .scan(0f64, |acc, &x| {
+                *acc += f64::from(x);
+                Some(*acc)
+            })
+            .collect();
+        let total = cdf[VOCAB - 1];
+        for _ in 0..CALLS {
+            for id in ids.iter_mut() {
+                let u = (g.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+                *id = cdf.partition_point(|&c| c <= u).min(VOCAB - 1) as u32;
+            }
+            let batch = Batch::dense(
+                Dims {
+                    vocab: VOCAB,
+                    k_max: 1,
+                },
+                Drafts { k: &ks, ids: &ids },
+                &[],
+                Streams {
+                    seed: &seeds,
+                    offset: &offsets,
+                },
+            )
+            .with_target_logits_half(HalfLogits {
+                values: Half::Bf16(&logits),
+                temperature: &temps,
+            })
+            .with_draft_probs(&draft)
+            .with_top_k(&tk)
+            .with_top_p(&tp)
+            .with_min_p(&mp);
+            let (mut accepted, mut tokens) = (vec![0u32; B], vec![0u32; B * 2]);
+            let mut o = Outputs {
+                accepted: &mut accepted,
+                tokens: &mut tokens,
+            };
+            v.verify(Method::Rejection, Check::Cheap, &batch, &mut o)
+                .expect("valid batch");
+            for b in 0..B {
+                let x = tokens[2 * b] as usize;
+                assert!(kept[x], "case {case}: emitted filtered-out id {x}");
+                hist[bucket[x]] += 1;
+                tail_hits += u64::from(tail[x]);
+            }
+            advance_offsets(&mut offsets);
+        }
+        let n = (B * CALLS) as f64;
+        let chi2: f64 = (0..BUCKETS)
+            .map(|b| {
+                let e = n * mass[b];
+                (hist[b] as f64 - e).powi(2) / e
+            })
+            .sum();
+        let z = (tail_hits as f64 - n * tail_mass) / (n * tail_mass * (1.0 - tail_mass)).sqrt();
+        println!("case {case}: T {t}, {f:?}: {n_kept} kept, chi2 {chi2:.1}, tail z {z:.2}");
+        assert!(chi2 < CHI2_31DOF_1E6, "case {case}: chi2 {chi2}");
+        assert!(z.abs() < 4.9, "case {case}: tail z {z}");
+    }
+}
+
+/// A greedy request (T = 0) and sampled ones with filters in one batch: the greedy request
+/// gives the bits it gives alone, whatever the others' filters.
+#[test]
+fn greedy_and_filtered_requests_mix() {
+    let mut g = Gen(0xF117_0007);
+    for i in 0..40 {
+        let d = sized_batch(&mut g, 4, 500, 3, true);
+        let (logits, mut temps) = logits_for(&mut g, &d);
+        temps[1] = 0.0;
+        let (top_k, top_p, min_p) = random_filters(&mut g, 4, d.vocab);
+        let m = METHODS[i % 3];
+        let batch = d
+            .view()
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            })
+            .with_top_k(&top_k)
+            .with_top_p(&top_p)
+            .with_min_p(&min_p);
+        let all = run(m, &batch);
+        // Request 1 alone, greedy on its logits, no filter.
+        let w = d.k_max + 1;
+        let rows = &logits[w * d.vocab..2 * w * d.vocab];
+        let alone = Batch::dense(
+            Dims {
+                vocab: d.vocab,
+                k_max: d.k_max,
+            },
+            Drafts {
+                k: &d.k[1..2],
+                ids: &d.draft_ids[d.k_max..2 * d.k_max],
+            },
+            rows,
+            Streams {
+                seed: &d.seed[1..2],
+                offset: &d.offset[1..2],
+            },
+        );
+        let one = run(Method::Greedy, &alone);
+        assert_eq!(all.accepted[1], one.accepted[0], "batch {i}");
+        assert_eq!(&all.tokens[w..2 * w], &one.tokens[..], "batch {i}");
+    }
+    // The conformance case runs too (small shapes, every combination).
+    conformance::sampling_inputs(|| CpuVerifier::<K>::new(2).expect("pool"), 0xF117_0008, 200);
+}
+
+/// A method per request: a batch whose requests all carry the call's method gives the bits of
+/// the call without them, and a mixed batch gives each request the bits it gets alone with its
+/// own method (reference and CPU backend).
+#[test]
+fn a_method_per_request_is_each_request_alone() {
+    let mut g = Gen(0xF117_0009);
+    let cpu = CpuVerifier::<K>::new(2).expect("pool");
+    for i in 0..80 {
+        let d = sized_batch(&mut g, 5, 300, 3, true);
+        let (logits, temps) = logits_for(&mut g, &d);
+        let methods: Vec<Method> = (0..5).map(|_| METHODS[g.below(3)]).collect();
+        let lv = Logits {
+            values: &logits,
+            temperature: &temps,
+        };
+        for base in [d.view(), d.view().with_target_logits(lv)] {
+            for m in METHODS {
+                let same = vec![m; 5];
+                assert_eq!(
+                    run(m, &base.with_methods(&same)),
+                    run(m, &base),
+                    "batch {i}"
+                );
+            }
+            let mixed = base.with_methods(&methods);
+            let got = run(Method::Rejection, &mixed);
+            let mut cpu_out = OutData::new(5, d.k_max);
+            cpu.verify(Method::Rejection, Check::Cheap, &mixed, &mut cpu_out.view())
+                .expect("valid batch");
+            assert_eq!(cpu_out, got, "CPU, batch {i}");
+            let w = d.k_max + 1;
+            for b in 0..5 {
+                let alone = run(methods[b], &base);
+                assert_eq!(got.accepted[b], alone.accepted[b], "batch {i}, request {b}");
+                assert_eq!(
+                    &got.tokens[b * w..(b + 1) * w],
+                    &alone.tokens[b * w..(b + 1) * w],
+                    "batch {i}, request {b}"
+                );
+            }
+        }
+    }
+    let out = OutData::new(5, 3);
+    let d = sized_batch(&mut g, 5, 30, 3, true);
+    let methods = [Method::Greedy; 5];
+    assert_eq!(
+        validate_with::<K>(
+            Support::PADDED,
+            Method::Greedy,
+            Check::Cheap,
+            &d.view().with_methods(&methods),
+            &out.clone().view(),
+        ),
+        Err(VerifyError::Unsupported {
+            feature: Feature::Methods
+        })
+    );
+    assert_eq!(
+        validate_with::<K>(
+            Support::ALL,
+            Method::Greedy,
+            Check::Cheap,
+            &d.view().with_methods(&methods[..4]),
+            &out.clone().view(),
+        ),
+        Err(VerifyError::Length {
+            param: Param::Methods,
+            len: 4,
+            expected: 5
+        })
+    );
+}
