@@ -37,6 +37,8 @@ mod error;
 mod reference;
 mod validate;
 
+pub mod tree;
+
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use reference::{
     RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual, recovered_at,
