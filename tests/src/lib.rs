@@ -3,6 +3,7 @@
 
 pub mod conformance;
 pub mod kernel_host;
+pub mod tree;
 
 /// The README's usage example, compiled and run as a doc test.
 #[cfg(doctest)]
