@@ -47,7 +47,10 @@ fn chi2(observed: &[u64], expected: &[f64], n: u64, what: &str) -> (f64, usize) 
             continue;
         }
         let e = p * n as f64;
-        assert!(e >= 5.0, "{what}: expected count {e} too small for chi-square");
+        assert!(
+            e >= 5.0,
+            "{what}: expected count {e} too small for chi-square"
+        );
         stat += (o as f64 - e).powi(2) / e;
         cells += 1;
     }
@@ -56,7 +59,10 @@ fn chi2(observed: &[u64], expected: &[f64], n: u64, what: &str) -> (f64, usize) 
 
 fn assert_chi2(observed: &[u64], expected: &[f64], n: u64, what: &str) {
     let total: f64 = expected.iter().sum();
-    assert!((total - 1.0).abs() < 1e-5, "{what}: probabilities sum to {total}");
+    assert!(
+        (total - 1.0).abs() < 1e-5,
+        "{what}: probabilities sum to {total}"
+    );
     let (stat, dof) = chi2(observed, expected, n, what);
     let crit = chi2_critical(dof);
     println!("{what}: chi2 = {stat:.1}, {dof} dof, critical {crit:.1}");
@@ -68,7 +74,9 @@ fn assert_chi2(observed: &[u64], expected: &[f64], n: u64, what: &str) {
 fn model_row(salt: u64, ctx: &[u32], v: usize) -> Vec<f32> {
     let mut h = salt;
     for &t in ctx {
-        h = h.wrapping_mul(0x100_0000_01B3).wrapping_add(u64::from(t) + 1);
+        h = h
+            .wrapping_mul(0x100_0000_01B3)
+            .wrapping_add(u64::from(t) + 1);
     }
     let mut g = Gen(h);
     let mut row: Vec<f32> = (0..v)
@@ -134,7 +142,10 @@ fn batch_of(
     let ctx = contexts(parents, tokens);
     let (mut fc, mut ns) = (vec![0i32; n], vec![0i32; n]);
     links_from_parents(parents, &mut fc, &mut ns).unwrap();
-    let target: Vec<f32> = ctx.iter().flat_map(|c| model_row(target_salt, c, v)).collect();
+    let target: Vec<f32> = ctx
+        .iter()
+        .flat_map(|c| model_row(target_salt, c, v))
+        .collect();
     let draft: Option<Vec<f32>> = draft_salt.map(|s| {
         (0..n)
             .flat_map(|i| {
@@ -261,7 +272,11 @@ fn mss_ranks(p: &[f32], q: &[f32], xs: &[usize]) -> Vec<f64> {
     let mut out = vec![0f64; xs.len() + 1];
     let mut alive = 1.0;
     for (r, &x) in xs.iter().enumerate() {
-        let a = if q[x] > 0.0 { (pr[x] / q[x]).min(1.0) } else { 1.0 };
+        let a = if q[x] > 0.0 {
+            (pr[x] / q[x]).min(1.0)
+        } else {
+            1.0
+        };
         out[r] = alive * a;
         alive *= 1.0 - a;
         let mut res: Vec<f64> = pr.iter().zip(&q).map(|(p, q)| (p - q).max(0.0)).collect();
@@ -352,7 +367,11 @@ fn multi_step_speculative_sampling_is_lossless() {
     );
     let mut seq_expected = vec![0f64; V * V * V];
     for (cell, e) in seq_expected.iter_mut().enumerate() {
-        let s = [(cell / (V * V)) as u32, ((cell / V) % V) as u32, (cell % V) as u32];
+        let s = [
+            (cell / (V * V)) as u32,
+            ((cell / V) % V) as u32,
+            (cell % V) as u32,
+        ];
         *e = (0..3)
             .map(|t| f64::from(model_row(tsalt, &s[..t], V)[s[t] as usize]))
             .product();
@@ -413,7 +432,13 @@ fn tails_at_v_32k_follow_the_target() {
         p[v] = (f64::from(p[v]) * 0.15 / pt) as f32;
         q[v] = (f64::from(q[v]) * 0.1 / qt) as f32;
     }
-    let bin = |t: usize| if t < 3 { t } else { 3 + (t - 3) * BINS / (V - 3) };
+    let bin = |t: usize| {
+        if t < 3 {
+            t
+        } else {
+            3 + (t - 3) * BINS / (V - 3)
+        }
+    };
     let mut expected = vec![0f64; 3 + BINS];
     let total: f64 = p.iter().map(|&x| f64::from(x)).sum();
     for (t, &x) in p.iter().enumerate() {
@@ -421,8 +446,9 @@ fn tails_at_v_32k_follow_the_target() {
     }
     let mut g = Gen(0x7A11);
     for with_draft in [false, true] {
-        let draws = if with_draft { 20_000 } else { 50_000 };
-        let per = 500usize;
+        let start = std::time::Instant::now();
+        let draws = if with_draft { 10_000 } else { 30_000 };
+        let per = 50usize; // small batches: each holds 3·per rows of V values
         let mut observed = vec![0u64; 3 + BINS];
         for batch in 0..draws / per {
             // Root with two leaf children; the leaves' rows are the same peaked row.
@@ -461,7 +487,7 @@ fn tails_at_v_32k_follow_the_target() {
             let w = 2;
             let mut out = specula_tests::tree::TreeOut::new(per, 1);
             verifier
-                .verify_tree(Method::Rejection, Check::STRICT, &d.view(), &mut out.view())
+                .verify_tree(Method::Rejection, Check::Cheap, &d.view(), &mut out.view())
                 .unwrap();
             for r in 0..per {
                 observed[bin(out.tokens[r * w] as usize)] += 1;
@@ -472,7 +498,7 @@ fn tails_at_v_32k_follow_the_target() {
         } else {
             "target-only rule at V = 32768: first token"
         };
-        println!("{what}: {observed:?}");
+        println!("{what}: {observed:?} ({:.1?})", start.elapsed());
         assert_chi2(&observed, &expected, draws as u64, what);
     }
 }

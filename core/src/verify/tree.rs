@@ -702,6 +702,22 @@ pub fn sibling_draw(seed: u64, offset: u64, node: u32, rank: u32) -> u64 {
     (u64::from(w[0]) << 32) | u64::from(w[1])
 }
 
+/// The row reductions of tree verification: the chain path's four ([`RowOps`]) plus the
+/// residual race of the target-only rule over several tried tokens. Every implementation must
+/// return the same values as the default (for every input, NaN and values above 1 included).
+pub trait TreeOps: RowOps {
+    /// The race over `w_v = (row[v] as f64) − (1.0 if v is one of `tried` else 0.0)` (each
+    /// token subtracted once, however often it appears in `tried`).
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            let hit = tried.iter().any(|&t| t as usize == v);
+            f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
+        })
+    }
+}
+
+impl TreeOps for ScalarOps {}
+
 /// What one node's test decided.
 enum Step {
     /// Move to this child.
@@ -719,7 +735,7 @@ struct Ctx<'r, 'a, O: ?Sized> {
     t: Option<f32>,
 }
 
-impl<O: RowOps + ?Sized> Ctx<'_, '_, O> {
+impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
     fn dist(&self, u: usize) -> Dist<'_> {
         let row = self.batch.target_row(self.b, u);
         match self.t {
@@ -786,15 +802,19 @@ impl<O: RowOps + ?Sized> Ctx<'_, '_, O> {
                         return Step::Accept(kid as usize);
                     }
                 }
+                let mut tried = [0u32; MAX_TREE_NODES];
+                for (t, &c) in tried.iter_mut().zip(kids) {
+                    *t = self.batch.token(self.b, c as usize);
+                }
+                let tried = &tried[..m];
                 match d {
                     Dist::Probs(row) if m == 1 => {
-                        self.ops.race_residual(self.rng(u), row, None, token(0))
+                        self.ops.race_residual(self.rng(u), row, None, tried[0])
                     }
-                    _ => race(self.rng(u), d.len(), |v| {
-                        let tried = kids
-                            .iter()
-                            .any(|&c| self.batch.token(self.b, c as usize) as usize == v);
-                        f64::from(d.p(v)) - if tried { 1.0 } else { 0.0 }
+                    Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
+                    Dist::Soft(..) => race(self.rng(u), d.len(), |v| {
+                        let hit = tried.iter().any(|&t| t as usize == v);
+                        f64::from(d.p(v)) - if hit { 1.0 } else { 0.0 }
                     }),
                 }
             }
@@ -902,7 +922,7 @@ impl<O: RowOps + ?Sized> Ctx<'_, '_, O> {
 /// (argmax, entropy, race, single-residual race); the control flow is shared by every CPU-side
 /// backend. With target logits at temperature `> 0` the softmax rows use the plain loops;
 /// at temperature 0 the method is greedy on the logits.
-pub fn verify_tree_request<O: RowOps + ?Sized>(
+pub fn verify_tree_request<O: TreeOps + ?Sized>(
     ops: &O,
     method: Method,
     batch: &TreeBatch<'_>,

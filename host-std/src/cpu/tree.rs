@@ -2,14 +2,61 @@
 //! flow ([`verify_tree_request`]) with this backend's row reductions, requests spread over the
 //! pool, counted once per batch like chains.
 
+use super::kernels::Weights;
 use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    TreeBatch, TreeError, TreeOutputs, validate_tree_request, validate_tree_shape,
+    TreeBatch, TreeError, TreeOps, TreeOutputs, validate_tree_request, validate_tree_shape,
     verify_tree_request,
 };
-use specula_core::verify::{Check, Method, ScalarOps};
+use specula_core::verify::{Check, Method, RaceRng, ScalarOps};
+
+/// `target − 1` at the tried tokens (once each), `target` elsewhere: the residual of the
+/// target-only rule after several siblings were rejected.
+#[derive(Clone, Copy)]
+struct Excluding<'a> {
+    target: &'a [f32],
+    tried: &'a [u32],
+}
+
+impl Weights for Excluding<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.target.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        let n = (end - start).min(N);
+        out[..n].copy_from_slice(&self.target[start..start + n]);
+        out[n..].fill(0.0);
+        // Assigned, not subtracted, so a duplicated token counts once. `t − 1` in f32 is
+        // positive exactly when the f64 weight is.
+        for &t in self.tried {
+            let t = t as usize;
+            if t >= start && t < start + n {
+                out[t - start] = self.target[t] - 1.0;
+            }
+        }
+    }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        let hit = self.tried.iter().any(|&t| t as usize == v);
+        f64::from(self.target[v]) - if hit { 1.0 } else { 0.0 }
+    }
+}
+
+impl TreeOps for SplitOps<'_> {
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        self.race_with(rng, Excluding { target: row, tried })
+    }
+}
+
+impl TreeOps for ChunkedOps {
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        SplitOps::new(1, None).race_with(rng, Excluding { target: row, tried })
+    }
+}
 
 impl<const K: usize> CpuVerifier<K> {
     /// Verifies a batch of token trees (EAGLE / Medusa / SpecInfer; layout and rules in
