@@ -1047,7 +1047,8 @@ mod tests {
         // Tree draft rows: node i ≥ 1 holds the chain's row i − 1.
         let mut tree_draft = std::vec![0f32; (k + 1) * v];
         tree_draft[v..].copy_from_slice(&draft);
-        for seed in 0..200u64 {
+        let seeds = if cfg!(miri) { 3 } else { 200u64 };
+        for seed in 0..seeds {
             for method in [Method::Rejection, Method::Greedy, Method::Typical] {
                 for with_draft in [false, true] {
                     let streams = Streams {
@@ -1114,6 +1115,272 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Root (node 0) with three children, tokens `kid_tokens`; node 1 has two children
+    /// (tokens 0 and 1). V = 4. Rows: `rows[i]` for node i (6 nodes).
+    struct Small {
+        tokens: [u32; 6],
+        fc: [i32; 6],
+        ns: [i32; 6],
+        target: std::vec::Vec<f32>,
+        draft: std::vec::Vec<f32>,
+    }
+
+    const ROOT: [f32; 4] = [0.4, 0.3, 0.2, 0.1];
+    const Q: [f32; 4] = [0.1, 0.2, 0.3, 0.4];
+
+    fn small(kid_tokens: [u32; 3]) -> Small {
+        let (mut fc, mut ns) = ([0i32; 6], [0i32; 6]);
+        links_from_parents(&[-1, 0, 0, 0, 1, 1], &mut fc, &mut ns).unwrap();
+        let mut target = std::vec::Vec::new();
+        target.extend(ROOT);
+        target.extend([0.25f32, 0.5, 0.125, 0.125]); // node 1
+        for _ in 2..6 {
+            target.extend([0.0f32, 0.0, 0.0, 1.0]);
+        }
+        let mut draft = std::vec![0f32; 4];
+        for _ in 1..6 {
+            draft.extend(Q);
+        }
+        Small {
+            tokens: [0, kid_tokens[0], kid_tokens[1], kid_tokens[2], 0, 1],
+            fc,
+            ns,
+            target,
+            draft,
+        }
+    }
+
+    /// Verifies `n` requests of `s` (offsets `0..n`) and returns (accepted, path, tokens) per
+    /// request.
+    /// (accepted, path, tokens) of one request.
+    type Res = (u32, [u32; 3], [u32; 3]);
+
+    fn run_small(s: &Small, method: Method, with_draft: bool, n: usize) -> std::vec::Vec<Res> {
+        let offsets: std::vec::Vec<u64> = (0..n as u64).collect();
+        let mut out = std::vec::Vec::new();
+        for &off in &offsets {
+            let off = [off];
+            let mut batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 4,
+                    max_nodes: 6,
+                    max_depth: 2,
+                },
+                Tree {
+                    nodes: &[6],
+                    tokens: &s.tokens,
+                    first_child: &s.fc,
+                    next_sibling: &s.ns,
+                },
+                &s.target,
+                Streams {
+                    seed: &[9],
+                    offset: &off,
+                },
+            );
+            if with_draft {
+                batch = batch.with_draft_probs(&s.draft);
+            }
+            let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+            let mut c = Counters::<4>::ZERO;
+            verify_tree_batch(
+                method,
+                Check::STRICT,
+                &batch,
+                &mut TreeOutputs {
+                    accepted: &mut a,
+                    path: &mut p,
+                    tokens: &mut t,
+                },
+                &mut c,
+            )
+            .unwrap();
+            assert_eq!(c.drafts, 1);
+            assert_eq!(c.draft_tokens, 2);
+            assert_eq!(c.accepted_tokens, u64::from(a[0]));
+            out.push((a[0], p, t));
+        }
+        out
+    }
+
+    /// `|observed − n·p| ≤ 5σ + 1`.
+    fn close(observed: usize, n: usize, p: f64) -> bool {
+        let e = n as f64 * p;
+        let sd = (n as f64 * p * (1.0 - p)).sqrt();
+        (observed as f64 - e).abs() <= 5.0 * sd + 1.0
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // 20 000 verifications
+    fn target_only_rule_accepts_each_sibling_with_its_target_mass() {
+        // Children tokens 2, 1, 2 (a duplicate): P(node 2, token 2) = 0.2, P(node 1, token 1)
+        // = 0.3, the duplicate never; the rest (0.5) is the residual: tokens 0 and 3 in
+        // proportion 0.4 : 0.1.
+        let s = small([2, 1, 2]);
+        let n = 20_000;
+        let res = run_small(&s, Method::Rejection, false, n);
+        let count = |f: &dyn Fn(&Res) -> bool| res.iter().filter(|r| f(r)).count();
+        let at1 = count(&|r| r.0 >= 1 && r.1[1] == 1);
+        let at2 = count(&|r| r.0 >= 1 && r.1[1] == 2);
+        let at3 = count(&|r| r.0 >= 1 && r.1[1] == 3);
+        let t0 = count(&|r| r.0 == 0 && r.2[0] == 0);
+        let t3 = count(&|r| r.0 == 0 && r.2[0] == 3);
+        assert_eq!(at3, 0, "a duplicated token is never accepted twice");
+        assert_eq!(count(&|r| r.0 == 0 && (r.2[0] == 1 || r.2[0] == 2)), 0);
+        assert!(close(at1, n, 0.2), "{at1}");
+        assert!(close(at2, n, 0.3), "{at2}");
+        assert!(close(t0, n, 0.4), "{t0}");
+        assert!(close(t3, n, 0.1), "{t3}");
+        // Below node 1 (target [0.25, 0.5, ...], children tokens 0 and 1): depth 2 w.p. 0.75.
+        let deep = count(&|r| r.0 == 2);
+        assert!(close(deep, n, 0.2 * 0.75), "{deep}");
+        for r in &res {
+            assert_eq!(r.1[0], 0);
+            if r.0 == 2 {
+                assert_eq!(r.1[1], 1);
+                assert!(r.1[2] == 4 || r.1[2] == 5);
+                assert_eq!(r.2[2], 3, "nodes 4 and 5 are one-hot at token 3");
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // 20 000 verifications
+    fn multi_step_sampling_follows_specinfer() {
+        // Siblings tokens 0, 1, 3 with the same draft row Q for each. Exact law of the accepted
+        // rank: rank 0 (token 0): min(1, 0.4/0.1) = 1. Use tokens 3, 2, 0 instead to exercise
+        // the residuals: p = ROOT, q = Q.
+        //   r0 (token 3): a0 = min(1, 0.1/0.4) = 0.25.
+        //   p1 = norm(max(0, p − q)) = norm([0.3, 0.1, 0, 0]) = [0.75, 0.25, 0, 0].
+        //   r1 (token 2): a1 = 0 (p1(2) = 0).
+        //   p2 = norm(max(0, p1 − q)) = norm([0.65, 0.05, 0, 0]) = [0.9286, 0.0714, 0, 0].
+        //   r2 (token 0): a2 = min(1, 0.9286/0.1) = 1.
+        // So ranks: 0.25, 0, 0.75, none 0; and the emitted first token: 3 w.p. 0.25, 0 w.p. 0.75.
+        let s = small([3, 2, 0]);
+        let n = 20_000;
+        let res = run_small(&s, Method::Rejection, true, n);
+        let rank = |node: u32| res.iter().filter(|r| r.0 >= 1 && r.1[1] == node).count();
+        assert!(close(rank(1), n, 0.25), "{}", rank(1));
+        assert_eq!(rank(2), 0);
+        assert!(close(rank(3), n, 0.75), "{}", rank(3));
+        assert_eq!(res.iter().filter(|r| r.0 == 0).count(), 0);
+        // Tokens 0, 1, 3: r0 (token 0) a0 = 1: always rank 0.
+        let s = small([0, 1, 3]);
+        let res = run_small(&s, Method::Rejection, true, 200);
+        assert!(res.iter().all(|r| r.0 >= 1 && r.1[1] == 1));
+        // Tokens 3, 3, 1: a0 = 0.25; p1 = [0.75, 0.25, 0, 0]: a1 (token 3) = 0;
+        // p2 = [0.9286, 0.0714, 0, 0]: a2 (token 1) = min(1, 0.0714/0.2) = 0.357;
+        // none: 0.75·0.643 = 0.482, then the residual norm(max(0, p2 − q)) = [1, 0, 0, 0].
+        let s = small([3, 3, 1]);
+        let res = run_small(&s, Method::Rejection, true, n);
+        let p2_1 = 0.05 / 0.7;
+        let a2 = p2_1 / 0.2;
+        let none = res.iter().filter(|r| r.0 == 0).count();
+        assert!(close(none, n, 0.75 * (1.0 - a2)), "{none}");
+        assert!(res.iter().filter(|r| r.0 == 0).all(|r| r.2[0] == 0));
+        let r2 = res.iter().filter(|r| r.0 >= 1 && r.1[1] == 3).count();
+        assert!(close(r2, n, 0.75 * a2), "{r2}");
+        assert_eq!(res.iter().filter(|r| r.0 >= 1 && r.1[1] == 2).count(), 0);
+    }
+
+    #[test]
+    fn typical_takes_the_deepest_passing_path_first_in_pre_order() {
+        // Root row: tokens 1 and 2 pass (0.3, 0.2 > thr), 3 does not (0.1 ≤ eps 0.15 with
+        // δ large). Children: node 1 (token 2), node 2 (token 1), node 3 (token 3); node 1 has
+        // children 4 (token 0), 5 (token 1); node 4's row... depth 2 via node 1 → 4 or 5.
+        let s = small([2, 1, 3]);
+        let eps = [0.15f32];
+        let delta = [10.0f32];
+        let batch = TreeBatch::new(
+            TreeDims {
+                vocab: 4,
+                max_nodes: 6,
+                max_depth: 2,
+            },
+            Tree {
+                nodes: &[6],
+                tokens: &s.tokens,
+                first_child: &s.fc,
+                next_sibling: &s.ns,
+            },
+            &s.target,
+            Streams {
+                seed: &[1],
+                offset: &[2],
+            },
+        )
+        .with_typical(&eps, &delta);
+        let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+        let mut c = Counters::<4>::ZERO;
+        let mut out = TreeOutputs {
+            accepted: &mut a,
+            path: &mut p,
+            tokens: &mut t,
+        };
+        verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+        // Node 1's row [0.25, 0.5, 0.125, 0.125]: token 0 (node 4) 0.25 > 0.15 passes, token 1
+        // (node 5) 0.5 passes: the first in pre-order, node 4, wins the tie at depth 2.
+        assert_eq!(out.accepted[0], 2);
+        assert_eq!(out.path, [0, 1, 4]);
+        assert_eq!(out.tokens, [2, 0, 3], "node 4's row is one-hot at token 3");
+        assert_eq!(c.accepted_per_position, [1, 1, 0, 0]);
+        assert_eq!(c.drafted_per_position, [1, 1, 0, 0]);
+        // A higher threshold: only node 2 (token 1, 0.3) passes at the root... and node 1
+        // (token 2, 0.2) does not; node 2 is a leaf.
+        let eps = [0.25f32];
+        let batch = TreeBatch {
+            eps: Some(&eps),
+            ..batch
+        };
+        verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+        assert_eq!((out.accepted[0], out.path[1], out.tokens[0]), (1, 2, 1));
+        assert_eq!(out.tokens[1], 3);
+        assert_eq!(out.path[2], SENTINEL);
+        // Nothing passes (eps 1): the root's row is sampled.
+        let eps = [1.0f32];
+        let batch = TreeBatch {
+            eps: Some(&eps),
+            ..batch
+        };
+        verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+        assert_eq!(out.accepted[0], 0);
+        assert_eq!(out.path[1], SENTINEL);
+        assert!(out.tokens[0] < 4);
+    }
+
+    #[test]
+    fn greedy_takes_the_first_matching_sibling() {
+        // Root argmax is token 0 (0.4): node 3 holds token 0 in [2, 1, 0]; with [0, 1, 0] the
+        // first (node 1) wins; node 1's argmax is 1 (node 5); nodes 4, 5 are leaves.
+        for (kids, want_path, want_tokens) in [
+            ([2u32, 1, 0], [0u32, 3, SENTINEL], [0u32, 3, SENTINEL]),
+            ([0, 1, 0], [0, 1, 5], [0, 1, 3]),
+            ([3, 2, 1], [0, SENTINEL, SENTINEL], [0, SENTINEL, SENTINEL]),
+        ] {
+            let s = small(kids);
+            let res = run_small(&s, Method::Greedy, false, 1);
+            assert_eq!((res[0].1, res[0].2), (want_path, want_tokens), "{kids:?}");
+        }
+    }
+
+    #[test]
+    fn sibling_draw_rank_0_is_the_chain_draw() {
+        for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
+            assert_eq!(
+                sibling_draw(seed, off, node, 0),
+                crate::philox::accept_draw(seed, off, node)
+            );
+            assert_ne!(
+                sibling_draw(seed, off, node, 1),
+                sibling_draw(seed, off, node, 0)
+            );
+        }
+        assert_eq!(residual_fixed(1.0), 1u128 << 64);
+        assert_eq!(residual_fixed(0.5), 1u128 << 63);
+        assert_eq!(residual_fixed(1e30), 1u128 << 96);
+        assert_eq!(residual_fixed(0.0), 0);
     }
 
     #[test]
