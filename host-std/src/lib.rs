@@ -23,6 +23,9 @@ pub mod metrics_bridge;
 pub mod ngram;
 pub mod prom;
 pub mod shutdown;
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+pub mod tree_demo;
 pub mod wiring;
 
 /// The CUDA backend crate (feature `cuda`); [`backend::Backend`] opens it by name.
