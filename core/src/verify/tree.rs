@@ -1047,10 +1047,19 @@ mod tests {
         // Tree draft rows: node i ≥ 1 holds the chain's row i − 1.
         let mut tree_draft = std::vec![0f32; (k + 1) * v];
         tree_draft[v..].copy_from_slice(&draft);
-        let seeds = if cfg!(miri) { 3 } else { 200u64 };
+        // Logits whose softmax is near the rows (a different rounding: a separate check).
+        let logits: std::vec::Vec<f32> = target.iter().map(|&p| (p + 0.01).ln()).collect();
+        let seeds = if cfg!(miri) { 3 } else { 100u64 };
         for seed in 0..seeds {
             for method in [Method::Rejection, Method::Greedy, Method::Typical] {
-                for with_draft in [false, true] {
+                for (with_draft, temperature) in [
+                    (false, None),
+                    (true, None),
+                    (false, Some(0.7f32)),
+                    (true, Some(1.3)),
+                    (true, Some(0.0)),
+                ] {
+                    let temps = [temperature.unwrap_or(0.0)];
                     let streams = Streams {
                         seed: &[seed],
                         offset: &[seed * 3],
@@ -1080,6 +1089,14 @@ mod tests {
                         chain = chain.with_draft_probs(&draft);
                         tree = tree.with_draft_probs(&tree_draft);
                     }
+                    if temperature.is_some() {
+                        let l = Logits {
+                            values: &logits,
+                            temperature: &temps,
+                        };
+                        chain = chain.with_target_logits(l);
+                        tree = tree.with_target_logits(l);
+                    }
                     let (mut a1, mut t1) = ([0u32; 1], [0u32; 4]);
                     let mut c1 = Counters::<4>::ZERO;
                     verify_batch(
@@ -1107,7 +1124,11 @@ mod tests {
                         &mut c2,
                     )
                     .unwrap();
-                    assert_eq!((a1, t1), (a2, t2), "{method:?} {seed} {with_draft}");
+                    assert_eq!(
+                        (a1, t1),
+                        (a2, t2),
+                        "{method:?} {seed} {with_draft} {temperature:?}"
+                    );
                     assert_eq!(c1, c2);
                     let n = a2[0] as usize;
                     assert!(p2[..=n].iter().enumerate().all(|(j, &p)| p == j as u32));
@@ -1381,6 +1402,510 @@ mod tests {
         assert_eq!(residual_fixed(0.5), 1u128 << 63);
         assert_eq!(residual_fixed(1e30), 1u128 << 96);
         assert_eq!(residual_fixed(0.0), 0);
+    }
+
+    #[test]
+    fn strict_checks_and_parameters_are_refused_with_their_kind() {
+        // Root + one child, V = 2.
+        let fc = [1, NO_NODE];
+        let ns = [NO_NODE; 2];
+        let run = |method: Method,
+                   target: &[f32],
+                   draft: Option<&[f32]>,
+                   temperature: Option<f32>,
+                   eps: f32| {
+            let t = [temperature.unwrap_or(0.0)];
+            let e = [eps];
+            let d = [0.3f32];
+            let mut batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: 2,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[2],
+                    tokens: &[0, 1],
+                    first_child: &fc,
+                    next_sibling: &ns,
+                },
+                target,
+                Streams {
+                    seed: &[0],
+                    offset: &[0],
+                },
+            )
+            .with_typical(&e, &d);
+            if let Some(dr) = draft {
+                batch = batch.with_draft_probs(dr);
+            }
+            if temperature.is_some() {
+                batch = batch.with_target_logits(Logits {
+                    values: target,
+                    temperature: &t,
+                });
+            }
+            let (mut a, mut p, mut tk) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut tk,
+            };
+            validate_tree::<4>(method, Check::STRICT, &batch, &out)
+        };
+        let good = [0.5f32, 0.5, 0.25, 0.75];
+        let g = Method::Greedy;
+        assert_eq!(run(g, &good, None, None, 0.1), Ok(()));
+        let row_sum = |node, sum, tensor| {
+            Err(TreeError::RowSum {
+                request: 0,
+                tensor,
+                node,
+                sum,
+            })
+        };
+        assert_eq!(
+            run(g, &[0.5, 0.5, 0.25, 0.25], None, None, 0.1),
+            row_sum(1, 0.5, Tensor::Target)
+        );
+        assert_eq!(
+            run(g, &[0.5, 0.5, 1.0, 0.5], None, None, 0.1),
+            row_sum(1, 1.5, Tensor::Target)
+        );
+        // Draft row 0 (the root's) is never read; node 1's is.
+        assert_eq!(
+            run(g, &good, Some(&[9.0, 9.0, 0.5, 0.5]), None, 0.1),
+            Ok(())
+        );
+        assert_eq!(
+            run(g, &good, Some(&[0.5, 0.5, 0.5, 0.25]), None, 0.1),
+            row_sum(1, 0.75, Tensor::Draft)
+        );
+        assert_eq!(
+            run(g, &[0.5, 0.5, -0.25, 1.25], None, None, 0.1),
+            Err(TreeError::BadProbability {
+                request: 0,
+                tensor: Tensor::Target,
+                node: 1,
+                index: 0
+            })
+        );
+        // Logits: −∞ masks a token; NaN and +∞ are refused; temperatures must be ≥ 0.
+        let logits = [0.0f32, f32::NEG_INFINITY, 1.0, 2.0];
+        assert_eq!(run(g, &logits, None, Some(0.7), 0.1), Ok(()));
+        for (bad, index) in [(f32::NAN, 1), (f32::INFINITY, 1)] {
+            assert_eq!(
+                run(g, &[0.0, bad, 1.0, 2.0], None, Some(0.7), 0.1),
+                Err(TreeError::BadLogit {
+                    request: 0,
+                    node: 0,
+                    index
+                })
+            );
+        }
+        for t in [-1.0, f32::NAN, f32::INFINITY] {
+            assert_eq!(
+                run(g, &logits, None, Some(t), 0.1),
+                Err(TreeError::BadParam {
+                    request: 0,
+                    param: TreeParam::Temperature
+                })
+            );
+        }
+        // Typical acceptance's parameters are checked for typical acceptance only.
+        let typical_err = Err(TreeError::BadParam {
+            request: 0,
+            param: TreeParam::Eps,
+        });
+        assert_eq!(
+            run(Method::Typical, &good, None, None, f32::NAN),
+            typical_err
+        );
+        assert_eq!(run(Method::Typical, &good, None, None, -1.0), typical_err);
+        assert_eq!(run(Method::Typical, &good, None, None, 0.2), Ok(()));
+        assert_eq!(run(g, &good, None, None, f32::NAN), Ok(()));
+        assert_eq!(run(Method::Rejection, &good, None, None, f32::NAN), Ok(()));
+    }
+
+    #[test]
+    fn every_error_names_its_figures() {
+        use std::string::ToString;
+        let t = Tensor::Draft;
+        let cases: [(TreeError, &[&str]); 17] = [
+            (TreeError::EmptyBatch, &["empty"]),
+            (
+                TreeError::MaxNodesOutOfRange {
+                    max_nodes: 900,
+                    max: 512,
+                },
+                &["900", "512"],
+            ),
+            (
+                TreeError::MaxDepthOutOfRange {
+                    max_depth: 9,
+                    max: 8,
+                },
+                &["9", "8"],
+            ),
+            (TreeError::VocabOutOfRange { vocab: 0 }, &["0"]),
+            (
+                TreeError::StrideTooSmall {
+                    tensor: t,
+                    stride: 3,
+                    vocab: 4,
+                },
+                &["Draft", "3", "4"],
+            ),
+            (
+                TreeError::Length {
+                    param: TreeParam::Path,
+                    len: 5,
+                    expected: 6,
+                },
+                &["Path", "5", "6"],
+            ),
+            (
+                TreeError::NodeCount {
+                    request: 2,
+                    nodes: 7,
+                    max: 6,
+                },
+                &["2", "7", "6"],
+            ),
+            (
+                TreeError::LinkOutOfRange {
+                    request: 1,
+                    node: 3,
+                    link: -4,
+                },
+                &["1", "3", "-4"],
+            ),
+            (
+                TreeError::Cycle {
+                    request: 4,
+                    node: 5,
+                },
+                &["4", "5", "twice"],
+            ),
+            (
+                TreeError::Unreachable {
+                    request: 4,
+                    node: 6,
+                },
+                &["4", "6", "not reached"],
+            ),
+            (
+                TreeError::Depth {
+                    request: 3,
+                    node: 8,
+                    max: 2,
+                },
+                &["3", "8", "2"],
+            ),
+            (
+                TreeError::TokenOutOfRange {
+                    request: 1,
+                    node: 2,
+                    token: 99,
+                    vocab: 50,
+                },
+                &["99", "50"],
+            ),
+            (
+                TreeError::BadParam {
+                    request: 7,
+                    param: TreeParam::Delta,
+                },
+                &["7", "Delta"],
+            ),
+            (
+                TreeError::BadProbability {
+                    request: 1,
+                    tensor: t,
+                    node: 2,
+                    index: 33,
+                },
+                &["Draft", "33"],
+            ),
+            (
+                TreeError::BadLogit {
+                    request: 1,
+                    node: 2,
+                    index: 34,
+                },
+                &["34", "logit"],
+            ),
+            (
+                TreeError::RowSum {
+                    request: 1,
+                    tensor: Tensor::Target,
+                    node: 2,
+                    sum: 0.5,
+                },
+                &["Target", "0.5"],
+            ),
+            (TreeError::EmptyBatch, &["tree"]),
+        ];
+        for (e, words) in cases {
+            let s = e.to_string();
+            for w in words {
+                assert!(s.contains(w), "{s:?} lacks {w:?}");
+            }
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+        }
+    }
+
+    #[test]
+    fn shapes_and_lengths_are_checked_before_anything_else() {
+        let fc = [1, NO_NODE];
+        let ns = [NO_NODE; 2];
+        let target = [0.5f32; 4];
+        let ok = TreeBatch::new(
+            TreeDims {
+                vocab: 2,
+                max_nodes: 2,
+                max_depth: 1,
+            },
+            Tree {
+                nodes: &[2],
+                tokens: &[0, 1],
+                first_child: &fc,
+                next_sibling: &ns,
+            },
+            &target,
+            Streams {
+                seed: &[0],
+                offset: &[0],
+            },
+        );
+        let check = |batch: TreeBatch<'_>, outs: [usize; 3]| {
+            let (mut a, mut p, mut t) = ([0u32; 3], [0u32; 3], [0u32; 3]);
+            let out = TreeOutputs {
+                accepted: &mut a[..outs[0]],
+                path: &mut p[..outs[1]],
+                tokens: &mut t[..outs[2]],
+            };
+            validate_tree::<4>(Method::Typical, Check::Cheap, &batch, &out)
+        };
+        let len = |param, len, expected| {
+            Err(TreeError::Length {
+                param,
+                len,
+                expected,
+            })
+        };
+        assert_eq!(check(ok, [1, 2, 2]), Ok(()));
+        assert_eq!(check(ok, [2, 2, 2]), len(TreeParam::Accepted, 2, 1));
+        assert_eq!(check(ok, [1, 3, 2]), len(TreeParam::Path, 3, 2));
+        assert_eq!(check(ok, [1, 2, 1]), len(TreeParam::EmittedTokens, 1, 2));
+        let outs = [1, 2, 2];
+        let tree = ok.tree;
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree { nodes: &[], ..tree },
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::EmptyBatch)
+        );
+        for max_nodes in [0, MAX_TREE_NODES + 1] {
+            assert_eq!(
+                check(TreeBatch { max_nodes, ..ok }, outs),
+                Err(TreeError::MaxNodesOutOfRange {
+                    max_nodes,
+                    max: MAX_TREE_NODES
+                })
+            );
+        }
+        assert_eq!(
+            check(TreeBatch { vocab: 0, ..ok }, outs),
+            Err(TreeError::VocabOutOfRange { vocab: 0 })
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree {
+                        tokens: &[0],
+                        ..tree
+                    },
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Tokens, 1, 2)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree {
+                        first_child: &[1],
+                        ..tree
+                    },
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::FirstChild, 1, 2)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree {
+                        next_sibling: &[1, 1, 1],
+                        ..tree
+                    },
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::NextSibling, 3, 2)
+        );
+        assert_eq!(
+            check(ok.with_draft_probs(&[0.5; 3]), outs),
+            len(TreeParam::DraftProbs, 3, 4)
+        );
+        assert_eq!(check(ok.with_draft_probs(&[0.5; 4]), outs), Ok(()));
+        assert_eq!(
+            check(
+                ok.with_draft_probs(&[0.5; 4]).with_strides(Strides {
+                    draft: 1,
+                    target: 2
+                }),
+                outs
+            ),
+            Err(TreeError::StrideTooSmall {
+                tensor: Tensor::Draft,
+                stride: 1,
+                vocab: 2
+            })
+        );
+        assert_eq!(
+            check(
+                ok.with_strides(Strides {
+                    draft: 2,
+                    target: 1
+                }),
+                outs
+            ),
+            Err(TreeError::StrideTooSmall {
+                tensor: Tensor::Target,
+                stride: 1,
+                vocab: 2
+            })
+        );
+        // A wider target stride needs more values.
+        assert_eq!(
+            check(
+                ok.with_strides(Strides {
+                    draft: 2,
+                    target: 3
+                }),
+                outs
+            ),
+            len(TreeParam::Target, 4, 6)
+        );
+        let t6 = [0.5f32; 6];
+        let wide = TreeBatch { target: &t6, ..ok }.with_strides(Strides {
+            draft: 2,
+            target: 3,
+        });
+        assert_eq!(check(wide, outs), Ok(()));
+        let temps = [0.5f32, 0.5];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    temperature: Some(&temps),
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Temperature, 2, 1)
+        );
+        assert_eq!(
+            check(TreeBatch { seed: &[], ..ok }, outs),
+            len(TreeParam::Seed, 0, 1)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    offset: &[1, 2],
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Offset, 2, 1)
+        );
+        let two = [0.1f32, 0.1];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    eps: Some(&two),
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Eps, 2, 1)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    delta: Some(&two),
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Delta, 2, 1)
+        );
+        let bad = [f32::NAN];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    delta: Some(&bad),
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::BadParam {
+                request: 0,
+                param: TreeParam::Delta
+            })
+        );
+        let neg = [-0.5f32];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    eps: Some(&neg),
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::BadParam {
+                request: 0,
+                param: TreeParam::Eps
+            })
+        );
+        // Depth ≤ K: 4 is fine, 5 is not.
+        let depth_ok = TreeBatch { max_depth: 4, ..ok };
+        let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 5], [0u32; 5]);
+        let out = TreeOutputs {
+            accepted: &mut a,
+            path: &mut p,
+            tokens: &mut t,
+        };
+        assert_eq!(
+            validate_tree::<4>(Method::Greedy, Check::Cheap, &depth_ok, &out),
+            Ok(())
+        );
+        assert_eq!(tree_depth(&depth_ok, 0), 1);
+        assert_eq!(
+            validate_tree::<3>(Method::Greedy, Check::Cheap, &depth_ok, &out),
+            Err(TreeError::MaxDepthOutOfRange {
+                max_depth: 4,
+                max: 3
+            })
+        );
     }
 
     #[test]
