@@ -156,9 +156,10 @@ struct DemoArgs {
     /// GPU ordinal for `--backend cuda` / `--backend rocm`.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Instead of the live demo: draft a token tree of this shape (WIDTHxDEPTH, EAGLE-2's
-    /// beam on the n-gram draft model) and compare its mean accepted length with a chain of the
-    /// same node budget (k = WIDTH·DEPTH), both verified on the CPU backend for --steps steps.
+    /// Instead of the live demo: draft the full WIDTH-ary token tree of depth DEPTH on the
+    /// n-gram draft model (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
+    /// SpecInfer's rule for rejection; at most 64 draft nodes) and compare its mean accepted
+    /// length with a chain of the same node budget, both on the CPU backend, for --steps steps.
     #[arg(long, value_name = "WIDTHxDEPTH")]
     tree: Option<specula::tree_demo::TreeShape>,
     /// Steps of each run with --tree.

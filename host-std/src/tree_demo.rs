@@ -1,15 +1,14 @@
 //! `specula demo --tree WIDTHxDEPTH`: token-tree drafting on the demo's n-gram models, against
 //! a chain of the same node budget, both verified on the CPU backend.
 //!
-//! The tree drafter is EAGLE-2's beam on the n-gram draft model: at each depth, the top-`WIDTH`
-//! continuations of each kept node, of which the `WIDTH` with the highest cumulative draft
-//! probability are kept — `WIDTH · DEPTH` nodes. Its tokens are deterministic (no draft
-//! probabilities), so rejection sampling verifies it with the target-only rule, which is
-//! lossless for any choice of tokens; greedy follows the argmax. The chain drafts
-//! `k = WIDTH · DEPTH` tokens the demo's way (sampled, with draft probabilities, for rejection
-//! sampling; the argmax for greedy). Both runs start from the same prompts and count in their
-//! own verifier's counters, so the accepted length per step is read from the same counters
-//! the exporters read.
+//! The tree is the full `WIDTH`-ary tree of depth `DEPTH` on the n-gram draft model
+//! (`WIDTH + WIDTH² + … + WIDTH^DEPTH` draft nodes): for greedy, each node's children are its
+//! top-`WIDTH` continuations; for rejection sampling, `WIDTH` continuations drawn independently
+//! from the draft model, with its probabilities, verified by SpecInfer's multi-step speculative
+//! sampling (lossless). The chain drafts `k` = the tree's node count the demo's way (sampled,
+//! with draft probabilities, for rejection sampling; the argmax for greedy). Both runs start
+//! from the same prompts and count in their own verifier's counters, so the accepted length per
+//! step is read from the same counters the exporters read.
 
 use crate::cpu::CpuVerifier;
 use crate::demo::DemoError;
@@ -21,7 +20,8 @@ use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams}
 /// The counters' maximum depth (and the chain's maximum length) of the comparison.
 pub const TREE_K: usize = 64;
 
-/// A tree shape `WIDTHxDEPTH` (`WIDTH · DEPTH ≤` [`TREE_K`]).
+/// A tree shape `WIDTHxDEPTH`: the full `WIDTH`-ary tree of depth `DEPTH`, at most [`TREE_K`]
+/// draft nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TreeShape {
     /// Nodes kept per depth (and continuations tried per node).
@@ -31,10 +31,15 @@ pub struct TreeShape {
 }
 
 impl TreeShape {
-    /// Draft nodes (root excluded): `width · depth`.
+    /// Draft nodes (root excluded): `width + width² + … + width^depth` (saturating).
     #[must_use]
     pub fn nodes(&self) -> usize {
-        self.width * self.depth
+        let (mut level, mut total) = (1usize, 0usize);
+        for _ in 0..self.depth {
+            level = level.saturating_mul(self.width);
+            total = total.saturating_add(level);
+        }
+        total
     }
 }
 
@@ -46,12 +51,14 @@ impl std::str::FromStr for TreeShape {
             .ok_or_else(|| format!("tree shape {s:?} is not WIDTHxDEPTH"))?;
         let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("{x:?}: {e}"));
         let (width, depth) = (parse(w)?, parse(d)?);
-        if width == 0 || depth == 0 || width.saturating_mul(depth) > TREE_K {
+        let shape = Self { width, depth };
+        if width == 0 || depth == 0 || shape.nodes() > TREE_K {
             return Err(format!(
-                "tree shape {width}x{depth}: WIDTH and DEPTH must be ≥ 1 and WIDTH·DEPTH ≤ {TREE_K}"
+                "tree shape {width}x{depth}: WIDTH and DEPTH must be ≥ 1 and the tree at most \
+                 {TREE_K} draft nodes (WIDTH + WIDTH² + … + WIDTH^DEPTH)"
             ));
         }
-        Ok(Self { width, depth })
+        Ok(shape)
     }
 }
 
@@ -64,7 +71,7 @@ pub struct TreeReport {
     pub steps: usize,
     /// The tree run's counters (a tree counted as a chain of its depth).
     pub tree: Counters<TREE_K>,
-    /// The chain run's counters (`k = WIDTH · DEPTH`).
+    /// The chain run's counters (`k` = the tree's draft nodes).
     pub chain: Counters<TREE_K>,
 }
 
@@ -119,7 +126,7 @@ impl std::fmt::Display for TreeReport {
 /// The settings of [`compare`].
 #[derive(Clone, Debug)]
 pub struct TreeDemoConfig {
-    /// The tree shape; the chain drafts `width · depth` tokens.
+    /// The tree shape; the chain drafts as many tokens as the tree has draft nodes.
     pub shape: TreeShape,
     /// [`Method::Rejection`] or [`Method::Greedy`] (typical acceptance is a lossy rule and not
     /// compared here).
@@ -146,41 +153,46 @@ fn top(row: &[f32], n: usize) -> Vec<u32> {
     ids
 }
 
-/// One request's beam tree: (parents, tokens, token path of each node).
-fn beam_tree(
+/// One request's full tree: (parents, tokens, token path of each node); with `rng`, each
+/// node's children are drawn independently from the draft row at the node, written into
+/// `draft_rows` (one row per node, the root's unused), else they are its top `width` ids.
+fn full_tree(
     draft: &NgramModel,
     ctx: &[u32],
     shape: TreeShape,
+    mut rng: Option<&mut SplitMix64>,
+    draft_rows: &mut [f32],
 ) -> (Vec<i32>, Vec<u32>, Vec<Vec<u32>>) {
     let v = draft.vocab();
     let mut parents = vec![-1i32];
     let mut tokens = vec![0u32];
     let mut paths: Vec<Vec<u32>> = vec![vec![]];
-    let mut level = vec![(0usize, 0f64)];
+    let mut level = vec![0usize];
     let mut row = vec![0f32; v];
     let mut hist = Vec::new();
     for _ in 0..shape.depth {
-        let mut cands = Vec::new();
-        for &(u, score) in &level {
+        let mut next = Vec::new();
+        for &u in &level {
             hist.clear();
             hist.extend_from_slice(ctx);
             hist.extend_from_slice(&paths[u]);
             draft.probs(&hist, &mut row);
-            for t in top(&row, shape.width) {
-                cands.push((u, t, score + f64::from(row[t as usize]).ln()));
+            let kids = match rng.as_deref_mut() {
+                Some(g) => (0..shape.width).map(|_| sample(&row, g)).collect(),
+                None => top(&row, shape.width),
+            };
+            for t in kids {
+                let i = parents.len();
+                draft_rows[i * v..][..v].copy_from_slice(&row);
+                let mut p = paths[u].clone();
+                p.push(t);
+                next.push(i);
+                parents.push(u as i32);
+                tokens.push(t);
+                paths.push(p);
             }
         }
-        cands.sort_by(|a, b| b.2.total_cmp(&a.2));
-        cands.truncate(shape.width);
-        level.clear();
-        for (u, t, score) in cands {
-            let mut p = paths[u].clone();
-            p.push(t);
-            level.push((parents.len(), score));
-            parents.push(u as i32);
-            tokens.push(t);
-            paths.push(p);
-        }
+        level = next;
     }
     (parents, tokens, paths)
 }
@@ -230,6 +242,8 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
     let mut tokens = vec![0u32; b * n];
     let (mut fc, mut ns) = (vec![0i32; b * n], vec![0i32; b * n]);
     let mut target_rows = vec![0f32; b * n * v];
+    let mut tree_draft = vec![0f32; b * n * v];
+    let sampled = cfg.method == Method::Rejection;
     let (mut acc, mut path, mut emitted) = (
         vec![0u32; b],
         vec![0u32; b * (depth + 1)],
@@ -240,7 +254,13 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
         for r in 0..b {
             let h = &hist[r];
             let tail = &h[h.len().saturating_sub(keep)..];
-            let (parents, toks, paths) = beam_tree(&draft, tail, cfg.shape);
+            let (parents, toks, paths) = full_tree(
+                &draft,
+                tail,
+                cfg.shape,
+                sampled.then_some(&mut rng),
+                &mut tree_draft[r * n * v..][..n * v],
+            );
             links_from_parents(&parents, &mut fc[r * n..][..n], &mut ns[r * n..][..n])
                 .map_err(|e| verr(e.to_string()))?;
             tokens[r * n..][..n].copy_from_slice(&toks);
@@ -252,7 +272,7 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
             }
         }
         let nodes = vec![n as u32; b];
-        let batch = TreeBatch::new(
+        let mut batch = TreeBatch::new(
             TreeDims {
                 vocab: v,
                 max_nodes: n,
@@ -270,6 +290,9 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
                 offset: &offsets,
             },
         );
+        if sampled {
+            batch = batch.with_draft_probs(&tree_draft);
+        }
         let mut out = TreeOutputs {
             accepted: &mut acc,
             path: &mut path,
@@ -361,10 +384,11 @@ mod tests {
     #[test]
     fn shapes_parse_and_bad_ones_are_refused() {
         assert_eq!(
-            "4x3".parse::<TreeShape>(),
-            Ok(TreeShape { width: 4, depth: 3 })
+            "4x2".parse::<TreeShape>(),
+            Ok(TreeShape { width: 4, depth: 2 })
         );
-        for bad in ["4", "0x3", "3x0", "9x8", "ax2", ""] {
+        assert_eq!("2x5".parse::<TreeShape>().map(|s| s.nodes()), Ok(62));
+        for bad in ["4", "0x3", "3x0", "2x6", "65x1", "ax2", ""] {
             assert!(bad.parse::<TreeShape>().is_err(), "{bad}");
         }
     }
@@ -385,11 +409,11 @@ mod tests {
             let r = compare(crate::demo::CORPUS, &cfg).unwrap();
             assert_eq!(r.tree.drafts, 160);
             assert_eq!(r.chain.drafts, 160);
-            assert_eq!(r.chain.draft_tokens, 160 * 6);
+            assert_eq!(r.chain.draft_tokens, 160 * 12);
             assert_eq!(r.tree.draft_tokens, 160 * 2, "a tree counts its depth");
             // A path is at most the depth; per-depth counts never grow with depth.
             assert!(
-                r.tree_mean_accepted() <= 2.0 && r.chain_mean_accepted() <= 6.0,
+                r.tree_mean_accepted() <= 2.0 && r.chain_mean_accepted() <= 12.0,
                 "{r}"
             );
             assert!(r.tree.accepted_per_position[1] <= r.tree.accepted_per_position[0]);
