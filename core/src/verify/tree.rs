@@ -1387,6 +1387,52 @@ mod tests {
     }
 
     #[test]
+    fn greedy_on_softmax_rows_breaks_ties_to_the_lowest_id() {
+        // Root logits with a tie between ids 1 and 2 (the same logit, so the same p); the
+        // children hold tokens 2 then 1: the argmax is id 1, found at the second child.
+        let fc = [1, NO_NODE, NO_NODE];
+        let ns = [NO_NODE, 2, NO_NODE];
+        let logits = [
+            0.0f32, 2.0, 2.0, /* node 1 */ 0.0, 0.0, 0.0, /* node 2 */ 5.0, 0.0, 1.0,
+        ];
+        for t in [0.5f32, 1.0] {
+            let temps = [t];
+            let batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 3,
+                    max_nodes: 3,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[3],
+                    tokens: &[0, 2, 1],
+                    first_child: &fc,
+                    next_sibling: &ns,
+                },
+                &[],
+                Streams {
+                    seed: &[3],
+                    offset: &[4],
+                },
+            )
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            });
+            let (mut a, mut p, mut tk) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let mut c = Counters::<4>::ZERO;
+            let mut out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut tk,
+            };
+            verify_tree_batch(Method::Greedy, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+            // Node 2's softmax argmax is id 0: the bonus.
+            assert_eq!((a, p, tk), ([1], [0, 2], [1, 0]), "T = {t}");
+        }
+    }
+
+    #[test]
     fn sibling_draw_rank_0_is_the_chain_draw() {
         for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
             assert_eq!(
