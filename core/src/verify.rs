@@ -39,6 +39,8 @@ mod reference;
 mod validate;
 mod values;
 
+pub mod tree;
+
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};
 pub use reference::{

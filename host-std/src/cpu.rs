@@ -29,6 +29,7 @@
 
 mod kernels;
 mod ops;
+mod tree;
 
 pub use ops::ChunkedOps;
 use ops::SplitOps;

@@ -24,6 +24,9 @@ pub mod metrics_bridge;
 pub mod ngram;
 pub mod prom;
 pub mod shutdown;
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+pub mod tree_demo;
 pub mod wiring;
 
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].

@@ -173,6 +173,15 @@ struct DemoArgs {
     /// others sample: greedy and sampled requests in one batch (logits).
     #[arg(long, default_value_t = 0)]
     greedy_requests: usize,
+    /// Instead of the live demo: draft the full WIDTH-ary token tree of depth DEPTH on the
+    /// n-gram draft model (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
+    /// SpecInfer's rule for rejection; at most 64 draft nodes) and compare its mean accepted
+    /// length with a chain of the same node budget, both on the CPU backend, for --steps steps.
+    #[arg(long, value_name = "WIDTHxDEPTH")]
+    tree: Option<specula::tree_demo::TreeShape>,
+    /// Steps of each run with --tree.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    steps: u32,
 }
 
 /// Errors the command reports; each maps to an exit code (see [`EXIT_CODES`]).
@@ -324,7 +333,36 @@ fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
         .collect()
 }
 
+/// `specula demo --tree WIDTHxDEPTH`: the tree-versus-chain comparison, printed to stdout.
+fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(), CliError> {
+    let corpus = match &a.corpus {
+        Some(p) => read_corpus(p)?,
+        None => demo::CORPUS.to_owned(),
+    };
+    let cfg = specula::tree_demo::TreeDemoConfig {
+        shape,
+        method: a.method.into(),
+        seed: a.seed,
+        batch: a.batch.into(),
+        steps: a.steps as usize,
+        target_order: a.target_order,
+        draft_order: a.draft_order,
+        threads: a.threads,
+    };
+    let report = specula::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
+        demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
+        _ => CliError::Run(e.to_string()),
+    })?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{report}")
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Output(format!("cannot write the report to stdout: {e}")))
+}
+
 fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
+    if let Some(shape) = a.tree {
+        return run_tree_demo(&a, shape);
+    }
     let shutdown = Shutdown::new();
     logger.request_on_failure(shutdown.clone());
     forward_signals(&shutdown)?;

@@ -5,6 +5,7 @@ pub mod conformance;
 pub mod host_driver;
 pub mod kernel_host;
 pub mod readback_conformance;
+pub mod tree;
 
 /// The README's usage example, compiled and run as a doc test.
 #[cfg(doctest)]

@@ -126,7 +126,7 @@ impl<'p> SplitOps<'p> {
         out.into_iter().fold(identity, merge)
     }
 
-    fn race_with<W: Weights + Sync>(&self, rng: RaceRng, w: W) -> Option<u32> {
+    pub(crate) fn race_with<W: Weights + Sync>(&self, rng: RaceRng, w: W) -> Option<u32> {
         let isa = self.isa;
         let best = self.reduce(
             w.len(),

@@ -1,0 +1,2091 @@
+//! Tree verification: EAGLE / Medusa / SpecInfer token trees (`core/DETERMINISM.md`, "Token
+//! trees").
+//!
+//! A drafter proposes, per request, a **tree** of candidate tokens; the target scored every node
+//! in one pass. [`TreeBatch`] takes the tree in the form engines build it (SGLang's
+//! `retrive_next_token` / `retrive_next_sibling`: first-child and next-sibling arrays over a
+//! per-request node list, `-1` = none; [`links_from_parents`] builds them from a parent array),
+//! with one target row per node. Verification walks the tree from the root and writes the
+//! accepted node indices (so the engine keeps the KV cache of that path), the emitted tokens and
+//! the accepted length ([`TreeOutputs`]).
+//!
+//! * [`Method::Greedy`]: follow the child whose token is the target argmax, as deep as it goes;
+//!   emit the path plus the argmax at the stopping node.
+//! * [`Method::Rejection`]: lossless. With draft probabilities, SpecInfer's multi-step
+//!   speculative sampling over the siblings (Miao et al. 2024, Algorithm 2); without, the
+//!   target-only rule (one uniform per node against the cumulative target mass of the siblings'
+//!   tokens). Either way the emitted sequence follows the target distribution exactly.
+//! * [`Method::Typical`]: Medusa's rule, the deepest path whose tokens all pass the threshold.
+//!
+//! A tree that is a chain (one child per node) gives the chain verifier's bits exactly
+//! ([`verify_batch`](super::verify_batch) with the same rows, seed and offset): the random
+//! draws are keyed by the node whose row is sampled, which is the draft position in a chain.
+//!
+//! ```
+//! use specula_core::verify::tree::{verify_tree_batch, Tree, TreeBatch, TreeDims, TreeOutputs};
+//! use specula_core::verify::{Check, Method, Streams};
+//! use specula_core::Counters;
+//!
+//! // Root 0 with two candidates (tokens 1 and 2); node 2 has a child (token 3). V = 4.
+//! let nodes = [4u32];
+//! let tokens = [0, 1, 2, 3];
+//! let first_child = [1, -1, 3, -1];
+//! let next_sibling = [-1, 2, -1, -1];
+//! let target = [
+//!     0.1, 0.2, 0.7, 0.0, // root: argmax 2 (node 2)
+//!     1.0, 0.0, 0.0, 0.0, // node 1 (not reached)
+//!     0.0, 0.0, 0.0, 1.0, // node 2: argmax 3 (node 3)
+//!     0.0, 1.0, 0.0, 0.0, // node 3 (leaf): argmax 1, the bonus
+//! ];
+//! let batch = TreeBatch::new(
+//!     TreeDims { vocab: 4, max_nodes: 4, max_depth: 2 },
+//!     Tree { nodes: &nodes, tokens: &tokens, first_child: &first_child, next_sibling: &next_sibling },
+//!     &target,
+//!     Streams { seed: &[1], offset: &[0] },
+//! );
+//! let (mut accepted, mut path, mut emitted) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+//! let mut out = TreeOutputs { accepted: &mut accepted, path: &mut path, tokens: &mut emitted };
+//! let mut counters = Counters::<4>::ZERO;
+//! verify_tree_batch(Method::Greedy, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
+//! assert_eq!((accepted, path, emitted), ([2], [0, 2, 3], [2, 3, 1]));
+//! assert_eq!(counters.accepted_per_position[..2], [1, 1]);
+//! ```
+
+mod error;
+
+pub use error::{TreeError, TreeParam};
+
+use super::{
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, RaceRng, RowOps, SENTINEL, ScalarOps,
+    Softmax, Streams, Strides, Tensor, race,
+};
+use crate::counters::Counters;
+use crate::exponential::uniform53;
+use crate::fmath::{entropy_from_fixed, entropy_term, exp_p};
+use crate::philox::{STREAM_ACCEPT, counter, key, philox4x32_10};
+
+/// The most nodes a request's tree may have (root included). SGLang's EAGLE trees use up to 64
+/// draft tokens, Medusa's up to 64 paths; the limit keeps the verifier's per-request scratch
+/// (a few arrays of this length) on the stack.
+pub const MAX_TREE_NODES: usize = 512;
+
+/// "No node" in [`Tree::first_child`] and [`Tree::next_sibling`].
+pub const NO_NODE: i32 = -1;
+
+/// The sizes of a [`TreeBatch`] (named fields: they cannot be swapped silently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TreeDims {
+    /// Vocabulary size `V`.
+    pub vocab: usize,
+    /// Node slots per request `N` (root included, `1 ≤ N ≤ `[`MAX_TREE_NODES`]).
+    pub max_nodes: usize,
+    /// The deepest a node may lie (the root has depth 0), `≤ K` (the counters' positions): the
+    /// outputs have `max_depth + 1` slots per request.
+    pub max_depth: usize,
+}
+
+/// The trees of a [`TreeBatch`], in SGLang's form. Request `b`'s node `i` is slot `b·N + i`.
+#[derive(Clone, Copy, Debug)]
+pub struct Tree<'a> {
+    /// `nodes[b]`: request `b`'s node count `n_b` (`1 ≤ n_b ≤ N`, root included); its length is
+    /// the batch size `B`.
+    pub nodes: &'a [u32],
+    /// `tokens[b·N + i]`: node `i`'s token (`< V`); the root's (node 0, the last verified token)
+    /// is not read. `B · N` values.
+    pub tokens: &'a [u32],
+    /// `first_child[b·N + i]`: node `i`'s first child (`1 ≤ c < n_b`) or [`NO_NODE`]
+    /// (SGLang's `retrive_next_token`). `B · N` values; slots `i ≥ n_b` are ignored.
+    pub first_child: &'a [i32],
+    /// `next_sibling[b·N + i]`: node `i`'s next sibling or [`NO_NODE`] (the root has none;
+    /// SGLang's `retrive_next_sibling`). Siblings are tried in this order.
+    pub next_sibling: &'a [i32],
+}
+
+/// A borrowed view of one tree-verification step of `B` requests (layout:
+/// `core/DETERMINISM.md`, "Token trees"). Build it with [`TreeBatch::new`] and the `with_*`
+/// methods.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct TreeBatch<'a> {
+    /// Vocabulary size `V`.
+    pub vocab: usize,
+    /// Node slots per request `N`.
+    pub max_nodes: usize,
+    /// The deepest node allowed; outputs have `max_depth + 1` slots per request.
+    pub max_depth: usize,
+    /// The trees.
+    pub tree: Tree<'a>,
+    /// Draft probabilities: row of node `i ≥ 1` at `(b·N + i) · draft_stride`, the distribution
+    /// node `i`'s token was drawn from (given its parent's path). `None`: the drafter gave no
+    /// probabilities (the target-only rule).
+    pub draft_probs: Option<&'a [f32]>,
+    /// Row stride of `draft_probs` (`≥ V`).
+    pub draft_stride: usize,
+    /// Target rows: node `i`'s row (the target's next-token distribution after the path to node
+    /// `i`) at `(b·N + i) · target_stride`, `B · N` rows; probabilities, or logits when
+    /// `temperature` is given.
+    pub target: &'a [f32],
+    /// Row stride of `target` (`≥ V`).
+    pub target_stride: usize,
+    /// Per-request temperature when `target` holds logits (`0`: greedy on the logits).
+    pub temperature: Option<&'a [f32]>,
+    /// Per-request random seed.
+    pub seed: &'a [u64],
+    /// Per-request random offset (advance it every step).
+    pub offset: &'a [u64],
+    /// Typical acceptance `ε` per request; `None`: [`DEFAULT_EPS`].
+    pub eps: Option<&'a [f32]>,
+    /// Typical acceptance `δ` per request; `None`: [`DEFAULT_DELTA`].
+    pub delta: Option<&'a [f32]>,
+}
+
+impl<'a> TreeBatch<'a> {
+    /// A batch of trees with target probabilities, packed rows (strides `= V`), no draft
+    /// probabilities.
+    #[must_use]
+    pub const fn new(
+        dims: TreeDims,
+        tree: Tree<'a>,
+        target: &'a [f32],
+        streams: Streams<'a>,
+    ) -> Self {
+        Self {
+            vocab: dims.vocab,
+            max_nodes: dims.max_nodes,
+            max_depth: dims.max_depth,
+            tree,
+            draft_probs: None,
+            draft_stride: dims.vocab,
+            target,
+            target_stride: dims.vocab,
+            temperature: None,
+            seed: streams.seed,
+            offset: streams.offset,
+            eps: None,
+            delta: None,
+        }
+    }
+
+    /// The same batch with the drafter's probabilities (one row per node, see
+    /// [`draft_probs`](Self::draft_probs)).
+    #[must_use]
+    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+        Self {
+            draft_probs: Some(draft_probs),
+            ..self
+        }
+    }
+
+    /// The same batch with target logits and a temperature per request instead of
+    /// probabilities (the chain path's softmax, `core/DETERMINISM.md`).
+    #[must_use]
+    pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
+        Self {
+            target: logits.values,
+            temperature: Some(logits.temperature),
+            ..self
+        }
+    }
+
+    /// The same batch with typical-acceptance parameters (`B` values each).
+    #[must_use]
+    pub const fn with_typical(self, eps: &'a [f32], delta: &'a [f32]) -> Self {
+        Self {
+            eps: Some(eps),
+            delta: Some(delta),
+            ..self
+        }
+    }
+
+    /// The same batch with explicit row strides (`≥ V`).
+    #[must_use]
+    pub const fn with_strides(self, strides: Strides) -> Self {
+        Self {
+            draft_stride: strides.draft,
+            target_stride: strides.target,
+            ..self
+        }
+    }
+
+    /// The batch size `B`.
+    #[must_use]
+    pub fn requests(&self) -> usize {
+        self.tree.nodes.len()
+    }
+
+    /// Request `b`'s node count. Panics if `b ≥ B`.
+    #[must_use]
+    pub fn node_count(&self, b: usize) -> usize {
+        self.tree.nodes[b] as usize
+    }
+
+    /// Node `i`'s token. Only for a validated batch.
+    #[inline]
+    fn token(&self, b: usize, i: usize) -> u32 {
+        self.tree.tokens[b * self.max_nodes + i]
+    }
+
+    #[inline]
+    fn link(links: &[i32], slot: usize) -> Option<usize> {
+        usize::try_from(links[slot]).ok()
+    }
+
+    /// Node `i`'s first child. Only for a validated batch.
+    #[inline]
+    fn first_child(&self, b: usize, i: usize) -> Option<usize> {
+        Self::link(self.tree.first_child, b * self.max_nodes + i)
+    }
+
+    /// Node `i`'s next sibling. Only for a validated batch.
+    #[inline]
+    fn next_sibling(&self, b: usize, i: usize) -> Option<usize> {
+        Self::link(self.tree.next_sibling, b * self.max_nodes + i)
+    }
+
+    /// Node `i`'s target row, `V` values. Only for a validated batch.
+    #[inline]
+    fn target_row(&self, b: usize, i: usize) -> &'a [f32] {
+        let start = (b * self.max_nodes + i) * self.target_stride;
+        &self.target[start..start + self.vocab]
+    }
+
+    /// Node `i`'s draft row, if the drafter gave probabilities. Only for a validated batch.
+    #[inline]
+    fn draft_row(&self, b: usize, i: usize) -> Option<&'a [f32]> {
+        self.draft_probs.map(|d| {
+            let start = (b * self.max_nodes + i) * self.draft_stride;
+            &d[start..start + self.vocab]
+        })
+    }
+}
+
+/// The caller's output buffers for a [`TreeBatch`]: `W = max_depth + 1` slots per request.
+#[derive(Debug)]
+pub struct TreeOutputs<'a> {
+    /// `accepted[b]`: the accepted path's length (draft nodes, root excluded), `B` values.
+    pub accepted: &'a mut [u32],
+    /// `path[b·W + j]`, `j ≤ accepted[b]`: the node indices from the root (`path[b·W] = 0`) to
+    /// the stopping node, then [`SENTINEL`]. SGLang's `accept_index`, request-local.
+    pub path: &'a mut [u32],
+    /// `tokens[b·W + j]`: the accepted nodes' tokens, then the one token sampled at the stopping
+    /// node, then [`SENTINEL`] (the chain path's [`Outputs::tokens`](super::Outputs::tokens)).
+    pub tokens: &'a mut [u32],
+}
+
+/// Builds the first-child / next-sibling links of one tree from its parent array
+/// (`parents[0] = -1` for the root, `parents[i]` the parent of node `i`): children are listed
+/// in increasing index order. `first_child` and `next_sibling` must have `parents.len()` slots.
+/// A cycle in `parents` is not detected here: [`validate_tree`] reports it.
+///
+/// Errors: [`TreeError::Length`] for mismatched slices, [`TreeError::NodeCount`] for an empty
+/// tree or one above [`MAX_TREE_NODES`], [`TreeError::LinkOutOfRange`] (request 0) for a parent
+/// outside `0..n` or a root with a parent.
+///
+/// ```
+/// use specula_core::verify::tree::links_from_parents;
+/// let (mut first_child, mut next_sibling) = ([0i32; 4], [0i32; 4]);
+/// links_from_parents(&[-1, 0, 0, 2], &mut first_child, &mut next_sibling).unwrap();
+/// assert_eq!((first_child, next_sibling), ([1, -1, 3, -1], [-1, 2, -1, -1]));
+/// ```
+pub fn links_from_parents(
+    parents: &[i32],
+    first_child: &mut [i32],
+    next_sibling: &mut [i32],
+) -> Result<(), TreeError> {
+    let n = parents.len();
+    expect_len(TreeParam::FirstChild, first_child.len(), Some(n))?;
+    expect_len(TreeParam::NextSibling, next_sibling.len(), Some(n))?;
+    if n == 0 || n > MAX_TREE_NODES {
+        return Err(TreeError::NodeCount {
+            request: 0,
+            nodes: u32::try_from(n).unwrap_or(u32::MAX),
+            max: MAX_TREE_NODES,
+        });
+    }
+    for (node, &p) in parents.iter().enumerate() {
+        let ok = if node == 0 {
+            p == NO_NODE
+        } else {
+            usize::try_from(p).is_ok_and(|p| p < n)
+        };
+        if !ok {
+            return Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node,
+                link: p,
+            });
+        }
+    }
+    first_child.fill(NO_NODE);
+    next_sibling.fill(NO_NODE);
+    // Backwards, so each parent's list ends up in increasing index order.
+    for i in (1..n).rev() {
+        let p = parents[i] as usize; // checked above: 0 ≤ p < n
+        next_sibling[i] = first_child[p];
+        first_child[p] = i as i32; // i < MAX_TREE_NODES
+    }
+    Ok(())
+}
+
+fn expect_len(param: TreeParam, len: usize, expected: Option<usize>) -> Result<(), TreeError> {
+    let expected = expected.unwrap_or(usize::MAX);
+    if len == expected {
+        Ok(())
+    } else {
+        Err(TreeError::Length {
+            param,
+            len,
+            expected,
+        })
+    }
+}
+
+/// The batch-wide checks: sizes, strides, every slice length (inputs, then outputs).
+pub fn validate_tree_shape<const K: usize>(
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), TreeError> {
+    let b = batch.requests();
+    if b == 0 {
+        return Err(TreeError::EmptyBatch);
+    }
+    if batch.max_nodes == 0 || batch.max_nodes > MAX_TREE_NODES {
+        return Err(TreeError::MaxNodesOutOfRange {
+            max_nodes: batch.max_nodes,
+            max: MAX_TREE_NODES,
+        });
+    }
+    if batch.max_depth > K {
+        return Err(TreeError::MaxDepthOutOfRange {
+            max_depth: batch.max_depth,
+            max: K,
+        });
+    }
+    let v = batch.vocab;
+    if v == 0 || v > u32::MAX as usize {
+        return Err(TreeError::VocabOutOfRange { vocab: v });
+    }
+    let slots = b.checked_mul(batch.max_nodes);
+    expect_len(TreeParam::Tokens, batch.tree.tokens.len(), slots)?;
+    expect_len(TreeParam::FirstChild, batch.tree.first_child.len(), slots)?;
+    expect_len(TreeParam::NextSibling, batch.tree.next_sibling.len(), slots)?;
+    if let Some(d) = batch.draft_probs {
+        if batch.draft_stride < v {
+            return Err(TreeError::StrideTooSmall {
+                tensor: Tensor::Draft,
+                stride: batch.draft_stride,
+                vocab: v,
+            });
+        }
+        let need = slots.and_then(|s| s.checked_mul(batch.draft_stride));
+        expect_len(TreeParam::DraftProbs, d.len(), need)?;
+    }
+    if batch.target_stride < v {
+        return Err(TreeError::StrideTooSmall {
+            tensor: Tensor::Target,
+            stride: batch.target_stride,
+            vocab: v,
+        });
+    }
+    let need = slots.and_then(|s| s.checked_mul(batch.target_stride));
+    expect_len(TreeParam::Target, batch.target.len(), need)?;
+    if let Some(t) = batch.temperature {
+        expect_len(TreeParam::Temperature, t.len(), Some(b))?;
+    }
+    expect_len(TreeParam::Seed, batch.seed.len(), Some(b))?;
+    expect_len(TreeParam::Offset, batch.offset.len(), Some(b))?;
+    if let Some(e) = batch.eps {
+        expect_len(TreeParam::Eps, e.len(), Some(b))?;
+    }
+    if let Some(d) = batch.delta {
+        expect_len(TreeParam::Delta, d.len(), Some(b))?;
+    }
+    let width = batch
+        .max_depth
+        .checked_add(1)
+        .and_then(|w| w.checked_mul(b));
+    expect_len(TreeParam::Accepted, out.accepted.len(), Some(b))?;
+    expect_len(TreeParam::Path, out.path.len(), width)?;
+    expect_len(TreeParam::EmittedTokens, out.tokens.len(), width)?;
+    Ok(())
+}
+
+/// Checks request `b`'s tree shape (node count, links, one parent per node, depth) and returns
+/// its depth (the deepest node's). For a batch that passed [`validate_tree_shape`].
+fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, TreeError> {
+    let n = batch.tree.nodes[b];
+    if n == 0 || n as usize > batch.max_nodes {
+        return Err(TreeError::NodeCount {
+            request: b,
+            nodes: n,
+            max: batch.max_nodes,
+        });
+    }
+    let n = n as usize;
+    let base = b * batch.max_nodes;
+    for node in 0..n {
+        for (links, is_sibling) in [
+            (batch.tree.first_child, false),
+            (batch.tree.next_sibling, true),
+        ] {
+            let link = links[base + node];
+            let in_range =
+                link == NO_NODE || (link >= 1 && (link as usize) < n && !(node == 0 && is_sibling));
+            if !in_range {
+                return Err(TreeError::LinkOutOfRange {
+                    request: b,
+                    node,
+                    link,
+                });
+            }
+        }
+    }
+    // Walk from the root: every node must be reached exactly once.
+    let mut seen = [0u64; MAX_TREE_NODES / 64];
+    let mut depth_of = [0u16; MAX_TREE_NODES];
+    let mut stack = [0u16; MAX_TREE_NODES];
+    let mut top = 1usize; // stack[0] = root
+    seen[0] = 1;
+    let mut depth = 0usize;
+    while top > 0 {
+        top -= 1;
+        let u = stack[top] as usize;
+        let d = depth_of[u] as usize + 1;
+        let mut c = batch.first_child(b, u);
+        while let Some(x) = c {
+            if seen[x / 64] & (1 << (x % 64)) != 0 {
+                return Err(TreeError::Cycle {
+                    request: b,
+                    node: x,
+                });
+            }
+            seen[x / 64] |= 1 << (x % 64);
+            if d > batch.max_depth {
+                return Err(TreeError::Depth {
+                    request: b,
+                    node: x,
+                    max: batch.max_depth,
+                });
+            }
+            depth = depth.max(d);
+            depth_of[x] = d as u16; // d ≤ max_depth < n ≤ MAX_TREE_NODES
+            // Each node is pushed once (a second visit is a cycle), so the stack holds ≤ n.
+            stack[top] = x as u16;
+            top += 1;
+            c = batch.next_sibling(b, x);
+        }
+    }
+    if let Some(node) = (1..n).find(|&x| seen[x / 64] & (1 << (x % 64)) == 0) {
+        return Err(TreeError::Unreachable { request: b, node });
+    }
+    Ok(depth)
+}
+
+/// Request `b`'s tree depth (the deepest node's depth; 0 for a root alone). For a validated
+/// batch; this is the draft length its verification is counted with.
+#[must_use]
+pub fn tree_depth(batch: &TreeBatch<'_>, b: usize) -> usize {
+    check_links(batch, b).unwrap_or(0)
+}
+
+fn check_row(
+    row: &[f32],
+    tolerance: f32,
+    request: usize,
+    tensor: Tensor,
+    node: usize,
+) -> Result<(), TreeError> {
+    let mut sum = 0f64;
+    for (index, &p) in row.iter().enumerate() {
+        if !(0.0..f32::INFINITY).contains(&p) {
+            return Err(TreeError::BadProbability {
+                request,
+                tensor,
+                node,
+                index,
+            });
+        }
+        sum += f64::from(p);
+    }
+    let dev = sum - 1.0;
+    if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
+        return Err(TreeError::RowSum {
+            request,
+            tensor,
+            node,
+            sum,
+        });
+    }
+    Ok(())
+}
+
+/// The checks of request `b` of a batch that passed [`validate_tree_shape`]: its tree
+/// ([`TreeError::NodeCount`], [`TreeError::LinkOutOfRange`], [`TreeError::Cycle`],
+/// [`TreeError::Unreachable`], [`TreeError::Depth`]), its tokens, its parameters and, for
+/// [`Check::Strict`], every row it may read. Returns the tree's depth.
+pub fn validate_tree_request(
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    b: usize,
+) -> Result<usize, TreeError> {
+    let depth = check_links(batch, b)?;
+    let n = batch.node_count(b);
+    for node in 1..n {
+        let token = batch.token(b, node);
+        if token as usize >= batch.vocab {
+            return Err(TreeError::TokenOutOfRange {
+                request: b,
+                node,
+                token,
+                vocab: batch.vocab,
+            });
+        }
+    }
+    let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
+    if let Some(t) = batch.temperature
+        && !ok(t[b])
+    {
+        return Err(TreeError::BadParam {
+            request: b,
+            param: TreeParam::Temperature,
+        });
+    }
+    if method == Method::Typical {
+        if !ok(eps_of(batch, b)) {
+            return Err(TreeError::BadParam {
+                request: b,
+                param: TreeParam::Eps,
+            });
+        }
+        if !ok(delta_of(batch, b)) {
+            return Err(TreeError::BadParam {
+                request: b,
+                param: TreeParam::Delta,
+            });
+        }
+    }
+    if let Check::Strict { sum_tolerance } = check {
+        if batch.draft_probs.is_some() {
+            for node in 1..n {
+                if let Some(row) = batch.draft_row(b, node) {
+                    check_row(row, sum_tolerance, b, Tensor::Draft, node)?;
+                }
+            }
+        }
+        for node in 0..n {
+            let row = batch.target_row(b, node);
+            if batch.temperature.is_some() {
+                if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
+                    return Err(TreeError::BadLogit {
+                        request: b,
+                        node,
+                        index,
+                    });
+                }
+            } else {
+                check_row(row, sum_tolerance, b, Tensor::Target, node)?;
+            }
+        }
+    }
+    Ok(depth)
+}
+
+/// Every check, in the documented order: [`validate_tree_shape`], then
+/// [`validate_tree_request`] for each request in batch order.
+pub fn validate_tree<const K: usize>(
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), TreeError> {
+    validate_tree_shape::<K>(batch, out)?;
+    for b in 0..batch.requests() {
+        validate_tree_request(method, check, batch, b)?;
+    }
+    Ok(())
+}
+
+fn eps_of(batch: &TreeBatch<'_>, b: usize) -> f32 {
+    batch.eps.map_or(DEFAULT_EPS, |e| e[b])
+}
+
+fn delta_of(batch: &TreeBatch<'_>, b: usize) -> f32 {
+    batch.delta.map_or(DEFAULT_DELTA, |d| d[b])
+}
+
+/// A node's target distribution: the row as given, or the softmax of a logits row.
+#[derive(Clone, Copy)]
+enum Dist<'r> {
+    Probs(&'r [f32]),
+    Soft(&'r [f32], Softmax),
+}
+
+impl Dist<'_> {
+    #[inline]
+    fn p(&self, v: usize) -> f32 {
+        match self {
+            Self::Probs(r) => r[v],
+            Self::Soft(r, sm) => sm.p(r[v]),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Probs(r) | Self::Soft(r, _) => r.len(),
+        }
+    }
+
+    fn argmax<O: RowOps + ?Sized>(&self, ops: &O) -> u32 {
+        match self {
+            Self::Probs(r) => ops.argmax(r),
+            Self::Soft(..) => {
+                let mut best = 0u32;
+                let mut best_key = f32::NEG_INFINITY;
+                for v in 0..self.len() {
+                    let x = self.p(v);
+                    if x > best_key {
+                        best_key = x;
+                        best = v as u32;
+                    }
+                }
+                best
+            }
+        }
+    }
+
+    fn entropy<O: RowOps + ?Sized>(&self, ops: &O) -> f32 {
+        match self {
+            Self::Probs(r) => ops.entropy(r),
+            Self::Soft(..) => {
+                let mut fixed = 0i64;
+                for v in 0..self.len() {
+                    fixed = fixed.wrapping_add(entropy_term(self.p(v)));
+                }
+                entropy_from_fixed(fixed)
+            }
+        }
+    }
+
+    /// The plain race over the distribution, `0` when no value is `> 0`.
+    fn sample<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
+        match self {
+            Self::Probs(r) => ops.race(rng, r),
+            Self::Soft(..) => race(rng, self.len(), |v| f64::from(self.p(v))),
+        }
+        .unwrap_or(0)
+    }
+}
+
+/// `2⁶⁴`, the fixed-point scale of the residual mass.
+const TWO_64: f64 = 18_446_744_073_709_551_616.0;
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / TWO_64;
+/// The largest residual weight the fixed-point mass takes at face value: `2³²`.
+const TWO_32: f64 = 4_294_967_296.0;
+
+/// `⌊min(w, 2³²)·2⁶⁴⌋` of a residual weight `w ≥ 0` (not NaN): one term of the residual mass.
+#[inline]
+#[must_use]
+pub fn residual_fixed(w: f64) -> u128 {
+    let w = if w > TWO_32 { TWO_32 } else { w };
+    (w * TWO_64) as u128
+}
+
+/// The 64-bit acceptance draw of the sibling of rank `rank` among the children of `node`:
+/// Philox stream 0, counter `[rank, node << 2, offset]`, words 0 (high) and 1 (low). Rank 0 is
+/// the chain path's acceptance draw at position `node`.
+#[inline]
+#[must_use]
+pub fn sibling_draw(seed: u64, offset: u64, node: u32, rank: u32) -> u64 {
+    let w = philox4x32_10(counter(rank, node, STREAM_ACCEPT, offset), key(seed));
+    (u64::from(w[0]) << 32) | u64::from(w[1])
+}
+
+/// The row reductions of tree verification: the chain path's four ([`RowOps`]) plus the
+/// residual race of the target-only rule over several tried tokens. Every implementation must
+/// return the same values as the default (for every input, NaN and values above 1 included).
+pub trait TreeOps: RowOps {
+    /// The race over `w_v = (row[v] as f64) − (1.0 if v is one of `tried` else 0.0)` (each
+    /// token subtracted once, however often it appears in `tried`).
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            let hit = tried.iter().any(|&t| t as usize == v);
+            f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
+        })
+    }
+}
+
+impl TreeOps for ScalarOps {}
+
+/// What one node's test decided.
+enum Step {
+    /// Move to this child.
+    Accept(usize),
+    /// Stop here and emit this token.
+    Emit(u32),
+}
+
+/// Request-local context of one verification.
+struct Ctx<'r, 'a, O: ?Sized> {
+    ops: &'r O,
+    batch: &'r TreeBatch<'a>,
+    b: usize,
+    /// `Some(t)` with `t > 0`: softmax rows.
+    t: Option<f32>,
+}
+
+impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
+    fn dist(&self, u: usize) -> Dist<'_> {
+        let row = self.batch.target_row(self.b, u);
+        match self.t {
+            Some(t) => Dist::Soft(row, Softmax::of(row, t)),
+            None => Dist::Probs(row),
+        }
+    }
+
+    fn rng(&self, u: usize) -> RaceRng {
+        RaceRng {
+            seed: self.batch.seed[self.b],
+            offset: self.batch.offset[self.b],
+            position: u as u32,
+        }
+    }
+
+    /// Node `u`'s children in sibling order, written into `out`; returns how many.
+    fn children(&self, u: usize, out: &mut [u16; MAX_TREE_NODES]) -> usize {
+        let mut m = 0;
+        let mut c = self.batch.first_child(self.b, u);
+        while let Some(x) = c {
+            out[m] = x as u16;
+            m += 1;
+            c = self.batch.next_sibling(self.b, x);
+        }
+        m
+    }
+
+    fn greedy(&self, u: usize) -> Step {
+        let a = self.dist(u).argmax(self.ops);
+        let mut c = self.batch.first_child(self.b, u);
+        while let Some(x) = c {
+            if self.batch.token(self.b, x) == a {
+                return Step::Accept(x);
+            }
+            c = self.batch.next_sibling(self.b, x);
+        }
+        Step::Emit(a)
+    }
+
+    fn rejection(&self, u: usize) -> Step {
+        let d = self.dist(u);
+        let mut kids = [0u16; MAX_TREE_NODES];
+        let m = self.children(u, &mut kids);
+        let kids = &kids[..m];
+        if m == 0 {
+            return Step::Emit(d.sample(self.ops, self.rng(u)));
+        }
+        let (seed, offset) = (self.batch.seed[self.b], self.batch.offset[self.b]);
+        let token = |i: usize| self.batch.token(self.b, kids[i] as usize);
+        let residual = match self.batch.draft_probs {
+            None => {
+                // The target-only rule: one uniform against the cumulative mass of the
+                // siblings' distinct tokens.
+                let u01 = uniform53(sibling_draw(seed, offset, u as u32, 0));
+                let mut cum = 0f64;
+                for (i, &kid) in kids.iter().enumerate() {
+                    let x = token(i);
+                    if (0..i).any(|j| token(j) == x) {
+                        continue;
+                    }
+                    cum += f64::from(d.p(x as usize));
+                    if u01 < cum {
+                        return Step::Accept(kid as usize);
+                    }
+                }
+                let mut tried = [0u32; MAX_TREE_NODES];
+                for (t, &c) in tried.iter_mut().zip(kids) {
+                    *t = self.batch.token(self.b, c as usize);
+                }
+                let tried = &tried[..m];
+                match d {
+                    Dist::Probs(row) if m == 1 => {
+                        self.ops.race_residual(self.rng(u), row, None, tried[0])
+                    }
+                    Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
+                    Dist::Soft(..) => race(self.rng(u), d.len(), |v| {
+                        let hit = tried.iter().any(|&t| t as usize == v);
+                        f64::from(d.p(v)) - if hit { 1.0 } else { 0.0 }
+                    }),
+                }
+            }
+            Some(_) => {
+                // SpecInfer's multi-step speculative sampling.
+                let mut z = [0f64; MAX_TREE_NODES];
+                z[0] = 1.0;
+                let q = |i: usize| {
+                    self.batch
+                        .draft_row(self.b, kids[i] as usize)
+                        .unwrap_or(&[])
+                };
+                // R_i(v): the residual weight of v after siblings 0..i were rejected.
+                let r = |i: usize, z: &[f64], v: usize| {
+                    let mut r = f64::from(d.p(v));
+                    for (j, &zj) in z.iter().enumerate().take(i) {
+                        r -= zj * f64::from(q(j)[v]);
+                        // NaN and non-positive weights leave nothing.
+                        r = if r > 0.0 { r } else { 0.0 };
+                    }
+                    r
+                };
+                for i in 0..m {
+                    let x = token(i) as usize;
+                    let den = z[i] * f64::from(q(i)[x]);
+                    let u01 = uniform53(sibling_draw(seed, offset, u as u32, i as u32));
+                    if u01 * den < r(i, &z, x) {
+                        return Step::Accept(kids[i] as usize);
+                    }
+                    if i + 1 < m {
+                        let mut fixed = 0u128;
+                        for v in 0..d.len() {
+                            fixed = fixed.wrapping_add(residual_fixed(r(i + 1, &z, v)));
+                        }
+                        z[i + 1] = (fixed as f64) * TWO_M64;
+                    }
+                }
+                match d {
+                    Dist::Probs(row) if m == 1 => {
+                        self.ops
+                            .race_residual(self.rng(u), row, Some(q(0)), token(0))
+                    }
+                    _ => race(self.rng(u), d.len(), |v| r(m, &z, v)),
+                }
+            }
+        };
+        Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
+    }
+
+    /// Medusa's typical acceptance on the tree: the deepest node whose path passes, ties to the
+    /// first in pre-order. Writes the path and returns (accepted length, stopping node).
+    fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> usize {
+        let (eps, delta) = (eps_of(self.batch, self.b), delta_of(self.batch, self.b));
+        let mut thr: [Option<f32>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
+        let mut parent = [0u16; MAX_TREE_NODES];
+        // (node, its parent, its depth): nodes still to test, in pre-order.
+        let mut stack = [(0u16, 0u16, 0u16); MAX_TREE_NODES];
+        let mut top = 0usize;
+        if let Some(c) = self.batch.first_child(self.b, 0) {
+            stack[0] = (c as u16, 0, 1);
+            top = 1;
+        }
+        let (mut best, mut best_depth) = (0usize, 0u16);
+        while top > 0 {
+            top -= 1;
+            let (c, p, dep) = stack[top];
+            let (c, p) = (c as usize, p as usize);
+            if let Some(s) = self.batch.next_sibling(self.b, c) {
+                stack[top] = (s as u16, p as u16, dep);
+                top += 1;
+            }
+            let d = self.dist(p);
+            let t = *thr[p].get_or_insert_with(|| {
+                let scaled = delta * exp_p(-d.entropy(self.ops));
+                if eps < scaled { eps } else { scaled }
+            });
+            // NaN never passes.
+            let passes = d.p(self.batch.token(self.b, c) as usize) > t;
+            if !passes {
+                continue;
+            }
+            parent[c] = p as u16;
+            if dep > best_depth {
+                (best, best_depth) = (c, dep);
+            }
+            if let Some(f) = self.batch.first_child(self.b, c) {
+                // Pushed last: the subtree comes before the next sibling (pre-order).
+                stack[top] = (f as u16, c as u16, dep + 1);
+                top += 1;
+            }
+        }
+        let n = best_depth as usize;
+        let mut x = best;
+        for j in (1..=n).rev() {
+            path[j] = x as u32;
+            tokens[j - 1] = self.batch.token(self.b, x);
+            x = parent[x] as usize;
+        }
+        n
+    }
+}
+
+/// Verifies request `b` of a batch that passed [`validate_tree`]: writes its `max_depth + 1`
+/// path and token slots and returns the accepted length. `ops` supplies the row reductions
+/// (argmax, entropy, race, single-residual race); the control flow is shared by every CPU-side
+/// backend. With target logits at temperature `> 0` the softmax rows use the plain loops;
+/// at temperature 0 the method is greedy on the logits.
+pub fn verify_tree_request<O: TreeOps + ?Sized>(
+    ops: &O,
+    method: Method,
+    batch: &TreeBatch<'_>,
+    b: usize,
+    path: &mut [u32],
+    tokens: &mut [u32],
+) -> u32 {
+    let (method, t) = match batch.temperature.map(|t| t[b]) {
+        Some(t) if t > 0.0 => (method, Some(t)),
+        Some(_) => (Method::Greedy, None),
+        None => (method, None),
+    };
+    let cx = Ctx { ops, batch, b, t };
+    path[0] = 0;
+    let (accepted, last) = if method == Method::Typical {
+        let n = cx.typical(path, tokens);
+        let s = path[n] as usize;
+        (n, cx.dist(s).sample(ops, cx.rng(s)))
+    } else {
+        let mut u = 0usize;
+        let mut n = 0usize;
+        loop {
+            let step = if method == Method::Greedy {
+                cx.greedy(u)
+            } else {
+                cx.rejection(u)
+            };
+            match step {
+                Step::Accept(c) => {
+                    n += 1;
+                    path[n] = c as u32;
+                    tokens[n - 1] = batch.token(b, c);
+                    u = c;
+                }
+                Step::Emit(t) => break (n, t),
+            }
+        }
+    };
+    tokens[accepted] = last;
+    for x in &mut tokens[accepted + 1..] {
+        *x = SENTINEL;
+    }
+    for x in &mut path[accepted + 1..] {
+        *x = SENTINEL;
+    }
+    accepted as u32
+}
+
+/// The reference tree verifier: validates everything ([`validate_tree`]), then verifies each
+/// request in order with the plain-loop [`ScalarOps`] and records it in `counters` as a chain
+/// of the tree's depth: `record(depth, accepted)` (`drafts`, `accepted_tokens`,
+/// `emitted_tokens` and the per-position counts are the per-depth counts; `draft_tokens` adds
+/// the depth, not the node count). A tree of the root alone (depth 0) is not counted, as a
+/// chain with `k = 0`. Nothing is counted (and `out` is untouched) on error.
+pub fn verify_tree_batch<const K: usize>(
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    out: &mut TreeOutputs<'_>,
+    counters: &mut Counters<K>,
+) -> Result<(), TreeError> {
+    validate_tree::<K>(method, check, batch, out)?;
+    let width = batch.max_depth + 1;
+    for (b, ((acc, path), tokens)) in out
+        .accepted
+        .iter_mut()
+        .zip(out.path.chunks_exact_mut(width))
+        .zip(out.tokens.chunks_exact_mut(width))
+        .enumerate()
+    {
+        *acc = verify_tree_request(&ScalarOps, method, batch, b, path, tokens);
+        let depth = tree_depth(batch, b);
+        if depth > 0 {
+            let recorded = counters.record(depth, *acc as usize);
+            // Validated: depth ≤ max_depth ≤ K, and the path is at most the depth.
+            debug_assert!(recorded.is_ok());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::verify::{Batch, Dims, Drafts, Outputs, verify_batch};
+
+    fn chain_links(k: usize) -> ([i32; 8], [i32; 8]) {
+        let mut fc = [NO_NODE; 8];
+        for (i, f) in fc.iter_mut().enumerate().take(k) {
+            *f = i as i32 + 1;
+        }
+        (fc, [NO_NODE; 8])
+    }
+
+    #[test]
+    fn a_chain_shaped_tree_gives_the_chain_bits() {
+        // k = 3 drafts, V = 5, rows of varied shape; every method, with and without draft probs.
+        let v = 5;
+        let k = 3;
+        let target: std::vec::Vec<f32> = (0..(k + 1) * v)
+            .map(|i| ((i * 7 + 3) % 11) as f32 / 10.0)
+            .collect();
+        let norm = |rows: &[f32]| -> std::vec::Vec<f32> {
+            rows.chunks(v)
+                .flat_map(|r| {
+                    let s: f32 = r.iter().sum();
+                    r.iter().map(move |x| x / s)
+                })
+                .collect()
+        };
+        let target = norm(&target);
+        let draft: std::vec::Vec<f32> = norm(
+            &(0..k * v)
+                .map(|i| ((i * 5 + 1) % 7) as f32)
+                .collect::<std::vec::Vec<_>>(),
+        );
+        let ids = [2u32, 0, 4];
+        let (fc, ns) = chain_links(k);
+        let mut tokens = [0u32; 4];
+        tokens[1..].copy_from_slice(&ids);
+        // Tree draft rows: node i ≥ 1 holds the chain's row i − 1.
+        let mut tree_draft = std::vec![0f32; (k + 1) * v];
+        tree_draft[v..].copy_from_slice(&draft);
+        // Logits whose softmax is near the rows (a different rounding: a separate check).
+        let logits: std::vec::Vec<f32> = target.iter().map(|&p| (p + 0.01).ln()).collect();
+        let seeds = if cfg!(miri) { 3 } else { 100u64 };
+        for seed in 0..seeds {
+            for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+                for (with_draft, temperature) in [
+                    (false, None),
+                    (true, None),
+                    (false, Some(0.7f32)),
+                    (true, Some(1.3)),
+                    (true, Some(0.0)),
+                ] {
+                    let temps = [temperature.unwrap_or(0.0)];
+                    let streams = Streams {
+                        seed: &[seed],
+                        offset: &[seed * 3],
+                    };
+                    let mut chain = Batch::dense(
+                        Dims { vocab: v, k_max: k },
+                        Drafts { k: &[3], ids: &ids },
+                        &target,
+                        streams,
+                    );
+                    let mut tree = TreeBatch::new(
+                        TreeDims {
+                            vocab: v,
+                            max_nodes: k + 1,
+                            max_depth: k,
+                        },
+                        Tree {
+                            nodes: &[4],
+                            tokens: &tokens,
+                            first_child: &fc[..4],
+                            next_sibling: &ns[..4],
+                        },
+                        &target,
+                        streams,
+                    );
+                    if with_draft {
+                        chain = chain.with_draft_probs(&draft);
+                        tree = tree.with_draft_probs(&tree_draft);
+                    }
+                    if temperature.is_some() {
+                        let l = Logits {
+                            values: &logits,
+                            temperature: &temps,
+                        };
+                        chain = chain.with_target_logits(l);
+                        tree = tree.with_target_logits(l);
+                    }
+                    let (mut a1, mut t1) = ([0u32; 1], [0u32; 4]);
+                    let mut c1 = Counters::<4>::ZERO;
+                    verify_batch(
+                        method,
+                        Check::STRICT,
+                        &chain,
+                        &mut Outputs {
+                            accepted: &mut a1,
+                            tokens: &mut t1,
+                        },
+                        &mut c1,
+                    )
+                    .unwrap();
+                    let (mut a2, mut p2, mut t2) = ([0u32; 1], [0u32; 4], [0u32; 4]);
+                    let mut c2 = Counters::<4>::ZERO;
+                    verify_tree_batch(
+                        method,
+                        Check::STRICT,
+                        &tree,
+                        &mut TreeOutputs {
+                            accepted: &mut a2,
+                            path: &mut p2,
+                            tokens: &mut t2,
+                        },
+                        &mut c2,
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        (a1, t1),
+                        (a2, t2),
+                        "{method:?} {seed} {with_draft} {temperature:?}"
+                    );
+                    assert_eq!(c1, c2);
+                    let n = a2[0] as usize;
+                    assert!(p2[..=n].iter().enumerate().all(|(j, &p)| p == j as u32));
+                    assert!(p2[n + 1..].iter().all(|&p| p == SENTINEL));
+                }
+            }
+        }
+    }
+
+    /// Root (node 0) with three children, tokens `kid_tokens`; node 1 has two children
+    /// (tokens 0 and 1). V = 4. Rows: `rows[i]` for node i (6 nodes).
+    struct Small {
+        tokens: [u32; 6],
+        fc: [i32; 6],
+        ns: [i32; 6],
+        target: std::vec::Vec<f32>,
+        draft: std::vec::Vec<f32>,
+    }
+
+    const ROOT: [f32; 4] = [0.4, 0.3, 0.2, 0.1];
+    const Q: [f32; 4] = [0.1, 0.2, 0.3, 0.4];
+
+    fn small(kid_tokens: [u32; 3]) -> Small {
+        let (mut fc, mut ns) = ([0i32; 6], [0i32; 6]);
+        links_from_parents(&[-1, 0, 0, 0, 1, 1], &mut fc, &mut ns).unwrap();
+        let mut target = std::vec::Vec::new();
+        target.extend(ROOT);
+        target.extend([0.25f32, 0.5, 0.125, 0.125]); // node 1
+        for _ in 2..6 {
+            target.extend([0.0f32, 0.0, 0.0, 1.0]);
+        }
+        let mut draft = std::vec![0f32; 4];
+        for _ in 1..6 {
+            draft.extend(Q);
+        }
+        Small {
+            tokens: [0, kid_tokens[0], kid_tokens[1], kid_tokens[2], 0, 1],
+            fc,
+            ns,
+            target,
+            draft,
+        }
+    }
+
+    /// Verifies `n` requests of `s` (offsets `0..n`) and returns (accepted, path, tokens) per
+    /// request.
+    /// (accepted, path, tokens) of one request.
+    type Res = (u32, [u32; 3], [u32; 3]);
+
+    fn run_small(s: &Small, method: Method, with_draft: bool, n: usize) -> std::vec::Vec<Res> {
+        let offsets: std::vec::Vec<u64> = (0..n as u64).collect();
+        let mut out = std::vec::Vec::new();
+        for &off in &offsets {
+            let off = [off];
+            let mut batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 4,
+                    max_nodes: 6,
+                    max_depth: 2,
+                },
+                Tree {
+                    nodes: &[6],
+                    tokens: &s.tokens,
+                    first_child: &s.fc,
+                    next_sibling: &s.ns,
+                },
+                &s.target,
+                Streams {
+                    seed: &[9],
+                    offset: &off,
+                },
+            );
+            if with_draft {
+                batch = batch.with_draft_probs(&s.draft);
+            }
+            let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+            let mut c = Counters::<4>::ZERO;
+            verify_tree_batch(
+                method,
+                Check::STRICT,
+                &batch,
+                &mut TreeOutputs {
+                    accepted: &mut a,
+                    path: &mut p,
+                    tokens: &mut t,
+                },
+                &mut c,
+            )
+            .unwrap();
+            assert_eq!(c.drafts, 1);
+            assert_eq!(c.draft_tokens, 2);
+            assert_eq!(c.accepted_tokens, u64::from(a[0]));
+            out.push((a[0], p, t));
+        }
+        out
+    }
+
+    /// `|observed − n·p| ≤ 5σ + 1`.
+    fn close(observed: usize, n: usize, p: f64) -> bool {
+        let e = n as f64 * p;
+        let sd = (n as f64 * p * (1.0 - p)).sqrt();
+        (observed as f64 - e).abs() <= 5.0 * sd + 1.0
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // 20 000 verifications
+    fn target_only_rule_accepts_each_sibling_with_its_target_mass() {
+        // Children tokens 2, 1, 2 (a duplicate): P(node 2, token 2) = 0.2, P(node 1, token 1)
+        // = 0.3, the duplicate never; the rest (0.5) is the residual: tokens 0 and 3 in
+        // proportion 0.4 : 0.1.
+        let s = small([2, 1, 2]);
+        let n = 20_000;
+        let res = run_small(&s, Method::Rejection, false, n);
+        let count = |f: &dyn Fn(&Res) -> bool| res.iter().filter(|r| f(r)).count();
+        let at1 = count(&|r| r.0 >= 1 && r.1[1] == 1);
+        let at2 = count(&|r| r.0 >= 1 && r.1[1] == 2);
+        let at3 = count(&|r| r.0 >= 1 && r.1[1] == 3);
+        let t0 = count(&|r| r.0 == 0 && r.2[0] == 0);
+        let t3 = count(&|r| r.0 == 0 && r.2[0] == 3);
+        assert_eq!(at3, 0, "a duplicated token is never accepted twice");
+        assert_eq!(count(&|r| r.0 == 0 && (r.2[0] == 1 || r.2[0] == 2)), 0);
+        assert!(close(at1, n, 0.2), "{at1}");
+        assert!(close(at2, n, 0.3), "{at2}");
+        assert!(close(t0, n, 0.4), "{t0}");
+        assert!(close(t3, n, 0.1), "{t3}");
+        // Below node 1 (target [0.25, 0.5, ...], children tokens 0 and 1): depth 2 w.p. 0.75.
+        let deep = count(&|r| r.0 == 2);
+        assert!(close(deep, n, 0.2 * 0.75), "{deep}");
+        for r in &res {
+            assert_eq!(r.1[0], 0);
+            if r.0 == 2 {
+                assert_eq!(r.1[1], 1);
+                assert!(r.1[2] == 4 || r.1[2] == 5);
+                assert_eq!(r.2[2], 3, "nodes 4 and 5 are one-hot at token 3");
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // 20 000 verifications
+    fn multi_step_sampling_follows_specinfer() {
+        // Siblings tokens 0, 1, 3 with the same draft row Q for each. Exact law of the accepted
+        // rank: rank 0 (token 0): min(1, 0.4/0.1) = 1. Use tokens 3, 2, 0 instead to exercise
+        // the residuals: p = ROOT, q = Q.
+        //   r0 (token 3): a0 = min(1, 0.1/0.4) = 0.25.
+        //   p1 = norm(max(0, p − q)) = norm([0.3, 0.1, 0, 0]) = [0.75, 0.25, 0, 0].
+        //   r1 (token 2): a1 = 0 (p1(2) = 0).
+        //   p2 = norm(max(0, p1 − q)) = norm([0.65, 0.05, 0, 0]) = [0.9286, 0.0714, 0, 0].
+        //   r2 (token 0): a2 = min(1, 0.9286/0.1) = 1.
+        // So ranks: 0.25, 0, 0.75, none 0; and the emitted first token: 3 w.p. 0.25, 0 w.p. 0.75.
+        let s = small([3, 2, 0]);
+        let n = 20_000;
+        let res = run_small(&s, Method::Rejection, true, n);
+        let rank = |node: u32| res.iter().filter(|r| r.0 >= 1 && r.1[1] == node).count();
+        assert!(close(rank(1), n, 0.25), "{}", rank(1));
+        assert_eq!(rank(2), 0);
+        assert!(close(rank(3), n, 0.75), "{}", rank(3));
+        assert_eq!(res.iter().filter(|r| r.0 == 0).count(), 0);
+        // Tokens 0, 1, 3: r0 (token 0) a0 = 1: always rank 0.
+        let s = small([0, 1, 3]);
+        let res = run_small(&s, Method::Rejection, true, 200);
+        assert!(res.iter().all(|r| r.0 >= 1 && r.1[1] == 1));
+        // Tokens 3, 3, 1: a0 = 0.25; p1 = [0.75, 0.25, 0, 0]: a1 (token 3) = 0;
+        // p2 = [0.9286, 0.0714, 0, 0]: a2 (token 1) = min(1, 0.0714/0.2) = 0.357;
+        // none: 0.75·0.643 = 0.482, then the residual norm(max(0, p2 − q)) = [1, 0, 0, 0].
+        let s = small([3, 3, 1]);
+        let res = run_small(&s, Method::Rejection, true, n);
+        let p2_1 = 0.05 / 0.7;
+        let a2 = p2_1 / 0.2;
+        let none = res.iter().filter(|r| r.0 == 0).count();
+        assert!(close(none, n, 0.75 * (1.0 - a2)), "{none}");
+        assert!(res.iter().filter(|r| r.0 == 0).all(|r| r.2[0] == 0));
+        let r2 = res.iter().filter(|r| r.0 >= 1 && r.1[1] == 3).count();
+        assert!(close(r2, n, 0.75 * a2), "{r2}");
+        assert_eq!(res.iter().filter(|r| r.0 >= 1 && r.1[1] == 2).count(), 0);
+    }
+
+    #[test]
+    fn typical_takes_the_deepest_passing_path_first_in_pre_order() {
+        // Root row: tokens 1 and 2 pass (0.3, 0.2 > thr), 3 does not (0.1 ≤ eps 0.15 with
+        // δ large). Children: node 1 (token 2), node 2 (token 1), node 3 (token 3); node 1 has
+        // children 4 (token 0), 5 (token 1); node 4's row... depth 2 via node 1 → 4 or 5.
+        let s = small([2, 1, 3]);
+        let eps = [0.15f32];
+        let delta = [10.0f32];
+        let batch = TreeBatch::new(
+            TreeDims {
+                vocab: 4,
+                max_nodes: 6,
+                max_depth: 2,
+            },
+            Tree {
+                nodes: &[6],
+                tokens: &s.tokens,
+                first_child: &s.fc,
+                next_sibling: &s.ns,
+            },
+            &s.target,
+            Streams {
+                seed: &[1],
+                offset: &[2],
+            },
+        )
+        .with_typical(&eps, &delta);
+        let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+        let mut c = Counters::<4>::ZERO;
+        let mut out = TreeOutputs {
+            accepted: &mut a,
+            path: &mut p,
+            tokens: &mut t,
+        };
+        verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+        // Node 1's row [0.25, 0.5, 0.125, 0.125]: token 0 (node 4) 0.25 > 0.15 passes, token 1
+        // (node 5) 0.5 passes: the first in pre-order, node 4, wins the tie at depth 2.
+        assert_eq!(out.accepted[0], 2);
+        assert_eq!(out.path, [0, 1, 4]);
+        assert_eq!(out.tokens, [2, 0, 3], "node 4's row is one-hot at token 3");
+        assert_eq!(c.accepted_per_position, [1, 1, 0, 0]);
+        assert_eq!(c.drafted_per_position, [1, 1, 0, 0]);
+        // A higher threshold: only node 2 (token 1, 0.3) passes at the root... and node 1
+        // (token 2, 0.2) does not; node 2 is a leaf.
+        let eps = [0.25f32];
+        let batch = TreeBatch {
+            eps: Some(&eps),
+            ..batch
+        };
+        verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+        assert_eq!((out.accepted[0], out.path[1], out.tokens[0]), (1, 2, 1));
+        assert_eq!(out.tokens[1], 3);
+        assert_eq!(out.path[2], SENTINEL);
+        // Nothing passes (eps 1): the root's row is sampled.
+        let eps = [1.0f32];
+        let batch = TreeBatch {
+            eps: Some(&eps),
+            ..batch
+        };
+        verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+        assert_eq!(out.accepted[0], 0);
+        assert_eq!(out.path[1], SENTINEL);
+        assert!(out.tokens[0] < 4);
+    }
+
+    #[test]
+    fn greedy_takes_the_first_matching_sibling() {
+        // Root argmax is token 0 (0.4): node 3 holds token 0 in [2, 1, 0]; with [0, 1, 0] the
+        // first (node 1) wins; node 1's argmax is 1 (node 5); nodes 4, 5 are leaves.
+        for (kids, want_path, want_tokens) in [
+            ([2u32, 1, 0], [0u32, 3, SENTINEL], [0u32, 3, SENTINEL]),
+            ([0, 1, 0], [0, 1, 5], [0, 1, 3]),
+            ([3, 2, 1], [0, SENTINEL, SENTINEL], [0, SENTINEL, SENTINEL]),
+        ] {
+            let s = small(kids);
+            let res = run_small(&s, Method::Greedy, false, 1);
+            assert_eq!((res[0].1, res[0].2), (want_path, want_tokens), "{kids:?}");
+        }
+    }
+
+    #[test]
+    fn greedy_on_softmax_rows_breaks_ties_to_the_lowest_id() {
+        // Root logits with a tie between ids 1 and 2 (the same logit, so the same p); the
+        // children hold tokens 2 then 1: the argmax is id 1, found at the second child.
+        let fc = [1, NO_NODE, NO_NODE];
+        let ns = [NO_NODE, 2, NO_NODE];
+        let logits = [
+            0.0f32, 2.0, 2.0, /* node 1 */ 0.0, 0.0, 0.0, /* node 2 */ 5.0, 0.0, 1.0,
+        ];
+        for t in [0.5f32, 1.0] {
+            let temps = [t];
+            let batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 3,
+                    max_nodes: 3,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[3],
+                    tokens: &[0, 2, 1],
+                    first_child: &fc,
+                    next_sibling: &ns,
+                },
+                &[],
+                Streams {
+                    seed: &[3],
+                    offset: &[4],
+                },
+            )
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            });
+            let (mut a, mut p, mut tk) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let mut c = Counters::<4>::ZERO;
+            let mut out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut tk,
+            };
+            verify_tree_batch(Method::Greedy, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+            // Node 2's softmax argmax is id 0: the bonus.
+            assert_eq!((a, p, tk), ([1], [0, 2], [1, 0]), "T = {t}");
+        }
+    }
+
+    #[test]
+    fn sibling_draw_rank_0_is_the_chain_draw() {
+        for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
+            assert_eq!(
+                sibling_draw(seed, off, node, 0),
+                crate::philox::accept_draw(seed, off, node)
+            );
+            assert_ne!(
+                sibling_draw(seed, off, node, 1),
+                sibling_draw(seed, off, node, 0)
+            );
+        }
+        assert_eq!(residual_fixed(1.0), 1u128 << 64);
+        assert_eq!(residual_fixed(0.5), 1u128 << 63);
+        assert_eq!(residual_fixed(1e30), 1u128 << 96);
+        assert_eq!(residual_fixed(0.0), 0);
+    }
+
+    #[test]
+    fn strict_checks_and_parameters_are_refused_with_their_kind() {
+        // Root + one child, V = 2.
+        let fc = [1, NO_NODE];
+        let ns = [NO_NODE; 2];
+        let run = |method: Method,
+                   target: &[f32],
+                   draft: Option<&[f32]>,
+                   temperature: Option<f32>,
+                   eps: f32| {
+            let t = [temperature.unwrap_or(0.0)];
+            let e = [eps];
+            let d = [0.3f32];
+            let mut batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: 2,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[2],
+                    tokens: &[0, 1],
+                    first_child: &fc,
+                    next_sibling: &ns,
+                },
+                target,
+                Streams {
+                    seed: &[0],
+                    offset: &[0],
+                },
+            )
+            .with_typical(&e, &d);
+            if let Some(dr) = draft {
+                batch = batch.with_draft_probs(dr);
+            }
+            if temperature.is_some() {
+                batch = batch.with_target_logits(Logits {
+                    values: target,
+                    temperature: &t,
+                });
+            }
+            let (mut a, mut p, mut tk) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut tk,
+            };
+            validate_tree::<4>(method, Check::STRICT, &batch, &out)
+        };
+        let good = [0.5f32, 0.5, 0.25, 0.75];
+        let g = Method::Greedy;
+        assert_eq!(run(g, &good, None, None, 0.1), Ok(()));
+        let row_sum = |node, sum, tensor| {
+            Err(TreeError::RowSum {
+                request: 0,
+                tensor,
+                node,
+                sum,
+            })
+        };
+        assert_eq!(
+            run(g, &[0.5, 0.5, 0.25, 0.25], None, None, 0.1),
+            row_sum(1, 0.5, Tensor::Target)
+        );
+        assert_eq!(
+            run(g, &[0.5, 0.5, 1.0, 0.5], None, None, 0.1),
+            row_sum(1, 1.5, Tensor::Target)
+        );
+        // Draft row 0 (the root's) is never read; node 1's is.
+        assert_eq!(
+            run(g, &good, Some(&[9.0, 9.0, 0.5, 0.5]), None, 0.1),
+            Ok(())
+        );
+        assert_eq!(
+            run(g, &good, Some(&[0.5, 0.5, 0.5, 0.25]), None, 0.1),
+            row_sum(1, 0.75, Tensor::Draft)
+        );
+        assert_eq!(
+            run(g, &[0.5, 0.5, -0.25, 1.25], None, None, 0.1),
+            Err(TreeError::BadProbability {
+                request: 0,
+                tensor: Tensor::Target,
+                node: 1,
+                index: 0
+            })
+        );
+        // Logits: −∞ masks a token; NaN and +∞ are refused; temperatures must be ≥ 0.
+        let logits = [0.0f32, f32::NEG_INFINITY, 1.0, 2.0];
+        assert_eq!(run(g, &logits, None, Some(0.7), 0.1), Ok(()));
+        for (bad, index) in [(f32::NAN, 1), (f32::INFINITY, 1)] {
+            assert_eq!(
+                run(g, &[0.0, bad, 1.0, 2.0], None, Some(0.7), 0.1),
+                Err(TreeError::BadLogit {
+                    request: 0,
+                    node: 0,
+                    index
+                })
+            );
+        }
+        for t in [-1.0, f32::NAN, f32::INFINITY] {
+            assert_eq!(
+                run(g, &logits, None, Some(t), 0.1),
+                Err(TreeError::BadParam {
+                    request: 0,
+                    param: TreeParam::Temperature
+                })
+            );
+        }
+        // Typical acceptance's parameters are checked for typical acceptance only.
+        let typical_err = Err(TreeError::BadParam {
+            request: 0,
+            param: TreeParam::Eps,
+        });
+        assert_eq!(
+            run(Method::Typical, &good, None, None, f32::NAN),
+            typical_err
+        );
+        assert_eq!(run(Method::Typical, &good, None, None, -1.0), typical_err);
+        assert_eq!(run(Method::Typical, &good, None, None, 0.2), Ok(()));
+        assert_eq!(run(g, &good, None, None, f32::NAN), Ok(()));
+        assert_eq!(run(Method::Rejection, &good, None, None, f32::NAN), Ok(()));
+    }
+
+    #[test]
+    fn every_error_names_its_figures() {
+        use std::string::ToString;
+        let t = Tensor::Draft;
+        let cases: [(TreeError, &[&str]); 17] = [
+            (TreeError::EmptyBatch, &["empty"]),
+            (
+                TreeError::MaxNodesOutOfRange {
+                    max_nodes: 900,
+                    max: 512,
+                },
+                &["900", "512"],
+            ),
+            (
+                TreeError::MaxDepthOutOfRange {
+                    max_depth: 9,
+                    max: 8,
+                },
+                &["9", "8"],
+            ),
+            (TreeError::VocabOutOfRange { vocab: 0 }, &["0"]),
+            (
+                TreeError::StrideTooSmall {
+                    tensor: t,
+                    stride: 3,
+                    vocab: 4,
+                },
+                &["Draft", "3", "4"],
+            ),
+            (
+                TreeError::Length {
+                    param: TreeParam::Path,
+                    len: 5,
+                    expected: 6,
+                },
+                &["Path", "5", "6"],
+            ),
+            (
+                TreeError::NodeCount {
+                    request: 2,
+                    nodes: 7,
+                    max: 6,
+                },
+                &["2", "7", "6"],
+            ),
+            (
+                TreeError::LinkOutOfRange {
+                    request: 1,
+                    node: 3,
+                    link: -4,
+                },
+                &["1", "3", "-4"],
+            ),
+            (
+                TreeError::Cycle {
+                    request: 4,
+                    node: 5,
+                },
+                &["4", "5", "twice"],
+            ),
+            (
+                TreeError::Unreachable {
+                    request: 4,
+                    node: 6,
+                },
+                &["4", "6", "not reached"],
+            ),
+            (
+                TreeError::Depth {
+                    request: 3,
+                    node: 8,
+                    max: 2,
+                },
+                &["3", "8", "2"],
+            ),
+            (
+                TreeError::TokenOutOfRange {
+                    request: 1,
+                    node: 2,
+                    token: 99,
+                    vocab: 50,
+                },
+                &["99", "50"],
+            ),
+            (
+                TreeError::BadParam {
+                    request: 7,
+                    param: TreeParam::Delta,
+                },
+                &["7", "Delta"],
+            ),
+            (
+                TreeError::BadProbability {
+                    request: 1,
+                    tensor: t,
+                    node: 2,
+                    index: 33,
+                },
+                &["Draft", "33"],
+            ),
+            (
+                TreeError::BadLogit {
+                    request: 1,
+                    node: 2,
+                    index: 34,
+                },
+                &["34", "logit"],
+            ),
+            (
+                TreeError::RowSum {
+                    request: 1,
+                    tensor: Tensor::Target,
+                    node: 2,
+                    sum: 0.5,
+                },
+                &["Target", "0.5"],
+            ),
+            (TreeError::EmptyBatch, &["tree"]),
+        ];
+        for (e, words) in cases {
+            let s = e.to_string();
+            for w in words {
+                assert!(s.contains(w), "{s:?} lacks {w:?}");
+            }
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+        }
+    }
+
+    #[test]
+    fn shapes_and_lengths_are_checked_before_anything_else() {
+        let fc = [1, NO_NODE];
+        let ns = [NO_NODE; 2];
+        let target = [0.5f32; 4];
+        let ok = TreeBatch::new(
+            TreeDims {
+                vocab: 2,
+                max_nodes: 2,
+                max_depth: 1,
+            },
+            Tree {
+                nodes: &[2],
+                tokens: &[0, 1],
+                first_child: &fc,
+                next_sibling: &ns,
+            },
+            &target,
+            Streams {
+                seed: &[0],
+                offset: &[0],
+            },
+        );
+        let check = |batch: TreeBatch<'_>, outs: [usize; 3]| {
+            let (mut a, mut p, mut t) = ([0u32; 3], [0u32; 3], [0u32; 3]);
+            let out = TreeOutputs {
+                accepted: &mut a[..outs[0]],
+                path: &mut p[..outs[1]],
+                tokens: &mut t[..outs[2]],
+            };
+            validate_tree::<4>(Method::Typical, Check::Cheap, &batch, &out)
+        };
+        let len = |param, len, expected| {
+            Err(TreeError::Length {
+                param,
+                len,
+                expected,
+            })
+        };
+        assert_eq!(check(ok, [1, 2, 2]), Ok(()));
+        assert_eq!(check(ok, [2, 2, 2]), len(TreeParam::Accepted, 2, 1));
+        assert_eq!(check(ok, [1, 3, 2]), len(TreeParam::Path, 3, 2));
+        assert_eq!(check(ok, [1, 2, 1]), len(TreeParam::EmittedTokens, 1, 2));
+        let outs = [1, 2, 2];
+        let tree = ok.tree;
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree { nodes: &[], ..tree },
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::EmptyBatch)
+        );
+        for max_nodes in [0, MAX_TREE_NODES + 1] {
+            assert_eq!(
+                check(TreeBatch { max_nodes, ..ok }, outs),
+                Err(TreeError::MaxNodesOutOfRange {
+                    max_nodes,
+                    max: MAX_TREE_NODES
+                })
+            );
+        }
+        assert_eq!(
+            check(TreeBatch { vocab: 0, ..ok }, outs),
+            Err(TreeError::VocabOutOfRange { vocab: 0 })
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree {
+                        tokens: &[0],
+                        ..tree
+                    },
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Tokens, 1, 2)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree {
+                        first_child: &[1],
+                        ..tree
+                    },
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::FirstChild, 1, 2)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    tree: Tree {
+                        next_sibling: &[1, 1, 1],
+                        ..tree
+                    },
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::NextSibling, 3, 2)
+        );
+        assert_eq!(
+            check(ok.with_draft_probs(&[0.5; 3]), outs),
+            len(TreeParam::DraftProbs, 3, 4)
+        );
+        assert_eq!(check(ok.with_draft_probs(&[0.5; 4]), outs), Ok(()));
+        assert_eq!(
+            check(
+                ok.with_draft_probs(&[0.5; 4]).with_strides(Strides {
+                    draft: 1,
+                    target: 2
+                }),
+                outs
+            ),
+            Err(TreeError::StrideTooSmall {
+                tensor: Tensor::Draft,
+                stride: 1,
+                vocab: 2
+            })
+        );
+        assert_eq!(
+            check(
+                ok.with_strides(Strides {
+                    draft: 2,
+                    target: 1
+                }),
+                outs
+            ),
+            Err(TreeError::StrideTooSmall {
+                tensor: Tensor::Target,
+                stride: 1,
+                vocab: 2
+            })
+        );
+        // A wider target stride needs more values.
+        assert_eq!(
+            check(
+                ok.with_strides(Strides {
+                    draft: 2,
+                    target: 3
+                }),
+                outs
+            ),
+            len(TreeParam::Target, 4, 6)
+        );
+        let t6 = [0.5f32; 6];
+        let wide = TreeBatch { target: &t6, ..ok }.with_strides(Strides {
+            draft: 2,
+            target: 3,
+        });
+        assert_eq!(check(wide, outs), Ok(()));
+        let temps = [0.5f32, 0.5];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    temperature: Some(&temps),
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Temperature, 2, 1)
+        );
+        assert_eq!(
+            check(TreeBatch { seed: &[], ..ok }, outs),
+            len(TreeParam::Seed, 0, 1)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    offset: &[1, 2],
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Offset, 2, 1)
+        );
+        let two = [0.1f32, 0.1];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    eps: Some(&two),
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Eps, 2, 1)
+        );
+        assert_eq!(
+            check(
+                TreeBatch {
+                    delta: Some(&two),
+                    ..ok
+                },
+                outs
+            ),
+            len(TreeParam::Delta, 2, 1)
+        );
+        let bad = [f32::NAN];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    delta: Some(&bad),
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::BadParam {
+                request: 0,
+                param: TreeParam::Delta
+            })
+        );
+        let neg = [-0.5f32];
+        assert_eq!(
+            check(
+                TreeBatch {
+                    eps: Some(&neg),
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::BadParam {
+                request: 0,
+                param: TreeParam::Eps
+            })
+        );
+        // Depth ≤ K: 4 is fine, 5 is not.
+        let depth_ok = TreeBatch { max_depth: 4, ..ok };
+        let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 5], [0u32; 5]);
+        let out = TreeOutputs {
+            accepted: &mut a,
+            path: &mut p,
+            tokens: &mut t,
+        };
+        assert_eq!(
+            validate_tree::<4>(Method::Greedy, Check::Cheap, &depth_ok, &out),
+            Ok(())
+        );
+        assert_eq!(tree_depth(&depth_ok, 0), 1);
+        assert_eq!(
+            validate_tree::<3>(Method::Greedy, Check::Cheap, &depth_ok, &out),
+            Err(TreeError::MaxDepthOutOfRange {
+                max_depth: 4,
+                max: 3
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_trees_are_refused_with_their_kind() {
+        let target = [0.5f32; 2 * 4];
+        let check = |fc: [i32; 4], ns: [i32; 4], n: u32, depth: usize| {
+            let nodes = [n];
+            let batch = TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: 4,
+                    max_depth: depth,
+                },
+                Tree {
+                    nodes: &nodes,
+                    tokens: &[0, 1, 1, 0],
+                    first_child: &fc,
+                    next_sibling: &ns,
+                },
+                &target,
+                Streams {
+                    seed: &[0],
+                    offset: &[0],
+                },
+            );
+            let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 8], [0u32; 8]);
+            let out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p[..depth + 1],
+                tokens: &mut t[..depth + 1],
+            };
+            validate_tree::<4>(Method::Greedy, Check::Cheap, &batch, &out)
+        };
+        let n = NO_NODE;
+        assert_eq!(check([1, 2, 3, n], [n; 4], 4, 3), Ok(()));
+        assert_eq!(
+            check([1, 2, 3, 1], [n; 4], 4, 3),
+            Err(TreeError::Cycle {
+                request: 0,
+                node: 1
+            })
+        );
+        assert_eq!(
+            check([1, n, n, n], [n, 2, 1, n], 3, 3),
+            Err(TreeError::Cycle {
+                request: 0,
+                node: 1
+            })
+        );
+        assert_eq!(
+            check([1, 5, n, n], [n; 4], 4, 3),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 1,
+                link: 5
+            })
+        );
+        assert_eq!(
+            check([1, n, n, n], [2, n, n, n], 3, 3),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 0,
+                link: 2
+            })
+        );
+        assert_eq!(
+            check([1, 0, n, n], [n; 4], 2, 3),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 1,
+                link: 0
+            })
+        );
+        assert_eq!(
+            check([1, n, n, n], [n; 4], 3, 3),
+            Err(TreeError::Unreachable {
+                request: 0,
+                node: 2
+            })
+        );
+        assert_eq!(
+            check([1, 2, 3, n], [n; 4], 4, 2),
+            Err(TreeError::Depth {
+                request: 0,
+                node: 3,
+                max: 2
+            })
+        );
+        assert_eq!(
+            check([n; 4], [n; 4], 5, 2),
+            Err(TreeError::NodeCount {
+                request: 0,
+                nodes: 5,
+                max: 4
+            })
+        );
+        assert_eq!(
+            check([n; 4], [n; 4], 1, 5),
+            Err(TreeError::MaxDepthOutOfRange {
+                max_depth: 5,
+                max: 4
+            })
+        );
+        assert_eq!(
+            TreeError::Cycle {
+                request: 0,
+                node: 1
+            }
+            .kind(),
+            crate::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn parents_build_the_same_links_as_written_by_hand() {
+        let (mut fc, mut ns) = ([0i32; 6], [0i32; 6]);
+        links_from_parents(&[-1, 0, 0, 1, 1, 0], &mut fc, &mut ns).unwrap();
+        assert_eq!(fc, [1, 3, -1, -1, -1, -1]);
+        assert_eq!(ns, [-1, 2, 5, 4, -1, -1]);
+        assert_eq!(
+            links_from_parents(&[0, 0], &mut fc[..2], &mut ns[..2]),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 0,
+                link: 0
+            })
+        );
+        assert!(matches!(
+            links_from_parents(&[-1, 7], &mut fc[..2], &mut ns[..2]),
+            Err(TreeError::LinkOutOfRange { node: 1, .. })
+        ));
+        assert!(matches!(
+            links_from_parents(&[], &mut [], &mut []),
+            Err(TreeError::NodeCount { nodes: 0, .. })
+        ));
+    }
+}
