@@ -175,7 +175,8 @@ else
 fi
 
 step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map"
-cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates
+cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates \
+    --test entropy_exact
 
 step "no_std builds of the core"
 if [ "$have_targets" = 1 ]; then
