@@ -174,8 +174,9 @@ else
     skip "kernel report: NVRTC, ptxas or cuobjdump/nvdisasm missing (scripts/cuda-tools.sh)"
 fi
 
-step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees"
-cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates --test verify_logits --test verify_filters --test tree_stats
+step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees, exact entropy"
+cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates \
+    --test verify_logits --test verify_filters --test tree_stats --test entropy_exact
 
 step "no_std builds of the core"
 if [ "$have_targets" = 1 ]; then

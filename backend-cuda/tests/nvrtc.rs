@@ -48,18 +48,53 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
             ptx.contains(".entry specula_verify"),
             "{arch}: entry point missing"
         );
-        // --fmad=false: the compiler may not fuse a multiply and an add. The kernel never asks
-        // for an fma itself, so any fma instruction in the PTX would break bit-exactness.
+        // --fmad=false: the compiler may not fuse a multiply and an add. The kernel asks for
+        // FMAs (and one .ftz reciprocal) only inside its exact division of ln_p's series
+        // (sp_div_series, one inline-asm block), so any other fma instruction in the PTX would
+        // be a contraction that breaks bit-exactness.
+        let (compiled, asm_blocks) = split_inline_asm(&ptx);
         assert!(
-            !ptx.contains("fma.rn.f32"),
+            !compiled.contains("fma.rn.f32"),
             "{arch}: contracted multiply-add in the PTX"
         );
         // No approximate (fast-math) division or flush-to-zero arithmetic either.
-        assert!(!ptx.contains("div.approx"), "{arch}: approximate division");
         assert!(
-            !ptx.contains(".ftz.f32"),
+            !compiled.contains("div.approx"),
+            "{arch}: approximate division"
+        );
+        assert!(
+            !compiled.contains(".ftz.f32"),
             "{arch}: flush-to-zero arithmetic"
         );
+        let with_fma: Vec<&String> = asm_blocks
+            .iter()
+            .filter(|b| b.contains("fma") || b.contains("ftz") || b.contains("rcp"))
+            .collect();
+        assert!(
+            !with_fma.is_empty(),
+            "{arch}: the series division is missing"
+        );
+        for block in with_fma {
+            let ops: Vec<&str> = block
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|w| w.contains('.') && !w.starts_with(".reg"))
+                .collect();
+            assert_eq!(
+                ops,
+                [
+                    "rcp.approx.ftz.f32",
+                    "neg.f32",
+                    "fma.rn.f32",
+                    "fma.rn.f32",
+                    "mul.rn.f32",
+                    "neg.f32",
+                    "fma.rn.f32",
+                    "fma.rn.f32"
+                ],
+                "{arch}: an inline-asm block with FMAs that is not the series division"
+            );
+        }
         if let Some(ptxas) = &ptxas {
             let src = dir.join(format!("{sm}.ptx"));
             std::fs::write(&src, &ptx).unwrap();
@@ -90,4 +125,26 @@ fn compile_errors_are_values_not_panics() {
         Err(specula_cuda::CudaError::Nvrtc { log }) => println!("NVRTC refused as expected: {log}"),
         other => panic!("unexpected: {other:?}"),
     }
+}
+
+/// The PTX without its inline-asm blocks (NVRTC marks them `// begin inline asm` ... `// end
+/// inline asm`), and the blocks themselves.
+fn split_inline_asm(ptx: &str) -> (String, Vec<String>) {
+    let mut compiled = String::new();
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in ptx.lines() {
+        if line.contains("// begin inline asm") {
+            current = Some(String::new());
+        } else if line.contains("// end inline asm") {
+            blocks.extend(current.take());
+        } else if let Some(b) = current.as_mut() {
+            b.push_str(line);
+            b.push('\n');
+        } else {
+            compiled.push_str(line);
+            compiled.push('\n');
+        }
+    }
+    (compiled, blocks)
 }

@@ -365,6 +365,54 @@ __device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 voc
     }
 }
 
+// One tile of a row pass: groups g0 + u g_step (u < U) into w[u][0..3]. `full` is the number of
+// whole groups a float4 may load (vocab / 4 when the row is 16-byte aligned, else 0): when the
+// tile's last group is below it, the whole tile is U float4 loads with one test (the hot path),
+// else each group goes through sp_load4 (a row's tail). (U - 1) g_step + g0 stays far below 2^32
+// (g0 < 2^30 groups, g_step <= blocks per request x block size).
+template <sp_u32 U>
+__device__ __forceinline__ void sp_load_tile(const float* row, sp_u32 g0, sp_u32 g_step,
+                                             sp_u32 vocab, sp_u32 full, float pad, float w[U][4]) {
+    if (g0 + (U - 1u) * g_step < full) {
+        const float4* p = reinterpret_cast<const float4*>(row) + g0;
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) {
+            const float4 q = p[(sp_u64)u * g_step];
+            w[u][0] = q.x; w[u][1] = q.y; w[u][2] = q.z; w[u][3] = q.w;
+        }
+    } else {
+        SP_COLD_MARK(); // at most one tile per thread and row: the row's end
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u)
+            sp_load4(row, (g0 + u * g_step) * 4u, vocab, full != 0u, pad, w[u]);
+    }
+}
+
+// sp_load_tile for two rows at once (the residual race's target and draft rows), one test.
+template <sp_u32 U>
+__device__ __forceinline__ void sp_load_tile2(const float* row, const float* row2, sp_u32 g0,
+                                              sp_u32 g_step, sp_u32 vocab, sp_u32 full,
+                                              float w[U][4], float w2[U][4]) {
+    if (g0 + (U - 1u) * g_step < full) {
+        const float4* p = reinterpret_cast<const float4*>(row) + g0;
+        const float4* p2 = reinterpret_cast<const float4*>(row2) + g0;
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) {
+            const float4 q = p[(sp_u64)u * g_step];
+            const float4 q2 = p2[(sp_u64)u * g_step];
+            w[u][0] = q.x; w[u][1] = q.y; w[u][2] = q.z; w[u][3] = q.w;
+            w2[u][0] = q2.x; w2[u][1] = q2.y; w2[u][2] = q2.z; w2[u][3] = q2.w;
+        }
+    } else {
+        SP_COLD_MARK(); // at most one tile per thread and row: the row's end
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) {
+            sp_load4(row, (g0 + u * g_step) * 4u, vocab, full != 0u, 0.0f, w[u]);
+            sp_load4(row2, (g0 + u * g_step) * 4u, vocab, full != 0u, 0.0f, w2[u]);
+        }
+    }
+}
+
 // argmax with NaN as -inf, ties to the lowest id. Each thread visits its ids in increasing
 // order and keeps a strictly larger value only, so it holds the lowest id among its equal
 // largest values (IEEE `>`: -0 and +0 tie, NaN never replaces anything, so a NaN or -inf id
@@ -404,34 +452,99 @@ __device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
     return sp_unpack_id(sp_argmax_packed(row, vocab, threadIdx.x, blockDim.x, s_red));
 }
 
+// s = n / d, correctly rounded, for the operands of ln_p's series only: n = m - 1, d = m + 1 with
+// m in [sqrt(1/2), sqrt(2)] (n in [-0.3, 0.42], d in [1.7, 2.42]). On CUDA devices this is the
+// sequence ptxas emits for an IEEE division (div.rn.f32: MUFU.RCP, one Newton step on the
+// reciprocal, a quotient and one remainder correction, all FMAs rounded once) without its
+// FCHK range check and out-of-line slow path: FCHK looks at the operands' exponents only
+// (denormals, overflow and underflow of the quotient) and cannot fire on these operands, so the
+// result is the same correctly rounded quotient with 6 instructions instead of 10 and no branch.
+// tests/tests/entropy_exact.rs replays the sequence on the host for every m against every
+// reciprocal within 2^-23 (relative) of 1/d. Elsewhere (HIP, host) the division is written as
+// such. The FMAs here are explicit, never contractions: the rounding of each is part of the
+// division's proof, not a change of the rules' arithmetic.
+__device__ __forceinline__ float sp_div_series(float n, float d) {
+#if defined(__CUDA_ARCH__)
+    // One inline-asm block, so that these are the only FMAs and the only .ftz in the PTX
+    // (backend-cuda/tests/nvrtc.rs checks that, and that the block is exactly this sequence).
+    float s;
+    asm("{\n\t"
+        ".reg .f32 r, nd, e, r2, q0, nq, rem;\n\t"
+        "rcp.approx.ftz.f32 r, %2;\n\t"
+        "neg.f32 nd, %2;\n\t"
+        "fma.rn.f32 e, nd, r, 0f3F800000;\n\t"
+        "fma.rn.f32 r2, r, e, r;\n\t"
+        "mul.rn.f32 q0, %1, r2;\n\t"
+        "neg.f32 nq, q0;\n\t"
+        "fma.rn.f32 rem, nq, %2, %1;\n\t"
+        "fma.rn.f32 %0, rem, r2, q0;\n\t"
+        "}"
+        : "=f"(s)
+        : "f"(n), "f"(d));
+    return s;
+#else
+    return n / d;
+#endif
+}
+
+// The entropy's exponent table, 512 floats in shared memory: entry k < 256 is
+// (k - 127) x LN2 x 2^40 (the `e x LN2` of ln_p, scaled), entries k >= 256 are NaN (the sign
+// bit of p was set). Filled by every thread of the block (block-uniform call), then a barrier.
+#define SP_LN_TABLE 512u
+__device__ __forceinline__ void sp_ln_table_fill(float* tab) {
+    for (sp_u32 i = threadIdx.x; i < SP_LN_TABLE; i += blockDim.x)
+        tab[i] = i < 256u ? (float)((sp_i32)i - 127) * sp_f(0x53317218u) : sp_f(0x7FC00000u);
+    __syncthreads();
+}
+
+// One entropy term in fixed point (DETERMINISM.md, "Entropy"): (-(p x ln_p(p)) x 2^40) as i64
+// for p >= MIN_POSITIVE (+inf included), 0 for anything else, computed the same bits cheaper:
+//   * ln_p's `m > sqrt2` test and exponent bump are one integer add: a mantissa >= 0x3504F4
+//     carries into the exponent field of t = bits + 0x4AFB0C, so k = t >> 23 is the bumped
+//     biased exponent and bits - (t & 0xFF800000) is m's mantissa with the right exponent;
+//   * every constant of the series and LN2 are scaled by 2^40 (exact: a power of two, and no
+//     intermediate comes near the subnormal or overflow range), so the series gives
+//     ln_p(p) x 2^40 and the product needs no separate scaling (a product whose magnitude
+//     would overflow saturates the conversion either way);
+//   * (e as f32) x LN2 x 2^40 comes from the table by k, and k >= 256 (p negative) gives NaN,
+//     which converts to 0; zero and subnormal p give |p x ln| < 1, which truncates to 0; NaN
+//     p gives NaN. So no value needs a test or a select.
+__device__ __forceinline__ sp_u64 sp_entropy_fixed(float p, const float* ln_tab) {
+    const sp_u32 bits = __float_as_uint(p);
+    const sp_u32 t = bits + 0x004AFB0Cu;
+    const float a = ln_tab[t >> 23];
+    const float m = __uint_as_float(bits - (t & 0xFF800000u) + 0x3F800000u);
+    const float s = sp_div_series(m - 1.0f, m + 1.0f);
+    const float z = s * s;
+    float q = sp_f(0x52638E39u); // C9 x 2^40
+    float u;
+    u = z * q; q = sp_f(0x52924925u) + u; // C7 x 2^40
+    u = z * q; q = sp_f(0x52CCCCCDu) + u; // C5 x 2^40
+    u = z * q; q = sp_f(0x532AAAABu) + u; // C3 x 2^40
+    u = z * q; q = sp_f(0x54000000u) + u; // 2 x 2^40
+    const float b = s * q;
+    const float ln = a + b; // ln_p(p) x 2^40 (NaN for negative p)
+    const float x = -(p * ln);
+    return (sp_u64)sp_f2i64(x);
+}
+
 // Entropy in fixed point, summed as wrapping 64-bit integers (exact, order-free): this block's
 // part of the sum (groups g_first, g_first + g_step, ..., as in sp_argmax_packed).
 __device__ sp_u64 sp_entropy_sum(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
                                  sp_u64* s_red) {
+    __shared__ float ln_tab[SP_LN_TABLE];
+    sp_ln_table_fill(ln_tab);
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const bool vec = sp_aligned16(row);
+    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
     sp_u64 sum = 0ull;
     const sp_u32 step = g_step * SP_UNROLL_ENTROPY;
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float ws[SP_UNROLL_ENTROPY][4];
+        // Every load first, then the terms; past the end: 0.
+        sp_load_tile<SP_UNROLL_ENTROPY>(row, g0, g_step, vocab, full, 0.0f, ws);
         SP_UNROLLED
-        for (sp_u32 u = 0; u < SP_UNROLL_ENTROPY; ++u) // every load first, then the terms
-            sp_load4(row, (g0 + u * g_step) * 4u, vocab, vec, 0.0f, ws[u]); // past the end: 0
-        SP_UNROLLED
-        for (sp_u32 n = 0; n < SP_UNROLL_ENTROPY * 4u; ++n) {
-            const float* w = ws[n / 4u];
-            const sp_u32 i = n % 4u;
-            // Branch-free: the term is computed for every value and kept for the normal,
-            // finite, positive ones only (for the others ln_p's result is meaningless but
-            // harmless: no trap, and it is dropped).
-            const float p = w[i];
-            const bool counts = p >= sp_f(0x00800000u) && p <= sp_f(0x7F7FFFFFu);
-            const float prod = p * sp_ln(p);
-            const float term = -prod;
-            const float scaled = term * sp_f(0x53800000u); // 2^40
-            const sp_u64 fixed = (sp_u64)sp_f2i64(scaled);
-            sum += counts ? fixed : 0ull;
-        }
+        for (sp_u32 n = 0; n < SP_UNROLL_ENTROPY * 4u; ++n)
+            sum += sp_entropy_fixed(ws[n / 4u][n % 4u], ln_tab);
     }
     return sp_block_reduce(sum, false, s_red);
 }
@@ -503,27 +616,28 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
 // w / E < best (see host-std/src/cpu/kernels.rs for the margin).
 // This block's part of the race (groups g_first, g_first + g_step, ... as in sp_argmax_packed):
 // the largest key's bits (0: no candidate in the block) and the lowest id holding it.
-__device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
-                             sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
-                             sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
-                             sp_u64& top, sp_u32& lowest_id) {
+// The row loop of the race, for a draft row (ROW: residual t - d) or none (plain, or residual
+// with a one-hot draft): two loops, so that neither branches on the kind of draft per tile.
+template <bool ROW>
+__device__ __forceinline__ void sp_race_scan(const float* trow, const float* drow, bool residual,
+                                             sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                             const sp_keys& ks, sp_u32 off_lo, sp_u32 off_hi,
+                                             sp_u32 g_first, sp_u32 g_step, double& best,
+                                             float& best_skip, sp_u32& best_id) {
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const bool vec = sp_aligned16(trow) && (drow == 0 || sp_aligned16(drow));
-    double best = -1.0;
-    float best_skip = -1.0f;
-    sp_u32 best_id = SP_SENTINEL;
-    const sp_keys ks = sp_key_schedule(k0, k1);
+    const sp_u32 full = sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u;
     const sp_u32 step = g_step * SP_UNROLL_RACE;
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
-        SP_UNROLLED
-        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) { // every load first, then the draws
-            const sp_u32 v0 = (g0 + u * g_step) * 4u;
-            sp_load4(trow, v0, vocab, vec, 0.0f, t[u]); // past the end: 0, never a candidate
-            if (residual && drow != 0) {
-                sp_load4(drow, v0, vocab, vec, 0.0f, d[u]);
-            } else {
+        // Every load first, then the draws; past the end: 0, never a candidate.
+        if (ROW) {
+            sp_load_tile2<SP_UNROLL_RACE>(trow, drow, g0, g_step, vocab, full, t, d);
+        } else {
+            sp_load_tile<SP_UNROLL_RACE>(trow, g0, g_step, vocab, full, 0.0f, t);
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+                const sp_u32 v0 = (g0 + u * g_step) * 4u;
                 for (sp_u32 i = 0; i < 4u; ++i)
                     d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
@@ -534,6 +648,22 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
                           best, best_skip, best_id);
         }
     }
+}
+
+__device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
+                             sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
+                             sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
+                             sp_u64& top, sp_u32& lowest_id) {
+    double best = -1.0;
+    float best_skip = -1.0f;
+    sp_u32 best_id = SP_SENTINEL;
+    const sp_keys ks = sp_key_schedule(k0, k1);
+    if (residual && drow != 0)
+        sp_race_scan<true>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
+                           g_first, g_step, best, best_skip, best_id);
+    else
+        sp_race_scan<false>(trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi,
+                            g_first, g_step, best, best_skip, best_id);
     // Candidate keys are positive (or +inf), so their bit patterns order as unsigned integers;
     // "none" is 0. First the largest key, then the lowest id holding it.
     const sp_u64 mine = best > 0.0 ? (sp_u64)__double_as_longlong(best) : 0ull;

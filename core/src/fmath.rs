@@ -83,15 +83,17 @@ pub fn exp_p(x: f32) -> f32 {
     p * f32::from_bits(((n + 127) as u32) << 23)
 }
 
-/// One entropy term in fixed point: `(−(p × ln_p(p)) × 2⁴⁰) as i64` for normal, finite,
-/// positive `p`, 0 for anything else (zero, subnormal, negative, infinite, NaN).
+/// One entropy term in fixed point: `(−(p × ln_p(p)) × 2⁴⁰) as i64` for `p ≥ f32::MIN_POSITIVE`
+/// (normal positive values and `+∞`), 0 for anything else (zero, subnormal, negative, NaN).
 ///
 /// The conversion saturates (Rust's `as`): a term at or beyond ±2²³, possible only for
-/// `p > 1`, becomes `i64::MAX` or `i64::MIN`.
+/// `p > 1`, becomes `i64::MAX` or `i64::MIN`. `+∞` follows the same rule (`ln_p(+∞)` is
+/// `128 × LN2` by its bits, the term `−∞`): `i64::MIN`, as for `f32::MAX`. Counting `+∞` like
+/// the values next to it lets a GPU kernel drop a per-element range test (`core/DETERMINISM.md`).
 #[inline(always)]
 #[must_use]
 pub fn entropy_term(p: f32) -> i64 {
-    if (f32::MIN_POSITIVE..=f32::MAX).contains(&p) {
+    if p >= f32::MIN_POSITIVE {
         let term = -(p * ln_p(p));
         (term * TWO_40) as i64
     } else {
@@ -201,9 +203,14 @@ mod tests {
         assert!((f64::from(h) - 4f64.ln()).abs() < 1e-6, "{h}");
         assert_eq!(entropy(&[1.0, 0.0, 0.0]), 0.0);
         // Garbage contributes 0, never NaN.
-        assert_eq!(entropy(&[f32::NAN, -1.0, f32::INFINITY, 1e-40, 0.0]), 0.0);
-        // Saturation instead of undefined overflow.
+        assert_eq!(
+            entropy(&[f32::NAN, -1.0, f32::NEG_INFINITY, 1e-40, 0.0, -0.0]),
+            0.0
+        );
+        // Saturation instead of undefined overflow; +inf saturates like f32::MAX.
         assert_eq!(entropy_term(f32::MAX), i64::MIN);
+        assert_eq!(entropy_term(f32::INFINITY), i64::MIN);
+        assert_eq!(entropy_term(f32::MIN_POSITIVE), 0);
     }
 
     #[test]

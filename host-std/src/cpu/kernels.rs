@@ -432,9 +432,10 @@ fn f32_to_i64_sat(t: f32) -> i64 {
 /// [`f32_to_i64_sat`] so it vectorises.
 #[inline(always)]
 fn entropy_term(p: f32) -> i64 {
-    let valid = (f32::MIN_POSITIVE..=f32::MAX).contains(&p);
+    // Normal positive values and +inf (NaN compares false).
+    let valid = p >= f32::MIN_POSITIVE;
     let term = -(p * ln_p(p));
-    // For valid p the term is finite (never NaN), where the conversion matches `as i64`.
+    // For valid p the term is never NaN (−∞ for +inf), where the conversion matches `as i64`.
     let fixed = f32_to_i64_sat(term * TWO_40);
     if valid { fixed } else { 0 }
 }
