@@ -1433,6 +1433,124 @@ mod tests {
     }
 
     #[test]
+    fn logits_give_the_bits_of_their_softmax_rows() {
+        // Every rule on the softmax rows computed on the fly (logits) against the same rows
+        // materialised as probabilities: the same bits (the plain loops against `ScalarOps`).
+        let t = 0.8f32;
+        let logits_rows: std::vec::Vec<f32> = (0..6 * 4)
+            .map(|i| ((i * 5 + 2) % 9) as f32 * 0.7 - 2.0)
+            .collect();
+        let mut probs = std::vec::Vec::new();
+        for row in logits_rows.chunks(4) {
+            let sm = Softmax::of(row, t);
+            probs.extend(row.iter().map(|&l| sm.p(l)));
+        }
+        let draft: std::vec::Vec<f32> = (0..6).flat_map(|_| Q).collect();
+        let temps = [t];
+        let offsets = if cfg!(miri) { 4u64 } else { 300 };
+        for kids in [[2u32, 1, 3], [0, 0, 1], [3, 2, 1], [1, 3, 3]] {
+            let s = small(kids);
+            for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+                for with_draft in [false, true] {
+                    for off in 0..offsets {
+                        let offset = [off];
+                        let base = TreeBatch::new(
+                            TreeDims {
+                                vocab: 4,
+                                max_nodes: 6,
+                                max_depth: 2,
+                            },
+                            Tree {
+                                nodes: &[6],
+                                tokens: &s.tokens,
+                                first_child: &s.fc,
+                                next_sibling: &s.ns,
+                            },
+                            &probs,
+                            Streams {
+                                seed: &[11],
+                                offset: &offset,
+                            },
+                        );
+                        let base = if with_draft {
+                            base.with_draft_probs(&draft)
+                        } else {
+                            base
+                        };
+                        let soft = base.with_target_logits(Logits {
+                            values: &logits_rows,
+                            temperature: &temps,
+                        });
+                        let mut results = [(0u32, [0u32; 3], [0u32; 3]); 2];
+                        for (r, batch) in results.iter_mut().zip([base, soft]) {
+                            let mut c = Counters::<4>::ZERO;
+                            verify_tree_batch(
+                                method,
+                                Check::Cheap,
+                                &batch,
+                                &mut TreeOutputs {
+                                    accepted: core::slice::from_mut(&mut r.0),
+                                    path: &mut r.1,
+                                    tokens: &mut r.2,
+                                },
+                                &mut c,
+                            )
+                            .unwrap();
+                        }
+                        assert_eq!(
+                            results[0], results[1],
+                            "{kids:?} {method:?} {with_draft} {off}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_both_models_rule_out_is_never_accepted() {
+        // Child token 0 with q(0) = 0 and p(0) = 0: `U·0 < 0` is false for every U, so it is
+        // rejected; the residual p − q is empty, so the fallback samples p: token 1.
+        let batch_of = |draft: &'static [f32]| {
+            TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: 2,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[2],
+                    tokens: &[0, 0],
+                    first_child: &[1, NO_NODE],
+                    next_sibling: &[NO_NODE, NO_NODE],
+                },
+                &[0.0, 1.0, 0.5, 0.5],
+                Streams {
+                    seed: &[5],
+                    offset: &[6],
+                },
+            )
+            .with_draft_probs(draft)
+        };
+        for off in 0..20u64 {
+            let offset = [off];
+            let batch = TreeBatch {
+                offset: &offset,
+                ..batch_of(&[0.0, 0.0, 0.0, 1.0])
+            };
+            let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let mut c = Counters::<4>::ZERO;
+            let mut out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut t,
+            };
+            verify_tree_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+            assert_eq!((a, p, t), ([0], [0, SENTINEL], [1, SENTINEL]));
+        }
+    }
+
+    #[test]
     fn sibling_draw_rank_0_is_the_chain_draw() {
         for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
             assert_eq!(
