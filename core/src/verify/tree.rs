@@ -1551,6 +1551,117 @@ mod tests {
     }
 
     #[test]
+    fn a_request_gives_the_same_bits_alone_and_in_a_batch() {
+        // Two different requests (trees, rows, draft rows, streams): each batched result equals
+        // the request verified alone, for every method.
+        let (a, mut b) = (small([2, 1, 3]), small([3, 0, 0]));
+        // Request 1 has another shape: two children, the second with three (other links).
+        links_from_parents(&[-1, 0, 0, 2, 2, 2], &mut b.fc, &mut b.ns).unwrap();
+        let mut b_target = b.target.clone();
+        b_target[..4].copy_from_slice(&[0.1, 0.1, 0.1, 0.7]);
+        let b_draft: std::vec::Vec<f32> = b.draft.iter().map(|&q| 1.0 - q * 2.0).collect();
+        let b_draft: std::vec::Vec<f32> = b_draft
+            .chunks(4)
+            .flat_map(|r| {
+                let s: f32 = r.iter().sum();
+                r.iter().map(move |x| if s > 0.0 { x / s } else { 0.25 })
+            })
+            .collect();
+        let cat = |x: &[u32], y: &[u32]| [x, y].concat();
+        let tokens = cat(&a.tokens, &b.tokens);
+        let fc = [&a.fc[..], &b.fc[..]].concat();
+        let ns = [&a.ns[..], &b.ns[..]].concat();
+        let target = [&a.target[..], &b_target[..]].concat();
+        let draft = [&a.draft[..], &b_draft[..]].concat();
+        let trees = [
+            (a.tokens, a.fc, a.ns, &a.target, &a.draft),
+            (b.tokens, b.fc, b.ns, &b_target, &b_draft),
+        ];
+        let offsets = if cfg!(miri) { 2u64 } else { 40 };
+        for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+            for with_draft in [false, true] {
+                for off in 0..offsets {
+                    let (seed, offset) = ([3u64, 4], [off, off + 7]);
+                    let dims = TreeDims {
+                        vocab: 4,
+                        max_nodes: 6,
+                        max_depth: 2,
+                    };
+                    let mut both = TreeBatch::new(
+                        dims,
+                        Tree {
+                            nodes: &[6, 6],
+                            tokens: &tokens,
+                            first_child: &fc,
+                            next_sibling: &ns,
+                        },
+                        &target,
+                        Streams {
+                            seed: &seed,
+                            offset: &offset,
+                        },
+                    );
+                    if with_draft {
+                        both = both.with_draft_probs(&draft);
+                    }
+                    let (mut acc, mut path, mut tok) = ([0u32; 2], [0u32; 6], [0u32; 6]);
+                    let mut c = Counters::<4>::ZERO;
+                    verify_tree_batch(
+                        method,
+                        Check::STRICT,
+                        &both,
+                        &mut TreeOutputs {
+                            accepted: &mut acc,
+                            path: &mut path,
+                            tokens: &mut tok,
+                        },
+                        &mut c,
+                    )
+                    .unwrap();
+                    let mut alone_c = Counters::<4>::ZERO;
+                    for (r, (tk, f, n, t, d)) in trees.iter().enumerate() {
+                        let mut one = TreeBatch::new(
+                            dims,
+                            Tree {
+                                nodes: &[6],
+                                tokens: tk,
+                                first_child: f,
+                                next_sibling: n,
+                            },
+                            t,
+                            Streams {
+                                seed: &seed[r..=r],
+                                offset: &offset[r..=r],
+                            },
+                        );
+                        if with_draft {
+                            one = one.with_draft_probs(d);
+                        }
+                        let (mut a1, mut p1, mut t1) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+                        verify_tree_batch(
+                            method,
+                            Check::STRICT,
+                            &one,
+                            &mut TreeOutputs {
+                                accepted: &mut a1,
+                                path: &mut p1,
+                                tokens: &mut t1,
+                            },
+                            &mut alone_c,
+                        )
+                        .unwrap();
+                        let what = (method, with_draft, off, r);
+                        assert_eq!(a1[0], acc[r], "{what:?}");
+                        assert_eq!(p1, path[3 * r..3 * r + 3], "{what:?}");
+                        assert_eq!(t1, tok[3 * r..3 * r + 3], "{what:?}");
+                    }
+                    assert_eq!(c, alone_c);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn sibling_draw_rank_0_is_the_chain_draw() {
         for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
             assert_eq!(
