@@ -2316,5 +2316,51 @@ mod tests {
             links_from_parents(&[], &mut [], &mut []),
             Err(TreeError::NodeCount { nodes: 0, .. })
         ));
+        // A parent equal to the node count is out of range.
+        assert_eq!(
+            links_from_parents(&[-1, 0, 3], &mut fc[..3], &mut ns[..3]),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 2,
+                link: 3
+            })
+        );
+        assert_eq!(
+            links_from_parents(&[-1, 0], &mut fc[..3], &mut ns[..2]),
+            Err(TreeError::Length {
+                param: TreeParam::FirstChild,
+                len: 3,
+                expected: 2
+            })
+        );
+        assert_eq!(
+            links_from_parents(&[-1, 0], &mut fc[..2], &mut ns[..1]),
+            Err(TreeError::Length {
+                param: TreeParam::NextSibling,
+                len: 1,
+                expected: 2
+            })
+        );
+        // The largest tree (a chain of MAX_TREE_NODES nodes) builds; one more node does not.
+        let chain: std::vec::Vec<i32> = (0..MAX_TREE_NODES as i32 + 1).map(|i| i - 1).collect();
+        let (mut fc, mut ns) = (
+            std::vec![0i32; MAX_TREE_NODES + 1],
+            std::vec![0i32; MAX_TREE_NODES + 1],
+        );
+        links_from_parents(
+            &chain[..MAX_TREE_NODES],
+            &mut fc[..MAX_TREE_NODES],
+            &mut ns[..MAX_TREE_NODES],
+        )
+        .unwrap();
+        assert_eq!(fc[MAX_TREE_NODES - 2], MAX_TREE_NODES as i32 - 1);
+        assert_eq!(
+            links_from_parents(&chain, &mut fc, &mut ns),
+            Err(TreeError::NodeCount {
+                request: 0,
+                nodes: MAX_TREE_NODES as u32 + 1,
+                max: MAX_TREE_NODES
+            })
+        );
     }
 }
