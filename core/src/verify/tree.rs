@@ -1998,6 +1998,38 @@ mod tests {
             check(TreeBatch { vocab: 0, ..ok }, outs),
             Err(TreeError::VocabOutOfRange { vocab: 0 })
         );
+        // The limits themselves pass those checks (and fail later, on the lengths).
+        assert!(matches!(
+            check(
+                TreeBatch {
+                    max_nodes: MAX_TREE_NODES,
+                    ..ok
+                },
+                outs
+            ),
+            Err(TreeError::Length {
+                param: TreeParam::Tokens,
+                ..
+            })
+        ));
+        #[cfg(target_pointer_width = "64")]
+        {
+            let top = u32::MAX as usize;
+            assert!(matches!(
+                check(TreeBatch { vocab: top, ..ok }, outs),
+                Err(TreeError::StrideTooSmall { .. })
+            ));
+            assert_eq!(
+                check(
+                    TreeBatch {
+                        vocab: top + 1,
+                        ..ok
+                    },
+                    outs
+                ),
+                Err(TreeError::VocabOutOfRange { vocab: top + 1 })
+            );
+        }
         assert_eq!(
             check(
                 TreeBatch {
@@ -2230,6 +2262,15 @@ mod tests {
                 node: 1
             })
         );
+        // A link equal to the node count (a padding slot) is out of range.
+        assert_eq!(
+            check([1, 3, n, n], [n; 4], 3, 3),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 1,
+                link: 3
+            })
+        );
         assert_eq!(
             check([1, 5, n, n], [n; 4], 4, 3),
             Err(TreeError::LinkOutOfRange {
@@ -2282,6 +2323,42 @@ mod tests {
             Err(TreeError::MaxDepthOutOfRange {
                 max_depth: 5,
                 max: 4
+            })
+        );
+        // The second request's own links are checked (a valid first request, a cycle in the
+        // second).
+        let target2 = [0.5f32; 2 * 8];
+        let fc2 = [1, 2, 3, n, 1, 2, 3, 1];
+        let ns2 = [n; 8];
+        let batch = TreeBatch::new(
+            TreeDims {
+                vocab: 2,
+                max_nodes: 4,
+                max_depth: 3,
+            },
+            Tree {
+                nodes: &[4, 4],
+                tokens: &[0, 1, 1, 0, 0, 1, 1, 0],
+                first_child: &fc2,
+                next_sibling: &ns2,
+            },
+            &target2,
+            Streams {
+                seed: &[0, 0],
+                offset: &[0, 0],
+            },
+        );
+        let (mut a, mut p, mut t) = ([0u32; 2], [0u32; 8], [0u32; 8]);
+        let out = TreeOutputs {
+            accepted: &mut a,
+            path: &mut p,
+            tokens: &mut t,
+        };
+        assert_eq!(
+            validate_tree::<4>(Method::Greedy, Check::Cheap, &batch, &out),
+            Err(TreeError::Cycle {
+                request: 1,
+                node: 1
             })
         );
         assert_eq!(
