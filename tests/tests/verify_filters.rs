@@ -9,6 +9,7 @@
 //! * bad parameters are typed errors with nothing counted, and backends without the support
 //!   refuse them;
 //! * a method per request gives each request the bits it gets alone with that method;
+//! * recovered tokens (vLLM's `recovered_token_ids`) follow the filters, CPU = reference;
 //! * (release mode) the emitted tokens follow softmax(logits / T) after the filters at
 //!   V = 32000, and no filtered-out id is ever emitted.
 
@@ -727,4 +728,62 @@ fn a_method_per_request_is_each_request_alone() {
             expected: 5
         })
     );
+}
+
+/// vLLM's recovered tokens with filters, bf16 logits, per-request methods and bonus tokens in
+/// the ragged layout: the CPU backend gives the reference's, and at each request's first
+/// rejected position the recovered token is the emitted one.
+#[test]
+fn recovered_tokens_follow_the_filters() {
+    use specula_core::verify::{draft_slots, recovered_tokens};
+    let mut g = Gen(0xF117_000A);
+    let cpu = CpuVerifier::<K>::new(2).expect("pool");
+    let mut firsts = 0;
+    for i in 0..40 {
+        let d = sized_batch(&mut g, 4, 700, 3, true);
+        let (logits, temps) = logits_for(&mut g, &d);
+        let (top_k, top_p, min_p) = random_filters(&mut g, 4, d.vocab);
+        let methods: Vec<Method> = (0..4).map(|_| METHODS[g.below(3)]).collect();
+        let bonus: Vec<u32> = (0..4).map(|_| g.below(d.vocab) as u32).collect();
+        let mut as_logits = d.clone();
+        as_logits.target_probs = logits.clone();
+        let r = RaggedData::from_padded(&as_logits, Some(&bonus));
+        let rb = to_bf16(&r.target_probs);
+        let mut v = r.view();
+        v.target_probs = &[];
+        let batch = v
+            .with_target_logits_half(HalfLogits {
+                values: Half::Bf16(&rb),
+                temperature: &temps,
+            })
+            .with_top_k(&top_k)
+            .with_top_p(&top_p)
+            .with_min_p(&min_p)
+            .with_methods(&methods);
+        let m = Method::Rejection;
+        let slots = draft_slots(&batch);
+        let mut want = vec![0u32; slots];
+        recovered_tokens::<K>(m, Check::STRICT, &batch, &mut want).expect("valid batch");
+        let mut got = vec![1u32; slots];
+        cpu.recovered_tokens(m, Check::STRICT, &batch, &mut got)
+            .expect("valid batch");
+        assert_eq!(got, want, "batch {i}");
+        let out = run(m, &batch);
+        let w = batch.k_max + 1;
+        let mut start = 0;
+        for b in 0..4 {
+            let k = batch.draft_len(b) as usize;
+            let a = out.accepted[b] as usize;
+            if a < k {
+                assert_eq!(
+                    out.tokens[b * w + a],
+                    want[start + a],
+                    "batch {i}, request {b}"
+                );
+                firsts += 1;
+            }
+            start += k;
+        }
+    }
+    assert!(firsts > 20, "only {firsts} rejections");
 }
