@@ -731,9 +731,10 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     fn near_mid(q: __m512d) -> __mmask8 {
-        let low = _mm512_and_si512(_mm512_castpd_si512(q), _mm512_set1_epi64(0x1FFF_FFFF));
-        let d = _mm512_abs_epi64(_mm512_sub_epi64(low, _mm512_set1_epi64(0x1000_0000)));
-        _mm512_cmple_epu64_mask(d, _mm512_set1_epi64(16))
+        // (low 29 bits − 0x1000_0000 + 16) mod 2²⁹ ≤ 32 ⟺ |low 29 bits − 0x1000_0000| ≤ 16.
+        let shifted = _mm512_add_epi64(_mm512_castpd_si512(q), _mm512_set1_epi64(16 - 0x1000_0000));
+        let d = _mm512_and_si512(shifted, _mm512_set1_epi64(0x1FFF_FFFF));
+        _mm512_cmple_epu64_mask(d, _mm512_set1_epi64(32))
     }
 
     /// Lanes of the binary32 `z` (rounded from `q`) outside `[2⁻¹²⁵, 2¹²⁷]` in magnitude,
@@ -763,23 +764,18 @@ mod avx512 {
         (z, near | out_of_range(z, x))
     }
 
-    /// `exp_p` of 16 lanes (`super::exp_p`, operation for operation).
+    /// `exp_p` of 16 lanes that are `≤ 0` or NaN (`super::exp_p`, operation for operation,
+    /// less the selects that cannot fire there). The softmax only evaluates `x = z − m` with
+    /// `m` the row's maximum `z`, so `x ≤ 0` or NaN (`±∞ − ±∞`). For `−87 < x ≤ 0`:
+    /// `t = x/ln 2 ∈ (−125.6, 0]` rounds by `t − 0.5` (`t < 0`; at `t = ±0` both `±0.5`
+    /// truncate to 0), so `n ≥ −126` (no underflow select) and `x ≤ 88` (no overflow select).
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    fn exp16(x: __m512) -> __m512 {
+    fn exp16_nonpos(x: __m512) -> __m512 {
         // maxps returns its second operand for NaN: NaN → −87, discarded at the end.
         let xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
-        let xc = _mm512_min_ps(xc, _mm512_set1_ps(88.0));
         let t = _mm512_mul_ps(xc, _mm512_set1_ps(INV_LN2));
-        // t − 0.5 where t < 0, else t + 0.5.
-        let lt0 = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(t, _mm512_setzero_ps());
-        let tt = _mm512_mask_sub_ps(
-            _mm512_add_ps(t, _mm512_set1_ps(0.5)),
-            lt0,
-            t,
-            _mm512_set1_ps(0.5),
-        );
-        let n = _mm512_cvttps_epi32(tt);
+        let n = _mm512_cvttps_epi32(_mm512_sub_ps(t, _mm512_set1_ps(0.5)));
         let nf = _mm512_cvtepi32_ps(n);
         let r = _mm512_sub_ps(
             _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(LN2_HI))),
@@ -795,10 +791,7 @@ mod avx512 {
             _mm512_set1_epi32(127),
         )));
         let v = _mm512_mul_ps(p, scale);
-        let under = _mm512_cmplt_epi32_mask(n, _mm512_set1_epi32(-126));
-        let v = _mm512_mask_mov_ps(v, under, _mm512_setzero_ps());
-        let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(88.0));
-        let v = _mm512_mask_mov_ps(v, over, _mm512_set1_ps(f32::INFINITY));
+        // x ≤ −87 and NaN give 0.
         let inr = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(-87.0));
         _mm512_maskz_mov_ps(inr, v)
     }
@@ -829,7 +822,7 @@ mod avx512 {
         for c in chunks {
             // SAFETY: `c` holds 16 f32 values; the load is unaligned.
             let l = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-            let e = exp16(shifted(l, t, inv_t, vmax));
+            let e = exp16_nonpos(shifted(l, t, inv_t, vmax));
             let ones = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(e, _mm512_set1_ps(1.0));
             // Lanes with e = 1 add 2⁶⁴: a carry, and a zero term.
             let e = _mm512_mask_mov_ps(e, ones, _mm512_setzero_ps());
@@ -882,7 +875,7 @@ mod avx512 {
         for (c, o) in src.zip(&mut dst) {
             // SAFETY: `c` holds 16 f32 values; the load is unaligned.
             let l = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-            let e = exp16(shifted(l, t, inv_t, vmax));
+            let e = exp16_nonpos(shifted(l, t, inv_t, vmax));
             let (p, bad) = mul_recip(e, inv_s);
             if bad == 0 {
                 // SAFETY: `o` holds 16 f32 slots; the store is unaligned.
@@ -988,6 +981,7 @@ pub(crate) fn softmax_max(isa: Isa, row: &[f32], t: f32) -> f32 {
 }
 
 /// The exact fixed-point softmax sum `F` of `row` at `t` with maximum `max`, with `isa`.
+/// `max` must be the row's [`softmax_max`] (the AVX-512 kernel relies on `l / t − max ≤ 0`).
 #[inline]
 pub(crate) fn softmax_sum(isa: Isa, row: &[f32], t: f32, max: f32) -> u128 {
     match isa {
@@ -1003,7 +997,7 @@ pub(crate) fn softmax_sum(isa: Isa, row: &[f32], t: f32, max: f32) -> u128 {
 }
 
 /// Writes the probabilities `((e_v as f64) / sum) as f32` of `row` into `out` (same length,
-/// `sum = S > 0`) with `isa`.
+/// `sum = S > 0`) with `isa`. `max` must be the row's [`softmax_max`], as for [`softmax_sum`].
 #[inline]
 pub(crate) fn softmax_write(isa: Isa, row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
     match isa {
