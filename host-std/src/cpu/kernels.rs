@@ -469,10 +469,11 @@ fn entropy_range<const N: usize>(row: &[f32], start: usize, end: usize) -> i64 {
 // Rust's saturating `as` conversions add fix-ups to every lane. So:
 // - the maximum is taken over the logits and divided once (division by `t > 0` is monotone,
 //   so `max(l) / t` is the rules' `max(l / t)`, NaN and the sign of zero included);
-// - `l / t` and `e / S` are computed as products with a binary64 reciprocal and rounded to
-//   binary32, which gives the rules' bits unless the product lies within a few binary64 ulps
-//   of a binary32 rounding boundary (`near_boundary`); a block with such a lane is recomputed
-//   with the divisions themselves (about one lane in 2²⁴);
+// - in the AVX-512 kernels (`avx512` below), `l / t` and `e / S` are products with a binary64
+//   reciprocal rounded to binary32, which gives the rules' bits unless the product lies within
+//   a few binary64 ulps of a binary32 rounding boundary (`near_boundary`); a block with such a
+//   lane is recomputed with the divisions themselves (about one lane in 2²⁴). The generic lane
+//   code keeps the divisions: with the test the vectoriser gives up, which costs more;
 // - `exp_p` clamps its input before the float → int conversion, so it is a plain truncation.
 
 const INV_LN2: f32 = f32::from_bits(0x3FB8_AA3B);
@@ -524,6 +525,7 @@ const F32_SAFE_MAX: f64 = f64::from_bits(0x47E0_0000_0000_0000);
 /// significand bits `0x1000_0000`), or outside the normal binary32 range (zero excepted: a zero
 /// product is exact). 16 ulps leaves room for the 2–3 ulps the approximations can be off, also
 /// across a binade boundary where the ulp doubles.
+#[cfg(test)]
 #[inline(always)]
 fn near_boundary(q: f64) -> bool {
     let low = (q.to_bits() & 0x1FFF_FFFF) as i64;
@@ -537,6 +539,7 @@ fn near_boundary(q: f64) -> bool {
 /// binary32 quotient. `inv_t = 1 / (t as f64)` is within 2⁻⁵³ of `1/t`, so the product is within
 /// `2⁻⁵¹·⁹` (relative) of the exact quotient, whose binary32 rounding is `l / t`: equal unless a
 /// rounding boundary lies within that distance ([`near_boundary`]).
+#[cfg(test)]
 #[inline(always)]
 fn div_t(l: f32, inv_t: f64) -> (f32, bool) {
     let q = f64::from(l) * inv_t;
@@ -547,6 +550,7 @@ fn div_t(l: f32, inv_t: f64) -> (f32, bool) {
 /// differ. `inv_s = 1 / s` (binary64): the product is within `2⁻⁵¹·⁹` of `e / s` and within
 /// 2.6 ulps of its binary64 rounding, so both round to the same binary32 unless a rounding
 /// boundary is near ([`near_boundary`]).
+#[cfg(test)]
 #[inline(always)]
 fn div_s(e: f32, inv_s: f64) -> (f32, bool) {
     let q = f64::from(e) * inv_s;
@@ -585,20 +589,14 @@ fn logit_max_range<const N: usize>(row: &[f32], start: usize, end: usize) -> f32
     best
 }
 
-/// `z = l / t` for the `N` lanes of `c`: the fast products, or the divisions when a lane is
-/// near a rounding boundary.
+/// `z = l / t` for the `N` lanes of `c`. (The reciprocal product with a boundary test, which
+/// the AVX-512 kernels use, is slower here: the vectoriser gives up on the test, measured with
+/// `softmax_pass_timing`: AVX2 sum 1.0 ms → 0.57 ms, write 2.3 ms → 0.26 ms per 128k row with
+/// the plain divisions.)
 #[inline(always)]
-fn z_block<const N: usize>(c: &[f32], t: f32, inv_t: f64, z: &mut [f32; N]) {
-    let mut any = false;
+fn z_block<const N: usize>(c: &[f32], t: f32, z: &mut [f32; N]) {
     for l in 0..N {
-        let (q, near) = div_t(c[l], inv_t);
-        z[l] = q;
-        any |= near;
-    }
-    if any {
-        for l in 0..N {
-            z[l] = c[l] / t;
-        }
+        z[l] = c[l] / t;
     }
 }
 
@@ -613,14 +611,13 @@ fn softmax_sum_range<const N: usize>(
     start: usize,
     end: usize,
 ) -> u128 {
-    let inv_t = 1.0 / f64::from(t);
     let mut lo = [0u64; N];
     let mut hi = [0u64; N];
     let mut z = [0f32; N];
     let chunks = row[start..end].chunks_exact(N);
     let tail = chunks.remainder();
     for c in chunks {
-        z_block(c, t, inv_t, &mut z);
+        z_block(c, t, &mut z);
         for l in 0..N {
             let e = exp_p(z[l] - max);
             let one = e >= 1.0;
@@ -651,26 +648,16 @@ fn softmax_write_range<const N: usize>(
     start: usize,
     end: usize,
 ) {
-    let inv_t = 1.0 / f64::from(t);
-    let inv_s = 1.0 / sum;
     let mut z = [0f32; N];
     let mut e = [0f32; N];
     let src = row[start..end].chunks_exact(N);
     let tail = src.remainder();
     let mut dst = out[start..end].chunks_exact_mut(N);
     for (c, o) in src.zip(&mut dst) {
-        z_block(c, t, inv_t, &mut z);
-        let mut any = false;
+        z_block(c, t, &mut z);
         for l in 0..N {
             e[l] = exp_p(z[l] - max);
-            let (p, near) = div_s(e[l], inv_s);
-            o[l] = p;
-            any |= near;
-        }
-        if any {
-            for l in 0..N {
-                o[l] = (f64::from(e[l]) / sum) as f32;
-            }
+            o[l] = (f64::from(e[l]) / sum) as f32;
         }
     }
     for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
@@ -682,7 +669,6 @@ fn softmax_write_range<const N: usize>(
 /// `((w as f64) / sum) as f32` for kept weights (`key(w) ≥ threshold`), else 0.
 #[inline(always)]
 fn cut_write_range<const N: usize>(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
-    let inv_s = 1.0 / sum;
     let keep = |x: f32| {
         let key = if x > 0.0 { x.to_bits() } else { 0 };
         key >= threshold
@@ -691,21 +677,9 @@ fn cut_write_range<const N: usize>(w: &[f32], threshold: u32, sum: f64, out: &mu
     let tail = src.remainder();
     let mut dst = out.chunks_exact_mut(N);
     for (c, o) in src.zip(&mut dst) {
-        let mut any = false;
         for l in 0..N {
-            let (p, near) = div_s(c[l], inv_s);
-            let k = keep(c[l]);
-            o[l] = if k { p } else { 0.0 };
-            any |= near & k;
-        }
-        if any {
-            for l in 0..N {
-                o[l] = if keep(c[l]) {
-                    (f64::from(c[l]) / sum) as f32
-                } else {
-                    0.0
-                };
-            }
+            let p = (f64::from(c[l]) / sum) as f32;
+            o[l] = if keep(c[l]) { p } else { 0.0 };
         }
     }
     for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
