@@ -193,7 +193,8 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
 /// The buffers of [`verify_rejection_lazy`], kept per thread between requests: allocating and
 /// zeroing `(2k + 1)` rows per request cost about as much as the softmax passes (measured with
 /// the `verify_inputs` bench). `probs` and `draft` are all zero whenever they are stored, so the
-/// one-request batch holds exactly the values a freshly zeroed one would.
+/// one-request batch holds exactly the values a freshly zeroed one would. Each thread that ran
+/// such a request keeps `(2k + 1)·V` floats (plus two rows) of its largest request until it ends.
 #[derive(Default)]
 struct LazyScratch {
     probs: Vec<f32>,
