@@ -57,28 +57,46 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
 /// `core/DETERMINISM.md`): maximum and exact fixed-point sum by the lane-wise kernels (the
 /// reductions are order-independent), then each `p`.
 fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
-    let isa = kernels::Isa::detect();
-    let max = kernels::softmax_max(isa, row, t);
-    let fixed = kernels::softmax_sum(isa, row, t, max);
-    if fixed == 0 {
-        // S = 0: every p is 0 (the rules).
-        out.fill(0.0);
-        return;
-    }
-    let sum = (fixed as f64) * TWO_M64;
-    kernels::softmax_write(isa, row, t, max, sum, out);
+    SoftmaxRow::of(row, t).write(row, out);
 }
 
 /// `2⁻⁶⁴`.
 const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
-/// The softmax state (maximum and exact fixed-point sum, reduced over pieces) of `row` at
-/// temperature `t > 0`.
-fn softmax_of(row: &[f32], t: f32) -> Softmax {
-    let isa = kernels::Isa::detect();
-    let max = kernels::softmax_max(isa, row, t);
-    let fixed = kernels::softmax_sum(isa, row, t, max);
-    Softmax::from_parts(t, max, fixed)
+/// The softmax state of one logit row at temperature `t > 0`: its maximum `m` and exact
+/// fixed-point sum `F` (reduced once, by the lane-wise kernels), and the core's [`Softmax`] of
+/// them for single ids.
+#[derive(Clone, Copy)]
+struct SoftmaxRow {
+    t: f32,
+    max: f32,
+    fixed: u128,
+    state: Softmax,
+}
+
+impl SoftmaxRow {
+    fn of(row: &[f32], t: f32) -> Self {
+        let isa = kernels::Isa::detect();
+        let max = kernels::softmax_max(isa, row, t);
+        let fixed = kernels::softmax_sum(isa, row, t, max);
+        Self {
+            t,
+            max,
+            fixed,
+            state: Softmax::from_parts(t, max, fixed),
+        }
+    }
+
+    /// Writes every `p` of `row` (the row this state was reduced from) into `out`.
+    fn write(&self, row: &[f32], out: &mut [f32]) {
+        if self.fixed == 0 {
+            // S = 0: every p is 0 (the rules).
+            out.fill(0.0);
+            return;
+        }
+        let sum = (self.fixed as f64) * TWO_M64;
+        kernels::softmax_write(kernels::Isa::detect(), row, self.t, self.max, sum, out);
+    }
 }
 
 /// A row as binary32: borrowed, or widened into `buf`.
@@ -97,7 +115,7 @@ fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
 /// `p(x)` of any id is then cheap, and the full row can be written on demand.
 enum RowState {
     /// Logits without a filter: the softmax state.
-    Softmax(Softmax),
+    Softmax(SoftmaxRow),
     /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`].
     Cut(Cut),
     /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
@@ -109,7 +127,7 @@ impl RowState {
     /// `weights` receives the softmax weights when a filter needs them.
     fn of(src: &[f32], t: Option<f32>, filter: Filter, weights: &mut Vec<f32>) -> Self {
         match t {
-            Some(t) if !filter.is_active() => Self::Softmax(softmax_of(src, t)),
+            Some(t) if !filter.is_active() => Self::Softmax(SoftmaxRow::of(src, t)),
             Some(t) => {
                 let isa = kernels::Isa::detect();
                 let max = kernels::softmax_max(isa, src, t);
@@ -126,7 +144,7 @@ impl RowState {
     /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
     fn p(&self, src: &[f32], weights: &[f32], x: usize) -> f32 {
         match self {
-            Self::Softmax(sm) => sm.p(src[x]),
+            Self::Softmax(sm) => sm.state.p(src[x]),
             Self::Cut(c) if weights.len() == src.len() => c.p(weights[x]),
             Self::Cut(c) => c.p(src[x]),
             Self::Identity => src[x],
@@ -134,18 +152,17 @@ impl RowState {
     }
 
     /// Writes the whole probability row.
-    fn write(&self, src: &[f32], weights: &[f32], t: Option<f32>, out: &mut [f32]) {
+    fn write(&self, src: &[f32], weights: &[f32], out: &mut [f32]) {
         match self {
-            Self::Softmax(_) => softmax_into(src, t.unwrap_or(1.0), out),
+            // The state already holds the row's reduction: only the write-out pass is left.
+            Self::Softmax(sm) => sm.write(src, out),
             Self::Cut(c) => {
                 let w = if weights.len() == src.len() {
                     weights
                 } else {
                     src
                 };
-                for (o, &x) in out.iter_mut().zip(w) {
-                    *o = c.p(x);
-                }
+                kernels::cut_write(kernels::Isa::detect(), w, *c, out);
             }
             Self::Identity => out.copy_from_slice(src),
         }
@@ -167,13 +184,76 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
     filter: Filter,
     tokens: &mut [u32],
 ) -> u32 {
+    let mut scratch = LazyScratch::take();
+    let acc = verify_rejection_lazy_in(ops, batch, b, t, filter, tokens, &mut scratch);
+    scratch.put_back();
+    acc
+}
+
+/// The buffers of [`verify_rejection_lazy`], kept per thread between requests: allocating and
+/// zeroing `(2k + 1)` rows per request cost about as much as the softmax passes (measured with
+/// the `verify_inputs` bench). `probs` and `draft` are all zero whenever they are stored, so the
+/// one-request batch holds exactly the values a freshly zeroed one would. Each thread that ran
+/// such a request keeps `(2k + 1)·V` floats (plus two rows) of its largest request until it ends.
+#[derive(Default)]
+struct LazyScratch {
+    probs: Vec<f32>,
+    draft: Vec<f32>,
+    buf: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+thread_local! {
+    static LAZY_SCRATCH: std::cell::Cell<LazyScratch> = std::cell::Cell::new(LazyScratch::default());
+}
+
+impl LazyScratch {
+    /// This thread's buffers (empty ones if a caller further up the stack holds them).
+    fn take() -> Self {
+        LAZY_SCRATCH.with(std::cell::Cell::take)
+    }
+
+    /// Hands the buffers back (their `probs` and `draft` zeroed by the caller).
+    fn put_back(self) {
+        LAZY_SCRATCH.with(|c| c.set(self));
+    }
+
+    /// `probs` (and `draft`) with at least `n` (`nd`) zeros.
+    fn zeroed(&mut self, n: usize, nd: usize) {
+        if self.probs.len() < n {
+            self.probs.resize(n, 0.0);
+        }
+        if self.draft.len() < nd {
+            self.draft.resize(nd, 0.0);
+        }
+    }
+}
+
+fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
+    ops: &O,
+    batch: &Batch<'_>,
+    b: usize,
+    t: Option<f32>,
+    filter: Filter,
+    tokens: &mut [u32],
+    scratch: &mut LazyScratch,
+) -> u32 {
     let v = batch.vocab;
     let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
-    let mut probs = vec![0f32; (k + 1) * v];
-    let mut draft = batch.has_draft_probs().then(|| vec![0f32; k * v]);
-    let (mut buf, mut weights) = (Vec::new(), Vec::new());
+    let has_draft = batch.has_draft_probs();
+    scratch.zeroed((k + 1) * v, if has_draft { k * v } else { 0 });
+    let LazyScratch {
+        probs,
+        draft,
+        buf,
+        weights,
+    } = scratch;
+    let probs = &mut probs[..(k + 1) * v];
+    let mut draft = has_draft.then(|| &mut draft[..k * v]);
+    // Rows written in full (zeroed again before the buffers are handed back).
+    let mut full_rows = 0..0;
     let mut r = k;
     for (j, &x) in ids.iter().enumerate() {
         let x = x as usize;
@@ -181,9 +261,9 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
             break;
         };
         weights.clear();
-        let src = f32_row(row, &mut buf);
-        let state = RowState::of(src, t, filter, &mut weights);
-        let pt = state.p(src, &weights, x);
+        let src = f32_row(row, buf);
+        let state = RowState::of(src, t, filter, weights);
+        let pt = state.p(src, weights, x);
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
         if accepts(accept_draw(seed, offset, j as u32), pt, pd) {
@@ -192,7 +272,8 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
                 dr[j * v + x] = pd;
             }
         } else {
-            state.write(src, &weights, t, &mut probs[j * v..(j + 1) * v]);
+            state.write(src, weights, &mut probs[j * v..(j + 1) * v]);
+            full_rows = j..j + 1;
             if let (Some(dr), Some(d)) = (&mut draft, d) {
                 d.widen_into(&mut dr[j * v..(j + 1) * v]);
             }
@@ -205,16 +286,17 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
         && let Some(row) = batch.target_values_checked(b, k)
     {
         weights.clear();
-        let src = f32_row(row, &mut buf);
-        let state = RowState::of(src, t, filter, &mut weights);
-        state.write(src, &weights, t, &mut probs[k * v..]);
+        let src = f32_row(row, buf);
+        let state = RowState::of(src, t, filter, weights);
+        state.write(src, weights, &mut probs[k * v..]);
+        full_rows = k..k + 1;
     }
     let k32 = [k as u32];
     let bonus = batch.bonus.map(|x| [x[b]]);
     let mut one = Batch::dense(
         Dims { vocab: v, k_max: k },
         Drafts { k: &k32, ids },
-        &probs,
+        probs,
         Streams {
             seed: &batch.seed[b..=b],
             offset: &batch.offset[b..=b],
@@ -229,6 +311,21 @@ fn verify_rejection_lazy<O: RowOps + ?Sized>(
     let acc = verify_request(ops, Method::Rejection, &one, 0, &mut tokens[..=k]);
     for x in &mut tokens[k + 1..] {
         *x = SENTINEL;
+    }
+    // Back to all zeros: the accepted positions' single values, then the full rows.
+    for (j, &x) in ids.iter().enumerate().take(r) {
+        probs[j * v + x as usize] = 0.0;
+        if let Some(dr) = &mut draft {
+            dr[j * v + x as usize] = 0.0;
+        }
+    }
+    for j in full_rows {
+        probs[j * v..(j + 1) * v].fill(0.0);
+        if let Some(dr) = &mut draft
+            && j < k
+        {
+            dr[j * v..(j + 1) * v].fill(0.0);
+        }
     }
     acc
 }
@@ -303,10 +400,7 @@ fn cut_of(w: &[f32], filter: Filter) -> Cut {
 
 /// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
 fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
-    let cut = cut_of(w, filter);
-    for (o, &x) in out.iter_mut().zip(w) {
-        *o = cut.p(x);
-    }
+    kernels::cut_write(kernels::Isa::detect(), w, cut_of(w, filter), out);
 }
 
 /// Verifies request `b` of a validated batch with `ops`. A request that is not

@@ -462,6 +462,19 @@ fn entropy_range<const N: usize>(row: &[f32], start: usize, end: usize) -> i64 {
 }
 
 // ---- softmax (target logits): `core/DETERMINISM.md`, "Target logits and temperature" ----
+//
+// Where the time goes, and why the kernels below look as they do (measured on this machine
+// with the `softmax_pass_timing` test, one 128k row, AVX-512): a binary32 division per id
+// (`l / t`) and a binary64 division per id (`e / S`) cost more than the rest of the pass, and
+// Rust's saturating `as` conversions add fix-ups to every lane. So:
+// - the maximum is taken over the logits and divided once (division by `t > 0` is monotone,
+//   so `max(l) / t` is the rules' `max(l / t)`, NaN and the sign of zero included);
+// - in the AVX-512 kernels (`avx512` below), `l / t` and `e / S` are products with a binary64
+//   reciprocal rounded to binary32, which gives the rules' bits unless the product lies within
+//   a few binary64 ulps of a binary32 rounding boundary (`near_boundary`); a block with such a
+//   lane is recomputed with the divisions themselves (about one lane in 2²⁴). The generic lane
+//   code keeps the divisions: with the test the vectoriser gives up, which costs more;
+// - `exp_p` clamps its input before the float → int conversion, so it is a plain truncation.
 
 const INV_LN2: f32 = f32::from_bits(0x3FB8_AA3B);
 const LN2_HI: f32 = f32::from_bits(0x3F31_7200);
@@ -475,13 +488,18 @@ const E6: f32 = f32::from_bits(0x3E2A_AAAB);
 /// instead of early returns so that it vectorises.
 #[inline(always)]
 fn exp_p(x: f32) -> f32 {
-    let t = x * INV_LN2;
+    // In range (−87 < x ≤ 88) the clamp changes nothing; out of range (NaN included) the value
+    // is discarded by the selects at the end, so any in-range stand-in will do.
+    let xc = if x > -87.0 { x } else { -87.0 };
+    let xc = if xc > 88.0 { 88.0 } else { xc };
+    let t = xc * INV_LN2;
     let tt = if t < 0.0 { t - 0.5 } else { t + 0.5 };
-    // In range (−87 < x ≤ 88) |tt| < 128, so the conversion is exact truncation; out of range
-    // the value is discarded below.
-    let n = tt as i32;
+    // SAFETY: `xc ∈ [−87, 88]`, so `tt` is finite with `|tt| < 128`, representable in i32 after
+    // truncation (the conversion's precondition); for these values it is the same truncation
+    // as `tt as i32`.
+    let n: i32 = unsafe { tt.to_int_unchecked() };
     let nf = n as f32;
-    let r = (x - nf * LN2_HI) - nf * LN2_LO;
+    let r = (xc - nf * LN2_HI) - nf * LN2_LO;
     let mut p = E720;
     p = E120 + r * p;
     p = E24 + r * p;
@@ -497,6 +515,48 @@ fn exp_p(x: f32) -> f32 {
     if x > -87.0 { v } else { 0.0 }
 }
 
+/// `2⁻¹²⁵`, `2¹²⁷`: binary64 values whose binary32 rounding is certainly a normal number.
+const F32_SAFE_MIN: f64 = f64::from_bits(0x3820_0000_0000_0000);
+const F32_SAFE_MAX: f64 = f64::from_bits(0x47E0_0000_0000_0000);
+
+/// Whether rounding the binary64 `q` to binary32 may differ from rounding the value `q`
+/// approximates (within 2⁻⁵¹ relative, see the callers) or its binary64 rounding: `q` within
+/// 16 ulps of a binary32 rounding boundary (the midpoints between binary32 values: low 29
+/// significand bits `0x1000_0000`), or outside the normal binary32 range (zero excepted: a zero
+/// product is exact). 16 ulps leaves room for the 2–3 ulps the approximations can be off, also
+/// across a binade boundary where the ulp doubles.
+#[cfg(test)]
+#[inline(always)]
+fn near_boundary(q: f64) -> bool {
+    let low = (q.to_bits() & 0x1FFF_FFFF) as i64;
+    let near = (low - 0x1000_0000).unsigned_abs() <= 16;
+    let a = q.abs();
+    let normal = (F32_SAFE_MIN..=F32_SAFE_MAX).contains(&a);
+    near || !(normal || a == 0.0)
+}
+
+/// `l / t` as `(l as f64) × inv_t` rounded to binary32, and whether that may differ from the
+/// binary32 quotient. `inv_t = 1 / (t as f64)` is within 2⁻⁵³ of `1/t`, so the product is within
+/// `2⁻⁵¹·⁹` (relative) of the exact quotient, whose binary32 rounding is `l / t`: equal unless a
+/// rounding boundary lies within that distance ([`near_boundary`]).
+#[cfg(test)]
+#[inline(always)]
+fn div_t(l: f32, inv_t: f64) -> (f32, bool) {
+    let q = f64::from(l) * inv_t;
+    (q as f32, near_boundary(q))
+}
+
+/// `((e as f64) / s) as f32` as `(e as f64) × inv_s` rounded to binary32, and whether that may
+/// differ. `inv_s = 1 / s` (binary64): the product is within `2⁻⁵¹·⁹` of `e / s` and within
+/// 2.6 ulps of its binary64 rounding, so both round to the same binary32 unless a rounding
+/// boundary is near ([`near_boundary`]).
+#[cfg(test)]
+#[inline(always)]
+fn div_s(e: f32, inv_s: f64) -> (f32, bool) {
+    let q = f64::from(e) * inv_s;
+    (q as f32, near_boundary(q))
+}
+
 /// `⌊e · 2⁶⁴⌋` for `0 ≤ e < 1` (as `softmax_fixed`), from the bits: `mant · 2^(E − 86)`,
 /// shifted up or truncated down (subnormals give 0). `e = 1` is counted apart by the caller.
 #[inline(always)]
@@ -510,23 +570,34 @@ fn fixed_below_one(e: f32) -> u64 {
     if ex == 0 { 0 } else { v }
 }
 
-/// The running maximum of `l / t` over `row[start..end]` (`softmax_max`'s rule per lane).
+/// The largest logit of `row[start..end]` under `softmax_max`'s rule (NaN never wins), per
+/// lane; the caller divides it by `t`.
 #[inline(always)]
-fn softmax_max_range<const N: usize>(row: &[f32], t: f32, start: usize, end: usize) -> f32 {
+fn logit_max_range<const N: usize>(row: &[f32], start: usize, end: usize) -> f32 {
     let mut m = [f32::NEG_INFINITY; N];
     let chunks = row[start..end].chunks_exact(N);
     let tail = chunks.remainder();
     for c in chunks {
         for l in 0..N {
-            let z = c[l] / t;
-            m[l] = if z > m[l] { z } else { m[l] };
+            m[l] = if c[l] > m[l] { c[l] } else { m[l] };
         }
     }
     let mut best = f32::NEG_INFINITY;
-    for z in m.into_iter().chain(tail.iter().map(|&x| x / t)) {
+    for z in m.into_iter().chain(tail.iter().copied()) {
         best = specula_core::verify::softmax_max(best, z);
     }
     best
+}
+
+/// `z = l / t` for the `N` lanes of `c`. (The reciprocal product with a boundary test, which
+/// the AVX-512 kernels use, is slower here: the vectoriser gives up on the test, measured with
+/// `softmax_pass_timing`: AVX2 sum 1.0 ms → 0.57 ms, write 2.3 ms → 0.26 ms per 128k row with
+/// the plain divisions.)
+#[inline(always)]
+fn z_block<const N: usize>(c: &[f32], t: f32, z: &mut [f32; N]) {
+    for l in 0..N {
+        z[l] = c[l] / t;
+    }
 }
 
 /// The exact fixed-point softmax sum over `row[start..end]`: `Σ ⌊e_v · 2⁶⁴⌋` with
@@ -542,11 +613,13 @@ fn softmax_sum_range<const N: usize>(
 ) -> u128 {
     let mut lo = [0u64; N];
     let mut hi = [0u64; N];
+    let mut z = [0f32; N];
     let chunks = row[start..end].chunks_exact(N);
     let tail = chunks.remainder();
     for c in chunks {
+        z_block(c, t, &mut z);
         for l in 0..N {
-            let e = exp_p(c[l] / t - max);
+            let e = exp_p(z[l] - max);
             let one = e >= 1.0;
             let term = if one { 0 } else { fixed_below_one(e) };
             let sum = lo[l].wrapping_add(term);
@@ -575,16 +648,224 @@ fn softmax_write_range<const N: usize>(
     start: usize,
     end: usize,
 ) {
+    let mut z = [0f32; N];
+    let mut e = [0f32; N];
     let src = row[start..end].chunks_exact(N);
     let tail = src.remainder();
     let mut dst = out[start..end].chunks_exact_mut(N);
     for (c, o) in src.zip(&mut dst) {
+        z_block(c, t, &mut z);
         for l in 0..N {
-            o[l] = (f64::from(exp_p(c[l] / t - max)) / sum) as f32;
+            e[l] = exp_p(z[l] - max);
+            o[l] = (f64::from(e[l]) / sum) as f32;
         }
     }
     for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
         *o = (f64::from(exp_p(x / t - max)) / sum) as f32;
+    }
+}
+
+/// `out[i] = Cut::p(w[i])` for a cut with key threshold `threshold` and sum `sum > 0`:
+/// `((w as f64) / sum) as f32` for kept weights (`key(w) ≥ threshold`), else 0.
+#[inline(always)]
+fn cut_write_range<const N: usize>(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
+    let keep = |x: f32| {
+        let key = if x > 0.0 { x.to_bits() } else { 0 };
+        key >= threshold
+    };
+    let src = w.chunks_exact(N);
+    let tail = src.remainder();
+    let mut dst = out.chunks_exact_mut(N);
+    for (c, o) in src.zip(&mut dst) {
+        for l in 0..N {
+            let p = (f64::from(c[l]) / sum) as f32;
+            o[l] = if keep(c[l]) { p } else { 0.0 };
+        }
+    }
+    for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
+        *o = if keep(x) {
+            (f64::from(x) / sum) as f32
+        } else {
+            0.0
+        };
+    }
+}
+
+/// The softmax sum and write-out for AVX-512, written with intrinsics: the generic lane code
+/// above compiles to ~3.5 ns per id here (the `f64` halves, the saturating conversions and the
+/// 64-bit lanes defeat the vectoriser), these to well under 1 ns. Same operations, same order,
+/// same bits (`softmax_kernels_match_the_core` runs every instruction set).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{E6, E24, E120, E720, F32_SAFE_MAX, F32_SAFE_MIN, INV_LN2, LN2_HI, LN2_LO};
+    use std::arch::x86_64::*;
+
+    /// Lanes whose binary64 value may round differently from the value it approximates
+    /// (`near_boundary`'s first test: within 16 ulps of a binary32 midpoint).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn near_mid(q: __m512d) -> __mmask8 {
+        // (low 29 bits − 0x1000_0000 + 16) mod 2²⁹ ≤ 32 ⟺ |low 29 bits − 0x1000_0000| ≤ 16.
+        let shifted = _mm512_add_epi64(_mm512_castpd_si512(q), _mm512_set1_epi64(16 - 0x1000_0000));
+        let d = _mm512_and_si512(shifted, _mm512_set1_epi64(0x1FFF_FFFF));
+        _mm512_cmple_epu64_mask(d, _mm512_set1_epi64(32))
+    }
+
+    /// Lanes of the binary32 `z` (rounded from `q`) outside `[2⁻¹²⁵, 2¹²⁷]` in magnitude,
+    /// NaN included, except where `src` is zero (then `q` is an exact zero).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn out_of_range(z: __m512, src: __m512) -> __mmask16 {
+        let a = _mm512_abs_ps(z);
+        let lo = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, _mm512_set1_ps(F32_SAFE_MIN as f32));
+        let hi = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, _mm512_set1_ps(F32_SAFE_MAX as f32));
+        let zero = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(src, _mm512_setzero_ps());
+        !((lo & hi) | zero)
+    }
+
+    /// `x × m` (binary64 reciprocal `m`) of 16 binary32 lanes, rounded to binary32, and the lanes
+    /// where that may differ from the correctly rounded quotient ([`super::near_boundary`]).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn mul_recip(x: __m512, m: __m512d) -> (__m512, __mmask16) {
+        let q0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), m);
+        let q1 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(x)), m);
+        let z = _mm512_insertf32x8::<1>(
+            _mm512_castps256_ps512(_mm512_cvtpd_ps(q0)),
+            _mm512_cvtpd_ps(q1),
+        );
+        let near = u16::from(near_mid(q0)) | (u16::from(near_mid(q1)) << 8);
+        (z, near | out_of_range(z, x))
+    }
+
+    /// `exp_p` of 16 lanes that are `≤ 0` or NaN (`super::exp_p`, operation for operation,
+    /// less the selects that cannot fire there). The softmax only evaluates `x = z − m` with
+    /// `m` the row's maximum `z`, so `x ≤ 0` or NaN (`±∞ − ±∞`). For `−87 < x ≤ 0`:
+    /// `t = x/ln 2 ∈ (−125.6, 0]` rounds by `t − 0.5` (`t < 0`; at `t = ±0` both `±0.5`
+    /// truncate to 0), so `n ≥ −126` (no underflow select) and `x ≤ 88` (no overflow select).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn exp16_nonpos(x: __m512) -> __m512 {
+        // maxps returns its second operand for NaN: NaN → −87, discarded at the end.
+        let xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
+        let t = _mm512_mul_ps(xc, _mm512_set1_ps(INV_LN2));
+        let n = _mm512_cvttps_epi32(_mm512_sub_ps(t, _mm512_set1_ps(0.5)));
+        let nf = _mm512_cvtepi32_ps(n);
+        let r = _mm512_sub_ps(
+            _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(LN2_HI))),
+            _mm512_mul_ps(nf, _mm512_set1_ps(LN2_LO)),
+        );
+        let mut p = _mm512_set1_ps(E720);
+        for c in [E120, E24, E6, 0.5, 1.0, 1.0] {
+            // c + r × p: two roundings, as the scalar code (no FMA).
+            p = _mm512_add_ps(_mm512_set1_ps(c), _mm512_mul_ps(r, p));
+        }
+        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+            n,
+            _mm512_set1_epi32(127),
+        )));
+        let v = _mm512_mul_ps(p, scale);
+        // x ≤ −87 and NaN give 0.
+        let inr = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(-87.0));
+        _mm512_maskz_mov_ps(inr, v)
+    }
+
+    /// `l / t − max` of 16 logits: the reciprocal product, or the division where flagged.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn shifted(l: __m512, t: f32, inv_t: __m512d, max: __m512) -> __m512 {
+        let (z, bad) = mul_recip(l, inv_t);
+        let z = if bad == 0 {
+            z
+        } else {
+            _mm512_div_ps(l, _mm512_set1_ps(t))
+        };
+        _mm512_sub_ps(z, max)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn softmax_sum(row: &[f32], t: f32, max: f32) -> u128 {
+        let inv_t = _mm512_set1_pd(1.0 / f64::from(t));
+        let vmax = _mm512_set1_ps(max);
+        let two64 = _mm512_set1_pd(18_446_744_073_709_551_616.0);
+        let (mut lo0, mut lo1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let (mut hi0, mut hi1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let one = _mm512_set1_epi64(1);
+        let chunks = row.chunks_exact(16);
+        let tail = chunks.remainder();
+        for c in chunks {
+            // SAFETY: `c` holds 16 f32 values; the load is unaligned.
+            let l = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            let e = exp16_nonpos(shifted(l, t, inv_t, vmax));
+            let ones = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(e, _mm512_set1_ps(1.0));
+            // Lanes with e = 1 add 2⁶⁴: a carry, and a zero term.
+            let e = _mm512_mask_mov_ps(e, ones, _mm512_setzero_ps());
+            // ⌊e · 2⁶⁴⌋: exact product, truncating conversion of a value in [0, 2⁶⁴).
+            let t0 = _mm512_cvttpd_epu64(_mm512_mul_pd(
+                _mm512_cvtps_pd(_mm512_castps512_ps256(e)),
+                two64,
+            ));
+            let t1 = _mm512_cvttpd_epu64(_mm512_mul_pd(
+                _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(e)),
+                two64,
+            ));
+            lo0 = _mm512_add_epi64(lo0, t0);
+            lo1 = _mm512_add_epi64(lo1, t1);
+            let c0 = _mm512_cmplt_epu64_mask(lo0, t0);
+            let c1 = _mm512_cmplt_epu64_mask(lo1, t1);
+            hi0 = _mm512_mask_add_epi64(hi0, c0, hi0, one);
+            hi1 = _mm512_mask_add_epi64(hi1, c1, hi1, one);
+            hi0 = _mm512_mask_add_epi64(hi0, ones as u8, hi0, one);
+            hi1 = _mm512_mask_add_epi64(hi1, (ones >> 8) as u8, hi1, one);
+        }
+        let (mut l, mut h) = ([0u64; 16], [0u64; 16]);
+        // SAFETY: each store writes 8 u64 into an array of 16 at offset 0 or 8.
+        unsafe {
+            _mm512_storeu_si512(l.as_mut_ptr().cast(), lo0);
+            _mm512_storeu_si512(l.as_mut_ptr().add(8).cast(), lo1);
+            _mm512_storeu_si512(h.as_mut_ptr().cast(), hi0);
+            _mm512_storeu_si512(h.as_mut_ptr().add(8).cast(), hi1);
+        }
+        let mut total = 0u128;
+        for i in 0..16 {
+            total = total.wrapping_add((u128::from(h[i]) << 64) | u128::from(l[i]));
+        }
+        for &x in tail {
+            total = total.wrapping_add(specula_core::verify::softmax_fixed(super::exp_p(
+                x / t - max,
+            )));
+        }
+        total
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn softmax_write(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
+        let inv_t = _mm512_set1_pd(1.0 / f64::from(t));
+        let inv_s = _mm512_set1_pd(1.0 / sum);
+        let vmax = _mm512_set1_ps(max);
+        let src = row.chunks_exact(16);
+        let tail = src.remainder();
+        let mut dst = out.chunks_exact_mut(16);
+        for (c, o) in src.zip(&mut dst) {
+            // SAFETY: `c` holds 16 f32 values; the load is unaligned.
+            let l = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            let e = exp16_nonpos(shifted(l, t, inv_t, vmax));
+            let (p, bad) = mul_recip(e, inv_s);
+            if bad == 0 {
+                // SAFETY: `o` holds 16 f32 slots; the store is unaligned.
+                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), p) };
+            } else {
+                let mut ev = [0f32; 16];
+                // SAFETY: `ev` holds 16 f32 slots.
+                unsafe { _mm512_storeu_ps(ev.as_mut_ptr(), e) };
+                for (o, &e) in o.iter_mut().zip(&ev) {
+                    *o = (f64::from(e) / sum) as f32;
+                }
+            }
+        }
+        for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
+            *o = (f64::from(super::exp_p(x / t - max)) / sum) as f32;
+        }
     }
 }
 
@@ -625,13 +906,13 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) fn softmax_max_avx2(row: &[f32], t: f32) -> f32 {
-        super::softmax_max_range::<16>(row, t, 0, row.len())
+    pub(super) fn logit_max_avx2(row: &[f32]) -> f32 {
+        super::logit_max_range::<32>(row, 0, row.len())
     }
 
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn softmax_max_avx512(row: &[f32], t: f32) -> f32 {
-        super::softmax_max_range::<32>(row, t, 0, row.len())
+    pub(super) fn logit_max_avx512(row: &[f32]) -> f32 {
+        super::logit_max_range::<64>(row, 0, row.len())
     }
 
     #[target_feature(enable = "avx2")]
@@ -639,38 +920,42 @@ mod x86 {
         super::softmax_sum_range::<8>(row, t, max, 0, row.len())
     }
 
-    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn softmax_sum_avx512(row: &[f32], t: f32, max: f32) -> u128 {
-        super::softmax_sum_range::<16>(row, t, max, 0, row.len())
-    }
-
     #[target_feature(enable = "avx2")]
     pub(super) fn softmax_write_avx2(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
         super::softmax_write_range::<8>(row, t, max, sum, out, 0, row.len());
     }
 
+    #[target_feature(enable = "avx2")]
+    pub(super) fn cut_write_avx2(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
+        super::cut_write_range::<8>(w, threshold, sum, out);
+    }
+
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn softmax_write_avx512(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
-        super::softmax_write_range::<16>(row, t, max, sum, out, 0, row.len());
+    pub(super) fn cut_write_avx512(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
+        super::cut_write_range::<16>(w, threshold, sum, out);
     }
 }
 
-/// The softmax maximum of `row` at temperature `t` with `isa` (the rules' `m`).
+/// The softmax maximum of `row` at temperature `t` with `isa` (the rules' `m`): the largest
+/// logit divided by `t` (division by `t > 0` is monotone, so this is the largest `l / t`; no
+/// logit above `−∞` gives `−∞ / t = −∞`, as the rules' start value).
 #[inline]
 pub(crate) fn softmax_max(isa: Isa, row: &[f32], t: f32) -> f32 {
-    match isa {
-        Isa::Portable => softmax_max_range::<8>(row, t, 0, row.len()),
+    let max = match isa {
+        Isa::Portable => logit_max_range::<16>(row, 0, row.len()),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::softmax_max_avx2(row, t) },
+        Isa::Avx2 => unsafe { x86::logit_max_avx2(row) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::softmax_max_avx512(row, t) },
-    }
+        Isa::Avx512 => unsafe { x86::logit_max_avx512(row) },
+    };
+    max / t
 }
 
 /// The exact fixed-point softmax sum `F` of `row` at `t` with maximum `max`, with `isa`.
+/// `max` must be the row's [`softmax_max`] (the AVX-512 kernel relies on `l / t − max ≤ 0`).
 #[inline]
 pub(crate) fn softmax_sum(isa: Isa, row: &[f32], t: f32, max: f32) -> u128 {
     match isa {
@@ -681,12 +966,12 @@ pub(crate) fn softmax_sum(isa: Isa, row: &[f32], t: f32, max: f32) -> u128 {
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::softmax_sum_avx512(row, t, max) },
+        Isa::Avx512 => unsafe { avx512::softmax_sum(row, t, max) },
     }
 }
 
 /// Writes the probabilities `((e_v as f64) / sum) as f32` of `row` into `out` (same length,
-/// `sum = S > 0`) with `isa`.
+/// `sum = S > 0`) with `isa`. `max` must be the row's [`softmax_max`], as for [`softmax_sum`].
 #[inline]
 pub(crate) fn softmax_write(isa: Isa, row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
     match isa {
@@ -697,7 +982,28 @@ pub(crate) fn softmax_write(isa: Isa, row: &[f32], t: f32, max: f32, sum: f64, o
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::softmax_write_avx512(row, t, max, sum, out) },
+        Isa::Avx512 => unsafe { avx512::softmax_write(row, t, max, sum, out) },
+    }
+}
+
+/// Writes `cut.p(w[v])` of every weight into `out` (same length) with `isa`: `0` for ids below
+/// the cut's threshold or when its mass is `0`, else `((w as f64) / S) as f32`.
+#[inline]
+pub(crate) fn cut_write(isa: Isa, w: &[f32], cut: specula_core::verify::Cut, out: &mut [f32]) {
+    if cut.fixed == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let sum = (cut.fixed as f64) * (1.0 / 18_446_744_073_709_551_616.0);
+    match isa {
+        Isa::Portable => cut_write_range::<4>(w, cut.threshold, sum, out),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::cut_write_avx2(w, cut.threshold, sum, out) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::cut_write_avx512(w, cut.threshold, sum, out) },
     }
 }
 
@@ -818,6 +1124,192 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The clamped `exp_p` is the core's for a sweep of every bit pattern and the edges.
+    #[test]
+    fn exp_p_matches_the_core_everywhere() {
+        for bits in (0..=u32::MAX)
+            .step_by(89)
+            .chain([0x7F80_0000, 0xFF80_0000, 0x7FC0_0000])
+        {
+            let x = f32::from_bits(bits);
+            assert_eq!(
+                exp_p(x).to_bits(),
+                specula_core::fmath::exp_p(x).to_bits(),
+                "{x:e} ({bits:#x})"
+            );
+        }
+    }
+
+    /// `div_t` and `div_s` either give the divisions' bits or say they may not: over a sweep of
+    /// logits for many temperatures (including values built to sit near rounding boundaries),
+    /// and over random weights and sums.
+    #[test]
+    fn reciprocal_products_are_the_divisions_or_flagged() {
+        let mut s = 0x0D17_5EEDu64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let (mut flagged, mut total) = (0u64, 0u64);
+        let temps = [
+            0.8f32,
+            0.7,
+            1.0,
+            0.3,
+            1.7,
+            0.05,
+            3.0,
+            1e-20,
+            7e30,
+            f32::MIN_POSITIVE,
+        ];
+        for (i, &t) in temps.iter().chain(&[0.123_456_7f32; 1]).enumerate() {
+            let inv_t = 1.0 / f64::from(t);
+            let step = if i < 2 { 61 } else { 4093 };
+            for bits in (0..=u32::MAX).step_by(step) {
+                let l = f32::from_bits(bits);
+                let (q, near) = div_t(l, inv_t);
+                total += 1;
+                if near {
+                    flagged += 1;
+                } else {
+                    assert_eq!(q.to_bits(), (l / t).to_bits(), "{l:e} / {t:e}");
+                }
+            }
+            // Logits whose quotient is (nearly) a binary32 midpoint.
+            for _ in 0..200_000 {
+                let q = f32::from_bits((next() as u32 & 0x3FFF_FFFF) | 0x2000_0000);
+                let mid = f64::from(q) * (1.0 + 2f64.powi(-24));
+                let l = (mid * f64::from(t)) as f32;
+                let (q, near) = div_t(l, inv_t);
+                if !near {
+                    assert_eq!(q.to_bits(), (l / t).to_bits(), "{l:e} / {t:e}");
+                }
+            }
+        }
+        assert!(total > 0 && flagged < total);
+        // Realistic logits at a realistic temperature are almost never flagged.
+        let inv_t = 1.0 / f64::from(0.8f32);
+        let flagged = (0..1_000_000)
+            .filter(|_| {
+                let l = ((next() >> 40) as f32 / 16_777_216.0 - 0.5) * 60.0;
+                div_t(l, inv_t).1
+            })
+            .count();
+        assert!(flagged < 100, "{flagged} of 1000000 flagged");
+        for _ in 0..2_000_000 {
+            let e = f32::from_bits((next() >> 40) as u32 % 0x3F80_0001);
+            let sum = 1.0 + (next() >> 11) as f64 * 2f64.powi(-53) * 300_000.0;
+            let (p, near) = div_s(e, 1.0 / sum);
+            if !near {
+                assert_eq!(
+                    p.to_bits(),
+                    ((f64::from(e) / sum) as f32).to_bits(),
+                    "{e:e} / {sum:e}"
+                );
+            }
+        }
+    }
+
+    /// `cut_write` gives `Cut::p` of every weight on every instruction set, kept or not.
+    #[test]
+    fn cut_write_matches_the_core() {
+        use specula_core::verify::Cut;
+        let mut s = 0xC07_0F5u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for round in 0..300 {
+            let n = 1 + (next() % 500) as usize;
+            let w: Vec<f32> = (0..n)
+                .map(|_| match next() % 30 {
+                    0 => f32::NAN,
+                    1 => -0.5,
+                    2 => 0.0,
+                    3 => f32::from_bits(1 + (next() % 1000) as u32),
+                    4 => 3.0e38,
+                    _ => (next() >> 40) as f32 / 16_777_216.0,
+                })
+                .collect();
+            let cut = Cut {
+                threshold: [0, 0x3E80_0000, 0x3F00_0000, 1][round % 4],
+                fixed: match round % 5 {
+                    0 => 0,
+                    1 => 1,
+                    _ => u128::from(next()) << (next() % 64),
+                },
+            };
+            for isa in Isa::available() {
+                let mut out = vec![7f32; n];
+                cut_write(isa, &w, cut, &mut out);
+                for (o, &x) in out.iter().zip(&w) {
+                    assert_eq!(o.to_bits(), cut.p(x).to_bits(), "{isa:?} {x:e} {cut:?}");
+                }
+            }
+        }
+    }
+
+    /// Times the softmax passes on one 128k row (`cargo test --release -p specula --lib --
+    /// --ignored --nocapture softmax_pass_timing`), in this thread's CPU time.
+    #[test]
+    #[ignore = "timing, run by hand"]
+    fn softmax_pass_timing() {
+        fn cpu_s() -> f64 {
+            let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            let f: Vec<&str> = stat
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .collect();
+            (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+        }
+        fn time(name: &str, mut f: impl FnMut()) {
+            f();
+            let c0 = cpu_s();
+            let mut n = 0;
+            while cpu_s() - c0 < 0.5 || n < 3 {
+                f();
+                n += 1;
+            }
+            println!("{name:<28} {:8.1} us", (cpu_s() - c0) / f64::from(n) * 1e6);
+        }
+        let v = 128 * 1024;
+        let mut x = 0x1234_5678u32;
+        let row: Vec<f32> = (0..v)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                3.0 * ((x >> 8) as f32 / 16_777_216.0 + 1e-6).ln()
+            })
+            .collect();
+        let mut out = vec![0f32; v];
+        let t = 0.8;
+        for isa in Isa::available() {
+            time(&format!("{isa:?} read"), || {
+                std::hint::black_box(row.iter().fold(0f32, |a, &b| a.max(b)));
+            });
+            time(&format!("{isa:?} max"), || {
+                std::hint::black_box(softmax_max(isa, std::hint::black_box(&row), t));
+            });
+            let m = softmax_max(isa, &row, t);
+            time(&format!("{isa:?} sum"), || {
+                std::hint::black_box(softmax_sum(isa, std::hint::black_box(&row), t, m));
+            });
+            let sum = softmax_sum(isa, &row, t, m) as f64 / 18_446_744_073_709_551_616.0;
+            time(&format!("{isa:?} write"), || {
+                softmax_write(isa, std::hint::black_box(&row), t, m, sum, &mut out);
+                std::hint::black_box(&out);
+            });
         }
     }
 
