@@ -801,7 +801,11 @@ fn views_are_bounded_and_typed() {
         assert!(format!("{m:?}").contains("len: 2"));
     }
     assert!(ViewMut::<Fake, u32>::range(&mut buf, 9, 2).is_err());
-    assert!(ViewMut::<Fake, u32>::range(&mut buf, 10, 0).unwrap().is_empty());
+    assert!(
+        ViewMut::<Fake, u32>::range(&mut buf, 10, 0)
+            .unwrap()
+            .is_empty()
+    );
     let m = ViewMut::<Fake, u64>::new(&mut buf);
     assert_eq!(m.len(), 5);
     assert!(format!("{:?}", View::<Fake, u32>::new(&odd)).contains("len: 1"));
