@@ -489,6 +489,10 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
     assert_eq!(acc3[8], 101);
     assert_eq!(tok3, (200..227).collect::<Vec<u32>>());
     assert_eq!(v.driver().multiprocessors(), 1);
+    // On the caller's stream: the launch is queued there.
+    let theirs = drv.stream().unwrap();
+    let w = GpuVerifier::<Fake, K>::with_stream(drv.clone(), theirs.clone()).unwrap();
+    assert!(Rc::ptr_eq(w.stream(), &theirs));
 }
 
 #[test]

@@ -56,11 +56,18 @@ pub struct GpuVerifier<D: Driver, const K: usize> {
 impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// A verifier with zeroed device counters and its own stream.
     pub fn new(drv: D) -> Result<Self, GpuError<D::Error>> {
+        let stream = drv.stream().map_err(GpuError::Driver)?;
+        Self::with_stream(drv, stream)
+    }
+
+    /// A verifier with zeroed device counters whose work is ordered on `stream` (the caller's
+    /// compute stream, so verification follows the model's kernels with no host wait).
+    pub fn with_stream(drv: D, stream: D::Stream) -> Result<Self, GpuError<D::Error>> {
         let stats = drv
             .alloc(kernels::stats_words(K) * 8)
             .map_err(GpuError::Driver)?;
         Ok(Self {
-            stream: drv.stream().map_err(GpuError::Driver)?,
+            stream,
             done: drv.event().map_err(GpuError::Driver)?,
             drv,
             stats,
