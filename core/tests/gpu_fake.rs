@@ -692,6 +692,15 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     drv.run();
     assert_eq!(read_f32(args.eps, 69), 0.5);
     assert_eq!(read_f32(args.delta, 0), 0.5);
+    // A batch whose slices are shorter than its shape: refused, nothing enqueued (a launch
+    // would read past the views).
+    let mut short = Owned::new(b);
+    short.target.pop();
+    assert!(matches!(
+        staging.write::<K>(&drv, v.stream(), Method::Typical, &short.view()),
+        Err(GpuError::Verify(_))
+    ));
+    assert_eq!(drv.pending_ops(), 0);
     // A larger batch than reserved: refused before anything is enqueued.
     let d2 = Owned::new(b + 1);
     assert_eq!(drv.pending_ops(), 0);

@@ -4,7 +4,7 @@ use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
-use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method};
+use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, Support, validate_inputs_with};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
 const SLOTS: usize = 11;
@@ -78,11 +78,12 @@ impl<D: Driver> Staging<D> {
         Ok(())
     }
 
-    /// Enqueues copies of `batch` (validated by the caller, reserved for) on `stream` and
-    /// returns the views a launch takes. Does not allocate or synchronise: the copies are
-    /// ordered on `stream` before whatever is enqueued after them, so a launch or a graph
-    /// replay on the same stream sees this batch. Fails with [`GpuError::ViewTooShort`] if a
-    /// buffer is too small (not reserved for this batch).
+    /// Enqueues copies of `batch` on `stream` and returns the views a launch takes. Does not
+    /// allocate or synchronise: the copies are ordered on `stream` before whatever is enqueued
+    /// after them, so a launch or a graph replay on the same stream sees this batch. Fails with
+    /// [`GpuError::Verify`] if the batch's inputs fail the reference's checks (slices shorter
+    /// than its shape, a layout the kernel lacks) and [`GpuError::ViewTooShort`] if a buffer is
+    /// too small (not [`reserve`](Staging::reserve)d for this batch); nothing is enqueued then.
     pub fn write<const K: usize>(
         &self,
         drv: &D,
@@ -90,6 +91,10 @@ impl<D: Driver> Staging<D> {
         method: Method,
         batch: &Batch<'_>,
     ) -> Result<VerifyArgs<'_, D>, GpuError<D::Error>> {
+        // The views are sized from the slices, the kernel reads by the shape words: refuse a
+        // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
+        // so a launch on what this returns stays in bounds.
+        validate_inputs_with::<K>(Support::EMPTY_DRAFTS, batch)?;
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
         let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
         for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
