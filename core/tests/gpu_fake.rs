@@ -622,7 +622,8 @@ fn split_entry_below_one_request_per_multiprocessor() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Greedy, &d8.view())
         .unwrap();
-    v.launch_staged(&a).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
     drv.run();
     let l = drv.launches();
     assert_eq!(
@@ -737,7 +738,8 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     for field in 0..8 {
         let mut a = staging
             .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
-            .unwrap();
+            .unwrap()
+            .into_args();
         match field {
             0 => a.shape = View::range(a.shape.buffer(), 0, 7).unwrap(),
             1 => a.k = short(a.k),
@@ -760,7 +762,8 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
         .unwrap();
-    v.launch_staged(&a).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
     drv.run();
     assert_eq!(drv.launches().len(), 1);
     // Download into host slices longer than the views is refused.
@@ -902,7 +905,8 @@ fn a_failing_capture_still_ends_the_capture() {
     assert_eq!(e, GpuError::Driver(FakeError(ErrorKind::Device)));
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
     assert_eq!(
-        v.launch_staged(&a),
+        // SAFETY: staged views; the failure injected is the driver's.
+        unsafe { v.launch_staged(&a) },
         Err(GpuError::Driver(FakeError(ErrorKind::Device)))
     );
     assert!(GpuVerifier::<Fake, K>::new(drv.clone()).is_err());
@@ -930,7 +934,8 @@ fn step(v: &GpuVerifier<Fake, K>, s: &Staging<Fake>, d: &Owned) {
     let a = s
         .write::<K>(v.driver(), v.stream(), Method::Greedy, &d.view())
         .unwrap();
-    v.launch_staged(&a).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
 }
 
 #[test]

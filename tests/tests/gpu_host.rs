@@ -158,7 +158,8 @@ fn no_synchronising_call_on_the_step_path() {
     let mut seen = Counters::<K>::ZERO;
     for step in 0..40 {
         if step % 2 == 0 {
-            v.launch_staged(&args).unwrap();
+            // SAFETY: staged views; nothing else writes the staging buffers.
+            unsafe { v.launch_staged(&args) }.unwrap();
         } else {
             v.replay(&graph).unwrap();
         }
@@ -191,7 +192,8 @@ fn step(v: &GpuVerifier<HostDriver, K>, staging: &Staging<HostDriver>, d: &Batch
     let args = staging
         .write::<K>(v.driver(), v.stream(), Method::Rejection, &d.view())
         .unwrap();
-    v.launch_staged(&args).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&args) }.unwrap();
 }
 
 fn setup(

@@ -90,7 +90,7 @@ impl<D: Driver> Staging<D> {
         stream: &D::Stream,
         method: Method,
         batch: &Batch<'_>,
-    ) -> Result<VerifyArgs<'_, D>, GpuError<D::Error>> {
+    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.
@@ -108,7 +108,7 @@ impl<D: Driver> Staging<D> {
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
-        Ok(VerifyArgs {
+        Ok(Staged(VerifyArgs {
             capacity,
             shape,
             k: up_u32(drv, stream, buf(KS)?, batch.k)?,
@@ -124,7 +124,28 @@ impl<D: Driver> Staging<D> {
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
-        })
+        }))
+    }
+}
+
+/// Views [`Staging::write`] returned: the shape words it wrote describe exactly these views,
+/// which is the whole contract of [`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged)
+/// and [`capture_staged`](super::GpuVerifier::capture_staged) (as long as nothing else writes
+/// the buffers). Reads as the [`VerifyArgs`] it holds.
+#[derive(Debug)]
+pub struct Staged<'a, D: Driver>(VerifyArgs<'a, D>);
+
+impl<'a, D: Driver> Staged<'a, D> {
+    /// The views, to change them (then only the `unsafe` launch takes them).
+    pub fn into_args(self) -> VerifyArgs<'a, D> {
+        self.0
+    }
+}
+
+impl<'a, D: Driver> core::ops::Deref for Staged<'a, D> {
+    type Target = VerifyArgs<'a, D>;
+    fn deref(&self) -> &VerifyArgs<'a, D> {
+        &self.0
     }
 }
 
