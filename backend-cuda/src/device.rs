@@ -131,6 +131,8 @@ pub struct DeviceBuffer {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) bytes: usize,
     ctx: Arc<CudaContext>,
+    /// False for the caller's memory ([`crate::Foreign`]): never freed here.
+    owned: bool,
 }
 
 impl DeviceBuffer {
@@ -146,6 +148,7 @@ impl DeviceBuffer {
             ptr,
             bytes,
             ctx: ctx.clone(),
+            owned: true,
         };
         // SAFETY: `ptr` is a fresh allocation of `bytes` bytes in the current context.
         call("cuMemsetD8", Blocking::Yes, || unsafe {
@@ -155,10 +158,22 @@ impl DeviceBuffer {
     }
 }
 
+impl DeviceBuffer {
+    /// The caller's device memory, `bytes` at `ptr`, never freed by this handle.
+    pub(crate) fn borrowed(ctx: &Arc<CudaContext>, ptr: CUdeviceptr, bytes: usize) -> Self {
+        Self {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+            owned: false,
+        }
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; a failed free leaks device memory at worst.
-        if self.ctx.bind_to_thread().is_ok() {
+        if self.owned && self.ctx.bind_to_thread().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.
             let _ = unsafe { result::free_sync(self.ptr) };
         }

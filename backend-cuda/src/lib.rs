@@ -6,6 +6,7 @@ mod compile;
 mod device;
 mod driver;
 mod error;
+mod foreign;
 mod graph;
 mod nvrtc;
 mod readback;
@@ -19,6 +20,7 @@ pub use compile::{
 pub use device::{CudaDevice, DeviceBuffer, PinnedWords};
 pub use driver::{CudaDriver, EventHandle, GraphHandle};
 pub use error::CudaError;
+pub use foreign::{Foreign, ForeignMut};
 pub use graph::VerifyGraph;
 pub use nvrtc::NVRTC_ENV;
 pub use readback::CudaReadback;

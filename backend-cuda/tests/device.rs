@@ -233,3 +233,74 @@ fn readback_conformance_on_device() {
         Cuda { v, r, d: d.clone() }
     });
 }
+
+/// Interop without copies: the step path on the caller's cudarc buffers and stream, through
+/// typed views borrowed from the `CudaSlice`s (what candle's CUDA storage holds), with no
+/// synchronising call; outputs and counters equal the reference.
+#[test]
+fn step_path_on_the_callers_cudarc_buffers() {
+    use specula_core::gpu::{GpuVerifier, VerifyArgs};
+    use specula_core::kernels;
+    use specula_core::verify::{DEFAULT_DELTA, DEFAULT_EPS};
+    use specula_cuda::CudaDriver;
+    let Some(dev) = device() else { return };
+    let mut g = conformance::Gen(0x001A_7E40);
+    let d = conformance::full_layout_batch(&mut g, 5);
+    let (want, counted) = conformance::reference(Method::Rejection, Check::Cheap, &d).unwrap();
+    let b = d.requests();
+    let s = dev.stream().clone();
+    // The caller's buffers, made the way an engine makes them.
+    let shape = kernels::batch_shape::<K>(Method::Rejection, &d.view()).unwrap();
+    let shape = s.clone_htod(&shape).unwrap();
+    let k = s.clone_htod(&d.k).unwrap();
+    let ids = s.clone_htod(&d.draft_ids).unwrap();
+    let dp = d.draft_probs.as_ref().map(|p| s.clone_htod(p).unwrap());
+    let tp = s.clone_htod(&d.target_probs).unwrap();
+    let seed = s.clone_htod(&d.seed).unwrap();
+    let offset = s.clone_htod(&d.offset).unwrap();
+    let eps = s.clone_htod(&vec![DEFAULT_EPS; b]).unwrap();
+    let delta = s.clone_htod(&vec![DEFAULT_DELTA; b]).unwrap();
+    let mut accepted = s.alloc_zeros::<u32>(b).unwrap();
+    let mut tokens = s.alloc_zeros::<u32>(b * (d.k_max + 1)).unwrap();
+    let drv = CudaDriver::new(dev.clone());
+    let mut v = GpuVerifier::<CudaDriver, K>::with_stream(drv.clone(), s.clone()).unwrap();
+    {
+        let (sh, kk, ii, tt, se, of, ep, de) = (
+            drv.borrow(&shape),
+            drv.borrow(&k),
+            drv.borrow(&ids),
+            drv.borrow(&tp),
+            drv.borrow(&seed),
+            drv.borrow(&offset),
+            drv.borrow(&eps),
+            drv.borrow(&delta),
+        );
+        let dd = dp.as_ref().map(|p| drv.borrow(p));
+        let (mut acc, mut tok) = (drv.borrow_mut(&mut accepted), drv.borrow_mut(&mut tokens));
+        let args = VerifyArgs {
+            capacity: u32::try_from(b).unwrap(),
+            shape: sh.view(),
+            k: kk.view(),
+            draft_ids: ii.view(),
+            draft_probs: dd.as_ref().map(|x| x.view()),
+            target_probs: tt.view(),
+            seed: se.view(),
+            offset: of.view(),
+            eps: ep.view(),
+            delta: de.view(),
+            accepted: acc.view_mut(),
+            tokens: tok.view_mut(),
+        };
+        let before = call_counts();
+        // SAFETY: the shape words were computed from this batch, whose buffers these are.
+        unsafe { v.launch(&args) }.unwrap();
+        let after = call_counts();
+        assert_eq!(
+            after.synchronizing, before.synchronizing,
+            "no synchronising call"
+        );
+    }
+    assert_eq!(s.clone_dtoh(&accepted).unwrap(), want.accepted);
+    assert_eq!(s.clone_dtoh(&tokens).unwrap(), want.tokens);
+    assert_eq!(v.totals().unwrap(), counted);
+}

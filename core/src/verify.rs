@@ -47,6 +47,8 @@ pub use reference::{
     Processed, RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual,
     recovered_at, softmax_exp, softmax_fixed, softmax_max, verify_request,
 };
+// The GPU staging (`crate::gpu::Staging::write`) checks a batch's extents without outputs.
+pub(crate) use validate::validate_inputs_with;
 pub use validate::{
     draft_slots, validate, validate_recovered, validate_request, validate_request_with,
     validate_shape, validate_shape_with, validate_with,
