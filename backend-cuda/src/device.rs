@@ -5,7 +5,7 @@ use crate::calls::{Blocking, call};
 use crate::compile::{compile_ptx, driver_present};
 use crate::error::CudaError;
 use cudarc::driver::result;
-use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
+use cudarc::driver::sys::{CUdeviceptr, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
@@ -99,10 +99,6 @@ impl CudaDevice {
         &self.arch
     }
 
-    pub(crate) fn cu_stream(&self) -> CUstream {
-        self.stream.cu_stream()
-    }
-
     pub(crate) fn cu_function(&self) -> CUfunction {
         self.function.cu_function()
     }
@@ -155,6 +151,21 @@ impl DeviceBuffer {
             result::memset_d8_sync(ptr, 0, bytes)
         })?;
         Ok(buf)
+    }
+}
+
+impl DeviceBuffer {
+    /// The raw device pointer (for the caller's own driver calls, e.g. filling it; the buffer
+    /// stays owned by this handle).
+    #[must_use]
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    #[must_use]
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
     }
 }
 

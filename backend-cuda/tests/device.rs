@@ -4,8 +4,9 @@
 //! `scripts/gpu-check.sh` does when it runs them on a GPU host.
 
 use specula_core::Readback;
+use specula_core::gpu::Staging;
 use specula_core::verify::{Check, Method, Reference, Verifier};
-use specula_cuda::{CudaDevice, CudaError, CudaVerifier, DeviceArgs, call_counts};
+use specula_cuda::{CudaDevice, CudaError, CudaVerifier, call_counts};
 use specula_tests::conformance::{self, K};
 use std::sync::Arc;
 use std::task::Poll;
@@ -78,14 +79,27 @@ fn step_path_never_synchronises_and_readback_is_exact() {
         .unwrap()
         .1;
     let mut v = CudaVerifier::<K>::new(dev).unwrap();
-    let args = v.stage(Method::Rejection, Check::Cheap, &d.view()).unwrap();
+    let mut staging = Staging::new();
+    let mut out = conformance::OutData::new(d.requests(), d.k_max);
+    v.gpu_mut()
+        .stage(
+            &mut staging,
+            Method::Rejection,
+            Check::Cheap,
+            &d.view(),
+            &out.view(),
+        )
+        .unwrap();
+    let args = staging
+        .write::<K>(v.driver(), v.gpu().stream(), Method::Rejection, &d.view())
+        .unwrap();
     let mut rb = v.readback().unwrap();
     let steps = 200u64;
     let mut completed = Vec::new();
     let before = call_counts();
     rb.start().unwrap();
     for _ in 0..steps {
-        // SAFETY: `args` points at the verifier's staged buffers, valid until the next stage.
+        // SAFETY: views `Staging::write` returned; nothing else writes the staging buffers.
         unsafe { v.launch(&args).unwrap() };
         match rb.poll() {
             Poll::Pending => {}
@@ -133,11 +147,23 @@ fn graph_capture_and_replay_with_new_inputs() {
     let mut g = conformance::Gen(0x6_7A9);
     let pool = conformance::full_layout_batch(&mut g, 8);
     let mut v = CudaVerifier::<K>::new(dev).unwrap();
-    let first = v
-        .stage(Method::Rejection, Check::Cheap, &pool.view())
+    let drv = v.driver().clone();
+    let mut staging = Staging::new();
+    let mut out = conformance::OutData::new(pool.requests(), pool.k_max);
+    v.gpu_mut()
+        .stage(
+            &mut staging,
+            Method::Rejection,
+            Check::Cheap,
+            &pool.view(),
+            &out.view(),
+        )
         .unwrap();
-    // SAFETY: the staged buffers stay allocated (and, as asserted below, unmoved) while `v`
-    // lives; every later batch needs no more bytes than `pool`.
+    let first = staging
+        .write::<K>(&drv, v.gpu().stream(), Method::Rejection, &pool.view())
+        .unwrap();
+    // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
+    // same buffers (the graph borrows them, so they cannot grow or be freed meanwhile).
     let graph = unsafe { v.capture(&first).unwrap() };
     let mut want = specula_core::Counters::<K>::ZERO;
     let replays = 60;
@@ -145,18 +171,11 @@ fn graph_capture_and_replay_with_new_inputs() {
         let d = conformance::vary(&mut g, &pool);
         let n = d.requests();
         let m = conformance::METHODS[i % 3];
-        let args = v.stage(m, Check::Cheap, &d.view()).unwrap();
-        assert_eq!(
-            DeviceArgs {
-                capacity: first.capacity,
-                ..args
-            },
-            first,
-            "stage moved a buffer the graph reads"
-        );
+        let args = staging
+            .write::<K>(&drv, v.gpu().stream(), m, &d.view())
+            .unwrap();
         let before = call_counts();
-        // SAFETY: the buffers are the captured ones, holding a batch of n ≤ capacity requests.
-        unsafe { graph.replay().unwrap() };
+        v.replay(&graph).unwrap();
         let after = call_counts();
         assert_eq!(
             after.synchronizing, before.synchronizing,
@@ -164,8 +183,10 @@ fn graph_capture_and_replay_with_new_inputs() {
         );
         let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
         let mut out = conformance::OutData::new(n, d.k_max);
-        v.download_outputs(graph.args(), &mut out.accepted, &mut out.tokens)
+        let flags = v
+            .download_outputs(&args, &mut out.accepted, &mut out.tokens)
             .unwrap();
+        assert_eq!(flags, 0, "replay {i}: kernel error flags");
         assert_eq!(
             out.accepted, ref_out.accepted,
             "replay {i} ({m:?}, {n} requests)"
@@ -176,6 +197,7 @@ fn graph_capture_and_replay_with_new_inputs() {
         );
         want.add(&c);
     }
+    drop(graph);
     let mut rb = v.readback().unwrap();
     assert_eq!(
         rb.flush().unwrap(),
