@@ -24,9 +24,10 @@
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstream};
+use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::kernels;
 use specula_core::verify::Method;
-use specula_cuda::{CudaDevice, CudaVerifier, DeviceArgs};
+use specula_cuda::{CudaDevice, CudaDriver, CudaVerifier, DeviceBuffer};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
@@ -80,16 +81,6 @@ specula_read_baseline(const float4* __restrict__ p, unsigned long long n4, float
     if (acc == -1.0f) out[blockIdx.x] = acc;
 }
 "#;
-
-fn up<T>(data: &[T]) -> CUdeviceptr {
-    let bytes = core::mem::size_of_val(data).max(16);
-    // SAFETY: the context is current (bound in main); `bytes` > 0; the copy fits the allocation.
-    unsafe {
-        let p = result::malloc_sync(bytes).expect("cuMemAlloc");
-        result::memcpy_htod_sync(p, data).expect("cuMemcpyHtoD");
-        p
-    }
-}
 
 fn alloc(bytes: usize) -> CUdeviceptr {
     // SAFETY: the context is current; a plain allocation.
@@ -165,22 +156,31 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// One benchmark case's device buffers.
+/// One benchmark case's device buffers (freed with their handles).
 struct Case {
-    args: DeviceArgs,
-    bufs: Vec<CUdeviceptr>,
+    with_draft: bool,
+    b: usize,
+    bufs: Vec<Arc<DeviceBuffer>>,
+    out: [Arc<DeviceBuffer>; 2],
+}
+
+/// A device buffer holding `data`, uploaded on the driver's stream.
+fn dev_up<T: specula_core::gpu::Element>(drv: &CudaDriver, data: &[T]) -> Arc<DeviceBuffer> {
+    let buf = drv.alloc(std::mem::size_of_val(data)).expect("alloc");
+    drv.upload(drv.device().stream(), &buf, 0, data)
+        .expect("upload");
+    buf
 }
 
 impl Case {
     #[allow(clippy::too_many_arguments)]
     fn new(
+        drv: &CudaDriver,
         method: Method,
         drafts: Drafts,
         b: usize,
         vocab: usize,
         k: usize,
-        target: CUdeviceptr,
-        draft: CUdeviceptr,
         seed: u64,
     ) -> Self {
         let with_draft = drafts != Drafts::None;
@@ -195,38 +195,47 @@ impl Case {
         );
         let seeds: Vec<u64> = (0..b as u64).map(|i| seed + i).collect();
         let bufs = vec![
-            up(&shape),
-            up(&vec![k as u32; b]),
-            up(&vec![0u32; b * k]),
-            up(&seeds),
-            up(&vec![0u64; b]),
-            up(&vec![0.09f32; b]),
-            up(&vec![0.3f32; b]),
-            up(&vec![0u32; b]),
-            up(&vec![0u32; b * (k + 1)]),
+            dev_up(drv, &shape),
+            dev_up(drv, &vec![k as u32; b]),
+            dev_up(drv, &vec![0u32; b * k]),
+            dev_up(drv, &seeds),
+            dev_up(drv, &vec![0u64; b]),
+            dev_up(drv, &vec![0.09f32; b]),
+            dev_up(drv, &vec![0.3f32; b]),
         ];
-        let args = DeviceArgs {
-            capacity: b as u32,
-            shape: bufs[0],
-            k: bufs[1],
-            draft_ids: bufs[2],
-            draft_probs: if with_draft { draft } else { 0 },
-            target_probs: target,
-            seed: bufs[3],
-            offset: bufs[4],
-            eps: bufs[5],
-            delta: bufs[6],
-            accepted: bufs[7],
-            tokens: bufs[8],
-        };
-        Self { args, bufs }
+        let out = [
+            dev_up(drv, &vec![0u32; b]),
+            dev_up(drv, &vec![0u32; b * (k + 1)]),
+        ];
+        Self {
+            with_draft,
+            b,
+            bufs,
+            out,
+        }
     }
-}
 
-impl Drop for Case {
-    fn drop(&mut self) {
-        for &p in &self.bufs {
-            free(p);
+    /// Typed views of the case, reading `target` and `draft` (the shared probability rows).
+    fn args<'a>(
+        &'a mut self,
+        target: &'a Arc<DeviceBuffer>,
+        draft: &'a Arc<DeviceBuffer>,
+    ) -> VerifyArgs<'a, CudaDriver> {
+        let [acc, tok] = &mut self.out;
+        let bufs = &self.bufs;
+        VerifyArgs {
+            capacity: self.b as u32,
+            shape: View::new(&bufs[0]),
+            k: View::new(&bufs[1]),
+            draft_ids: View::new(&bufs[2]),
+            draft_probs: self.with_draft.then(|| View::new(draft)),
+            target_probs: View::new(target),
+            seed: View::new(&bufs[3]),
+            offset: View::new(&bufs[4]),
+            eps: View::new(&bufs[5]),
+            delta: View::new(&bufs[6]),
+            accepted: ViewMut::new(acc),
+            tokens: ViewMut::new(tok),
         }
     }
 }
@@ -244,10 +253,11 @@ fn main() {
         }
     };
     dev.context().bind_to_thread().expect("bind");
+    let drv = CudaDriver::new(dev.clone());
     let mut v = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
     // Never given split scratch: always one block per request, the yardstick for the split
     // launch `v` uses below one request per multiprocessor.
-    let mut v1 = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    let v1 = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
     v.reserve_split(256).expect("split scratch");
     let stream = dev.stream().cu_stream();
     println!("device arch {}", dev.arch());
@@ -270,10 +280,15 @@ fn main() {
         [1usize, 4, 8],
     );
     let max_floats = 256 * 9 * 152_064;
-    let target = alloc(max_floats * 4);
+    let target_buf = drv.alloc(max_floats * 4).expect("alloc");
+    let draft_mixed_buf = drv.alloc(max_floats * 4).expect("alloc");
+    let draft_fallback_buf = drv.alloc(max_floats * 4).expect("alloc");
+    let (target, draft_mixed, draft_fallback) = (
+        target_buf.device_ptr(),
+        draft_mixed_buf.device_ptr(),
+        draft_fallback_buf.device_ptr(),
+    );
     let copy_dst = alloc(max_floats * 4);
-    let draft_mixed = alloc(max_floats * 4);
-    let draft_fallback = alloc(max_floats * 4);
     let flush = alloc(L2_FLUSH_BYTES);
     let sink = alloc(1 << 20);
     // Constant target rows: argmax 0; 1e-5 keeps it a plausible (unnormalised) probability.
@@ -342,16 +357,17 @@ fn main() {
             for &vocab in &vocabs {
                 for &k in &ks {
                     let draft = match drafts {
-                        Drafts::Mixed => draft_mixed,
-                        Drafts::Fallback => draft_fallback,
-                        _ => target,
+                        Drafts::Mixed => &draft_mixed_buf,
+                        Drafts::Fallback => &draft_fallback_buf,
+                        _ => &target_buf,
                     };
                     seed += 1_000;
-                    let case = Case::new(method, drafts, b, vocab, k, target, draft, seed);
+                    let mut case = Case::new(&drv, method, drafts, b, vocab, k, seed);
+                    let args = case.args(&target_buf, draft);
                     let n = if b == 1 { 300 } else { 30 };
                     let slices = v.slices_for(b as u32);
                     // SAFETY: every buffer of the case is sized for this (b, k, vocab).
-                    let mut launch = || unsafe { v.launch(&case.args).expect("launch") };
+                    let mut launch = || unsafe { v.launch(&args).expect("launch") };
                     timer.mean(3, &mut launch); // warm-up
                     let us = timer.mean(n, &mut launch);
                     let flushed = if b <= 16 {
@@ -362,7 +378,7 @@ fn main() {
                     };
                     let one_block = if slices > 1 {
                         // SAFETY: as for `launch`.
-                        let mut launch1 = || unsafe { v1.launch(&case.args).expect("launch") };
+                        let mut launch1 = || unsafe { v1.launch(&args).expect("launch") };
                         timer.mean(3, &mut launch1);
                         format!("{:.2}", timer.mean(n, &mut launch1))
                     } else {
@@ -370,7 +386,7 @@ fn main() {
                     };
                     let mut accepted = vec![0u32; b];
                     let mut tokens = vec![0u32; b * (k + 1)];
-                    v.download_outputs(&case.args, &mut accepted, &mut tokens)
+                    v.download_outputs(&args, &mut accepted, &mut tokens)
                         .expect("download");
                     let rows: usize = accepted
                         .iter()
@@ -412,18 +428,18 @@ fn main() {
     );
     for &(method, drafts) in &cases {
         let draft = match drafts {
-            Drafts::Mixed => draft_mixed,
-            Drafts::Fallback => draft_fallback,
-            _ => target,
+            Drafts::Mixed => &draft_mixed_buf,
+            Drafts::Fallback => &draft_fallback_buf,
+            _ => &target_buf,
         };
-        let case = Case::new(method, drafts, 1, 128_256, 4, target, draft, 7);
+        let mut case = Case::new(&drv, method, drafts, 1, 128_256, 4, 7);
+        let args = case.args(&target_buf, draft);
         // SAFETY: as above.
-        let mut launch = || unsafe { v.launch(&case.args).expect("launch") };
+        let mut launch = || unsafe { v.launch(&args).expect("launch") };
         let plain = timer.each(300, &mut || {}, &mut launch);
         // SAFETY: as for `launch`; the buffers outlive the graph (dropped first, below).
-        let graph = unsafe { v.capture(&case.args) }.expect("capture");
-        // SAFETY: as above.
-        let mut replay = || unsafe { graph.replay().expect("replay") };
+        let graph = unsafe { v.capture(&args) }.expect("capture");
+        let mut replay = || v.replay(&graph).expect("replay");
         let replayed = timer.each(300, &mut || {}, &mut replay);
         drop(graph);
         println!(
@@ -438,7 +454,7 @@ fn main() {
             pct(&replayed, 0.99),
         );
     }
-    for p in [target, copy_dst, draft_mixed, draft_fallback, flush, sink] {
+    for p in [copy_dst, flush, sink] {
         free(p);
     }
 }

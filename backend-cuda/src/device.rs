@@ -5,7 +5,7 @@ use crate::calls::{Blocking, call};
 use crate::compile::{compile_ptx, driver_present};
 use crate::error::CudaError;
 use cudarc::driver::result;
-use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
+use cudarc::driver::sys::{CUdeviceptr, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
@@ -99,10 +99,6 @@ impl CudaDevice {
         &self.arch
     }
 
-    pub(crate) fn cu_stream(&self) -> CUstream {
-        self.stream.cu_stream()
-    }
-
     pub(crate) fn cu_function(&self) -> CUfunction {
         self.function.cu_function()
     }
@@ -131,6 +127,8 @@ pub struct DeviceBuffer {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) bytes: usize,
     ctx: Arc<CudaContext>,
+    /// False for the caller's memory ([`crate::Foreign`]): never freed here.
+    owned: bool,
 }
 
 impl DeviceBuffer {
@@ -146,6 +144,7 @@ impl DeviceBuffer {
             ptr,
             bytes,
             ctx: ctx.clone(),
+            owned: true,
         };
         // SAFETY: `ptr` is a fresh allocation of `bytes` bytes in the current context.
         call("cuMemsetD8", Blocking::Yes, || unsafe {
@@ -155,10 +154,37 @@ impl DeviceBuffer {
     }
 }
 
+impl DeviceBuffer {
+    /// The raw device pointer (for the caller's own driver calls, e.g. filling it; the buffer
+    /// stays owned by this handle).
+    #[must_use]
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    #[must_use]
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl DeviceBuffer {
+    /// The caller's device memory, `bytes` at `ptr`, never freed by this handle.
+    pub(crate) fn borrowed(ctx: &Arc<CudaContext>, ptr: CUdeviceptr, bytes: usize) -> Self {
+        Self {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+            owned: false,
+        }
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; a failed free leaks device memory at worst.
-        if self.ctx.bind_to_thread().is_ok() {
+        if self.owned && self.ctx.bind_to_thread().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.
             let _ = unsafe { result::free_sync(self.ptr) };
         }

@@ -6,7 +6,7 @@ mod compile;
 mod device;
 mod driver;
 mod error;
-mod graph;
+mod foreign;
 mod nvrtc;
 mod readback;
 mod verifier;
@@ -19,7 +19,7 @@ pub use compile::{
 pub use device::{CudaDevice, DeviceBuffer, PinnedWords};
 pub use driver::{CudaDriver, EventHandle, GraphHandle};
 pub use error::CudaError;
-pub use graph::VerifyGraph;
+pub use foreign::{Foreign, ForeignMut};
 pub use nvrtc::NVRTC_ENV;
 pub use readback::CudaReadback;
-pub use verifier::{CudaVerifier, DeviceArgs};
+pub use verifier::CudaVerifier;

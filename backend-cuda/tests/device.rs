@@ -4,8 +4,9 @@
 //! `scripts/gpu-check.sh` does when it runs them on a GPU host.
 
 use specula_core::Readback;
+use specula_core::gpu::Staging;
 use specula_core::verify::{Check, Method, Reference, Verifier};
-use specula_cuda::{CudaDevice, CudaError, CudaVerifier, DeviceArgs, call_counts};
+use specula_cuda::{CudaDevice, CudaError, CudaVerifier, call_counts};
 use specula_tests::conformance::{self, K};
 use std::sync::Arc;
 use std::task::Poll;
@@ -78,14 +79,27 @@ fn step_path_never_synchronises_and_readback_is_exact() {
         .unwrap()
         .1;
     let mut v = CudaVerifier::<K>::new(dev).unwrap();
-    let args = v.stage(Method::Rejection, Check::Cheap, &d.view()).unwrap();
+    let mut staging = Staging::new();
+    let mut out = conformance::OutData::new(d.requests(), d.k_max);
+    v.gpu_mut()
+        .stage(
+            &mut staging,
+            Method::Rejection,
+            Check::Cheap,
+            &d.view(),
+            &out.view(),
+        )
+        .unwrap();
+    let args = staging
+        .write::<K>(v.driver(), v.gpu().stream(), Method::Rejection, &d.view())
+        .unwrap();
     let mut rb = v.readback().unwrap();
     let steps = 200u64;
     let mut completed = Vec::new();
     let before = call_counts();
     rb.start().unwrap();
     for _ in 0..steps {
-        // SAFETY: `args` points at the verifier's staged buffers, valid until the next stage.
+        // SAFETY: views `Staging::write` returned; nothing else writes the staging buffers.
         unsafe { v.launch(&args).unwrap() };
         match rb.poll() {
             Poll::Pending => {}
@@ -133,11 +147,23 @@ fn graph_capture_and_replay_with_new_inputs() {
     let mut g = conformance::Gen(0x6_7A9);
     let pool = conformance::full_layout_batch(&mut g, 8);
     let mut v = CudaVerifier::<K>::new(dev).unwrap();
-    let first = v
-        .stage(Method::Rejection, Check::Cheap, &pool.view())
+    let drv = v.driver().clone();
+    let mut staging = Staging::new();
+    let mut out = conformance::OutData::new(pool.requests(), pool.k_max);
+    v.gpu_mut()
+        .stage(
+            &mut staging,
+            Method::Rejection,
+            Check::Cheap,
+            &pool.view(),
+            &out.view(),
+        )
         .unwrap();
-    // SAFETY: the staged buffers stay allocated (and, as asserted below, unmoved) while `v`
-    // lives; every later batch needs no more bytes than `pool`.
+    let first = staging
+        .write::<K>(&drv, v.gpu().stream(), Method::Rejection, &pool.view())
+        .unwrap();
+    // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
+    // same buffers (the graph borrows them, so they cannot grow or be freed meanwhile).
     let graph = unsafe { v.capture(&first).unwrap() };
     let mut want = specula_core::Counters::<K>::ZERO;
     let replays = 60;
@@ -145,18 +171,11 @@ fn graph_capture_and_replay_with_new_inputs() {
         let d = conformance::vary(&mut g, &pool);
         let n = d.requests();
         let m = conformance::METHODS[i % 3];
-        let args = v.stage(m, Check::Cheap, &d.view()).unwrap();
-        assert_eq!(
-            DeviceArgs {
-                capacity: first.capacity,
-                ..args
-            },
-            first,
-            "stage moved a buffer the graph reads"
-        );
+        let args = staging
+            .write::<K>(&drv, v.gpu().stream(), m, &d.view())
+            .unwrap();
         let before = call_counts();
-        // SAFETY: the buffers are the captured ones, holding a batch of n ≤ capacity requests.
-        unsafe { graph.replay().unwrap() };
+        v.replay(&graph).unwrap();
         let after = call_counts();
         assert_eq!(
             after.synchronizing, before.synchronizing,
@@ -164,8 +183,10 @@ fn graph_capture_and_replay_with_new_inputs() {
         );
         let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
         let mut out = conformance::OutData::new(n, d.k_max);
-        v.download_outputs(graph.args(), &mut out.accepted, &mut out.tokens)
+        let flags = v
+            .download_outputs(&args, &mut out.accepted, &mut out.tokens)
             .unwrap();
+        assert_eq!(flags, 0, "replay {i}: kernel error flags");
         assert_eq!(
             out.accepted, ref_out.accepted,
             "replay {i} ({m:?}, {n} requests)"
@@ -176,6 +197,7 @@ fn graph_capture_and_replay_with_new_inputs() {
         );
         want.add(&c);
     }
+    drop(graph);
     let mut rb = v.readback().unwrap();
     assert_eq!(
         rb.flush().unwrap(),
@@ -232,4 +254,75 @@ fn readback_conformance_on_device() {
         let r = v.readback().unwrap();
         Cuda { v, r, d: d.clone() }
     });
+}
+
+/// Interop without copies: the step path on the caller's cudarc buffers and stream, through
+/// typed views borrowed from the `CudaSlice`s (what candle's CUDA storage holds), with no
+/// synchronising call; outputs and counters equal the reference.
+#[test]
+fn step_path_on_the_callers_cudarc_buffers() {
+    use specula_core::gpu::{GpuVerifier, VerifyArgs};
+    use specula_core::kernels;
+    use specula_core::verify::{DEFAULT_DELTA, DEFAULT_EPS};
+    use specula_cuda::CudaDriver;
+    let Some(dev) = device() else { return };
+    let mut g = conformance::Gen(0x001A_7E40);
+    let d = conformance::full_layout_batch(&mut g, 5);
+    let (want, counted) = conformance::reference(Method::Rejection, Check::Cheap, &d).unwrap();
+    let b = d.requests();
+    let s = dev.stream().clone();
+    // The caller's buffers, made the way an engine makes them.
+    let shape = kernels::batch_shape::<K>(Method::Rejection, &d.view()).unwrap();
+    let shape = s.clone_htod(&shape).unwrap();
+    let k = s.clone_htod(&d.k).unwrap();
+    let ids = s.clone_htod(&d.draft_ids).unwrap();
+    let dp = d.draft_probs.as_ref().map(|p| s.clone_htod(p).unwrap());
+    let tp = s.clone_htod(&d.target_probs).unwrap();
+    let seed = s.clone_htod(&d.seed).unwrap();
+    let offset = s.clone_htod(&d.offset).unwrap();
+    let eps = s.clone_htod(&vec![DEFAULT_EPS; b]).unwrap();
+    let delta = s.clone_htod(&vec![DEFAULT_DELTA; b]).unwrap();
+    let mut accepted = s.alloc_zeros::<u32>(b).unwrap();
+    let mut tokens = s.alloc_zeros::<u32>(b * (d.k_max + 1)).unwrap();
+    let drv = CudaDriver::new(dev.clone());
+    let mut v = GpuVerifier::<CudaDriver, K>::with_stream(drv.clone(), s.clone()).unwrap();
+    {
+        let (sh, kk, ii, tt, se, of, ep, de) = (
+            drv.borrow(&shape),
+            drv.borrow(&k),
+            drv.borrow(&ids),
+            drv.borrow(&tp),
+            drv.borrow(&seed),
+            drv.borrow(&offset),
+            drv.borrow(&eps),
+            drv.borrow(&delta),
+        );
+        let dd = dp.as_ref().map(|p| drv.borrow(p));
+        let (mut acc, mut tok) = (drv.borrow_mut(&mut accepted), drv.borrow_mut(&mut tokens));
+        let args = VerifyArgs {
+            capacity: u32::try_from(b).unwrap(),
+            shape: sh.view(),
+            k: kk.view(),
+            draft_ids: ii.view(),
+            draft_probs: dd.as_ref().map(|x| x.view()),
+            target_probs: tt.view(),
+            seed: se.view(),
+            offset: of.view(),
+            eps: ep.view(),
+            delta: de.view(),
+            accepted: acc.view_mut(),
+            tokens: tok.view_mut(),
+        };
+        let before = call_counts();
+        // SAFETY: the shape words were computed from this batch, whose buffers these are.
+        unsafe { v.launch(&args) }.unwrap();
+        let after = call_counts();
+        assert_eq!(
+            after.synchronizing, before.synchronizing,
+            "no synchronising call"
+        );
+    }
+    assert_eq!(s.clone_dtoh(&accepted).unwrap(), want.accepted);
+    assert_eq!(s.clone_dtoh(&tokens).unwrap(), want.tokens);
+    assert_eq!(v.totals().unwrap(), counted);
 }

@@ -1,36 +1,200 @@
-//! [`RocmDriver`]: the HIP runtime as a [`specula_core::gpu::Driver`], so the shared readback
-//! ring of `specula_core::gpu` (the code the host driver of `specula-tests` runs end to end in
-//! CI) is ROCm's readback. The verifier is not ported onto it yet: [`Driver::launch`] and graph
-//! capture answer [`RocmError::Unsupported`].
+//! [`RocmDriver`]: the HIP runtime as a [`specula_core::gpu::Driver`], so the shared GPU
+//! orchestration of `specula_core::gpu` (staging, launch, graph capture and replay, the readback
+//! ring: the code the host driver of `specula-tests` runs end to end in CI) runs on ROCm
+//! unchanged. Graph capture uses `hipStreamBeginCapture` / `hipStreamEndCapture` /
+//! `hipGraphInstantiate` / `hipGraphLaunch` (libamdhip64 since ROCm 4.3, checked present in
+//! ROCm 5.2); a runtime without them answers [`RocmError::Unsupported`].
 
+use crate::compile::{Module, compile};
 use crate::device::{Device, Event, Stream};
 use crate::error::RocmError;
-use crate::ffi;
+use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
-use specula_core::gpu::{Driver, Element, Launch, Status};
-use specula_core::kernels;
+use core::ffi::c_void;
+use specula_core::gpu::{Driver, Element, Entry, Launch, Status};
+use specula_core::kernels::{self, VERIFY_ENTRY, VERIFY_SPLIT_ENTRY};
 use std::sync::Arc;
 
-/// The HIP runtime on one [`Device`] (a shared handle).
-#[derive(Clone, Debug)]
-pub struct RocmDriver {
-    device: Device,
+/// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
+const KERNEL_OPTIONS: &[&str] = &["-DSPECULA_HIP=1"];
+
+/// The compute units the split launch plans for: below this many requests each request's rows
+/// are split over `min(⌈256 / batch⌉, 64)` blocks (about one request per compute unit of an
+/// MI-series GCD; the ROCm backend's split rule before the shared orchestration).
+const SPLIT_BELOW: u32 = 128;
+
+/// The compiled verification module of `device`, compiled once per device and process.
+fn module_for(device: &Device) -> Result<Arc<Module>, RocmError> {
+    device
+        .inner
+        .module
+        .get_or_init(|| {
+            let code = compile(
+                kernels::SOURCE,
+                "specula_verify.cu",
+                device.arch(),
+                KERNEL_OPTIONS,
+            )?;
+            Module::load(device, &code).map(Arc::new)
+        })
+        .clone()
 }
 
-impl RocmDriver {
-    /// The driver of `device`.
-    #[must_use]
-    pub fn new(device: Device) -> Self {
-        Self { device }
+/// The kernel's two entry points, handles valid while their module is loaded (kept here).
+struct Kernels {
+    _module: Arc<Module>,
+    single: RawFunction,
+    split: RawFunction,
+}
+
+// SAFETY: function handles may be launched from any thread (the runtime locks internally); the
+// module that owns them lives as long as this value.
+unsafe impl Send for Kernels {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Kernels {}
+
+/// The HIP runtime on one [`Device`] (a shared handle), with the verification kernel when made
+/// by [`with_kernel`](RocmDriver::with_kernel).
+#[derive(Clone)]
+pub struct RocmDriver {
+    device: Device,
+    kernels: Option<Arc<Kernels>>,
+}
+
+impl core::fmt::Debug for RocmDriver {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RocmDriver")
+            .field("device", &self.device)
+            .field("kernel", &self.kernels.is_some())
+            .finish()
     }
 }
 
-/// Never constructed: HIP graph capture is not bound by this crate yet.
-#[derive(Debug)]
-pub enum NoGraph {}
+impl RocmDriver {
+    /// The driver of `device`, without the kernel: copies, events and graphs work, a launch
+    /// answers [`RocmError::Unsupported`] (what a readback needs).
+    #[must_use]
+    pub fn new(device: Device) -> Self {
+        Self {
+            device,
+            kernels: None,
+        }
+    }
+
+    /// The driver of `device` with the verification kernel, compiled with hiprtc for its
+    /// architecture (once per device and process) and loaded.
+    ///
+    /// # Errors
+    /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
+    /// [`RocmError::Hip`] when loading it fails.
+    pub fn with_kernel(device: &Device) -> Result<Self, RocmError> {
+        let module = module_for(device)?;
+        let single = module.function(VERIFY_ENTRY)?;
+        let split = module.function(VERIFY_SPLIT_ENTRY)?;
+        Ok(Self {
+            device: device.clone(),
+            kernels: Some(Arc::new(Kernels {
+                _module: module,
+                single,
+                split,
+            })),
+        })
+    }
+
+    /// The device.
+    #[must_use]
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Enqueues writes of the `u32` `words` into `dst` from byte `offset` on `stream`, one
+    /// 32-bit fill per word (`hipMemsetD32Async`): the values travel in the calls, so nothing
+    /// on the host must outlive them and, unlike [`Driver::upload`] (which waits, since HIP
+    /// does not promise to stage a pageable source), nothing waits. For the few shape words of
+    /// a step written on the step path.
+    ///
+    /// # Errors
+    /// [`RocmError::TooLarge`] when the range is out of `dst`, [`RocmError::Hip`] when a fill
+    /// fails.
+    pub fn fill_words(
+        &self,
+        stream: &Stream,
+        dst: &DeviceBuffer<u64>,
+        offset: usize,
+        words: &[u32],
+    ) -> Result<(), RocmError> {
+        let end = core::mem::size_of_val(words)
+            .checked_add(offset)
+            .ok_or(RocmError::TooLarge)?;
+        if end > bytes_in(dst.len()) || !offset.is_multiple_of(4) {
+            return Err(RocmError::TooLarge);
+        }
+        self.device.bind()?;
+        let hip = self.device.hip();
+        for (i, &w) in words.iter().enumerate() {
+            let at = dst
+                .as_device_ptr()
+                .cast::<u8>()
+                .wrapping_add(offset + 4 * i);
+            // SAFETY: the word lies inside the buffer (checked above, 4-aligned: device
+            // allocations are); the value is passed by value (`c_int` carries the bits of `w`).
+            hip.check("hipMemsetD32Async", unsafe {
+                (hip.api.hipMemsetD32Async)(at.cast(), w as core::ffi::c_int, 1, stream.raw)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn graph_api(&self) -> Result<&'static ffi::GraphApi, RocmError> {
+        self.device.hip().graph.as_ref().ok_or(RocmError::Unsupported(
+            "HIP graph capture: the runtime lacks hipStreamBeginCapture/EndCapture/GraphInstantiate/GraphLaunch",
+        ))
+    }
+}
+
+/// An instantiated HIP graph, destroyed with its handle.
+pub struct RocmGraph {
+    graph: RawGraph,
+    exec: RawGraphExec,
+    device: Device,
+}
+
+impl core::fmt::Debug for RocmGraph {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RocmGraph").finish_non_exhaustive()
+    }
+}
+
+// SAFETY: graph handles are owned by this value; the runtime allows launching and destroying
+// them from any thread (it locks internally).
+unsafe impl Send for RocmGraph {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for RocmGraph {}
+
+impl Drop for RocmGraph {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; a failure leaks the graph at worst.
+        if let (Some(g), Ok(())) = (self.device.hip().graph.as_ref(), self.device.bind()) {
+            // SAFETY: created in `end_capture` and destroyed once, here; pending launches of
+            // an executable graph complete before its resources are released.
+            unsafe {
+                let _ = (g.hipGraphExecDestroy)(self.exec);
+                let _ = (g.hipGraphDestroy)(self.graph);
+            }
+        }
+    }
+}
 
 fn bytes_in(words: usize) -> usize {
     words.saturating_mul(8)
+}
+
+/// The device address `byte_offset` bytes into `buf` (no dereference here: the kernel reads it).
+fn at(buf: &DeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
+    buf.as_device_ptr()
+        .cast::<u8>()
+        .wrapping_add(byte_offset)
+        .cast()
 }
 
 impl Driver for RocmDriver {
@@ -39,7 +203,7 @@ impl Driver for RocmDriver {
     type Event = Arc<Event>;
     type Buffer = Arc<DeviceBuffer<u64>>;
     type HostBuffer = PinnedBuffer<u64>;
-    type Graph = NoGraph;
+    type Graph = RocmGraph;
 
     fn stream(&self) -> Result<Arc<Stream>, RocmError> {
         Stream::new(&self.device).map(Arc::new)
@@ -189,26 +353,120 @@ impl Driver for RocmDriver {
         stream.synchronize()
     }
 
-    fn launch(&self, _: &Arc<Stream>, _: &Launch<'_, '_, Self>) -> Result<(), RocmError> {
-        Err(RocmError::Unsupported(
-            "kernel launch through the shared driver trait",
-        ))
+    fn launch(&self, stream: &Arc<Stream>, l: &Launch<'_, '_, Self>) -> Result<(), RocmError> {
+        let Some(k) = self.kernels.as_ref() else {
+            return Err(RocmError::Unsupported(
+                "kernel launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
+            ));
+        };
+        let a = l.args;
+        let mut values: [*mut c_void; 13] = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.k.buffer(), a.k.byte_offset()),
+            at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
+            a.draft_probs
+                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            at(l.stats, 0),
+            l.scratch.map_or(core::ptr::null_mut(), |s| at(s, 0)),
+        ];
+        let (function, mut slices) = match l.entry {
+            Entry::Single => (k.single, 1u32),
+            Entry::Split { slices } => (k.split, slices),
+        };
+        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
+        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
+            *p = core::ptr::from_mut(v).cast();
+        }
+        params[13] = core::ptr::from_mut(&mut slices).cast();
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: `function` is `specula_verify` (twelve pointer arguments) or
+        // `specula_verify_split` (those, the scratch pointer and a u32) of the loaded module;
+        // `params` holds one pointer to each argument in the order of the launch contract (HIP
+        // reads as many as the function has; the values are copied at launch); the orchestration
+        // sized stats and scratch and checked the views against the capacity, and the caller of
+        // its launch vouched for the shape words in device memory; block = 256, a multiple of
+        // both AMD wave sizes.
+        hip.check("hipModuleLaunchKernel", unsafe {
+            (hip.api.hipModuleLaunchKernel)(
+                function,
+                l.grid,
+                1,
+                1,
+                l.block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                core::ptr::null_mut(),
+            )
+        })
     }
 
-    fn begin_capture(&self, _: &Arc<Stream>) -> Result<(), RocmError> {
-        Err(RocmError::Unsupported("HIP graph capture"))
+    fn begin_capture(&self, stream: &Arc<Stream>) -> Result<(), RocmError> {
+        let g = self.graph_api()?;
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: a live stream of this device; the mode is a documented value.
+        hip.check("hipStreamBeginCapture", unsafe {
+            (g.hipStreamBeginCapture)(stream.raw, ffi::CAPTURE_MODE_THREAD_LOCAL)
+        })
     }
 
-    fn end_capture(&self, _: &Arc<Stream>) -> Result<NoGraph, RocmError> {
-        Err(RocmError::Unsupported("HIP graph capture"))
+    fn end_capture(&self, stream: &Arc<Stream>) -> Result<RocmGraph, RocmError> {
+        let g = self.graph_api()?;
+        self.device.bind()?;
+        let hip = self.device.hip();
+        let mut graph: RawGraph = core::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun by `begin_capture`); `graph` is a valid
+        // out-pointer.
+        hip.check("hipStreamEndCapture", unsafe {
+            (g.hipStreamEndCapture)(stream.raw, &mut graph)
+        })?;
+        let mut exec: RawGraphExec = core::ptr::null_mut();
+        // SAFETY: `graph` is the live graph just captured; no error node or log is asked for.
+        let made = hip.check("hipGraphInstantiate", unsafe {
+            (g.hipGraphInstantiate)(
+                &mut exec,
+                graph,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                0,
+            )
+        });
+        if let Err(e) = made {
+            // SAFETY: not yet owned by a handle; destroyed once, here.
+            let _ = unsafe { (g.hipGraphDestroy)(graph) };
+            return Err(e);
+        }
+        Ok(RocmGraph {
+            graph,
+            exec,
+            device: self.device.clone(),
+        })
     }
 
-    fn replay(&self, graph: &NoGraph, _: &Arc<Stream>) -> Result<(), RocmError> {
-        match *graph {}
+    fn replay(&self, graph: &RocmGraph, stream: &Arc<Stream>) -> Result<(), RocmError> {
+        let g = self.graph_api()?;
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: a live executable graph and stream of this device; the orchestration ties the
+        // graph to the lifetime of the buffers it was captured on.
+        hip.check("hipGraphLaunch", unsafe {
+            (g.hipGraphLaunch)(graph.exec, stream.raw)
+        })
     }
 
     fn multiprocessors(&self) -> u32 {
-        1
+        SPLIT_BELOW
     }
 
     fn block_threads(&self) -> u32 {

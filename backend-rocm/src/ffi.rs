@@ -23,6 +23,12 @@ pub(crate) type RawModule = *mut c_void;
 pub(crate) type RawFunction = *mut c_void;
 /// `hiprtcProgram`.
 pub(crate) type RawProgram = *mut c_void;
+/// `hipGraph_t`.
+pub(crate) type RawGraph = *mut c_void;
+/// `hipGraphExec_t`.
+pub(crate) type RawGraphExec = *mut c_void;
+/// `hipStreamCaptureModeThreadLocal`.
+pub(crate) const CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
 
 /// `hipSuccess` and `HIPRTC_SUCCESS`.
 pub(crate) const SUCCESS: Status = 0;
@@ -120,6 +126,21 @@ api! {
 }
 
 api! {
+    /// HIP graph capture (stream capture, instantiate, launch), in libamdhip64 since ROCm 4.3;
+    /// optional: without it graph capture answers a typed error.
+    GraphApi {
+        hipStreamBeginCapture: fn(RawStream, c_int) -> Status,
+        hipStreamEndCapture: fn(RawStream, *mut RawGraph) -> Status,
+        hipGraphInstantiate: fn(
+            *mut RawGraphExec, RawGraph, *mut *mut c_void, *mut c_char, usize
+        ) -> Status,
+        hipGraphLaunch: fn(RawGraphExec, RawStream) -> Status,
+        hipGraphExecDestroy: fn(RawGraphExec) -> Status,
+        hipGraphDestroy: fn(RawGraph) -> Status,
+    }
+}
+
+api! {
     /// The hiprtc entry points (libhiprtc in ROCm 6, part of libamdhip64 in ROCm 5).
     RtcApi {
         hiprtcVersion: fn(*mut c_int, *mut c_int) -> Status,
@@ -142,6 +163,8 @@ pub(crate) struct Hip {
     pub(crate) api: HipApi,
     /// ROCm 6's properties entry point (`hipDeviceProp_tR0600` layout); `None` on ROCm 5.
     pub(crate) props_r0600: Option<unsafe extern "C" fn(*mut c_void, c_int) -> Status>,
+    /// Graph capture; `None` when the runtime lacks one of its symbols.
+    pub(crate) graph: Option<GraphApi>,
     _lib: Library,
 }
 
@@ -210,9 +233,11 @@ fn load_hip() -> Result<Hip, String> {
     }
     .ok()
     .map(|s| *s);
+    let graph = GraphApi::load(&lib, "libamdhip64").ok();
     Ok(Hip {
         api,
         props_r0600,
+        graph,
         _lib: lib,
     })
 }

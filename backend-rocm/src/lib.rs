@@ -14,8 +14,8 @@ pub use compile::{
     COMPILE_OPTIONS, CodeObject, EM_AMDGPU, compile, hiprtc_version, unbundle, valid_target_id,
 };
 pub use device::{Device, Event, Stream, device_count, runtime_version};
-pub use driver::{NoGraph, RocmDriver};
+pub use driver::{RocmDriver, RocmGraph};
 pub use error::RocmError;
 pub use memory::{DeviceBuffer, DeviceCopy, PinnedBuffer};
 pub use readback::{DeviceCounters, RocmReadback};
-pub use verifier::{DeviceBatch, DeviceOutputs, DeviceShape, RocmVerifier};
+pub use verifier::RocmVerifier;

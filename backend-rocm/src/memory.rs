@@ -152,65 +152,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         })
     }
 
-    /// Enqueues writes of `words` into the start of the buffer on `stream`, one 32-bit fill per
-    /// word (`hipMemsetD32Async`): the values travel in the calls themselves, so nothing on the
-    /// host has to outlive them and no synchronisation is needed (unlike an upload from a
-    /// stack array).
-    pub(crate) fn enqueue_fill_words(
-        &mut self,
-        words: &[u32],
-        stream: &Stream,
-    ) -> Result<(), RocmError> {
-        if core::mem::size_of_val(words) > bytes_of::<T>(self.len)? {
-            return Err(RocmError::LengthMismatch {
-                what: "fill",
-                expected: self.len,
-                actual: words.len(),
-            });
-        }
-        let hip = self.device.hip();
-        for (i, &w) in words.iter().enumerate() {
-            // SAFETY: word `i` lies inside the buffer (checked above); the value is passed by
-            // value. `c_int` has the bits of `w` (HIP fills the 32-bit pattern).
-            hip.check("hipMemsetD32Async", unsafe {
-                (hip.api.hipMemsetD32Async)(
-                    self.ptr.cast::<u32>().add(i).cast(),
-                    w as core::ffi::c_int,
-                    1,
-                    stream.raw,
-                )
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Enqueues a copy of the start of the buffer into `out` on `stream`. The caller
-    /// synchronises `stream` before `out` is read or goes away.
-    pub(crate) fn enqueue_download(&self, out: &mut [T], stream: &Stream) -> Result<(), RocmError> {
-        if out.len() > self.len {
-            return Err(RocmError::LengthMismatch {
-                what: "download",
-                expected: self.len,
-                actual: out.len(),
-            });
-        }
-        if out.is_empty() {
-            return Ok(());
-        }
-        let hip = self.device.hip();
-        // SAFETY: the device range holds at least `out.len()` elements; `out` is exclusively
-        // borrowed and outlives the copy because every caller synchronises `stream` first.
-        hip.check("hipMemcpyAsync", unsafe {
-            (hip.api.hipMemcpyAsync)(
-                out.as_mut_ptr().cast(),
-                self.ptr,
-                bytes_of::<T>(out.len())?,
-                ffi::MEMCPY_DEVICE_TO_HOST,
-                stream.raw,
-            )
-        })
-    }
-
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len

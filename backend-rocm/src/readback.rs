@@ -41,6 +41,19 @@ impl<const K: usize> DeviceCounters<K> {
         })
     }
 
+    /// The counters `words` that `compute`'s kernels update (a verifier's).
+    pub(crate) fn from_parts(
+        words: Arc<DeviceBuffer<u64>>,
+        compute: Arc<Stream>,
+        device: Device,
+    ) -> Self {
+        Self {
+            words,
+            compute,
+            device,
+        }
+    }
+
     /// The device.
     pub fn device(&self) -> &Device {
         &self.device

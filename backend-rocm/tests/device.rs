@@ -62,3 +62,73 @@ fn readback_conformance_on_device() {
         Rocm { v, r, d: d.clone() }
     });
 }
+
+/// The step path on typed views: staged once, then launches and graph replays of batches that
+/// change size, `k`, seeds, offsets and method through device memory, with readbacks started and
+/// polled, and no synchronising call in between; outputs and counters equal the reference.
+#[test]
+fn step_path_and_graph_replay_on_device() {
+    use specula_core::Readback;
+    use specula_core::gpu::Staging;
+    let Some(mut v) = verifier() else { return };
+    let drv = v.driver().clone();
+    let mut g = conformance::Gen(0x005E_ED0C);
+    let pool = conformance::full_layout_batch(&mut g, 8);
+    let mut staging = Staging::new();
+    let mut out = conformance::OutData::new(pool.requests(), pool.k_max);
+    v.gpu_mut()
+        .stage(
+            &mut staging,
+            Method::Rejection,
+            Check::Cheap,
+            &pool.view(),
+            &out.view(),
+        )
+        .unwrap();
+    let first = staging
+        .write::<K>(&drv, v.gpu().stream(), Method::Rejection, &pool.view())
+        .unwrap();
+    // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
+    // same buffers (the graph borrows them).
+    let graph = match unsafe { v.capture(&first) } {
+        Ok(graph) => Some(graph),
+        Err(specula_rocm::RocmError::Unsupported(what)) => {
+            println!("SKIPPED graph replay: {what}");
+            None
+        }
+        Err(e) => panic!("capture: {e}"),
+    };
+    let mut rb = v.readback().unwrap();
+    let mut want = Counters::<K>::ZERO;
+    for i in 0..40 {
+        let d = conformance::vary(&mut g, &pool);
+        let m = conformance::METHODS[i % 3];
+        let args = staging
+            .write::<K>(&drv, v.gpu().stream(), m, &d.view())
+            .unwrap();
+        let syncs = v.gpu().sync_calls();
+        match (&graph, i % 2) {
+            (Some(graph), 0) => v.replay(graph).unwrap(),
+            // SAFETY: views `Staging::write` returned just above.
+            _ => unsafe { v.launch(&args) }.unwrap(),
+        }
+        if i == 0 {
+            rb.start().unwrap();
+        } else if let std::task::Poll::Ready(r) = rb.poll() {
+            r.unwrap();
+            rb.start().unwrap();
+        }
+        assert_eq!(v.gpu().sync_calls(), syncs, "step {i} synchronised");
+        let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
+        let mut o = conformance::OutData::new(d.requests(), d.k_max);
+        let flags = v
+            .download_outputs(&args, &mut o.accepted, &mut o.tokens)
+            .unwrap();
+        assert_eq!(flags, 0, "step {i}: kernel error flags");
+        assert_eq!(o.accepted, ref_out.accepted, "step {i} ({m:?})");
+        assert_eq!(o.tokens, ref_out.tokens, "step {i} ({m:?})");
+        want.add(&c);
+    }
+    drop(graph);
+    assert_eq!(rb.flush().unwrap(), want, "counters after 40 steps");
+}

@@ -47,6 +47,8 @@ pub use reference::{
     Processed, RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual,
     recovered_at, softmax_exp, softmax_fixed, softmax_max, verify_request,
 };
+// The GPU staging (`crate::gpu::Staging::write`) checks a batch's extents without outputs.
+pub(crate) use validate::validate_inputs_with;
 pub use validate::{
     draft_slots, validate, validate_recovered, validate_request, validate_request_with,
     validate_shape, validate_shape_with, validate_with,
@@ -879,6 +881,33 @@ pub struct Outputs<'a> {
     /// `tokens[b·(k_max+1) + j]`: the accepted draft tokens, then the one recovered or bonus
     /// token, then [`SENTINEL`] up to `k_max + 1` slots (`B · (k_max+1)` values).
     pub tokens: &'a mut [u32],
+}
+
+/// The `accepted` slice of [`Outputs::new`], named so it cannot be passed as the tokens.
+#[derive(Debug)]
+pub struct AcceptedOut<'a>(pub &'a mut [u32]);
+
+/// The `tokens` slice of [`Outputs::new`], named so it cannot be passed as the accepted counts.
+#[derive(Debug)]
+pub struct TokensOut<'a>(pub &'a mut [u32]);
+
+impl<'a> Outputs<'a> {
+    /// Outputs from two named slices: the struct literal takes two `&mut [u32]` that a caller
+    /// can swap without a compile error (both fields have the same type); this cannot be.
+    ///
+    /// ```
+    /// use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
+    /// let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 6]);
+    /// let out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
+    /// assert_eq!((out.accepted.len(), out.tokens.len()), (2, 6));
+    /// ```
+    #[must_use]
+    pub fn new(accepted: AcceptedOut<'a>, tokens: TokensOut<'a>) -> Self {
+        Self {
+            accepted: accepted.0,
+            tokens: tokens.0,
+        }
+    }
 }
 
 /// A verification backend: verifies a [`Batch`] and counts it, as one operation.

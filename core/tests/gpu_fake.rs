@@ -489,6 +489,10 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
     assert_eq!(acc3[8], 101);
     assert_eq!(tok3, (200..227).collect::<Vec<u32>>());
     assert_eq!(v.driver().multiprocessors(), 1);
+    // On the caller's stream: the launch is queued there.
+    let theirs = drv.stream().unwrap();
+    let w = GpuVerifier::<Fake, K>::with_stream(drv.clone(), theirs.clone()).unwrap();
+    assert!(Rc::ptr_eq(w.stream(), &theirs));
 }
 
 #[test]
@@ -618,7 +622,8 @@ fn split_entry_below_one_request_per_multiprocessor() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Greedy, &d8.view())
         .unwrap();
-    v.launch_staged(&a).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
     drv.run();
     let l = drv.launches();
     assert_eq!(
@@ -688,6 +693,15 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     drv.run();
     assert_eq!(read_f32(args.eps, 69), 0.5);
     assert_eq!(read_f32(args.delta, 0), 0.5);
+    // A batch whose slices are shorter than its shape: refused, nothing enqueued (a launch
+    // would read past the views).
+    let mut short = Owned::new(b);
+    short.target.pop();
+    assert!(matches!(
+        staging.write::<K>(&drv, v.stream(), Method::Typical, &short.view()),
+        Err(GpuError::Verify(_))
+    ));
+    assert_eq!(drv.pending_ops(), 0);
     // A larger batch than reserved: refused before anything is enqueued.
     let d2 = Owned::new(b + 1);
     assert_eq!(drv.pending_ops(), 0);
@@ -724,7 +738,8 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     for field in 0..8 {
         let mut a = staging
             .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
-            .unwrap();
+            .unwrap()
+            .into_args();
         match field {
             0 => a.shape = View::range(a.shape.buffer(), 0, 7).unwrap(),
             1 => a.k = short(a.k),
@@ -747,7 +762,8 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
         .unwrap();
-    v.launch_staged(&a).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
     drv.run();
     assert_eq!(drv.launches().len(), 1);
     // Download into host slices longer than the views is refused.
@@ -889,7 +905,8 @@ fn a_failing_capture_still_ends_the_capture() {
     assert_eq!(e, GpuError::Driver(FakeError(ErrorKind::Device)));
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
     assert_eq!(
-        v.launch_staged(&a),
+        // SAFETY: staged views; the failure injected is the driver's.
+        unsafe { v.launch_staged(&a) },
         Err(GpuError::Driver(FakeError(ErrorKind::Device)))
     );
     assert!(GpuVerifier::<Fake, K>::new(drv.clone()).is_err());
@@ -917,7 +934,8 @@ fn step(v: &GpuVerifier<Fake, K>, s: &Staging<Fake>, d: &Owned) {
     let a = s
         .write::<K>(v.driver(), v.stream(), Method::Greedy, &d.view())
         .unwrap();
-    v.launch_staged(&a).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
 }
 
 #[test]

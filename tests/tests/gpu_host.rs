@@ -158,7 +158,8 @@ fn no_synchronising_call_on_the_step_path() {
     let mut seen = Counters::<K>::ZERO;
     for step in 0..40 {
         if step % 2 == 0 {
-            v.launch_staged(&args).unwrap();
+            // SAFETY: staged views; nothing else writes the staging buffers.
+            unsafe { v.launch_staged(&args) }.unwrap();
         } else {
             v.replay(&graph).unwrap();
         }
@@ -191,7 +192,8 @@ fn step(v: &GpuVerifier<HostDriver, K>, staging: &Staging<HostDriver>, d: &Batch
     let args = staging
         .write::<K>(v.driver(), v.stream(), Method::Rejection, &d.view())
         .unwrap();
-    v.launch_staged(&args).unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&args) }.unwrap();
 }
 
 fn setup(
@@ -345,4 +347,59 @@ fn flush_waits_for_a_hung_copy_then_returns_totals() {
     );
     let _ = drv.sync_calls();
     let _ = HasKind::kind(&GpuError::<specula_tests::host_driver::HostDriverError>::Stalled);
+}
+
+/// The collector over the GPU ring with a copy stream that hangs: every step still runs and
+/// ticks without a synchronising call, stale copies are reported and abandoned (the ring can),
+/// a start with every slot stalled is a reported failure, and once the copies land collection
+/// resumes and flush publishes the exact totals.
+#[test]
+fn collector_over_the_ring_survives_a_hung_copy_stream() {
+    use specula_core::{CollectError, Collector, SeqSlot, Snapshot, Tick};
+    const S: u64 = 1_000_000_000;
+    let (v, staging, d, per_step) = setup(0xC011);
+    let drv = v.driver().clone();
+    let rb = v.readback().unwrap();
+    drv.faults().target(drv.stream_id(rb.copy_stream()));
+    drv.faults().hang();
+    let mut slot = SeqSlot::new(Snapshot::<K>::ZERO);
+    let (writer, _reader) = slot.split();
+    let mut col = Collector::new(rb, writer, S, 0).unwrap();
+    let syncs = drv.sync_calls();
+    let (mut steps, mut failed, mut stalled) = (0u64, 0u32, false);
+    for i in 0..300u64 {
+        let now = i * S / 10; // 30 s of virtual time, a tick every 100 ms, a step every 500 ms
+        if i % 5 == 0 {
+            step(&v, &staging, &d);
+            steps += 1;
+        }
+        if col.tick(now) == Tick::Failed {
+            failed += 1;
+            stalled |= matches!(
+                col.last_error(),
+                Some(CollectError::Readback(GpuError::Stalled))
+            );
+        }
+    }
+    assert_eq!(drv.sync_calls(), syncs, "ticks and steps never waited");
+    assert!(failed >= 3, "stale copies reported: {failed}");
+    assert!(
+        stalled,
+        "every slot abandoned and still pending is a reported failure"
+    );
+    assert!(col.last().readback_errors >= u64::from(failed));
+    drv.faults().release();
+    // Virtual time now runs at about real speed (1 ms a tick), so a copy is not declared stale
+    // before the host threads have had time to land it.
+    let mut published = false;
+    for i in 0..50_000u64 {
+        if let Tick::Published(_) = col.tick(30 * S + i * S / 1000) {
+            published = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(published, "collection resumed once the copies landed");
+    col.flush(30_000 * S).unwrap();
+    assert_eq!(col.last().counters.drafts, steps * per_step);
 }

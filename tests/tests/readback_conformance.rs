@@ -99,7 +99,8 @@ impl Rig<K> for Gpu {
                 &self.d.view(),
             )
             .unwrap();
-        self.v.launch_staged(&a).unwrap();
+        // SAFETY: staged views; nothing else writes the staging buffers.
+        unsafe { self.v.launch_staged(&a) }.unwrap();
     }
     fn totals(&mut self) -> Counters<K> {
         Verifier::totals(&mut self.v).unwrap()

@@ -17,6 +17,6 @@ mod view;
 pub use driver::{Driver, Entry, Launch, Status, VerifyArgs};
 pub use error::GpuError;
 pub use readback::GpuReadback;
-pub use staging::Staging;
+pub use staging::{Staged, Staging};
 pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, OutOfBounds, View, ViewMut};

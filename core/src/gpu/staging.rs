@@ -4,7 +4,7 @@ use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
-use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method};
+use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, Support, validate_inputs_with};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
 const SLOTS: usize = 11;
@@ -78,18 +78,23 @@ impl<D: Driver> Staging<D> {
         Ok(())
     }
 
-    /// Enqueues copies of `batch` (validated by the caller, reserved for) on `stream` and
-    /// returns the views a launch takes. Does not allocate or synchronise: the copies are
-    /// ordered on `stream` before whatever is enqueued after them, so a launch or a graph
-    /// replay on the same stream sees this batch. Fails with [`GpuError::ViewTooShort`] if a
-    /// buffer is too small (not reserved for this batch).
+    /// Enqueues copies of `batch` on `stream` and returns the views a launch takes. Does not
+    /// allocate or synchronise: the copies are ordered on `stream` before whatever is enqueued
+    /// after them, so a launch or a graph replay on the same stream sees this batch. Fails with
+    /// [`GpuError::Verify`] if the batch's inputs fail the reference's checks (slices shorter
+    /// than its shape, a layout the kernel lacks) and [`GpuError::ViewTooShort`] if a buffer is
+    /// too small (not [`reserve`](Staging::reserve)d for this batch); nothing is enqueued then.
     pub fn write<const K: usize>(
         &self,
         drv: &D,
         stream: &D::Stream,
         method: Method,
         batch: &Batch<'_>,
-    ) -> Result<VerifyArgs<'_, D>, GpuError<D::Error>> {
+    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
+        // The views are sized from the slices, the kernel reads by the shape words: refuse a
+        // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
+        // so a launch on what this returns stays in bounds.
+        validate_inputs_with::<K>(Support::EMPTY_DRAFTS, batch)?;
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
         let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
         for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
@@ -103,7 +108,7 @@ impl<D: Driver> Staging<D> {
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
-        Ok(VerifyArgs {
+        Ok(Staged(VerifyArgs {
             capacity,
             shape,
             k: up_u32(drv, stream, buf(KS)?, batch.k)?,
@@ -119,7 +124,28 @@ impl<D: Driver> Staging<D> {
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
-        })
+        }))
+    }
+}
+
+/// Views [`Staging::write`] returned: the shape words it wrote describe exactly these views,
+/// which is the whole contract of [`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged)
+/// and [`capture_staged`](super::GpuVerifier::capture_staged) (as long as nothing else writes
+/// the buffers). Reads as the [`VerifyArgs`] it holds.
+#[derive(Debug)]
+pub struct Staged<'a, D: Driver>(VerifyArgs<'a, D>);
+
+impl<'a, D: Driver> Staged<'a, D> {
+    /// The views, to change them (then only the `unsafe` launch takes them).
+    pub fn into_args(self) -> VerifyArgs<'a, D> {
+        self.0
+    }
+}
+
+impl<'a, D: Driver> core::ops::Deref for Staged<'a, D> {
+    type Target = VerifyArgs<'a, D>;
+    fn deref(&self) -> &VerifyArgs<'a, D> {
+        &self.0
     }
 }
 

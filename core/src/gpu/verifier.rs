@@ -3,7 +3,7 @@
 use super::driver::{Driver, Entry, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::Staging;
+use super::staging::{Staged, Staging};
 use crate::counters::Counters;
 use crate::flight::MAX_IN_FLIGHT;
 use crate::kernels;
@@ -56,11 +56,18 @@ pub struct GpuVerifier<D: Driver, const K: usize> {
 impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// A verifier with zeroed device counters and its own stream.
     pub fn new(drv: D) -> Result<Self, GpuError<D::Error>> {
+        let stream = drv.stream().map_err(GpuError::Driver)?;
+        Self::with_stream(drv, stream)
+    }
+
+    /// A verifier with zeroed device counters whose work is ordered on `stream` (the caller's
+    /// compute stream, so verification follows the model's kernels with no host wait).
+    pub fn with_stream(drv: D, stream: D::Stream) -> Result<Self, GpuError<D::Error>> {
         let stats = drv
             .alloc(kernels::stats_words(K) * 8)
             .map_err(GpuError::Driver)?;
         Ok(Self {
-            stream: drv.stream().map_err(GpuError::Driver)?,
+            stream,
             done: drv.event().map_err(GpuError::Driver)?,
             drv,
             stats,
@@ -170,11 +177,31 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         )
     }
 
-    /// [`launch`](GpuVerifier::launch) on views [`Staging::write`] returned for a batch that
-    /// [`stage`](GpuVerifier::stage) validated.
-    pub fn launch_staged(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
-        // SAFETY: staged views hold exactly the validated batch the shape words describe.
+    /// [`launch`](GpuVerifier::launch) on views [`Staging::write`] returned, whose shape words
+    /// it wrote to describe exactly those views.
+    ///
+    /// # Safety
+    /// Nothing but [`Staging::write`] has written the staging buffers since (device memory is
+    /// reachable through the driver's safe calls, so the compiler cannot rule that out).
+    pub unsafe fn launch_staged(&self, args: &Staged<'_, D>) -> Result<(), GpuError<D::Error>> {
+        // SAFETY: staged views hold exactly the checked batch the shape words describe (the
+        // caller vouches that nothing else wrote them).
         unsafe { self.launch(args) }
+    }
+
+    /// [`capture`](GpuVerifier::capture) on views [`Staging::write`] returned. Replays stay in
+    /// bounds while later batches are written into the same staging by [`Staging::write`]
+    /// (which only writes consistent shape words, and cannot grow the buffers while the graph
+    /// borrows them).
+    ///
+    /// # Safety
+    /// As [`launch_staged`](GpuVerifier::launch_staged), at every replay.
+    pub unsafe fn capture_staged<'a>(
+        &self,
+        args: &Staged<'a, D>,
+    ) -> Result<VerifyGraph<'a, D>, GpuError<D::Error>> {
+        // SAFETY: as for `launch_staged`, vouched for by the caller.
+        unsafe { self.capture(args) }
     }
 
     /// Captures one launch on `args` as a graph (no work runs). Set-up; a replay is one
@@ -393,7 +420,8 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         staging.reserve(&self.drv, batch)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
         let args = staging.write::<K>(&self.drv, &self.stream, method, batch)?;
-        self.launch_staged(&args)?;
+        // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
+        unsafe { self.launch_staged(&args)? };
         let flags = self.download_outputs(&args, out.accepted, out.tokens)?;
         if flags != self.flags_seen {
             self.flags_seen = flags;
