@@ -535,6 +535,12 @@ def main():
             split["row_loops"], split["row_local"], split["row_local_cold"] = row_loops(
                 sass.get("specula_verify_split", []))
             kern["split"] = split
+            # The additive entry points (ragged layout, caller's bonus tokens): same budgets.
+            kern["ex"] = {}
+            for entry in ("specula_verify_ex", "specula_verify_split_ex"):
+                e = dict(kernel_log.get(entry, {}))
+                e["row_loops"], e["row_local"], e["row_local_cold"] = row_loops(sass.get(entry, []))
+                kern["ex"][entry] = e
             results[arch] = (figs, kern)
 
         for arch, (figs, kern) in results.items():
@@ -554,6 +560,15 @@ def main():
                   f"their hot paths, {sp['row_local_cold']} in their cold regions")
             if sp["row_local"]:
                 failures.append(f"{arch}: specula_verify_split spills on a row loop's hot path")
+            for entry, e in kern["ex"].items():
+                print(f"   {arch}: {entry}: {e.get('regs')} registers, "
+                      f"{e.get('spill_st', 0)}+{e.get('spill_ld', 0)} spill bytes; "
+                      f"{e['row_loops']} row loops, {e['row_local']} local-memory instructions on "
+                      f"their hot paths, {e['row_local_cold']} in their cold regions")
+                if not e["row_loops"]:
+                    failures.append(f"{arch}: {entry} missing or without row loops")
+                if e["row_local"]:
+                    failures.append(f"{arch}: {entry} spills on a row loop's hot path")
             print(f"{'pass':<10}{'instr/elt':>10}{'(path/elts)':>14}{'loop insns':>11}{'regs':>6}"
                   f"{'spill':>7}{'local':>7}{'B/thread':>10}{'KB/SM':>8}  budget")
             for name in PASSES:

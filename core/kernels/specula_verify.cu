@@ -16,7 +16,10 @@
 //   Every per-call value (shape, k, ids, seeds, offsets, eps, delta) is read from device memory.
 //   `stats` holds Counters<K> as 4 + 2K unsigned 64-bit words followed by one error-flag word.
 // A second entry, specula_verify_split (at the end), splits each request's rows over several
-// blocks for small batches; its contract is written above it.
+// blocks for small batches; its contract is written above it. specula_verify_ex and
+// specula_verify_split_ex take two more pointers (the ragged layout's cumulative draft counts,
+// the caller's bonus tokens; null when not used): the same kernels, additive, so the existing
+// signatures keep working.
 
 #if defined(SPECULA_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
 #define SPECULA_IS_HIP 1
@@ -338,14 +341,49 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 // A request the kernel skips (and does not count): its error bit, 0 when it is valid. k = 0 is
 // valid (only the bonus token); k > k_max or a draft id outside the vocabulary is not. Both
 // entry points check requests with this one function.
-__device__ __forceinline__ sp_u32 sp_request_error(const sp_u32* draft_ids, sp_u32 b, sp_u32 kb,
-                                                   sp_u32 k_max, sp_u32 vocab) {
+// `ids` is the request's first draft id; `bonus` its caller-supplied bonus token or null. In the
+// ragged layout a decreasing cumulative count makes kb wrap far above k_max: DRAFT_LEN too.
+__device__ __forceinline__ sp_u32 sp_request_error(const sp_u32* ids, sp_u32 kb, sp_u32 k_max,
+                                                   sp_u32 vocab, const sp_u32* bonus) {
     if (kb > k_max) return SP_ERR_DRAFT_LEN;
     sp_u32 bad = 0u;
     for (sp_u32 j = 0; j < kb; ++j) {
-        if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
+        if (ids[j] >= vocab) bad = SP_ERR_TOKEN;
     }
+    if (bonus != 0 && *bonus >= vocab) bad = SP_ERR_TOKEN;
     return bad;
+}
+
+// Where request b's inputs start (DETERMINISM.md, "Empty drafts and the ragged layout"): padded
+// when cu is null (k[b] drafts, draft slot b k_max, target row b (k_max + 1)); ragged otherwise
+// (k = cu[b] - cu[b - 1], draft slot cu[b - 1], target row cu[b - 1] + b, or cu[b - 1] when
+// bonus tokens are given: the bonus rows are absent). Draft ids and draft rows start at the
+// draft slot in both layouts.
+// `sp_slot(lay, b, k_max)` is recomputed where used rather than kept (the padded entries then keep no
+// more live registers than before the ragged layout existed).
+struct sp_layout {
+    sp_u32 kb;
+    sp_u32 start; // ragged: cu[b - 1]
+    bool ragged;
+    sp_u64 trow;
+};
+__device__ __forceinline__ sp_u64 sp_slot(const sp_layout& l, sp_u32 b, sp_u32 k_max) {
+    return l.ragged ? (sp_u64)l.start : (sp_u64)b * k_max;
+}
+__device__ __forceinline__ sp_layout sp_layout_of(const sp_u32* k, const sp_u32* cu,
+                                                  const sp_u32* bonus, sp_u32 b, sp_u32 k_max) {
+    sp_layout l;
+    l.ragged = cu != 0;
+    if (cu == 0) {
+        l.kb = k[b];
+        l.start = 0u;
+        l.trow = (sp_u64)b * (k_max + 1u);
+    } else {
+        l.start = b == 0u ? 0u : cu[b - 1u];
+        l.kb = cu[b] - l.start;
+        l.trow = bonus != 0 ? (sp_u64)l.start : (sp_u64)l.start + b;
+    }
+    return l;
 }
 
 __device__ __forceinline__ bool sp_aligned16(const float* p) {
@@ -686,14 +724,16 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
 }
 
 // ---------------------------------------------------------------- the kernel
-extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+// The body of specula_verify and specula_verify_ex: cu (ragged layout) and bonus (caller's bonus
+// tokens) are null for the padded layout with sampled bonus tokens.
+__device__ __forceinline__ void
+sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
                const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
                const sp_u64* __restrict__ offset, const float* __restrict__ eps,
                const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+               const sp_u32* __restrict__ cu, const sp_u32* __restrict__ bonus, sp_u64* s_red) {
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 b = blockIdx.x;
@@ -719,8 +759,10 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
         return;
     }
 
-    const sp_u32 kb = k[b];
-    const sp_u32 bad = sp_request_error(draft_ids, b, kb, k_max, vocab);
+    const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
+    const sp_u32 kb = lay.kb;
+    const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
+    const sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
@@ -736,14 +778,14 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_u64 o = offset[b];
     const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
     const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
-    const float* const tbase = target_probs + (sp_u64)b * (k_max + 1u) * tstride;
-    const float* const dbase = has_draft ? draft_probs + (sp_u64)b * k_max * dstride : 0;
+    const float* const tbase = target_probs + lay.trow * tstride;
+    const float* const dbase = has_draft ? draft_probs + sp_slot(lay, b, k_max) * dstride : 0;
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
     bool rejected = false;
     for (sp_u32 j = 0; j < kb && !rejected; ++j) {
-        const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+        const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
         const float* trow = tbase + (sp_u64)j * tstride;
         const float* drow = has_draft ? dbase + (sp_u64)j * dstride : 0;
         const float pt = trow[x];
@@ -777,7 +819,9 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
         }
         if (accept) ++acc; else rejected = true;
     }
-    if (!rejected) {
+    if (!rejected && bon != 0) {
+        emitted = *bon; // the caller's bonus token: row kb is never read
+    } else if (!rejected) {
         const float* trow = tbase + (sp_u64)kb * tstride;
         if (method == SP_METHOD_GREEDY) {
             emitted = sp_argmax(trow, vocab, s_red);
@@ -788,7 +832,7 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     }
 
     for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
-        out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
+        out[j] = j < acc ? draft_ids[sp_slot(lay, b, k_max) + j] : (j == acc ? emitted : SP_SENTINEL);
     }
     // Counters<K>::record(kb, acc), fused: head words, then the per-position words.
     sp_u64* const acc_pos = stats + 4u;
@@ -807,6 +851,37 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     }
 }
 
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+               const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+               const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+               const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+               const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                   accepted, tokens, stats, 0, 0, s_red);
+}
+
+// specula_verify_ex: specula_verify's twelve parameters, then `cu_num_draft_tokens` (u32 x B:
+// the ragged layout, `k` is then not read; null: padded) and `bonus` (u32 x B: the caller's
+// bonus tokens, row k of each request is then not read and absent from a ragged target; null:
+// sampled). Same launch contract otherwise; a bonus token >= V skips its request with
+// SP_ERR_TOKEN, a decreasing cumulative count with SP_ERR_DRAFT_LEN.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                  const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+                  const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                  const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                  const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                  sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                  const sp_u32* __restrict__ cu_num_draft_tokens,
+                  const sp_u32* __restrict__ bonus) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                   accepted, tokens, stats, cu_num_draft_tokens, bonus, s_red);
+}
+
 // ---------------------------------------------------------------- the kernel, rows split
 // specula_verify_split: the same verification with each request's rows split over `slices`
 // blocks, so that a small batch still spreads over the whole GPU (core/src/kernels.rs, "Rows
@@ -820,16 +895,17 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
 // wrapping atomicAdd of the fixed-point sums; races: one (key, id) slot per slice), and the block
 // that draws the last ticket decides, writes the request and its counters, and clears the words.
 // Same results as specula_verify, bit for bit: every reduction is order-free.
-extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
-specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+// The body of specula_verify_split and specula_verify_split_ex (cu, bonus as in sp_verify_body).
+__device__ __forceinline__ void
+sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                      const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
                      const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
                      const sp_u64* __restrict__ offset, const float* __restrict__ eps,
                      const float* __restrict__ delta, sp_u32* __restrict__ accepted,
                      sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
-                     sp_u64* __restrict__ scratch, sp_u32 slices) {
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    __shared__ sp_u32 s_last;
+                     sp_u64* __restrict__ scratch, sp_u32 slices, const sp_u32* __restrict__ cu,
+                     const sp_u32* __restrict__ bonus, sp_u64* s_red, sp_u32* s_last_p) {
+    sp_u32& s_last = *s_last_p;
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 nsl = slices == 0u ? 1u : slices; // 0 is refused below
@@ -854,8 +930,10 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         return;
     }
 
-    const sp_u32 kb = k[b];
-    const sp_u32 bad = sp_request_error(draft_ids, b, kb, k_max, vocab);
+    const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
+    const sp_u32 kb = lay.kb;
+    const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
+    const sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         if (sl != 0u) return; // one block of the request writes "skipped"
@@ -871,8 +949,10 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u64 o = offset[b];
     const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
     const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
-    const float* const tbase = target_probs + (sp_u64)b * (k_max + 1u) * tstride;
-    const float* const dbase = has_draft ? draft_probs + (sp_u64)b * k_max * dstride : 0;
+    const float* const tbase = target_probs + lay.trow * tstride;
+    const float* const dbase = has_draft ? draft_probs + sp_slot(lay, b, k_max) * dstride : 0;
+    // Rows read: 0..kb, or 0..kb-1 when the caller gives the bonus token (row kb is absent).
+    const sp_u32 rows = bon != 0 ? kb : kb + 1u;
 
     // Scratch words of this request: [0] the ticket; [1 + j] argmax of row j (greedy) or the
     // entropy sum of row j (typical); from `base`, race slots: race r's key of slice q at
@@ -885,7 +965,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u32 g_step = nsl * blockDim.x;
     sp_u32 jr = kb; // rejection sampling: the first rejected position (kb: none)
     if (method == SP_METHOD_GREEDY) {
-        for (sp_u32 j = 0; j <= kb; ++j) {
+        for (sp_u32 j = 0; j < rows; ++j) {
             const sp_u64 p =
                 sp_argmax_packed(tbase + (sp_u64)j * tstride, vocab, g_first, g_step, s_red);
             if (threadIdx.x == 0u) atomicMax(scr + 1u + j, p);
@@ -893,7 +973,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     } else if (method == SP_METHOD_TYPICAL) {
         // Entropies of rows 0..k-1 and, since the rejection position is not known yet, the race
         // of every row 0..k.
-        for (sp_u32 j = 0; j <= kb; ++j) {
+        for (sp_u32 j = 0; j < rows; ++j) {
             const float* trow = tbase + (sp_u64)j * tstride;
             if (j < kb) {
                 const sp_u64 h = sp_entropy_sum(trow, vocab, g_first, g_step, s_red);
@@ -913,7 +993,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         // in every block: the first rejection is the smallest rejecting position, a block-wide
         // maximum of ~j (positions past it are tested too, never used).
         for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
-            const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
             const float pt = tbase[(sp_u64)j * tstride + x];
             const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
@@ -925,7 +1005,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         sp_u64 top;
         sp_u32 id;
         if (jr < kb) { // the residual race, and its fallback (the plain race) in the same launch
-            const sp_u32 x = draft_ids[(sp_u64)b * k_max + jr];
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + jr];
             const float* drow = has_draft ? dbase + (sp_u64)jr * dstride : 0;
             sp_race_part(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
                          s_red, top, id);
@@ -934,11 +1014,13 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                 scr[base + nsl + sl] = id;
             }
         }
-        sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
-                     s_red, top, id);
-        if (threadIdx.x == 0u) {
-            scr[base + 2u * nsl + sl] = top;
-            scr[base + 3u * nsl + sl] = id;
+        if (jr < rows) { // the plain race (not needed after all accepted with a bonus given)
+            sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
+                         s_red, top, id);
+            if (threadIdx.x == 0u) {
+                scr[base + 2u * nsl + sl] = top;
+                scr[base + 3u * nsl + sl] = id;
+            }
         }
     }
 
@@ -972,12 +1054,12 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     if (method == SP_METHOD_REJECTION) {
         acc = jr;
         sp_u64 win = jr < kb ? race_winner(0u) : 0ull;
-        if (win == 0ull) win = race_winner(1u);
-        emitted = (sp_u32)win; // 0 when none
+        if (win == 0ull && jr < rows) win = race_winner(1u);
+        emitted = jr < rows ? (sp_u32)win : *bon; // 0 when none
     } else {
         bool rejected = false;
         for (sp_u32 j = 0; j < kb && !rejected; ++j) {
-            const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
             if (method == SP_METHOD_GREEDY) {
                 const sp_u32 am = sp_unpack_id(parts[1u + j]);
                 rejected = x != am;
@@ -994,7 +1076,9 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             }
             if (!rejected) ++acc;
         }
-        if (!rejected) {
+        if (!rejected && bon != 0) {
+            emitted = *bon;
+        } else if (!rejected) {
             emitted = method == SP_METHOD_GREEDY ? sp_unpack_id(parts[1u + kb])
                                                  : (sp_u32)race_winner(kb);
         }
@@ -1003,7 +1087,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     for (sp_u64 w = threadIdx.x; w < words; w += blockDim.x) scr[w] = 0ull;
 
     for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
-        out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
+        out[j] = j < acc ? draft_ids[sp_slot(lay, b, k_max) + j] : (j == acc ? emitted : SP_SENTINEL);
     }
     sp_u64* const acc_pos = stats + 4u;
     sp_u64* const drafted_pos = stats + 4u + ck;
@@ -1019,4 +1103,38 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         atomicAdd(drafted_pos + j, 1ull);
         if (j < acc) atomicAdd(acc_pos + j, 1ull);
     }
+}
+
+extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
+specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                     const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+                     const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                     const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                     const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                     sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                     sp_u64* __restrict__ scratch, sp_u32 slices) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u32 s_last;
+    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                         accepted, tokens, stats, scratch, slices, 0, 0, s_red, &s_last);
+}
+
+// specula_verify_split_ex: specula_verify_split's fourteen parameters, then
+// `cu_num_draft_tokens` and `bonus` as in specula_verify_ex.
+extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
+specula_verify_split_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                        const sp_u32* __restrict__ draft_ids,
+                        const float* __restrict__ draft_probs,
+                        const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                        const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                        const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                        sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                        sp_u64* __restrict__ scratch, sp_u32 slices,
+                        const sp_u32* __restrict__ cu_num_draft_tokens,
+                        const sp_u32* __restrict__ bonus) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u32 s_last;
+    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                         accepted, tokens, stats, scratch, slices, cu_num_draft_tokens, bonus,
+                         s_red, &s_last);
 }

@@ -94,6 +94,20 @@ pub const VERIFY_ENTRY: &str = "specula_verify";
 /// `(capacity · slices, 1, 1)`, block as for [`VERIFY_ENTRY`]; same results bit for bit.
 pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 
+/// Name of the additive entry point for the ragged layout and caller-supplied bonus tokens
+/// (`extern "C"`): [`VERIFY_ENTRY`]'s twelve parameters, then `cu_num_draft_tokens: *const u32`
+/// (B values, vLLM's cumulative draft counts; `k` is then not read; null: the padded layout)
+/// and `bonus: *const u32` (B bonus tokens; each request's target row `k` is then not read, and
+/// absent from a ragged target tensor; null: sampled), as `core/DETERMINISM.md` lays them out.
+/// On the raw device path a decreasing cumulative count sets [`ERR_DRAFT_LEN`], a bonus token
+/// `≥ V` sets [`ERR_TOKEN`]; that request is skipped. Launch as [`VERIFY_ENTRY`]. (Checked bit
+/// for bit on the host through `tests/src/kernel_host.rs`; no backend launches it yet.)
+pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
+
+/// [`VERIFY_SPLIT_ENTRY`]'s fourteen parameters, then `cu_num_draft_tokens` and `bonus` as for
+/// [`VERIFY_EX_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`].
+pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
+
 /// `u64` scratch words per request that [`VERIFY_SPLIT_ENTRY`] needs for `k_max` (the shape
 /// word) and `slices` blocks per request: a ticket, one word per row (argmax or entropy sum) and
 /// a (key, id) slot per slice for each race it may run.

@@ -303,6 +303,71 @@ fn invalid_batches_are_refused_like_the_reference() {
     ));
 }
 
+/// The additive entry points' own guards (ragged layout, caller's bonus tokens), launched raw:
+/// a decreasing cumulative count (DRAFT_LEN) and a bonus token >= V (TOKEN) skip their request;
+/// the valid neighbours, one of them k = 0, emit their bonus tokens and are counted as usual.
+#[test]
+fn ex_entries_skip_bad_ragged_requests_and_flag_them() {
+    for (mode, slices) in [
+        (Mode::Cuda, 1),
+        (Mode::Hip, 1),
+        (Mode::Cuda, 3),
+        (Mode::Hip, 2),
+    ] {
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
+        let (vocab, k_max) = (6u32, 2u32);
+        // k = 2, 0, then cu decreases (request 2), then k = 1 with a bonus token >= V (request 3).
+        let cu = [2u32, 2, 1, 3];
+        let ids = [5u32, 5, 5];
+        let bonus = [3u32, 4, 0, 1_000];
+        // With bonus tokens the ragged target has num_tokens = 3 rows (no bonus rows).
+        let mut target = vec![0.0f32; 3 * vocab as usize];
+        for r in target.chunks_exact_mut(vocab as usize) {
+            r[5] = 1.0;
+        }
+        let seeds = [1u64; 4];
+        let offsets = [0u64; 4];
+        let mut accepted = [9u32; 4];
+        let mut tokens = [9u32; 12];
+        let shape = kernels::shape_words(4, k_max, vocab, None, vocab, 1, K as u32);
+        // SAFETY: cu, bonus, seeds, offsets and the outputs hold B = 4 values (tokens B (k_max +
+        // 1)), ids and target num_tokens = 3 (the kernel reads no more for valid requests and
+        // only cu and bonus for the skipped ones); `k` is not read in the ragged layout.
+        let rc = unsafe {
+            host.launch_raw_ex(
+                4,
+                &shape,
+                core::ptr::null(),
+                ids.as_ptr(),
+                core::ptr::null(),
+                target.as_ptr(),
+                seeds.as_ptr(),
+                offsets.as_ptr(),
+                core::ptr::null(),
+                core::ptr::null(),
+                accepted.as_mut_ptr(),
+                tokens.as_mut_ptr(),
+                cu.as_ptr(),
+                bonus.as_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(
+            host.error_flags(),
+            ERR_DRAFT_LEN | ERR_TOKEN,
+            "{mode:?} {slices}"
+        );
+        assert!(host.scratch_is_clear());
+        assert_eq!(accepted, [2, 0, u32::MAX, u32::MAX], "{mode:?} {slices}");
+        // Request 0 accepts both drafts (argmax 5), then its bonus 3; request 1 (k = 0): bonus 4.
+        assert_eq!(&tokens[..6], &[5, 5, 3, 4, u32::MAX, u32::MAX]);
+        assert!(tokens[6..].iter().all(|&t| t == u32::MAX));
+        let mut want = Counters::<K>::ZERO;
+        want.record(2, 2).unwrap();
+        assert_eq!(host.totals().unwrap(), want, "only request 0 counted");
+    }
+}
+
 /// The kernel's own guards, reached by launching it on unvalidated arguments as a device would
 /// be: a bad request is skipped (sentinels, not counted, flag raised), its neighbours are not;
 /// a request with `k = 0` is valid (only its bonus token, not counted).
