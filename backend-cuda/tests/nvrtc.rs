@@ -52,6 +52,8 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
             specula_core::kernels::VERIFY_SPLIT_ENTRY,
             specula_core::kernels::VERIFY_EX_ENTRY,
             specula_core::kernels::VERIFY_SPLIT_EX_ENTRY,
+            specula_core::kernels::VERIFY_LOGITS_ENTRY,
+            specula_core::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
         ] {
             assert!(
                 ptx.contains(&format!(".entry {entry}(")),

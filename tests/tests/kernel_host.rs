@@ -657,3 +657,119 @@ fn fixed_launch_repeated_with_new_buffer_contents() {
         }
     }
 }
+
+/// Target logits with per-request temperature (0 = greedy) on the kernel text
+/// (`specula_verify_logits` / `specula_verify_split_logits`): the conformance suite's logits
+/// cases, bit for bit against the reference, both macro modes, both entries.
+#[test]
+fn logits_conformance_both_modes_both_entries() {
+    use specula_tests::conformance as c;
+    c::target_logits(
+        || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
+        0x106_1001,
+        300,
+    );
+    c::target_logits(
+        || KernelHost::<K>::new(Mode::Hip, 64).unwrap(),
+        0x106_1002,
+        300,
+    );
+    c::target_logits(
+        || KernelHost::<K>::with_slices(Mode::Cuda, 64, 3).unwrap(),
+        0x106_1003,
+        200,
+    );
+    c::target_logits(
+        || KernelHost::<K>::with_slices(Mode::Hip, 64, 2).unwrap(),
+        0x106_1004,
+        200,
+    );
+    // What the kernel does not do (filters, half inputs, a method per request) is refused with
+    // the typed error, nothing counted; the rest matches the reference.
+    c::sampling_inputs(
+        || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
+        0x5A3_1005,
+        60,
+    );
+}
+
+/// Logits at the sizes users run (V = 32 003 with a misaligned stride, V = 151 936), every
+/// method, temperatures 0 (greedy), 0.7 and 1.3, with and without draft probabilities, one
+/// block and rows split over 3 blocks: bit for bit against the reference.
+#[test]
+fn large_vocabulary_logits_match() {
+    use specula_core::verify::Logits;
+    for (vocab, tstride) in [(32_003usize, 32_004usize), (151_936, 151_936)] {
+        let mut g = Gen(vocab as u64);
+        let k_max = 3;
+        let b = 3;
+        let logits: Vec<f32> = (0..b * (k_max + 1) * tstride)
+            .map(|_| 12.0 * g.unit() - 9.0)
+            .collect();
+        let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(vocab) as u32).collect();
+        let mut draft = vec![0.0f32; b * k_max * vocab];
+        for r in draft.chunks_exact_mut(vocab) {
+            row(&mut g, vocab, false, r);
+        }
+        let k = vec![3, 2, 3];
+        let temps = [0.7f32, 0.0, 1.3];
+        let seed = [11u64, 12, 13];
+        let offset = [0u64, 5, u64::MAX];
+        for with_draft in [false, true] {
+            let mut batch = Batch::dense(
+                Dims { vocab, k_max },
+                Drafts { k: &k, ids: &ids },
+                &[],
+                Streams {
+                    seed: &seed,
+                    offset: &offset,
+                },
+            )
+            .with_strides(Strides {
+                draft: vocab,
+                target: tstride,
+            })
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            });
+            if with_draft {
+                batch.draft_probs = Some(&draft);
+            }
+            for method in METHODS {
+                let mut want = (vec![0u32; b], vec![0u32; b * (k_max + 1)]);
+                let mut reference = Reference::<K>::new();
+                reference
+                    .verify(
+                        method,
+                        Check::Cheap,
+                        &batch,
+                        &mut Outputs {
+                            accepted: &mut want.0,
+                            tokens: &mut want.1,
+                        },
+                    )
+                    .unwrap();
+                for slices in [1u32, 3] {
+                    let mut host = KernelHost::<K>::with_slices(Mode::Cuda, 128, slices).unwrap();
+                    let mut got = (vec![0u32; b], vec![0u32; b * (k_max + 1)]);
+                    host.verify(
+                        method,
+                        Check::Cheap,
+                        &batch,
+                        &mut Outputs {
+                            accepted: &mut got.0,
+                            tokens: &mut got.1,
+                        },
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        got, want,
+                        "V={vocab} {method:?} draft={with_draft} slices={slices}"
+                    );
+                    assert_eq!(host.totals().unwrap(), reference.totals().unwrap());
+                }
+            }
+        }
+    }
+}
