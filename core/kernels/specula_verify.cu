@@ -518,12 +518,11 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 }
 #define SP_NEG_INF sp_f(0xFF800000u)
 
-// The softmax state of a logit row at temperature t > 0: the row maximum of l / t (one pass, a
-// block-wide maximum of order keys), then the exact fixed-point sum (one pass, two u64 sums).
-// Every thread of the block reads its groups g_first, g_first + g_step, ...; the result is the
-// block's reduction (with g_step = blockDim.x: the whole row's state, in every thread).
-__device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
-                                    sp_u32 g_step, sp_u64* s_red) {
+// The softmax's two row passes, each over groups g_first, g_first + g_step, ... and reduced over
+// the block (every thread gets the block's result). The maximum: the order key (sp_max_key) of
+// the largest l / t; ids past the row's end read as -inf (no effect).
+__device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
+                                      sp_u32 g_step, sp_u64* s_red) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
     const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
@@ -537,20 +536,37 @@ __device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_
             key = kz > key ? kz : key;
         }
     }
-    key = (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
-    sp_soft st;
-    st.t = t;
-    st.m = sp_max_of_key(key);
+    return (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
+}
+// The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
+// row's end read as -inf (e = 0).
+__device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, float m,
+                                    sp_u32 g_first, sp_u32 g_step, sp_u64* s_red, sp_u64& hsum,
+                                    sp_u64& lsum) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
+    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
     sp_u64 h = 0ull, l = 0ull;
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float w[SP_UNROLL_SOFTMAX][4];
         sp_load_tile<SP_UNROLL_SOFTMAX>(row, g0, g_step, vocab, full, SP_NEG_INF, w);
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n)
-            sp_soft_fixed(sp_soft_e(w[n / 4u][n % 4u], t, st.m), h, l);
+            sp_soft_fixed(sp_soft_e(w[n / 4u][n % 4u], t, m), h, l);
     }
-    h = sp_block_reduce(h, false, s_red);
-    l = sp_block_reduce(l, false, s_red);
+    hsum = sp_block_reduce(h, false, s_red);
+    lsum = sp_block_reduce(l, false, s_red);
+}
+
+// The softmax state of a logit row at temperature t > 0 over the whole row (every thread of the
+// block takes part; every thread gets the state): the maximum pass, then the sum pass.
+__device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
+                                    sp_u32 g_step, sp_u64* s_red) {
+    sp_soft st;
+    st.t = t;
+    st.m = sp_max_of_key(sp_softmax_max_part(row, vocab, t, g_first, g_step, s_red));
+    sp_u64 h, l;
+    sp_softmax_sum_part(row, vocab, t, st.m, g_first, g_step, s_red, h, l);
     st.s = sp_soft_sum(h, l);
     return st;
 }
