@@ -48,6 +48,18 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
             ptx.contains(".entry specula_verify"),
             "{arch}: entry point missing"
         );
+        for entry in [
+            specula_core::kernels::VERIFY_SPLIT_ENTRY,
+            specula_core::kernels::VERIFY_EX_ENTRY,
+            specula_core::kernels::VERIFY_SPLIT_EX_ENTRY,
+            specula_core::kernels::VERIFY_LOGITS_ENTRY,
+            specula_core::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
+        ] {
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{arch}: entry point {entry} missing"
+            );
+        }
         // --fmad=false: the compiler may not fuse a multiply and an add. The kernel asks for
         // FMAs (and one .ftz reciprocal) only inside its exact division of ln_p's series
         // (sp_div_series, one inline-asm block), so any other fma instruction in the PTX would

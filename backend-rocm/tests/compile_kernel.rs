@@ -5,7 +5,7 @@
 
 mod common;
 
-use specula_core::kernels::{SOURCE, VERIFY_ENTRY};
+use specula_core::kernels::{SOURCE, VERIFY_ENTRY, VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_LOGITS_ENTRY};
 use specula_rocm::{COMPILE_OPTIONS, CodeObject, EM_AMDGPU, RocmError, compile, unbundle};
 use std::process::Command;
 
@@ -42,6 +42,13 @@ fn hiprtc_compiles_the_kernel_for_gfx90a() {
     assert_eq!(code.elf_machine(), Some(EM_AMDGPU));
     assert_eq!(code.processor(), Some("gfx90a"));
     assert!(contains(code.as_bytes(), VERIFY_ENTRY.as_bytes()));
+    // The target-logits entries (softmax computed on the fly) are in the same code object.
+    for entry in [VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_LOGITS_ENTRY] {
+        assert!(
+            contains(code.as_bytes(), entry.as_bytes()),
+            "{entry} missing"
+        );
+    }
     // Same text, same options: same bytes (the per-device cache relies on nothing else).
     let again = compile(
         SOURCE,

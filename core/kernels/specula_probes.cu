@@ -52,3 +52,40 @@ specula_probe_accept(const float* __restrict__ pt, const float* __restrict__ pd,
     const bool a = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt[j], pd[j]);
     if (threadIdx.x == 0u) out[j] = a ? 1u : 0u;
 }
+
+// The softmax's maximum pass over a logit row (target logits, T > 0).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_softmax_max(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                          sp_u32* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    const sp_u32 key = sp_softmax_max_part(rows + (sp_u64)blockIdx.x * stride, vocab, t,
+                                           threadIdx.x, blockDim.x, s_red);
+    if (threadIdx.x == 0u) out[blockIdx.x] = key;
+}
+
+// The softmax's exact-sum pass over a logit row.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_softmax_sum(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                          float m, double* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_u64 h, l;
+    sp_softmax_sum_part(rows + (sp_u64)blockIdx.x * stride, vocab, t, m, threadIdx.x, blockDim.x,
+                        s_red, h, l);
+    if (threadIdx.x == 0u) out[blockIdx.x] = sp_soft_sum(h, l);
+}
+
+// The race over a logit row's probabilities, computed on the fly (typical acceptance's emission
+// and the bonus token with target logits).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_race_logits(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                          float m, double s, sp_u64 seed, sp_u64 offset, sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_soft st;
+    st.t = t;
+    st.m = m;
+    st.s = s;
+    const sp_u64 w = sp_race<true>(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
+                                   (sp_u32)seed, (sp_u32)(seed >> 32), (sp_u32)offset,
+                                   (sp_u32)(offset >> 32), s_red, &st);
+    if (threadIdx.x == 0u) out[blockIdx.x] = w;
+}

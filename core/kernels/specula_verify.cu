@@ -16,7 +16,10 @@
 //   Every per-call value (shape, k, ids, seeds, offsets, eps, delta) is read from device memory.
 //   `stats` holds Counters<K> as 4 + 2K unsigned 64-bit words followed by one error-flag word.
 // A second entry, specula_verify_split (at the end), splits each request's rows over several
-// blocks for small batches; its contract is written above it.
+// blocks for small batches; its contract is written above it. specula_verify_ex and
+// specula_verify_split_ex take two more pointers (the ragged layout's cumulative draft counts,
+// the caller's bonus tokens; null when not used): the same kernels, additive, so the existing
+// signatures keep working.
 
 #if defined(SPECULA_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
 #define SPECULA_IS_HIP 1
@@ -276,6 +279,57 @@ __device__ __forceinline__ bool sp_accepts(sp_u64 x, float pt, float pd) {
     return u * (double)pd < (double)pt;
 }
 
+// ---------------------------------------------------------------- softmax (target logits)
+// The softmax of one logit row at temperature T > 0 (DETERMINISM.md, "Target logits and
+// temperature"): z = l / T, m = max z (NaN never wins), e = exp_p(z - m), F = the exact integer
+// sum of floor(e 2^64), S = (F as f64) 2^-64, p = ((e as f64) / S) as f32 (0 when F = 0).
+// The row is never materialised: every pass that reads a target value calls sp_soft_p on it.
+struct sp_soft {
+    float t;  // temperature, > 0
+    float m;  // max over the row of l / t
+    double s; // S
+};
+__device__ __forceinline__ float sp_soft_e(float l, float t, float m) { return sp_exp(l / t - m); }
+__device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
+    const float e = sp_soft_e(l, st.t, st.m);
+    return st.s == 0.0 ? 0.0f : (float)((double)e / st.s);
+}
+// The order key of z for the maximum (unsigned order = float order; NaN as -inf; -0 as +0, the
+// sign of a zero maximum changes nothing) and back.
+__device__ __forceinline__ sp_u32 sp_max_key(float z) {
+    sp_u32 b = __float_as_uint(z);
+    if (!(z == z)) b = 0xFF800000u;
+    if ((b & 0x7FFFFFFFu) == 0u) b = 0u;
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float sp_max_of_key(sp_u32 key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+// floor(e 2^64) for e in [0, 1] as h 2^32 + l with h <= 2^32, l < 2^32 (both exact in binary32:
+// x = e 2^32 is exact, h = floor(x) is exactly representable, x - h exact, (x - h) 2^32 exact).
+// Per-thread and per-block sums of h and of l stay below 2^64 for any V < 2^32, so each is an
+// exact, order-free u64 sum (plain or atomicAdd), and F = H 2^32 + L.
+__device__ __forceinline__ void sp_soft_fixed(float e, sp_u64& h, sp_u64& l) {
+    const float x = e * 4294967296.0f;
+    const sp_u32 hi = x >= 4294967296.0f ? 0u : (sp_u32)x;
+    h += x >= 4294967296.0f ? 4294967296ull : (sp_u64)hi;
+    const float frac = x >= 4294967296.0f ? 0.0f : x - (float)hi;
+    l += (sp_u64)(sp_u32)(frac * 4294967296.0f);
+}
+// S = (F as f64) 2^-64 with F = H 2^32 + L as a 128-bit integer converted to nearest (ties to
+// even), as Rust's `u128 as f64`: the top 64 bits with the lost bits ORed into the lowest one
+// (a sticky bit well below the 53-bit rounding point), converted to nearest, times 2^n.
+__device__ __forceinline__ double sp_soft_sum(sp_u64 hsum, sp_u64 lsum) {
+    const sp_u64 lo = (hsum << 32) + lsum;
+    const sp_u64 hi = (hsum >> 32) + (lo < lsum ? 1ull : 0ull);
+    if (hi == 0ull) return (double)lo * sp_d(0x3BF0000000000000ull); // 2^-64
+    sp_u32 n = 0u; // bits of hi: the shift that brings F into 64 bits
+    for (sp_u64 t = hi; t != 0ull; t >>= 1) ++n;
+    const sp_u64 top = (hi << (64u - n)) | (lo >> n) | ((lo & ((1ull << n) - 1ull)) != 0ull ? 1ull : 0ull);
+    // 2^(n - 64) exactly: n <= 64.
+    return (double)top * sp_d((sp_u64)(1023u + n - 64u) << 52);
+}
+
 // ---------------------------------------------------------------- reduction keys
 // (key, id) packed in one u64 whose unsigned order is the order of DETERMINISM.md: larger key
 // first, then LOWER id (the low word holds ~id). 0 is below every packed value: "none".
@@ -331,6 +385,9 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 #ifndef SP_UNROLL_RACE
 #define SP_UNROLL_RACE 2u
 #endif
+#ifndef SP_UNROLL_SOFTMAX
+#define SP_UNROLL_SOFTMAX 4u
+#endif
 // A row is visited in groups of 4 ids (one Philox block each for the race): thread t takes groups
 // t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
 // group is whole, else as scalars. Each result is order-independent, so the split never matters.
@@ -338,14 +395,49 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 // A request the kernel skips (and does not count): its error bit, 0 when it is valid. k = 0 is
 // valid (only the bonus token); k > k_max or a draft id outside the vocabulary is not. Both
 // entry points check requests with this one function.
-__device__ __forceinline__ sp_u32 sp_request_error(const sp_u32* draft_ids, sp_u32 b, sp_u32 kb,
-                                                   sp_u32 k_max, sp_u32 vocab) {
+// `ids` is the request's first draft id; `bonus` its caller-supplied bonus token or null. In the
+// ragged layout a decreasing cumulative count makes kb wrap far above k_max: DRAFT_LEN too.
+__device__ __forceinline__ sp_u32 sp_request_error(const sp_u32* ids, sp_u32 kb, sp_u32 k_max,
+                                                   sp_u32 vocab, const sp_u32* bonus) {
     if (kb > k_max) return SP_ERR_DRAFT_LEN;
     sp_u32 bad = 0u;
     for (sp_u32 j = 0; j < kb; ++j) {
-        if (draft_ids[(sp_u64)b * k_max + j] >= vocab) bad = SP_ERR_TOKEN;
+        if (ids[j] >= vocab) bad = SP_ERR_TOKEN;
     }
+    if (bonus != 0 && *bonus >= vocab) bad = SP_ERR_TOKEN;
     return bad;
+}
+
+// Where request b's inputs start (DETERMINISM.md, "Empty drafts and the ragged layout"): padded
+// when cu is null (k[b] drafts, draft slot b k_max, target row b (k_max + 1)); ragged otherwise
+// (k = cu[b] - cu[b - 1], draft slot cu[b - 1], target row cu[b - 1] + b, or cu[b - 1] when
+// bonus tokens are given: the bonus rows are absent). Draft ids and draft rows start at the
+// draft slot in both layouts.
+// `sp_slot(lay, b, k_max)` is recomputed where used rather than kept (the padded entries then keep no
+// more live registers than before the ragged layout existed).
+struct sp_layout {
+    sp_u32 kb;
+    sp_u32 start; // ragged: cu[b - 1]
+    bool ragged;
+    sp_u64 trow;
+};
+__device__ __forceinline__ sp_u64 sp_slot(const sp_layout& l, sp_u32 b, sp_u32 k_max) {
+    return l.ragged ? (sp_u64)l.start : (sp_u64)b * k_max;
+}
+__device__ __forceinline__ sp_layout sp_layout_of(const sp_u32* k, const sp_u32* cu,
+                                                  const sp_u32* bonus, sp_u32 b, sp_u32 k_max) {
+    sp_layout l;
+    l.ragged = cu != 0;
+    if (cu == 0) {
+        l.kb = k[b];
+        l.start = 0u;
+        l.trow = (sp_u64)b * (k_max + 1u);
+    } else {
+        l.start = b == 0u ? 0u : cu[b - 1u];
+        l.kb = cu[b] - l.start;
+        l.trow = bonus != 0 ? (sp_u64)l.start : (sp_u64)l.start + b;
+    }
+    return l;
 }
 
 __device__ __forceinline__ bool sp_aligned16(const float* p) {
@@ -392,7 +484,7 @@ __device__ __forceinline__ void sp_load_tile(const float* row, sp_u32 g0, sp_u32
 template <sp_u32 U>
 __device__ __forceinline__ void sp_load_tile2(const float* row, const float* row2, sp_u32 g0,
                                               sp_u32 g_step, sp_u32 vocab, sp_u32 full,
-                                              float w[U][4], float w2[U][4]) {
+                                              float pad, float w[U][4], float w2[U][4]) {
     if (g0 + (U - 1u) * g_step < full) {
         const float4* p = reinterpret_cast<const float4*>(row) + g0;
         const float4* p2 = reinterpret_cast<const float4*>(row2) + g0;
@@ -407,10 +499,76 @@ __device__ __forceinline__ void sp_load_tile2(const float* row, const float* row
         SP_COLD_MARK(); // at most one tile per thread and row: the row's end
         SP_UNROLLED
         for (sp_u32 u = 0; u < U; ++u) {
-            sp_load4(row, (g0 + u * g_step) * 4u, vocab, full != 0u, 0.0f, w[u]);
+            sp_load4(row, (g0 + u * g_step) * 4u, vocab, full != 0u, pad, w[u]);
             sp_load4(row2, (g0 + u * g_step) * 4u, vocab, full != 0u, 0.0f, w2[u]);
         }
     }
+}
+
+// Target logits at T > 0 (LG): the loaded logits of a tile become their probabilities. Ids past
+// the row's end were loaded as -inf (e = 0, p = 0), which no pass counts: no candidate in a
+// race, no entropy term, and never strictly above an earlier id's p >= 0 in the argmax.
+template <bool LG, sp_u32 U>
+__device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
+    if (LG) {
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u)
+            for (sp_u32 i = 0; i < 4u; ++i) w[u][i] = sp_soft_p(w[u][i], *st);
+    }
+}
+#define SP_NEG_INF sp_f(0xFF800000u)
+
+// The softmax's two row passes, each over groups g_first, g_first + g_step, ... and reduced over
+// the block (every thread gets the block's result). The maximum: the order key (sp_max_key) of
+// the largest l / t; ids past the row's end read as -inf (no effect).
+__device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
+                                      sp_u32 g_step, sp_u64* s_red) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
+    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
+    sp_u32 key = sp_max_key(SP_NEG_INF);
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float w[SP_UNROLL_SOFTMAX][4];
+        sp_load_tile<SP_UNROLL_SOFTMAX>(row, g0, g_step, vocab, full, SP_NEG_INF, w);
+        SP_UNROLLED
+        for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) {
+            const sp_u32 kz = sp_max_key(w[n / 4u][n % 4u] / t);
+            key = kz > key ? kz : key;
+        }
+    }
+    return (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
+}
+// The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
+// row's end read as -inf (e = 0).
+__device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, float m,
+                                    sp_u32 g_first, sp_u32 g_step, sp_u64* s_red, sp_u64& hsum,
+                                    sp_u64& lsum) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
+    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
+    sp_u64 h = 0ull, l = 0ull;
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float w[SP_UNROLL_SOFTMAX][4];
+        sp_load_tile<SP_UNROLL_SOFTMAX>(row, g0, g_step, vocab, full, SP_NEG_INF, w);
+        SP_UNROLLED
+        for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n)
+            sp_soft_fixed(sp_soft_e(w[n / 4u][n % 4u], t, m), h, l);
+    }
+    hsum = sp_block_reduce(h, false, s_red);
+    lsum = sp_block_reduce(l, false, s_red);
+}
+
+// The softmax state of a logit row at temperature t > 0 over the whole row (every thread of the
+// block takes part; every thread gets the state): the maximum pass, then the sum pass.
+__device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
+                                    sp_u32 g_step, sp_u64* s_red) {
+    sp_soft st;
+    st.t = t;
+    st.m = sp_max_of_key(sp_softmax_max_part(row, vocab, t, g_first, g_step, s_red));
+    sp_u64 h, l;
+    sp_softmax_sum_part(row, vocab, t, st.m, g_first, g_step, s_red, h, l);
+    st.s = sp_soft_sum(h, l);
+    return st;
 }
 
 // argmax with NaN as -inf, ties to the lowest id. Each thread visits its ids in increasing
@@ -422,8 +580,9 @@ __device__ __forceinline__ void sp_load_tile2(const float* row, const float* row
 // group exactly once over the g_step threads that share the row: the block's threads, or those
 // of every block the row is split over). Returns the block-wide maximum of the packed
 // (key, id), 0 when the block holds no id.
+template <bool LG = false>
 __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
-                                   sp_u64* s_red) {
+                                   sp_u64* s_red, const sp_soft* st = 0) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const bool vec = sp_aligned16(row);
     float best = sp_f(0xFF800000u); // -inf
@@ -433,7 +592,8 @@ __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_firs
         float w[SP_UNROLL_ARGMAX][4];
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) // every load first, then the compares
-            sp_load4(row, (g0 + u * g_step) * 4u, vocab, vec, sp_f(0x7FC00000u), w[u]);
+            sp_load4(row, (g0 + u * g_step) * 4u, vocab, vec, LG ? SP_NEG_INF : sp_f(0x7FC00000u), w[u]);
+        sp_soft_tile<LG, SP_UNROLL_ARGMAX>(w, st);
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) {
             const sp_u32 v0 = (g0 + u * g_step) * 4u;
@@ -448,8 +608,9 @@ __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_firs
     return sp_block_reduce(mine, true, s_red);
 }
 
-__device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red) {
-    return sp_unpack_id(sp_argmax_packed(row, vocab, threadIdx.x, blockDim.x, s_red));
+template <bool LG = false>
+__device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red, const sp_soft* st = 0) {
+    return sp_unpack_id(sp_argmax_packed<LG>(row, vocab, threadIdx.x, blockDim.x, s_red, st));
 }
 
 // s = n / d, correctly rounded, for the operands of ln_p's series only: n = m - 1, d = m + 1 with
@@ -530,8 +691,9 @@ __device__ __forceinline__ sp_u64 sp_entropy_fixed(float p, const float* ln_tab)
 
 // Entropy in fixed point, summed as wrapping 64-bit integers (exact, order-free): this block's
 // part of the sum (groups g_first, g_first + g_step, ..., as in sp_argmax_packed).
+template <bool LG = false>
 __device__ sp_u64 sp_entropy_sum(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
-                                 sp_u64* s_red) {
+                                 sp_u64* s_red, const sp_soft* st = 0) {
     __shared__ float ln_tab[SP_LN_TABLE];
     sp_ln_table_fill(ln_tab);
     const sp_u32 groups = (vocab + 3u) / 4u;
@@ -541,7 +703,8 @@ __device__ sp_u64 sp_entropy_sum(const float* row, sp_u32 vocab, sp_u32 g_first,
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float ws[SP_UNROLL_ENTROPY][4];
         // Every load first, then the terms; past the end: 0.
-        sp_load_tile<SP_UNROLL_ENTROPY>(row, g0, g_step, vocab, full, 0.0f, ws);
+        sp_load_tile<SP_UNROLL_ENTROPY>(row, g0, g_step, vocab, full, LG ? SP_NEG_INF : 0.0f, ws);
+        sp_soft_tile<LG, SP_UNROLL_ENTROPY>(ws, st);
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_ENTROPY * 4u; ++n)
             sum += sp_entropy_fixed(ws[n / 4u][n % 4u], ln_tab);
@@ -554,8 +717,9 @@ __device__ __forceinline__ float sp_entropy_of_sum(sp_u64 sum) {
     return (float)(sp_i64)sum * sp_f(0x2B800000u); // 2^-40
 }
 
-__device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red) {
-    return sp_entropy_of_sum(sp_entropy_sum(row, vocab, threadIdx.x, blockDim.x, s_red));
+template <bool LG = false>
+__device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red, const sp_soft* st = 0) {
+    return sp_entropy_of_sum(sp_entropy_sum<LG>(row, vocab, threadIdx.x, blockDim.x, s_red, st));
 }
 
 // The skip test's f32 stand-in for a thread's best key: at most the key (within one rounding)
@@ -618,12 +782,12 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
 // the largest key's bits (0: no candidate in the block) and the lowest id holding it.
 // The row loop of the race, for a draft row (ROW: residual t - d) or none (plain, or residual
 // with a one-hot draft): two loops, so that neither branches on the kind of draft per tile.
-template <bool ROW>
+template <bool ROW, bool LG>
 __device__ __forceinline__ void sp_race_scan(const float* trow, const float* drow, bool residual,
                                              sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                              const sp_keys& ks, sp_u32 off_lo, sp_u32 off_hi,
                                              sp_u32 g_first, sp_u32 g_step, double& best,
-                                             float& best_skip, sp_u32& best_id) {
+                                             float& best_skip, sp_u32& best_id, const sp_soft* st) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const sp_u32 full = sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u;
     const sp_u32 step = g_step * SP_UNROLL_RACE;
@@ -632,9 +796,10 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
         float d[SP_UNROLL_RACE][4];
         // Every load first, then the draws; past the end: 0, never a candidate.
         if (ROW) {
-            sp_load_tile2<SP_UNROLL_RACE>(trow, drow, g0, g_step, vocab, full, t, d);
+            sp_load_tile2<SP_UNROLL_RACE>(trow, drow, g0, g_step, vocab, full,
+                                          LG ? SP_NEG_INF : 0.0f, t, d);
         } else {
-            sp_load_tile<SP_UNROLL_RACE>(trow, g0, g_step, vocab, full, 0.0f, t);
+            sp_load_tile<SP_UNROLL_RACE>(trow, g0, g_step, vocab, full, LG ? SP_NEG_INF : 0.0f, t);
             SP_UNROLLED
             for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
                 const sp_u32 v0 = (g0 + u * g_step) * 4u;
@@ -642,6 +807,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
                     d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
+        sp_soft_tile<LG, SP_UNROLL_RACE>(t, st);
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
             sp_race_group(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
@@ -650,20 +816,21 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     }
 }
 
+template <bool LG = false>
 __device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                              sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                              sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
-                             sp_u64& top, sp_u32& lowest_id) {
+                             sp_u64& top, sp_u32& lowest_id, const sp_soft* st = 0) {
     double best = -1.0;
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
     const sp_keys ks = sp_key_schedule(k0, k1);
     if (residual && drow != 0)
-        sp_race_scan<true>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
-                           g_first, g_step, best, best_skip, best_id);
+        sp_race_scan<true, LG>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
+                               g_first, g_step, best, best_skip, best_id, st);
     else
-        sp_race_scan<false>(trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi,
-                            g_first, g_step, best, best_skip, best_id);
+        sp_race_scan<false, LG>(trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi,
+                                g_first, g_step, best, best_skip, best_id, st);
     // Candidate keys are positive (or +inf), so their bit patterns order as unsigned integers;
     // "none" is 0. First the largest key, then the lowest id holding it.
     const sp_u64 mine = best > 0.0 ? (sp_u64)__double_as_longlong(best) : 0ull;
@@ -675,25 +842,30 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
 }
 
 // The whole race in one block: (1 << 32) | winner, or 0 when there is no candidate.
+template <bool LG = false>
 __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                           sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
-                          sp_u32 off_hi, sp_u64* s_red) {
+                          sp_u32 off_hi, sp_u64* s_red, const sp_soft* st = 0) {
     sp_u64 top;
     sp_u32 id;
-    sp_race_part(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
-                 threadIdx.x, blockDim.x, s_red, top, id);
+    sp_race_part<LG>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                     threadIdx.x, blockDim.x, s_red, top, id, st);
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
 // ---------------------------------------------------------------- the kernel
-extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+// The body of specula_verify and specula_verify_ex: cu (ragged layout) and bonus (caller's bonus
+// tokens) are null for the padded layout with sampled bonus tokens.
+__device__ __forceinline__ void
+sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
                const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
                const sp_u64* __restrict__ offset, const float* __restrict__ eps,
                const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+               const sp_u32* __restrict__ cu, const sp_u32* __restrict__ bonus,
+               const float* __restrict__ logits, const float* __restrict__ temperature,
+               sp_u64* s_red) {
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 b = blockIdx.x;
@@ -719,8 +891,10 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
         return;
     }
 
-    const sp_u32 kb = k[b];
-    const sp_u32 bad = sp_request_error(draft_ids, b, kb, k_max, vocab);
+    const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
+    const sp_u32 kb = lay.kb;
+    const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
+    const sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
@@ -736,59 +910,78 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_u64 o = offset[b];
     const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
     const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
-    const float* const tbase = target_probs + (sp_u64)b * (k_max + 1u) * tstride;
-    const float* const dbase = has_draft ? draft_probs + (sp_u64)b * k_max * dstride : 0;
+    // Target logits (DETERMINISM.md): T = 0 is greedy on the logit rows; T > 0 reads every
+    // target value through the row's softmax (sp_soft_p), computed on the fly.
+    const bool lg = logits != 0;
+    const float temp = lg ? temperature[b] : 0.0f;
+    const bool soft = lg && temp > 0.0f;
+    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
+    const float* const tbase = (lg ? logits : target_probs) + lay.trow * tstride;
+    const float* const dbase = has_draft ? draft_probs + sp_slot(lay, b, k_max) * dstride : 0;
+    sp_soft st;
+    st.t = 1.0f;
+    st.m = 0.0f;
+    st.s = 0.0;
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
     bool rejected = false;
     for (sp_u32 j = 0; j < kb && !rejected; ++j) {
-        const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+        const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
         const float* trow = tbase + (sp_u64)j * tstride;
         const float* drow = has_draft ? dbase + (sp_u64)j * dstride : 0;
-        const float pt = trow[x];
+        if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
+        const float pt = soft ? sp_soft_p(trow[x], st) : trow[x];
         bool accept;
-        if (method == SP_METHOD_REJECTION) {
+        if (meth == SP_METHOD_REJECTION) {
             const float pd = has_draft ? drow[x] : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
             accept = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
             if (!accept) {
-                sp_u64 win = sp_race(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red);
+                sp_u64 win =
+                    soft ? sp_race<true>(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
+                         : sp_race(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 if (win == 0ull)
-                    win = sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
+                    win = soft ? sp_race<true>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
+                               : sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 emitted = (sp_u32)win; // 0 when none
             }
-        } else if (method == SP_METHOD_GREEDY) {
-            const sp_u32 am = sp_argmax(trow, vocab, s_red);
+        } else if (meth == SP_METHOD_GREEDY) {
+            const sp_u32 am = soft ? sp_argmax<true>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
             accept = x == am;
             if (!accept) emitted = am;
         } else {
-            const float h = sp_entropy(trow, vocab, s_red);
+            const float h = soft ? sp_entropy<true>(trow, vocab, s_red, &st) : sp_entropy(trow, vocab, s_red);
             const float a = eps[b];
             const float e = sp_exp(-h);
             const float bb = delta[b] * e;
             const float thr = a < bb ? a : bb;
             accept = pt > thr;
             if (!accept) {
-                sp_u64 win = sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
+                sp_u64 win = soft ? sp_race<true>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
+                                  : sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 emitted = (sp_u32)win; // 0 when none
             }
         }
         if (accept) ++acc; else rejected = true;
     }
-    if (!rejected) {
+    if (!rejected && bon != 0) {
+        emitted = *bon; // the caller's bonus token: row kb is never read
+    } else if (!rejected) {
         const float* trow = tbase + (sp_u64)kb * tstride;
-        if (method == SP_METHOD_GREEDY) {
-            emitted = sp_argmax(trow, vocab, s_red);
+        if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
+        if (meth == SP_METHOD_GREEDY) {
+            emitted = soft ? sp_argmax<true>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
         } else {
-            sp_u64 win = sp_race(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red);
+            sp_u64 win = soft ? sp_race<true>(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red, &st)
+                              : sp_race(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red);
             emitted = (sp_u32)win; // 0 when none
         }
     }
 
     for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
-        out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
+        out[j] = j < acc ? draft_ids[sp_slot(lay, b, k_max) + j] : (j == acc ? emitted : SP_SENTINEL);
     }
     // Counters<K>::record(kb, acc), fused: head words, then the per-position words.
     sp_u64* const acc_pos = stats + 4u;
@@ -807,6 +1000,57 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     }
 }
 
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+               const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+               const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+               const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+               const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                   accepted, tokens, stats, 0, 0, 0, 0, s_red);
+}
+
+// specula_verify_ex: specula_verify's twelve parameters, then `cu_num_draft_tokens` (u32 x B:
+// the ragged layout, `k` is then not read; null: padded) and `bonus` (u32 x B: the caller's
+// bonus tokens, row k of each request is then not read and absent from a ragged target; null:
+// sampled). Same launch contract otherwise; a bonus token >= V skips its request with
+// SP_ERR_TOKEN, a decreasing cumulative count with SP_ERR_DRAFT_LEN.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                  const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+                  const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                  const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                  const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                  sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                  const sp_u32* __restrict__ cu_num_draft_tokens,
+                  const sp_u32* __restrict__ bonus) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                   accepted, tokens, stats, cu_num_draft_tokens, bonus, 0, 0, s_red);
+}
+
+// specula_verify_logits: specula_verify_ex's fourteen parameters, then `target_logits` (f32, in
+// exactly the layout of target_probs, which is then not read) and `temperature` (f32 x B; 0:
+// greedy on the logits, > 0: the softmax of DETERMINISM.md computed on the fly). With
+// `target_logits` null it is specula_verify_ex. Same launch contract.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                      const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+                      const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                      const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                      const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                      sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                      const sp_u32* __restrict__ cu_num_draft_tokens,
+                      const sp_u32* __restrict__ bonus, const float* __restrict__ target_logits,
+                      const float* __restrict__ temperature) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                   accepted, tokens, stats, cu_num_draft_tokens, bonus, target_logits,
+                   temperature, s_red);
+}
+
 // ---------------------------------------------------------------- the kernel, rows split
 // specula_verify_split: the same verification with each request's rows split over `slices`
 // blocks, so that a small batch still spreads over the whole GPU (core/src/kernels.rs, "Rows
@@ -820,16 +1064,18 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
 // wrapping atomicAdd of the fixed-point sums; races: one (key, id) slot per slice), and the block
 // that draws the last ticket decides, writes the request and its counters, and clears the words.
 // Same results as specula_verify, bit for bit: every reduction is order-free.
-extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
-specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+// The body of specula_verify_split and specula_verify_split_ex (cu, bonus as in sp_verify_body).
+__device__ __forceinline__ void
+sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                      const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
                      const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
                      const sp_u64* __restrict__ offset, const float* __restrict__ eps,
                      const float* __restrict__ delta, sp_u32* __restrict__ accepted,
                      sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
-                     sp_u64* __restrict__ scratch, sp_u32 slices) {
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    __shared__ sp_u32 s_last;
+                     sp_u64* __restrict__ scratch, sp_u32 slices, const sp_u32* __restrict__ cu,
+                     const sp_u32* __restrict__ bonus, const float* __restrict__ logits,
+                     const float* __restrict__ temperature, sp_u64* s_red, sp_u32* s_last_p) {
+    sp_u32& s_last = *s_last_p;
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 nsl = slices == 0u ? 1u : slices; // 0 is refused below
@@ -854,8 +1100,10 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         return;
     }
 
-    const sp_u32 kb = k[b];
-    const sp_u32 bad = sp_request_error(draft_ids, b, kb, k_max, vocab);
+    const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
+    const sp_u32 kb = lay.kb;
+    const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
+    const sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         if (sl != 0u) return; // one block of the request writes "skipped"
@@ -871,8 +1119,22 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u64 o = offset[b];
     const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
     const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
-    const float* const tbase = target_probs + (sp_u64)b * (k_max + 1u) * tstride;
-    const float* const dbase = has_draft ? draft_probs + (sp_u64)b * k_max * dstride : 0;
+    // Target logits: T = 0 greedy on the logits; T > 0 through the softmax. The softmax state
+    // (row maximum, then the exact sum) needs the whole row before any probability, so every
+    // block computes it for the rows it works on over the whole row (the same integers in every
+    // block), and splits only the passes after it.
+    const bool lg = logits != 0;
+    const float temp = lg ? temperature[b] : 0.0f;
+    const bool soft = lg && temp > 0.0f;
+    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
+    const float* const tbase = (lg ? logits : target_probs) + lay.trow * tstride;
+    const float* const dbase = has_draft ? draft_probs + sp_slot(lay, b, k_max) * dstride : 0;
+    sp_soft st;
+    st.t = 1.0f;
+    st.m = 0.0f;
+    st.s = 0.0;
+    // Rows read: 0..kb, or 0..kb-1 when the caller gives the bonus token (row kb is absent).
+    const sp_u32 rows = bon != 0 ? kb : kb + 1u;
 
     // Scratch words of this request: [0] the ticket; [1 + j] argmax of row j (greedy) or the
     // entropy sum of row j (typical); from `base`, race slots: race r's key of slice q at
@@ -884,61 +1146,101 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u32 g_first = sl * blockDim.x + threadIdx.x;
     const sp_u32 g_step = nsl * blockDim.x;
     sp_u32 jr = kb; // rejection sampling: the first rejected position (kb: none)
-    if (method == SP_METHOD_GREEDY) {
-        for (sp_u32 j = 0; j <= kb; ++j) {
-            const sp_u64 p =
-                sp_argmax_packed(tbase + (sp_u64)j * tstride, vocab, g_first, g_step, s_red);
+    if (meth == SP_METHOD_GREEDY) {
+        for (sp_u32 j = 0; j < rows; ++j) {
+            const float* trow = tbase + (sp_u64)j * tstride;
+            if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
+            const sp_u64 p = soft ? sp_argmax_packed<true>(trow, vocab, g_first, g_step, s_red, &st)
+                                  : sp_argmax_packed(trow, vocab, g_first, g_step, s_red);
             if (threadIdx.x == 0u) atomicMax(scr + 1u + j, p);
         }
-    } else if (method == SP_METHOD_TYPICAL) {
+    } else if (meth == SP_METHOD_TYPICAL) {
         // Entropies of rows 0..k-1 and, since the rejection position is not known yet, the race
         // of every row 0..k.
-        for (sp_u32 j = 0; j <= kb; ++j) {
+        for (sp_u32 j = 0; j < rows; ++j) {
             const float* trow = tbase + (sp_u64)j * tstride;
+            if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
             if (j < kb) {
-                const sp_u64 h = sp_entropy_sum(trow, vocab, g_first, g_step, s_red);
+                const sp_u64 h = soft ? sp_entropy_sum<true>(trow, vocab, g_first, g_step, s_red, &st)
+                                      : sp_entropy_sum(trow, vocab, g_first, g_step, s_red);
                 if (threadIdx.x == 0u) atomicAdd(scr + 1u + j, h);
             }
             sp_u64 top;
             sp_u32 id;
-            sp_race_part(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first, g_step,
-                         s_red, top, id);
+            if (soft)
+                sp_race_part<true>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
+                                   g_step, s_red, top, id, &st);
+            else
+                sp_race_part(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
+                             g_step, s_red, top, id);
+            // With logits the deciding block needs p of the draft id, which only the row's
+            // softmax state gives: its bits ride in the high word of the race's id slots
+            // (race_winner reads the low word only).
+            const sp_u64 ptw = soft && j < kb
+                ? (sp_u64)__float_as_uint(sp_soft_p(trow[draft_ids[sp_slot(lay, b, k_max) + j]], st)) << 32
+                : 0ull;
             if (threadIdx.x == 0u) {
                 scr[base + 2u * j * nsl + sl] = top;
-                scr[base + (2u * j + 1u) * nsl + sl] = id;
+                scr[base + (2u * j + 1u) * nsl + sl] = ptw | id;
             }
         }
     } else {
         // The k acceptance tests at once, one per thread (each a Philox block and two loads),
         // in every block: the first rejection is the smallest rejecting position, a block-wide
         // maximum of ~j (positions past it are tested too, never used).
-        for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
-            const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
+        // With logits (T > 0) the tests run one row after another (each needs its row's
+        // softmax state, computed by every thread of the block), up to the first rejection.
+        for (sp_u32 j = soft ? kb : threadIdx.x; j < kb; j += blockDim.x) {
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
             const float pt = tbase[(sp_u64)j * tstride + x];
             const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
             if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd) && j < jr) jr = j;
         }
+        for (sp_u32 j = 0; soft && j < rows; ++j) {
+            st = sp_softmax_state(tbase + (sp_u64)j * tstride, vocab, temp, threadIdx.x,
+                                  blockDim.x, s_red);
+            if (j == kb) break; // all accepted: row kb's state for the plain race
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
+            const float pt = sp_soft_p(tbase[(sp_u64)j * tstride + x], st);
+            const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
+            sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
+            sp_philox(c, k0, k1);
+            if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd)) {
+                jr = j;
+                break;
+            }
+        }
         jr = ~(sp_u32)sp_block_reduce((sp_u64)(~jr), true, s_red);
         const float* trow = tbase + (sp_u64)jr * tstride;
         sp_u64 top;
         sp_u32 id;
         if (jr < kb) { // the residual race, and its fallback (the plain race) in the same launch
-            const sp_u32 x = draft_ids[(sp_u64)b * k_max + jr];
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + jr];
             const float* drow = has_draft ? dbase + (sp_u64)jr * dstride : 0;
-            sp_race_part(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
-                         s_red, top, id);
+            if (soft)
+                sp_race_part<true>(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                                   g_step, s_red, top, id, &st);
+            else
+                sp_race_part(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                             g_step, s_red, top, id);
             if (threadIdx.x == 0u) {
                 scr[base + sl] = top;
                 scr[base + nsl + sl] = id;
             }
         }
-        sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first, g_step,
-                     s_red, top, id);
-        if (threadIdx.x == 0u) {
-            scr[base + 2u * nsl + sl] = top;
-            scr[base + 3u * nsl + sl] = id;
+        if (jr < rows) { // the plain race (not needed after all accepted with a bonus given)
+            if (soft)
+                sp_race_part<true>(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                                   g_step, s_red, top, id, &st);
+            else
+                sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                             g_step, s_red, top, id);
+            if (threadIdx.x == 0u) {
+                scr[base + 2u * nsl + sl] = top;
+                scr[base + 3u * nsl + sl] = id;
+            }
         }
     }
 
@@ -969,21 +1271,22 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         }
         return (1ull << 32) | (sp_u64)id;
     };
-    if (method == SP_METHOD_REJECTION) {
+    if (meth == SP_METHOD_REJECTION) {
         acc = jr;
         sp_u64 win = jr < kb ? race_winner(0u) : 0ull;
-        if (win == 0ull) win = race_winner(1u);
-        emitted = (sp_u32)win; // 0 when none
+        if (win == 0ull && jr < rows) win = race_winner(1u);
+        emitted = jr < rows ? (sp_u32)win : *bon; // 0 when none
     } else {
         bool rejected = false;
         for (sp_u32 j = 0; j < kb && !rejected; ++j) {
-            const sp_u32 x = draft_ids[(sp_u64)b * k_max + j];
-            if (method == SP_METHOD_GREEDY) {
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
+            if (meth == SP_METHOD_GREEDY) {
                 const sp_u32 am = sp_unpack_id(parts[1u + j]);
                 rejected = x != am;
                 if (rejected) emitted = am;
             } else {
-                const float pt = tbase[(sp_u64)j * tstride + x];
+                const float pt = soft ? __uint_as_float((sp_u32)(parts[base + (2u * j + 1u) * nsl] >> 32))
+                                      : tbase[(sp_u64)j * tstride + x];
                 const float h = sp_entropy_of_sum(parts[1u + j]);
                 const float a = eps[b];
                 const float e = sp_exp(-h);
@@ -994,8 +1297,10 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             }
             if (!rejected) ++acc;
         }
-        if (!rejected) {
-            emitted = method == SP_METHOD_GREEDY ? sp_unpack_id(parts[1u + kb])
+        if (!rejected && bon != 0) {
+            emitted = *bon;
+        } else if (!rejected) {
+            emitted = meth == SP_METHOD_GREEDY ? sp_unpack_id(parts[1u + kb])
                                                  : (sp_u32)race_winner(kb);
         }
     }
@@ -1003,7 +1308,7 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     for (sp_u64 w = threadIdx.x; w < words; w += blockDim.x) scr[w] = 0ull;
 
     for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
-        out[j] = j < acc ? draft_ids[(sp_u64)b * k_max + j] : (j == acc ? emitted : SP_SENTINEL);
+        out[j] = j < acc ? draft_ids[sp_slot(lay, b, k_max) + j] : (j == acc ? emitted : SP_SENTINEL);
     }
     sp_u64* const acc_pos = stats + 4u;
     sp_u64* const drafted_pos = stats + 4u + ck;
@@ -1019,4 +1324,60 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         atomicAdd(drafted_pos + j, 1ull);
         if (j < acc) atomicAdd(acc_pos + j, 1ull);
     }
+}
+
+extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
+specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                     const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
+                     const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                     const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                     const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                     sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                     sp_u64* __restrict__ scratch, sp_u32 slices) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u32 s_last;
+    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                         accepted, tokens, stats, scratch, slices, 0, 0, 0, 0, s_red, &s_last);
+}
+
+// specula_verify_split_ex: specula_verify_split's fourteen parameters, then
+// `cu_num_draft_tokens` and `bonus` as in specula_verify_ex.
+extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
+specula_verify_split_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                        const sp_u32* __restrict__ draft_ids,
+                        const float* __restrict__ draft_probs,
+                        const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                        const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                        const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                        sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
+                        sp_u64* __restrict__ scratch, sp_u32 slices,
+                        const sp_u32* __restrict__ cu_num_draft_tokens,
+                        const sp_u32* __restrict__ bonus) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u32 s_last;
+    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                         accepted, tokens, stats, scratch, slices, cu_num_draft_tokens, bonus,
+                         0, 0, s_red, &s_last);
+}
+
+// specula_verify_split_logits: specula_verify_split_ex's sixteen parameters, then
+// `target_logits` and `temperature` as in specula_verify_logits.
+extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
+specula_verify_split_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
+                            const sp_u32* __restrict__ draft_ids,
+                            const float* __restrict__ draft_probs,
+                            const float* __restrict__ target_probs,
+                            const sp_u64* __restrict__ seed, const sp_u64* __restrict__ offset,
+                            const float* __restrict__ eps, const float* __restrict__ delta,
+                            sp_u32* __restrict__ accepted, sp_u32* __restrict__ tokens,
+                            sp_u64* __restrict__ stats, sp_u64* __restrict__ scratch,
+                            sp_u32 slices, const sp_u32* __restrict__ cu_num_draft_tokens,
+                            const sp_u32* __restrict__ bonus,
+                            const float* __restrict__ target_logits,
+                            const float* __restrict__ temperature) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u32 s_last;
+    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                         accepted, tokens, stats, scratch, slices, cu_num_draft_tokens, bonus,
+                         target_logits, temperature, s_red, &s_last);
 }

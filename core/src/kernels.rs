@@ -94,6 +94,35 @@ pub const VERIFY_ENTRY: &str = "specula_verify";
 /// `(capacity · slices, 1, 1)`, block as for [`VERIFY_ENTRY`]; same results bit for bit.
 pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 
+/// Name of the additive entry point for the ragged layout and caller-supplied bonus tokens
+/// (`extern "C"`): [`VERIFY_ENTRY`]'s twelve parameters, then `cu_num_draft_tokens: *const u32`
+/// (B values, vLLM's cumulative draft counts; `k` is then not read; null: the padded layout)
+/// and `bonus: *const u32` (B bonus tokens; each request's target row `k` is then not read, and
+/// absent from a ragged target tensor; null: sampled), as `core/DETERMINISM.md` lays them out.
+/// On the raw device path a decreasing cumulative count sets [`ERR_DRAFT_LEN`], a bonus token
+/// `≥ V` sets [`ERR_TOKEN`]; that request is skipped. Launch as [`VERIFY_ENTRY`]. (Checked bit
+/// for bit on the host through `tests/src/kernel_host.rs`; no backend launches it yet.)
+pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
+
+/// [`VERIFY_SPLIT_ENTRY`]'s fourteen parameters, then `cu_num_draft_tokens` and `bonus` as for
+/// [`VERIFY_EX_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`].
+pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
+
+/// Name of the additive entry point for f32 target logits with per-request temperature
+/// (`extern "C"`): [`VERIFY_EX_ENTRY`]'s fourteen parameters, then `target_logits: *const f32`
+/// (exactly the layout of `target_probs`, which is then not read; null: the probability path,
+/// i.e. [`VERIFY_EX_ENTRY`]) and `temperature: *const f32` (B values; `0`: greedy on the logits,
+/// `> 0`: the softmax of `core/DETERMINISM.md`, computed on the fly, never materialised).
+/// Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
+/// `tests/src/kernel_host.rs`; no backend launches it yet.)
+pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
+
+/// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits` and `temperature` as
+/// for [`VERIFY_LOGITS_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block
+/// computes the softmax state (row maximum, exact sum) of the rows it works on over the whole
+/// row; the passes after it are split.
+pub const VERIFY_SPLIT_LOGITS_ENTRY: &str = "specula_verify_split_logits";
+
 /// `u64` scratch words per request that [`VERIFY_SPLIT_ENTRY`] needs for `k_max` (the shape
 /// word) and `slices` blocks per request: a ticket, one word per row (argmax or entropy sum) and
 /// a (key, id) slot per slice for each race it may run.

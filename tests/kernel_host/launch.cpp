@@ -8,11 +8,23 @@
 #if defined(SPECULA_HIP)
 #define specula_verify specula_kernel_body_hip
 #define specula_verify_split specula_kernel_split_hip
+#define specula_verify_ex specula_kernel_ex_hip
+#define specula_verify_split_ex specula_kernel_split_ex_hip
 #define SPECULA_HOST_LAUNCHER specula_host_verify_hip
+#define SPECULA_HOST_LAUNCHER_EX specula_host_verify_ex_hip
+#define specula_verify_logits specula_kernel_logits_hip
+#define specula_verify_split_logits specula_kernel_split_logits_hip
+#define SPECULA_HOST_LAUNCHER_LOGITS specula_host_verify_logits_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
+#define specula_verify_ex specula_kernel_ex_cuda
+#define specula_verify_split_ex specula_kernel_split_ex_cuda
 #define SPECULA_HOST_LAUNCHER specula_host_verify_cuda
+#define SPECULA_HOST_LAUNCHER_EX specula_host_verify_ex_cuda
+#define specula_verify_logits specula_kernel_logits_cuda
+#define specula_verify_split_logits specula_kernel_split_logits_cuda
+#define SPECULA_HOST_LAUNCHER_LOGITS specula_host_verify_logits_cuda
 #endif
 
 #include "../../core/kernels/specula_verify.cu"
@@ -49,5 +61,65 @@ extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block,
     return specula_shim::launch(grid, block, [&] {
         specula_verify_split(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_, eps,
                              delta, accepted, tokens, stats_, scratch_, slices);
+    });
+}
+
+// The same launch through the additive entry points specula_verify_ex / specula_verify_split_ex:
+// `cu` (ragged layout) and `bonus` (caller's bonus tokens), each null when not used.
+extern "C" int SPECULA_HOST_LAUNCHER_EX(unsigned int grid, unsigned int block,
+                                        const std::uint32_t* shape, const std::uint32_t* k,
+                                        const std::uint32_t* draft_ids, const float* draft_probs,
+                                        const float* target_probs, const std::uint64_t* seed,
+                                        const std::uint64_t* offset, const float* eps,
+                                        const float* delta, std::uint32_t* accepted,
+                                        std::uint32_t* tokens, std::uint64_t* stats,
+                                        std::uint64_t* scratch, unsigned int slices,
+                                        const std::uint32_t* cu, const std::uint32_t* bonus) {
+    if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
+        return 1;
+    }
+    auto* seed_ = reinterpret_cast<const unsigned long long*>(seed);
+    auto* offset_ = reinterpret_cast<const unsigned long long*>(offset);
+    auto* stats_ = reinterpret_cast<unsigned long long*>(stats);
+    auto* scratch_ = reinterpret_cast<unsigned long long*>(scratch);
+    if (slices == 1) {
+        return specula_shim::launch(grid, block, [&] {
+            specula_verify_ex(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_, eps,
+                              delta, accepted, tokens, stats_, cu, bonus);
+        });
+    }
+    return specula_shim::launch(grid, block, [&] {
+        specula_verify_split_ex(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_,
+                                eps, delta, accepted, tokens, stats_, scratch_, slices, cu, bonus);
+    });
+}
+
+// The same launch through specula_verify_logits / specula_verify_split_logits: `logits` (target
+// logits in target_probs' layout) and `temperature` (B values), null for the probability path.
+extern "C" int SPECULA_HOST_LAUNCHER_LOGITS(
+    unsigned int grid, unsigned int block, const std::uint32_t* shape, const std::uint32_t* k,
+    const std::uint32_t* draft_ids, const float* draft_probs, const float* target_probs,
+    const std::uint64_t* seed, const std::uint64_t* offset, const float* eps, const float* delta,
+    std::uint32_t* accepted, std::uint32_t* tokens, std::uint64_t* stats, std::uint64_t* scratch,
+    unsigned int slices, const std::uint32_t* cu, const std::uint32_t* bonus, const float* logits,
+    const float* temperature) {
+    if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
+        return 1;
+    }
+    auto* seed_ = reinterpret_cast<const unsigned long long*>(seed);
+    auto* offset_ = reinterpret_cast<const unsigned long long*>(offset);
+    auto* stats_ = reinterpret_cast<unsigned long long*>(stats);
+    auto* scratch_ = reinterpret_cast<unsigned long long*>(scratch);
+    if (slices == 1) {
+        return specula_shim::launch(grid, block, [&] {
+            specula_verify_logits(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_,
+                                  eps, delta, accepted, tokens, stats_, cu, bonus, logits,
+                                  temperature);
+        });
+    }
+    return specula_shim::launch(grid, block, [&] {
+        specula_verify_split_logits(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_,
+                                    eps, delta, accepted, tokens, stats_, scratch_, slices, cu,
+                                    bonus, logits, temperature);
     });
 }

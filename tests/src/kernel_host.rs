@@ -104,6 +104,148 @@ type Launcher = unsafe extern "C" fn(
     slices: u32,
 ) -> i32;
 
+/// [`Launcher`] with the additive entry points' two last arguments (`cu_num_draft_tokens`,
+/// `bonus`; null when not used).
+type LauncherEx = unsafe extern "C" fn(
+    grid: u32,
+    block: u32,
+    shape: *const u32,
+    k: *const u32,
+    draft_ids: *const u32,
+    draft_probs: *const f32,
+    target_probs: *const f32,
+    seed: *const u64,
+    offset: *const u64,
+    eps: *const f32,
+    delta: *const f32,
+    accepted: *mut u32,
+    tokens: *mut u32,
+    stats: *mut u64,
+    scratch: *mut u64,
+    slices: u32,
+    cu: *const u32,
+    bonus: *const u32,
+) -> i32;
+
+/// The logits launcher (`specula_verify_logits` / `specula_verify_split_logits`): the ex
+/// launcher's parameters, then the target logits and the temperatures (null: probabilities).
+type LauncherLogits = unsafe extern "C" fn(
+    u32,
+    u32,
+    *const u32,
+    *const u32,
+    *const u32,
+    *const f32,
+    *const f32,
+    *const u64,
+    *const u64,
+    *const f32,
+    *const f32,
+    *mut u32,
+    *mut u32,
+    *mut u64,
+    *mut u64,
+    u32,
+    *const u32,
+    *const u32,
+    *const f32,
+    *const f32,
+) -> i32;
+
+// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
+// exactly the `LauncherLogits` signature.
+unsafe extern "C" {
+    fn specula_host_verify_logits_cuda(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+        scratch: *mut u64,
+        slices: u32,
+        cu: *const u32,
+        bonus: *const u32,
+        logits: *const f32,
+        temperature: *const f32,
+    ) -> i32;
+    fn specula_host_verify_logits_hip(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+        scratch: *mut u64,
+        slices: u32,
+        cu: *const u32,
+        bonus: *const u32,
+        logits: *const f32,
+        temperature: *const f32,
+    ) -> i32;
+}
+
+// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
+// exactly the `LauncherEx` signature.
+unsafe extern "C" {
+    fn specula_host_verify_ex_cuda(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+        scratch: *mut u64,
+        slices: u32,
+        cu: *const u32,
+        bonus: *const u32,
+    ) -> i32;
+    fn specula_host_verify_ex_hip(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+        scratch: *mut u64,
+        slices: u32,
+        cu: *const u32,
+        bonus: *const u32,
+    ) -> i32;
+}
+
 // SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
 // exactly the `Launcher` signature: 32-bit unsigned ints, pointers to u32/f32/u64, a 32-bit
 // unsigned int, int result.
@@ -234,19 +376,7 @@ impl<const K: usize> KernelHost<K> {
         accepted: *mut u32,
         tokens: *mut u32,
     ) -> i32 {
-        let (blocks, scratch) = if self.slices > 1 {
-            let words = kernels::split_scratch_words(
-                shape[kernels::SHAPE_K_MAX] as usize,
-                self.slices as usize,
-            );
-            let len = words.saturating_mul(grid as usize);
-            if self.scratch.len() < len {
-                self.scratch.resize(len, 0);
-            }
-            (grid.saturating_mul(self.slices), self.scratch.as_mut_ptr())
-        } else {
-            (grid, core::ptr::null_mut())
-        };
+        let (blocks, scratch) = self.grid_and_scratch(grid, shape);
         let params = Params {
             shape: shape.as_ptr(),
             k,
@@ -267,6 +397,134 @@ impl<const K: usize> KernelHost<K> {
         // shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request of
         // `grid`, zero as the kernel leaves them).
         unsafe { launch_params(self.mode, blocks, self.block, self.slices, &params) }
+    }
+
+    /// [`launch_raw`](Self::launch_raw) through the additive entry points
+    /// (`specula_verify_ex`, `specula_verify_split_ex`): `cu_num_draft_tokens` (B values: the
+    /// ragged layout, `k` is then not read) and `bonus` (B caller-supplied bonus tokens), each
+    /// null when not used.
+    ///
+    /// # Safety
+    /// As for [`launch_raw`](Self::launch_raw), with the extents of the ragged layout when `cu`
+    /// is not null; `cu` and `bonus` hold B values when not null.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_raw_ex(
+        &mut self,
+        grid: u32,
+        shape: &[u32; kernels::SHAPE_WORDS],
+        k: *const u32,
+        draft_ids: *const u32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        tokens: *mut u32,
+        cu: *const u32,
+        bonus: *const u32,
+    ) -> i32 {
+        let f: LauncherEx = match self.mode {
+            Mode::Cuda => specula_host_verify_ex_cuda,
+            Mode::Hip => specula_host_verify_ex_hip,
+        };
+        let (blocks, scratch) = self.grid_and_scratch(grid, shape);
+        // SAFETY: as in `launch_raw`; `cu` and `bonus` are null or hold B values (caller).
+        unsafe {
+            f(
+                blocks,
+                self.block,
+                shape.as_ptr(),
+                k,
+                draft_ids,
+                draft_probs,
+                target_probs,
+                seed,
+                offset,
+                eps,
+                delta,
+                accepted,
+                tokens,
+                self.stats.as_mut_ptr(),
+                scratch,
+                self.slices,
+                cu,
+                bonus,
+            )
+        }
+    }
+
+    /// [`launch_raw_ex`](Self::launch_raw_ex) through `specula_verify_logits` /
+    /// `specula_verify_split_logits`: `logits` (target logits in `target_probs`' layout, which is
+    /// then not read) and `temperature` (B values; 0: greedy on the logits), both null for the
+    /// probability path.
+    ///
+    /// # Safety
+    /// As for [`launch_raw_ex`](Self::launch_raw_ex); `logits` has the target extent and
+    /// `temperature` B values when `logits` is not null.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_raw_logits(
+        &mut self,
+        grid: u32,
+        shape: &[u32; kernels::SHAPE_WORDS],
+        p: &Params,
+        cu: *const u32,
+        bonus: *const u32,
+        logits: *const f32,
+        temperature: *const f32,
+    ) -> i32 {
+        let f: LauncherLogits = match self.mode {
+            Mode::Cuda => specula_host_verify_logits_cuda,
+            Mode::Hip => specula_host_verify_logits_hip,
+        };
+        let (blocks, scratch) = self.grid_and_scratch(grid, shape);
+        // SAFETY: as in `launch_raw_ex`; `logits`/`temperature` as the caller guarantees.
+        unsafe {
+            f(
+                blocks,
+                self.block,
+                shape.as_ptr(),
+                p.k,
+                p.draft_ids,
+                p.draft_probs,
+                p.target_probs,
+                p.seed,
+                p.offset,
+                p.eps,
+                p.delta,
+                p.accepted,
+                p.tokens,
+                self.stats.as_mut_ptr(),
+                scratch,
+                self.slices,
+                cu,
+                bonus,
+                logits,
+                temperature,
+            )
+        }
+    }
+
+    /// Blocks to launch for `grid` requests, and the split entry's scratch (null for one slice).
+    fn grid_and_scratch(
+        &mut self,
+        grid: u32,
+        shape: &[u32; kernels::SHAPE_WORDS],
+    ) -> (u32, *mut u64) {
+        if self.slices > 1 {
+            let words = kernels::split_scratch_words(
+                shape[kernels::SHAPE_K_MAX] as usize,
+                self.slices as usize,
+            );
+            let len = words.saturating_mul(grid as usize);
+            if self.scratch.len() < len {
+                self.scratch.resize(len, 0);
+            }
+            (grid.saturating_mul(self.slices), self.scratch.as_mut_ptr())
+        } else {
+            (grid, core::ptr::null_mut())
+        }
     }
 }
 
@@ -351,7 +609,7 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), KernelHostError> {
-        validate_with::<K>(Support::EMPTY_DRAFTS, method, check, batch, out)?;
+        validate_with::<K>(self.support(), method, check, batch, out)?;
         let b = batch.requests();
         let shape =
             kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;
@@ -362,23 +620,61 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             .delta
             .map_or_else(|| vec![DEFAULT_DELTA; b], <[f32]>::to_vec);
         let before = self.error_flags();
-        // SAFETY: `validate` checked every slice length against the shape (ids B·k_max, probs
-        // rows × stride, seeds/offsets/eps/delta B, outputs B and B·(k_max+1)); grid = B.
-        let rc = unsafe {
-            self.launch_raw(
-                to_u32(b)?,
-                &shape,
-                batch.k.as_ptr(),
-                batch.draft_ids.as_ptr(),
-                batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
-                batch.target_probs.as_ptr(),
-                batch.seed.as_ptr(),
-                batch.offset.as_ptr(),
-                eps.as_ptr(),
-                delta.as_ptr(),
-                out.accepted.as_mut_ptr(),
-                out.tokens.as_mut_ptr(),
-            )
+        let cu = batch
+            .cu_num_draft_tokens
+            .map_or(core::ptr::null(), <[u32]>::as_ptr);
+        let bonus = batch.bonus.map_or(core::ptr::null(), <[u32]>::as_ptr);
+        let rc = if let (Some(logits), Some(temps)) = (batch.target_logits, batch.temperature) {
+            let p = Params {
+                shape: shape.as_ptr(),
+                k: batch.k.as_ptr(),
+                draft_ids: batch.draft_ids.as_ptr(),
+                draft_probs: batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
+                target_probs: core::ptr::null(),
+                seed: batch.seed.as_ptr(),
+                offset: batch.offset.as_ptr(),
+                eps: eps.as_ptr(),
+                delta: delta.as_ptr(),
+                accepted: out.accepted.as_mut_ptr(),
+                tokens: out.tokens.as_mut_ptr(),
+                stats: core::ptr::null_mut(),
+                scratch: core::ptr::null_mut(),
+            };
+            // SAFETY: as below; `validate` checked the logits against the target layout and
+            // the temperatures against B.
+            unsafe {
+                self.launch_raw_logits(
+                    to_u32(b)?,
+                    &shape,
+                    &p,
+                    cu,
+                    bonus,
+                    logits.as_ptr(),
+                    temps.as_ptr(),
+                )
+            }
+        } else {
+            // SAFETY: `validate` checked every slice length against the shape and the layout
+            // (ids B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus
+            // B, outputs B and B·(k_max+1)); grid = B.
+            unsafe {
+                self.launch_raw_ex(
+                    to_u32(b)?,
+                    &shape,
+                    batch.k.as_ptr(),
+                    batch.draft_ids.as_ptr(),
+                    batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
+                    batch.target_probs.as_ptr(),
+                    batch.seed.as_ptr(),
+                    batch.offset.as_ptr(),
+                    eps.as_ptr(),
+                    delta.as_ptr(),
+                    out.accepted.as_mut_ptr(),
+                    out.tokens.as_mut_ptr(),
+                    cu,
+                    bonus,
+                )
+            }
         };
         if rc != 0 {
             return Err(KernelHostError::BadBlock {
@@ -397,8 +693,16 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         kernels::counters_from_stats(&self.stats).ok_or(KernelHostError::TooLarge)
     }
 
-    /// The kernel text verifies `k = 0` (padded layout, sampled bonus tokens).
+    /// The kernel text verifies `k = 0`, the ragged layout and caller-supplied bonus tokens
+    /// (through `specula_verify_ex` / `specula_verify_split_ex`) and f32 target logits with
+    /// per-request temperature (through `specula_verify_logits` /
+    /// `specula_verify_split_logits`); not the sampling filters, half-precision inputs or a
+    /// method per request.
     fn support(&self) -> Support {
-        Support::EMPTY_DRAFTS
+        let mut s = Support::ALL;
+        s.filters = false;
+        s.half = false;
+        s.methods = false;
+        s
     }
 }

@@ -303,6 +303,71 @@ fn invalid_batches_are_refused_like_the_reference() {
     ));
 }
 
+/// The additive entry points' own guards (ragged layout, caller's bonus tokens), launched raw:
+/// a decreasing cumulative count (DRAFT_LEN) and a bonus token >= V (TOKEN) skip their request;
+/// the valid neighbours, one of them k = 0, emit their bonus tokens and are counted as usual.
+#[test]
+fn ex_entries_skip_bad_ragged_requests_and_flag_them() {
+    for (mode, slices) in [
+        (Mode::Cuda, 1),
+        (Mode::Hip, 1),
+        (Mode::Cuda, 3),
+        (Mode::Hip, 2),
+    ] {
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
+        let (vocab, k_max) = (6u32, 2u32);
+        // k = 2, 0, then cu decreases (request 2), then k = 1 with a bonus token >= V (request 3).
+        let cu = [2u32, 2, 1, 3];
+        let ids = [5u32, 5, 5];
+        let bonus = [3u32, 4, 0, 1_000];
+        // With bonus tokens the ragged target has num_tokens = 3 rows (no bonus rows).
+        let mut target = vec![0.0f32; 3 * vocab as usize];
+        for r in target.chunks_exact_mut(vocab as usize) {
+            r[5] = 1.0;
+        }
+        let seeds = [1u64; 4];
+        let offsets = [0u64; 4];
+        let mut accepted = [9u32; 4];
+        let mut tokens = [9u32; 12];
+        let shape = kernels::shape_words(4, k_max, vocab, None, vocab, 1, K as u32);
+        // SAFETY: cu, bonus, seeds, offsets and the outputs hold B = 4 values (tokens B (k_max +
+        // 1)), ids and target num_tokens = 3 (the kernel reads no more for valid requests and
+        // only cu and bonus for the skipped ones); `k` is not read in the ragged layout.
+        let rc = unsafe {
+            host.launch_raw_ex(
+                4,
+                &shape,
+                core::ptr::null(),
+                ids.as_ptr(),
+                core::ptr::null(),
+                target.as_ptr(),
+                seeds.as_ptr(),
+                offsets.as_ptr(),
+                core::ptr::null(),
+                core::ptr::null(),
+                accepted.as_mut_ptr(),
+                tokens.as_mut_ptr(),
+                cu.as_ptr(),
+                bonus.as_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(
+            host.error_flags(),
+            ERR_DRAFT_LEN | ERR_TOKEN,
+            "{mode:?} {slices}"
+        );
+        assert!(host.scratch_is_clear());
+        assert_eq!(accepted, [2, 0, u32::MAX, u32::MAX], "{mode:?} {slices}");
+        // Request 0 accepts both drafts (argmax 5), then its bonus 3; request 1 (k = 0): bonus 4.
+        assert_eq!(&tokens[..6], &[5, 5, 3, 4, u32::MAX, u32::MAX]);
+        assert!(tokens[6..].iter().all(|&t| t == u32::MAX));
+        let mut want = Counters::<K>::ZERO;
+        want.record(2, 2).unwrap();
+        assert_eq!(host.totals().unwrap(), want, "only request 0 counted");
+    }
+}
+
 /// The kernel's own guards, reached by launching it on unvalidated arguments as a device would
 /// be: a bad request is skipped (sentinels, not counted, flag raised), its neighbours are not;
 /// a request with `k = 0` is valid (only its bonus token, not counted).
@@ -589,6 +654,122 @@ fn fixed_launch_repeated_with_new_buffer_contents() {
             want.add(&counted);
             assert_eq!(host.totals().unwrap(), want, "{what}");
             assert_eq!(host.error_flags(), 0, "{what}");
+        }
+    }
+}
+
+/// Target logits with per-request temperature (0 = greedy) on the kernel text
+/// (`specula_verify_logits` / `specula_verify_split_logits`): the conformance suite's logits
+/// cases, bit for bit against the reference, both macro modes, both entries.
+#[test]
+fn logits_conformance_both_modes_both_entries() {
+    use specula_tests::conformance as c;
+    c::target_logits(
+        || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
+        0x106_1001,
+        300,
+    );
+    c::target_logits(
+        || KernelHost::<K>::new(Mode::Hip, 64).unwrap(),
+        0x106_1002,
+        300,
+    );
+    c::target_logits(
+        || KernelHost::<K>::with_slices(Mode::Cuda, 64, 3).unwrap(),
+        0x106_1003,
+        200,
+    );
+    c::target_logits(
+        || KernelHost::<K>::with_slices(Mode::Hip, 64, 2).unwrap(),
+        0x106_1004,
+        200,
+    );
+    // What the kernel does not do (filters, half inputs, a method per request) is refused with
+    // the typed error, nothing counted; the rest matches the reference.
+    c::sampling_inputs(
+        || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
+        0x5A3_1005,
+        60,
+    );
+}
+
+/// Logits at the sizes users run (V = 32 003 with a misaligned stride, V = 151 936), every
+/// method, temperatures 0 (greedy), 0.7 and 1.3, with and without draft probabilities, one
+/// block and rows split over 3 blocks: bit for bit against the reference.
+#[test]
+fn large_vocabulary_logits_match() {
+    use specula_core::verify::Logits;
+    for (vocab, tstride) in [(32_003usize, 32_004usize), (151_936, 151_936)] {
+        let mut g = Gen(vocab as u64);
+        let k_max = 3;
+        let b = 3;
+        let logits: Vec<f32> = (0..b * (k_max + 1) * tstride)
+            .map(|_| 12.0 * g.unit() - 9.0)
+            .collect();
+        let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(vocab) as u32).collect();
+        let mut draft = vec![0.0f32; b * k_max * vocab];
+        for r in draft.chunks_exact_mut(vocab) {
+            row(&mut g, vocab, false, r);
+        }
+        let k = vec![3, 2, 3];
+        let temps = [0.7f32, 0.0, 1.3];
+        let seed = [11u64, 12, 13];
+        let offset = [0u64, 5, u64::MAX];
+        for with_draft in [false, true] {
+            let mut batch = Batch::dense(
+                Dims { vocab, k_max },
+                Drafts { k: &k, ids: &ids },
+                &[],
+                Streams {
+                    seed: &seed,
+                    offset: &offset,
+                },
+            )
+            .with_strides(Strides {
+                draft: vocab,
+                target: tstride,
+            })
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            });
+            if with_draft {
+                batch.draft_probs = Some(&draft);
+            }
+            for method in METHODS {
+                let mut want = (vec![0u32; b], vec![0u32; b * (k_max + 1)]);
+                let mut reference = Reference::<K>::new();
+                reference
+                    .verify(
+                        method,
+                        Check::Cheap,
+                        &batch,
+                        &mut Outputs {
+                            accepted: &mut want.0,
+                            tokens: &mut want.1,
+                        },
+                    )
+                    .unwrap();
+                for slices in [1u32, 3] {
+                    let mut host = KernelHost::<K>::with_slices(Mode::Cuda, 128, slices).unwrap();
+                    let mut got = (vec![0u32; b], vec![0u32; b * (k_max + 1)]);
+                    host.verify(
+                        method,
+                        Check::Cheap,
+                        &batch,
+                        &mut Outputs {
+                            accepted: &mut got.0,
+                            tokens: &mut got.1,
+                        },
+                    )
+                    .unwrap();
+                    assert_eq!(
+                        got, want,
+                        "V={vocab} {method:?} draft={with_draft} slices={slices}"
+                    );
+                    assert_eq!(host.totals().unwrap(), reference.totals().unwrap());
+                }
+            }
         }
     }
 }
