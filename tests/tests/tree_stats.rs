@@ -205,6 +205,7 @@ const BATCHES: usize = 1000;
 /// Target-only rule on a top-b tree (3 children at the root, 2 below each): every emitted
 /// sequence's frequency against its exact probability.
 #[test]
+#[cfg_attr(debug_assertions, ignore = "statistical: run with --release")]
 fn target_only_rule_emits_every_sequence_with_its_target_probability() {
     const V: usize = 6;
     let salt = 0x7A6;
@@ -292,6 +293,7 @@ fn mss_ranks(p: &[f32], q: &[f32], xs: &[usize]) -> Vec<f64> {
 
 /// SpecInfer's multi-step speculative sampling: siblings drawn i.i.d. from the drafter.
 #[test]
+#[cfg_attr(debug_assertions, ignore = "statistical: run with --release")]
 fn multi_step_speculative_sampling_is_lossless() {
     const V: usize = 4;
     const M: usize = 3;
@@ -407,6 +409,7 @@ fn multi_step_speculative_sampling_is_lossless() {
 /// ids 1 and 2) and SpecInfer's rule (two siblings drawn from a drafter that differs in the
 /// tail).
 #[test]
+#[cfg_attr(debug_assertions, ignore = "statistical: run with --release")]
 fn tails_at_v_32k_follow_the_target() {
     const V: usize = 32_768;
     const BINS: usize = 16;

@@ -1433,6 +1433,235 @@ mod tests {
     }
 
     #[test]
+    fn logits_give_the_bits_of_their_softmax_rows() {
+        // Every rule on the softmax rows computed on the fly (logits) against the same rows
+        // materialised as probabilities: the same bits (the plain loops against `ScalarOps`).
+        let t = 0.8f32;
+        let logits_rows: std::vec::Vec<f32> = (0..6 * 4)
+            .map(|i| ((i * 5 + 2) % 9) as f32 * 0.7 - 2.0)
+            .collect();
+        let mut probs = std::vec::Vec::new();
+        for row in logits_rows.chunks(4) {
+            let sm = Softmax::of(row, t);
+            probs.extend(row.iter().map(|&l| sm.p(l)));
+        }
+        let draft: std::vec::Vec<f32> = (0..6).flat_map(|_| Q).collect();
+        let temps = [t];
+        let offsets = if cfg!(miri) { 4u64 } else { 300 };
+        for kids in [[2u32, 1, 3], [0, 0, 1], [3, 2, 1], [1, 3, 3]] {
+            let s = small(kids);
+            for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+                for with_draft in [false, true] {
+                    for off in 0..offsets {
+                        let offset = [off];
+                        let base = TreeBatch::new(
+                            TreeDims {
+                                vocab: 4,
+                                max_nodes: 6,
+                                max_depth: 2,
+                            },
+                            Tree {
+                                nodes: &[6],
+                                tokens: &s.tokens,
+                                first_child: &s.fc,
+                                next_sibling: &s.ns,
+                            },
+                            &probs,
+                            Streams {
+                                seed: &[11],
+                                offset: &offset,
+                            },
+                        );
+                        let base = if with_draft {
+                            base.with_draft_probs(&draft)
+                        } else {
+                            base
+                        };
+                        let soft = base.with_target_logits(Logits {
+                            values: &logits_rows,
+                            temperature: &temps,
+                        });
+                        let mut results = [(0u32, [0u32; 3], [0u32; 3]); 2];
+                        for (r, batch) in results.iter_mut().zip([base, soft]) {
+                            let mut c = Counters::<4>::ZERO;
+                            verify_tree_batch(
+                                method,
+                                Check::Cheap,
+                                &batch,
+                                &mut TreeOutputs {
+                                    accepted: core::slice::from_mut(&mut r.0),
+                                    path: &mut r.1,
+                                    tokens: &mut r.2,
+                                },
+                                &mut c,
+                            )
+                            .unwrap();
+                        }
+                        assert_eq!(
+                            results[0], results[1],
+                            "{kids:?} {method:?} {with_draft} {off}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_both_models_rule_out_is_never_accepted() {
+        // Child token 0 with q(0) = 0 and p(0) = 0: `U·0 < 0` is false for every U, so it is
+        // rejected; the residual p − q is empty, so the fallback samples p: token 1.
+        let batch_of = |draft: &'static [f32]| {
+            TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: 2,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[2],
+                    tokens: &[0, 0],
+                    first_child: &[1, NO_NODE],
+                    next_sibling: &[NO_NODE, NO_NODE],
+                },
+                &[0.0, 1.0, 0.5, 0.5],
+                Streams {
+                    seed: &[5],
+                    offset: &[6],
+                },
+            )
+            .with_draft_probs(draft)
+        };
+        for off in 0..20u64 {
+            let offset = [off];
+            let batch = TreeBatch {
+                offset: &offset,
+                ..batch_of(&[0.0, 0.0, 0.0, 1.0])
+            };
+            let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let mut c = Counters::<4>::ZERO;
+            let mut out = TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut t,
+            };
+            verify_tree_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+            assert_eq!((a, p, t), ([0], [0, SENTINEL], [1, SENTINEL]));
+        }
+    }
+
+    #[test]
+    fn a_request_gives_the_same_bits_alone_and_in_a_batch() {
+        // Two different requests (trees, rows, draft rows, streams): each batched result equals
+        // the request verified alone, for every method.
+        let (a, mut b) = (small([2, 1, 3]), small([3, 0, 0]));
+        // Request 1 has another shape: two children, the second with three (other links).
+        links_from_parents(&[-1, 0, 0, 2, 2, 2], &mut b.fc, &mut b.ns).unwrap();
+        let mut b_target = b.target.clone();
+        b_target[..4].copy_from_slice(&[0.1, 0.1, 0.1, 0.7]);
+        let b_draft: std::vec::Vec<f32> = b.draft.iter().map(|&q| 1.0 - q * 2.0).collect();
+        let b_draft: std::vec::Vec<f32> = b_draft
+            .chunks(4)
+            .flat_map(|r| {
+                let s: f32 = r.iter().sum();
+                r.iter().map(move |x| if s > 0.0 { x / s } else { 0.25 })
+            })
+            .collect();
+        let cat = |x: &[u32], y: &[u32]| [x, y].concat();
+        let tokens = cat(&a.tokens, &b.tokens);
+        let fc = [&a.fc[..], &b.fc[..]].concat();
+        let ns = [&a.ns[..], &b.ns[..]].concat();
+        let target = [&a.target[..], &b_target[..]].concat();
+        let draft = [&a.draft[..], &b_draft[..]].concat();
+        let trees = [
+            (a.tokens, a.fc, a.ns, &a.target, &a.draft),
+            (b.tokens, b.fc, b.ns, &b_target, &b_draft),
+        ];
+        let offsets = if cfg!(miri) { 2u64 } else { 40 };
+        for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+            for with_draft in [false, true] {
+                for off in 0..offsets {
+                    let (seed, offset) = ([3u64, 4], [off, off + 7]);
+                    let dims = TreeDims {
+                        vocab: 4,
+                        max_nodes: 6,
+                        max_depth: 2,
+                    };
+                    let mut both = TreeBatch::new(
+                        dims,
+                        Tree {
+                            nodes: &[6, 6],
+                            tokens: &tokens,
+                            first_child: &fc,
+                            next_sibling: &ns,
+                        },
+                        &target,
+                        Streams {
+                            seed: &seed,
+                            offset: &offset,
+                        },
+                    );
+                    if with_draft {
+                        both = both.with_draft_probs(&draft);
+                    }
+                    let (mut acc, mut path, mut tok) = ([0u32; 2], [0u32; 6], [0u32; 6]);
+                    let mut c = Counters::<4>::ZERO;
+                    verify_tree_batch(
+                        method,
+                        Check::STRICT,
+                        &both,
+                        &mut TreeOutputs {
+                            accepted: &mut acc,
+                            path: &mut path,
+                            tokens: &mut tok,
+                        },
+                        &mut c,
+                    )
+                    .unwrap();
+                    let mut alone_c = Counters::<4>::ZERO;
+                    for (r, (tk, f, n, t, d)) in trees.iter().enumerate() {
+                        let mut one = TreeBatch::new(
+                            dims,
+                            Tree {
+                                nodes: &[6],
+                                tokens: tk,
+                                first_child: f,
+                                next_sibling: n,
+                            },
+                            t,
+                            Streams {
+                                seed: &seed[r..=r],
+                                offset: &offset[r..=r],
+                            },
+                        );
+                        if with_draft {
+                            one = one.with_draft_probs(d);
+                        }
+                        let (mut a1, mut p1, mut t1) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+                        verify_tree_batch(
+                            method,
+                            Check::STRICT,
+                            &one,
+                            &mut TreeOutputs {
+                                accepted: &mut a1,
+                                path: &mut p1,
+                                tokens: &mut t1,
+                            },
+                            &mut alone_c,
+                        )
+                        .unwrap();
+                        let what = (method, with_draft, off, r);
+                        assert_eq!(a1[0], acc[r], "{what:?}");
+                        assert_eq!(p1, path[3 * r..3 * r + 3], "{what:?}");
+                        assert_eq!(t1, tok[3 * r..3 * r + 3], "{what:?}");
+                    }
+                    assert_eq!(c, alone_c);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn sibling_draw_rank_0_is_the_chain_draw() {
         for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
             assert_eq!(
@@ -2087,5 +2316,51 @@ mod tests {
             links_from_parents(&[], &mut [], &mut []),
             Err(TreeError::NodeCount { nodes: 0, .. })
         ));
+        // A parent equal to the node count is out of range.
+        assert_eq!(
+            links_from_parents(&[-1, 0, 3], &mut fc[..3], &mut ns[..3]),
+            Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node: 2,
+                link: 3
+            })
+        );
+        assert_eq!(
+            links_from_parents(&[-1, 0], &mut fc[..3], &mut ns[..2]),
+            Err(TreeError::Length {
+                param: TreeParam::FirstChild,
+                len: 3,
+                expected: 2
+            })
+        );
+        assert_eq!(
+            links_from_parents(&[-1, 0], &mut fc[..2], &mut ns[..1]),
+            Err(TreeError::Length {
+                param: TreeParam::NextSibling,
+                len: 1,
+                expected: 2
+            })
+        );
+        // The largest tree (a chain of MAX_TREE_NODES nodes) builds; one more node does not.
+        let chain: std::vec::Vec<i32> = (0..MAX_TREE_NODES as i32 + 1).map(|i| i - 1).collect();
+        let (mut fc, mut ns) = (
+            std::vec![0i32; MAX_TREE_NODES + 1],
+            std::vec![0i32; MAX_TREE_NODES + 1],
+        );
+        links_from_parents(
+            &chain[..MAX_TREE_NODES],
+            &mut fc[..MAX_TREE_NODES],
+            &mut ns[..MAX_TREE_NODES],
+        )
+        .unwrap();
+        assert_eq!(fc[MAX_TREE_NODES - 2], MAX_TREE_NODES as i32 - 1);
+        assert_eq!(
+            links_from_parents(&chain, &mut fc, &mut ns),
+            Err(TreeError::NodeCount {
+                request: 0,
+                nodes: MAX_TREE_NODES as u32 + 1,
+                max: MAX_TREE_NODES
+            })
+        );
     }
 }
