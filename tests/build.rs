@@ -5,9 +5,10 @@
 
 fn main() {
     let kernel = "../core/kernels/specula_verify.cu";
+    let tree = "../core/kernels/specula_tree.cu";
     let shim = "kernel_host/shim.hpp";
     let launcher = "kernel_host/launch.cpp";
-    for path in [kernel, shim, launcher] {
+    for path in [kernel, tree, shim, launcher] {
         println!("cargo:rerun-if-changed={path}");
     }
     for (lib, hip) in [

@@ -127,6 +127,63 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The tree kernel text (`specula_core::kernels::TREE_SOURCE`: the chain text, then
+/// `core/kernels/specula_tree.cu`) compiles with the kernel's NVRTC options for compute_80 and
+/// compute_90, has the `specula_verify_tree` entry, no contracted multiply-add or fast-math
+/// instruction outside the series division's inline asm, and assembles with ptxas.
+#[test]
+fn tree_kernel_compiles_and_assembles_for_ampere_and_hopper() {
+    if !specula_cuda::nvrtc_present() {
+        println!("SKIPPED: libnvrtc not found (run `. scripts/cuda-tools.sh` first)");
+        return;
+    }
+    let ptxas = ptxas();
+    if ptxas.is_none() {
+        println!("SKIPPED (assembly only): ptxas not found; NVRTC compilation still checked");
+    }
+    let dir = std::env::temp_dir().join(format!("specula-nvrtc-tree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {
+        let ptx = specula_cuda::compile_source_ptx(
+            specula_core::kernels::TREE_SOURCE,
+            "specula_tree.cu",
+            arch,
+        )
+        .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let entry = specula_core::kernels::TREE_ENTRY;
+        assert!(
+            ptx.contains(&format!(".entry {entry}(")),
+            "{arch}: entry point {entry} missing"
+        );
+        let (compiled, _) = split_inline_asm(&ptx);
+        for bad in ["fma.rn.f32", "fma.rn.f64", "div.approx", ".ftz.f32"] {
+            assert!(!compiled.contains(bad), "{arch}: {bad} in the tree PTX");
+        }
+        if let Some(ptxas) = &ptxas {
+            let src = dir.join(format!("tree-{sm}.ptx"));
+            std::fs::write(&src, &ptx).unwrap();
+            let out = Command::new(ptxas)
+                .arg(format!("-arch={sm}"))
+                .arg("-v")
+                .arg(&src)
+                .arg("-o")
+                .arg(dir.join(format!("tree-{sm}.cubin")))
+                .output()
+                .expect("ptxas runs");
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
+            let tree_line = log
+                .lines()
+                .skip_while(|l| !l.contains(entry))
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" | ");
+            println!("ptxas {sm} {entry}: {tree_line}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn compile_errors_are_values_not_panics() {
     // Whatever this machine has, compiling for an architecture NVRTC does not know must return

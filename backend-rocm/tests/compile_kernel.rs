@@ -62,6 +62,28 @@ fn hiprtc_compiles_the_kernel_for_gfx90a() {
     );
 }
 
+/// The tree kernel text (`TREE_SOURCE`: the chain text, then `core/kernels/specula_tree.cu`)
+/// compiles with hiprtc for gfx90a in HIP mode and holds the `specula_verify_tree` entry.
+#[test]
+fn hiprtc_compiles_the_tree_kernel_for_gfx90a() {
+    if !hiprtc_available("hiprtc_compiles_the_tree_kernel_for_gfx90a") {
+        return;
+    }
+    let code = compile(
+        specula_core::kernels::TREE_SOURCE,
+        "specula_tree.cu",
+        Some("gfx90a"),
+        &["-DSPECULA_HIP=1"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code.elf_machine(), Some(EM_AMDGPU));
+    assert_eq!(code.processor(), Some("gfx90a"));
+    assert!(contains(
+        code.as_bytes(),
+        specula_core::kernels::TREE_ENTRY.as_bytes()
+    ));
+}
+
 #[test]
 fn hiprtc_errors_are_typed_and_carry_the_log() {
     if !hiprtc_available("hiprtc_errors_are_typed_and_carry_the_log") {

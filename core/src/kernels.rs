@@ -84,6 +84,38 @@ use crate::verify::{Batch, Method};
 /// The kernel source text (CUDA/HIP common subset; no headers needed).
 pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
 
+/// The tree-verification kernel text (`core/kernels/specula_tree.cu`) after the chain kernel's
+/// text, in one self-contained source (the tree file's `#include "specula_verify.cu"` is then
+/// skipped by its guard, so NVRTC and hipRTC need no header). Entry point [`TREE_ENTRY`].
+pub const TREE_SOURCE: &str = concat!(
+    include_str!("../kernels/specula_verify.cu"),
+    "\n",
+    include_str!("../kernels/specula_tree.cu")
+);
+
+/// Name of the tree-verification entry point (`extern "C"`, in [`TREE_SOURCE`]), parameters in
+/// this order: `shape: *const u32` ([`TREE_SHAPE_WORDS`] words: the chain's [`SHAPE_WORDS`]
+/// with [`SHAPE_K_MAX`] read as the tree's `max_depth`, then [`TREE_SHAPE_NODES`]),
+/// `nodes: *const u32` (B), `tree_tokens: *const u32`, `first_child: *const i32`,
+/// `next_sibling: *const i32` (B·N each), `draft_probs: *const f32` (B·N rows; null unless
+/// [`FLAG_DRAFT_PROBS`]), `target_probs: *const f32` (B·N rows of probabilities),
+/// `seed: *const u64`, `offset: *const u64`, `eps: *const f32`, `delta: *const f32` (read by
+/// typical acceptance only), `accepted: *mut u32` (B), `path: *mut u32`, `tokens: *mut u32`
+/// (B·(max_depth + 1) each), `stats: *mut u64` ([`stats_words`]`(K)`).
+/// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
+/// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
+/// rule with draft rows, typical acceptance) and records `Counters::record(depth, accepted)`
+/// per request of depth ≥ 1. A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
+/// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
+/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; no backend launches it
+/// yet.)
+pub const TREE_ENTRY: &str = "specula_verify_tree";
+
+/// Number of `u32` shape words of [`TREE_ENTRY`].
+pub const TREE_SHAPE_WORDS: usize = 9;
+/// Tree shape word: node slots `N` per request (`1 ≤ N ≤ 512`).
+pub const TREE_SHAPE_NODES: usize = 8;
+
 /// Name of the verification entry point (`extern "C"`, so not mangled).
 pub const VERIFY_ENTRY: &str = "specula_verify";
 
@@ -163,6 +195,9 @@ pub const ERR_SHAPE: u64 = 1;
 pub const ERR_DRAFT_LEN: u64 = 2;
 /// Error flag: some request had a draft id `≥ V`; it was skipped and not counted.
 pub const ERR_TOKEN: u64 = 4;
+/// Error flag ([`TREE_ENTRY`]): some request's tree was malformed (node count, a link out of
+/// range, a cycle, an unreachable node, depth above `max_depth`); it was skipped, not counted.
+pub const ERR_TREE: u64 = 8;
 
 /// The kernel's method code.
 #[must_use]

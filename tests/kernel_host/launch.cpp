@@ -15,6 +15,8 @@
 #define specula_verify_logits specula_kernel_logits_hip
 #define specula_verify_split_logits specula_kernel_split_logits_hip
 #define SPECULA_HOST_LAUNCHER_LOGITS specula_host_verify_logits_hip
+#define specula_verify_tree specula_kernel_tree_hip
+#define SPECULA_HOST_LAUNCHER_TREE specula_host_verify_tree_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
@@ -25,9 +27,13 @@
 #define specula_verify_logits specula_kernel_logits_cuda
 #define specula_verify_split_logits specula_kernel_split_logits_cuda
 #define SPECULA_HOST_LAUNCHER_LOGITS specula_host_verify_logits_cuda
+#define specula_verify_tree specula_kernel_tree_cuda
+#define SPECULA_HOST_LAUNCHER_TREE specula_host_verify_tree_cuda
 #endif
 
 #include "../../core/kernels/specula_verify.cu"
+// The tree kernel text; its own include of specula_verify.cu is skipped (already here).
+#include "../../core/kernels/specula_tree.cu"
 
 #include <cstdint>
 
@@ -121,5 +127,30 @@ extern "C" int SPECULA_HOST_LAUNCHER_LOGITS(
         specula_verify_split_logits(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_,
                                     eps, delta, accepted, tokens, stats_, scratch_, slices, cu,
                                     bonus, logits, temperature);
+    });
+}
+
+// Tree verification through specula_verify_tree (one block per request; core/kernels/specula_tree.cu).
+// Returns 0, or 1 when `block` is not a valid block size (nothing ran).
+extern "C" int SPECULA_HOST_LAUNCHER_TREE(unsigned int grid, unsigned int block,
+                                          const std::uint32_t* shape, const std::uint32_t* nodes,
+                                          const std::uint32_t* tree_tokens,
+                                          const std::int32_t* first_child,
+                                          const std::int32_t* next_sibling,
+                                          const float* draft_probs, const float* target_probs,
+                                          const std::uint64_t* seed, const std::uint64_t* offset,
+                                          const float* eps, const float* delta,
+                                          std::uint32_t* accepted, std::uint32_t* path,
+                                          std::uint32_t* tokens, std::uint64_t* stats) {
+    if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
+        return 1;
+    }
+    auto* seed_ = reinterpret_cast<const unsigned long long*>(seed);
+    auto* offset_ = reinterpret_cast<const unsigned long long*>(offset);
+    auto* stats_ = reinterpret_cast<unsigned long long*>(stats);
+    return specula_shim::launch(grid, block, [&] {
+        specula_verify_tree(shape, nodes, tree_tokens, first_child, next_sibling, draft_probs,
+                            target_probs, seed_, offset_, eps, delta, accepted, path, tokens,
+                            stats_);
     });
 }

@@ -706,3 +706,171 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         s
     }
 }
+
+// ---------------------------------------------------------------- token trees
+// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
+// exactly this signature.
+unsafe extern "C" {
+    fn specula_host_verify_tree_cuda(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        nodes: *const u32,
+        tree_tokens: *const u32,
+        first_child: *const i32,
+        next_sibling: *const i32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        path: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+    ) -> i32;
+    fn specula_host_verify_tree_hip(
+        grid: u32,
+        block: u32,
+        shape: *const u32,
+        nodes: *const u32,
+        tree_tokens: *const u32,
+        first_child: *const i32,
+        next_sibling: *const i32,
+        draft_probs: *const f32,
+        target_probs: *const f32,
+        seed: *const u64,
+        offset: *const u64,
+        eps: *const f32,
+        delta: *const f32,
+        accepted: *mut u32,
+        path: *mut u32,
+        tokens: *mut u32,
+        stats: *mut u64,
+    ) -> i32;
+}
+
+/// Why a host-executed tree verification did not run (or ran into a kernel error flag).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TreeHostError {
+    /// The batch failed the reference's validation; nothing ran and nothing was counted.
+    Tree(specula_core::verify::tree::TreeError),
+    /// Target logits: the tree kernel takes probabilities only.
+    Logits,
+    /// The owned batch's vectors do not have the lengths its sizes imply, or a size does not
+    /// fit a 32-bit shape word.
+    Layout,
+    /// The launcher refused the block size.
+    BadBlock,
+    /// The kernel raised error flags (`kernels::ERR_*` bits) on a validated batch.
+    DeviceFlags(u64),
+}
+
+impl<const K: usize> KernelHost<K> {
+    /// Launches `specula_verify_tree` on `d` WITHOUT host validation, exactly as the raw device
+    /// path reads it (malformed trees reach the kernel's own checks), one block per request.
+    /// Returns the error-flag word after the launch. The vectors' lengths are checked first
+    /// (so the launch cannot read or write out of bounds whatever the links say).
+    pub fn launch_tree(
+        &mut self,
+        method: Method,
+        d: &crate::tree::TreeData,
+        out: &mut crate::tree::TreeOut,
+    ) -> Result<u64, TreeHostError> {
+        if d.temperature.is_some() {
+            return Err(TreeHostError::Logits);
+        }
+        let b = d.nodes.len();
+        let slots = b * d.max_nodes;
+        let w = b * (d.max_depth + 1);
+        let rows_ok = |len: usize| len == slots * d.vocab;
+        let ok = b > 0
+            && d.tokens.len() == slots
+            && d.first_child.len() == slots
+            && d.next_sibling.len() == slots
+            && rows_ok(d.target.len())
+            && d.draft.as_ref().is_none_or(|x| rows_ok(x.len()))
+            && [d.seed.len(), d.offset.len(), d.eps.len(), d.delta.len()] == [b; 4]
+            && out.accepted.len() == b
+            && out.path.len() == w
+            && out.tokens.len() == w
+            && d.max_nodes <= specula_core::verify::tree::MAX_TREE_NODES
+            && d.max_depth < K.min(u32::MAX as usize);
+        if !ok {
+            return Err(TreeHostError::Layout);
+        }
+        let u = |x: usize| u32::try_from(x).map_err(|_| TreeHostError::Layout);
+        let mut shape = [0u32; kernels::TREE_SHAPE_WORDS];
+        shape[kernels::SHAPE_BATCH] = u(b)?;
+        shape[kernels::SHAPE_K_MAX] = u(d.max_depth)?;
+        shape[kernels::SHAPE_VOCAB] = u(d.vocab)?;
+        shape[kernels::SHAPE_DRAFT_STRIDE] = u(d.vocab)?;
+        shape[kernels::SHAPE_TARGET_STRIDE] = u(d.vocab)?;
+        shape[kernels::SHAPE_METHOD] = kernels::method_code(method);
+        shape[kernels::SHAPE_COUNTERS_K] = u(K)?;
+        shape[kernels::SHAPE_FLAGS] = if d.draft.is_some() {
+            kernels::FLAG_DRAFT_PROBS
+        } else {
+            0
+        };
+        shape[kernels::TREE_SHAPE_NODES] = u(d.max_nodes)?;
+        let launcher = match self.mode {
+            Mode::Cuda => specula_host_verify_tree_cuda,
+            Mode::Hip => specula_host_verify_tree_hip,
+        };
+        // SAFETY: the lengths were checked above against the shape words (B requests, B·N node
+        // slots and rows of stride V, B·(max_depth + 1) outputs, stats_words(K) stats words);
+        // the kernel reads and writes nothing else, whatever the nodes and links hold.
+        let rc = unsafe {
+            launcher(
+                u(b)?,
+                self.block,
+                shape.as_ptr(),
+                d.nodes.as_ptr(),
+                d.tokens.as_ptr(),
+                d.first_child.as_ptr(),
+                d.next_sibling.as_ptr(),
+                d.draft.as_ref().map_or(core::ptr::null(), |x| x.as_ptr()),
+                d.target.as_ptr(),
+                d.seed.as_ptr(),
+                d.offset.as_ptr(),
+                d.eps.as_ptr(),
+                d.delta.as_ptr(),
+                out.accepted.as_mut_ptr(),
+                out.path.as_mut_ptr(),
+                out.tokens.as_mut_ptr(),
+                self.stats.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(TreeHostError::BadBlock);
+        }
+        Ok(self.error_flags())
+    }
+
+    /// Tree verification as a backend runs it: the reference's validation
+    /// ([`validate_tree`](specula_core::verify::tree::validate_tree)), then
+    /// [`launch_tree`](Self::launch_tree); a new error flag on a validated batch is a kernel
+    /// bug ([`TreeHostError::DeviceFlags`]).
+    pub fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        d: &crate::tree::TreeData,
+        out: &mut crate::tree::TreeOut,
+    ) -> Result<(), TreeHostError> {
+        if d.temperature.is_some() {
+            return Err(TreeHostError::Logits);
+        }
+        specula_core::verify::tree::validate_tree::<K>(method, check, &d.view(), &out.view())
+            .map_err(TreeHostError::Tree)?;
+        let before = self.error_flags();
+        let after = self.launch_tree(method, d, out)?;
+        if after != before {
+            return Err(TreeHostError::DeviceFlags(after));
+        }
+        Ok(())
+    }
+}

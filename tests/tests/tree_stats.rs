@@ -14,6 +14,11 @@
 //! * The tails at V = 32768 for both rules: the first emitted token, binned, against the exact
 //!   target row.
 //!
+//! `SPECULA_TREE_STATS_BACKEND=kernel-cuda` (or `kernel-hip`) runs the first two tests on the
+//! host-executed tree kernel text (`core/kernels/specula_tree.cu`, tests/src/kernel_host.rs)
+//! instead of the reference; `kernel_text_gives_the_statistical_batches_bits` checks, in every
+//! run, that both macro forms give the reference's bits on these tests' batches.
+//!
 //! Each check is a chi-square test at α = 0.001 (critical values from the Wilson–Hilferty
 //! approximation, which is within 0.5 % of the tabulated values at these degrees of freedom)
 //! with fixed seeds: a correct implementation fails a given seed with probability 0.001 per
@@ -24,7 +29,8 @@ use specula_core::Counters;
 use specula_core::verify::tree::{TreeOutputs, links_from_parents, verify_tree_batch};
 use specula_core::verify::{Check, Method};
 use specula_tests::conformance::{Gen, sample};
-use specula_tests::tree::TreeData;
+use specula_tests::kernel_host::{KernelHost, Mode};
+use specula_tests::tree::{TreeData, TreeOut};
 
 const K: usize = 8;
 
@@ -176,7 +182,32 @@ fn batch_of(
     }
 }
 
+/// The backend the statistical tests run on (`SPECULA_TREE_STATS_BACKEND`): `None` for the
+/// reference, else the host-executed tree kernel in that macro form.
+fn kernel_mode() -> Option<Mode> {
+    match std::env::var("SPECULA_TREE_STATS_BACKEND").as_deref() {
+        Ok("kernel-cuda") => Some(Mode::Cuda),
+        Ok("kernel-hip") => Some(Mode::Hip),
+        Ok("reference") | Err(_) => None,
+        Ok(other) => {
+            panic!("SPECULA_TREE_STATS_BACKEND={other}: reference, kernel-cuda or kernel-hip")
+        }
+    }
+}
+
+/// Verifies `d` on the host-executed tree kernel in `mode` (one warp per block).
+fn verify_kernel(mode: Mode, d: &TreeData) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut h = KernelHost::<K>::new(mode, mode.warp_size()).unwrap();
+    let mut out = TreeOut::new(d.requests(), d.max_depth);
+    h.verify_tree(Method::Rejection, Check::STRICT, d, &mut out)
+        .unwrap();
+    (out.accepted, out.path, out.tokens)
+}
+
 fn verify(d: &TreeData) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    if let Some(mode) = kernel_mode() {
+        return verify_kernel(mode, d);
+    }
     let w = d.max_depth + 1;
     let (mut acc, mut path, mut tokens) = (
         vec![0; d.requests()],
@@ -503,5 +534,77 @@ fn tails_at_v_32k_follow_the_target() {
         };
         println!("{what}: {observed:?} ({:.1?})", start.elapsed());
         assert_chi2(&observed, &expected, draws as u64, what);
+    }
+}
+
+/// The host-executed tree kernel, in both macro forms, gives the reference's bits on the
+/// batches of the two whole-tree statistical tests (so their chi-square results hold for it).
+#[test]
+fn kernel_text_gives_the_statistical_batches_bits() {
+    let run = |d: &TreeData, what: &str| {
+        let want = {
+            let w = d.max_depth + 1;
+            let (mut acc, mut path, mut tokens) = (
+                vec![0; d.requests()],
+                vec![0; d.requests() * w],
+                vec![0; d.requests() * w],
+            );
+            let mut c = Counters::<K>::ZERO;
+            verify_tree_batch(
+                Method::Rejection,
+                Check::STRICT,
+                &d.view(),
+                &mut TreeOutputs {
+                    accepted: &mut acc,
+                    path: &mut path,
+                    tokens: &mut tokens,
+                },
+                &mut c,
+            )
+            .unwrap();
+            (acc, path, tokens)
+        };
+        for mode in [Mode::Cuda, Mode::Hip] {
+            assert_eq!(verify_kernel(mode, d), want, "{what} {mode:?}");
+        }
+    };
+    // Target-only rule: the top-b tree of the first test.
+    const V: usize = 6;
+    let salt = 0x7A6;
+    let parents = shape(&[3, 2]);
+    let n = parents.len();
+    let mut tokens = vec![0u32; n];
+    let mut ctx: Vec<Vec<u32>> = vec![vec![]; n];
+    for u in 0..n {
+        let kids: Vec<usize> = (1..n).filter(|&c| parents[c] == u as i32).collect();
+        let best = top(&model_row(salt, &ctx[u], V), kids.len());
+        for (&c, &t) in kids.iter().zip(&best) {
+            tokens[c] = t;
+            let mut x = ctx[u].clone();
+            x.push(t);
+            ctx[c] = x;
+        }
+    }
+    run(
+        &batch_of(&parents, &tokens, V, salt, None, 300, 0),
+        "target-only",
+    );
+    // SpecInfer: siblings drawn from the draft, 300 requests.
+    let parents = shape(&[3, 2]);
+    let mut g = Gen(0x1FE7);
+    for r in 0..300u64 {
+        let mut tokens = vec![0u32; n];
+        let mut ctx: Vec<Vec<u32>> = vec![vec![]; n];
+        for c in 1..n {
+            let p = parents[c] as usize;
+            tokens[c] = sample(&mut g, &model_row(0xD4AF, &ctx[p], 4));
+            let mut x = ctx[p].clone();
+            x.push(tokens[c]);
+            ctx[c] = x;
+        }
+        run(
+            &batch_of(&parents, &tokens, 4, 0x5EC1, Some(0xD4AF), 1, r),
+            "specinfer",
+        );
     }
 }

@@ -1,0 +1,478 @@
+// specula_tree.cu: token-tree verification (EAGLE / Medusa / SpecInfer trees), the kernel text.
+//
+// Implements core/DETERMINISM.md "Token trees" bit for bit (the reference is
+// core/src/verify/tree.rs). It reuses the device helpers of specula_verify.cu (Philox, the
+// argmax / entropy / race row passes, the block reductions) by including that file when it is
+// compiled on its own; core/src/kernels.rs (`TREE_SOURCE`) and the host shim place the two texts
+// in one translation unit instead, and the guard below then skips the include.
+//
+// Launch contract (core/src/kernels.rs, `TREE_ENTRY`, has the same text):
+//   grid  = (capacity, 1, 1), capacity >= shape[0]; one block per request, blocks past the batch
+//           exit at once (graph capturable: every per-call value is read from device memory).
+//   block = (SPECULA_BLOCK_THREADS or fewer, a multiple of the warp size).
+//   shape = SP_TREE_SHAPE_WORDS u32 words: batch, max_depth, vocab, draft stride, target stride,
+//           method, counters K, flags (SP_FLAG_DRAFT_PROBS), node slots N per request.
+//   Probabilities only (target logits are verified on the CPU backend).
+//   Outputs per request b, W = max_depth + 1: accepted[b], path[b W + j], tokens[b W + j].
+//   Counters: Counters<K>::record(depth, accepted) per request of depth >= 1, 64-bit atomics.
+//   A malformed tree (node count outside 1..=N, a link out of range, a root sibling, a second
+//   visit, an unreachable node, depth > max_depth) sets SP_ERR_TREE, a node token >= V sets
+//   SP_ERR_TOKEN; that request is skipped (not counted, outputs = sentinel).
+#ifndef SP_SENTINEL
+#include "specula_verify.cu"
+#endif
+
+typedef unsigned short sp_u16;
+
+#define SP_TREE_SHAPE_WORDS 9
+#define SP_TREE_SHAPE_NODES 8
+#define SP_TREE_MAX_NODES 512u
+#define SP_ERR_TREE 8u
+
+// ---------------------------------------------------------------- the generic binary64 race
+// The race of DETERMINISM.md over weights W::w(v) (binary64), keys w / E for w > 0, ties to the
+// lowest id: the same draws as sp_race, without its f32 skip test (the weights here are not a
+// difference of two f32 rows). Returns (1 << 32) | winner, or 0 when no weight is > 0.
+template <class W>
+__device__ sp_u64 sp_tree_race(const W& wf, sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1,
+                               sp_u32 off_lo, sp_u32 off_hi, sp_u64* s_red) {
+    double best = -1.0;
+    sp_u32 best_id = SP_SENTINEL;
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    for (sp_u32 g = threadIdx.x; g < groups; g += blockDim.x) {
+        double w[4];
+        bool any = false;
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            const sp_u32 v = g * 4u + i;
+            w[i] = v < vocab ? sp_tree_w(wf, v) : 0.0;
+            any = any || w[i] > 0.0;
+        }
+        if (!any) continue;
+        sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
+        sp_philox(c, k0, k1);
+        sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
+        sp_philox(c2, k0, k1);
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            if (!(w[i] > 0.0)) continue;
+            const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
+            const double key = w[i] / e;
+            if (key > best) {
+                best = key;
+                best_id = g * 4u + i;
+            }
+        }
+    }
+    const sp_u64 mine = best > 0.0 ? (sp_u64)__double_as_longlong(best) : 0ull;
+    const sp_u64 top = sp_block_reduce(mine, true, s_red);
+    if (top == 0ull) return 0ull;
+    const sp_u64 lowest = sp_block_reduce(mine == top ? (sp_u64)(~best_id) : 0ull, true, s_red);
+    return (1ull << 32) | (sp_u64)(~(sp_u32)lowest);
+}
+
+// Target-only rule's residual: w_v = (p(v) as f64) - (1.0 if v is a tried token).
+struct sp_tree_excl {
+    const float* row;
+    const sp_u32* tried;
+    sp_u32 m;
+};
+// (Free functions, not members: the host shim makes every __device__ function static.)
+__device__ __forceinline__ double sp_tree_w(const sp_tree_excl& f, sp_u32 v) {
+    bool hit = false;
+    for (sp_u32 r = 0; r < f.m; ++r) hit = hit || f.tried[r] == v;
+    return (double)f.row[v] - (hit ? 1.0 : 0.0);
+}
+
+// SpecInfer's residual R_i(v) (DETERMINISM.md): p(v), then for each rejected sibling j < i
+// R = R - Z_j q_j(v), kept only when > 0 (NaN -> 0).
+struct sp_tree_resid {
+    const float* row;
+    const float* draft;   // the request's draft rows (slot b N)
+    const sp_u16* kids;   // the children of u in sibling order
+    const double* z;      // Z_0 ... Z_{i-1}
+    sp_u64 dstride;
+    sp_u32 i;
+};
+__device__ __forceinline__ double sp_tree_w(const sp_tree_resid& f, sp_u32 v) {
+    double r = (double)f.row[v];
+    for (sp_u32 j = 0; j < f.i; ++j) {
+        const float* q = f.draft + (sp_u64)f.kids[j] * f.dstride;
+        r = r - f.z[j] * (double)q[v];
+        r = r > 0.0 ? r : 0.0;
+    }
+    return r;
+}
+
+// floor(min(w, 2^32) 2^64) as a 128-bit integer (hi, lo), for w >= 0 and not NaN.
+__device__ __forceinline__ void sp_residual_fixed(double w, sp_u64& hi, sp_u64& lo) {
+    const double c = w > 4294967296.0 ? 4294967296.0 : w;
+    const double x = c * 18446744073709551616.0; // exact: a power of two
+    hi = 0ull;
+    lo = 0ull;
+    if (!(x >= 1.0)) return;
+    const sp_u64 bits = (sp_u64)__double_as_longlong(x);
+    const sp_i32 e = (sp_i32)((bits >> 52) & 0x7FFull) - 1075;
+    const sp_u64 mant = (bits & 0x000FFFFFFFFFFFFFull) | 0x0010000000000000ull;
+    if (e <= 0) {
+        lo = mant >> (sp_u32)(-e);
+    } else {
+        lo = mant << (sp_u32)e;
+        hi = mant >> (sp_u32)(64 - e);
+    }
+}
+
+// A 128-bit unsigned integer as f64, rounded to nearest, ties to even (Rust's `u128 as f64`).
+__device__ __forceinline__ double sp_u128_to_f64(sp_u64 hi, sp_u64 lo) {
+    if (hi == 0ull) return (double)lo;
+    sp_u32 lz = 0u;
+    while (((hi << lz) >> 63) == 0ull) ++lz;
+    const sp_u64 top = (hi << lz) | (lz ? lo >> (64u - lz) : 0ull);
+    const bool sticky = (lz ? lo << lz : lo) != 0ull;
+    sp_u64 m = top >> 11;
+    const sp_u64 r = top & 0x7FFull;
+    if (r > 0x400ull || (r == 0x400ull && (sticky || (m & 1ull)))) m += 1ull;
+    sp_i32 nb = 128 - (sp_i32)lz; // bits of the integer; value = m 2^(nb - 53)
+    if (m == (1ull << 53)) {
+        m >>= 1;
+        nb += 1;
+    }
+    const double scale = sp_d((sp_u64)(nb - 53 + 1023) << 52);
+    return (double)m * scale;
+}
+
+// Z = (sum over v of fx(R_i(v))) 2^-64: an exact wrapping 128-bit sum (order-free), reduced over
+// the block as four 32-bit limbs in 64-bit words.
+__device__ double sp_tree_mass(const sp_tree_resid& rf, sp_u32 vocab, sp_u64* s_red) {
+    sp_u64 hi = 0ull, lo = 0ull;
+    for (sp_u32 v = threadIdx.x; v < vocab; v += blockDim.x) {
+        sp_u64 h, l;
+        sp_residual_fixed(sp_tree_w(rf, v), h, l);
+        lo += l;
+        hi += h + (lo < l ? 1ull : 0ull);
+    }
+    const sp_u64 s0 = sp_block_reduce(lo & 0xFFFFFFFFull, false, s_red);
+    const sp_u64 s1 = sp_block_reduce(lo >> 32, false, s_red);
+    const sp_u64 s2 = sp_block_reduce(hi & 0xFFFFFFFFull, false, s_red);
+    const sp_u64 s3 = sp_block_reduce(hi >> 32, false, s_red);
+    const sp_u64 r1 = s1 + (s0 >> 32);
+    const sp_u64 r2 = s2 + (r1 >> 32);
+    const sp_u64 r3 = s3 + (r2 >> 32);
+    const sp_u64 L = (s0 & 0xFFFFFFFFull) | (r1 << 32);
+    const sp_u64 H = (r2 & 0xFFFFFFFFull) | (r3 << 32);
+    return sp_u128_to_f64(H, L) * sp_d(0x3BF0000000000000ull); // 2^-64
+}
+
+// The 64-bit acceptance draw of the sibling of rank `rank` of node u (stream 0).
+__device__ __forceinline__ double sp_sibling_uniform(sp_u32 u, sp_u32 rank, sp_u32 k0, sp_u32 k1,
+                                                     sp_u32 off_lo, sp_u32 off_hi) {
+    sp_u32 c[4] = {rank, (u << 2) | 0u, off_lo, off_hi};
+    sp_philox(c, k0, k1);
+    const sp_u64 x = ((sp_u64)c[0] << 32) | (sp_u64)c[1];
+    return (double)((x >> 11) | 1ull) * sp_d(0x3CA0000000000000ull); // 2^-53
+}
+
+// ---------------------------------------------------------------- the kernel
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ nodes,
+                    const sp_u32* __restrict__ tree_tokens, const sp_i32* __restrict__ first_child,
+                    const sp_i32* __restrict__ next_sibling, const float* __restrict__ draft_probs,
+                    const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
+                    const sp_u64* __restrict__ offset, const float* __restrict__ eps,
+                    const float* __restrict__ delta, sp_u32* __restrict__ accepted,
+                    sp_u32* __restrict__ path, sp_u32* __restrict__ tokens,
+                    sp_u64* __restrict__ stats) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
+    __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
+    __shared__ sp_u16 s_spar[SP_TREE_MAX_NODES + 2u];  // its parent (typical)
+    __shared__ unsigned char s_seen[SP_TREE_MAX_NODES];
+    __shared__ sp_u16 s_kids[SP_TREE_MAX_NODES];
+    __shared__ sp_u32 s_tried[SP_TREE_MAX_NODES];
+    __shared__ sp_u16 s_parent[SP_TREE_MAX_NODES];
+    __shared__ float s_thr[SP_TREE_MAX_NODES];
+    __shared__ double s_z[SP_TREE_MAX_NODES];
+    __shared__ sp_u32 s_word[4]; // thread 0's answers: error / depth, child count, ...
+
+    const sp_u32 batch = shape[SP_SHAPE_BATCH];
+    const sp_u32 b = blockIdx.x;
+    if (b >= batch) return;
+    const sp_u32 max_depth = shape[SP_SHAPE_K_MAX];
+    const sp_u32 vocab = shape[SP_SHAPE_VOCAB];
+    const sp_u32 dstride = shape[SP_SHAPE_DRAFT_STRIDE];
+    const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
+    const sp_u32 method = shape[SP_SHAPE_METHOD];
+    const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
+    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    const sp_u32 nslots = shape[SP_TREE_SHAPE_NODES];
+    sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
+
+    const bool shape_ok = batch <= gridDim.x && max_depth <= ck && vocab >= 1u &&
+                          tstride >= vocab && (!has_draft || dstride >= vocab) &&
+                          method <= SP_METHOD_TYPICAL && nslots >= 1u &&
+                          nslots <= SP_TREE_MAX_NODES && blockDim.x <= SPECULA_BLOCK_THREADS &&
+                          blockDim.x % SPECULA_WARP_SIZE == 0u;
+    if (!shape_ok) {
+        if (threadIdx.x == 0u && b == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
+        return;
+    }
+
+    const sp_u32 width = max_depth + 1u;
+    const sp_u64 base = (sp_u64)b * nslots; // slot of node 0
+    const sp_u32 n = nodes[b];
+
+    // Validation by thread 0: a pre-order walk that visits every node once (DETERMINISM.md).
+    if (threadIdx.x == 0u) {
+        sp_u32 bad = 0u, depth = 0u;
+        if (n < 1u || n > nslots || next_sibling[base] != -1) bad = SP_ERR_TREE;
+        for (sp_u32 i = 0; i < SP_TREE_MAX_NODES; ++i) s_seen[i] = 0u;
+        sp_u32 top = 0u, seen = 0u;
+        if (bad == 0u && first_child[base] != -1) {
+            s_stack[0] = 0u; // pushed as a link below, checked on pop
+            const sp_i32 f = first_child[base];
+            if (f < 1 || (sp_u32)f >= n) bad = SP_ERR_TREE;
+            else { s_stack[0] = (sp_u16)f; s_sdep[0] = 1u; top = 1u; }
+        }
+        while (bad == 0u && top > 0u) {
+            --top;
+            const sp_u32 c = s_stack[top], dep = s_sdep[top];
+            if (s_seen[c] != 0u || dep > max_depth) { bad = SP_ERR_TREE; break; }
+            s_seen[c] = 1u;
+            ++seen;
+            depth = dep > depth ? dep : depth;
+            if (tree_tokens[base + c] >= vocab) { bad = SP_ERR_TOKEN; break; }
+            const sp_i32 s = next_sibling[base + c];
+            const sp_i32 f = first_child[base + c];
+            if ((s != -1 && (s < 1 || (sp_u32)s >= n)) || (f != -1 && (f < 1 || (sp_u32)f >= n))) {
+                bad = SP_ERR_TREE;
+                break;
+            }
+            // At most one pop and two pushes per visit, at most n visits: top <= n + 1.
+            if (s != -1) { s_stack[top] = (sp_u16)s; s_sdep[top] = (sp_u16)dep; ++top; }
+            if (f != -1) { s_stack[top] = (sp_u16)f; s_sdep[top] = (sp_u16)(dep + 1u); ++top; }
+        }
+        if (bad == 0u && seen != n - 1u) bad = SP_ERR_TREE; // unreachable nodes
+        s_word[0] = bad;
+        s_word[1] = depth;
+    }
+    __syncthreads();
+    const sp_u32 bad = s_word[0];
+    const sp_u32 depth = s_word[1];
+    __syncthreads(); // s_word is reused below
+    sp_u32* const out_path = path + (sp_u64)b * width;
+    sp_u32* const out_tok = tokens + (sp_u64)b * width;
+    if (bad != 0u) {
+        for (sp_u32 j = threadIdx.x; j < width; j += blockDim.x) {
+            out_path[j] = SP_SENTINEL;
+            out_tok[j] = SP_SENTINEL;
+        }
+        if (threadIdx.x == 0u) {
+            accepted[b] = SP_SENTINEL;
+            atomicOr(err, (sp_u64)bad);
+        }
+        return;
+    }
+
+    const sp_u64 sd = seed[b];
+    const sp_u64 o = offset[b];
+    const sp_u32 k0 = (sp_u32)sd, k1 = (sp_u32)(sd >> 32);
+    const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
+    const float* const tbase = target_probs + base * tstride;
+    const float* const dbase = has_draft ? draft_probs + base * dstride : 0;
+#define SP_TROW(u) (tbase + (sp_u64)(u) * tstride)
+
+    sp_u32 acc = 0u;
+    sp_u32 emitted = 0u;
+    if (method == SP_METHOD_TYPICAL) {
+        // Medusa: the deepest node whose whole path passes, ties to the first in pre-order.
+        const float a = eps[b];
+        const float dl = delta[b];
+        if (threadIdx.x == 0u) {
+            for (sp_u32 i = 0; i < n; ++i) s_thr[i] = -1.0f; // thresholds are >= 0 or NaN
+            for (sp_u32 i = 0; i < n; ++i) s_seen[i] = 0u;   // "threshold computed"
+            sp_u32 top = 0u;
+            const sp_i32 f = first_child[base];
+            if (f != -1) { s_stack[0] = (sp_u16)f; s_spar[0] = 0u; s_sdep[0] = 1u; top = 1u; }
+            s_word[0] = top;
+            s_word[1] = 0u; // best node
+            s_word[2] = 0u; // best depth
+        }
+        __syncthreads();
+        for (;;) {
+            // Thread 0 pops the next node (pushing its next sibling); everyone reads it.
+            if (threadIdx.x == 0u) {
+                sp_u32 top = s_word[0];
+                if (top == 0u) {
+                    s_word[3] = SP_SENTINEL;
+                } else {
+                    --top;
+                    const sp_u32 c = s_stack[top], p = s_spar[top], dep = s_sdep[top];
+                    const sp_i32 s = next_sibling[base + c];
+                    if (s != -1) { s_stack[top] = (sp_u16)s; s_spar[top] = (sp_u16)p; s_sdep[top] = (sp_u16)dep; ++top; }
+                    s_word[0] = top;
+                    s_word[3] = c | (p << 10) | (dep << 20);
+                }
+            }
+            __syncthreads();
+            const sp_u32 cur = s_word[3];
+            if (cur == SP_SENTINEL) break;
+            const sp_u32 c = cur & 0x3FFu, p = (cur >> 10) & 0x3FFu, dep = cur >> 20;
+            const float* prow = SP_TROW(p);
+            if (s_seen[p] == 0u) { // block-uniform: written before the last barrier
+                const float h = sp_entropy(prow, vocab, s_red);
+                const float e = sp_exp(-h);
+                const float bb = dl * e;
+                const float thr = a < bb ? a : bb;
+                __syncthreads();
+                if (threadIdx.x == 0u) { s_thr[p] = thr; s_seen[p] = 1u; }
+            }
+            __syncthreads();
+            if (threadIdx.x == 0u) {
+                const bool passes = prow[tree_tokens[base + c]] > s_thr[p]; // NaN never passes
+                if (passes) {
+                    s_parent[c] = (sp_u16)p;
+                    if (dep > s_word[2]) { s_word[1] = c; s_word[2] = dep; }
+                    const sp_i32 f = first_child[base + c];
+                    sp_u32 top = s_word[0];
+                    if (f != -1) { s_stack[top] = (sp_u16)f; s_spar[top] = (sp_u16)c; s_sdep[top] = (sp_u16)(dep + 1u); ++top; }
+                    s_word[0] = top;
+                }
+            }
+            __syncthreads();
+        }
+        const sp_u32 best = s_word[1];
+        acc = s_word[2];
+        __syncthreads();
+        if (threadIdx.x == 0u) {
+            sp_u32 x = best;
+            for (sp_u32 j = acc; j >= 1u; --j) {
+                out_path[j] = x;
+                out_tok[j - 1u] = tree_tokens[base + x];
+                x = s_parent[x];
+            }
+        }
+        const sp_u64 win = sp_race(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red);
+        emitted = (sp_u32)win;
+    } else {
+        sp_u32 u = 0u;
+        for (;;) {
+            // Children of u in sibling order (thread 0), then the method's test (block-uniform).
+            if (threadIdx.x == 0u) {
+                sp_u32 m = 0u;
+                for (sp_i32 c = first_child[base + u]; c != -1; c = next_sibling[base + (sp_u32)c]) {
+                    s_kids[m] = (sp_u16)c;
+                    s_tried[m] = tree_tokens[base + (sp_u32)c];
+                    ++m;
+                }
+                s_word[0] = m;
+            }
+            __syncthreads();
+            const sp_u32 m = s_word[0];
+            const float* trow = SP_TROW(u);
+            sp_u32 next = SP_SENTINEL; // the accepted child, or none
+            if (method == SP_METHOD_GREEDY) {
+                const sp_u32 am = sp_argmax(trow, vocab, s_red);
+                for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
+                    if (s_tried[r] == am) next = s_kids[r];
+                emitted = am;
+            } else if (m == 0u) {
+                emitted = (sp_u32)sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+            } else if (!has_draft) {
+                // The target-only rule: one uniform against the siblings' cumulative mass.
+                const double u01 = sp_sibling_uniform(u, 0u, k0, k1, off_lo, off_hi);
+                double cum = 0.0;
+                for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r) {
+                    const sp_u32 x = s_tried[r];
+                    bool dup = false;
+                    for (sp_u32 j = 0; j < r; ++j) dup = dup || s_tried[j] == x;
+                    if (dup) continue;
+                    cum = cum + (double)trow[x];
+                    if (u01 < cum) next = s_kids[r];
+                }
+                if (next == SP_SENTINEL) {
+                    sp_u64 win;
+                    if (m == 1u) {
+                        win = sp_race(trow, 0, true, s_tried[0], vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    } else {
+                        sp_tree_excl wf;
+                        wf.row = trow;
+                        wf.tried = s_tried;
+                        wf.m = m;
+                        win = sp_tree_race(wf, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    }
+                    if (win == 0ull)
+                        win = sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    emitted = (sp_u32)win;
+                }
+            } else {
+                // SpecInfer's multi-step speculative sampling (DETERMINISM.md).
+                sp_tree_resid rf;
+                rf.row = trow;
+                rf.draft = dbase;
+                rf.kids = s_kids;
+                rf.z = s_z;
+                rf.dstride = dstride;
+                if (threadIdx.x == 0u) s_z[0] = 1.0;
+                __syncthreads();
+                for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r) {
+                    const sp_u32 x = s_tried[r];
+                    const float* q = dbase + (sp_u64)s_kids[r] * dstride;
+                    const double den = s_z[r] * (double)q[x];
+                    const double u01 = sp_sibling_uniform(u, r, k0, k1, off_lo, off_hi);
+                    rf.i = r;
+                    if (u01 * den < sp_tree_w(rf, x)) {
+                        next = s_kids[r];
+                    } else if (r + 1u < m) {
+                        rf.i = r + 1u;
+                        const double z = sp_tree_mass(rf, vocab, s_red);
+                        if (threadIdx.x == 0u) s_z[r + 1u] = z;
+                        __syncthreads();
+                    }
+                }
+                if (next == SP_SENTINEL) {
+                    sp_u64 win;
+                    if (m == 1u) {
+                        win = sp_race(trow, dbase + (sp_u64)s_kids[0] * dstride, true, s_tried[0],
+                                      vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    } else {
+                        rf.i = m;
+                        win = sp_tree_race(rf, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    }
+                    if (win == 0ull)
+                        win = sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    emitted = (sp_u32)win;
+                }
+            }
+            __syncthreads(); // s_kids / s_tried / s_word are rewritten for the next node
+            if (next == SP_SENTINEL) break;
+            ++acc;
+            if (threadIdx.x == 0u) {
+                out_path[acc] = next;
+                out_tok[acc - 1u] = tree_tokens[base + next];
+            }
+            u = next;
+        }
+    }
+#undef SP_TROW
+    __syncthreads();
+    for (sp_u32 j = threadIdx.x; j < width; j += blockDim.x) {
+        if (j == 0u) out_path[0] = 0u;
+        if (j == acc) out_tok[j] = emitted;
+        if (j > acc) {
+            out_path[j] = SP_SENTINEL;
+            out_tok[j] = SP_SENTINEL;
+        }
+    }
+    // Counters<K>::record(depth, acc), fused as in the chain kernel; depth 0 is not counted.
+    sp_u64* const acc_pos = stats + 4u;
+    sp_u64* const drafted_pos = stats + 4u + ck;
+    if (threadIdx.x == 0u) accepted[b] = acc;
+    if (threadIdx.x == 0u && depth > 0u) {
+        atomicAdd(stats + 0, 1ull);
+        atomicAdd(stats + 1, (sp_u64)depth);
+        atomicAdd(stats + 2, (sp_u64)acc);
+        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
+    }
+    for (sp_u32 j = threadIdx.x; j < depth; j += blockDim.x) {
+        atomicAdd(drafted_pos + j, 1ull);
+        if (j < acc) atomicAdd(acc_pos + j, 1ull);
+    }
+}
