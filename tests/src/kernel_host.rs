@@ -406,22 +406,13 @@ impl<const K: usize> KernelHost<K> {
     ///
     /// # Safety
     /// As for [`launch_raw`](Self::launch_raw), with the extents of the ragged layout when `cu`
-    /// is not null; `cu` and `bonus` hold B values when not null.
-    #[allow(clippy::too_many_arguments)]
+    /// is not null; `cu` and `bonus` hold B values when not null. `p.shape`, `p.stats` and
+    /// `p.scratch` are not used (`shape`, the host's counters and its scratch are).
     pub unsafe fn launch_raw_ex(
         &mut self,
         grid: u32,
         shape: &[u32; kernels::SHAPE_WORDS],
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
+        p: &Params,
         cu: *const u32,
         bonus: *const u32,
     ) -> i32 {
@@ -436,16 +427,16 @@ impl<const K: usize> KernelHost<K> {
                 blocks,
                 self.block,
                 shape.as_ptr(),
-                k,
-                draft_ids,
-                draft_probs,
-                target_probs,
-                seed,
-                offset,
-                eps,
-                delta,
-                accepted,
-                tokens,
+                p.k,
+                p.draft_ids,
+                p.draft_probs,
+                p.target_probs,
+                p.seed,
+                p.offset,
+                p.eps,
+                p.delta,
+                p.accepted,
+                p.tokens,
                 self.stats.as_mut_ptr(),
                 scratch,
                 self.slices,
@@ -624,22 +615,28 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             .cu_num_draft_tokens
             .map_or(core::ptr::null(), <[u32]>::as_ptr);
         let bonus = batch.bonus.map_or(core::ptr::null(), <[u32]>::as_ptr);
-        let rc = if let (Some(logits), Some(temps)) = (batch.target_logits, batch.temperature) {
-            let p = Params {
-                shape: shape.as_ptr(),
-                k: batch.k.as_ptr(),
-                draft_ids: batch.draft_ids.as_ptr(),
-                draft_probs: batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
-                target_probs: core::ptr::null(),
-                seed: batch.seed.as_ptr(),
-                offset: batch.offset.as_ptr(),
-                eps: eps.as_ptr(),
-                delta: delta.as_ptr(),
-                accepted: out.accepted.as_mut_ptr(),
-                tokens: out.tokens.as_mut_ptr(),
-                stats: core::ptr::null_mut(),
-                scratch: core::ptr::null_mut(),
-            };
+        let logits = batch.target_logits.zip(batch.temperature);
+        let p = Params {
+            shape: shape.as_ptr(),
+            k: batch.k.as_ptr(),
+            draft_ids: batch.draft_ids.as_ptr(),
+            draft_probs: batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            // The logits entry reads the logits instead (null, as it documents).
+            target_probs: if logits.is_some() {
+                core::ptr::null()
+            } else {
+                batch.target_probs.as_ptr()
+            },
+            seed: batch.seed.as_ptr(),
+            offset: batch.offset.as_ptr(),
+            eps: eps.as_ptr(),
+            delta: delta.as_ptr(),
+            accepted: out.accepted.as_mut_ptr(),
+            tokens: out.tokens.as_mut_ptr(),
+            stats: core::ptr::null_mut(),
+            scratch: core::ptr::null_mut(),
+        };
+        let rc = if let Some((logits, temps)) = logits {
             // SAFETY: as below; `validate` checked the logits against the target layout and
             // the temperatures against B.
             unsafe {
@@ -657,24 +654,7 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             // SAFETY: `validate` checked every slice length against the shape and the layout
             // (ids B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus
             // B, outputs B and B·(k_max+1)); grid = B.
-            unsafe {
-                self.launch_raw_ex(
-                    to_u32(b)?,
-                    &shape,
-                    batch.k.as_ptr(),
-                    batch.draft_ids.as_ptr(),
-                    batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
-                    batch.target_probs.as_ptr(),
-                    batch.seed.as_ptr(),
-                    batch.offset.as_ptr(),
-                    eps.as_ptr(),
-                    delta.as_ptr(),
-                    out.accepted.as_mut_ptr(),
-                    out.tokens.as_mut_ptr(),
-                    cu,
-                    bonus,
-                )
-            }
+            unsafe { self.launch_raw_ex(to_u32(b)?, &shape, &p, cu, bonus) }
         };
         if rc != 0 {
             return Err(KernelHostError::BadBlock {

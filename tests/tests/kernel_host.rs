@@ -7,7 +7,7 @@ use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Reference, Streams, Strides, Verifier, VerifyError,
 };
 use specula_tests::conformance::Gen;
-use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode};
+use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode, Params};
 
 const K: usize = 8;
 
@@ -337,16 +337,21 @@ fn ex_entries_skip_bad_ragged_requests_and_flag_them() {
             host.launch_raw_ex(
                 4,
                 &shape,
-                core::ptr::null(),
-                ids.as_ptr(),
-                core::ptr::null(),
-                target.as_ptr(),
-                seeds.as_ptr(),
-                offsets.as_ptr(),
-                core::ptr::null(),
-                core::ptr::null(),
-                accepted.as_mut_ptr(),
-                tokens.as_mut_ptr(),
+                &Params {
+                    shape: shape.as_ptr(),
+                    k: core::ptr::null(),
+                    draft_ids: ids.as_ptr(),
+                    draft_probs: core::ptr::null(),
+                    target_probs: target.as_ptr(),
+                    seed: seeds.as_ptr(),
+                    offset: offsets.as_ptr(),
+                    eps: core::ptr::null(),
+                    delta: core::ptr::null(),
+                    accepted: accepted.as_mut_ptr(),
+                    tokens: tokens.as_mut_ptr(),
+                    stats: core::ptr::null_mut(),
+                    scratch: core::ptr::null_mut(),
+                },
                 cu.as_ptr(),
                 bonus.as_ptr(),
             )
