@@ -19,6 +19,8 @@
 set -euo pipefail
 
 DEMO_PORT="${DEMO_PORT:-19464}"
+# DEMO_ARGS: more demo flags, word-split. `DEMO_ARGS="--tree 2x4"` checks everything on the
+# tree drafter (depth 4: the four positions the log check expects), the tree panels with data.
 PROM_PORT="${PROM_PORT:-19090}"
 LINGER=90
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -67,7 +69,7 @@ pids+=($!)
 "$SPECULA_BIN" demo --duration 12 --batch 8 --k 4 --seed 7 --threads 2 \
   --log-interval 1 --collect-interval 0.05 --vllm-compat \
   --model-name specula-check --label region=ci \
-  --metrics-addr "127.0.0.1:$DEMO_PORT" --linger "$LINGER" >"$work/demo.out" 2>"$work/demo.err" &
+  --metrics-addr "127.0.0.1:$DEMO_PORT" --linger "$LINGER" ${DEMO_ARGS:-} >"$work/demo.out" 2>"$work/demo.err" &
 demo_pid=$!
 pids+=("$demo_pid")
 final=""

@@ -55,6 +55,8 @@ f = final_fields(FINAL)
 drafts, draft_tokens = f["drafts"], f["draft_tokens"]
 accepted, emitted = f["accepted_tokens"], f["emitted_tokens"]
 per_pos = f["accepted_per_position"]
+# Token trees (the FINAL line has these fields only when trees were verified).
+trees, tree_nodes = f.get("tree_drafts", 0), f.get("tree_draft_tokens", 0)
 
 # The samples Prometheus holds of the run: a loaded machine can miss scrapes, so the window
 # of the rate panels is measured from the data, not assumed from the scrape interval.
@@ -104,6 +106,9 @@ expect = {
     # plus whatever scrapes a loaded machine missed (the gap before `end`).
     "Snapshot age": ("age", [AGE_BOUND]),
     "Time since last collection": ("age", [AGE_BOUND]),
+    "Token trees (total)": ("exact", [trees]),
+    # A ratio over trees: no data at all while only chains are verified (0 / 0 is dropped).
+    "Mean tree size by engine": ("ratio", [tree_nodes / trees]) if trees else ("none", [0]),
 }
 panels = [p for p in dash["panels"] if p["type"] != "row"]
 for p in panels:
@@ -117,6 +122,12 @@ for p in panels:
                 .replace('"$job"', f'"{JOB}"').replace('"$model_name"', '".*"')
                 .replace('"$instance"', '".*"').replace('"$engine"', '".*"'))
         result = query(expr)
+        if kind == "none":
+            if result:
+                fail(f"panel {title!r} target {t['refId']}: data {result} where none is due")
+            else:
+                print(f"prometheus-check: panel {title!r} {t['refId']}: no data (demo: none)")
+            continue
         if not result:
             fail(f"panel {title!r} target {t['refId']}: no data for {expr}")
             continue

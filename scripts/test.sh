@@ -213,6 +213,8 @@ step "real Prometheus scraping the demo"
 if [ "$have_prometheus" = 1 ]; then
     cargo build --release -p specula --features cli
     SPECULA_BIN="$target/release/specula" scripts/prometheus-check.sh
+    # Again on the tree drafter: the tree families, the dashboard's tree panels with data.
+    SPECULA_BIN="$target/release/specula" DEMO_ARGS="--tree 2x4" scripts/prometheus-check.sh
 else
     echo "SKIPPED (see the summary)"
 fi

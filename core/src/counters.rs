@@ -409,6 +409,9 @@ mod tests {
             Err(CountError::AcceptedExceedsDraft { accepted: 3, k: 2 })
         );
         assert_eq!(c, before, "nothing changed on error");
+        // A path-shaped tree has as many nodes as its depth.
+        c.record_tree(3, 3, 3).unwrap();
+        assert_eq!((c.tree_drafts, c.tree_draft_tokens), (1, 3));
     }
 
     #[test]
