@@ -1379,6 +1379,63 @@ mod tests {
     }
 
     #[test]
+    fn a_root_alone_emits_its_token_and_is_not_counted() {
+        // Request 0: the root alone (depth 0); request 1: the small tree (depth 2, 5 nodes).
+        let s = small([0, 1, 0]);
+        let mut tokens = [0u32; 12];
+        let (mut fc, mut ns) = ([-1i32; 12], [-1i32; 12]);
+        tokens[6..].copy_from_slice(&s.tokens);
+        fc[6..].copy_from_slice(&s.fc);
+        ns[6..].copy_from_slice(&s.ns);
+        let mut target = std::vec![0f32; 24];
+        target[..4].copy_from_slice(&ROOT);
+        target.extend_from_slice(&s.target);
+        let batch = TreeBatch::new(
+            TreeDims {
+                vocab: 4,
+                max_nodes: 6,
+                max_depth: 2,
+            },
+            Tree {
+                nodes: &[1, 6],
+                tokens: &tokens,
+                first_child: &fc,
+                next_sibling: &ns,
+            },
+            &target,
+            Streams {
+                seed: &[9, 9],
+                offset: &[0, 0],
+            },
+        );
+        let (mut a, mut p, mut t) = ([9u32; 2], [9u32; 6], [9u32; 6]);
+        let mut c = Counters::<4>::ZERO;
+        verify_tree_batch(
+            Method::Greedy,
+            Check::STRICT,
+            &batch,
+            &mut TreeOutputs {
+                accepted: &mut a,
+                path: &mut p,
+                tokens: &mut t,
+            },
+            &mut c,
+        )
+        .unwrap();
+        assert_eq!(a[0], 0);
+        assert_eq!(p[..3], [0, SENTINEL, SENTINEL]);
+        assert_eq!(
+            t[..3],
+            [0, SENTINEL, SENTINEL],
+            "the root's argmax (token 0)"
+        );
+        // Only request 1 is counted: one tree of depth 2 with 5 draft nodes.
+        assert_eq!((c.drafts, c.draft_tokens), (1, 2));
+        assert_eq!((c.tree_drafts, c.tree_draft_tokens), (1, 5));
+        assert_eq!(c.emitted_tokens, u64::from(a[1]) + 1);
+    }
+
+    #[test]
     fn greedy_takes_the_first_matching_sibling() {
         // Root argmax is token 0 (0.4): node 3 holds token 0 in [2, 1, 0]; with [0, 1, 0] the
         // first (node 1) wins; node 1's argmax is 1 (node 5); nodes 4, 5 are leaves.
