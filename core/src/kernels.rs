@@ -20,9 +20,11 @@
 //! * Block `(n, 1, 1)` with `n ≤ BLOCK_THREADS` (the kernel's compile-time `SPECULA_BLOCK_THREADS`,
 //!   256 unless defined otherwise) and `n` a multiple of the warp size (32 on NVIDIA, 64 or 32 on
 //!   AMD). No dynamic shared memory.
-//! * `stats` holds [`stats_words`]`(K)` words: the fields of [`Counters<K>`] in declaration order
-//!   (`drafts, draft_tokens, accepted_tokens, emitted_tokens, accepted_per_position[K],
-//!   drafted_per_position[K]`), then one error-flag word. The kernel adds to the counters with
+//! * `stats` holds [`stats_words`]`(K)` words: the chain fields of [`Counters<K>`] in declaration
+//!   order (`drafts, draft_tokens, accepted_tokens, emitted_tokens, accepted_per_position[K],
+//!   drafted_per_position[K]`), then one error-flag word ([`error_word`]), then the tree fields
+//!   `tree_drafts, tree_draft_tokens` ([`tree_drafts_word`], [`tree_draft_tokens_word`]; only
+//!   the tree entry [`TREE_ENTRY`] adds to them). The kernel adds to the counters with
 //!   64-bit atomics (`Counters::record(k, accepted)` per request with `k ≥ 1`, in the same
 //!   launch; a request with `k = 0` emits only its bonus token and is not counted) and ORs
 //!   [`ERR_SHAPE`], [`ERR_DRAFT_LEN`] or [`ERR_TOKEN`] into the flag word. A request with
@@ -104,8 +106,9 @@ pub const TREE_SOURCE: &str = concat!(
 /// (B·(max_depth + 1) each), `stats: *mut u64` ([`stats_words`]`(K)`).
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
-/// rule with draft rows, typical acceptance) and records `Counters::record(depth, accepted)`
-/// per request of depth ≥ 1. A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
+/// rule with draft rows, typical acceptance) and records
+/// `Counters::record_tree(depth, n − 1, accepted)` per request of depth ≥ 1 (the chain words
+/// as `record(depth, accepted)`, plus the tree words after the flag word). A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
 /// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
 /// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; no backend launches it
 /// yet.)
@@ -263,10 +266,14 @@ pub fn batch_shape<const K: usize>(
     ))
 }
 
-/// Words of the `stats` buffer for `Counters<K>`: `4 + 2K` counters and the error-flag word.
+/// Words of the `stats` buffer for `Counters<K>`: the `4 + 2K` chain counters, the error-flag
+/// word ([`error_word`]), then the two tree counters ([`tree_drafts_word`],
+/// [`tree_draft_tokens_word`]). The tree words come after the flag word so that the chain
+/// kernel's layout (counters, then the flag at `4 + 2K`) is unchanged; the chain kernel never
+/// writes them.
 #[must_use]
 pub const fn stats_words(k: usize) -> usize {
-    4 + 2 * k + 1
+    4 + 2 * k + 3
 }
 
 /// Index of the error-flag word in a `stats` buffer for `Counters<K>`.
@@ -275,10 +282,24 @@ pub const fn error_word(k: usize) -> usize {
     4 + 2 * k
 }
 
-/// The counters held in the first `4 + 2K` words of `stats`; `None` if it is shorter.
+/// Index of [`Counters::tree_drafts`] in a `stats` buffer for `Counters<K>` (after the flag
+/// word; added to by the tree entry [`TREE_ENTRY`] only).
+#[must_use]
+pub const fn tree_drafts_word(k: usize) -> usize {
+    4 + 2 * k + 1
+}
+
+/// Index of [`Counters::tree_draft_tokens`] in a `stats` buffer for `Counters<K>`.
+#[must_use]
+pub const fn tree_draft_tokens_word(k: usize) -> usize {
+    4 + 2 * k + 2
+}
+
+/// The counters held in a `stats` buffer ([`stats_words`]`(K)` words: the first `4 + 2K` and
+/// the two tree words after the flag word); `None` if it is shorter.
 #[must_use]
 pub fn counters_from_stats<const K: usize>(stats: &[u64]) -> Option<Counters<K>> {
-    if stats.len() < 4 + 2 * K {
+    if stats.len() < stats_words(K) {
         return None;
     }
     let mut c = Counters::<K>::ZERO;
@@ -289,6 +310,8 @@ pub fn counters_from_stats<const K: usize>(stats: &[u64]) -> Option<Counters<K>>
     c.accepted_per_position.copy_from_slice(&stats[4..4 + K]);
     c.drafted_per_position
         .copy_from_slice(&stats[4 + K..4 + 2 * K]);
+    c.tree_drafts = stats[tree_drafts_word(K)];
+    c.tree_draft_tokens = stats[tree_draft_tokens_word(K)];
     Some(c)
 }
 
@@ -352,6 +375,24 @@ mod tests {
         stats[7..10].copy_from_slice(&c.drafted_per_position);
         stats[error_word(3)] = ERR_TOKEN;
         assert_eq!(counters_from_stats::<3>(&stats), Some(c));
-        assert_eq!(counters_from_stats::<3>(&stats[..9]), None);
+        c.record_tree(2, 5, 1).unwrap();
+        for (i, v) in [
+            c.drafts,
+            c.draft_tokens,
+            c.accepted_tokens,
+            c.emitted_tokens,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            stats[i] = v;
+        }
+        stats[4..7].copy_from_slice(&c.accepted_per_position);
+        stats[7..10].copy_from_slice(&c.drafted_per_position);
+        stats[tree_drafts_word(3)] = c.tree_drafts;
+        stats[tree_draft_tokens_word(3)] = c.tree_draft_tokens;
+        assert_eq!(counters_from_stats::<3>(&stats), Some(c));
+        assert_eq!(stats[error_word(3)], ERR_TOKEN, "the flag word is apart");
+        assert_eq!(counters_from_stats::<3>(&stats[..12]), None);
     }
 }

@@ -1001,6 +1001,15 @@ fn the_error_word_comes_back_with_the_counters() {
     c.draft_tokens = 5;
     c.accepted_tokens = 6;
     c.emitted_tokens = 7;
+    // The tree words, after the error word, come back too.
+    for (i, x) in [
+        (kernels::tree_drafts_word(K), 30u64),
+        (kernels::tree_draft_tokens_word(K), 31),
+    ] {
+        x.write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+    }
+    c.tree_drafts = 30;
+    c.tree_draft_tokens = 31;
     rb.start().unwrap();
     drv.run();
     assert_eq!(rb.poll(), Poll::Ready(Ok(c)));

@@ -297,7 +297,8 @@ pub struct KernelHost<const K: usize> {
     slices: u32,
     /// The split entry's scratch words (zero between launches, as the kernel leaves them).
     scratch: Vec<u64>,
-    /// The kernel's `stats` buffer: `Counters<K>` words, then the error-flag word.
+    /// The kernel's `stats` buffer: the chain `Counters<K>` words, the error-flag word, then the
+    /// tree words (`kernels::stats_words`).
     stats: Vec<u64>,
 }
 
@@ -348,7 +349,7 @@ impl<const K: usize> KernelHost<K> {
     /// The error-flag word as the kernel left it (`kernels::ERR_*` bits; 0 when all is well).
     #[must_use]
     pub fn error_flags(&self) -> u64 {
-        self.stats[kernels::stats_words(K) - 1]
+        self.stats[kernels::error_word(K)]
     }
 
     /// Launches the kernel on raw, unvalidated arguments, exactly as a device launch would
@@ -393,7 +394,7 @@ impl<const K: usize> KernelHost<K> {
             scratch,
         };
         // SAFETY: the caller guarantees the pointers; `shape`, `self.stats` and the scratch are
-        // live and sized for the kernel (8 shape words; 4 + 2K + 1 stats words, with
+        // live and sized for the kernel (8 shape words; stats_words(K) stats words, with
         // shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request of
         // `grid`, zero as the kernel leaves them).
         unsafe { launch_params(self.mode, blocks, self.block, self.slices, &params) }
