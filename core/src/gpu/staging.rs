@@ -2,12 +2,13 @@
 
 use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
+use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
-use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, Support, validate_inputs_with};
+use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, validate_inputs_with};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 11;
+const SLOTS: usize = 15;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -19,6 +20,10 @@ const EPS: usize = 7;
 const DELTA: usize = 8;
 const ACCEPTED: usize = 9;
 const TOKENS: usize = 10;
+const CU: usize = 11;
+const BONUS: usize = 12;
+const TLOGITS: usize = 13;
+const TEMP: usize = 14;
 
 /// The byte sizes a batch needs in each buffer.
 fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
@@ -38,6 +43,10 @@ fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
         w4(b)?,
         w4(b)?,
         w4(tokens)?,
+        w4(batch.cu_num_draft_tokens.map_or(0, <[u32]>::len))?,
+        w4(batch.bonus.map_or(0, <[u32]>::len))?,
+        w4(batch.target_logits.map_or(0, <[f32]>::len))?,
+        w4(batch.temperature.map_or(0, <[f32]>::len))?,
     ])
 }
 
@@ -94,7 +103,7 @@ impl<D: Driver> Staging<D> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.
-        validate_inputs_with::<K>(Support::EMPTY_DRAFTS, batch)?;
+        validate_inputs_with::<K>(SUPPORT, batch)?;
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
         let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
         for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
@@ -124,6 +133,10 @@ impl<D: Driver> Staging<D> {
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
+            cu_num_draft_tokens: optional(drv, stream, buf(CU)?, batch.cu_num_draft_tokens)?,
+            bonus: optional(drv, stream, buf(BONUS)?, batch.bonus)?,
+            target_logits: optional(drv, stream, buf(TLOGITS)?, batch.target_logits)?,
+            temperature: optional(drv, stream, buf(TEMP)?, batch.temperature)?,
         }))
     }
 }
@@ -169,8 +182,22 @@ fn upload<'a, D: Driver, T: Element>(
     data: &[T],
 ) -> Result<View<'a, D, T>, GpuError<D::Error>> {
     let view = View::range(dst, 0, data.len()).map_err(oob)?;
-    drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
+    // Nothing to copy for an empty slice (`k` in the ragged layout, probabilities beside
+    // logits): the view still points into a live buffer.
+    if !data.is_empty() {
+        drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
+    }
     Ok(view)
+}
+
+/// `Some` view of `data` uploaded into `dst`, or `None` (a null pointer for the kernel).
+fn optional<'a, D: Driver, T: Element>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    data: Option<&[T]>,
+) -> Result<Option<View<'a, D, T>>, GpuError<D::Error>> {
+    data.map(|d| upload(drv, stream, dst, d)).transpose()
 }
 
 /// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).
