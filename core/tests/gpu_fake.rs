@@ -1411,6 +1411,25 @@ fn staging_writes_the_optional_inputs() {
     assert!(a.cu_num_draft_tokens.is_none() && a.bonus.is_none());
     assert!(a.target_logits.is_none() && a.temperature.is_none());
     assert_eq!(a.k.len(), 4);
+    // A runtime that never passes the optional inputs never allocates their buffers.
+    let mut fresh = Staging::<Fake>::new();
+    let ids = drv.st.next_id.get();
+    fresh.reserve(&drv, &p.view()).unwrap();
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        11,
+        "the plain entry's buffers only"
+    );
+    fresh.reserve(&drv, &x.view()).unwrap();
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        15,
+        "then the four optional ones"
+    );
+    let a = fresh
+        .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+        .unwrap();
+    assert_eq!(a.inputs(), Inputs::default());
 }
 
 #[test]

@@ -24,6 +24,8 @@ const CU: usize = 11;
 const BONUS: usize = 12;
 const TLOGITS: usize = 13;
 const TEMP: usize = 14;
+/// The buffers of the optional inputs (allocated only for a batch that has them).
+const OPTIONAL: [usize; 4] = [CU, BONUS, TLOGITS, TEMP];
 
 /// The byte sizes a batch needs in each buffer.
 fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
@@ -76,9 +78,12 @@ impl<D: Driver> Staging<D> {
     /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
     pub fn reserve(&mut self, drv: &D, batch: &Batch<'_>) -> Result<(), GpuError<D::Error>> {
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
-        for (slot, need) in self.bufs.iter_mut().zip(needs) {
+        for (i, (slot, need)) in self.bufs.iter_mut().zip(needs).enumerate() {
             let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
-            if !fits {
+            // The optional inputs' buffers exist only once a batch has them (no allocation for
+            // a runtime that never passes them).
+            let absent = OPTIONAL.contains(&i) && need == 0;
+            if !fits && !absent {
                 *slot = None; // free before allocating the larger one
                 // Never 0 bytes: a view of an empty buffer is still a valid pointer.
                 *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
@@ -106,9 +111,11 @@ impl<D: Driver> Staging<D> {
         validate_inputs_with::<K>(SUPPORT, batch)?;
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
         let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
-        for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
+        for (i, ((dst, src), need)) in bufs.iter_mut().zip(&self.bufs).zip(needs).enumerate() {
             match src {
                 Some(b) if D::bytes(b) >= need => *dst = Some(b),
+                // An optional input the batch does not have: no view, no buffer needed.
+                _ if OPTIONAL.contains(&i) && need == 0 => {}
                 _ => return Err(GpuError::ViewTooShort),
             }
         }
@@ -133,10 +140,10 @@ impl<D: Driver> Staging<D> {
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
-            cu_num_draft_tokens: optional(drv, stream, buf(CU)?, batch.cu_num_draft_tokens)?,
-            bonus: optional(drv, stream, buf(BONUS)?, batch.bonus)?,
-            target_logits: optional(drv, stream, buf(TLOGITS)?, batch.target_logits)?,
-            temperature: optional(drv, stream, buf(TEMP)?, batch.temperature)?,
+            cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens)?,
+            bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
+            target_logits: optional(drv, stream, bufs[TLOGITS], batch.target_logits)?,
+            temperature: optional(drv, stream, bufs[TEMP], batch.temperature)?,
         }))
     }
 }
@@ -194,10 +201,16 @@ fn upload<'a, D: Driver, T: Element>(
 fn optional<'a, D: Driver, T: Element>(
     drv: &D,
     stream: &D::Stream,
-    dst: &'a D::Buffer,
+    dst: Option<&'a D::Buffer>,
     data: Option<&[T]>,
 ) -> Result<Option<View<'a, D, T>>, GpuError<D::Error>> {
-    data.map(|d| upload(drv, stream, dst, d)).transpose()
+    match data {
+        Some(d) => {
+            let dst = dst.ok_or(GpuError::ViewTooShort)?;
+            upload(drv, stream, dst, d).map(Some)
+        }
+        None => Ok(None),
+    }
 }
 
 /// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).
