@@ -66,6 +66,8 @@ struct LaunchRec {
     name: &'static str,
     /// (buffer id, byte offset) of each trailing pointer parameter, `None` for null.
     trailing: Vec<Option<(usize, usize)>>,
+    /// `Launch::trailing`'s `Debug` (the byte offsets, `None` for null).
+    trailing_debug: String,
 }
 
 /// The record, the buffers and offsets of shape, k, accepted, stats, tokens, and the cumulative
@@ -354,6 +356,7 @@ impl Driver for Fake {
                 .iter()
                 .map(|p| p.map(|(b, off)| (b.id, off)))
                 .collect(),
+            trailing_debug: format!("{:?}", l.trailing()),
         };
         let cu = a
             .cu_num_draft_tokens
@@ -1128,7 +1131,7 @@ fn flush_waits_for_abandoned_copies_when_no_slot_is_free() {
 #[test]
 fn errors_have_one_kind_per_concept() {
     type E = GpuError<FakeError>;
-    let cases: [(E, ErrorKind, &str); 7] = [
+    let cases: [(E, ErrorKind, &str); 8] = [
         (
             GpuError::Driver(FakeError(ErrorKind::NoDevice)),
             ErrorKind::NoDevice,
@@ -1141,6 +1144,11 @@ fn errors_have_one_kind_per_concept() {
         ),
         (GpuError::TooLarge, ErrorKind::InvalidInput, "32-bit"),
         (GpuError::ViewTooShort, ErrorKind::InvalidInput, "shorter"),
+        (
+            GpuError::GraphMismatch,
+            ErrorKind::InvalidInput,
+            "captured with",
+        ),
         (GpuError::DeviceFlags(4), ErrorKind::Device, "0x4"),
         (
             Misuse::NothingInFlight.into(),
@@ -1344,6 +1352,11 @@ fn the_entry_follows_the_optional_inputs() {
             if family != Family::Plain {
                 assert_eq!((t[0].is_some(), t[1].is_some()), (ragged, bonus));
             }
+            let debug: Vec<String> = t
+                .iter()
+                .map(|p| format!("{:?}", p.map(|(_, off)| off)))
+                .collect();
+            assert_eq!(last.trailing_debug, format!("[{}]", debug.join(", ")));
             if family == Family::Logits {
                 assert!(t[2].is_some() && t[3].is_some());
                 assert_ne!(t[2].unwrap().0, t[3].unwrap().0, "logits ≠ temperatures");
