@@ -136,7 +136,8 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 /// absent from a ragged target tensor; null: sampled), as `core/DETERMINISM.md` lays them out.
 /// On the raw device path a decreasing cumulative count sets [`ERR_DRAFT_LEN`], a bonus token
 /// `≥ V` sets [`ERR_TOKEN`]; that request is skipped. Launch as [`VERIFY_ENTRY`]. (Checked bit
-/// for bit on the host through `tests/src/kernel_host.rs`; no backend launches it yet.)
+/// for bit on the host through `tests/src/kernel_host.rs`; the GPU backends launch it through
+/// `specula_core::gpu` for the ragged layout or bonus tokens.)
 pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
 
 /// [`VERIFY_SPLIT_ENTRY`]'s fourteen parameters, then `cu_num_draft_tokens` and `bonus` as for
