@@ -4,6 +4,7 @@
 use cudarc::driver::DriverError;
 use specula_core::gpu::GpuError;
 use specula_core::verify::VerifyError;
+use specula_core::verify::tree::TreeError;
 use specula_core::{ErrorKind, HasKind, Misuse};
 
 /// Why a CUDA backend operation failed.
@@ -41,6 +42,9 @@ pub enum CudaError {
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
+    /// The tree batch failed validation (same error as the reference's `verify_tree_batch`);
+    /// nothing ran or was counted.
+    Tree(TreeError),
 }
 
 impl CudaError {
@@ -52,7 +56,9 @@ impl CudaError {
             Self::NoDevice => ErrorKind::NoDevice,
             Self::NoNvrtc => ErrorKind::NoCompiler,
             Self::Nvrtc { .. } => ErrorKind::Compile,
-            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort => ErrorKind::InvalidInput,
+            Self::Verify(_) | Self::Tree(_) | Self::TooLarge | Self::ViewTooShort => {
+                ErrorKind::InvalidInput
+            }
             Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
@@ -75,6 +81,7 @@ impl From<GpuError<CudaError>> for CudaError {
             GpuError::ViewTooShort => Self::ViewTooShort,
             GpuError::DeviceFlags(bits) => Self::DeviceFlags(bits),
             GpuError::Misuse(m) => Self::Misuse(m),
+            GpuError::Tree(t) => Self::Tree(t),
             // `GpuError` is non-exhaustive; today this is `Stalled`.
             _ => Self::Stalled,
         }
@@ -84,6 +91,12 @@ impl From<GpuError<CudaError>> for CudaError {
 impl From<Misuse> for CudaError {
     fn from(e: Misuse) -> Self {
         Self::Misuse(e)
+    }
+}
+
+impl From<TreeError> for CudaError {
+    fn from(e: TreeError) -> Self {
+        Self::Tree(e)
     }
 }
 
@@ -109,6 +122,7 @@ impl core::fmt::Display for CudaError {
             Self::Misuse(m) => write!(f, "{m}"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
+            Self::Tree(e) => write!(f, "invalid tree batch: {e}"),
         }
     }
 }
