@@ -110,8 +110,9 @@ pub const TREE_SOURCE: &str = concat!(
 /// `Counters::record_tree(depth, n − 1, accepted)` per request of depth ≥ 1 (the chain words
 /// as `record(depth, accepted)`, plus the tree words after the flag word). A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
 /// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
-/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; no backend launches it
-/// yet.)
+/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; launched by the shared
+/// orchestration, [`GpuVerifier::launch_tree`](crate::gpu::GpuVerifier::launch_tree), over a
+/// [`TreeDriver`](crate::gpu::TreeDriver); shape words: [`tree_shape`](crate::gpu::tree_shape).)
 pub const TREE_ENTRY: &str = "specula_verify_tree";
 
 /// Number of `u32` shape words of [`TREE_ENTRY`].

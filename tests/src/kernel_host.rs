@@ -824,6 +824,78 @@ unsafe extern "C" {
     ) -> i32;
 }
 
+/// The tree entry's parameters as raw host pointers, in its order
+/// ([`kernels::TREE_ENTRY`]): used by the host driver's tree launch
+/// ([`crate::host_driver`]).
+#[derive(Clone, Copy, Debug)]
+pub struct TreeParams {
+    /// Shape words ([`kernels::TREE_SHAPE_WORDS`]).
+    pub shape: *const u32,
+    /// Node counts.
+    pub nodes: *const u32,
+    /// Node tokens.
+    pub tree_tokens: *const u32,
+    /// First-child links.
+    pub first_child: *const i32,
+    /// Next-sibling links.
+    pub next_sibling: *const i32,
+    /// Draft rows, or null.
+    pub draft_probs: *const f32,
+    /// Target rows.
+    pub target_probs: *const f32,
+    /// Seeds.
+    pub seed: *const u64,
+    /// Offsets.
+    pub offset: *const u64,
+    /// `ε`.
+    pub eps: *const f32,
+    /// `δ`.
+    pub delta: *const f32,
+    /// Output: accepted path lengths.
+    pub accepted: *mut u32,
+    /// Output: accepted node indices.
+    pub path: *mut u32,
+    /// Output: emitted tokens.
+    pub tokens: *mut u32,
+    /// Counters and error word.
+    pub stats: *mut u64,
+}
+
+/// Runs `grid` blocks of `block` threads of the tree entry compiled in `mode`. Returns the
+/// launcher's status (0: ran).
+///
+/// # Safety
+/// Every pointer in `p` must be valid for the extent the shape words (and `grid`) imply, as for
+/// a device launch, and not accessed by anything else while the kernel runs.
+pub unsafe fn launch_tree_params(mode: Mode, grid: u32, block: u32, p: &TreeParams) -> i32 {
+    let f = match mode {
+        Mode::Cuda => specula_host_verify_tree_cuda,
+        Mode::Hip => specula_host_verify_tree_hip,
+    };
+    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
+    unsafe {
+        f(
+            grid,
+            block,
+            p.shape,
+            p.nodes,
+            p.tree_tokens,
+            p.first_child,
+            p.next_sibling,
+            p.draft_probs,
+            p.target_probs,
+            p.seed,
+            p.offset,
+            p.eps,
+            p.delta,
+            p.accepted,
+            p.path,
+            p.tokens,
+            p.stats,
+        )
+    }
+}
+
 /// Why a host-executed tree verification did not run (or ran into a kernel error flag).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
