@@ -88,6 +88,15 @@ typedef long long sp_i64;
 #define SP_SHAPE_COUNTERS_K 6
 #define SP_SHAPE_FLAGS 7
 #define SP_FLAG_DRAFT_PROBS 1u
+// Half-precision inputs (the logits entries only; a plain entry refuses them with SP_ERR_SHAPE):
+// the target tensor the entry reads (target logits, else target probabilities) or the draft
+// probabilities hold bf16 / f16 bit patterns (u16 elements, strides in elements), widened
+// exactly to binary32 on read (DETERMINISM.md, "Half-precision inputs"). At most one of each pair.
+#define SP_FLAG_TARGET_BF16 2u
+#define SP_FLAG_TARGET_F16 4u
+#define SP_FLAG_DRAFT_BF16 8u
+#define SP_FLAG_DRAFT_F16 16u
+#define SP_FLAGS_ALL 31u
 
 #define SP_METHOD_REJECTION 0u
 #define SP_METHOD_GREEDY 1u
@@ -97,6 +106,10 @@ typedef long long sp_i64;
 #define SP_ERR_SHAPE 1u     // shape words invalid (or batch > grid): the whole launch did nothing
 #define SP_ERR_DRAFT_LEN 2u // some request had k > k_max: it was skipped
 #define SP_ERR_TOKEN 4u     // some request had a draft id >= V: it was skipped
+// (8 is specula_tree.cu's SP_ERR_TREE.)
+#define SP_ERR_PARAM 16u    // some request had a per-request input the kernel refuses (a method
+                            // code above 2, top_p outside (0, 1], min_p outside [0, 1], NaN
+                            // included): it was skipped
 
 #define SP_SENTINEL 0xFFFFFFFFu
 
@@ -854,8 +867,50 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
 }
 
 // ---------------------------------------------------------------- the kernel
+// The logits entries' trailing inputs (core/src/kernels.rs, VERIFY_LOGITS_ENTRY), all null in
+// the other entries (the compiler then removes every path that reads them):
+//   methods   (u32 x B): request b's method code (SP_METHOD_*); null: the shape word's;
+//   top_k     (u32 x B): 0 off; null: off for every request;
+//   top_p     (f32 x B): in (0, 1], 1 off; null: off;
+//   min_p     (f32 x B): in [0, 1], 0 off; null: off;
+//   recovered (u32, one per draft slot): vLLM's recovered_token_ids (DETERMINISM.md); null: not
+//             written.
+struct sp_inputs {
+    const sp_u32* methods;
+    const sp_u32* top_k;
+    const float* top_p;
+    const float* min_p;
+    sp_u32* recovered;
+};
+__device__ __forceinline__ sp_inputs sp_no_inputs() {
+    sp_inputs in;
+    in.methods = 0;
+    in.top_k = 0;
+    in.top_p = 0;
+    in.min_p = 0;
+    in.recovered = 0;
+    return in;
+}
+// The shape's flags an entry takes: the plain entries the draft flag only; the logits entries
+// the half-precision flags too, at most one per tensor.
+__device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
+    if (!x) return (flags & ~SP_FLAG_DRAFT_PROBS) == 0u;
+    const sp_u32 t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
+    const sp_u32 d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    return (flags & ~SP_FLAGS_ALL) == 0u && (flags & t) != t && (flags & d) != d;
+}
+// A request's error bit from the logits entries' inputs (0: fine). Not implemented yet in this
+// text: a non-null methods / top_k / top_p / min_p / recovered pointer or a half-precision flag
+// skips the request with SP_ERR_PARAM (never wrong bits).
+__device__ __forceinline__ sp_u32 sp_inputs_error(const sp_inputs& in, sp_u32 flags) {
+    const bool any = in.methods != 0 || in.top_k != 0 || in.top_p != 0 || in.min_p != 0 ||
+                     in.recovered != 0 || (flags & ~SP_FLAG_DRAFT_PROBS) != 0u;
+    return any ? SP_ERR_PARAM : 0u;
+}
+
 // The body of specula_verify and specula_verify_ex: cu (ragged layout) and bonus (caller's bonus
 // tokens) are null for the padded layout with sampled bonus tokens.
+template <bool X>
 __device__ __forceinline__ void
 sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
@@ -865,7 +920,7 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
                const sp_u32* __restrict__ cu, const sp_u32* __restrict__ bonus,
                const float* __restrict__ logits, const float* __restrict__ temperature,
-               sp_u64* s_red) {
+               const sp_inputs& in, sp_u64* s_red) {
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 b = blockIdx.x;
@@ -885,7 +940,8 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const bool shape_ok = batch <= gridDim.x && k_max <= ck && vocab >= 1u &&
                           tstride >= vocab &&
                           (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
-                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
+                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u &&
+                          sp_flags_ok(shape[SP_SHAPE_FLAGS], X);
     if (!shape_ok) {
         if (threadIdx.x == 0u && b == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
         return;
@@ -894,7 +950,8 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
     const sp_u32 kb = lay.kb;
     const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
-    const sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
+    sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
+    if (X && bad == 0u) bad = sp_inputs_error(in, shape[SP_SHAPE_FLAGS]);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
@@ -1008,8 +1065,8 @@ specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const float* __restrict__ delta, sp_u32* __restrict__ accepted,
                sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                   accepted, tokens, stats, 0, 0, 0, 0, s_red);
+    sp_verify_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                          accepted, tokens, stats, 0, 0, 0, 0, sp_no_inputs(), s_red);
 }
 
 // specula_verify_ex: specula_verify's twelve parameters, then `cu_num_draft_tokens` (u32 x B:
@@ -1027,14 +1084,17 @@ specula_verify_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k
                   const sp_u32* __restrict__ cu_num_draft_tokens,
                   const sp_u32* __restrict__ bonus) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                   accepted, tokens, stats, cu_num_draft_tokens, bonus, 0, 0, s_red);
+    sp_verify_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                          accepted, tokens, stats, cu_num_draft_tokens, bonus, 0, 0,
+                          sp_no_inputs(), s_red);
 }
 
 // specula_verify_logits: specula_verify_ex's fourteen parameters, then `target_logits` (f32, in
 // exactly the layout of target_probs, which is then not read) and `temperature` (f32 x B; 0:
-// greedy on the logits, > 0: the softmax of DETERMINISM.md computed on the fly). With
-// `target_logits` null it is specula_verify_ex. Same launch contract.
+// greedy on the logits, > 0: the softmax of DETERMINISM.md computed on the fly), then the engine
+// inputs `methods`, `top_k`, `top_p`, `min_p` and the output `recovered` (sp_inputs above; each
+// null when not used). The shape's half-precision flags apply here only. With every pointer
+// after `bonus` null and no half flag it is specula_verify_ex. Same launch contract.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                       const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
@@ -1044,11 +1104,19 @@ specula_verify_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict
                       sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
                       const sp_u32* __restrict__ cu_num_draft_tokens,
                       const sp_u32* __restrict__ bonus, const float* __restrict__ target_logits,
-                      const float* __restrict__ temperature) {
+                      const float* __restrict__ temperature, const sp_u32* __restrict__ methods,
+                      const sp_u32* __restrict__ top_k, const float* __restrict__ top_p,
+                      const float* __restrict__ min_p, sp_u32* __restrict__ recovered) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                   accepted, tokens, stats, cu_num_draft_tokens, bonus, target_logits,
-                   temperature, s_red);
+    sp_inputs in;
+    in.methods = methods;
+    in.top_k = top_k;
+    in.top_p = top_p;
+    in.min_p = min_p;
+    in.recovered = recovered;
+    sp_verify_body<true>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
+                         accepted, tokens, stats, cu_num_draft_tokens, bonus, target_logits,
+                         temperature, in, s_red);
 }
 
 // ---------------------------------------------------------------- the kernel, rows split
@@ -1065,6 +1133,7 @@ specula_verify_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict
 // that draws the last ticket decides, writes the request and its counters, and clears the words.
 // Same results as specula_verify, bit for bit: every reduction is order-free.
 // The body of specula_verify_split and specula_verify_split_ex (cu, bonus as in sp_verify_body).
+template <bool X>
 __device__ __forceinline__ void
 sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                      const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
@@ -1074,7 +1143,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                      sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
                      sp_u64* __restrict__ scratch, sp_u32 slices, const sp_u32* __restrict__ cu,
                      const sp_u32* __restrict__ bonus, const float* __restrict__ logits,
-                     const float* __restrict__ temperature, sp_u64* s_red, sp_u32* s_last_p) {
+                     const float* __restrict__ temperature, const sp_inputs& in,
+                     sp_u64* s_red, sp_u32* s_last_p) {
     sp_u32& s_last = *s_last_p;
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
@@ -1094,7 +1164,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const bool shape_ok = batch <= gridDim.x / nsl && slices >= 1u && scratch != 0 &&
                           k_max <= ck && vocab >= 1u && tstride >= vocab &&
                           (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
-                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
+                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u &&
+                          sp_flags_ok(shape[SP_SHAPE_FLAGS], X);
     if (!shape_ok) {
         if (threadIdx.x == 0u && blockIdx.x == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
         return;
@@ -1103,7 +1174,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
     const sp_u32 kb = lay.kb;
     const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
-    const sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
+    sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
+    if (X && bad == 0u) bad = sp_inputs_error(in, shape[SP_SHAPE_FLAGS]);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         if (sl != 0u) return; // one block of the request writes "skipped"
@@ -1336,8 +1408,9 @@ specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                      sp_u64* __restrict__ scratch, sp_u32 slices) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
-    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                         accepted, tokens, stats, scratch, slices, 0, 0, 0, 0, s_red, &s_last);
+    sp_verify_split_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps,
+                                delta, accepted, tokens, stats, scratch, slices, 0, 0, 0, 0,
+                                sp_no_inputs(), s_red, &s_last);
 }
 
 // specula_verify_split_ex: specula_verify_split's fourteen parameters, then
@@ -1355,13 +1428,14 @@ specula_verify_split_ex(const sp_u32* __restrict__ shape, const sp_u32* __restri
                         const sp_u32* __restrict__ bonus) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
-    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                         accepted, tokens, stats, scratch, slices, cu_num_draft_tokens, bonus,
-                         0, 0, s_red, &s_last);
+    sp_verify_split_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps,
+                                delta, accepted, tokens, stats, scratch, slices,
+                                cu_num_draft_tokens, bonus, 0, 0, sp_no_inputs(), s_red, &s_last);
 }
 
 // specula_verify_split_logits: specula_verify_split_ex's sixteen parameters, then
-// `target_logits` and `temperature` as in specula_verify_logits.
+// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered` as in
+// specula_verify_logits.
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
 specula_verify_split_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                             const sp_u32* __restrict__ draft_ids,
@@ -1374,10 +1448,20 @@ specula_verify_split_logits(const sp_u32* __restrict__ shape, const sp_u32* __re
                             sp_u32 slices, const sp_u32* __restrict__ cu_num_draft_tokens,
                             const sp_u32* __restrict__ bonus,
                             const float* __restrict__ target_logits,
-                            const float* __restrict__ temperature) {
+                            const float* __restrict__ temperature,
+                            const sp_u32* __restrict__ methods, const sp_u32* __restrict__ top_k,
+                            const float* __restrict__ top_p, const float* __restrict__ min_p,
+                            sp_u32* __restrict__ recovered) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
-    sp_verify_split_body(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                         accepted, tokens, stats, scratch, slices, cu_num_draft_tokens, bonus,
-                         target_logits, temperature, s_red, &s_last);
+    sp_inputs in;
+    in.methods = methods;
+    in.top_k = top_k;
+    in.top_p = top_p;
+    in.min_p = min_p;
+    in.recovered = recovered;
+    sp_verify_split_body<true>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps,
+                               delta, accepted, tokens, stats, scratch, slices,
+                               cu_num_draft_tokens, bonus, target_logits, temperature, in, s_red,
+                               &s_last);
 }

@@ -128,7 +128,8 @@ type LauncherEx = unsafe extern "C" fn(
 ) -> i32;
 
 /// The logits launcher (`specula_verify_logits` / `specula_verify_split_logits`): the ex
-/// launcher's parameters, then the target logits and the temperatures (null: probabilities).
+/// launcher's parameters, then the target logits and the temperatures (null: probabilities),
+/// then `methods`, `top_k`, `top_p`, `min_p` and `recovered` (null: not used).
 type LauncherLogits = unsafe extern "C" fn(
     u32,
     u32,
@@ -150,6 +151,11 @@ type LauncherLogits = unsafe extern "C" fn(
     *const u32,
     *const f32,
     *const f32,
+    *const u32,
+    *const u32,
+    *const f32,
+    *const f32,
+    *mut u32,
 ) -> i32;
 
 // SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
@@ -176,6 +182,11 @@ unsafe extern "C" {
         bonus: *const u32,
         logits: *const f32,
         temperature: *const f32,
+        methods: *const u32,
+        top_k: *const u32,
+        top_p: *const f32,
+        min_p: *const f32,
+        recovered: *mut u32,
     ) -> i32;
     fn specula_host_verify_logits_hip(
         grid: u32,
@@ -198,6 +209,11 @@ unsafe extern "C" {
         bonus: *const u32,
         logits: *const f32,
         temperature: *const f32,
+        methods: *const u32,
+        top_k: *const u32,
+        top_p: *const f32,
+        min_p: *const f32,
+        recovered: *mut u32,
     ) -> i32;
 }
 
@@ -449,7 +465,8 @@ impl<const K: usize> KernelHost<K> {
     /// [`launch_raw_ex`](Self::launch_raw_ex) through `specula_verify_logits` /
     /// `specula_verify_split_logits`: `logits` (target logits in `target_probs`' layout, which is
     /// then not read) and `temperature` (B values; 0: greedy on the logits), both null for the
-    /// probability path.
+    /// probability path. The engine inputs after them are null
+    /// ([`launch_raw_inputs`](Self::launch_raw_inputs) passes them).
     ///
     /// # Safety
     /// As for [`launch_raw_ex`](Self::launch_raw_ex); `logits` has the target extent and
@@ -465,36 +482,40 @@ impl<const K: usize> KernelHost<K> {
         logits: *const f32,
         temperature: *const f32,
     ) -> i32 {
-        let f: LauncherLogits = match self.mode {
-            Mode::Cuda => specula_host_verify_logits_cuda,
-            Mode::Hip => specula_host_verify_logits_hip,
+        let x = Inputs {
+            cu,
+            bonus,
+            logits,
+            temperature,
+            ..Inputs::default()
         };
+        // SAFETY: the caller's guarantees, as documented; the other inputs are null.
+        unsafe { self.launch_raw_inputs(grid, shape, p, &x) }
+    }
+
+    /// The logits entries (`specula_verify_logits` / `specula_verify_split_logits`) with every
+    /// trailing input of [`Inputs`]: `p.shape`, `p.stats` and `p.scratch` are not used
+    /// (`shape`, the host's counters and its scratch are).
+    ///
+    /// # Safety
+    /// As for [`launch_raw_ex`](Self::launch_raw_ex), and each non-null pointer of `x` valid for
+    /// the extent [`Inputs`] documents.
+    pub unsafe fn launch_raw_inputs(
+        &mut self,
+        grid: u32,
+        shape: &[u32; kernels::SHAPE_WORDS],
+        p: &Params,
+        x: &Inputs,
+    ) -> i32 {
         let (blocks, scratch) = self.grid_and_scratch(grid, shape);
-        // SAFETY: as in `launch_raw_ex`; `logits`/`temperature` as the caller guarantees.
-        unsafe {
-            f(
-                blocks,
-                self.block,
-                shape.as_ptr(),
-                p.k,
-                p.draft_ids,
-                p.draft_probs,
-                p.target_probs,
-                p.seed,
-                p.offset,
-                p.eps,
-                p.delta,
-                p.accepted,
-                p.tokens,
-                self.stats.as_mut_ptr(),
-                scratch,
-                self.slices,
-                cu,
-                bonus,
-                logits,
-                temperature,
-            )
-        }
+        let q = Params {
+            shape: shape.as_ptr(),
+            stats: self.stats.as_mut_ptr(),
+            scratch,
+            ..*p
+        };
+        // SAFETY: as in `launch_raw_ex`; `x` as the caller guarantees.
+        unsafe { launch_inputs_params(self.mode, blocks, self.block, self.slices, &q, x) }
     }
 
     /// Blocks to launch for `grid` requests, and the split entry's scratch (null for one slice).
@@ -519,9 +540,101 @@ impl<const K: usize> KernelHost<K> {
     }
 }
 
+/// The logits entries' parameters after the split entry's (`specula_verify_logits`,
+/// `specula_verify_split_logits`, in their order), as raw host pointers; each null when not
+/// used ([`Inputs::default`]: all null, the padded probability path).
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs {
+    /// Ragged layout: `cu_num_draft_tokens` (B values).
+    pub cu: *const u32,
+    /// Caller-supplied bonus tokens (B values).
+    pub bonus: *const u32,
+    /// Target logits in `target_probs`' layout (u16 elements under a target half-precision
+    /// shape flag).
+    pub logits: *const f32,
+    /// Temperatures (B values; read when `logits` is not null).
+    pub temperature: *const f32,
+    /// Method codes per request (B values, [`kernels::method_code`]).
+    pub methods: *const u32,
+    /// top-k per request (B values; 0: off).
+    pub top_k: *const u32,
+    /// top-p per request (B values; 1: off).
+    pub top_p: *const f32,
+    /// min-p per request (B values; 0: off).
+    pub min_p: *const f32,
+    /// Output: recovered tokens, one per draft slot (padded `B·k_max`, ragged `num_tokens`).
+    pub recovered: *mut u32,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Self {
+            cu: core::ptr::null(),
+            bonus: core::ptr::null(),
+            logits: core::ptr::null(),
+            temperature: core::ptr::null(),
+            methods: core::ptr::null(),
+            top_k: core::ptr::null(),
+            top_p: core::ptr::null(),
+            min_p: core::ptr::null(),
+            recovered: core::ptr::null_mut(),
+        }
+    }
+}
+
+/// Runs the logits entries of the kernel text compiled in `mode` (the split one when
+/// `slices > 1`) on `p` and `x`. Returns the launcher's status (0: ran).
+///
+/// # Safety
+/// As for [`launch_params`], and every non-null pointer of `x` valid for the extent the shape
+/// words imply.
+pub unsafe fn launch_inputs_params(
+    mode: Mode,
+    blocks: u32,
+    block: u32,
+    slices: u32,
+    p: &Params,
+    x: &Inputs,
+) -> i32 {
+    let f: LauncherLogits = match mode {
+        Mode::Cuda => specula_host_verify_logits_cuda,
+        Mode::Hip => specula_host_verify_logits_hip,
+    };
+    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
+    unsafe {
+        f(
+            blocks,
+            block,
+            p.shape,
+            p.k,
+            p.draft_ids,
+            p.draft_probs,
+            p.target_probs,
+            p.seed,
+            p.offset,
+            p.eps,
+            p.delta,
+            p.accepted,
+            p.tokens,
+            p.stats,
+            p.scratch,
+            slices,
+            x.cu,
+            x.bonus,
+            x.logits,
+            x.temperature,
+            x.methods,
+            x.top_k,
+            x.top_p,
+            x.min_p,
+            x.recovered,
+        )
+    }
+}
+
 /// The kernel's parameters as raw host pointers, in its order (the split entry's two extra
 /// ones last). One pack, used by [`KernelHost`] and by the host driver
-/// ([`crate::host_driver`]).
+/// ([`crate::host_driver`]). [`Params::default`] has every pointer null.
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
     /// Shape words.
@@ -550,6 +663,26 @@ pub struct Params {
     pub stats: *mut u64,
     /// Split scratch, or null with one slice.
     pub scratch: *mut u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            shape: core::ptr::null(),
+            k: core::ptr::null(),
+            draft_ids: core::ptr::null(),
+            draft_probs: core::ptr::null(),
+            target_probs: core::ptr::null(),
+            seed: core::ptr::null(),
+            offset: core::ptr::null(),
+            eps: core::ptr::null(),
+            delta: core::ptr::null(),
+            accepted: core::ptr::null_mut(),
+            tokens: core::ptr::null_mut(),
+            stats: core::ptr::null_mut(),
+            scratch: core::ptr::null_mut(),
+        }
+    }
 }
 
 /// Runs `blocks` blocks of `block` threads of the kernel text compiled in `mode` (the split
