@@ -18,7 +18,7 @@
 //! shutdown never waits for ever.
 
 use crate::kernel_host::{
-    ExtParams, Mode, Params, TreeParams, launch_params, launch_params_ext, launch_tree_params,
+    Inputs, Mode, Params, TreeParams, launch_params, launch_params_ext, launch_tree_params,
 };
 use specula_core::ErrorKind;
 use specula_core::HasKind;
@@ -639,7 +639,7 @@ impl Driver for HostDriver {
             l.scratch
                 .map_or(SendPtr(std::ptr::null_mut()), |s| at(s, 0)),
         ];
-        // The trailing parameters in the kernel's order (cu, bonus, logits, temperature), null
+        // The trailing parameters in the kernel's order (Launch::trailing), null
         // past the family's count or where a view is not set.
         let mut tail = [SendPtr(std::ptr::null_mut()); MAX_TRAILING];
         for (t, p) in tail.iter_mut().zip(l.trailing().as_slice()) {
@@ -675,11 +675,16 @@ impl Driver for HostDriver {
                     stats: ptrs[11].0.cast(),
                     scratch: ptrs[12].0.cast(),
                 };
-                let x = ExtParams {
+                let x = Inputs {
                     cu: tail[0].0.cast(),
                     bonus: tail[1].0.cast(),
                     logits: tail[2].0.cast(),
                     temperature: tail[3].0.cast(),
+                    methods: tail[4].0.cast(),
+                    top_k: tail[5].0.cast(),
+                    top_p: tail[6].0.cast(),
+                    min_p: tail[7].0.cast(),
+                    recovered: tail[8].0.cast(),
                 };
                 // SAFETY: every pointer is into a buffer `keep` holds alive (or null where the
                 // kernel takes null); the orchestration checked the views against the capacity

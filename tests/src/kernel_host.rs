@@ -720,24 +720,10 @@ pub unsafe fn launch_params(mode: Mode, blocks: u32, block: u32, slices: u32, p:
     }
 }
 
-/// The pointer parameters after the common ones ([`Params`], then the split entry's scratch and
-/// slice count) of the additive entry points, in the kernel's order; null when not used.
-#[derive(Clone, Copy, Debug)]
-pub struct ExtParams {
-    /// The ragged layout's `cu_num_draft_tokens` (B values), or null (padded).
-    pub cu: *const u32,
-    /// Caller-supplied bonus tokens (B values), or null (sampled).
-    pub bonus: *const u32,
-    /// Target logits in `target_probs`' layout, or null (probabilities).
-    pub logits: *const f32,
-    /// Temperatures (B values; read only with `logits`), or null.
-    pub temperature: *const f32,
-}
-
 /// [`launch_params`] through the additive entry points: `specula_verify_ex` /
-/// `specula_verify_split_ex` when `logits_entry` is false (then `x.logits` and
-/// `x.temperature` are not passed), `specula_verify_logits` / `specula_verify_split_logits`
-/// when it is true. Returns the launcher's status (0: ran).
+/// `specula_verify_split_ex` when `logits_entry` is false (then only `x.cu` and `x.bonus` are
+/// passed), the logits entries ([`launch_inputs_params`]) when it is true. Returns the
+/// launcher's status (0: ran).
 ///
 /// # Safety
 /// As for [`launch_params`]; the pointers of `x` are null or valid for what the kernel reads
@@ -749,39 +735,12 @@ pub unsafe fn launch_params_ext(
     block: u32,
     slices: u32,
     p: &Params,
-    x: &ExtParams,
+    x: &Inputs,
     logits_entry: bool,
 ) -> i32 {
     if logits_entry {
-        let f: LauncherLogits = match mode {
-            Mode::Cuda => specula_host_verify_logits_cuda,
-            Mode::Hip => specula_host_verify_logits_hip,
-        };
-        // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
-        return unsafe {
-            f(
-                blocks,
-                block,
-                p.shape,
-                p.k,
-                p.draft_ids,
-                p.draft_probs,
-                p.target_probs,
-                p.seed,
-                p.offset,
-                p.eps,
-                p.delta,
-                p.accepted,
-                p.tokens,
-                p.stats,
-                p.scratch,
-                slices,
-                x.cu,
-                x.bonus,
-                x.logits,
-                x.temperature,
-            )
-        };
+        // SAFETY: as vouched for by the caller.
+        return unsafe { launch_inputs_params(mode, blocks, block, slices, p, x) };
     }
     let f: LauncherEx = match mode {
         Mode::Cuda => specula_host_verify_ex_cuda,
