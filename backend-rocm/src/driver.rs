@@ -11,8 +11,10 @@ use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
 use core::ffi::c_void;
-use specula_core::gpu::{Driver, Element, Entry, Launch, Status};
-use specula_core::kernels::{self, VERIFY_ENTRY, VERIFY_SPLIT_ENTRY};
+use specula_core::gpu::{
+    Driver, ENTRY_NAMES, Element, Entry, Launch, MAX_TRAILING, Status, TreeDriver, TreeLaunch,
+};
+use specula_core::kernels::{self, TREE_ENTRY};
 use std::sync::Arc;
 
 /// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
@@ -40,11 +42,56 @@ fn module_for(device: &Device) -> Result<Arc<Module>, RocmError> {
         .clone()
 }
 
-/// The kernel's two entry points, handles valid while their module is loaded (kept here).
+/// The tree module of a device and its entry point (`specula_verify_tree`), the handle valid
+/// while the module is loaded (kept here).
+pub(crate) struct TreeKernel {
+    _module: Module,
+    function: RawFunction,
+}
+
+// SAFETY: as for `Kernels`: a function handle may be launched from any thread; its module
+// lives as long as this value.
+unsafe impl Send for TreeKernel {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for TreeKernel {}
+
+/// The tree entry of `device`: compiled with hiprtc and loaded on the first call (once per
+/// device and process, so chain-only runtimes never compile it); a failure is returned, not
+/// kept.
+fn tree_function(device: &Device) -> Result<RawFunction, RocmError> {
+    let inner = &device.inner;
+    if let Some(t) = inner.tree.get() {
+        return Ok(t.function);
+    }
+    let _first = inner
+        .tree_init
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(t) = inner.tree.get() {
+        return Ok(t.function);
+    }
+    let code = compile(
+        kernels::TREE_SOURCE,
+        "specula_tree.cu",
+        device.arch(),
+        KERNEL_OPTIONS,
+    )?;
+    let module = Module::load(device, &code)?;
+    let function = module.function(TREE_ENTRY)?;
+    let t = inner.tree.get_or_init(|| {
+        Arc::new(TreeKernel {
+            _module: module,
+            function,
+        })
+    });
+    Ok(t.function)
+}
+
+/// The kernel's chain entry points, in the order of `specula_core::gpu::ENTRY_NAMES` (a launch
+/// picks one by `Launch::entry_index`); handles valid while their module is loaded (kept here).
 struct Kernels {
     _module: Arc<Module>,
-    single: RawFunction,
-    split: RawFunction,
+    functions: [RawFunction; ENTRY_NAMES.len()],
 }
 
 // SAFETY: function handles may be launched from any thread (the runtime locks internally); the
@@ -89,14 +136,15 @@ impl RocmDriver {
     /// [`RocmError::Hip`] when loading it fails.
     pub fn with_kernel(device: &Device) -> Result<Self, RocmError> {
         let module = module_for(device)?;
-        let single = module.function(VERIFY_ENTRY)?;
-        let split = module.function(VERIFY_SPLIT_ENTRY)?;
+        let mut functions = [core::ptr::null_mut(); ENTRY_NAMES.len()];
+        for (f, name) in functions.iter_mut().zip(ENTRY_NAMES) {
+            *f = module.function(name)?;
+        }
         Ok(Self {
             device: device.clone(),
             kernels: Some(Arc::new(Kernels {
                 _module: module,
-                single,
-                split,
+                functions,
             })),
         })
     }
@@ -360,12 +408,21 @@ impl Driver for RocmDriver {
             ));
         };
         let a = l.args;
-        let mut values: [*mut c_void; 13] = [
+        let function = *k
+            .functions
+            .get(l.entry_index())
+            .ok_or(RocmError::TooLarge)?;
+        let null = core::ptr::null_mut();
+        // Pointer values in the kernel's order: the twelve common ones, the split entry's
+        // scratch, then the family's trailing pointers (null where not set); `slices` is the
+        // one u32.
+        let mut values: [*mut c_void; 13 + MAX_TRAILING] = [null; 13 + MAX_TRAILING];
+        values[..12].copy_from_slice(&[
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.k.buffer(), a.k.byte_offset()),
             at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
             a.draft_probs
-                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
+                .map_or(null, |v| at(v.buffer(), v.byte_offset())),
             at(a.target_probs.buffer(), a.target_probs.byte_offset()),
             at(a.seed.buffer(), a.seed.byte_offset()),
             at(a.offset.buffer(), a.offset.byte_offset()),
@@ -374,26 +431,42 @@ impl Driver for RocmDriver {
             at(a.accepted.buffer(), a.accepted.byte_offset()),
             at(a.tokens.buffer(), a.tokens.byte_offset()),
             at(l.stats, 0),
-            l.scratch.map_or(core::ptr::null_mut(), |s| at(s, 0)),
-        ];
-        let (function, mut slices) = match l.entry {
-            Entry::Single => (k.single, 1u32),
-            Entry::Split { slices } => (k.split, slices),
-        };
-        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
-        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
-            *p = core::ptr::from_mut(v).cast();
+        ]);
+        values[12] = l.scratch.map_or(null, |s| at(s, 0));
+        for (v, p) in values[13..].iter_mut().zip(l.trailing().as_slice()) {
+            *v = p.map_or(null, |(b, off)| at(b, off));
         }
-        params[13] = core::ptr::from_mut(&mut slices).cast();
+        let (split, mut slices) = match l.entry {
+            Entry::Single => (false, 1u32),
+            Entry::Split { slices } => (true, slices),
+        };
+        let trailing = l.family.trailing();
+        let mut params: [*mut c_void; 14 + MAX_TRAILING] = [null; 14 + MAX_TRAILING];
+        let (common, tail) = values.split_at_mut(12);
+        let (scratch, tail) = tail.split_at_mut(1);
+        let mut n = 0;
+        for v in common.iter_mut() {
+            params[n] = core::ptr::from_mut(v).cast();
+            n += 1;
+        }
+        if split {
+            params[n] = core::ptr::from_mut(&mut scratch[0]).cast();
+            params[n + 1] = core::ptr::from_mut(&mut slices).cast();
+            n += 2;
+        }
+        for v in tail.iter_mut().take(trailing) {
+            params[n] = core::ptr::from_mut(v).cast();
+            n += 1;
+        }
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is `specula_verify` (twelve pointer arguments) or
-        // `specula_verify_split` (those, the scratch pointer and a u32) of the loaded module;
-        // `params` holds one pointer to each argument in the order of the launch contract (HIP
-        // reads as many as the function has; the values are copied at launch); the orchestration
-        // sized stats and scratch and checked the views against the capacity, and the caller of
-        // its launch vouched for the shape words in device memory; block = 256, a multiple of
-        // both AMD wave sizes.
+        // SAFETY: `function` is the loaded entry `l.entry_name()` of the module: twelve pointer
+        // arguments, then for a split entry the scratch pointer and a u32, then the family's
+        // trailing pointers (`Launch::trailing`); `params[..n]` holds one pointer to each
+        // argument in that order (HIP reads as many as the function has; the values are copied
+        // at launch); the orchestration sized stats and scratch and checked the views against
+        // the capacity, and the caller of its launch vouched for the shape words (and the
+        // cumulative counts) in device memory; block = 256, a multiple of both AMD wave sizes.
         hip.check("hipModuleLaunchKernel", unsafe {
             (hip.api.hipModuleLaunchKernel)(
                 function,
@@ -471,5 +544,68 @@ impl Driver for RocmDriver {
 
     fn block_threads(&self) -> u32 {
         kernels::BLOCK_THREADS
+    }
+}
+
+impl TreeDriver for RocmDriver {
+    /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
+    /// (once per device; no hiprtc is [`RocmError::NoHiprtc`]). A driver made without the
+    /// kernel ([`RocmDriver::new`]) answers [`RocmError::Unsupported`], as for chains.
+    fn launch_tree(
+        &self,
+        stream: &Arc<Stream>,
+        l: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), RocmError> {
+        if self.kernels.is_none() {
+            return Err(RocmError::Unsupported(
+                "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
+            ));
+        }
+        let function = tree_function(&self.device)?;
+        let a = l.args;
+        let mut values: [*mut c_void; 15] = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.nodes.buffer(), a.nodes.byte_offset()),
+            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
+            at(a.first_child.buffer(), a.first_child.byte_offset()),
+            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
+            a.draft_probs
+                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.path.buffer(), a.path.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            at(l.stats, 0),
+        ];
+        let mut params: [*mut c_void; 15] = [core::ptr::null_mut(); 15];
+        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
+            *p = core::ptr::from_mut(v).cast();
+        }
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: `function` is `specula_verify_tree` (fifteen pointer arguments) of the loaded
+        // tree module; `params` holds one pointer to each argument in the order of its launch
+        // contract (the values are copied at launch); the orchestration sized stats and checked
+        // the views against the capacity, and the caller of its tree launch vouched for the
+        // shape words in device memory; block = 256, a multiple of both AMD wave sizes.
+        hip.check("hipModuleLaunchKernel", unsafe {
+            (hip.api.hipModuleLaunchKernel)(
+                function,
+                l.grid,
+                1,
+                1,
+                l.block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                core::ptr::null_mut(),
+            )
+        })
     }
 }

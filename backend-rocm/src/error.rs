@@ -3,6 +3,7 @@
 use core::fmt;
 use specula_core::gpu::GpuError;
 use specula_core::verify::VerifyError;
+use specula_core::verify::tree::TreeError;
 use specula_core::{ErrorKind, HasKind, Misuse};
 
 /// Why a ROCm operation failed. Nothing in this crate panics; every failure is one of these.
@@ -82,11 +83,17 @@ pub enum RocmError {
     Unsupported(&'static str),
     /// A device view is shorter than a launch's capacity needs.
     ViewTooShort,
+    /// A graph replay on views whose optional inputs (ragged layout, bonus tokens, logits,
+    /// draft probabilities) or capacity do not match the graph's; nothing was enqueued.
+    GraphMismatch,
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
+    /// The tree batch was refused by validation (the reference's error,
+    /// [`specula_core::verify::tree::validate_tree`]); nothing was launched or counted.
+    Tree(TreeError),
 }
 
 impl fmt::Display for RocmError {
@@ -132,7 +139,11 @@ impl fmt::Display for RocmError {
             Self::Misuse(m) => write!(f, "{m}"),
             Self::Unsupported(what) => write!(f, "not supported by the ROCm backend yet: {what}"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::GraphMismatch => {
+                f.write_str("the views differ from the ones the graph was captured with")
+            }
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
+            Self::Tree(e) => write!(f, "tree batch refused: {e}"),
         }
     }
 }
@@ -141,6 +152,7 @@ impl std::error::Error for RocmError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Verify(e) => Some(e),
+            Self::Tree(e) => Some(e),
             _ => None,
         }
     }
@@ -158,9 +170,10 @@ impl RocmError {
             Self::InvalidName { .. }
             | Self::TooLarge
             | Self::LengthMismatch { .. }
-            | Self::Verify(_) => ErrorKind::InvalidInput,
+            | Self::Verify(_)
+            | Self::Tree(_) => ErrorKind::InvalidInput,
             Self::Misuse(_) | Self::Unsupported(_) => ErrorKind::Misuse,
-            Self::ViewTooShort => ErrorKind::InvalidInput,
+            Self::ViewTooShort | Self::GraphMismatch => ErrorKind::InvalidInput,
             Self::Stalled => ErrorKind::Device,
             Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
@@ -180,12 +193,14 @@ impl From<GpuError<RocmError>> for RocmError {
             GpuError::Verify(v) => Self::Verify(v),
             GpuError::TooLarge => Self::TooLarge,
             GpuError::ViewTooShort => Self::ViewTooShort,
+            GpuError::GraphMismatch => Self::GraphMismatch,
             GpuError::DeviceFlags(bits) => Self::Hip {
                 call: "specula_verify (kernel error flags)",
                 code: i32::try_from(bits).unwrap_or(i32::MAX),
                 message: format!("kernel error flags {bits:#x}"),
             },
             GpuError::Misuse(m) => Self::Misuse(m),
+            GpuError::Tree(t) => Self::Tree(t),
             // `GpuError` is non-exhaustive; today this is `Stalled`.
             _ => Self::Stalled,
         }
@@ -195,6 +210,12 @@ impl From<GpuError<RocmError>> for RocmError {
 impl From<Misuse> for RocmError {
     fn from(e: Misuse) -> Self {
         Self::Misuse(e)
+    }
+}
+
+impl From<TreeError> for RocmError {
+    fn from(e: TreeError) -> Self {
+        Self::Tree(e)
     }
 }
 

@@ -110,8 +110,9 @@ pub const TREE_SOURCE: &str = concat!(
 /// `Counters::record_tree(depth, n − 1, accepted)` per request of depth ≥ 1 (the chain words
 /// as `record(depth, accepted)`, plus the tree words after the flag word). A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
 /// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
-/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; no backend launches it
-/// yet.)
+/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; launched by the shared
+/// orchestration, [`GpuVerifier::launch_tree`](crate::gpu::GpuVerifier::launch_tree), over a
+/// [`TreeDriver`](crate::gpu::TreeDriver); shape words: [`tree_shape`](crate::gpu::tree_shape).)
 pub const TREE_ENTRY: &str = "specula_verify_tree";
 
 /// Number of `u32` shape words of [`TREE_ENTRY`].
@@ -136,25 +137,43 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 /// absent from a ragged target tensor; null: sampled), as `core/DETERMINISM.md` lays them out.
 /// On the raw device path a decreasing cumulative count sets [`ERR_DRAFT_LEN`], a bonus token
 /// `≥ V` sets [`ERR_TOKEN`]; that request is skipped. Launch as [`VERIFY_ENTRY`]. (Checked bit
-/// for bit on the host through `tests/src/kernel_host.rs`; no backend launches it yet.)
+/// for bit on the host through `tests/src/kernel_host.rs`; the GPU backends launch it through
+/// `specula_core::gpu` for the ragged layout or bonus tokens.)
 pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
 
 /// [`VERIFY_SPLIT_ENTRY`]'s fourteen parameters, then `cu_num_draft_tokens` and `bonus` as for
 /// [`VERIFY_EX_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`].
 pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 
-/// Name of the additive entry point for f32 target logits with per-request temperature
-/// (`extern "C"`): [`VERIFY_EX_ENTRY`]'s fourteen parameters, then `target_logits: *const f32`
-/// (exactly the layout of `target_probs`, which is then not read; null: the probability path,
-/// i.e. [`VERIFY_EX_ENTRY`]) and `temperature: *const f32` (B values; `0`: greedy on the logits,
-/// `> 0`: the softmax of `core/DETERMINISM.md`, computed on the fly, never materialised).
-/// Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
-/// `tests/src/kernel_host.rs`; no backend launches it yet.)
+/// Name of the additive entry point for target logits with per-request temperature and the
+/// engine's other inputs (`extern "C"`): [`VERIFY_EX_ENTRY`]'s fourteen parameters, then
+/// * `target_logits: *const f32` (exactly the layout of `target_probs`, which is then not read;
+///   null: the probability path, i.e. [`VERIFY_EX_ENTRY`]);
+/// * `temperature: *const f32` (B values; `0`: greedy on the logits, `> 0`: the softmax of
+///   `core/DETERMINISM.md`, computed on the fly, never materialised);
+/// * `methods: *const u32` (B [`method_code`]s, request b verified by `methods[b]`; null: the
+///   shape word's method for every request; logits at `T = 0` stay greedy);
+/// * `top_k: *const u32` (B values; `0`: off; null: off for every request);
+/// * `top_p: *const f32` (B values in `(0, 1]`; `1`: off; null: off);
+/// * `min_p: *const f32` (B values in `[0, 1]`; `0`: off; null: off) — the filters of
+///   `core/DETERMINISM.md` ("Sampling filters"), applied to every target row the method reads;
+/// * `recovered: *mut u32` (output, one value per draft slot as
+///   [`recovered_tokens`](crate::verify::recovered_tokens) lays it out: padded `b·k_max + j`
+///   with the sentinel for `j ≥ k[b]`, ragged `cu[b−1] + j`; null: not written).
+///
+/// The shape flags [`FLAG_TARGET_BF16`] / [`FLAG_TARGET_F16`] and [`FLAG_DRAFT_BF16`] /
+/// [`FLAG_DRAFT_F16`] (these entries only) make the target tensor read (the logits, else the
+/// probabilities) or the draft probabilities hold u16 bf16 / f16 patterns, strides in elements,
+/// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
+/// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
+/// counted). Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
+/// `tests/src/kernel_host.rs`; the GPU backends' wiring is separate.)
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
 
-/// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits` and `temperature` as
-/// for [`VERIFY_LOGITS_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block
-/// computes the softmax state (row maximum, exact sum) of the rows it works on over the whole
+/// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits`, `temperature`,
+/// `methods`, `top_k`, `top_p`, `min_p` and `recovered` as for [`VERIFY_LOGITS_ENTRY`];
+/// launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block computes the state of the rows
+/// it works on (softmax maximum and exact sum, filter threshold and kept mass) over the whole
 /// row; the passes after it are split.
 pub const VERIFY_SPLIT_LOGITS_ENTRY: &str = "specula_verify_split_logits";
 
@@ -189,6 +208,17 @@ pub const SHAPE_COUNTERS_K: usize = 6;
 pub const SHAPE_FLAGS: usize = 7;
 /// Flag: `draft_probs` is present (otherwise the drafter is one-hot).
 pub const FLAG_DRAFT_PROBS: u32 = 1;
+/// Flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`] only; the other entries refuse
+/// it with [`ERR_SHAPE`]): the target tensor the entry reads holds bf16 patterns (u16).
+pub const FLAG_TARGET_BF16: u32 = 2;
+/// Flag (logits entries only): the target tensor holds f16 patterns (u16). Not with
+/// [`FLAG_TARGET_BF16`] ([`ERR_SHAPE`]).
+pub const FLAG_TARGET_F16: u32 = 4;
+/// Flag (logits entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds bf16 patterns.
+pub const FLAG_DRAFT_BF16: u32 = 8;
+/// Flag (logits entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds f16 patterns.
+/// Not with [`FLAG_DRAFT_BF16`] ([`ERR_SHAPE`]).
+pub const FLAG_DRAFT_F16: u32 = 16;
 
 /// Error flag: the shape words were invalid, or the batch exceeded the launch's grid; the launch
 /// did nothing.
@@ -201,6 +231,12 @@ pub const ERR_TOKEN: u64 = 4;
 /// Error flag ([`TREE_ENTRY`]): some request's tree was malformed (node count, a link out of
 /// range, a cycle, an unreachable node, depth above `max_depth`); it was skipped, not counted.
 pub const ERR_TREE: u64 = 8;
+/// Error flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`]): some request had a
+/// per-request input the kernel refuses (a method code above 2, `top_p` outside `(0, 1]`,
+/// `min_p` outside `[0, 1]`, NaN included); it was skipped, not counted, sentinel outputs.
+/// (While the text does not implement an input yet, a request given it is skipped with this
+/// bit too: never wrong bits.)
+pub const ERR_PARAM: u64 = 16;
 
 /// The kernel's method code.
 #[must_use]
@@ -338,6 +374,11 @@ mod tests {
             ("SP_SHAPE_COUNTERS_K", SHAPE_COUNTERS_K as u64),
             ("SP_SHAPE_FLAGS", SHAPE_FLAGS as u64),
             ("SP_FLAG_DRAFT_PROBS", u64::from(FLAG_DRAFT_PROBS)),
+            ("SP_FLAG_TARGET_BF16", u64::from(FLAG_TARGET_BF16)),
+            ("SP_FLAG_TARGET_F16", u64::from(FLAG_TARGET_F16)),
+            ("SP_FLAG_DRAFT_BF16", u64::from(FLAG_DRAFT_BF16)),
+            ("SP_FLAG_DRAFT_F16", u64::from(FLAG_DRAFT_F16)),
+            ("SP_ERR_PARAM", ERR_PARAM),
             ("SP_ERR_SHAPE", ERR_SHAPE),
             ("SP_ERR_DRAFT_LEN", ERR_DRAFT_LEN),
             ("SP_ERR_TOKEN", ERR_TOKEN),

@@ -8,7 +8,8 @@
 //!   caller) until it is raised, `sync_event` blocks the caller and is counted.
 //! * Device and page-locked memory are reference-counted word arrays: work in flight keeps what
 //!   it touches alive, as the [`Driver`] contract asks.
-//! * A launch runs the kernel text through the C++ shim ([`crate::kernel_host`]).
+//! * A launch runs the kernel text through the C++ shim ([`crate::kernel_host`]); a tree launch
+//!   ([`TreeDriver`]) its tree entry, through the shim's tree launcher.
 //! * Graph capture records a stream's operations instead of running them; a replay enqueues
 //!   them again.
 //! * [`Faults`] inject slow, failing and never-completing downloads (the readback's copy).
@@ -16,10 +17,15 @@
 //! Dropping the last handle of a stream stops its worker (releasing an injected hang), so
 //! shutdown never waits for ever.
 
-use crate::kernel_host::{Mode, Params, launch_params};
+use crate::kernel_host::{
+    Inputs, Mode, Params, TreeParams, launch_params, launch_params_ext, launch_tree_params,
+};
 use specula_core::ErrorKind;
 use specula_core::HasKind;
-use specula_core::gpu::{Driver, Element, Entry, Launch, Status};
+use specula_core::gpu::{
+    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_TRAILING, Status, TreeDriver,
+    TreeLaunch,
+};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
@@ -305,6 +311,8 @@ struct Inner {
     faults: Arc<Faults>,
     syncs: AtomicU64,
     launches: AtomicU64,
+    /// Launches run per entry point, indexed as `ENTRY_NAMES`.
+    by_entry: [AtomicU64; ENTRY_NAMES.len()],
     streams: AtomicU64,
 }
 
@@ -328,6 +336,7 @@ impl HostDriver {
                 faults: Arc::default(),
                 syncs: AtomicU64::new(0),
                 launches: AtomicU64::new(0),
+                by_entry: Default::default(),
                 streams: AtomicU64::new(0),
             }),
         }
@@ -349,6 +358,27 @@ impl HostDriver {
     #[must_use]
     pub fn launches(&self) -> u64 {
         self.inner.launches.load(Ordering::Acquire)
+    }
+
+    /// Launches run so far per entry point, as `(name, count)` in the order of
+    /// [`ENTRY_NAMES`] (so a test sees which entry the orchestration picked).
+    #[must_use]
+    pub fn launches_by_entry(&self) -> [(&'static str, u64); ENTRY_NAMES.len()] {
+        core::array::from_fn(|i| {
+            (
+                ENTRY_NAMES[i],
+                self.inner.by_entry[i].load(Ordering::Acquire),
+            )
+        })
+    }
+
+    /// Launches run so far of the entry point `name` (one of [`ENTRY_NAMES`]; 0 for another).
+    #[must_use]
+    pub fn launches_of(&self, name: &str) -> u64 {
+        self.launches_by_entry()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, c)| *c)
     }
 
     /// A stream's id (streams are numbered in creation order, from 0).
@@ -375,7 +405,7 @@ impl HostDriver {
 }
 
 fn as_bytes<T: Element>(src: &[T]) -> &[u8] {
-    // SAFETY: `Element` is sealed to u32, u64 and f32: no padding, every byte initialised.
+    // SAFETY: `Element` is sealed to u32, u64, f32 and i32: no padding, every byte initialised.
     unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), size_of_val(src)) }
 }
 
@@ -587,6 +617,7 @@ impl Driver for HostDriver {
         ]
         .into_iter()
         .flatten()
+        .chain(l.trailing().as_slice().iter().flatten().map(|(b, _)| *b))
         .cloned()
         .collect();
         let at = |b: &Buf, off: usize| SendPtr(b.ptr().wrapping_add(off));
@@ -608,6 +639,15 @@ impl Driver for HostDriver {
             l.scratch
                 .map_or(SendPtr(std::ptr::null_mut()), |s| at(s, 0)),
         ];
+        // The trailing parameters in the kernel's order (Launch::trailing), null
+        // past the family's count or where a view is not set.
+        let mut tail = [SendPtr(std::ptr::null_mut()); MAX_TRAILING];
+        for (t, p) in tail.iter_mut().zip(l.trailing().as_slice()) {
+            if let Some((b, off)) = p {
+                *t = at(b, *off);
+            }
+        }
+        let (family, index) = (l.family, l.entry_index());
         let (slices, grid, block, mode) = match l.entry {
             Entry::Single => (1, l.grid, l.block, self.inner.mode),
             Entry::Split { slices } => (slices, l.grid, l.block, self.inner.mode),
@@ -619,6 +659,7 @@ impl Driver for HostDriver {
             Arc::new(move |_| {
                 let _alive = &keep;
                 inner.launches.fetch_add(1, Ordering::AcqRel);
+                inner.by_entry[index].fetch_add(1, Ordering::AcqRel);
                 let p = Params {
                     shape: ptrs[0].0.cast(),
                     k: ptrs[1].0.cast(),
@@ -634,10 +675,30 @@ impl Driver for HostDriver {
                     stats: ptrs[11].0.cast(),
                     scratch: ptrs[12].0.cast(),
                 };
-                // SAFETY: every pointer is into a buffer `keep` holds alive; the orchestration
-                // checked the views against the capacity and the caller of its (unsafe) launch
-                // vouched for the shape words; stream order excludes other access meanwhile.
-                let rc = unsafe { launch_params(mode, grid, block, slices, &p) };
+                let x = Inputs {
+                    cu: tail[0].0.cast(),
+                    bonus: tail[1].0.cast(),
+                    logits: tail[2].0.cast(),
+                    temperature: tail[3].0.cast(),
+                    methods: tail[4].0.cast(),
+                    top_k: tail[5].0.cast(),
+                    top_p: tail[6].0.cast(),
+                    min_p: tail[7].0.cast(),
+                    recovered: tail[8].0.cast(),
+                };
+                // SAFETY: every pointer is into a buffer `keep` holds alive (or null where the
+                // kernel takes null); the orchestration checked the views against the capacity
+                // and the caller of its (unsafe) launch vouched for the shape words (and the
+                // cumulative counts); stream order excludes other access meanwhile.
+                let rc = unsafe {
+                    match family {
+                        Family::Plain => launch_params(mode, grid, block, slices, &p),
+                        Family::Ex => launch_params_ext(mode, grid, block, slices, &p, &x, false),
+                        Family::Logits => {
+                            launch_params_ext(mode, grid, block, slices, &p, &x, true)
+                        }
+                    }
+                };
                 if rc == 0 {
                     Ok(())
                 } else {
@@ -680,5 +741,95 @@ impl Driver for HostDriver {
 
     fn block_threads(&self) -> u32 {
         self.inner.block
+    }
+}
+
+impl TreeDriver for HostDriver {
+    fn launch_tree(
+        &self,
+        stream: &Stream,
+        l: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), HostDriverError> {
+        let a = l.args;
+        let keep: Vec<Buf> = [
+            Some(a.shape.buffer()),
+            Some(a.nodes.buffer()),
+            Some(a.tree_tokens.buffer()),
+            Some(a.first_child.buffer()),
+            Some(a.next_sibling.buffer()),
+            a.draft_probs.map(|v| v.buffer()),
+            Some(a.target_probs.buffer()),
+            Some(a.seed.buffer()),
+            Some(a.offset.buffer()),
+            Some(a.eps.buffer()),
+            Some(a.delta.buffer()),
+            Some(a.accepted.buffer()),
+            Some(a.path.buffer()),
+            Some(a.tokens.buffer()),
+            Some(l.stats),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        let at = |b: &Buf, off: usize| SendPtr(b.ptr().wrapping_add(off));
+        let ptrs = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.nodes.buffer(), a.nodes.byte_offset()),
+            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
+            at(a.first_child.buffer(), a.first_child.byte_offset()),
+            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
+            a.draft_probs.map_or(SendPtr(std::ptr::null_mut()), |v| {
+                at(v.buffer(), v.byte_offset())
+            }),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.path.buffer(), a.path.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            at(l.stats, 0),
+        ];
+        let (grid, block, mode) = (l.grid, l.block.min(self.inner.block), self.inner.mode);
+        let inner = self.inner.clone();
+        self.enqueue(
+            stream,
+            Arc::new(move |_| {
+                let _alive = &keep;
+                inner.launches.fetch_add(1, Ordering::AcqRel);
+                let p = TreeParams {
+                    shape: ptrs[0].0.cast(),
+                    nodes: ptrs[1].0.cast(),
+                    tree_tokens: ptrs[2].0.cast(),
+                    first_child: ptrs[3].0.cast(),
+                    next_sibling: ptrs[4].0.cast(),
+                    draft_probs: ptrs[5].0.cast(),
+                    target_probs: ptrs[6].0.cast(),
+                    seed: ptrs[7].0.cast(),
+                    offset: ptrs[8].0.cast(),
+                    eps: ptrs[9].0.cast(),
+                    delta: ptrs[10].0.cast(),
+                    accepted: ptrs[11].0.cast(),
+                    path: ptrs[12].0.cast(),
+                    tokens: ptrs[13].0.cast(),
+                    stats: ptrs[14].0.cast(),
+                };
+                // SAFETY: every pointer is into a buffer `keep` holds alive; the orchestration
+                // checked the views against the capacity and the caller of its (unsafe) tree
+                // launch vouched for the shape words; stream order excludes other access
+                // meanwhile.
+                let rc = unsafe { launch_tree_params(mode, grid, block, &p) };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(HostDriverError::new(
+                        ErrorKind::InvalidInput,
+                        "tree launcher refused",
+                    ))
+                }
+            }),
+        )
     }
 }

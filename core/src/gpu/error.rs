@@ -4,6 +4,7 @@
 use crate::error_kind::{ErrorKind, HasKind};
 use crate::readback::Misuse;
 use crate::verify::VerifyError;
+use crate::verify::tree::TreeError;
 
 /// Why a GPU verification or readback failed; `E` is the driver's error.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,8 +16,13 @@ pub enum GpuError<E> {
     Verify(VerifyError),
     /// A size does not fit the kernel's 32-bit shape words, or a buffer size overflows.
     TooLarge,
-    /// A device view is shorter than the launch's capacity needs.
+    /// A device view is shorter than the launch's capacity needs (an absent view the launch
+    /// needs counts as empty: target logits without temperatures, or the reverse).
     ViewTooShort,
+    /// A graph replay on views whose optional inputs (draft probabilities, ragged layout, bonus
+    /// tokens, logits) differ from the ones it was captured with, or whose batch exceeds its
+    /// capacity: nothing was enqueued.
+    GraphMismatch,
     /// The kernel raised error flags (`kernels::ERR_*` bits): some request was skipped.
     DeviceFlags(u64),
     /// A readback was misused (the same answer from every [`Readback`](crate::Readback)).
@@ -24,6 +30,16 @@ pub enum GpuError<E> {
     /// Every readback slot is held by an abandoned copy that has not completed: the device is
     /// not making progress.
     Stalled,
+    /// The tree batch failed the reference's validation (same error as
+    /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)); nothing ran and nothing
+    /// was counted.
+    Tree(TreeError),
+}
+
+impl<E> From<TreeError> for GpuError<E> {
+    fn from(e: TreeError) -> Self {
+        Self::Tree(e)
+    }
 }
 
 impl<E> From<VerifyError> for GpuError<E> {
@@ -42,7 +58,11 @@ impl<E: HasKind> HasKind for GpuError<E> {
     fn kind(&self) -> ErrorKind {
         match self {
             Self::Driver(e) => e.kind(),
-            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort => ErrorKind::InvalidInput,
+            Self::Verify(_)
+            | Self::Tree(_)
+            | Self::TooLarge
+            | Self::ViewTooShort
+            | Self::GraphMismatch => ErrorKind::InvalidInput,
             Self::DeviceFlags(_) | Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
         }
@@ -64,9 +84,13 @@ impl<E: core::fmt::Display> core::fmt::Display for GpuError<E> {
             Self::Verify(e) => write!(f, "invalid batch: {e:?}"),
             Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::GraphMismatch => {
+                f.write_str("the views differ from the ones the graph was captured with")
+            }
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
             Self::Misuse(m) => write!(f, "{m}"),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
+            Self::Tree(e) => write!(f, "invalid tree batch: {e}"),
         }
     }
 }

@@ -4,6 +4,10 @@
 //! `specula-tests` (which runs the kernel text on CPU threads, so CI executes this code end to
 //! end) are driver glue.
 //!
+//! Token trees (`kernels::TREE_ENTRY`) go through the same verifier and counters over a
+//! [`TreeDriver`]: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
+//! [`GpuVerifier::verify_tree`].
+//!
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
 //! lifetime the compiler checks, never raw pointers valid "until the next stage".
 
@@ -11,12 +15,17 @@ mod driver;
 mod error;
 mod readback;
 mod staging;
+mod tree;
 mod verifier;
 mod view;
 
-pub use driver::{Driver, Entry, Launch, Status, VerifyArgs};
+pub use driver::{
+    DevicePtr, Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, MAX_TRAILING, Status, Trailing,
+    VerifyArgs,
+};
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{Staged, Staging};
-pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
+pub use tree::{TreeArgs, TreeDriver, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
+pub use verifier::{GpuVerifier, MAX_SLICES, SUPPORT, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, OutOfBounds, View, ViewMut};
