@@ -31,6 +31,7 @@
 //! ```
 
 use crate::cpu::{CpuReadback, CpuReadbackError, CpuVerifier};
+use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{Batch, Check, Method, Outputs, Verifier, VerifyError};
 use specula_core::{Counters, ErrorKind, Readback};
 use std::fmt;
@@ -340,6 +341,35 @@ impl<const K: usize> Backend<K> {
         }
     }
 
+    /// Verifies a batch of token trees (`core/DETERMINISM.md`, "Token trees"; bit-identical
+    /// to [`verify_tree_batch`](specula_core::verify::tree::verify_tree_batch) on every
+    /// backend) and counts every tree in this backend's counters
+    /// (`Counters::record_tree`), read back like the chain counts. The CPU backend and the
+    /// reference take probabilities or logits; CUDA and ROCm launch the tree entry through
+    /// `specula_core::gpu` (probabilities only: logits are refused with kind
+    /// [`ErrorKind::Unsupported`]). A refused batch is an error of kind
+    /// [`ErrorKind::InvalidInput`] (the reference's `TreeError` in the message), with
+    /// nothing written or counted.
+    pub fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), BackendError> {
+        let kind = self.kind();
+        match self {
+            Self::Cpu(v) => v
+                .verify_tree(method, check, batch, out)
+                .map_err(|e| BackendError::new(Some(kind), e.kind(), e.to_string())),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(v) => v.verify_tree(method, check, batch, out).map_err(Into::into),
+            #[cfg(feature = "rocm")]
+            Self::Rocm(v) => v.verify_tree(method, check, batch, out).map_err(Into::into),
+        }
+        .map_err(|e| e.at(kind))
+    }
+
     /// A [`Readback`] of this backend's counters, for a [`Collector`](specula_core::Collector)
     /// (it may live on another thread).
     pub fn readback(&self) -> Result<AnyReadback<K>, BackendError> {
@@ -470,6 +500,91 @@ impl<const K: usize> Readback<K> for AnyReadback<K> {
 mod tests {
     use super::*;
     use specula_core::verify::{Dims, Drafts, Streams};
+
+    #[test]
+    fn trees_verify_and_count_on_the_cpu_and_the_reference_alike() {
+        use specula_core::verify::tree::{Tree, TreeDims, verify_tree_batch};
+        // Root with candidates 1 and 0 (V = 2); node 1 has a child, token 1.
+        let target = [0.1, 0.9, 0.5, 0.5, 1.0, 0.0, 0.3, 0.7];
+        let batch = TreeBatch::new(
+            TreeDims {
+                vocab: 2,
+                max_nodes: 4,
+                max_depth: 2,
+            },
+            Tree {
+                nodes: &[4],
+                tokens: &[0, 1, 0, 1],
+                first_child: &[1, 3, -1, -1],
+                next_sibling: &[-1, 2, -1, -1],
+            },
+            &target,
+            Streams {
+                seed: &[7],
+                offset: &[0],
+            },
+        );
+        let mut want = ([0u32; 1], [0u32; 3], [0u32; 3]);
+        let mut want_c = Counters::<4>::ZERO;
+        verify_tree_batch(
+            Method::Rejection,
+            Check::STRICT,
+            &batch,
+            &mut TreeOutputs {
+                accepted: &mut want.0,
+                path: &mut want.1,
+                tokens: &mut want.2,
+            },
+            &mut want_c,
+        )
+        .unwrap();
+        assert_eq!((want_c.tree_drafts, want_c.tree_draft_tokens), (1, 3));
+        for spec in ["cpu:1", "reference"] {
+            let mut b = Backend::<4>::open(&spec.parse().unwrap()).unwrap();
+            let mut got = ([0u32; 1], [0u32; 3], [0u32; 3]);
+            b.verify_tree(
+                Method::Rejection,
+                Check::STRICT,
+                &batch,
+                &mut TreeOutputs {
+                    accepted: &mut got.0,
+                    path: &mut got.1,
+                    tokens: &mut got.2,
+                },
+            )
+            .unwrap();
+            assert_eq!(got, want, "{spec}");
+            assert_eq!(b.totals().unwrap(), want_c, "{spec}");
+            // A refused tree: a typed error of the caller's input, nothing counted.
+            let bad = TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: 4,
+                    max_depth: 1,
+                },
+                batch.tree,
+                &target,
+                Streams {
+                    seed: batch.seed,
+                    offset: batch.offset,
+                },
+            );
+            let e = b
+                .verify_tree(
+                    Method::Rejection,
+                    Check::STRICT,
+                    &bad,
+                    &mut TreeOutputs {
+                        accepted: &mut got.0,
+                        path: &mut got.1[..2],
+                        tokens: &mut got.2[..2],
+                    },
+                )
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{spec}: {e}");
+            assert_eq!(b.totals().unwrap(), want_c, "{spec}: nothing counted");
+        }
+    }
 
     #[test]
     fn specs_parse_and_print() {

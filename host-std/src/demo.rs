@@ -3,8 +3,8 @@
 //! Lives in the library (not only the binary) so tests and the Prometheus check run the very
 //! loop a newcomer runs.
 
+use crate::backend::Backend;
 use crate::clock::StdClock;
-use crate::cpu::CpuVerifier;
 use crate::driver::Driver;
 use crate::http::{MetricsServer, ServeError, ServerConfig};
 use crate::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
@@ -79,7 +79,7 @@ pub struct DemoConfig {
     /// How the target distribution is sampled: temperature, top-k / top-p / min-p, and how
     /// many requests are greedy (issue 13's mixed batches).
     pub sampling: Sampling,
-    /// Draft token trees of this shape instead of `k`-token chains ([`run_tree`]: the CPU
+    /// Draft token trees of this shape instead of `k`-token chains ([`run_tree`]: the
     /// backend's tree verifier; depth at most [`MAX_K`]). `None`: chains.
     pub tree: Option<TreeShape>,
 }
@@ -605,13 +605,14 @@ pub fn run_host<V: Verifier<MAX_K>>(
 /// full `WIDTH`-ary tree of depth `DEPTH` per request on the draft model (greedy: the
 /// top-`WIDTH` continuations of each node; rejection sampling: `WIDTH` continuations drawn from
 /// the draft model, verified by SpecInfer's rule with their draft rows) and verifies the batch
-/// with `verifier`'s tree verifier, which counts every tree (`Counters::record_tree`). The
-/// collector reads those counts through `verifier`'s readback, so trees flow through the same
+/// with `verifier`'s tree verifier ([`Backend::verify_tree`]: any backend), which counts every
+/// tree (`Counters::record_tree`). The collector reads those counts through `readback`
+/// (`verifier`'s own, [`Backend::readback`]), so trees flow through the same
 /// slot, log line, `/metrics` and summary as chains (`specula_tree_drafts_total`,
 /// `specula_tree_draft_tokens_total`, per-depth acceptance in the per-position families).
 ///
 /// ```
-/// use specula::cpu::CpuVerifier;
+/// use specula::Backend;
 /// use specula::demo::{self, DemoConfig, MAX_K};
 ///
 /// let cfg = DemoConfig {
@@ -620,9 +621,12 @@ pub fn run_host<V: Verifier<MAX_K>>(
 ///     duration: None,
 ///     ..DemoConfig::default()
 /// };
-/// let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
-/// let summary =
-///     demo::run_tree(&cfg, demo::CORPUS, verifier, &mut std::io::sink(), &mut |_| {}).unwrap();
+/// let verifier = Backend::<MAX_K>::open(&"cpu:1".parse().unwrap()).unwrap();
+/// let readback = verifier.readback().unwrap();
+/// let summary = demo::run_tree(
+///     &cfg, demo::CORPUS, verifier, readback, &mut std::io::sink(), &mut |_| {},
+/// )
+/// .unwrap();
 /// assert_eq!(summary.totals.tree_drafts, summary.totals.drafts);
 /// assert_eq!(summary.totals.tree_draft_tokens, 14 * summary.totals.tree_drafts);
 /// ```
@@ -630,13 +634,18 @@ pub fn run_host<V: Verifier<MAX_K>>(
 /// # Errors
 /// As [`run`]; [`DemoError::Config`] without a tree shape, for a depth above [`MAX_K`], a
 /// method other than rejection sampling or greedy, or sampling settings (logits, filters).
-pub fn run_tree(
+pub fn run_tree<R>(
     cfg: &DemoConfig,
     corpus: &str,
-    verifier: CpuVerifier<MAX_K>,
+    verifier: Backend<MAX_K>,
+    readback: R,
     progress_out: &mut dyn Write,
     on_done: &mut dyn FnMut(&DemoSummary),
-) -> Result<DemoSummary, DemoError> {
+) -> Result<DemoSummary, DemoError>
+where
+    R: Readback<MAX_K>,
+    R::Error: Clone,
+{
     let Some(shape) = cfg.tree else {
         return Err(DemoError::Config("run_tree needs a tree shape".into()));
     };
@@ -658,7 +667,6 @@ pub fn run_tree(
                 .into(),
         ));
     }
-    let readback = verifier.readback();
     run_with(
         cfg,
         corpus,
@@ -682,7 +690,7 @@ pub fn run_tree(
 fn check_chain<V: Verifier<MAX_K>>(cfg: &DemoConfig, verifier: &V) -> Result<(), DemoError> {
     if cfg.tree.is_some() {
         return Err(DemoError::Config(
-            "a tree shape is run by run_tree (the CPU backend's tree verifier)".into(),
+            "a tree shape is run by run_tree (the backend's tree verifier)".into(),
         ));
     }
     cfg.sampling.check(cfg.batch).map_err(DemoError::Config)?;

@@ -176,8 +176,8 @@ struct DemoArgs {
     /// Draft the full WIDTH-ary token tree of depth DEPTH on the n-gram draft model instead of
     /// a k-token chain (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
     /// SpecInfer's rule for rejection; at most 64 draft nodes, depth at most 8), verified by
-    /// the CPU (or reference) backend's tree verifier in the live loop: the tree counts go
-    /// through the log line, /metrics and the summary like the chain counts.
+    /// the backend's tree verifier in the live loop: the tree counts go through the log line,
+    /// /metrics and the summary like the chain counts.
     #[arg(long, value_name = "WIDTHxDEPTH")]
     tree: Option<specula::tree_demo::TreeShape>,
     /// With --tree, instead of the live demo: run the tree and a chain of the same node budget
@@ -371,13 +371,7 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
     {
         return run_tree_demo(&a, shape);
     }
-    if a.tree.is_some() && matches!(a.backend, Backend::Cuda | Backend::Rocm) {
-        return Err(CliError::Usage(
-            "--tree runs on the cpu or reference backend (the GPU backends do not launch the \
-             tree kernel yet)"
-                .into(),
-        ));
-    }
+
     let shutdown = Shutdown::new();
     logger.request_on_failure(shutdown.clone());
     forward_signals(&shutdown)?;
@@ -443,17 +437,11 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         final_line = Some(line);
     };
     let verifier = open_backend(a.backend, a.threads, a.device)?;
-    let ran = match (cfg.tree, verifier) {
-        (Some(_), specula::Backend::Cpu(v)) => {
-            demo::run_tree(&cfg, &corpus, v, &mut stderr, &mut print)
-        }
-        (Some(_), _) => Err(demo::DemoError::Config(
-            "--tree runs on the cpu or reference backend".into(),
-        )),
-        (None, verifier) => {
-            let readback = verifier.readback().map_err(backend_error)?;
-            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
-        }
+    let readback = verifier.readback().map_err(backend_error)?;
+    let ran = if cfg.tree.is_some() {
+        demo::run_tree(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
+    } else {
+        demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
     };
     let final_line = final_line.unwrap_or_default();
     if let Some(e) = stdout_error {

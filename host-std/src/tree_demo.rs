@@ -10,6 +10,7 @@
 //! from the same prompts and count in their own verifier's counters, so the accepted length per
 //! step is read from the same counters the exporters read.
 
+use crate::backend::Backend;
 use crate::cpu::CpuVerifier;
 use crate::demo::{DemoError, MAX_K, Models, Request, Step};
 use crate::ngram::{NgramModel, SplitMix64, Vocab, argmax, sample};
@@ -199,10 +200,10 @@ fn full_tree(
 
 /// The live demo's tree drafter ([`crate::demo::run_tree`]): per request and step, the full
 /// tree of `shape` on the draft model (sampled children with their draft rows for rejection
-/// sampling, the top-`WIDTH` for greedy), verified by the CPU backend's tree verifier, which
+/// sampling, the top-`WIDTH` for greedy), verified by the backend's tree verifier, which
 /// counts it (`Counters::record_tree`) where the demo's collector reads.
 pub(crate) struct TreeStep {
-    verifier: CpuVerifier<MAX_K>,
+    verifier: Backend<MAX_K>,
     shape: TreeShape,
     method: Method,
     vocab: usize,
@@ -222,7 +223,7 @@ pub(crate) struct TreeStep {
 impl TreeStep {
     /// A drafter of `shape` trees for `seeds.len()` requests over a vocabulary of `vocab`.
     pub(crate) fn new(
-        verifier: CpuVerifier<MAX_K>,
+        verifier: Backend<MAX_K>,
         shape: TreeShape,
         method: Method,
         seeds: Vec<u64>,

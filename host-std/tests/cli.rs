@@ -910,10 +910,6 @@ fn tree_demo_refuses_what_it_cannot_run_with_exit_2() {
             &["--tree", "2x2", "--temperature", "1"][..],
             "probabilities",
         ),
-        (
-            &["--tree", "2x2", "--backend", "cuda"][..],
-            "cpu or reference",
-        ),
         (&["--compare"][..], "--tree"),
     ] {
         let o = demo(args);
