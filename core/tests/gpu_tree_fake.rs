@@ -735,3 +735,201 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Device))));
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
 }
+
+/// `TreeStaging::write` refuses what the reference's shape checks refuse, with the same error
+/// (batch size, node slots, depth, vocabulary, strides, every input slice), and nothing is
+/// enqueued.
+#[test]
+fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
+    use specula_core::verify::Strides;
+    use specula_core::verify::tree::{MAX_TREE_NODES, validate_tree_shape};
+    let (drv, v, staging, _) = rig(2);
+    let n = MAX_TREE_NODES + 1;
+    let big = (vec![0u32; n], vec![-1i32; n], vec![0.5f32; 2 * n]);
+    let d = Owned::new(2);
+    let eps1 = [0.1f32];
+    let cases: Vec<(&str, TreeBatch<'_>)> = vec![
+        ("empty", {
+            let mut b = d.view();
+            b.tree.nodes = &[];
+            b
+        }),
+        ("no node slot", {
+            let mut b = d.view();
+            b.max_nodes = 0;
+            b
+        }),
+        ("too many node slots", {
+            let mut b = TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: n,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[1],
+                    tokens: &big.0,
+                    first_child: &big.1,
+                    next_sibling: &big.1,
+                },
+                &big.2,
+                Streams {
+                    seed: &[1],
+                    offset: &[0],
+                },
+            );
+            b.max_nodes = n;
+            b
+        }),
+        ("too deep", {
+            let mut b = d.view();
+            b.max_depth = K + 1;
+            b
+        }),
+        ("no vocabulary", {
+            let mut b = d.view();
+            b.vocab = 0;
+            b
+        }),
+        ("vocabulary above u32::MAX", {
+            let mut b = d.view();
+            b.vocab = u32::MAX as usize + 1;
+            b
+        }),
+        ("vocabulary u32::MAX: slices too short", {
+            let mut b = d.view();
+            b.vocab = u32::MAX as usize;
+            b
+        }),
+        (
+            "target stride",
+            d.view().with_strides(Strides {
+                draft: 2,
+                target: 1,
+            }),
+        ),
+        ("draft stride", {
+            let b = d.view().with_draft_probs(&d.target);
+            b.with_strides(Strides {
+                draft: 1,
+                target: 2,
+            })
+        }),
+        ("draft rows", d.view().with_draft_probs(&d.target[1..])),
+        ("tokens", {
+            let mut b = d.view();
+            b.tree.tokens = &d.tokens[1..];
+            b
+        }),
+        ("first children", {
+            let mut b = d.view();
+            b.tree.first_child = &d.first_child[1..];
+            b
+        }),
+        ("seeds", {
+            let mut b = d.view();
+            b.seed = &d.seed[1..];
+            b
+        }),
+        ("offsets", {
+            let mut b = d.view();
+            b.offset = &d.offset[1..];
+            b
+        }),
+        ("eps", d.view().with_typical(&eps1, &eps1)),
+        ("delta", {
+            let mut b = d.view().with_typical(&[0.1, 0.1], &[0.2, 0.2]);
+            b.delta = Some(&eps1);
+            b
+        }),
+    ];
+    let ops = drv.st.ops.get();
+    for (what, b) in cases {
+        let w = b.max_depth.saturating_add(1).min(64);
+        let r = b.requests();
+        let (mut acc, mut path, mut tok) = (vec![0; r], vec![0; r * w], vec![0; r * w]);
+        let out = TreeOutputs {
+            accepted: &mut acc,
+            path: &mut path,
+            tokens: &mut tok,
+        };
+        let want = validate_tree_shape::<K>(&b, &out).unwrap_err();
+        let got = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &b)
+            .err();
+        assert_eq!(got, Some(GpuError::Tree(want)), "{what}");
+    }
+    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+}
+
+/// The largest shapes the checks allow pass them: 512 node slots, `max_depth = K`, rows padded
+/// past `V` (strides above the vocabulary).
+#[test]
+fn tree_staging_accepts_the_boundary_shapes() {
+    use specula_core::verify::Strides;
+    use specula_core::verify::tree::MAX_TREE_NODES;
+    let drv = Fake::new();
+    let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let n = MAX_TREE_NODES;
+    let big = (vec![0u32; n], vec![-1i32; n], vec![0.5f32; 2 * n]);
+    let widest = TreeBatch::new(
+        TreeDims {
+            vocab: 2,
+            max_nodes: n,
+            max_depth: 1,
+        },
+        Tree {
+            nodes: &[1],
+            tokens: &big.0,
+            first_child: &big.1,
+            next_sibling: &big.1,
+        },
+        &big.2,
+        Streams {
+            seed: &[1],
+            offset: &[0],
+        },
+    );
+    let d = Owned::new(2);
+    let mut deepest = d.view();
+    deepest.max_depth = K;
+    let padded_rows = [0.25f32, 0.75, 9.0].repeat(6);
+    let mut padded = d.view().with_strides(Strides {
+        draft: 3,
+        target: 3,
+    });
+    padded.target = &padded_rows;
+    let padded = padded.with_draft_probs(&padded_rows);
+    for (what, b, out) in [
+        ("512 node slots", widest, 2),
+        ("max_depth = K", deepest, 2 * (K + 1)),
+        ("padded rows", padded, 4),
+    ] {
+        let mut staging = TreeStaging::new();
+        staging.reserve(&drv, &b).unwrap();
+        let a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &b)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(a.path.len(), out, "{what}");
+        let shape = elems(&a.shape);
+        assert_eq!(
+            shape,
+            tree_shape::<K>(Method::Rejection, &b).unwrap(),
+            "{what}"
+        );
+    }
+}
+
+/// The default ε and δ are uploaded in chunks of 64 from the stack: every request gets them,
+/// past the first chunk too.
+#[test]
+fn default_typical_parameters_reach_every_request() {
+    let (drv, v, mut staging, _) = rig(1);
+    let d = Owned::new(130);
+    staging.reserve(&drv, &d.view()).unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .unwrap();
+    assert_eq!(elems(&a.eps), vec![DEFAULT_EPS; 130]);
+    assert_eq!(elems(&a.delta), vec![DEFAULT_DELTA; 130]);
+}
