@@ -236,6 +236,10 @@ impl Case {
             delta: View::new(&bufs[6]),
             accepted: ViewMut::new(acc),
             tokens: ViewMut::new(tok),
+            cu_num_draft_tokens: None,
+            bonus: None,
+            target_logits: None,
+            temperature: None,
         }
     }
 }

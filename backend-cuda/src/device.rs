@@ -8,6 +8,7 @@ use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
+use specula_core::gpu::ENTRY_NAMES;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// A CUDA context with the verification kernel loaded and the stream it runs on.
@@ -19,11 +20,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    // Keeps the module loaded while `function` is used.
+    // Keeps the module loaded while the functions are used.
     _module: Arc<CudaModule>,
-    function: CudaFunction,
-    /// The entry that splits each request's rows over several blocks.
-    split_function: CudaFunction,
+    /// Every chain entry point, in the order of `specula_core::gpu::ENTRY_NAMES` (plain,
+    /// split; `_ex`; `_logits`): a launch picks one by `Launch::entry_index`.
+    functions: [CudaFunction; ENTRY_NAMES.len()],
     arch: String,
     sms: u32,
     /// The tree entry, compiled and loaded on the first tree launch (`tree_function`).
@@ -71,12 +72,14 @@ impl CudaDevice {
         let module = call("cuModuleLoadData", Blocking::Yes, || {
             ctx.load_module(Ptx::from_src(ptx))
         })?;
-        let function = call("cuModuleGetFunction", Blocking::No, || {
-            module.load_function(specula_core::kernels::VERIFY_ENTRY)
-        })?;
-        let split_function = call("cuModuleGetFunction", Blocking::No, || {
-            module.load_function(specula_core::kernels::VERIFY_SPLIT_ENTRY)
-        })?;
+        let mut loaded = Vec::with_capacity(ENTRY_NAMES.len());
+        for name in ENTRY_NAMES {
+            loaded.push(call("cuModuleGetFunction", Blocking::No, || {
+                module.load_function(name)
+            })?);
+        }
+        let functions: [CudaFunction; ENTRY_NAMES.len()] =
+            loaded.try_into().map_err(|_| CudaError::TooLarge)?; // one per name: never taken
         let sms = call("cuDeviceGetAttribute", Blocking::No, || {
             ctx.attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -86,8 +89,7 @@ impl CudaDevice {
             ctx,
             stream,
             _module: module,
-            function,
-            split_function,
+            functions,
             arch,
             sms: u32::try_from(sms).unwrap_or(1).max(1),
             tree: OnceLock::new(),
@@ -113,12 +115,9 @@ impl CudaDevice {
         &self.arch
     }
 
-    pub(crate) fn cu_function(&self) -> CUfunction {
-        self.function.cu_function()
-    }
-
-    pub(crate) fn cu_split_function(&self) -> CUfunction {
-        self.split_function.cu_function()
+    /// The entry point at `index` of `specula_core::gpu::ENTRY_NAMES`, if there is one.
+    pub(crate) fn cu_entry(&self, index: usize) -> Option<CUfunction> {
+        self.functions.get(index).map(CudaFunction::cu_function)
     }
 
     /// The tree entry point (`specula_verify_tree`): on the first call the tree text

@@ -12,7 +12,9 @@ use cudarc::driver::sys::{
     CUresult, CUstreamCaptureMode,
 };
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
-use specula_core::gpu::{Driver, Element, Entry, Launch, Status, TreeDriver, TreeLaunch};
+use specula_core::gpu::{
+    Driver, Element, Entry, Launch, MAX_TRAILING, Status, TreeDriver, TreeLaunch,
+};
 use specula_core::kernels;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -261,10 +263,17 @@ impl Driver for CudaDriver {
     }
 
     fn launch(&self, stream: &Arc<CudaStream>, l: &Launch<'_, '_, Self>) -> Result<(), CudaError> {
+        let f = self
+            .dev
+            .cu_entry(l.entry_index())
+            .ok_or(CudaError::TooLarge)?;
         self.bind()?;
         let a = l.args;
         let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
-        let mut values: [u64; 13] = [
+        // Pointer values in the kernel's order: the twelve common ones, the split entry's
+        // scratch, then the family's trailing pointers (0 = null); `slices` is the one u32.
+        let mut values: [u64; 13 + MAX_TRAILING] = [0; 13 + MAX_TRAILING];
+        values[..12].copy_from_slice(&[
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.k.buffer(), a.k.byte_offset()),
             at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
@@ -277,23 +286,43 @@ impl Driver for CudaDriver {
             at(a.accepted.buffer(), a.accepted.byte_offset()),
             at(a.tokens.buffer(), a.tokens.byte_offset()),
             l.stats.ptr,
-            l.scratch.map_or(0, |s| s.ptr),
-        ];
-        let (f, mut slices, n) = match l.entry {
-            Entry::Single => (self.dev.cu_function(), 1u32, 12),
-            Entry::Split { slices } => (self.dev.cu_split_function(), slices, 14),
-        };
-        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
-        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
-            *p = core::ptr::from_mut(v).cast();
+        ]);
+        values[12] = l.scratch.map_or(0, |s| s.ptr);
+        for (v, p) in values[13..].iter_mut().zip(l.trailing().as_slice()) {
+            *v = p.map_or(0, |(b, off)| at(b, off));
         }
-        params[13] = core::ptr::from_mut(&mut slices).cast();
+        let mut slices = match l.entry {
+            Entry::Single => 1u32,
+            Entry::Split { slices } => slices,
+        };
+        let split = matches!(l.entry, Entry::Split { .. });
+        let trailing = l.family.trailing();
+        let mut params: [*mut c_void; 14 + MAX_TRAILING] =
+            [core::ptr::null_mut(); 14 + MAX_TRAILING];
+        let (common, tail) = values.split_at_mut(12);
+        let (scratch, tail) = tail.split_at_mut(1);
+        let mut n = 0;
+        for v in common.iter_mut() {
+            params[n] = core::ptr::from_mut(v).cast();
+            n += 1;
+        }
+        if split {
+            params[n] = core::ptr::from_mut(&mut scratch[0]).cast();
+            params[n + 1] = core::ptr::from_mut(&mut slices).cast();
+            n += 2;
+        }
+        for v in tail.iter_mut().take(trailing) {
+            params[n] = core::ptr::from_mut(v).cast();
+            n += 1;
+        }
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
-        // SAFETY: `f` is the loaded `specula_verify` (12 pointer parameters) or
-        // `specula_verify_split` (those, the scratch pointer and a u32), passed in that order;
-        // the orchestration sized stats and scratch and checked the views against the capacity;
-        // the caller of its launch vouched for the shape words in device memory.
+        // SAFETY: `f` is the loaded entry `l.entry_name()`: twelve pointer parameters, then for
+        // a split entry the scratch pointer and a u32, then the family's trailing pointers
+        // (`Launch::trailing`), passed in that order, each `params[i]` pointing to a live
+        // value of its type; the orchestration sized stats and scratch and checked the views
+        // against the capacity; the caller of its launch vouched for the shape words (and the
+        // cumulative counts) in device memory.
         call("cuLaunchKernel", Blocking::No, || unsafe {
             result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params[..n])
         })

@@ -37,6 +37,9 @@ pub enum CudaError {
     DeviceFlags(u64),
     /// A device view is shorter than a launch's capacity needs.
     ViewTooShort,
+    /// A graph replay on views whose optional inputs (ragged layout, bonus tokens, logits,
+    /// draft probabilities) or capacity do not match the graph's; nothing was enqueued.
+    GraphMismatch,
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
@@ -56,9 +59,11 @@ impl CudaError {
             Self::NoDevice => ErrorKind::NoDevice,
             Self::NoNvrtc => ErrorKind::NoCompiler,
             Self::Nvrtc { .. } => ErrorKind::Compile,
-            Self::Verify(_) | Self::Tree(_) | Self::TooLarge | Self::ViewTooShort => {
-                ErrorKind::InvalidInput
-            }
+            Self::Verify(_)
+            | Self::Tree(_)
+            | Self::TooLarge
+            | Self::ViewTooShort
+            | Self::GraphMismatch => ErrorKind::InvalidInput,
             Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
@@ -79,6 +84,7 @@ impl From<GpuError<CudaError>> for CudaError {
             GpuError::Verify(v) => Self::Verify(v),
             GpuError::TooLarge => Self::TooLarge,
             GpuError::ViewTooShort => Self::ViewTooShort,
+            GpuError::GraphMismatch => Self::GraphMismatch,
             GpuError::DeviceFlags(bits) => Self::DeviceFlags(bits),
             GpuError::Misuse(m) => Self::Misuse(m),
             GpuError::Tree(t) => Self::Tree(t),
@@ -121,6 +127,9 @@ impl core::fmt::Display for CudaError {
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
             Self::Misuse(m) => write!(f, "{m}"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::GraphMismatch => {
+                f.write_str("the views differ from the ones the graph was captured with")
+            }
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
             Self::Tree(e) => write!(f, "invalid tree batch: {e}"),
         }

@@ -11,7 +11,7 @@ use crate::driver::CudaDriver;
 use crate::error::CudaError;
 use crate::readback::CudaReadback;
 use specula_core::Counters;
-use specula_core::gpu::{GpuVerifier, TreeArgs, TreeGraph, VerifyArgs, VerifyGraph};
+use specula_core::gpu::{GpuVerifier, Staged, TreeArgs, TreeGraph, VerifyArgs, VerifyGraph};
 use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{Batch, Check, Method, Outputs, Support, Verifier};
 use std::sync::Arc;
@@ -110,6 +110,19 @@ impl<const K: usize> CudaVerifier<K> {
         Ok(self.inner.replay(graph)?)
     }
 
+    /// [`replay`](Self::replay) for a batch [`Staging::write`](specula_core::gpu::Staging::write)
+    /// wrote into the staging the graph was captured on, refused with
+    /// [`CudaError::GraphMismatch`] (nothing enqueued) when its optional inputs (ragged layout, bonus
+    /// tokens, logits, draft probabilities) or its size do not match the graph's (see
+    /// [`GpuVerifier::replay_staged`]).
+    pub fn replay_staged(
+        &self,
+        graph: &VerifyGraph<'_, CudaDriver>,
+        staged: &Staged<'_, CudaDriver>,
+    ) -> Result<(), CudaError> {
+        Ok(self.inner.replay_staged(graph, staged)?)
+    }
+
     /// Copies `accepted` and `tokens` of the work enqueued so far on `args` to the host and
     /// waits (one synchronising call; not the step path). Returns the error-flag word.
     pub fn download_outputs(
@@ -202,7 +215,9 @@ impl<const K: usize> Verifier<K> for CudaVerifier<K> {
         Ok(self.inner.totals()?)
     }
 
-    /// The kernel text verifies `k = 0` (padded layout, sampled bonus tokens).
+    /// [`specula_core::gpu::SUPPORT`]: `k = 0`, the ragged layout, bonus tokens and f32 logits
+    /// with per-request temperature (the kernel's `_ex` and `_logits` entries); not filters,
+    /// half-precision inputs or a method per request.
     fn support(&self) -> Support {
         self.inner.support()
     }

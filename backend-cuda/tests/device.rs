@@ -312,6 +312,10 @@ fn step_path_on_the_callers_cudarc_buffers() {
             delta: de.view(),
             accepted: acc.view_mut(),
             tokens: tok.view_mut(),
+            cu_num_draft_tokens: None,
+            bonus: None,
+            target_logits: None,
+            temperature: None,
         };
         let before = call_counts();
         // SAFETY: the shape words were computed from this batch, whose buffers these are.
@@ -325,4 +329,21 @@ fn step_path_on_the_callers_cudarc_buffers() {
     assert_eq!(s.clone_dtoh(&accepted).unwrap(), want.accepted);
     assert_eq!(s.clone_dtoh(&tokens).unwrap(), want.tokens);
     assert_eq!(v.totals().unwrap(), counted);
+}
+
+/// The engine inputs of issue 13 on the device (`_ex` and `_logits` entries, split below one
+/// request per SM): a graph per kind (ragged with `k = 0`, bonus tokens, logits with mixed
+/// temperatures, all three) replaying changing batches with no synchronising driver call;
+/// ragged against padded at V = 32 000 and 151 936; ragged logits at V = 151 936. Bit for bit
+/// against the reference (the conformance suite of `conformance_on_device` covers the rest).
+#[test]
+fn engine_inputs_on_device() {
+    use specula_tests::gpu_inputs;
+    let Some(dev) = device() else { return };
+    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    assert_eq!(v.support(), specula_core::gpu::SUPPORT);
+    gpu_inputs::graph_replays(v.gpu_mut(), 0x13_C0DA, 12, || call_counts().synchronizing);
+    gpu_inputs::ragged_logits_at_151936(&mut v);
+    conformance::ragged_matches_padded_at(&mut v, 0x13_C0DB, 32_000, 2);
+    conformance::ragged_matches_padded_at(&mut v, 0x13_C0DC, 151_936, 1);
 }

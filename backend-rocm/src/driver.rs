@@ -11,8 +11,10 @@ use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
 use core::ffi::c_void;
-use specula_core::gpu::{Driver, Element, Entry, Launch, Status, TreeDriver, TreeLaunch};
-use specula_core::kernels::{self, TREE_ENTRY, VERIFY_ENTRY, VERIFY_SPLIT_ENTRY};
+use specula_core::gpu::{
+    Driver, ENTRY_NAMES, Element, Entry, Launch, MAX_TRAILING, Status, TreeDriver, TreeLaunch,
+};
+use specula_core::kernels::{self, TREE_ENTRY};
 use std::sync::Arc;
 
 /// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
@@ -85,11 +87,11 @@ fn tree_function(device: &Device) -> Result<RawFunction, RocmError> {
     Ok(t.function)
 }
 
-/// The kernel's two entry points, handles valid while their module is loaded (kept here).
+/// The kernel's chain entry points, in the order of `specula_core::gpu::ENTRY_NAMES` (a launch
+/// picks one by `Launch::entry_index`); handles valid while their module is loaded (kept here).
 struct Kernels {
     _module: Arc<Module>,
-    single: RawFunction,
-    split: RawFunction,
+    functions: [RawFunction; ENTRY_NAMES.len()],
 }
 
 // SAFETY: function handles may be launched from any thread (the runtime locks internally); the
@@ -134,14 +136,15 @@ impl RocmDriver {
     /// [`RocmError::Hip`] when loading it fails.
     pub fn with_kernel(device: &Device) -> Result<Self, RocmError> {
         let module = module_for(device)?;
-        let single = module.function(VERIFY_ENTRY)?;
-        let split = module.function(VERIFY_SPLIT_ENTRY)?;
+        let mut functions = [core::ptr::null_mut(); ENTRY_NAMES.len()];
+        for (f, name) in functions.iter_mut().zip(ENTRY_NAMES) {
+            *f = module.function(name)?;
+        }
         Ok(Self {
             device: device.clone(),
             kernels: Some(Arc::new(Kernels {
                 _module: module,
-                single,
-                split,
+                functions,
             })),
         })
     }
@@ -405,12 +408,21 @@ impl Driver for RocmDriver {
             ));
         };
         let a = l.args;
-        let mut values: [*mut c_void; 13] = [
+        let function = *k
+            .functions
+            .get(l.entry_index())
+            .ok_or(RocmError::TooLarge)?;
+        let null = core::ptr::null_mut();
+        // Pointer values in the kernel's order: the twelve common ones, the split entry's
+        // scratch, then the family's trailing pointers (null where not set); `slices` is the
+        // one u32.
+        let mut values: [*mut c_void; 13 + MAX_TRAILING] = [null; 13 + MAX_TRAILING];
+        values[..12].copy_from_slice(&[
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.k.buffer(), a.k.byte_offset()),
             at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
             a.draft_probs
-                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
+                .map_or(null, |v| at(v.buffer(), v.byte_offset())),
             at(a.target_probs.buffer(), a.target_probs.byte_offset()),
             at(a.seed.buffer(), a.seed.byte_offset()),
             at(a.offset.buffer(), a.offset.byte_offset()),
@@ -419,26 +431,42 @@ impl Driver for RocmDriver {
             at(a.accepted.buffer(), a.accepted.byte_offset()),
             at(a.tokens.buffer(), a.tokens.byte_offset()),
             at(l.stats, 0),
-            l.scratch.map_or(core::ptr::null_mut(), |s| at(s, 0)),
-        ];
-        let (function, mut slices) = match l.entry {
-            Entry::Single => (k.single, 1u32),
-            Entry::Split { slices } => (k.split, slices),
-        };
-        let mut params: [*mut c_void; 14] = [core::ptr::null_mut(); 14];
-        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
-            *p = core::ptr::from_mut(v).cast();
+        ]);
+        values[12] = l.scratch.map_or(null, |s| at(s, 0));
+        for (v, p) in values[13..].iter_mut().zip(l.trailing().as_slice()) {
+            *v = p.map_or(null, |(b, off)| at(b, off));
         }
-        params[13] = core::ptr::from_mut(&mut slices).cast();
+        let (split, mut slices) = match l.entry {
+            Entry::Single => (false, 1u32),
+            Entry::Split { slices } => (true, slices),
+        };
+        let trailing = l.family.trailing();
+        let mut params: [*mut c_void; 14 + MAX_TRAILING] = [null; 14 + MAX_TRAILING];
+        let (common, tail) = values.split_at_mut(12);
+        let (scratch, tail) = tail.split_at_mut(1);
+        let mut n = 0;
+        for v in common.iter_mut() {
+            params[n] = core::ptr::from_mut(v).cast();
+            n += 1;
+        }
+        if split {
+            params[n] = core::ptr::from_mut(&mut scratch[0]).cast();
+            params[n + 1] = core::ptr::from_mut(&mut slices).cast();
+            n += 2;
+        }
+        for v in tail.iter_mut().take(trailing) {
+            params[n] = core::ptr::from_mut(v).cast();
+            n += 1;
+        }
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is `specula_verify` (twelve pointer arguments) or
-        // `specula_verify_split` (those, the scratch pointer and a u32) of the loaded module;
-        // `params` holds one pointer to each argument in the order of the launch contract (HIP
-        // reads as many as the function has; the values are copied at launch); the orchestration
-        // sized stats and scratch and checked the views against the capacity, and the caller of
-        // its launch vouched for the shape words in device memory; block = 256, a multiple of
-        // both AMD wave sizes.
+        // SAFETY: `function` is the loaded entry `l.entry_name()` of the module: twelve pointer
+        // arguments, then for a split entry the scratch pointer and a u32, then the family's
+        // trailing pointers (`Launch::trailing`); `params[..n]` holds one pointer to each
+        // argument in that order (HIP reads as many as the function has; the values are copied
+        // at launch); the orchestration sized stats and scratch and checked the views against
+        // the capacity, and the caller of its launch vouched for the shape words (and the
+        // cumulative counts) in device memory; block = 256, a multiple of both AMD wave sizes.
         hip.check("hipModuleLaunchKernel", unsafe {
             (hip.api.hipModuleLaunchKernel)(
                 function,

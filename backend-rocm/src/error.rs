@@ -83,6 +83,9 @@ pub enum RocmError {
     Unsupported(&'static str),
     /// A device view is shorter than a launch's capacity needs.
     ViewTooShort,
+    /// A graph replay on views whose optional inputs (ragged layout, bonus tokens, logits,
+    /// draft probabilities) or capacity do not match the graph's; nothing was enqueued.
+    GraphMismatch,
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
@@ -136,6 +139,9 @@ impl fmt::Display for RocmError {
             Self::Misuse(m) => write!(f, "{m}"),
             Self::Unsupported(what) => write!(f, "not supported by the ROCm backend yet: {what}"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::GraphMismatch => {
+                f.write_str("the views differ from the ones the graph was captured with")
+            }
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
             Self::Tree(e) => write!(f, "tree batch refused: {e}"),
         }
@@ -167,7 +173,7 @@ impl RocmError {
             | Self::Verify(_)
             | Self::Tree(_) => ErrorKind::InvalidInput,
             Self::Misuse(_) | Self::Unsupported(_) => ErrorKind::Misuse,
-            Self::ViewTooShort => ErrorKind::InvalidInput,
+            Self::ViewTooShort | Self::GraphMismatch => ErrorKind::InvalidInput,
             Self::Stalled => ErrorKind::Device,
             Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
@@ -187,6 +193,7 @@ impl From<GpuError<RocmError>> for RocmError {
             GpuError::Verify(v) => Self::Verify(v),
             GpuError::TooLarge => Self::TooLarge,
             GpuError::ViewTooShort => Self::ViewTooShort,
+            GpuError::GraphMismatch => Self::GraphMismatch,
             GpuError::DeviceFlags(bits) => Self::Hip {
                 call: "specula_verify (kernel error flags)",
                 code: i32::try_from(bits).unwrap_or(i32::MAX),

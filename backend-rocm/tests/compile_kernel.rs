@@ -5,7 +5,8 @@
 
 mod common;
 
-use specula_core::kernels::{SOURCE, VERIFY_ENTRY, VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_LOGITS_ENTRY};
+use specula_core::gpu::ENTRY_NAMES;
+use specula_core::kernels::{SOURCE, VERIFY_ENTRY};
 use specula_rocm::{COMPILE_OPTIONS, CodeObject, EM_AMDGPU, RocmError, compile, unbundle};
 use std::process::Command;
 
@@ -41,9 +42,9 @@ fn hiprtc_compiles_the_kernel_for_gfx90a() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code.elf_machine(), Some(EM_AMDGPU));
     assert_eq!(code.processor(), Some("gfx90a"));
-    assert!(contains(code.as_bytes(), VERIFY_ENTRY.as_bytes()));
-    // The target-logits entries (softmax computed on the fly) are in the same code object.
-    for entry in [VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_LOGITS_ENTRY] {
+    // Every chain entry `RocmDriver` loads (plain, split, `_ex` for the ragged layout and bonus
+    // tokens, `_logits` with the softmax computed on the fly) is in the same code object.
+    for entry in ENTRY_NAMES {
         assert!(
             contains(code.as_bytes(), entry.as_bytes()),
             "{entry} missing"

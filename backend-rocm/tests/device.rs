@@ -132,3 +132,39 @@ fn step_path_and_graph_replay_on_device() {
     drop(graph);
     assert_eq!(rb.flush().unwrap(), want, "counters after 40 steps");
 }
+
+/// The engine inputs of issue 13 on the device (`_ex` and `_logits` entries, split below 128
+/// requests): a graph per kind (ragged with `k = 0`, bonus tokens, logits with mixed
+/// temperatures, all three) replaying changing batches with no synchronising call; ragged
+/// against padded at V = 32 000 and 151 936; ragged logits at V = 151 936. Bit for bit against
+/// the reference (the conformance suite of `conformance_on_device` covers the rest).
+#[test]
+fn engine_inputs_on_device() {
+    use specula_tests::gpu_inputs;
+    let Some(mut v) = verifier() else { return };
+    assert_eq!(v.support(), specula_core::gpu::SUPPORT);
+    let probe = conformance::full_layout_batch(&mut conformance::Gen(1), 2);
+    let mut staging = specula_core::gpu::Staging::new();
+    let mut out = conformance::OutData::new(2, probe.k_max);
+    v.gpu_mut()
+        .stage(
+            &mut staging,
+            Method::Greedy,
+            Check::Cheap,
+            &probe.view(),
+            &out.view(),
+        )
+        .unwrap();
+    let args = staging
+        .write::<K>(v.driver(), v.gpu().stream(), Method::Greedy, &probe.view())
+        .unwrap();
+    // SAFETY: staged views; dropped at once (probing for graph support).
+    match unsafe { v.capture(&args) } {
+        Ok(_) => gpu_inputs::graph_replays(v.gpu_mut(), 0x13_A3D0, 12, || 0),
+        Err(specula_rocm::RocmError::Unsupported(what)) => println!("SKIPPED graphs: {what}"),
+        Err(e) => panic!("capture: {e}"),
+    }
+    gpu_inputs::ragged_logits_at_151936(&mut v);
+    conformance::ragged_matches_padded_at(&mut v, 0x13_A3D1, 32_000, 2);
+    conformance::ragged_matches_padded_at(&mut v, 0x13_A3D2, 151_936, 1);
+}

@@ -204,9 +204,8 @@ impl Support {
         half: false,
         methods: false,
     };
-    /// The padded layout with `k = 0` allowed, sampled bonus tokens: the GPU kernel text (run on
-    /// the host in CI); the CUDA and ROCm backends keep [`PADDED`](Self::PADDED) until the
-    /// kernel's `k = 0` is checked on a device.
+    /// The padded layout with `k = 0` allowed, sampled bonus tokens. (The GPU backends take more:
+    /// `specula_core::gpu::SUPPORT`.)
     pub const EMPTY_DRAFTS: Self = Self {
         empty_drafts: true,
         ragged: false,

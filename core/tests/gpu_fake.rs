@@ -4,8 +4,8 @@
 //! threads and the kernel text; this one is what the mutation tests judge.)
 
 use specula_core::gpu::{
-    Driver, Element, Entry, GpuError, GpuReadback, GpuVerifier, Launch, MAX_SLICES, OutOfBounds,
-    Staging, Status, View, ViewMut,
+    Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
+    Launch, MAX_SLICES, MAX_TRAILING, OutOfBounds, SUPPORT, Staging, Status, View, ViewMut,
 };
 use specula_core::kernels;
 use specula_core::verify::{
@@ -62,7 +62,18 @@ struct LaunchRec {
     stats: usize,
     scratch: Option<(usize, usize)>,
     draft_probs: bool,
+    family: Family,
+    name: &'static str,
+    /// (buffer id, byte offset) of each trailing pointer parameter, `None` for null.
+    trailing: Vec<Option<(usize, usize)>>,
+    /// `Launch::trailing`'s `Debug` (the byte offsets, `None` for null).
+    trailing_debug: String,
 }
+
+/// The record, the buffers and offsets of shape, k, accepted, stats, tokens, and the cumulative
+/// counts when the launch passes them (the fake kernel reads `k` from them).
+#[derive(Debug)]
+struct LaunchOp(LaunchRec, [Buf; 5], [usize; 5], Option<(Buf, usize)>);
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -71,7 +82,7 @@ enum Op {
     Download(Buf, usize, Buf, usize, usize),
     Record(Event, u64),
     Wait(Event, u64),
-    Launch(Rc<(LaunchRec, [Buf; 5], [usize; 5])>),
+    Launch(Rc<LaunchOp>),
     Replay(Rc<Vec<Op>>),
 }
 
@@ -167,10 +178,10 @@ impl Fake {
             }
             Op::Wait(..) => {}
             Op::Launch(l) => {
-                let (rec, bufs, offs) = &**l;
+                let LaunchOp(rec, bufs, offs, cu) = &**l;
                 self.st.launches.borrow_mut().push(rec.clone());
-                // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100; tokens[i] =
-                // 200 + i over B · (k_max + 1).
+                // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100 (k[b] from
+                // the cumulative counts when given); tokens[i] = 200 + i over B · (k_max + 1).
                 let [shape, k, accepted, stats, tokens] = bufs;
                 let batch = u32::read_ne(&shape.data.borrow()[offs[0]..]) as usize;
                 let k_max = u32::read_ne(&shape.data.borrow()[offs[0] + 4..]) as usize;
@@ -182,7 +193,13 @@ impl Fake {
                 drafts.write_ne(&mut st[..8]);
                 drop(st);
                 for b in 0..batch {
-                    let kb = u32::read_ne(&k.data.borrow()[offs[1] + 4 * b..]);
+                    let kb = match cu {
+                        Some((c, at)) => {
+                            let word = |i: usize| u32::read_ne(&c.data.borrow()[at + 4 * i..]);
+                            word(b) - if b == 0 { 0 } else { word(b - 1) }
+                        }
+                        None => u32::read_ne(&k.data.borrow()[offs[1] + 4 * b..]),
+                    };
                     (kb + 100).write_ne(&mut accepted.data.borrow_mut()[offs[2] + 4 * b..]);
                 }
             }
@@ -331,7 +348,19 @@ impl Driver for Fake {
             stats: l.stats.id,
             scratch: l.scratch.map(|b| (b.id, Self::bytes(b))),
             draft_probs: a.draft_probs.is_some(),
+            family: l.family,
+            name: l.entry_name(),
+            trailing: l
+                .trailing()
+                .as_slice()
+                .iter()
+                .map(|p| p.map(|(b, off)| (b.id, off)))
+                .collect(),
+            trailing_debug: format!("{:?}", l.trailing()),
         };
+        let cu = a
+            .cu_num_draft_tokens
+            .map(|v| (v.buffer().clone(), v.byte_offset()));
         let bufs = [
             a.shape.buffer().clone(),
             a.k.buffer().clone(),
@@ -346,7 +375,7 @@ impl Driver for Fake {
             0,
             a.tokens.byte_offset(),
         ];
-        self.push(s, Op::Launch(Rc::new((rec, bufs, offs))))
+        self.push(s, Op::Launch(Rc::new(LaunchOp(rec, bufs, offs, cu))))
     }
     fn begin_capture(&self, s: &Stream) -> Result<(), FakeError> {
         *s.capture.borrow_mut() = Some(Vec::new());
@@ -450,7 +479,12 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
     assert!(l[0].scratch.is_none() && !l[0].draft_probs);
     assert_eq!(v.totals().unwrap().drafts, 5);
     assert_eq!(v.sync_calls(), 2);
-    assert_eq!(v.support(), specula_core::verify::Support::EMPTY_DRAFTS);
+    assert_eq!(v.support(), SUPPORT);
+    assert_eq!(
+        (l[0].family, l[0].name),
+        (Family::Plain, kernels::VERIFY_ENTRY)
+    );
+    assert!(l[0].trailing.is_empty());
     // A second, smaller batch reuses the staging buffers (same ids).
     let d2 = Owned::new(3);
     let (mut acc2, mut tok2) = outputs(3);
@@ -1001,6 +1035,15 @@ fn the_error_word_comes_back_with_the_counters() {
     c.draft_tokens = 5;
     c.accepted_tokens = 6;
     c.emitted_tokens = 7;
+    // The tree words, after the error word, come back too.
+    for (i, x) in [
+        (kernels::tree_drafts_word(K), 30u64),
+        (kernels::tree_draft_tokens_word(K), 31),
+    ] {
+        x.write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+    }
+    c.tree_drafts = 30;
+    c.tree_draft_tokens = 31;
     rb.start().unwrap();
     drv.run();
     assert_eq!(rb.poll(), Poll::Ready(Ok(c)));
@@ -1097,7 +1140,7 @@ fn flush_waits_for_abandoned_copies_when_no_slot_is_free() {
 #[test]
 fn errors_have_one_kind_per_concept() {
     type E = GpuError<FakeError>;
-    let cases: [(E, ErrorKind, &str); 7] = [
+    let cases: [(E, ErrorKind, &str); 8] = [
         (
             GpuError::Driver(FakeError(ErrorKind::NoDevice)),
             ErrorKind::NoDevice,
@@ -1110,6 +1153,11 @@ fn errors_have_one_kind_per_concept() {
         ),
         (GpuError::TooLarge, ErrorKind::InvalidInput, "32-bit"),
         (GpuError::ViewTooShort, ErrorKind::InvalidInput, "shorter"),
+        (
+            GpuError::GraphMismatch,
+            ErrorKind::InvalidInput,
+            "captured with",
+        ),
         (GpuError::DeviceFlags(4), ErrorKind::Device, "0x4"),
         (
             Misuse::NothingInFlight.into(),
@@ -1135,4 +1183,443 @@ fn errors_have_one_kind_per_concept() {
         E::from(Misuse::AlreadyInFlight).to_string(),
         Misuse::AlreadyInFlight.to_string()
     );
+}
+
+/// `d`'s requests with the optional inputs of issue 13: the ragged layout (packed ids and
+/// rows), caller-supplied bonus tokens (the bonus rows then absent) and f32 target logits with
+/// temperatures (0 and 0.7 alternating) instead of probabilities.
+struct Var {
+    ragged: bool,
+    cu: Vec<u32>,
+    ids: Vec<u32>,
+    rows: Vec<f32>,
+    bonus: Option<Vec<u32>>,
+    temps: Option<Vec<f32>>,
+    d: Owned,
+}
+
+impl Var {
+    fn new(d: Owned, ragged: bool, bonus: bool, logits: bool) -> Self {
+        let b = d.k.len();
+        let (mut cu, mut ids, mut rows) = (vec![], vec![], vec![]);
+        if ragged {
+            let mut at = 0;
+            for r in 0..b {
+                let k = d.k[r] as usize;
+                at += d.k[r];
+                cu.push(at);
+                ids.extend_from_slice(&d.ids[r * 2..r * 2 + k]);
+                let n = if bonus { k } else { k + 1 };
+                rows.extend_from_slice(&d.target[r * 9..r * 9 + 3 * n]);
+            }
+        } else {
+            rows = d.target.clone();
+        }
+        Self {
+            ragged,
+            cu,
+            ids,
+            rows,
+            bonus: bonus.then(|| (0..b as u32).map(|i| i % 3).collect()),
+            temps: logits.then(|| (0..b).map(|i| [0.0, 0.7][i % 2]).collect()),
+            d,
+        }
+    }
+
+    fn view(&self) -> Batch<'_> {
+        let streams = Streams {
+            seed: &self.d.seed,
+            offset: &self.d.offset,
+        };
+        let rows: &[f32] = if self.temps.is_some() {
+            &[]
+        } else {
+            &self.rows
+        };
+        let mut batch = if self.ragged {
+            Batch::ragged(
+                3,
+                specula_core::verify::RaggedDrafts {
+                    cu_num_draft_tokens: &self.cu,
+                    ids: &self.ids,
+                },
+                rows,
+                streams,
+            )
+        } else {
+            let mut b = self.d.view();
+            b.target_probs = rows;
+            b
+        };
+        if let Some(x) = &self.bonus {
+            batch = batch.with_bonus(x);
+        }
+        if let Some(t) = &self.temps {
+            batch = batch.with_target_logits(specula_core::verify::Logits {
+                values: &self.rows,
+                temperature: t,
+            });
+        }
+        batch
+    }
+
+    fn inputs(&self) -> Inputs {
+        Inputs {
+            draft_probs: false,
+            ragged: self.ragged,
+            bonus: self.bonus.is_some(),
+            logits: self.temps.is_some(),
+        }
+    }
+}
+
+#[test]
+fn entry_names_families_and_trailing_counts() {
+    use kernels::*;
+    let split = Entry::Split { slices: 2 };
+    let want = [
+        (Entry::Single, Family::Plain, VERIFY_ENTRY, 0),
+        (split, Family::Plain, VERIFY_SPLIT_ENTRY, 0),
+        (Entry::Single, Family::Ex, VERIFY_EX_ENTRY, 2),
+        (split, Family::Ex, VERIFY_SPLIT_EX_ENTRY, 2),
+        (Entry::Single, Family::Logits, VERIFY_LOGITS_ENTRY, 9),
+        (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY, 9),
+    ];
+    for (i, (entry, family, name, trailing)) in want.into_iter().enumerate() {
+        assert_eq!(entry.name(family), name);
+        assert_eq!(ENTRY_NAMES[i], name);
+        // Defined by the kernel text, where drivers load it by this name.
+        assert!(SOURCE.contains(&format!("\n{name}(")), "{name}");
+        assert_eq!(family.trailing(), trailing);
+        assert!(trailing <= MAX_TRAILING);
+    }
+    let none = Inputs::default();
+    assert_eq!(none.family(), Family::Plain);
+    let with = |f: fn(&mut Inputs)| {
+        let mut i = none;
+        f(&mut i);
+        i.family()
+    };
+    assert_eq!(with(|i| i.draft_probs = true), Family::Plain);
+    assert_eq!(with(|i| i.ragged = true), Family::Ex);
+    assert_eq!(with(|i| i.bonus = true), Family::Ex);
+    assert_eq!(with(|i| i.logits = true), Family::Logits);
+    let s = SUPPORT;
+    assert_eq!(
+        [s.empty_drafts, s.ragged, s.bonus, s.logits],
+        [true; 4],
+        "what the entries take"
+    );
+    assert_eq!([s.filters, s.half, s.methods], [false; 3], "what they lack");
+}
+
+/// The launch takes the plain entry unless a later input is set, `_ex` for the ragged layout or
+/// bonus tokens, `_logits` with logits; one block per request or split (with the scratch sized
+/// as for the plain entry); the trailing pointers are the staged views in the kernel's order,
+/// null where not set. `k = 0` requests go through every entry.
+#[test]
+fn the_entry_follows_the_optional_inputs() {
+    for sms in [1, 16] {
+        let drv = Fake::new(sms);
+        let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+        for (i, bits) in (0..8u8).enumerate() {
+            let (ragged, bonus, logits) = (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+            let mut d = Owned::new(3);
+            d.k = vec![1, 0, 2]; // request 1 has no draft
+            let x = Var::new(d, ragged, bonus, logits);
+            let (mut acc, mut tok) = outputs(3);
+            v.verify(
+                Method::Greedy,
+                Check::Cheap,
+                &x.view(),
+                &mut Outputs {
+                    accepted: &mut acc,
+                    tokens: &mut tok,
+                },
+            )
+            .unwrap();
+            assert_eq!(acc, vec![101, 100, 102], "{bits:03b}: k from k or cu");
+            let l = drv.launches();
+            assert_eq!(l.len(), i + 1);
+            let last = &l[i];
+            let family = x.inputs().family();
+            let want = match family {
+                Family::Plain => [kernels::VERIFY_ENTRY, kernels::VERIFY_SPLIT_ENTRY],
+                Family::Ex => [kernels::VERIFY_EX_ENTRY, kernels::VERIFY_SPLIT_EX_ENTRY],
+                Family::Logits => [
+                    kernels::VERIFY_LOGITS_ENTRY,
+                    kernels::VERIFY_SPLIT_LOGITS_ENTRY,
+                ],
+            };
+            let split = sms > 1;
+            assert_eq!(last.family, family, "{bits:03b}");
+            assert_eq!(last.name, want[usize::from(split)], "{bits:03b}");
+            let scratch = split.then(|| specula_core::gpu::split_scratch_bytes::<K>(sms, 3));
+            assert_eq!(last.scratch.map(|s| s.1), scratch.flatten(), "{bits:03b}");
+            let t = &last.trailing;
+            assert_eq!(t.len(), family.trailing(), "{bits:03b}");
+            if family != Family::Plain {
+                assert_eq!((t[0].is_some(), t[1].is_some()), (ragged, bonus));
+            }
+            let debug: Vec<String> = t
+                .iter()
+                .map(|p| format!("{:?}", p.map(|(_, off)| off)))
+                .collect();
+            assert_eq!(last.trailing_debug, format!("[{}]", debug.join(", ")));
+            if family == Family::Logits {
+                assert!(t[2].is_some() && t[3].is_some());
+                assert_ne!(t[2].unwrap().0, t[3].unwrap().0, "logits ≠ temperatures");
+            }
+            let ids: Vec<usize> = t.iter().flatten().map(|p| p.0).collect();
+            let mut distinct = ids.clone();
+            distinct.dedup();
+            assert_eq!(ids, distinct, "one buffer per trailing view");
+        }
+    }
+}
+
+#[test]
+fn staging_writes_the_optional_inputs() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let x = Var::new(Owned::new(4), true, true, true);
+    let (mut acc, mut tok) = outputs(4);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Rejection, Check::Cheap, &x.view(), &o)
+        .unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &x.view())
+        .unwrap();
+    drv.run();
+    fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
+        let data = view.buffer().data.borrow();
+        (0..view.len())
+            .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
+            .collect()
+    }
+    assert_eq!(a.inputs(), x.inputs());
+    assert_eq!(words(a.cu_num_draft_tokens.unwrap()), x.cu);
+    assert_eq!(Some(words(a.bonus.unwrap())), x.bonus);
+    assert_eq!(words(a.target_logits.unwrap()), x.rows);
+    assert_eq!(Some(words(a.temperature.unwrap())), x.temps);
+    assert!(a.k.is_empty(), "the ragged layout has no k");
+    assert!(
+        a.target_probs.is_empty(),
+        "logits replace the probabilities"
+    );
+    assert_eq!(words(a.draft_ids), x.ids);
+    assert_eq!(
+        words(a.shape).as_slice(),
+        kernels::batch_shape::<K>(Method::Rejection, &x.view()).unwrap()
+    );
+    // A padded batch without them: none set, the plain entry's views (its `k` needs room the
+    // ragged batch did not reserve).
+    let p = Var::new(Owned::new(4), false, false, false);
+    assert_eq!(
+        staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+            .unwrap_err(),
+        GpuError::ViewTooShort
+    );
+    staging.reserve(&drv, &p.view()).unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+        .unwrap();
+    assert_eq!(a.inputs(), Inputs::default());
+    assert!(a.cu_num_draft_tokens.is_none() && a.bonus.is_none());
+    assert!(a.target_logits.is_none() && a.temperature.is_none());
+    assert_eq!(a.k.len(), 4);
+    // A runtime that never passes the optional inputs never allocates their buffers.
+    let mut fresh = Staging::<Fake>::new();
+    let ids = drv.st.next_id.get();
+    fresh.reserve(&drv, &p.view()).unwrap();
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        11,
+        "the plain entry's buffers only"
+    );
+    fresh.reserve(&drv, &x.view()).unwrap();
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        15,
+        "then the four optional ones"
+    );
+    let a = fresh
+        .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+        .unwrap();
+    assert_eq!(a.inputs(), Inputs::default());
+}
+
+#[test]
+fn launch_checks_the_optional_views() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let x = Var::new(Owned::new(4), true, true, true);
+    let (mut acc, mut tok) = outputs(4);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &x.view(), &o)
+        .unwrap();
+    for field in 0..5 {
+        let mut a = staging
+            .write::<K>(&drv, v.stream(), Method::Greedy, &x.view())
+            .unwrap()
+            .into_args();
+        match field {
+            0 => a.cu_num_draft_tokens = a.cu_num_draft_tokens.map(short),
+            1 => a.bonus = a.bonus.map(short),
+            2 => a.temperature = a.temperature.map(short),
+            3 => a.temperature = None,   // logits without temperatures
+            _ => a.target_logits = None, // temperatures without logits
+        }
+        // SAFETY: refused before anything is enqueued.
+        let e = unsafe { v.launch(&a) }.unwrap_err();
+        assert_eq!(e, GpuError::ViewTooShort, "field {field}");
+        // SAFETY: as above.
+        let e = unsafe { v.capture(&a) }.unwrap_err();
+        assert_eq!(e, GpuError::ViewTooShort, "field {field}");
+    }
+    drv.run();
+    assert!(drv.launches().is_empty());
+    // The ragged layout never reads `k`: its (empty) view is no reason to refuse.
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &x.view())
+        .unwrap();
+    assert!(a.k.is_empty());
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
+    drv.run();
+    assert_eq!(drv.launches().len(), 1);
+    // A padded batch's `k` is read: a short one is refused.
+    let p = Var::new(Owned::new(4), false, true, true);
+    staging.reserve(&drv, &p.view()).unwrap();
+    let mut a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &p.view())
+        .unwrap()
+        .into_args();
+    a.k = short(a.k);
+    // SAFETY: refused before anything is enqueued.
+    assert_eq!(unsafe { v.launch(&a) }, Err(GpuError::ViewTooShort));
+}
+
+/// A graph replays batches with its own optional inputs; another kind (which would read stale
+/// views) or a batch above its capacity is refused before anything is enqueued.
+#[test]
+fn replay_staged_checks_the_inputs_and_the_capacity() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let big = Var::new(Owned::new(6), true, true, false);
+    let (mut acc, mut tok) = outputs(6);
+    let o = Outputs {
+        accepted: &mut acc,
+        tokens: &mut tok,
+    };
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &big.view(), &o)
+        .unwrap();
+    // Room for every kind of batch (the graph will borrow the staging: no growing then).
+    for bits in 0..8u8 {
+        let y = Var::new(Owned::new(6), bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+        staging.reserve(&drv, &y.view()).unwrap();
+    }
+    let x = Var::new(Owned::new(4), true, true, false);
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &x.view())
+        .unwrap();
+    // SAFETY: staged views; every replay below follows a write with the graph's inputs.
+    let g = unsafe { v.capture_staged(&a) }.unwrap();
+    assert_eq!((g.inputs(), g.capacity()), (x.inputs(), 4));
+    drv.run();
+    for (bits, n, ok) in [(0b011u8, 3, true), (0b011, 4, true), (0b011, 5, false)]
+        .into_iter()
+        .chain([(0b001, 3, false), (0b010, 3, false), (0b111, 3, false)])
+        .chain([(0b000, 3, false)])
+    {
+        let mut d = Owned::new(n);
+        d.k[0] = 2;
+        let y = Var::new(d, bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+        let s = staging
+            .write::<K>(&drv, v.stream(), Method::Greedy, &y.view())
+            .unwrap();
+        drv.run();
+        let before = drv.launches().len();
+        let r = v.replay_staged(&g, &s);
+        if !ok {
+            assert_eq!(drv.pending_ops(), 0, "{bits:03b} {n}: nothing enqueued");
+        }
+        drv.run();
+        if ok {
+            assert_eq!(r, Ok(()));
+            assert_eq!(drv.launches().len(), before + 1);
+            let (mut acc, mut tok) = (vec![0; n], vec![0; n * 3]);
+            v.download_outputs(&s, &mut acc, &mut tok).unwrap();
+            assert_eq!(acc[..2], [102, 102], "the new cumulative counts were read");
+        } else {
+            assert_eq!(r, Err(GpuError::GraphMismatch), "{bits:03b} {n}");
+            assert_eq!(drv.launches().len(), before);
+        }
+    }
+    assert_eq!(
+        GpuError::<FakeError>::GraphMismatch.kind(),
+        ErrorKind::InvalidInput
+    );
+    drop(g);
+}
+
+/// Filters, half-precision inputs and a method per request stay refused with their typed
+/// errors, before anything is staged or enqueued.
+#[test]
+fn what_the_kernel_lacks_is_refused_with_typed_errors() {
+    use specula_core::verify::{Feature, Half, HalfLogits};
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let d = Owned::new(2);
+    let top_k = [1u32, 2];
+    let methods = [Method::Greedy, Method::Typical];
+    let half = [0u16; 18];
+    let temps = [0.5f32, 0.5];
+    let cases: [(Batch<'_>, Feature); 3] = [
+        (d.view().with_top_k(&top_k), Feature::Filters),
+        (d.view().with_methods(&methods), Feature::Methods),
+        (
+            d.view().with_target_logits_half(HalfLogits {
+                values: Half::Bf16(&half),
+                temperature: &temps,
+            }),
+            Feature::Half,
+        ),
+    ];
+    for (batch, feature) in cases {
+        let want = GpuError::Verify(VerifyError::Unsupported { feature });
+        let (mut acc, mut tok) = outputs(2);
+        let mut o = Outputs {
+            accepted: &mut acc,
+            tokens: &mut tok,
+        };
+        assert_eq!(
+            v.verify(Method::Greedy, Check::Cheap, &batch, &mut o),
+            Err(want.clone())
+        );
+        assert_eq!(
+            v.stage(&mut staging, Method::Greedy, Check::Cheap, &batch, &o),
+            Err(want.clone())
+        );
+        assert_eq!(
+            staging
+                .write::<K>(&drv, v.stream(), Method::Greedy, &batch)
+                .unwrap_err(),
+            want
+        );
+        assert_eq!(drv.pending_ops(), 0);
+    }
+    assert!(drv.launches().is_empty());
+    assert_eq!(v.sync_calls(), 0);
 }

@@ -17,10 +17,15 @@
 //! Dropping the last handle of a stream stops its worker (releasing an injected hang), so
 //! shutdown never waits for ever.
 
-use crate::kernel_host::{Mode, Params, TreeParams, launch_params, launch_tree_params};
+use crate::kernel_host::{
+    Inputs, Mode, Params, TreeParams, launch_params, launch_params_ext, launch_tree_params,
+};
 use specula_core::ErrorKind;
 use specula_core::HasKind;
-use specula_core::gpu::{Driver, Element, Entry, Launch, Status, TreeDriver, TreeLaunch};
+use specula_core::gpu::{
+    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_TRAILING, Status, TreeDriver,
+    TreeLaunch,
+};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
@@ -306,6 +311,8 @@ struct Inner {
     faults: Arc<Faults>,
     syncs: AtomicU64,
     launches: AtomicU64,
+    /// Launches run per entry point, indexed as `ENTRY_NAMES`.
+    by_entry: [AtomicU64; ENTRY_NAMES.len()],
     streams: AtomicU64,
 }
 
@@ -329,6 +336,7 @@ impl HostDriver {
                 faults: Arc::default(),
                 syncs: AtomicU64::new(0),
                 launches: AtomicU64::new(0),
+                by_entry: Default::default(),
                 streams: AtomicU64::new(0),
             }),
         }
@@ -350,6 +358,27 @@ impl HostDriver {
     #[must_use]
     pub fn launches(&self) -> u64 {
         self.inner.launches.load(Ordering::Acquire)
+    }
+
+    /// Launches run so far per entry point, as `(name, count)` in the order of
+    /// [`ENTRY_NAMES`] (so a test sees which entry the orchestration picked).
+    #[must_use]
+    pub fn launches_by_entry(&self) -> [(&'static str, u64); ENTRY_NAMES.len()] {
+        core::array::from_fn(|i| {
+            (
+                ENTRY_NAMES[i],
+                self.inner.by_entry[i].load(Ordering::Acquire),
+            )
+        })
+    }
+
+    /// Launches run so far of the entry point `name` (one of [`ENTRY_NAMES`]; 0 for another).
+    #[must_use]
+    pub fn launches_of(&self, name: &str) -> u64 {
+        self.launches_by_entry()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, c)| *c)
     }
 
     /// A stream's id (streams are numbered in creation order, from 0).
@@ -588,6 +617,7 @@ impl Driver for HostDriver {
         ]
         .into_iter()
         .flatten()
+        .chain(l.trailing().as_slice().iter().flatten().map(|(b, _)| *b))
         .cloned()
         .collect();
         let at = |b: &Buf, off: usize| SendPtr(b.ptr().wrapping_add(off));
@@ -609,6 +639,15 @@ impl Driver for HostDriver {
             l.scratch
                 .map_or(SendPtr(std::ptr::null_mut()), |s| at(s, 0)),
         ];
+        // The trailing parameters in the kernel's order (Launch::trailing), null
+        // past the family's count or where a view is not set.
+        let mut tail = [SendPtr(std::ptr::null_mut()); MAX_TRAILING];
+        for (t, p) in tail.iter_mut().zip(l.trailing().as_slice()) {
+            if let Some((b, off)) = p {
+                *t = at(b, *off);
+            }
+        }
+        let (family, index) = (l.family, l.entry_index());
         let (slices, grid, block, mode) = match l.entry {
             Entry::Single => (1, l.grid, l.block, self.inner.mode),
             Entry::Split { slices } => (slices, l.grid, l.block, self.inner.mode),
@@ -620,6 +659,7 @@ impl Driver for HostDriver {
             Arc::new(move |_| {
                 let _alive = &keep;
                 inner.launches.fetch_add(1, Ordering::AcqRel);
+                inner.by_entry[index].fetch_add(1, Ordering::AcqRel);
                 let p = Params {
                     shape: ptrs[0].0.cast(),
                     k: ptrs[1].0.cast(),
@@ -635,10 +675,30 @@ impl Driver for HostDriver {
                     stats: ptrs[11].0.cast(),
                     scratch: ptrs[12].0.cast(),
                 };
-                // SAFETY: every pointer is into a buffer `keep` holds alive; the orchestration
-                // checked the views against the capacity and the caller of its (unsafe) launch
-                // vouched for the shape words; stream order excludes other access meanwhile.
-                let rc = unsafe { launch_params(mode, grid, block, slices, &p) };
+                let x = Inputs {
+                    cu: tail[0].0.cast(),
+                    bonus: tail[1].0.cast(),
+                    logits: tail[2].0.cast(),
+                    temperature: tail[3].0.cast(),
+                    methods: tail[4].0.cast(),
+                    top_k: tail[5].0.cast(),
+                    top_p: tail[6].0.cast(),
+                    min_p: tail[7].0.cast(),
+                    recovered: tail[8].0.cast(),
+                };
+                // SAFETY: every pointer is into a buffer `keep` holds alive (or null where the
+                // kernel takes null); the orchestration checked the views against the capacity
+                // and the caller of its (unsafe) launch vouched for the shape words (and the
+                // cumulative counts); stream order excludes other access meanwhile.
+                let rc = unsafe {
+                    match family {
+                        Family::Plain => launch_params(mode, grid, block, slices, &p),
+                        Family::Ex => launch_params_ext(mode, grid, block, slices, &p, &x, false),
+                        Family::Logits => {
+                            launch_params_ext(mode, grid, block, slices, &p, &x, true)
+                        }
+                    }
+                };
                 if rc == 0 {
                     Ok(())
                 } else {

@@ -2,6 +2,7 @@
 //! helpers for the cross-crate tests.
 
 pub mod conformance;
+pub mod gpu_inputs;
 pub mod host_driver;
 pub mod kernel_host;
 pub mod readback_conformance;

@@ -30,6 +30,106 @@ pub enum Entry {
     },
 }
 
+impl Entry {
+    /// The kernel entry point this block layout runs for `family` (one of [`ENTRY_NAMES`]).
+    #[must_use]
+    pub const fn name(self, family: Family) -> &'static str {
+        ENTRY_NAMES[entry_index(self, family)]
+    }
+}
+
+/// Which family of entry points a launch runs: what it passes after the common parameters.
+/// The orchestration takes the plain entries unless a view of a later family is set (they
+/// are the fastest: fewer live registers, no null tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Family {
+    /// [`VERIFY_ENTRY`](crate::kernels::VERIFY_ENTRY) /
+    /// [`VERIFY_SPLIT_ENTRY`](crate::kernels::VERIFY_SPLIT_ENTRY): padded layout, sampled
+    /// bonus tokens, target probabilities.
+    Plain,
+    /// [`VERIFY_EX_ENTRY`](crate::kernels::VERIFY_EX_ENTRY) /
+    /// [`VERIFY_SPLIT_EX_ENTRY`](crate::kernels::VERIFY_SPLIT_EX_ENTRY): then
+    /// `cu_num_draft_tokens` and `bonus` (null when not set).
+    Ex,
+    /// [`VERIFY_LOGITS_ENTRY`](crate::kernels::VERIFY_LOGITS_ENTRY) /
+    /// [`VERIFY_SPLIT_LOGITS_ENTRY`](crate::kernels::VERIFY_SPLIT_LOGITS_ENTRY): then also
+    /// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered`.
+    Logits,
+}
+
+impl Family {
+    /// Pointer parameters the family passes after the common ones (after `stats`, or after the
+    /// split entry's `scratch, slices`): the length of [`Launch::trailing`].
+    #[must_use]
+    pub const fn trailing(self) -> usize {
+        match self {
+            Self::Plain => 0,
+            Self::Ex => 2,
+            Self::Logits => 9,
+        }
+    }
+}
+
+/// The most trailing pointer parameters any family passes ([`Family::trailing`]): drivers size
+/// their parameter arrays with it.
+pub const MAX_TRAILING: usize = 9;
+
+/// Every chain entry point of `core/kernels/specula_verify.cu`, in the order of
+/// [`Launch::entry_index`]: a driver loads them all from the compiled module and picks one per
+/// launch by that index.
+pub const ENTRY_NAMES: [&str; 6] = [
+    crate::kernels::VERIFY_ENTRY,
+    crate::kernels::VERIFY_SPLIT_ENTRY,
+    crate::kernels::VERIFY_EX_ENTRY,
+    crate::kernels::VERIFY_SPLIT_EX_ENTRY,
+    crate::kernels::VERIFY_LOGITS_ENTRY,
+    crate::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
+];
+
+const fn entry_index(entry: Entry, family: Family) -> usize {
+    let split = match entry {
+        Entry::Single => 0,
+        Entry::Split { .. } => 1,
+    };
+    let f = match family {
+        Family::Plain => 0,
+        Family::Ex => 1,
+        Family::Logits => 2,
+    };
+    2 * f + split
+}
+
+/// Which optional inputs a launch passes: what a captured graph was captured with, so a
+/// replay can check that the batch written for it has the same ones
+/// ([`GpuVerifier::replay_staged`](super::GpuVerifier::replay_staged)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Inputs {
+    /// Draft probabilities (otherwise a one-hot drafter).
+    pub draft_probs: bool,
+    /// The ragged layout (`cu_num_draft_tokens`).
+    pub ragged: bool,
+    /// Caller-supplied bonus tokens.
+    pub bonus: bool,
+    /// Target logits with per-request temperature.
+    pub logits: bool,
+}
+
+impl Inputs {
+    /// The entry family these inputs need: the plain one when none of the later inputs is set.
+    #[must_use]
+    pub const fn family(self) -> Family {
+        if self.logits {
+            Family::Logits
+        } else if self.ragged || self.bonus {
+            Family::Ex
+        } else {
+            Family::Plain
+        }
+    }
+}
+
 /// The device buffers of one verification step, typed and borrowed: the compiler checks that
 /// they outlive every use the orchestration makes of them (a launch, or a captured graph, which
 /// borrows them for its own lifetime). Laid out as `core/DETERMINISM.md` says; the values behind
@@ -62,14 +162,71 @@ pub struct VerifyArgs<'a, D: Driver> {
     pub accepted: ViewMut<'a, D, u32>,
     /// Output: tokens.
     pub tokens: ViewMut<'a, D, u32>,
+    /// The ragged layout: vLLM's `cu_num_draft_tokens` (B values; `k` is then not read, and
+    /// draft ids and rows are packed as `core/DETERMINISM.md` lays them out). `None`: padded.
+    pub cu_num_draft_tokens: Option<View<'a, D, u32>>,
+    /// Caller-supplied bonus tokens (B values; each request's target row `k` is then not read,
+    /// and absent from a ragged target). `None`: sampled.
+    pub bonus: Option<View<'a, D, u32>>,
+    /// Target logits in `target_probs`' layout (which is then not read): the logits entries.
+    /// Needs [`temperature`](Self::temperature). `None`: probabilities.
+    pub target_logits: Option<View<'a, D, f32>>,
+    /// Per-request temperature of the logits (B values; `0`: greedy on the logits). Only with
+    /// [`target_logits`](Self::target_logits).
+    pub temperature: Option<View<'a, D, f32>>,
+}
+
+impl<D: Driver> VerifyArgs<'_, D> {
+    /// Which optional inputs these views pass (and so which entry family a launch takes).
+    #[must_use]
+    pub fn inputs(&self) -> Inputs {
+        Inputs {
+            draft_probs: self.draft_probs.is_some(),
+            ragged: self.cu_num_draft_tokens.is_some(),
+            bonus: self.bonus.is_some(),
+            logits: self.target_logits.is_some(),
+        }
+    }
+}
+
+fn ptr<'l, D: Driver, T: Element>(v: Option<View<'l, D, T>>) -> DevicePtr<'l, D> {
+    v.map(|v| (v.buffer(), v.byte_offset()))
+}
+
+/// One trailing pointer parameter: a view's buffer and the byte offset of its first element, or
+/// `None` for a null pointer.
+pub type DevicePtr<'l, D> = Option<(&'l <D as Driver>::Buffer, usize)>;
+
+/// The trailing pointer parameters of a launch, in the kernel's order ([`Launch::trailing`]).
+pub struct Trailing<'l, D: Driver> {
+    ptrs: [DevicePtr<'l, D>; MAX_TRAILING],
+    len: usize,
+}
+
+impl<'l, D: Driver> Trailing<'l, D> {
+    /// The parameters, in order.
+    #[must_use]
+    pub fn as_slice(&self) -> &[DevicePtr<'l, D>] {
+        &self.ptrs[..self.len]
+    }
+}
+
+impl<D: Driver> Debug for Trailing<'_, D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list()
+            .entries(self.as_slice().iter().map(|p| p.map(|(_, off)| off)))
+            .finish()
+    }
 }
 
 /// One kernel launch as the orchestration asks a driver for it: everything the driver glue
 /// turns into its launch parameters, in the kernel's parameter order.
 #[derive(Debug)]
 pub struct Launch<'l, 'a, D: Driver> {
-    /// Which entry point.
+    /// Which block layout (one block per request, or rows split).
     pub entry: Entry,
+    /// Which entry family ([`args.inputs().family()`](VerifyArgs::inputs)).
+    pub family: Family,
     /// Blocks: `capacity` for [`Entry::Single`], `capacity · slices` for [`Entry::Split`].
     pub grid: u32,
     /// Threads per block ([`Driver::block_threads`]).
@@ -80,6 +237,47 @@ pub struct Launch<'l, 'a, D: Driver> {
     pub stats: &'l D::Buffer,
     /// The split entry's scratch (zero between launches); `Some` exactly for [`Entry::Split`].
     pub scratch: Option<&'l D::Buffer>,
+}
+
+impl<'l, D: Driver> Launch<'l, '_, D> {
+    /// The index of the entry point in [`ENTRY_NAMES`] (what a driver loaded them by).
+    #[must_use]
+    pub const fn entry_index(&self) -> usize {
+        entry_index(self.entry, self.family)
+    }
+
+    /// The name of the entry point this launch runs.
+    #[must_use]
+    pub const fn entry_name(&self) -> &'static str {
+        ENTRY_NAMES[self.entry_index()]
+    }
+
+    /// The pointer parameters after the common ones (`shape` … `stats`, then the split entry's
+    /// `scratch` and `slices`), in the kernel's order: none for [`Family::Plain`];
+    /// `cu_num_draft_tokens, bonus` for [`Family::Ex`]; those, `target_logits, temperature,
+    /// methods, top_k, top_p, min_p, recovered` for [`Family::Logits`]. Null (`None`) where a view is not set. Every driver packs these
+    /// in one loop, so a later parameter is added here once.
+    #[must_use]
+    pub fn trailing(&self) -> Trailing<'l, D> {
+        let a = self.args;
+        let all: [DevicePtr<'l, D>; MAX_TRAILING] = [
+            ptr(a.cu_num_draft_tokens),
+            ptr(a.bonus),
+            ptr(a.target_logits),
+            ptr(a.temperature),
+            // methods, top_k, top_p, min_p, recovered: not wired yet (null: the shape word's
+            // method, no filters, no recovered output).
+            None,
+            None,
+            None,
+            None,
+            None,
+        ];
+        Trailing {
+            ptrs: all,
+            len: self.family.trailing(),
+        }
+    }
 }
 
 /// A GPU API as the orchestration uses it.

@@ -16,8 +16,13 @@ pub enum GpuError<E> {
     Verify(VerifyError),
     /// A size does not fit the kernel's 32-bit shape words, or a buffer size overflows.
     TooLarge,
-    /// A device view is shorter than the launch's capacity needs.
+    /// A device view is shorter than the launch's capacity needs (an absent view the launch
+    /// needs counts as empty: target logits without temperatures, or the reverse).
     ViewTooShort,
+    /// A graph replay on views whose optional inputs (draft probabilities, ragged layout, bonus
+    /// tokens, logits) differ from the ones it was captured with, or whose batch exceeds its
+    /// capacity: nothing was enqueued.
+    GraphMismatch,
     /// The kernel raised error flags (`kernels::ERR_*` bits): some request was skipped.
     DeviceFlags(u64),
     /// A readback was misused (the same answer from every [`Readback`](crate::Readback)).
@@ -53,9 +58,11 @@ impl<E: HasKind> HasKind for GpuError<E> {
     fn kind(&self) -> ErrorKind {
         match self {
             Self::Driver(e) => e.kind(),
-            Self::Verify(_) | Self::Tree(_) | Self::TooLarge | Self::ViewTooShort => {
-                ErrorKind::InvalidInput
-            }
+            Self::Verify(_)
+            | Self::Tree(_)
+            | Self::TooLarge
+            | Self::ViewTooShort
+            | Self::GraphMismatch => ErrorKind::InvalidInput,
             Self::DeviceFlags(_) | Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
         }
@@ -77,6 +84,9 @@ impl<E: core::fmt::Display> core::fmt::Display for GpuError<E> {
             Self::Verify(e) => write!(f, "invalid batch: {e:?}"),
             Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::GraphMismatch => {
+                f.write_str("the views differ from the ones the graph was captured with")
+            }
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
             Self::Misuse(m) => write!(f, "{m}"),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),

@@ -19,10 +19,13 @@ mod tree;
 mod verifier;
 mod view;
 
-pub use driver::{Driver, Entry, Launch, Status, VerifyArgs};
+pub use driver::{
+    DevicePtr, Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, MAX_TRAILING, Status, Trailing,
+    VerifyArgs,
+};
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{Staged, Staging};
 pub use tree::{TreeArgs, TreeDriver, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
-pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
+pub use verifier::{GpuVerifier, MAX_SLICES, SUPPORT, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, OutOfBounds, View, ViewMut};

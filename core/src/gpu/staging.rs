@@ -2,12 +2,13 @@
 
 use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
+use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
-use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, Support, validate_inputs_with};
+use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, validate_inputs_with};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 11;
+const SLOTS: usize = 15;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -19,6 +20,12 @@ const EPS: usize = 7;
 const DELTA: usize = 8;
 const ACCEPTED: usize = 9;
 const TOKENS: usize = 10;
+const CU: usize = 11;
+const BONUS: usize = 12;
+const TLOGITS: usize = 13;
+const TEMP: usize = 14;
+/// The buffers of the optional inputs (allocated only for a batch that has them).
+const OPTIONAL: [usize; 4] = [CU, BONUS, TLOGITS, TEMP];
 
 /// The byte sizes a batch needs in each buffer.
 fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
@@ -38,6 +45,10 @@ fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
         w4(b)?,
         w4(b)?,
         w4(tokens)?,
+        w4(batch.cu_num_draft_tokens.map_or(0, <[u32]>::len))?,
+        w4(batch.bonus.map_or(0, <[u32]>::len))?,
+        w4(batch.target_logits.map_or(0, <[f32]>::len))?,
+        w4(batch.temperature.map_or(0, <[f32]>::len))?,
     ])
 }
 
@@ -67,9 +78,12 @@ impl<D: Driver> Staging<D> {
     /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
     pub fn reserve(&mut self, drv: &D, batch: &Batch<'_>) -> Result<(), GpuError<D::Error>> {
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
-        for (slot, need) in self.bufs.iter_mut().zip(needs) {
+        for (i, (slot, need)) in self.bufs.iter_mut().zip(needs).enumerate() {
             let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
-            if !fits {
+            // The optional inputs' buffers exist only once a batch has them (no allocation for
+            // a runtime that never passes them).
+            let absent = OPTIONAL.contains(&i) && need == 0;
+            if !fits && !absent {
                 *slot = None; // free before allocating the larger one
                 // Never 0 bytes: a view of an empty buffer is still a valid pointer.
                 *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
@@ -94,12 +108,14 @@ impl<D: Driver> Staging<D> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.
-        validate_inputs_with::<K>(Support::EMPTY_DRAFTS, batch)?;
+        validate_inputs_with::<K>(SUPPORT, batch)?;
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
         let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
-        for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
+        for (i, ((dst, src), need)) in bufs.iter_mut().zip(&self.bufs).zip(needs).enumerate() {
             match src {
                 Some(b) if D::bytes(b) >= need => *dst = Some(b),
+                // An optional input the batch does not have: no view, no buffer needed.
+                _ if OPTIONAL.contains(&i) && need == 0 => {}
                 _ => return Err(GpuError::ViewTooShort),
             }
         }
@@ -124,6 +140,10 @@ impl<D: Driver> Staging<D> {
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
+            cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens)?,
+            bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
+            target_logits: optional(drv, stream, bufs[TLOGITS], batch.target_logits)?,
+            temperature: optional(drv, stream, bufs[TEMP], batch.temperature)?,
         }))
     }
 }
@@ -169,8 +189,28 @@ fn upload<'a, D: Driver, T: Element>(
     data: &[T],
 ) -> Result<View<'a, D, T>, GpuError<D::Error>> {
     let view = View::range(dst, 0, data.len()).map_err(oob)?;
-    drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
+    // Nothing to copy for an empty slice (`k` in the ragged layout, probabilities beside
+    // logits): the view still points into a live buffer.
+    if !data.is_empty() {
+        drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
+    }
     Ok(view)
+}
+
+/// `Some` view of `data` uploaded into `dst`, or `None` (a null pointer for the kernel).
+fn optional<'a, D: Driver, T: Element>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: Option<&'a D::Buffer>,
+    data: Option<&[T]>,
+) -> Result<Option<View<'a, D, T>>, GpuError<D::Error>> {
+    match data {
+        Some(d) => {
+            let dst = dst.ok_or(GpuError::ViewTooShort)?;
+            upload(drv, stream, dst, d).map(Some)
+        }
+        None => Ok(None),
+    }
 }
 
 /// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).

@@ -1,6 +1,6 @@
 //! [`GpuVerifier`]: the kernel over a [`Driver`], written once for every GPU API.
 
-use super::driver::{Driver, Entry, Launch, VerifyArgs};
+use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::{Staged, Staging};
@@ -14,6 +14,21 @@ use core::marker::PhantomData;
 /// The most blocks one request's rows are split over.
 pub const MAX_SLICES: u32 = 64;
 
+/// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
+/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens and f32 target
+/// logits with per-request temperature, through the kernel text's `_ex` and `_logits` entries.
+/// Not the sampling filters, half-precision inputs or a method per request (refused with
+/// [`VerifyError::Unsupported`](crate::verify::VerifyError::Unsupported)).
+pub const SUPPORT: Support = Support {
+    empty_drafts: true,
+    ragged: true,
+    bonus: true,
+    logits: true,
+    filters: false,
+    half: false,
+    methods: false,
+};
+
 /// A captured launch, replayable with new values in the same buffers. It borrows the buffers
 /// of the [`VerifyArgs`] it was captured on for `'a`, so none can be freed or reallocated
 /// while it exists. Replay it only on the verifier that captured it.
@@ -21,6 +36,7 @@ pub const MAX_SLICES: u32 = 64;
 pub struct VerifyGraph<'a, D: Driver> {
     graph: D::Graph,
     capacity: u32,
+    inputs: Inputs,
     _buffers: PhantomData<&'a D::Buffer>,
 }
 
@@ -28,6 +44,11 @@ impl<D: Driver> VerifyGraph<'_, D> {
     /// The capacity (blocks per slice) it launches.
     pub fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    /// The optional inputs it was captured with (and so its entry point).
+    pub fn inputs(&self) -> Inputs {
+        self.inputs
     }
 }
 
@@ -153,7 +174,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         batch: &Batch<'_>,
         out: &Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
-        validate_with::<K>(Support::EMPTY_DRAFTS, method, check, batch, out)?;
+        validate_with::<K>(SUPPORT, method, check, batch, out)?;
         staging.reserve(&self.drv, batch)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
     }
@@ -164,10 +185,17 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// The views' lengths are checked against `args.capacity` (per-request buffers and the
     /// shape words).
     ///
+    /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
+    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits` is set, the `_ex` one for the
+    /// ragged layout or bonus tokens, the `_logits` one with logits.
+    ///
     /// # Safety
     /// The shape words in device memory (read by the kernel when it runs) must describe
-    /// extents within the views: rows × strides of the probability views, `capacity · k_max`
-    /// draft ids, `capacity · (k_max + 1)` tokens. Views written by [`Staging::write`] meet this.
+    /// extents within the views: rows × strides of the probability (or logit) views,
+    /// `capacity · k_max` draft ids, `capacity · (k_max + 1)` tokens; in the ragged layout the
+    /// cumulative counts in device memory too (`cu[B−1]` draft ids and draft rows,
+    /// `cu[B−1] + B` target rows, or `cu[B−1]` with bonus tokens). Views written by
+    /// [`Staging::write`] meet this.
     pub unsafe fn launch(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
         if !views_fit(args) {
             return Err(GpuError::ViewTooShort);
@@ -194,12 +222,14 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     }
 
     /// [`capture`](GpuVerifier::capture) on views [`Staging::write`] returned. Replays stay in
-    /// bounds while later batches are written into the same staging by [`Staging::write`]
-    /// (which only writes consistent shape words, and cannot grow the buffers while the graph
-    /// borrows them).
+    /// bounds while later batches with the same optional inputs ([`VerifyArgs::inputs`]) are
+    /// written into the same staging by [`Staging::write`] (which only writes consistent shape
+    /// words, and cannot grow the buffers while the graph borrows them):
+    /// [`replay_staged`](GpuVerifier::replay_staged) checks the inputs at each replay.
     ///
     /// # Safety
-    /// As [`launch_staged`](GpuVerifier::launch_staged), at every replay.
+    /// As [`launch_staged`](GpuVerifier::launch_staged), at every replay; each replay follows a
+    /// write of a batch with the graph's inputs (what `replay_staged` checks).
     pub unsafe fn capture_staged<'a>(
         &self,
         args: &Staged<'a, D>,
@@ -236,6 +266,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         Ok(VerifyGraph {
             graph: graph?,
             capacity: args.capacity,
+            inputs: args.inputs(),
             _buffers: PhantomData,
         })
     }
@@ -246,6 +277,23 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         self.drv
             .replay(&graph.graph, &self.stream)
             .map_err(GpuError::Driver)
+    }
+
+    /// [`replay`](GpuVerifier::replay) for a batch [`Staging::write`] wrote into the staging
+    /// the graph was captured on: refuses ([`GpuError::GraphMismatch`], nothing enqueued) views
+    /// whose optional inputs ([`VerifyArgs::inputs`]) differ from the graph's, or whose batch
+    /// exceeds its capacity. A graph reads every view it was captured with, so a replay after a
+    /// batch of another kind would read stale buffers (a padded batch through a ragged graph,
+    /// probabilities through a logits graph), possibly beyond what the new batch wrote.
+    pub fn replay_staged(
+        &self,
+        graph: &VerifyGraph<'_, D>,
+        staged: &Staged<'_, D>,
+    ) -> Result<(), GpuError<D::Error>> {
+        if staged.inputs() != graph.inputs || staged.capacity > graph.capacity {
+            return Err(GpuError::GraphMismatch);
+        }
+        self.replay(graph)
     }
 
     /// Copies the outputs of the work enqueued so far to `accepted` and `tokens` and waits
@@ -332,14 +380,26 @@ fn wanted_slices(sms: u32, capacity: u32) -> u32 {
 
 fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
     let b = args.capacity as usize;
+    let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
+    let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
+    let logits = match (args.target_logits, args.temperature) {
+        (Some(_), Some(t)) => t.len() >= b,
+        (None, None) => true,
+        // Logits without temperatures (or the reverse): the missing view counts as empty.
+        _ => false,
+    };
     args.shape.len() >= kernels::SHAPE_WORDS
-        && args.k.len() >= b
+        // The ragged layout never reads `k`.
+        && (args.cu_num_draft_tokens.is_some() || args.k.len() >= b)
         && args.seed.len() >= b
         && args.offset.len() >= b
         && args.eps.len() >= b
         && args.delta.len() >= b
         && args.accepted.len() >= b
         && args.tokens.len() >= b
+        && per_request(len(args.cu_num_draft_tokens))
+        && per_request(len(args.bonus))
+        && logits
 }
 
 fn enqueue_launch<D: Driver, const K: usize>(
@@ -361,6 +421,7 @@ fn enqueue_launch<D: Driver, const K: usize>(
     };
     let launch = Launch {
         entry,
+        family: args.inputs().family(),
         grid: capacity.saturating_mul(slices),
         block: drv.block_threads(),
         args,
@@ -381,7 +442,7 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), Self::Error> {
-        validate_with::<K>(Support::EMPTY_DRAFTS, method, check, batch, out)?;
+        validate_with::<K>(SUPPORT, method, check, batch, out)?;
         let mut staging = core::mem::take(&mut self.staging);
         let result = self.verify_staged(&mut staging, method, batch, out);
         self.staging = staging;
@@ -407,9 +468,9 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
         Ok(c)
     }
 
-    /// The kernel text verifies `k = 0` (padded layout, sampled bonus tokens).
+    /// [`SUPPORT`]: `k = 0`, the ragged layout, bonus tokens and f32 logits with temperature.
     fn support(&self) -> Support {
-        Support::EMPTY_DRAFTS
+        SUPPORT
     }
 }
 
