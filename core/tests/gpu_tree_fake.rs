@@ -67,6 +67,11 @@ struct State {
     /// The fake kernel ORs this into the error word.
     flags: Cell<u64>,
     fail_launch: Cell<bool>,
+    /// `prepare_tree` calls, and how many found a stream capturing.
+    prepared: Cell<u32>,
+    prepared_while_capturing: Cell<u32>,
+    fail_prepare: Cell<bool>,
+    streams: RefCell<Vec<Stream>>,
 }
 
 #[derive(Clone)]
@@ -122,7 +127,9 @@ impl Driver for Fake {
     type Graph = Rc<Vec<Op>>;
 
     fn stream(&self) -> Result<Stream, FakeError> {
-        Ok(Rc::default())
+        let s: Stream = Rc::default();
+        self.st.streams.borrow_mut().push(s.clone());
+        Ok(s)
     }
     fn event(&self) -> Result<(), FakeError> {
         Ok(())
@@ -245,6 +252,24 @@ impl Driver for Fake {
 }
 
 impl TreeDriver for Fake {
+    fn prepare_tree(&self) -> Result<(), FakeError> {
+        self.st.prepared.set(self.st.prepared.get() + 1);
+        if self
+            .st
+            .streams
+            .borrow()
+            .iter()
+            .any(|s| s.capture.borrow().is_some())
+        {
+            let n = self.st.prepared_while_capturing.get();
+            self.st.prepared_while_capturing.set(n + 1);
+        }
+        if self.st.fail_prepare.get() {
+            return Err(FakeError(ErrorKind::Compile));
+        }
+        Ok(())
+    }
+
     /// The fake tree kernel: per request of the batch word, `accepted[b] = nodes[b] + 100`;
     /// `path[i] = 300 + i` and `tokens[i] = 400 + i` over `B · (max_depth + 1)`; the drafts
     /// counter grows by `B`, and the error word takes the injected flags.
@@ -932,4 +957,44 @@ fn default_typical_parameters_reach_every_request() {
         .unwrap();
     assert_eq!(elems(&a.eps), vec![DEFAULT_EPS; 130]);
     assert_eq!(elems(&a.delta), vec![DEFAULT_DELTA; 130]);
+}
+
+/// The tree entry is made ready at set-up (`stage_tree`, and `capture_tree` before its capture
+/// begins), never while a stream captures; a failure to prepare is the driver's error, with
+/// nothing captured or staged.
+#[test]
+fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
+    let (drv, v, staging, d) = rig(2);
+    assert_eq!(drv.st.prepared.get(), 1, "stage_tree prepared it");
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    // SAFETY: staged views; only `write` writes the staging buffers.
+    let graph = unsafe { v.capture_tree_staged(&a) }.ok().unwrap();
+    assert_eq!(drv.st.prepared.get(), 2, "capture_tree prepared it");
+    assert_eq!(drv.st.prepared_while_capturing.get(), 0);
+    v.replay_tree(&graph).unwrap();
+    assert_eq!(drv.st.prepared.get(), 2, "a replay does not");
+    drv.st.fail_prepare.set(true);
+    // SAFETY: as above.
+    let e = unsafe { v.capture_tree_staged(&a) }.err();
+    assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Compile))));
+    assert!(
+        v.stream().capture.borrow().is_none(),
+        "no capture left open"
+    );
+    let drv2 = Fake::new();
+    drv2.st.fail_prepare.set(true);
+    let mut fresh = GpuVerifier::<Fake, K>::new(drv2.clone()).unwrap();
+    let mut staging2 = TreeStaging::new();
+    let mut o = Outs::new(2);
+    let e = fresh.stage_tree(
+        &mut staging2,
+        Method::Greedy,
+        Check::Cheap,
+        &d.view(),
+        &o.view(),
+    );
+    assert_eq!(e, Err(GpuError::Driver(FakeError(ErrorKind::Compile))));
+    assert_eq!(drv2.st.ops.get(), 0, "nothing staged");
 }
