@@ -174,9 +174,10 @@ else
     skip "kernel report: NVRTC, ptxas or cuobjdump/nvdisasm missing (scripts/cuda-tools.sh)"
 fi
 
-step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees, exact entropy"
+step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees (reference and GPU path), exact entropy"
 cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates \
-    --test verify_logits --test verify_filters --test tree_stats --test entropy_exact
+    --test verify_logits --test verify_filters --test tree_stats --test gpu_tree_stats \
+    --test entropy_exact
 
 step "no_std builds of the core"
 if [ "$have_targets" = 1 ]; then

@@ -142,7 +142,7 @@ pub fn compile_ptx(arch: &str) -> Result<String, CudaError> {
 
 /// Compiles [`specula_core::kernels::TREE_SOURCE`] (the chain text, then the tree entry
 /// `specula_verify_tree`) to PTX for `arch`, once per process and architecture. A
-/// [`CudaDevice`](crate::CudaDevice) calls it on its first tree launch only, so runtimes that
+/// [`CudaDevice`](crate::CudaDevice) calls it on its first tree use only, so runtimes that
 /// verify chains alone never compile it.
 pub fn compile_tree_ptx(arch: &str) -> Result<String, CudaError> {
     cached(

@@ -27,7 +27,7 @@ pub struct CudaDevice {
     functions: [CudaFunction; ENTRY_NAMES.len()],
     arch: String,
     sms: u32,
-    /// The tree entry, compiled and loaded on the first tree launch (`tree_function`).
+    /// The tree entry, compiled and loaded on first tree use (`tree_function`).
     tree: OnceLock<TreeKernel>,
     /// Serialises that first compile.
     tree_init: Mutex<()>,
@@ -150,7 +150,7 @@ impl CudaDevice {
         Ok(t.function.cu_function())
     }
 
-    /// Whether the tree module is loaded (after the first tree launch).
+    /// Whether the tree module is loaded (after the first tree use).
     #[must_use]
     pub fn tree_loaded(&self) -> bool {
         self.tree.get().is_some()

@@ -384,6 +384,12 @@ impl Driver for CudaDriver {
 }
 
 impl TreeDriver for CudaDriver {
+    /// Compiles (NVRTC) and loads the tree module on the first call, once per device.
+    fn prepare_tree(&self) -> Result<(), CudaError> {
+        self.bind()?;
+        self.dev.tree_function().map(|_| ())
+    }
+
     /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
     /// ([`CudaDevice`]: once per device; a missing NVRTC is [`CudaError::NoNvrtc`]).
     fn launch_tree(

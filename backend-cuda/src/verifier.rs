@@ -136,7 +136,7 @@ impl<const K: usize> CudaVerifier<K> {
 }
 
 /// Token trees (`core/DETERMINISM.md`, "Token trees"): the tree entry of the kernel text,
-/// compiled with NVRTC and loaded on the first tree launch (a runtime that verifies chains alone
+/// compiled with NVRTC and loaded on first tree use (a runtime that verifies chains alone
 /// never compiles it), counted in the same device counters as chains.
 impl<const K: usize> CudaVerifier<K> {
     /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`

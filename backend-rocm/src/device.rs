@@ -48,7 +48,7 @@ pub(crate) struct DeviceInner {
     arch: Option<String>,
     /// The verification module, compiled for this device once per process.
     pub(crate) module: OnceLock<Result<Arc<crate::compile::Module>, RocmError>>,
-    /// The tree module (`kernels::TREE_SOURCE`), compiled on the first tree launch
+    /// The tree module (`kernels::TREE_SOURCE`), compiled on first tree use
     /// (`RocmDriver::launch_tree`); a failure is not kept, so a later launch tries again.
     pub(crate) tree: OnceLock<Arc<crate::driver::TreeKernel>>,
     /// Serialises that first compile.

@@ -548,6 +548,16 @@ impl Driver for RocmDriver {
 }
 
 impl TreeDriver for RocmDriver {
+    /// Compiles (hiprtc) and loads the tree module on the first call, once per device.
+    fn prepare_tree(&self) -> Result<(), RocmError> {
+        if self.kernels.is_none() {
+            return Err(RocmError::Unsupported(
+                "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
+            ));
+        }
+        tree_function(&self.device).map(|_| ())
+    }
+
     /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
     /// (once per device; no hiprtc is [`RocmError::NoHiprtc`]). A driver made without the
     /// kernel ([`RocmDriver::new`]) answers [`RocmError::Unsupported`], as for chains.

@@ -195,7 +195,7 @@ impl<const K: usize> RocmVerifier<K> {
 }
 
 /// Token trees (`core/DETERMINISM.md`, "Token trees"): the tree entry of the kernel text,
-/// compiled with hiprtc and loaded on the first tree launch (a runtime that verifies chains
+/// compiled with hiprtc and loaded on first tree use (a runtime that verifies chains
 /// alone never compiles it), counted in the same device counters as chains.
 impl<const K: usize> RocmVerifier<K> {
     /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
@@ -225,7 +225,7 @@ impl<const K: usize> RocmVerifier<K> {
     ///
     /// # Errors
     /// [`RocmError::ViewTooShort`] for views shorter than the capacity, [`RocmError::Hip`] when
-    /// the launch fails, the compile errors on the first tree launch.
+    /// the launch fails, the compile errors on first tree use.
     pub unsafe fn launch_tree(&self, args: &TreeArgs<'_, RocmDriver>) -> Result<(), RocmError> {
         // SAFETY: the caller's contract is the one of the shared tree launch.
         Ok(unsafe { self.inner.launch_tree(args) }?)

@@ -67,6 +67,11 @@ struct State {
     /// The fake kernel ORs this into the error word.
     flags: Cell<u64>,
     fail_launch: Cell<bool>,
+    /// `prepare_tree` calls, and how many found a stream capturing.
+    prepared: Cell<u32>,
+    prepared_while_capturing: Cell<u32>,
+    fail_prepare: Cell<bool>,
+    streams: RefCell<Vec<Stream>>,
 }
 
 #[derive(Clone)]
@@ -122,7 +127,9 @@ impl Driver for Fake {
     type Graph = Rc<Vec<Op>>;
 
     fn stream(&self) -> Result<Stream, FakeError> {
-        Ok(Rc::default())
+        let s: Stream = Rc::default();
+        self.st.streams.borrow_mut().push(s.clone());
+        Ok(s)
     }
     fn event(&self) -> Result<(), FakeError> {
         Ok(())
@@ -245,6 +252,24 @@ impl Driver for Fake {
 }
 
 impl TreeDriver for Fake {
+    fn prepare_tree(&self) -> Result<(), FakeError> {
+        self.st.prepared.set(self.st.prepared.get() + 1);
+        if self
+            .st
+            .streams
+            .borrow()
+            .iter()
+            .any(|s| s.capture.borrow().is_some())
+        {
+            let n = self.st.prepared_while_capturing.get();
+            self.st.prepared_while_capturing.set(n + 1);
+        }
+        if self.st.fail_prepare.get() {
+            return Err(FakeError(ErrorKind::Compile));
+        }
+        Ok(())
+    }
+
     /// The fake tree kernel: per request of the batch word, `accepted[b] = nodes[b] + 100`;
     /// `path[i] = 300 + i` and `tokens[i] = 400 + i` over `B · (max_depth + 1)`; the drafts
     /// counter grows by `B`, and the error word takes the injected flags.
@@ -734,4 +759,242 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     let e = unsafe { v.capture_tree_staged(&a2) }.err();
     assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Device))));
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
+}
+
+/// `TreeStaging::write` refuses what the reference's shape checks refuse, with the same error
+/// (batch size, node slots, depth, vocabulary, strides, every input slice), and nothing is
+/// enqueued.
+#[test]
+fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
+    use specula_core::verify::Strides;
+    use specula_core::verify::tree::{MAX_TREE_NODES, validate_tree_shape};
+    let (drv, v, staging, _) = rig(2);
+    let n = MAX_TREE_NODES + 1;
+    let big = (vec![0u32; n], vec![-1i32; n], vec![0.5f32; 2 * n]);
+    let d = Owned::new(2);
+    let eps1 = [0.1f32];
+    let cases: Vec<(&str, TreeBatch<'_>)> = vec![
+        ("empty", {
+            let mut b = d.view();
+            b.tree.nodes = &[];
+            b
+        }),
+        ("no node slot", {
+            let mut b = d.view();
+            b.max_nodes = 0;
+            b
+        }),
+        ("too many node slots", {
+            let mut b = TreeBatch::new(
+                TreeDims {
+                    vocab: 2,
+                    max_nodes: n,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[1],
+                    tokens: &big.0,
+                    first_child: &big.1,
+                    next_sibling: &big.1,
+                },
+                &big.2,
+                Streams {
+                    seed: &[1],
+                    offset: &[0],
+                },
+            );
+            b.max_nodes = n;
+            b
+        }),
+        ("too deep", {
+            let mut b = d.view();
+            b.max_depth = K + 1;
+            b
+        }),
+        ("no vocabulary", {
+            let mut b = d.view();
+            b.vocab = 0;
+            b
+        }),
+        ("vocabulary above u32::MAX", {
+            let mut b = d.view();
+            b.vocab = u32::MAX as usize + 1;
+            b
+        }),
+        ("vocabulary u32::MAX: slices too short", {
+            let mut b = d.view();
+            b.vocab = u32::MAX as usize;
+            b
+        }),
+        (
+            "target stride",
+            d.view().with_strides(Strides {
+                draft: 2,
+                target: 1,
+            }),
+        ),
+        ("draft stride", {
+            let b = d.view().with_draft_probs(&d.target);
+            b.with_strides(Strides {
+                draft: 1,
+                target: 2,
+            })
+        }),
+        ("draft rows", d.view().with_draft_probs(&d.target[1..])),
+        ("tokens", {
+            let mut b = d.view();
+            b.tree.tokens = &d.tokens[1..];
+            b
+        }),
+        ("first children", {
+            let mut b = d.view();
+            b.tree.first_child = &d.first_child[1..];
+            b
+        }),
+        ("seeds", {
+            let mut b = d.view();
+            b.seed = &d.seed[1..];
+            b
+        }),
+        ("offsets", {
+            let mut b = d.view();
+            b.offset = &d.offset[1..];
+            b
+        }),
+        ("eps", d.view().with_typical(&eps1, &eps1)),
+        ("delta", {
+            let mut b = d.view().with_typical(&[0.1, 0.1], &[0.2, 0.2]);
+            b.delta = Some(&eps1);
+            b
+        }),
+    ];
+    let ops = drv.st.ops.get();
+    for (what, b) in cases {
+        let w = b.max_depth.saturating_add(1).min(64);
+        let r = b.requests();
+        let (mut acc, mut path, mut tok) = (vec![0; r], vec![0; r * w], vec![0; r * w]);
+        let out = TreeOutputs {
+            accepted: &mut acc,
+            path: &mut path,
+            tokens: &mut tok,
+        };
+        let want = validate_tree_shape::<K>(&b, &out).unwrap_err();
+        let got = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &b)
+            .err();
+        assert_eq!(got, Some(GpuError::Tree(want)), "{what}");
+    }
+    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+}
+
+/// The largest shapes the checks allow pass them: 512 node slots, `max_depth = K`, rows padded
+/// past `V` (strides above the vocabulary).
+#[test]
+fn tree_staging_accepts_the_boundary_shapes() {
+    use specula_core::verify::Strides;
+    use specula_core::verify::tree::MAX_TREE_NODES;
+    let drv = Fake::new();
+    let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let n = MAX_TREE_NODES;
+    let big = (vec![0u32; n], vec![-1i32; n], vec![0.5f32; 2 * n]);
+    let widest = TreeBatch::new(
+        TreeDims {
+            vocab: 2,
+            max_nodes: n,
+            max_depth: 1,
+        },
+        Tree {
+            nodes: &[1],
+            tokens: &big.0,
+            first_child: &big.1,
+            next_sibling: &big.1,
+        },
+        &big.2,
+        Streams {
+            seed: &[1],
+            offset: &[0],
+        },
+    );
+    let d = Owned::new(2);
+    let mut deepest = d.view();
+    deepest.max_depth = K;
+    let padded_rows = [0.25f32, 0.75, 9.0].repeat(6);
+    let mut padded = d.view().with_strides(Strides {
+        draft: 3,
+        target: 3,
+    });
+    padded.target = &padded_rows;
+    let padded = padded.with_draft_probs(&padded_rows);
+    for (what, b, out) in [
+        ("512 node slots", widest, 2),
+        ("max_depth = K", deepest, 2 * (K + 1)),
+        ("padded rows", padded, 4),
+    ] {
+        let mut staging = TreeStaging::new();
+        staging.reserve(&drv, &b).unwrap();
+        let a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &b)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(a.path.len(), out, "{what}");
+        let shape = elems(&a.shape);
+        assert_eq!(
+            shape,
+            tree_shape::<K>(Method::Rejection, &b).unwrap(),
+            "{what}"
+        );
+    }
+}
+
+/// The default ε and δ are uploaded in chunks of 64 from the stack: every request gets them,
+/// past the first chunk too.
+#[test]
+fn default_typical_parameters_reach_every_request() {
+    let (drv, v, mut staging, _) = rig(1);
+    let d = Owned::new(130);
+    staging.reserve(&drv, &d.view()).unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .unwrap();
+    assert_eq!(elems(&a.eps), vec![DEFAULT_EPS; 130]);
+    assert_eq!(elems(&a.delta), vec![DEFAULT_DELTA; 130]);
+}
+
+/// The tree entry is made ready at set-up (`stage_tree`, and `capture_tree` before its capture
+/// begins), never while a stream captures; a failure to prepare is the driver's error, with
+/// nothing captured or staged.
+#[test]
+fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
+    let (drv, v, staging, d) = rig(2);
+    assert_eq!(drv.st.prepared.get(), 1, "stage_tree prepared it");
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    // SAFETY: staged views; only `write` writes the staging buffers.
+    let graph = unsafe { v.capture_tree_staged(&a) }.ok().unwrap();
+    assert_eq!(drv.st.prepared.get(), 2, "capture_tree prepared it");
+    assert_eq!(drv.st.prepared_while_capturing.get(), 0);
+    v.replay_tree(&graph).unwrap();
+    assert_eq!(drv.st.prepared.get(), 2, "a replay does not");
+    drv.st.fail_prepare.set(true);
+    // SAFETY: as above.
+    let e = unsafe { v.capture_tree_staged(&a) }.err();
+    assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Compile))));
+    assert!(
+        v.stream().capture.borrow().is_none(),
+        "no capture left open"
+    );
+    let drv2 = Fake::new();
+    drv2.st.fail_prepare.set(true);
+    let mut fresh = GpuVerifier::<Fake, K>::new(drv2.clone()).unwrap();
+    let mut staging2 = TreeStaging::new();
+    let mut o = Outs::new(2);
+    let e = fresh.stage_tree(
+        &mut staging2,
+        Method::Greedy,
+        Check::Cheap,
+        &d.view(),
+        &o.view(),
+    );
+    assert_eq!(e, Err(GpuError::Driver(FakeError(ErrorKind::Compile))));
+    assert_eq!(drv2.st.ops.get(), 0, "nothing staged");
 }

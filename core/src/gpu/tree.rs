@@ -63,9 +63,10 @@ fn enqueue<D: TreeDriver>(
 }
 
 impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
-    /// Set-up for the host-slice tree path: validates `batch` like the reference
-    /// ([`validate_tree`], with `out`, the host outputs its results will be copied to), refuses
-    /// target logits, and grows `staging` for it. Then [`TreeStaging::write`] enqueues the
+    /// Set-up for the tree paths: validates `batch` like the reference ([`validate_tree`], with
+    /// `out`, the host outputs its results will be copied to), refuses target logits, makes the
+    /// tree entry ready ([`TreeDriver::prepare_tree`]: a run-time compiled driver compiles it
+    /// here, not on the step path) and grows `staging` for it. Then [`TreeStaging::write`] enqueues the
     /// copies and gives the views for [`launch_tree_staged`](GpuVerifier::launch_tree_staged)
     /// or [`capture_tree_staged`](GpuVerifier::capture_tree_staged).
     pub fn stage_tree(
@@ -77,6 +78,7 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
         out: &TreeOutputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
         check_tree::<K, D::Error>(method, check, batch, out)?;
+        self.driver().prepare_tree().map_err(GpuError::Driver)?;
         staging.reserve(&self.drv_ref(), batch)
     }
 
@@ -112,8 +114,9 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
         unsafe { self.launch_tree(args) }
     }
 
-    /// Captures one tree launch on `args` as a graph (no work runs). Set-up; a replay is one
-    /// driver call on the step path.
+    /// Captures one tree launch on `args` as a graph (no work runs; the tree entry is made
+    /// ready first, [`TreeDriver::prepare_tree`]). Set-up; a replay is one driver call on the
+    /// step path.
     ///
     /// # Safety
     /// As for [`launch_tree`](GpuVerifier::launch_tree), at every replay.
@@ -125,6 +128,8 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
             return Err(GpuError::ViewTooShort);
         }
         let (drv, stream) = (self.driver(), self.stream());
+        // Compile / load the tree module now, not while the stream is capturing.
+        drv.prepare_tree().map_err(GpuError::Driver)?;
         drv.begin_capture(stream).map_err(GpuError::Driver)?;
         let launched = enqueue(drv, stream, self.stats(), args);
         // End the capture even when the launch failed, so the stream is usable again.

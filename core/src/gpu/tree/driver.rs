@@ -95,10 +95,21 @@ pub struct TreeLaunch<'l, 'a, D: Driver> {
 /// A [`Driver`] that can launch the tree entry point. Like [`Driver::launch`], the call only
 /// enqueues (and is recorded in a capture like any other stream work).
 ///
-/// A driver that compiles kernels at run time may compile the tree module on the first call
-/// (set-up cost paid once, and only by runtimes that verify trees); it must answer a missing
-/// compiler or entry point with an error, never a panic.
+/// A driver that compiles kernels at run time compiles the tree module in
+/// [`prepare_tree`](TreeDriver::prepare_tree), or on the first launch if nothing prepared it
+/// (set-up cost paid once, and only by runtimes that verify trees); it answers a missing compiler
+/// or entry point with an error, never a panic.
 pub trait TreeDriver: Driver {
+    /// Makes the tree entry ready to launch (a driver that compiles kernels at run time
+    /// compiles and loads the tree module here, once). Set-up, never the step path: the
+    /// orchestration calls it from [`stage_tree`](super::super::GpuVerifier::stage_tree) and
+    /// [`capture_tree`](super::super::GpuVerifier::capture_tree) (before the capture begins: no
+    /// module is loaded while a stream is capturing). A driver whose tree entry is always ready
+    /// keeps the default, which does nothing.
+    fn prepare_tree(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// Enqueues one launch of [`TREE_ENTRY`](crate::kernels::TREE_ENTRY).
     fn launch_tree(
         &self,
