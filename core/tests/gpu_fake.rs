@@ -1433,6 +1433,15 @@ fn staging_writes_the_optional_inputs() {
         11,
         "the plain entry's buffers only"
     );
+    // A batch with them is refused there before anything is enqueued (no partial write).
+    drv.run();
+    assert_eq!(
+        fresh
+            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view())
+            .unwrap_err(),
+        GpuError::ViewTooShort
+    );
+    assert_eq!(drv.pending_ops(), 0, "nothing enqueued");
     fresh.reserve(&drv, &x.view()).unwrap();
     assert_eq!(
         drv.st.next_id.get() - ids,
