@@ -127,26 +127,46 @@ pub fn compile_source_ptx(source: &str, name: &str, arch: &str) -> Result<String
 }
 
 static CACHE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+static TREE_CACHE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// Compiles [`specula_core::kernels::SOURCE`] to PTX for `arch` (e.g. `"compute_90"`), once per
 /// process and architecture.
 pub fn compile_ptx(arch: &str) -> Result<String, CudaError> {
+    cached(
+        &CACHE,
+        specula_core::kernels::SOURCE,
+        "specula_verify.cu",
+        arch,
+    )
+}
+
+/// Compiles [`specula_core::kernels::TREE_SOURCE`] (the chain text, then the tree entry
+/// `specula_verify_tree`) to PTX for `arch`, once per process and architecture. A
+/// [`CudaDevice`](crate::CudaDevice) calls it on its first tree launch only, so runtimes that
+/// verify chains alone never compile it.
+pub fn compile_tree_ptx(arch: &str) -> Result<String, CudaError> {
+    cached(
+        &TREE_CACHE,
+        specula_core::kernels::TREE_SOURCE,
+        "specula_tree.cu",
+        arch,
+    )
+}
+
+fn cached(
+    cache: &Mutex<Vec<(String, String)>>,
+    source: &str,
+    name: &str,
+    arch: &str,
+) -> Result<String, CudaError> {
     // A poisoned lock only means another thread panicked mid-insert: the Vec is still valid.
-    let mut cache = CACHE
+    let mut cache = cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((_, ptx)) = cache.iter().find(|(a, _)| a == arch) {
         return Ok(ptx.clone());
     }
-    let ptx = crate::nvrtc::compile(
-        specula_core::kernels::SOURCE,
-        "specula_verify.cu",
-        &nvrtc_options(arch),
-    )
-    .map_err(|e| match e {
-        crate::nvrtc::Failure::Missing => CudaError::NoNvrtc,
-        crate::nvrtc::Failure::Refused(log) => CudaError::Nvrtc { log },
-    })?;
+    let ptx = compile_source_ptx(source, name, arch)?;
     cache.push((arch.to_owned(), ptx.clone()));
     Ok(ptx)
 }

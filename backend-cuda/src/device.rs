@@ -2,14 +2,14 @@
 //! page-locked host buffers that free themselves.
 
 use crate::calls::{Blocking, call};
-use crate::compile::{compile_ptx, driver_present};
+use crate::compile::{compile_ptx, compile_tree_ptx, driver_present};
 use crate::error::CudaError;
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use specula_core::gpu::ENTRY_NAMES;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// A CUDA context with the verification kernel loaded and the stream it runs on.
 ///
@@ -27,6 +27,18 @@ pub struct CudaDevice {
     functions: [CudaFunction; ENTRY_NAMES.len()],
     arch: String,
     sms: u32,
+    /// The tree entry, compiled and loaded on the first tree launch (`tree_function`).
+    tree: OnceLock<TreeKernel>,
+    /// Serialises that first compile.
+    tree_init: Mutex<()>,
+}
+
+/// The tree module (`kernels::TREE_SOURCE`) and its entry point.
+#[derive(Debug)]
+struct TreeKernel {
+    // Keeps the module loaded while `function` is used.
+    _module: Arc<CudaModule>,
+    function: CudaFunction,
 }
 
 impl CudaDevice {
@@ -80,6 +92,8 @@ impl CudaDevice {
             functions,
             arch,
             sms: u32::try_from(sms).unwrap_or(1).max(1),
+            tree: OnceLock::new(),
+            tree_init: Mutex::new(()),
         })
     }
 
@@ -104,6 +118,42 @@ impl CudaDevice {
     /// The entry point at `index` of `specula_core::gpu::ENTRY_NAMES`, if there is one.
     pub(crate) fn cu_entry(&self, index: usize) -> Option<CUfunction> {
         self.functions.get(index).map(CudaFunction::cu_function)
+    }
+
+    /// The tree entry point (`specula_verify_tree`): on the first call the tree text
+    /// ([`TREE_SOURCE`](specula_core::kernels::TREE_SOURCE)) is compiled with NVRTC for this
+    /// device (once per process and architecture) and loaded as a second module, so a runtime
+    /// that verifies chains alone pays nothing for it. A failure (no NVRTC, a refused compile, a
+    /// failed load) is returned as a typed error and not cached: a later call tries again.
+    pub(crate) fn tree_function(&self) -> Result<CUfunction, CudaError> {
+        if let Some(t) = self.tree.get() {
+            return Ok(t.function.cu_function());
+        }
+        let _first = self
+            .tree_init
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = self.tree.get() {
+            return Ok(t.function.cu_function());
+        }
+        let ptx = compile_tree_ptx(&self.arch)?;
+        let module = call("cuModuleLoadData", Blocking::Yes, || {
+            self.ctx.load_module(Ptx::from_src(ptx))
+        })?;
+        let function = call("cuModuleGetFunction", Blocking::No, || {
+            module.load_function(specula_core::kernels::TREE_ENTRY)
+        })?;
+        let t = self.tree.get_or_init(|| TreeKernel {
+            _module: module,
+            function,
+        });
+        Ok(t.function.cu_function())
+    }
+
+    /// Whether the tree module is loaded (after the first tree launch).
+    #[must_use]
+    pub fn tree_loaded(&self) -> bool {
+        self.tree.get().is_some()
     }
 
     /// Streaming multiprocessors of the device.

@@ -12,7 +12,9 @@ use cudarc::driver::sys::{
     CUresult, CUstreamCaptureMode,
 };
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
-use specula_core::gpu::{Driver, Element, Launch, MAX_PARAMS, Param, Status};
+use specula_core::gpu::{
+    Driver, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
+};
 use specula_core::kernels;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -355,5 +357,49 @@ impl Driver for CudaDriver {
 
     fn block_threads(&self) -> u32 {
         kernels::BLOCK_THREADS
+    }
+}
+
+impl TreeDriver for CudaDriver {
+    /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
+    /// ([`CudaDevice`]: once per device; a missing NVRTC is [`CudaError::NoNvrtc`]).
+    fn launch_tree(
+        &self,
+        stream: &Arc<CudaStream>,
+        l: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), CudaError> {
+        self.bind()?;
+        let f = self.dev.tree_function()?;
+        let a = l.args;
+        let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
+        let mut values: [u64; 15] = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.nodes.buffer(), a.nodes.byte_offset()),
+            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
+            at(a.first_child.buffer(), a.first_child.byte_offset()),
+            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
+            a.draft_probs.map_or(0, |v| at(v.buffer(), v.byte_offset())),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.path.buffer(), a.path.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            l.stats.ptr,
+        ];
+        let mut params: [*mut c_void; 15] = [core::ptr::null_mut(); 15];
+        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
+            *p = core::ptr::from_mut(v).cast();
+        }
+        let s = stream.cu_stream();
+        let (grid, block) = (l.grid, l.block);
+        // SAFETY: `f` is the loaded `specula_verify_tree` (15 pointer parameters), passed in
+        // that order; the orchestration sized stats and checked the views against the capacity;
+        // the caller of its tree launch vouched for the shape words in device memory.
+        call("cuLaunchKernel", Blocking::No, || unsafe {
+            result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params)
+        })
     }
 }

@@ -13,8 +13,8 @@ mod verifier;
 
 pub use calls::{CallCounts, call_counts};
 pub use compile::{
-    DRIVER_SYMBOLS, compile_ptx, compile_source_ptx, driver_present, nvrtc_options, nvrtc_present,
-    nvrtc_version,
+    DRIVER_SYMBOLS, compile_ptx, compile_source_ptx, compile_tree_ptx, driver_present,
+    nvrtc_options, nvrtc_present, nvrtc_version,
 };
 pub use device::{CudaDevice, DeviceBuffer, PinnedWords};
 pub use driver::{CudaDriver, EventHandle, GraphHandle};

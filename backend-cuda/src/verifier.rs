@@ -11,7 +11,8 @@ use crate::driver::CudaDriver;
 use crate::error::CudaError;
 use crate::readback::CudaReadback;
 use specula_core::Counters;
-use specula_core::gpu::{GpuVerifier, Staged, VerifyArgs, VerifyGraph};
+use specula_core::gpu::{GpuVerifier, Staged, TreeArgs, TreeGraph, VerifyArgs, VerifyGraph};
+use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{Batch, Check, Method, Outputs, Support, Verifier};
 use std::sync::Arc;
 
@@ -131,6 +132,68 @@ impl<const K: usize> CudaVerifier<K> {
         tokens: &mut [u32],
     ) -> Result<u64, CudaError> {
         Ok(self.inner.download_outputs(args, accepted, tokens)?)
+    }
+}
+
+/// Token trees (`core/DETERMINISM.md`, "Token trees"): the tree entry of the kernel text,
+/// compiled with NVRTC and loaded on the first tree launch (a runtime that verifies chains alone
+/// never compiles it), counted in the same device counters as chains.
+impl<const K: usize> CudaVerifier<K> {
+    /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
+    /// (bit-identical to `verify_tree_batch`; see [`GpuVerifier::verify_tree`]): validation
+    /// errors are [`CudaError::Tree`] (the reference's), target logits
+    /// [`CudaError::Verify`] `Unsupported`; one synchronising call.
+    pub fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), CudaError> {
+        Ok(self.inner.verify_tree(method, check, batch, out)?)
+    }
+
+    /// The tree step path: enqueues one tree launch on the compute stream, with no
+    /// synchronising call (see [`GpuVerifier::launch_tree`]).
+    ///
+    /// # Safety
+    /// As for [`GpuVerifier::launch_tree`]: the shape words in device memory must describe
+    /// extents within the views.
+    pub unsafe fn launch_tree(&self, args: &TreeArgs<'_, CudaDriver>) -> Result<(), CudaError> {
+        // SAFETY: the caller's contract is the one of the shared tree launch.
+        Ok(unsafe { self.inner.launch_tree(args) }?)
+    }
+
+    /// Captures one tree launch on `args` in a CUDA graph (set-up; see
+    /// [`GpuVerifier::capture_tree`]).
+    ///
+    /// # Safety
+    /// As for [`launch_tree`](CudaVerifier::launch_tree), at every replay.
+    pub unsafe fn capture_tree<'a>(
+        &self,
+        args: &TreeArgs<'a, CudaDriver>,
+    ) -> Result<TreeGraph<'a, CudaDriver>, CudaError> {
+        // SAFETY: the caller's contract is the one of the shared capture.
+        Ok(unsafe { self.inner.capture_tree(args) }?)
+    }
+
+    /// Replays a captured tree launch: one `cuGraphLaunch`, never synchronising.
+    pub fn replay_tree(&self, graph: &TreeGraph<'_, CudaDriver>) -> Result<(), CudaError> {
+        Ok(self.inner.replay_tree(graph)?)
+    }
+
+    /// Copies the tree outputs of the work enqueued so far on `args` to the host and waits (one
+    /// synchronising call; not the step path). Returns the error-flag word.
+    pub fn download_tree_outputs(
+        &mut self,
+        args: &TreeArgs<'_, CudaDriver>,
+        accepted: &mut [u32],
+        path: &mut [u32],
+        tokens: &mut [u32],
+    ) -> Result<u64, CudaError> {
+        Ok(self
+            .inner
+            .download_tree_outputs(args, accepted, path, tokens)?)
     }
 }
 

@@ -48,6 +48,11 @@ pub(crate) struct DeviceInner {
     arch: Option<String>,
     /// The verification module, compiled for this device once per process.
     pub(crate) module: OnceLock<Result<Arc<crate::compile::Module>, RocmError>>,
+    /// The tree module (`kernels::TREE_SOURCE`), compiled on the first tree launch
+    /// (`RocmDriver::launch_tree`); a failure is not kept, so a later launch tries again.
+    pub(crate) tree: OnceLock<Arc<crate::driver::TreeKernel>>,
+    /// Serialises that first compile.
+    pub(crate) tree_init: Mutex<()>,
 }
 
 /// One ROCm GPU. Cheap to clone; every clone (and every `Device::new` of the same ordinal in
@@ -93,6 +98,8 @@ impl Device {
                 ordinal: raw,
                 arch,
                 module: OnceLock::new(),
+                tree: OnceLock::new(),
+                tree_init: Mutex::new(()),
             }),
         };
         open.push(device.clone());

@@ -11,8 +11,10 @@ use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
 use core::ffi::c_void;
-use specula_core::gpu::{Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status};
-use specula_core::kernels;
+use specula_core::gpu::{
+    Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
+};
+use specula_core::kernels::{self, TREE_ENTRY};
 use std::sync::Arc;
 
 /// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
@@ -38,6 +40,51 @@ fn module_for(device: &Device) -> Result<Arc<Module>, RocmError> {
             Module::load(device, &code).map(Arc::new)
         })
         .clone()
+}
+
+/// The tree module of a device and its entry point (`specula_verify_tree`), the handle valid
+/// while the module is loaded (kept here).
+pub(crate) struct TreeKernel {
+    _module: Module,
+    function: RawFunction,
+}
+
+// SAFETY: as for `Kernels`: a function handle may be launched from any thread; its module
+// lives as long as this value.
+unsafe impl Send for TreeKernel {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for TreeKernel {}
+
+/// The tree entry of `device`: compiled with hiprtc and loaded on the first call (once per
+/// device and process, so chain-only runtimes never compile it); a failure is returned, not
+/// kept.
+fn tree_function(device: &Device) -> Result<RawFunction, RocmError> {
+    let inner = &device.inner;
+    if let Some(t) = inner.tree.get() {
+        return Ok(t.function);
+    }
+    let _first = inner
+        .tree_init
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(t) = inner.tree.get() {
+        return Ok(t.function);
+    }
+    let code = compile(
+        kernels::TREE_SOURCE,
+        "specula_tree.cu",
+        device.arch(),
+        KERNEL_OPTIONS,
+    )?;
+    let module = Module::load(device, &code)?;
+    let function = module.function(TREE_ENTRY)?;
+    let t = inner.tree.get_or_init(|| {
+        Arc::new(TreeKernel {
+            _module: module,
+            function,
+        })
+    });
+    Ok(t.function)
 }
 
 /// The kernel's chain entry points, in the order of `specula_core::gpu::ENTRY_NAMES` (a launch
@@ -474,5 +521,68 @@ impl Driver for RocmDriver {
 
     fn block_threads(&self) -> u32 {
         kernels::BLOCK_THREADS
+    }
+}
+
+impl TreeDriver for RocmDriver {
+    /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
+    /// (once per device; no hiprtc is [`RocmError::NoHiprtc`]). A driver made without the
+    /// kernel ([`RocmDriver::new`]) answers [`RocmError::Unsupported`], as for chains.
+    fn launch_tree(
+        &self,
+        stream: &Arc<Stream>,
+        l: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), RocmError> {
+        if self.kernels.is_none() {
+            return Err(RocmError::Unsupported(
+                "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
+            ));
+        }
+        let function = tree_function(&self.device)?;
+        let a = l.args;
+        let mut values: [*mut c_void; 15] = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.nodes.buffer(), a.nodes.byte_offset()),
+            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
+            at(a.first_child.buffer(), a.first_child.byte_offset()),
+            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
+            a.draft_probs
+                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.path.buffer(), a.path.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            at(l.stats, 0),
+        ];
+        let mut params: [*mut c_void; 15] = [core::ptr::null_mut(); 15];
+        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
+            *p = core::ptr::from_mut(v).cast();
+        }
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: `function` is `specula_verify_tree` (fifteen pointer arguments) of the loaded
+        // tree module; `params` holds one pointer to each argument in the order of its launch
+        // contract (the values are copied at launch); the orchestration sized stats and checked
+        // the views against the capacity, and the caller of its tree launch vouched for the
+        // shape words in device memory; block = 256, a multiple of both AMD wave sizes.
+        hip.check("hipModuleLaunchKernel", unsafe {
+            (hip.api.hipModuleLaunchKernel)(
+                function,
+                l.grid,
+                1,
+                1,
+                l.block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                core::ptr::null_mut(),
+            )
+        })
     }
 }

@@ -11,7 +11,8 @@ use crate::driver::RocmDriver;
 use crate::error::RocmError;
 use crate::readback::{DeviceCounters, RocmReadback};
 use specula_core::Counters;
-use specula_core::gpu::{GpuVerifier, Staged, VerifyArgs, VerifyGraph};
+use specula_core::gpu::{GpuVerifier, Staged, TreeArgs, TreeGraph, VerifyArgs, VerifyGraph};
+use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{Batch, Check, Method, Outputs, Support, Verifier};
 use std::sync::Arc;
 
@@ -190,6 +191,85 @@ impl<const K: usize> RocmVerifier<K> {
         tokens: &mut [u32],
     ) -> Result<u64, RocmError> {
         Ok(self.inner.download_outputs(args, accepted, tokens)?)
+    }
+}
+
+/// Token trees (`core/DETERMINISM.md`, "Token trees"): the tree entry of the kernel text,
+/// compiled with hiprtc and loaded on the first tree launch (a runtime that verifies chains
+/// alone never compiles it), counted in the same device counters as chains.
+impl<const K: usize> RocmVerifier<K> {
+    /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
+    /// (bit-identical to `verify_tree_batch`; see [`GpuVerifier::verify_tree`]).
+    ///
+    /// # Errors
+    /// [`RocmError::Tree`] with the reference's validation error, [`RocmError::Verify`]
+    /// `Unsupported` for target logits (nothing launched or counted then),
+    /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the tree module cannot be compiled,
+    /// [`RocmError::Hip`] for a runtime failure or new kernel error flags.
+    pub fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), RocmError> {
+        Ok(self.inner.verify_tree(method, check, batch, out)?)
+    }
+
+    /// The tree step path: enqueues one tree launch on the compute stream, with no
+    /// synchronising call (see [`GpuVerifier::launch_tree`]).
+    ///
+    /// # Safety
+    /// As for [`GpuVerifier::launch_tree`]: the shape words in device memory must describe
+    /// extents within the views.
+    ///
+    /// # Errors
+    /// [`RocmError::ViewTooShort`] for views shorter than the capacity, [`RocmError::Hip`] when
+    /// the launch fails, the compile errors on the first tree launch.
+    pub unsafe fn launch_tree(&self, args: &TreeArgs<'_, RocmDriver>) -> Result<(), RocmError> {
+        // SAFETY: the caller's contract is the one of the shared tree launch.
+        Ok(unsafe { self.inner.launch_tree(args) }?)
+    }
+
+    /// Captures one tree launch on `args` in a HIP graph (set-up; see
+    /// [`GpuVerifier::capture_tree`]).
+    ///
+    /// # Safety
+    /// As for [`launch_tree`](Self::launch_tree), at every replay.
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture).
+    pub unsafe fn capture_tree<'a>(
+        &self,
+        args: &TreeArgs<'a, RocmDriver>,
+    ) -> Result<TreeGraph<'a, RocmDriver>, RocmError> {
+        // SAFETY: the caller's contract is the one of the shared capture.
+        Ok(unsafe { self.inner.capture_tree(args) }?)
+    }
+
+    /// Replays a captured tree launch: one `hipGraphLaunch`, never synchronising.
+    ///
+    /// # Errors
+    /// [`RocmError::Hip`] when the launch fails.
+    pub fn replay_tree(&self, graph: &TreeGraph<'_, RocmDriver>) -> Result<(), RocmError> {
+        Ok(self.inner.replay_tree(graph)?)
+    }
+
+    /// Copies the tree outputs of the work enqueued so far on `args` to the host and waits (one
+    /// synchronising call; not the step path). Returns the error-flag word.
+    ///
+    /// # Errors
+    /// [`RocmError::Hip`] when a copy or the wait fails.
+    pub fn download_tree_outputs(
+        &mut self,
+        args: &TreeArgs<'_, RocmDriver>,
+        accepted: &mut [u32],
+        path: &mut [u32],
+        tokens: &mut [u32],
+    ) -> Result<u64, RocmError> {
+        Ok(self
+            .inner
+            .download_tree_outputs(args, accepted, path, tokens)?)
     }
 }
 

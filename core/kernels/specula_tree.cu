@@ -14,7 +14,8 @@
 //           method, counters K, flags (SP_FLAG_DRAFT_PROBS), node slots N per request.
 //   Probabilities only (target logits are verified on the CPU backend).
 //   Outputs per request b, W = max_depth + 1: accepted[b], path[b W + j], tokens[b W + j].
-//   Counters: Counters<K>::record(depth, accepted) per request of depth >= 1, 64-bit atomics.
+//   Counters: Counters<K>::record_tree(depth, n - 1, accepted) per request of depth >= 1, 64-bit
+//   atomics: stats = 4 + 2K chain words, the error word, then tree drafts and tree draft nodes.
 //   A malformed tree (node count outside 1..=N, a link out of range, a root sibling, a second
 //   visit, an unreachable node, depth > max_depth) sets SP_ERR_TREE, a node token >= V sets
 //   SP_ERR_TOKEN; that request is skipped (not counted, outputs = sentinel).
@@ -461,7 +462,9 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
             out_tok[j] = SP_SENTINEL;
         }
     }
-    // Counters<K>::record(depth, acc), fused as in the chain kernel; depth 0 is not counted.
+    // Counters<K>::record_tree(depth, n - 1, acc), fused as in the chain kernel: the chain words
+    // as record(depth, acc), then the two tree words after the error word (err + 1: trees,
+    // err + 2: draft nodes, the root excluded); depth 0 is not counted.
     sp_u64* const acc_pos = stats + 4u;
     sp_u64* const drafted_pos = stats + 4u + ck;
     if (threadIdx.x == 0u) accepted[b] = acc;
@@ -470,6 +473,8 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
         atomicAdd(stats + 1, (sp_u64)depth);
         atomicAdd(stats + 2, (sp_u64)acc);
         atomicAdd(stats + 3, (sp_u64)acc + 1ull);
+        atomicAdd(err + 1, 1ull);
+        atomicAdd(err + 2, (sp_u64)(n - 1u));
     }
     for (sp_u32 j = threadIdx.x; j < depth; j += blockDim.x) {
         atomicAdd(drafted_pos + j, 1ull);

@@ -25,6 +25,13 @@ pub struct Counters<const K: usize> {
     pub accepted_per_position: [u64; K],
     /// `drafted_per_position[i]`: drafts that had a token at position `i` (k > i).
     pub drafted_per_position: [u64; K],
+    /// Of [`drafts`](Self::drafts), those that were token trees (recorded by
+    /// [`record_tree`](Self::record_tree); a tree of the root alone is not counted).
+    pub tree_drafts: u64,
+    /// Draft nodes of those trees (Σ nodes, the root excluded): the tree's
+    /// [`draft_tokens`](Self::draft_tokens) in the chain's sense. Mean tree size =
+    /// `tree_draft_tokens / tree_drafts` ([`mean_tree_size`](Self::mean_tree_size)).
+    pub tree_draft_tokens: u64,
 }
 
 /// Why [`Counters::record`] refused a step.
@@ -48,6 +55,13 @@ pub enum CountError {
         /// Draft length given.
         k: usize,
     },
+    /// A tree with fewer draft nodes than its depth (every depth holds at least one node).
+    NodesBelowDepth {
+        /// Draft nodes given (the root excluded).
+        nodes: usize,
+        /// Depth given.
+        depth: usize,
+    },
 }
 
 impl core::fmt::Display for CountError {
@@ -57,6 +71,9 @@ impl core::fmt::Display for CountError {
             Self::DraftTooLong { k, max } => write!(f, "draft length {k} exceeds maximum {max}"),
             Self::AcceptedExceedsDraft { accepted, k } => {
                 write!(f, "{accepted} tokens accepted of a {k}-token draft")
+            }
+            Self::NodesBelowDepth { nodes, depth } => {
+                write!(f, "a tree of depth {depth} with only {nodes} draft nodes")
             }
         }
     }
@@ -79,6 +96,8 @@ impl<const K: usize> Counters<K> {
         emitted_tokens: 0,
         accepted_per_position: [0; K],
         drafted_per_position: [0; K],
+        tree_drafts: 0,
+        tree_draft_tokens: 0,
     };
 
     /// Records one verification step: a `k`-token draft of which the first `accepted` were
@@ -103,6 +122,34 @@ impl<const K: usize> Counters<K> {
         for c in &mut self.drafted_per_position[..k] {
             *c = c.wrapping_add(1);
         }
+        Ok(())
+    }
+
+    /// Records one verified token tree of `depth` with `nodes` draft nodes (the root excluded)
+    /// whose accepted path has `accepted` nodes: the tree is counted as a chain of its depth
+    /// ([`record`](Self::record)`(depth, accepted)`: the per-position counts are per-depth
+    /// counts), and [`tree_drafts`](Self::tree_drafts) / [`tree_draft_tokens`](Self::tree_draft_tokens)
+    /// add 1 and `nodes`. Nothing is changed on error.
+    ///
+    /// ```
+    /// use specula_core::Counters;
+    /// let mut c = Counters::<4>::ZERO;
+    /// c.record_tree(2, 6, 1).unwrap(); // a 2x2 tree, one node accepted
+    /// assert_eq!((c.drafts, c.draft_tokens, c.tree_drafts, c.tree_draft_tokens), (1, 2, 1, 6));
+    /// assert_eq!(c.mean_tree_size(), Some(6.0));
+    /// ```
+    pub fn record_tree(
+        &mut self,
+        depth: usize,
+        nodes: usize,
+        accepted: usize,
+    ) -> Result<(), CountError> {
+        if depth != 0 && nodes < depth {
+            return Err(CountError::NodesBelowDepth { nodes, depth });
+        }
+        self.record(depth, accepted)?;
+        self.tree_drafts = self.tree_drafts.wrapping_add(1);
+        self.tree_draft_tokens = self.tree_draft_tokens.wrapping_add(nodes as u64);
         Ok(())
     }
 
@@ -150,6 +197,8 @@ impl<const K: usize> Counters<K> {
         {
             *a = f(*a, *b);
         }
+        self.tree_drafts = f(self.tree_drafts, other.tree_drafts);
+        self.tree_draft_tokens = f(self.tree_draft_tokens, other.tree_draft_tokens);
     }
 
     fn for_each_pair(&self, other: &Self, mut f: impl FnMut(u64, u64)) {
@@ -171,6 +220,8 @@ impl<const K: usize> Counters<K> {
         {
             f(*a, *b);
         }
+        f(self.tree_drafts, other.tree_drafts);
+        f(self.tree_draft_tokens, other.tree_draft_tokens);
     }
 }
 
@@ -180,6 +231,7 @@ pub struct CountersStorage<const K: usize> {
     head: [Cell64; 4],
     accepted: [Cell64; K],
     drafted: [Cell64; K],
+    tree: [Cell64; 2],
 }
 
 /// Storage holding zero counters.
@@ -189,6 +241,7 @@ impl<const K: usize> Default for CountersStorage<K> {
             head: Default::default(),
             accepted: core::array::from_fn(|_| Cell64::default()),
             drafted: core::array::from_fn(|_| Cell64::default()),
+            tree: Default::default(),
         }
     }
 }
@@ -206,6 +259,7 @@ impl<const K: usize> Words for Counters<K> {
             .to_storage(),
             accepted: self.accepted_per_position.to_storage(),
             drafted: self.drafted_per_position.to_storage(),
+            tree: [self.tree_drafts, self.tree_draft_tokens].to_storage(),
         }
     }
     #[inline]
@@ -219,10 +273,12 @@ impl<const K: usize> Words for Counters<K> {
         .store(&s.head);
         self.accepted_per_position.store(&s.accepted);
         self.drafted_per_position.store(&s.drafted);
+        [self.tree_drafts, self.tree_draft_tokens].store(&s.tree);
     }
     #[inline]
     fn load(s: &Self::Storage) -> Self {
         let [drafts, draft_tokens, accepted_tokens, emitted_tokens] = <[u64; 4]>::load(&s.head);
+        let [tree_drafts, tree_draft_tokens] = <[u64; 2]>::load(&s.tree);
         Self {
             drafts,
             draft_tokens,
@@ -230,6 +286,8 @@ impl<const K: usize> Words for Counters<K> {
             emitted_tokens,
             accepted_per_position: Words::load(&s.accepted),
             drafted_per_position: Words::load(&s.drafted),
+            tree_drafts,
+            tree_draft_tokens,
         }
     }
 }
@@ -322,6 +380,60 @@ mod tests {
     }
 
     #[test]
+    fn record_tree_counts_a_chain_of_its_depth_and_its_nodes() {
+        let mut c = Counters::<4>::ZERO;
+        c.record_tree(3, 14, 2).unwrap();
+        c.record(4, 1).unwrap(); // a chain in the same counters
+        c.record_tree(1, 4, 0).unwrap();
+        let mut chain = Counters::<4>::ZERO;
+        chain.record(3, 2).unwrap();
+        chain.record(4, 1).unwrap();
+        chain.record(1, 0).unwrap();
+        assert_eq!((c.tree_drafts, c.tree_draft_tokens), (2, 18));
+        assert_eq!(c.mean_tree_size(), Some(9.0));
+        c.tree_drafts = 0;
+        c.tree_draft_tokens = 0;
+        assert_eq!(c, chain, "the chain fields are record(depth, accepted)'s");
+        let before = c;
+        assert_eq!(
+            c.record_tree(3, 2, 0),
+            Err(CountError::NodesBelowDepth { nodes: 2, depth: 3 })
+        );
+        assert_eq!(c.record_tree(0, 0, 0), Err(CountError::EmptyDraft));
+        assert_eq!(
+            c.record_tree(5, 9, 0),
+            Err(CountError::DraftTooLong { k: 5, max: 4 })
+        );
+        assert_eq!(
+            c.record_tree(2, 3, 3),
+            Err(CountError::AcceptedExceedsDraft { accepted: 3, k: 2 })
+        );
+        assert_eq!(c, before, "nothing changed on error");
+    }
+
+    #[test]
+    fn tree_fields_take_part_in_add_delta_and_dominates() {
+        let mut a = Counters::<2>::ZERO;
+        a.tree_draft_tokens = u64::MAX;
+        let mut b = a;
+        b.record_tree(2, 6, 1).unwrap();
+        let d = b.delta_since(&a);
+        assert_eq!((d.tree_drafts, d.tree_draft_tokens), (1, 6));
+        let mut back = a;
+        back.add(&d);
+        assert_eq!(back, b);
+        let mut c = b;
+        c.tree_drafts -= 1;
+        assert!(!c.dominates(&b) && b.dominates(&c));
+        let mut e = b;
+        e.tree_draft_tokens -= 1;
+        assert!(!e.dominates(&b) && b.dominates(&e));
+        let mut z = Counters::<2>::ZERO;
+        z.tree_draft_tokens = 1;
+        assert!(!z.is_zero());
+    }
+
+    #[test]
     fn delta_and_add_are_inverse_even_across_wrap() {
         let mut a = Counters::<2>::ZERO;
         a.drafts = u64::MAX - 1;
@@ -353,6 +465,8 @@ mod tests {
     fn snapshot_round_trips_through_words() {
         let mut c = Counters::<3>::ZERO;
         c.record(3, 1).unwrap();
+        c.record_tree(2, 7, 2).unwrap();
+        c.tree_draft_tokens = u64::MAX - 5;
         let s = Snapshot {
             counters: c,
             at_ns: u64::MAX - 3,

@@ -20,9 +20,11 @@
 //! * Block `(n, 1, 1)` with `n ≤ BLOCK_THREADS` (the kernel's compile-time `SPECULA_BLOCK_THREADS`,
 //!   256 unless defined otherwise) and `n` a multiple of the warp size (32 on NVIDIA, 64 or 32 on
 //!   AMD). No dynamic shared memory.
-//! * `stats` holds [`stats_words`]`(K)` words: the fields of [`Counters<K>`] in declaration order
-//!   (`drafts, draft_tokens, accepted_tokens, emitted_tokens, accepted_per_position[K],
-//!   drafted_per_position[K]`), then one error-flag word. The kernel adds to the counters with
+//! * `stats` holds [`stats_words`]`(K)` words: the chain fields of [`Counters<K>`] in declaration
+//!   order (`drafts, draft_tokens, accepted_tokens, emitted_tokens, accepted_per_position[K],
+//!   drafted_per_position[K]`), then one error-flag word ([`error_word`]), then the tree fields
+//!   `tree_drafts, tree_draft_tokens` ([`tree_drafts_word`], [`tree_draft_tokens_word`]; only
+//!   the tree entry [`TREE_ENTRY`] adds to them). The kernel adds to the counters with
 //!   64-bit atomics (`Counters::record(k, accepted)` per request with `k ≥ 1`, in the same
 //!   launch; a request with `k = 0` emits only its bonus token and is not counted) and ORs
 //!   [`ERR_SHAPE`], [`ERR_DRAFT_LEN`] or [`ERR_TOKEN`] into the flag word. A request with
@@ -104,11 +106,13 @@ pub const TREE_SOURCE: &str = concat!(
 /// (B·(max_depth + 1) each), `stats: *mut u64` ([`stats_words`]`(K)`).
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
-/// rule with draft rows, typical acceptance) and records `Counters::record(depth, accepted)`
-/// per request of depth ≥ 1. A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
+/// rule with draft rows, typical acceptance) and records
+/// `Counters::record_tree(depth, n − 1, accepted)` per request of depth ≥ 1 (the chain words
+/// as `record(depth, accepted)`, plus the tree words after the flag word). A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
 /// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
-/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; no backend launches it
-/// yet.)
+/// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; launched by the shared
+/// orchestration, [`GpuVerifier::launch_tree`](crate::gpu::GpuVerifier::launch_tree), over a
+/// [`TreeDriver`](crate::gpu::TreeDriver); shape words: [`tree_shape`](crate::gpu::tree_shape).)
 pub const TREE_ENTRY: &str = "specula_verify_tree";
 
 /// Number of `u32` shape words of [`TREE_ENTRY`].
@@ -141,18 +145,35 @@ pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
 /// [`VERIFY_EX_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`].
 pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 
-/// Name of the additive entry point for f32 target logits with per-request temperature
-/// (`extern "C"`): [`VERIFY_EX_ENTRY`]'s fourteen parameters, then `target_logits: *const f32`
-/// (exactly the layout of `target_probs`, which is then not read; null: the probability path,
-/// i.e. [`VERIFY_EX_ENTRY`]) and `temperature: *const f32` (B values; `0`: greedy on the logits,
-/// `> 0`: the softmax of `core/DETERMINISM.md`, computed on the fly, never materialised).
-/// Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
-/// `tests/src/kernel_host.rs`; no backend launches it yet.)
+/// Name of the additive entry point for target logits with per-request temperature and the
+/// engine's other inputs (`extern "C"`): [`VERIFY_EX_ENTRY`]'s fourteen parameters, then
+/// * `target_logits: *const f32` (exactly the layout of `target_probs`, which is then not read;
+///   null: the probability path, i.e. [`VERIFY_EX_ENTRY`]);
+/// * `temperature: *const f32` (B values; `0`: greedy on the logits, `> 0`: the softmax of
+///   `core/DETERMINISM.md`, computed on the fly, never materialised);
+/// * `methods: *const u32` (B [`method_code`]s, request b verified by `methods[b]`; null: the
+///   shape word's method for every request; logits at `T = 0` stay greedy);
+/// * `top_k: *const u32` (B values; `0`: off; null: off for every request);
+/// * `top_p: *const f32` (B values in `(0, 1]`; `1`: off; null: off);
+/// * `min_p: *const f32` (B values in `[0, 1]`; `0`: off; null: off) — the filters of
+///   `core/DETERMINISM.md` ("Sampling filters"), applied to every target row the method reads;
+/// * `recovered: *mut u32` (output, one value per draft slot as
+///   [`recovered_tokens`](crate::verify::recovered_tokens) lays it out: padded `b·k_max + j`
+///   with the sentinel for `j ≥ k[b]`, ragged `cu[b−1] + j`; null: not written).
+///
+/// The shape flags [`FLAG_TARGET_BF16`] / [`FLAG_TARGET_F16`] and [`FLAG_DRAFT_BF16`] /
+/// [`FLAG_DRAFT_F16`] (these entries only) make the target tensor read (the logits, else the
+/// probabilities) or the draft probabilities hold u16 bf16 / f16 patterns, strides in elements,
+/// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
+/// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
+/// counted). Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
+/// `tests/src/kernel_host.rs`; the GPU backends' wiring is separate.)
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
 
-/// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits` and `temperature` as
-/// for [`VERIFY_LOGITS_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block
-/// computes the softmax state (row maximum, exact sum) of the rows it works on over the whole
+/// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits`, `temperature`,
+/// `methods`, `top_k`, `top_p`, `min_p` and `recovered` as for [`VERIFY_LOGITS_ENTRY`];
+/// launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block computes the state of the rows
+/// it works on (softmax maximum and exact sum, filter threshold and kept mass) over the whole
 /// row; the passes after it are split.
 pub const VERIFY_SPLIT_LOGITS_ENTRY: &str = "specula_verify_split_logits";
 
@@ -187,6 +208,17 @@ pub const SHAPE_COUNTERS_K: usize = 6;
 pub const SHAPE_FLAGS: usize = 7;
 /// Flag: `draft_probs` is present (otherwise the drafter is one-hot).
 pub const FLAG_DRAFT_PROBS: u32 = 1;
+/// Flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`] only; the other entries refuse
+/// it with [`ERR_SHAPE`]): the target tensor the entry reads holds bf16 patterns (u16).
+pub const FLAG_TARGET_BF16: u32 = 2;
+/// Flag (logits entries only): the target tensor holds f16 patterns (u16). Not with
+/// [`FLAG_TARGET_BF16`] ([`ERR_SHAPE`]).
+pub const FLAG_TARGET_F16: u32 = 4;
+/// Flag (logits entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds bf16 patterns.
+pub const FLAG_DRAFT_BF16: u32 = 8;
+/// Flag (logits entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds f16 patterns.
+/// Not with [`FLAG_DRAFT_BF16`] ([`ERR_SHAPE`]).
+pub const FLAG_DRAFT_F16: u32 = 16;
 
 /// Error flag: the shape words were invalid, or the batch exceeded the launch's grid; the launch
 /// did nothing.
@@ -199,6 +231,12 @@ pub const ERR_TOKEN: u64 = 4;
 /// Error flag ([`TREE_ENTRY`]): some request's tree was malformed (node count, a link out of
 /// range, a cycle, an unreachable node, depth above `max_depth`); it was skipped, not counted.
 pub const ERR_TREE: u64 = 8;
+/// Error flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`]): some request had a
+/// per-request input the kernel refuses (a method code above 2, `top_p` outside `(0, 1]`,
+/// `min_p` outside `[0, 1]`, NaN included); it was skipped, not counted, sentinel outputs.
+/// (While the text does not implement an input yet, a request given it is skipped with this
+/// bit too: never wrong bits.)
+pub const ERR_PARAM: u64 = 16;
 
 /// The kernel's method code.
 #[must_use]
@@ -264,10 +302,14 @@ pub fn batch_shape<const K: usize>(
     ))
 }
 
-/// Words of the `stats` buffer for `Counters<K>`: `4 + 2K` counters and the error-flag word.
+/// Words of the `stats` buffer for `Counters<K>`: the `4 + 2K` chain counters, the error-flag
+/// word ([`error_word`]), then the two tree counters ([`tree_drafts_word`],
+/// [`tree_draft_tokens_word`]). The tree words come after the flag word so that the chain
+/// kernel's layout (counters, then the flag at `4 + 2K`) is unchanged; the chain kernel never
+/// writes them.
 #[must_use]
 pub const fn stats_words(k: usize) -> usize {
-    4 + 2 * k + 1
+    4 + 2 * k + 3
 }
 
 /// Index of the error-flag word in a `stats` buffer for `Counters<K>`.
@@ -276,10 +318,24 @@ pub const fn error_word(k: usize) -> usize {
     4 + 2 * k
 }
 
-/// The counters held in the first `4 + 2K` words of `stats`; `None` if it is shorter.
+/// Index of [`Counters::tree_drafts`] in a `stats` buffer for `Counters<K>` (after the flag
+/// word; added to by the tree entry [`TREE_ENTRY`] only).
+#[must_use]
+pub const fn tree_drafts_word(k: usize) -> usize {
+    4 + 2 * k + 1
+}
+
+/// Index of [`Counters::tree_draft_tokens`] in a `stats` buffer for `Counters<K>`.
+#[must_use]
+pub const fn tree_draft_tokens_word(k: usize) -> usize {
+    4 + 2 * k + 2
+}
+
+/// The counters held in a `stats` buffer ([`stats_words`]`(K)` words: the first `4 + 2K` and
+/// the two tree words after the flag word); `None` if it is shorter.
 #[must_use]
 pub fn counters_from_stats<const K: usize>(stats: &[u64]) -> Option<Counters<K>> {
-    if stats.len() < 4 + 2 * K {
+    if stats.len() < stats_words(K) {
         return None;
     }
     let mut c = Counters::<K>::ZERO;
@@ -290,6 +346,8 @@ pub fn counters_from_stats<const K: usize>(stats: &[u64]) -> Option<Counters<K>>
     c.accepted_per_position.copy_from_slice(&stats[4..4 + K]);
     c.drafted_per_position
         .copy_from_slice(&stats[4 + K..4 + 2 * K]);
+    c.tree_drafts = stats[tree_drafts_word(K)];
+    c.tree_draft_tokens = stats[tree_draft_tokens_word(K)];
     Some(c)
 }
 
@@ -316,6 +374,11 @@ mod tests {
             ("SP_SHAPE_COUNTERS_K", SHAPE_COUNTERS_K as u64),
             ("SP_SHAPE_FLAGS", SHAPE_FLAGS as u64),
             ("SP_FLAG_DRAFT_PROBS", u64::from(FLAG_DRAFT_PROBS)),
+            ("SP_FLAG_TARGET_BF16", u64::from(FLAG_TARGET_BF16)),
+            ("SP_FLAG_TARGET_F16", u64::from(FLAG_TARGET_F16)),
+            ("SP_FLAG_DRAFT_BF16", u64::from(FLAG_DRAFT_BF16)),
+            ("SP_FLAG_DRAFT_F16", u64::from(FLAG_DRAFT_F16)),
+            ("SP_ERR_PARAM", ERR_PARAM),
             ("SP_ERR_SHAPE", ERR_SHAPE),
             ("SP_ERR_DRAFT_LEN", ERR_DRAFT_LEN),
             ("SP_ERR_TOKEN", ERR_TOKEN),
@@ -353,6 +416,24 @@ mod tests {
         stats[7..10].copy_from_slice(&c.drafted_per_position);
         stats[error_word(3)] = ERR_TOKEN;
         assert_eq!(counters_from_stats::<3>(&stats), Some(c));
-        assert_eq!(counters_from_stats::<3>(&stats[..9]), None);
+        c.record_tree(2, 5, 1).unwrap();
+        for (i, v) in [
+            c.drafts,
+            c.draft_tokens,
+            c.accepted_tokens,
+            c.emitted_tokens,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            stats[i] = v;
+        }
+        stats[4..7].copy_from_slice(&c.accepted_per_position);
+        stats[7..10].copy_from_slice(&c.drafted_per_position);
+        stats[tree_drafts_word(3)] = c.tree_drafts;
+        stats[tree_draft_tokens_word(3)] = c.tree_draft_tokens;
+        assert_eq!(counters_from_stats::<3>(&stats), Some(c));
+        assert_eq!(stats[error_word(3)], ERR_TOKEN, "the flag word is apart");
+        assert_eq!(counters_from_stats::<3>(&stats[..12]), None);
     }
 }

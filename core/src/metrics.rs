@@ -37,6 +37,12 @@ impl<const K: usize> Counters<K> {
         )
     }
 
+    /// Draft nodes per token tree ([`tree_draft_tokens`](Counters::tree_draft_tokens) /
+    /// [`tree_drafts`](Counters::tree_drafts)): the mean tree size, the root excluded.
+    pub fn mean_tree_size(&self) -> Option<f64> {
+        ratio(self.tree_draft_tokens, self.tree_drafts)
+    }
+
     /// Acceptance at position `i` per draft, the definition the well-known engine's
     /// `Per-position acceptance rate` uses (equal to
     /// [`position_acceptance_rate`](Self::position_acceptance_rate) when every draft has `K`

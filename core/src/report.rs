@@ -89,9 +89,24 @@ impl<const K: usize> Display for Report<'_, K> {
         let t = &self.taken.snapshot.counters;
         write!(
             f,
-            ", Avg Draft acceptance rate: {} | lifetime: drafts={}, drafted={}, accepted={}, \
-             emitted={}, acceptance rate={}, system efficiency={}, mean acceptance length={}",
-            Opt(d.acceptance_rate(), "%"),
+            ", Avg Draft acceptance rate: {}",
+            Opt(d.acceptance_rate(), "%")
+        )?;
+        // Token trees: once any was counted (a chain-only runtime's line is unchanged).
+        let trees = t.tree_drafts != 0;
+        if trees {
+            write!(
+                f,
+                ", Trees: {}, Tree draft nodes: {}, Mean tree size: {}",
+                d.tree_drafts,
+                d.tree_draft_tokens,
+                Opt(d.mean_tree_size(), " nodes"),
+            )?;
+        }
+        write!(
+            f,
+            " | lifetime: drafts={}, drafted={}, accepted={}, emitted={}, acceptance rate={}, \
+             system efficiency={}, mean acceptance length={}",
             t.drafts,
             t.draft_tokens,
             t.accepted_tokens,
@@ -100,6 +115,15 @@ impl<const K: usize> Display for Report<'_, K> {
             Opt(t.system_efficiency(), "%"),
             Opt(t.mean_acceptance_length(), ""),
         )?;
+        if trees {
+            write!(
+                f,
+                ", trees={}, tree draft nodes={}, mean tree size={}",
+                t.tree_drafts,
+                t.tree_draft_tokens,
+                Opt(t.mean_tree_size(), ""),
+            )?;
+        }
         if self.taken.new_readback_errors != 0 {
             write!(
                 f,
@@ -228,6 +252,43 @@ mod tests {
         );
         // Too small a buffer is an error, not a panic or a truncated line.
         assert!(Report::new("r0", &t).to_heapless::<16>().is_err());
+    }
+
+    #[test]
+    fn tree_counts_join_the_line_once_a_tree_was_counted() {
+        let mut slot = SeqSlot::new(Snapshot::<4>::ZERO);
+        let (mut w, r) = slot.split();
+        let mut cur = Cursor::new(r);
+        let mut s = Snapshot::<4>::ZERO;
+        s.counters.record_tree(2, 6, 1).unwrap();
+        s.counters.record_tree(3, 14, 3).unwrap();
+        s.at_ns = 1_000_000_000;
+        w.publish(&s);
+        let t = cur.take().unwrap();
+        let line: heapless::String<512> = Report::new("r0", &t).to_heapless().unwrap();
+        assert_eq!(
+            line.as_str(),
+            "SpecDecoding metrics [r0]: Mean acceptance length: 3.00, Accepted throughput: n/a, \
+             Drafted throughput: n/a, Accepted: 4 tokens, Drafted: 5 tokens, Per-position \
+             acceptance rate: 1.000, 0.500, 1.000, Avg Draft acceptance rate: 80.0%, Trees: 2, \
+             Tree draft nodes: 20, Mean tree size: 10.00 nodes | lifetime: drafts=2, drafted=5, \
+             accepted=4, emitted=6, acceptance rate=80.0%, system efficiency=85.7%, mean \
+             acceptance length=3.00, trees=2, tree draft nodes=20, mean tree size=10.00"
+        );
+        // An interval without trees still shows the (zero) tree fields once trees were seen.
+        s.counters.record(4, 0).unwrap();
+        s.at_ns = 2_000_000_000;
+        w.publish(&s);
+        let t = cur.take().unwrap();
+        let line: heapless::String<512> = Report::new("r0", &t).to_heapless().unwrap();
+        assert!(
+            line.contains("Trees: 0, Tree draft nodes: 0, Mean tree size: n/a |"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("trees=2, tree draft nodes=20, mean tree size=10.00"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -319,3 +319,63 @@ fn a_backend_that_cannot_start_is_retried_on_the_schedule_not_every_step() {
         assert_eq!(reader.read().0.counters.drafts, 3000);
     }
 }
+
+#[test]
+fn tree_counts_reach_every_consumer_exactly_once_a_late_one_included() {
+    // Chain steps and token trees counted on one device; consumers take on their own
+    // schedules, one attaches late. Every consumer's deltas sum to the totals it was there for,
+    // tree fields included, and the late one sees the trees counted after it attached once.
+    let clock = VirtualClock::new(0);
+    let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+    let (writer, reader) = slot.split();
+    let mut device = SimDevice::<2>::new(&clock, 3 * MS);
+    let mut collector = Collector::new(&mut device, writer, 100 * MS, 0).unwrap();
+    let mut early = Cursor::new(reader);
+    let mut early_sum = Counters::<2>::ZERO;
+    let mut late: Option<(Cursor<'_, 2>, Counters<2>, Counters<2>)> = None;
+    for step in 1..=2_000u64 {
+        clock.advance(MS);
+        let d = &mut collector.readback_mut().totals;
+        d.record(2, (step % 3) as usize).unwrap();
+        // A 2-wide tree of depth 2 (6 draft nodes) every step, a 1x1 tree every 7th.
+        d.record_tree(2, 6, (step % 2) as usize).unwrap();
+        if step % 7 == 0 {
+            d.record_tree(1, 1, 1).unwrap();
+        }
+        collector.tick(clock.now_ns());
+        if step % 130 == 0
+            && let Some(t) = early.take()
+        {
+            early_sum.add(&t.delta);
+        }
+        if step == 777 {
+            let c = Cursor::attach(reader);
+            let from = c.seen().counters;
+            late = Some((c, from, Counters::ZERO));
+        }
+        if step % 333 == 0
+            && let Some((c, _, sum)) = late.as_mut()
+            && let Some(t) = c.take()
+        {
+            sum.add(&t.delta);
+        }
+    }
+    collector.flush(clock.now_ns()).unwrap();
+    let totals = collector.readback().totals;
+    early_sum.add(&early.take().unwrap().delta);
+    assert_eq!(early_sum, totals);
+    assert_eq!(totals.tree_drafts, 2_000 + 2_000 / 7);
+    assert_eq!(totals.tree_draft_tokens, 2_000 * 6 + 2_000 / 7);
+    let (mut c, from, mut sum) = late.unwrap();
+    sum.add(&c.take().unwrap().delta);
+    assert!(
+        from.tree_drafts > 0,
+        "the late consumer attached after trees were counted"
+    );
+    assert_eq!(
+        sum,
+        totals.delta_since(&from),
+        "each count after it attached, once"
+    );
+    assert!(c.take().is_none());
+}

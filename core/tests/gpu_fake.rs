@@ -1056,6 +1056,15 @@ fn the_error_word_comes_back_with_the_counters() {
     c.draft_tokens = 5;
     c.accepted_tokens = 6;
     c.emitted_tokens = 7;
+    // The tree words, after the error word, come back too.
+    for (i, x) in [
+        (kernels::tree_drafts_word(K), 30u64),
+        (kernels::tree_draft_tokens_word(K), 31),
+    ] {
+        x.write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+    }
+    c.tree_drafts = 30;
+    c.tree_draft_tokens = 31;
     rb.start().unwrap();
     drv.run();
     assert_eq!(rb.poll(), Poll::Ready(Ok(c)));
@@ -1294,8 +1303,8 @@ fn entry_names_families_and_trailing_counts() {
         (split, Family::Plain, VERIFY_SPLIT_ENTRY, 0),
         (Entry::Single, Family::Ex, VERIFY_EX_ENTRY, 2),
         (split, Family::Ex, VERIFY_SPLIT_EX_ENTRY, 2),
-        (Entry::Single, Family::Logits, VERIFY_LOGITS_ENTRY, 4),
-        (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY, 4),
+        (Entry::Single, Family::Logits, VERIFY_LOGITS_ENTRY, 9),
+        (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY, 9),
     ];
     for (i, (entry, family, name, trailing)) in want.into_iter().enumerate() {
         assert_eq!(entry.name(family), name);

@@ -1664,7 +1664,7 @@ mod kernel_contract {
     use specula_core::Counters;
     use specula_core::kernels::{
         FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
-        method_code, shape_words, stats_words,
+        method_code, shape_words, stats_words, tree_draft_tokens_word, tree_drafts_word,
     };
     use specula_core::verify::{Batch, Dims, Drafts, Method, Streams};
 
@@ -1762,9 +1762,10 @@ mod kernel_contract {
 
     #[test]
     fn stats_layout() {
-        assert_eq!((stats_words(0), error_word(0)), (5, 4));
-        assert_eq!((stats_words(3), error_word(3)), (11, 10));
-        let stats: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!((stats_words(0), error_word(0)), (7, 4));
+        assert_eq!((stats_words(3), error_word(3)), (13, 10));
+        assert_eq!((tree_drafts_word(3), tree_draft_tokens_word(3)), (11, 12));
+        let stats: [u64; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
         let mut want = Counters::<2>::ZERO;
         want.drafts = 1;
         want.draft_tokens = 2;
@@ -1772,11 +1773,17 @@ mod kernel_contract {
         want.emitted_tokens = 4;
         want.accepted_per_position = [5, 6];
         want.drafted_per_position = [7, 8];
-        assert_eq!(counters_from_stats::<2>(&stats), Some(want), "no flag word");
-        assert_eq!(counters_from_stats::<2>(&stats[..7]), None);
+        want.tree_drafts = 10;
+        want.tree_draft_tokens = 11;
         assert_eq!(
-            counters_from_stats::<0>(&stats[..4]).map(|c| c.drafts),
-            Some(1)
+            counters_from_stats::<2>(&stats),
+            Some(want),
+            "9 is the flag word"
+        );
+        assert_eq!(counters_from_stats::<2>(&stats[..10]), None);
+        assert_eq!(
+            counters_from_stats::<0>(&stats[..7]).map(|c| (c.drafts, c.tree_draft_tokens)),
+            Some((1, 7))
         );
     }
 }

@@ -104,14 +104,14 @@ fn simulate_with(
 
 #[test]
 fn aligned_five_second_timers_log_every_tick() {
-    for seed in 0..20 {
-        let o = simulate(0, 0, 3 * MS, seed, 120);
+    for seed in 0..SEEDS {
+        let o = simulate(0, 0, 3 * MS, seed, RUN_S);
         assert_eq!(
             o.logged, o.device,
             "every count logged exactly once (seed {seed})"
         );
         assert!(
-            o.log_ticks_after_first_publish >= 22,
+            o.log_ticks_after_first_publish >= TICKS,
             "{}",
             o.log_ticks_after_first_publish
         );

@@ -27,6 +27,7 @@
 //! * The batch's counts are summed locally and added to the shared counters under one lock, once
 //!   per batch: every snapshot holds whole batches only.
 
+mod cut;
 mod kernels;
 mod ops;
 mod tree;
@@ -39,9 +40,10 @@ use specula_core::exponential::accepts;
 use specula_core::philox::accept_draw;
 use specula_core::verify::fill_recovered;
 use specula_core::verify::{
-    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Method, Outputs, RowOps,
-    SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError,
-    validate_recovered, validate_request_with, validate_shape_with, verify_request, weight_key,
+    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
+    RowOps, SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError,
+    bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    weight_key,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,11 +59,68 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
 /// `core/DETERMINISM.md`): maximum and exact fixed-point sum by the lane-wise kernels (the
 /// reductions are order-independent), then each `p`.
 fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
-    SoftmaxRow::of(row, t).write(row, out);
+    SoftmaxRow::of(Src::F32(row), t).write(Src::F32(row), out, &mut Vec::new());
 }
 
 /// `2⁻⁶⁴`.
 const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+
+/// A target row as the softmax kernels read it: binary32 (f16 rows are widened into a buffer
+/// first), or bf16 bit patterns read in place and widened in registers (no copy of the row).
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    F32(&'a [f32]),
+    Bf16(kernels::Bf16Row<'a>),
+}
+
+impl<'a> Src<'a> {
+    /// `row` for the kernels: bf16 in place, f16 widened into `buf`.
+    fn of(row: Values<'a>, buf: &'a mut Vec<f32>) -> Self {
+        match row {
+            Values::Half(Half::Bf16(x)) => Self::Bf16(kernels::Bf16Row(x)),
+            _ => Self::F32(f32_row(row, buf)),
+        }
+    }
+
+    /// The binary32 value of id `i`.
+    fn at(&self, i: usize) -> f32 {
+        match self {
+            Self::F32(x) => x[i],
+            Self::Bf16(x) => kernels::LogitRow::at(x, i),
+        }
+    }
+
+    /// The row as binary32: itself, or widened into `wide`.
+    fn as_f32<'b>(&self, wide: &'b mut Vec<f32>) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        match *self {
+            Self::F32(x) => x,
+            Self::Bf16(x) => {
+                wide.clear();
+                wide.extend(x.0.iter().map(|&b| bf16_to_f32(b)));
+                wide
+            }
+        }
+    }
+
+    /// The softmax maximum at `t`.
+    fn max(&self, isa: kernels::Isa, t: f32) -> f32 {
+        match *self {
+            Self::F32(x) => kernels::softmax_max(isa, x, t),
+            Self::Bf16(x) => kernels::softmax_max(isa, x, t),
+        }
+    }
+
+    /// The exact fixed-point sum at `t` and `max`, and the weights into `out` when given.
+    fn pass(&self, isa: kernels::Isa, t: f32, max: f32, out: Option<&mut [f32]>) -> u128 {
+        match *self {
+            Self::F32(x) => kernels::softmax_pass(isa, x, t, max, out),
+            Self::Bf16(x) => kernels::softmax_pass(isa, x, t, max, out),
+        }
+    }
+}
 
 /// The softmax state of one logit row at temperature `t > 0`: its maximum `m` and exact
 /// fixed-point sum `F` (reduced once, by the lane-wise kernels), and the core's [`Softmax`] of
@@ -75,10 +134,10 @@ struct SoftmaxRow {
 }
 
 impl SoftmaxRow {
-    fn of(row: &[f32], t: f32) -> Self {
+    fn of(row: Src<'_>, t: f32) -> Self {
         let isa = kernels::Isa::detect();
-        let max = kernels::softmax_max(isa, row, t);
-        let fixed = kernels::softmax_sum(isa, row, t, max);
+        let max = row.max(isa, t);
+        let fixed = row.pass(isa, t, max, None);
         Self {
             t,
             max,
@@ -87,14 +146,16 @@ impl SoftmaxRow {
         }
     }
 
-    /// Writes every `p` of `row` (the row this state was reduced from) into `out`.
-    fn write(&self, row: &[f32], out: &mut [f32]) {
+    /// Writes every `p` of `row` (the row this state was reduced from) into `out` (`wide`:
+    /// scratch for a bf16 row).
+    fn write(&self, row: Src<'_>, out: &mut [f32], wide: &mut Vec<f32>) {
         if self.fixed == 0 {
             // S = 0: every p is 0 (the rules).
             out.fill(0.0);
             return;
         }
         let sum = (self.fixed as f64) * TWO_M64;
+        let row = row.as_f32(wide);
         kernels::softmax_write(kernels::Isa::detect(), row, self.t, self.max, sum, out);
     }
 }
@@ -111,6 +172,33 @@ fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
     }
 }
 
+/// The weights `e_v` of the logits `src` at `t > 0` into `weights`, and their [`Cut`] by
+/// `filter` (`cands`: scratch).
+fn softmax_weights_cut(
+    src: Src<'_>,
+    t: f32,
+    filter: Filter,
+    weights: &mut Vec<f32>,
+    cands: &mut Vec<u32>,
+) -> Cut {
+    let isa = kernels::Isa::detect();
+    let max = src.max(isa, t);
+    weights.resize(
+        match src {
+            Src::F32(x) => x.len(),
+            Src::Bf16(x) => x.0.len(),
+        },
+        0.0,
+    );
+    let total = src.pass(isa, t, max, Some(weights));
+    if max.is_finite() {
+        cut::softmax_cut(isa, weights, filter, Some(total), cands)
+    } else {
+        // Every weight is 0 (`core/DETERMINISM.md`): the plain search, which is cheap here.
+        cut_of(weights, filter)
+    }
+}
+
 /// How one target row of a request that is not plain becomes probabilities, reduced once:
 /// `p(x)` of any id is then cheap, and the full row can be written on demand.
 enum RowState {
@@ -123,48 +211,48 @@ enum RowState {
 }
 
 impl RowState {
-    /// Reduces the binary32 row `src` (logits at `t > 0`, or probabilities for `None`);
-    /// `weights` receives the softmax weights when a filter needs them.
-    fn of(src: &[f32], t: Option<f32>, filter: Filter, weights: &mut Vec<f32>) -> Self {
-        match t {
-            Some(t) if !filter.is_active() => Self::Softmax(SoftmaxRow::of(src, t)),
-            Some(t) => {
-                let isa = kernels::Isa::detect();
-                let max = kernels::softmax_max(isa, src, t);
-                weights.resize(src.len(), 0.0);
-                // S = 1 writes (e_v / 1) = e_v exactly.
-                kernels::softmax_write(isa, src, t, max, 1.0, weights);
-                Self::Cut(cut_of(weights, filter))
-            }
-            None if filter.is_active() => Self::Cut(cut_of(src, filter)),
-            None => Self::Identity,
+    /// Reduces the row `src` (logits at `t > 0`, or binary32 probabilities for `None`);
+    /// `weights` receives the softmax weights when a filter needs them (`cands`: scratch).
+    fn of(
+        src: Src<'_>,
+        t: Option<f32>,
+        filter: Filter,
+        weights: &mut Vec<f32>,
+        cands: &mut Vec<u32>,
+    ) -> Self {
+        match (t, src) {
+            (Some(t), _) if !filter.is_active() => Self::Softmax(SoftmaxRow::of(src, t)),
+            (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
+            (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter)),
+            // Probabilities are binary32 (only logits come as half precision).
+            (None, _) => Self::Identity,
         }
     }
 
     /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
-    fn p(&self, src: &[f32], weights: &[f32], x: usize) -> f32 {
+    fn p(&self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
         match self {
-            Self::Softmax(sm) => sm.state.p(src[x]),
-            Self::Cut(c) if weights.len() == src.len() => c.p(weights[x]),
-            Self::Cut(c) => c.p(src[x]),
-            Self::Identity => src[x],
+            Self::Softmax(sm) => sm.state.p(src.at(x)),
+            Self::Cut(c) if !weights.is_empty() => c.p(weights[x]),
+            Self::Cut(c) => c.p(src.at(x)),
+            Self::Identity => src.at(x),
         }
     }
 
-    /// Writes the whole probability row.
-    fn write(&self, src: &[f32], weights: &[f32], out: &mut [f32]) {
+    /// Writes the whole probability row (`wide`: scratch).
+    fn write(&self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
         match self {
             // The state already holds the row's reduction: only the write-out pass is left.
-            Self::Softmax(sm) => sm.write(src, out),
+            Self::Softmax(sm) => sm.write(src, out, wide),
             Self::Cut(c) => {
-                let w = if weights.len() == src.len() {
-                    weights
+                let w = if weights.is_empty() {
+                    src.as_f32(wide)
                 } else {
-                    src
+                    weights
                 };
                 kernels::cut_write(kernels::Isa::detect(), w, *c, out);
             }
-            Self::Identity => out.copy_from_slice(src),
+            Self::Identity => out.copy_from_slice(src.as_f32(wide)),
         }
     }
 }
@@ -201,6 +289,8 @@ struct LazyScratch {
     draft: Vec<f32>,
     buf: Vec<f32>,
     weights: Vec<f32>,
+    wide: Vec<f32>,
+    cands: Vec<u32>,
 }
 
 thread_local! {
@@ -249,6 +339,8 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         draft,
         buf,
         weights,
+        wide,
+        cands,
     } = scratch;
     let probs = &mut probs[..(k + 1) * v];
     let mut draft = has_draft.then(|| &mut draft[..k * v]);
@@ -261,8 +353,8 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
             break;
         };
         weights.clear();
-        let src = f32_row(row, buf);
-        let state = RowState::of(src, t, filter, weights);
+        let src = Src::of(row, buf);
+        let state = RowState::of(src, t, filter, weights, cands);
         let pt = state.p(src, weights, x);
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
@@ -272,7 +364,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
                 dr[j * v + x] = pd;
             }
         } else {
-            state.write(src, weights, &mut probs[j * v..(j + 1) * v]);
+            state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
             full_rows = j..j + 1;
             if let (Some(dr), Some(d)) = (&mut draft, d) {
                 d.widen_into(&mut dr[j * v..(j + 1) * v]);
@@ -286,9 +378,9 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         && let Some(row) = batch.target_values_checked(b, k)
     {
         weights.clear();
-        let src = f32_row(row, buf);
-        let state = RowState::of(src, t, filter, weights);
-        state.write(src, weights, &mut probs[k * v..]);
+        let src = Src::of(row, buf);
+        let state = RowState::of(src, t, filter, weights, cands);
+        state.write(src, weights, &mut probs[k * v..], wide);
         full_rows = k..k + 1;
     }
     let k32 = [k as u32];
@@ -349,11 +441,9 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
         // The plain softmax (the same bits as a cut that keeps every id).
         Some(t) if t > 0.0 && !filter.is_active() => softmax_into(src, t, out),
         Some(t) if t > 0.0 => {
-            let max = kernels::softmax_max(kernels::Isa::detect(), src, t);
-            // The weights e_v: the probability kernel with S = 1 writes (e_v / 1) = e_v exactly.
-            let mut weights = vec![0f32; src.len()];
-            kernels::softmax_write(kernels::Isa::detect(), src, t, max, 1.0, &mut weights);
-            cut_into(&weights, filter, out);
+            let mut weights = Vec::new();
+            let cut = softmax_weights_cut(Src::F32(src), t, filter, &mut weights, &mut Vec::new());
+            kernels::cut_write(kernels::Isa::detect(), &weights, cut, out);
         }
         None if filter.is_active() => cut_into(src, filter, out),
         // T = 0 (greedy on the logits) or unfiltered probabilities: the values themselves.

@@ -4,12 +4,14 @@
 //! loop a newcomer runs.
 
 use crate::clock::StdClock;
+use crate::cpu::CpuVerifier;
 use crate::driver::Driver;
 use crate::http::{MetricsServer, ServeError, ServerConfig};
 use crate::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
 use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
 use crate::shutdown::{Reason, Shutdown, finish};
+use crate::tree_demo::{TreeShape, TreeStep};
 use crate::wiring::{HostReadback, WireError, wire};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
@@ -77,6 +79,9 @@ pub struct DemoConfig {
     /// How the target distribution is sampled: temperature, top-k / top-p / min-p, and how
     /// many requests are greedy (issue 13's mixed batches).
     pub sampling: Sampling,
+    /// Draft token trees of this shape instead of `k`-token chains ([`run_tree`]: the CPU
+    /// backend's tree verifier; depth at most [`MAX_K`]). `None`: chains.
+    pub tree: Option<TreeShape>,
 }
 
 /// The demo's sampling parameters, applied by the verifier itself (target logits with a
@@ -167,6 +172,7 @@ impl Default for DemoConfig {
             progress: false,
             shutdown: Shutdown::new(),
             sampling: Sampling::default(),
+            tree: None,
         }
     }
 }
@@ -261,6 +267,16 @@ impl std::fmt::Display for DemoSummary {
             t.mean_acceptance_length()
                 .map_or("n/a".into(), |v| format!("{v:.3}"))
         )?;
+        if t.tree_drafts != 0 {
+            writeln!(f, "tree drafts:             {}", t.tree_drafts)?;
+            writeln!(f, "tree draft nodes:        {}", t.tree_draft_tokens)?;
+            writeln!(
+                f,
+                "mean tree size:          {}",
+                t.mean_tree_size()
+                    .map_or("n/a".into(), |v| format!("{v:.3} nodes"))
+            )?;
+        }
         writeln!(
             f,
             "throughput:              {} tokens/s over {:.2} s",
@@ -274,13 +290,14 @@ impl std::fmt::Display for DemoSummary {
 
 /// The final-totals line scripts parse: `FINAL drafts=… draft_tokens=… accepted_tokens=…
 /// emitted_tokens=… accepted_per_position=a,b,…` (one count per position of the draft
-/// length `k`).
+/// length `k`, or per depth of a tree), then `tree_drafts=… tree_draft_tokens=…` when token
+/// trees were counted.
 pub fn final_line(t: &Counters<MAX_K>, k: usize) -> String {
     let per_pos: Vec<String> = t.accepted_per_position[..k.clamp(1, MAX_K)]
         .iter()
         .map(u64::to_string)
         .collect();
-    format!(
+    let mut line = format!(
         "FINAL drafts={} draft_tokens={} accepted_tokens={} emitted_tokens={} \
          accepted_per_position={}",
         t.drafts,
@@ -288,7 +305,22 @@ pub fn final_line(t: &Counters<MAX_K>, k: usize) -> String {
         t.accepted_tokens,
         t.emitted_tokens,
         per_pos.join(",")
-    )
+    );
+    if t.tree_drafts != 0 {
+        line.push_str(&format!(
+            " tree_drafts={} tree_draft_tokens={}",
+            t.tree_drafts, t.tree_draft_tokens
+        ));
+    }
+    line
+}
+
+impl DemoConfig {
+    /// Positions per draft: the tree's depth with [`tree`](Self::tree), else `k`.
+    #[must_use]
+    pub fn draft_len(&self) -> usize {
+        self.tree.map_or(self.k, |t| t.depth)
+    }
 }
 
 /// The constant labels of `cfg`: `model_name`, then [`DemoConfig::labels`] in order.
@@ -306,8 +338,185 @@ pub fn const_labels(cfg: &DemoConfig) -> Result<ConstLabels, LabelError> {
 /// Characters of request 0's text kept for the summary.
 const SAMPLE_CHARS: usize = 300;
 
-struct Request {
-    history: Vec<u32>,
+/// One request of the demo: its prompt, then every token it emitted.
+pub(crate) struct Request {
+    pub(crate) history: Vec<u32>,
+}
+
+/// The demo's two n-gram models over one vocabulary.
+pub(crate) struct Models {
+    pub(crate) target: NgramModel,
+    pub(crate) draft: NgramModel,
+    /// Vocabulary size.
+    pub(crate) vocab: usize,
+    /// History tokens either model reads.
+    pub(crate) keep: usize,
+}
+
+/// One decode step of the demo loop: drafts for every request from its history, verifies the
+/// batch (the verifier counts it), and leaves each request's new tokens. Chains and token
+/// trees are two of these; the loop around them (collector, log line, `/metrics`) is one.
+pub(crate) trait Step {
+    /// Drafts and verifies one step at the requests' stream `offsets`.
+    fn step(
+        &mut self,
+        models: &Models,
+        requests: &[Request],
+        offsets: &[u64],
+        rng: &mut SplitMix64,
+    ) -> Result<(), DemoError>;
+    /// Request `r`'s tokens from the last step: the accepted ones, then the emitted one.
+    fn emitted(&self, r: usize) -> &[u32];
+}
+
+/// The request streams' seeds (one per request, from the demo's seed).
+pub(crate) fn stream_seeds(seed: u64, b: usize) -> Vec<u64> {
+    (0..b as u64)
+        .map(|i| seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect()
+}
+
+/// The chain drafter: `k` tokens per request from the draft model, verified by any
+/// [`Verifier`], as probabilities or (with [`Sampling`]) logits and filters.
+struct ChainStep<V> {
+    verifier: V,
+    method: Method,
+    k: usize,
+    vocab: usize,
+    sampling: Sampling,
+    ks: Vec<u32>,
+    seeds: Vec<u64>,
+    draft_ids: Vec<u32>,
+    draft_probs: Vec<f32>,
+    target_probs: Vec<f32>,
+    target_logits: Vec<f32>,
+    temperatures: Vec<f32>,
+    top_k: Vec<u32>,
+    top_p: Vec<f32>,
+    min_p: Vec<f32>,
+    accepted: Vec<u32>,
+    tokens: Vec<u32>,
+    ctx: Vec<u32>,
+}
+
+impl<V: Verifier<MAX_K>> ChainStep<V> {
+    fn new(verifier: V, cfg: &DemoConfig, v: usize) -> Self {
+        let (b, k) = (cfg.batch, cfg.k);
+        let sampling = cfg.sampling;
+        let target_len = b * (k + 1) * v;
+        Self {
+            verifier,
+            method: cfg.method,
+            k,
+            vocab: v,
+            sampling,
+            ks: vec![k as u32; b],
+            seeds: stream_seeds(cfg.seed, b),
+            draft_ids: vec![0u32; b * k],
+            draft_probs: vec![0f32; b * k * v],
+            target_probs: vec![0f32; target_len],
+            target_logits: vec![0f32; if sampling.logits() { target_len } else { 0 }],
+            temperatures: (0..b)
+                .map(|r| {
+                    if r < sampling.greedy_requests {
+                        0.0
+                    } else {
+                        sampling.temperature.unwrap_or(1.0)
+                    }
+                })
+                .collect(),
+            top_k: vec![sampling.top_k; b],
+            top_p: vec![sampling.top_p; b],
+            min_p: vec![sampling.min_p; b],
+            accepted: vec![0u32; b],
+            tokens: vec![0u32; b * (k + 1)],
+            ctx: Vec::new(),
+        }
+    }
+}
+
+impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
+    fn step(
+        &mut self,
+        models: &Models,
+        requests: &[Request],
+        offsets: &[u64],
+        rng: &mut SplitMix64,
+    ) -> Result<(), DemoError> {
+        let (k, v, keep) = (self.k, self.vocab, models.keep);
+        let sampling = self.sampling;
+        let method = self.method;
+        let greedy = |r: usize| method == Method::Greedy || r < sampling.greedy_requests;
+        let ctx = &mut self.ctx;
+        for (r, req) in requests.iter().enumerate() {
+            ctx.clear();
+            ctx.extend_from_slice(&req.history[req.history.len().saturating_sub(keep)..]);
+            for j in 0..k {
+                let row = &mut self.draft_probs[(r * k + j) * v..][..v];
+                models.draft.probs(ctx, row);
+                let t = if greedy(r) {
+                    argmax(row)
+                } else {
+                    sample(row, rng)
+                };
+                self.draft_ids[r * k + j] = t;
+                ctx.push(t);
+            }
+            ctx.truncate(ctx.len() - k);
+            for j in 0..=k {
+                let row = &mut self.target_probs[(r * (k + 1) + j) * v..][..v];
+                models.target.probs(ctx, row);
+                if j < k {
+                    ctx.push(self.draft_ids[r * k + j]);
+                }
+            }
+        }
+        if sampling.logits() {
+            // What an engine hands over: logits (here ln p of the n-gram model; −∞ masks).
+            for (l, &p) in self.target_logits.iter_mut().zip(&self.target_probs) {
+                *l = p.ln();
+            }
+        }
+        let mut batch = Batch::dense(
+            Dims { vocab: v, k_max: k },
+            Drafts {
+                k: &self.ks,
+                ids: &self.draft_ids,
+            },
+            &self.target_probs,
+            Streams {
+                seed: &self.seeds,
+                offset: offsets,
+            },
+        );
+        if method == Method::Rejection {
+            batch = batch.with_draft_probs(&self.draft_probs);
+        }
+        if sampling.logits() {
+            batch = batch.with_target_logits(Logits {
+                values: &self.target_logits,
+                temperature: &self.temperatures,
+            });
+        }
+        if sampling.filters() {
+            batch = batch
+                .with_top_k(&self.top_k)
+                .with_top_p(&self.top_p)
+                .with_min_p(&self.min_p);
+        }
+        let mut out = Outputs {
+            accepted: &mut self.accepted,
+            tokens: &mut self.tokens,
+        };
+        self.verifier
+            .verify(method, Check::Cheap, &batch, &mut out)
+            .map_err(|e| DemoError::Verify(format!("{e:?}")))
+    }
+
+    fn emitted(&self, r: usize) -> &[u32] {
+        let n = self.accepted[r] as usize + 1;
+        &self.tokens[r * (self.k + 1)..][..n]
+    }
 }
 
 /// Runs the demo: trains the models on `corpus`, then decodes until the token budget or the
@@ -351,10 +560,11 @@ where
     R: Readback<MAX_K>,
     R::Error: Clone,
 {
+    check_chain(cfg, &verifier)?;
     run_with(
         cfg,
         corpus,
-        verifier,
+        |v| ChainStep::new(verifier, cfg, v),
         readback,
         |_, _| Ok(()),
         progress_out,
@@ -372,13 +582,15 @@ pub fn run_host<V: Verifier<MAX_K>>(
     progress_out: &mut dyn Write,
     on_done: &mut dyn FnMut(&DemoSummary),
 ) -> Result<DemoSummary, DemoError> {
+    check_chain(cfg, &verifier)?;
     run_with(
         cfg,
         corpus,
-        verifier,
+        |v| ChainStep::new(verifier, cfg, v),
         HostReadback::<MAX_K>::default(),
-        |v: &mut V, host: &mut HostReadback<MAX_K>| {
-            let totals = v
+        |s: &mut ChainStep<V>, host: &mut HostReadback<MAX_K>| {
+            let totals = s
+                .verifier
                 .totals()
                 .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
             host.set(totals);
@@ -389,21 +601,118 @@ pub fn run_host<V: Verifier<MAX_K>>(
     )
 }
 
-/// The demo loop; `after_verify` runs after every verified batch, before the collector's step.
-fn run_with<V, R, F>(
+/// [`run`] with the token-tree drafter ([`DemoConfig::tree`], required): every step drafts the
+/// full `WIDTH`-ary tree of depth `DEPTH` per request on the draft model (greedy: the
+/// top-`WIDTH` continuations of each node; rejection sampling: `WIDTH` continuations drawn from
+/// the draft model, verified by SpecInfer's rule with their draft rows) and verifies the batch
+/// with `verifier`'s tree verifier, which counts every tree (`Counters::record_tree`). The
+/// collector reads those counts through `verifier`'s readback, so trees flow through the same
+/// slot, log line, `/metrics` and summary as chains (`specula_tree_drafts_total`,
+/// `specula_tree_draft_tokens_total`, per-depth acceptance in the per-position families).
+///
+/// ```
+/// use specula::cpu::CpuVerifier;
+/// use specula::demo::{self, DemoConfig, MAX_K};
+///
+/// let cfg = DemoConfig {
+///     tree: Some("2x3".parse().unwrap()),
+///     max_tokens: Some(40),
+///     duration: None,
+///     ..DemoConfig::default()
+/// };
+/// let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
+/// let summary =
+///     demo::run_tree(&cfg, demo::CORPUS, verifier, &mut std::io::sink(), &mut |_| {}).unwrap();
+/// assert_eq!(summary.totals.tree_drafts, summary.totals.drafts);
+/// assert_eq!(summary.totals.tree_draft_tokens, 14 * summary.totals.tree_drafts);
+/// ```
+///
+/// # Errors
+/// As [`run`]; [`DemoError::Config`] without a tree shape, for a depth above [`MAX_K`], a
+/// method other than rejection sampling or greedy, or sampling settings (logits, filters).
+pub fn run_tree(
     cfg: &DemoConfig,
     corpus: &str,
-    mut verifier: V,
+    verifier: CpuVerifier<MAX_K>,
+    progress_out: &mut dyn Write,
+    on_done: &mut dyn FnMut(&DemoSummary),
+) -> Result<DemoSummary, DemoError> {
+    let Some(shape) = cfg.tree else {
+        return Err(DemoError::Config("run_tree needs a tree shape".into()));
+    };
+    if shape.depth > MAX_K {
+        return Err(DemoError::Config(format!(
+            "tree depth {} is more than the demo's counters track ({MAX_K})",
+            shape.depth
+        )));
+    }
+    if !matches!(cfg.method, Method::Rejection | Method::Greedy) {
+        return Err(DemoError::Config(
+            "token trees in the demo use rejection sampling or greedy".into(),
+        ));
+    }
+    if cfg.sampling != Sampling::default() {
+        return Err(DemoError::Config(
+            "token trees in the demo take probabilities: no --temperature, --top-k, --top-p, \
+             --min-p or --greedy-requests"
+                .into(),
+        ));
+    }
+    let readback = verifier.readback();
+    run_with(
+        cfg,
+        corpus,
+        |v| {
+            TreeStep::new(
+                verifier,
+                shape,
+                cfg.method,
+                stream_seeds(cfg.seed, cfg.batch),
+                v,
+            )
+        },
+        readback,
+        |_, _| Ok(()),
+        progress_out,
+        on_done,
+    )
+}
+
+/// The checks of the chain drafter's settings against what `verifier` supports.
+fn check_chain<V: Verifier<MAX_K>>(cfg: &DemoConfig, verifier: &V) -> Result<(), DemoError> {
+    if cfg.tree.is_some() {
+        return Err(DemoError::Config(
+            "a tree shape is run by run_tree (the CPU backend's tree verifier)".into(),
+        ));
+    }
+    cfg.sampling.check(cfg.batch).map_err(DemoError::Config)?;
+    let support = verifier.support();
+    if (cfg.sampling.logits() && !support.logits) || (cfg.sampling.filters() && !support.filters) {
+        return Err(DemoError::Config(
+            "this backend does not verify from logits or with top-k / top-p / min-p (the CPU \
+             and reference backends do)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The demo loop around one [`Step`] (made by `make_step` for the vocabulary size);
+/// `after_verify` runs after every verified batch, before the collector's step.
+fn run_with<S, R, F>(
+    cfg: &DemoConfig,
+    corpus: &str,
+    make_step: impl FnOnce(usize) -> S,
     readback: R,
     mut after_verify: F,
     progress_out: &mut dyn Write,
     on_done: &mut dyn FnMut(&DemoSummary),
 ) -> Result<DemoSummary, DemoError>
 where
-    V: Verifier<MAX_K>,
+    S: Step,
     R: Readback<MAX_K>,
     R::Error: Clone,
-    F: FnMut(&mut V, &mut R) -> Result<(), DemoError>,
+    F: FnMut(&mut S, &mut R) -> Result<(), DemoError>,
 {
     if !(1..=MAX_K).contains(&cfg.k) {
         return Err(DemoError::Config(format!(
@@ -431,21 +740,17 @@ where
             )));
         }
     }
-    cfg.sampling.check(cfg.batch).map_err(DemoError::Config)?;
-    let support = verifier.support();
-    if (cfg.sampling.logits() && !support.logits) || (cfg.sampling.filters() && !support.filters) {
-        return Err(DemoError::Config(
-            "this backend does not verify from logits or with top-k / top-p / min-p (the CPU \
-             and reference backends do)"
-                .into(),
-        ));
-    }
     let labels = const_labels(cfg).map_err(DemoError::ConstLabel)?;
     let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
     let ids = vocab.encode(corpus);
     let v = vocab.len();
-    let target = NgramModel::train(&ids, v, cfg.target_order).map_err(DemoError::Corpus)?;
-    let draft = NgramModel::train(&ids, v, cfg.draft_order).map_err(DemoError::Corpus)?;
+    let models = Models {
+        target: NgramModel::train(&ids, v, cfg.target_order).map_err(DemoError::Corpus)?,
+        draft: NgramModel::train(&ids, v, cfg.draft_order).map_err(DemoError::Corpus)?,
+        vocab: v,
+        keep: cfg.target_order.max(cfg.draft_order),
+    };
+    let draft_len = cfg.draft_len();
 
     let wired = wire::<MAX_K, _>([cfg.label.as_str()]).map_err(DemoError::Label)?;
     let clock = StdClock::new();
@@ -462,7 +767,7 @@ where
             )
             .with_clock(clock)
             .with_labels(labels.clone())
-            .with_draft_len(cfg.k)
+            .with_draft_len(draft_len)
             .map_err(|e| DemoError::Config(e.to_string()))?
             .into_registry();
             if let Some(engine) = &engine {
@@ -495,7 +800,7 @@ where
     let mut log = LogSink::new(&slots, cfg.log_interval, start_ns, log::Level::Info)
         .map_err(|e| DemoError::Config(e.to_string()))?;
     if cfg.vllm_compat {
-        log = log.with_vllm_lines(cfg.k);
+        log = log.with_vllm_lines(draft_len);
     }
     let log = log.spawn(clock).map_err(DemoError::Thread)?;
 
@@ -512,43 +817,10 @@ where
         .collect();
     let mut sample_ids = requests[0].history.clone();
 
-    let (b, k) = (cfg.batch, cfg.k);
-    let ks = vec![k as u32; b];
-    let seeds: Vec<u64> = (0..b as u64)
-        .map(|i| cfg.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect();
+    let b = cfg.batch;
     let mut offsets = vec![0u64; b];
-    let mut draft_ids = vec![0u32; b * k];
-    let mut draft_probs = vec![0f32; b * k * v];
-    let mut target_probs = vec![0f32; b * (k + 1) * v];
-    let sampling = cfg.sampling;
-    let greedy = |r: usize| cfg.method == Method::Greedy || r < sampling.greedy_requests;
-    let mut target_logits = vec![
-        0f32;
-        if sampling.logits() {
-            target_probs.len()
-        } else {
-            0
-        }
-    ];
-    let temperatures: Vec<f32> = (0..b)
-        .map(|r| {
-            if r < sampling.greedy_requests {
-                0.0
-            } else {
-                sampling.temperature.unwrap_or(1.0)
-            }
-        })
-        .collect();
-    let (top_k, top_p, min_p) = (
-        vec![sampling.top_k; b],
-        vec![sampling.top_p; b],
-        vec![sampling.min_p; b],
-    );
-    let mut accepted = vec![0u32; b];
-    let mut tokens = vec![0u32; b * (k + 1)];
-    let keep = cfg.target_order.max(cfg.draft_order);
-    let mut ctx = Vec::with_capacity(keep + k);
+    let keep = models.keep;
+    let mut step = make_step(models.vocab);
 
     let started = Instant::now();
     let mut last_progress = started;
@@ -572,78 +844,15 @@ where
         {
             break;
         }
-        for (r, req) in requests.iter().enumerate() {
-            ctx.clear();
-            ctx.extend_from_slice(&req.history[req.history.len().saturating_sub(keep)..]);
-            for j in 0..k {
-                let row = &mut draft_probs[(r * k + j) * v..][..v];
-                draft.probs(&ctx, row);
-                let t = if greedy(r) {
-                    argmax(row)
-                } else {
-                    sample(row, &mut rng)
-                };
-                draft_ids[r * k + j] = t;
-                ctx.push(t);
-            }
-            ctx.truncate(ctx.len() - k);
-            for j in 0..=k {
-                let row = &mut target_probs[(r * (k + 1) + j) * v..][..v];
-                target.probs(&ctx, row);
-                if j < k {
-                    ctx.push(draft_ids[r * k + j]);
-                }
-            }
-        }
-        if sampling.logits() {
-            // What an engine hands over: logits (here ln p of the n-gram model; −∞ masks).
-            for (l, &p) in target_logits.iter_mut().zip(&target_probs) {
-                *l = p.ln();
-            }
-        }
-        let mut batch = Batch::dense(
-            Dims { vocab: v, k_max: k },
-            Drafts {
-                k: &ks,
-                ids: &draft_ids,
-            },
-            &target_probs,
-            Streams {
-                seed: &seeds,
-                offset: &offsets,
-            },
-        );
-        if cfg.method == Method::Rejection {
-            batch = batch.with_draft_probs(&draft_probs);
-        }
-        if sampling.logits() {
-            batch = batch.with_target_logits(Logits {
-                values: &target_logits,
-                temperature: &temperatures,
-            });
-        }
-        if sampling.filters() {
-            batch = batch
-                .with_top_k(&top_k)
-                .with_top_p(&top_p)
-                .with_min_p(&min_p);
-        }
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
-        verifier
-            .verify(cfg.method, Check::Cheap, &batch, &mut out)
-            .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
+        step.step(&models, &requests, &offsets, &mut rng)?;
         // The verifier counts (verification and counting are one operation); the collector
         // reads them back through the backend's readback and publishes them on its grid.
-        after_verify(&mut verifier, driver.collector_mut().readback_mut())?;
+        after_verify(&mut step, driver.collector_mut().readback_mut())?;
         driver.step();
 
         let step_emitted_before = emitted;
         for (r, req) in requests.iter_mut().enumerate() {
-            let n = accepted[r] as usize + 1;
-            let new = &tokens[r * (k + 1)..][..n];
+            let new = step.emitted(r);
             req.history.extend_from_slice(new);
             if req.history.len() > 4096 {
                 req.history.drain(..req.history.len() - keep);
@@ -651,7 +860,7 @@ where
             if r == 0 && sample_ids.len() < SAMPLE_CHARS {
                 sample_ids.extend_from_slice(new);
             }
-            emitted += n as u64;
+            emitted += new.len() as u64;
             offsets[r] = offsets[r].wrapping_add(1);
         }
         if let Some(e) = &engine {

@@ -173,13 +173,19 @@ struct DemoArgs {
     /// others sample: greedy and sampled requests in one batch (logits).
     #[arg(long, default_value_t = 0)]
     greedy_requests: usize,
-    /// Instead of the live demo: draft the full WIDTH-ary token tree of depth DEPTH on the
-    /// n-gram draft model (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
-    /// SpecInfer's rule for rejection; at most 64 draft nodes) and compare its mean accepted
-    /// length with a chain of the same node budget, both on the CPU backend, for --steps steps.
+    /// Draft the full WIDTH-ary token tree of depth DEPTH on the n-gram draft model instead of
+    /// a k-token chain (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
+    /// SpecInfer's rule for rejection; at most 64 draft nodes, depth at most 8), verified by
+    /// the CPU (or reference) backend's tree verifier in the live loop: the tree counts go
+    /// through the log line, /metrics and the summary like the chain counts.
     #[arg(long, value_name = "WIDTHxDEPTH")]
     tree: Option<specula::tree_demo::TreeShape>,
-    /// Steps of each run with --tree.
+    /// With --tree, instead of the live demo: run the tree and a chain of the same node budget
+    /// (k = the tree's draft nodes) from the same prompts for --steps steps each and print their
+    /// mean accepted lengths (depth up to 64).
+    #[arg(long, requires = "tree")]
+    compare: bool,
+    /// Steps of each run with --tree --compare.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     steps: u32,
 }
@@ -360,8 +366,17 @@ fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(
 }
 
 fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
-    if let Some(shape) = a.tree {
+    if let Some(shape) = a.tree
+        && a.compare
+    {
         return run_tree_demo(&a, shape);
+    }
+    if a.tree.is_some() && matches!(a.backend, Backend::Cuda | Backend::Rocm) {
+        return Err(CliError::Usage(
+            "--tree runs on the cpu or reference backend (the GPU backends do not launch the \
+             tree kernel yet)"
+                .into(),
+        ));
     }
     let shutdown = Shutdown::new();
     logger.request_on_failure(shutdown.clone());
@@ -401,10 +416,11 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
             min_p: a.min_p,
             greedy_requests: a.greedy_requests,
         },
+        tree: a.tree,
     };
     // Refused here, before the models are trained: exit 2.
     demo::const_labels(&cfg).map_err(|e| CliError::Usage(format!("bad label: {e}")))?;
-    let k = cfg.k;
+    let k = cfg.draft_len();
     let mut stderr = std::io::stderr();
     // Printed before any --linger, so scripts can read the totals while /metrics still serves.
     // A failed write is kept (and ends the linger), never a panic.
@@ -427,8 +443,18 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         final_line = Some(line);
     };
     let verifier = open_backend(a.backend, a.threads, a.device)?;
-    let readback = verifier.readback().map_err(backend_error)?;
-    let ran = demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print);
+    let ran = match (cfg.tree, verifier) {
+        (Some(_), specula::Backend::Cpu(v)) => {
+            demo::run_tree(&cfg, &corpus, v, &mut stderr, &mut print)
+        }
+        (Some(_), _) => Err(demo::DemoError::Config(
+            "--tree runs on the cpu or reference backend".into(),
+        )),
+        (None, verifier) => {
+            let readback = verifier.readback().map_err(backend_error)?;
+            demo::run(&cfg, &corpus, verifier, readback, &mut stderr, &mut print)
+        }
+    };
     let final_line = final_line.unwrap_or_default();
     if let Some(e) = stdout_error {
         // The counts were flushed and logged; give the totals on stderr, which may still work.

@@ -106,6 +106,8 @@ fn emit<const K: usize>(base: &[Label], draft_len: usize, d: &Counters<K>, error
     metrics::counter!("specula_draft_tokens_total", l()).increment(d.draft_tokens);
     metrics::counter!("specula_accepted_tokens_total", l()).increment(d.accepted_tokens);
     metrics::counter!("specula_emitted_tokens_total", l()).increment(d.emitted_tokens);
+    metrics::counter!("specula_tree_drafts_total", l()).increment(d.tree_drafts);
+    metrics::counter!("specula_tree_draft_tokens_total", l()).increment(d.tree_draft_tokens);
     metrics::counter!("specula_readback_errors_total", l()).increment(errors);
     for i in 0..draft_len.min(K) {
         let with_pos = || {

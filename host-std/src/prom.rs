@@ -270,7 +270,10 @@ pub fn check_draft_len<const K: usize>(n: usize) -> Result<usize, DraftLenError>
 /// an `engine` label, the slot's label):
 /// `specula_drafts_total`, `specula_draft_tokens_total`, `specula_accepted_tokens_total`,
 /// `specula_emitted_tokens_total`, `specula_accepted_tokens_per_position_total{position}`,
-/// `specula_draft_tokens_per_position_total{position}`, `specula_readback_errors_total`; and
+/// `specula_draft_tokens_per_position_total{position}`, `specula_tree_drafts_total` and
+/// `specula_tree_draft_tokens_total` (token trees: a tree is also counted in the chain families
+/// as a draft of its depth, so the per-position families are per-depth for trees),
+/// `specula_readback_errors_total`; and
 /// `specula_build_info{version,max_draft}` = 1. Per-position families have one series per
 /// position of the runtime's draft length ([`with_draft_len`](SpecCollector::with_draft_len),
 /// `K` by default). Given the collectors' clock
@@ -516,6 +519,22 @@ impl<const K: usize> Collector for SpecCollector<K> {
             "specula_draft_tokens_per_position",
             "Drafts that had a token at this position.",
             |s| &s.counters.drafted_per_position,
+        )?;
+        counter_family(
+            &mut enc,
+            labels,
+            "specula_tree_drafts",
+            "Verification steps of a token tree with at least one draft node (also counted in \
+             specula_drafts, as a draft of the tree's depth).",
+            &rows(|s| s.counters.tree_drafts),
+        )?;
+        counter_family(
+            &mut enc,
+            labels,
+            "specula_tree_draft_tokens",
+            "Draft nodes proposed in token trees, the root excluded (mean tree size = this / \
+             specula_tree_drafts).",
+            &rows(|s| s.counters.tree_draft_tokens),
         )?;
         counter_family(
             &mut enc,

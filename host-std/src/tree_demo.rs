@@ -11,7 +11,7 @@
 //! step is read from the same counters the exporters read.
 
 use crate::cpu::CpuVerifier;
-use crate::demo::DemoError;
+use crate::demo::{DemoError, MAX_K, Models, Request, Step};
 use crate::ngram::{NgramModel, SplitMix64, Vocab, argmax, sample};
 use specula_core::Counters;
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
@@ -195,6 +195,132 @@ fn full_tree(
         level = next;
     }
     (parents, tokens, paths)
+}
+
+/// The live demo's tree drafter ([`crate::demo::run_tree`]): per request and step, the full
+/// tree of `shape` on the draft model (sampled children with their draft rows for rejection
+/// sampling, the top-`WIDTH` for greedy), verified by the CPU backend's tree verifier, which
+/// counts it (`Counters::record_tree`) where the demo's collector reads.
+pub(crate) struct TreeStep {
+    verifier: CpuVerifier<MAX_K>,
+    shape: TreeShape,
+    method: Method,
+    vocab: usize,
+    seeds: Vec<u64>,
+    nodes: Vec<u32>,
+    tokens: Vec<u32>,
+    first_child: Vec<i32>,
+    next_sibling: Vec<i32>,
+    target_rows: Vec<f32>,
+    draft_rows: Vec<f32>,
+    accepted: Vec<u32>,
+    path: Vec<u32>,
+    emitted: Vec<u32>,
+    ctx: Vec<u32>,
+}
+
+impl TreeStep {
+    /// A drafter of `shape` trees for `seeds.len()` requests over a vocabulary of `vocab`.
+    pub(crate) fn new(
+        verifier: CpuVerifier<MAX_K>,
+        shape: TreeShape,
+        method: Method,
+        seeds: Vec<u64>,
+        vocab: usize,
+    ) -> Self {
+        let (b, n, w) = (seeds.len(), shape.nodes() + 1, shape.depth + 1);
+        Self {
+            verifier,
+            shape,
+            method,
+            vocab,
+            seeds,
+            nodes: vec![n as u32; b],
+            tokens: vec![0; b * n],
+            first_child: vec![0; b * n],
+            next_sibling: vec![0; b * n],
+            target_rows: vec![0.0; b * n * vocab],
+            draft_rows: vec![0.0; b * n * vocab],
+            accepted: vec![0; b],
+            path: vec![0; b * w],
+            emitted: vec![0; b * w],
+            ctx: Vec::new(),
+        }
+    }
+}
+
+impl Step for TreeStep {
+    fn step(
+        &mut self,
+        models: &Models,
+        requests: &[Request],
+        offsets: &[u64],
+        rng: &mut SplitMix64,
+    ) -> Result<(), DemoError> {
+        let (n, v, depth) = (self.shape.nodes() + 1, self.vocab, self.shape.depth);
+        let sampled = self.method == Method::Rejection;
+        let verr = |e: String| DemoError::Verify(e);
+        for (r, req) in requests.iter().enumerate() {
+            let h = &req.history;
+            let tail = &h[h.len().saturating_sub(models.keep)..];
+            let (parents, toks, paths) = full_tree(
+                &models.draft,
+                tail,
+                self.shape,
+                sampled.then_some(&mut *rng),
+                &mut self.draft_rows[r * n * v..][..n * v],
+            );
+            links_from_parents(
+                &parents,
+                &mut self.first_child[r * n..][..n],
+                &mut self.next_sibling[r * n..][..n],
+            )
+            .map_err(|e| verr(e.to_string()))?;
+            self.tokens[r * n..][..n].copy_from_slice(&toks);
+            for (i, p) in paths.iter().enumerate() {
+                self.ctx.clear();
+                self.ctx.extend_from_slice(tail);
+                self.ctx.extend_from_slice(p);
+                models
+                    .target
+                    .probs(&self.ctx, &mut self.target_rows[(r * n + i) * v..][..v]);
+            }
+        }
+        let mut batch = TreeBatch::new(
+            TreeDims {
+                vocab: v,
+                max_nodes: n,
+                max_depth: depth,
+            },
+            Tree {
+                nodes: &self.nodes,
+                tokens: &self.tokens,
+                first_child: &self.first_child,
+                next_sibling: &self.next_sibling,
+            },
+            &self.target_rows,
+            Streams {
+                seed: &self.seeds,
+                offset: offsets,
+            },
+        );
+        if sampled {
+            batch = batch.with_draft_probs(&self.draft_rows);
+        }
+        let mut out = TreeOutputs {
+            accepted: &mut self.accepted,
+            path: &mut self.path,
+            tokens: &mut self.emitted,
+        };
+        self.verifier
+            .verify_tree(self.method, Check::Cheap, &batch, &mut out)
+            .map_err(|e| verr(e.to_string()))
+    }
+
+    fn emitted(&self, r: usize) -> &[u32] {
+        let w = self.shape.depth + 1;
+        &self.emitted[r * w..][..=self.accepted[r] as usize]
+    }
 }
 
 /// Runs the tree drafter and the chain drafter from the same prompts for `steps` steps each and

@@ -233,6 +233,16 @@ impl<const K: usize> HostReadback<K> {
         self.counters.record(k, accepted)
     }
 
+    /// Records one verified token tree (see [`Counters::record_tree`]).
+    pub fn record_tree(
+        &mut self,
+        depth: usize,
+        nodes: usize,
+        accepted: usize,
+    ) -> Result<(), specula_core::CountError> {
+        self.counters.record_tree(depth, nodes, accepted)
+    }
+
     /// Adds counts recorded elsewhere (for instance by a verifier, per step).
     pub fn add(&mut self, delta: &Counters<K>) {
         self.counters.add(delta);

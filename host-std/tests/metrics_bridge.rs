@@ -64,6 +64,11 @@ fn counters_equal_totals_after_every_update() {
                         .counters
                         .record(4, (round % 5) as usize)
                         .unwrap();
+                    // A token tree of depth 2 (round + 2 draft nodes) next to every chain.
+                    totals[rank]
+                        .counters
+                        .record_tree(2, 2 + round as usize, (round % 3) as usize)
+                        .unwrap();
                 }
                 totals[rank].at_ns = round * 1_000;
                 writer.publish(&totals[rank]);
@@ -85,6 +90,12 @@ fn counters_equal_totals_after_every_update() {
                     sums.get("specula_emitted_tokens_total", &l),
                     c.emitted_tokens
                 );
+                assert_eq!(sums.get("specula_tree_drafts_total", &l), c.tree_drafts);
+                assert_eq!(
+                    sums.get("specula_tree_draft_tokens_total", &l),
+                    c.tree_draft_tokens
+                );
+                assert!(c.tree_drafts > 0);
                 for i in 0..4 {
                     let pos = i.to_string();
                     let lp = [("engine", engine.as_str()), ("position", pos.as_str())];

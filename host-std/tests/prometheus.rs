@@ -31,6 +31,14 @@ fn setup(options: Options) -> (prometheus_client::registry::Registry, [Counters<
                 .record(k, (s * 7 + i) % (k + 1))
                 .unwrap();
         }
+        // Token trees on rank 1 only: rank 0's tree series are exported, at zero.
+        for s in 0..(20 * i) {
+            let depth = 1 + s % 3;
+            d.collector_mut()
+                .readback_mut()
+                .record_tree(depth, 2 * depth + s % 5, s % (depth + 1))
+                .unwrap();
+        }
         d.flush().unwrap();
         totals[i] = *d.collector().readback().counters();
     }
@@ -56,6 +64,12 @@ fn totals_equal_the_slots_in_both_formats() {
             );
             assert_eq!(get("specula_emitted_tokens_total"), Some(t.emitted_tokens));
             assert_eq!(get("specula_readback_errors_total"), Some(0));
+            assert_eq!(get("specula_tree_drafts_total"), Some(t.tree_drafts));
+            assert_eq!(
+                get("specula_tree_draft_tokens_total"),
+                Some(t.tree_draft_tokens)
+            );
+            assert_eq!(t.tree_drafts, 20 * i as u64);
             for p in 0..4 {
                 let s =
                     format!("specula_accepted_tokens_per_position_total{{{e},position=\"{p}\"}}");
@@ -74,6 +88,13 @@ fn totals_equal_the_slots_in_both_formats() {
     assert!(om.contains("# TYPE specula_accepted_tokens counter"));
     let txt = render(&reg, Format::Text).unwrap();
     assert!(txt.contains("# TYPE specula_accepted_tokens_total counter"));
+    for name in [
+        "specula_tree_drafts_total",
+        "specula_tree_draft_tokens_total",
+    ] {
+        assert!(txt.contains(&format!("# TYPE {name} counter")), "{txt}");
+        assert!(txt.contains(&format!("# HELP {name} ")), "{txt}");
+    }
 }
 
 #[test]

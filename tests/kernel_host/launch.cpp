@@ -101,14 +101,18 @@ extern "C" int SPECULA_HOST_LAUNCHER_EX(unsigned int grid, unsigned int block,
 }
 
 // The same launch through specula_verify_logits / specula_verify_split_logits: `logits` (target
-// logits in target_probs' layout) and `temperature` (B values), null for the probability path.
+// logits in target_probs' layout) and `temperature` (B values), null for the probability path;
+// then the engine inputs `methods`, `top_k`, `top_p`, `min_p` and the output `recovered`, each
+// null when not used. Half-precision tensors are passed through the same pointers (u16
+// elements; the shape's flags say so).
 extern "C" int SPECULA_HOST_LAUNCHER_LOGITS(
     unsigned int grid, unsigned int block, const std::uint32_t* shape, const std::uint32_t* k,
     const std::uint32_t* draft_ids, const float* draft_probs, const float* target_probs,
     const std::uint64_t* seed, const std::uint64_t* offset, const float* eps, const float* delta,
     std::uint32_t* accepted, std::uint32_t* tokens, std::uint64_t* stats, std::uint64_t* scratch,
     unsigned int slices, const std::uint32_t* cu, const std::uint32_t* bonus, const float* logits,
-    const float* temperature) {
+    const float* temperature, const std::uint32_t* methods, const std::uint32_t* top_k,
+    const float* top_p, const float* min_p, std::uint32_t* recovered) {
     if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
         return 1;
     }
@@ -120,13 +124,14 @@ extern "C" int SPECULA_HOST_LAUNCHER_LOGITS(
         return specula_shim::launch(grid, block, [&] {
             specula_verify_logits(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_,
                                   eps, delta, accepted, tokens, stats_, cu, bonus, logits,
-                                  temperature);
+                                  temperature, methods, top_k, top_p, min_p, recovered);
         });
     }
     return specula_shim::launch(grid, block, [&] {
         specula_verify_split_logits(shape, k, draft_ids, draft_probs, target_probs, seed_, offset_,
                                     eps, delta, accepted, tokens, stats_, scratch_, slices, cu,
-                                    bonus, logits, temperature);
+                                    bonus, logits, temperature, methods, top_k, top_p, min_p,
+                                    recovered);
     });
 }
 

@@ -8,7 +8,8 @@
 //!   caller) until it is raised, `sync_event` blocks the caller and is counted.
 //! * Device and page-locked memory are reference-counted word arrays: work in flight keeps what
 //!   it touches alive, as the [`Driver`] contract asks.
-//! * A launch runs the kernel text through the C++ shim ([`crate::kernel_host`]).
+//! * A launch runs the kernel text through the C++ shim ([`crate::kernel_host`]); a tree launch
+//!   ([`TreeDriver`]) its tree entry, through the shim's tree launcher.
 //! * Graph capture records a stream's operations instead of running them; a replay enqueues
 //!   them again.
 //! * [`Faults`] inject slow, failing and never-completing downloads (the readback's copy).
@@ -16,11 +17,14 @@
 //! Dropping the last handle of a stream stops its worker (releasing an injected hang), so
 //! shutdown never waits for ever.
 
-use crate::kernel_host::{ExtParams, Mode, Params, launch_params, launch_params_ext};
+use crate::kernel_host::{
+    Inputs, Mode, Params, TreeParams, launch_params, launch_params_ext, launch_tree_params,
+};
 use specula_core::ErrorKind;
 use specula_core::HasKind;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_PARAMS, MAX_TRAILING, Param, Status,
+    TreeDriver, TreeLaunch,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -401,7 +405,7 @@ impl HostDriver {
 }
 
 fn as_bytes<T: Element>(src: &[T]) -> &[u8] {
-    // SAFETY: `Element` is sealed to u32, u64 and f32: no padding, every byte initialised.
+    // SAFETY: `Element` is sealed to u32, u64, f32 and i32: no padding, every byte initialised.
     unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), size_of_val(src)) }
 }
 
@@ -650,11 +654,16 @@ impl Driver for HostDriver {
                     stats: ptrs[11].0.cast(),
                     scratch: scratch.0.cast(),
                 };
-                let x = ExtParams {
+                let x = Inputs {
                     cu: tail[0].0.cast(),
                     bonus: tail[1].0.cast(),
                     logits: tail[2].0.cast(),
                     temperature: tail[3].0.cast(),
+                    methods: tail[4].0.cast(),
+                    top_k: tail[5].0.cast(),
+                    top_p: tail[6].0.cast(),
+                    min_p: tail[7].0.cast(),
+                    recovered: tail[8].0.cast(),
                 };
                 // SAFETY: every pointer is into a buffer `keep` holds alive (or null where the
                 // kernel takes null); the orchestration checked the views against the capacity
@@ -711,5 +720,95 @@ impl Driver for HostDriver {
 
     fn block_threads(&self) -> u32 {
         self.inner.block
+    }
+}
+
+impl TreeDriver for HostDriver {
+    fn launch_tree(
+        &self,
+        stream: &Stream,
+        l: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), HostDriverError> {
+        let a = l.args;
+        let keep: Vec<Buf> = [
+            Some(a.shape.buffer()),
+            Some(a.nodes.buffer()),
+            Some(a.tree_tokens.buffer()),
+            Some(a.first_child.buffer()),
+            Some(a.next_sibling.buffer()),
+            a.draft_probs.map(|v| v.buffer()),
+            Some(a.target_probs.buffer()),
+            Some(a.seed.buffer()),
+            Some(a.offset.buffer()),
+            Some(a.eps.buffer()),
+            Some(a.delta.buffer()),
+            Some(a.accepted.buffer()),
+            Some(a.path.buffer()),
+            Some(a.tokens.buffer()),
+            Some(l.stats),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        let at = |b: &Buf, off: usize| SendPtr(b.ptr().wrapping_add(off));
+        let ptrs = [
+            at(a.shape.buffer(), a.shape.byte_offset()),
+            at(a.nodes.buffer(), a.nodes.byte_offset()),
+            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
+            at(a.first_child.buffer(), a.first_child.byte_offset()),
+            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
+            a.draft_probs.map_or(SendPtr(std::ptr::null_mut()), |v| {
+                at(v.buffer(), v.byte_offset())
+            }),
+            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
+            at(a.seed.buffer(), a.seed.byte_offset()),
+            at(a.offset.buffer(), a.offset.byte_offset()),
+            at(a.eps.buffer(), a.eps.byte_offset()),
+            at(a.delta.buffer(), a.delta.byte_offset()),
+            at(a.accepted.buffer(), a.accepted.byte_offset()),
+            at(a.path.buffer(), a.path.byte_offset()),
+            at(a.tokens.buffer(), a.tokens.byte_offset()),
+            at(l.stats, 0),
+        ];
+        let (grid, block, mode) = (l.grid, l.block.min(self.inner.block), self.inner.mode);
+        let inner = self.inner.clone();
+        self.enqueue(
+            stream,
+            Arc::new(move |_| {
+                let _alive = &keep;
+                inner.launches.fetch_add(1, Ordering::AcqRel);
+                let p = TreeParams {
+                    shape: ptrs[0].0.cast(),
+                    nodes: ptrs[1].0.cast(),
+                    tree_tokens: ptrs[2].0.cast(),
+                    first_child: ptrs[3].0.cast(),
+                    next_sibling: ptrs[4].0.cast(),
+                    draft_probs: ptrs[5].0.cast(),
+                    target_probs: ptrs[6].0.cast(),
+                    seed: ptrs[7].0.cast(),
+                    offset: ptrs[8].0.cast(),
+                    eps: ptrs[9].0.cast(),
+                    delta: ptrs[10].0.cast(),
+                    accepted: ptrs[11].0.cast(),
+                    path: ptrs[12].0.cast(),
+                    tokens: ptrs[13].0.cast(),
+                    stats: ptrs[14].0.cast(),
+                };
+                // SAFETY: every pointer is into a buffer `keep` holds alive; the orchestration
+                // checked the views against the capacity and the caller of its (unsafe) tree
+                // launch vouched for the shape words; stream order excludes other access
+                // meanwhile.
+                let rc = unsafe { launch_tree_params(mode, grid, block, &p) };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(HostDriverError::new(
+                        ErrorKind::InvalidInput,
+                        "tree launcher refused",
+                    ))
+                }
+            }),
+        )
     }
 }

@@ -14,8 +14,8 @@
 use specula_core::Counters;
 use specula_core::kernels;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, Support, Verifier, VerifyError,
-    validate_with,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Support, Verifier,
+    VerifyError, validate_recovered, validate_with,
 };
 
 /// Which macro set the kernel text was compiled with.
@@ -128,7 +128,8 @@ type LauncherEx = unsafe extern "C" fn(
 ) -> i32;
 
 /// The logits launcher (`specula_verify_logits` / `specula_verify_split_logits`): the ex
-/// launcher's parameters, then the target logits and the temperatures (null: probabilities).
+/// launcher's parameters, then the target logits and the temperatures (null: probabilities),
+/// then `methods`, `top_k`, `top_p`, `min_p` and `recovered` (null: not used).
 type LauncherLogits = unsafe extern "C" fn(
     u32,
     u32,
@@ -150,6 +151,11 @@ type LauncherLogits = unsafe extern "C" fn(
     *const u32,
     *const f32,
     *const f32,
+    *const u32,
+    *const u32,
+    *const f32,
+    *const f32,
+    *mut u32,
 ) -> i32;
 
 // SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
@@ -176,6 +182,11 @@ unsafe extern "C" {
         bonus: *const u32,
         logits: *const f32,
         temperature: *const f32,
+        methods: *const u32,
+        top_k: *const u32,
+        top_p: *const f32,
+        min_p: *const f32,
+        recovered: *mut u32,
     ) -> i32;
     fn specula_host_verify_logits_hip(
         grid: u32,
@@ -198,6 +209,11 @@ unsafe extern "C" {
         bonus: *const u32,
         logits: *const f32,
         temperature: *const f32,
+        methods: *const u32,
+        top_k: *const u32,
+        top_p: *const f32,
+        min_p: *const f32,
+        recovered: *mut u32,
     ) -> i32;
 }
 
@@ -297,7 +313,8 @@ pub struct KernelHost<const K: usize> {
     slices: u32,
     /// The split entry's scratch words (zero between launches, as the kernel leaves them).
     scratch: Vec<u64>,
-    /// The kernel's `stats` buffer: `Counters<K>` words, then the error-flag word.
+    /// The kernel's `stats` buffer: the chain `Counters<K>` words, the error-flag word, then the
+    /// tree words (`kernels::stats_words`).
     stats: Vec<u64>,
 }
 
@@ -348,7 +365,7 @@ impl<const K: usize> KernelHost<K> {
     /// The error-flag word as the kernel left it (`kernels::ERR_*` bits; 0 when all is well).
     #[must_use]
     pub fn error_flags(&self) -> u64 {
-        self.stats[kernels::stats_words(K) - 1]
+        self.stats[kernels::error_word(K)]
     }
 
     /// Launches the kernel on raw, unvalidated arguments, exactly as a device launch would
@@ -393,7 +410,7 @@ impl<const K: usize> KernelHost<K> {
             scratch,
         };
         // SAFETY: the caller guarantees the pointers; `shape`, `self.stats` and the scratch are
-        // live and sized for the kernel (8 shape words; 4 + 2K + 1 stats words, with
+        // live and sized for the kernel (8 shape words; stats_words(K) stats words, with
         // shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request of
         // `grid`, zero as the kernel leaves them).
         unsafe { launch_params(self.mode, blocks, self.block, self.slices, &params) }
@@ -449,7 +466,8 @@ impl<const K: usize> KernelHost<K> {
     /// [`launch_raw_ex`](Self::launch_raw_ex) through `specula_verify_logits` /
     /// `specula_verify_split_logits`: `logits` (target logits in `target_probs`' layout, which is
     /// then not read) and `temperature` (B values; 0: greedy on the logits), both null for the
-    /// probability path.
+    /// probability path. The engine inputs after them are null
+    /// ([`launch_raw_inputs`](Self::launch_raw_inputs) passes them).
     ///
     /// # Safety
     /// As for [`launch_raw_ex`](Self::launch_raw_ex); `logits` has the target extent and
@@ -465,36 +483,40 @@ impl<const K: usize> KernelHost<K> {
         logits: *const f32,
         temperature: *const f32,
     ) -> i32 {
-        let f: LauncherLogits = match self.mode {
-            Mode::Cuda => specula_host_verify_logits_cuda,
-            Mode::Hip => specula_host_verify_logits_hip,
+        let x = Inputs {
+            cu,
+            bonus,
+            logits,
+            temperature,
+            ..Inputs::default()
         };
+        // SAFETY: the caller's guarantees, as documented; the other inputs are null.
+        unsafe { self.launch_raw_inputs(grid, shape, p, &x) }
+    }
+
+    /// The logits entries (`specula_verify_logits` / `specula_verify_split_logits`) with every
+    /// trailing input of [`Inputs`]: `p.shape`, `p.stats` and `p.scratch` are not used
+    /// (`shape`, the host's counters and its scratch are).
+    ///
+    /// # Safety
+    /// As for [`launch_raw_ex`](Self::launch_raw_ex), and each non-null pointer of `x` valid for
+    /// the extent [`Inputs`] documents.
+    pub unsafe fn launch_raw_inputs(
+        &mut self,
+        grid: u32,
+        shape: &[u32; kernels::SHAPE_WORDS],
+        p: &Params,
+        x: &Inputs,
+    ) -> i32 {
         let (blocks, scratch) = self.grid_and_scratch(grid, shape);
-        // SAFETY: as in `launch_raw_ex`; `logits`/`temperature` as the caller guarantees.
-        unsafe {
-            f(
-                blocks,
-                self.block,
-                shape.as_ptr(),
-                p.k,
-                p.draft_ids,
-                p.draft_probs,
-                p.target_probs,
-                p.seed,
-                p.offset,
-                p.eps,
-                p.delta,
-                p.accepted,
-                p.tokens,
-                self.stats.as_mut_ptr(),
-                scratch,
-                self.slices,
-                cu,
-                bonus,
-                logits,
-                temperature,
-            )
-        }
+        let q = Params {
+            shape: shape.as_ptr(),
+            stats: self.stats.as_mut_ptr(),
+            scratch,
+            ..*p
+        };
+        // SAFETY: as in `launch_raw_ex`; `x` as the caller guarantees.
+        unsafe { launch_inputs_params(self.mode, blocks, self.block, self.slices, &q, x) }
     }
 
     /// Blocks to launch for `grid` requests, and the split entry's scratch (null for one slice).
@@ -519,9 +541,101 @@ impl<const K: usize> KernelHost<K> {
     }
 }
 
+/// The logits entries' parameters after the split entry's (`specula_verify_logits`,
+/// `specula_verify_split_logits`, in their order), as raw host pointers; each null when not
+/// used ([`Inputs::default`]: all null, the padded probability path).
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs {
+    /// Ragged layout: `cu_num_draft_tokens` (B values).
+    pub cu: *const u32,
+    /// Caller-supplied bonus tokens (B values).
+    pub bonus: *const u32,
+    /// Target logits in `target_probs`' layout (u16 elements under a target half-precision
+    /// shape flag).
+    pub logits: *const f32,
+    /// Temperatures (B values; read when `logits` is not null).
+    pub temperature: *const f32,
+    /// Method codes per request (B values, [`kernels::method_code`]).
+    pub methods: *const u32,
+    /// top-k per request (B values; 0: off).
+    pub top_k: *const u32,
+    /// top-p per request (B values; 1: off).
+    pub top_p: *const f32,
+    /// min-p per request (B values; 0: off).
+    pub min_p: *const f32,
+    /// Output: recovered tokens, one per draft slot (padded `B·k_max`, ragged `num_tokens`).
+    pub recovered: *mut u32,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Self {
+            cu: core::ptr::null(),
+            bonus: core::ptr::null(),
+            logits: core::ptr::null(),
+            temperature: core::ptr::null(),
+            methods: core::ptr::null(),
+            top_k: core::ptr::null(),
+            top_p: core::ptr::null(),
+            min_p: core::ptr::null(),
+            recovered: core::ptr::null_mut(),
+        }
+    }
+}
+
+/// Runs the logits entries of the kernel text compiled in `mode` (the split one when
+/// `slices > 1`) on `p` and `x`. Returns the launcher's status (0: ran).
+///
+/// # Safety
+/// As for [`launch_params`], and every non-null pointer of `x` valid for the extent the shape
+/// words imply.
+pub unsafe fn launch_inputs_params(
+    mode: Mode,
+    blocks: u32,
+    block: u32,
+    slices: u32,
+    p: &Params,
+    x: &Inputs,
+) -> i32 {
+    let f: LauncherLogits = match mode {
+        Mode::Cuda => specula_host_verify_logits_cuda,
+        Mode::Hip => specula_host_verify_logits_hip,
+    };
+    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
+    unsafe {
+        f(
+            blocks,
+            block,
+            p.shape,
+            p.k,
+            p.draft_ids,
+            p.draft_probs,
+            p.target_probs,
+            p.seed,
+            p.offset,
+            p.eps,
+            p.delta,
+            p.accepted,
+            p.tokens,
+            p.stats,
+            p.scratch,
+            slices,
+            x.cu,
+            x.bonus,
+            x.logits,
+            x.temperature,
+            x.methods,
+            x.top_k,
+            x.top_p,
+            x.min_p,
+            x.recovered,
+        )
+    }
+}
+
 /// The kernel's parameters as raw host pointers, in its order (the split entry's two extra
 /// ones last). One pack, used by [`KernelHost`] and by the host driver
-/// ([`crate::host_driver`]).
+/// ([`crate::host_driver`]). [`Params::default`] has every pointer null.
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
     /// Shape words.
@@ -550,6 +664,26 @@ pub struct Params {
     pub stats: *mut u64,
     /// Split scratch, or null with one slice.
     pub scratch: *mut u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            shape: core::ptr::null(),
+            k: core::ptr::null(),
+            draft_ids: core::ptr::null(),
+            draft_probs: core::ptr::null(),
+            target_probs: core::ptr::null(),
+            seed: core::ptr::null(),
+            offset: core::ptr::null(),
+            eps: core::ptr::null(),
+            delta: core::ptr::null(),
+            accepted: core::ptr::null_mut(),
+            tokens: core::ptr::null_mut(),
+            stats: core::ptr::null_mut(),
+            scratch: core::ptr::null_mut(),
+        }
+    }
 }
 
 /// Runs `blocks` blocks of `block` threads of the kernel text compiled in `mode` (the split
@@ -586,24 +720,10 @@ pub unsafe fn launch_params(mode: Mode, blocks: u32, block: u32, slices: u32, p:
     }
 }
 
-/// The pointer parameters after the common ones ([`Params`], then the split entry's scratch and
-/// slice count) of the additive entry points, in the kernel's order; null when not used.
-#[derive(Clone, Copy, Debug)]
-pub struct ExtParams {
-    /// The ragged layout's `cu_num_draft_tokens` (B values), or null (padded).
-    pub cu: *const u32,
-    /// Caller-supplied bonus tokens (B values), or null (sampled).
-    pub bonus: *const u32,
-    /// Target logits in `target_probs`' layout, or null (probabilities).
-    pub logits: *const f32,
-    /// Temperatures (B values; read only with `logits`), or null.
-    pub temperature: *const f32,
-}
-
 /// [`launch_params`] through the additive entry points: `specula_verify_ex` /
-/// `specula_verify_split_ex` when `logits_entry` is false (then `x.logits` and
-/// `x.temperature` are not passed), `specula_verify_logits` / `specula_verify_split_logits`
-/// when it is true. Returns the launcher's status (0: ran).
+/// `specula_verify_split_ex` when `logits_entry` is false (then only `x.cu` and `x.bonus` are
+/// passed), the logits entries ([`launch_inputs_params`]) when it is true. Returns the
+/// launcher's status (0: ran).
 ///
 /// # Safety
 /// As for [`launch_params`]; the pointers of `x` are null or valid for what the kernel reads
@@ -615,39 +735,12 @@ pub unsafe fn launch_params_ext(
     block: u32,
     slices: u32,
     p: &Params,
-    x: &ExtParams,
+    x: &Inputs,
     logits_entry: bool,
 ) -> i32 {
     if logits_entry {
-        let f: LauncherLogits = match mode {
-            Mode::Cuda => specula_host_verify_logits_cuda,
-            Mode::Hip => specula_host_verify_logits_hip,
-        };
-        // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
-        return unsafe {
-            f(
-                blocks,
-                block,
-                p.shape,
-                p.k,
-                p.draft_ids,
-                p.draft_probs,
-                p.target_probs,
-                p.seed,
-                p.offset,
-                p.eps,
-                p.delta,
-                p.accepted,
-                p.tokens,
-                p.stats,
-                p.scratch,
-                slices,
-                x.cu,
-                x.bonus,
-                x.logits,
-                x.temperature,
-            )
-        };
+        // SAFETY: as vouched for by the caller.
+        return unsafe { launch_inputs_params(mode, blocks, block, slices, p, x) };
     }
     let f: LauncherEx = match mode {
         Mode::Cuda => specula_host_verify_ex_cuda,
@@ -682,19 +775,35 @@ fn to_u32(x: usize) -> Result<u32, KernelHostError> {
     u32::try_from(x).map_err(|_| KernelHostError::TooLarge)
 }
 
-impl<const K: usize> Verifier<K> for KernelHost<K> {
-    type Error = KernelHostError;
-
-    fn verify(
+impl<const K: usize> KernelHost<K> {
+    /// [`Verifier::verify`] that also writes vLLM's recovered tokens (one per draft slot, as
+    /// [`specula_core::verify::recovered_tokens`] lays them out) in the same launch, through
+    /// the logits entries' `recovered` output.
+    pub fn verify_recovered(
         &mut self,
         method: Method,
         check: Check,
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
+        recovered: &mut [u32],
+    ) -> Result<(), KernelHostError> {
+        validate_recovered::<K>(self.support(), method, check, batch, recovered)?;
+        self.launch_verify(method, check, batch, out, recovered.as_mut_ptr())
+    }
+
+    /// Validates `batch` and `out`, then launches: the ex entries for a batch with none of the
+    /// logits entries' inputs, the logits entries otherwise (or when `recovered` is not null).
+    fn launch_verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+        recovered: *mut u32,
     ) -> Result<(), KernelHostError> {
         validate_with::<K>(self.support(), method, check, batch, out)?;
         let b = batch.requests();
-        let shape =
+        let mut shape =
             kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;
         let eps: Vec<f32> = batch
             .eps
@@ -707,17 +816,45 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             .cu_num_draft_tokens
             .map_or(core::ptr::null(), <[u32]>::as_ptr);
         let bonus = batch.bonus.map_or(core::ptr::null(), <[u32]>::as_ptr);
-        let logits = batch.target_logits.zip(batch.temperature);
+        // Target logits, binary32 or half (the pointer then holds u16 elements).
+        let logits: *const f32 = match (batch.target_logits, batch.target_logits_half) {
+            (Some(l), _) => l.as_ptr(),
+            (None, Some(Half::Bf16(h))) => {
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16;
+                h.as_ptr().cast()
+            }
+            (None, Some(Half::F16(h))) => {
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16;
+                h.as_ptr().cast()
+            }
+            (None, None) => core::ptr::null(),
+        };
+        let draft_probs: *const f32 = match (batch.draft_probs, batch.draft_probs_half) {
+            (Some(d), _) => d.as_ptr(),
+            (None, Some(h)) => {
+                shape[kernels::SHAPE_DRAFT_STRIDE] = to_u32(batch.draft_stride)?;
+                let (flag, ptr) = match h {
+                    Half::Bf16(x) => (kernels::FLAG_DRAFT_BF16, x.as_ptr()),
+                    Half::F16(x) => (kernels::FLAG_DRAFT_F16, x.as_ptr()),
+                };
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS | flag;
+                ptr.cast()
+            }
+            (None, None) => core::ptr::null(),
+        };
+        let methods: Option<Vec<u32>> = batch
+            .methods
+            .map(|m| m.iter().map(|&m| kernels::method_code(m)).collect());
         let p = Params {
             shape: shape.as_ptr(),
             k: batch.k.as_ptr(),
             draft_ids: batch.draft_ids.as_ptr(),
-            draft_probs: batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            draft_probs,
             // The logits entry reads the logits instead (null, as it documents).
-            target_probs: if logits.is_some() {
-                core::ptr::null()
-            } else {
+            target_probs: if logits.is_null() {
                 batch.target_probs.as_ptr()
+            } else {
+                core::ptr::null()
             },
             seed: batch.seed.as_ptr(),
             offset: batch.offset.as_ptr(),
@@ -728,25 +865,37 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             stats: core::ptr::null_mut(),
             scratch: core::ptr::null_mut(),
         };
-        let rc = if let Some((logits, temps)) = logits {
-            // SAFETY: as below; `validate` checked the logits against the target layout and
-            // the temperatures against B.
-            unsafe {
-                self.launch_raw_logits(
-                    to_u32(b)?,
-                    &shape,
-                    &p,
-                    cu,
-                    bonus,
-                    logits.as_ptr(),
-                    temps.as_ptr(),
-                )
-            }
-        } else {
+        let x = Inputs {
+            cu,
+            bonus,
+            logits,
+            temperature: batch.temperature.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            methods: methods
+                .as_deref()
+                .map_or(core::ptr::null(), <[u32]>::as_ptr),
+            top_k: batch.top_k.map_or(core::ptr::null(), <[u32]>::as_ptr),
+            top_p: batch.top_p.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            min_p: batch.min_p.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            recovered,
+        };
+        let plain = x.logits.is_null()
+            && x.methods.is_null()
+            && x.top_k.is_null()
+            && x.top_p.is_null()
+            && x.min_p.is_null()
+            && x.recovered.is_null()
+            && shape[kernels::SHAPE_FLAGS] & !kernels::FLAG_DRAFT_PROBS == 0;
+        let rc = if plain {
             // SAFETY: `validate` checked every slice length against the shape and the layout
             // (ids B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus
             // B, outputs B and B·(k_max+1)); grid = B.
             unsafe { self.launch_raw_ex(to_u32(b)?, &shape, &p, cu, bonus) }
+        } else {
+            // SAFETY: as above; `validate` also checked the logits (binary32 or half, in the
+            // target layout) and the half draft rows against the layout, the temperatures,
+            // methods and filter parameters against B; `recovered` is null or was checked
+            // against the draft slots by the caller (`validate_recovered`).
+            unsafe { self.launch_raw_inputs(to_u32(b)?, &shape, &p, &x) }
         };
         if rc != 0 {
             return Err(KernelHostError::BadBlock {
@@ -760,22 +909,31 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         }
         Ok(())
     }
+}
+
+impl<const K: usize> Verifier<K> for KernelHost<K> {
+    type Error = KernelHostError;
+
+    fn verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), KernelHostError> {
+        self.launch_verify(method, check, batch, out, core::ptr::null_mut())
+    }
 
     fn totals(&mut self) -> Result<Counters<K>, KernelHostError> {
         kernels::counters_from_stats(&self.stats).ok_or(KernelHostError::TooLarge)
     }
 
-    /// The kernel text verifies `k = 0`, the ragged layout and caller-supplied bonus tokens
-    /// (through `specula_verify_ex` / `specula_verify_split_ex`) and f32 target logits with
-    /// per-request temperature (through `specula_verify_logits` /
-    /// `specula_verify_split_logits`); not the sampling filters, half-precision inputs or a
-    /// method per request.
+    /// Everything: `k = 0`, the ragged layout and caller-supplied bonus tokens (through
+    /// `specula_verify_ex` / `specula_verify_split_ex`), and target logits with per-request
+    /// temperature, bf16 / f16 inputs, per-request methods and sampling filters (through
+    /// `specula_verify_logits` / `specula_verify_split_logits`).
     fn support(&self) -> Support {
-        let mut s = Support::ALL;
-        s.filters = false;
-        s.half = false;
-        s.methods = false;
-        s
+        Support::ALL
     }
 }
 
@@ -821,6 +979,78 @@ unsafe extern "C" {
         tokens: *mut u32,
         stats: *mut u64,
     ) -> i32;
+}
+
+/// The tree entry's parameters as raw host pointers, in its order
+/// ([`kernels::TREE_ENTRY`]): used by the host driver's tree launch
+/// ([`crate::host_driver`]).
+#[derive(Clone, Copy, Debug)]
+pub struct TreeParams {
+    /// Shape words ([`kernels::TREE_SHAPE_WORDS`]).
+    pub shape: *const u32,
+    /// Node counts.
+    pub nodes: *const u32,
+    /// Node tokens.
+    pub tree_tokens: *const u32,
+    /// First-child links.
+    pub first_child: *const i32,
+    /// Next-sibling links.
+    pub next_sibling: *const i32,
+    /// Draft rows, or null.
+    pub draft_probs: *const f32,
+    /// Target rows.
+    pub target_probs: *const f32,
+    /// Seeds.
+    pub seed: *const u64,
+    /// Offsets.
+    pub offset: *const u64,
+    /// `ε`.
+    pub eps: *const f32,
+    /// `δ`.
+    pub delta: *const f32,
+    /// Output: accepted path lengths.
+    pub accepted: *mut u32,
+    /// Output: accepted node indices.
+    pub path: *mut u32,
+    /// Output: emitted tokens.
+    pub tokens: *mut u32,
+    /// Counters and error word.
+    pub stats: *mut u64,
+}
+
+/// Runs `grid` blocks of `block` threads of the tree entry compiled in `mode`. Returns the
+/// launcher's status (0: ran).
+///
+/// # Safety
+/// Every pointer in `p` must be valid for the extent the shape words (and `grid`) imply, as for
+/// a device launch, and not accessed by anything else while the kernel runs.
+pub unsafe fn launch_tree_params(mode: Mode, grid: u32, block: u32, p: &TreeParams) -> i32 {
+    let f = match mode {
+        Mode::Cuda => specula_host_verify_tree_cuda,
+        Mode::Hip => specula_host_verify_tree_hip,
+    };
+    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
+    unsafe {
+        f(
+            grid,
+            block,
+            p.shape,
+            p.nodes,
+            p.tree_tokens,
+            p.first_child,
+            p.next_sibling,
+            p.draft_probs,
+            p.target_probs,
+            p.seed,
+            p.offset,
+            p.eps,
+            p.delta,
+            p.accepted,
+            p.path,
+            p.tokens,
+            p.stats,
+        )
+    }
 }
 
 /// Why a host-executed tree verification did not run (or ran into a kernel error flag).

@@ -1,11 +1,13 @@
 //! Owned token-tree batches and their random generator, for the tree conformance and
 //! statistical tests.
 
-use crate::conformance::Gen;
+use crate::conformance::{Gen, K, METHODS};
+use specula_core::gpu::{GpuError, GpuVerifier, TreeDriver, TreeStaging};
 use specula_core::verify::tree::{
-    NO_NODE, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
+    NO_NODE, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
 };
-use specula_core::verify::{Logits, SENTINEL, Streams};
+use specula_core::verify::{Check, Logits, Method, SENTINEL, Streams, Verifier};
+use specula_core::{Counters, Readback};
 
 /// An owned tree batch; [`TreeData::view`] makes the [`TreeBatch`].
 #[derive(Clone, Debug, PartialEq)]
@@ -275,4 +277,291 @@ pub fn assert_well_formed(d: &TreeData, out: &TreeOut, what: &str) {
         assert!(path[n + 1..].iter().all(|&x| x == SENTINEL), "{what}");
         assert!(tokens[n + 1..].iter().all(|&x| x == SENTINEL), "{what}");
     }
+}
+
+/// One request of exactly `n` nodes (depth ≤ `max_depth`) at vocabulary `v`: random shape, a
+/// random target row per node, and with `draft` a random draft row per node that its token is
+/// drawn from.
+pub fn full_tree(g: &mut Gen, n: usize, max_depth: usize, v: usize, draft: bool) -> TreeData {
+    let parents = random_parents(g, n, max_depth);
+    let (mut first_child, mut next_sibling) = (vec![0; n], vec![0; n]);
+    links_from_parents(&parents, &mut first_child, &mut next_sibling).unwrap();
+    let target: Vec<f32> = (0..n).flat_map(|_| random_row(g, v)).collect();
+    let draft_rows: Option<Vec<f32>> =
+        draft.then(|| (0..n).flat_map(|_| random_row(g, v)).collect());
+    let tokens = (0..n)
+        .map(|i| match (&draft_rows, i) {
+            (_, 0) => 0,
+            (Some(q), i) => crate::conformance::sample(g, &q[i * v..][..v]),
+            (None, i) => crate::conformance::sample(g, &target[parents[i] as usize * v..][..v]),
+        })
+        .collect();
+    TreeData {
+        vocab: v,
+        max_nodes: n,
+        max_depth,
+        nodes: vec![n as u32],
+        tokens,
+        first_child,
+        next_sibling,
+        draft: draft_rows,
+        target,
+        temperature: None,
+        seed: vec![g.next_u64()],
+        offset: vec![g.next_u64() >> 20],
+        eps: vec![0.1],
+        delta: vec![0.3],
+    }
+}
+
+/// The tree conformance every GPU backend runs through its host-slice tree path (`verify` is
+/// its `verify_tree`): random trees of every shape (duplicated sibling tokens, with and without
+/// draft rows, garbage-free probability rows) under every method, and a 64-node tree at
+/// V = 32000, each bit-equal to [`verify_tree_batch`] with the same counts added to `v`'s
+/// totals; then malformed batches refused with nothing written or counted. Panics on the first
+/// difference.
+pub fn tree_backend_conformance<V, E>(
+    v: &mut V,
+    mut verify: impl FnMut(&mut V, Method, Check, &TreeBatch<'_>, &mut TreeOutputs<'_>) -> Result<(), E>,
+    seed: u64,
+) where
+    V: Verifier<K>,
+    V::Error: core::fmt::Debug,
+    E: core::fmt::Debug,
+{
+    let mut g = Gen(seed);
+    let mut expected = v.totals().expect("totals");
+    let mut check = |v: &mut V, m: Method, d: &TreeData, what: &str| {
+        let mut want = TreeOut::new(d.requests(), d.max_depth);
+        let mut counted = Counters::<K>::ZERO;
+        verify_tree_batch(m, Check::Cheap, &d.view(), &mut want.view(), &mut counted)
+            .expect("a valid batch");
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        verify(v, m, Check::Cheap, &d.view(), &mut got.view())
+            .unwrap_or_else(|e| panic!("{what} {m:?}: {e:?}"));
+        assert_eq!(got, want, "{what} {m:?}: outputs");
+        expected.add(&counted);
+        assert_eq!(
+            v.totals().expect("totals"),
+            expected,
+            "{what} {m:?}: counters"
+        );
+    };
+    for i in 0..12 {
+        let d = random_tree_batch(
+            &mut g,
+            TreeSpec {
+                max_requests: 6,
+                max_nodes: 16,
+                max_depth: 6,
+                vocab: 41,
+                draft: i % 2 == 1,
+                logits: false,
+                garbage: false,
+            },
+        );
+        for m in METHODS {
+            check(v, m, &d, &format!("random batch {i}"));
+        }
+    }
+    for draft in [false, true] {
+        let d = full_tree(&mut g, 64, 7, 32_000, draft);
+        for m in METHODS {
+            check(
+                v,
+                m,
+                &d,
+                &format!("64 nodes, V = 32000, draft rows {draft}"),
+            );
+        }
+    }
+    let good = random_tree_batch(
+        &mut g,
+        TreeSpec {
+            max_requests: 3,
+            max_nodes: 8,
+            max_depth: 4,
+            vocab: 17,
+            draft: false,
+            logits: false,
+            garbage: false,
+        },
+    );
+    let last = good.requests() - 1;
+    let mut bad = Vec::new();
+    let mut d = good.clone();
+    d.nodes[last] = 0;
+    bad.push(("no root", d));
+    let mut d = good.clone();
+    d.next_sibling[last * d.max_nodes] = 1;
+    bad.push(("root sibling", d));
+    let mut d = good.clone();
+    d.offset.pop();
+    bad.push(("offsets", d));
+    let mut d = good.clone();
+    d.temperature = Some(vec![1.0; d.requests()]);
+    bad.push(("logits", d));
+    let before = v.totals().expect("totals");
+    for (what, d) in bad {
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        let r = verify(
+            v,
+            Method::Rejection,
+            Check::Cheap,
+            &d.view(),
+            &mut got.view(),
+        );
+        assert!(r.is_err(), "{what}: refused");
+        assert_eq!(
+            got,
+            TreeOut::new(d.requests(), d.max_depth),
+            "{what}: untouched"
+        );
+    }
+    assert_eq!(
+        v.totals().expect("totals"),
+        before,
+        "refused batches count nothing"
+    );
+}
+
+/// The tree step path every GPU backend runs (`v` over its driver): a batch staged once and
+/// captured as a graph (unless `no_graph(error)` accepts the capture's error: a runtime without
+/// graph capture), then 12 steps of changing trees written into the same staging, alternately
+/// replayed and launched, with a readback started and polled; no step makes a synchronising call
+/// (`syncs` counts them as the backend sees them: its driver's count, or the verifier's), every step's outputs equal the reference's,
+/// and the readback's flush ends at the exact sum of the reference's counts. Last, a malformed
+/// request on the raw launch raises [`ERR_TREE`](specula_core::kernels::ERR_TREE), gets
+/// sentinel outputs and is not counted, while its batch's other requests are.
+pub fn tree_step_path_conformance<D: TreeDriver>(
+    v: &mut GpuVerifier<D, K>,
+    syncs: impl Fn(&GpuVerifier<D, K>) -> u64,
+    no_graph: impl Fn(&GpuError<D::Error>) -> bool,
+    seed: u64,
+) where
+    D::Error: core::fmt::Debug,
+{
+    let drv = v.driver().clone();
+    let mut g = Gen(seed);
+    let spec = TreeSpec {
+        max_requests: 6,
+        max_nodes: 12,
+        max_depth: 5,
+        vocab: 37,
+        draft: true,
+        logits: false,
+        garbage: false,
+    };
+    let mut cap = random_tree_batch(&mut g, spec);
+    while cap.requests() < spec.max_requests {
+        cap = random_tree_batch(&mut g, spec);
+    }
+    let mut staging = TreeStaging::new();
+    let mut out = TreeOut::new(cap.requests(), cap.max_depth);
+    v.stage_tree(
+        &mut staging,
+        Method::Rejection,
+        Check::Cheap,
+        &cap.view(),
+        &out.view(),
+    )
+    .expect("stage");
+    let first = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &cap.view())
+        .expect("write");
+    // SAFETY: views `TreeStaging::write` returned; later batches are written by it alone, into
+    // the same buffers (the graph borrows them).
+    let graph = match unsafe { v.capture_tree_staged(&first) } {
+        Ok(graph) => Some(graph),
+        Err(e) if no_graph(&e) => {
+            println!("SKIPPED tree graph replay: {e:?}");
+            None
+        }
+        Err(e) => panic!("capture: {e:?}"),
+    };
+    let mut rb = v.readback().expect("readback");
+    let mut expected = v.totals().expect("totals");
+    for step in 0..12u64 {
+        let m = METHODS[step as usize % 3];
+        let mut d = random_tree_batch(&mut g, spec);
+        d.offset.iter_mut().for_each(|o| *o = o.wrapping_add(step));
+        let mut want = TreeOut::new(d.requests(), d.max_depth);
+        let mut counted = Counters::<K>::ZERO;
+        verify_tree_batch(m, Check::Cheap, &d.view(), &mut want.view(), &mut counted)
+            .expect("a valid batch");
+        expected.add(&counted);
+        let args = staging
+            .write::<K>(&drv, v.stream(), m, &d.view())
+            .expect("write");
+        let before = syncs(v);
+        match (&graph, step % 2) {
+            (Some(graph), 0) => v.replay_tree(graph).expect("replay"),
+            // SAFETY: views `TreeStaging::write` returned just above.
+            _ => unsafe { v.launch_tree_staged(&args) }.expect("launch"),
+        }
+        if rb.in_flight() < rb.max_in_flight() {
+            rb.start().expect("start");
+        }
+        if let core::task::Poll::Ready(r) = rb.poll() {
+            r.expect("readback");
+        }
+        assert_eq!(syncs(v), before, "step {step}: the step path synchronised");
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        let flags = v
+            .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+            .expect("download");
+        assert_eq!(flags, 0, "step {step}: kernel error flags");
+        assert_eq!(got, want, "step {step} ({m:?})");
+    }
+    drop(graph);
+    // A malformed last request on the raw launch: flagged, skipped, not counted.
+    let mut d = cap.clone();
+    let last = d.requests() - 1;
+    d.nodes[last] = 0;
+    let mut good = d.clone();
+    good.nodes.truncate(last);
+    let slots = last * d.max_nodes;
+    good.tokens.truncate(slots);
+    good.first_child.truncate(slots);
+    good.next_sibling.truncate(slots);
+    good.target.truncate(slots * d.vocab);
+    if let Some(x) = good.draft.as_mut() {
+        x.truncate(slots * d.vocab);
+    }
+    good.seed.truncate(last);
+    good.offset.truncate(last);
+    good.eps.truncate(last);
+    good.delta.truncate(last);
+    let mut want = TreeOut::new(last, d.max_depth);
+    let mut counted = Counters::<K>::ZERO;
+    verify_tree_batch(
+        Method::Rejection,
+        Check::Cheap,
+        &good.view(),
+        &mut want.view(),
+        &mut counted,
+    )
+    .expect("the good requests");
+    expected.add(&counted);
+    let args = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+        .expect("write");
+    // SAFETY: views `TreeStaging::write` returned just above (the trees are the kernel's to
+    // check).
+    unsafe { v.launch_tree_staged(&args) }.expect("launch");
+    let mut got = TreeOut::new(d.requests(), d.max_depth);
+    let flags = v
+        .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+        .expect("download");
+    let w = d.max_depth + 1;
+    assert_eq!(flags, specula_core::kernels::ERR_TREE, "the malformed tree");
+    assert_eq!(got.accepted[last], SENTINEL);
+    assert!(got.path[last * w..].iter().all(|&x| x == SENTINEL));
+    assert!(got.tokens[last * w..].iter().all(|&x| x == SENTINEL));
+    assert_eq!(got.accepted[..last], want.accepted[..]);
+    assert_eq!(got.path[..last * w], want.path[..]);
+    assert_eq!(got.tokens[..last * w], want.tokens[..]);
+    assert_eq!(rb.flush().expect("flush"), expected, "the exact totals");
+    assert_eq!(rb.error_flags(), specula_core::kernels::ERR_TREE);
+    let _ = out.view();
 }

@@ -54,7 +54,7 @@ pub enum Family {
     Ex,
     /// [`VERIFY_LOGITS_ENTRY`](crate::kernels::VERIFY_LOGITS_ENTRY) /
     /// [`VERIFY_SPLIT_LOGITS_ENTRY`](crate::kernels::VERIFY_SPLIT_LOGITS_ENTRY): then also
-    /// `target_logits` and `temperature`.
+    /// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered`.
     Logits,
 }
 
@@ -66,14 +66,14 @@ impl Family {
         match self {
             Self::Plain => 0,
             Self::Ex => 2,
-            Self::Logits => 4,
+            Self::Logits => 9,
         }
     }
 }
 
 /// The most trailing pointer parameters any family passes ([`Family::trailing`]): drivers size
 /// their parameter arrays with it.
-pub const MAX_TRAILING: usize = 4;
+pub const MAX_TRAILING: usize = 9;
 
 /// Every chain entry point of `core/kernels/specula_verify.cu`, in the order of
 /// [`Launch::entry_index`]: a driver loads them all from the compiled module and picks one per
@@ -254,8 +254,8 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
 
     /// The pointer parameters after the common ones (`shape` … `stats`, then the split entry's
     /// `scratch` and `slices`), in the kernel's order: none for [`Family::Plain`];
-    /// `cu_num_draft_tokens, bonus` for [`Family::Ex`]; those, `target_logits, temperature`
-    /// for [`Family::Logits`]. Null (`None`) where a view is not set. Every driver packs these
+    /// `cu_num_draft_tokens, bonus` for [`Family::Ex`]; those, `target_logits, temperature,
+    /// methods, top_k, top_p, min_p, recovered` for [`Family::Logits`]. Null (`None`) where a view is not set. Every driver packs these
     /// in one loop, so a later parameter is added here once.
     #[must_use]
     pub fn trailing(&self) -> Trailing<'l, D> {
@@ -265,6 +265,13 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             ptr(a.bonus),
             ptr(a.target_logits),
             ptr(a.temperature),
+            // methods, top_k, top_p, min_p, recovered: not wired yet (null: the shape word's
+            // method, no filters, no recovered output).
+            None,
+            None,
+            None,
+            None,
+            None,
         ];
         Trailing {
             ptrs: all,

@@ -4,6 +4,10 @@
 //! `specula-tests` (which runs the kernel text on CPU threads, so CI executes this code end to
 //! end) are driver glue.
 //!
+//! Token trees (`kernels::TREE_ENTRY`) go through the same verifier and counters over a
+//! [`TreeDriver`]: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
+//! [`GpuVerifier::verify_tree`].
+//!
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
 //! lifetime the compiler checks, never raw pointers valid "until the next stage".
 
@@ -11,6 +15,7 @@ mod driver;
 mod error;
 mod readback;
 mod staging;
+mod tree;
 mod verifier;
 mod view;
 
@@ -21,5 +26,6 @@ pub use driver::{
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{Staged, Staging};
+pub use tree::{TreeArgs, TreeDriver, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
 pub use verifier::{GpuVerifier, MAX_SLICES, SUPPORT, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, OutOfBounds, View, ViewMut};

@@ -83,6 +83,8 @@ pub(crate) unsafe fn read_stats<D: Driver, const K: usize>(
         c.accepted_per_position[j] = word(4 + j);
         c.drafted_per_position[j] = word(4 + K + j);
     }
+    c.tree_drafts = word(kernels::tree_drafts_word(K));
+    c.tree_draft_tokens = word(kernels::tree_draft_tokens_word(K));
     (c, word(kernels::error_word(K)))
 }
 

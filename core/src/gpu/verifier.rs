@@ -4,6 +4,7 @@ use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::{Staged, Staging};
+use super::tree::TreeStaging;
 use crate::counters::Counters;
 use crate::flight::MAX_IN_FLIGHT;
 use crate::kernels;
@@ -67,11 +68,13 @@ pub struct GpuVerifier<D: Driver, const K: usize> {
     /// Scratch of the split entry and the capacity it is sized for.
     split: Option<(D::Buffer, u32)>,
     staging: Staging<D>,
+    /// The tree host-slice path's staging (`super::tree`).
+    pub(super) trees: TreeStaging<D>,
     /// Page-locked outputs of the host-slice path: accepted, tokens, then the stats words.
-    host: Option<(D::HostBuffer, usize)>,
-    done: D::Event,
-    flags_seen: u64,
-    syncs: u64,
+    pub(super) host: Option<(D::HostBuffer, usize)>,
+    pub(super) done: D::Event,
+    pub(super) flags_seen: u64,
+    pub(super) syncs: u64,
 }
 
 impl<D: Driver, const K: usize> GpuVerifier<D, K> {
@@ -94,6 +97,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
             stats,
             split: None,
             staging: Staging::new(),
+            trees: TreeStaging::new(),
             host: None,
             flags_seen: 0,
             syncs: 0,
@@ -354,7 +358,7 @@ pub fn split_scratch_bytes<const K: usize>(sms: u32, capacity: u32) -> Option<us
 }
 
 /// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
-fn grow_host<D: Driver>(
+pub(super) fn grow_host<D: Driver>(
     drv: &D,
     host: &mut Option<(D::HostBuffer, usize)>,
     bytes: usize,

@@ -9,9 +9,10 @@ mod sealed {
     impl Sealed for u32 {}
     impl Sealed for u64 {}
     impl Sealed for f32 {}
+    impl Sealed for i32 {}
 }
 
-/// An element type the kernel reads or writes (`u32`, `u64`, `f32`).
+/// An element type the kernel reads or writes (`u32`, `u64`, `f32`; `i32` for the tree links).
 pub trait Element: sealed::Sealed + Copy + Default {
     /// Its size in bytes.
     const BYTES: usize;
@@ -40,6 +41,7 @@ macro_rules! element {
 element!(u32, 4);
 element!(u64, 8);
 element!(f32, 4);
+element!(i32, 4);
 
 /// A view is out of its buffer's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

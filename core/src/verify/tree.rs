@@ -972,11 +972,12 @@ pub fn verify_tree_request<O: TreeOps + ?Sized>(
 }
 
 /// The reference tree verifier: validates everything ([`validate_tree`]), then verifies each
-/// request in order with the plain-loop [`ScalarOps`] and records it in `counters` as a chain
-/// of the tree's depth: `record(depth, accepted)` (`drafts`, `accepted_tokens`,
-/// `emitted_tokens` and the per-position counts are the per-depth counts; `draft_tokens` adds
-/// the depth, not the node count). A tree of the root alone (depth 0) is not counted, as a
-/// chain with `k = 0`. Nothing is counted (and `out` is untouched) on error.
+/// request in order with the plain-loop [`ScalarOps`] and records it in `counters`:
+/// `record_tree(depth, n − 1, accepted)`, a chain of the tree's depth (`drafts`,
+/// `accepted_tokens`, `emitted_tokens` and the per-position counts are the per-depth counts;
+/// `draft_tokens` adds the depth, not the node count) plus `tree_drafts` (1) and
+/// `tree_draft_tokens` (the `n − 1` draft nodes). A tree of the root alone (depth 0) is not
+/// counted, as a chain with `k = 0`. Nothing is counted (and `out` is untouched) on error.
 pub fn verify_tree_batch<const K: usize>(
     method: Method,
     check: Check,
@@ -996,8 +997,10 @@ pub fn verify_tree_batch<const K: usize>(
         *acc = verify_tree_request(&ScalarOps, method, batch, b, path, tokens);
         let depth = tree_depth(batch, b);
         if depth > 0 {
-            let recorded = counters.record(depth, *acc as usize);
-            // Validated: depth ≤ max_depth ≤ K, and the path is at most the depth.
+            let nodes = batch.node_count(b) - 1;
+            let recorded = counters.record_tree(depth, nodes, *acc as usize);
+            // Validated: depth ≤ max_depth ≤ K, the path is at most the depth, and every depth
+            // up to the deepest holds a node.
             debug_assert!(recorded.is_ok());
         }
     }
@@ -1129,6 +1132,10 @@ mod tests {
                         (a2, t2),
                         "{method:?} {seed} {with_draft} {temperature:?}"
                     );
+                    // The chain fields are the chain's; the tree fields count one 3-node tree.
+                    assert_eq!((c2.tree_drafts, c2.tree_draft_tokens), (1, 3));
+                    c1.tree_drafts = 1;
+                    c1.tree_draft_tokens = 3;
                     assert_eq!(c1, c2);
                     let n = a2[0] as usize;
                     assert!(p2[..=n].iter().enumerate().all(|(j, &p)| p == j as u32));

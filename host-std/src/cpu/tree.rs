@@ -62,8 +62,10 @@ impl<const K: usize> CpuVerifier<K> {
     /// Verifies a batch of token trees (EAGLE / Medusa / SpecInfer; layout and rules in
     /// `core/DETERMINISM.md`, "Token trees"), bit-identical to
     /// [`verify_tree_batch`](specula_core::verify::tree::verify_tree_batch), and counts every
-    /// request as a chain of its tree's depth in this verifier's counters (so tree steps flow
-    /// through the same readback, slot, log line and Prometheus exporter). On error nothing is
+    /// request in this verifier's counters as the reference does
+    /// (`record_tree(depth, nodes − 1, accepted)`: a chain of the tree's depth plus the tree
+    /// counts), so tree steps flow through the same readback, slot, log line and Prometheus
+    /// exporter. On error nothing is
     /// written or counted, and the error is the one the reference reports.
     ///
     /// ```
@@ -85,6 +87,7 @@ impl<const K: usize> CpuVerifier<K> {
     /// verifier.verify_tree(Method::Greedy, Check::STRICT, &batch, &mut out).unwrap();
     /// assert_eq!((accepted, path, tokens), ([1], [0, 2], [1, 0]));
     /// assert_eq!(verifier.totals().accepted_tokens, 1);
+    /// assert_eq!((verifier.totals().tree_drafts, verifier.totals().tree_draft_tokens), (1, 2));
     /// ```
     pub fn verify_tree(
         &self,
@@ -146,10 +149,12 @@ impl<const K: usize> CpuVerifier<K> {
             }
         }
         let mut local = Counters::<K>::ZERO;
-        for (&depth, &acc) in depths.iter().zip(out.accepted.iter()) {
+        for (b, (&depth, &acc)) in depths.iter().zip(out.accepted.iter()).enumerate() {
             if depth > 0 {
-                let recorded = local.record(depth, acc as usize);
-                // Validated: depth ≤ max_depth ≤ K, and the path is at most the depth.
+                let nodes = batch.node_count(b) - 1;
+                let recorded = local.record_tree(depth, nodes, acc as usize);
+                // Validated: depth ≤ max_depth ≤ K, the path is at most the depth, and every
+                // depth up to the deepest holds a node.
                 debug_assert!(recorded.is_ok());
             }
         }

@@ -1,0 +1,282 @@
+//! Token trees on the GPU: the tree entry point of the kernel text
+//! ([`kernels::TREE_ENTRY`], `core/kernels/specula_tree.cu`) launched by [`GpuVerifier`] over
+//! any [`TreeDriver`], with the same counters buffer as chain launches (so tree counts flow
+//! through the same [`GpuReadback`](super::GpuReadback), slot and exporters).
+//!
+//! * The step path: [`GpuVerifier::launch_tree`] on typed views ([`TreeArgs`]), or a
+//!   [`TreeGraph`] captured once ([`GpuVerifier::capture_tree`]) and replayed
+//!   ([`GpuVerifier::replay_tree`]): one block per request, nothing synchronises. A malformed
+//!   tree on this path is the kernel's to catch: it sets [`kernels::ERR_TREE`] (a node token
+//!   `≥ V`: [`kernels::ERR_TOKEN`]) and skips that request only.
+//! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
+//!   CPU backend (the reference's validation first, with the same
+//!   [`TreeError`](crate::verify::tree::TreeError)s; one
+//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]).
+//!
+//! The tree entry takes target probabilities only: target logits are refused with
+//! [`VerifyError::Unsupported`] (`Feature::Logits`).
+
+mod driver;
+mod staging;
+
+pub use driver::{TreeArgs, TreeDriver, TreeLaunch};
+pub use staging::{TreeStaged, TreeStaging, tree_shape};
+
+use super::error::GpuError;
+use super::readback::read_stats;
+use super::verifier::{GpuVerifier, grow_host};
+use crate::kernels;
+use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree};
+use crate::verify::{Check, Feature, Method, VerifyError};
+use core::marker::PhantomData;
+
+/// A captured tree launch, replayable with new trees in the same buffers. It borrows the
+/// buffers of the [`TreeArgs`] it was captured on for `'a`, so none can be freed or reallocated
+/// while it exists. Replay it only on the verifier that captured it.
+#[derive(Debug)]
+pub struct TreeGraph<'a, D: TreeDriver> {
+    graph: D::Graph,
+    capacity: u32,
+    _buffers: PhantomData<&'a D::Buffer>,
+}
+
+impl<D: TreeDriver> TreeGraph<'_, D> {
+    /// The capacity (blocks) it launches.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
+fn enqueue<D: TreeDriver>(
+    drv: &D,
+    stream: &D::Stream,
+    stats: &D::Buffer,
+    args: &TreeArgs<'_, D>,
+) -> Result<(), GpuError<D::Error>> {
+    let launch = TreeLaunch {
+        grid: args.capacity.max(1),
+        block: drv.block_threads(),
+        args,
+        stats,
+    };
+    drv.launch_tree(stream, &launch).map_err(GpuError::Driver)
+}
+
+impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
+    /// Set-up for the host-slice tree path: validates `batch` like the reference
+    /// ([`validate_tree`], with `out`, the host outputs its results will be copied to), refuses
+    /// target logits, and grows `staging` for it. Then [`TreeStaging::write`] enqueues the
+    /// copies and gives the views for [`launch_tree_staged`](GpuVerifier::launch_tree_staged)
+    /// or [`capture_tree_staged`](GpuVerifier::capture_tree_staged).
+    pub fn stage_tree(
+        &mut self,
+        staging: &mut TreeStaging<D>,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &TreeOutputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        check_tree::<K, D::Error>(method, check, batch, out)?;
+        staging.reserve(&self.drv_ref(), batch)
+    }
+
+    /// The step path for trees: enqueues one launch of the tree entry (one block per request
+    /// of `args.capacity`) on the compute stream and returns; no synchronising call. Malformed
+    /// trees are skipped by the kernel and flagged in the error word.
+    ///
+    /// The views' lengths are checked against `args.capacity` and the shape words' count.
+    ///
+    /// # Safety
+    /// The shape words in device memory (read by the kernel when it runs) must describe
+    /// extents within the views: `batch ≤ capacity` node counts, `batch · N` tokens and links,
+    /// `batch · N` rows × strides of the probability views, `batch · (max_depth + 1)` path and
+    /// token slots. Views written by [`TreeStaging::write`] meet this.
+    pub unsafe fn launch_tree(&self, args: &TreeArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
+        if !args.views_fit() {
+            return Err(GpuError::ViewTooShort);
+        }
+        enqueue(self.driver(), self.stream(), self.stats(), args)
+    }
+
+    /// [`launch_tree`](GpuVerifier::launch_tree) on views [`TreeStaging::write`] returned,
+    /// whose shape words it wrote to describe exactly those views.
+    ///
+    /// # Safety
+    /// Nothing but [`TreeStaging::write`] has written the staging buffers since.
+    pub unsafe fn launch_tree_staged(
+        &self,
+        args: &TreeStaged<'_, D>,
+    ) -> Result<(), GpuError<D::Error>> {
+        // SAFETY: staged views hold exactly the checked batch the shape words describe (the
+        // caller vouches that nothing else wrote them).
+        unsafe { self.launch_tree(args) }
+    }
+
+    /// Captures one tree launch on `args` as a graph (no work runs). Set-up; a replay is one
+    /// driver call on the step path.
+    ///
+    /// # Safety
+    /// As for [`launch_tree`](GpuVerifier::launch_tree), at every replay.
+    pub unsafe fn capture_tree<'a>(
+        &self,
+        args: &TreeArgs<'a, D>,
+    ) -> Result<TreeGraph<'a, D>, GpuError<D::Error>> {
+        if !args.views_fit() {
+            return Err(GpuError::ViewTooShort);
+        }
+        let (drv, stream) = (self.driver(), self.stream());
+        drv.begin_capture(stream).map_err(GpuError::Driver)?;
+        let launched = enqueue(drv, stream, self.stats(), args);
+        // End the capture even when the launch failed, so the stream is usable again.
+        let graph = drv.end_capture(stream).map_err(GpuError::Driver);
+        launched?;
+        Ok(TreeGraph {
+            graph: graph?,
+            capacity: args.capacity,
+            _buffers: PhantomData,
+        })
+    }
+
+    /// [`capture_tree`](GpuVerifier::capture_tree) on views [`TreeStaging::write`] returned.
+    /// Replays stay in bounds while later batches are written into the same staging by
+    /// [`TreeStaging::write`] (which only writes consistent shape words, and cannot grow the
+    /// buffers while the graph borrows them).
+    ///
+    /// # Safety
+    /// As [`launch_tree_staged`](GpuVerifier::launch_tree_staged), at every replay.
+    pub unsafe fn capture_tree_staged<'a>(
+        &self,
+        args: &TreeStaged<'a, D>,
+    ) -> Result<TreeGraph<'a, D>, GpuError<D::Error>> {
+        // SAFETY: as for `launch_tree_staged`, vouched for by the caller.
+        unsafe { self.capture_tree(args) }
+    }
+
+    /// Enqueues one replay of `graph` on the compute stream (the step path: no synchronising
+    /// call).
+    pub fn replay_tree(&self, graph: &TreeGraph<'_, D>) -> Result<(), GpuError<D::Error>> {
+        self.driver()
+            .replay(&graph.graph, self.stream())
+            .map_err(GpuError::Driver)
+    }
+
+    /// Copies the tree outputs of the work enqueued so far to `accepted`, `path` and `tokens`
+    /// and waits (one synchronising call). Not the step path. Returns the error-flag word.
+    pub fn download_tree_outputs(
+        &mut self,
+        args: &TreeArgs<'_, D>,
+        accepted: &mut [u32],
+        path: &mut [u32],
+        tokens: &mut [u32],
+    ) -> Result<u64, GpuError<D::Error>> {
+        if accepted.len() > args.accepted.len()
+            || path.len() > args.path.len()
+            || tokens.len() > args.tokens.len()
+        {
+            return Err(GpuError::ViewTooShort);
+        }
+        let (a_bytes, p_bytes, t_bytes) = (accepted.len() * 4, path.len() * 4, tokens.len() * 4);
+        let s_bytes = kernels::stats_words(K) * 8;
+        let total = s_bytes
+            .checked_add(a_bytes)
+            .and_then(|x| x.checked_add(p_bytes))
+            .and_then(|x| x.checked_add(t_bytes))
+            .ok_or(GpuError::TooLarge)?;
+        let drv = self.drv_ref();
+        grow_host(&drv, &mut self.host, total)?;
+        let Some((host, _)) = self.host.as_ref() else {
+            return Err(GpuError::TooLarge);
+        };
+        let (s, stats) = (self.stream(), self.stats());
+        // Stats words first (8-aligned), then accepted, path, tokens.
+        let p_at = s_bytes + a_bytes;
+        let t_at = p_at + p_bytes;
+        let down = |at: usize, view: &super::ViewMut<'_, D, u32>, bytes: usize| {
+            drv.download(s, host, at, view.buffer(), view.byte_offset(), bytes)
+                .map_err(GpuError::Driver)
+        };
+        drv.download(s, host, 0, stats, 0, s_bytes)
+            .map_err(GpuError::Driver)?;
+        down(s_bytes, &args.accepted, a_bytes)?;
+        down(p_at, &args.path, p_bytes)?;
+        down(t_at, &args.tokens, t_bytes)?;
+        drv.record(&self.done, s).map_err(GpuError::Driver)?;
+        self.syncs += 1;
+        drv.sync_event(&self.done).map_err(GpuError::Driver)?;
+        // SAFETY: the event recorded after every download into `host` has been waited on.
+        unsafe {
+            drv.read_host(host, s_bytes, accepted);
+            drv.read_host(host, p_at, path);
+            drv.read_host(host, t_at, tokens);
+        }
+        // SAFETY: as above.
+        let (_, flags) = unsafe { read_stats::<D, K>(&drv, host) };
+        Ok(flags)
+    }
+
+    /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
+    /// does (`core/DETERMINISM.md`, "Token trees"; bit-identical to
+    /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)): validates it like the
+    /// reference ([`GpuError::Tree`] with the reference's error; target logits:
+    /// [`GpuError::Verify`] `Unsupported`), stages it, launches the tree entry, copies the
+    /// outputs down and waits (one synchronising call). Each request is counted as a chain of
+    /// its tree's depth in this verifier's counters (the chain launches' buffer). On a
+    /// validation error nothing is launched, written or counted. A new kernel error flag is
+    /// [`GpuError::DeviceFlags`] (reported once).
+    pub fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        check_tree::<K, D::Error>(method, check, batch, out)?;
+        let mut staging = core::mem::take(&mut self.trees);
+        let result = self.verify_tree_staged(&mut staging, method, batch, out);
+        self.trees = staging;
+        result
+    }
+
+    fn verify_tree_staged(
+        &mut self,
+        staging: &mut TreeStaging<D>,
+        method: Method,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        let drv = self.drv_ref();
+        staging.reserve(&drv, batch)?;
+        let args = staging.write::<K>(&drv, self.stream(), method, batch)?;
+        // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
+        unsafe { self.launch_tree_staged(&args)? };
+        let flags = self.download_tree_outputs(&args, out.accepted, out.path, out.tokens)?;
+        if flags != self.flags_seen {
+            self.flags_seen = flags;
+            return Err(GpuError::DeviceFlags(flags));
+        }
+        Ok(())
+    }
+
+    /// A handle of the driver (drivers are cheap shared handles), so `self` can be borrowed
+    /// mutably beside it.
+    fn drv_ref(&self) -> D {
+        self.driver().clone()
+    }
+}
+
+/// The reference's validation, then target logits refused (the tree entry takes probabilities).
+fn check_tree<const K: usize, E>(
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), GpuError<E>> {
+    validate_tree::<K>(method, check, batch, out).map_err(GpuError::Tree)?;
+    if batch.temperature.is_some() {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Logits,
+        }
+        .into());
+    }
+    Ok(())
+}

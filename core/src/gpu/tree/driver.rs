@@ -1,0 +1,108 @@
+//! The tree seam: [`TreeDriver`], a [`Driver`] that also launches the tree entry point
+//! ([`kernels::TREE_ENTRY`](crate::kernels::TREE_ENTRY)), and the typed views of one tree
+//! launch ([`TreeArgs`], [`TreeLaunch`]).
+//!
+//! A trait of its own rather than a method of [`Driver`]: a driver without the tree kernel (a
+//! readback-only driver, a test fake) implements nothing new, and the chain's launch types
+//! ([`Launch`](super::super::Launch), [`VerifyArgs`](super::super::VerifyArgs)) are untouched.
+
+use super::super::driver::Driver;
+use super::super::view::{View, ViewMut};
+
+/// The device buffers of one tree-verification step, typed and borrowed like
+/// [`VerifyArgs`](super::super::VerifyArgs): the compiler checks that they outlive every launch
+/// and every graph captured on them. Laid out as `core/DETERMINISM.md` ("Token trees") says;
+/// the values behind them (shape words, node counts, links, seeds, ...) are read by the kernel
+/// at run time, so one graph replays every step's trees copied into the same buffers.
+#[derive(Debug)]
+pub struct TreeArgs<'a, D: Driver> {
+    /// Blocks launched: the largest batch these buffers hold (`≥` the batch shape word).
+    pub capacity: u32,
+    /// [`TREE_SHAPE_WORDS`](crate::kernels::TREE_SHAPE_WORDS) shape words
+    /// ([`tree_shape`](super::tree_shape)); the counters-`K` word must be `K`.
+    pub shape: View<'a, D, u32>,
+    /// `nodes[b]`: request `b`'s node count.
+    pub nodes: View<'a, D, u32>,
+    /// Node tokens, `B · N`.
+    pub tree_tokens: View<'a, D, u32>,
+    /// First-child links, `B · N` (`-1`: none).
+    pub first_child: View<'a, D, i32>,
+    /// Next-sibling links, `B · N` (`-1`: none).
+    pub next_sibling: View<'a, D, i32>,
+    /// Draft rows, one per node slot; `None` for the target-only rule.
+    pub draft_probs: Option<View<'a, D, f32>>,
+    /// Target probability rows, one per node slot.
+    pub target_probs: View<'a, D, f32>,
+    /// Seeds.
+    pub seed: View<'a, D, u64>,
+    /// Offsets.
+    pub offset: View<'a, D, u64>,
+    /// Typical acceptance `ε` (read only by typical acceptance).
+    pub eps: View<'a, D, f32>,
+    /// Typical acceptance `δ` (read only by typical acceptance).
+    pub delta: View<'a, D, f32>,
+    /// Output: accepted path lengths.
+    pub accepted: ViewMut<'a, D, u32>,
+    /// Output: accepted node indices, `B · (max_depth + 1)`.
+    pub path: ViewMut<'a, D, u32>,
+    /// Output: emitted tokens, `B · (max_depth + 1)`.
+    pub tokens: ViewMut<'a, D, u32>,
+}
+
+impl<D: Driver> TreeArgs<'_, D> {
+    /// The lengths the orchestration can check without reading device memory: the shape words,
+    /// and at least `capacity` elements in every per-request buffer and in every per-node or
+    /// per-slot one (each request has at least one node slot and one output slot). The extents
+    /// the shape words give are the caller's promise (the unsafe launch).
+    pub(crate) fn views_fit(&self) -> bool {
+        let b = self.capacity as usize;
+        self.shape.len() >= crate::kernels::TREE_SHAPE_WORDS
+            && [
+                self.nodes.len(),
+                self.tree_tokens.len(),
+                self.first_child.len(),
+                self.next_sibling.len(),
+                self.target_probs.len(),
+                self.seed.len(),
+                self.offset.len(),
+                self.eps.len(),
+                self.delta.len(),
+                self.accepted.len(),
+                self.path.len(),
+                self.tokens.len(),
+            ]
+            .iter()
+            .all(|&n| n >= b)
+            && self.draft_probs.is_none_or(|d| d.len() >= b)
+    }
+}
+
+/// One launch of the tree entry point as the orchestration asks a driver for it: everything the
+/// driver glue turns into its launch parameters, in the kernel's parameter order.
+#[derive(Debug)]
+pub struct TreeLaunch<'l, 'a, D: Driver> {
+    /// Blocks: one per request of the capacity.
+    pub grid: u32,
+    /// Threads per block ([`Driver::block_threads`]).
+    pub block: u32,
+    /// The step's buffers.
+    pub args: &'l TreeArgs<'a, D>,
+    /// The counters buffer, the chain launches' own ([`stats_words`](crate::kernels::stats_words)`(K)`
+    /// `u64` words): tree counts flow through the same readback and slot.
+    pub stats: &'l D::Buffer,
+}
+
+/// A [`Driver`] that can launch the tree entry point. Like [`Driver::launch`], the call only
+/// enqueues (and is recorded in a capture like any other stream work).
+///
+/// A driver that compiles kernels at run time may compile the tree module on the first call
+/// (set-up cost paid once, and only by runtimes that verify trees); it must answer a missing
+/// compiler or entry point with an error, never a panic.
+pub trait TreeDriver: Driver {
+    /// Enqueues one launch of [`TREE_ENTRY`](crate::kernels::TREE_ENTRY).
+    fn launch_tree(
+        &self,
+        stream: &Self::Stream,
+        launch: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), Self::Error>;
+}

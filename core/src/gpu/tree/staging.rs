@@ -1,0 +1,322 @@
+//! [`TreeStaging`]: grow-only device buffers that host-slice tree batches are copied into, and
+//! the tree entry's shape words ([`tree_shape`]).
+
+use super::super::driver::Driver;
+use super::super::error::GpuError;
+use super::super::view::{Element, View, ViewMut};
+use super::driver::TreeArgs;
+use crate::kernels::{self, ShapeTooLarge};
+use crate::verify::tree::{MAX_TREE_NODES, TreeBatch, TreeError, TreeParam};
+use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Feature, Method, Tensor, VerifyError};
+
+/// Buffers, in the order of [`TreeArgs`]' fields.
+const SLOTS: usize = 14;
+const SHAPE: usize = 0;
+const NODES: usize = 1;
+const TOKENS: usize = 2;
+const FIRST: usize = 3;
+const NEXT: usize = 4;
+const DPROBS: usize = 5;
+const TPROBS: usize = 6;
+const SEED: usize = 7;
+const OFFSET: usize = 8;
+const EPS: usize = 9;
+const DELTA: usize = 10;
+const ACCEPTED: usize = 11;
+const PATH: usize = 12;
+const OUT_TOKENS: usize = 13;
+
+/// The shape words of launching `method` over `batch` with `Counters<K>`: the chain's
+/// [`shape_words`](kernels::shape_words) (`k_max` = the tree's `max_depth`), then the node
+/// slots per request ([`TREE_SHAPE_NODES`](kernels::TREE_SHAPE_NODES)).
+pub fn tree_shape<const K: usize>(
+    method: Method,
+    batch: &TreeBatch<'_>,
+) -> Result<[u32; kernels::TREE_SHAPE_WORDS], ShapeTooLarge> {
+    let w = |x: usize| u32::try_from(x).map_err(|_| ShapeTooLarge);
+    let draft_stride = match batch.draft_probs {
+        Some(_) => Some(w(batch.draft_stride)?),
+        None => None,
+    };
+    let chain = kernels::shape_words(
+        w(batch.requests())?,
+        w(batch.max_depth)?,
+        w(batch.vocab)?,
+        draft_stride,
+        w(batch.target_stride)?,
+        kernels::method_code(method),
+        w(K)?,
+    );
+    let mut shape = [0u32; kernels::TREE_SHAPE_WORDS];
+    shape[..kernels::SHAPE_WORDS].copy_from_slice(&chain);
+    shape[kernels::TREE_SHAPE_NODES] = w(batch.max_nodes)?;
+    Ok(shape)
+}
+
+fn length(param: TreeParam, len: usize, expected: Option<usize>) -> Result<(), TreeError> {
+    let expected = expected.unwrap_or(usize::MAX);
+    if len == expected {
+        Ok(())
+    } else {
+        Err(TreeError::Length {
+            param,
+            len,
+            expected,
+        })
+    }
+}
+
+/// The input checks of [`validate_tree_shape`](crate::verify::tree::validate_tree_shape) (the
+/// same errors, in the same order; the outputs are this staging's own), then target logits
+/// refused: what makes the views [`TreeStaging::write`] returns hold every extent its shape
+/// words give.
+fn check_inputs<const K: usize, E>(batch: &TreeBatch<'_>) -> Result<(), GpuError<E>> {
+    let b = batch.requests();
+    let v = batch.vocab;
+    if b == 0 {
+        return Err(TreeError::EmptyBatch.into());
+    }
+    if batch.max_nodes == 0 || batch.max_nodes > MAX_TREE_NODES {
+        return Err(TreeError::MaxNodesOutOfRange {
+            max_nodes: batch.max_nodes,
+            max: MAX_TREE_NODES,
+        }
+        .into());
+    }
+    if batch.max_depth > K {
+        return Err(TreeError::MaxDepthOutOfRange {
+            max_depth: batch.max_depth,
+            max: K,
+        }
+        .into());
+    }
+    if v == 0 || v > u32::MAX as usize {
+        return Err(TreeError::VocabOutOfRange { vocab: v }.into());
+    }
+    let slots = b.checked_mul(batch.max_nodes);
+    length(TreeParam::Tokens, batch.tree.tokens.len(), slots)?;
+    length(TreeParam::FirstChild, batch.tree.first_child.len(), slots)?;
+    length(TreeParam::NextSibling, batch.tree.next_sibling.len(), slots)?;
+    let rows = |tensor, stride: usize, len, param| {
+        if stride < v {
+            return Err(TreeError::StrideTooSmall {
+                tensor,
+                stride,
+                vocab: v,
+            });
+        }
+        length(param, len, slots.and_then(|s| s.checked_mul(stride)))
+    };
+    if let Some(d) = batch.draft_probs {
+        rows(
+            Tensor::Draft,
+            batch.draft_stride,
+            d.len(),
+            TreeParam::DraftProbs,
+        )?;
+    }
+    rows(
+        Tensor::Target,
+        batch.target_stride,
+        batch.target.len(),
+        TreeParam::Target,
+    )?;
+    if let Some(t) = batch.temperature {
+        length(TreeParam::Temperature, t.len(), Some(b))?;
+    }
+    length(TreeParam::Seed, batch.seed.len(), Some(b))?;
+    length(TreeParam::Offset, batch.offset.len(), Some(b))?;
+    if let Some(e) = batch.eps {
+        length(TreeParam::Eps, e.len(), Some(b))?;
+    }
+    if let Some(d) = batch.delta {
+        length(TreeParam::Delta, d.len(), Some(b))?;
+    }
+    if batch.temperature.is_some() {
+        // The tree entry takes probabilities only (the CPU backend takes logits).
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Logits,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The byte sizes a (checked) batch needs in each buffer.
+fn needs(batch: &TreeBatch<'_>) -> Option<[usize; SLOTS]> {
+    let b = batch.requests();
+    let out = b.checked_mul(batch.max_depth.checked_add(1)?)?;
+    let w4 = |n: usize| n.checked_mul(4);
+    let w8 = |n: usize| n.checked_mul(8);
+    Some([
+        kernels::TREE_SHAPE_WORDS * 4,
+        w4(b)?,
+        w4(batch.tree.tokens.len())?,
+        w4(batch.tree.first_child.len())?,
+        w4(batch.tree.next_sibling.len())?,
+        w4(batch.draft_probs.map_or(0, <[f32]>::len))?,
+        w4(batch.target.len())?,
+        w8(b)?,
+        w8(b)?,
+        w4(b)?,
+        w4(b)?,
+        w4(b)?,
+        w4(out)?,
+        w4(out)?,
+    ])
+}
+
+/// Device buffers of the tree host-slice path, grown on demand and never shrunk (as
+/// [`Staging`](super::super::Staging) for chains): a batch that needs no more bytes in any
+/// buffer than an earlier one is written into the same buffers, so a graph captured on
+/// [`write`](TreeStaging::write)'s views of the largest batch replays later, smaller trees
+/// written the same way.
+#[derive(Debug)]
+pub struct TreeStaging<D: Driver> {
+    bufs: [Option<D::Buffer>; SLOTS],
+}
+
+impl<D: Driver> Default for TreeStaging<D> {
+    fn default() -> Self {
+        Self {
+            bufs: Default::default(),
+        }
+    }
+}
+
+impl<D: Driver> TreeStaging<D> {
+    /// No buffers yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
+    pub fn reserve(&mut self, drv: &D, batch: &TreeBatch<'_>) -> Result<(), GpuError<D::Error>> {
+        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        for (slot, need) in self.bufs.iter_mut().zip(needs) {
+            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
+            if !fits {
+                *slot = None; // free before allocating the larger one
+                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
+                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues copies of `batch` on `stream` and returns the views a tree launch takes. Does
+    /// not allocate or synchronise: the copies are ordered on `stream` before whatever is
+    /// enqueued after them. Fails, with nothing enqueued, with [`GpuError::Tree`] if the
+    /// batch's slices do not match its sizes (the errors of
+    /// [`validate_tree_shape`](crate::verify::tree::validate_tree_shape)),
+    /// [`GpuError::Verify`] (`Unsupported { feature: Logits }`) for target logits (the tree
+    /// entry takes probabilities), and [`GpuError::ViewTooShort`] if a buffer was not
+    /// [`reserve`](TreeStaging::reserve)d for this batch. The trees themselves are not
+    /// validated here: the kernel flags a malformed one ([`ERR_TREE`](kernels::ERR_TREE)) and
+    /// skips it, and [`GpuVerifier::verify_tree`](super::super::GpuVerifier::verify_tree)
+    /// validates before it stages.
+    pub fn write<const K: usize>(
+        &self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &TreeBatch<'_>,
+    ) -> Result<TreeStaged<'_, D>, GpuError<D::Error>> {
+        check_inputs::<K, D::Error>(batch)?;
+        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
+        for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
+            match src {
+                Some(b) if D::bytes(b) >= need => *dst = Some(b),
+                _ => return Err(GpuError::ViewTooShort),
+            }
+        }
+        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
+        let b = batch.requests();
+        let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
+        let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
+        let out = needs[PATH] / 4;
+        let tree = &batch.tree;
+        Ok(TreeStaged(TreeArgs {
+            capacity,
+            shape: upload(drv, stream, buf(SHAPE)?, &shape)?,
+            nodes: upload(drv, stream, buf(NODES)?, tree.nodes)?,
+            tree_tokens: upload(drv, stream, buf(TOKENS)?, tree.tokens)?,
+            first_child: upload(drv, stream, buf(FIRST)?, tree.first_child)?,
+            next_sibling: upload(drv, stream, buf(NEXT)?, tree.next_sibling)?,
+            draft_probs: match batch.draft_probs {
+                Some(d) => Some(upload(drv, stream, buf(DPROBS)?, d)?),
+                None => None,
+            },
+            target_probs: upload(drv, stream, buf(TPROBS)?, batch.target)?,
+            seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
+            offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
+            eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
+            delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
+            accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
+            path: ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
+            tokens: ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
+        }))
+    }
+}
+
+/// Views [`TreeStaging::write`] returned: the shape words it wrote describe exactly these
+/// views, which is the whole contract of
+/// [`GpuVerifier::launch_tree_staged`](super::super::GpuVerifier::launch_tree_staged) and
+/// [`capture_tree_staged`](super::super::GpuVerifier::capture_tree_staged) (as long as nothing
+/// else writes the buffers). Reads as the [`TreeArgs`] it holds.
+#[derive(Debug)]
+pub struct TreeStaged<'a, D: Driver>(TreeArgs<'a, D>);
+
+impl<'a, D: Driver> TreeStaged<'a, D> {
+    /// The views, to change them (then only the `unsafe` launch takes them).
+    pub fn into_args(self) -> TreeArgs<'a, D> {
+        self.0
+    }
+}
+
+impl<'a, D: Driver> core::ops::Deref for TreeStaged<'a, D> {
+    type Target = TreeArgs<'a, D>;
+    fn deref(&self) -> &TreeArgs<'a, D> {
+        &self.0
+    }
+}
+
+fn oob<E>(_: super::super::view::OutOfBounds) -> GpuError<E> {
+    GpuError::ViewTooShort
+}
+
+fn upload<'a, D: Driver, T: Element>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    data: &[T],
+) -> Result<View<'a, D, T>, GpuError<D::Error>> {
+    let view = View::range(dst, 0, data.len()).map_err(oob)?;
+    drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
+    Ok(view)
+}
+
+/// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).
+fn per_request<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    values: Option<&[f32]>,
+    default: f32,
+    b: usize,
+) -> Result<View<'a, D, f32>, GpuError<D::Error>> {
+    if let Some(v) = values {
+        return upload(drv, stream, dst, v);
+    }
+    let view = View::range(dst, 0, b).map_err(oob)?;
+    let chunk = [default; 64];
+    let mut at = 0;
+    while at < b {
+        let n = (b - at).min(chunk.len());
+        drv.upload(stream, dst, at * 4, &chunk[..n])
+            .map_err(GpuError::Driver)?;
+        at += n;
+    }
+    Ok(view)
+}

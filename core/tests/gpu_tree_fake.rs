@@ -1,0 +1,737 @@
+//! The GPU orchestration's tree path (`specula_core::gpu::tree`) over a deterministic fake
+//! [`TreeDriver`]: stream work runs when it is enqueued (or is recorded while capturing), and the
+//! fake tree kernel writes values derived from its inputs, so the tests see exactly what was
+//! staged, launched, replayed and copied down. (The host driver of `specula-tests` runs the same
+//! code with the real kernel text: `tests/tests/gpu_tree_host.rs`.) Runs under Miri.
+
+use specula_core::gpu::{
+    Driver, Element, GpuError, GpuVerifier, Status, TreeArgs, TreeDriver, TreeLaunch, TreeStaging,
+    View, ViewMut, tree_shape,
+};
+use specula_core::kernels;
+use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeError, TreeOutputs, TreeParam};
+use specula_core::verify::{
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Logits, Method, Streams, Verifier, VerifyError,
+};
+use specula_core::{ErrorKind, HasKind};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+const K: usize = 4;
+
+#[derive(Clone, Debug, PartialEq)]
+struct FakeError(ErrorKind);
+
+impl HasKind for FakeError {
+    fn kind(&self) -> ErrorKind {
+        self.0
+    }
+}
+
+impl std::fmt::Display for FakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "fake {}", self.0)
+    }
+}
+
+#[derive(Debug)]
+struct Mem {
+    id: usize,
+    data: RefCell<Vec<u8>>,
+}
+type Buf = Rc<Mem>;
+
+/// What a tree launch was given.
+#[derive(Clone, Debug, PartialEq)]
+struct TreeRec {
+    grid: u32,
+    block: u32,
+    stats: usize,
+    draft: bool,
+}
+
+type Op = Rc<dyn Fn()>;
+
+#[derive(Default)]
+struct StreamState {
+    capture: RefCell<Option<Vec<Op>>>,
+}
+type Stream = Rc<StreamState>;
+
+#[derive(Default)]
+struct State {
+    next_id: Cell<usize>,
+    launches: RefCell<Vec<TreeRec>>,
+    syncs: Cell<u64>,
+    ops: Cell<u64>,
+    /// The fake kernel ORs this into the error word.
+    flags: Cell<u64>,
+    fail_launch: Cell<bool>,
+}
+
+#[derive(Clone)]
+struct Fake {
+    st: Rc<State>,
+}
+
+impl std::fmt::Debug for Fake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fake")
+    }
+}
+
+impl Fake {
+    fn new() -> Self {
+        Self { st: Rc::default() }
+    }
+
+    fn enqueue(&self, s: &Stream, op: Op) {
+        self.st.ops.set(self.st.ops.get() + 1);
+        match s.capture.borrow_mut().as_mut() {
+            Some(c) => c.push(op),
+            None => op(),
+        }
+    }
+
+    fn launches(&self) -> Vec<TreeRec> {
+        self.st.launches.borrow().clone()
+    }
+}
+
+fn read<T: Element>(b: &Buf, byte: usize) -> T {
+    T::read_ne(&b.data.borrow()[byte..])
+}
+
+fn write<T: Element>(b: &Buf, byte: usize, x: T) {
+    x.write_ne(&mut b.data.borrow_mut()[byte..]);
+}
+
+/// A device buffer's elements `at..at + n` of a view.
+fn elems<T: Element>(v: &View<'_, Fake, T>) -> Vec<T> {
+    (0..v.len())
+        .map(|i| read(v.buffer(), v.byte_offset() + i * T::BYTES))
+        .collect()
+}
+
+impl Driver for Fake {
+    type Error = FakeError;
+    type Stream = Stream;
+    type Event = ();
+    type Buffer = Buf;
+    type HostBuffer = Buf;
+    type Graph = Rc<Vec<Op>>;
+
+    fn stream(&self) -> Result<Stream, FakeError> {
+        Ok(Rc::default())
+    }
+    fn event(&self) -> Result<(), FakeError> {
+        Ok(())
+    }
+    fn alloc(&self, bytes: usize) -> Result<Buf, FakeError> {
+        let id = self.st.next_id.get();
+        self.st.next_id.set(id + 1);
+        Ok(Rc::new(Mem {
+            id,
+            data: RefCell::new(vec![0; bytes]),
+        }))
+    }
+    fn bytes(buf: &Buf) -> usize {
+        buf.data.borrow().len()
+    }
+    fn alloc_host(&self, bytes: usize) -> Result<Buf, FakeError> {
+        self.alloc(bytes)
+    }
+    fn upload<T: Element>(
+        &self,
+        s: &Stream,
+        dst: &Buf,
+        offset: usize,
+        src: &[T],
+    ) -> Result<(), FakeError> {
+        let mut bytes = vec![0u8; src.len() * T::BYTES];
+        for (x, out) in src.iter().zip(bytes.chunks_mut(T::BYTES)) {
+            x.write_ne(out);
+        }
+        let dst = dst.clone();
+        self.enqueue(
+            s,
+            Rc::new(move || {
+                dst.data.borrow_mut()[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            }),
+        );
+        Ok(())
+    }
+    fn copy(&self, s: &Stream, dst: &Buf, src: &Buf, bytes: usize) -> Result<(), FakeError> {
+        let (dst, src) = (dst.clone(), src.clone());
+        self.enqueue(
+            s,
+            Rc::new(move || {
+                let v = src.data.borrow()[..bytes].to_vec();
+                dst.data.borrow_mut()[..bytes].copy_from_slice(&v);
+            }),
+        );
+        Ok(())
+    }
+    fn download(
+        &self,
+        s: &Stream,
+        dst: &Buf,
+        dst_offset: usize,
+        src: &Buf,
+        src_offset: usize,
+        bytes: usize,
+    ) -> Result<(), FakeError> {
+        let (dst, src) = (dst.clone(), src.clone());
+        self.enqueue(
+            s,
+            Rc::new(move || {
+                let v = src.data.borrow()[src_offset..src_offset + bytes].to_vec();
+                dst.data.borrow_mut()[dst_offset..dst_offset + bytes].copy_from_slice(&v);
+            }),
+        );
+        Ok(())
+    }
+    unsafe fn read_host<T: Element>(&self, buf: &Buf, offset: usize, out: &mut [T]) {
+        for (i, x) in out.iter_mut().enumerate() {
+            *x = read(buf, offset + i * T::BYTES);
+        }
+    }
+    fn record(&self, _: &(), _: &Stream) -> Result<(), FakeError> {
+        Ok(())
+    }
+    fn wait(&self, _: &Stream, _: &()) -> Result<(), FakeError> {
+        Ok(())
+    }
+    fn query(&self, _: &()) -> Result<Status, FakeError> {
+        Ok(Status::Ready)
+    }
+    fn sync_event(&self, _: &()) -> Result<(), FakeError> {
+        self.st.syncs.set(self.st.syncs.get() + 1);
+        Ok(())
+    }
+    fn sync_stream(&self, _: &Stream) -> Result<(), FakeError> {
+        self.st.syncs.set(self.st.syncs.get() + 1);
+        Ok(())
+    }
+    fn launch(
+        &self,
+        _: &Stream,
+        _: &specula_core::gpu::Launch<'_, '_, Self>,
+    ) -> Result<(), FakeError> {
+        Err(FakeError(ErrorKind::Misuse)) // chain launches are not this file's subject
+    }
+    fn begin_capture(&self, s: &Stream) -> Result<(), FakeError> {
+        *s.capture.borrow_mut() = Some(Vec::new());
+        Ok(())
+    }
+    fn end_capture(&self, s: &Stream) -> Result<Rc<Vec<Op>>, FakeError> {
+        s.capture
+            .borrow_mut()
+            .take()
+            .map(Rc::new)
+            .ok_or(FakeError(ErrorKind::Misuse))
+    }
+    fn replay(&self, g: &Rc<Vec<Op>>, s: &Stream) -> Result<(), FakeError> {
+        let g = g.clone();
+        self.enqueue(s, Rc::new(move || g.iter().for_each(|op| op())));
+        Ok(())
+    }
+    fn multiprocessors(&self) -> u32 {
+        1
+    }
+    fn block_threads(&self) -> u32 {
+        96
+    }
+}
+
+impl TreeDriver for Fake {
+    /// The fake tree kernel: per request of the batch word, `accepted[b] = nodes[b] + 100`;
+    /// `path[i] = 300 + i` and `tokens[i] = 400 + i` over `B · (max_depth + 1)`; the drafts
+    /// counter grows by `B`, and the error word takes the injected flags.
+    fn launch_tree(&self, s: &Stream, l: &TreeLaunch<'_, '_, Self>) -> Result<(), FakeError> {
+        if self.st.fail_launch.get() {
+            return Err(FakeError(ErrorKind::Device));
+        }
+        let a = l.args;
+        let rec = TreeRec {
+            grid: l.grid,
+            block: l.block,
+            stats: l.stats.id,
+            draft: a.draft_probs.is_some(),
+        };
+        let view = |b: &Buf, o: usize| (b.clone(), o);
+        let (shape, nodes) = (
+            view(a.shape.buffer(), a.shape.byte_offset()),
+            view(a.nodes.buffer(), a.nodes.byte_offset()),
+        );
+        let (acc, path, tok) = (
+            view(a.accepted.buffer(), a.accepted.byte_offset()),
+            view(a.path.buffer(), a.path.byte_offset()),
+            view(a.tokens.buffer(), a.tokens.byte_offset()),
+        );
+        let (stats, st) = (l.stats.clone(), self.st.clone());
+        self.enqueue(
+            s,
+            Rc::new(move || {
+                st.launches.borrow_mut().push(rec.clone());
+                let batch = read::<u32>(&shape.0, shape.1) as usize;
+                let depth = read::<u32>(&shape.0, shape.1 + 4) as usize;
+                for b in 0..batch {
+                    let n: u32 = read(&nodes.0, nodes.1 + 4 * b);
+                    write(&acc.0, acc.1 + 4 * b, n + 100);
+                }
+                for i in 0..batch * (depth + 1) {
+                    write(&path.0, path.1 + 4 * i, 300 + i as u32);
+                    write(&tok.0, tok.1 + 4 * i, 400 + i as u32);
+                }
+                let drafts: u64 = read(&stats, 0);
+                write(&stats, 0, drafts + batch as u64);
+                let e = 8 * kernels::error_word(K);
+                let flags: u64 = read(&stats, e);
+                write(&stats, e, flags | st.flags.get());
+            }),
+        );
+        Ok(())
+    }
+}
+
+/// An owned batch of `b` requests of 3 node slots (root + 1 or 2 children), depth 1, V = 2.
+struct Owned {
+    nodes: Vec<u32>,
+    tokens: Vec<u32>,
+    first_child: Vec<i32>,
+    next_sibling: Vec<i32>,
+    target: Vec<f32>,
+    draft: Option<Vec<f32>>,
+    seed: Vec<u64>,
+    offset: Vec<u64>,
+}
+
+impl Owned {
+    fn new(b: usize) -> Self {
+        Self {
+            nodes: (0..b).map(|i| 2 + (i % 2) as u32).collect(),
+            tokens: [0, 1, 0].repeat(b),
+            first_child: [1, -1, -1].repeat(b),
+            // Request i has 2 + i % 2 nodes: the second child only in odd requests.
+            next_sibling: (0..b)
+                .flat_map(|i| [-1, if i % 2 == 1 { 2 } else { -1 }, -1])
+                .collect(),
+            target: [0.25, 0.75].repeat(3 * b),
+            draft: None,
+            seed: (0..b as u64).collect(),
+            offset: vec![7; b],
+        }
+    }
+    fn view(&self) -> TreeBatch<'_> {
+        let batch = TreeBatch::new(
+            TreeDims {
+                vocab: 2,
+                max_nodes: 3,
+                max_depth: 1,
+            },
+            Tree {
+                nodes: &self.nodes,
+                tokens: &self.tokens,
+                first_child: &self.first_child,
+                next_sibling: &self.next_sibling,
+            },
+            &self.target,
+            Streams {
+                seed: &self.seed,
+                offset: &self.offset,
+            },
+        );
+        match &self.draft {
+            Some(d) => batch.with_draft_probs(d),
+            None => batch,
+        }
+    }
+}
+
+struct Outs {
+    accepted: Vec<u32>,
+    path: Vec<u32>,
+    tokens: Vec<u32>,
+}
+
+impl Outs {
+    fn new(b: usize) -> Self {
+        Self {
+            accepted: vec![0; b],
+            path: vec![0; 2 * b],
+            tokens: vec![0; 2 * b],
+        }
+    }
+    fn view(&mut self) -> TreeOutputs<'_> {
+        TreeOutputs {
+            accepted: &mut self.accepted,
+            path: &mut self.path,
+            tokens: &mut self.tokens,
+        }
+    }
+}
+
+fn rig(b: usize) -> (Fake, GpuVerifier<Fake, K>, TreeStaging<Fake>, Owned) {
+    let drv = Fake::new();
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = TreeStaging::new();
+    let d = Owned::new(b);
+    let mut o = Outs::new(b);
+    v.stage_tree(
+        &mut staging,
+        Method::Rejection,
+        Check::Cheap,
+        &d.view(),
+        &o.view(),
+    )
+    .unwrap();
+    (drv, v, staging, d)
+}
+
+#[test]
+fn verify_tree_stages_launches_and_downloads_with_one_sync() {
+    let drv = Fake::new();
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(3);
+    let mut o = Outs::new(3);
+    v.verify_tree(Method::Greedy, Check::STRICT, &d.view(), &mut o.view())
+        .unwrap();
+    assert_eq!(
+        drv.launches(),
+        vec![TreeRec {
+            grid: 3,
+            block: 96,
+            stats: v.stats().id,
+            draft: false,
+        }]
+    );
+    assert_eq!(o.accepted, [102, 103, 102]);
+    assert_eq!(o.path, [300, 301, 302, 303, 304, 305]);
+    assert_eq!(o.tokens, [400, 401, 402, 403, 404, 405]);
+    assert_eq!(v.sync_calls(), 1);
+    assert_eq!(drv.st.syncs.get(), 1);
+    // The tree launch counts into the verifier's own counters buffer.
+    assert_eq!(v.totals().unwrap().drafts, 3);
+}
+
+#[test]
+fn a_refused_tree_batch_enqueues_nothing() {
+    let drv = Fake::new();
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut d = Owned::new(2);
+    d.first_child[3] = 3; // request 1's root links past its node count
+    let mut o = Outs::new(2);
+    let e = v
+        .verify_tree(Method::Greedy, Check::Cheap, &d.view(), &mut o.view())
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GpuError::Tree(TreeError::LinkOutOfRange {
+            request: 1,
+            node: 0,
+            link: 3
+        })
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    let d = Owned::new(2);
+    let logits = [0.0f32; 2];
+    let batch = d.view().with_target_logits(Logits {
+        values: &d.target,
+        temperature: &logits,
+    });
+    let e = v
+        .verify_tree(Method::Greedy, Check::Cheap, &batch, &mut o.view())
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GpuError::Verify(VerifyError::Unsupported {
+            feature: Feature::Logits
+        })
+    );
+    let mut short = Outs::new(2);
+    short.path.pop();
+    let e = v
+        .verify_tree(Method::Greedy, Check::Cheap, &d.view(), &mut short.view())
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GpuError::Tree(TreeError::Length {
+            param: TreeParam::Path,
+            len: 3,
+            expected: 4
+        })
+    );
+    assert_eq!(drv.st.ops.get(), 0, "nothing enqueued");
+    assert_eq!((v.sync_calls(), o.accepted), (0, vec![0, 0]));
+}
+
+#[test]
+fn tree_device_flags_are_reported_once() {
+    let drv = Fake::new();
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(1);
+    let mut o = Outs::new(1);
+    drv.st.flags.set(kernels::ERR_TREE);
+    let e = v.verify_tree(Method::Rejection, Check::Cheap, &d.view(), &mut o.view());
+    assert_eq!(e, Err(GpuError::DeviceFlags(kernels::ERR_TREE)));
+    assert_eq!(
+        v.verify_tree(Method::Rejection, Check::Cheap, &d.view(), &mut o.view()),
+        Ok(())
+    );
+    drv.st.fail_launch.set(true);
+    let e = v.verify_tree(Method::Rejection, Check::Cheap, &d.view(), &mut o.view());
+    assert_eq!(e, Err(GpuError::Driver(FakeError(ErrorKind::Device))));
+}
+
+#[test]
+fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
+    let (drv, v, staging, mut d) = rig(2);
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .unwrap();
+    let shape = elems(&a.shape);
+    assert_eq!(shape, tree_shape::<K>(Method::Typical, &d.view()).unwrap());
+    assert_eq!(
+        shape,
+        [
+            2,
+            1,
+            2,
+            0,
+            2,
+            kernels::method_code(Method::Typical),
+            K as u32,
+            0,
+            3
+        ]
+    );
+    assert_eq!(elems(&a.nodes), d.nodes);
+    assert_eq!(elems(&a.tree_tokens), d.tokens);
+    assert_eq!(elems(&a.first_child), d.first_child);
+    assert_eq!(elems(&a.next_sibling), d.next_sibling);
+    assert_eq!(elems(&a.target_probs), d.target);
+    assert_eq!(elems(&a.seed), d.seed);
+    assert_eq!(elems(&a.offset), d.offset);
+    assert_eq!(elems(&a.eps), [DEFAULT_EPS; 2]);
+    assert_eq!(elems(&a.delta), [DEFAULT_DELTA; 2]);
+    assert!(a.draft_probs.is_none());
+    assert_eq!(
+        (a.capacity, a.accepted.len(), a.path.len(), a.tokens.len()),
+        (2, 2, 4, 4)
+    );
+    // Draft rows need their own buffer: not reserved yet.
+    d.draft = Some([0.5, 0.5].repeat(6));
+    assert!(matches!(
+        staging.write::<K>(&drv, v.stream(), Method::Rejection, &d.view()),
+        Err(GpuError::ViewTooShort)
+    ));
+    let mut staging = staging;
+    staging.reserve(&drv, &d.view()).unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+        .unwrap();
+    assert_eq!(elems(&a.draft_probs.unwrap()), [0.5; 12]);
+    let shape = elems(&a.shape);
+    assert_eq!(
+        (
+            shape[kernels::SHAPE_DRAFT_STRIDE],
+            shape[kernels::SHAPE_FLAGS]
+        ),
+        (2, kernels::FLAG_DRAFT_PROBS)
+    );
+    // A larger batch than reserved is refused, nothing enqueued.
+    let ops = drv.st.ops.get();
+    let big = Owned::new(3);
+    assert!(matches!(
+        staging.write::<K>(&drv, v.stream(), Method::Rejection, &big.view()),
+        Err(GpuError::ViewTooShort)
+    ));
+    // Slices that do not match the sizes: the reference's error.
+    let mut bad = Owned::new(2);
+    bad.next_sibling.pop();
+    assert_eq!(
+        staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &bad.view())
+            .unwrap_err(),
+        GpuError::Tree(TreeError::Length {
+            param: TreeParam::NextSibling,
+            len: 5,
+            expected: 6
+        })
+    );
+    let mut bad = Owned::new(2);
+    bad.target.pop();
+    assert!(matches!(
+        staging.write::<K>(&drv, v.stream(), Method::Rejection, &bad.view()),
+        Err(GpuError::Tree(TreeError::Length {
+            param: TreeParam::Target,
+            ..
+        }))
+    ));
+    let temps = [1.0f32; 2];
+    let logits = d.view().with_target_logits(Logits {
+        values: &d.target,
+        temperature: &temps,
+    });
+    assert_eq!(
+        staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &logits)
+            .unwrap_err(),
+        GpuError::Verify(VerifyError::Unsupported {
+            feature: Feature::Logits
+        })
+    );
+    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+}
+
+fn short<T: Element>(view: View<'_, Fake, T>) -> View<'_, Fake, T> {
+    View::range(view.buffer(), 0, view.len() - 1).unwrap()
+}
+
+#[test]
+fn tree_launch_checks_every_view_against_the_capacity() {
+    let (drv, v, mut staging, mut d) = rig(2);
+    d.draft = Some([0.5, 0.5].repeat(6));
+    staging.reserve(&drv, &d.view()).unwrap();
+    // A one-node, depth-0 batch of 2: every per-node and per-slot view holds exactly 2.
+    let one = Owned {
+        nodes: vec![1, 1],
+        tokens: vec![0, 0],
+        first_child: vec![-1, -1],
+        next_sibling: vec![-1, -1],
+        target: vec![0.5; 2],
+        draft: Some(vec![0.5; 2]),
+        seed: vec![1, 2],
+        offset: vec![0, 0],
+    };
+    let one_batch = TreeBatch::new(
+        TreeDims {
+            vocab: 1,
+            max_nodes: 1,
+            max_depth: 0,
+        },
+        Tree {
+            nodes: &one.nodes,
+            tokens: &one.tokens,
+            first_child: &one.first_child,
+            next_sibling: &one.next_sibling,
+        },
+        &one.target[..2],
+        Streams {
+            seed: &one.seed,
+            offset: &one.offset,
+        },
+    )
+    .with_draft_probs(&one.target[..2]);
+    let (mut acc1, mut path1, mut tok1) = (
+        drv.alloc(8).unwrap(),
+        drv.alloc(8).unwrap(),
+        drv.alloc(8).unwrap(),
+    );
+    for field in 0..15 {
+        let mut a: TreeArgs<'_, Fake> = staging
+            .write::<K>(&drv, v.stream(), Method::Greedy, &one_batch)
+            .unwrap()
+            .into_args();
+        match field {
+            0 => a.shape = View::range(a.shape.buffer(), 0, 8).unwrap(),
+            1 => a.nodes = short(a.nodes),
+            2 => a.tree_tokens = short(a.tree_tokens),
+            3 => a.first_child = short(a.first_child),
+            4 => a.next_sibling = short(a.next_sibling),
+            5 => a.draft_probs = a.draft_probs.map(short),
+            6 => a.target_probs = short(a.target_probs),
+            7 => a.seed = short(a.seed),
+            8 => a.offset = short(a.offset),
+            9 => a.eps = short(a.eps),
+            10 => a.delta = short(a.delta),
+            11 => a.accepted = ViewMut::range(&mut acc1, 0, 1).unwrap(),
+            12 => a.path = ViewMut::range(&mut path1, 0, 1).unwrap(),
+            13 => a.tokens = ViewMut::range(&mut tok1, 0, 1).unwrap(),
+            _ => a.capacity = 2, // fits: the control
+        }
+        let ops = drv.st.ops.get();
+        // SAFETY: refused before anything is enqueued (or, for the control, staged views of a
+        // valid batch).
+        let launched = unsafe { v.launch_tree(&a) };
+        if field == 14 {
+            launched.unwrap();
+            assert_eq!(drv.launches().len(), 1);
+            continue;
+        }
+        assert_eq!(launched, Err(GpuError::ViewTooShort), "field {field}");
+        // SAFETY: as above.
+        let captured = unsafe { v.capture_tree(&a) };
+        assert_eq!(
+            captured.map(|g| g.capacity()),
+            Err(GpuError::ViewTooShort),
+            "field {field}"
+        );
+        assert_eq!(drv.st.ops.get(), ops, "field {field}: nothing enqueued");
+        assert!(v.stream().capture.borrow().is_none(), "not left capturing");
+    }
+    assert_eq!(drv.launches().len(), 1);
+}
+
+#[test]
+fn download_tree_outputs_refuses_host_slices_longer_than_the_views() {
+    let (drv, mut v, staging, d) = rig(2);
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_tree_staged(&a) }.unwrap();
+    for (acc, path, tok) in [(3, 4, 4), (2, 5, 4), (2, 4, 5)] {
+        let (mut x, mut y, mut z) = (vec![0; acc], vec![0; path], vec![0; tok]);
+        assert_eq!(
+            v.download_tree_outputs(&a, &mut x, &mut y, &mut z),
+            Err(GpuError::ViewTooShort)
+        );
+    }
+    let (mut x, mut y, mut z) = (vec![0; 2], vec![0; 4], vec![0; 4]);
+    assert_eq!(v.download_tree_outputs(&a, &mut x, &mut y, &mut z), Ok(0));
+    assert_eq!(
+        (x, y, z),
+        (
+            vec![102, 103],
+            vec![300, 301, 302, 303],
+            vec![400, 401, 402, 403]
+        )
+    );
+    assert_eq!(v.sync_calls(), 1);
+}
+
+#[test]
+fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
+    let (drv, mut v, staging, d) = rig(4);
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .unwrap();
+    // SAFETY: staged views; only `write` writes the staging buffers.
+    let graph = unsafe { v.capture_tree_staged(&a) }.unwrap();
+    assert_eq!(graph.capacity(), 4);
+    assert!(drv.launches().is_empty(), "capture runs nothing");
+    // A smaller batch into the same buffers, then a replay.
+    let mut small = Owned::new(2);
+    small.nodes = vec![3, 1];
+    let a2 = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &small.view())
+        .unwrap();
+    let syncs = v.sync_calls();
+    v.replay_tree(&graph).unwrap();
+    assert_eq!(v.sync_calls(), syncs, "a replay never synchronises");
+    assert_eq!(drv.launches().len(), 1);
+    assert_eq!(drv.launches()[0].grid, 4, "the captured capacity");
+    let (mut x, mut y, mut z) = (vec![0; 2], vec![0; 4], vec![0; 4]);
+    v.download_tree_outputs(&a2, &mut x, &mut y, &mut z)
+        .unwrap();
+    assert_eq!(x, [103, 101], "the new node counts");
+    assert_eq!(v.totals().unwrap().drafts, 2, "the new batch word");
+    // A capture whose launch fails still ends the capture.
+    drv.st.fail_launch.set(true);
+    // SAFETY: as above.
+    let e = unsafe { v.capture_tree_staged(&a2) }.err();
+    assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Device))));
+    assert!(v.stream().capture.borrow().is_none(), "capture ended");
+}

@@ -1,0 +1,352 @@
+//! The sampling filter's [`Cut`] of a row of softmax weights, from a few candidates instead of
+//! [`Cut::of`]'s radix descent over the whole row (up to ten scalar passes).
+//!
+//! Every threshold the filters can produce is at least a key `τ` that a small sample of the row
+//! suggests (`θ ≥ τ` is then checked exactly, not assumed). The ids with key `≥ τ` are gathered
+//! in one vector pass, sorted, and the filters' definitions (`core/DETERMINISM.md`, "Sampling
+//! filters") are read off the sorted keys: the `top_k`-th largest key, the mass above a key, the
+//! first key whose mass reaches `top_p`. For every `θ' ≥ τ` the count and the mass of the keys
+//! `≥ θ'` are the same over the candidates as over the row, so the result is exact whenever the
+//! check passes; otherwise a lower `τ` is tried, then the whole-row [`Cut::of`]. The sample only
+//! decides how fast, never what.
+//!
+//! Only for softmax weights: they lie in `[0, 1]`, so no mass wraps (`V·2⁶⁴ < 2¹²⁸`), the mass
+//! above a key only grows as the key falls, and "the largest key whose mass reaches the target"
+//! (what the sorted walk finds) is what the radix descent finds too.
+
+use super::kernels::{self, Isa};
+use specula_core::verify::{Cut, Filter, weight_fixed, weight_key};
+
+/// Ids in the sample (it only picks `τ`): enough to place `τ` within a few per cent of the
+/// mass, few enough to sort in a fraction of a pass.
+const SAMPLE: usize = 2048;
+/// Candidate sets larger than `V / MAX_SHARE` are not worth sorting: the whole-row search
+/// instead.
+const MAX_SHARE: usize = 4;
+
+/// The key of binary32 `1.0`: the largest softmax weight of a row with a finite maximum
+/// (`exp_p(m − m) = exp_p(0) = 1`).
+const ONE_KEY: u32 = 0x3F80_0000;
+
+/// [`Cut::of`] the softmax weights `w` (each `e_v ∈ [0, 1]`, from a row whose maximum is
+/// finite, so the largest is exactly `1`) by `filter`, the same result. `total` is the whole
+/// row's mass `Σ ⌊e_v · 2⁶⁴⌋` (the softmax's `F`), needed only when top-p is the sole part on.
+/// `cands` is scratch.
+pub(crate) fn softmax_cut(
+    isa: Isa,
+    w: &[f32],
+    filter: Filter,
+    total: Option<u128>,
+    cands: &mut Vec<u32>,
+) -> Cut {
+    candidate_cut(isa, w, filter, total, cands).unwrap_or_else(|| Cut::of(w, filter))
+}
+
+/// [`softmax_cut`] from candidates, if two tries decide it.
+fn candidate_cut(
+    isa: Isa,
+    w: &[f32],
+    filter: Filter,
+    total: Option<u128>,
+    cands: &mut Vec<u32>,
+) -> Option<Cut> {
+    (0..2).find_map(|attempt| try_cut(isa, w, filter, total, cands, attempt))
+}
+
+/// The key of `min_p × 1.0` (min-p's threshold for a row whose largest weight is 1), or 0.
+fn min_p_key(filter: Filter) -> u32 {
+    if filter.min_p > 0.0 {
+        weight_key(filter.min_p * f32::from_bits(ONE_KEY))
+    } else {
+        0
+    }
+}
+
+/// Whether top-k is on and can bind (`top_k > V` keeps every id, as no key has `top_k` ids
+/// at or above it).
+fn top_k_binds(filter: Filter, len: usize) -> bool {
+    filter.top_k != 0 && filter.top_k as usize <= len
+}
+
+/// One try with the sample's `τ` (`attempt` 1: a more cautious one); `None` if the
+/// candidates do not decide the cut (or would be too many).
+///
+/// With top-p alone the candidates are the keys in a bracket `[lo, hi)` around the key where
+/// the mass crosses `top_p`, and the pass also sums the mass of the keys `≥ hi` exactly: that
+/// keeps the candidates few even when the kept set is most of the row.
+fn try_cut(
+    isa: Isa,
+    w: &[f32],
+    filter: Filter,
+    total: Option<u128>,
+    cands: &mut Vec<u32>,
+    attempt: u32,
+) -> Option<Cut> {
+    let min_key = min_p_key(filter);
+    let top_k = top_k_binds(filter, w.len());
+    let top_p = filter.top_p < 1.0;
+    let cap = w.len() / MAX_SHARE;
+    if top_p && !top_k {
+        return top_p_cut(isa, w, filter.top_p, min_key, total, cands, attempt);
+    }
+    // Top-k's τ (no key reaches `u32::MAX`, the bits of +∞ being the largest: nothing above).
+    let lo = if top_k {
+        sample_tau_count(w, filter.top_k as usize, attempt)
+    } else {
+        0
+    };
+    // Min-p alone (or under top-k's τ): every kept key is ≥ its threshold.
+    let lo = lo.max(min_key);
+    if lo == 0 {
+        return None;
+    }
+    cands.clear();
+    kernels::gather_keys(isa, w, lo, u32::MAX, cands, cap)?;
+    cands.sort_unstable_by(|a, b| b.cmp(a));
+    // θ₁: min-p, then top-k (the `top_k`-th largest key, ties kept; top-k never brackets).
+    let mut theta = min_key;
+    if top_k {
+        let k = filter.top_k as usize;
+        if k <= cands.len() {
+            theta = theta.max(cands[k - 1]);
+        }
+    }
+    // Whole-row mass above θ₁: from the candidates when θ₁ ≥ lo (they hold every key ≥ lo).
+    if theta < lo {
+        // Top-k's key lies below lo: the candidates do not decide it.
+        return None;
+    }
+    let mass = fixed_at_or_above(cands, theta);
+    if !top_p || mass == 0 {
+        return Some(Cut {
+            threshold: theta,
+            fixed: mass,
+        });
+    }
+    let target = f64::from(filter.top_p) * (mass as f64);
+    walk(cands, theta, 0, target)
+}
+
+/// Top-p without top-k, after min-p's `θ₁ = min_key` (0: off): the mass `A` above `θ₁` (the
+/// softmax's `total` for 0, else one exact pass), then the candidates in a bracket `[lo, hi)`
+/// around the key where the mass crosses `top_p · A`, with the exact mass above `hi`.
+fn top_p_cut(
+    isa: Isa,
+    w: &[f32],
+    top_p: f32,
+    min_key: u32,
+    total: Option<u128>,
+    cands: &mut Vec<u32>,
+    attempt: u32,
+) -> Option<Cut> {
+    let mass = if min_key == 0 {
+        total?
+    } else {
+        // No key is in [u32::MAX, min_key): only the mass above min_key.
+        cands.clear();
+        kernels::gather_keys(isa, w, u32::MAX, min_key, cands, 0)?
+    };
+    if mass == 0 {
+        return Some(Cut {
+            threshold: min_key,
+            fixed: 0,
+        });
+    }
+    let target = f64::from(top_p) * (mass as f64);
+    let (lo, hi) = sample_bracket(w, top_p, min_key, attempt)?;
+    let lo = lo.max(min_key);
+    if lo == 0 || lo >= hi {
+        return None;
+    }
+    cands.clear();
+    let above = kernels::gather_keys(isa, w, lo, hi, cands, w.len() / MAX_SHARE)?;
+    cands.sort_unstable_by(|a, b| b.cmp(a));
+    // The keys ≥ hi must not reach the target yet (else θ ≥ hi, outside the bracket).
+    if (above as f64) >= target {
+        return None;
+    }
+    walk(cands, min_key, above, target)
+}
+
+/// The largest key `θ' ≥ theta` whose mass `F(θ')` reaches `target`, and `F(θ')`, from the
+/// candidates sorted from the largest (`above`: the mass of the keys above all of them), or
+/// `None` if the target lies below them. A whole group of equal keys is added at a time (F
+/// counts every id with key `≥ θ'`); the mass only grows as the key falls (no wrap for weights
+/// in `[0, 1]`), so the first group that reaches the target is the answer.
+fn walk(sorted: &[u32], theta: u32, above: u128, target: f64) -> Option<Cut> {
+    let mut acc = above;
+    let mut i = 0;
+    while i < sorted.len() && sorted[i] >= theta {
+        let key = sorted[i];
+        while i < sorted.len() && sorted[i] == key {
+            acc += weight_fixed(f32::from_bits(key));
+            i += 1;
+        }
+        if (acc as f64) >= target {
+            return Some(Cut {
+                threshold: key,
+                fixed: acc,
+            });
+        }
+    }
+    None
+}
+
+/// `Σ weight_fixed` of the sorted candidates with key `≥ theta`.
+fn fixed_at_or_above(sorted: &[u32], theta: u32) -> u128 {
+    sorted
+        .iter()
+        .take_while(|&&k| k >= theta)
+        .map(|&k| weight_fixed(f32::from_bits(k)))
+        .sum()
+}
+
+/// One id in this many is sampled.
+fn stride(len: usize) -> usize {
+    (len / SAMPLE).max(1)
+}
+
+/// The sample's keys (one id in [`stride`]), sorted from the largest.
+fn sample(w: &[f32]) -> Vec<u32> {
+    let mut s: Vec<u32> = w
+        .iter()
+        .step_by(stride(w.len()))
+        .map(|&x| weight_key(x))
+        .collect();
+    s.sort_unstable_by(|a, b| b.cmp(a));
+    s
+}
+
+/// A key that about `4·k` ids (`attempt` 1: `32·k`) of the row reach, going by the sample; 0
+/// when the sample is too small to say.
+fn sample_tau_count(w: &[f32], k: usize, attempt: u32) -> u32 {
+    let s = sample(w);
+    let want = (k << (2 + 3 * attempt)).div_ceil(stride(w.len())) + 4;
+    s.get(want).copied().unwrap_or(0)
+}
+
+/// Keys `(lo, hi)` between which, going by the sample, the row's mass crosses `top_p` of the
+/// mass above `floor`: the sample's mass above `hi` is `top_p − δ` of its total, above `lo` `top_p + δ`
+/// (`δ = 4 %`, `attempt` 1: 10 %), each a few sampled keys further out. `None` when the sample
+/// cannot say.
+fn sample_bracket(w: &[f32], top_p: f32, floor: u32, attempt: u32) -> Option<(u32, u32)> {
+    let mut s = sample(w);
+    s.retain(|&k| k >= floor);
+    let total: f64 = s.iter().map(|&k| f64::from(f32::from_bits(k))).sum();
+    let delta = if attempt == 0 { 0.04 } else { 0.1 };
+    let p = f64::from(top_p);
+    let (mut hi, mut lo) = (None, None);
+    let mut acc = 0.0;
+    for (i, &k) in s.iter().enumerate() {
+        acc += f64::from(f32::from_bits(k));
+        if hi.is_none() && acc >= (p - delta) * total {
+            // The first sampled key past the lower share, two further up.
+            hi = Some(s[i.saturating_sub(2)]);
+        }
+        if acc >= (p + delta).min(1.0) * total {
+            lo = Some(*s.get(i + 2)?);
+            break;
+        }
+    }
+    let (lo, hi) = (lo?, hi?);
+    // hi must bracket from above: keys ≥ hi are excluded from the candidates.
+    Some((lo, hi.checked_add(1)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specula_core::verify::{softmax_exp, softmax_max};
+
+    /// The softmax weights of `logits` at `t` (the core's) and their whole mass.
+    fn weights(logits: &[f32], t: f32) -> (Vec<f32>, u128) {
+        let mut m = f32::NEG_INFINITY;
+        for &l in logits {
+            m = softmax_max(m, l / t);
+        }
+        assert!(m.is_finite());
+        let w: Vec<f32> = logits.iter().map(|&l| softmax_exp(l, t, m)).collect();
+        let total = w.iter().map(|&x| weight_fixed(x)).sum();
+        (w, total)
+    }
+
+    fn filters() -> Vec<Filter> {
+        let f = |top_k, top_p, min_p| Filter {
+            top_k,
+            top_p,
+            min_p,
+        };
+        vec![
+            f(50, 1.0, 0.0),
+            f(1, 1.0, 0.0),
+            f(1000, 1.0, 0.0),
+            f(0, 0.9, 0.0),
+            f(0, 0.5, 0.0),
+            f(0, 0.999, 0.0),
+            f(0, 1e-6, 0.0),
+            f(0, 1.0, 0.05),
+            f(0, 1.0, 0.9),
+            f(50, 0.9, 0.0),
+            f(20, 0.95, 0.1),
+            f(0, 0.8, 0.02),
+            f(40_000, 0.9, 0.0),
+            f(200_000, 0.7, 0.0),
+        ]
+    }
+
+    /// The candidate cut is [`Cut::of`] (threshold and kept mass) at the vocabularies users
+    /// run, for realistic rows, rows with many ties, and rows built to mislead the sample (the
+    /// largest weights exactly where it does not look), on every instruction set; and on the
+    /// realistic rows the candidates decide it at the first try (the path is taken).
+    #[test]
+    fn candidate_cut_is_the_cut() {
+        let mut s = 0xC0_7C07u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / 16_777_216.0
+        };
+        let mut cands = Vec::new();
+        for vocab in [32_000usize, 128_256, 151_936] {
+            for kind in 0..4 {
+                let logits: Vec<f32> = (0..vocab)
+                    .map(|i| match kind {
+                        0 => 3.0 * (next() + 1e-6).ln(),
+                        // Coarse steps: many ties at every threshold.
+                        1 => (16.0 * (next() + 1e-6).ln()).round() / 4.0,
+                        // The sample sees only the low logits.
+                        2 => {
+                            if i % stride(vocab) == 0 {
+                                -20.0 + next()
+                            } else {
+                                3.0 * (next() + 1e-6).ln()
+                            }
+                        }
+                        // The sample sees only the high ones.
+                        _ => {
+                            if i % stride(vocab) == 0 {
+                                next()
+                            } else {
+                                -10.0 + 3.0 * (next() + 1e-6).ln()
+                            }
+                        }
+                    })
+                    .collect();
+                let (w, total) = weights(&logits, 0.8);
+                for f in filters() {
+                    let want = Cut::of(&w[..], f);
+                    for isa in Isa::available() {
+                        let got = softmax_cut(isa, &w, f, Some(total), &mut cands);
+                        assert_eq!(got, want, "{isa:?} V {vocab} kind {kind} {f:?}");
+                    }
+                    // Realistic settings (not top-p 0.999 or 1e-6: those fall back, exactly).
+                    if kind == 0 && f.top_k < 10_000 && (0.1..=0.95).contains(&f.top_p) {
+                        let fast = candidate_cut(Isa::detect(), &w, f, Some(total), &mut cands);
+                        assert_eq!(fast, Some(want), "V {vocab} {f:?}: not decided");
+                    }
+                }
+            }
+        }
+    }
+}
