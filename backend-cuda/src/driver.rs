@@ -13,7 +13,7 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 use specula_core::gpu::{
-    Driver, Element, Entry, Launch, MAX_TRAILING, Status, TreeDriver, TreeLaunch,
+    Driver, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
 };
 use specula_core::kernels;
 use std::ffi::c_void;
@@ -268,63 +268,40 @@ impl Driver for CudaDriver {
             .cu_entry(l.entry_index())
             .ok_or(CudaError::TooLarge)?;
         self.bind()?;
-        let a = l.args;
-        let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
-        // Pointer values in the kernel's order: the twelve common ones, the split entry's
-        // scratch, then the family's trailing pointers (0 = null); `slices` is the one u32.
-        let mut values: [u64; 13 + MAX_TRAILING] = [0; 13 + MAX_TRAILING];
-        values[..12].copy_from_slice(&[
-            at(a.shape.buffer(), a.shape.byte_offset()),
-            at(a.k.buffer(), a.k.byte_offset()),
-            at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
-            a.draft_probs.map_or(0, |v| at(v.buffer(), v.byte_offset())),
-            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
-            at(a.seed.buffer(), a.seed.byte_offset()),
-            at(a.offset.buffer(), a.offset.byte_offset()),
-            at(a.eps.buffer(), a.eps.byte_offset()),
-            at(a.delta.buffer(), a.delta.byte_offset()),
-            at(a.accepted.buffer(), a.accepted.byte_offset()),
-            at(a.tokens.buffer(), a.tokens.byte_offset()),
-            l.stats.ptr,
-        ]);
-        values[12] = l.scratch.map_or(0, |s| s.ptr);
-        for (v, p) in values[13..].iter_mut().zip(l.trailing().as_slice()) {
-            *v = p.map_or(0, |(b, off)| at(b, off));
-        }
-        let mut slices = match l.entry {
-            Entry::Single => 1u32,
-            Entry::Split { slices } => slices,
-        };
-        let split = matches!(l.entry, Entry::Split { .. });
-        let trailing = l.family.trailing();
-        let mut params: [*mut c_void; 14 + MAX_TRAILING] =
-            [core::ptr::null_mut(); 14 + MAX_TRAILING];
-        let (common, tail) = values.split_at_mut(12);
-        let (scratch, tail) = tail.split_at_mut(1);
-        let mut n = 0;
-        for v in common.iter_mut() {
-            params[n] = core::ptr::from_mut(v).cast();
-            n += 1;
-        }
-        if split {
-            params[n] = core::ptr::from_mut(&mut scratch[0]).cast();
-            params[n + 1] = core::ptr::from_mut(&mut slices).cast();
-            n += 2;
-        }
-        for v in tail.iter_mut().take(trailing) {
-            params[n] = core::ptr::from_mut(v).cast();
-            n += 1;
+        // One value per parameter, in the kernel's order (`Launch::params`): device addresses
+        // (0 = null) and the split entries' u32; `args[i]` points to the i-th.
+        let list = l.params();
+        let mut ptrs = [0u64; MAX_PARAMS];
+        let mut words = [0u32; MAX_PARAMS];
+        let mut args: [*mut c_void; MAX_PARAMS] = [core::ptr::null_mut(); MAX_PARAMS];
+        let n = list.as_slice().len();
+        for (((arg, ptr), word), p) in args
+            .iter_mut()
+            .zip(ptrs.iter_mut())
+            .zip(words.iter_mut())
+            .zip(list.as_slice())
+        {
+            *arg = match *p {
+                Param::Ptr(at) => {
+                    *ptr = at.map_or(0, |(b, off)| b.ptr + off as u64);
+                    core::ptr::from_mut(ptr).cast()
+                }
+                Param::U32(v) => {
+                    *word = v;
+                    core::ptr::from_mut(word).cast()
+                }
+            };
         }
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
-        // SAFETY: `f` is the loaded entry `l.entry_name()`: twelve pointer parameters, then for
-        // a split entry the scratch pointer and a u32, then the family's trailing pointers
-        // (`Launch::trailing`), passed in that order, each `params[i]` pointing to a live
-        // value of its type; the orchestration sized stats and scratch and checked the views
+        // SAFETY: `f` is the loaded entry `l.entry_name()`, whose parameters are exactly
+        // `l.params()` in that order (twelve pointers, the split entries' scratch pointer and
+        // u32, the family's trailing pointers); `args[..n]` points to one live value of each
+        // parameter's type; the orchestration sized stats and scratch and checked the views
         // against the capacity; the caller of its launch vouched for the shape words (and the
         // cumulative counts) in device memory.
         call("cuLaunchKernel", Blocking::No, || unsafe {
-            result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params[..n])
+            result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut args[..n])
         })
     }
 

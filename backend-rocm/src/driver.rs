@@ -12,7 +12,7 @@ use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
 use core::ffi::c_void;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Entry, Launch, MAX_TRAILING, Status, TreeDriver, TreeLaunch,
+    Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
 };
 use specula_core::kernels::{self, TREE_ENTRY};
 use std::sync::Arc;
@@ -407,65 +407,42 @@ impl Driver for RocmDriver {
                 "kernel launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         };
-        let a = l.args;
         let function = *k
             .functions
             .get(l.entry_index())
             .ok_or(RocmError::TooLarge)?;
+        // One value per parameter, in the kernel's order (`Launch::params`): device addresses
+        // (null where not set) and the split entries' u32; `params[i]` points to the i-th.
+        let list = l.params();
         let null = core::ptr::null_mut();
-        // Pointer values in the kernel's order: the twelve common ones, the split entry's
-        // scratch, then the family's trailing pointers (null where not set); `slices` is the
-        // one u32.
-        let mut values: [*mut c_void; 13 + MAX_TRAILING] = [null; 13 + MAX_TRAILING];
-        values[..12].copy_from_slice(&[
-            at(a.shape.buffer(), a.shape.byte_offset()),
-            at(a.k.buffer(), a.k.byte_offset()),
-            at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
-            a.draft_probs
-                .map_or(null, |v| at(v.buffer(), v.byte_offset())),
-            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
-            at(a.seed.buffer(), a.seed.byte_offset()),
-            at(a.offset.buffer(), a.offset.byte_offset()),
-            at(a.eps.buffer(), a.eps.byte_offset()),
-            at(a.delta.buffer(), a.delta.byte_offset()),
-            at(a.accepted.buffer(), a.accepted.byte_offset()),
-            at(a.tokens.buffer(), a.tokens.byte_offset()),
-            at(l.stats, 0),
-        ]);
-        values[12] = l.scratch.map_or(null, |s| at(s, 0));
-        for (v, p) in values[13..].iter_mut().zip(l.trailing().as_slice()) {
-            *v = p.map_or(null, |(b, off)| at(b, off));
-        }
-        let (split, mut slices) = match l.entry {
-            Entry::Single => (false, 1u32),
-            Entry::Split { slices } => (true, slices),
-        };
-        let trailing = l.family.trailing();
-        let mut params: [*mut c_void; 14 + MAX_TRAILING] = [null; 14 + MAX_TRAILING];
-        let (common, tail) = values.split_at_mut(12);
-        let (scratch, tail) = tail.split_at_mut(1);
-        let mut n = 0;
-        for v in common.iter_mut() {
-            params[n] = core::ptr::from_mut(v).cast();
-            n += 1;
-        }
-        if split {
-            params[n] = core::ptr::from_mut(&mut scratch[0]).cast();
-            params[n + 1] = core::ptr::from_mut(&mut slices).cast();
-            n += 2;
-        }
-        for v in tail.iter_mut().take(trailing) {
-            params[n] = core::ptr::from_mut(v).cast();
-            n += 1;
+        let mut ptrs: [*mut c_void; MAX_PARAMS] = [null; MAX_PARAMS];
+        let mut words = [0u32; MAX_PARAMS];
+        let mut params: [*mut c_void; MAX_PARAMS] = [null; MAX_PARAMS];
+        for (((arg, ptr), word), p) in params
+            .iter_mut()
+            .zip(ptrs.iter_mut())
+            .zip(words.iter_mut())
+            .zip(list.as_slice())
+        {
+            *arg = match *p {
+                Param::Ptr(p) => {
+                    *ptr = p.map_or(null, |(b, off)| at(b, off));
+                    core::ptr::from_mut(ptr).cast()
+                }
+                Param::U32(v) => {
+                    *word = v;
+                    core::ptr::from_mut(word).cast()
+                }
+            };
         }
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is the loaded entry `l.entry_name()` of the module: twelve pointer
-        // arguments, then for a split entry the scratch pointer and a u32, then the family's
-        // trailing pointers (`Launch::trailing`); `params[..n]` holds one pointer to each
-        // argument in that order (HIP reads as many as the function has; the values are copied
-        // at launch); the orchestration sized stats and scratch and checked the views against
-        // the capacity, and the caller of its launch vouched for the shape words (and the
+        // SAFETY: `function` is the loaded entry `l.entry_name()` of the module, whose parameters
+        // are exactly `l.params()` in that order (twelve pointers, the split entries' scratch
+        // pointer and u32, the family's trailing pointers); `params` holds one pointer to a
+        // live value of each (HIP reads as many as the function has; the values are copied at
+        // launch); the orchestration sized stats and scratch and checked the views against the
+        // capacity, and the caller of its launch vouched for the shape words (and the
         // cumulative counts) in device memory; block = 256, a multiple of both AMD wave sizes.
         hip.check("hipModuleLaunchKernel", unsafe {
             (hip.api.hipModuleLaunchKernel)(

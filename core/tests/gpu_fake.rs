@@ -5,7 +5,8 @@
 
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
-    Launch, MAX_SLICES, MAX_TRAILING, OutOfBounds, SUPPORT, Staging, Status, View, ViewMut,
+    Launch, MAX_PARAMS, MAX_SLICES, MAX_TRAILING, OutOfBounds, Param, SUPPORT, Staging, Status,
+    View, ViewMut,
 };
 use specula_core::kernels;
 use specula_core::verify::{
@@ -68,6 +69,16 @@ struct LaunchRec {
     trailing: Vec<Option<(usize, usize)>>,
     /// `Launch::trailing`'s `Debug` (the byte offsets, `None` for null).
     trailing_debug: String,
+    /// `Launch::params`: (buffer id, byte offset) or null per pointer, and the u32s.
+    params: Vec<P>,
+    /// `Launch::params`' `Debug`.
+    params_debug: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum P {
+    Ptr(Option<(usize, usize)>),
+    U32(u32),
 }
 
 /// The record, the buffers and offsets of shape, k, accepted, stats, tokens, and the cumulative
@@ -357,6 +368,16 @@ impl Driver for Fake {
                 .map(|p| p.map(|(b, off)| (b.id, off)))
                 .collect(),
             trailing_debug: format!("{:?}", l.trailing()),
+            params: l
+                .params()
+                .as_slice()
+                .iter()
+                .map(|p| match *p {
+                    Param::Ptr(x) => P::Ptr(x.map(|(b, off)| (b.id, off))),
+                    Param::U32(v) => P::U32(v),
+                })
+                .collect(),
+            params_debug: format!("{:?}", l.params()),
         };
         let cu = a
             .cu_num_draft_tokens
@@ -1370,6 +1391,42 @@ fn the_entry_follows_the_optional_inputs() {
                 assert!(t[2].is_some() && t[3].is_some());
                 assert_ne!(t[2].unwrap().0, t[3].unwrap().0, "logits ≠ temperatures");
             }
+            // Every parameter in the kernel's order: the twelve common pointers (shape, k, …,
+            // accepted, tokens, stats), the split entries' scratch and slices, the trailing.
+            let p = &last.params;
+            let head = if split { 14 } else { 12 };
+            assert_eq!(p.len(), head + t.len(), "{bits:03b}");
+            // The split logits entries take the most: exactly what drivers size for.
+            let longest = split && family == Family::Logits;
+            assert_eq!(p.len() == MAX_PARAMS, longest, "{bits:03b}");
+            assert_eq!(p[0], P::Ptr(Some(last.shape)));
+            assert_eq!(p[9], P::Ptr(Some(last.accepted)));
+            assert_eq!(p[11], P::Ptr(Some((last.stats, 0))));
+            assert_eq!(
+                p[1],
+                P::Ptr(Some(last.k)),
+                "k is passed (unread when ragged)"
+            );
+            assert_eq!(p[3], P::Ptr(None), "one-hot drafter: null draft_probs");
+            if let Some((id, _)) = last.scratch {
+                assert_eq!(p[12], P::Ptr(Some((id, 0))));
+                assert_eq!(
+                    p[13],
+                    P::U32(match last.entry {
+                        Entry::Split { slices } => slices,
+                        Entry::Single => 0,
+                    })
+                );
+            }
+            let tail: Vec<P> = t.iter().map(|x| P::Ptr(*x)).collect();
+            assert_eq!(p[head..], tail[..]);
+            assert_eq!(
+                p.iter().filter(|x| matches!(x, P::U32(_))).count(),
+                usize::from(split)
+            );
+            assert!(last.params_debug.starts_with("[Ptr(Some(0)), "));
+            assert!(last.params_debug.contains("Ptr(None)"), "draft_probs");
+            assert_eq!(last.params_debug.contains("U32("), split);
             let ids: Vec<usize> = t.iter().flatten().map(|p| p.0).collect();
             let mut distinct = ids.clone();
             distinct.dedup();
@@ -1442,6 +1499,15 @@ fn staging_writes_the_optional_inputs() {
         11,
         "the plain entry's buffers only"
     );
+    // A batch with them is refused there before anything is enqueued (no partial write).
+    drv.run();
+    assert_eq!(
+        fresh
+            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view())
+            .unwrap_err(),
+        GpuError::ViewTooShort
+    );
+    assert_eq!(drv.pending_ops(), 0, "nothing enqueued");
     fresh.reserve(&drv, &x.view()).unwrap();
     assert_eq!(
         drv.st.next_id.get() - ids,

@@ -23,8 +23,8 @@ use crate::kernel_host::{
 use specula_core::ErrorKind;
 use specula_core::HasKind;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_TRAILING, Status, TreeDriver,
-    TreeLaunch,
+    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_PARAMS, MAX_TRAILING, Param, Status,
+    TreeDriver, TreeLaunch,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -599,65 +599,44 @@ impl Driver for HostDriver {
     }
 
     fn launch(&self, stream: &Stream, l: &Launch<'_, '_, Self>) -> Result<(), HostDriverError> {
-        let a = l.args;
-        let keep: Vec<Buf> = [
-            Some(a.shape.buffer()),
-            Some(a.k.buffer()),
-            Some(a.draft_ids.buffer()),
-            a.draft_probs.map(|v| v.buffer()),
-            Some(a.target_probs.buffer()),
-            Some(a.seed.buffer()),
-            Some(a.offset.buffer()),
-            Some(a.eps.buffer()),
-            Some(a.delta.buffer()),
-            Some(a.accepted.buffer()),
-            Some(a.tokens.buffer()),
-            Some(l.stats),
-            l.scratch,
-        ]
-        .into_iter()
-        .flatten()
-        .chain(l.trailing().as_slice().iter().flatten().map(|(b, _)| *b))
-        .cloned()
-        .collect();
-        let at = |b: &Buf, off: usize| SendPtr(b.ptr().wrapping_add(off));
-        let ptrs = [
-            at(a.shape.buffer(), a.shape.byte_offset()),
-            at(a.k.buffer(), a.k.byte_offset()),
-            at(a.draft_ids.buffer(), a.draft_ids.byte_offset()),
-            a.draft_probs.map_or(SendPtr(std::ptr::null_mut()), |v| {
-                at(v.buffer(), v.byte_offset())
-            }),
-            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
-            at(a.seed.buffer(), a.seed.byte_offset()),
-            at(a.offset.buffer(), a.offset.byte_offset()),
-            at(a.eps.buffer(), a.eps.byte_offset()),
-            at(a.delta.buffer(), a.delta.byte_offset()),
-            at(a.accepted.buffer(), a.accepted.byte_offset()),
-            at(a.tokens.buffer(), a.tokens.byte_offset()),
-            at(l.stats, 0),
-            l.scratch
-                .map_or(SendPtr(std::ptr::null_mut()), |s| at(s, 0)),
-        ];
-        // The trailing parameters in the kernel's order (Launch::trailing), null
-        // past the family's count or where a view is not set.
-        let mut tail = [SendPtr(std::ptr::null_mut()); MAX_TRAILING];
-        for (t, p) in tail.iter_mut().zip(l.trailing().as_slice()) {
-            if let Some((b, off)) = p {
-                *t = at(b, *off);
+        // The parameters in the kernel's order, as `Launch::params` gives every driver: the
+        // twelve common pointers, the split entries' scratch and slices, the trailing pointers.
+        // Read by position, so a wrong order in the orchestration fails the host tests.
+        let list = l.params();
+        let list = list.as_slice();
+        let keep: Vec<Buf> = list
+            .iter()
+            .filter_map(|p| match p {
+                Param::Ptr(Some((b, _))) => Some((*b).clone()),
+                _ => None,
+            })
+            .collect();
+        let null = SendPtr(std::ptr::null_mut());
+        let mut ptrs = [null; MAX_PARAMS];
+        let mut slices = 1;
+        for (slot, p) in ptrs.iter_mut().zip(list) {
+            match *p {
+                Param::Ptr(Some((b, off))) => *slot = SendPtr(b.ptr().wrapping_add(off)),
+                Param::Ptr(None) => {}
+                Param::U32(v) => slices = v,
             }
         }
+        // After `stats` (index 11): the split entries' scratch and slices, then the trailing.
+        let split = matches!(l.entry, Entry::Split { .. });
+        let (scratch, first) = if split { (ptrs[12], 14) } else { (null, 12) };
+        let mut tail = [null; MAX_TRAILING];
+        for (t, p) in tail.iter_mut().zip(&ptrs[first..list.len()]) {
+            *t = *p;
+        }
         let (family, index) = (l.family, l.entry_index());
-        let (slices, grid, block, mode) = match l.entry {
-            Entry::Single => (1, l.grid, l.block, self.inner.mode),
-            Entry::Split { slices } => (slices, l.grid, l.block, self.inner.mode),
-        };
-        let block = block.min(self.inner.block);
+        let (grid, mode) = (l.grid, self.inner.mode);
+        let block = l.block.min(self.inner.block);
         let inner = self.inner.clone();
         self.enqueue(
             stream,
             Arc::new(move |_| {
                 let _alive = &keep;
+                let scratch = scratch; // the whole `SendPtr`, not its raw field
                 inner.launches.fetch_add(1, Ordering::AcqRel);
                 inner.by_entry[index].fetch_add(1, Ordering::AcqRel);
                 let p = Params {
@@ -673,7 +652,7 @@ impl Driver for HostDriver {
                     accepted: ptrs[9].0.cast(),
                     tokens: ptrs[10].0.cast(),
                     stats: ptrs[11].0.cast(),
-                    scratch: ptrs[12].0.cast(),
+                    scratch: scratch.0.cast(),
                 };
                 let x = Inputs {
                     cu: tail[0].0.cast(),

@@ -280,6 +280,96 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
     }
 }
 
+/// One kernel parameter of a launch ([`Launch::params`]).
+pub enum Param<'l, D: Driver> {
+    /// A device pointer: a buffer and the byte offset in it, or null.
+    Ptr(DevicePtr<'l, D>),
+    /// A 32-bit value (the split entries' `slices`).
+    U32(u32),
+}
+
+impl<D: Driver> Clone for Param<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<D: Driver> Copy for Param<'_, D> {}
+
+impl<D: Driver> Debug for Param<'_, D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Ptr(p) => write!(f, "Ptr({:?})", p.map(|(_, off)| off)),
+            Self::U32(v) => write!(f, "U32({v})"),
+        }
+    }
+}
+
+/// The most parameters an entry point takes: the twelve common ones, the split entries'
+/// `scratch` and `slices`, the trailing pointers.
+pub const MAX_PARAMS: usize = 14 + MAX_TRAILING;
+
+/// Every parameter of a launch, in the kernel's order ([`Launch::params`]).
+pub struct Params<'l, D: Driver> {
+    list: [Param<'l, D>; MAX_PARAMS],
+    len: usize,
+}
+
+impl<'l, D: Driver> Params<'l, D> {
+    /// The parameters, in order.
+    #[must_use]
+    pub fn as_slice(&self) -> &[Param<'l, D>] {
+        &self.list[..self.len]
+    }
+}
+
+impl<D: Driver> Debug for Params<'_, D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl<'l, D: Driver> Launch<'l, '_, D> {
+    /// Every parameter of the entry point this launch runs, in its order: `shape, k,
+    /// draft_ids, draft_probs, target_probs, seed, offset, eps, delta, accepted, tokens,
+    /// stats`; then for a split entry `scratch` and `slices` (the one [`Param::U32`]); then
+    /// [`trailing`](Launch::trailing). A driver turns each into its launch argument in one
+    /// loop, so the order is decided (and tested) here once.
+    #[must_use]
+    pub fn params(&self) -> Params<'l, D> {
+        let a = self.args;
+        let mut list = [Param::Ptr(None); MAX_PARAMS];
+        let common = [
+            ptr(Some(a.shape)),
+            ptr(Some(a.k)),
+            ptr(Some(a.draft_ids)),
+            ptr(a.draft_probs),
+            ptr(Some(a.target_probs)),
+            ptr(Some(a.seed)),
+            ptr(Some(a.offset)),
+            ptr(Some(a.eps)),
+            ptr(Some(a.delta)),
+            ptr(Some(a.accepted.as_view())),
+            ptr(Some(a.tokens.as_view())),
+            Some((self.stats, 0)),
+        ];
+        let mut len = 0;
+        for p in common {
+            list[len] = Param::Ptr(p);
+            len += 1;
+        }
+        if let Entry::Split { slices } = self.entry {
+            list[len] = Param::Ptr(self.scratch.map(|b| (b, 0)));
+            list[len + 1] = Param::U32(slices);
+            len += 2;
+        }
+        for p in self.trailing().as_slice() {
+            list[len] = Param::Ptr(*p);
+            len += 1;
+        }
+        Params { list, len }
+    }
+}
+
 /// A GPU API as the orchestration uses it.
 ///
 /// Handles are cheap to clone where the orchestration shares them (a driver value, a device
