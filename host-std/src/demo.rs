@@ -695,11 +695,16 @@ fn check_chain<V: Verifier<MAX_K>>(cfg: &DemoConfig, verifier: &V) -> Result<(),
     }
     cfg.sampling.check(cfg.batch).map_err(DemoError::Config)?;
     let support = verifier.support();
-    if (cfg.sampling.logits() && !support.logits) || (cfg.sampling.filters() && !support.filters) {
+    if cfg.sampling.logits() && !support.logits {
         return Err(DemoError::Config(
-            "this backend does not verify from logits or with top-k / top-p / min-p (the CPU \
-             and reference backends do)"
-                .into(),
+            "this backend does not verify from logits (the CPU and reference backends do)".into(),
+        ));
+    }
+    if cfg.sampling.filters() && !support.filters {
+        return Err(DemoError::Config(
+            "this backend does not apply top-k / top-p / min-p (the CPU and reference backends \
+             do)"
+            .into(),
         ));
     }
     Ok(())
