@@ -832,7 +832,16 @@ fn gather_range<const N: usize>(
                 }
             }
             if any {
-                out.extend(c.iter().map(|&x| key(x)).filter(|&k| inside(k)));
+                // Branch-free: every key is stored, the count advances only for the kept ones
+                // (a flat row under top-p puts a candidate in most blocks).
+                let mut buf = [0u32; N];
+                let mut n = 0;
+                for l in 0..N {
+                    let k = key(c[l]);
+                    buf[n] = k;
+                    n += usize::from(inside(k));
+                }
+                out.extend_from_slice(&buf[..n]);
                 if out.len() > cap {
                     return None;
                 }
