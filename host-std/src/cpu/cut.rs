@@ -1,14 +1,21 @@
 //! The sampling filter's [`Cut`] of a row of softmax weights, from a few candidates instead of
 //! [`Cut::of`]'s radix descent over the whole row (up to ten scalar passes).
 //!
-//! Every threshold the filters can produce is at least a key `τ` that a small sample of the row
-//! suggests (`θ ≥ τ` is then checked exactly, not assumed). The ids with key `≥ τ` are gathered
-//! in one vector pass, sorted, and the filters' definitions (`core/DETERMINISM.md`, "Sampling
-//! filters") are read off the sorted keys: the `top_k`-th largest key, the mass above a key, the
-//! first key whose mass reaches `top_p`. For every `θ' ≥ τ` the count and the mass of the keys
-//! `≥ θ'` are the same over the candidates as over the row, so the result is exact whenever the
-//! check passes; otherwise a lower `τ` is tried, then the whole-row [`Cut::of`]. The sample only
-//! decides how fast, never what.
+//! * Min-p alone: its threshold is `key(min_p × 1)`; one vector pass sums the mass above it.
+//! * With top-k: every threshold is at least a key `τ` that a sample of the row suggests
+//!   (checked exactly, not assumed: at least `top_k` keys `≥ τ`). The ids with key `≥ τ` are
+//!   gathered in one vector pass, sorted, and the definitions (`core/DETERMINISM.md`,
+//!   "Sampling filters") are read off the sorted keys: the `top_k`-th largest key, the mass
+//!   above a key, the first key whose mass reaches `top_p`.
+//! * Top-p without top-k: the sample brackets the key where the mass crosses the target,
+//!   `[lo, hi)`; one pass gathers the keys in the bracket and sums the exact mass above `hi`
+//!   (checked: below the target there, reaching it at `lo`); the candidates' masses are binned
+//!   and only the crossing bin is sorted and walked.
+//!
+//! For every `θ' ≥ τ` (or in the bracket) the count and the mass of the keys `≥ θ'` are the
+//! same over the candidates as over the row, so the result is exact whenever the check passes;
+//! otherwise a wider try follows, then the whole-row [`Cut::of`]. The sample only decides how
+//! fast, never what.
 //!
 //! Only for softmax weights: they lie in `[0, 1]`, so no mass wraps (`V·2⁶⁴ < 2¹²⁸`), the mass
 //! above a key only grows as the key falls, and "the largest key whose mass reaches the target"
