@@ -41,9 +41,8 @@ use specula_core::philox::accept_draw;
 use specula_core::verify::fill_recovered;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
-    RowOps, SENTINEL, ScalarOps, Softmax, Streams, Support, Values, Verifier, VerifyError,
-    bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with, verify_request,
-    weight_key,
+    RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError, bf16_to_f32,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request, weight_key,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,15 +54,14 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Writes the softmax of the logits `row` at temperature `t > 0` into `out` (the rules of
-/// `core/DETERMINISM.md`): maximum and exact fixed-point sum by the lane-wise kernels (the
-/// reductions are order-independent), then each `p`.
-fn softmax_into(row: &[f32], t: f32, out: &mut [f32]) {
-    SoftmaxRow::of(Src::F32(row), t).write(Src::F32(row), out, &mut Vec::new());
+/// Writes the softmax of the logits `row` at temperature `t > 0`, cut by `filter`, into `out`
+/// (the rules of `core/DETERMINISM.md`): maximum, then the weights and their exact
+/// fixed-point sum in one pass (the reductions are order-independent), the cut, then each `p`.
+fn softmax_into(row: &[f32], t: f32, filter: Filter, out: &mut [f32]) {
+    let mut weights = Vec::new();
+    let cut = softmax_weights_cut(Src::F32(row), t, filter, &mut weights, &mut Vec::new());
+    kernels::cut_write(kernels::Isa::detect(), &weights, cut, out);
 }
-
-/// `2⁻⁶⁴`.
-const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
 /// A target row as the softmax kernels read it: binary32 (f16 rows are widened into a buffer
 /// first), or bf16 bit patterns read in place and widened in registers (no copy of the row).
@@ -122,44 +120,6 @@ impl<'a> Src<'a> {
     }
 }
 
-/// The softmax state of one logit row at temperature `t > 0`: its maximum `m` and exact
-/// fixed-point sum `F` (reduced once, by the lane-wise kernels), and the core's [`Softmax`] of
-/// them for single ids.
-#[derive(Clone, Copy)]
-struct SoftmaxRow {
-    t: f32,
-    max: f32,
-    fixed: u128,
-    state: Softmax,
-}
-
-impl SoftmaxRow {
-    fn of(row: Src<'_>, t: f32) -> Self {
-        let isa = kernels::Isa::detect();
-        let max = row.max(isa, t);
-        let fixed = row.pass(isa, t, max, None);
-        Self {
-            t,
-            max,
-            fixed,
-            state: Softmax::from_parts(t, max, fixed),
-        }
-    }
-
-    /// Writes every `p` of `row` (the row this state was reduced from) into `out` (`wide`:
-    /// scratch for a bf16 row).
-    fn write(&self, row: Src<'_>, out: &mut [f32], wide: &mut Vec<f32>) {
-        if self.fixed == 0 {
-            // S = 0: every p is 0 (the rules).
-            out.fill(0.0);
-            return;
-        }
-        let sum = (self.fixed as f64) * TWO_M64;
-        let row = row.as_f32(wide);
-        kernels::softmax_write(kernels::Isa::detect(), row, self.t, self.max, sum, out);
-    }
-}
-
 /// A row as binary32: borrowed, or widened into `buf`.
 fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
     match row {
@@ -173,7 +133,9 @@ fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
 }
 
 /// The weights `e_v` of the logits `src` at `t > 0` into `weights`, and their [`Cut`] by
-/// `filter` (`cands`: scratch).
+/// `filter` (`cands`: scratch). Without a filter the cut keeps every id (threshold 0) and its
+/// mass is the softmax's `F`, so `Cut::p(e_v)` is the softmax's `p_v`, bit for bit: the
+/// write-out then divides the stored weights instead of recomputing `exp_p`.
 fn softmax_weights_cut(
     src: Src<'_>,
     t: f32,
@@ -191,7 +153,12 @@ fn softmax_weights_cut(
         0.0,
     );
     let total = src.pass(isa, t, max, Some(weights));
-    if max.is_finite() {
+    if !filter.is_active() {
+        Cut {
+            threshold: 0,
+            fixed: total,
+        }
+    } else if max.is_finite() {
         cut::softmax_cut(isa, weights, filter, Some(total), cands)
     } else {
         // Every weight is 0 (`core/DETERMINISM.md`): the plain search, which is cheap here.
@@ -202,9 +169,8 @@ fn softmax_weights_cut(
 /// How one target row of a request that is not plain becomes probabilities, reduced once:
 /// `p(x)` of any id is then cheap, and the full row can be written on demand.
 enum RowState {
-    /// Logits without a filter: the softmax state.
-    Softmax(SoftmaxRow),
-    /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`].
+    /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`] (for logits
+    /// without a filter, one that keeps every id: the plain softmax).
     Cut(Cut),
     /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
     Identity,
@@ -221,7 +187,6 @@ impl RowState {
         cands: &mut Vec<u32>,
     ) -> Self {
         match (t, src) {
-            (Some(t), _) if !filter.is_active() => Self::Softmax(SoftmaxRow::of(src, t)),
             (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
             (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter)),
             // Probabilities are binary32 (only logits come as half precision).
@@ -232,7 +197,6 @@ impl RowState {
     /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
     fn p(&self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
         match self {
-            Self::Softmax(sm) => sm.state.p(src.at(x)),
             Self::Cut(c) if !weights.is_empty() => c.p(weights[x]),
             Self::Cut(c) => c.p(src.at(x)),
             Self::Identity => src.at(x),
@@ -242,8 +206,6 @@ impl RowState {
     /// Writes the whole probability row (`wide`: scratch).
     fn write(&self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
         match self {
-            // The state already holds the row's reduction: only the write-out pass is left.
-            Self::Softmax(sm) => sm.write(src, out, wide),
             Self::Cut(c) => {
                 let w = if weights.is_empty() {
                     src.as_f32(wide)
@@ -438,13 +400,7 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
         }
     };
     match t {
-        // The plain softmax (the same bits as a cut that keeps every id).
-        Some(t) if t > 0.0 && !filter.is_active() => softmax_into(src, t, out),
-        Some(t) if t > 0.0 => {
-            let mut weights = Vec::new();
-            let cut = softmax_weights_cut(Src::F32(src), t, filter, &mut weights, &mut Vec::new());
-            kernels::cut_write(kernels::Isa::detect(), &weights, cut, out);
-        }
+        Some(t) if t > 0.0 => softmax_into(src, t, filter, out),
         None if filter.is_active() => cut_into(src, filter, out),
         // T = 0 (greedy on the logits) or unfiltered probabilities: the values themselves.
         _ => out.copy_from_slice(src),

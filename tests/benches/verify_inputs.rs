@@ -1,14 +1,16 @@
 //! The inputs engines hand over (issue 13), on the CPU backend, in one run: rejection sampling
 //! from target **probabilities** (f32), from target **logits** (f32 and bf16, T = 0.8), and from
-//! bf16 logits with **top-k 50 / top-p 0.9**, each next to a read-only pass over the same input
-//! bytes (the target tensor plus the draft rows, summed on as many threads as the verifier
-//! has): its physical floor. The probability path reads few of its bytes (8 per accepted
-//! position, whole rows only at the rejection and the bonus); the logits paths must read every
-//! row once for the softmax, and bf16 halves those bytes.
+//! bf16 logits with **top-k 50 / top-p 0.9**, **top-p 0.9** alone and **min-p 0.05** alone,
+//! each next to a read-only pass over the same input bytes (the target tensor plus the draft
+//! rows, summed on as many threads as the verifier has): its physical floor. The probability
+//! path reads few of its bytes (8 per accepted position, whole rows only at the rejection and
+//! the bonus); the logits paths must read every row once for the softmax, and bf16 halves
+//! those bytes.
 //!
 //! `cargo bench -p specula-tests --bench verify_inputs` (a minute or two). Prints one line per
 //! (V, batch, input): ms per batch, the read-only pass over that input's bytes, their ratio,
-//! and the ratio to the f32 probability path of the same shape.
+//! and the ratio to the f32 probability path of the same shape. `SPECULA_CPU_ISA=avx2` (or
+//! `portable`) times the narrower kernels on a wider CPU.
 //!
 //! Both sides run on **one thread** (the verifier on the calling thread, the read pass too) and
 //! are timed in that thread's **CPU time** (Linux `/proc/thread-self/stat`, accumulated over at
@@ -158,6 +160,11 @@ fn main() {
                 temperature: &temps,
             });
             let filtered = bf16_logits.with_top_k(&top_k).with_top_p(&top_p);
+            // Top-p alone keeps most of this flat distribution (the drafts stay likely, so
+            // rows are reduced up to the rejection as without a filter); min-p likewise.
+            let top_p_only = bf16_logits.with_top_p(&top_p);
+            let min_p = vec![0.05f32; b];
+            let min_p_only = bf16_logits.with_min_p(&min_p);
             // Input bytes: the target tensor plus the draft rows.
             let draft_bytes = draft.len() * 4;
             let cases = [
@@ -165,6 +172,8 @@ fn main() {
                 ("logits f32", f32_logits, logits.len() * 4 + draft_bytes),
                 ("logits bf16", bf16_logits, lb.len() * 2 + draft_bytes),
                 ("bf16 top-k/top-p", filtered, lb.len() * 2 + draft_bytes),
+                ("bf16 top-p 0.9", top_p_only, lb.len() * 2 + draft_bytes),
+                ("bf16 min-p 0.05", min_p_only, lb.len() * 2 + draft_bytes),
             ];
             // The read-only pass reads the same number of bytes from one buffer.
             let pool: Vec<u16> = (0..(probs.len() * 4 + draft_bytes) / 2)

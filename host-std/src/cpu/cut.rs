@@ -1,21 +1,28 @@
 //! The sampling filter's [`Cut`] of a row of softmax weights, from a few candidates instead of
 //! [`Cut::of`]'s radix descent over the whole row (up to ten scalar passes).
 //!
-//! Every threshold the filters can produce is at least a key `τ` that a small sample of the row
-//! suggests (`θ ≥ τ` is then checked exactly, not assumed). The ids with key `≥ τ` are gathered
-//! in one vector pass, sorted, and the filters' definitions (`core/DETERMINISM.md`, "Sampling
-//! filters") are read off the sorted keys: the `top_k`-th largest key, the mass above a key, the
-//! first key whose mass reaches `top_p`. For every `θ' ≥ τ` the count and the mass of the keys
-//! `≥ θ'` are the same over the candidates as over the row, so the result is exact whenever the
-//! check passes; otherwise a lower `τ` is tried, then the whole-row [`Cut::of`]. The sample only
-//! decides how fast, never what.
+//! * Min-p alone: its threshold is `key(min_p × 1)`; one vector pass sums the mass above it.
+//! * With top-k: every threshold is at least a key `τ` that a sample of the row suggests
+//!   (checked exactly, not assumed: at least `top_k` keys `≥ τ`). The ids with key `≥ τ` are
+//!   gathered in one vector pass, sorted, and the definitions (`core/DETERMINISM.md`,
+//!   "Sampling filters") are read off the sorted keys: the `top_k`-th largest key, the mass
+//!   above a key, the first key whose mass reaches `top_p`.
+//! * Top-p without top-k: the sample brackets the key where the mass crosses the target,
+//!   `[lo, hi)`; one pass gathers the keys in the bracket and sums the exact mass above `hi`
+//!   (checked: below the target there, reaching it at `lo`); the candidates' masses are binned
+//!   and only the crossing bin is sorted and walked.
+//!
+//! For every `θ' ≥ τ` (or in the bracket) the count and the mass of the keys `≥ θ'` are the
+//! same over the candidates as over the row, so the result is exact whenever the check passes;
+//! otherwise a wider try follows, then the whole-row [`Cut::of`]. The sample only decides how
+//! fast, never what.
 //!
 //! Only for softmax weights: they lie in `[0, 1]`, so no mass wraps (`V·2⁶⁴ < 2¹²⁸`), the mass
 //! above a key only grows as the key falls, and "the largest key whose mass reaches the target"
 //! (what the sorted walk finds) is what the radix descent finds too.
 
 use super::kernels::{self, Isa};
-use specula_core::verify::{Cut, Filter, weight_fixed, weight_key};
+use specula_core::verify::{Cut, Filter, weight_key};
 
 /// Ids in the sample (it only picks `τ`): enough to place `τ` within a few per cent of the
 /// mass, few enough to sort in a fraction of a pass.
@@ -89,6 +96,16 @@ fn try_cut(
     if top_p && !top_k {
         return top_p_cut(isa, w, filter.top_p, min_key, total, cands, attempt);
     }
+    if !top_k {
+        // Min-p alone: its threshold is known; only the mass above it is left (one pass, no
+        // candidates: no key is in `[u32::MAX, min_key)`).
+        cands.clear();
+        let fixed = kernels::gather_keys(isa, w, u32::MAX, min_key.max(1), cands, 0)?;
+        return Some(Cut {
+            threshold: min_key,
+            fixed,
+        });
+    }
     // Top-k's τ (no key reaches `u32::MAX`, the bits of +∞ being the largest: nothing above).
     let lo = if top_k {
         sample_tau_count(w, filter.top_k as usize, attempt)
@@ -160,12 +177,32 @@ fn top_p_cut(
     }
     cands.clear();
     let above = kernels::gather_keys(isa, w, lo, hi, cands, w.len() / MAX_SHARE)?;
-    cands.sort_unstable_by(|a, b| b.cmp(a));
     // The keys ≥ hi must not reach the target yet (else θ ≥ hi, outside the bracket).
     if (above as f64) >= target {
         return None;
     }
-    walk(cands, min_key, above, target)
+    // The candidates can be many (top-p keeps most of a flat row): rather than sort them all,
+    // sum their masses in at most 4096 bins of equal key width, find the bin where the mass
+    // crosses the target, and sort only that bin's keys.
+    let span = hi - lo;
+    let shift = (32 - span.leading_zeros()).saturating_sub(12);
+    let bins = ((span - 1) >> shift) as usize + 1;
+    let mut mass = vec![0u128; bins];
+    for &k in cands.iter() {
+        mass[((k - lo) >> shift) as usize] += fixed_of_key(k);
+    }
+    let mut acc = above;
+    for b in (0..bins).rev() {
+        if ((acc + mass[b]) as f64) >= target {
+            // F above this bin is `acc`: walk its keys from the top.
+            cands.retain(|&k| ((k - lo) >> shift) as usize == b);
+            cands.sort_unstable_by(|x, y| y.cmp(x));
+            return walk(cands, min_key, acc, target);
+        }
+        acc += mass[b];
+    }
+    // The target lies below lo.
+    None
 }
 
 /// The largest key `θ' ≥ theta` whose mass `F(θ')` reaches `target`, and `F(θ')`, from the
@@ -179,7 +216,7 @@ fn walk(sorted: &[u32], theta: u32, above: u128, target: f64) -> Option<Cut> {
     while i < sorted.len() && sorted[i] >= theta {
         let key = sorted[i];
         while i < sorted.len() && sorted[i] == key {
-            acc += weight_fixed(f32::from_bits(key));
+            acc += fixed_of_key(key);
             i += 1;
         }
         if (acc as f64) >= target {
@@ -197,8 +234,25 @@ fn fixed_at_or_above(sorted: &[u32], theta: u32) -> u128 {
     sorted
         .iter()
         .take_while(|&&k| k >= theta)
-        .map(|&k| weight_fixed(f32::from_bits(k)))
+        .map(|&k| fixed_of_key(k))
         .sum()
+}
+
+/// `weight_fixed` of the weight whose key is `key` (a weight in `(0, 1]`), from the bits:
+/// `mant · 2^(E − 86)`, shifted up or truncated down (a subnormal has `E = 0` and an implicit
+/// 0), where `weight_fixed`'s binary64 route ends in a slow software `f64 → u128` conversion.
+#[inline]
+fn fixed_of_key(key: u32) -> u128 {
+    debug_assert!(key <= ONE_KEY);
+    let e = (key >> 23) & 0xFF;
+    let mant = u128::from(key & 0x007F_FFFF) | if e == 0 { 0 } else { 0x0080_0000 };
+    // A subnormal's value is mant · 2⁻¹⁴⁹: exponent field 1, without the implicit bit.
+    let e = e.max(1);
+    if e >= 86 {
+        mant << (e - 86)
+    } else {
+        mant >> (86 - e)
+    }
 }
 
 /// One id in this many is sampled.
@@ -206,57 +260,78 @@ fn stride(len: usize) -> usize {
     (len / SAMPLE).max(1)
 }
 
-/// The sample's keys (one id in [`stride`]), sorted from the largest.
-fn sample(w: &[f32]) -> Vec<u32> {
-    let mut s: Vec<u32> = w
-        .iter()
+/// The sample's keys (one id in [`stride`]).
+fn sampled(w: &[f32]) -> Vec<u32> {
+    w.iter()
         .step_by(stride(w.len()))
         .map(|&x| weight_key(x))
-        .collect();
-    s.sort_unstable_by(|a, b| b.cmp(a));
-    s
+        .collect()
 }
 
 /// A key that about `4·k` ids (`attempt` 1: `32·k`) of the row reach, going by the sample; 0
 /// when the sample is too small to say.
 fn sample_tau_count(w: &[f32], k: usize, attempt: u32) -> u32 {
-    let s = sample(w);
+    let mut s = sampled(w);
     let want = (k << (2 + 3 * attempt)).div_ceil(stride(w.len())) + 4;
-    s.get(want).copied().unwrap_or(0)
+    if want >= s.len() {
+        return 0;
+    }
+    // The want-th largest, without sorting the sample.
+    *s.select_nth_unstable_by(want, |a, b| b.cmp(a)).1
 }
 
 /// Keys `(lo, hi)` between which, going by the sample, the row's mass crosses `top_p` of the
-/// mass above `floor`: the sample's mass above `hi` is `top_p − δ` of its total, above `lo` `top_p + δ`
-/// (`δ = 4 %`, `attempt` 1: 10 %), each a few sampled keys further out. `None` when the sample
-/// cannot say.
+/// mass above `floor`: the sample's mass above `hi` is below `top_p − δ` of its total, above
+/// `lo` at least `top_p + δ` (`δ = 2 %`, `attempt` 1: 6 %), to the resolution of bins of
+/// 1/16 binade (the sample's masses are binned, not sorted). `None` when the sample cannot
+/// say.
 fn sample_bracket(w: &[f32], top_p: f32, floor: u32, attempt: u32) -> Option<(u32, u32)> {
-    let mut s = sample(w);
-    s.retain(|&k| k >= floor);
-    let total: f64 = s.iter().map(|&k| f64::from(f32::from_bits(k))).sum();
-    let delta = if attempt == 0 { 0.04 } else { 0.1 };
-    let p = f64::from(top_p);
-    let (mut hi, mut lo) = (None, None);
-    let mut acc = 0.0;
-    for (i, &k) in s.iter().enumerate() {
-        acc += f64::from(f32::from_bits(k));
-        if hi.is_none() && acc >= (p - delta) * total {
-            // The first sampled key past the lower share, two further up.
-            hi = Some(s[i.saturating_sub(2)]);
-        }
-        if acc >= (p + delta).min(1.0) * total {
-            lo = Some(*s.get(i + 2)?);
-            break;
+    const SHIFT: u32 = 19;
+    let mut hist = vec![0f64; (ONE_KEY >> SHIFT) as usize + 1];
+    let mut total = 0.0;
+    for k in sampled(w) {
+        if k >= floor && k <= ONE_KEY {
+            let x = f64::from(f32::from_bits(k));
+            hist[(k >> SHIFT) as usize] += x;
+            total += x;
         }
     }
-    let (lo, hi) = (lo?, hi?);
-    // hi must bracket from above: keys ≥ hi are excluded from the candidates.
-    Some((lo, hi.checked_add(1)?))
+    let delta = if attempt == 0 { 0.02 } else { 0.06 };
+    let p = f64::from(top_p);
+    let mut hi = None;
+    let mut acc = 0.0;
+    for b in (0..hist.len()).rev() {
+        acc += hist[b];
+        if hi.is_none() && acc >= (p - delta) * total {
+            // Keys from the next bin up: their sampled mass is below the lower share.
+            hi = Some(((b as u32) + 1) << SHIFT);
+        }
+        if total > 0.0 && acc >= (p + delta).min(1.0) * total {
+            return Some(((b as u32) << SHIFT, hi?));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use specula_core::verify::{softmax_exp, softmax_max};
+    use specula_core::verify::{softmax_exp, softmax_max, weight_fixed};
+
+    /// The mass of a key from its bits is `weight_fixed` for every weight in `(0, 1]`.
+    #[test]
+    fn fixed_of_key_is_weight_fixed() {
+        for key in (1..=ONE_KEY)
+            .step_by(7)
+            .chain([1, 2, 0x0080_0000, ONE_KEY - 1, ONE_KEY])
+        {
+            assert_eq!(
+                fixed_of_key(key),
+                weight_fixed(f32::from_bits(key)),
+                "{key:#x}"
+            );
+        }
+    }
 
     /// The softmax weights of `logits` at `t` (the core's) and their whole mass.
     fn weights(logits: &[f32], t: f32) -> (Vec<f32>, u128) {

@@ -75,26 +75,44 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
-    /// The best instruction set this CPU supports, detected once and cached.
+    /// The best instruction set this CPU supports, detected once and cached. The environment
+    /// variable `SPECULA_CPU_ISA` (`avx2` or `portable`) caps it, so that benchmarks can time
+    /// the narrower kernels on a wider CPU (results are the same bits on every instruction
+    /// set); a value naming a set the CPU lacks, or any other value, changes nothing.
     #[must_use]
     pub fn detect() -> Self {
         static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *ISA.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512dq")
-                    && std::arch::is_x86_feature_detected!("avx512bw")
-                    && std::arch::is_x86_feature_detected!("avx512vl")
+            let best = Self::best();
+            match std::env::var("SPECULA_CPU_ISA").as_deref() {
+                Ok("portable") => Isa::Portable,
+                #[cfg(target_arch = "x86_64")]
+                Ok("avx2")
+                    if best == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx2") =>
                 {
-                    return Isa::Avx512;
+                    Isa::Avx2
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    return Isa::Avx2;
-                }
+                _ => best,
             }
-            Isa::Portable
         })
+    }
+
+    /// The best instruction set this CPU supports.
+    fn best() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
     }
 
     /// Every instruction set this CPU can run, for tests that compare them all.
@@ -106,7 +124,7 @@ impl Isa {
             if std::arch::is_x86_feature_detected!("avx2") {
                 v.push(Isa::Avx2);
             }
-            if Isa::detect() == Isa::Avx512 {
+            if Isa::best() == Isa::Avx512 {
                 v.push(Isa::Avx512);
             }
         }
@@ -520,6 +538,34 @@ fn exp_p(x: f32) -> f32 {
     if x > -87.0 { v } else { 0.0 }
 }
 
+/// [`exp_p`] for `x ≤ 0` or NaN, the same bits, with the selects that cannot fire there left
+/// out (the softmax evaluates `x = z − m` with `m` the row's largest `z`: `x ≤ 0`, or NaN for
+/// `±∞ − ±∞`). For `−87 < x ≤ 0`, `t = x / ln 2 ∈ (−125.6, 0]` rounds by `t − 0.5` (for
+/// `t = ±0` both `t ± 0.5` truncate to 0), so `n ≥ −126` (no underflow select) and `x ≤ 88` (no
+/// overflow select). A positive `x` (a caller's wrong maximum) is clamped to 0: a wrong value,
+/// never an out-of-range conversion.
+#[inline(always)]
+fn exp_nonpos(x: f32) -> f32 {
+    // NaN and x ≤ −87 become −87 (their value is discarded at the end).
+    let xc = if x > -87.0 { x } else { -87.0 };
+    let xc = if xc < 0.0 { xc } else { 0.0 };
+    let t = xc * INV_LN2;
+    // SAFETY: xc ∈ [−87, 0], so t − 0.5 ∈ [−126.1, −0.5]: representable in i32 after
+    // truncation, and the same truncation as `as i32`.
+    let n: i32 = unsafe { (t - 0.5).to_int_unchecked() };
+    let nf = n as f32;
+    let r = (xc - nf * LN2_HI) - nf * LN2_LO;
+    let mut p = E720;
+    p = E120 + r * p;
+    p = E24 + r * p;
+    p = E6 + r * p;
+    p = 0.5 + r * p;
+    p = 1.0 + r * p;
+    p = 1.0 + r * p;
+    let v = p * f32::from_bits(((n + 127) as u32) << 23);
+    if x > -87.0 { v } else { 0.0 }
+}
+
 /// `2⁻¹²⁵`, `2¹²⁷`: binary64 values whose binary32 rounding is certainly a normal number.
 const F32_SAFE_MIN: f64 = f64::from_bits(0x3820_0000_0000_0000);
 const F32_SAFE_MAX: f64 = f64::from_bits(0x47E0_0000_0000_0000);
@@ -582,17 +628,6 @@ fn logit_max_range<R: LogitRow, const N: usize>(row: R) -> f32 {
         best = specula_core::verify::softmax_max(best, z);
     }
     best
-}
-
-/// `z = l / t` for the `N` lanes of `c`. (The reciprocal product with a boundary test, which
-/// the AVX-512 kernels use, is slower here: the vectoriser gives up on the test, measured with
-/// `softmax_pass_timing`: AVX2 sum 1.0 ms → 0.57 ms, write 2.3 ms → 0.26 ms per 128k row with
-/// the plain divisions.)
-#[inline(always)]
-fn z_block<const N: usize>(c: &[f32], t: f32, z: &mut [f32; N]) {
-    for l in 0..N {
-        z[l] = c[l] / t;
-    }
 }
 
 /// A row of logits as the softmax kernels read it: binary32, or bf16 bit patterns widened
@@ -702,7 +737,7 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
             let l: [f32; N] = row.block(s);
             let mut e = [0f32; N];
             for i in 0..N {
-                e[i] = exp_p(l[i] / t - max);
+                e[i] = exp_nonpos(l[i] / t - max);
                 let (a, b, c) = fixed_pieces(e[i]);
                 a32[i] += a;
                 b32[i] += b;
@@ -731,34 +766,6 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
         total += specula_core::verify::softmax_fixed(e);
     }
     total
-}
-
-/// `out[i] = ((e_i as f64) / sum) as f32` for `row[start..end]` (`sum > 0`; `Softmax::p`).
-#[inline(always)]
-fn softmax_write_range<const N: usize>(
-    row: &[f32],
-    t: f32,
-    max: f32,
-    sum: f64,
-    out: &mut [f32],
-    start: usize,
-    end: usize,
-) {
-    let mut z = [0f32; N];
-    let mut e = [0f32; N];
-    let src = row[start..end].chunks_exact(N);
-    let tail = src.remainder();
-    let mut dst = out[start..end].chunks_exact_mut(N);
-    for (c, o) in src.zip(&mut dst) {
-        z_block(c, t, &mut z);
-        for l in 0..N {
-            e[l] = exp_p(z[l] - max);
-            o[l] = (f64::from(e[l]) / sum) as f32;
-        }
-    }
-    for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
-        *o = (f64::from(exp_p(x / t - max)) / sum) as f32;
-    }
 }
 
 /// `out[i] = Cut::p(w[i])` for a cut with key threshold `threshold` and sum `sum > 0`:
@@ -825,7 +832,16 @@ fn gather_range<const N: usize>(
                 }
             }
             if any {
-                out.extend(c.iter().map(|&x| key(x)).filter(|&k| inside(k)));
+                // Branch-free: every key is stored, the count advances only for the kept ones
+                // (a flat row under top-p puts a candidate in most blocks).
+                let mut buf = [0u32; N];
+                let mut n = 0;
+                for l in 0..N {
+                    let k = key(c[l]);
+                    buf[n] = k;
+                    n += usize::from(inside(k));
+                }
+                out.extend_from_slice(&buf[..n]);
                 if out.len() > cap {
                     return None;
                 }
@@ -860,7 +876,7 @@ fn gather_range<const N: usize>(
 /// intrinsics since its fixed-point terms are summed in 32-bit pieces: [`fixed_pieces`].)
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{E6, E24, E120, E720, F32_SAFE_MAX, F32_SAFE_MIN, INV_LN2, LN2_HI, LN2_LO};
+    use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
 
     /// Lanes whose binary64 value may round differently from the value it approximates
@@ -901,78 +917,122 @@ mod avx512 {
         (z, near | out_of_range(z, x))
     }
 
-    /// `exp_p` of 16 lanes that are `≤ 0` or NaN (`super::exp_p`, operation for operation,
-    /// less the selects that cannot fire there). The softmax only evaluates `x = z − m` with
-    /// `m` the row's maximum `z`, so `x ≤ 0` or NaN (`±∞ − ±∞`). For `−87 < x ≤ 0`:
-    /// `t = x/ln 2 ∈ (−125.6, 0]` rounds by `t − 0.5` (`t < 0`; at `t = ±0` both `±0.5`
-    /// truncate to 0), so `n ≥ −126` (no underflow select) and `x ≤ 88` (no overflow select).
-    #[inline]
+    /// `out[i] = Cut::p(w[i])` ([`super::cut_write_range`]): the binary64 reciprocal product
+    /// where it gives the division's bits, the division itself in a block where
+    /// [`mul_recip`] flags a kept lane.
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    fn exp16_nonpos(x: __m512) -> __m512 {
-        // maxps returns its second operand for NaN: NaN → −87, discarded at the end.
-        let xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
-        let t = _mm512_mul_ps(xc, _mm512_set1_ps(INV_LN2));
-        let n = _mm512_cvttps_epi32(_mm512_sub_ps(t, _mm512_set1_ps(0.5)));
-        let nf = _mm512_cvtepi32_ps(n);
-        let r = _mm512_sub_ps(
-            _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(LN2_HI))),
-            _mm512_mul_ps(nf, _mm512_set1_ps(LN2_LO)),
-        );
-        let mut p = _mm512_set1_ps(E720);
-        for c in [E120, E24, E6, 0.5, 1.0, 1.0] {
-            // c + r × p: two roundings, as the scalar code (no FMA).
-            p = _mm512_add_ps(_mm512_set1_ps(c), _mm512_mul_ps(r, p));
-        }
-        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
-            n,
-            _mm512_set1_epi32(127),
-        )));
-        let v = _mm512_mul_ps(p, scale);
-        // x ≤ −87 and NaN give 0.
-        let inr = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(-87.0));
-        _mm512_maskz_mov_ps(inr, v)
-    }
-
-    /// `l / t − max` of 16 logits: the reciprocal product, or the division where flagged.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    fn shifted(l: __m512, t: f32, inv_t: __m512d, max: __m512) -> __m512 {
-        let (z, bad) = mul_recip(l, inv_t);
-        let z = if bad == 0 {
-            z
-        } else {
-            _mm512_div_ps(l, _mm512_set1_ps(t))
-        };
-        _mm512_sub_ps(z, max)
-    }
-
-    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn softmax_write(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
-        let inv_t = _mm512_set1_pd(1.0 / f64::from(t));
+    pub(super) fn cut_write(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
         let inv_s = _mm512_set1_pd(1.0 / sum);
-        let vmax = _mm512_set1_ps(max);
-        let src = row.chunks_exact(16);
+        let th = _mm512_set1_epi32(threshold as i32);
+        let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
+        let scalar = |x: f32| {
+            if key(x) >= threshold {
+                (f64::from(x) / sum) as f32
+            } else {
+                0.0
+            }
+        };
+        let src = w.chunks_exact(16);
         let tail = src.remainder();
         let mut dst = out.chunks_exact_mut(16);
         for (c, o) in src.zip(&mut dst) {
             // SAFETY: `c` holds 16 f32 values; the load is unaligned.
-            let l = unsafe { _mm512_loadu_ps(c.as_ptr()) };
-            let e = exp16_nonpos(shifted(l, t, inv_t, vmax));
-            let (p, bad) = mul_recip(e, inv_s);
-            if bad == 0 {
+            let x = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            // key(x) = bits for x > 0, else 0 (NaN included); kept iff key ≥ threshold.
+            let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
+            let k = _mm512_maskz_mov_epi32(pos, _mm512_castps_si512(x));
+            let keep = _mm512_cmpge_epu32_mask(k, th);
+            let (p, bad) = mul_recip(x, inv_s);
+            if bad & keep == 0 {
                 // SAFETY: `o` holds 16 f32 slots; the store is unaligned.
-                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), p) };
+                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_maskz_mov_ps(keep, p)) };
             } else {
-                let mut ev = [0f32; 16];
-                // SAFETY: `ev` holds 16 f32 slots.
-                unsafe { _mm512_storeu_ps(ev.as_mut_ptr(), e) };
-                for (o, &e) in o.iter_mut().zip(&ev) {
-                    *o = (f64::from(e) / sum) as f32;
+                for (o, &x) in o.iter_mut().zip(c) {
+                    *o = scalar(x);
                 }
             }
         }
         for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
-            *o = (f64::from(super::exp_p(x / t - max)) / sum) as f32;
+            *o = scalar(x);
+        }
+    }
+}
+
+/// The cut write-out for AVX2, with intrinsics for the same reason as [`avx512`]: the
+/// reciprocal product and its boundary test, with the division where a kept lane is flagged.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{F32_SAFE_MAX, F32_SAFE_MIN};
+    use std::arch::x86_64::*;
+
+    /// Lanes (bits 0–3) of 4 binary64 values within 16 ulps of a binary32 midpoint
+    /// (`super::near_boundary`'s first test).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn near_mid(q: __m256d) -> i32 {
+        let shifted =
+            _mm256_add_epi64(_mm256_castpd_si256(q), _mm256_set1_epi64x(16 - 0x1000_0000));
+        let d = _mm256_and_si256(shifted, _mm256_set1_epi64x(0x1FFF_FFFF));
+        // 0 ≤ d < 2²⁹: the signed compare is the unsigned one.
+        let far = _mm256_cmpgt_epi64(d, _mm256_set1_epi64x(32));
+        !_mm256_movemask_pd(_mm256_castsi256_pd(far)) & 0xF
+    }
+
+    /// `x × m` (binary64 reciprocal `m`) of 8 binary32 lanes rounded to binary32, and the lanes
+    /// (bits 0–7) where that may differ from the correctly rounded quotient: near a binary32
+    /// midpoint, or outside `[2⁻¹²⁵, 2¹²⁷]` in magnitude (NaN included) unless `x` is zero.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn mul_recip(x: __m256, m: __m256d) -> (__m256, i32) {
+        let q0 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), m);
+        let q1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(x)), m);
+        let z = _mm256_set_m128(_mm256_cvtpd_ps(q1), _mm256_cvtpd_ps(q0));
+        let near = near_mid(q0) | (near_mid(q1) << 4);
+        let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), z);
+        let lo = _mm256_cmp_ps::<_CMP_GE_OQ>(a, _mm256_set1_ps(F32_SAFE_MIN as f32));
+        let hi = _mm256_cmp_ps::<_CMP_LE_OQ>(a, _mm256_set1_ps(F32_SAFE_MAX as f32));
+        let zero = _mm256_cmp_ps::<_CMP_EQ_OQ>(x, _mm256_setzero_ps());
+        let ok = _mm256_movemask_ps(_mm256_or_ps(_mm256_and_ps(lo, hi), zero));
+        (z, near | (!ok & 0xFF))
+    }
+
+    /// `out[i] = Cut::p(w[i])` ([`super::cut_write_range`]), as [`super::avx512`]'s.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn cut_write(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
+        let inv_s = _mm256_set1_pd(1.0 / sum);
+        let th = _mm256_set1_epi32(threshold as i32);
+        let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
+        let scalar = |x: f32| {
+            if key(x) >= threshold {
+                (f64::from(x) / sum) as f32
+            } else {
+                0.0
+            }
+        };
+        let src = w.chunks_exact(8);
+        let tail = src.remainder();
+        let mut dst = out.chunks_exact_mut(8);
+        for (c, o) in src.zip(&mut dst) {
+            // SAFETY: `c` holds 8 f32 values; the load is unaligned.
+            let x = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+            // key(x) = bits for x > 0, else 0 (NaN included); kept iff key ≥ threshold
+            // (unsigned: max(key, threshold) = key).
+            let pos = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_setzero_ps()));
+            let k = _mm256_and_si256(pos, _mm256_castps_si256(x));
+            let keep = _mm256_cmpeq_epi32(_mm256_max_epu32(k, th), k);
+            let (p, bad) = mul_recip(x, inv_s);
+            if bad & _mm256_movemask_ps(_mm256_castsi256_ps(keep)) == 0 {
+                let p = _mm256_and_ps(p, _mm256_castsi256_ps(keep));
+                // SAFETY: `o` holds 8 f32 slots; the store is unaligned.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), p) };
+            } else {
+                for (o, &x) in o.iter_mut().zip(c) {
+                    *o = scalar(x);
+                }
+            }
+        }
+        for (o, &x) in dst.into_remainder().iter_mut().zip(tail) {
+            *o = scalar(x);
         }
     }
 }
@@ -1064,21 +1124,6 @@ mod x86 {
     ) -> u128 {
         super::softmax_pass_range::<R, 32>(row, t, max, out)
     }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn softmax_write_avx2(row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
-        super::softmax_write_range::<8>(row, t, max, sum, out, 0, row.len());
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(super) fn cut_write_avx2(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
-        super::cut_write_range::<8>(w, threshold, sum, out);
-    }
-
-    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn cut_write_avx512(w: &[f32], threshold: u32, sum: f64, out: &mut [f32]) {
-        super::cut_write_range::<16>(w, threshold, sum, out);
-    }
 }
 
 /// The softmax maximum of `row` at temperature `t` with `isa` (the rules' `m`): the largest
@@ -1147,22 +1192,6 @@ pub(crate) fn softmax_pass<R: LogitRow>(
     }
 }
 
-/// Writes the probabilities `((e_v as f64) / sum) as f32` of `row` into `out` (same length,
-/// `sum = S > 0`) with `isa`. `max` must be the row's [`softmax_max`], as for [`softmax_pass`].
-#[inline]
-pub(crate) fn softmax_write(isa: Isa, row: &[f32], t: f32, max: f32, sum: f64, out: &mut [f32]) {
-    match isa {
-        Isa::Portable => softmax_write_range::<4>(row, t, max, sum, out, 0, row.len()),
-        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::softmax_write_avx2(row, t, max, sum, out) },
-        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
-        // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512::softmax_write(row, t, max, sum, out) },
-    }
-}
-
 /// Writes `cut.p(w[v])` of every weight into `out` (same length) with `isa`: `0` for ids below
 /// the cut's threshold or when its mass is `0`, else `((w as f64) / S) as f32`.
 #[inline]
@@ -1176,11 +1205,11 @@ pub(crate) fn cut_write(isa: Isa, w: &[f32], cut: specula_core::verify::Cut, out
         Isa::Portable => cut_write_range::<4>(w, cut.threshold, sum, out),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::cut_write_avx2(w, cut.threshold, sum, out) },
+        Isa::Avx2 => unsafe { avx2::cut_write(w, cut.threshold, sum, out) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::cut_write_avx512(w, cut.threshold, sum, out) },
+        Isa::Avx512 => unsafe { avx512::cut_write(w, cut.threshold, sum, out) },
     }
 }
 
@@ -1301,10 +1330,14 @@ mod tests {
                     assert_eq!(x.to_bits(), softmax_exp(l, t, m).to_bits(), "{isa:?}");
                 }
                 assert_eq!(softmax_pass(isa, &row[..], t, m, None), f, "{isa:?}");
+                // The write-out: the weights divided by the sum, as a cut keeping every id.
                 if f != 0 {
-                    let sum = (f as f64) / 18_446_744_073_709_551_616.0;
                     let mut out = vec![0f32; n];
-                    softmax_write(isa, &row, t, m, sum, &mut out);
+                    let all = specula_core::verify::Cut {
+                        threshold: 0,
+                        fixed: f,
+                    };
+                    cut_write(isa, &w, all, &mut out);
                     for (o, &l) in out.iter().zip(&row) {
                         assert_eq!(o.to_bits(), want.p(l).to_bits(), "{isa:?} round {round}");
                     }
@@ -1384,6 +1417,17 @@ mod tests {
                                 "{what} id {i}"
                             );
                         }
+                        // The write-out from the weights is the core's softmax `p`.
+                        let sm = specula_core::verify::Softmax::from_parts(t, m, f);
+                        let all = specula_core::verify::Cut {
+                            threshold: 0,
+                            fixed: f,
+                        };
+                        let mut out = vec![7f32; vocab];
+                        cut_write(isa, &w, all, &mut out);
+                        for (i, (o, &l)) in out.iter().zip(want_row.iter()).enumerate() {
+                            assert_eq!(o.to_bits(), sm.p(l).to_bits(), "{what} p of id {i}");
+                        }
                     }
                 }
             }
@@ -1446,19 +1490,29 @@ mod tests {
         }
     }
 
-    /// The clamped `exp_p` is the core's for a sweep of every bit pattern and the edges.
+    /// The clamped `exp_p` is the core's for a sweep of every bit pattern and the edges, and so
+    /// is `exp_nonpos` wherever it is defined (`x ≤ 0` or NaN; every pattern of `(−87, 0]` near
+    /// the range reduction's seams is in the sweep's neighbourhoods below).
     #[test]
     fn exp_p_matches_the_core_everywhere() {
+        // Around each seam of `n` (x = (k + ½)·ln 2) and the ends of the range, every pattern.
+        let seams = (0..=126).flat_map(|k| {
+            let x = -((k as f32) + 0.5) * std::f32::consts::LN_2;
+            let b = x.to_bits();
+            b - 64..b + 64
+        });
         for bits in (0..=u32::MAX)
             .step_by(89)
-            .chain([0x7F80_0000, 0xFF80_0000, 0x7FC0_0000])
+            .chain([0x7F80_0000, 0xFF80_0000, 0x7FC0_0000, 0x8000_0000, 0])
+            .chain(seams)
+            .chain((-87.0f32).to_bits() - 64..(-87.0f32).to_bits() + 64)
         {
             let x = f32::from_bits(bits);
-            assert_eq!(
-                exp_p(x).to_bits(),
-                specula_core::fmath::exp_p(x).to_bits(),
-                "{x:e} ({bits:#x})"
-            );
+            let want = specula_core::fmath::exp_p(x).to_bits();
+            assert_eq!(exp_p(x).to_bits(), want, "{x:e} ({bits:#x})");
+            if x.is_nan() || x <= 0.0 {
+                assert_eq!(exp_nonpos(x).to_bits(), want, "{x:e} ({bits:#x})");
+            }
         }
     }
 
@@ -1649,9 +1703,13 @@ mod tests {
                     Some(&mut out),
                 ));
             });
-            let sum = softmax_pass(isa, &row[..], t, m, None) as f64 / 18_446_744_073_709_551_616.0;
-            time(&format!("{isa:?} write"), || {
-                softmax_write(isa, std::hint::black_box(&row), t, m, sum, &mut out);
+            let mut w = vec![0f32; v];
+            let all = specula_core::verify::Cut {
+                threshold: 0,
+                fixed: softmax_pass(isa, &row[..], t, m, Some(&mut w)),
+            };
+            time(&format!("{isa:?} write (weights / S)"), || {
+                cut_write(isa, std::hint::black_box(&w), all, &mut out);
                 std::hint::black_box(&out);
             });
         }
