@@ -378,7 +378,7 @@ impl TreeDriver for CudaDriver {
         let f = self.dev.tree_function()?;
         let a = l.args;
         let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
-        let mut values: [u64; 15] = [
+        let mut values: [u64; 17] = [
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.nodes.buffer(), a.nodes.byte_offset()),
             at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
@@ -394,14 +394,17 @@ impl TreeDriver for CudaDriver {
             at(a.path.buffer(), a.path.byte_offset()),
             at(a.tokens.buffer(), a.tokens.byte_offset()),
             l.stats.ptr,
+            a.target_logits
+                .map_or(0, |v| at(v.buffer(), v.byte_offset())),
+            a.temperature.map_or(0, |v| at(v.buffer(), v.byte_offset())),
         ];
-        let mut params: [*mut c_void; 15] = [core::ptr::null_mut(); 15];
+        let mut params: [*mut c_void; 17] = [core::ptr::null_mut(); 17];
         for (p, v) in params.iter_mut().zip(values.iter_mut()) {
             *p = core::ptr::from_mut(v).cast();
         }
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
-        // SAFETY: `f` is the loaded `specula_verify_tree` (15 pointer parameters), passed in
+        // SAFETY: `f` is the loaded `specula_verify_tree` (17 pointer parameters), passed in
         // that order; the orchestration sized stats and checked the views against the capacity;
         // the caller of its tree launch vouched for the shape words in device memory.
         call("cuLaunchKernel", Blocking::No, || unsafe {

@@ -141,8 +141,8 @@ impl<const K: usize> CudaVerifier<K> {
 impl<const K: usize> CudaVerifier<K> {
     /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
     /// (bit-identical to `verify_tree_batch`; see [`GpuVerifier::verify_tree`]): validation
-    /// errors are [`CudaError::Tree`] (the reference's), target logits
-    /// [`CudaError::Verify`] `Unsupported`; one synchronising call.
+    /// errors are [`CudaError::Tree`] (the reference's); probabilities or target logits with a
+    /// temperature per request; one synchronising call.
     pub fn verify_tree(
         &mut self,
         method: Method,

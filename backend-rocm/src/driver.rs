@@ -550,7 +550,7 @@ impl TreeDriver for RocmDriver {
         }
         let function = tree_function(&self.device)?;
         let a = l.args;
-        let mut values: [*mut c_void; 15] = [
+        let mut values: [*mut c_void; 17] = [
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.nodes.buffer(), a.nodes.byte_offset()),
             at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
@@ -567,14 +567,18 @@ impl TreeDriver for RocmDriver {
             at(a.path.buffer(), a.path.byte_offset()),
             at(a.tokens.buffer(), a.tokens.byte_offset()),
             at(l.stats, 0),
+            a.target_logits
+                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
+            a.temperature
+                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
         ];
-        let mut params: [*mut c_void; 15] = [core::ptr::null_mut(); 15];
+        let mut params: [*mut c_void; 17] = [core::ptr::null_mut(); 17];
         for (p, v) in params.iter_mut().zip(values.iter_mut()) {
             *p = core::ptr::from_mut(v).cast();
         }
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is `specula_verify_tree` (fifteen pointer arguments) of the loaded
+        // SAFETY: `function` is `specula_verify_tree` (seventeen pointer arguments) of the loaded
         // tree module; `params` holds one pointer to each argument in the order of its launch
         // contract (the values are copied at launch); the orchestration sized stats and checked
         // the views against the capacity, and the caller of its tree launch vouched for the

@@ -202,9 +202,8 @@ impl<const K: usize> RocmVerifier<K> {
     /// (bit-identical to `verify_tree_batch`; see [`GpuVerifier::verify_tree`]).
     ///
     /// # Errors
-    /// [`RocmError::Tree`] with the reference's validation error, [`RocmError::Verify`]
-    /// `Unsupported` for target logits (nothing launched or counted then),
-    /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the tree module cannot be compiled,
+    /// [`RocmError::Tree`] with the reference's validation error (nothing launched or counted
+    /// then), [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the tree module cannot be compiled,
     /// [`RocmError::Hip`] for a runtime failure or new kernel error flags.
     pub fn verify_tree(
         &mut self,

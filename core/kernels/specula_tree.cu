@@ -12,7 +12,10 @@
 //   block = (SPECULA_BLOCK_THREADS or fewer, a multiple of the warp size).
 //   shape = SP_TREE_SHAPE_WORDS u32 words: batch, max_depth, vocab, draft stride, target stride,
 //           method, counters K, flags (SP_FLAG_DRAFT_PROBS), node slots N per request.
-//   Probabilities only (target logits are verified on the CPU backend).
+//   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
+//           read; temperature (f32 x B, read only with logits): 0 greedy on the logit rows,
+//           > 0 every target value through the row's softmax (sp_softmax_state, sp_soft_p:
+//           DETERMINISM.md "Target logits and temperature"), computed on the fly per node row.
 //   Outputs per request b, W = max_depth + 1: accepted[b], path[b W + j], tokens[b W + j].
 //   Counters: Counters<K>::record_tree(depth, n - 1, accepted) per request of depth >= 1, 64-bit
 //   atomics: stats = 4 + 2K chain words, the error word, then tree drafts and tree draft nodes.
@@ -70,9 +73,16 @@ __device__ sp_u64 sp_tree_race(const W& wf, sp_u32 vocab, sp_u32 position, sp_u3
     return (1ull << 32) | (sp_u64)(~(sp_u32)lowest);
 }
 
+// A node row's target value p(v): the stored value, or its softmax probability when st is set
+// (target logits at T > 0).
+__device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, sp_u32 v) {
+    return st != 0 ? sp_soft_p(row[v], *st) : row[v];
+}
+
 // Target-only rule's residual: w_v = (p(v) as f64) - (1.0 if v is a tried token).
 struct sp_tree_excl {
     const float* row;
+    const sp_soft* st; // null: probabilities
     const sp_u32* tried;
     sp_u32 m;
 };
@@ -80,13 +90,14 @@ struct sp_tree_excl {
 __device__ __forceinline__ double sp_tree_w(const sp_tree_excl& f, sp_u32 v) {
     bool hit = false;
     for (sp_u32 r = 0; r < f.m; ++r) hit = hit || f.tried[r] == v;
-    return (double)f.row[v] - (hit ? 1.0 : 0.0);
+    return (double)sp_tree_p(f.row, f.st, v) - (hit ? 1.0 : 0.0);
 }
 
 // SpecInfer's residual R_i(v) (DETERMINISM.md): p(v), then for each rejected sibling j < i
 // R = R - Z_j q_j(v), kept only when > 0 (NaN -> 0).
 struct sp_tree_resid {
     const float* row;
+    const sp_soft* st;    // null: probabilities
     const float* draft;   // the request's draft rows (slot b N)
     const sp_u16* kids;   // the children of u in sibling order
     const double* z;      // Z_0 ... Z_{i-1}
@@ -94,7 +105,7 @@ struct sp_tree_resid {
     sp_u32 i;
 };
 __device__ __forceinline__ double sp_tree_w(const sp_tree_resid& f, sp_u32 v) {
-    double r = (double)f.row[v];
+    double r = (double)sp_tree_p(f.row, f.st, v);
     for (sp_u32 j = 0; j < f.i; ++j) {
         const float* q = f.draft + (sp_u64)f.kids[j] * f.dstride;
         r = r - f.z[j] * (double)q[v];
@@ -180,7 +191,8 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
                     const sp_u64* __restrict__ offset, const float* __restrict__ eps,
                     const float* __restrict__ delta, sp_u32* __restrict__ accepted,
                     sp_u32* __restrict__ path, sp_u32* __restrict__ tokens,
-                    sp_u64* __restrict__ stats) {
+                    sp_u64* __restrict__ stats, const float* __restrict__ target_logits,
+                    const float* __restrict__ temperature) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
     __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
@@ -190,7 +202,8 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
     __shared__ sp_u32 s_tried[SP_TREE_MAX_NODES];
     __shared__ sp_u16 s_parent[SP_TREE_MAX_NODES];
     __shared__ float s_thr[SP_TREE_MAX_NODES];
-    __shared__ double s_z[SP_TREE_MAX_NODES];
+    __shared__ double s_z[SP_TREE_MAX_NODES]; // SpecInfer's Z; typical with logits: rows' S
+    __shared__ float s_tm[SP_TREE_MAX_NODES];  // typical with logits: rows' softmax maximum
     __shared__ sp_u32 s_word[4]; // thread 0's answers: error / depth, child count, ...
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
@@ -276,13 +289,24 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
     const sp_u64 o = offset[b];
     const sp_u32 k0 = (sp_u32)sd, k1 = (sp_u32)(sd >> 32);
     const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
-    const float* const tbase = target_probs + base * tstride;
+    // Target logits (DETERMINISM.md, as the chain's logits entries): T = 0 is greedy on the
+    // logit rows; T > 0 reads every target value of a node row through that row's softmax
+    // (`soft`: its state, computed by the whole block before the row's first value is read).
+    const bool lg = target_logits != 0;
+    const float temp = lg ? temperature[b] : 0.0f;
+    const bool soft = lg && temp > 0.0f;
+    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
+    const float* const tbase = (lg ? target_logits : target_probs) + base * tstride;
     const float* const dbase = has_draft ? draft_probs + base * dstride : 0;
 #define SP_TROW(u) (tbase + (sp_u64)(u) * tstride)
+    // The softmax state of a node row (every thread of the block; block-uniform call).
+    auto row_state = [&](const float* row) {
+        return sp_softmax_state(row, vocab, temp, threadIdx.x, blockDim.x, s_red);
+    };
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
-    if (method == SP_METHOD_TYPICAL) {
+    if (meth == SP_METHOD_TYPICAL) {
         // Medusa: the deepest node whose whole path passes, ties to the first in pre-order.
         const float a = eps[b];
         const float dl = delta[b];
@@ -318,16 +342,36 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
             const sp_u32 c = cur & 0x3FFu, p = (cur >> 10) & 0x3FFu, dep = cur >> 20;
             const float* prow = SP_TROW(p);
             if (s_seen[p] == 0u) { // block-uniform: written before the last barrier
-                const float h = sp_entropy(prow, vocab, s_red);
+                float h;
+                sp_soft st;
+                if (soft) {
+                    st = row_state(prow);
+                    h = sp_entropy<true>(prow, vocab, s_red, &st);
+                } else {
+                    h = sp_entropy(prow, vocab, s_red);
+                }
                 const float e = sp_exp(-h);
                 const float bb = dl * e;
                 const float thr = a < bb ? a : bb;
                 __syncthreads();
-                if (threadIdx.x == 0u) { s_thr[p] = thr; s_seen[p] = 1u; }
+                if (threadIdx.x == 0u) {
+                    s_thr[p] = thr;
+                    s_seen[p] = 1u;
+                    if (soft) { s_tm[p] = st.m; s_z[p] = st.s; }
+                }
             }
             __syncthreads();
             if (threadIdx.x == 0u) {
-                const bool passes = prow[tree_tokens[base + c]] > s_thr[p]; // NaN never passes
+                const sp_u32 x = tree_tokens[base + c];
+                float px = prow[x];
+                if (soft) {
+                    sp_soft st;
+                    st.t = temp;
+                    st.m = s_tm[p];
+                    st.s = s_z[p];
+                    px = sp_soft_p(px, st);
+                }
+                const bool passes = px > s_thr[p]; // NaN never passes
                 if (passes) {
                     s_parent[c] = (sp_u16)p;
                     if (dep > s_word[2]) { s_word[1] = c; s_word[2] = dep; }
@@ -350,7 +394,13 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
                 x = s_parent[x];
             }
         }
-        const sp_u64 win = sp_race(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red);
+        sp_u64 win;
+        if (soft) {
+            const sp_soft st = row_state(SP_TROW(best));
+            win = sp_race<true>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red, &st);
+        } else {
+            win = sp_race(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red);
+        }
         emitted = (sp_u32)win;
     } else {
         sp_u32 u = 0u;
@@ -368,14 +418,23 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
             __syncthreads();
             const sp_u32 m = s_word[0];
             const float* trow = SP_TROW(u);
+            sp_soft st_u;
+            if (soft) st_u = row_state(trow);
+            const sp_soft* const st = soft ? &st_u : 0;
+            // The plain race over p_u (no candidate: 0).
+            auto plain_race = [&]() {
+                return soft ? sp_race<true>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red, st)
+                            : sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+            };
             sp_u32 next = SP_SENTINEL; // the accepted child, or none
-            if (method == SP_METHOD_GREEDY) {
-                const sp_u32 am = sp_argmax(trow, vocab, s_red);
+            if (meth == SP_METHOD_GREEDY) {
+                const sp_u32 am = soft ? sp_argmax<true>(trow, vocab, s_red, st)
+                                       : sp_argmax(trow, vocab, s_red);
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
                     if (s_tried[r] == am) next = s_kids[r];
                 emitted = am;
             } else if (m == 0u) {
-                emitted = (sp_u32)sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                emitted = (sp_u32)plain_race();
             } else if (!has_draft) {
                 // The target-only rule: one uniform against the siblings' cumulative mass.
                 const double u01 = sp_sibling_uniform(u, 0u, k0, k1, off_lo, off_hi);
@@ -385,28 +444,30 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
                     bool dup = false;
                     for (sp_u32 j = 0; j < r; ++j) dup = dup || s_tried[j] == x;
                     if (dup) continue;
-                    cum = cum + (double)trow[x];
+                    cum = cum + (double)sp_tree_p(trow, st, x);
                     if (u01 < cum) next = s_kids[r];
                 }
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
-                    if (m == 1u) {
+                    if (m == 1u && !soft) {
                         win = sp_race(trow, 0, true, s_tried[0], vocab, u, k0, k1, off_lo, off_hi, s_red);
                     } else {
+                        // (Softmax rows: the reference's generic race, whatever m.)
                         sp_tree_excl wf;
                         wf.row = trow;
+                        wf.st = st;
                         wf.tried = s_tried;
                         wf.m = m;
                         win = sp_tree_race(wf, vocab, u, k0, k1, off_lo, off_hi, s_red);
                     }
-                    if (win == 0ull)
-                        win = sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    if (win == 0ull) win = plain_race();
                     emitted = (sp_u32)win;
                 }
             } else {
                 // SpecInfer's multi-step speculative sampling (DETERMINISM.md).
                 sp_tree_resid rf;
                 rf.row = trow;
+                rf.st = st;
                 rf.draft = dbase;
                 rf.kids = s_kids;
                 rf.z = s_z;
@@ -430,15 +491,14 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
                 }
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
-                    if (m == 1u) {
+                    if (m == 1u && !soft) {
                         win = sp_race(trow, dbase + (sp_u64)s_kids[0] * dstride, true, s_tried[0],
                                       vocab, u, k0, k1, off_lo, off_hi, s_red);
                     } else {
                         rf.i = m;
                         win = sp_tree_race(rf, vocab, u, k0, k1, off_lo, off_hi, s_red);
                     }
-                    if (win == 0ull)
-                        win = sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                    if (win == 0ull) win = plain_race();
                     emitted = (sp_u32)win;
                 }
             }

@@ -100,10 +100,15 @@ pub const TREE_SOURCE: &str = concat!(
 /// with [`SHAPE_K_MAX`] read as the tree's `max_depth`, then [`TREE_SHAPE_NODES`]),
 /// `nodes: *const u32` (B), `tree_tokens: *const u32`, `first_child: *const i32`,
 /// `next_sibling: *const i32` (B·N each), `draft_probs: *const f32` (B·N rows; null unless
-/// [`FLAG_DRAFT_PROBS`]), `target_probs: *const f32` (B·N rows of probabilities),
+/// [`FLAG_DRAFT_PROBS`]), `target_probs: *const f32` (B·N rows of probabilities; null with
+/// logits),
 /// `seed: *const u64`, `offset: *const u64`, `eps: *const f32`, `delta: *const f32` (read by
 /// typical acceptance only), `accepted: *mut u32` (B), `path: *mut u32`, `tokens: *mut u32`
-/// (B·(max_depth + 1) each), `stats: *mut u64` ([`stats_words`]`(K)`).
+/// (B·(max_depth + 1) each), `stats: *mut u64` ([`stats_words`]`(K)`), then
+/// `target_logits: *const f32` (exactly the layout of `target_probs`, which is then not read;
+/// null: probabilities) and `temperature: *const f32` (B values, read only with logits; `0`:
+/// greedy on the logit rows whatever the method, `> 0`: each node row's softmax of
+/// `core/DETERMINISM.md`, computed on the fly as in [`VERIFY_LOGITS_ENTRY`]).
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
 /// rule with draft rows, typical acceptance) and records

@@ -10,9 +10,7 @@ use specula_core::gpu::{
 };
 use specula_core::kernels;
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeError, TreeOutputs, TreeParam};
-use specula_core::verify::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Logits, Method, Streams, Verifier, VerifyError,
-};
+use specula_core::verify::{Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Streams, Verifier};
 use specula_core::{ErrorKind, HasKind};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -460,18 +458,20 @@ fn a_refused_tree_batch_enqueues_nothing() {
     );
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     let d = Owned::new(2);
-    let logits = [0.0f32; 2];
+    // Target logits are taken; a temperature the reference refuses is refused the same way.
+    let temps = [0.0f32, f32::NAN];
     let batch = d.view().with_target_logits(Logits {
         values: &d.target,
-        temperature: &logits,
+        temperature: &temps,
     });
     let e = v
         .verify_tree(Method::Greedy, Check::Cheap, &batch, &mut o.view())
         .unwrap_err();
     assert_eq!(
         e,
-        GpuError::Verify(VerifyError::Unsupported {
-            feature: Feature::Logits
+        GpuError::Tree(TreeError::BadParam {
+            request: 1,
+            param: TreeParam::Temperature
         })
     );
     let mut short = Outs::new(2);
@@ -594,20 +594,26 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
             ..
         }))
     ));
-    let temps = [1.0f32; 2];
+    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+    // Target logits: the rows as `target_logits` (`target_probs` empty, not read), the
+    // temperatures in their own buffer (reserved: 8 bytes hold two).
+    let temps = [0.0f32, 1.5];
     let logits = d.view().with_target_logits(Logits {
         values: &d.target,
         temperature: &temps,
     });
-    assert_eq!(
-        staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &logits)
-            .unwrap_err(),
-        GpuError::Verify(VerifyError::Unsupported {
-            feature: Feature::Logits
-        })
-    );
-    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &logits)
+        .unwrap();
+    assert!(a.target_probs.is_empty());
+    assert_eq!(elems(&a.target_logits.unwrap()), d.target);
+    assert_eq!(elems(&a.temperature.unwrap()), temps);
+    // Probabilities again in the same staging: no logits views.
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+        .unwrap();
+    assert!(a.target_logits.is_none() && a.temperature.is_none());
+    assert_eq!(elems(&a.target_probs), d.target);
 }
 
 fn short<T: Element>(view: View<'_, Fake, T>) -> View<'_, Fake, T> {
@@ -649,14 +655,25 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         },
     )
     .with_draft_probs(&one.target[..2]);
+    let temps = [0.0f32, 0.7];
+    let one_logits = one_batch.with_target_logits(Logits {
+        values: &one.target[..2],
+        temperature: &temps,
+    });
     let (mut acc1, mut path1, mut tok1) = (
         drv.alloc(8).unwrap(),
         drv.alloc(8).unwrap(),
         drv.alloc(8).unwrap(),
     );
-    for field in 0..15 {
+    for field in 0..20 {
+        // Fields 14 to 17 and the second control: the batch as logits.
+        let batch = if (14..18).contains(&field) || field == 19 {
+            &one_logits
+        } else {
+            &one_batch
+        };
         let mut a: TreeArgs<'_, Fake> = staging
-            .write::<K>(&drv, v.stream(), Method::Greedy, &one_batch)
+            .write::<K>(&drv, v.stream(), Method::Greedy, batch)
             .unwrap()
             .into_args();
         match field {
@@ -674,15 +691,19 @@ fn tree_launch_checks_every_view_against_the_capacity() {
             11 => a.accepted = ViewMut::range(&mut acc1, 0, 1).unwrap(),
             12 => a.path = ViewMut::range(&mut path1, 0, 1).unwrap(),
             13 => a.tokens = ViewMut::range(&mut tok1, 0, 1).unwrap(),
-            _ => a.capacity = 2, // fits: the control
+            14 => a.target_logits = a.target_logits.map(short),
+            15 => a.temperature = a.temperature.map(short),
+            16 => a.temperature = None,   // logits without temperatures
+            17 => a.target_logits = None, // temperatures without logits (target_probs empty)
+            _ => a.capacity = 2,          // fits: the controls
         }
         let ops = drv.st.ops.get();
         // SAFETY: refused before anything is enqueued (or, for the control, staged views of a
         // valid batch).
         let launched = unsafe { v.launch_tree(&a) };
-        if field == 14 {
+        if field >= 18 {
             launched.unwrap();
-            assert_eq!(drv.launches().len(), 1);
+            assert_eq!(drv.launches().len(), field as usize - 17);
             continue;
         }
         assert_eq!(launched, Err(GpuError::ViewTooShort), "field {field}");
@@ -696,7 +717,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         assert_eq!(drv.st.ops.get(), ops, "field {field}: nothing enqueued");
         assert!(v.stream().capture.borrow().is_none(), "not left capturing");
     }
-    assert_eq!(drv.launches().len(), 1);
+    assert_eq!(drv.launches().len(), 2);
 }
 
 #[test]

@@ -346,8 +346,7 @@ impl<const K: usize> Backend<K> {
     /// backend) and counts every tree in this backend's counters
     /// (`Counters::record_tree`), read back like the chain counts. The CPU backend and the
     /// reference take probabilities or logits; CUDA and ROCm launch the tree entry through
-    /// `specula_core::gpu` (probabilities only: logits are refused with kind
-    /// [`ErrorKind::Unsupported`]). A refused batch is an error of kind
+    /// `specula_core::gpu` (probabilities or logits too). A refused batch is an error of kind
     /// [`ErrorKind::InvalidInput`] (the reference's `TreeError` in the message), with
     /// nothing written or counted.
     pub fn verify_tree(

@@ -146,7 +146,8 @@ extern "C" int SPECULA_HOST_LAUNCHER_TREE(unsigned int grid, unsigned int block,
                                           const std::uint64_t* seed, const std::uint64_t* offset,
                                           const float* eps, const float* delta,
                                           std::uint32_t* accepted, std::uint32_t* path,
-                                          std::uint32_t* tokens, std::uint64_t* stats) {
+                                          std::uint32_t* tokens, std::uint64_t* stats,
+                                          const float* target_logits, const float* temperature) {
     if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
         return 1;
     }
@@ -156,6 +157,6 @@ extern "C" int SPECULA_HOST_LAUNCHER_TREE(unsigned int grid, unsigned int block,
     return specula_shim::launch(grid, block, [&] {
         specula_verify_tree(shape, nodes, tree_tokens, first_child, next_sibling, draft_probs,
                             target_probs, seed_, offset_, eps, delta, accepted, path, tokens,
-                            stats_);
+                            stats_, target_logits, temperature);
     });
 }

@@ -746,6 +746,8 @@ impl TreeDriver for HostDriver {
             Some(a.path.buffer()),
             Some(a.tokens.buffer()),
             Some(l.stats),
+            a.target_logits.map(|v| v.buffer()),
+            a.temperature.map(|v| v.buffer()),
         ]
         .into_iter()
         .flatten()
@@ -770,6 +772,12 @@ impl TreeDriver for HostDriver {
             at(a.path.buffer(), a.path.byte_offset()),
             at(a.tokens.buffer(), a.tokens.byte_offset()),
             at(l.stats, 0),
+            a.target_logits.map_or(SendPtr(std::ptr::null_mut()), |v| {
+                at(v.buffer(), v.byte_offset())
+            }),
+            a.temperature.map_or(SendPtr(std::ptr::null_mut()), |v| {
+                at(v.buffer(), v.byte_offset())
+            }),
         ];
         let (grid, block, mode) = (l.grid, l.block.min(self.inner.block), self.inner.mode);
         let inner = self.inner.clone();
@@ -794,6 +802,8 @@ impl TreeDriver for HostDriver {
                     path: ptrs[12].0.cast(),
                     tokens: ptrs[13].0.cast(),
                     stats: ptrs[14].0.cast(),
+                    target_logits: ptrs[15].0.cast(),
+                    temperature: ptrs[16].0.cast(),
                 };
                 // SAFETY: every pointer is into a buffer `keep` holds alive; the orchestration
                 // checked the views against the capacity and the caller of its (unsafe) tree

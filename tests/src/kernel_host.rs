@@ -894,6 +894,8 @@ unsafe extern "C" {
         path: *mut u32,
         tokens: *mut u32,
         stats: *mut u64,
+        target_logits: *const f32,
+        temperature: *const f32,
     ) -> i32;
     fn specula_host_verify_tree_hip(
         grid: u32,
@@ -913,6 +915,8 @@ unsafe extern "C" {
         path: *mut u32,
         tokens: *mut u32,
         stats: *mut u64,
+        target_logits: *const f32,
+        temperature: *const f32,
     ) -> i32;
 }
 
@@ -951,6 +955,11 @@ pub struct TreeParams {
     pub tokens: *mut u32,
     /// Counters and error word.
     pub stats: *mut u64,
+    /// Target logits (the layout of `target_probs`, which is then not read), or null:
+    /// probabilities.
+    pub target_logits: *const f32,
+    /// Per-request temperature (read only with `target_logits`), or null.
+    pub temperature: *const f32,
 }
 
 /// Runs `grid` blocks of `block` threads of the tree entry compiled in `mode`. Returns the
@@ -984,6 +993,8 @@ pub unsafe fn launch_tree_params(mode: Mode, grid: u32, block: u32, p: &TreePara
             p.path,
             p.tokens,
             p.stats,
+            p.target_logits,
+            p.temperature,
         )
     }
 }
@@ -994,8 +1005,6 @@ pub unsafe fn launch_tree_params(mode: Mode, grid: u32, block: u32, p: &TreePara
 pub enum TreeHostError {
     /// The batch failed the reference's validation; nothing ran and nothing was counted.
     Tree(specula_core::verify::tree::TreeError),
-    /// Target logits: the tree kernel takes probabilities only.
-    Logits,
     /// The owned batch's vectors do not have the lengths its sizes imply, or a size does not
     /// fit a 32-bit shape word.
     Layout,
@@ -1016,9 +1025,6 @@ impl<const K: usize> KernelHost<K> {
         d: &crate::tree::TreeData,
         out: &mut crate::tree::TreeOut,
     ) -> Result<u64, TreeHostError> {
-        if d.temperature.is_some() {
-            return Err(TreeHostError::Logits);
-        }
         let b = d.nodes.len();
         let slots = b * d.max_nodes;
         let w = b * (d.max_depth + 1);
@@ -1030,6 +1036,7 @@ impl<const K: usize> KernelHost<K> {
             && rows_ok(d.target.len())
             && d.draft.as_ref().is_none_or(|x| rows_ok(x.len()))
             && [d.seed.len(), d.offset.len(), d.eps.len(), d.delta.len()] == [b; 4]
+            && d.temperature.as_ref().is_none_or(|t| t.len() == b)
             && out.accepted.len() == b
             && out.path.len() == w
             && out.tokens.len() == w
@@ -1053,6 +1060,8 @@ impl<const K: usize> KernelHost<K> {
             0
         };
         shape[kernels::TREE_SHAPE_NODES] = u(d.max_nodes)?;
+        // Target logits: `target` holds them (target_probs is then null).
+        let lg = d.temperature.as_deref();
         let launcher = match self.mode {
             Mode::Cuda => specula_host_verify_tree_cuda,
             Mode::Hip => specula_host_verify_tree_hip,
@@ -1070,7 +1079,7 @@ impl<const K: usize> KernelHost<K> {
                 d.first_child.as_ptr(),
                 d.next_sibling.as_ptr(),
                 d.draft.as_ref().map_or(core::ptr::null(), |x| x.as_ptr()),
-                d.target.as_ptr(),
+                lg.map_or(d.target.as_ptr(), |_| core::ptr::null()),
                 d.seed.as_ptr(),
                 d.offset.as_ptr(),
                 d.eps.as_ptr(),
@@ -1079,6 +1088,8 @@ impl<const K: usize> KernelHost<K> {
                 out.path.as_mut_ptr(),
                 out.tokens.as_mut_ptr(),
                 self.stats.as_mut_ptr(),
+                lg.map_or(core::ptr::null(), |_| d.target.as_ptr()),
+                lg.map_or(core::ptr::null(), <[f32]>::as_ptr),
             )
         };
         if rc != 0 {
@@ -1098,9 +1109,6 @@ impl<const K: usize> KernelHost<K> {
         d: &crate::tree::TreeData,
         out: &mut crate::tree::TreeOut,
     ) -> Result<(), TreeHostError> {
-        if d.temperature.is_some() {
-            return Err(TreeHostError::Logits);
-        }
         specula_core::verify::tree::validate_tree::<K>(method, check, &d.view(), &out.view())
             .map_err(TreeHostError::Tree)?;
         let before = self.error_flags();

@@ -316,8 +316,9 @@ pub fn full_tree(g: &mut Gen, n: usize, max_depth: usize, v: usize, draft: bool)
 
 /// The tree conformance every GPU backend runs through its host-slice tree path (`verify` is
 /// its `verify_tree`): random trees of every shape (duplicated sibling tokens, with and without
-/// draft rows, garbage-free probability rows) under every method, and a 64-node tree at
-/// V = 32000, each bit-equal to [`verify_tree_batch`] with the same counts added to `v`'s
+/// draft rows, garbage-free probability rows, every third batch as target logits with mixed
+/// temperatures 0 and > 0) under every method, and a 64-node tree at V = 32000 (probabilities
+/// with and without draft rows, and logits at T = 0.8 with draft rows), each bit-equal to [`verify_tree_batch`] with the same counts added to `v`'s
 /// totals; then malformed batches refused with nothing written or counted. Panics on the first
 /// difference.
 pub fn tree_backend_conformance<V, E>(
@@ -356,7 +357,8 @@ pub fn tree_backend_conformance<V, E>(
                 max_depth: 6,
                 vocab: 41,
                 draft: i % 2 == 1,
-                logits: false,
+                // Every third batch as target logits (temperatures 0 and > 0 mixed).
+                logits: i % 3 == 2,
                 garbage: false,
             },
         );
@@ -374,6 +376,12 @@ pub fn tree_backend_conformance<V, E>(
                 &format!("64 nodes, V = 32000, draft rows {draft}"),
             );
         }
+    }
+    let mut d = full_tree(&mut g, 64, 7, 32_000, true);
+    d.target = d.target.iter().map(|&p| (p + 1e-6).ln()).collect();
+    d.temperature = Some(vec![0.8]);
+    for m in METHODS {
+        check(v, m, &d, "64 nodes, V = 32000, logits at T = 0.8");
     }
     let good = random_tree_batch(
         &mut g,
@@ -399,8 +407,8 @@ pub fn tree_backend_conformance<V, E>(
     d.offset.pop();
     bad.push(("offsets", d));
     let mut d = good.clone();
-    d.temperature = Some(vec![1.0; d.requests()]);
-    bad.push(("logits", d));
+    d.temperature = Some(vec![f32::NAN; d.requests()]);
+    bad.push(("NaN temperature", d));
     let before = v.totals().expect("totals");
     for (what, d) in bad {
         let mut got = TreeOut::new(d.requests(), d.max_depth);

@@ -11,7 +11,7 @@
 use specula_core::gpu::{GpuError, GpuVerifier, TreeStaging};
 use specula_core::kernels::{ERR_TOKEN, ERR_TREE};
 use specula_core::verify::tree::{TreeError, verify_tree_batch};
-use specula_core::verify::{Check, Feature, Method, SENTINEL, Verifier, VerifyError};
+use specula_core::verify::{Check, Method, SENTINEL, Verifier};
 use specula_core::{Counters, Readback};
 use specula_tests::conformance::{self as c, Gen, K, METHODS};
 use specula_tests::host_driver::HostDriver;
@@ -158,8 +158,80 @@ fn sixty_four_node_trees_at_v_32000() {
     }
 }
 
-/// Refused batches: the reference's error (`GpuError::Tree`), target logits
-/// (`Unsupported { Logits }`); nothing launched, written or counted.
+/// Target logits with a temperature per request (0: greedy on the logits, > 0: each node row's
+/// softmax on the fly), every method, with and without draft rows, both macro forms, batches
+/// of probabilities in between (the same staging): the reference's bits and counts.
+#[test]
+fn logits_trees_through_the_orchestration() {
+    for (i, mode) in [Mode::Cuda, Mode::Hip].into_iter().enumerate() {
+        let mut v = verifier(mode);
+        let mut g = Gen(0x1061_0000 + i as u64);
+        let mut mixed = 0;
+        for n in 0..12 {
+            let d = random_tree_batch(
+                &mut g,
+                TreeSpec {
+                    logits: n % 3 != 2,
+                    ..spec(n % 2 == 1)
+                },
+            );
+            if let Some(t) = &d.temperature
+                && t.contains(&0.0)
+                && t.iter().any(|&x| x > 0.0)
+            {
+                mixed += 1;
+            }
+            for m in METHODS {
+                assert_matches(&mut v, m, Check::STRICT, &d, &format!("{mode:?} batch {n}"));
+            }
+        }
+        assert!(mixed >= 2, "{mode:?}: {mixed} batches mix T = 0 and T > 0");
+    }
+}
+
+/// A 64-node tree at V = 32000 as logits (`ln(p + 1e-6)` of a full tree's rows), two requests
+/// at T = 0 and T = 0.8, with and without draft rows.
+#[test]
+fn sixty_four_node_logits_trees_at_v_32000() {
+    let mut v = verifier(Mode::Cuda);
+    let mut g = Gen(0x32_1061);
+    for draft in [false, true] {
+        let one = full_tree(&mut g, 64, 7, 32_000, draft);
+        // The same tree twice: request 0 at T = 0, request 1 at T = 0.8.
+        let two = |x: &[f32]| [x, x].concat();
+        let d = TreeData {
+            nodes: two_u32(&one.nodes),
+            tokens: two_u32(&one.tokens),
+            first_child: [&one.first_child[..], &one.first_child[..]].concat(),
+            next_sibling: [&one.next_sibling[..], &one.next_sibling[..]].concat(),
+            draft: one.draft.as_deref().map(two),
+            target: two(&one.target).iter().map(|&p| (p + 1e-6).ln()).collect(),
+            temperature: Some(vec![0.0, 0.8]),
+            seed: vec![one.seed[0], one.seed[0] ^ 0x5EED],
+            offset: vec![one.offset[0]; 2],
+            eps: two(&one.eps),
+            delta: two(&one.delta),
+            ..one
+        };
+        assert_eq!(d.requests(), 2);
+        for m in METHODS {
+            assert_matches(
+                &mut v,
+                m,
+                Check::Cheap,
+                &d,
+                &format!("logits V=32000 draft={draft}"),
+            );
+        }
+    }
+}
+
+fn two_u32(x: &[u32]) -> Vec<u32> {
+    [x, x].concat()
+}
+
+/// Refused batches: the reference's error (`GpuError::Tree`); nothing launched, written or
+/// counted.
 #[test]
 fn refused_tree_batches_launch_and_count_nothing() {
     let mut v = verifier(Mode::Cuda);
@@ -191,26 +263,6 @@ fn refused_tree_batches_launch_and_count_nothing() {
             "{what}: untouched"
         );
     }
-    let logits = random_tree_batch(
-        &mut g,
-        TreeSpec {
-            logits: true,
-            ..spec(false)
-        },
-    );
-    let mut out = TreeOut::new(logits.requests(), logits.max_depth);
-    let got = v.verify_tree(
-        Method::Rejection,
-        Check::Cheap,
-        &logits.view(),
-        &mut out.view(),
-    );
-    assert_eq!(
-        got,
-        Err(GpuError::Verify(VerifyError::Unsupported {
-            feature: Feature::Logits
-        }))
-    );
     assert_eq!(drv.launches(), 0, "nothing launched");
     assert_eq!(v.totals().unwrap(), Counters::ZERO, "nothing counted");
 }

@@ -2,14 +2,15 @@
 //! on the host in both macro forms (CUDA: warp 32, HIP: wave 64) gives the core reference's
 //! bits and counts on the tree conformance cases (random trees, every method, with and without
 //! draft rows, garbage values, 64-node trees at V = 32k and 128k), and on the raw device path
-//! sets its error bits for malformed trees, skipping only those requests.
+//! sets its error bits for malformed trees, skipping only those requests. Target logits (per
+//! request temperature, 0 greedy) give the reference's bits too (issue 14).
 
 use specula_core::Counters;
 use specula_core::kernels::{ERR_TOKEN, ERR_TREE};
 use specula_core::verify::tree::verify_tree_batch;
 use specula_core::verify::{Check, Method, SENTINEL};
 use specula_tests::conformance::{Gen, K, METHODS};
-use specula_tests::kernel_host::{KernelHost, Mode, TreeHostError};
+use specula_tests::kernel_host::{KernelHost, Mode};
 use specula_tests::tree::{TreeData, TreeOut, TreeSpec, random_tree_batch};
 
 fn reference(method: Method, check: Check, d: &TreeData) -> (TreeOut, Counters<K>) {
@@ -222,18 +223,72 @@ fn tree_kernel_flags_malformed_trees_and_skips_only_them() {
     }
 }
 
+/// Target logits with a temperature per request (0: greedy on the logits, > 0: the softmax
+/// computed on the fly per node row), every method, with and without draft rows; the batches
+/// mix temperature 0 and > 0.
 #[test]
-fn tree_kernel_refuses_logits() {
+fn tree_kernel_matches_reference_on_logits_trees() {
     let mut g = Gen(0x1061);
-    let s = TreeSpec {
-        logits: true,
-        ..spec(false, false)
-    };
-    let d = random_tree_batch(&mut g, s);
-    let mut h = KernelHost::<K>::new(Mode::Cuda, 32).unwrap();
-    let mut out = TreeOut::new(d.requests(), d.max_depth);
-    assert_eq!(
-        h.verify_tree(Method::Rejection, Check::Cheap, &d, &mut out),
-        Err(TreeHostError::Logits)
+    let mut mixed = 0;
+    for i in 0..40 {
+        let s = TreeSpec {
+            logits: true,
+            ..spec(g.chance(1, 2), false)
+        };
+        let d = random_tree_batch(&mut g, s);
+        let t = d.temperature.as_ref().unwrap();
+        if t.contains(&0.0) && t.iter().any(|&x| x > 0.0) {
+            mixed += 1;
+        }
+        for m in METHODS {
+            assert_matches(m, Check::STRICT, &d, &format!("logits batch {i} {s:?}"));
+        }
+    }
+    assert!(
+        mixed >= 5,
+        "only {mixed} batches mix greedy and softmax requests"
     );
+}
+
+/// Logits at V = 32k with 64-node trees, one greedy (T = 0) and one softmax request per batch.
+#[test]
+fn tree_kernel_matches_reference_on_logits_at_32k() {
+    let mut g = Gen(0x32_1061);
+    for draft in [false, true] {
+        let mut d = random_tree_batch(
+            &mut g,
+            TreeSpec {
+                max_requests: 1,
+                max_nodes: 64,
+                max_depth: 7,
+                vocab: 32_000,
+                draft,
+                logits: true,
+                garbage: false,
+            },
+        );
+        // Two requests: the first one's tree again, at T = 0 and T = 0.8.
+        let twice = |v: &Vec<i32>| [v.clone(), v.clone()].concat();
+        d.nodes = vec![d.nodes[0]; 2];
+        d.tokens = [d.tokens.clone(), d.tokens.clone()].concat();
+        d.first_child = twice(&d.first_child);
+        d.next_sibling = twice(&d.next_sibling);
+        d.target = [d.target.clone(), d.target.clone()].concat();
+        if let Some(x) = &d.draft {
+            d.draft = Some([x.clone(), x.clone()].concat());
+        }
+        d.seed = vec![d.seed[0], d.seed[0] ^ 0x5EED];
+        d.offset = vec![d.offset[0]; 2];
+        d.eps = vec![d.eps[0]; 2];
+        d.delta = vec![d.delta[0]; 2];
+        d.temperature = Some(vec![0.0, 0.8]);
+        for m in METHODS {
+            assert_matches(
+                m,
+                Check::Cheap,
+                &d,
+                &format!("logits V=32000 draft={draft}"),
+            );
+        }
+    }
 }

@@ -13,8 +13,9 @@
 //!   [`TreeError`](crate::verify::tree::TreeError)s; one
 //!   synchronising call), staged in grow-only buffers ([`TreeStaging`]).
 //!
-//! The tree entry takes target probabilities only: target logits are refused with
-//! [`VerifyError::Unsupported`] (`Feature::Logits`).
+//! The tree entry takes target probabilities, or target logits with a temperature per request
+//! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
+//! `> 0`: each node row's softmax computed on the fly, `core/DETERMINISM.md`).
 
 mod driver;
 mod staging;
@@ -27,7 +28,7 @@ use super::readback::read_stats;
 use super::verifier::{GpuVerifier, grow_host};
 use crate::kernels;
 use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree};
-use crate::verify::{Check, Feature, Method, VerifyError};
+use crate::verify::{Check, Method};
 use core::marker::PhantomData;
 
 /// A captured tree launch, replayable with new trees in the same buffers. It borrows the
@@ -222,8 +223,8 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
     /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
     /// does (`core/DETERMINISM.md`, "Token trees"; bit-identical to
     /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)): validates it like the
-    /// reference ([`GpuError::Tree`] with the reference's error; target logits:
-    /// [`GpuError::Verify`] `Unsupported`), stages it, launches the tree entry, copies the
+    /// reference ([`GpuError::Tree`] with the reference's error), stages it (probabilities, or
+    /// target logits with their temperatures), launches the tree entry, copies the
     /// outputs down and waits (one synchronising call). Each request is counted as a chain of
     /// its tree's depth in this verifier's counters (the chain launches' buffer). On a
     /// validation error nothing is launched, written or counted. A new kernel error flag is
@@ -269,19 +270,12 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
     }
 }
 
-/// The reference's validation, then target logits refused (the tree entry takes probabilities).
+/// The reference's validation.
 fn check_tree<const K: usize, E>(
     method: Method,
     check: Check,
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
 ) -> Result<(), GpuError<E>> {
-    validate_tree::<K>(method, check, batch, out).map_err(GpuError::Tree)?;
-    if batch.temperature.is_some() {
-        return Err(VerifyError::Unsupported {
-            feature: Feature::Logits,
-        }
-        .into());
-    }
-    Ok(())
+    validate_tree::<K>(method, check, batch, out).map_err(GpuError::Tree)
 }

@@ -31,7 +31,8 @@ pub struct TreeArgs<'a, D: Driver> {
     pub next_sibling: View<'a, D, i32>,
     /// Draft rows, one per node slot; `None` for the target-only rule.
     pub draft_probs: Option<View<'a, D, f32>>,
-    /// Target probability rows, one per node slot.
+    /// Target probability rows, one per node slot (not read with
+    /// [`target_logits`](Self::target_logits): then empty).
     pub target_probs: View<'a, D, f32>,
     /// Seeds.
     pub seed: View<'a, D, u64>,
@@ -47,13 +48,22 @@ pub struct TreeArgs<'a, D: Driver> {
     pub path: ViewMut<'a, D, u32>,
     /// Output: emitted tokens, `B · (max_depth + 1)`.
     pub tokens: ViewMut<'a, D, u32>,
+    /// Target logits in `target_probs`' layout (which is then not read), one row per node slot.
+    /// Needs [`temperature`](Self::temperature). `None`: probabilities.
+    pub target_logits: Option<View<'a, D, f32>>,
+    /// Per-request temperature of the logits (B values; `0`: greedy on the logit rows, `> 0`:
+    /// each row's softmax, `core/DETERMINISM.md`). Only with
+    /// [`target_logits`](Self::target_logits).
+    pub temperature: Option<View<'a, D, f32>>,
 }
 
 impl<D: Driver> TreeArgs<'_, D> {
     /// The lengths the orchestration can check without reading device memory: the shape words,
     /// and at least `capacity` elements in every per-request buffer and in every per-node or
-    /// per-slot one (each request has at least one node slot and one output slot). The extents
-    /// the shape words give are the caller's promise (the unsafe launch).
+    /// per-slot one (each request has at least one node slot and one output slot), the target
+    /// rows in `target_logits` when given (with a temperature per request) and in
+    /// `target_probs` otherwise. The extents the shape words give are the caller's promise (the
+    /// unsafe launch).
     pub(crate) fn views_fit(&self) -> bool {
         let b = self.capacity as usize;
         self.shape.len() >= crate::kernels::TREE_SHAPE_WORDS
@@ -62,7 +72,8 @@ impl<D: Driver> TreeArgs<'_, D> {
                 self.tree_tokens.len(),
                 self.first_child.len(),
                 self.next_sibling.len(),
-                self.target_probs.len(),
+                self.target_logits
+                    .map_or(self.target_probs.len(), |l| l.len()),
                 self.seed.len(),
                 self.offset.len(),
                 self.eps.len(),
@@ -74,6 +85,8 @@ impl<D: Driver> TreeArgs<'_, D> {
             .iter()
             .all(|&n| n >= b)
             && self.draft_probs.is_none_or(|d| d.len() >= b)
+            && self.target_logits.is_some() == self.temperature.is_some()
+            && self.temperature.is_none_or(|t| t.len() >= b)
     }
 }
 

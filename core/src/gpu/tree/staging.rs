@@ -7,10 +7,10 @@ use super::super::view::{Element, View, ViewMut};
 use super::driver::TreeArgs;
 use crate::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{MAX_TREE_NODES, TreeBatch, TreeError, TreeParam};
-use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Feature, Method, Tensor, VerifyError};
+use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Method, Tensor};
 
 /// Buffers, in the order of [`TreeArgs`]' fields.
-const SLOTS: usize = 14;
+const SLOTS: usize = 15;
 const SHAPE: usize = 0;
 const NODES: usize = 1;
 const TOKENS: usize = 2;
@@ -25,6 +25,8 @@ const DELTA: usize = 10;
 const ACCEPTED: usize = 11;
 const PATH: usize = 12;
 const OUT_TOKENS: usize = 13;
+/// The temperatures (target logits only; the logits themselves go to `TPROBS`' buffer).
+const TEMP: usize = 14;
 
 /// The shape words of launching `method` over `batch` with `Counters<K>`: the chain's
 /// [`shape_words`](kernels::shape_words) (`k_max` = the tree's `max_depth`), then the node
@@ -67,8 +69,7 @@ fn length(param: TreeParam, len: usize, expected: Option<usize>) -> Result<(), T
 }
 
 /// The input checks of [`validate_tree_shape`](crate::verify::tree::validate_tree_shape) (the
-/// same errors, in the same order; the outputs are this staging's own), then target logits
-/// refused: what makes the views [`TreeStaging::write`] returns hold every extent its shape
+/// same errors, in the same order; the outputs are this staging's own): what makes the views [`TreeStaging::write`] returns hold every extent its shape
 /// words give.
 fn check_inputs<const K: usize, E>(batch: &TreeBatch<'_>) -> Result<(), GpuError<E>> {
     let b = batch.requests();
@@ -132,13 +133,6 @@ fn check_inputs<const K: usize, E>(batch: &TreeBatch<'_>) -> Result<(), GpuError
     if let Some(d) = batch.delta {
         length(TreeParam::Delta, d.len(), Some(b))?;
     }
-    if batch.temperature.is_some() {
-        // The tree entry takes probabilities only (the CPU backend takes logits).
-        return Err(VerifyError::Unsupported {
-            feature: Feature::Logits,
-        }
-        .into());
-    }
     Ok(())
 }
 
@@ -163,6 +157,7 @@ fn needs(batch: &TreeBatch<'_>) -> Option<[usize; SLOTS]> {
         w4(b)?,
         w4(out)?,
         w4(out)?,
+        w4(batch.temperature.map_or(0, <[f32]>::len))?,
     ])
 }
 
@@ -208,9 +203,8 @@ impl<D: Driver> TreeStaging<D> {
     /// not allocate or synchronise: the copies are ordered on `stream` before whatever is
     /// enqueued after them. Fails, with nothing enqueued, with [`GpuError::Tree`] if the
     /// batch's slices do not match its sizes (the errors of
-    /// [`validate_tree_shape`](crate::verify::tree::validate_tree_shape)),
-    /// [`GpuError::Verify`] (`Unsupported { feature: Logits }`) for target logits (the tree
-    /// entry takes probabilities), and [`GpuError::ViewTooShort`] if a buffer was not
+    /// [`validate_tree_shape`](crate::verify::tree::validate_tree_shape)), and
+    /// [`GpuError::ViewTooShort`] if a buffer was not
     /// [`reserve`](TreeStaging::reserve)d for this batch. The trees themselves are not
     /// validated here: the kernel flags a malformed one ([`ERR_TREE`](kernels::ERR_TREE)) and
     /// skips it, and [`GpuVerifier::verify_tree`](super::super::GpuVerifier::verify_tree)
@@ -237,6 +231,16 @@ impl<D: Driver> TreeStaging<D> {
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         let out = needs[PATH] / 4;
         let tree = &batch.tree;
+        // Target logits: the rows go to the target buffer as `target_logits`, and
+        // `target_probs` is an empty view of it (not read).
+        let (target_probs, target_logits, temperature) = match batch.temperature {
+            Some(t) => (
+                View::range(buf(TPROBS)?, 0, 0).map_err(oob)?,
+                Some(upload(drv, stream, buf(TPROBS)?, batch.target)?),
+                Some(upload(drv, stream, buf(TEMP)?, t)?),
+            ),
+            None => (upload(drv, stream, buf(TPROBS)?, batch.target)?, None, None),
+        };
         Ok(TreeStaged(TreeArgs {
             capacity,
             shape: upload(drv, stream, buf(SHAPE)?, &shape)?,
@@ -248,7 +252,7 @@ impl<D: Driver> TreeStaging<D> {
                 Some(d) => Some(upload(drv, stream, buf(DPROBS)?, d)?),
                 None => None,
             },
-            target_probs: upload(drv, stream, buf(TPROBS)?, batch.target)?,
+            target_probs,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
@@ -256,6 +260,8 @@ impl<D: Driver> TreeStaging<D> {
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             path: ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
+            target_logits,
+            temperature,
         }))
     }
 }
