@@ -172,7 +172,10 @@ pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 /// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
 /// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
 /// counted). Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
-/// `tests/src/kernel_host.rs`; the GPU backends' wiring is separate.)
+/// `tests/src/kernel_host.rs`.) Today's text takes these parameters and flags but does not
+/// implement them yet: a request given a non-null `methods`, `top_k`, `top_p`, `min_p` or
+/// `recovered`, or a half-precision flag, is skipped with [`ERR_PARAM`] (never wrong bits); the
+/// GPU backends pass null and refuse such batches before launching (`Verifier::support`).
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
 
 /// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits`, `temperature`,
