@@ -872,8 +872,10 @@ pub struct Strides {
     pub target: usize,
 }
 
-/// The caller's output buffers for a [`Batch`] of `B` requests.
+/// The caller's output buffers for a [`Batch`] of `B` requests. Built with [`Outputs::new`]
+/// (`#[non_exhaustive]`: outputs can be added without breaking callers).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Outputs<'a> {
     /// `accepted[b]`: how many draft tokens request `b` accepted (`B` values).
     pub accepted: &'a mut [u32],

@@ -480,10 +480,10 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
         Method::Greedy,
         Check::Cheap,
         &d.view(),
-        &mut Outputs {
-            accepted: &mut acc,
-            tokens: &mut tok,
-        },
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut tok),
+        ),
     )
     .unwrap();
     assert_eq!(
@@ -513,10 +513,10 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
         Method::Rejection,
         Check::Cheap,
         &d2.view(),
-        &mut Outputs {
-            accepted: &mut acc2,
-            tokens: &mut tok2,
-        },
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc2),
+            specula_core::verify::TokensOut(&mut tok2),
+        ),
     )
     .unwrap();
     let l = drv.launches();
@@ -535,10 +535,10 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
         Method::Greedy,
         Check::Cheap,
         &d3.view(),
-        &mut Outputs {
-            accepted: &mut acc3,
-            tokens: &mut tok3,
-        },
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc3),
+            specula_core::verify::TokensOut(&mut tok3),
+        ),
     )
     .unwrap();
     assert_eq!(acc3[8], 101);
@@ -582,10 +582,10 @@ fn a_refused_batch_enqueues_nothing() {
             Method::Greedy,
             Check::Cheap,
             &d.view(),
-            &mut Outputs {
-                accepted: &mut acc,
-                tokens: &mut tok,
-            },
+            &mut Outputs::new(
+                specula_core::verify::AcceptedOut(&mut acc),
+                specula_core::verify::TokensOut(&mut tok),
+            ),
         )
         .unwrap_err();
     assert!(
@@ -610,10 +610,10 @@ fn device_flags_are_reported_once() {
             Method::Greedy,
             Check::Cheap,
             &d.view(),
-            &mut Outputs {
-                accepted: &mut acc,
-                tokens: &mut tok,
-            },
+            &mut Outputs::new(
+                specula_core::verify::AcceptedOut(&mut acc),
+                specula_core::verify::TokensOut(&mut tok),
+            ),
         )
     };
     let e = run(&mut v).unwrap_err();
@@ -646,10 +646,10 @@ fn split_entry_below_one_request_per_multiprocessor() {
         Method::Greedy,
         Check::Cheap,
         &d.view(),
-        &mut Outputs {
-            accepted: &mut acc,
-            tokens: &mut tok,
-        },
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut tok),
+        ),
     )
     .unwrap();
     let l = drv.launches();
@@ -708,10 +708,10 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
         GpuError::ViewTooShort,
         "not reserved"
     );
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Typical, Check::Cheap, &d.view(), &o)
         .unwrap();
     let args = staging
@@ -784,10 +784,10 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     let mut staging = Staging::<Fake>::new();
     let d = Owned::new(4);
     let (mut acc, mut tok) = outputs(4);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
         .unwrap();
     for field in 0..8 {
@@ -906,10 +906,10 @@ fn a_graph_runs_nothing_until_replayed_and_replays_new_values() {
     let mut staging = Staging::<Fake>::new();
     let d = Owned::new(4);
     let (mut acc, mut tok) = outputs(4);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
         .unwrap();
     let a = staging
@@ -945,10 +945,10 @@ fn a_failing_capture_still_ends_the_capture() {
     let mut staging = Staging::<Fake>::new();
     let d = Owned::new(1);
     let (mut acc, mut tok) = outputs(1);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
         .unwrap();
     let a = staging
@@ -976,10 +976,10 @@ fn rig(n: usize) -> (Fake, GpuVerifier<Fake, K>, Staging<Fake>, Owned) {
     let mut staging = Staging::<Fake>::new();
     let d = Owned::new(n);
     let (mut acc, mut tok) = outputs(n);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
         .unwrap();
     (drv, v, staging, d)
@@ -1353,10 +1353,10 @@ fn the_entry_follows_the_optional_inputs() {
                 Method::Greedy,
                 Check::Cheap,
                 &x.view(),
-                &mut Outputs {
-                    accepted: &mut acc,
-                    tokens: &mut tok,
-                },
+                &mut Outputs::new(
+                    specula_core::verify::AcceptedOut(&mut acc),
+                    specula_core::verify::TokensOut(&mut tok),
+                ),
             )
             .unwrap();
             assert_eq!(acc, vec![101, 100, 102], "{bits:03b}: k from k or cu");
@@ -1442,10 +1442,10 @@ fn staging_writes_the_optional_inputs() {
     let mut staging = Staging::<Fake>::new();
     let x = Var::new(Owned::new(4), true, true, true);
     let (mut acc, mut tok) = outputs(4);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Rejection, Check::Cheap, &x.view(), &o)
         .unwrap();
     let a = staging
@@ -1527,10 +1527,10 @@ fn launch_checks_the_optional_views() {
     let mut staging = Staging::<Fake>::new();
     let x = Var::new(Owned::new(4), true, true, true);
     let (mut acc, mut tok) = outputs(4);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &x.view(), &o)
         .unwrap();
     for field in 0..5 {
@@ -1584,10 +1584,10 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
     let mut staging = Staging::<Fake>::new();
     let big = Var::new(Owned::new(6), true, true, false);
     let (mut acc, mut tok) = outputs(6);
-    let o = Outputs {
-        accepted: &mut acc,
-        tokens: &mut tok,
-    };
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &big.view(), &o)
         .unwrap();
     // Room for every kind of batch (the graph will borrow the staging: no growing then).
@@ -1666,10 +1666,10 @@ fn what_the_kernel_lacks_is_refused_with_typed_errors() {
     for (batch, feature) in cases {
         let want = GpuError::Verify(VerifyError::Unsupported { feature });
         let (mut acc, mut tok) = outputs(2);
-        let mut o = Outputs {
-            accepted: &mut acc,
-            tokens: &mut tok,
-        };
+        let mut o = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut tok),
+        );
         assert_eq!(
             v.verify(Method::Greedy, Check::Cheap, &batch, &mut o),
             Err(want.clone())

@@ -337,10 +337,10 @@ mod validation {
             )
             .with_draft_probs(&self.draft)
             .with_typical(&self.eps, &self.delta);
-            let out = Outputs {
-                accepted: &mut self.accepted,
-                tokens: &mut self.tokens,
-            };
+            let out = Outputs::new(
+                specula_core::verify::AcceptedOut(&mut self.accepted),
+                specula_core::verify::TokensOut(&mut self.tokens),
+            );
             validate::<KM>(method, check, &batch, &out)
         }
         /// Every method under both checks.
@@ -358,10 +358,10 @@ mod validation {
     fn shape(batch: &Batch<'_>, accepted: usize, tokens: usize) -> Result<(), VerifyError> {
         let mut a = [0u32; 8];
         let mut t = [0u32; 16];
-        let out = Outputs {
-            accepted: &mut a[..accepted],
-            tokens: &mut t[..tokens],
-        };
+        let out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut a[..accepted]),
+            specula_core::verify::TokensOut(&mut t[..tokens]),
+        );
         validate_shape::<KM>(batch, &out)
     }
 
@@ -408,10 +408,10 @@ mod validation {
         // The RNG limit applies when K is larger.
         let mut a = [0u32; B];
         let mut t = [0u32; 6];
-        let out = Outputs {
-            accepted: &mut a,
-            tokens: &mut t,
-        };
+        let out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut a),
+            specula_core::verify::TokensOut(&mut t),
+        );
         // (1 << 30) − 2: the last position j = k_max keeps `(j << 2) | stream` within 32 bits.
         assert_eq!(MAX_POSITIONS, 1_073_741_822);
         let rng = {
@@ -850,10 +850,10 @@ mod validation {
         );
         let mut a = [0u32; B];
         let mut t = [0u32; 6];
-        let out = Outputs {
-            accepted: &mut a,
-            tokens: &mut t,
-        };
+        let out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut a),
+            specula_core::verify::TokensOut(&mut t),
+        );
         let one_hot = {
             let mut x = d.batch();
             x.draft_probs = None;
@@ -1457,10 +1457,12 @@ mod reference_known_answers {
                 let batch = r.batch();
                 let mut accepted = [0u32; 3];
                 let mut tokens = [0u32; 12];
-                let mut out = Outputs {
-                    accepted: &mut accepted[..batch.requests()],
-                    tokens: &mut tokens[..batch.requests() * (r.k_max + 1)],
-                };
+                let mut out = Outputs::new(
+                    specula_core::verify::AcceptedOut(&mut accepted[..batch.requests()]),
+                    specula_core::verify::TokensOut(
+                        &mut tokens[..batch.requests() * (r.k_max + 1)],
+                    ),
+                );
                 verify_batch(method, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
                 for &a in out.accepted.iter() {
                     h.add(u64::from(a));
@@ -1520,10 +1522,10 @@ mod reference_known_answers {
         assert_eq!(batch.requests(), 1);
         let (mut accepted, mut tokens) = ([9u32; 1], [9u32; 3]);
         let mut counters = Counters::<2>::ZERO;
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         verify_batch(
             Method::Greedy,
             Check::STRICT,
@@ -1554,10 +1556,10 @@ mod reference_known_answers {
                 offset: &[0],
             },
         );
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         verify_batch(
             Method::Greedy,
             Check::STRICT,
@@ -1570,10 +1572,10 @@ mod reference_known_answers {
         assert_eq!(counters.accepted_per_position, [2, 1]);
         // A refused batch writes and counts nothing.
         let before = counters;
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens[..2],
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens[..2]),
+        );
         assert!(
             verify_batch(
                 Method::Greedy,
@@ -1610,10 +1612,10 @@ mod reference_known_answers {
             };
             let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
             let mut c = Counters::<1>::ZERO;
-            let mut out = Outputs {
-                accepted: &mut accepted,
-                tokens: &mut tokens,
-            };
+            let mut out = Outputs::new(
+                specula_core::verify::AcceptedOut(&mut accepted),
+                specula_core::verify::TokensOut(&mut tokens),
+            );
             verify_batch(Method::Typical, Check::Cheap, &b, &mut out, &mut c).unwrap();
             accepted[0]
         };
@@ -1639,10 +1641,10 @@ mod reference_known_answers {
         let mut v = Reference::<2>::new();
         assert_eq!(v.totals(), Ok(Counters::ZERO));
         let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         v.verify(Method::Greedy, Check::Cheap, &batch, &mut out)
             .unwrap();
         v.verify(Method::Greedy, Check::Cheap, &batch, &mut out)

@@ -66,10 +66,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 offset: &offsets,
             },
         );
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         verifier.verify(Method::Greedy, Check::Cheap, &b, &mut out)?;
         offsets.iter_mut().for_each(|o| *o += 1);
         driver.step(); // once per decode step: starts or polls a readback, never blocks

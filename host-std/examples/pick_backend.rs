@@ -68,10 +68,10 @@ fn run(name: &str) -> Result<(), (i32, String)> {
         },
     );
     let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 6]);
-    let mut out = Outputs {
-        accepted: &mut accepted,
-        tokens: &mut tokens,
-    };
+    let mut out = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut accepted),
+        specula_core::verify::TokensOut(&mut tokens),
+    );
     backend
         .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
         .map_err(fail)?;

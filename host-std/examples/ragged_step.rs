@@ -62,10 +62,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let width = batch.k_max + 1;
         let mut accepted = [0u32; 3];
         let mut tokens = vec![0u32; 3 * width];
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         verifier.verify(Method::Greedy, Check::STRICT, &batch, &mut out)?;
         let mut vllm = vec![0i32; 3 * width];
         to_vllm_tokens(&tokens, &mut vllm)?;
@@ -135,10 +135,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let width = batch.k_max + 1;
     let mut accepted = [0u32; 3];
     let mut tokens = vec![0u32; 3 * width];
-    let mut out = Outputs {
-        accepted: &mut accepted,
-        tokens: &mut tokens,
-    };
+    let mut out = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut accepted),
+        specula_core::verify::TokensOut(&mut tokens),
+    );
     // Rejection sampling for the sampled requests; T = 0 makes request 1 greedy.
     verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out)?;
     let mut vllm = vec![0i32; 3 * width];

@@ -23,7 +23,7 @@
 //! let target = [0.1, 0.6, 0.3, /* bonus row */ 0.0, 0.0, 1.0];
 //! let batch = Batch::dense(Dims { vocab: 3, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-//! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+//! let mut out = Outputs::new(specula_core::verify::AcceptedOut(&mut accepted), specula_core::verify::TokensOut(&mut tokens));
 //! backend.verify(Method::Greedy, Check::Cheap, &batch, &mut out)?;
 //! assert_eq!((accepted, tokens), ([1], [1, 2]));
 //! # let _ = &mut readback;
@@ -652,10 +652,10 @@ mod tests {
             let mut b = Backend::<4>::open(&name.parse().unwrap()).unwrap();
             let mut r = b.readback().unwrap();
             let (mut a, mut t) = ([0u32; 1], [0u32; 3]);
-            let mut out = Outputs {
-                accepted: &mut a,
-                tokens: &mut t,
-            };
+            let mut out = Outputs::new(
+                specula_core::verify::AcceptedOut(&mut a),
+                specula_core::verify::TokensOut(&mut t),
+            );
             b.verify(Method::Rejection, Check::Cheap, &batch, &mut out)
                 .unwrap();
             let flushed = r.flush().unwrap();
@@ -688,10 +688,10 @@ mod tests {
                 Method::Greedy,
                 Check::Cheap,
                 &bad,
-                &mut Outputs {
-                    accepted: &mut a,
-                    tokens: &mut t,
-                },
+                &mut Outputs::new(
+                    specula_core::verify::AcceptedOut(&mut a),
+                    specula_core::verify::TokensOut(&mut t),
+                ),
             )
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);

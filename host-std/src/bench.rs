@@ -116,10 +116,10 @@ where
             },
         )
         .with_draft_probs(&draft_probs);
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         verifier
             .verify(m, Check::Cheap, &batch, &mut out)
             .map_err(|e| CliError::Run(format!("verification failed: {e}")))?;

@@ -10,7 +10,7 @@
 //! let target = [0.5, 0.5, 0.0, 1.0];
 //! let batch = Batch::dense(Dims { vocab: 2, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-//! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+//! let mut out = Outputs::new(specula_core::verify::AcceptedOut(&mut accepted), specula_core::verify::TokensOut(&mut tokens));
 //! verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out).unwrap();
 //! assert_eq!(verifier.totals().drafts, 1);
 //! ```
@@ -817,10 +817,10 @@ mod tests {
             Method::Greedy,
             Check::Cheap,
             &batch,
-            &mut Outputs {
-                accepted: &mut a,
-                tokens: &mut t,
-            },
+            &mut Outputs::new(
+                specula_core::verify::AcceptedOut(&mut a),
+                specula_core::verify::TokensOut(&mut t),
+            ),
         )
         .unwrap();
         // The readback started before the batch: it shows the counters as they stood then.

@@ -504,10 +504,10 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
                 .with_top_p(&self.top_p)
                 .with_min_p(&self.min_p);
         }
-        let mut out = Outputs {
-            accepted: &mut self.accepted,
-            tokens: &mut self.tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut self.accepted),
+            specula_core::verify::TokensOut(&mut self.tokens),
+        );
         self.verifier
             .verify(method, Check::Cheap, &batch, &mut out)
             .map_err(|e| DemoError::Verify(format!("{e:?}")))

@@ -483,10 +483,10 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
         if cfg.method == Method::Rejection {
             batch = batch.with_draft_probs(&draft_probs);
         }
-        let mut out = Outputs {
-            accepted: &mut acc,
-            tokens: &mut out_tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut out_tokens),
+        );
         chain_v
             .verify(cfg.method, Check::Cheap, &batch, &mut out)
             .map_err(|e| verr(format!("{e:?}")))?;

@@ -198,10 +198,10 @@ fn main() {
             );
             let (mut cacc, mut ctok) = (vec![0u32; b], vec![0u32; b * (K + 1)]);
             let chain_t = median(15, || {
-                let mut out = Outputs {
-                    accepted: &mut cacc,
-                    tokens: &mut ctok,
-                };
+                let mut out = Outputs::new(
+                    specula_core::verify::AcceptedOut(&mut cacc),
+                    specula_core::verify::TokensOut(&mut ctok),
+                );
                 verifier
                     .verify(method, Check::Cheap, black_box(&chain), &mut out)
                     .expect("valid");

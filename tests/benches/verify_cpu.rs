@@ -132,10 +132,10 @@ fn bench(c: &mut Criterion) {
                 let mut accepted = vec![0u32; b];
                 let mut tokens = vec![0u32; b * (k + 1)];
                 let run = |acc: &mut [u32], tok: &mut [u32]| {
-                    let mut out = Outputs {
-                        accepted: acc,
-                        tokens: tok,
-                    };
+                    let mut out = Outputs::new(
+                        specula_core::verify::AcceptedOut(acc),
+                        specula_core::verify::TokensOut(tok),
+                    );
                     verifier
                         .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
                         .expect("valid batch");

@@ -184,10 +184,10 @@ fn main() {
                 let mut accepted = vec![0u32; b];
                 let mut tokens = vec![0u32; b * (K + 1)];
                 let s = per_call_s(|| {
-                    let mut out = Outputs {
-                        accepted: &mut accepted,
-                        tokens: &mut tokens,
-                    };
+                    let mut out = Outputs::new(
+                        specula_core::verify::AcceptedOut(&mut accepted),
+                        specula_core::verify::TokensOut(&mut tokens),
+                    );
                     verifier
                         .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
                         .expect("valid batch");

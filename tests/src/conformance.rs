@@ -92,10 +92,10 @@ impl OutData {
     }
     /// The view.
     pub fn view(&mut self) -> Outputs<'_> {
-        Outputs {
-            accepted: &mut self.accepted,
-            tokens: &mut self.tokens,
-        }
+        Outputs::new(
+            specula_core::verify::AcceptedOut(&mut self.accepted),
+            specula_core::verify::TokensOut(&mut self.tokens),
+        )
     }
 }
 

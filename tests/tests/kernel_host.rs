@@ -155,10 +155,10 @@ where
     let b = o.k.len();
     let mut accepted = vec![0xAAAA_AAAA; b];
     let mut tokens = vec![0xAAAA_AAAA; b * (o.k_max + 1)];
-    let mut out = Outputs {
-        accepted: &mut accepted,
-        tokens: &mut tokens,
-    };
+    let mut out = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut accepted),
+        specula_core::verify::TokensOut(&mut tokens),
+    );
     v.verify(method, Check::Cheap, &o.batch(), &mut out)
         .expect("valid batch");
     (accepted, tokens)
@@ -275,19 +275,19 @@ fn invalid_batches_are_refused_like_the_reference() {
         Method::Greedy,
         Check::Cheap,
         &o.batch(),
-        &mut Outputs {
-            accepted: &mut a1,
-            tokens: &mut t1,
-        },
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut a1),
+            specula_core::verify::TokensOut(&mut t1),
+        ),
     );
     let e2 = reference.verify(
         Method::Greedy,
         Check::Cheap,
         &o.batch(),
-        &mut Outputs {
-            accepted: &mut a2,
-            tokens: &mut t2,
-        },
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut a2),
+            specula_core::verify::TokensOut(&mut t2),
+        ),
     );
     let e2 = e2.unwrap_err();
     assert!(matches!(e2, VerifyError::TokenOutOfRange { .. }), "{e2:?}");
@@ -749,10 +749,10 @@ fn large_vocabulary_logits_match() {
                         method,
                         Check::Cheap,
                         &batch,
-                        &mut Outputs {
-                            accepted: &mut want.0,
-                            tokens: &mut want.1,
-                        },
+                        &mut Outputs::new(
+                            specula_core::verify::AcceptedOut(&mut want.0),
+                            specula_core::verify::TokensOut(&mut want.1),
+                        ),
                     )
                     .unwrap();
                 for slices in [1u32, 3] {
@@ -762,10 +762,10 @@ fn large_vocabulary_logits_match() {
                         method,
                         Check::Cheap,
                         &batch,
-                        &mut Outputs {
-                            accepted: &mut got.0,
-                            tokens: &mut got.1,
-                        },
+                        &mut Outputs::new(
+                            specula_core::verify::AcceptedOut(&mut got.0),
+                            specula_core::verify::TokensOut(&mut got.1),
+                        ),
                     )
                     .unwrap();
                     assert_eq!(

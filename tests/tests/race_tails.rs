@@ -121,10 +121,10 @@ fn run<V: Verifier<K>>(
                 offset: &offsets,
             },
         );
-        let mut o = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut o = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         v.verify(method, Check::Cheap, &batch, &mut o)
             .expect("valid batch");
         for b in 0..B {
@@ -375,10 +375,10 @@ fn rejection_at_32k_is_lossless_and_accepts_at_the_overlap() {
             },
         )
         .with_draft_probs(&draft);
-        let mut o = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut o = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         v.verify(Method::Rejection, Check::Cheap, &batch, &mut o)
             .expect("valid batch");
         for b in 0..B {

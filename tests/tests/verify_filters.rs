@@ -582,10 +582,10 @@ fn filtered_logits_are_lossless_at_32k() {
             .with_top_p(&tp)
             .with_min_p(&mp);
             let (mut accepted, mut tokens) = (vec![0u32; B], vec![0u32; B * 2]);
-            let mut o = Outputs {
-                accepted: &mut accepted,
-                tokens: &mut tokens,
-            };
+            let mut o = Outputs::new(
+                specula_core::verify::AcceptedOut(&mut accepted),
+                specula_core::verify::TokensOut(&mut tokens),
+            );
             v.verify(Method::Rejection, Check::Cheap, &batch, &mut o)
                 .expect("valid batch");
             for b in 0..B {

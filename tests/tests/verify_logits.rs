@@ -310,10 +310,10 @@ fn logits_are_lossless_at_32k() {
                 batch = batch.with_draft_probs(&draft);
             }
             let (mut accepted, mut tokens) = (vec![0u32; B], vec![0u32; B * rows]);
-            let mut o = specula_core::verify::Outputs {
-                accepted: &mut accepted,
-                tokens: &mut tokens,
-            };
+            let mut o = specula_core::verify::Outputs::new(
+                specula_core::verify::AcceptedOut(&mut accepted),
+                specula_core::verify::TokensOut(&mut tokens),
+            );
             v.verify(Method::Rejection, Check::Cheap, &batch, &mut o)
                 .expect("valid batch");
             for b in 0..B {

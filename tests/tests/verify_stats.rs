@@ -96,10 +96,10 @@ fn draw(seed: u64, with_probs: bool, fixed: [u32; KD]) -> Tally {
         if with_probs {
             view = view.with_draft_probs(&draft);
         }
-        let mut out = Outputs {
-            accepted: &mut accepted,
-            tokens: &mut tokens,
-        };
+        let mut out = Outputs::new(
+            specula_core::verify::AcceptedOut(&mut accepted),
+            specula_core::verify::TokensOut(&mut tokens),
+        );
         verify_batch(
             Method::Rejection,
             Check::STRICT,

@@ -1106,10 +1106,10 @@ mod tests {
                         method,
                         Check::STRICT,
                         &chain,
-                        &mut Outputs {
-                            accepted: &mut a1,
-                            tokens: &mut t1,
-                        },
+                        &mut Outputs::new(
+                            crate::verify::AcceptedOut(&mut a1),
+                            crate::verify::TokensOut(&mut t1),
+                        ),
                         &mut c1,
                     )
                     .unwrap();
