@@ -13,7 +13,7 @@
 //!   the results are the same bits — the rules make every reduction order-independent.
 //!
 //! ```
-//! use specula_core::verify::{verify_batch, Batch, Check, Drafts, Method, Outputs, Dims, Streams};
+//! use specula_core::verify::{verify_batch, Batch, Check, Drafts, Method, Outputs, AcceptedOut, TokensOut, Dims, Streams};
 //! use specula_core::Counters;
 //!
 //! // One request, vocabulary 4, a 1-token draft (token 2) from a one-hot drafter.
@@ -27,7 +27,7 @@
 //! );
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
 //! let mut counters = Counters::<4>::ZERO;
-//! let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+//! let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
 //! verify_batch(Method::Greedy, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
 //! assert_eq!((accepted, tokens), ([1], [2, 3]));
 //! assert_eq!(counters.accepted_tokens, 1);
@@ -450,7 +450,7 @@ impl<'a> Batch<'a> {
     /// method. `target_probs` is set empty.
     ///
     /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams};
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Logits, Method, Outputs, AcceptedOut, TokensOut, Streams};
     /// use specula_core::Counters;
     /// let logits = [0.0, 3.0, 0.0, /* bonus row */ 5.0, 0.0, 0.0]; // V = 3, k_max = 1
     /// let batch = Batch::dense(
@@ -461,7 +461,7 @@ impl<'a> Batch<'a> {
     /// )
     /// .with_target_logits(Logits { values: &logits, temperature: &[0.0] });
     /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
     /// let mut counters = Counters::<4>::ZERO;
     /// verify_batch(Method::Rejection, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
     /// assert_eq!((accepted, tokens), ([1], [1, 0])); // T = 0: greedy
@@ -482,7 +482,7 @@ impl<'a> Batch<'a> {
     /// `target_logits` to `None`.
     ///
     /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Half, HalfLogits, Method, Outputs, Streams};
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Half, HalfLogits, Method, Outputs, AcceptedOut, TokensOut, Streams};
     /// use specula_core::Counters;
     /// // bf16 bit patterns of 0, 3, 0 and (bonus row) 5, 0, 0.
     /// let logits = [0x0000, 0x4040, 0x0000, 0x40A0, 0x0000, 0x0000];
@@ -494,7 +494,7 @@ impl<'a> Batch<'a> {
     /// )
     /// .with_target_logits_half(HalfLogits { values: Half::Bf16(&logits), temperature: &[0.0] });
     /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
     /// let mut counters = Counters::<4>::ZERO;
     /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
     /// assert_eq!((accepted, tokens), ([1], [1, 0]));
@@ -526,7 +526,7 @@ impl<'a> Batch<'a> {
     /// renormalised before verification (`core/DETERMINISM.md`, "Sampling filters").
     ///
     /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, AcceptedOut, TokensOut, Streams};
     /// use specula_core::Counters;
     /// // Draft token 2 has target probability 0.3, but top-k 1 keeps only token 0.
     /// let target = [0.6, 0.1, 0.3, /* bonus row */ 0.2, 0.5, 0.3];
@@ -538,7 +538,7 @@ impl<'a> Batch<'a> {
     /// )
     /// .with_top_k(&[1]);
     /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
     /// let mut counters = Counters::<4>::ZERO;
     /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
     /// assert_eq!((accepted, tokens), ([0], [0, u32::MAX])); // rejected; the only kept id
@@ -578,7 +578,7 @@ impl<'a> Batch<'a> {
     /// requests in one batch (logits at temperature 0 stay greedy whatever the method).
     ///
     /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, AcceptedOut, TokensOut, Streams};
     /// use specula_core::Counters;
     /// // Both requests draft token 1, which has target probability 0.4 (argmax: token 0).
     /// let row = [0.6, 0.4, /* bonus */ 0.0, 1.0];
@@ -591,7 +591,7 @@ impl<'a> Batch<'a> {
     /// )
     /// .with_methods(&[Method::Greedy, Method::Typical]);
     /// let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 4]);
-    /// let mut out = Outputs { accepted: &mut accepted, tokens: &mut tokens };
+    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
     /// let mut counters = Counters::<4>::ZERO;
     /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
     /// // Greedy rejects (not the argmax) and emits 0; typical accepts (0.4 > ε = 0.09).
