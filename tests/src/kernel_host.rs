@@ -433,34 +433,20 @@ impl<const K: usize> KernelHost<K> {
         cu: *const u32,
         bonus: *const u32,
     ) -> i32 {
-        let f: LauncherEx = match self.mode {
-            Mode::Cuda => specula_host_verify_ex_cuda,
-            Mode::Hip => specula_host_verify_ex_hip,
-        };
         let (blocks, scratch) = self.grid_and_scratch(grid, shape);
+        let q = Params {
+            shape: shape.as_ptr(),
+            stats: self.stats.as_mut_ptr(),
+            scratch,
+            ..*p
+        };
+        let x = Inputs {
+            cu,
+            bonus,
+            ..Inputs::default()
+        };
         // SAFETY: as in `launch_raw`; `cu` and `bonus` are null or hold B values (caller).
-        unsafe {
-            f(
-                blocks,
-                self.block,
-                shape.as_ptr(),
-                p.k,
-                p.draft_ids,
-                p.draft_probs,
-                p.target_probs,
-                p.seed,
-                p.offset,
-                p.eps,
-                p.delta,
-                p.accepted,
-                p.tokens,
-                self.stats.as_mut_ptr(),
-                scratch,
-                self.slices,
-                cu,
-                bonus,
-            )
-        }
+        unsafe { launch_params_ext(self.mode, blocks, self.block, self.slices, &q, &x, false) }
     }
 
     /// [`launch_raw_ex`](Self::launch_raw_ex) through `specula_verify_logits` /
