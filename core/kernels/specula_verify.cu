@@ -300,12 +300,48 @@ __device__ __forceinline__ bool sp_accepts(sp_u64 x, float pt, float pd) {
 struct sp_soft {
     float t;  // temperature, > 0
     float m;  // max over the row of l / t
-    double s; // S
+    double s; // S (with a sampling filter: the kept mass, DETERMINISM.md "Sampling filters")
+    // The logits entries only (the plain entries and the report's probes leave them unset):
+    sp_u32 theta; // the filter's threshold on the weights' keys (0: every id kept)
+    sp_u32 kind;  // how the row is processed: SP_P_* below
+    sp_u32 tf;    // target format (SP_FMT_*)
+    sp_u32 df;    // draft format
 };
 __device__ __forceinline__ float sp_soft_e(float l, float t, float m) { return sp_exp(l / t - m); }
 __device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
     const float e = sp_soft_e(l, st.t, st.m);
     return st.s == 0.0 ? 0.0f : (float)((double)e / st.s);
+}
+// How a stored target row becomes the probabilities the method reads (the passes' template
+// parameter P, DETERMINISM.md "Sampling filters", renormalisation):
+//   SP_P_RAW      the stored values (probabilities without a filter, logits at T = 0);
+//   SP_P_SOFT     logits at T > 0, every id kept: sp_soft_p (the code the filters predate);
+//   SP_P_SOFT_CUT logits at T > 0 with a threshold: e = exp_p(l / T - m); 0 if the key of e
+//                 (its bits: e >= 0) is below theta, else (e / S) with S the kept mass;
+//   SP_P_CUT      probabilities with a filter: the same on the stored value w, key(w) = bits of
+//                 w if w > 0, else 0.
+#define SP_P_RAW 0u
+#define SP_P_SOFT 1u
+#define SP_P_SOFT_CUT 2u
+#define SP_P_CUT 3u
+#define SP_LG(P) ((P) == SP_P_SOFT || (P) == SP_P_SOFT_CUT)
+__device__ __forceinline__ sp_u32 sp_wkey(float w) { return w > 0.0f ? __float_as_uint(w) : 0u; }
+template <sp_u32 P>
+__device__ __forceinline__ float sp_proc(float x, const sp_soft& st) {
+    if (P == SP_P_RAW) return x;
+    if (P == SP_P_SOFT) return sp_soft_p(x, st);
+    const float w = P == SP_P_SOFT_CUT ? sp_soft_e(x, st.t, st.m) : x;
+    const bool cut = (P == SP_P_SOFT_CUT ? __float_as_uint(w) : sp_wkey(w)) < st.theta;
+    return cut || st.s == 0.0 ? 0.0f : (float)((double)w / st.s);
+}
+// sp_proc with the kind chosen at run time (single values: the acceptance tests).
+__device__ __forceinline__ float sp_proc_any(float x, const sp_soft& st) {
+    switch (st.kind) {
+    case SP_P_SOFT: return sp_proc<SP_P_SOFT>(x, st);
+    case SP_P_SOFT_CUT: return sp_proc<SP_P_SOFT_CUT>(x, st);
+    case SP_P_CUT: return sp_proc<SP_P_CUT>(x, st);
+    default: return x;
+    }
 }
 // The order key of z for the maximum (unsigned order = float order; NaN as -inf; -0 as +0, the
 // sign of a zero maximum changes nothing) and back.
@@ -457,6 +493,54 @@ __device__ __forceinline__ bool sp_aligned16(const float* p) {
     return (((unsigned long long)(const void*)p) & 15ull) == 0ull;
 }
 
+// ---------------------------------------------------------------- half-precision inputs
+// Element formats of a tensor (the logits entries' shape flags): 0 binary32, 1 bf16, 2 f16.
+// A half row is addressed through the same `const float*` as a binary32 one, pointing at its
+// first u16 element (sp_at); every value is widened exactly when read (DETERMINISM.md,
+// "Half-precision inputs"), so everything after the read is the binary32 code.
+#define SP_FMT_F32 0u
+#define SP_FMT_BF16 1u
+#define SP_FMT_F16 2u
+// Compile-time format of a pass (template parameter FX): 0 binary32 only (the plain entries,
+// unchanged code), 1 / 2 bf16 / f16 only (the report's probes), 3 any, chosen at run time.
+#define SP_FX_ANY 3u
+__device__ __forceinline__ sp_u32 sp_target_fmt(sp_u32 flags) {
+    return (flags & SP_FLAG_TARGET_BF16) ? SP_FMT_BF16 : (flags & SP_FLAG_TARGET_F16) ? SP_FMT_F16 : SP_FMT_F32;
+}
+__device__ __forceinline__ sp_u32 sp_draft_fmt(sp_u32 flags) {
+    return (flags & SP_FLAG_DRAFT_BF16) ? SP_FMT_BF16 : (flags & SP_FLAG_DRAFT_F16) ? SP_FMT_F16 : SP_FMT_F32;
+}
+// bf16: the high half of the binary32 pattern. f16: rebias 15 -> 127 for normal values, the
+// all-ones exponent for infinities and NaN (payload kept), and a subnormal m 2^-24 as the exact
+// product (float)m x 2^-24 (an integer below 2^10 times a power of two: a normal binary32, the
+// same bits as DETERMINISM.md's leading-zero shift); then the sign.
+__device__ __forceinline__ float sp_widen(sp_u32 h, sp_u32 fmt) {
+    if (fmt == SP_FMT_BF16) return __uint_as_float(h << 16);
+    const sp_u32 e = (h >> 10) & 0x1Fu;
+    const sp_u32 m = h & 0x3FFu;
+    sp_u32 r = e == 0x1Fu ? (0x7F800000u | (m << 13)) : (((e + 112u) << 23) | (m << 13));
+    if (e == 0u) r = __float_as_uint((float)m * sp_f(0x33800000u)); // 2^-24; m = 0 gives +0
+    return __uint_as_float(((h & 0x8000u) << 16) | r);
+}
+// Element idx of a tensor of format fmt, and value idx widened.
+__device__ __forceinline__ const float* sp_at(const float* base, sp_u64 idx, sp_u32 fmt) {
+    return fmt == SP_FMT_F32 ? base + idx
+                             : reinterpret_cast<const float*>(reinterpret_cast<const unsigned short*>(base) + idx);
+}
+__device__ __forceinline__ float sp_rd(const float* base, sp_u64 idx, sp_u32 fmt) {
+    return fmt == SP_FMT_F32 ? base[idx]
+                             : sp_widen(reinterpret_cast<const unsigned short*>(base)[idx], fmt);
+}
+// Whole 4-id groups a vector load may read (16 bytes of binary32, 8 of half), 0 if misaligned.
+__device__ __forceinline__ sp_u32 sp_full(const float* row, sp_u32 vocab, sp_u32 fmt) {
+    const unsigned long long a = (unsigned long long)(const void*)row;
+    return (a & (fmt == SP_FMT_F32 ? 15ull : 7ull)) == 0ull ? vocab / 4u : 0u;
+}
+// The 4 half values of one 8-byte load, widened (little-endian: id v0 in the low 16 bits).
+__device__ __forceinline__ void sp_widen4(sp_u64 q, sp_u32 fmt, float out[4]) {
+    for (sp_u32 i = 0; i < 4u; ++i) out[i] = sp_widen((sp_u32)(q >> (16u * i)) & 0xFFFFu, fmt);
+}
+
 // Ids past the row's end read as `pad`, a value chosen per pass so that it can never count
 // (argmax: NaN, never above anything; entropy: 0, no term; race: 0, not a candidate): the hot
 // loops then need no per-element bounds checks.
@@ -469,15 +553,44 @@ __device__ __forceinline__ void sp_load4(const float* row, sp_u32 v0, sp_u32 voc
         for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? row[v0 + i] : pad;
     }
 }
+// sp_load4 for a row of any format (vec: the row is aligned for its format's vector load).
+__device__ __forceinline__ void sp_load4_fmt(const float* row, sp_u32 v0, sp_u32 vocab, bool vec,
+                                             float pad, float out[4], sp_u32 fmt) {
+    if (fmt == SP_FMT_F32) {
+        sp_load4(row, v0, vocab, vec, pad, out);
+        return;
+    }
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(row);
+    if (vec && v0 + 3u < vocab) {
+        sp_widen4(*reinterpret_cast<const sp_u64*>(h + v0), fmt, out);
+    } else {
+        for (sp_u32 i = 0; i < 4u; ++i) out[i] = (v0 + i < vocab) ? sp_widen(h[v0 + i], fmt) : pad;
+    }
+}
 
 // One tile of a row pass: groups g0 + u g_step (u < U) into w[u][0..3]. `full` is the number of
 // whole groups a float4 may load (vocab / 4 when the row is 16-byte aligned, else 0): when the
 // tile's last group is below it, the whole tile is U float4 loads with one test (the hot path),
 // else each group goes through sp_load4 (a row's tail). (U - 1) g_step + g0 stays far below 2^32
 // (g0 < 2^30 groups, g_step <= blocks per request x block size).
-template <sp_u32 U>
+// FX != 0 and fmt a half format: the same with 8-byte loads of 4 u16 (full from sp_full).
+template <sp_u32 U, sp_u32 FX = 0u>
 __device__ __forceinline__ void sp_load_tile(const float* row, sp_u32 g0, sp_u32 g_step,
-                                             sp_u32 vocab, sp_u32 full, float pad, float w[U][4]) {
+                                             sp_u32 vocab, sp_u32 full, float pad, float w[U][4],
+                                             sp_u32 fmt = SP_FMT_F32) {
+    if (FX != 0u && fmt != SP_FMT_F32) {
+        if (g0 + (U - 1u) * g_step < full) {
+            const sp_u64* p = reinterpret_cast<const sp_u64*>(row) + g0;
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < U; ++u) sp_widen4(p[(sp_u64)u * g_step], fmt, w[u]);
+        } else {
+            SP_COLD_MARK();
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < U; ++u)
+                sp_load4_fmt(row, (g0 + u * g_step) * 4u, vocab, full != 0u, pad, w[u], fmt);
+        }
+        return;
+    }
     if (g0 + (U - 1u) * g_step < full) {
         const float4* p = reinterpret_cast<const float4*>(row) + g0;
         SP_UNROLLED
@@ -494,10 +607,30 @@ __device__ __forceinline__ void sp_load_tile(const float* row, sp_u32 g0, sp_u32
 }
 
 // sp_load_tile for two rows at once (the residual race's target and draft rows), one test.
-template <sp_u32 U>
+// FX != 0 and either row in a half format: each row through its own format (full: both rows
+// aligned for theirs).
+template <sp_u32 U, sp_u32 FX = 0u>
 __device__ __forceinline__ void sp_load_tile2(const float* row, const float* row2, sp_u32 g0,
                                               sp_u32 g_step, sp_u32 vocab, sp_u32 full,
-                                              float pad, float w[U][4], float w2[U][4]) {
+                                              float pad, float w[U][4], float w2[U][4],
+                                              sp_u32 fmt = SP_FMT_F32, sp_u32 fmt2 = SP_FMT_F32) {
+    if (FX != 0u && (fmt | fmt2) != SP_FMT_F32) {
+        if (g0 + (U - 1u) * g_step < full) {
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < U; ++u) {
+                sp_load4_fmt(row, (g0 + u * g_step) * 4u, vocab, true, pad, w[u], fmt);
+                sp_load4_fmt(row2, (g0 + u * g_step) * 4u, vocab, true, 0.0f, w2[u], fmt2);
+            }
+        } else {
+            SP_COLD_MARK();
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < U; ++u) {
+                sp_load4_fmt(row, (g0 + u * g_step) * 4u, vocab, full != 0u, pad, w[u], fmt);
+                sp_load4_fmt(row2, (g0 + u * g_step) * 4u, vocab, full != 0u, 0.0f, w2[u], fmt2);
+            }
+        }
+        return;
+    }
     if (g0 + (U - 1u) * g_step < full) {
         const float4* p = reinterpret_cast<const float4*>(row) + g0;
         const float4* p2 = reinterpret_cast<const float4*>(row2) + g0;
@@ -518,15 +651,16 @@ __device__ __forceinline__ void sp_load_tile2(const float* row, const float* row
     }
 }
 
-// Target logits at T > 0 (LG): the loaded logits of a tile become their probabilities. Ids past
-// the row's end were loaded as -inf (e = 0, p = 0), which no pass counts: no candidate in a
-// race, no entropy term, and never strictly above an earlier id's p >= 0 in the argmax.
-template <bool LG, sp_u32 U>
+// Processed rows (P != 0, see sp_proc): the loaded values of a tile become the probabilities the
+// method reads. Logits past the row's end were loaded as -inf (e = 0, p = 0), which no pass
+// counts: no candidate in a race, no entropy term, and never strictly above an earlier id's
+// p >= 0 in the argmax.
+template <sp_u32 P, sp_u32 U>
 __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
-    if (LG) {
+    if (P != SP_P_RAW) {
         SP_UNROLLED
         for (sp_u32 u = 0; u < U; ++u)
-            for (sp_u32 i = 0; i < 4u; ++i) w[u][i] = sp_soft_p(w[u][i], *st);
+            for (sp_u32 i = 0; i < 4u; ++i) w[u][i] = sp_proc<P>(w[u][i], *st);
     }
 }
 #define SP_NEG_INF sp_f(0xFF800000u)
@@ -534,15 +668,18 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 // The softmax's two row passes, each over groups g_first, g_first + g_step, ... and reduced over
 // the block (every thread gets the block's result). The maximum: the order key (sp_max_key) of
 // the largest l / t; ids past the row's end read as -inf (no effect).
+// FX as for sp_load_tile: the row's format is `fmt` (the softmax probes: FX = 0, binary32).
+template <sp_u32 FX = 0u>
 __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
-                                      sp_u32 g_step, sp_u64* s_red) {
+                                      sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
+    fmt = FX == SP_FX_ANY ? fmt : FX;
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
+    const sp_u32 full = sp_full(row, vocab, fmt);
     const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
     sp_u32 key = sp_max_key(SP_NEG_INF);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float w[SP_UNROLL_SOFTMAX][4];
-        sp_load_tile<SP_UNROLL_SOFTMAX>(row, g0, g_step, vocab, full, SP_NEG_INF, w);
+        sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) {
             const sp_u32 kz = sp_max_key(w[n / 4u][n % 4u] / t);
@@ -553,16 +690,18 @@ __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, s
 }
 // The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
 // row's end read as -inf (e = 0).
+template <sp_u32 FX = 0u>
 __device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, float m,
                                     sp_u32 g_first, sp_u32 g_step, sp_u64* s_red, sp_u64& hsum,
-                                    sp_u64& lsum) {
+                                    sp_u64& lsum, sp_u32 fmt = SP_FMT_F32) {
+    fmt = FX == SP_FX_ANY ? fmt : FX;
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
+    const sp_u32 full = sp_full(row, vocab, fmt);
     const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
     sp_u64 h = 0ull, l = 0ull;
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float w[SP_UNROLL_SOFTMAX][4];
-        sp_load_tile<SP_UNROLL_SOFTMAX>(row, g0, g_step, vocab, full, SP_NEG_INF, w);
+        sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n)
             sp_soft_fixed(sp_soft_e(w[n / 4u][n % 4u], t, m), h, l);
@@ -593,11 +732,12 @@ __device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_
 // group exactly once over the g_step threads that share the row: the block's threads, or those
 // of every block the row is split over). Returns the block-wide maximum of the packed
 // (key, id), 0 when the block holds no id.
-template <bool LG = false>
+template <sp_u32 P = 0u, sp_u32 FX = 0u>
 __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
                                    sp_u64* s_red, const sp_soft* st = 0) {
+    const sp_u32 fmt = FX == SP_FX_ANY ? st->tf : FX;
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const bool vec = sp_aligned16(row);
+    const bool vec = FX == 0u ? sp_aligned16(row) : sp_full(row, 4u, fmt) != 0u;
     float best = sp_f(0xFF800000u); // -inf
     sp_u32 best_id = g_first * 4u;
     const sp_u32 step = g_step * SP_UNROLL_ARGMAX;
@@ -605,8 +745,9 @@ __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_firs
         float w[SP_UNROLL_ARGMAX][4];
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) // every load first, then the compares
-            sp_load4(row, (g0 + u * g_step) * 4u, vocab, vec, LG ? SP_NEG_INF : sp_f(0x7FC00000u), w[u]);
-        sp_soft_tile<LG, SP_UNROLL_ARGMAX>(w, st);
+            sp_load4_fmt(row, (g0 + u * g_step) * 4u, vocab, vec, SP_LG(P) ? SP_NEG_INF : sp_f(0x7FC00000u),
+                         w[u], fmt);
+        sp_soft_tile<P, SP_UNROLL_ARGMAX>(w, st);
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) {
             const sp_u32 v0 = (g0 + u * g_step) * 4u;
@@ -621,9 +762,9 @@ __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_firs
     return sp_block_reduce(mine, true, s_red);
 }
 
-template <bool LG = false>
+template <sp_u32 P = 0u, sp_u32 FX = 0u>
 __device__ sp_u32 sp_argmax(const float* row, sp_u32 vocab, sp_u64* s_red, const sp_soft* st = 0) {
-    return sp_unpack_id(sp_argmax_packed<LG>(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return sp_unpack_id(sp_argmax_packed<P, FX>(row, vocab, threadIdx.x, blockDim.x, s_red, st));
 }
 
 // s = n / d, correctly rounded, for the operands of ln_p's series only: n = m - 1, d = m + 1 with
@@ -704,20 +845,22 @@ __device__ __forceinline__ sp_u64 sp_entropy_fixed(float p, const float* ln_tab)
 
 // Entropy in fixed point, summed as wrapping 64-bit integers (exact, order-free): this block's
 // part of the sum (groups g_first, g_first + g_step, ..., as in sp_argmax_packed).
-template <bool LG = false>
+template <sp_u32 P = 0u, sp_u32 FX = 0u>
 __device__ sp_u64 sp_entropy_sum(const float* row, sp_u32 vocab, sp_u32 g_first, sp_u32 g_step,
                                  sp_u64* s_red, const sp_soft* st = 0) {
     __shared__ float ln_tab[SP_LN_TABLE];
     sp_ln_table_fill(ln_tab);
+    const sp_u32 fmt = FX == SP_FX_ANY ? st->tf : FX;
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const sp_u32 full = sp_aligned16(row) ? vocab / 4u : 0u;
+    const sp_u32 full = sp_full(row, vocab, fmt);
     sp_u64 sum = 0ull;
     const sp_u32 step = g_step * SP_UNROLL_ENTROPY;
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float ws[SP_UNROLL_ENTROPY][4];
         // Every load first, then the terms; past the end: 0.
-        sp_load_tile<SP_UNROLL_ENTROPY>(row, g0, g_step, vocab, full, LG ? SP_NEG_INF : 0.0f, ws);
-        sp_soft_tile<LG, SP_UNROLL_ENTROPY>(ws, st);
+        sp_load_tile<SP_UNROLL_ENTROPY, FX>(row, g0, g_step, vocab, full, SP_LG(P) ? SP_NEG_INF : 0.0f,
+                                            ws, fmt);
+        sp_soft_tile<P, SP_UNROLL_ENTROPY>(ws, st);
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_ENTROPY * 4u; ++n)
             sum += sp_entropy_fixed(ws[n / 4u][n % 4u], ln_tab);
@@ -730,9 +873,9 @@ __device__ __forceinline__ float sp_entropy_of_sum(sp_u64 sum) {
     return (float)(sp_i64)sum * sp_f(0x2B800000u); // 2^-40
 }
 
-template <bool LG = false>
+template <sp_u32 P = 0u, sp_u32 FX = 0u>
 __device__ float sp_entropy(const float* row, sp_u32 vocab, sp_u64* s_red, const sp_soft* st = 0) {
-    return sp_entropy_of_sum(sp_entropy_sum<LG>(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return sp_entropy_of_sum(sp_entropy_sum<P, FX>(row, vocab, threadIdx.x, blockDim.x, s_red, st));
 }
 
 // The skip test's f32 stand-in for a thread's best key: at most the key (within one rounding)
@@ -795,24 +938,28 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
 // the largest key's bits (0: no candidate in the block) and the lowest id holding it.
 // The row loop of the race, for a draft row (ROW: residual t - d) or none (plain, or residual
 // with a one-hot draft): two loops, so that neither branches on the kind of draft per tile.
-template <bool ROW, bool LG>
+template <bool ROW, sp_u32 P, sp_u32 FX>
 __device__ __forceinline__ void sp_race_scan(const float* trow, const float* drow, bool residual,
                                              sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                              const sp_keys& ks, sp_u32 off_lo, sp_u32 off_hi,
                                              sp_u32 g_first, sp_u32 g_step, double& best,
                                              float& best_skip, sp_u32& best_id, const sp_soft* st) {
     const sp_u32 groups = (vocab + 3u) / 4u;
-    const sp_u32 full = sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u;
+    const sp_u32 tf = FX == SP_FX_ANY ? st->tf : FX;
+    const sp_u32 df = FX == SP_FX_ANY ? st->df : FX;
+    const sp_u32 full = FX == 0u ? (sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u)
+                                 : (ROW && sp_full(drow, vocab, df) == 0u ? 0u : sp_full(trow, vocab, tf));
     const sp_u32 step = g_step * SP_UNROLL_RACE;
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
         // Every load first, then the draws; past the end: 0, never a candidate.
         if (ROW) {
-            sp_load_tile2<SP_UNROLL_RACE>(trow, drow, g0, g_step, vocab, full,
-                                          LG ? SP_NEG_INF : 0.0f, t, d);
+            sp_load_tile2<SP_UNROLL_RACE, FX>(trow, drow, g0, g_step, vocab, full,
+                                              SP_LG(P) ? SP_NEG_INF : 0.0f, t, d, tf, df);
         } else {
-            sp_load_tile<SP_UNROLL_RACE>(trow, g0, g_step, vocab, full, LG ? SP_NEG_INF : 0.0f, t);
+            sp_load_tile<SP_UNROLL_RACE, FX>(trow, g0, g_step, vocab, full,
+                                             SP_LG(P) ? SP_NEG_INF : 0.0f, t, tf);
             SP_UNROLLED
             for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
                 const sp_u32 v0 = (g0 + u * g_step) * 4u;
@@ -820,7 +967,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
                     d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
-        sp_soft_tile<LG, SP_UNROLL_RACE>(t, st);
+        sp_soft_tile<P, SP_UNROLL_RACE>(t, st);
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
             sp_race_group(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
@@ -829,7 +976,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     }
 }
 
-template <bool LG = false>
+template <sp_u32 P = 0u, sp_u32 FX = 0u>
 __device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                              sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                              sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
@@ -839,10 +986,10 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
     sp_u32 best_id = SP_SENTINEL;
     const sp_keys ks = sp_key_schedule(k0, k1);
     if (residual && drow != 0)
-        sp_race_scan<true, LG>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
+        sp_race_scan<true, P, FX>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
                                g_first, g_step, best, best_skip, best_id, st);
     else
-        sp_race_scan<false, LG>(trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi,
+        sp_race_scan<false, P, FX>(trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi,
                                 g_first, g_step, best, best_skip, best_id, st);
     // Candidate keys are positive (or +inf), so their bit patterns order as unsigned integers;
     // "none" is 0. First the largest key, then the lowest id holding it.
@@ -855,15 +1002,313 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
 }
 
 // The whole race in one block: (1 << 32) | winner, or 0 when there is no candidate.
-template <bool LG = false>
+template <sp_u32 P = 0u, sp_u32 FX = 0u>
 __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                           sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                           sp_u32 off_hi, sp_u64* s_red, const sp_soft* st = 0) {
     sp_u64 top;
     sp_u32 id;
-    sp_race_part<LG>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+    sp_race_part<P, FX>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
                      threadIdx.x, blockDim.x, s_red, top, id, st);
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
+}
+
+// ---------------------------------------------------------------- the logits entries' rows
+// Everything below up to "the kernel" is used by specula_verify_logits and
+// specula_verify_split_logits only (sp_verify_body<true>, sp_verify_split_body<true>).
+
+// The passes with the row's processing (st.kind) and formats chosen at run time.
+__device__ __forceinline__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
+                                                sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
+    switch (st.kind) {
+    case SP_P_SOFT: return sp_argmax_packed<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    case SP_P_SOFT_CUT: return sp_argmax_packed<SP_P_SOFT_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    case SP_P_CUT: return sp_argmax_packed<SP_P_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    default: return sp_argmax_packed<SP_P_RAW, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    }
+}
+__device__ __forceinline__ sp_u64 sp_entropy_any(const float* row, sp_u32 vocab, sp_u32 g_first,
+                                                 sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
+    switch (st.kind) {
+    case SP_P_SOFT: return sp_entropy_sum<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    case SP_P_SOFT_CUT: return sp_entropy_sum<SP_P_SOFT_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    case SP_P_CUT: return sp_entropy_sum<SP_P_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    default: return sp_entropy_sum<SP_P_RAW, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    }
+}
+__device__ __forceinline__ void sp_race_part_any(const float* trow, const float* drow, bool residual,
+                                                 sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                                 sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
+                                                 sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
+                                                 sp_u64& top, sp_u32& id, const sp_soft& st) {
+    switch (st.kind) {
+    case SP_P_SOFT:
+        sp_race_part<SP_P_SOFT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                           off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
+        break;
+    case SP_P_SOFT_CUT:
+        sp_race_part<SP_P_SOFT_CUT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                               off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
+        break;
+    case SP_P_CUT:
+        sp_race_part<SP_P_CUT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                          off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
+        break;
+    default:
+        sp_race_part<SP_P_RAW, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                          off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
+    }
+}
+// The whole race in one block (as sp_race): (1 << 32) | winner, or 0.
+__device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* drow, bool residual,
+                                              sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                              sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
+                                              sp_u64* s_red, const sp_soft& st) {
+    sp_u64 top;
+    sp_u32 id;
+    sp_race_part_any(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                     threadIdx.x, blockDim.x, s_red, top, id, st);
+    return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
+}
+
+// ---------------------------------------------------------------- sampling filters
+// top-k, top-p, min-p as DETERMINISM.md defines them ("Sampling filters"): the kept ids are
+// those whose key (sp_wkey of the weight) is >= theta; theta found by the radix descent over the
+// key bits, 8 at a time, with exact integer counts and masses (the reference's Cut::of, the
+// same passes in the same order, so the same theta and kept mass whatever the block or slice
+// count). The weights: e = exp_p(l / T - m) for logits (T > 0), the stored values otherwise.
+// Masses are sums of fix(w) = floor(w 2^64) (saturating at 2^128 - 1), exact 128-bit integers
+// kept as four 32-bit limbs, each limb summed in 64 bits (below 2^64 for any V < 2^32; the
+// tree kernel's Z uses the same scheme) and carried together at the end: any order, same bits.
+struct sp_u128 {
+    sp_u64 lo, hi;
+};
+__device__ __forceinline__ sp_u128 sp_add128(sp_u128 a, sp_u128 b) {
+    sp_u128 r;
+    r.lo = a.lo + b.lo;
+    r.hi = a.hi + b.hi + (r.lo < a.lo ? 1ull : 0ull);
+    return r;
+}
+// s0 + s1 2^32 + s2 2^64 + s3 2^96 (mod 2^128) from the four limb sums.
+__device__ __forceinline__ sp_u128 sp_from_limbs(sp_u64 s0, sp_u64 s1, sp_u64 s2, sp_u64 s3) {
+    sp_u128 r;
+    r.lo = s0 + (s1 << 32);
+    r.hi = s2 + (s1 >> 32) + (s3 << 32) + (r.lo < s0 ? 1ull : 0ull);
+    return r;
+}
+// (x as f64), to nearest, ties to even (Rust's u128 as f64): the top 64 bits with the lost bits
+// ORed into the lowest one (far below the 53-bit rounding point), converted, times 2^n.
+__device__ __forceinline__ double sp_u128_f64(sp_u128 x) {
+    if (x.hi == 0ull) return (double)x.lo;
+    sp_u32 n = 0u; // bits of hi
+    for (sp_u64 t = x.hi; t != 0ull; t >>= 1) ++n;
+    const sp_u64 top = n == 64u ? x.hi | (x.lo != 0ull ? 1ull : 0ull)
+                                : (x.hi << (64u - n)) | (x.lo >> n) |
+                                      ((x.lo & ((1ull << n) - 1ull)) != 0ull ? 1ull : 0ull);
+    return (double)top * sp_d((sp_u64)(1023u + n) << 52);
+}
+// The 32-bit limbs of fix(w): w = M 2^(E) (M the integer significand), fix(w) = floor(M 2^sh),
+// sh = E + 64; limb i is bits 32 i .. 32 i + 31 of it. w >= 2^64 (+inf included) saturates.
+__device__ __forceinline__ void sp_fix_limbs(float w, sp_u32 l[4]) {
+    l[0] = l[1] = l[2] = l[3] = 0u;
+    if (!(w > 0.0f)) return;
+    const sp_u32 bits = __float_as_uint(w);
+    const sp_u32 e = bits >> 23;
+    const sp_i32 sh = (sp_i32)(e == 0u ? 1u : e) - 86;
+    if (sh >= 105) {
+        l[0] = l[1] = l[2] = l[3] = 0xFFFFFFFFu;
+        return;
+    }
+    const sp_u64 m = (sp_u64)((bits & 0x007FFFFFu) | (e == 0u ? 0u : 0x00800000u));
+    for (sp_u32 i = 0; i < 4u; ++i) {
+        const sp_i32 t = sh - 32 * (sp_i32)i;
+        l[i] = (t >= 32 || t <= -32) ? 0u : t >= 0 ? (sp_u32)(m << t) : (sp_u32)(m >> (-t));
+    }
+}
+
+// The filters' shared memory: 256 bins of 4 limb sums, then 6 words the deciding thread hands
+// to the block. Declared by the logits entries only.
+#define SP_HIST_WORDS (256u * 4u + 6u)
+// One pass of the filters over the whole row (every thread of the block; the result in every
+// thread): mode 0 the largest key; 3 the kept mass (key >= floor_) as limb sums in out[0..3];
+// 1 / 2 the histogram (count / mass) by key digit (key >> shift) & 0xFF of the keys >= floor_
+// whose higher digits equal prefix's (level 0: every key), into hist (zero before the pass).
+#define SP_FP_MAX 0u
+#define SP_FP_COUNT 1u
+#define SP_FP_MASS_HIST 2u
+#define SP_FP_MASS 3u
+template <sp_u32 FX>
+__device__ void sp_filter_pass(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
+                               sp_u32 mode, sp_u32 level, sp_u32 prefix, sp_u32 floor_,
+                               sp_u64* hist, sp_u64* s_red, sp_u64 out[4]) {
+    const sp_u32 fmt = FX == SP_FX_ANY ? st.tf : FX;
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const sp_u32 full = sp_full(row, vocab, fmt);
+    const sp_u32 shift = 24u - 8u * level;
+    const sp_u32 step = blockDim.x * SP_UNROLL_RACE;
+    sp_u32 mx = 0u;
+    sp_u64 acc[4] = {0ull, 0ull, 0ull, 0ull};
+    for (sp_u32 g0 = threadIdx.x; g0 < groups; g0 += step) {
+        float x[SP_UNROLL_RACE][4];
+        sp_load_tile<SP_UNROLL_RACE, FX>(row, g0, blockDim.x, vocab, full, 0.0f, x, fmt);
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+            const sp_u32 v0 = (g0 + u * blockDim.x) * 4u;
+            for (sp_u32 i = 0; i < 4u; ++i) {
+                if (v0 + i >= vocab) continue; // past the row's end: no id
+                const float w = lg ? sp_soft_e(x[u][i], st.t, st.m) : x[u][i];
+                const sp_u32 key = sp_wkey(w);
+                if (mode == SP_FP_MAX) {
+                    mx = key > mx ? key : mx;
+                    continue;
+                }
+                if (key < floor_) continue;
+                if (mode == SP_FP_MASS) {
+                    sp_u32 l[4];
+                    sp_fix_limbs(w, l);
+                    for (sp_u32 q = 0; q < 4u; ++q) acc[q] += l[q];
+                    continue;
+                }
+                if (level != 0u && (key >> (shift + 8u)) != (prefix >> (shift + 8u))) continue;
+                sp_u64* bin = hist + 4u * ((key >> shift) & 0xFFu);
+                if (mode == SP_FP_COUNT) {
+                    atomicAdd(bin, 1ull);
+                } else {
+                    sp_u32 l[4];
+                    sp_fix_limbs(w, l);
+                    for (sp_u32 q = 0; q < 4u; ++q)
+                        if (l[q] != 0u) atomicAdd(bin + q, (sp_u64)l[q]);
+                }
+            }
+        }
+    }
+    if (mode == SP_FP_MAX) {
+        out[0] = sp_block_reduce((sp_u64)mx, true, s_red);
+    } else if (mode == SP_FP_MASS) {
+        for (sp_u32 q = 0; q < 4u; ++q) out[q] = sp_block_reduce(acc[q], false, s_red);
+    } else {
+        __syncthreads(); // the histogram is complete
+    }
+}
+// The kept mass of the keys >= floor_.
+template <sp_u32 FX>
+__device__ sp_u128 sp_filter_mass(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
+                                  sp_u32 floor_, sp_u64* hist, sp_u64* s_red) {
+    sp_u64 o[4];
+    sp_filter_pass<FX>(row, vocab, st, lg, SP_FP_MASS, 0u, 0u, floor_, hist, s_red, o);
+    return sp_from_limbs(o[0], o[1], o[2], o[3]);
+}
+// The radix descent (the reference's `descend`): the largest theta >= floor_ whose F(theta)
+// (count, or mass when `mass`, of the keys >= theta) satisfies the predicate (count >= topk, or
+// (F as f64) >= target); false if F(floor_) does not. Four histogram passes; thread 0 scans the
+// 256 bins from the top and hands the digit to the block through hist[1024..].
+template <sp_u32 FX>
+__device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
+                           sp_u32 floor_, bool mass, sp_u32 topk, double target, sp_u64* hist,
+                           sp_u64* s_red, sp_u32& theta, sp_u128& f) {
+    sp_u32 prefix = 0u;
+    sp_u128 above;
+    above.lo = above.hi = 0ull;
+    for (sp_u32 level = 0; level < 4u; ++level) {
+        for (sp_u32 i = threadIdx.x; i < 1024u; i += blockDim.x) hist[i] = 0ull;
+        __syncthreads();
+        sp_u64 unused[4];
+        sp_filter_pass<FX>(row, vocab, st, lg, mass ? SP_FP_MASS_HIST : SP_FP_COUNT, level, prefix,
+                           floor_, hist, s_red, unused);
+        if (threadIdx.x == 0u) {
+            sp_u128 acc = above, with = above;
+            sp_u64 chosen = 256ull; // none
+            for (sp_u32 n = 0; n < 256u; ++n) {
+                const sp_u32 d = 255u - n;
+                const sp_u64* bin = hist + 4u * d;
+                with = sp_add128(acc, sp_from_limbs(bin[0], bin[1], bin[2], bin[3]));
+                const bool ok = mass ? sp_u128_f64(with) >= target
+                                     : (with.hi != 0ull || with.lo >= (sp_u64)topk);
+                if (ok) {
+                    chosen = d;
+                    break;
+                }
+                acc = with;
+            }
+            hist[1024] = chosen;
+            hist[1025] = acc.lo;
+            hist[1026] = acc.hi;
+            hist[1027] = with.lo;
+            hist[1028] = with.hi;
+        }
+        __syncthreads();
+        const sp_u64 chosen = hist[1024];
+        sp_u128 acc, with;
+        acc.lo = hist[1025];
+        acc.hi = hist[1026];
+        with.lo = hist[1027];
+        with.hi = hist[1028];
+        __syncthreads(); // read by every thread before the next level clears and writes
+        if (chosen == 256ull) return false;
+        above = acc;
+        prefix |= (sp_u32)chosen << (24u - 8u * level);
+        if (level == 3u) {
+            theta = prefix > floor_ ? prefix : floor_;
+            f = with;
+        }
+    }
+    return true;
+}
+
+// The state of one target row as the method reads it (sp_soft, computed over the whole row by
+// every thread of the block, every thread gets it): logits at T > 0, the softmax maximum and
+// either the exact sum (no filter: SP_P_SOFT, the code without filters) or the filter's
+// threshold and kept mass; probabilities with a filter, the threshold and kept mass
+// (SP_P_CUT); otherwise the stored values (SP_P_RAW). lg: logits at T = t > 0.
+template <sp_u32 FX>
+__device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool lg, float t, sp_u32 topk,
+                                float topp, float minp, sp_u32 tf, sp_u32 df, sp_u64* hist,
+                                sp_u64* s_red) {
+    sp_soft st;
+    st.t = lg ? t : 1.0f;
+    st.m = 0.0f;
+    st.s = 0.0;
+    st.theta = 0u;
+    st.kind = SP_P_RAW;
+    st.tf = tf;
+    st.df = df;
+    const bool filt = topk != 0u || topp < 1.0f || minp > 0.0f;
+    if (!lg && !filt) return st;
+    if (lg) {
+        st.m = sp_max_of_key(sp_softmax_max_part<FX>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf));
+        if (!filt) {
+            sp_u64 h, l;
+            sp_softmax_sum_part<FX>(row, vocab, t, st.m, threadIdx.x, blockDim.x, s_red, h, l, tf);
+            st.s = sp_soft_sum(h, l);
+            st.kind = SP_P_SOFT;
+            return st;
+        }
+    }
+    sp_u32 theta = 0u;
+    if (minp > 0.0f) {
+        sp_u64 o[4];
+        sp_filter_pass<FX>(row, vocab, st, lg, SP_FP_MAX, 0u, 0u, 0u, hist, s_red, o);
+        theta = sp_wkey(minp * __uint_as_float((sp_u32)o[0]));
+    }
+    sp_u128 f;
+    if (topk != 0u) {
+        sp_u32 tk = 0u;
+        if (sp_descend<FX>(row, vocab, st, lg, 0u, false, topk, 0.0, hist, s_red, tk, f))
+            theta = tk > theta ? tk : theta;
+    }
+    sp_u128 kept = sp_filter_mass<FX>(row, vocab, st, lg, theta, hist, s_red);
+    if (topp < 1.0f && (kept.lo | kept.hi) != 0ull) {
+        const double target = (double)topp * sp_u128_f64(kept);
+        sp_u32 tp = 0u;
+        if (sp_descend<FX>(row, vocab, st, lg, theta, true, 0u, target, hist, s_red, tp, f)) {
+            theta = tp;
+            kept = f;
+        }
+    }
+    st.theta = theta;
+    st.s = sp_u128_f64(kept) * sp_d(0x3BF0000000000000ull); // 2^-64
+    st.kind = lg ? (theta == 0u ? SP_P_SOFT : SP_P_SOFT_CUT) : SP_P_CUT;
+    return st;
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -881,6 +1326,7 @@ struct sp_inputs {
     const float* top_p;
     const float* min_p;
     sp_u32* recovered;
+    sp_u64* hist; // the filters' shared memory (SP_HIST_WORDS), the logits entries only
 };
 __device__ __forceinline__ sp_inputs sp_no_inputs() {
     sp_inputs in;
@@ -889,6 +1335,7 @@ __device__ __forceinline__ sp_inputs sp_no_inputs() {
     in.top_p = 0;
     in.min_p = 0;
     in.recovered = 0;
+    in.hist = 0;
     return in;
 }
 // The shape's flags an entry takes: the plain entries the draft flag only; the logits entries
@@ -899,17 +1346,43 @@ __device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
     const sp_u32 d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
     return (flags & ~SP_FLAGS_ALL) == 0u && (flags & t) != t && (flags & d) != d;
 }
-// A request's error bit from the logits entries' inputs (0: fine). Not implemented yet in this
-// text: a non-null methods / top_k / top_p / min_p / recovered pointer or a half-precision flag
-// skips the request with SP_ERR_PARAM (never wrong bits).
-__device__ __forceinline__ sp_u32 sp_inputs_error(const sp_inputs& in, sp_u32 flags) {
-    const bool any = in.methods != 0 || in.top_k != 0 || in.top_p != 0 || in.min_p != 0 ||
-                     in.recovered != 0 || (flags & ~SP_FLAG_DRAFT_PROBS) != 0u;
-    return any ? SP_ERR_PARAM : 0u;
+// A request's error bit from the logits entries' inputs (0: fine): a method code above 2,
+// top_p outside (0, 1] or min_p outside [0, 1] (NaN included) skip the request (SP_ERR_PARAM).
+__device__ __forceinline__ sp_u32 sp_inputs_error(const sp_inputs& in, sp_u32 b) {
+    if (in.methods != 0 && in.methods[b] > SP_METHOD_TYPICAL) return SP_ERR_PARAM;
+    if (in.top_p != 0 && !(in.top_p[b] > 0.0f && in.top_p[b] <= 1.0f)) return SP_ERR_PARAM;
+    if (in.min_p != 0 && !(in.min_p[b] >= 0.0f && in.min_p[b] <= 1.0f)) return SP_ERR_PARAM;
+    return 0u;
+}
+// Request b's filter (the neutral values where a pointer is null).
+struct sp_filter {
+    sp_u32 top_k;
+    float top_p;
+    float min_p;
+};
+__device__ __forceinline__ sp_filter sp_filter_of(const sp_inputs& in, sp_u32 b) {
+    sp_filter f;
+    f.top_k = in.top_k != 0 ? in.top_k[b] : 0u;
+    f.top_p = in.top_p != 0 ? in.top_p[b] : 1.0f;
+    f.min_p = in.min_p != 0 ? in.min_p[b] : 0.0f;
+    return f;
+}
+__device__ __forceinline__ bool sp_filter_on(const sp_filter& f) {
+    return f.top_k != 0u || f.top_p < 1.0f || f.min_p > 0.0f;
+}
+// A skipped request's recovered slots: the sentinel, padded (k_max slots) or ragged (its kb
+// slots, when kb is within k_max: a decreasing cumulative count leaves them alone).
+__device__ __forceinline__ void sp_recovered_skip(sp_u32* rec, const sp_layout& lay, sp_u32 b,
+                                                  sp_u32 k_max) {
+    if (rec == 0) return;
+    const sp_u32 n = lay.ragged ? (lay.kb <= k_max ? lay.kb : 0u) : k_max;
+    for (sp_u32 j = threadIdx.x; j < n; j += blockDim.x) rec[sp_slot(lay, b, k_max) + j] = SP_SENTINEL;
 }
 
-// The body of specula_verify and specula_verify_ex: cu (ragged layout) and bonus (caller's bonus
-// tokens) are null for the padded layout with sampled bonus tokens.
+// The body of specula_verify and specula_verify_ex (X = false: cu (ragged layout) and bonus
+// (caller's bonus tokens) are null for the padded layout with sampled bonus tokens, logits and
+// `in` null) and of specula_verify_logits (X = true: every input of the logits entry). The X
+// paths are separate code (the plain entries compile to what they were).
 template <bool X>
 __device__ __forceinline__ void
 sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
@@ -946,16 +1419,20 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
         if (threadIdx.x == 0u && b == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
         return;
     }
+    // Element formats (binary32 unless the logits entry's flags say otherwise).
+    const sp_u32 tf = X ? sp_target_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
+    const sp_u32 df = X ? sp_draft_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
 
     const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
     const sp_u32 kb = lay.kb;
     const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
     sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
-    if (X && bad == 0u) bad = sp_inputs_error(in, shape[SP_SHAPE_FLAGS]);
+    if (X && bad == 0u) bad = sp_inputs_error(in, b);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
         for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) out[j] = SP_SENTINEL;
+        if (X) sp_recovered_skip(in.recovered, lay, b, k_max);
         if (threadIdx.x == 0u) {
             accepted[b] = SP_SENTINEL;
             atomicOr(err, (sp_u64)bad);
@@ -972,51 +1449,100 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const bool lg = logits != 0;
     const float temp = lg ? temperature[b] : 0.0f;
     const bool soft = lg && temp > 0.0f;
-    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
-    const float* const tbase = (lg ? logits : target_probs) + lay.trow * tstride;
-    const float* const dbase = has_draft ? draft_probs + sp_slot(lay, b, k_max) * dstride : 0;
+    // The logits entry: request b's own method, and its filter (not at T = 0: greedy on the
+    // logits); `proc`: its rows need a state (softmax and / or filter) before any value.
+    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter{0u, 1.0f, 0.0f};
+    const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
+    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
+                                    : (X && in.methods != 0 ? in.methods[b] : method);
+    const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
+    const float* const dbase = has_draft ? sp_at(draft_probs, sp_slot(lay, b, k_max) * dstride, df) : 0;
     sp_soft st;
     st.t = 1.0f;
     st.m = 0.0f;
     st.s = 0.0;
+    st.theta = 0u;
+    st.kind = SP_P_RAW;
+    st.tf = tf;
+    st.df = df;
+    // Row j's state, in every thread (block-uniform call).
+    auto row_state = [&](const float* trow) {
+        if (X)
+            st = sp_row_state<SP_FX_ANY>(trow, vocab, soft, temp, flt.top_k, flt.top_p, flt.min_p,
+                                          tf, df, in.hist, s_red);
+        else
+            st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
+    };
+    // The token emitted if position j (row trow) is the first rejected one (state of the row
+    // in st): the method's rule at j (rejection: the residual race, then the plain race).
+    auto recover = [&](sp_u32 j, const float* trow, sp_u32 x) -> sp_u32 {
+        if (meth == SP_METHOD_REJECTION) {
+            const float* drow = has_draft ? sp_at(dbase, (sp_u64)j * dstride, df) : 0;
+            sp_u64 win = sp_race_any(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
+            if (win == 0ull) win = sp_race_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
+            return (sp_u32)win;
+        }
+        if (meth == SP_METHOD_GREEDY)
+            return sp_unpack_id(sp_argmax_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st));
+        return (sp_u32)sp_race_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
+    };
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
     bool rejected = false;
     for (sp_u32 j = 0; j < kb && !rejected; ++j) {
         const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
-        const float* trow = tbase + (sp_u64)j * tstride;
-        const float* drow = has_draft ? dbase + (sp_u64)j * dstride : 0;
-        if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
-        const float pt = soft ? sp_soft_p(trow[x], st) : trow[x];
+        const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+        const float* drow = has_draft ? sp_at(dbase, (sp_u64)j * dstride, df) : 0;
+        if (proc) row_state(trow);
+        const float pt = X ? sp_proc_any(sp_rd(trow, x, tf), st) : soft ? sp_soft_p(trow[x], st) : trow[x];
         bool accept;
-        if (meth == SP_METHOD_REJECTION) {
+        if (X) {
+            if (meth == SP_METHOD_REJECTION) {
+                const float pd = has_draft ? sp_rd(drow, x, df) : 1.0f;
+                sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
+                sp_philox(c, k0, k1);
+                accept = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
+            } else if (meth == SP_METHOD_GREEDY) {
+                const sp_u32 am = sp_unpack_id(sp_argmax_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st));
+                accept = x == am;
+                emitted = am;
+            } else {
+                const float h = sp_entropy_of_sum(sp_entropy_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st));
+                const float a = eps[b];
+                const float e = sp_exp(-h);
+                const float bb = delta[b] * e;
+                const float thr = a < bb ? a : bb;
+                accept = pt > thr;
+            }
+            if (!accept && meth != SP_METHOD_GREEDY) emitted = recover(j, trow, x);
+        } else if (meth == SP_METHOD_REJECTION) {
             const float pd = has_draft ? drow[x] : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
             accept = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
             if (!accept) {
                 sp_u64 win =
-                    soft ? sp_race<true>(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
+                    soft ? sp_race<SP_P_SOFT>(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
                          : sp_race(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 if (win == 0ull)
-                    win = soft ? sp_race<true>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
+                    win = soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
                                : sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 emitted = (sp_u32)win; // 0 when none
             }
         } else if (meth == SP_METHOD_GREEDY) {
-            const sp_u32 am = soft ? sp_argmax<true>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
+            const sp_u32 am = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
             accept = x == am;
             if (!accept) emitted = am;
         } else {
-            const float h = soft ? sp_entropy<true>(trow, vocab, s_red, &st) : sp_entropy(trow, vocab, s_red);
+            const float h = soft ? sp_entropy<SP_P_SOFT>(trow, vocab, s_red, &st) : sp_entropy(trow, vocab, s_red);
             const float a = eps[b];
             const float e = sp_exp(-h);
             const float bb = delta[b] * e;
             const float thr = a < bb ? a : bb;
             accept = pt > thr;
             if (!accept) {
-                sp_u64 win = soft ? sp_race<true>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
+                sp_u64 win = soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
                                   : sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
                 emitted = (sp_u32)win; // 0 when none
             }
@@ -1026,15 +1552,35 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     if (!rejected && bon != 0) {
         emitted = *bon; // the caller's bonus token: row kb is never read
     } else if (!rejected) {
-        const float* trow = tbase + (sp_u64)kb * tstride;
-        if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
-        if (meth == SP_METHOD_GREEDY) {
-            emitted = soft ? sp_argmax<true>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
+        const float* trow = sp_at(tbase, (sp_u64)kb * tstride, tf);
+        if (proc) row_state(trow);
+        if (X) {
+            emitted = meth == SP_METHOD_GREEDY
+                          ? sp_unpack_id(sp_argmax_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st))
+                          : (sp_u32)sp_race_any(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red, st);
+        } else if (meth == SP_METHOD_GREEDY) {
+            emitted = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
         } else {
-            sp_u64 win = soft ? sp_race<true>(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red, &st)
+            sp_u64 win = soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red, &st)
                               : sp_race(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red);
             emitted = (sp_u32)win; // 0 when none
         }
+    }
+    // vLLM's recovered tokens (the logits entry): every draft slot's token at a first rejection
+    // there; the rejected position's is the emitted token, the others are computed here.
+    if (X && in.recovered != 0) {
+        sp_u32* const rec = in.recovered + sp_slot(lay, b, k_max);
+        for (sp_u32 j = 0; j < kb; ++j) {
+            sp_u32 r = emitted;
+            if (!(rejected && j == acc)) {
+                const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+                if (proc) row_state(trow);
+                r = recover(j, trow, draft_ids[sp_slot(lay, b, k_max) + j]);
+            }
+            if (threadIdx.x == 0u) rec[j] = r;
+        }
+        if (!lay.ragged)
+            for (sp_u32 j = kb + threadIdx.x; j < k_max; j += blockDim.x) rec[j] = SP_SENTINEL;
     }
 
     for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
@@ -1108,7 +1654,9 @@ specula_verify_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict
                       const sp_u32* __restrict__ top_k, const float* __restrict__ top_p,
                       const float* __restrict__ min_p, sp_u32* __restrict__ recovered) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u64 s_hist[SP_HIST_WORDS];
     sp_inputs in;
+    in.hist = s_hist;
     in.methods = methods;
     in.top_k = top_k;
     in.top_p = top_p;
@@ -1171,15 +1719,18 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         return;
     }
 
+    const sp_u32 tf = X ? sp_target_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
+    const sp_u32 df = X ? sp_draft_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
     const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
     const sp_u32 kb = lay.kb;
     const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
     sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
-    if (X && bad == 0u) bad = sp_inputs_error(in, shape[SP_SHAPE_FLAGS]);
+    if (X && bad == 0u) bad = sp_inputs_error(in, b);
     sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
     if (bad != 0u) {
         if (sl != 0u) return; // one block of the request writes "skipped"
         for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) out[j] = SP_SENTINEL;
+        if (X) sp_recovered_skip(in.recovered, lay, b, k_max);
         if (threadIdx.x == 0u) {
             accepted[b] = SP_SENTINEL;
             atomicOr(err, (sp_u64)bad);
@@ -1192,21 +1743,40 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
     const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
     // Target logits: T = 0 greedy on the logits; T > 0 through the softmax. The softmax state
-    // (row maximum, then the exact sum) needs the whole row before any probability, so every
-    // block computes it for the rows it works on over the whole row (the same integers in every
-    // block), and splits only the passes after it.
+    // (row maximum, then the exact sum; with a filter its threshold and kept mass) needs the
+    // whole row before any probability, so every block computes it for the rows it works on
+    // over the whole row (the same integers in every block), and splits only the passes after it.
     const bool lg = logits != 0;
     const float temp = lg ? temperature[b] : 0.0f;
     const bool soft = lg && temp > 0.0f;
-    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
-    const float* const tbase = (lg ? logits : target_probs) + lay.trow * tstride;
-    const float* const dbase = has_draft ? draft_probs + sp_slot(lay, b, k_max) * dstride : 0;
+    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter{0u, 1.0f, 0.0f};
+    const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
+    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
+                                    : (X && in.methods != 0 ? in.methods[b] : method);
+    const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
+    const float* const dbase = has_draft ? sp_at(draft_probs, sp_slot(lay, b, k_max) * dstride, df) : 0;
     sp_soft st;
     st.t = 1.0f;
     st.m = 0.0f;
     st.s = 0.0;
+    st.theta = 0u;
+    st.kind = SP_P_RAW;
+    st.tf = tf;
+    st.df = df;
+    auto row_state = [&](const float* trow) {
+        if (X)
+            st = sp_row_state<SP_FX_ANY>(trow, vocab, soft, temp, flt.top_k, flt.top_p, flt.min_p,
+                                          tf, df, in.hist, s_red);
+        else
+            st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
+    };
     // Rows read: 0..kb, or 0..kb-1 when the caller gives the bonus token (row kb is absent).
     const sp_u32 rows = bon != 0 ? kb : kb + 1u;
+    // Recovered tokens (the logits entry) with rejection sampling: the residual race of every
+    // row j < kb runs in every slice (race slot j), the plain race of the first rejected row
+    // in slot kb; without them, slots 0 and 1.
+    const bool rec = X && in.recovered != 0;
+    const sp_u32 pr_slot = rec ? kb : 1u; // the plain race of the first rejected row
 
     // Scratch words of this request: [0] the ticket; [1 + j] argmax of row j (greedy) or the
     // entropy sum of row j (typical); from `base`, race slots: race r's key of slice q at
@@ -1220,9 +1790,10 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     sp_u32 jr = kb; // rejection sampling: the first rejected position (kb: none)
     if (meth == SP_METHOD_GREEDY) {
         for (sp_u32 j = 0; j < rows; ++j) {
-            const float* trow = tbase + (sp_u64)j * tstride;
-            if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
-            const sp_u64 p = soft ? sp_argmax_packed<true>(trow, vocab, g_first, g_step, s_red, &st)
+            const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+            if (proc) row_state(trow);
+            const sp_u64 p = X ? sp_argmax_any(trow, vocab, g_first, g_step, s_red, st)
+                           : soft ? sp_argmax_packed<SP_P_SOFT>(trow, vocab, g_first, g_step, s_red, &st)
                                   : sp_argmax_packed(trow, vocab, g_first, g_step, s_red);
             if (threadIdx.x == 0u) atomicMax(scr + 1u + j, p);
         }
@@ -1230,26 +1801,31 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         // Entropies of rows 0..k-1 and, since the rejection position is not known yet, the race
         // of every row 0..k.
         for (sp_u32 j = 0; j < rows; ++j) {
-            const float* trow = tbase + (sp_u64)j * tstride;
-            if (soft) st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
+            const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+            if (proc) row_state(trow);
             if (j < kb) {
-                const sp_u64 h = soft ? sp_entropy_sum<true>(trow, vocab, g_first, g_step, s_red, &st)
+                const sp_u64 h = X ? sp_entropy_any(trow, vocab, g_first, g_step, s_red, st)
+                               : soft ? sp_entropy_sum<SP_P_SOFT>(trow, vocab, g_first, g_step, s_red, &st)
                                       : sp_entropy_sum(trow, vocab, g_first, g_step, s_red);
                 if (threadIdx.x == 0u) atomicAdd(scr + 1u + j, h);
             }
             sp_u64 top;
             sp_u32 id;
-            if (soft)
-                sp_race_part<true>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                                   g_step, s_red, top, id, &st);
+            if (X)
+                sp_race_part_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
+                                 g_step, s_red, top, id, st);
+            else if (soft)
+                sp_race_part<SP_P_SOFT>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
+                                        g_step, s_red, top, id, &st);
             else
                 sp_race_part(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
                              g_step, s_red, top, id);
-            // With logits the deciding block needs p of the draft id, which only the row's
-            // softmax state gives: its bits ride in the high word of the race's id slots
+            // With logits (or a filter) the deciding block needs p of the draft id, which only
+            // the row's state gives: its bits ride in the high word of the race's id slots
             // (race_winner reads the low word only).
-            const sp_u64 ptw = soft && j < kb
-                ? (sp_u64)__float_as_uint(sp_soft_p(trow[draft_ids[sp_slot(lay, b, k_max) + j]], st)) << 32
+            const sp_u32 xj = j < kb ? draft_ids[sp_slot(lay, b, k_max) + j] : 0u;
+            const sp_u64 ptw = proc && j < kb
+                ? (sp_u64)__float_as_uint(X ? sp_proc_any(sp_rd(trow, xj, tf), st) : sp_soft_p(trow[xj], st)) << 32
                 : 0ull;
             if (threadIdx.x == 0u) {
                 scr[base + 2u * j * nsl + sl] = top;
@@ -1260,23 +1836,23 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
         // The k acceptance tests at once, one per thread (each a Philox block and two loads),
         // in every block: the first rejection is the smallest rejecting position, a block-wide
         // maximum of ~j (positions past it are tested too, never used).
-        // With logits (T > 0) the tests run one row after another (each needs its row's
-        // softmax state, computed by every thread of the block), up to the first rejection.
-        for (sp_u32 j = soft ? kb : threadIdx.x; j < kb; j += blockDim.x) {
+        // With logits (T > 0) or a filter the tests run one row after another (each needs its
+        // row's state, computed by every thread of the block), up to the first rejection.
+        for (sp_u32 j = proc ? kb : threadIdx.x; j < kb; j += blockDim.x) {
             const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
-            const float pt = tbase[(sp_u64)j * tstride + x];
-            const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
+            const float pt = sp_rd(tbase, (sp_u64)j * tstride + x, tf);
+            const float pd = has_draft ? sp_rd(dbase, (sp_u64)j * dstride + x, df) : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
             if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd) && j < jr) jr = j;
         }
-        for (sp_u32 j = 0; soft && j < rows; ++j) {
-            st = sp_softmax_state(tbase + (sp_u64)j * tstride, vocab, temp, threadIdx.x,
-                                  blockDim.x, s_red);
+        for (sp_u32 j = 0; proc && j < rows; ++j) {
+            const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+            row_state(trow);
             if (j == kb) break; // all accepted: row kb's state for the plain race
             const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
-            const float pt = sp_soft_p(tbase[(sp_u64)j * tstride + x], st);
-            const float pd = has_draft ? dbase[(sp_u64)j * dstride + x] : 1.0f;
+            const float pt = X ? sp_proc_any(sp_rd(trow, x, tf), st) : sp_soft_p(trow[x], st);
+            const float pd = has_draft ? sp_rd(dbase, (sp_u64)j * dstride + x, df) : 1.0f;
             sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
             sp_philox(c, k0, k1);
             if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd)) {
@@ -1285,33 +1861,47 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             }
         }
         jr = ~(sp_u32)sp_block_reduce((sp_u64)(~jr), true, s_red);
-        const float* trow = tbase + (sp_u64)jr * tstride;
-        sp_u64 top;
-        sp_u32 id;
-        if (jr < kb) { // the residual race, and its fallback (the plain race) in the same launch
-            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + jr];
-            const float* drow = has_draft ? dbase + (sp_u64)jr * dstride : 0;
-            if (soft)
-                sp_race_part<true>(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first,
-                                   g_step, s_red, top, id, &st);
+        // With recovered tokens every row j < kb's residual race (slot j); the state of row jr
+        // (kept in st when proc) is recomputed after them for its plain race.
+        for (sp_u32 j = rec ? 0u : jr; rec ? j < kb : j == jr && j < kb; ++j) {
+            const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+            if (rec && proc) row_state(trow);
+            const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
+            const float* drow = has_draft ? sp_at(dbase, (sp_u64)j * dstride, df) : 0;
+            sp_u64 top;
+            sp_u32 id;
+            if (X)
+                sp_race_part_any(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, g_first,
+                                 g_step, s_red, top, id, st);
+            else if (soft)
+                sp_race_part<SP_P_SOFT>(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, g_first,
+                                        g_step, s_red, top, id, &st);
             else
-                sp_race_part(trow, drow, true, x, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                sp_race_part(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, g_first,
                              g_step, s_red, top, id);
+            const sp_u32 r = rec ? j : 0u;
             if (threadIdx.x == 0u) {
-                scr[base + sl] = top;
-                scr[base + nsl + sl] = id;
+                scr[base + 2u * r * nsl + sl] = top;
+                scr[base + (2u * r + 1u) * nsl + sl] = id;
             }
         }
         if (jr < rows) { // the plain race (not needed after all accepted with a bonus given)
-            if (soft)
-                sp_race_part<true>(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
-                                   g_step, s_red, top, id, &st);
+            const float* trow = sp_at(tbase, (sp_u64)jr * tstride, tf);
+            if (rec && proc && kb > 0u) row_state(trow);
+            sp_u64 top;
+            sp_u32 id;
+            if (X)
+                sp_race_part_any(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                                 g_step, s_red, top, id, st);
+            else if (soft)
+                sp_race_part<SP_P_SOFT>(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
+                                        g_step, s_red, top, id, &st);
             else
                 sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
                              g_step, s_red, top, id);
             if (threadIdx.x == 0u) {
-                scr[base + 2u * nsl + sl] = top;
-                scr[base + 3u * nsl + sl] = id;
+                scr[base + 2u * pr_slot * nsl + sl] = top;
+                scr[base + (2u * pr_slot + 1u) * nsl + sl] = id;
             }
         }
     }
@@ -1345,8 +1935,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     };
     if (meth == SP_METHOD_REJECTION) {
         acc = jr;
-        sp_u64 win = jr < kb ? race_winner(0u) : 0ull;
-        if (win == 0ull && jr < rows) win = race_winner(1u);
+        sp_u64 win = jr < kb ? race_winner(rec ? jr : 0u) : 0ull;
+        if (win == 0ull && jr < rows) win = race_winner(pr_slot);
         emitted = jr < rows ? (sp_u32)win : *bon; // 0 when none
     } else {
         bool rejected = false;
@@ -1357,8 +1947,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                 rejected = x != am;
                 if (rejected) emitted = am;
             } else {
-                const float pt = soft ? __uint_as_float((sp_u32)(parts[base + (2u * j + 1u) * nsl] >> 32))
-                                      : tbase[(sp_u64)j * tstride + x];
+                const float pt = proc ? __uint_as_float((sp_u32)(parts[base + (2u * j + 1u) * nsl] >> 32))
+                                      : sp_rd(tbase, (sp_u64)j * tstride + x, tf);
                 const float h = sp_entropy_of_sum(parts[1u + j]);
                 const float a = eps[b];
                 const float e = sp_exp(-h);
@@ -1375,6 +1965,33 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             emitted = meth == SP_METHOD_GREEDY ? sp_unpack_id(parts[1u + kb])
                                                  : (sp_u32)race_winner(kb);
         }
+    }
+    // Recovered tokens: greedy, row j's argmax; typical, row j's race; rejection, row j's
+    // residual race, else (no candidate) the plain race of row j: the first rejected row's is
+    // in its slot, another row's this block computes over the whole row (rare: the target is
+    // nowhere above the draft).
+    if (rec) {
+        sp_u32* const rv = in.recovered + sp_slot(lay, b, k_max);
+        for (sp_u32 j = 0; j < kb; ++j) {
+            sp_u32 r;
+            if (meth == SP_METHOD_GREEDY) {
+                r = sp_unpack_id(parts[1u + j]);
+            } else if (meth == SP_METHOD_TYPICAL) {
+                r = (sp_u32)race_winner(j);
+            } else {
+                sp_u64 win = race_winner(j);
+                if (win == 0ull && j == jr) win = race_winner(pr_slot);
+                if (win == 0ull && j != jr) {
+                    const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
+                    if (proc) row_state(trow);
+                    win = sp_race_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
+                }
+                r = (sp_u32)win;
+            }
+            if (threadIdx.x == 0u) rv[j] = r;
+        }
+        if (!lay.ragged)
+            for (sp_u32 j = kb + threadIdx.x; j < k_max; j += blockDim.x) rv[j] = SP_SENTINEL;
     }
     __syncthreads(); // every thread has read the parts: clear them for the next launch
     for (sp_u64 w = threadIdx.x; w < words; w += blockDim.x) scr[w] = 0ull;
@@ -1454,7 +2071,9 @@ specula_verify_split_logits(const sp_u32* __restrict__ shape, const sp_u32* __re
                             sp_u32* __restrict__ recovered) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
+    __shared__ sp_u64 s_hist[SP_HIST_WORDS];
     sp_inputs in;
+    in.hist = s_hist;
     in.methods = methods;
     in.top_k = top_k;
     in.top_p = top_p;

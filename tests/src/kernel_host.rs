@@ -14,8 +14,8 @@
 use specula_core::Counters;
 use specula_core::kernels;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Method, Outputs, Support, Verifier, VerifyError,
-    validate_with,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Support, Verifier,
+    VerifyError, validate_recovered, validate_with,
 };
 
 /// Which macro set the kernel text was compiled with.
@@ -761,19 +761,35 @@ fn to_u32(x: usize) -> Result<u32, KernelHostError> {
     u32::try_from(x).map_err(|_| KernelHostError::TooLarge)
 }
 
-impl<const K: usize> Verifier<K> for KernelHost<K> {
-    type Error = KernelHostError;
-
-    fn verify(
+impl<const K: usize> KernelHost<K> {
+    /// [`Verifier::verify`] that also writes vLLM's recovered tokens (one per draft slot, as
+    /// [`specula_core::verify::recovered_tokens`] lays them out) in the same launch, through
+    /// the logits entries' `recovered` output.
+    pub fn verify_recovered(
         &mut self,
         method: Method,
         check: Check,
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
+        recovered: &mut [u32],
+    ) -> Result<(), KernelHostError> {
+        validate_recovered::<K>(self.support(), method, check, batch, recovered)?;
+        self.launch_verify(method, check, batch, out, recovered.as_mut_ptr())
+    }
+
+    /// Validates `batch` and `out`, then launches: the ex entries for a batch with none of the
+    /// logits entries' inputs, the logits entries otherwise (or when `recovered` is not null).
+    fn launch_verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+        recovered: *mut u32,
     ) -> Result<(), KernelHostError> {
         validate_with::<K>(self.support(), method, check, batch, out)?;
         let b = batch.requests();
-        let shape =
+        let mut shape =
             kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;
         let eps: Vec<f32> = batch
             .eps
@@ -786,17 +802,45 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             .cu_num_draft_tokens
             .map_or(core::ptr::null(), <[u32]>::as_ptr);
         let bonus = batch.bonus.map_or(core::ptr::null(), <[u32]>::as_ptr);
-        let logits = batch.target_logits.zip(batch.temperature);
+        // Target logits, binary32 or half (the pointer then holds u16 elements).
+        let logits: *const f32 = match (batch.target_logits, batch.target_logits_half) {
+            (Some(l), _) => l.as_ptr(),
+            (None, Some(Half::Bf16(h))) => {
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16;
+                h.as_ptr().cast()
+            }
+            (None, Some(Half::F16(h))) => {
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16;
+                h.as_ptr().cast()
+            }
+            (None, None) => core::ptr::null(),
+        };
+        let draft_probs: *const f32 = match (batch.draft_probs, batch.draft_probs_half) {
+            (Some(d), _) => d.as_ptr(),
+            (None, Some(h)) => {
+                shape[kernels::SHAPE_DRAFT_STRIDE] = to_u32(batch.draft_stride)?;
+                let (flag, ptr) = match h {
+                    Half::Bf16(x) => (kernels::FLAG_DRAFT_BF16, x.as_ptr()),
+                    Half::F16(x) => (kernels::FLAG_DRAFT_F16, x.as_ptr()),
+                };
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS | flag;
+                ptr.cast()
+            }
+            (None, None) => core::ptr::null(),
+        };
+        let methods: Option<Vec<u32>> = batch
+            .methods
+            .map(|m| m.iter().map(|&m| kernels::method_code(m)).collect());
         let p = Params {
             shape: shape.as_ptr(),
             k: batch.k.as_ptr(),
             draft_ids: batch.draft_ids.as_ptr(),
-            draft_probs: batch.draft_probs.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            draft_probs,
             // The logits entry reads the logits instead (null, as it documents).
-            target_probs: if logits.is_some() {
-                core::ptr::null()
-            } else {
+            target_probs: if logits.is_null() {
                 batch.target_probs.as_ptr()
+            } else {
+                core::ptr::null()
             },
             seed: batch.seed.as_ptr(),
             offset: batch.offset.as_ptr(),
@@ -807,25 +851,37 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
             stats: core::ptr::null_mut(),
             scratch: core::ptr::null_mut(),
         };
-        let rc = if let Some((logits, temps)) = logits {
-            // SAFETY: as below; `validate` checked the logits against the target layout and
-            // the temperatures against B.
-            unsafe {
-                self.launch_raw_logits(
-                    to_u32(b)?,
-                    &shape,
-                    &p,
-                    cu,
-                    bonus,
-                    logits.as_ptr(),
-                    temps.as_ptr(),
-                )
-            }
-        } else {
+        let x = Inputs {
+            cu,
+            bonus,
+            logits,
+            temperature: batch.temperature.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            methods: methods
+                .as_deref()
+                .map_or(core::ptr::null(), <[u32]>::as_ptr),
+            top_k: batch.top_k.map_or(core::ptr::null(), <[u32]>::as_ptr),
+            top_p: batch.top_p.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            min_p: batch.min_p.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            recovered,
+        };
+        let plain = x.logits.is_null()
+            && x.methods.is_null()
+            && x.top_k.is_null()
+            && x.top_p.is_null()
+            && x.min_p.is_null()
+            && x.recovered.is_null()
+            && shape[kernels::SHAPE_FLAGS] & !kernels::FLAG_DRAFT_PROBS == 0;
+        let rc = if plain {
             // SAFETY: `validate` checked every slice length against the shape and the layout
             // (ids B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus
             // B, outputs B and B·(k_max+1)); grid = B.
             unsafe { self.launch_raw_ex(to_u32(b)?, &shape, &p, cu, bonus) }
+        } else {
+            // SAFETY: as above; `validate` also checked the logits (binary32 or half, in the
+            // target layout) and the half draft rows against the layout, the temperatures,
+            // methods and filter parameters against B; `recovered` is null or was checked
+            // against the draft slots by the caller (`validate_recovered`).
+            unsafe { self.launch_raw_inputs(to_u32(b)?, &shape, &p, &x) }
         };
         if rc != 0 {
             return Err(KernelHostError::BadBlock {
@@ -839,22 +895,31 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         }
         Ok(())
     }
+}
+
+impl<const K: usize> Verifier<K> for KernelHost<K> {
+    type Error = KernelHostError;
+
+    fn verify(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &mut Outputs<'_>,
+    ) -> Result<(), KernelHostError> {
+        self.launch_verify(method, check, batch, out, core::ptr::null_mut())
+    }
 
     fn totals(&mut self) -> Result<Counters<K>, KernelHostError> {
         kernels::counters_from_stats(&self.stats).ok_or(KernelHostError::TooLarge)
     }
 
-    /// The kernel text verifies `k = 0`, the ragged layout and caller-supplied bonus tokens
-    /// (through `specula_verify_ex` / `specula_verify_split_ex`) and f32 target logits with
-    /// per-request temperature (through `specula_verify_logits` /
-    /// `specula_verify_split_logits`); not the sampling filters, half-precision inputs or a
-    /// method per request.
+    /// Everything: `k = 0`, the ragged layout and caller-supplied bonus tokens (through
+    /// `specula_verify_ex` / `specula_verify_split_ex`), and target logits with per-request
+    /// temperature, bf16 / f16 inputs, per-request methods and sampling filters (through
+    /// `specula_verify_logits` / `specula_verify_split_logits`).
     fn support(&self) -> Support {
-        let mut s = Support::ALL;
-        s.filters = false;
-        s.half = false;
-        s.methods = false;
-        s
+        Support::ALL
     }
 }
 

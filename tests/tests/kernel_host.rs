@@ -689,8 +689,8 @@ fn logits_conformance_both_modes_both_entries() {
         0x106_1004,
         200,
     );
-    // What the kernel does not do (filters, half inputs, a method per request) is refused with
-    // the typed error, nothing counted; the rest matches the reference.
+    // Filters, half inputs and a method per request too (tests/tests/kernel_host_inputs.rs runs
+    // them on every host).
     c::sampling_inputs(
         || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
         0x5A3_1005,

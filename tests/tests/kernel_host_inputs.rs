@@ -1,0 +1,404 @@
+//! The engine inputs of the kernel text's logits entries (`specula_verify_logits`,
+//! `specula_verify_split_logits`), executed on the host in both macro forms and both entries,
+//! bit for bit against the Rust reference: bf16 / f16 target logits and draft probabilities,
+//! a method per request (mixed with temperature 0 = greedy), recovered tokens, and top-k /
+//! top-p / min-p. Plus the kernel's own guards on the raw device path (`ERR_PARAM`,
+//! `ERR_SHAPE` for half flags on a plain entry).
+
+use specula_core::Counters;
+use specula_core::kernels::{self, ERR_PARAM, ERR_SHAPE};
+use specula_core::verify::{
+    Batch, Check, Dims, Drafts, Half, HalfLogits, Logits, Method, RaggedDrafts, SENTINEL, Streams,
+    Strides, Verifier, draft_slots, recovered_tokens, verify_batch,
+};
+use specula_tests::conformance::{
+    self as c, Gen, K, METHODS, OutData, RandomSpec, random_batch, random_filters, to_bf16, to_f16,
+};
+use specula_tests::kernel_host::{Inputs, KernelHost, Mode, Params};
+
+/// One-block and split hosts in both macro forms.
+fn hosts() -> Vec<KernelHost<K>> {
+    vec![
+        KernelHost::new(Mode::Cuda, 64).unwrap(),
+        KernelHost::new(Mode::Hip, 64).unwrap(),
+        KernelHost::with_slices(Mode::Cuda, 32, 3).unwrap(),
+        KernelHost::with_slices(Mode::Hip, 64, 2).unwrap(),
+    ]
+}
+
+/// The conformance suite's sampling inputs (filters on probabilities and logits, binary32 /
+/// bf16 / f16 logits and drafts, temperatures mixing 0 and > 0, methods per request), bit for
+/// bit, on every host.
+#[test]
+fn sampling_inputs_match_the_reference_both_modes_both_entries() {
+    for (i, make) in [
+        || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
+        || KernelHost::<K>::new(Mode::Hip, 64).unwrap(),
+        || KernelHost::<K>::with_slices(Mode::Cuda, 32, 3).unwrap(),
+        || KernelHost::<K>::with_slices(Mode::Hip, 64, 2).unwrap(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c::sampling_inputs(make, 0x13_0000 + i as u64, 40);
+    }
+}
+
+/// Reference outputs, counters and recovered tokens of `batch`.
+fn reference(method: Method, batch: &Batch<'_>) -> (OutData, Counters<K>, Vec<u32>) {
+    let mut out = OutData::new(batch.requests(), batch.k_max);
+    let mut counters = Counters::<K>::ZERO;
+    verify_batch(method, Check::Cheap, batch, &mut out.view(), &mut counters).unwrap();
+    let mut rec = vec![0xDEAD_BEEF; draft_slots(batch)];
+    recovered_tokens::<K>(method, Check::Cheap, batch, &mut rec).unwrap();
+    (out, counters, rec)
+}
+
+/// Checks `host` against the reference on `batch`: outputs, counters, recovered tokens.
+fn check(host: &mut KernelHost<K>, method: Method, batch: &Batch<'_>, what: &str) {
+    let (want, wc, wrec) = reference(method, batch);
+    let before = host.totals().unwrap();
+    let mut got = OutData::new(batch.requests(), batch.k_max);
+    let mut rec = vec![0xDEAD_BEEF; draft_slots(batch)];
+    host.verify_recovered(method, Check::Cheap, batch, &mut got.view(), &mut rec)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mode = (host.mode(), host.slices());
+    assert_eq!(got, want, "{what} {method:?} {mode:?}: outputs");
+    assert_eq!(rec, wrec, "{what} {method:?} {mode:?}: recovered tokens");
+    assert_eq!(
+        host.totals().unwrap().delta_since(&before),
+        wc,
+        "{what} {method:?} {mode:?}: counters"
+    );
+    assert!(host.scratch_is_clear(), "{what}: split scratch left dirty");
+    assert_eq!(host.error_flags(), 0, "{what}");
+}
+
+/// Recovered tokens with every input combination the conformance suite draws (probabilities,
+/// binary32 / half logits, half drafts, filters, methods per request, the ragged layout is
+/// covered by `recovered_tokens_ragged`), every host.
+#[test]
+fn recovered_tokens_match_the_reference() {
+    let mut g = Gen(0x13_0EC0);
+    let mut hosts = hosts();
+    for i in 0..24 {
+        let spec = RandomSpec {
+            garbage: i % 3 == 0,
+            ..RandomSpec::default()
+        };
+        let (d, _) = random_batch(&mut g, spec);
+        let n = d.k.len();
+        let (top_k, top_p, min_p) = random_filters(&mut g, n, d.vocab);
+        let logits: Vec<f32> = d
+            .target_probs
+            .iter()
+            .map(|_| (8.0 * g.unit()).round() * 0.5 - 3.0)
+            .collect();
+        let temps: Vec<f32> = (0..n)
+            .map(|_| if g.chance(1, 4) { 0.0 } else { 0.3 + g.unit() })
+            .collect();
+        let lb = to_bf16(&logits);
+        let draft_f16 = d.draft_probs.as_ref().map(|p| to_f16(p));
+        let methods: Vec<Method> = (0..n).map(|_| METHODS[g.below(3)]).collect();
+        let mut batch = d.view();
+        match i % 3 {
+            0 => {}
+            1 => {
+                batch = batch.with_target_logits(Logits {
+                    values: &logits,
+                    temperature: &temps,
+                });
+            }
+            _ => {
+                batch = batch.with_target_logits_half(HalfLogits {
+                    values: Half::Bf16(&lb),
+                    temperature: &temps,
+                });
+            }
+        }
+        if let Some(h) = &draft_f16
+            && g.chance(1, 2)
+        {
+            batch = batch.with_draft_probs_half(Half::F16(h));
+        }
+        if g.chance(1, 2) {
+            batch = batch.with_top_k(&top_k);
+        }
+        if g.chance(1, 2) {
+            batch = batch.with_top_p(&top_p);
+        }
+        if g.chance(1, 3) {
+            batch = batch.with_min_p(&min_p);
+        }
+        if g.chance(1, 2) {
+            batch = batch.with_methods(&methods);
+        }
+        for method in METHODS {
+            for h in &mut hosts {
+                check(h, method, &batch, &format!("batch {i}"));
+            }
+        }
+    }
+}
+
+/// Recovered tokens in the ragged layout (one value per draft token, `cu[b−1] + j`), with
+/// bonus tokens and a request with `k = 0`.
+#[test]
+fn recovered_tokens_ragged() {
+    let (vocab, b) = (37usize, 3usize);
+    let cu = [2u32, 2, 5];
+    let mut g = Gen(0x13_4A66);
+    let rows = 5;
+    let mut target = vec![0.0f32; rows * vocab];
+    for r in target.chunks_exact_mut(vocab) {
+        for x in r.iter_mut() {
+            *x = g.unit();
+        }
+    }
+    let ids: Vec<u32> = (0..5).map(|_| g.below(vocab) as u32).collect();
+    let temps = [0.8f32, 0.0, 1.1];
+    let bonus = [1u32, 2, 3];
+    let seed = [5u64, 6, 7];
+    let offset = [0u64, 1, 2];
+    let top_k = [3u32, 0, 7];
+    let batch = Batch::ragged(
+        vocab,
+        RaggedDrafts {
+            cu_num_draft_tokens: &cu,
+            ids: &ids,
+        },
+        &[],
+        Streams {
+            seed: &seed,
+            offset: &offset,
+        },
+    )
+    .with_bonus(&bonus)
+    .with_target_logits(Logits {
+        values: &target,
+        temperature: &temps,
+    })
+    .with_top_k(&top_k);
+    assert_eq!(batch.requests(), b);
+    for method in METHODS {
+        for h in &mut hosts() {
+            check(h, method, &batch, "ragged");
+        }
+    }
+}
+
+/// Realistic vocabularies (V = 32 000 with bf16 logits and f16 drafts, V = 151 936 with f16
+/// logits), every method, filters on, a method per request, recovered tokens: one-block and
+/// split entries (CUDA macros; the HIP form runs the same text on the small batches above).
+#[test]
+fn large_vocabulary_inputs_match() {
+    for (vocab, half_drafts) in [(32_000usize, true), (151_936, false)] {
+        let mut g = Gen(vocab as u64 ^ 0x13);
+        let (k_max, b) = (2usize, 3usize);
+        let logits: Vec<f32> = (0..b * (k_max + 1) * vocab)
+            .map(|_| 14.0 * g.unit() - 10.0)
+            .collect();
+        let (lb, lh) = (to_bf16(&logits), to_f16(&logits));
+        let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(vocab) as u32).collect();
+        let mut draft = vec![0.0f32; b * k_max * vocab];
+        for r in draft.chunks_exact_mut(vocab) {
+            let peak = g.below(vocab);
+            for (i, x) in r.iter_mut().enumerate() {
+                *x = if i == peak {
+                    0.5
+                } else {
+                    0.5 / (vocab - 1) as f32
+                };
+            }
+        }
+        let dh = to_f16(&draft);
+        let k = [2u32, 1, 2];
+        let temps = [0.7f32, 1.0, 0.0];
+        let top_k = [50u32, 0, 5];
+        let top_p = [0.9f32, 0.5, 1.0];
+        let min_p = [0.0f32, 0.05, 0.1];
+        let methods = [Method::Rejection, Method::Typical, Method::Greedy];
+        let seed = [1u64, 2, 3];
+        let offset = [9u64, 8, 7];
+        let mut batch = Batch::dense(
+            Dims { vocab, k_max },
+            Drafts { k: &k, ids: &ids },
+            &[],
+            Streams {
+                seed: &seed,
+                offset: &offset,
+            },
+        )
+        .with_strides(Strides {
+            draft: vocab,
+            target: vocab,
+        })
+        .with_target_logits_half(HalfLogits {
+            values: if half_drafts {
+                Half::Bf16(&lb)
+            } else {
+                Half::F16(&lh)
+            },
+            temperature: &temps,
+        })
+        .with_top_k(&top_k)
+        .with_top_p(&top_p)
+        .with_min_p(&min_p);
+        if half_drafts {
+            batch = batch.with_draft_probs_half(Half::F16(&dh));
+        } else {
+            batch.draft_probs = Some(&draft);
+        }
+        for (mi, method) in METHODS.into_iter().enumerate() {
+            let b2 = if mi == 0 {
+                batch.with_methods(&methods)
+            } else {
+                batch
+            };
+            for slices in [1u32, 3] {
+                let mut h = KernelHost::<K>::with_slices(Mode::Cuda, 128, slices).unwrap();
+                check(&mut h, method, &b2, &format!("V={vocab}"));
+            }
+        }
+    }
+}
+
+/// The kernel's own guards on raw launches: a method code above 2, top-p outside (0, 1] and
+/// min-p outside [0, 1] (NaN included) skip their request with ERR_PARAM (sentinels, recovered
+/// sentinels, not counted), the neighbours run; half-precision flags on a plain entry, or both
+/// half flags of one tensor on the logits entry, refuse the launch with ERR_SHAPE.
+#[test]
+fn raw_launch_guards() {
+    for (mode, slices) in [
+        (Mode::Cuda, 1),
+        (Mode::Hip, 1),
+        (Mode::Cuda, 3),
+        (Mode::Hip, 2),
+    ] {
+        let (vocab, k_max, b) = (8u32, 2u32, 5usize);
+        let mut target = vec![0.0f32; b * 3 * vocab as usize];
+        for r in target.chunks_exact_mut(vocab as usize) {
+            r[3] = 1.0;
+        }
+        let k = [2u32; 5];
+        let ids = [3u32; 10];
+        let methods = [1u32, 3, 1, 1, 1];
+        let top_p = [1.0f32, 1.0, 0.0, f32::NAN, 0.5];
+        let min_p = [0.0f32, 0.0, 0.0, 0.0, 1.5];
+        let (seed, offset) = ([1u64; 5], [0u64; 5]);
+        let mut accepted = [7u32; 5];
+        let mut tokens = [7u32; 15];
+        let mut rec = [7u32; 10];
+        let shape = kernels::shape_words(5, k_max, vocab, None, vocab, 0, K as u32);
+        let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
+        let p = Params {
+            k: k.as_ptr(),
+            draft_ids: ids.as_ptr(),
+            target_probs: target.as_ptr(),
+            seed: seed.as_ptr(),
+            offset: offset.as_ptr(),
+            accepted: accepted.as_mut_ptr(),
+            tokens: tokens.as_mut_ptr(),
+            ..Params::default()
+        };
+        let x = Inputs {
+            methods: methods.as_ptr(),
+            top_p: top_p.as_ptr(),
+            min_p: min_p.as_ptr(),
+            recovered: rec.as_mut_ptr(),
+            ..Inputs::default()
+        };
+        // SAFETY: every pointer holds the B = 5 values (ids, recovered B·k_max, target
+        // B·(k_max+1) rows of V, tokens B·(k_max+1)) the padded shape implies.
+        let rc = unsafe { host.launch_raw_inputs(5, &shape, &p, &x) };
+        assert_eq!(rc, 0);
+        assert_eq!(host.error_flags(), ERR_PARAM, "{mode:?} {slices}");
+        assert!(host.scratch_is_clear());
+        // Request 0 (greedy): both drafts are the argmax 3, then the bonus 3.
+        assert_eq!(accepted, [2, SENTINEL, SENTINEL, SENTINEL, SENTINEL]);
+        assert_eq!(&tokens[..3], &[3, 3, 3]);
+        assert!(tokens[3..].iter().all(|&t| t == SENTINEL));
+        assert_eq!(&rec[..2], &[3, 3]);
+        assert!(rec[2..].iter().all(|&t| t == SENTINEL));
+        let mut want = Counters::<K>::ZERO;
+        want.record(2, 2).unwrap();
+        assert_eq!(host.totals().unwrap(), want);
+
+        // Half flags: refused by a plain entry, and both of a pair by the logits entry.
+        for (flags, logits_entry) in [
+            (kernels::FLAG_TARGET_BF16, false),
+            (kernels::FLAG_TARGET_BF16 | kernels::FLAG_TARGET_F16, true),
+            (
+                kernels::FLAG_DRAFT_PROBS | kernels::FLAG_DRAFT_BF16 | kernels::FLAG_DRAFT_F16,
+                true,
+            ),
+        ] {
+            let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
+            let mut sh = shape;
+            sh[kernels::SHAPE_FLAGS] = flags;
+            sh[kernels::SHAPE_DRAFT_STRIDE] = vocab;
+            let none = Inputs::default();
+            // SAFETY: as above; the launch refuses the shape before reading anything else
+            // (draft_probs points at the target, long enough for the draft extent).
+            let rc = unsafe {
+                let q = Params {
+                    draft_probs: target.as_ptr(),
+                    ..p
+                };
+                if logits_entry {
+                    host.launch_raw_inputs(5, &sh, &q, &none)
+                } else {
+                    host.launch_raw_ex(5, &sh, &q, core::ptr::null(), core::ptr::null())
+                }
+            };
+            assert_eq!(rc, 0);
+            assert_eq!(host.error_flags(), ERR_SHAPE, "flags {flags:#x}");
+            assert!(host.totals().unwrap().is_zero());
+        }
+    }
+}
+
+/// Sanity of the inputs themselves: the outputs are not all one method's (the mixed-method and
+/// filter cases exercise acceptance and rejection).
+#[test]
+fn mixed_methods_differ_from_a_single_method() {
+    let mut g = Gen(0x13_3E7D);
+    let vocab = 64usize;
+    let (b, k_max) = (6usize, 3usize);
+    let mut target = vec![0.0f32; b * (k_max + 1) * vocab];
+    for r in target.chunks_exact_mut(vocab) {
+        for x in r.iter_mut() {
+            *x = g.unit() * g.unit();
+        }
+        let s: f32 = r.iter().sum();
+        r.iter_mut().for_each(|x| *x /= s);
+    }
+    let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(vocab) as u32).collect();
+    let k = [3u32; 6];
+    let (seed, offset) = ([3u64; 6], [4u64; 6]);
+    let methods = [
+        Method::Greedy,
+        Method::Rejection,
+        Method::Typical,
+        Method::Greedy,
+        Method::Rejection,
+        Method::Typical,
+    ];
+    let batch = Batch::dense(
+        Dims { vocab, k_max },
+        Drafts { k: &k, ids: &ids },
+        &target,
+        Streams {
+            seed: &seed,
+            offset: &offset,
+        },
+    )
+    .with_methods(&methods);
+    let mut h = KernelHost::<K>::new(Mode::Cuda, 64).unwrap();
+    check(&mut h, Method::Rejection, &batch, "mixed");
+    let (mixed, _, _) = reference(Method::Rejection, &batch);
+    let mut plain = batch;
+    plain.methods = None;
+    let (single, _, _) = reference(Method::Greedy, &plain);
+    assert_ne!(mixed, single);
+}
