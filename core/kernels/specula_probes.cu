@@ -56,21 +56,22 @@ specula_probe_accept(const float* __restrict__ pt, const float* __restrict__ pd,
 // The softmax's maximum pass over a logit row (target logits, T > 0).
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_softmax_max(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
-                          sp_u32* __restrict__ out) {
+                          sp_u32 fmt, sp_u32* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    const sp_u32 key = sp_softmax_max_part(rows + (sp_u64)blockIdx.x * stride, vocab, t,
-                                           threadIdx.x, blockDim.x, s_red);
+    // The logits entries' code: the row's format chosen at run time (binary32 path measured).
+    const sp_u32 key = sp_softmax_max_part<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, t,
+                                                      threadIdx.x, blockDim.x, s_red, fmt);
     if (threadIdx.x == 0u) out[blockIdx.x] = key;
 }
 
 // The softmax's exact-sum pass over a logit row.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_softmax_sum(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
-                          float m, double* __restrict__ out) {
+                          float m, sp_u32 fmt, double* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     sp_u64 h, l;
-    sp_softmax_sum_part(rows + (sp_u64)blockIdx.x * stride, vocab, t, m, threadIdx.x, blockDim.x,
-                        s_red, h, l);
+    sp_softmax_sum_part<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, t, m, threadIdx.x,
+                                   blockDim.x, s_red, h, l, fmt);
     if (threadIdx.x == 0u) out[blockIdx.x] = sp_soft_sum(h, l);
 }
 
@@ -78,14 +79,106 @@ specula_probe_softmax_sum(const float* __restrict__ rows, sp_u32 vocab, sp_u32 s
 // and the bonus token with target logits).
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_race_logits(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
-                          float m, double s, sp_u64 seed, sp_u64 offset, sp_u64* __restrict__ out) {
+                          float m, double s, sp_u32 fmt, sp_u64 seed, sp_u64 offset,
+                          sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     sp_soft st;
     st.t = t;
     st.m = m;
     st.s = s;
-    const sp_u64 w = sp_race<true>(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
+    st.theta = 0u;
+    st.kind = SP_P_SOFT;
+    st.tf = fmt;
+    st.df = SP_FMT_F32;
+    const sp_u64 w = sp_race<SP_P_SOFT, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
                                    (sp_u32)seed, (sp_u32)(seed >> 32), (sp_u32)offset,
                                    (sp_u32)(offset >> 32), s_red, &st);
     if (threadIdx.x == 0u) out[blockIdx.x] = w;
+}
+
+// ---- the logits entries' new passes (engine inputs, issue 13)
+
+// The softmax's exact-sum pass over a bf16 logit row (the half path alone: format fixed).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_softmax_sum_bf16(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride,
+                               float t, float m, double* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_u64 h, l;
+    sp_softmax_sum_part<SP_FMT_BF16>(sp_at(rows, (sp_u64)blockIdx.x * stride, SP_FMT_BF16), vocab,
+                                     t, m, threadIdx.x, blockDim.x, s_red, h, l);
+    if (threadIdx.x == 0u) out[blockIdx.x] = sp_soft_sum(h, l);
+}
+
+// The race over an f16 logit row's probabilities (the half path alone).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_race_logits_f16(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride,
+                              float t, float m, double s, sp_u64 seed, sp_u64 offset,
+                              sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_soft st;
+    st.t = t;
+    st.m = m;
+    st.s = s;
+    st.theta = 0u;
+    st.kind = SP_P_SOFT;
+    st.tf = SP_FMT_F16;
+    st.df = SP_FMT_F16;
+    const sp_u64 w = sp_race<SP_P_SOFT, SP_FMT_F16>(sp_at(rows, (sp_u64)blockIdx.x * stride, SP_FMT_F16),
+                                                    0, false, 0u, vocab, 1u, (sp_u32)seed,
+                                                    (sp_u32)(seed >> 32), (sp_u32)offset,
+                                                    (sp_u32)(offset >> 32), s_red, &st);
+    if (threadIdx.x == 0u) out[blockIdx.x] = w;
+}
+
+// The race over a filtered logit row (top-k / top-p / min-p threshold theta, kept mass s).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                       float m, double s, sp_u32 theta, sp_u32 fmt, sp_u64 seed, sp_u64 offset,
+                       sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    sp_soft st;
+    st.t = t;
+    st.m = m;
+    st.s = s;
+    st.theta = theta;
+    st.kind = SP_P_SOFT_CUT;
+    st.tf = fmt;
+    st.df = SP_FMT_F32;
+    const sp_u64 w = sp_race<SP_P_SOFT_CUT, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false,
+                                                       0u, vocab, 1u, (sp_u32)seed,
+                                                       (sp_u32)(seed >> 32), (sp_u32)offset,
+                                                       (sp_u32)(offset >> 32), s_red, &st);
+    if (threadIdx.x == 0u) out[blockIdx.x] = w;
+}
+
+// One histogram pass of the filters' radix descent: counts (top-k), or masses (top-p), by key
+// digit, of a logit row's softmax weights.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_filter_count(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                           float m, sp_u32 fmt, sp_u32 prefix, sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u64 s_hist[SP_HIST_WORDS];
+    sp_soft st;
+    st.t = t;
+    st.m = m;
+    st.tf = fmt;
+    sp_u64 o[4];
+    sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_COUNT, 1u,
+                              prefix, 0u, s_hist, s_red, o);
+    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & 1023u];
+}
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_filter_mass(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                          float m, sp_u32 fmt, sp_u32 prefix, sp_u32 floor_,
+                          sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u64 s_hist[SP_HIST_WORDS];
+    sp_soft st;
+    st.t = t;
+    st.m = m;
+    st.tf = fmt;
+    sp_u64 o[4];
+    sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_MASS_HIST,
+                              1u, prefix, floor_, s_hist, s_red, o);
+    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & 1023u];
 }
