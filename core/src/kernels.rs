@@ -241,9 +241,8 @@ pub const ERR_TOKEN: u64 = 4;
 pub const ERR_TREE: u64 = 8;
 /// Error flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`]): some request had a
 /// per-request input the kernel refuses (a method code above 2, `top_p` outside `(0, 1]`,
-/// `min_p` outside `[0, 1]`, NaN included); it was skipped, not counted, sentinel outputs.
-/// (While the text does not implement an input yet, a request given it is skipped with this
-/// bit too: never wrong bits.)
+/// `min_p` outside `[0, 1]`, NaN included); it was skipped, not counted, sentinel outputs
+/// (and sentinel recovered tokens).
 pub const ERR_PARAM: u64 = 16;
 
 /// The kernel's method code.
