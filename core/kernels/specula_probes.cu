@@ -144,7 +144,8 @@ specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stri
     st.kind = SP_P_SOFT_CUT;
     st.tf = fmt;
     st.df = SP_FMT_F32;
-    const sp_u64 w = sp_race<SP_P_SOFT_CUT, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false,
+    // SP_P_ANY: the instantiation the logits entries run for every row kind but SP_P_SOFT.
+    const sp_u64 w = sp_race<SP_P_ANY, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false,
                                                        0u, vocab, 1u, (sp_u32)seed,
                                                        (sp_u32)(seed >> 32), (sp_u32)offset,
                                                        (sp_u32)(offset >> 32), s_red, &st);
@@ -152,7 +153,9 @@ specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stri
 }
 
 // One histogram pass of the filters' radix descent: counts (top-k), or masses (top-p), by key
-// digit, of a logit row's softmax weights.
+// digit, of a logit row's softmax weights. sp_filter_pass is compiled once (SP_NOINLINE, the
+// mode chosen at run time) and these probes call it: both report the same function's loop, the
+// longest path through it (the mass histogram's), as the logits entries run it.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_filter_count(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
                            float m, sp_u32 fmt, sp_u32 prefix, sp_u64* __restrict__ out) {

@@ -346,7 +346,7 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
                 sp_soft st;
                 if (soft) {
                     st = row_state(prow);
-                    h = sp_entropy<true>(prow, vocab, s_red, &st);
+                    h = sp_entropy<SP_P_SOFT>(prow, vocab, s_red, &st);
                 } else {
                     h = sp_entropy(prow, vocab, s_red);
                 }
@@ -397,7 +397,7 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
         sp_u64 win;
         if (soft) {
             const sp_soft st = row_state(SP_TROW(best));
-            win = sp_race<true>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red, &st);
+            win = sp_race<SP_P_SOFT>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red, &st);
         } else {
             win = sp_race(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red);
         }
@@ -423,12 +423,12 @@ specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__
             const sp_soft* const st = soft ? &st_u : 0;
             // The plain race over p_u (no candidate: 0).
             auto plain_race = [&]() {
-                return soft ? sp_race<true>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red, st)
+                return soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red, st)
                             : sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
             };
             sp_u32 next = SP_SENTINEL; // the accepted child, or none
             if (meth == SP_METHOD_GREEDY) {
-                const sp_u32 am = soft ? sp_argmax<true>(trow, vocab, s_red, st)
+                const sp_u32 am = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, st)
                                        : sp_argmax(trow, vocab, s_red);
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
                     if (s_tried[r] == am) next = s_kids[r];

@@ -79,6 +79,13 @@ typedef unsigned long long sp_u64;
 typedef long long sp_i64;
 
 // Shape words (device memory, 8 x u32).
+// A device function compiled once and called (not inlined at every call site): the logits
+// entries' row passes, each instantiated for every row kind and format (sp_*_any), would
+// otherwise be copied into every call site, and ptxas time grows with the copies (134 s and 3 GB
+// for one entry on sm_90 before this). The host shim defines it as nothing.
+#ifndef SP_NOINLINE
+#define SP_NOINLINE __noinline__
+#endif
 #define SP_SHAPE_BATCH 0
 #define SP_SHAPE_K_MAX 1
 #define SP_SHAPE_VOCAB 2
@@ -324,25 +331,33 @@ __device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
 #define SP_P_SOFT 1u
 #define SP_P_SOFT_CUT 2u
 #define SP_P_CUT 3u
-#define SP_LG(P) ((P) == SP_P_SOFT || (P) == SP_P_SOFT_CUT)
+// SP_P_ANY: the kind read from the row's state at run time (st.kind, one of the four above).
+// The logits entries instantiate each pass twice only, SP_P_SOFT (logits at T > 0 without a
+// filter, the common case, the code the filters predate) and SP_P_ANY (every other kind): one
+// instantiation per kind multiplied the passes' code and ptxas time (DETERMINISM.md's numerics
+// are the same either way: SP_P_ANY runs the same operations as the kind's own code).
+#define SP_P_ANY 4u
+// Whether the row holds logits at T > 0 (its pad past the row's end is -inf, e = 0).
+template <sp_u32 P>
+__device__ __forceinline__ bool sp_lg(const sp_soft* st) {
+    return P == SP_P_ANY ? (st->kind == SP_P_SOFT || st->kind == SP_P_SOFT_CUT)
+                         : (P == SP_P_SOFT || P == SP_P_SOFT_CUT);
+}
 __device__ __forceinline__ sp_u32 sp_wkey(float w) { return w > 0.0f ? __float_as_uint(w) : 0u; }
 template <sp_u32 P>
 __device__ __forceinline__ float sp_proc(float x, const sp_soft& st) {
     if (P == SP_P_RAW) return x;
     if (P == SP_P_SOFT) return sp_soft_p(x, st);
-    const float w = P == SP_P_SOFT_CUT ? sp_soft_e(x, st.t, st.m) : x;
-    const bool cut = (P == SP_P_SOFT_CUT ? __float_as_uint(w) : sp_wkey(w)) < st.theta;
+    const sp_u32 kind = P == SP_P_ANY ? st.kind : P;
+    if (kind == SP_P_RAW) return x;
+    const bool lg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT;
+    const float w = lg ? sp_soft_e(x, st.t, st.m) : x;
+    // SP_P_SOFT's theta is 0: nothing is cut, and e / S is sp_soft_p's value.
+    const bool cut = (lg ? __float_as_uint(w) : sp_wkey(w)) < st.theta;
     return cut || st.s == 0.0 ? 0.0f : (float)((double)w / st.s);
 }
 // sp_proc with the kind chosen at run time (single values: the acceptance tests).
-__device__ __forceinline__ float sp_proc_any(float x, const sp_soft& st) {
-    switch (st.kind) {
-    case SP_P_SOFT: return sp_proc<SP_P_SOFT>(x, st);
-    case SP_P_SOFT_CUT: return sp_proc<SP_P_SOFT_CUT>(x, st);
-    case SP_P_CUT: return sp_proc<SP_P_CUT>(x, st);
-    default: return x;
-    }
-}
+__device__ __forceinline__ float sp_proc_any(float x, const sp_soft& st) { return sp_proc<SP_P_ANY>(x, st); }
 // The order key of z for the maximum (unsigned order = float order; NaN as -inf; -0 as +0, the
 // sign of a zero maximum changes nothing) and back.
 __device__ __forceinline__ sp_u32 sp_max_key(float z) {
@@ -745,7 +760,7 @@ __device__ sp_u64 sp_argmax_packed(const float* row, sp_u32 vocab, sp_u32 g_firs
         float w[SP_UNROLL_ARGMAX][4];
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_ARGMAX; ++u) // every load first, then the compares
-            sp_load4_fmt(row, (g0 + u * g_step) * 4u, vocab, vec, SP_LG(P) ? SP_NEG_INF : sp_f(0x7FC00000u),
+            sp_load4_fmt(row, (g0 + u * g_step) * 4u, vocab, vec, sp_lg<P>(st) ? SP_NEG_INF : sp_f(0x7FC00000u),
                          w[u], fmt);
         sp_soft_tile<P, SP_UNROLL_ARGMAX>(w, st);
         SP_UNROLLED
@@ -858,7 +873,7 @@ __device__ sp_u64 sp_entropy_sum(const float* row, sp_u32 vocab, sp_u32 g_first,
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float ws[SP_UNROLL_ENTROPY][4];
         // Every load first, then the terms; past the end: 0.
-        sp_load_tile<SP_UNROLL_ENTROPY, FX>(row, g0, g_step, vocab, full, SP_LG(P) ? SP_NEG_INF : 0.0f,
+        sp_load_tile<SP_UNROLL_ENTROPY, FX>(row, g0, g_step, vocab, full, sp_lg<P>(st) ? SP_NEG_INF : 0.0f,
                                             ws, fmt);
         sp_soft_tile<P, SP_UNROLL_ENTROPY>(ws, st);
         SP_UNROLLED
@@ -956,10 +971,10 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
         // Every load first, then the draws; past the end: 0, never a candidate.
         if (ROW) {
             sp_load_tile2<SP_UNROLL_RACE, FX>(trow, drow, g0, g_step, vocab, full,
-                                              SP_LG(P) ? SP_NEG_INF : 0.0f, t, d, tf, df);
+                                              sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, d, tf, df);
         } else {
             sp_load_tile<SP_UNROLL_RACE, FX>(trow, g0, g_step, vocab, full,
-                                             SP_LG(P) ? SP_NEG_INF : 0.0f, t, tf);
+                                             sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, tf);
             SP_UNROLLED
             for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
                 const sp_u32 v0 = (g0 + u * g_step) * 4u;
@@ -1018,46 +1033,29 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
 // specula_verify_split_logits only (sp_verify_body<true>, sp_verify_split_body<true>).
 
 // The passes with the row's processing (st.kind) and formats chosen at run time.
-__device__ __forceinline__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
+SP_NOINLINE __device__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                 sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
-    switch (st.kind) {
-    case SP_P_SOFT: return sp_argmax_packed<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    case SP_P_SOFT_CUT: return sp_argmax_packed<SP_P_SOFT_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    case SP_P_CUT: return sp_argmax_packed<SP_P_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    default: return sp_argmax_packed<SP_P_RAW, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    }
+    if (st.kind == SP_P_SOFT)
+        return sp_argmax_packed<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    return sp_argmax_packed<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
 }
-__device__ __forceinline__ sp_u64 sp_entropy_any(const float* row, sp_u32 vocab, sp_u32 g_first,
+SP_NOINLINE __device__ sp_u64 sp_entropy_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                  sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
-    switch (st.kind) {
-    case SP_P_SOFT: return sp_entropy_sum<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    case SP_P_SOFT_CUT: return sp_entropy_sum<SP_P_SOFT_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    case SP_P_CUT: return sp_entropy_sum<SP_P_CUT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    default: return sp_entropy_sum<SP_P_RAW, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
-    }
+    if (st.kind == SP_P_SOFT)
+        return sp_entropy_sum<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    return sp_entropy_sum<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
 }
-__device__ __forceinline__ void sp_race_part_any(const float* trow, const float* drow, bool residual,
+SP_NOINLINE __device__ void sp_race_part_any(const float* trow, const float* drow, bool residual,
                                                  sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                                  sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
                                                  sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
                                                  sp_u64& top, sp_u32& id, const sp_soft& st) {
-    switch (st.kind) {
-    case SP_P_SOFT:
+    if (st.kind == SP_P_SOFT)
         sp_race_part<SP_P_SOFT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
                                            off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
-        break;
-    case SP_P_SOFT_CUT:
-        sp_race_part<SP_P_SOFT_CUT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                               off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
-        break;
-    case SP_P_CUT:
-        sp_race_part<SP_P_CUT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+    else
+        sp_race_part<SP_P_ANY, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
                                           off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
-        break;
-    default:
-        sp_race_part<SP_P_RAW, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                          off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
-    }
 }
 // The whole race in one block (as sp_race): (1 << 32) | winner, or 0.
 __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* drow, bool residual,
@@ -1138,7 +1136,7 @@ __device__ __forceinline__ void sp_fix_limbs(float w, sp_u32 l[4]) {
 #define SP_FP_MASS_HIST 2u
 #define SP_FP_MASS 3u
 template <sp_u32 FX>
-__device__ void sp_filter_pass(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
+SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
                                sp_u32 mode, sp_u32 level, sp_u32 prefix, sp_u32 floor_,
                                sp_u64* hist, sp_u64* s_red, sp_u64 out[4]) {
     const sp_u32 fmt = FX == SP_FX_ANY ? st.tf : FX;
@@ -1261,7 +1259,7 @@ __device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bo
 // threshold and kept mass; probabilities with a filter, the threshold and kept mass
 // (SP_P_CUT); otherwise the stored values (SP_P_RAW). lg: logits at T = t > 0.
 template <sp_u32 FX>
-__device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool lg, float t, sp_u32 topk,
+SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool lg, float t, sp_u32 topk,
                                 float topp, float minp, sp_u32 tf, sp_u32 df, sp_u64* hist,
                                 sp_u64* s_red) {
     sp_soft st;

@@ -123,6 +123,7 @@ int launch(unsigned int grid, unsigned int block, F&& kernel) {
 #define __global__
 #define __device__ static
 #define __forceinline__ inline
+#define SP_NOINLINE
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
