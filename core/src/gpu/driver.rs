@@ -114,13 +114,21 @@ pub struct Inputs {
     pub bonus: bool,
     /// Target logits with per-request temperature.
     pub logits: bool,
+    /// A method per request (`methods`).
+    pub methods: bool,
+    /// Per-request top-k.
+    pub top_k: bool,
+    /// Per-request top-p.
+    pub top_p: bool,
+    /// Per-request min-p.
+    pub min_p: bool,
 }
 
 impl Inputs {
     /// The entry family these inputs need: the plain one when none of the later inputs is set.
     #[must_use]
     pub const fn family(self) -> Family {
-        if self.logits {
+        if self.logits || self.methods || self.top_k || self.top_p || self.min_p {
             Family::Logits
         } else if self.ragged || self.bonus {
             Family::Ex
@@ -174,6 +182,15 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// Per-request temperature of the logits (B values; `0`: greedy on the logits). Only with
     /// [`target_logits`](Self::target_logits).
     pub temperature: Option<View<'a, D, f32>>,
+    /// Per-request method codes ([`method_code`](crate::kernels::method_code), B values),
+    /// overriding the shape word's method: the logits entries. `None`: the shape word's.
+    pub methods: Option<View<'a, D, u32>>,
+    /// Per-request top-k (B values; `0`: off): the logits entries. `None`: off.
+    pub top_k: Option<View<'a, D, u32>>,
+    /// Per-request top-p (B values in `(0, 1]`; `1`: off): the logits entries. `None`: off.
+    pub top_p: Option<View<'a, D, f32>>,
+    /// Per-request min-p (B values in `[0, 1]`; `0`: off): the logits entries. `None`: off.
+    pub min_p: Option<View<'a, D, f32>>,
 }
 
 impl<D: Driver> VerifyArgs<'_, D> {
@@ -185,6 +202,10 @@ impl<D: Driver> VerifyArgs<'_, D> {
             ragged: self.cu_num_draft_tokens.is_some(),
             bonus: self.bonus.is_some(),
             logits: self.target_logits.is_some(),
+            methods: self.methods.is_some(),
+            top_k: self.top_k.is_some(),
+            top_p: self.top_p.is_some(),
+            min_p: self.min_p.is_some(),
         }
     }
 }
@@ -265,12 +286,11 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             ptr(a.bonus),
             ptr(a.target_logits),
             ptr(a.temperature),
-            // methods, top_k, top_p, min_p, recovered: not wired yet (null: the shape word's
-            // method, no filters, no recovered output).
-            None,
-            None,
-            None,
-            None,
+            ptr(a.methods),
+            ptr(a.top_k),
+            ptr(a.top_p),
+            ptr(a.min_p),
+            // recovered: not wired yet (null: no recovered output).
             None,
         ];
         Trailing {

@@ -8,7 +8,7 @@ use crate::kernels;
 use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, validate_inputs_with};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 15;
+const SLOTS: usize = 19;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -24,8 +24,12 @@ const CU: usize = 11;
 const BONUS: usize = 12;
 const TLOGITS: usize = 13;
 const TEMP: usize = 14;
+const METHODS: usize = 15;
+const TOP_K: usize = 16;
+const TOP_P: usize = 17;
+const MIN_P: usize = 18;
 /// The buffers of the optional inputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 4] = [CU, BONUS, TLOGITS, TEMP];
+const OPTIONAL: [usize; 8] = [CU, BONUS, TLOGITS, TEMP, METHODS, TOP_K, TOP_P, MIN_P];
 
 /// The byte sizes a batch needs in each buffer.
 fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
@@ -49,6 +53,10 @@ fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
         w4(batch.bonus.map_or(0, <[u32]>::len))?,
         w4(batch.target_logits.map_or(0, <[f32]>::len))?,
         w4(batch.temperature.map_or(0, <[f32]>::len))?,
+        w4(batch.methods.map_or(0, <[Method]>::len))?,
+        w4(batch.top_k.map_or(0, <[u32]>::len))?,
+        w4(batch.top_p.map_or(0, <[f32]>::len))?,
+        w4(batch.min_p.map_or(0, <[f32]>::len))?,
     ])
 }
 
@@ -144,6 +152,13 @@ impl<D: Driver> Staging<D> {
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
             target_logits: optional(drv, stream, bufs[TLOGITS], batch.target_logits)?,
             temperature: optional(drv, stream, bufs[TEMP], batch.temperature)?,
+            methods: match batch.methods {
+                Some(m) => Some(methods(drv, stream, buf(METHODS)?, m)?),
+                None => None,
+            },
+            top_k: optional(drv, stream, bufs[TOP_K], batch.top_k)?,
+            top_p: optional(drv, stream, bufs[TOP_P], batch.top_p)?,
+            min_p: optional(drv, stream, bufs[MIN_P], batch.min_p)?,
         }))
     }
 }
@@ -211,6 +226,26 @@ fn optional<'a, D: Driver, T: Element>(
         }
         None => Ok(None),
     }
+}
+
+/// `methods` as the kernel's codes ([`kernels::method_code`]), converted through a small stack
+/// array (no allocation).
+fn methods<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    methods: &[Method],
+) -> Result<View<'a, D, u32>, GpuError<D::Error>> {
+    let view = View::range(dst, 0, methods.len()).map_err(oob)?;
+    let mut chunk = [0u32; 64];
+    for (i, part) in methods.chunks(chunk.len()).enumerate() {
+        for (c, &m) in chunk.iter_mut().zip(part) {
+            *c = kernels::method_code(m);
+        }
+        drv.upload(stream, dst, i * chunk.len() * 4, &chunk[..part.len()])
+            .map_err(GpuError::Driver)?;
+    }
+    Ok(view)
 }
 
 /// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).

@@ -15,18 +15,19 @@ use core::marker::PhantomData;
 pub const MAX_SLICES: u32 = 64;
 
 /// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
-/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens and f32 target
-/// logits with per-request temperature, through the kernel text's `_ex` and `_logits` entries.
-/// Not the sampling filters, half-precision inputs or a method per request (refused with
+/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
+/// logits with per-request temperature, a method per request and the sampling filters
+/// (top-k, top-p, min-p), through the kernel text's `_ex` and `_logits` entries. Not
+/// half-precision inputs (refused with
 /// [`VerifyError::Unsupported`](crate::verify::VerifyError::Unsupported)).
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
     bonus: true,
     logits: true,
-    filters: false,
+    filters: true,
     half: false,
-    methods: false,
+    methods: true,
 };
 
 /// A captured launch, replayable with new values in the same buffers. It borrows the buffers
@@ -399,6 +400,10 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
         && args.tokens.len() >= b
         && per_request(len(args.cu_num_draft_tokens))
         && per_request(len(args.bonus))
+        && per_request(len(args.methods))
+        && per_request(len(args.top_k))
+        && per_request(args.top_p.map(|v| v.len()))
+        && per_request(args.min_p.map(|v| v.len()))
         && logits
 }
 
