@@ -1826,11 +1826,8 @@ fn methods_and_filters_are_staged_and_passed() {
         }
         let before = drv.launches().len();
         // SAFETY: refused before anything is enqueued.
-        assert_eq!(
-            unsafe { v.launch(&a) },
-            Err(GpuError::ViewTooShort),
-            "{field}"
-        );
+        let r = unsafe { v.launch(&a) };
+        assert_eq!(r, Err(GpuError::ViewTooShort), "{field}");
         assert_eq!(drv.pending_ops(), 0);
         assert_eq!(drv.launches().len(), before);
     }

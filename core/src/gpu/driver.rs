@@ -40,7 +40,8 @@ impl Entry {
 
 /// Which family of entry points a launch runs: what it passes after the common parameters.
 /// The orchestration takes the plain entries unless a view of a later family is set (they
-/// are the fastest: fewer live registers, no null tests).
+/// are the fastest: fewer live registers, no null tests); methods and filters take the
+/// logits entries (over probabilities too: `target_logits` null).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Family {

@@ -187,8 +187,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// shape words).
     ///
     /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
-    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits` is set, the `_ex` one for the
-    /// ragged layout or bonus tokens, the `_logits` one with logits.
+    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits`, `methods`, `top_k`, `top_p`,
+    /// `min_p` is set, the `_ex` one for the ragged layout or bonus tokens (only), the
+    /// `_logits` one with logits, methods or a filter.
     ///
     /// # Safety
     /// The shape words in device memory (read by the kernel when it runs) must describe
