@@ -244,6 +244,8 @@ impl Case {
             top_k: None,
             top_p: None,
             min_p: None,
+            target_logits_half: None,
+            draft_probs_half: None,
         }
     }
 }

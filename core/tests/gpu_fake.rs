@@ -1331,6 +1331,8 @@ fn entry_names_families_and_trailing_counts() {
     assert_eq!(with(|i| i.top_k = true), Family::Logits);
     assert_eq!(with(|i| i.top_p = true), Family::Logits);
     assert_eq!(with(|i| i.min_p = true), Family::Logits);
+    assert_eq!(with(|i| i.logits_half = true), Family::Logits);
+    assert_eq!(with(|i| i.draft_probs_half = true), Family::Logits);
     let s = SUPPORT;
     assert_eq!(
         [
@@ -1339,12 +1341,12 @@ fn entry_names_families_and_trailing_counts() {
             s.bonus,
             s.logits,
             s.filters,
-            s.methods
+            s.methods,
+            s.half
         ],
-        [true; 6],
+        [true; 7],
         "what the entries take"
     );
-    assert!(!s.half, "what they lack");
 }
 
 /// The launch takes the plain entry unless a later input is set, `_ex` for the ragged layout or
@@ -1652,48 +1654,109 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
     drop(g);
 }
 
-/// Half-precision inputs stay refused with their typed error, before anything is staged or
-/// enqueued (filters and a method per request are accepted since the trailing views exist).
+/// bf16 / f16 target logits and draft probabilities: staged as their u16 patterns, the shape
+/// flags set (target and draft format, the draft stride and `FLAG_DRAFT_PROBS` for half
+/// drafts), passed as `target_logits` / `draft_probs` through the logits entries; their buffers
+/// allocated only once a batch has them; a graph replays only batches of the same formats.
 #[test]
-fn what_the_kernel_lacks_is_refused_with_typed_errors() {
-    use specula_core::verify::{Feature, Half, HalfLogits};
+fn half_inputs_are_staged_with_their_flags() {
+    use specula_core::verify::{Half, HalfLogits};
+    fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
+        let data = view.buffer().data.borrow();
+        (0..view.len())
+            .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
+            .collect()
+    }
     let drv = Fake::new(1);
-    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let mut staging = Staging::<Fake>::new();
     let d = Owned::new(2);
-    let half = [0u16; 18];
-    let temps = [0.5f32, 0.5];
-    let cases: [(Batch<'_>, Feature); 1] = [(
-        d.view().with_target_logits_half(HalfLogits {
-            values: Half::Bf16(&half),
-            temperature: &temps,
-        }),
-        Feature::Half,
-    )];
-    for (batch, feature) in cases {
-        let want = GpuError::Verify(VerifyError::Unsupported { feature });
-        let (mut acc, mut tok) = outputs(2);
-        let mut o = Outputs {
-            accepted: &mut acc,
-            tokens: &mut tok,
+    let logits: Vec<u16> = (0..18).map(|i| 0x3F80 + i).collect();
+    let drafts: Vec<u16> = (0..12).map(|i| 0x3C00 + i).collect();
+    let temps = [0.5f32, 0.0];
+    let ids = drv.st.next_id.get();
+    staging.reserve(&drv, &d.view()).unwrap();
+    assert_eq!(drv.st.next_id.get() - ids, 11, "no half buffers");
+    let flags = kernels::SHAPE_FLAGS;
+    for (t, dr) in [(0u8, 1u8), (1, 0), (0, 0), (1, 1), (2, 1), (1, 2)] {
+        let mut batch = d.view();
+        batch.target_probs = &[];
+        batch = match t {
+            0 => batch.with_target_logits_half(HalfLogits {
+                values: Half::Bf16(&logits),
+                temperature: &temps,
+            }),
+            1 => batch.with_target_logits_half(HalfLogits {
+                values: Half::F16(&logits),
+                temperature: &temps,
+            }),
+            _ => d.view(),
         };
+        match dr {
+            0 => batch = batch.with_draft_probs_half(Half::Bf16(&drafts)),
+            1 => batch = batch.with_draft_probs_half(Half::F16(&drafts)),
+            _ => {}
+        }
+        batch.draft_stride = 3;
+        staging.reserve(&drv, &batch).unwrap();
+        let a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+            .unwrap();
+        drv.run();
+        let what = format!("target {t} draft {dr}");
+        assert_eq!(a.inputs().family(), Family::Logits, "{what}");
         assert_eq!(
-            v.verify(Method::Greedy, Check::Cheap, &batch, &mut o),
-            Err(want.clone())
+            a.target_logits_half.map(words),
+            (t < 2).then(|| logits.clone())
         );
         assert_eq!(
-            v.stage(&mut staging, Method::Greedy, Check::Cheap, &batch, &o),
-            Err(want.clone())
+            a.draft_probs_half.map(words),
+            (dr < 2).then(|| drafts.clone())
         );
-        assert_eq!(
-            staging
-                .write::<K>(&drv, v.stream(), Method::Greedy, &batch)
-                .unwrap_err(),
-            want
-        );
-        assert_eq!(drv.pending_ops(), 0);
+        assert!(a.target_logits.is_none() && a.draft_probs.is_none());
+        let shape = words(a.shape);
+        let want_t = [kernels::FLAG_TARGET_BF16, kernels::FLAG_TARGET_F16, 0][usize::from(t)];
+        let want_d = [
+            kernels::FLAG_DRAFT_PROBS | kernels::FLAG_DRAFT_BF16,
+            kernels::FLAG_DRAFT_PROBS | kernels::FLAG_DRAFT_F16,
+            0,
+        ][usize::from(dr)];
+        assert_eq!(shape[flags], want_t | want_d, "{what}");
+        if dr < 2 {
+            assert_eq!(shape[kernels::SHAPE_DRAFT_STRIDE], 3, "{what}");
+        }
+        // SAFETY: staged views; nothing else writes the staging buffers.
+        unsafe { v.launch_staged(&a) }.unwrap();
+        drv.run();
+        let l = drv.launches();
+        let last = l.last().unwrap();
+        let at = |p: Option<View<'_, Fake, u16>>| p.map(|v| (v.buffer().id, v.byte_offset()));
+        assert_eq!(last.trailing[2], at(a.target_logits_half), "{what}");
+        assert_eq!(last.params[3], P::Ptr(at(a.draft_probs_half)), "{what}");
     }
-    assert!(drv.launches().is_empty());
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        14,
+        "then the two half ones (and temperatures)"
+    );
+    // Both logits, or both draft tensors, in one set of views: refused at launch.
+    let mut batch = d.view().with_target_logits_half(HalfLogits {
+        values: Half::Bf16(&logits),
+        temperature: &temps,
+    });
+    batch = batch.with_draft_probs_half(Half::F16(&drafts));
+    batch.draft_stride = 3;
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+        .unwrap()
+        .into_args();
+    drv.run();
+    let mut both = a;
+    both.target_logits = Some(View::range(both.temperature.unwrap().buffer(), 0, 2).unwrap());
+    // SAFETY: refused before anything is enqueued.
+    let r = unsafe { v.launch(&both) };
+    assert_eq!(r, Err(GpuError::ViewTooShort));
+    assert_eq!(drv.pending_ops(), 0);
     assert_eq!(v.sync_calls(), 0);
 }
 

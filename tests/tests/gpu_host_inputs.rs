@@ -42,8 +42,8 @@ fn names(sms: u32) -> [&'static str; 3] {
 }
 
 /// The conformance suite's cases for `k = 0`, the ragged layout, bonus tokens, logits (mixed
-/// temperatures), the sampling filters and a method per request (against the reference), plus
-/// the refusal of what the orchestration lacks (half inputs), through the orchestration in both configurations; the `_ex` and
+/// temperatures), the sampling filters, a method per request and bf16 / f16 tensors (against
+/// the reference), through the orchestration in both configurations; the `_ex` and
 /// `_logits` entries really ran.
 #[test]
 fn conformance_of_the_engine_inputs() {
@@ -166,7 +166,7 @@ fn real_vocabularies_through_the_orchestration() {
 }
 
 /// A method per request and each sampling filter (alone and together), over probabilities and
-/// logits, at V = 32 000 through the orchestration, CUDA macros one block per request and HIP
+/// logits, and bf16 / f16 logits and draft probabilities, at V = 32 000 through the orchestration, CUDA macros one block per request and HIP
 /// macros rows split; bit for bit against the reference, counts included; the `_logits`
 /// entries ran for every batch (methods and filters are their trailing parameters).
 #[test]
@@ -176,7 +176,7 @@ fn methods_and_filters_through_the_orchestration() {
         let mut v = verifier(&drv);
         gpu_inputs::methods_and_filters_at(&mut v, 0x13_F100 + i as u64, 32_000);
         let [plain, ex, logits] = names(sms);
-        assert_eq!(drv.launches_of(logits), 10, "{mode:?}");
+        assert_eq!(drv.launches_of(logits), 12, "{mode:?}");
         assert_eq!(drv.launches_of(plain) + drv.launches_of(ex), 0, "{mode:?}");
     }
 }

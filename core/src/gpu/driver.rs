@@ -123,13 +123,24 @@ pub struct Inputs {
     pub top_p: bool,
     /// Per-request min-p.
     pub min_p: bool,
+    /// bf16 / f16 target logits (instead of f32 ones).
+    pub logits_half: bool,
+    /// bf16 / f16 draft probabilities (instead of f32 ones).
+    pub draft_probs_half: bool,
 }
 
 impl Inputs {
     /// The entry family these inputs need: the plain one when none of the later inputs is set.
     #[must_use]
     pub const fn family(self) -> Family {
-        if self.logits || self.methods || self.top_k || self.top_p || self.min_p {
+        if self.logits
+            || self.logits_half
+            || self.draft_probs_half
+            || self.methods
+            || self.top_k
+            || self.top_p
+            || self.min_p
+        {
             Family::Logits
         } else if self.ragged || self.bonus {
             Family::Ex
@@ -192,6 +203,17 @@ pub struct VerifyArgs<'a, D: Driver> {
     pub top_p: Option<View<'a, D, f32>>,
     /// Per-request min-p (B values in `[0, 1]`; `0`: off): the logits entries. `None`: off.
     pub min_p: Option<View<'a, D, f32>>,
+    /// bf16 / f16 target logits (u16 patterns, the shape word's
+    /// [`FLAG_TARGET_BF16`](crate::kernels::FLAG_TARGET_BF16) /
+    /// [`FLAG_TARGET_F16`](crate::kernels::FLAG_TARGET_F16) says which), passed as
+    /// `target_logits` instead of [`target_logits`](Self::target_logits) (then `None`): the
+    /// logits entries. Needs [`temperature`](Self::temperature).
+    pub target_logits_half: Option<View<'a, D, u16>>,
+    /// bf16 / f16 draft probabilities (u16 patterns, flagged likewise with
+    /// [`FLAG_DRAFT_BF16`](crate::kernels::FLAG_DRAFT_BF16) /
+    /// [`FLAG_DRAFT_F16`](crate::kernels::FLAG_DRAFT_F16)), passed as `draft_probs` instead of
+    /// [`draft_probs`](Self::draft_probs) (then `None`): the logits entries.
+    pub draft_probs_half: Option<View<'a, D, u16>>,
 }
 
 impl<D: Driver> VerifyArgs<'_, D> {
@@ -207,6 +229,8 @@ impl<D: Driver> VerifyArgs<'_, D> {
             top_k: self.top_k.is_some(),
             top_p: self.top_p.is_some(),
             min_p: self.min_p.is_some(),
+            logits_half: self.target_logits_half.is_some(),
+            draft_probs_half: self.draft_probs_half.is_some(),
         }
     }
 }
@@ -285,7 +309,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
         let all: [DevicePtr<'l, D>; MAX_TRAILING] = [
             ptr(a.cu_num_draft_tokens),
             ptr(a.bonus),
-            ptr(a.target_logits),
+            ptr(a.target_logits).or(ptr(a.target_logits_half)),
             ptr(a.temperature),
             ptr(a.methods),
             ptr(a.top_k),
@@ -363,7 +387,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             ptr(Some(a.shape)),
             ptr(Some(a.k)),
             ptr(Some(a.draft_ids)),
-            ptr(a.draft_probs),
+            ptr(a.draft_probs).or(ptr(a.draft_probs_half)),
             ptr(Some(a.target_probs)),
             ptr(Some(a.seed)),
             ptr(Some(a.offset)),

@@ -17,16 +17,15 @@ pub const MAX_SLICES: u32 = 64;
 /// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
 /// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
 /// logits with per-request temperature, a method per request and the sampling filters
-/// (top-k, top-p, min-p), through the kernel text's `_ex` and `_logits` entries. Not
-/// half-precision inputs (refused with
-/// [`VerifyError::Unsupported`](crate::verify::VerifyError::Unsupported)).
+/// (top-k, top-p, min-p), and bf16 / f16 target logits and draft probabilities, through the
+/// kernel text's `_ex` and `_logits` entries.
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
     bonus: true,
     logits: true,
     filters: true,
-    half: false,
+    half: true,
     methods: true,
 };
 
@@ -384,12 +383,19 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
     let b = args.capacity as usize;
     let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
     let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-    let logits = match (args.target_logits, args.temperature) {
-        (Some(_), Some(t)) => t.len() >= b,
-        (None, None) => true,
-        // Logits without temperatures (or the reverse): the missing view counts as empty.
+    let logits = match (
+        args.target_logits,
+        args.target_logits_half,
+        args.temperature,
+    ) {
+        (Some(_), None, Some(t)) | (None, Some(_), Some(t)) => t.len() >= b,
+        (None, None, None) => true,
+        // Logits without temperatures (or the reverse), or both logits: the missing view
+        // counts as empty.
         _ => false,
     };
+    // One draft-probability pointer: f32 or half, not both.
+    let drafts = args.draft_probs.is_none() || args.draft_probs_half.is_none();
     args.shape.len() >= kernels::SHAPE_WORDS
         // The ragged layout never reads `k`.
         && (args.cu_num_draft_tokens.is_some() || args.k.len() >= b)
@@ -405,6 +411,7 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
         && per_request(len(args.top_k))
         && per_request(args.top_p.map(|v| v.len()))
         && per_request(args.min_p.map(|v| v.len()))
+        && drafts
         && logits
 }
 
