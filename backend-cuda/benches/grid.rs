@@ -240,6 +240,12 @@ impl Case {
             bonus: None,
             target_logits: None,
             temperature: None,
+            methods: None,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            target_logits_half: None,
+            draft_probs_half: None,
         }
     }
 }

@@ -316,6 +316,12 @@ fn step_path_on_the_callers_cudarc_buffers() {
             bonus: None,
             target_logits: None,
             temperature: None,
+            methods: None,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            target_logits_half: None,
+            draft_probs_half: None,
         };
         let before = call_counts();
         // SAFETY: the shape words were computed from this batch, whose buffers these are.

@@ -1290,6 +1290,7 @@ impl Var {
             ragged: self.ragged,
             bonus: self.bonus.is_some(),
             logits: self.temps.is_some(),
+            ..Inputs::default()
         }
     }
 }
@@ -1325,13 +1326,27 @@ fn entry_names_families_and_trailing_counts() {
     assert_eq!(with(|i| i.ragged = true), Family::Ex);
     assert_eq!(with(|i| i.bonus = true), Family::Ex);
     assert_eq!(with(|i| i.logits = true), Family::Logits);
+    // Methods and filters are trailing views of the logits entries (over probabilities too).
+    assert_eq!(with(|i| i.methods = true), Family::Logits);
+    assert_eq!(with(|i| i.top_k = true), Family::Logits);
+    assert_eq!(with(|i| i.top_p = true), Family::Logits);
+    assert_eq!(with(|i| i.min_p = true), Family::Logits);
+    assert_eq!(with(|i| i.logits_half = true), Family::Logits);
+    assert_eq!(with(|i| i.draft_probs_half = true), Family::Logits);
     let s = SUPPORT;
     assert_eq!(
-        [s.empty_drafts, s.ragged, s.bonus, s.logits],
-        [true; 4],
+        [
+            s.empty_drafts,
+            s.ragged,
+            s.bonus,
+            s.logits,
+            s.filters,
+            s.methods,
+            s.half
+        ],
+        [true; 7],
         "what the entries take"
     );
-    assert_eq!([s.filters, s.half, s.methods], [false; 3], "what they lack");
 }
 
 /// The launch takes the plain entry unless a later input is set, `_ex` for the ragged layout or
@@ -1639,53 +1654,268 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
     drop(g);
 }
 
-/// Filters, half-precision inputs and a method per request stay refused with their typed
-/// errors, before anything is staged or enqueued.
+/// bf16 / f16 target logits and draft probabilities: staged as their u16 patterns, the shape
+/// flags set (target and draft format, the draft stride and `FLAG_DRAFT_PROBS` for half
+/// drafts), passed as `target_logits` / `draft_probs` through the logits entries; their buffers
+/// allocated only once a batch has them; a graph replays only batches of the same formats.
 #[test]
-fn what_the_kernel_lacks_is_refused_with_typed_errors() {
-    use specula_core::verify::{Feature, Half, HalfLogits};
+fn half_inputs_are_staged_with_their_flags() {
+    use specula_core::verify::{Half, HalfLogits};
+    fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
+        let data = view.buffer().data.borrow();
+        (0..view.len())
+            .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
+            .collect()
+    }
     let drv = Fake::new(1);
-    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let mut staging = Staging::<Fake>::new();
     let d = Owned::new(2);
-    let top_k = [1u32, 2];
-    let methods = [Method::Greedy, Method::Typical];
-    let half = [0u16; 18];
-    let temps = [0.5f32, 0.5];
-    let cases: [(Batch<'_>, Feature); 3] = [
-        (d.view().with_top_k(&top_k), Feature::Filters),
-        (d.view().with_methods(&methods), Feature::Methods),
-        (
-            d.view().with_target_logits_half(HalfLogits {
-                values: Half::Bf16(&half),
+    let logits: Vec<u16> = (0..18).map(|i| 0x3F80 + i).collect();
+    let drafts: Vec<u16> = (0..12).map(|i| 0x3C00 + i).collect();
+    let temps = [0.5f32, 0.0];
+    let ids = drv.st.next_id.get();
+    staging.reserve(&drv, &d.view()).unwrap();
+    assert_eq!(drv.st.next_id.get() - ids, 11, "no half buffers");
+    let flags = kernels::SHAPE_FLAGS;
+    for (t, dr) in [(0u8, 1u8), (1, 0), (0, 0), (1, 1), (2, 1), (1, 2)] {
+        let mut batch = d.view();
+        batch.target_probs = &[];
+        batch = match t {
+            0 => batch.with_target_logits_half(HalfLogits {
+                values: Half::Bf16(&logits),
                 temperature: &temps,
             }),
-            Feature::Half,
-        ),
-    ];
-    for (batch, feature) in cases {
-        let want = GpuError::Verify(VerifyError::Unsupported { feature });
-        let (mut acc, mut tok) = outputs(2);
-        let mut o = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut acc),
-            specula_core::verify::TokensOut(&mut tok),
+            1 => batch.with_target_logits_half(HalfLogits {
+                values: Half::F16(&logits),
+                temperature: &temps,
+            }),
+            _ => d.view(),
+        };
+        match dr {
+            0 => batch = batch.with_draft_probs_half(Half::Bf16(&drafts)),
+            1 => batch = batch.with_draft_probs_half(Half::F16(&drafts)),
+            _ => {}
+        }
+        batch.draft_stride = 3;
+        staging.reserve(&drv, &batch).unwrap();
+        let a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+            .unwrap();
+        drv.run();
+        let what = format!("target {t} draft {dr}");
+        assert_eq!(a.inputs().family(), Family::Logits, "{what}");
+        assert_eq!(
+            a.target_logits_half.map(words),
+            (t < 2).then(|| logits.clone())
         );
         assert_eq!(
-            v.verify(Method::Greedy, Check::Cheap, &batch, &mut o),
-            Err(want.clone())
+            a.draft_probs_half.map(words),
+            (dr < 2).then(|| drafts.clone())
         );
-        assert_eq!(
-            v.stage(&mut staging, Method::Greedy, Check::Cheap, &batch, &o),
-            Err(want.clone())
-        );
-        assert_eq!(
-            staging
-                .write::<K>(&drv, v.stream(), Method::Greedy, &batch)
-                .unwrap_err(),
-            want
-        );
-        assert_eq!(drv.pending_ops(), 0);
+        assert!(a.target_logits.is_none() && a.draft_probs.is_none());
+        let shape = words(a.shape);
+        let want_t = [kernels::FLAG_TARGET_BF16, kernels::FLAG_TARGET_F16, 0][usize::from(t)];
+        let want_d = [
+            kernels::FLAG_DRAFT_PROBS | kernels::FLAG_DRAFT_BF16,
+            kernels::FLAG_DRAFT_PROBS | kernels::FLAG_DRAFT_F16,
+            0,
+        ][usize::from(dr)];
+        assert_eq!(shape[flags], want_t | want_d, "{what}");
+        if dr < 2 {
+            assert_eq!(shape[kernels::SHAPE_DRAFT_STRIDE], 3, "{what}");
+        }
+        // SAFETY: staged views; nothing else writes the staging buffers.
+        unsafe { v.launch_staged(&a) }.unwrap();
+        drv.run();
+        let l = drv.launches();
+        let last = l.last().unwrap();
+        let at = |p: Option<View<'_, Fake, u16>>| p.map(|v| (v.buffer().id, v.byte_offset()));
+        assert_eq!(last.trailing[2], at(a.target_logits_half), "{what}");
+        assert_eq!(last.params[3], P::Ptr(at(a.draft_probs_half)), "{what}");
     }
-    assert!(drv.launches().is_empty());
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        14,
+        "then the two half ones (and temperatures)"
+    );
+    // Both logits, or both draft tensors, in one set of views: refused at launch.
+    let mut batch = d.view().with_target_logits_half(HalfLogits {
+        values: Half::Bf16(&logits),
+        temperature: &temps,
+    });
+    batch = batch.with_draft_probs_half(Half::F16(&drafts));
+    batch.draft_stride = 3;
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+        .unwrap()
+        .into_args();
+    drv.run();
+    let mut both = a;
+    both.target_logits = Some(View::range(both.temperature.unwrap().buffer(), 0, 2).unwrap());
+    // SAFETY: refused before anything is enqueued.
+    let r = unsafe { v.launch(&both) };
+    assert_eq!(r, Err(GpuError::ViewTooShort));
+    assert_eq!(drv.pending_ops(), 0);
+    assert_eq!(v.sync_calls(), 0);
+}
+
+/// `d`'s batch with a method per request and each filter, as the GPU path takes them.
+struct Filtered {
+    d: Owned,
+    methods: Vec<Method>,
+    top_k: Vec<u32>,
+    top_p: Vec<f32>,
+    min_p: Vec<f32>,
+}
+
+impl Filtered {
+    fn new(b: usize) -> Self {
+        let all = [Method::Rejection, Method::Greedy, Method::Typical];
+        Self {
+            d: Owned::new(b),
+            methods: (0..b).map(|i| all[i % 3]).collect(),
+            top_k: (0..b as u32).map(|i| i % 3).collect(),
+            top_p: (0..b).map(|i| [1.0, 0.5][i % 2]).collect(),
+            min_p: (0..b).map(|i| [0.0, 0.25][i % 2]).collect(),
+        }
+    }
+    /// Bits 0..4: methods, top-k, top-p, min-p.
+    fn view(&self, bits: u8) -> Batch<'_> {
+        let mut b = self.d.view();
+        if bits & 1 != 0 {
+            b = b.with_methods(&self.methods);
+        }
+        if bits & 2 != 0 {
+            b = b.with_top_k(&self.top_k);
+        }
+        if bits & 4 != 0 {
+            b = b.with_top_p(&self.top_p);
+        }
+        if bits & 8 != 0 {
+            b = b.with_min_p(&self.min_p);
+        }
+        b
+    }
+    fn inputs(bits: u8) -> Inputs {
+        Inputs {
+            methods: bits & 1 != 0,
+            top_k: bits & 2 != 0,
+            top_p: bits & 4 != 0,
+            min_p: bits & 8 != 0,
+            ..Inputs::default()
+        }
+    }
+}
+
+/// Methods and filters: staged as the kernel reads them (method codes, the filter values),
+/// their buffers allocated only once a batch has them, passed as the logits entries'
+/// trailing `methods, top_k, top_p, min_p` (null where not set, `recovered` null), a short view
+/// refused at launch, and a graph replayed only with the same ones.
+#[test]
+fn methods_and_filters_are_staged_and_passed() {
+    fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
+        let data = view.buffer().data.borrow();
+        (0..view.len())
+            .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
+            .collect()
+    }
+    let drv = Fake::new(1);
+    let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    // 70 requests: the method codes go up in more than one stack chunk.
+    let b = 70;
+    let x = Filtered::new(b);
+    let mut staging = Staging::<Fake>::new();
+    let ids = drv.st.next_id.get();
+    staging.reserve(&drv, &x.view(0)).unwrap();
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        11,
+        "none of the optional buffers"
+    );
+    staging.reserve(&drv, &x.view(0b1111)).unwrap();
+    assert_eq!(drv.st.next_id.get() - ids, 15, "then the four new ones");
+    for bits in 1..16u8 {
+        let a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(bits))
+            .unwrap();
+        drv.run();
+        assert_eq!(a.inputs(), Filtered::inputs(bits), "{bits:04b}");
+        assert_eq!(a.inputs().family(), Family::Logits);
+        let codes: Vec<u32> = x.methods.iter().map(|&m| kernels::method_code(m)).collect();
+        assert_eq!(a.methods.map(words), (bits & 1 != 0).then(|| codes.clone()));
+        assert_eq!(a.top_k.map(words), (bits & 2 != 0).then(|| x.top_k.clone()));
+        assert_eq!(a.top_p.map(words), (bits & 4 != 0).then(|| x.top_p.clone()));
+        assert_eq!(a.min_p.map(words), (bits & 8 != 0).then(|| x.min_p.clone()));
+        for w in [a.methods.map(|v| v.len()), a.top_k.map(|v| v.len())] {
+            assert!(w.is_none_or(|n| n == b));
+        }
+        // SAFETY: staged views; nothing else writes the staging buffers.
+        unsafe { v.launch_staged(&a) }.unwrap();
+        drv.run();
+        let l = drv.launches();
+        let last = l.last().unwrap();
+        assert_eq!(last.name, kernels::VERIFY_LOGITS_ENTRY);
+        let t = &last.trailing;
+        assert_eq!(t.len(), 9);
+        let set = [bits & 1, bits & 2, bits & 4, bits & 8].map(|x| x != 0);
+        let want = [
+            a.methods.map(|v| (v.buffer().id, v.byte_offset())),
+            a.top_k.map(|v| (v.buffer().id, v.byte_offset())),
+            a.top_p.map(|v| (v.buffer().id, v.byte_offset())),
+            a.min_p.map(|v| (v.buffer().id, v.byte_offset())),
+        ];
+        assert_eq!(t[4..8], want, "{bits:04b}");
+        assert_eq!(want.map(|p| p.is_some()), set);
+        assert_eq!(t[..4], [None; 4], "no ragged, bonus, logits");
+        assert_eq!(t[8], None, "recovered not passed");
+        assert_eq!(
+            last.params[12..],
+            t.iter().map(|p| P::Ptr(*p)).collect::<Vec<_>>()[..]
+        );
+    }
+    // A short view of each is refused before anything is enqueued.
+    for field in 0..4 {
+        let mut a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(0b1111))
+            .unwrap()
+            .into_args();
+        drv.run();
+        match field {
+            0 => a.methods = a.methods.map(short),
+            1 => a.top_k = a.top_k.map(short),
+            2 => a.top_p = a.top_p.map(short),
+            _ => a.min_p = a.min_p.map(short),
+        }
+        let before = drv.launches().len();
+        // SAFETY: refused before anything is enqueued.
+        let r = unsafe { v.launch(&a) };
+        assert_eq!(r, Err(GpuError::ViewTooShort), "{field}");
+        assert_eq!(drv.pending_ops(), 0);
+        assert_eq!(drv.launches().len(), before);
+    }
+    // A graph captured with methods and top-k replays only batches with exactly those.
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(0b0011))
+        .unwrap();
+    // SAFETY: staged views; every replay below follows a write with the graph's inputs.
+    let g = unsafe { v.capture_staged(&a) }.unwrap();
+    drv.run();
+    for bits in 0..16u8 {
+        let s = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(bits))
+            .unwrap();
+        drv.run();
+        let r = v.replay_staged(&g, &s);
+        assert_eq!(drv.pending_ops(), usize::from(bits == 0b0011), "{bits:04b}");
+        drv.run();
+        let want = if bits == 0b0011 {
+            Ok(())
+        } else {
+            Err(GpuError::GraphMismatch)
+        };
+        assert_eq!(r, want, "{bits:04b}");
+    }
+    drop(g);
     assert_eq!(v.sync_calls(), 0);
 }

@@ -7,7 +7,8 @@ use crate::conformance::{self as c, BatchData, Gen, K, OutData, RaggedData};
 use specula_core::Counters;
 use specula_core::gpu::{Driver, GpuError, GpuVerifier, Inputs, Staging};
 use specula_core::verify::{
-    Batch, Check, Logits, Method, RaggedDrafts, Streams, Strides, Verifier, verify_batch,
+    Batch, Check, Half, HalfLogits, Logits, Method, RaggedDrafts, Streams, Strides, Verifier,
+    verify_batch,
 };
 
 /// An owned step of one kind: padded or ragged, with or without bonus tokens, probabilities or
@@ -248,5 +249,91 @@ where
             .unwrap();
         assert_eq!(got, want, "V = {vocab} {method:?}");
         assert_eq!(v.totals().unwrap().delta_since(&before), counted);
+    }
+}
+
+/// A method per request and each sampling filter (top-k, top-p, min-p, alone and together),
+/// on the probability and the logits paths (temperatures 0, 0.7 and 1.3), then bf16 logits
+/// with f16 draft probabilities and bf16 draft probabilities with f32 targets, at vocabulary
+/// `vocab`, through `v`'s host-slice path; bit for bit against the reference, counts included.
+/// Every request runs another method than the call's (`with_methods` overrides it).
+pub fn methods_and_filters_at<V: Verifier<K>>(v: &mut V, seed: u64, vocab: usize)
+where
+    V::Error: core::fmt::Debug,
+{
+    let mut g = Gen(seed);
+    let d = c::sized_batch(&mut g, 3, vocab, 2, true);
+    let b = d.requests();
+    let methods = [Method::Greedy, Method::Typical, Method::Rejection];
+    let top_k = [1u32, 40, vocab as u32 + 1];
+    let top_p = [0.9f32, 0.05, 1.0];
+    let min_p = [0.05f32, 0.0, 0.3];
+    let logits: Vec<f32> = d
+        .target_probs
+        .iter()
+        .map(|_| (16.0 * g.unit()).round() * 0.5 - 4.0) // coarse: ties
+        .collect();
+    let temps = [0.7f32, 0.0, 1.3];
+    for with_logits in [false, true] {
+        for bits in [0b0001u8, 0b0010, 0b0100, 0b1000, 0b1111] {
+            let mut batch = d.view();
+            if with_logits {
+                batch = batch.with_target_logits(Logits {
+                    values: &logits,
+                    temperature: &temps,
+                });
+            }
+            if bits & 1 != 0 {
+                batch = batch.with_methods(&methods);
+            }
+            if bits & 2 != 0 {
+                batch = batch.with_top_k(&top_k);
+            }
+            if bits & 4 != 0 {
+                batch = batch.with_top_p(&top_p);
+            }
+            if bits & 8 != 0 {
+                batch = batch.with_min_p(&min_p);
+            }
+            let method = c::METHODS[usize::from(bits) % 3];
+            let (want, counted) = reference(method, &batch);
+            let before = v.totals().unwrap();
+            let mut got = OutData::new(b, batch.k_max);
+            v.verify(method, Check::Cheap, &batch, &mut got.view())
+                .unwrap();
+            let what = format!("V = {vocab} logits {with_logits} {bits:04b} {method:?}");
+            assert_eq!(got, want, "{what}");
+            assert_eq!(v.totals().unwrap().delta_since(&before), counted, "{what}");
+        }
+    }
+    // bf16 logits with f16 draft probabilities, then f32 probabilities with bf16 drafts, with
+    // every filter and a method per request.
+    let (lb, dh) = (c::to_bf16(&logits), d.draft_probs.as_deref().map(c::to_f16));
+    let db = d.draft_probs.as_deref().map(c::to_bf16);
+    for half_logits in [true, false] {
+        let mut batch = d
+            .view()
+            .with_methods(&methods)
+            .with_top_k(&top_k)
+            .with_top_p(&top_p)
+            .with_min_p(&min_p);
+        if half_logits {
+            batch = batch
+                .with_target_logits_half(HalfLogits {
+                    values: Half::Bf16(&lb),
+                    temperature: &temps,
+                })
+                .with_draft_probs_half(Half::F16(dh.as_deref().expect("drafts")));
+        } else {
+            batch = batch.with_draft_probs_half(Half::Bf16(db.as_deref().expect("drafts")));
+        }
+        let (want, counted) = reference(Method::Rejection, &batch);
+        let before = v.totals().unwrap();
+        let mut got = OutData::new(b, batch.k_max);
+        v.verify(Method::Rejection, Check::Cheap, &batch, &mut got.view())
+            .unwrap();
+        let what = format!("V = {vocab} half logits {half_logits}");
+        assert_eq!(got, want, "{what}");
+        assert_eq!(v.totals().unwrap().delta_since(&before), counted, "{what}");
     }
 }

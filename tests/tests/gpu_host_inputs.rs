@@ -41,9 +41,9 @@ fn names(sms: u32) -> [&'static str; 3] {
     }
 }
 
-/// The conformance suite's cases for `k = 0`, the ragged layout, bonus tokens and logits
-/// (mixed temperatures), plus the refusals of what the kernel lacks (filters, half inputs, a
-/// method per request), through the orchestration in both configurations; the `_ex` and
+/// The conformance suite's cases for `k = 0`, the ragged layout, bonus tokens, logits (mixed
+/// temperatures), the sampling filters, a method per request and bf16 / f16 tensors (against
+/// the reference), through the orchestration in both configurations; the `_ex` and
 /// `_logits` entries really ran.
 #[test]
 fn conformance_of_the_engine_inputs() {
@@ -163,4 +163,20 @@ fn real_vocabularies_through_the_orchestration() {
     gpu_inputs::ragged_logits_at_151936(&mut one);
     assert_eq!(drv.launches_of(VERIFY_SPLIT_LOGITS_ENTRY), 3);
     assert_eq!(one.driver().launches_of(VERIFY_LOGITS_ENTRY), 3);
+}
+
+/// A method per request and each sampling filter (alone and together), over probabilities and
+/// logits, and bf16 / f16 logits and draft probabilities, at V = 32 000 through the orchestration, CUDA macros one block per request and HIP
+/// macros rows split; bit for bit against the reference, counts included; the `_logits`
+/// entries ran for every batch (methods and filters are their trailing parameters).
+#[test]
+fn methods_and_filters_through_the_orchestration() {
+    for (i, (mode, sms)) in CONFIGS.into_iter().enumerate() {
+        let drv = HostDriver::new(mode, 128, sms);
+        let mut v = verifier(&drv);
+        gpu_inputs::methods_and_filters_at(&mut v, 0x13_F100 + i as u64, 32_000);
+        let [plain, ex, logits] = names(sms);
+        assert_eq!(drv.launches_of(logits), 12, "{mode:?}");
+        assert_eq!(drv.launches_of(plain) + drv.launches_of(ex), 0, "{mode:?}");
+    }
 }

@@ -386,7 +386,7 @@ fn bad_filter_inputs_are_typed_errors() {
             expected: lh.len(),
         },
     );
-    // Support::PADDED (the GPU backends) refuses both features.
+    // Support::PADDED refuses both features.
     let out = OutData::new(2, d.k_max);
     let mut o = out.clone();
     let v = |b: &Batch<'_>, o: &mut OutData| {

@@ -40,7 +40,8 @@ impl Entry {
 
 /// Which family of entry points a launch runs: what it passes after the common parameters.
 /// The orchestration takes the plain entries unless a view of a later family is set (they
-/// are the fastest: fewer live registers, no null tests).
+/// are the fastest: fewer live registers, no null tests); methods and filters take the
+/// logits entries (over probabilities too: `target_logits` null).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Family {
@@ -114,13 +115,32 @@ pub struct Inputs {
     pub bonus: bool,
     /// Target logits with per-request temperature.
     pub logits: bool,
+    /// A method per request (`methods`).
+    pub methods: bool,
+    /// Per-request top-k.
+    pub top_k: bool,
+    /// Per-request top-p.
+    pub top_p: bool,
+    /// Per-request min-p.
+    pub min_p: bool,
+    /// bf16 / f16 target logits (instead of f32 ones).
+    pub logits_half: bool,
+    /// bf16 / f16 draft probabilities (instead of f32 ones).
+    pub draft_probs_half: bool,
 }
 
 impl Inputs {
     /// The entry family these inputs need: the plain one when none of the later inputs is set.
     #[must_use]
     pub const fn family(self) -> Family {
-        if self.logits {
+        if self.logits
+            || self.logits_half
+            || self.draft_probs_half
+            || self.methods
+            || self.top_k
+            || self.top_p
+            || self.min_p
+        {
             Family::Logits
         } else if self.ragged || self.bonus {
             Family::Ex
@@ -174,6 +194,26 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// Per-request temperature of the logits (B values; `0`: greedy on the logits). Only with
     /// [`target_logits`](Self::target_logits).
     pub temperature: Option<View<'a, D, f32>>,
+    /// Per-request method codes ([`method_code`](crate::kernels::method_code), B values),
+    /// overriding the shape word's method: the logits entries. `None`: the shape word's.
+    pub methods: Option<View<'a, D, u32>>,
+    /// Per-request top-k (B values; `0`: off): the logits entries. `None`: off.
+    pub top_k: Option<View<'a, D, u32>>,
+    /// Per-request top-p (B values in `(0, 1]`; `1`: off): the logits entries. `None`: off.
+    pub top_p: Option<View<'a, D, f32>>,
+    /// Per-request min-p (B values in `[0, 1]`; `0`: off): the logits entries. `None`: off.
+    pub min_p: Option<View<'a, D, f32>>,
+    /// bf16 / f16 target logits (u16 patterns, the shape word's
+    /// [`FLAG_TARGET_BF16`](crate::kernels::FLAG_TARGET_BF16) /
+    /// [`FLAG_TARGET_F16`](crate::kernels::FLAG_TARGET_F16) says which), passed as
+    /// `target_logits` instead of [`target_logits`](Self::target_logits) (then `None`): the
+    /// logits entries. Needs [`temperature`](Self::temperature).
+    pub target_logits_half: Option<View<'a, D, u16>>,
+    /// bf16 / f16 draft probabilities (u16 patterns, flagged likewise with
+    /// [`FLAG_DRAFT_BF16`](crate::kernels::FLAG_DRAFT_BF16) /
+    /// [`FLAG_DRAFT_F16`](crate::kernels::FLAG_DRAFT_F16)), passed as `draft_probs` instead of
+    /// [`draft_probs`](Self::draft_probs) (then `None`): the logits entries.
+    pub draft_probs_half: Option<View<'a, D, u16>>,
 }
 
 impl<D: Driver> VerifyArgs<'_, D> {
@@ -185,6 +225,12 @@ impl<D: Driver> VerifyArgs<'_, D> {
             ragged: self.cu_num_draft_tokens.is_some(),
             bonus: self.bonus.is_some(),
             logits: self.target_logits.is_some(),
+            methods: self.methods.is_some(),
+            top_k: self.top_k.is_some(),
+            top_p: self.top_p.is_some(),
+            min_p: self.min_p.is_some(),
+            logits_half: self.target_logits_half.is_some(),
+            draft_probs_half: self.draft_probs_half.is_some(),
         }
     }
 }
@@ -263,14 +309,13 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
         let all: [DevicePtr<'l, D>; MAX_TRAILING] = [
             ptr(a.cu_num_draft_tokens),
             ptr(a.bonus),
-            ptr(a.target_logits),
+            ptr(a.target_logits).or(ptr(a.target_logits_half)),
             ptr(a.temperature),
-            // methods, top_k, top_p, min_p, recovered: not wired yet (null: the shape word's
-            // method, no filters, no recovered output).
-            None,
-            None,
-            None,
-            None,
+            ptr(a.methods),
+            ptr(a.top_k),
+            ptr(a.top_p),
+            ptr(a.min_p),
+            // recovered: not wired yet (null: no recovered output).
             None,
         ];
         Trailing {
@@ -342,7 +387,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             ptr(Some(a.shape)),
             ptr(Some(a.k)),
             ptr(Some(a.draft_ids)),
-            ptr(a.draft_probs),
+            ptr(a.draft_probs).or(ptr(a.draft_probs_half)),
             ptr(Some(a.target_probs)),
             ptr(Some(a.seed)),
             ptr(Some(a.offset)),

@@ -5,10 +5,10 @@ use super::error::GpuError;
 use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
-use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Method, validate_inputs_with};
+use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, validate_inputs_with};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 15;
+const SLOTS: usize = 21;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -24,8 +24,32 @@ const CU: usize = 11;
 const BONUS: usize = 12;
 const TLOGITS: usize = 13;
 const TEMP: usize = 14;
+const METHODS: usize = 15;
+const TOP_K: usize = 16;
+const TOP_P: usize = 17;
+const MIN_P: usize = 18;
+const TLOGITS_HALF: usize = 19;
+const DPROBS_HALF: usize = 20;
 /// The buffers of the optional inputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 4] = [CU, BONUS, TLOGITS, TEMP];
+const OPTIONAL: [usize; 10] = [
+    CU,
+    BONUS,
+    TLOGITS,
+    TEMP,
+    METHODS,
+    TOP_K,
+    TOP_P,
+    MIN_P,
+    TLOGITS_HALF,
+    DPROBS_HALF,
+];
+
+/// The 16-bit patterns of a half tensor (its format goes into the shape flags).
+fn patterns(h: Half<'_>) -> &[u16] {
+    match h {
+        Half::Bf16(x) | Half::F16(x) => x,
+    }
+}
 
 /// The byte sizes a batch needs in each buffer.
 fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
@@ -49,6 +73,18 @@ fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
         w4(batch.bonus.map_or(0, <[u32]>::len))?,
         w4(batch.target_logits.map_or(0, <[f32]>::len))?,
         w4(batch.temperature.map_or(0, <[f32]>::len))?,
+        w4(batch.methods.map_or(0, <[Method]>::len))?,
+        w4(batch.top_k.map_or(0, <[u32]>::len))?,
+        w4(batch.top_p.map_or(0, <[f32]>::len))?,
+        w4(batch.min_p.map_or(0, <[f32]>::len))?,
+        batch
+            .target_logits_half
+            .map_or(0, |h| h.len())
+            .checked_mul(2)?,
+        batch
+            .draft_probs_half
+            .map_or(0, |h| h.len())
+            .checked_mul(2)?,
     ])
 }
 
@@ -122,7 +158,23 @@ impl<D: Driver> Staging<D> {
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
-        let shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
+        let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
+        // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
+        // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
+        match batch.target_logits_half {
+            Some(Half::Bf16(_)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
+            Some(Half::F16(_)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
+            None => {}
+        }
+        if let (None, Some(h)) = (batch.draft_probs, batch.draft_probs_half) {
+            shape[kernels::SHAPE_DRAFT_STRIDE] =
+                u32::try_from(batch.draft_stride).map_err(|_| GpuError::TooLarge)?;
+            shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
+                | match h {
+                    Half::Bf16(_) => kernels::FLAG_DRAFT_BF16,
+                    Half::F16(_) => kernels::FLAG_DRAFT_F16,
+                };
+        }
         let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
         Ok(Staged(VerifyArgs {
             capacity,
@@ -144,6 +196,29 @@ impl<D: Driver> Staging<D> {
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
             target_logits: optional(drv, stream, bufs[TLOGITS], batch.target_logits)?,
             temperature: optional(drv, stream, bufs[TEMP], batch.temperature)?,
+            methods: match batch.methods {
+                Some(m) => Some(methods(drv, stream, buf(METHODS)?, m)?),
+                None => None,
+            },
+            top_k: optional(drv, stream, bufs[TOP_K], batch.top_k)?,
+            top_p: optional(drv, stream, bufs[TOP_P], batch.top_p)?,
+            min_p: optional(drv, stream, bufs[MIN_P], batch.min_p)?,
+            target_logits_half: optional(
+                drv,
+                stream,
+                bufs[TLOGITS_HALF],
+                batch.target_logits_half.map(patterns),
+            )?,
+            draft_probs_half: match batch.draft_probs {
+                // `validate_inputs_with` refused both; f32 wins as in the reference.
+                Some(_) => None,
+                None => optional(
+                    drv,
+                    stream,
+                    bufs[DPROBS_HALF],
+                    batch.draft_probs_half.map(patterns),
+                )?,
+            },
         }))
     }
 }
@@ -211,6 +286,26 @@ fn optional<'a, D: Driver, T: Element>(
         }
         None => Ok(None),
     }
+}
+
+/// `methods` as the kernel's codes ([`kernels::method_code`]), converted through a small stack
+/// array (no allocation).
+fn methods<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: &'a D::Buffer,
+    methods: &[Method],
+) -> Result<View<'a, D, u32>, GpuError<D::Error>> {
+    let view = View::range(dst, 0, methods.len()).map_err(oob)?;
+    let mut chunk = [0u32; 64];
+    for (i, part) in methods.chunks(chunk.len()).enumerate() {
+        for (c, &m) in chunk.iter_mut().zip(part) {
+            *c = kernels::method_code(m);
+        }
+        drv.upload(stream, dst, i * chunk.len() * 4, &chunk[..part.len()])
+            .map_err(GpuError::Driver)?;
+    }
+    Ok(view)
 }
 
 /// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).

@@ -15,18 +15,18 @@ use core::marker::PhantomData;
 pub const MAX_SLICES: u32 = 64;
 
 /// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
-/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens and f32 target
-/// logits with per-request temperature, through the kernel text's `_ex` and `_logits` entries.
-/// Not the sampling filters, half-precision inputs or a method per request (refused with
-/// [`VerifyError::Unsupported`](crate::verify::VerifyError::Unsupported)).
+/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
+/// logits with per-request temperature, a method per request and the sampling filters
+/// (top-k, top-p, min-p), and bf16 / f16 target logits and draft probabilities, through the
+/// kernel text's `_ex` and `_logits` entries.
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
     bonus: true,
     logits: true,
-    filters: false,
-    half: false,
-    methods: false,
+    filters: true,
+    half: true,
+    methods: true,
 };
 
 /// A captured launch, replayable with new values in the same buffers. It borrows the buffers
@@ -186,8 +186,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// shape words).
     ///
     /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
-    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits` is set, the `_ex` one for the
-    /// ragged layout or bonus tokens, the `_logits` one with logits.
+    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits`, `methods`, `top_k`, `top_p`,
+    /// `min_p` is set, the `_ex` one for the ragged layout or bonus tokens (only), the
+    /// `_logits` one with logits, methods or a filter.
     ///
     /// # Safety
     /// The shape words in device memory (read by the kernel when it runs) must describe
@@ -382,12 +383,19 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
     let b = args.capacity as usize;
     let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
     let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-    let logits = match (args.target_logits, args.temperature) {
-        (Some(_), Some(t)) => t.len() >= b,
-        (None, None) => true,
-        // Logits without temperatures (or the reverse): the missing view counts as empty.
+    let logits = match (
+        args.target_logits,
+        args.target_logits_half,
+        args.temperature,
+    ) {
+        (Some(_), None, Some(t)) | (None, Some(_), Some(t)) => t.len() >= b,
+        (None, None, None) => true,
+        // Logits without temperatures (or the reverse), or both logits: the missing view
+        // counts as empty.
         _ => false,
     };
+    // One draft-probability pointer: f32 or half, not both.
+    let drafts = args.draft_probs.is_none() || args.draft_probs_half.is_none();
     args.shape.len() >= kernels::SHAPE_WORDS
         // The ragged layout never reads `k`.
         && (args.cu_num_draft_tokens.is_some() || args.k.len() >= b)
@@ -399,6 +407,11 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
         && args.tokens.len() >= b
         && per_request(len(args.cu_num_draft_tokens))
         && per_request(len(args.bonus))
+        && per_request(len(args.methods))
+        && per_request(len(args.top_k))
+        && per_request(args.top_p.map(|v| v.len()))
+        && per_request(args.min_p.map(|v| v.len()))
+        && drafts
         && logits
 }
 

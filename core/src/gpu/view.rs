@@ -10,9 +10,11 @@ mod sealed {
     impl Sealed for u64 {}
     impl Sealed for f32 {}
     impl Sealed for i32 {}
+    impl Sealed for u16 {}
 }
 
-/// An element type the kernel reads or writes (`u32`, `u64`, `f32`; `i32` for the tree links).
+/// An element type the kernel reads or writes (`u32`, `u64`, `f32`; `i32` for the tree links;
+/// `u16` for bf16 / f16 patterns).
 pub trait Element: sealed::Sealed + Copy + Default {
     /// Its size in bytes.
     const BYTES: usize;
@@ -42,6 +44,7 @@ element!(u32, 4);
 element!(u64, 8);
 element!(f32, 4);
 element!(i32, 4);
+element!(u16, 2);
 
 /// A view is out of its buffer's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
