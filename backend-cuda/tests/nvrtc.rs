@@ -184,6 +184,26 @@ fn tree_kernel_compiles_and_assembles_for_ampere_and_hopper() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The NVRTC that loaded is the major version scripts/test.sh expects
+/// (`SPECULA_EXPECT_NVRTC_MAJOR`): the library-discovery run (NVRTC found only through
+/// `$CUDA_HOME/lib64`) runs this test alone, without compiling the kernel again.
+#[test]
+fn nvrtc_loads_the_expected_major() {
+    let Some(major) = std::env::var_os("SPECULA_EXPECT_NVRTC_MAJOR") else {
+        println!("SKIPPED: SPECULA_EXPECT_NVRTC_MAJOR not set (scripts/test.sh sets it)");
+        return;
+    };
+    let major: i32 = major.to_str().and_then(|m| m.parse().ok()).expect("a number");
+    assert!(specula_cuda::nvrtc_present(), "SPECULA_EXPECT_NVRTC_MAJOR is set but no NVRTC loaded");
+    assert_eq!(specula_cuda::nvrtc_version().map(|v| v.0), Some(major), "the NVRTC that loaded");
+    // And it compiles (a refusal with its log is enough: the kernel itself is compiled by the
+    // other runs).
+    assert!(matches!(
+        specula_cuda::compile_ptx("compute_1"),
+        Err(specula_cuda::CudaError::Nvrtc { .. })
+    ));
+}
+
 #[test]
 fn compile_errors_are_values_not_panics() {
     // Whatever this machine has, compiling for an architecture NVRTC does not know must return

@@ -90,7 +90,8 @@ specula_probe_race_logits(const float* __restrict__ rows, sp_u32 vocab, sp_u32 s
     st.kind = SP_P_SOFT;
     st.tf = fmt;
     st.df = SP_FMT_F32;
-    const sp_u64 w = sp_race<SP_P_SOFT, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
+    // SP_P_ANY with the kind SP_P_SOFT: what the logits entries run for logits at T > 0.
+    const sp_u64 w = sp_race<SP_P_ANY, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
                                    (sp_u32)seed, (sp_u32)(seed >> 32), (sp_u32)offset,
                                    (sp_u32)(offset >> 32), s_red, &st);
     if (threadIdx.x == 0u) out[blockIdx.x] = w;
@@ -144,7 +145,7 @@ specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stri
     st.kind = SP_P_SOFT_CUT;
     st.tf = fmt;
     st.df = SP_FMT_F32;
-    // SP_P_ANY: the instantiation the logits entries run for every row kind but SP_P_SOFT.
+    // SP_P_ANY: the instantiation the logits entries run for every row kind.
     const sp_u64 w = sp_race<SP_P_ANY, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false,
                                                        0u, vocab, 1u, (sp_u32)seed,
                                                        (sp_u32)(seed >> 32), (sp_u32)offset,

@@ -331,11 +331,12 @@ __device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
 #define SP_P_SOFT 1u
 #define SP_P_SOFT_CUT 2u
 #define SP_P_CUT 3u
-// SP_P_ANY: the kind read from the row's state at run time (st.kind, one of the four above).
-// The logits entries instantiate each pass twice only, SP_P_SOFT (logits at T > 0 without a
-// filter, the common case, the code the filters predate) and SP_P_ANY (every other kind): one
-// instantiation per kind multiplied the passes' code and ptxas time (DETERMINISM.md's numerics
-// are the same either way: SP_P_ANY runs the same operations as the kind's own code).
+// SP_P_ANY: the kind read from the row's state at run time (st.kind, one of the four above),
+// the only instantiation the logits entries use: one per kind multiplied the passes' code and
+// the compile time (ptxas 134 s for one logits entry with four kinds; sm_90, whole module:
+// 39 s with SP_P_SOFT kept apart, 24 s with SP_P_ANY alone, 20 s without the engine inputs).
+// The numerics are the same either way: SP_P_ANY runs the kind's own operations. The tree
+// kernel and the report's probes still instantiate single kinds.
 #define SP_P_ANY 4u
 // Whether the row holds logits at T > 0 (its pad past the row's end is -inf, e = 0).
 template <sp_u32 P>
@@ -1028,21 +1029,23 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
+// Everything below is the chain kernel's own (its entry points and what only they call). The
+// tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
+// and leaves it out: compiling the chain's six entries again there doubled the tree module's
+// compile time for nothing.
+#ifndef SPECULA_TREE_MODULE
 // ---------------------------------------------------------------- the logits entries' rows
 // Everything below up to "the kernel" is used by specula_verify_logits and
 // specula_verify_split_logits only (sp_verify_body<true>, sp_verify_split_body<true>).
 
-// The passes with the row's processing (st.kind) and formats chosen at run time.
+// The passes with the row's processing (st.kind) and formats chosen at run time, compiled once
+// each (SP_NOINLINE) and called from every site of both logits entries.
 SP_NOINLINE __device__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                 sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
-    if (st.kind == SP_P_SOFT)
-        return sp_argmax_packed<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
     return sp_argmax_packed<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
 }
 SP_NOINLINE __device__ sp_u64 sp_entropy_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                  sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
-    if (st.kind == SP_P_SOFT)
-        return sp_entropy_sum<SP_P_SOFT, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
     return sp_entropy_sum<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
 }
 SP_NOINLINE __device__ void sp_race_part_any(const float* trow, const float* drow, bool residual,
@@ -1050,12 +1053,8 @@ SP_NOINLINE __device__ void sp_race_part_any(const float* trow, const float* dro
                                                  sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
                                                  sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
                                                  sp_u64& top, sp_u32& id, const sp_soft& st) {
-    if (st.kind == SP_P_SOFT)
-        sp_race_part<SP_P_SOFT, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                           off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
-    else
-        sp_race_part<SP_P_ANY, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                          off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
+    sp_race_part<SP_P_ANY, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                      off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
 }
 // The whole race in one block (as sp_race): (1 << 32) | winner, or 0.
 __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* drow, bool residual,
@@ -2082,3 +2081,4 @@ specula_verify_split_logits(const sp_u32* __restrict__ shape, const sp_u32* __re
                                cu_num_draft_tokens, bonus, target_logits, temperature, in, s_red,
                                &s_last);
 }
+#endif // SPECULA_TREE_MODULE

@@ -87,9 +87,11 @@ use crate::verify::{Batch, Method};
 pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
 
 /// The tree-verification kernel text (`core/kernels/specula_tree.cu`) after the chain kernel's
-/// text, in one self-contained source (the tree file's `#include "specula_verify.cu"` is then
+/// device functions (its entry points left out, `SPECULA_TREE_MODULE`), in one self-contained source (the tree file's `#include "specula_verify.cu"` is then
 /// skipped by its guard, so NVRTC and hipRTC need no header). Entry point [`TREE_ENTRY`].
 pub const TREE_SOURCE: &str = concat!(
+    // The chain kernel's entry points (and what only they call) are left out of this module.
+    "#define SPECULA_TREE_MODULE 1\n",
     include_str!("../kernels/specula_verify.cu"),
     "\n",
     include_str!("../kernels/specula_tree.cu")
