@@ -1331,7 +1331,11 @@ fn entry_names_families_and_trailing_counts() {
         [true; 4],
         "what the entries take"
     );
-    assert_eq!([s.filters, s.half, s.methods], [false; 3], "what they lack");
+    assert_eq!(
+        [s.filters, s.half, s.methods, s.recovered],
+        [false; 4],
+        "what they lack"
+    );
 }
 
 /// The launch takes the plain entry unless a later input is set, `_ex` for the ragged layout or
@@ -1688,4 +1692,42 @@ fn what_the_kernel_lacks_is_refused_with_typed_errors() {
     }
     assert!(drv.launches().is_empty());
     assert_eq!(v.sync_calls(), 0);
+}
+
+/// The recovered-token output (`Outputs::with_recovered`) is not wired to the kernel yet: a
+/// call that asks for it is refused with `Unsupported { Recovered }` on the host-slice path and
+/// at staging, with nothing written, staged, launched or counted; the same batch without it
+/// verifies.
+#[test]
+fn recovered_output_is_refused_until_the_kernel_fills_it() {
+    use specula_core::verify::Feature;
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut staging = Staging::<Fake>::new();
+    let d = Owned::new(2);
+    let batch = d.view();
+    let want = GpuError::Verify(VerifyError::Unsupported {
+        feature: Feature::Recovered,
+    });
+    let (mut acc, mut tok) = outputs(2);
+    let mut rec = [7u32; 4];
+    let mut o = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut acc),
+        specula_core::verify::TokensOut(&mut tok),
+    )
+    .with_recovered(&mut rec);
+    assert_eq!(
+        v.verify(Method::Greedy, Check::Cheap, &batch, &mut o),
+        Err(want.clone())
+    );
+    assert_eq!(
+        v.stage(&mut staging, Method::Greedy, Check::Cheap, &batch, &o),
+        Err(want)
+    );
+    assert_eq!((acc, tok), outputs(2), "outputs untouched");
+    assert_eq!(rec, [7; 4], "recovered untouched");
+    assert_eq!(drv.pending_ops(), 0);
+    assert!(drv.launches().is_empty());
+    assert_eq!(v.sync_calls(), 0);
+    assert!(v.totals().unwrap().is_zero());
 }

@@ -17,8 +17,11 @@ pub const MAX_SLICES: u32 = 64;
 /// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
 /// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens and f32 target
 /// logits with per-request temperature, through the kernel text's `_ex` and `_logits` entries.
-/// Not the sampling filters, half-precision inputs or a method per request (refused with
-/// [`VerifyError::Unsupported`](crate::verify::VerifyError::Unsupported)).
+/// Not the sampling filters, half-precision inputs, a method per request or the recovered-token
+/// output ([`Outputs::with_recovered`](crate::verify::Outputs::with_recovered); the kernel's
+/// `recovered` parameter is not wired yet): all refused with
+/// [`VerifyError::Unsupported`](crate::verify::VerifyError::Unsupported), nothing written or
+/// counted.
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
@@ -27,6 +30,7 @@ pub const SUPPORT: Support = Support {
     filters: false,
     half: false,
     methods: false,
+    recovered: false,
 };
 
 /// A captured launch, replayable with new values in the same buffers. It borrows the buffers

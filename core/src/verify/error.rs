@@ -27,6 +27,8 @@ pub enum Feature {
     Half,
     /// A method per request.
     Methods,
+    /// The recovered-token output of [`Outputs`](super::Outputs).
+    Recovered,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
@@ -65,7 +67,8 @@ pub enum Param {
     MinP,
     /// `methods` (a method per request).
     Methods,
-    /// The recovered-token output of [`recovered_tokens`](super::recovered_tokens).
+    /// The recovered-token output: [`Outputs::recovered`](super::Outputs::recovered) or the
+    /// slice of [`recovered_tokens`](super::recovered_tokens).
     Recovered,
     /// `Outputs::accepted`.
     Accepted,
@@ -158,7 +161,8 @@ pub enum VerifyError {
         /// The request whose cumulative count is below its predecessor's.
         request: usize,
     },
-    /// [`to_vllm_tokens`](super::to_vllm_tokens): a token does not fit vLLM's `i32`.
+    /// [`to_vllm_tokens`](super::to_vllm_tokens) or
+    /// [`to_vllm_recovered`](super::to_vllm_recovered): a token does not fit vLLM's `i32`.
     VllmTokenRange {
         /// Its index in the tokens.
         index: usize,
