@@ -79,7 +79,9 @@ pub enum Param {
 /// Why a batch was refused. Nothing was verified or counted, and the outputs are untouched.
 ///
 /// Validation reports the first problem in this order: batch-wide shape errors
-/// ([`EmptyBatch`](Self::EmptyBatch) … [`Length`](Self::Length), outputs last), then for each
+/// ([`EmptyBatch`](Self::EmptyBatch) … [`Length`](Self::Length), outputs last: `accepted`,
+/// `tokens`, then the recovered output, refused as [`Unsupported`](Self::Unsupported) by a
+/// backend without it before its length is checked), then for each
 /// request in order its draft length, its token ids by position, its typical-acceptance
 /// parameters, and (strict check only) its draft rows then its target rows by position, each
 /// row's values by index before its sum.
