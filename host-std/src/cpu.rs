@@ -38,12 +38,12 @@ use ops::SplitOps;
 use rayon::prelude::*;
 use specula_core::exponential::accepts;
 use specula_core::philox::accept_draw;
+use specula_core::verify::recovered_at;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
     RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError, bf16_to_f32,
     validate_recovered, validate_request_with, validate_shape_with, verify_request, weight_key,
 };
-use specula_core::verify::{fill_recovered, recovered_at};
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
@@ -679,18 +679,49 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_shape_with::<K>(Support::ALL, batch, out)?;
-        let n = batch.requests();
-        let width = batch.k_max + 1;
         let Outputs {
             accepted,
             tokens,
             recovered,
             ..
         } = out;
+        self.verify_requests(
+            method,
+            check,
+            batch,
+            accepted,
+            tokens,
+            recovered.as_deref_mut(),
+        )?;
+        let mut local = Counters::<K>::ZERO;
+        for (b, &acc) in accepted.iter().enumerate() {
+            // A request without drafts (k = 0) is not counted, as in the reference.
+            let k = batch.draft_len(b) as usize;
+            if k > 0 {
+                let recorded = local.record(k, acc as usize);
+                // Validated: k ≤ k_max ≤ K and acc ≤ k.
+                debug_assert!(recorded.is_ok());
+            }
+        }
+        lock(&self.counters).add(&local);
+        Ok(())
+    }
+
+    /// Validates every request of a batch whose shape (outputs included) is validated, then
+    /// verifies them into the outputs on this verifier's threads; counts nothing.
+    fn verify_requests(
+        &self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        accepted: &mut [u32],
+        tokens: &mut [u32],
+        recovered: Option<&mut [u32]>,
+    ) -> Result<(), VerifyError> {
+        let n = batch.requests();
+        let width = batch.k_max + 1;
         // Slicing only (the shape is validated); nothing is written before every request is.
-        let segs = recovered
-            .as_deref_mut()
-            .map(|r| recovered_segments(batch, r));
+        let segs = recovered.map(|r| recovered_segments(batch, r));
         match &self.pool {
             None => {
                 for b in 0..n {
@@ -753,26 +784,16 @@ impl<const K: usize> CpuVerifier<K> {
                 Ok(())
             })?,
         }
-        let mut local = Counters::<K>::ZERO;
-        for (b, &acc) in accepted.iter().enumerate() {
-            // A request without drafts (k = 0) is not counted, as in the reference.
-            let k = batch.draft_len(b) as usize;
-            if k > 0 {
-                let recorded = local.record(k, acc as usize);
-                // Validated: k ≤ k_max ≤ K and acc ≤ k.
-                debug_assert!(recorded.is_ok());
-            }
-        }
-        lock(&self.counters).add(&local);
         Ok(())
     }
 
     /// vLLM's `recovered_token_ids` for `batch` (see
     /// [`specula_core::verify::recovered_tokens`], whose bits it gives): one token per draft
-    /// slot, the one emitted if that position is the first rejected. Computed with this
-    /// verifier's row reductions on the calling thread; nothing is counted. To get them from
-    /// the verification call itself (reusing its reductions), set
-    /// [`Outputs::with_recovered`] instead.
+    /// slot, the one emitted if that position is the first rejected. Nothing is counted. It
+    /// runs the verification call's path with [`Outputs::with_recovered`] into scratch outputs
+    /// (on this verifier's threads, rows processed once per request), so a caller that also
+    /// verifies the batch saves that second pass by setting the output on its verification
+    /// call instead.
     pub fn recovered_tokens(
         &self,
         method: Method,
@@ -781,12 +802,18 @@ impl<const K: usize> CpuVerifier<K> {
         recovered: &mut [u32],
     ) -> Result<(), VerifyError> {
         validate_recovered::<K>(Support::ALL, method, check, batch, recovered)?;
-        if self.reference {
-            fill_recovered(&ScalarOps, method, batch, recovered);
-        } else {
-            fill_recovered(&ChunkedOps, method, batch, recovered);
-        }
-        Ok(())
+        let n = batch.requests();
+        let mut accepted = vec![0u32; n];
+        let mut tokens = vec![0u32; n * (batch.k_max + 1)];
+        // Every request passed `check` above; the cheap checks again cost O(B·k).
+        self.verify_requests(
+            method,
+            Check::Cheap,
+            batch,
+            &mut accepted,
+            &mut tokens,
+            Some(recovered),
+        )
     }
 
     /// The counters of every batch verified so far (whole batches only).

@@ -8,9 +8,10 @@
 //! each of the three, and the one call's ratio to verification alone and to the two calls.
 //! Recovered tokens need every draft position's race (the residual race for rejection
 //! sampling), where verification stops at the first rejection, so the one call costs more
-//! than verification alone; it saves what the two calls compute twice (the rows' processing
-//! for logits and filters, the race at the first rejection, the argmax of accepted greedy
-//! positions).
+//! than verification alone; it saves what the two calls compute twice
+//! (`CpuVerifier::recovered_tokens` runs the same per-request path into scratch outputs, so
+//! the second call repeats the verification and, for logits and filters, the rows'
+//! processing).
 //!
 //! Timed on **one thread** in that thread's **CPU time** (Linux `/proc/thread-self/stat`,
 //! accumulated over at least 0.5 s per figure), as `verify_inputs` does, so the figures hold
