@@ -1610,6 +1610,74 @@ pub fn assert_recovered_matches_reference<V: Verifier<K>>(
     (want, rejected)
 }
 
+/// The recovered-token output of the verification call ([`Outputs::with_recovered`]) on
+/// `batches` random batches, padded (with `k = 0` where [`Support`] allows it) and ragged
+/// (where it does), every method. A backend with
+/// [`Support::recovered`](specula_core::verify::Support) must give the reference's outputs,
+/// recovered tokens and counts ([`assert_recovered_matches_reference`]); one without must
+/// refuse it with `Unsupported { Recovered }`, writing and counting nothing, and verify the
+/// same batch without it as the reference does.
+///
+/// [`Support`]: specula_core::verify::Support
+pub fn recovered_output<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
+    use specula_core::verify::draft_slots;
+    let mut v = make();
+    let support = v.support();
+    let mut g = Gen(seed);
+    let spec = RandomSpec {
+        garbage: false,
+        ..RandomSpec::default()
+    };
+    for i in 0..batches {
+        let (mut d, _) = random_batch(&mut g, spec);
+        if support.empty_drafts {
+            for k in &mut d.k {
+                if g.chance(1, 4) {
+                    *k = 0;
+                }
+            }
+        }
+        let r = RaggedData::from_padded(&d, None);
+        let m = METHODS[i % 3];
+        let mut views = vec![("padded", d.view())];
+        if support.ragged {
+            views.push(("ragged", r.view()));
+        }
+        for (name, batch) in views {
+            let what = format!("recovered batch {i}, {name}");
+            if support.recovered {
+                assert_recovered_matches_reference(&mut v, m, Check::STRICT, &batch, &what);
+                continue;
+            }
+            let (b, km) = (batch.requests(), batch.k_max);
+            let before = v.totals().unwrap();
+            let mut out = OutData::new(b, km);
+            let mut rec = vec![MARK; draft_slots(&batch)];
+            let e = v.verify(
+                m,
+                Check::STRICT,
+                &batch,
+                &mut out.view().with_recovered(&mut rec),
+            );
+            assert_eq!(
+                e,
+                Err(V::Error::from(VerifyError::Unsupported {
+                    feature: Feature::Recovered
+                })),
+                "{what}"
+            );
+            assert_eq!(out, OutData::new(b, km), "{what}: outputs written");
+            assert!(rec.iter().all(|&t| t == MARK), "{what}: recovered written");
+            assert!(
+                v.totals().unwrap().delta_since(&before).is_zero(),
+                "{what}: counted"
+            );
+            assert_view_matches_reference(&mut v, m, Check::STRICT, &batch, &what)
+                .expect("valid batch");
+        }
+    }
+}
+
 /// The outputs of a padded batch narrowed to `k_max + 1 = width` slots per request (the slots
 /// dropped must be sentinels): what the same requests give in a narrower layout.
 pub fn narrow(out: &OutData, width: usize) -> OutData {

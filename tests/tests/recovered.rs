@@ -391,3 +391,18 @@ fn wrong_recovered_length_is_a_typed_error_with_nothing_written() {
         })
     );
 }
+
+/// The conformance suite's case (`conformance::recovered_output`: random padded and ragged
+/// batches, `k = 0`, every method) on the CPU paths and the core reference. Its refusal
+/// branch runs on the GPU orchestration (`tests/tests/gpu_host_inputs.rs`).
+#[test]
+fn conformance_case_on_the_cpu_and_the_reference() {
+    conformance::recovered_output(
+        || CpuVerifier::<K>::new(1).expect("verifier"),
+        0x2EC0_C001,
+        100,
+    );
+    conformance::recovered_output(|| CpuVerifier::<K>::new(3).expect("pool"), 0x2EC0_C002, 100);
+    conformance::recovered_output(CpuVerifier::<K>::reference, 0x2EC0_C003, 60);
+    conformance::recovered_output(Reference::<K>::new, 0x2EC0_C004, 60);
+}
