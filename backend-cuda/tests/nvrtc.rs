@@ -193,9 +193,19 @@ fn nvrtc_loads_the_expected_major() {
         println!("SKIPPED: SPECULA_EXPECT_NVRTC_MAJOR not set (scripts/test.sh sets it)");
         return;
     };
-    let major: i32 = major.to_str().and_then(|m| m.parse().ok()).expect("a number");
-    assert!(specula_cuda::nvrtc_present(), "SPECULA_EXPECT_NVRTC_MAJOR is set but no NVRTC loaded");
-    assert_eq!(specula_cuda::nvrtc_version().map(|v| v.0), Some(major), "the NVRTC that loaded");
+    let major: i32 = major
+        .to_str()
+        .and_then(|m| m.parse().ok())
+        .expect("a number");
+    assert!(
+        specula_cuda::nvrtc_present(),
+        "SPECULA_EXPECT_NVRTC_MAJOR is set but no NVRTC loaded"
+    );
+    assert_eq!(
+        specula_cuda::nvrtc_version().map(|v| v.0),
+        Some(major),
+        "the NVRTC that loaded"
+    );
     // And it compiles (a refusal with its log is enough: the kernel itself is compiled by the
     // other runs).
     assert!(matches!(

@@ -190,6 +190,9 @@ pub struct Support {
     pub half: bool,
     /// A method per request ([`Batch::with_methods`]).
     pub methods: bool,
+    /// The recovered-token output filled by the verification itself
+    /// ([`Outputs::with_recovered`]).
+    pub recovered: bool,
 }
 
 impl Support {
@@ -203,6 +206,7 @@ impl Support {
         filters: false,
         half: false,
         methods: false,
+        recovered: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens. (The GPU backends take more:
     /// `specula_core::gpu::SUPPORT`.)
@@ -214,6 +218,7 @@ impl Support {
         filters: false,
         half: false,
         methods: false,
+        recovered: false,
     };
     /// Everything: the reference and the CPU backend.
     pub const ALL: Self = Self {
@@ -224,6 +229,7 @@ impl Support {
         filters: true,
         half: true,
         methods: true,
+        recovered: true,
     };
 }
 
@@ -882,6 +888,10 @@ pub struct Outputs<'a> {
     /// `tokens[b·(k_max+1) + j]`: the accepted draft tokens, then the one recovered or bonus
     /// token, then [`SENTINEL`] up to `k_max + 1` slots (`B · (k_max+1)` values).
     pub tokens: &'a mut [u32],
+    /// vLLM's `recovered_token_ids`, filled by the same call when set
+    /// ([`with_recovered`](Self::with_recovered)): one value per draft slot ([`draft_slots`]),
+    /// laid out and computed exactly as [`recovered_tokens`] writes them. `None`: not wanted.
+    pub recovered: Option<&'a mut [u32]>,
 }
 
 /// The `accepted` slice of [`Outputs::new`], named so it cannot be passed as the tokens.
@@ -907,7 +917,50 @@ impl<'a> Outputs<'a> {
         Self {
             accepted: accepted.0,
             tokens: tokens.0,
+            recovered: None,
         }
+    }
+
+    /// Also writes vLLM's `recovered_token_ids` into `recovered`, in the same verification
+    /// call: for every draft slot, the token its request emits if that position is the first
+    /// rejected one, whether or not verification reaches it. The layout and the bits are those
+    /// of [`recovered_tokens`]: one value per draft slot ([`draft_slots`]), padded
+    /// `recovered[b·k_max + j]` with [`SENTINEL`] for `j ≥ k_b`, ragged `recovered[cu[b−1] + j]`
+    /// (a request with `k = 0` has no slot). The same random draws as the emitted tokens, so
+    /// at a request's first rejected position it equals the emitted token.
+    ///
+    /// Validation checks its length ([`VerifyError::Length`] with [`Param::Recovered`], after
+    /// the other outputs) and that the backend fills it ([`Support::recovered`], else
+    /// [`VerifyError::Unsupported`] with [`Feature::Recovered`]); on error nothing is written.
+    ///
+    /// ```
+    /// use specula_core::verify::{verify_batch, AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut, SENTINEL};
+    /// use specula_core::Counters;
+    /// // V = 3, k_max = 2: request 0 drafts [1, 2], request 1 drafts [0].
+    /// let target = [
+    ///     0.0, 1.0, 0.0, /* */ 1.0, 0.0, 0.0, /* bonus */ 0.0, 0.0, 1.0, // request 0
+    ///     0.0, 0.0, 1.0, /* */ 0.0, 1.0, 0.0, /* unused */ 0.0, 0.0, 0.0, // request 1
+    /// ];
+    /// let batch = Batch::dense(
+    ///     Dims { vocab: 3, k_max: 2 },
+    ///     Drafts { k: &[2, 1], ids: &[1, 2, 0, 0] },
+    ///     &target,
+    ///     Streams { seed: &[1, 2], offset: &[0, 0] },
+    /// );
+    /// let (mut accepted, mut tokens, mut recovered) = ([0u32; 2], [0u32; 6], [0u32; 4]);
+    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens))
+    ///     .with_recovered(&mut recovered);
+    /// verify_batch(Method::Greedy, Check::STRICT, &batch, &mut out, &mut Counters::<4>::ZERO)?;
+    /// assert_eq!(accepted, [1, 0]);
+    /// assert_eq!(tokens, [1, 0, SENTINEL, /* */ 2, SENTINEL, SENTINEL]);
+    /// // Greedy: each slot's argmax; request 1 has one draft slot, the other is SENTINEL.
+    /// assert_eq!(recovered, [1, 0, /* */ 2, SENTINEL]);
+    /// # Ok::<(), specula_core::verify::VerifyError>(())
+    /// ```
+    #[must_use]
+    pub fn with_recovered(mut self, recovered: &'a mut [u32]) -> Self {
+        self.recovered = Some(recovered);
+        self
     }
 }
 
@@ -950,7 +1003,8 @@ pub trait Verifier<const K: usize> {
 /// The reference verifier: validates everything ([`validate_with`] and [`Support::ALL`]), then
 /// verifies each request in order with the plain-loop [`ScalarOps`] and records it in
 /// `counters` — except a request with `k = 0`, which is not counted (as vLLM counts no draft
-/// for it). Nothing is counted (and `out` is untouched) when it returns an error.
+/// for it) — and, if [`Outputs::recovered`] is set, fills it as [`recovered_tokens`] does.
+/// Nothing is counted (and `out` is untouched) when it returns an error.
 pub fn verify_batch<const K: usize>(
     method: Method,
     check: Check,
@@ -973,6 +1027,11 @@ pub fn verify_batch<const K: usize>(
             // Validation guarantees k ≤ k_max ≤ K and accepted ≤ k, so this cannot fail.
             debug_assert!(recorded.is_ok());
         }
+    }
+    if let Some(recovered) = out.recovered.as_deref_mut() {
+        // The reference recomputes every slot with `recovered_at` (the definition itself);
+        // backends may reuse what verification already reduced.
+        fill_recovered(&ScalarOps, method, batch, recovered);
     }
     Ok(())
 }
@@ -1016,7 +1075,8 @@ impl<const K: usize> Verifier<K> for Reference<K> {
     }
 }
 
-/// vLLM's `recovered_token_ids`, an optional output next to verification: for every draft slot,
+/// vLLM's `recovered_token_ids`, as a separate call (the same values as
+/// [`Outputs::with_recovered`] gives from the verification call itself): for every draft slot,
 /// the token its request emits if that position is the first rejected one
 /// ([`recovered_at`]), whether or not verification reaches it. Layout: one value per draft
 /// slot ([`draft_slots`]) — padded, `recovered[b·k_max + j]` with [`SENTINEL`] for `j ≥ k_b`;
@@ -1107,6 +1167,96 @@ pub fn to_vllm_tokens(tokens: &[u32], vllm: &mut [i32]) -> Result<(), VerifyErro
     for (o, &t) in vllm.iter_mut().zip(tokens) {
         // Checked above: every non-sentinel token fits.
         *o = if t == SENTINEL { -1 } else { t as i32 };
+    }
+    Ok(())
+}
+
+/// Converts recovered tokens (as [`Outputs::with_recovered`] and [`recovered_tokens`] lay them
+/// out for `batch`) into vLLM's `recovered_token_ids`: flat `[num_tokens]` `i32`, request after
+/// request, `k_b` values each. The ragged layout already is that order (a plain conversion);
+/// the padded one is packed, its [`SENTINEL`] slots (`j ≥ k_b`) dropped.
+///
+/// Errors (nothing is written then): [`VerifyError::Length`] with [`Param::Recovered`] if
+/// `recovered` does not hold one value per draft slot ([`draft_slots`]), or if `vllm` is not
+/// `num_tokens = Σ k_b` long (`expected` tells which); [`VerifyError::DraftLength`] if a padded
+/// `k_b` exceeds `k_max`; [`VerifyError::VllmTokenRange`] if a token does not fit an `i32`
+/// (`index` into `recovered`).
+///
+/// ```
+/// use specula_core::verify::{to_vllm_recovered, Batch, Dims, Drafts, Streams, SENTINEL};
+/// let target = [0.0f32; 2 * 3 * 4]; // V = 4, k_max = 2, two requests
+/// let batch = Batch::dense(
+///     Dims { vocab: 4, k_max: 2 },
+///     Drafts { k: &[2, 1], ids: &[1, 2, 3, 0] },
+///     &target,
+///     Streams { seed: &[1, 2], offset: &[0, 0] },
+/// );
+/// let mut vllm = [0i32; 3];
+/// to_vllm_recovered(&batch, &[3, 0, 2, SENTINEL], &mut vllm).unwrap();
+/// assert_eq!(vllm, [3, 0, 2]);
+/// ```
+pub fn to_vllm_recovered(
+    batch: &Batch<'_>,
+    recovered: &[u32],
+    vllm: &mut [i32],
+) -> Result<(), VerifyError> {
+    let slots = draft_slots(batch);
+    if recovered.len() != slots {
+        return Err(VerifyError::Length {
+            param: Param::Recovered,
+            len: recovered.len(),
+            expected: slots,
+        });
+    }
+    let ragged = batch.is_ragged();
+    let mut tokens = slots;
+    if !ragged {
+        tokens = 0;
+        for (request, &k) in batch.k.iter().enumerate() {
+            if k as usize > batch.k_max {
+                return Err(VerifyError::DraftLength {
+                    request,
+                    k,
+                    k_max: batch.k_max,
+                });
+            }
+            tokens += k as usize;
+        }
+    }
+    if vllm.len() != tokens {
+        return Err(VerifyError::Length {
+            param: Param::Recovered,
+            len: vllm.len(),
+            expected: tokens,
+        });
+    }
+    // Request b's values start at `b·k_max` (padded; `k_b` of them, in bounds as `k_b ≤ k_max`
+    // and `recovered` holds `B·k_max`); the ragged ones are all of `recovered`, in order.
+    let segments = if ragged { 1 } else { batch.k.len() };
+    let segment = |b: usize| {
+        if ragged {
+            (0, recovered)
+        } else {
+            let start = b * batch.k_max;
+            (start, &recovered[start..start + batch.k[b] as usize])
+        }
+    };
+    // Range check first, so nothing is written on error.
+    for b in 0..segments {
+        let (start, values) = segment(b);
+        if let Some(j) = values.iter().position(|&t| i32::try_from(t).is_err()) {
+            return Err(VerifyError::VllmTokenRange {
+                index: start + j,
+                token: values[j],
+            });
+        }
+    }
+    let mut out = vllm.iter_mut();
+    for b in 0..segments {
+        for (&t, o) in segment(b).1.iter().zip(&mut out) {
+            // Checked above: every token fits.
+            *o = t as i32;
+        }
     }
     Ok(())
 }

@@ -84,7 +84,15 @@ enum P {
 /// The record, the buffers and offsets of shape, k, accepted, stats, tokens, and the cumulative
 /// counts when the launch passes them (the fake kernel reads `k` from them).
 #[derive(Debug)]
-struct LaunchOp(LaunchRec, [Buf; 5], [usize; 5], Option<(Buf, usize)>);
+/// A recorded launch, its buffers (shape, k, accepted, stats, tokens) and offsets, the
+/// cumulative counts and the recovered-token output when given.
+struct LaunchOp(
+    LaunchRec,
+    [Buf; 5],
+    [usize; 5],
+    Option<(Buf, usize)>,
+    Option<(Buf, usize, usize)>,
+);
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -189,7 +197,7 @@ impl Fake {
             }
             Op::Wait(..) => {}
             Op::Launch(l) => {
-                let LaunchOp(rec, bufs, offs, cu) = &**l;
+                let LaunchOp(rec, bufs, offs, cu, rec_out) = &**l;
                 self.st.launches.borrow_mut().push(rec.clone());
                 // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100 (k[b] from
                 // the cumulative counts when given); tokens[i] = 200 + i over B · (k_max + 1).
@@ -212,6 +220,12 @@ impl Fake {
                         None => u32::read_ne(&k.data.borrow()[offs[1] + 4 * b..]),
                     };
                     (kb + 100).write_ne(&mut accepted.data.borrow_mut()[offs[2] + 4 * b..]);
+                }
+                // recovered[i] = 300 + i over the view.
+                if let Some((r, at, len)) = rec_out {
+                    for i in 0..*len {
+                        (300 + i as u32).write_ne(&mut r.data.borrow_mut()[at + 4 * i..]);
+                    }
                 }
             }
             Op::Replay(ops) => {
@@ -396,7 +410,14 @@ impl Driver for Fake {
             0,
             a.tokens.byte_offset(),
         ];
-        self.push(s, Op::Launch(Rc::new(LaunchOp(rec, bufs, offs, cu))))
+        let rec_out = a
+            .recovered
+            .as_ref()
+            .map(|v| (v.buffer().clone(), v.byte_offset(), v.len()));
+        self.push(
+            s,
+            Op::Launch(Rc::new(LaunchOp(rec, bufs, offs, cu, rec_out))),
+        )
     }
     fn begin_capture(&self, s: &Stream) -> Result<(), FakeError> {
         *s.capture.borrow_mut() = Some(Vec::new());
@@ -1333,6 +1354,7 @@ fn entry_names_families_and_trailing_counts() {
     assert_eq!(with(|i| i.min_p = true), Family::Logits);
     assert_eq!(with(|i| i.logits_half = true), Family::Logits);
     assert_eq!(with(|i| i.draft_probs_half = true), Family::Logits);
+    assert_eq!(with(|i| i.recovered = true), Family::Logits);
     let s = SUPPORT;
     assert_eq!(
         [
@@ -1342,9 +1364,10 @@ fn entry_names_families_and_trailing_counts() {
             s.logits,
             s.filters,
             s.methods,
-            s.half
+            s.half,
+            s.recovered
         ],
-        [true; 7],
+        [true; 8],
         "what the entries take"
     );
 }
@@ -1918,4 +1941,133 @@ fn methods_and_filters_are_staged_and_passed() {
     }
     drop(g);
     assert_eq!(v.sync_calls(), 0);
+}
+
+/// The recovered-token output (`Outputs::with_recovered`): its buffer allocated only once a
+/// call asks for it, one value per draft slot, passed as the logits entries' `recovered`
+/// (the logits family, even over probabilities), downloaded in the same single wait; a short
+/// slice is refused before anything runs; without it nothing changes (plain entry, no buffer).
+#[test]
+fn recovered_output_is_staged_passed_and_downloaded() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(2);
+    let batch = d.view();
+    let (mut acc, mut tok) = outputs(2);
+    v.verify(
+        Method::Greedy,
+        Check::Cheap,
+        &batch,
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut tok),
+        ),
+    )
+    .unwrap();
+    let ids = drv.st.next_id.get();
+    let l = drv.launches();
+    assert_eq!(
+        l[0].family,
+        Family::Plain,
+        "no recovered output: plain entry"
+    );
+    // With it: 2 requests x k_max 2 slots.
+    let (mut acc, mut tok) = outputs(2);
+    let mut rec = [7u32; 4];
+    v.verify(
+        Method::Greedy,
+        Check::Cheap,
+        &batch,
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut tok),
+        )
+        .with_recovered(&mut rec),
+    )
+    .unwrap();
+    assert_eq!(
+        rec,
+        [300, 301, 302, 303],
+        "the fake kernel's recovered tokens came back"
+    );
+    assert_eq!(acc, vec![101, 102]);
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        2,
+        "the recovered output's buffer, and a larger host buffer to download it"
+    );
+    let l = drv.launches();
+    assert_eq!(l.len(), 2);
+    assert_eq!(
+        (l[1].family, l[1].name),
+        (Family::Logits, kernels::VERIFY_LOGITS_ENTRY)
+    );
+    let r = l[1].trailing[8].expect("recovered passed");
+    assert!(
+        l[1].trailing[..8].iter().all(Option::is_none),
+        "nothing else set"
+    );
+    assert_eq!(r.1, 0);
+    assert_eq!(v.sync_calls(), 2, "one wait per call");
+    // Too short: refused with the reference's error, nothing launched or written.
+    let (mut acc, mut tok) = outputs(2);
+    let mut short = [7u32; 3];
+    let r = v.verify(
+        Method::Greedy,
+        Check::Cheap,
+        &batch,
+        &mut Outputs::new(
+            specula_core::verify::AcceptedOut(&mut acc),
+            specula_core::verify::TokensOut(&mut tok),
+        )
+        .with_recovered(&mut short),
+    );
+    assert!(
+        matches!(
+            r,
+            Err(GpuError::Verify(VerifyError::Length {
+                param: specula_core::verify::Param::Recovered,
+                ..
+            }))
+        ),
+        "{r:?}"
+    );
+    assert_eq!(short, [7; 3]);
+    assert_eq!((acc, tok), outputs(2));
+    assert_eq!(drv.launches().len(), 2);
+    assert_eq!(v.sync_calls(), 2);
+    // The staged path: stage() reserves it, write_recovered() gives the view, a capture
+    // remembers it (a replay without it is refused).
+    let mut staging = Staging::<Fake>::new();
+    let (acc, tok) = &mut outputs(2);
+    let mut rec = [0u32; 4];
+    let o = Outputs::new(
+        specula_core::verify::AcceptedOut(acc),
+        specula_core::verify::TokensOut(tok),
+    )
+    .with_recovered(&mut rec);
+    v.stage(&mut staging, Method::Greedy, Check::Cheap, &batch, &o)
+        .unwrap();
+    let a = staging
+        .write_recovered::<K>(&drv, v.stream(), Method::Greedy, &batch)
+        .unwrap();
+    assert_eq!(a.recovered.as_ref().map(|r| r.len()), Some(4));
+    assert!(a.inputs().recovered);
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    let g = unsafe { v.capture_staged(&a) }.unwrap();
+    let plain = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &batch)
+        .unwrap();
+    assert_eq!(v.replay_staged(&g, &plain), Err(GpuError::GraphMismatch));
+    v.replay_staged(&g, &a).unwrap();
+    let (mut acc, mut tok) = outputs(2);
+    let mut rec = [0u32; 4];
+    v.download_recovered(&a, &mut acc, &mut tok, &mut rec)
+        .unwrap();
+    assert_eq!(rec, [300, 301, 302, 303]);
+    assert_eq!(
+        v.download_recovered(&plain, &mut acc, &mut tok, &mut rec),
+        Err(GpuError::ViewTooShort),
+        "no recovered view to download from"
+    );
 }

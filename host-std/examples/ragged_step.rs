@@ -6,7 +6,8 @@
 //! over (issue 13): **bf16 target logits** in the ragged layout, request 0 sampled at T = 0.7
 //! with top-p 0.9 and draft probabilities (k = 3, rejection sampling), request 1 greedy (T = 0,
 //! an n-gram drafter: one-hot draft rows, k = 2), request 2 without draft (k = 0) — one batch,
-//! one call, no glue — and the outputs in vLLM's layout.
+//! one call, no glue — and the outputs in vLLM's layout, with vLLM's `recovered_token_ids`
+//! (one per draft token) from the same call.
 //!
 //! `cargo run -p specula --example ragged_step`
 
@@ -15,7 +16,7 @@ use specula::half::bf16;
 use specula::half_tensors;
 use specula::specula_core::verify::{
     Batch, Check, HalfLogits, Method, Outputs, RaggedDrafts, Streams, advance_offsets,
-    to_vllm_tokens,
+    to_vllm_recovered, to_vllm_tokens,
 };
 
 const V: usize = 8;
@@ -135,15 +136,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let width = batch.k_max + 1;
     let mut accepted = [0u32; 3];
     let mut tokens = vec![0u32; 3 * width];
+    // vLLM's recovered_token_ids: one per draft token (ragged: num_tokens = cu[B−1] = 5).
+    let mut recovered = [0u32; 5];
     let mut out = Outputs::new(
         specula_core::verify::AcceptedOut(&mut accepted),
         specula_core::verify::TokensOut(&mut tokens),
-    );
+    )
+    .with_recovered(&mut recovered);
     // Rejection sampling for the sampled requests; T = 0 makes request 1 greedy.
     verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out)?;
     let mut vllm = vec![0i32; 3 * width];
     to_vllm_tokens(&tokens, &mut vllm)?;
-    println!("bf16 logits step: accepted {accepted:?}, output_token_ids {vllm:?}");
+    let mut vllm_recovered = [0i32; 5];
+    to_vllm_recovered(&batch, &recovered, &mut vllm_recovered)?;
+    println!(
+        "bf16 logits step: accepted {accepted:?}, output_token_ids {vllm:?}, \
+         recovered_token_ids {vllm_recovered:?}"
+    );
     // Request 0: at T = 0.7 the top id has probability ≈ 0.95 ≥ 0.9, so top-p keeps it alone:
     // drafts 1 and 2 are the top ids (accepted), 3 is not (rejected, probability 0 after the
     // filter) and the top id of that row, 6, is emitted — whatever the random draws.
@@ -153,6 +162,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Request 2: only its bonus token, sampled at T = 1.
     assert_eq!(accepted[2], 0);
     assert!(vllm[8] >= 0 && vllm[9..].iter().all(|&t| t == -1));
+    // Recovered, per draft token: request 0's filtered rows are one-hot at their top id, so
+    // the residual (target − draft) is positive only there: 1, 2, then 6 (the emitted token at
+    // the rejection); request 1 is greedy: each row's argmax, 4 and 5. Request 2 has none.
+    assert_eq!(vllm_recovered, [1, 2, 6, 4, 5]);
     advance_offsets(&mut offset);
     Ok(())
 }

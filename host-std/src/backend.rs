@@ -698,4 +698,65 @@ mod tests {
         assert_eq!(e.backend(), Some(BackendKind::Cpu));
         assert!(e.verify_error().is_some());
     }
+
+    /// The recovered-token output goes through `Backend::verify` to the CPU backend and the
+    /// reference: the same tokens as the separate `recovered_tokens` call, every method; a
+    /// wrong length is the typed error with its kind, nothing written.
+    #[test]
+    fn recovered_tokens_come_back_from_the_verify_call() {
+        use specula_core::verify::{AcceptedOut, Param, TokensOut, recovered_tokens};
+        // V = 4, k_max = 2; request 0 drafts [1, 0], request 1 drafts [3].
+        let mut target = Vec::new();
+        for i in 0..6 {
+            let hot = (i * 3 + 1) % 4;
+            target.extend((0..4).map(|v| if v == hot { 0.7 } else { 0.1 }));
+        }
+        let batch = Batch::dense(
+            Dims { vocab: 4, k_max: 2 },
+            Drafts {
+                k: &[2, 1],
+                ids: &[1, 0, 3, 0],
+            },
+            &target,
+            Streams {
+                seed: &[11, 12],
+                offset: &[5, 0],
+            },
+        );
+        for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+            let mut want = [0u32; 4];
+            recovered_tokens::<4>(method, Check::STRICT, &batch, &mut want).unwrap();
+            assert_eq!(want[3], specula_core::verify::SENTINEL);
+            for name in ["cpu:2", "cpu", "reference"] {
+                let mut b = Backend::<4>::open(&name.parse().unwrap()).unwrap();
+                assert!(Verifier::<4>::support(&b).recovered, "{name}");
+                let (mut a, mut t, mut rec) = ([0u32; 2], [0u32; 6], [9u32; 4]);
+                let mut out =
+                    Outputs::new(AcceptedOut(&mut a), TokensOut(&mut t)).with_recovered(&mut rec);
+                b.verify(method, Check::STRICT, &batch, &mut out).unwrap();
+                assert_eq!(rec, want, "{name} {method:?}");
+                let mut short = [9u32; 3];
+                let (mut a, mut t) = ([0u32; 2], [0u32; 6]);
+                let e = b
+                    .verify(
+                        method,
+                        Check::STRICT,
+                        &batch,
+                        &mut Outputs::new(AcceptedOut(&mut a), TokensOut(&mut t))
+                            .with_recovered(&mut short),
+                    )
+                    .unwrap_err();
+                assert_eq!(
+                    e.verify_error(),
+                    Some(&VerifyError::Length {
+                        param: Param::Recovered,
+                        len: 3,
+                        expected: 4
+                    })
+                );
+                assert_eq!(e.kind(), ErrorKind::InvalidInput);
+                assert_eq!((a, t, short), ([0; 2], [0; 6], [9; 3]), "{name}");
+            }
+        }
+    }
 }

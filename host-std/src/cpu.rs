@@ -38,7 +38,7 @@ use ops::SplitOps;
 use rayon::prelude::*;
 use specula_core::exponential::accepts;
 use specula_core::philox::accept_draw;
-use specula_core::verify::fill_recovered;
+use specula_core::verify::recovered_at;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
     RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError, bf16_to_f32,
@@ -454,15 +454,29 @@ fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
 /// inputs) has its rows processed first ([`process_into`]), then is verified as a one-request
 /// binary32 probability batch with the same seed, offset, drafts and parameters (the random
 /// streams do not depend on the batch slot, so the bits are those of the whole batch).
+///
+/// With `rec` (the request's slots of [`Outputs::recovered`]), its recovered tokens are written
+/// too ([`fill_recovered_one`]), from the rows verification used.
 fn verify_one<O: RowOps + ?Sized>(
     ops: &O,
     method: Method,
     batch: &Batch<'_>,
     b: usize,
     tokens: &mut [u32],
+    rec: Option<&mut [u32]>,
 ) -> u32 {
     if batch.is_plain(b) {
-        return verify_request(ops, method, batch, b, tokens);
+        let acc = verify_request(ops, method, batch, b, tokens);
+        if let Some(rec) = rec {
+            // Plain with a temperature means T = 0: greedy on the logits.
+            let method = if batch.temperature.is_some() {
+                Method::Greedy
+            } else {
+                batch.method_of(b, method)
+            };
+            fill_recovered_one(ops, method, batch, b, tokens, acc, rec);
+        }
+        return acc;
     }
     let method = batch.method_of(b, method);
     let (method, t, filter) = match batch.temperature.map(|t| t[b]) {
@@ -470,7 +484,10 @@ fn verify_one<O: RowOps + ?Sized>(
         Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
         None => (method, None, batch.filter_of(b)),
     };
-    if method == Method::Rejection && t.is_none_or(|t| t > 0.0) {
+    // The lazy path reduces rows only up to the first rejection; recovered tokens need every
+    // draft row processed, so with them every row is processed once, below, and shared by the
+    // verification and the recovered tokens.
+    if method == Method::Rejection && t.is_none_or(|t| t > 0.0) && rec.is_none() {
         return verify_rejection_lazy(ops, batch, b, t, filter, tokens);
     }
     let v = batch.vocab;
@@ -517,7 +534,69 @@ fn verify_one<O: RowOps + ?Sized>(
     for x in &mut tokens[k + 1..] {
         *x = SENTINEL;
     }
+    if let Some(rec) = rec {
+        fill_recovered_one(ops, method, &one, 0, tokens, acc, rec);
+    }
     acc
+}
+
+/// Writes the recovered tokens of request `rb` of `rows` into `rec` (its slots: `k` values,
+/// then [`SENTINEL`] in the padded layout's remaining ones), after verification emitted
+/// `tokens` with `acc` accepted. `rows` holds the rows the request was verified on (the batch
+/// itself for a plain request, the one-request batch of processed rows otherwise) and
+/// `method` is its effective method; the bits are those of
+/// [`recovered_at`](specula_core::verify::recovered_at) on the original batch.
+///
+/// What verification already reduced is reused, not read again: at the first rejected
+/// position the recovered token is the emitted one (the same reduction with the same draws),
+/// and at an accepted greedy position it is the draft token (accepted means it is the
+/// argmax). The other slots (the residual race at an accepted rejection-sampling position,
+/// the race at an accepted typical position, every position after the first rejection) are
+/// computed here with `ops`, right after the request's verification on the same thread while
+/// its rows are still hot: folding them into the verification loop would fork the shared
+/// [`verify_request`] control flow that every CPU path and the reference use.
+fn fill_recovered_one<O: RowOps + ?Sized>(
+    ops: &O,
+    method: Method,
+    rows: &Batch<'_>,
+    rb: usize,
+    tokens: &[u32],
+    acc: u32,
+    rec: &mut [u32],
+) {
+    let ids = rows.draft_ids_checked(rb).unwrap_or(&[]);
+    let acc = acc as usize;
+    for (j, (slot, &x)) in rec.iter_mut().zip(ids).enumerate() {
+        *slot = if j == acc {
+            tokens[acc]
+        } else if j < acc && method == Method::Greedy {
+            x
+        } else {
+            recovered_at(ops, method, rows, rb, j)
+        };
+    }
+    for slot in rec.iter_mut().skip(ids.len()) {
+        *slot = SENTINEL;
+    }
+}
+
+/// Request by request, its slots of a validated batch's recovered output: `k_max` each in the
+/// padded layout, `k_b` in the ragged one.
+fn recovered_segments<'r>(batch: &Batch<'_>, mut rec: &'r mut [u32]) -> Vec<&'r mut [u32]> {
+    let n = batch.requests();
+    let mut segs = Vec::with_capacity(n);
+    for b in 0..n {
+        let len = if batch.is_ragged() {
+            batch.draft_len(b) as usize
+        } else {
+            batch.k_max
+        };
+        // Validated: the slice holds exactly the slots of every request.
+        let (head, tail) = std::mem::take(&mut rec).split_at_mut(len);
+        segs.push(head);
+        rec = tail;
+    }
+    segs
 }
 
 /// Multithreaded CPU verifier with device-style shared counters (see the [module docs](self)).
@@ -589,7 +668,9 @@ impl<const K: usize> CpuVerifier<K> {
     /// `method` into `out`, then counts the whole batch at once. On error nothing is written or
     /// counted, and the error is the one the core reference would report. Everything the
     /// reference verifies is supported ([`Support::ALL`]: `k = 0`, the ragged layout, bonus
-    /// tokens); a request with `k = 0` is not counted.
+    /// tokens, the recovered-token output); a request with `k = 0` is not counted. With
+    /// [`Outputs::recovered`] set, each request's recovered tokens are written by the thread
+    /// that verified it, right after it (see [`Outputs::with_recovered`]).
     pub fn verify(
         &self,
         method: Method,
@@ -598,62 +679,22 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_shape_with::<K>(Support::ALL, batch, out)?;
-        let n = batch.requests();
-        let width = batch.k_max + 1;
-        match &self.pool {
-            None => {
-                for b in 0..n {
-                    validate_request_with(Support::ALL, method, check, batch, b)?;
-                }
-                for (b, (acc, row)) in out
-                    .accepted
-                    .iter_mut()
-                    .zip(out.tokens.chunks_exact_mut(width))
-                    .enumerate()
-                {
-                    *acc = if self.reference {
-                        verify_one(&ScalarOps, method, batch, b, row)
-                    } else {
-                        verify_one(&ChunkedOps, method, batch, b, row)
-                    };
-                }
-            }
-            Some(pool) if n < self.threads => {
-                // Fewer requests than threads (batch 1 is the latency case): verify them one
-                // by one on the calling thread, each row cut over the whole pool.
-                for b in 0..n {
-                    validate_request_with(Support::ALL, method, check, batch, b)?;
-                }
-                let ops = SplitOps::new(self.threads, Some(pool));
-                for (b, (acc, row)) in out
-                    .accepted
-                    .iter_mut()
-                    .zip(out.tokens.chunks_exact_mut(width))
-                    .enumerate()
-                {
-                    *acc = verify_one(&ops, method, batch, b, row);
-                }
-            }
-            Some(pool) => pool.install(|| {
-                // `find_map_first`: the error of the lowest failing request, as in the reference.
-                let first = (0..n).into_par_iter().find_map_first(|b| {
-                    validate_request_with(Support::ALL, method, check, batch, b).err()
-                });
-                if let Some(e) = first {
-                    return Err(e);
-                }
-                out.accepted
-                    .par_iter_mut()
-                    .zip(out.tokens.par_chunks_exact_mut(width))
-                    .enumerate()
-                    .for_each(|(b, (acc, row))| {
-                        *acc = verify_one(&ChunkedOps, method, batch, b, row);
-                    });
-                Ok(())
-            })?,
-        }
+        let Outputs {
+            accepted,
+            tokens,
+            recovered,
+            ..
+        } = out;
+        self.verify_requests(
+            method,
+            check,
+            batch,
+            accepted,
+            tokens,
+            recovered.as_deref_mut(),
+        )?;
         let mut local = Counters::<K>::ZERO;
-        for (b, &acc) in out.accepted.iter().enumerate() {
+        for (b, &acc) in accepted.iter().enumerate() {
             // A request without drafts (k = 0) is not counted, as in the reference.
             let k = batch.draft_len(b) as usize;
             if k > 0 {
@@ -666,10 +707,93 @@ impl<const K: usize> CpuVerifier<K> {
         Ok(())
     }
 
+    /// Validates every request of a batch whose shape (outputs included) is validated, then
+    /// verifies them into the outputs on this verifier's threads; counts nothing.
+    fn verify_requests(
+        &self,
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        accepted: &mut [u32],
+        tokens: &mut [u32],
+        recovered: Option<&mut [u32]>,
+    ) -> Result<(), VerifyError> {
+        let n = batch.requests();
+        let width = batch.k_max + 1;
+        // Slicing only (the shape is validated); nothing is written before every request is.
+        let segs = recovered.map(|r| recovered_segments(batch, r));
+        match &self.pool {
+            None => {
+                for b in 0..n {
+                    validate_request_with(Support::ALL, method, check, batch, b)?;
+                }
+                let mut segs = segs.map(Vec::into_iter);
+                for (b, (acc, row)) in accepted
+                    .iter_mut()
+                    .zip(tokens.chunks_exact_mut(width))
+                    .enumerate()
+                {
+                    let rec = segs.as_mut().and_then(Iterator::next);
+                    *acc = if self.reference {
+                        verify_one(&ScalarOps, method, batch, b, row, rec)
+                    } else {
+                        verify_one(&ChunkedOps, method, batch, b, row, rec)
+                    };
+                }
+            }
+            Some(pool) if n < self.threads => {
+                // Fewer requests than threads (batch 1 is the latency case): verify them one
+                // by one on the calling thread, each row cut over the whole pool.
+                for b in 0..n {
+                    validate_request_with(Support::ALL, method, check, batch, b)?;
+                }
+                let ops = SplitOps::new(self.threads, Some(pool));
+                let mut segs = segs.map(Vec::into_iter);
+                for (b, (acc, row)) in accepted
+                    .iter_mut()
+                    .zip(tokens.chunks_exact_mut(width))
+                    .enumerate()
+                {
+                    let rec = segs.as_mut().and_then(Iterator::next);
+                    *acc = verify_one(&ops, method, batch, b, row, rec);
+                }
+            }
+            Some(pool) => pool.install(|| {
+                // `find_map_first`: the error of the lowest failing request, as in the reference.
+                let first = (0..n).into_par_iter().find_map_first(|b| {
+                    validate_request_with(Support::ALL, method, check, batch, b).err()
+                });
+                if let Some(e) = first {
+                    return Err(e);
+                }
+                let rows = accepted
+                    .par_iter_mut()
+                    .zip(tokens.par_chunks_exact_mut(width))
+                    .enumerate();
+                match segs {
+                    None => rows.for_each(|(b, (acc, row))| {
+                        *acc = verify_one(&ChunkedOps, method, batch, b, row, None);
+                    }),
+                    Some(segs) => {
+                        rows.zip(segs.into_par_iter())
+                            .for_each(|((b, (acc, row)), rec)| {
+                                *acc = verify_one(&ChunkedOps, method, batch, b, row, Some(rec));
+                            })
+                    }
+                }
+                Ok(())
+            })?,
+        }
+        Ok(())
+    }
+
     /// vLLM's `recovered_token_ids` for `batch` (see
     /// [`specula_core::verify::recovered_tokens`], whose bits it gives): one token per draft
-    /// slot, the one emitted if that position is the first rejected. Computed with this
-    /// verifier's row reductions on the calling thread; nothing is counted.
+    /// slot, the one emitted if that position is the first rejected. Nothing is counted. It
+    /// runs the verification call's path with [`Outputs::with_recovered`] into scratch outputs
+    /// (on this verifier's threads, rows processed once per request), so a caller that also
+    /// verifies the batch saves that second pass by setting the output on its verification
+    /// call instead.
     pub fn recovered_tokens(
         &self,
         method: Method,
@@ -678,12 +802,18 @@ impl<const K: usize> CpuVerifier<K> {
         recovered: &mut [u32],
     ) -> Result<(), VerifyError> {
         validate_recovered::<K>(Support::ALL, method, check, batch, recovered)?;
-        if self.reference {
-            fill_recovered(&ScalarOps, method, batch, recovered);
-        } else {
-            fill_recovered(&ChunkedOps, method, batch, recovered);
-        }
-        Ok(())
+        let n = batch.requests();
+        let mut accepted = vec![0u32; n];
+        let mut tokens = vec![0u32; n * (batch.k_max + 1)];
+        // Every request passed `check` above; the cheap checks again cost O(B·k).
+        self.verify_requests(
+            method,
+            Check::Cheap,
+            batch,
+            &mut accepted,
+            &mut tokens,
+            Some(recovered),
+        )
     }
 
     /// The counters of every batch verified so far (whole batches only).

@@ -1483,6 +1483,201 @@ pub fn assert_view_matches_reference<V: Verifier<K>>(
     }
 }
 
+/// What the reference gives for `batch` with the recovered-token output, from its two calls:
+/// [`verify_batch`] without the output, then
+/// [`recovered_tokens`](specula_core::verify::recovered_tokens). Asserts that the reference's
+/// one call ([`verify_batch`] with [`Outputs::with_recovered`]) gives the same.
+pub fn recovered_reference(
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    what: &str,
+) -> RecoveredWant {
+    use specula_core::verify::{draft_slots, recovered_tokens};
+    let (b, km) = (batch.requests(), batch.k_max);
+    let slots = draft_slots(batch);
+    let mut recovered = vec![MARK; slots];
+    recovered_tokens::<K>(method, check, batch, &mut recovered).expect("valid batch");
+    let mut out = OutData::new(b, km);
+    let mut counters = Counters::<K>::ZERO;
+    verify_batch(method, check, batch, &mut out.view(), &mut counters).expect("valid batch");
+    let (mut ro, mut rr, mut rc) = (OutData::new(b, km), vec![MARK; slots], Counters::<K>::ZERO);
+    verify_batch(
+        method,
+        check,
+        batch,
+        &mut ro.view().with_recovered(&mut rr),
+        &mut rc,
+    )
+    .expect("valid batch");
+    assert_eq!(
+        (&ro, &rr, rc),
+        (&out, &recovered, counters),
+        "{what} ({method:?}): the reference's one call differs from its two"
+    );
+    RecoveredWant {
+        out,
+        recovered,
+        counters,
+    }
+}
+
+/// The marker recovered buffers start with (no verifier writes it).
+const MARK: u32 = 0xDEAD_BEEF;
+
+/// The reference's outputs, recovered tokens and counts for a batch ([`recovered_reference`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveredWant {
+    /// Accepted counts and tokens.
+    pub out: OutData,
+    /// The recovered tokens.
+    pub recovered: Vec<u32>,
+    /// The counts.
+    pub counters: Counters<K>,
+}
+
+/// Runs `v` on `batch` with the recovered-token output set ([`Outputs::with_recovered`]) and
+/// asserts, bit for bit, that the one call gives `want` ([`recovered_reference`]): the
+/// accepted counts, tokens and counts of [`verify_batch`] without the output, and the
+/// recovered tokens of the separate call. Also: padded slots after `k_b` are [`SENTINEL`],
+/// and at each request's first rejected position the recovered token is the emitted one.
+/// Returns how many requests rejected a draft. Only for a valid batch and a backend with
+/// [`Support::recovered`](specula_core::verify::Support).
+pub fn assert_recovered_matches<V: Verifier<K>>(
+    v: &mut V,
+    want: &RecoveredWant,
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    what: &str,
+) -> usize {
+    let (b, km) = (batch.requests(), batch.k_max);
+    let before = v.totals().unwrap();
+    let mut got = OutData::new(b, km);
+    let mut rec = vec![MARK; want.recovered.len()];
+    v.verify(
+        method,
+        check,
+        batch,
+        &mut got.view().with_recovered(&mut rec),
+    )
+    .expect("valid batch");
+    let gc = v.totals().unwrap().delta_since(&before);
+    assert_eq!(got, want.out, "{what} ({method:?}): outputs differ");
+    assert_eq!(
+        rec, want.recovered,
+        "{what} ({method:?}): recovered tokens differ"
+    );
+    assert_eq!(gc, want.counters, "{what} ({method:?}): counts differ");
+    let mut rejected = 0;
+    let mut start = 0;
+    for r in 0..b {
+        let k = batch.draft_len(r) as usize;
+        let a = got.accepted[r] as usize;
+        if !batch.is_ragged() {
+            start = r * km;
+            assert!(
+                rec[start + k..start + km].iter().all(|&t| t == SENTINEL),
+                "{what}: request {r}'s padding"
+            );
+        }
+        if a < k {
+            rejected += 1;
+            assert_eq!(
+                rec[start + a],
+                got.tokens[r * (km + 1) + a],
+                "{what} ({method:?}): request {r}'s first rejection"
+            );
+        }
+        if batch.is_ragged() {
+            start += k;
+        }
+    }
+    rejected
+}
+
+/// [`recovered_reference`] then [`assert_recovered_matches`]: returns the reference's
+/// outputs and the number of requests that rejected a draft.
+pub fn assert_recovered_matches_reference<V: Verifier<K>>(
+    v: &mut V,
+    method: Method,
+    check: Check,
+    batch: &Batch<'_>,
+    what: &str,
+) -> (RecoveredWant, usize) {
+    let want = recovered_reference(method, check, batch, what);
+    let rejected = assert_recovered_matches(v, &want, method, check, batch, what);
+    (want, rejected)
+}
+
+/// The recovered-token output of the verification call ([`Outputs::with_recovered`]) on
+/// `batches` random batches, padded (with `k = 0` where [`Support`] allows it) and ragged
+/// (where it does), every method. A backend with
+/// [`Support::recovered`](specula_core::verify::Support) must give the reference's outputs,
+/// recovered tokens and counts ([`assert_recovered_matches_reference`]); one without must
+/// refuse it with `Unsupported { Recovered }`, writing and counting nothing, and verify the
+/// same batch without it as the reference does.
+///
+/// [`Support`]: specula_core::verify::Support
+pub fn recovered_output<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
+    use specula_core::verify::draft_slots;
+    let mut v = make();
+    let support = v.support();
+    let mut g = Gen(seed);
+    let spec = RandomSpec {
+        garbage: false,
+        ..RandomSpec::default()
+    };
+    for i in 0..batches {
+        let (mut d, _) = random_batch(&mut g, spec);
+        if support.empty_drafts {
+            for k in &mut d.k {
+                if g.chance(1, 4) {
+                    *k = 0;
+                }
+            }
+        }
+        let r = RaggedData::from_padded(&d, None);
+        let m = METHODS[i % 3];
+        let mut views = vec![("padded", d.view())];
+        if support.ragged {
+            views.push(("ragged", r.view()));
+        }
+        for (name, batch) in views {
+            let what = format!("recovered batch {i}, {name}");
+            if support.recovered {
+                assert_recovered_matches_reference(&mut v, m, Check::STRICT, &batch, &what);
+                continue;
+            }
+            let (b, km) = (batch.requests(), batch.k_max);
+            let before = v.totals().unwrap();
+            let mut out = OutData::new(b, km);
+            let mut rec = vec![MARK; draft_slots(&batch)];
+            let e = v.verify(
+                m,
+                Check::STRICT,
+                &batch,
+                &mut out.view().with_recovered(&mut rec),
+            );
+            assert_eq!(
+                e,
+                Err(V::Error::from(VerifyError::Unsupported {
+                    feature: Feature::Recovered
+                })),
+                "{what}"
+            );
+            assert_eq!(out, OutData::new(b, km), "{what}: outputs written");
+            assert!(rec.iter().all(|&t| t == MARK), "{what}: recovered written");
+            assert!(
+                v.totals().unwrap().delta_since(&before).is_zero(),
+                "{what}: counted"
+            );
+            assert_view_matches_reference(&mut v, m, Check::STRICT, &batch, &what)
+                .expect("valid batch");
+        }
+    }
+}
+
 /// The outputs of a padded batch narrowed to `k_max + 1 = width` slots per request (the slots
 /// dropped must be sentinels): what the same requests give in a narrower layout.
 pub fn narrow(out: &OutData, width: usize) -> OutData {

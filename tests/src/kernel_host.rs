@@ -907,7 +907,13 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), KernelHostError> {
-        self.launch_verify(method, check, batch, out, core::ptr::null_mut())
+        // The recovered-token output (`Outputs::with_recovered`) goes to the logits entries'
+        // `recovered` parameter; its length is checked by `launch_verify`'s validation.
+        let recovered = out
+            .recovered
+            .as_deref_mut()
+            .map_or(core::ptr::null_mut(), <[u32]>::as_mut_ptr);
+        self.launch_verify(method, check, batch, out, recovered)
     }
 
     fn totals(&mut self) -> Result<Counters<K>, KernelHostError> {
@@ -916,8 +922,8 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
 
     /// Everything: `k = 0`, the ragged layout and caller-supplied bonus tokens (through
     /// `specula_verify_ex` / `specula_verify_split_ex`), and target logits with per-request
-    /// temperature, bf16 / f16 inputs, per-request methods and sampling filters (through
-    /// `specula_verify_logits` / `specula_verify_split_logits`).
+    /// temperature, bf16 / f16 inputs, per-request methods, sampling filters and the
+    /// recovered-token output (through `specula_verify_logits` / `specula_verify_split_logits`).
     fn support(&self) -> Support {
         Support::ALL
     }

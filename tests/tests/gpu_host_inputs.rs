@@ -42,8 +42,8 @@ fn names(sms: u32) -> [&'static str; 3] {
 }
 
 /// The conformance suite's cases for `k = 0`, the ragged layout, bonus tokens, logits (mixed
-/// temperatures), the sampling filters, a method per request and bf16 / f16 tensors (against
-/// the reference), through the orchestration in both configurations; the `_ex` and
+/// temperatures), the sampling filters, a method per request, bf16 / f16 tensors and the
+/// recovered-token output (against the reference), through the orchestration in both configurations; the `_ex` and
 /// `_logits` entries really ran.
 #[test]
 fn conformance_of_the_engine_inputs() {
@@ -55,6 +55,8 @@ fn conformance_of_the_engine_inputs() {
         c::ragged_layout(make, seed, 30);
         c::target_logits(make, seed + 1, 30);
         c::sampling_inputs(make, seed + 2, 24);
+        // The recovered-token output, written by the same launch: the reference's bits.
+        c::recovered_output(make, seed + 3, 6);
         if i == 0 {
             c::empty_drafts(make); // 300 random batches: once
         }

@@ -27,8 +27,8 @@ fn hosts() -> Vec<KernelHost<K>> {
 }
 
 /// The conformance suite's sampling inputs (filters on probabilities and logits, binary32 /
-/// bf16 / f16 logits and drafts, temperatures mixing 0 and > 0, methods per request), bit for
-/// bit, on every host.
+/// bf16 / f16 logits and drafts, temperatures mixing 0 and > 0, methods per request) and its
+/// recovered-token output case, bit for bit, on every host.
 #[test]
 fn sampling_inputs_match_the_reference_both_modes_both_entries() {
     for (i, make) in [
@@ -41,6 +41,8 @@ fn sampling_inputs_match_the_reference_both_modes_both_entries() {
     .enumerate()
     {
         c::sampling_inputs(make, 0x13_0000 + i as u64, 40);
+        // The recovered-token output through `Verifier::verify` (`Outputs::with_recovered`).
+        c::recovered_output(make, 0x13_0100 + i as u64, 20);
     }
 }
 

@@ -127,6 +127,8 @@ pub struct Inputs {
     pub logits_half: bool,
     /// bf16 / f16 draft probabilities (instead of f32 ones).
     pub draft_probs_half: bool,
+    /// The recovered-token output (vLLM's `recovered_token_ids`).
+    pub recovered: bool,
 }
 
 impl Inputs {
@@ -140,6 +142,7 @@ impl Inputs {
             || self.top_k
             || self.top_p
             || self.min_p
+            || self.recovered
         {
             Family::Logits
         } else if self.ragged || self.bonus {
@@ -214,6 +217,12 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// [`FLAG_DRAFT_F16`](crate::kernels::FLAG_DRAFT_F16)), passed as `draft_probs` instead of
     /// [`draft_probs`](Self::draft_probs) (then `None`): the logits entries.
     pub draft_probs_half: Option<View<'a, D, u16>>,
+    /// Output: vLLM's recovered tokens, one per draft slot as
+    /// [`recovered_tokens`](crate::verify::recovered_tokens) lays them out (padded
+    /// `b·k_max + j`, [`SENTINEL`](crate::verify::SENTINEL) for `j ≥ k[b]`; ragged
+    /// `cu[b−1] + j`), written by the logits entries in the same launch. At least as long as
+    /// `draft_ids`. `None`: not written.
+    pub recovered: Option<ViewMut<'a, D, u32>>,
 }
 
 impl<D: Driver> VerifyArgs<'_, D> {
@@ -231,6 +240,7 @@ impl<D: Driver> VerifyArgs<'_, D> {
             min_p: self.min_p.is_some(),
             logits_half: self.target_logits_half.is_some(),
             draft_probs_half: self.draft_probs_half.is_some(),
+            recovered: self.recovered.is_some(),
         }
     }
 }
@@ -315,8 +325,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             ptr(a.top_k),
             ptr(a.top_p),
             ptr(a.min_p),
-            // recovered: not wired yet (null: no recovered output).
-            None,
+            a.recovered.as_ref().map(|v| (v.buffer(), v.byte_offset())),
         ];
         Trailing {
             ptrs: all,

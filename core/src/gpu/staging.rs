@@ -5,10 +5,12 @@ use super::error::GpuError;
 use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
-use crate::verify::{Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, validate_inputs_with};
+use crate::verify::{
+    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, draft_slots, validate_inputs_with,
+};
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 21;
+const SLOTS: usize = 22;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -30,8 +32,9 @@ const TOP_P: usize = 17;
 const MIN_P: usize = 18;
 const TLOGITS_HALF: usize = 19;
 const DPROBS_HALF: usize = 20;
-/// The buffers of the optional inputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 10] = [
+const RECOVERED: usize = 21;
+/// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
+const OPTIONAL: [usize; 11] = [
     CU,
     BONUS,
     TLOGITS,
@@ -42,6 +45,7 @@ const OPTIONAL: [usize; 10] = [
     MIN_P,
     TLOGITS_HALF,
     DPROBS_HALF,
+    RECOVERED,
 ];
 
 /// The 16-bit patterns of a half tensor (its format goes into the shape flags).
@@ -51,8 +55,8 @@ fn patterns(h: Half<'_>) -> &[u16] {
     }
 }
 
-/// The byte sizes a batch needs in each buffer.
-fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
+/// The byte sizes a batch needs in each buffer (`recovered`: with the recovered-token output).
+fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
     let b = batch.requests();
     let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
     let w4 = |n: usize| n.checked_mul(4);
@@ -85,6 +89,12 @@ fn needs(batch: &Batch<'_>) -> Option<[usize; SLOTS]> {
             .draft_probs_half
             .map_or(0, |h| h.len())
             .checked_mul(2)?,
+        // One value per draft slot, as the draft ids are laid out.
+        if recovered {
+            w4(draft_slots(batch))?
+        } else {
+            0
+        },
     ])
 }
 
@@ -113,7 +123,26 @@ impl<D: Driver> Staging<D> {
 
     /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
     pub fn reserve(&mut self, drv: &D, batch: &Batch<'_>) -> Result<(), GpuError<D::Error>> {
-        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        self.reserve_for(drv, batch, false)
+    }
+
+    /// [`reserve`](Staging::reserve), and the recovered-token output's buffer too (for
+    /// [`write_recovered`](Staging::write_recovered)).
+    pub fn reserve_recovered(
+        &mut self,
+        drv: &D,
+        batch: &Batch<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        self.reserve_for(drv, batch, true)
+    }
+
+    fn reserve_for(
+        &mut self,
+        drv: &D,
+        batch: &Batch<'_>,
+        recovered: bool,
+    ) -> Result<(), GpuError<D::Error>> {
+        let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
         for (i, (slot, need)) in self.bufs.iter_mut().zip(needs).enumerate() {
             let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
             // The optional inputs' buffers exist only once a batch has them (no allocation for
@@ -141,11 +170,35 @@ impl<D: Driver> Staging<D> {
         method: Method,
         batch: &Batch<'_>,
     ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
+        self.write_for::<K>(drv, stream, method, batch, false)
+    }
+
+    /// [`write`](Staging::write), with the recovered-token output: the views' `recovered` is
+    /// the staging's buffer for it ([`reserve_recovered`](Staging::reserve_recovered)), one
+    /// value per draft slot, which the launch (the logits entries) writes.
+    pub fn write_recovered<const K: usize>(
+        &self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &Batch<'_>,
+    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
+        self.write_for::<K>(drv, stream, method, batch, true)
+    }
+
+    fn write_for<const K: usize>(
+        &self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &Batch<'_>,
+        recovered: bool,
+    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.
         validate_inputs_with::<K>(SUPPORT, batch)?;
-        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
         let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
         for (i, ((dst, src), need)) in bufs.iter_mut().zip(&self.bufs).zip(needs).enumerate() {
             match src {
@@ -218,6 +271,14 @@ impl<D: Driver> Staging<D> {
                     bufs[DPROBS_HALF],
                     batch.draft_probs_half.map(patterns),
                 )?,
+            },
+            recovered: if recovered {
+                let slots = needs[RECOVERED] / 4;
+                Some(ViewMut::shared(
+                    View::range(buf(RECOVERED)?, 0, slots).map_err(oob)?,
+                ))
+            } else {
+                None
             },
         }))
     }

@@ -17,8 +17,9 @@ pub const MAX_SLICES: u32 = 64;
 /// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
 /// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
 /// logits with per-request temperature, a method per request and the sampling filters
-/// (top-k, top-p, min-p), and bf16 / f16 target logits and draft probabilities, through the
-/// kernel text's `_ex` and `_logits` entries.
+/// (top-k, top-p, min-p), bf16 / f16 target logits and draft probabilities, and the
+/// recovered-token output ([`Outputs::with_recovered`](crate::verify::Outputs::with_recovered),
+/// written by the same launch), through the kernel text's `_ex` and `_logits` entries.
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
@@ -27,6 +28,7 @@ pub const SUPPORT: Support = Support {
     filters: true,
     half: true,
     methods: true,
+    recovered: true,
 };
 
 /// A captured launch, replayable with new values in the same buffers. It borrows the buffers
@@ -175,7 +177,11 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         out: &Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
         validate_with::<K>(SUPPORT, method, check, batch, out)?;
-        staging.reserve(&self.drv, batch)?;
+        if out.recovered.is_some() {
+            staging.reserve_recovered(&self.drv, batch)?;
+        } else {
+            staging.reserve(&self.drv, batch)?;
+        }
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
     }
 
@@ -195,8 +201,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// extents within the views: rows × strides of the probability (or logit) views,
     /// `capacity · k_max` draft ids, `capacity · (k_max + 1)` tokens; in the ragged layout the
     /// cumulative counts in device memory too (`cu[B−1]` draft ids and draft rows,
-    /// `cu[B−1] + B` target rows, or `cu[B−1]` with bonus tokens). Views written by
-    /// [`Staging::write`] meet this.
+    /// `cu[B−1] + B` target rows, or `cu[B−1]` with bonus tokens), and `recovered`, when set,
+    /// one value per draft slot. Views written by [`Staging::write`] (or
+    /// [`Staging::write_recovered`]) meet this.
     pub unsafe fn launch(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
         if !views_fit(args) {
             return Err(GpuError::ViewTooShort);
@@ -305,15 +312,45 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         accepted: &mut [u32],
         tokens: &mut [u32],
     ) -> Result<u64, GpuError<D::Error>> {
+        self.download(args, accepted, tokens, None)
+    }
+
+    /// [`download_outputs`](GpuVerifier::download_outputs), and the recovered tokens
+    /// (`args.recovered`, [`Staging::write_recovered`]) to `recovered`, in the same wait.
+    pub fn download_recovered(
+        &mut self,
+        args: &VerifyArgs<'_, D>,
+        accepted: &mut [u32],
+        tokens: &mut [u32],
+        recovered: &mut [u32],
+    ) -> Result<u64, GpuError<D::Error>> {
+        self.download(args, accepted, tokens, Some(recovered))
+    }
+
+    fn download(
+        &mut self,
+        args: &VerifyArgs<'_, D>,
+        accepted: &mut [u32],
+        tokens: &mut [u32],
+        mut recovered: Option<&mut [u32]>,
+    ) -> Result<u64, GpuError<D::Error>> {
+        let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
+        let r_view = match (&args.recovered, recovered.is_some()) {
+            (Some(v), true) if v.len() >= r_len => Some(v),
+            (_, false) => None,
+            _ => return Err(GpuError::ViewTooShort),
+        };
         if accepted.len() > args.accepted.len() || tokens.len() > args.tokens.len() {
             return Err(GpuError::ViewTooShort);
         }
         let a_bytes = accepted.len() * 4;
         let t_bytes = tokens.len() * 4;
+        let r_bytes = r_len * 4;
         let s_bytes = kernels::stats_words(K) * 8;
         let total = a_bytes
             .checked_add(t_bytes)
             .and_then(|x| x.checked_add(s_bytes))
+            .and_then(|x| x.checked_add(r_bytes))
             .ok_or(GpuError::TooLarge)?;
         grow_host(&self.drv, &mut self.host, total)?;
         let Some((host, _)) = self.host.as_ref() else {
@@ -330,6 +367,19 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         let (tok, tok_at) = (args.tokens.buffer(), args.tokens.byte_offset());
         d.download(s, host, s_bytes + a_bytes, tok, tok_at, t_bytes)
             .map_err(GpuError::Driver)?;
+        if let Some(v) = r_view
+            && r_bytes > 0
+        {
+            d.download(
+                s,
+                host,
+                s_bytes + a_bytes + t_bytes,
+                v.buffer(),
+                v.byte_offset(),
+                r_bytes,
+            )
+            .map_err(GpuError::Driver)?;
+        }
         d.record(&self.done, &self.stream)
             .map_err(GpuError::Driver)?;
         self.syncs += 1;
@@ -338,6 +388,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         unsafe {
             d.read_host(host, s_bytes, accepted);
             d.read_host(host, s_bytes + a_bytes, tokens);
+            if let Some(r) = recovered.as_deref_mut() {
+                d.read_host(host, s_bytes + a_bytes + t_bytes, r);
+            }
         }
         // SAFETY: as above.
         let (_, flags) = unsafe { read_stats::<D, K>(d, host) };
@@ -495,12 +548,26 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
-        staging.reserve(&self.drv, batch)?;
+        let recovered = out.recovered.is_some();
+        if recovered {
+            staging.reserve_recovered(&self.drv, batch)?;
+        } else {
+            staging.reserve(&self.drv, batch)?;
+        }
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
-        let args = staging.write::<K>(&self.drv, &self.stream, method, batch)?;
+        let args = if recovered {
+            staging.write_recovered::<K>(&self.drv, &self.stream, method, batch)?
+        } else {
+            staging.write::<K>(&self.drv, &self.stream, method, batch)?
+        };
         // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
         unsafe { self.launch_staged(&args)? };
-        let flags = self.download_outputs(&args, out.accepted, out.tokens)?;
+        let flags = self.download(
+            &args,
+            out.accepted,
+            out.tokens,
+            out.recovered.as_deref_mut(),
+        )?;
         if flags != self.flags_seen {
             self.flags_seen = flags;
             return Err(GpuError::DeviceFlags(flags));

@@ -27,6 +27,8 @@ pub enum Feature {
     Half,
     /// A method per request.
     Methods,
+    /// The recovered-token output of [`Outputs`](super::Outputs).
+    Recovered,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
@@ -65,7 +67,8 @@ pub enum Param {
     MinP,
     /// `methods` (a method per request).
     Methods,
-    /// The recovered-token output of [`recovered_tokens`](super::recovered_tokens).
+    /// The recovered-token output: [`Outputs::recovered`](super::Outputs::recovered) or the
+    /// slice of [`recovered_tokens`](super::recovered_tokens).
     Recovered,
     /// `Outputs::accepted`.
     Accepted,
@@ -76,7 +79,9 @@ pub enum Param {
 /// Why a batch was refused. Nothing was verified or counted, and the outputs are untouched.
 ///
 /// Validation reports the first problem in this order: batch-wide shape errors
-/// ([`EmptyBatch`](Self::EmptyBatch) … [`Length`](Self::Length), outputs last), then for each
+/// ([`EmptyBatch`](Self::EmptyBatch) … [`Length`](Self::Length), outputs last: `accepted`,
+/// `tokens`, then the recovered output, refused as [`Unsupported`](Self::Unsupported) by a
+/// backend without it before its length is checked), then for each
 /// request in order its draft length, its token ids by position, its typical-acceptance
 /// parameters, and (strict check only) its draft rows then its target rows by position, each
 /// row's values by index before its sum.
@@ -158,7 +163,8 @@ pub enum VerifyError {
         /// The request whose cumulative count is below its predecessor's.
         request: usize,
     },
-    /// [`to_vllm_tokens`](super::to_vllm_tokens): a token does not fit vLLM's `i32`.
+    /// [`to_vllm_tokens`](super::to_vllm_tokens) or
+    /// [`to_vllm_recovered`](super::to_vllm_recovered): a token does not fit vLLM's `i32`.
     VllmTokenRange {
         /// Its index in the tokens.
         index: usize,

@@ -29,7 +29,8 @@ pub fn validate_shape<const K: usize>(
 }
 
 /// The batch-wide checks for a backend that supports `support`: the layout features, sizes,
-/// strides and every slice length (inputs, then outputs). `O(B)` for the ragged layout, `O(1)`
+/// strides and every slice length (inputs, then outputs: `accepted`, `tokens`, and
+/// `recovered` when set, which needs [`Support::recovered`]). `O(B)` for the ragged layout, `O(1)`
 /// otherwise; afterwards every row index the verifier computes is in bounds and cannot overflow.
 pub fn validate_shape_with<const K: usize>(
     support: Support,
@@ -41,6 +42,14 @@ pub fn validate_shape_with<const K: usize>(
     let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
     expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
     expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
+    if let Some(r) = out.recovered.as_deref() {
+        if !support.recovered {
+            return Err(VerifyError::Unsupported {
+                feature: Feature::Recovered,
+            });
+        }
+        expect_len(Param::Recovered, r.len(), Some(draft_slots(batch)))?;
+    }
     Ok(())
 }
 
