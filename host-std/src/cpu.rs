@@ -111,6 +111,23 @@ impl<'a> Src<'a> {
         }
     }
 
+    /// The weights at `t` and `max` into `out` and the approximate sum of those with key
+    /// `≥ threshold` ([`kernels::approx_p`]).
+    fn weights(&self, isa: kernels::Isa, t: f32, max: f32, threshold: u32, out: &mut [f32]) -> f64 {
+        match *self {
+            Self::F32(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
+            Self::Bf16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
+        }
+    }
+
+    /// The row length.
+    fn len(&self) -> usize {
+        match self {
+            Self::F32(x) => x.len(),
+            Self::Bf16(x) => x.0.len(),
+        }
+    }
+
     /// The exact fixed-point sum at `t` and `max`, and the weights into `out` when given.
     fn pass(&self, isa: kernels::Isa, t: f32, max: f32, out: Option<&mut [f32]>) -> u128 {
         match *self {
@@ -145,13 +162,7 @@ fn softmax_weights_cut(
 ) -> Cut {
     let isa = kernels::Isa::detect();
     let max = src.max(isa, t);
-    weights.resize(
-        match src {
-            Src::F32(x) => x.len(),
-            Src::Bf16(x) => x.0.len(),
-        },
-        0.0,
-    );
+    weights.resize(src.len(), 0.0);
     let total = src.pass(isa, t, max, Some(weights));
     if !filter.is_active() {
         Cut {
@@ -172,6 +183,12 @@ enum RowState {
     /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`] (for logits
     /// without a filter, one that keeps every id: the plain softmax).
     Cut(Cut),
+    /// The softmax weights of logits without a filter or with min-p alone (the cut's key
+    /// threshold, 0 for none), with only an approximate binary64 sum of the kept weights
+    /// ([`kernels::approx_p`]): enough for `p(x)` of an accepted position almost always; the
+    /// exact mass (a second, cheaper pass over the stored weights) only when it is not, or
+    /// when the row is written out. Saves the exact fixed-point sum on every accepted row.
+    Approx { sum: f64, threshold: u32 },
     /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
     Identity,
 }
@@ -179,14 +196,31 @@ enum RowState {
 impl RowState {
     /// Reduces the row `src` (logits at `t > 0`, or binary32 probabilities for `None`);
     /// `weights` receives the softmax weights when a filter needs them (`cands`: scratch).
+    /// `approx`: an unfiltered softmax may keep an approximate sum ([`RowState::Approx`]),
+    /// worth it for rows that will likely only be asked for one `p(x)`.
     fn of(
         src: Src<'_>,
         t: Option<f32>,
         filter: Filter,
+        approx: bool,
         weights: &mut Vec<f32>,
         cands: &mut Vec<u32>,
     ) -> Self {
         match (t, src) {
+            (Some(t), _) if approx && cut::plain_threshold(filter, src.len()).is_some() => {
+                let threshold = cut::plain_threshold(filter, src.len()).unwrap_or(0);
+                let isa = kernels::Isa::detect();
+                let max = src.max(isa, t);
+                if max.is_finite() {
+                    weights.resize(src.len(), 0.0);
+                    Self::Approx {
+                        sum: src.weights(isa, t, max, threshold, weights),
+                        threshold,
+                    }
+                } else {
+                    Self::Cut(softmax_weights_cut(src, t, filter, weights, cands))
+                }
+            }
             (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
             (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter)),
             // Probabilities are binary32 (only logits come as half precision).
@@ -194,17 +228,34 @@ impl RowState {
         }
     }
 
+    /// Replaces an approximate sum by the exact one (from the stored `weights`).
+    fn exact(&mut self, weights: &[f32]) {
+        if let Self::Approx { threshold, .. } = *self {
+            *self = Self::Cut(Cut {
+                threshold,
+                fixed: kernels::weights_fixed(kernels::Isa::detect(), weights, threshold),
+            });
+        }
+    }
+
     /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
-    fn p(&self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
+    fn p(&mut self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
+        if let Self::Approx { sum, threshold } = *self {
+            if let Some(p) = kernels::approx_p(weights[x], sum, weights.len(), threshold) {
+                return p;
+            }
+            self.exact(weights);
+        }
         match self {
             Self::Cut(c) if !weights.is_empty() => c.p(weights[x]),
             Self::Cut(c) => c.p(src.at(x)),
-            Self::Identity => src.at(x),
+            Self::Identity | Self::Approx { .. } => src.at(x),
         }
     }
 
     /// Writes the whole probability row (`wide`: scratch).
-    fn write(&self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
+    fn write(&mut self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
+        self.exact(weights);
         match self {
             Self::Cut(c) => {
                 let w = if weights.is_empty() {
@@ -214,7 +265,7 @@ impl RowState {
                 };
                 kernels::cut_write(kernels::Isa::detect(), w, *c, out);
             }
-            Self::Identity => out.copy_from_slice(src.as_f32(wide)),
+            Self::Identity | Self::Approx { .. } => out.copy_from_slice(src.as_f32(wide)),
         }
     }
 }
@@ -316,7 +367,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         };
         weights.clear();
         let src = Src::of(row, buf);
-        let state = RowState::of(src, t, filter, weights, cands);
+        let mut state = RowState::of(src, t, filter, true, weights, cands);
         let pt = state.p(src, weights, x);
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
@@ -341,7 +392,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     {
         weights.clear();
         let src = Src::of(row, buf);
-        let state = RowState::of(src, t, filter, weights, cands);
+        let mut state = RowState::of(src, t, filter, false, weights, cands);
         state.write(src, weights, &mut probs[k * v..], wide);
         full_rows = k..k + 1;
     }

@@ -69,6 +69,13 @@ fn min_p_key(filter: Filter) -> u32 {
     }
 }
 
+/// The cut's key threshold when `filter` is at most min-p (top-k unable to bind, top-p off):
+/// min-p's key, or 0 for no filter; `None` when top-k or top-p takes part. The cut is then
+/// known before the weights are, and only its mass is left to sum.
+pub(crate) fn plain_threshold(filter: Filter, len: usize) -> Option<u32> {
+    (!top_k_binds(filter, len) && filter.top_p >= 1.0).then(|| min_p_key(filter))
+}
+
 /// Whether top-k is on and can bind (`top_k > V` keeps every id, as no key has `top_k` ids
 /// at or above it).
 fn top_k_binds(filter: Filter, len: usize) -> bool {
