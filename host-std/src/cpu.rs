@@ -162,7 +162,8 @@ fn softmax_weights_cut(
 ) -> Cut {
     let isa = kernels::Isa::detect();
     let max = src.max(isa, t);
-    weights.resize(src.len(), 0.0);
+    let len = src.len();
+    weights.resize(len, 0.0);
     let total = src.pass(isa, t, max, Some(weights));
     if !filter.is_active() {
         Cut {
@@ -841,6 +842,85 @@ mod tests {
                 min_p: [0.0, 0.01, 0.3][(next() % 3) as usize],
             };
             assert_eq!(cut_of(&w, f), Cut::of(&w[..], f), "round {round}: {f:?}");
+        }
+    }
+
+    /// The softmax weights and their cut ([`softmax_weights_cut`]) are the core's
+    /// (`softmax_exp`, [`Cut::of`]) at the vocabularies users run, f32 and bf16 rows read in
+    /// place, for the filter mixes (top-p alone above all: the path with the most steps).
+    #[test]
+    fn softmax_weights_cut_is_the_cut() {
+        use specula_core::verify::{softmax_exp, softmax_max};
+        let mut s = 0x70_9Fu64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 + 1.0) / 16_777_216.0
+        };
+        let f = |top_k, top_p, min_p| Filter {
+            top_k,
+            top_p,
+            min_p,
+        };
+        let filters = [
+            f(0, 0.9, 0.0),
+            f(0, 0.5, 0.0),
+            f(0, 0.99, 0.0),
+            f(0, 1e-6, 0.0),
+            f(0, 0.999_9, 0.0),
+            f(1_000_000, 0.8, 0.0),
+            f(50, 0.9, 0.0),
+            f(0, 0.9, 0.05),
+            f(0, 1.0, 0.05),
+        ];
+        let (mut weights, mut cands) = (Vec::new(), Vec::new());
+        for vocab in [32_000usize, 128_256, 151_936] {
+            for kind in 0..3 {
+                let row: Vec<f32> = (0..vocab)
+                    .map(|_| match kind {
+                        0 => 3.0 * next().ln(),
+                        1 => {
+                            if next() < 0.001 {
+                                10.0 * next()
+                            } else {
+                                -12.0 + 4.0 * next().ln()
+                            }
+                        }
+                        _ => (8.0 * next().ln()).round() / 2.0,
+                    })
+                    .collect();
+                let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+                let t = [0.8f32, 1.0, 0.37][kind];
+                for half in [false, true] {
+                    let l: Vec<f32> = if half {
+                        bf.iter().map(|&b| bf16_to_f32(b)).collect()
+                    } else {
+                        row.clone()
+                    };
+                    let m = l
+                        .iter()
+                        .fold(f32::NEG_INFINITY, |m, &x| softmax_max(m, x / t));
+                    let want_w: Vec<f32> = l.iter().map(|&x| softmax_exp(x, t, m)).collect();
+                    let src = if half {
+                        Src::Bf16(kernels::Bf16Row(&bf))
+                    } else {
+                        Src::F32(&row)
+                    };
+                    for filter in filters {
+                        let got = softmax_weights_cut(src, t, filter, &mut weights, &mut cands);
+                        let what = format!("V {vocab} kind {kind} bf16 {half} {filter:?}");
+                        assert_eq!(got, Cut::of(&want_w[..], filter), "{what}");
+                        assert!(
+                            weights
+                                .iter()
+                                .zip(&want_w)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}: weights"
+                        );
+                    }
+                }
+            }
         }
     }
 

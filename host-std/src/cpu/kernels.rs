@@ -1169,7 +1169,7 @@ mod x86 {
         out: &mut Vec<u32>,
         cap: usize,
     ) -> Option<u128> {
-        super::gather_range::<16>(w, lo, hi, out, cap)
+        super::gather_range::<32>(w, lo, hi, out, cap)
     }
 
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
