@@ -1934,7 +1934,10 @@ mod tests {
             }
             println!("{name:<28} {:8.1} us", (cpu_s() - c0) / f64::from(n) * 1e6);
         }
-        let v = 128 * 1024;
+        let v = std::env::var("SPECULA_TIMING_V")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128 * 1024);
         let mut x = 0x1234_5678u32;
         let row: Vec<f32> = (0..v)
             .map(|_| {
@@ -1971,6 +1974,35 @@ mod tests {
                     t,
                     m,
                     None,
+                ));
+            });
+            time(&format!("{isa:?} weights + approx sum"), || {
+                std::hint::black_box(softmax_weights(
+                    isa,
+                    std::hint::black_box(&row[..]),
+                    t,
+                    m,
+                    0,
+                    &mut out,
+                ));
+            });
+            time(&format!("{isa:?} bf16 weights + approx"), || {
+                std::hint::black_box(softmax_weights(
+                    isa,
+                    Bf16Row(std::hint::black_box(&bf)),
+                    t,
+                    m,
+                    0,
+                    &mut out,
+                ));
+            });
+            time(&format!("{isa:?} bf16 pass (sum + weights)"), || {
+                std::hint::black_box(softmax_pass(
+                    isa,
+                    Bf16Row(std::hint::black_box(&bf)),
+                    t,
+                    m,
+                    Some(&mut out),
                 ));
             });
             time(&format!("{isa:?} pass (sum + weights)"), || {
