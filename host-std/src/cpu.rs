@@ -111,6 +111,23 @@ impl<'a> Src<'a> {
         }
     }
 
+    /// The weights at `t` and `max` into `out` and the approximate sum of those with key
+    /// `≥ threshold` ([`kernels::approx_p`]).
+    fn weights(&self, isa: kernels::Isa, t: f32, max: f32, threshold: u32, out: &mut [f32]) -> f64 {
+        match *self {
+            Self::F32(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
+            Self::Bf16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
+        }
+    }
+
+    /// The row length.
+    fn len(&self) -> usize {
+        match self {
+            Self::F32(x) => x.len(),
+            Self::Bf16(x) => x.0.len(),
+        }
+    }
+
     /// The exact fixed-point sum at `t` and `max`, and the weights into `out` when given.
     fn pass(&self, isa: kernels::Isa, t: f32, max: f32, out: Option<&mut [f32]>) -> u128 {
         match *self {
@@ -145,13 +162,8 @@ fn softmax_weights_cut(
 ) -> Cut {
     let isa = kernels::Isa::detect();
     let max = src.max(isa, t);
-    weights.resize(
-        match src {
-            Src::F32(x) => x.len(),
-            Src::Bf16(x) => x.0.len(),
-        },
-        0.0,
-    );
+    let len = src.len();
+    weights.resize(len, 0.0);
     let total = src.pass(isa, t, max, Some(weights));
     if !filter.is_active() {
         Cut {
@@ -172,6 +184,12 @@ enum RowState {
     /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`] (for logits
     /// without a filter, one that keeps every id: the plain softmax).
     Cut(Cut),
+    /// The softmax weights of logits with min-p alone (the cut's key threshold), with only an
+    /// approximate binary64 sum of the kept weights ([`kernels::approx_p`]): enough for
+    /// `p(x)` of an accepted position almost always; the exact mass (a second pass over the
+    /// stored weights) only when it is not, or when the row is written out. Saves that second
+    /// pass on every accepted row.
+    Approx { sum: f64, threshold: u32 },
     /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
     Identity,
 }
@@ -179,14 +197,35 @@ enum RowState {
 impl RowState {
     /// Reduces the row `src` (logits at `t > 0`, or binary32 probabilities for `None`);
     /// `weights` receives the softmax weights when a filter needs them (`cands`: scratch).
+    /// `approx`: a softmax cut by min-p alone may keep an approximate sum
+    /// ([`RowState::Approx`]), worth it for rows that will likely only be asked for one
+    /// `p(x)`.
     fn of(
         src: Src<'_>,
         t: Option<f32>,
         filter: Filter,
+        approx: bool,
         weights: &mut Vec<f32>,
         cands: &mut Vec<u32>,
     ) -> Self {
         match (t, src) {
+            // Min-p alone only: without a filter the exact sum costs ~15 % of the pass, less
+            // than a rejected row's second pass (measured with `verify_inputs`), whereas the
+            // exact min-p cut is a second pass on every row.
+            (Some(t), _) if approx && cut::plain_threshold(filter, src.len()) > Some(0) => {
+                let threshold = cut::plain_threshold(filter, src.len()).unwrap_or(0);
+                let isa = kernels::Isa::detect();
+                let max = src.max(isa, t);
+                if max.is_finite() {
+                    weights.resize(src.len(), 0.0);
+                    Self::Approx {
+                        sum: src.weights(isa, t, max, threshold, weights),
+                        threshold,
+                    }
+                } else {
+                    Self::Cut(softmax_weights_cut(src, t, filter, weights, cands))
+                }
+            }
             (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
             (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter)),
             // Probabilities are binary32 (only logits come as half precision).
@@ -194,17 +233,34 @@ impl RowState {
         }
     }
 
+    /// Replaces an approximate sum by the exact one (from the stored `weights`).
+    fn exact(&mut self, weights: &[f32]) {
+        if let Self::Approx { threshold, .. } = *self {
+            *self = Self::Cut(Cut {
+                threshold,
+                fixed: kernels::weights_fixed(kernels::Isa::detect(), weights, threshold),
+            });
+        }
+    }
+
     /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
-    fn p(&self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
+    fn p(&mut self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
+        if let Self::Approx { sum, threshold } = *self {
+            if let Some(p) = kernels::approx_p(weights[x], sum, weights.len(), threshold) {
+                return p;
+            }
+            self.exact(weights);
+        }
         match self {
             Self::Cut(c) if !weights.is_empty() => c.p(weights[x]),
             Self::Cut(c) => c.p(src.at(x)),
-            Self::Identity => src.at(x),
+            Self::Identity | Self::Approx { .. } => src.at(x),
         }
     }
 
     /// Writes the whole probability row (`wide`: scratch).
-    fn write(&self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
+    fn write(&mut self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
+        self.exact(weights);
         match self {
             Self::Cut(c) => {
                 let w = if weights.is_empty() {
@@ -214,7 +270,7 @@ impl RowState {
                 };
                 kernels::cut_write(kernels::Isa::detect(), w, *c, out);
             }
-            Self::Identity => out.copy_from_slice(src.as_f32(wide)),
+            Self::Identity | Self::Approx { .. } => out.copy_from_slice(src.as_f32(wide)),
         }
     }
 }
@@ -316,7 +372,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         };
         weights.clear();
         let src = Src::of(row, buf);
-        let state = RowState::of(src, t, filter, weights, cands);
+        let mut state = RowState::of(src, t, filter, true, weights, cands);
         let pt = state.p(src, weights, x);
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
@@ -341,7 +397,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     {
         weights.clear();
         let src = Src::of(row, buf);
-        let state = RowState::of(src, t, filter, weights, cands);
+        let mut state = RowState::of(src, t, filter, false, weights, cands);
         state.write(src, weights, &mut probs[k * v..], wide);
         full_rows = k..k + 1;
     }
@@ -920,6 +976,85 @@ mod tests {
                 min_p: [0.0, 0.01, 0.3][(next() % 3) as usize],
             };
             assert_eq!(cut_of(&w, f), Cut::of(&w[..], f), "round {round}: {f:?}");
+        }
+    }
+
+    /// The softmax weights and their cut ([`softmax_weights_cut`]) are the core's
+    /// (`softmax_exp`, [`Cut::of`]) at the vocabularies users run, f32 and bf16 rows read in
+    /// place, for the filter mixes (top-p alone above all: the path with the most steps).
+    #[test]
+    fn softmax_weights_cut_is_the_cut() {
+        use specula_core::verify::{softmax_exp, softmax_max};
+        let mut s = 0x70_9Fu64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 + 1.0) / 16_777_216.0
+        };
+        let f = |top_k, top_p, min_p| Filter {
+            top_k,
+            top_p,
+            min_p,
+        };
+        let filters = [
+            f(0, 0.9, 0.0),
+            f(0, 0.5, 0.0),
+            f(0, 0.99, 0.0),
+            f(0, 1e-6, 0.0),
+            f(0, 0.999_9, 0.0),
+            f(1_000_000, 0.8, 0.0),
+            f(50, 0.9, 0.0),
+            f(0, 0.9, 0.05),
+            f(0, 1.0, 0.05),
+        ];
+        let (mut weights, mut cands) = (Vec::new(), Vec::new());
+        for vocab in [32_000usize, 128_256, 151_936] {
+            for kind in 0..3 {
+                let row: Vec<f32> = (0..vocab)
+                    .map(|_| match kind {
+                        0 => 3.0 * next().ln(),
+                        1 => {
+                            if next() < 0.001 {
+                                10.0 * next()
+                            } else {
+                                -12.0 + 4.0 * next().ln()
+                            }
+                        }
+                        _ => (8.0 * next().ln()).round() / 2.0,
+                    })
+                    .collect();
+                let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+                let t = [0.8f32, 1.0, 0.37][kind];
+                for half in [false, true] {
+                    let l: Vec<f32> = if half {
+                        bf.iter().map(|&b| bf16_to_f32(b)).collect()
+                    } else {
+                        row.clone()
+                    };
+                    let m = l
+                        .iter()
+                        .fold(f32::NEG_INFINITY, |m, &x| softmax_max(m, x / t));
+                    let want_w: Vec<f32> = l.iter().map(|&x| softmax_exp(x, t, m)).collect();
+                    let src = if half {
+                        Src::Bf16(kernels::Bf16Row(&bf))
+                    } else {
+                        Src::F32(&row)
+                    };
+                    for filter in filters {
+                        let got = softmax_weights_cut(src, t, filter, &mut weights, &mut cands);
+                        let what = format!("V {vocab} kind {kind} bf16 {half} {filter:?}");
+                        assert_eq!(got, Cut::of(&want_w[..], filter), "{what}");
+                        assert!(
+                            weights
+                                .iter()
+                                .zip(&want_w)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}: weights"
+                        );
+                    }
+                }
+            }
         }
     }
 

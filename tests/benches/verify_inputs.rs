@@ -90,6 +90,8 @@ fn main() {
     let verifier = CpuVerifier::<8>::new(1).expect("verifier");
     let threads = verifier.threads();
     let mut g = Gen(0x1A9_0713);
+    // `cargo bench` passes `--bench`: only a plain argument filters.
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     println!(
         "{:>6} {:>5} {:<22} {:>10} {:>10} {:>8} {:>8}",
         "V", "batch", "input", "ms/batch", "read ms", "/read", "/probs"
@@ -99,6 +101,19 @@ fn main() {
     }
     for vocab in [32 * 1024, 128 * 1024] {
         for b in [1usize, 16] {
+            let names = [
+                "probabilities f32",
+                "logits f32",
+                "logits bf16",
+                "bf16 top-k/top-p",
+                "bf16 top-p 0.9",
+                "bf16 min-p 0.05",
+            ];
+            let id = |name: &str| format!("{}k/{b}/{name}", vocab / 1024);
+            let wanted = |name: &str| filter.as_deref().is_none_or(|f| id(name).contains(f));
+            if !names.iter().any(|n| wanted(n)) {
+                continue;
+            }
             let rows = b * (K + 1);
             // Logits 3·ln u (a long tail); probabilities = their softmax at T (f64), drafts near.
             let logits: Vec<f32> = (0..rows * vocab)
@@ -168,19 +183,23 @@ fn main() {
             // Input bytes: the target tensor plus the draft rows.
             let draft_bytes = draft.len() * 4;
             let cases = [
-                ("probabilities f32", base, probs.len() * 4 + draft_bytes),
-                ("logits f32", f32_logits, logits.len() * 4 + draft_bytes),
-                ("logits bf16", bf16_logits, lb.len() * 2 + draft_bytes),
-                ("bf16 top-k/top-p", filtered, lb.len() * 2 + draft_bytes),
-                ("bf16 top-p 0.9", top_p_only, lb.len() * 2 + draft_bytes),
-                ("bf16 min-p 0.05", min_p_only, lb.len() * 2 + draft_bytes),
+                (names[0], base, probs.len() * 4 + draft_bytes),
+                (names[1], f32_logits, logits.len() * 4 + draft_bytes),
+                (names[2], bf16_logits, lb.len() * 2 + draft_bytes),
+                (names[3], filtered, lb.len() * 2 + draft_bytes),
+                (names[4], top_p_only, lb.len() * 2 + draft_bytes),
+                (names[5], min_p_only, lb.len() * 2 + draft_bytes),
             ];
             // The read-only pass reads the same number of bytes from one buffer.
             let pool: Vec<u16> = (0..(probs.len() * 4 + draft_bytes) / 2)
                 .map(|i| i as u16)
                 .collect();
-            let mut probs_s = 0.0;
+            // NaN (printed as such) when a filter left the probability path out.
+            let mut probs_s = f64::NAN;
             for (name, batch, bytes) in cases {
+                if !wanted(name) {
+                    continue;
+                }
                 let mut accepted = vec![0u32; b];
                 let mut tokens = vec![0u32; b * (K + 1)];
                 let s = per_call_s(|| {
@@ -196,7 +215,7 @@ fn main() {
                 let read = per_call_s(|| {
                     black_box(read_sum(black_box(&pool[..bytes / 2]), threads));
                 });
-                if probs_s == 0.0 {
+                if name == "probabilities f32" {
                     probs_s = s;
                 }
                 println!(

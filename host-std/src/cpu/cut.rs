@@ -31,6 +31,9 @@ const SAMPLE: usize = 2048;
 /// instead.
 const MAX_SHARE: usize = 4;
 
+/// The most bins top-p's candidates are summed in (a power of two).
+const MAX_BINS: usize = 1024;
+
 /// The key of binary32 `1.0`: the largest softmax weight of a row with a finite maximum
 /// (`exp_p(m − m) = exp_p(0) = 1`).
 const ONE_KEY: u32 = 0x3F80_0000;
@@ -67,6 +70,13 @@ fn min_p_key(filter: Filter) -> u32 {
     } else {
         0
     }
+}
+
+/// The cut's key threshold when `filter` is at most min-p (top-k unable to bind, top-p off):
+/// min-p's key, or 0 for no filter; `None` when top-k or top-p takes part. The cut is then
+/// known before the weights are, and only its mass is left to sum.
+pub(crate) fn plain_threshold(filter: Filter, len: usize) -> Option<u32> {
+    (!top_k_binds(filter, len) && filter.top_p >= 1.0).then(|| min_p_key(filter))
 }
 
 /// Whether top-k is on and can bind (`top_k > V` keeps every id, as no key has `top_k` ids
@@ -182,12 +192,16 @@ fn top_p_cut(
         return None;
     }
     // The candidates can be many (top-p keeps most of a flat row): rather than sort them all,
-    // sum their masses in at most 4096 bins of equal key width, find the bin where the mass
-    // crosses the target, and sort only that bin's keys.
+    // sum their masses in bins of equal key width (about one per 8 candidates, at most
+    // `MAX_BINS`: at 32k a fixed 4096 bins, allocated, zeroed and converted to binary64 one by
+    // one, cost a tenth of the row's time), find the bin where the mass crosses the target,
+    // and sort only that bin's keys.
     let span = hi - lo;
-    let shift = (32 - span.leading_zeros()).saturating_sub(12);
+    let bits = (cands.len() / 8).clamp(16, MAX_BINS).ilog2();
+    let shift = (32 - span.leading_zeros()).saturating_sub(bits);
     let bins = ((span - 1) >> shift) as usize + 1;
-    let mut mass = vec![0u128; bins];
+    let mut mass = [0u128; MAX_BINS];
+    let mass = &mut mass[..bins];
     for &k in cands.iter() {
         mass[((k - lo) >> shift) as usize] += fixed_of_key(k);
     }

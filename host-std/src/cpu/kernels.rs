@@ -768,6 +768,83 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
     total
 }
 
+/// The softmax weights `e_v = exp_p(l_v / t − max)` of a whole row into `out`, and the sum of
+/// those `≥ floor` in binary64, **not** exact: each `e_v` converts exactly and the additions
+/// round (per lane, then across lanes), so for weights in `[0, 1]` the result is within
+/// `1.0001·(V − 1)·2⁻⁵³` (relative) of the real sum, in any order. [`approx_p`] turns that
+/// into exact probabilities where the bound decides them. Cheaper than
+/// [`softmax_pass_range`]'s exact 32-bit pieces (two conversions and two additions per 16 ids
+/// instead of ~17 instructions).
+#[inline(always)]
+fn softmax_weights_range<R: LogitRow, const N: usize>(
+    row: R,
+    t: f32,
+    max: f32,
+    floor: f32,
+    out: &mut [f32],
+) -> f64 {
+    let len = row.len();
+    let body = len - len % N;
+    let mut acc = [0f64; N];
+    let mut s = 0;
+    while s < body {
+        let l: [f32; N] = row.block(s);
+        let mut e = [0f32; N];
+        for i in 0..N {
+            e[i] = exp_nonpos(l[i] / t - max);
+        }
+        // A loop of its own: in one loop with the binary32 work, LLVM vectorises both at the
+        // width of the binary64 lanes (half the binary32 width), which cost as much as the
+        // exact pieces saved.
+        for i in 0..N {
+            acc[i] += f64::from(if e[i] >= floor { e[i] } else { 0.0 });
+        }
+        out[s..s + N].copy_from_slice(&e);
+        s += N;
+    }
+    let mut total = 0f64;
+    for a in acc {
+        total += a;
+    }
+    for i in body..len {
+        let e = exp_p(row.at(i) / t - max);
+        out[i] = e;
+        total += f64::from(if e >= floor { e } else { 0.0 });
+    }
+    total
+}
+
+/// `Cut::p(w)` for the cut with key threshold `threshold` of the `len` softmax weights of a row
+/// (their largest exactly 1, `threshold` at most the key of 1), from an approximate sum
+/// `approx` of the weights with key `≥ threshold` (from [`softmax_weights`]), when the
+/// approximation decides it: `None` when it may not (about one call in 2¹² at `V = 32k`), and
+/// the caller then computes the exact mass `F`.
+///
+/// Why it is exact: the kept weights lie in `[0, 1]` and include the 1, so their real sum
+/// `Σ ≥ 1`. `approx` is within `γ·Σ` of `Σ` (`γ ≤ 1.0001·(len − 1)·2⁻⁵³`, recursive summation
+/// of non-negative terms in any order), `F·2⁻⁶⁴` within `len·2⁻⁶⁴ ≤ len·2⁻⁶⁴·Σ` (each floor
+/// drops less than 1), and the three binary64 roundings (`F` to binary64, the division
+/// `w / S`, the division `w / approx`) add `3·2⁻⁵³`: the binary64 quotient `q₆₄ = w / S` that
+/// `Cut::p` rounds to binary32 lies within `(len + 4)·2⁻⁵²` of `q = w / approx`, relative.
+/// `[lo, hi]` is `q` widened by twice that (covering the roundings of `lo` and `hi`
+/// themselves); binary32 rounding is monotone, so if both ends round to the same binary32
+/// value, `q₆₄` does too. Zero and subnormal results are covered alike (`w ≥ 0`, `q` a normal
+/// or zero binary64). A weight below the threshold is 0, as in `Cut::p`.
+#[inline]
+pub(crate) fn approx_p(w: f32, approx: f64, len: usize, threshold: u32) -> Option<f32> {
+    // Not a sum of weights with a finite maximum (or NaN): let the caller be exact.
+    if !((1.0..f64::INFINITY).contains(&approx) && (0.0..=1.0).contains(&w)) {
+        return None;
+    }
+    if specula_core::verify::weight_key(w) < threshold {
+        return Some(0.0);
+    }
+    let q = f64::from(w) / approx;
+    let d = (len as f64 + 4.0) * f64::from_bits(0x3CC0_0000_0000_0000); // 2⁻⁵¹
+    let (lo, hi) = ((q * (1.0 - d)) as f32, (q * (1.0 + d)) as f32);
+    (lo == hi).then_some(lo)
+}
+
 /// `out[i] = Cut::p(w[i])` for a cut with key threshold `threshold` and sum `sum > 0`:
 /// `((w as f64) / sum) as f32` for kept weights (`key(w) ≥ threshold`), else 0.
 #[inline(always)]
@@ -807,12 +884,39 @@ fn gather_range<const N: usize>(
     out: &mut Vec<u32>,
     cap: usize,
 ) -> Option<u128> {
+    if hi >= KEY_2_M14 && hi != u32::MAX && w.len() / N < (1 << 16) {
+        gather_loop::<N, true>(w, lo, hi, out, cap)
+    } else {
+        gather_loop::<N, false>(w, lo, hi, out, cap)
+    }
+}
+
+/// The key of `2⁻¹⁴` (binary32): weights at or above it are multiples of `2⁻³⁷`.
+const KEY_2_M14: u32 = 113 << 23;
+
+/// [`gather_range`]'s loop. `F64`: the mass of the keys `≥ hi` (all `≥ 2⁻¹⁴`, at most 2¹⁶ per
+/// lane) summed per lane in binary64, which is then exact: every such weight `e ≤ 1` is a
+/// multiple of `2⁻³⁷` (a 24-bit significand at exponent `≥ −14`), so is every partial sum,
+/// and a multiple of `2⁻³⁷` below `2¹⁶` fits binary64's 53 bits; `⌊e·2⁶⁴⌋ = e·2⁶⁴` for them
+/// (an integer), so `2⁶⁴ ×` each lane's sum is its exact fixed-point mass. Two conversions and
+/// two masked additions per 16 weights instead of the 32-bit pieces (~17 instructions, whose
+/// three sums also spill at 32 lanes). Top-p's bracket usually lies that high: its crossing
+/// weight is at least `0.1·F/V` and, on real rows, far above.
+#[inline(always)]
+fn gather_loop<const N: usize, const F64: bool>(
+    w: &[f32],
+    lo: u32,
+    hi: u32,
+    out: &mut Vec<u32>,
+    cap: usize,
+) -> Option<u128> {
     let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
     let inside = |k: u32| k >= lo && k < hi;
     let cap = out.len() + cap;
     let len = w.len();
     let body = len - len % N;
     let (mut a64, mut b64, mut c64) = ([0u64; N], [0u64; N], [0u64; N]);
+    let mut d64 = [0f64; N];
     let mut s = 0;
     while s < body {
         let stop = body.min(s + PIECE_BLOCKS * N);
@@ -821,27 +925,33 @@ fn gather_range<const N: usize>(
             let c: &[f32; N] = w[s..s + N].try_into().expect("N values");
             let mut any = false;
             for l in 0..N {
-                let k = key(c[l]);
-                any |= inside(k);
-                if hi != u32::MAX {
+                any |= inside(key(c[l]));
+            }
+            if F64 {
+                for l in 0..N {
+                    d64[l] += f64::from(if key(c[l]) >= hi { c[l] } else { 0.0 });
+                }
+            } else if hi != u32::MAX {
+                for l in 0..N {
                     let (a, b, cc) = fixed_pieces(c[l]);
-                    let up = k >= hi;
+                    let up = key(c[l]) >= hi;
                     a32[l] += if up { a } else { 0 };
                     b32[l] += if up { b } else { 0 };
                     c32[l] += if up { cc } else { 0 };
                 }
             }
             if any {
-                // Branch-free: every key is stored, the count advances only for the kept ones
-                // (a flat row under top-p puts a candidate in most blocks).
-                let mut buf = [0u32; N];
-                let mut n = 0;
+                // Only the kept lanes, found from a bit mask (one vector compare), in id order:
+                // a loop over every lane cost about a cycle per id on a flat row under top-p,
+                // where most blocks hold a candidate or two.
+                let mut mask = 0u64;
                 for l in 0..N {
-                    let k = key(c[l]);
-                    buf[n] = k;
-                    n += usize::from(inside(k));
+                    mask |= u64::from(inside(key(c[l]))) << l;
                 }
-                out.extend_from_slice(&buf[..n]);
+                while mask != 0 {
+                    out.push(key(c[mask.trailing_zeros() as usize]));
+                    mask &= mask - 1;
+                }
                 if out.len() > cap {
                     return None;
                 }
@@ -857,6 +967,8 @@ fn gather_range<const N: usize>(
     let mut above = 0u128;
     for l in 0..N {
         above += (u128::from(a64[l]) << 40) + (u128::from(b64[l]) << 16) + u128::from(c64[l]);
+        // An exact integer below 2⁸⁰ (zero unless `F64`).
+        above += (d64[l] * 18_446_744_073_709_551_616.0) as u128;
     }
     for &x in &w[body..] {
         let k = key(x);
@@ -1091,7 +1203,7 @@ mod x86 {
         out: &mut Vec<u32>,
         cap: usize,
     ) -> Option<u128> {
-        super::gather_range::<16>(w, lo, hi, out, cap)
+        super::gather_range::<32>(w, lo, hi, out, cap)
     }
 
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
@@ -1103,6 +1215,28 @@ mod x86 {
         cap: usize,
     ) -> Option<u128> {
         super::gather_range::<32>(w, lo, hi, out, cap)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn softmax_weights_avx2<R: super::LogitRow>(
+        row: R,
+        t: f32,
+        max: f32,
+        floor: f32,
+        out: &mut [f32],
+    ) -> f64 {
+        super::softmax_weights_range::<R, 16>(row, t, max, floor, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn softmax_weights_avx512<R: super::LogitRow>(
+        row: R,
+        t: f32,
+        max: f32,
+        floor: f32,
+        out: &mut [f32],
+    ) -> f64 {
+        super::softmax_weights_range::<R, 32>(row, t, max, floor, out)
     }
 
     #[target_feature(enable = "avx2")]
@@ -1190,6 +1324,49 @@ pub(crate) fn softmax_pass<R: LogitRow>(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::softmax_pass_avx512(row, t, max, out) },
     }
+}
+
+/// The softmax weights of `row` at `t` with maximum `max` (the row's [`softmax_max`]) into
+/// `out` (same length), and the approximate binary64 sum of those with key `≥ threshold` for
+/// [`approx_p`], with `isa`.
+#[inline]
+pub(crate) fn softmax_weights<R: LogitRow>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    max: f32,
+    threshold: u32,
+    out: &mut [f32],
+) -> f64 {
+    // Key ≥ threshold ⇔ weight ≥ floor for weights ≥ 0 (positive binary32 values order as
+    // their bits; a zero weight, key 0, adds nothing either way).
+    let floor = f32::from_bits(threshold);
+    match isa {
+        Isa::Portable => softmax_weights_range::<R, 8>(row, t, max, floor, out),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::softmax_weights_avx2(row, t, max, floor, out) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::softmax_weights_avx512(row, t, max, floor, out) },
+    }
+}
+
+/// The exact fixed-point mass `Σ ⌊w·2⁶⁴⌋` of the softmax weights `w` (each in `[0, 1]`) with
+/// key `≥ threshold`: a cut's `fixed` from weights already written, with `isa`.
+#[inline]
+pub(crate) fn weights_fixed(isa: Isa, w: &[f32], threshold: u32) -> u128 {
+    // No key lies in [u32::MAX, hi): nothing is gathered, only the mass of the keys ≥ hi is
+    // summed (hi ≥ 1: a zero weight, key 0, adds nothing anyway).
+    let hi = threshold.max(1);
+    gather_keys(isa, w, u32::MAX, hi, &mut Vec::new(), 0).unwrap_or_else(|| {
+        w.iter()
+            .filter(|&&x| specula_core::verify::weight_key(x) >= hi)
+            .fold(0u128, |a, &x| {
+                a.wrapping_add(specula_core::verify::weight_fixed(x))
+            })
+    })
 }
 
 /// Writes `cut.p(w[v])` of every weight into `out` (same length) with `isa`: `0` for ids below
@@ -1630,6 +1807,179 @@ mod tests {
         }
     }
 
+    /// The approximate sum path gives `Cut::p` bit for bit whenever it answers, at the
+    /// vocabularies users run, for f32 and bf16 rows, with and without min-p's threshold, on
+    /// every instruction set, and answers for nearly every id (else it would save nothing);
+    /// its weights are the exact pass's and [`weights_fixed`] is the exact mass.
+    #[test]
+    fn approx_p_is_the_cut_p() {
+        use specula_core::verify::{Cut, weight_fixed, weight_key};
+        let mut s = 0xA99_0C5u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for vocab in [32_000usize, 32_768, 128_256, 151_936, 262_144] {
+            for kind in 0..3 {
+                let row: Vec<f32> = (0..vocab)
+                    .map(|_| {
+                        let u = ((next() >> 40) as f32 + 1.0) / 16_777_216.0;
+                        match kind {
+                            0 => 3.0 * u.ln(),
+                            // LLM-like: a few high logits over a wide low tail.
+                            1 => {
+                                if next() % 1000 == 0 {
+                                    10.0 * u
+                                } else {
+                                    -12.0 + 4.0 * u.ln()
+                                }
+                            }
+                            // Coarse values: many equal weights.
+                            _ => (8.0 * u.ln()).round() / 2.0,
+                        }
+                    })
+                    .collect();
+                let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+                let t = [0.8f32, 1.0, 0.37][kind];
+                for isa in Isa::available() {
+                    for half in [false, true] {
+                        let max = if half {
+                            softmax_max(isa, Bf16Row(&bf), t)
+                        } else {
+                            softmax_max(isa, &row[..], t)
+                        };
+                        let mut exact_w = vec![0f32; vocab];
+                        let total = if half {
+                            softmax_pass(isa, Bf16Row(&bf), t, max, Some(&mut exact_w))
+                        } else {
+                            softmax_pass(isa, &row[..], t, max, Some(&mut exact_w))
+                        };
+                        for min_p in [0.0f32, 0.05, 0.3] {
+                            let threshold = if min_p > 0.0 { weight_key(min_p) } else { 0 };
+                            let what = format!("{isa:?} V {vocab} kind {kind} bf16 {half} {min_p}");
+                            let mut w = vec![7f32; vocab];
+                            let approx = if half {
+                                softmax_weights(isa, Bf16Row(&bf), t, max, threshold, &mut w)
+                            } else {
+                                softmax_weights(isa, &row[..], t, max, threshold, &mut w)
+                            };
+                            assert!(
+                                w.iter()
+                                    .zip(&exact_w)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{what}: weights"
+                            );
+                            let fixed: u128 = w
+                                .iter()
+                                .filter(|&&x| weight_key(x) >= threshold)
+                                .map(|&x| weight_fixed(x))
+                                .sum();
+                            if threshold == 0 {
+                                assert_eq!(fixed, total, "{what}");
+                            }
+                            assert_eq!(weights_fixed(isa, &w, threshold), fixed, "{what}");
+                            let cut = Cut { threshold, fixed };
+                            let mut undecided = 0;
+                            for &x in &w {
+                                match approx_p(x, approx, vocab, threshold) {
+                                    Some(p) => {
+                                        assert_eq!(p.to_bits(), cut.p(x).to_bits(), "{what} w {x}");
+                                    }
+                                    None => undecided += 1,
+                                }
+                            }
+                            assert!(undecided * 100 < vocab, "{what}: {undecided} undecided");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gather's mass above `hi` is exact on the binary64 route too (`hi ≥ 2⁻¹⁴`), up to
+    /// its per-lane limit: rows of ones (the largest sums) and of random weights in `[2⁻¹⁴, 1]`
+    /// near a binade boundary, at 256k and 1M ids, every instruction set.
+    #[test]
+    fn gather_mass_is_exact_on_the_binary64_route() {
+        use specula_core::verify::weight_fixed;
+        let mut s = 0x6A7_4E5u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for len in [262_144usize, 1 << 20, 1_000_003] {
+            for kind in 0..3 {
+                let w: Vec<f32> = (0..len)
+                    .map(|_| match kind {
+                        0 => 1.0,
+                        1 => f32::from_bits(KEY_2_M14 + (next() % 0x0100_0000) as u32),
+                        _ => f32::from_bits((next() % u64::from(0x3F80_0001u32)) as u32),
+                    })
+                    .collect();
+                for hi in [KEY_2_M14, KEY_2_M14 + 1, 0x3F00_0000, 0x3F80_0000] {
+                    let want: u128 = w
+                        .iter()
+                        .filter(|&&x| x.to_bits() >= hi)
+                        .map(|&x| weight_fixed(x))
+                        .sum();
+                    for isa in Isa::available() {
+                        let got = gather_keys(isa, &w, u32::MAX, hi, &mut Vec::new(), 0);
+                        assert_eq!(got, Some(want), "{isa:?} len {len} kind {kind} hi {hi:#x}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`approx_p`] near binary32 rounding boundaries: exact masses `F` chosen so that `w / S`
+    /// lies within a few `2⁻⁶⁴` of a midpoint between two binary32 values, and approximate
+    /// sums off by up to the bound `len·2⁻⁵³`: every answer is `Cut::p`'s (without the widening
+    /// by the bound, about half of these would be wrong), and most are `None`.
+    #[test]
+    fn approx_p_is_exact_at_rounding_boundaries() {
+        use specula_core::verify::Cut;
+        let mut s = 0xB0_0DA5u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let two64 = 18_446_744_073_709_551_616.0f64;
+        let (mut answered, mut asked) = (0, 0);
+        for len in [32_000usize, 151_936, 262_144] {
+            for _ in 0..20_000 {
+                let w = ((next() >> 40) as f32 + 1.0) / 16_777_216.0;
+                let s_target = 1.0 + (next() >> 11) as f64 / (1u64 << 53) as f64 * (len as f64);
+                let p = (f64::from(w) / s_target) as f32;
+                let mid = (f64::from(p) + f64::from(f32::from_bits(p.to_bits() + 1))) / 2.0;
+                let f0 = (f64::from(w) / mid * two64) as u128;
+                for df in [-2i128, -1, 0, 1, 2] {
+                    let fixed = (f0 as i128 + df) as u128;
+                    let want = Cut {
+                        threshold: 0,
+                        fixed,
+                    }
+                    .p(w);
+                    let exact_s = (fixed as f64) / two64;
+                    for e in [-1.0, -0.5, 0.0, 0.5, 1.0] {
+                        let approx = exact_s * (1.0 + e * len as f64 / two64 * 2048.0);
+                        asked += 1;
+                        if let Some(got) = approx_p(w, approx, len, 0) {
+                            answered += 1;
+                            assert_eq!(got.to_bits(), want.to_bits(), "w {w} F {fixed} e {e}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(answered * 10 < asked, "{answered} of {asked} answered");
+    }
+
     /// Times the softmax passes on one 128k row (`cargo test --release -p specula --lib --
     /// --ignored --nocapture softmax_pass_timing`), in this thread's CPU time.
     #[test]
@@ -1655,7 +2005,10 @@ mod tests {
             }
             println!("{name:<28} {:8.1} us", (cpu_s() - c0) / f64::from(n) * 1e6);
         }
-        let v = 128 * 1024;
+        let v = std::env::var("SPECULA_TIMING_V")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128 * 1024);
         let mut x = 0x1234_5678u32;
         let row: Vec<f32> = (0..v)
             .map(|_| {
@@ -1692,6 +2045,35 @@ mod tests {
                     t,
                     m,
                     None,
+                ));
+            });
+            time(&format!("{isa:?} weights + approx sum"), || {
+                std::hint::black_box(softmax_weights(
+                    isa,
+                    std::hint::black_box(&row[..]),
+                    t,
+                    m,
+                    0,
+                    &mut out,
+                ));
+            });
+            time(&format!("{isa:?} bf16 weights + approx"), || {
+                std::hint::black_box(softmax_weights(
+                    isa,
+                    Bf16Row(std::hint::black_box(&bf)),
+                    t,
+                    m,
+                    0,
+                    &mut out,
+                ));
+            });
+            time(&format!("{isa:?} bf16 pass (sum + weights)"), || {
+                std::hint::black_box(softmax_pass(
+                    isa,
+                    Bf16Row(std::hint::black_box(&bf)),
+                    t,
+                    m,
+                    Some(&mut out),
                 ));
             });
             time(&format!("{isa:?} pass (sum + weights)"), || {
