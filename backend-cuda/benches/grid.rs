@@ -246,6 +246,7 @@ impl Case {
             min_p: None,
             target_logits_half: None,
             draft_probs_half: None,
+            recovered: None,
         }
     }
 }

@@ -322,6 +322,7 @@ fn step_path_on_the_callers_cudarc_buffers() {
             min_p: None,
             target_logits_half: None,
             draft_probs_half: None,
+            recovered: None,
         };
         let before = call_counts();
         // SAFETY: the shape words were computed from this batch, whose buffers these are.

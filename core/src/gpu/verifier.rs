@@ -332,7 +332,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         args: &VerifyArgs<'_, D>,
         accepted: &mut [u32],
         tokens: &mut [u32],
-        mut recovered: Option<&mut [u32]>,
+        recovered: Option<&mut [u32]>,
     ) -> Result<u64, GpuError<D::Error>> {
         let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
         let r_view = match (&args.recovered, recovered.is_some()) {
@@ -388,7 +388,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         unsafe {
             d.read_host(host, s_bytes, accepted);
             d.read_host(host, s_bytes + a_bytes, tokens);
-            if let Some(r) = recovered.as_deref_mut() {
+            if let Some(r) = recovered {
                 d.read_host(host, s_bytes + a_bytes + t_bytes, r);
             }
         }
