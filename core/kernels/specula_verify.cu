@@ -1042,19 +1042,24 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
 // each (SP_NOINLINE) and called from every site of both logits entries.
 SP_NOINLINE __device__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                 sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
-    return sp_argmax_packed<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    const sp_soft l = st; // in registers (see sp_race_part_any)
+    return sp_argmax_packed<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &l);
 }
 SP_NOINLINE __device__ sp_u64 sp_entropy_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                  sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
-    return sp_entropy_sum<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &st);
+    const sp_soft l = st; // in registers (see sp_race_part_any)
+    return sp_entropy_sum<SP_P_ANY, SP_FX_ANY>(row, vocab, g_first, g_step, s_red, &l);
 }
 SP_NOINLINE __device__ void sp_race_part_any(const float* trow, const float* drow, bool residual,
                                                  sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                                  sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
                                                  sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
                                                  sp_u64& top, sp_u32& id, const sp_soft& st) {
+    // A copy the row loop reads from registers: through the caller's reference (its stack, as
+    // the state's address leaves the caller) every id would reload the state's fields.
+    const sp_soft l = st;
     sp_race_part<SP_P_ANY, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                      off_lo, off_hi, g_first, g_step, s_red, top, id, &st);
+                                      off_lo, off_hi, g_first, g_step, s_red, top, id, &l);
 }
 // The whole race in one block (as sp_race): (1 << 32) | winner, or 0.
 __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* drow, bool residual,
@@ -1117,6 +1122,7 @@ __device__ __forceinline__ void sp_fix_limbs(float w, sp_u32 l[4]) {
         return;
     }
     const sp_u64 m = (sp_u64)((bits & 0x007FFFFFu) | (e == 0u ? 0u : 0x00800000u));
+    SP_UNROLLED
     for (sp_u32 i = 0; i < 4u; ++i) {
         const sp_i32 t = sh - 32 * (sp_i32)i;
         l[i] = (t >= 32 || t <= -32) ? 0u : t >= 0 ? (sp_u32)(m << t) : (sp_u32)(m >> (-t));
@@ -1143,6 +1149,9 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
     const sp_u32 full = sp_full(row, vocab, fmt);
     const sp_u32 shift = 24u - 8u * level;
     const sp_u32 step = blockDim.x * SP_UNROLL_RACE;
+    // The state's values in registers: read through the reference inside the loop they are
+    // reloaded from the caller's stack at every id (the histogram's atomics may alias it).
+    const float st_t = st.t, st_m = st.m;
     sp_u32 mx = 0u;
     sp_u64 acc[4] = {0ull, 0ull, 0ull, 0ull};
     for (sp_u32 g0 = threadIdx.x; g0 < groups; g0 += step) {
@@ -1151,9 +1160,13 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
             const sp_u32 v0 = (g0 + u * blockDim.x) * 4u;
+            // Unrolled, as every loop over a tile's or a mass's 4 elements here: an index known
+            // at compile time keeps x, l and acc in registers (a loop left rolled indexes them
+            // in local memory).
+            SP_UNROLLED
             for (sp_u32 i = 0; i < 4u; ++i) {
                 if (v0 + i >= vocab) continue; // past the row's end: no id
-                const float w = lg ? sp_soft_e(x[u][i], st.t, st.m) : x[u][i];
+                const float w = lg ? sp_soft_e(x[u][i], st_t, st_m) : x[u][i];
                 const sp_u32 key = sp_wkey(w);
                 if (mode == SP_FP_MAX) {
                     mx = key > mx ? key : mx;
@@ -1163,6 +1176,7 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
                 if (mode == SP_FP_MASS) {
                     sp_u32 l[4];
                     sp_fix_limbs(w, l);
+                    SP_UNROLLED
                     for (sp_u32 q = 0; q < 4u; ++q) acc[q] += l[q];
                     continue;
                 }
@@ -1173,6 +1187,7 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
                 } else {
                     sp_u32 l[4];
                     sp_fix_limbs(w, l);
+                    SP_UNROLLED
                     for (sp_u32 q = 0; q < 4u; ++q)
                         if (l[q] != 0u) atomicAdd(bin + q, (sp_u64)l[q]);
                 }
@@ -1182,6 +1197,7 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
     if (mode == SP_FP_MAX) {
         out[0] = sp_block_reduce((sp_u64)mx, true, s_red);
     } else if (mode == SP_FP_MASS) {
+        SP_UNROLLED
         for (sp_u32 q = 0; q < 4u; ++q) out[q] = sp_block_reduce(acc[q], false, s_red);
     } else {
         __syncthreads(); // the histogram is complete
