@@ -17,47 +17,14 @@
 //! least 0.5 s per figure), so the figures hold on a machine shared with other jobs, where wall
 //! time would mostly measure the scheduler; elsewhere wall time is used.
 
-use half::bf16;
 use specula::cpu::CpuVerifier;
-use specula_core::verify::{
-    Batch, Check, Dims, Drafts, Half, HalfLogits, Logits, Method, Outputs, Streams,
-};
-use specula_tests::conformance::{Gen, sample};
+use specula_core::verify::{Check, Half, HalfLogits, Logits, Method, Outputs};
+use specula_tests::bench_step::{Step, per_call_s, thread_cpu_s};
+use specula_tests::conformance::Gen;
 use std::hint::black_box;
-use std::time::Instant;
 
 const K: usize = 4;
 const T: f32 = 0.8;
-
-/// This thread's CPU time in seconds (user + system, clock ticks of 10 ms), if readable.
-fn thread_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
-}
-
-/// Seconds per call of `f` (after one warm-up call): this thread's CPU time over at least
-/// 0.5 s of it, or wall time where CPU time cannot be read.
-fn per_call_s(mut f: impl FnMut()) -> f64 {
-    f();
-    let (cpu0, wall0) = (thread_cpu_s(), Instant::now());
-    let mut n = 0u64;
-    loop {
-        f();
-        n += 1;
-        let spent = match (cpu0, thread_cpu_s()) {
-            (Some(a), Some(b)) => b - a,
-            _ => wall0.elapsed().as_secs_f64(),
-        };
-        if spent >= 0.5 && n >= 3 {
-            return spent / n as f64;
-        }
-    }
-}
 
 /// Sums `bytes` bytes of `src` (as u16 words, so f32 and bf16 inputs read alike) on `threads`
 /// threads, one contiguous piece each.
@@ -114,65 +81,20 @@ fn main() {
             if !names.iter().any(|n| wanted(n)) {
                 continue;
             }
-            let rows = b * (K + 1);
             // Logits 3·ln u (a long tail); probabilities = their softmax at T (f64), drafts near.
-            let logits: Vec<f32> = (0..rows * vocab)
-                .map(|_| 3.0 * (g.unit() + 1e-6).ln())
-                .collect();
-            let lb: Vec<bf16> = logits.iter().map(|&x| bf16::from_f32(x)).collect();
-            let lb_bits: Vec<u16> = lb.iter().map(|x| x.to_bits()).collect();
-            let mut probs = vec![0f32; rows * vocab];
-            for (p, l) in probs
-                .chunks_exact_mut(vocab)
-                .zip(logits.chunks_exact(vocab))
-            {
-                let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let e: Vec<f64> = l
-                    .iter()
-                    .map(|&x| (f64::from(x - m) / f64::from(T)).exp())
-                    .collect();
-                let s: f64 = e.iter().sum();
-                for (o, x) in p.iter_mut().zip(&e) {
-                    *o = (x / s) as f32;
-                }
-            }
-            let mut draft = vec![0f32; b * K * vocab];
-            for r in 0..b {
-                for j in 0..K {
-                    let t = &probs[(r * (K + 1) + j) * vocab..][..vocab];
-                    let d = &mut draft[(r * K + j) * vocab..][..vocab];
-                    for (o, &x) in d.iter_mut().zip(t) {
-                        *o = x * (0.7 + 0.6 * g.unit());
-                    }
-                    let s: f32 = d.iter().sum();
-                    d.iter_mut().for_each(|x| *x /= s);
-                }
-            }
-            let ids: Vec<u32> = (0..b * K)
-                .map(|i| sample(&mut g, &draft[i * vocab..(i + 1) * vocab]))
-                .collect();
-            let ks = vec![K as u32; b];
-            let seed: Vec<u64> = (0..b as u64).collect();
-            let offset = vec![3u64; b];
-            let temps = vec![T; b];
+            let step = Step::new(&mut g, b, vocab, K, T);
+            let (logits, probs, draft, temps) =
+                (&step.logits, &step.probs, &step.draft, &step.temps);
+            let lb_bits = &step.logits_bf16;
             let (top_k, top_p) = (vec![50u32; b], vec![0.9f32; b]);
-            let base = Batch::dense(
-                Dims { vocab, k_max: K },
-                Drafts { k: &ks, ids: &ids },
-                &probs,
-                Streams {
-                    seed: &seed,
-                    offset: &offset,
-                },
-            )
-            .with_draft_probs(&draft);
+            let base = step.batch();
             let f32_logits = base.with_target_logits(Logits {
-                values: &logits,
-                temperature: &temps,
+                values: logits,
+                temperature: temps,
             });
             let bf16_logits = base.with_target_logits_half(HalfLogits {
-                values: Half::Bf16(&lb_bits),
-                temperature: &temps,
+                values: Half::Bf16(lb_bits),
+                temperature: temps,
             });
             let filtered = bf16_logits.with_top_k(&top_k).with_top_p(&top_p);
             // Top-p alone keeps most of this flat distribution (the drafts stay likely, so
@@ -185,10 +107,10 @@ fn main() {
             let cases = [
                 (names[0], base, probs.len() * 4 + draft_bytes),
                 (names[1], f32_logits, logits.len() * 4 + draft_bytes),
-                (names[2], bf16_logits, lb.len() * 2 + draft_bytes),
-                (names[3], filtered, lb.len() * 2 + draft_bytes),
-                (names[4], top_p_only, lb.len() * 2 + draft_bytes),
-                (names[5], min_p_only, lb.len() * 2 + draft_bytes),
+                (names[2], bf16_logits, lb_bits.len() * 2 + draft_bytes),
+                (names[3], filtered, lb_bits.len() * 2 + draft_bytes),
+                (names[4], top_p_only, lb_bits.len() * 2 + draft_bytes),
+                (names[5], min_p_only, lb_bits.len() * 2 + draft_bytes),
             ];
             // The read-only pass reads the same number of bytes from one buffer.
             let pool: Vec<u16> = (0..(probs.len() * 4 + draft_bytes) / 2)
