@@ -57,6 +57,12 @@ fn construction_without_a_device_is_a_typed_error() {
 fn conformance_on_device() {
     let Some(dev) = device() else { return };
     conformance::run_all(|| CudaVerifier::<K>::new(dev.clone()).unwrap());
+    // The recovered-token output, written by the logits entries in the same launch.
+    conformance::recovered_output(
+        || CudaVerifier::<K>::new(dev.clone()).unwrap(),
+        0xDE_0013,
+        40,
+    );
 }
 
 /// Also the caller's own stream: verification ordered on a stream the backend did not make.

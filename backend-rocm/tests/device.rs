@@ -28,6 +28,8 @@ fn conformance_on_device() {
         return;
     }
     conformance::run_all(|| verifier().unwrap());
+    // The recovered-token output, written by the logits entries in the same launch.
+    conformance::recovered_output(|| verifier().unwrap(), 0xDE_0013, 40);
 }
 
 struct Rocm {
