@@ -2065,6 +2065,13 @@ fn recovered_output_is_staged_passed_and_downloaded() {
     v.download_recovered(&a, &mut acc, &mut tok, &mut rec)
         .unwrap();
     assert_eq!(rec, [300, 301, 302, 303]);
+    let mut long = [0u32; 5];
+    assert_eq!(
+        v.download_recovered(&a, &mut acc, &mut tok, &mut long),
+        Err(GpuError::ViewTooShort),
+        "more recovered values than the view holds"
+    );
+    assert_eq!(long, [0; 5]);
     assert_eq!(
         v.download_recovered(&plain, &mut acc, &mut tok, &mut rec),
         Err(GpuError::ViewTooShort),

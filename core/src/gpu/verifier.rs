@@ -367,9 +367,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         let (tok, tok_at) = (args.tokens.buffer(), args.tokens.byte_offset());
         d.download(s, host, s_bytes + a_bytes, tok, tok_at, t_bytes)
             .map_err(GpuError::Driver)?;
-        if let Some(v) = r_view
-            && r_bytes > 0
-        {
+        if let Some(v) = r_view {
             d.download(
                 s,
                 host,
