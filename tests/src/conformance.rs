@@ -2037,6 +2037,33 @@ pub fn to_f16(x: &[f32]) -> Vec<u16> {
         .collect()
 }
 
+/// Random logits in place of `d`'s target rows (a long tail, a few masked ids at `-inf`,
+/// coarse steps so that ties occur), and per-request temperatures mixing 0 (greedy) and
+/// `(0.1, 1.5)`.
+pub fn random_logits(g: &mut Gen, d: &BatchData) -> (Vec<f32>, Vec<f32>) {
+    let l = d
+        .target_probs
+        .iter()
+        .map(|_| {
+            if g.chance(1, 100) {
+                f32::NEG_INFINITY
+            } else {
+                (16.0 * (g.unit() + 1e-6).ln()).round() / 4.0
+            }
+        })
+        .collect();
+    let t = (0..d.requests())
+        .map(|_| {
+            if g.chance(1, 4) {
+                0.0
+            } else {
+                0.1 + 1.4 * g.unit()
+            }
+        })
+        .collect();
+    (l, t)
+}
+
 /// Random per-request sampling filters for `b` requests over vocabulary `vocab`: each part on
 /// or off independently, top-k from 1 to past `V`, top-p from 0.05 to 1, min-p up to 0.5.
 pub fn random_filters(g: &mut Gen, b: usize, vocab: usize) -> (Vec<u32>, Vec<f32>, Vec<f32>) {

@@ -21,8 +21,8 @@ use specula_core::verify::{
     VerifyError, argmax, draft_slots, recovered_tokens, verify_batch,
 };
 use specula_tests::conformance::{
-    self, BatchData, Gen, K, METHODS, OutData, RaggedData, RandomSpec, random_filters, sized_batch,
-    to_bf16,
+    self, Gen, K, METHODS, OutData, RaggedData, RandomSpec, random_filters, random_logits,
+    sized_batch, to_bf16,
 };
 
 #[test]
@@ -149,32 +149,6 @@ fn cpu_paths() -> [(&'static str, CpuVerifier<K>); 4] {
     ]
 }
 
-/// Logits in place of `d`'s target rows (a long tail, a few masked ids, coarse steps so that
-/// ties occur), and temperatures mixing 0 (greedy) and `(0, 1.5)`.
-fn logits_for(g: &mut Gen, d: &BatchData) -> (Vec<f32>, Vec<f32>) {
-    let l = d
-        .target_probs
-        .iter()
-        .map(|_| {
-            if g.chance(1, 100) {
-                f32::NEG_INFINITY
-            } else {
-                (16.0 * (g.unit() + 1e-6).ln()).round() / 4.0
-            }
-        })
-        .collect();
-    let t = (0..d.requests())
-        .map(|_| {
-            if g.chance(1, 4) {
-                0.0
-            } else {
-                0.1 + 1.4 * g.unit()
-            }
-        })
-        .collect();
-    (l, t)
-}
-
 /// One call with `Outputs::with_recovered` = verification + `recovered_tokens`, bit for bit,
 /// on every CPU path at real vocabulary sizes, every method and input kind (see the module
 /// docs), `k = 0` included.
@@ -205,7 +179,7 @@ fn one_call_gives_the_recovered_tokens_at_real_sizes() {
                 .collect();
             if i == 0 {
                 // Independent logits with ties and masked ids for the first batch.
-                logits = logits_for(&mut g, &d).0;
+                logits = random_logits(&mut g, &d).0;
             }
             let lb = to_bf16(&logits);
             let (top_k, top_p, min_p) = random_filters(&mut g, 4, vocab);

@@ -24,35 +24,9 @@ use specula_core::verify::{
     verify_batch,
 };
 use specula_tests::conformance::{
-    self, BatchData, Gen, K, METHODS, OutData, RaggedData, assert_view_matches_reference,
-    random_filters, sized_batch, to_bf16, to_f16,
+    self, Gen, K, METHODS, OutData, RaggedData, assert_view_matches_reference, random_filters,
+    random_logits, sized_batch, to_bf16, to_f16,
 };
-
-/// Random logits in place of `d`'s target rows (a long tail, a few masked ids, coarse steps
-/// so that ties occur), and temperatures mixing 0 and `(0, 1.5)`.
-fn logits_for(g: &mut Gen, d: &BatchData) -> (Vec<f32>, Vec<f32>) {
-    let l = d
-        .target_probs
-        .iter()
-        .map(|_| {
-            if g.chance(1, 100) {
-                f32::NEG_INFINITY
-            } else {
-                (16.0 * (g.unit() + 1e-6).ln()).round() / 4.0
-            }
-        })
-        .collect();
-    let t = (0..d.requests())
-        .map(|_| {
-            if g.chance(1, 4) {
-                0.0
-            } else {
-                0.1 + 1.4 * g.unit()
-            }
-        })
-        .collect();
-    (l, t)
-}
 
 /// CPU (3 threads, 1 thread) against the reference at V = 32000 and 151936: bf16 logits with
 /// filters, f32 probabilities with filters, padded and ragged; every method.
@@ -64,7 +38,7 @@ fn cpu_matches_reference_at_real_sizes() {
     for (vocab, batches) in [(32_000usize, 2usize), (151_936, 1)] {
         for i in 0..batches {
             let d = sized_batch(&mut g, 3, vocab, 2, true);
-            let (logits, temps) = logits_for(&mut g, &d);
+            let (logits, temps) = random_logits(&mut g, &d);
             let lb = to_bf16(&logits);
             let (top_k, top_p, min_p) = random_filters(&mut g, 3, vocab);
             // The same requests in the ragged layout: its "probabilities" are the bf16 logits.
@@ -124,7 +98,7 @@ fn filters_that_are_off_change_nothing() {
     for i in 0..200 {
         let vocab = 64 + g.below(200);
         let d = sized_batch(&mut g, 4, vocab, 3, true);
-        let (logits, temps) = logits_for(&mut g, &d);
+        let (logits, temps) = random_logits(&mut g, &d);
         let m = METHODS[i % 3];
         let off_k = vec![0u32; 4];
         let off_p = vec![1.0f32; 4];
@@ -164,7 +138,7 @@ fn half_inputs_equal_their_widened_values() {
     for i in 0..60 {
         let vocab = 32 + g.below(3000);
         let d = sized_batch(&mut g, 3, vocab, 3, true);
-        let (logits, temps) = logits_for(&mut g, &d);
+        let (logits, temps) = random_logits(&mut g, &d);
         let dp = d.draft_probs.clone().expect("draft probabilities");
         let (top_k, top_p, min_p) = random_filters(&mut g, 3, d.vocab);
         let m = METHODS[i % 3];
@@ -617,7 +591,7 @@ fn greedy_and_filtered_requests_mix() {
     let mut g = Gen(0xF117_0007);
     for i in 0..40 {
         let d = sized_batch(&mut g, 4, 500, 3, true);
-        let (logits, mut temps) = logits_for(&mut g, &d);
+        let (logits, mut temps) = random_logits(&mut g, &d);
         temps[1] = 0.0;
         let (top_k, top_p, min_p) = random_filters(&mut g, 4, d.vocab);
         let m = METHODS[i % 3];
@@ -666,7 +640,7 @@ fn a_method_per_request_is_each_request_alone() {
     let cpu = CpuVerifier::<K>::new(2).expect("pool");
     for i in 0..80 {
         let d = sized_batch(&mut g, 5, 300, 3, true);
-        let (logits, temps) = logits_for(&mut g, &d);
+        let (logits, temps) = random_logits(&mut g, &d);
         let methods: Vec<Method> = (0..5).map(|_| METHODS[g.below(3)]).collect();
         let lv = Logits {
             values: &logits,
@@ -741,7 +715,7 @@ fn recovered_tokens_follow_the_filters() {
     let mut firsts = 0;
     for i in 0..40 {
         let d = sized_batch(&mut g, 4, 700, 3, true);
-        let (logits, temps) = logits_for(&mut g, &d);
+        let (logits, temps) = random_logits(&mut g, &d);
         let (top_k, top_p, min_p) = random_filters(&mut g, 4, d.vocab);
         let methods: Vec<Method> = (0..4).map(|_| METHODS[g.below(3)]).collect();
         let bonus: Vec<u32> = (0..4).map(|_| g.below(d.vocab) as u32).collect();
