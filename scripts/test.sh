@@ -23,7 +23,15 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-step() { printf '\n=== %s\n' "$*"; }
+STEP_LOG="$(mktemp)"
+step_name="" step_start=$(date +%s)
+step() {
+    local now
+    now=$(date +%s)
+    [ -n "$step_name" ] && printf '%6d s  %s\n' $((now - step_start)) "$step_name" | tee -a "$STEP_LOG"
+    step_name="$*" step_start=$now
+    printf '\n=== %s\n' "$*"
+}
 SPECULA_SKIP_LOG="$(mktemp)"
 export SPECULA_SKIP_LOG
 trap 'rm -f "$SPECULA_SKIP_LOG"' EXIT
@@ -229,4 +237,5 @@ if [ -s "$SPECULA_SKIP_LOG" ]; then
 else
     echo "no check was skipped"
 fi
+sort -rn "$STEP_LOG"
 echo "all checks passed in $(($(date +%s) - start)) s"
