@@ -158,7 +158,7 @@ proptest! {
 
     /// Issue 11's target as a property: with the log grid given to the collector as deadlines,
     /// 5 s / 5 s, any log phase, steps from 1 ms to 2 s with up to 10 % jitter and a readback
-    /// latency up to the period, every log tick after the first publication has new counts,
+    /// latency up to the period with up to ±25 % jitter, every log tick after the first publication has new counts,
     /// and every count is logged once.
     #[test]
     fn with_deadlines_every_log_tick_has_new_counts(
@@ -166,6 +166,7 @@ proptest! {
         step_exp in 0.0f64..=3.3,
         jitter_permille in 0u64..=100,
         latency_permille in 0u64..=1_000,
+        latency_jitter_permille in 0u64..=250,
         seed in any::<u64>(),
     ) {
         const S: u64 = 1_000_000_000;
@@ -178,10 +179,12 @@ proptest! {
             step_ns,
             jitter_ns: step_ns / 1000 * jitter_permille,
             latency_ns: 5 * S / 1000 * latency_permille,
+            latency_jitter_ns: 5 * S / 1000 * latency_permille / 1000 * latency_jitter_permille,
             run_ns: if cfg!(miri) { 12 * S } else { 40 * S },
             deadlines: true,
             capacity: specula_core::MAX_IN_FLIGHT,
             seed,
+            count_after_ns: 0,
         });
         prop_assert_eq!(o.logged, o.device);
         prop_assert!(cfg!(miri) || o.ticks >= 5, "{:?}", o);
