@@ -26,8 +26,9 @@
 //!   - steps too coarse to aim with (the window holds less than two step gaps, e.g. 2 s steps
 //!     for a 5 s period): several readbacks in flight cover the interval where one could miss.
 //!
-//!   Until the first readback has measured the latency, one is started every half deadline
-//!   period. If the deadline period is longer than the collection period, readbacks are also
+//!   Until [`CALIBRATION`] readbacks have measured the latency, one is started every half
+//!   deadline period. The measured extremes are widened by the expected shortfall of a sample
+//!   range (a `(n − 1)`-th of it at each end, for n samples). If the deadline period is longer than the collection period, readbacks are also
 //!   started whenever a collection period has passed since the previous start, so scrapes stay
 //!   fresh. The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
 //!   readbacks in flight) come from `core/tests/freshness.rs`.
@@ -57,6 +58,10 @@ use core::task::Poll;
 
 /// Readback latencies remembered for the latency estimate (the largest of them is used).
 pub const LATENCY_WINDOW: usize = 16;
+
+/// Readback latencies measured before the deadline planner trusts their spread; until then a
+/// readback starts every half deadline period.
+pub const CALIBRATION: usize = 4;
 
 /// Step gaps remembered for the step-gap estimate (the largest of them is used): a maximum
 /// that forgets a pause in the steps (an idle engine) within as many steps.
@@ -392,14 +397,21 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         let Some(deadlines) = self.deadlines.as_mut() else {
             return self.interval.due(now_ns);
         };
-        if self.latencies.len == 0 {
-            // No latency measured yet: start one every half deadline period (ring permitting),
-            // so whatever the latency, publications land at least once per deadline interval
-            // until the first one calibrates the plan below. (Faster starts fill the ring of
-            // four early and leave a gap behind them at latencies above the period.)
-            return self
+        // A deadline grid coarser than the collection period: keep scrapes fresh too.
+        let scrape_due = deadlines.period_ns() > self.interval.period_ns()
+            && self
                 .last_start_ns
-                .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
+                .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns());
+        if self.latencies.len < CALIBRATION {
+            // Too few latencies measured to know their spread: start one every half deadline
+            // period (ring permitting), so whatever the latency, publications land at least
+            // once per deadline interval until [`CALIBRATION`] of them calibrate the plan
+            // below. (Faster starts fill the ring of four early and leave a gap behind them
+            // at latencies above the period.)
+            return scrape_due
+                || self
+                    .last_start_ns
+                    .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
         }
         // The latency to plan with. A readback is seen done at the first tick after it
         // completes: plan with the largest latency seen, and at least the smallest plus one
@@ -410,8 +422,15 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             .front()
             .map_or(0, |e| now_ns.saturating_sub(e.started_ns))
             .min(self.stale_after_ns);
+        // The smallest and largest of n samples fall short of the law's own extremes by about
+        // a (n − 1)-th of their range at each end (for a uniform law, the expected range of n
+        // draws is (n − 1)/(n + 1) of the law's): widen them by that.
         let (lo, hi) = match (self.latencies.min(), self.latencies.max()) {
-            (Some(lo), Some(hi)) => (lo, hi.max(lo.saturating_add(gap))),
+            (Some(lo), Some(hi)) => {
+                let beyond = (hi - lo) / (self.latencies.len as u64 - 1);
+                let hi = hi.saturating_add(beyond);
+                (lo.saturating_sub(beyond), hi.max(lo.saturating_add(gap)))
+            }
             _ => (0, 0),
         };
         let (lo, plan) = (lo.max(oldest_age), hi.max(oldest_age));
@@ -434,9 +453,10 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         let throughput_bound = plan.saturating_add(gap) > period.saturating_mul(capacity);
         let coarse = period.saturating_add(lo).saturating_sub(plan) < gap.saturating_mul(2);
         if throughput_bound || coarse {
-            return self
-                .last_start_ns
-                .is_none_or(|s| now_ns.saturating_sub(s) >= period / 8);
+            return scrape_due
+                || self
+                    .last_start_ns
+                    .is_none_or(|s| now_ns.saturating_sub(s) >= period / 8);
         }
         // Aim at the middle of the window of start times whose publication lands in
         // (deadline − period, deadline] for every latency seen: from deadline − period − lo
@@ -451,11 +471,7 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             deadlines.due(deadline);
             return true;
         }
-        // A deadline grid coarser than the collection period: keep scrapes fresh too.
-        deadlines.period_ns() > self.interval.period_ns()
-            && self
-                .last_start_ns
-                .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns())
+        scrape_due
     }
 
     fn start(&mut self, now_ns: u64, out: &mut Outcome) {
@@ -891,7 +907,8 @@ mod tests {
     }
 
     /// A collector on a 1000 ns grid with a deadline grid of `dl_period` from 0, whose
-    /// planner has measured `latencies` and a step gap of `gap_ns`.
+    /// planner has measured `latencies` (repeated to [`CALIBRATION`] samples) and a step gap
+    /// of `gap_ns`.
     fn planner<'s>(
         w: SlotWriter<'s, Snapshot<2>>,
         dl_period: u64,
@@ -900,7 +917,12 @@ mod tests {
     ) -> Collector<'s, Scripted, 2> {
         let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
         c.set_deadlines(dl_period, 0).unwrap();
-        for &l in latencies {
+        // At least CALIBRATION samples (the list repeated), for the plan to be in force.
+        for &l in latencies
+            .iter()
+            .cycle()
+            .take(latencies.len().max(CALIBRATION))
+        {
             c.latencies.record(l);
         }
         c.gaps.record(gap_ns);
