@@ -958,6 +958,24 @@ mod tests {
     }
 
     #[test]
+    fn the_latency_range_is_widened_by_its_expected_shortfall() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // Latencies 100 and 700 (four samples): widened by 600 / 3 = 200 at each end, to 0 and
+        // 900, the window (1 000 + 0 − 900 = 100) holds less than two gaps of 60: coarse, a
+        // start at once. Unwidened (400 wide) it would wait for its aim at 100.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[100, 700], 60);
+        assert!(c.wants_start(10));
+        // Latencies 300 and 500: widened to 234 and 566, a window of 668 for gaps of 150: aimed
+        // (at 1 000 − (1 000 + 234 + 566) / 2 = 100), so not yet at 10. (Widened by the sum
+        // instead of the range it would be coarse and start.)
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[300, 500], 150);
+        assert!(!c.wants_start(10));
+        assert!(c.wants_start(25));
+    }
+
+    #[test]
     fn steps_too_coarse_to_aim_with_start_a_readback_whenever_a_slot_is_free() {
         let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
         // Latencies 100 to 150, gap 700: plan 800 leaves a window of 1 000 + 100 − 800 = 300,
