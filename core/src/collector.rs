@@ -20,9 +20,10 @@
 //!
 //!   Two cases are not aimed, because aiming cannot pay there; a readback then starts whenever
 //!   a slot is free, at most one every eighth of the deadline period:
-//!   - more latency than the ring can cover with one readback per deadline (`plan + gap >
-//!     period × slots`; one slot and a latency near or above the period): waiting would leave
-//!     the slot idle, so with one slot the deadlines are never worse than the collection grid;
+//!   - more latency than the ring can cover with one readback per deadline (the mean of `lo`
+//!     and `plan`, plus a gap, above `period × slots`; one slot and a latency near or above the
+//!     period): waiting would leave the slot idle, so with one slot the deadlines are never
+//!     worse than the collection grid;
 //!   - steps too coarse to aim with (the window holds less than two step gaps, e.g. 2 s steps
 //!     for a 5 s period): several readbacks in flight cover the interval where one could miss.
 //!
@@ -441,7 +442,8 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         let period = deadlines.period_ns();
         // Two cases where aiming at a deadline does not pay; then a readback starts whenever a
         // slot is free, at most one every `period / 8`:
-        // * more latency than the ring can cover, one readback per deadline: waiting for a
+        // * more latency than the ring can cover, one readback per deadline (each holding a slot
+        //   for about the middle of the latencies seen, plus a step): waiting for a
         //   deadline's window would only leave a slot idle (with one slot and a latency above
         //   the period, every other deadline), where starting at once publishes as often as
         //   the backend allows, as the collection grid does;
@@ -450,7 +452,8 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         //   gaps, no step may fall in it, and several readbacks in flight (one per step, say
         //   two or three per interval with 2 s steps and a 5 s period) cover the interval
         //   where a single aimed one could miss it.
-        let throughput_bound = plan.saturating_add(gap) > period.saturating_mul(capacity);
+        let throughput_bound =
+            (lo / 2 + plan / 2).saturating_add(gap) > period.saturating_mul(capacity);
         let coarse = period.saturating_add(lo).saturating_sub(plan) < gap.saturating_mul(2);
         if throughput_bound || coarse {
             return scrape_due
