@@ -150,7 +150,7 @@ impl<const N: usize> Default for Window<N> {
 
 impl<const N: usize> Window<N> {
     fn record(&mut self, ns: u64) {
-        self.samples[self.next % N] = ns;
+        self.samples[self.next] = ns;
         self.next = (self.next + 1) % N;
         self.len = (self.len + 1).min(N);
     }
