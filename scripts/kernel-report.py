@@ -136,7 +136,7 @@ def run(cmd, **kw):
 
 
 # ---------------------------------------------------------------- compile and disassemble
-def build(arch, work):
+def build(arch, work, kernel_cache=None):
     """PTX (kernel_ptx example), cubin + ptxas -v log, SASS text of every function."""
     ptx = os.path.join(work, f"{arch}.ptx")
     cubin = os.path.join(work, f"{arch}.cubin")
@@ -161,14 +161,45 @@ def build(arch, work):
     # cuobjdump runs nvdisasm, which the wheel puts beside it.
     env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")
     sass = run([cuobjdump, "-sass", cubin], env=env).stdout
-    # The shipped kernel alone (no probes, no marks): its registers set the occupancy.
-    ptx0 = os.path.join(work, f"{arch}-kernel.ptx")
-    cmd0 = cmd[: cmd.index("compute_" + arch.split("_")[1])] + ["compute_" + arch.split("_")[1], ptx0]
-    r = subprocess.run(cmd0, capture_output=True, text=True, cwd=ROOT)
-    if r.returncode != 0:
-        die(f"kernel_ptx {arch}: {r.stderr.strip()}")
-    log0 = run([tool("ptxas", "SPECULA_PTXAS"), f"-arch={arch}", "-v", ptx0, "-o", ptx0 + ".cubin"]).stderr
+    # The shipped kernel alone (no probes, no marks): its registers set the occupancy. With
+    # --kernel-cache, the NVRTC test's compile of it (the crate's `compile_ptx`: the same
+    # options as the example's), when its key matches this kernel text and this ptxas.
+    log0 = cached_log(kernel_cache, arch) if kernel_cache else None
+    if log0 is None:
+        ptx0 = os.path.join(work, f"{arch}-kernel.ptx")
+        cmd0 = cmd[: cmd.index("compute_" + arch.split("_")[1])] + ["compute_" + arch.split("_")[1], ptx0]
+        r = subprocess.run(cmd0, capture_output=True, text=True, cwd=ROOT)
+        if r.returncode != 0:
+            die(f"kernel_ptx {arch}: {r.stderr.strip()}")
+        log0 = run([tool("ptxas", "SPECULA_PTXAS"), f"-arch={arch}", "-v", ptx0, "-o", ptx0 + ".cubin"]).stderr
     return parse_ptxas(log), parse_ptxas(log0), parse_sass(sass)
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def cached_log(folder, arch):
+    """The NVRTC test's ptxas report of the shipped kernel for `arch`, or None (and why) when
+    it is missing or was made from another kernel text or another ptxas."""
+    log, key = (os.path.join(folder, f"{arch}.{ext}") for ext in ("ptxas-log", "key"))
+    if not (os.path.exists(log) and os.path.exists(key)):
+        print(f"kernel-report: {arch}: no cached compile in {folder}; compiling the kernel")
+        return None
+    with open(os.path.join(ROOT, "core/kernels/specula_verify.cu"), "rb") as f:
+        want = f"fnv1a64={fnv1a64(f.read()):016x} ptxas={tool('ptxas', 'SPECULA_PTXAS')}"
+    with open(key) as f:
+        got = f.read().strip()
+    if got != want:
+        print(f"kernel-report: {arch}: the cached compile is of another kernel or ptxas "
+              f"({got} vs {want}); compiling the kernel")
+        return None
+    print(f"kernel-report: {arch}: the kernel's ptxas report from the NVRTC test ({log})")
+    with open(log) as f:
+        return f.read()
 
 
 def parse_ptxas(log):
@@ -541,13 +572,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", action="append", help="sm_80, sm_90 (default both)")
     ap.add_argument("--markdown", action="store_true", help="print the prediction table as markdown")
+    ap.add_argument("--kernel-cache", help="read the shipped kernel's ptxas report from this folder "
+                    "(SPECULA_KERNEL_CACHE of the NVRTC test) instead of compiling it again")
     args = ap.parse_args()
     archs = args.arch or ["sm_80", "sm_90"]
     failures = []
     with tempfile.TemporaryDirectory() as work:
         results = {}
         for arch in archs:
-            probe_log, kernel_log, sass = build(arch, work)
+            probe_log, kernel_log, sass = build(arch, work, args.kernel_cache)
             figs = {}
             for name, (entry, lpg, _b) in PASSES.items():
                 if entry not in sass:

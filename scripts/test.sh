@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# Every check Specula has that runs without a GPU: the README's test command. It sets itself up:
-# whatever a step needs and is missing is installed first (steps 0), then the checks run.
+# Every check Specula has that runs without a GPU: the README's test command.
 #
-#   nightly + miri + rust-src        Miri on the core                (rustup)
-#   thumbv7em/thumbv6m/riscv32imc    no_std builds of the core       (rustup)
-#   NVRTC + ptxas 12.9 and 13.5      kernel compiles for sm_80/sm_90 (scripts/cuda-tools.sh: pip
-#                                    wheels into .tools/)
+#   scripts/test.sh          the full run, what CI does (every check below)
+#   scripts/test.sh quick    the developer's loop, a few minutes warm: format, clippy, and the
+#                            tests but the kernel compiles and the simulation sweeps (nextest
+#                            profile `quick` in .config/nextest.toml); installs nothing
+#
+# The full run sets itself up: whatever a step needs and is missing is installed first (set-up),
+# then the checks run:
+#
+#   cargo-nextest                    the test runner of every test step       (cargo install)
+#   nightly + miri + rust-src        Miri on the core                         (rustup)
+#   thumbv7em/thumbv6m/riscv32imc    no_std builds of the core                (rustup)
+#   NVRTC + ptxas 12.9 and 13.5      kernel compiles for sm_80/sm_90 (scripts/cuda-tools.sh:
+#                                    pip wheels into .tools/)
 #   hipcc, libamdhip64, hiprtc       kernel compiles for gfx90a/gfx940 (scripts/rocm-tools.sh:
 #                                    Debian's ROCm 5.2, needs root + apt-get)
-#   prometheus, promtool             the end-to-end scrape check     (Debian, needs root + apt-get)
-#   cargo-mutants                    mutation testing of the core    (cargo install --locked)
+#   prometheus, promtool             the end-to-end scrape check              (Debian, apt-get)
+#   cargo-mutants                    mutation testing of the core             (cargo install)
+#
+# Every step prints its wall time when it ends, and the summary lists the steps by time. Steps
+# that share nothing with the main build (Miri, loom, the no_std builds, the candle link check,
+# mutation testing, each in a target directory of its own) run in a second lane beside it; their
+# output is printed whole when they end, so it never interleaves. The kernel is compiled once per
+# toolchain and target: the NVRTC 12.9 test keeps its PTX, cubin and ptxas report in
+# target/kernel-cache, and the kernel report reads the kernel from there.
 #
 # A check whose tool could not be installed is SKIPPED: it says so where it runs and again in
 # the summary at the end. With CI=true (as .ci/run has it) a missing tool fails the run instead,
@@ -18,23 +33,41 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+tier="${1:-full}"
+case "$tier" in
+full | quick) ;;
+-h | --help)
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+*)
+    echo "usage: $0 [full|quick]" >&2
+    exit 2
+    ;;
+esac
 # Where cargo builds (CARGO_TARGET_DIR when set, as cargo itself reads it).
 target="${CARGO_TARGET_DIR:-$root/target}"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/cli
 
-STEP_LOG="$(mktemp)"
-step_name="" step_start=$(date +%s)
-step() {
-    local now
-    now=$(date +%s)
-    [ -n "$step_name" ] && printf '%6d s  %s\n' $((now - step_start)) "$step_name" | tee -a "$STEP_LOG"
-    step_name="$*" step_start=$now
-    printf '\n=== %s\n' "$*"
-}
-SPECULA_SKIP_LOG="$(mktemp)"
+work="$(mktemp -d)"
+SPECULA_SKIP_LOG="$work/skipped"
+: >"$SPECULA_SKIP_LOG"
 export SPECULA_SKIP_LOG
-trap 'rm -f "$SPECULA_SKIP_LOG"' EXIT
+STEP_LOG="$work/steps"
+: >"$STEP_LOG"
+bg_pids=()
+lane_steps=()
+cleanup() {
+    for p in "${bg_pids[@]}"; do
+        pkill -P "$p" 2>/dev/null || true
+        kill "$p" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
 # skip WHAT: record a check that cannot run here; under CI=true, fail the run.
 skip() {
     echo "SKIPPED: $*" | tee -a "$SPECULA_SKIP_LOG"
@@ -43,199 +76,323 @@ skip() {
         exit 1
     fi
 }
-FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/cli
 
-step "0. set-up: install what is missing"
-targets="thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imc-unknown-none-elf"
-have_targets=1
-for t in $targets; do
-    if ! rustup target list --installed 2>/dev/null | grep -qx "$t"; then
-        rustup target add "$t" || have_targets=0
+# run_e COMMAND...: runs COMMAND (a function, say) in a subshell with errexit in force, and
+# returns its status. (A function called as `f || ...` would run with errexit ignored: a failing
+# command inside it would not stop it.)
+run_e() {
+    local rc
+    set +e
+    (
+        set -e
+        "$@"
+    )
+    rc=$?
+    set -e
+    return "$rc"
+}
+
+# step NAME FUNCTION...: runs FUNCTION in the foreground under a header, and records its time.
+step() {
+    local name="$1" t0 rc=0
+    shift
+    printf '\n=== %s\n' "$name"
+    t0=$(date +%s)
+    run_e "$@" || rc=$?
+    printf '%6d s  %s\n' $(($(date +%s) - t0)) "$name" | tee -a "$STEP_LOG"
+    if [ "$rc" != 0 ]; then
+        echo "FAIL: step '$name' (exit $rc)" >&2
+        exit "$rc"
     fi
-done
-have_miri=1
-if ! cargo +nightly miri --version >/dev/null 2>&1 ||
-    ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-    # Adds the components to an installed nightly without updating it; installs nightly only
-    # where there is none.
-    if rustup run nightly rustc --version >/dev/null 2>&1; then
-        rustup component add --toolchain nightly miri rust-src || have_miri=0
+}
+
+# lane NAME FUNCTION...: runs the FUNCTIONs one after another in the background (the second
+# lane), each as a step whose output goes to a log of its own; `join` prints them.
+lane() {
+    lane_steps=("$@")
+    (
+        for f in "$@"; do
+            t0=$(date +%s)
+            rc=0
+            run_e "$f" >"$work/lane-$f.log" 2>&1 || rc=$?
+            printf '%6d s  %s (second lane)\n' $(($(date +%s) - t0)) "$f" >"$work/lane-$f.time"
+            echo "$rc" >"$work/lane-$f.rc"
+            [ "$rc" = 0 ] || exit "$rc"
+        done
+    ) &
+    bg_pids+=($!)
+    echo "started in the second lane: ${lane_steps[*]}"
+}
+
+# join: waits for the second lane, prints each of its steps' output in order, fails if one
+# failed (the lane stops at its first failure).
+join() {
+    local rc=0 p n
+    for p in "${bg_pids[@]}"; do wait "$p" || rc=1; done
+    bg_pids=()
+    for n in "${lane_steps[@]}"; do
+        printf '\n=== %s (second lane)\n' "$n"
+        if [ ! -e "$work/lane-$n.rc" ]; then
+            echo "(not run: an earlier step of the lane failed)"
+            continue
+        fi
+        cat "$work/lane-$n.log"
+        tee -a "$STEP_LOG" <"$work/lane-$n.time"
+        if [ "$(cat "$work/lane-$n.rc")" != 0 ]; then
+            echo "FAIL: step '$n' (second lane, exit $(cat "$work/lane-$n.rc"))" >&2
+            rc=1
+        fi
+    done
+    return "$rc"
+}
+
+summary() {
+    printf '\n=== summary (%s run)\n' "$tier"
+    echo "steps by wall time (the second lane's overlap the first):"
+    sort -rn "$STEP_LOG" | sed 's/^/  /'
+    if [ -s "$SPECULA_SKIP_LOG" ]; then
+        echo "checks SKIPPED for want of a tool ($(sort -u "$SPECULA_SKIP_LOG" | wc -l)):"
+        sort -u "$SPECULA_SKIP_LOG" | sed 's/^/  /'
     else
-        rustup toolchain install nightly --profile minimal --component miri,rust-src || have_miri=0
+        echo "no check was skipped"
     fi
-    cargo +nightly miri --version >/dev/null 2>&1 || have_miri=0
-fi
-have_cuda=1
-# shellcheck source=cuda-tools.sh
-. scripts/cuda-tools.sh || have_cuda=0
-have_rocm=1
-bash scripts/rocm-tools.sh || have_rocm=0
-have_prometheus=1
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                prometheus >/dev/null || true
+    echo "all checks passed in $(($(date +%s) - start)) s ($tier run)"
+}
+
+# ------------------------------------------------------------------------------- set-up
+targets="thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imc-unknown-none-elf"
+have_targets=1 have_miri=1 have_cuda=1 have_rocm=1 have_prometheus=1 have_mutants=1
+setup() {
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        cargo install cargo-nextest --locked
     fi
-    { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || have_prometheus=0
-fi
-command -v curl >/dev/null || have_prometheus=0
-have_mutants=1
-if ! cargo mutants --version >/dev/null 2>&1; then
-    cargo install cargo-mutants --locked || have_mutants=0
-    cargo mutants --version >/dev/null 2>&1 || have_mutants=0
-fi
-[ "$have_targets" = 1 ] || skip "no_std builds: the embedded targets could not be installed"
-[ "$have_miri" = 1 ] || skip "Miri: nightly with miri and rust-src could not be installed"
-[ "$have_cuda" = 1 ] || skip "CUDA kernel compile checks: NVRTC/ptxas 12.9 (scripts/cuda-tools.sh)"
-[ -n "${SPECULA_CUDA13_NVRTC:-}" ] || skip "CUDA 13 kernel compile check: NVRTC/ptxas 13.5"
-[ "$have_rocm" = 1 ] || skip "ROCm kernel compile checks: hipcc/hiprtc (scripts/rocm-tools.sh)"
-[ "$have_prometheus" = 1 ] || skip "real Prometheus scrape: prometheus, promtool or curl missing"
-[ "$have_mutants" = 1 ] || skip "mutation testing: cargo-mutants could not be installed"
-echo "set-up done after $(($(date +%s) - start)) s"
+    [ "$tier" = quick ] && return 0
+    for t in $targets; do
+        if ! rustup target list --installed 2>/dev/null | grep -qx "$t"; then
+            rustup target add "$t" || have_targets=0
+        fi
+    done
+    if ! cargo +nightly miri --version >/dev/null 2>&1 ||
+        ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+        # Adds the components to an installed nightly without updating it; installs nightly only
+        # where there is none.
+        if rustup run nightly rustc --version >/dev/null 2>&1; then
+            rustup component add --toolchain nightly miri rust-src || have_miri=0
+        else
+            rustup toolchain install nightly --profile minimal --component miri,rust-src || have_miri=0
+        fi
+        cargo +nightly miri --version >/dev/null 2>&1 || have_miri=0
+    fi
+    # shellcheck source=cuda-tools.sh
+    . scripts/cuda-tools.sh || have_cuda=0
+    bash scripts/rocm-tools.sh || have_rocm=0
+    if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+            DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                    prometheus >/dev/null || true
+        fi
+        { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || have_prometheus=0
+    fi
+    command -v curl >/dev/null || have_prometheus=0
+    if ! cargo mutants --version >/dev/null 2>&1; then
+        cargo install cargo-mutants --locked || have_mutants=0
+        cargo mutants --version >/dev/null 2>&1 || have_mutants=0
+    fi
+    [ "$have_targets" = 1 ] || skip "no_std builds: the embedded targets could not be installed"
+    [ "$have_miri" = 1 ] || skip "Miri: nightly with miri and rust-src could not be installed"
+    [ "$have_cuda" = 1 ] || skip "CUDA kernel compile checks: NVRTC/ptxas 12.9 (scripts/cuda-tools.sh)"
+    [ -n "${SPECULA_CUDA13_NVRTC:-}" ] || skip "CUDA 13 kernel compile check: NVRTC/ptxas 13.5"
+    [ "$have_rocm" = 1 ] || skip "ROCm kernel compile checks: hipcc/hiprtc (scripts/rocm-tools.sh)"
+    [ "$have_prometheus" = 1 ] || skip "real Prometheus scrape: prometheus, promtool or curl missing"
+    [ "$have_mutants" = 1 ] || skip "mutation testing: cargo-mutants could not be installed"
+    [ -n "${SPECULA_CUOBJDUMP:-}" ] || skip "kernel report: cuobjdump/nvdisasm (scripts/cuda-tools.sh)"
+    return 0
+}
+# (Not in a subshell: cuda-tools.sh exports the tool paths into this shell. errexit holds.)
+printf '\n=== set-up: install what is missing\n'
+t0=$(date +%s)
+setup
+printf '%6d s  %s\n' $(($(date +%s) - t0)) "set-up: install what is missing" | tee -a "$STEP_LOG"
 
-step "format"
-cargo fmt --all -- --check
+# ------------------------------------------------------------------------------- the checks
+format() { cargo fmt --all -- --check; }
 
-step "clippy (all targets, warnings denied)"
-cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
-# The library as a runtime uses it: no program, no server.
-cargo clippy -p specula --all-targets -- -D warnings
+clippy_all() {
+    cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
+    # The library as a runtime uses it: no program, no server (other cfg'd code).
+    cargo clippy -p specula --all-targets -- -D warnings
+}
 
-step "docs (warnings denied: broken links, missing docs)"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features "$FEATURES"
+docs() { RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features "$FEATURES"; }
 
-step "tests (debug)"
-cargo test --workspace --features "$FEATURES"
+tests_debug() {
+    # The NVRTC 12.9 test keeps the kernel's PTX, cubin and ptxas report for the kernel report.
+    rm -rf "$target/kernel-cache"
+    SPECULA_KERNEL_CACHE="$target/kernel-cache" \
+        cargo nextest run --workspace --features "$FEATURES" --profile "${1:-default}"
+}
 
-step "examples (host-std/examples, built by the tests above)"
-for e in cpu_runtime ranks axum_metrics graceful_shutdown ragged_step; do
-    echo "--- $e"
-    "$target/debug/examples/$e" >/dev/null
-done
+doctests() { cargo test --doc --workspace --features "$FEATURES"; }
 
-step "pick_backend under every feature set (the same code; a backend not compiled in exits 3)"
-# Expected exit status per feature set for: cpu, reference, cuda, rocm, a malformed name. A
-# compiled-in GPU backend ("g") exits 0 where it has a device and 4 where it has none; 3 (not
-# compiled in), 2 (malformed) and 0 (CPU) hold on every machine.
-for set in "none:0 0 3 3 2" "cuda:0 0 g 3 2" "rocm:0 0 3 g 2" "cuda,rocm:0 0 g g 2"; do
-    feats="${set%%:*}" want="${set#*:}"
-    if [ "$feats" = none ]; then flag=(); else flag=(--features "$feats"); fi
-    cargo build -q -p specula --example pick_backend "${flag[@]}"
-    got="" ok=1
-    set -- $want
-    for name in cpu reference cuda rocm nonsense; do
-        rc=0
-        "$target"/debug/examples/pick_backend "$name" >/dev/null 2>&1 || rc=$?
-        got="$got${got:+ }$rc"
-        case "$1:$rc" in
+examples() {
+    for e in cpu_runtime ranks axum_metrics graceful_shutdown ragged_step; do
+        echo "--- $e"
+        "$target/debug/examples/$e" >/dev/null
+    done
+}
+
+pick_backend() {
+    # Expected exit status per feature set for: cpu, reference, cuda, rocm, a malformed name. A
+    # compiled-in GPU backend ("g") exits 0 where it has a device and 4 where it has none; 3
+    # (not compiled in), 2 (malformed) and 0 (CPU) hold on every machine.
+    # Both GPU backends: the build the tests made (every feature), first, before the other
+    # sets replace it.
+    local set feats want flag got ok name rc
+    for set in "cuda,rocm:0 0 g g 2" "none:0 0 3 3 2" "cuda:0 0 g 3 2" "rocm:0 0 3 g 2"; do
+        feats="${set%%:*}" want="${set#*:}"
+        if [ "$feats" = none ]; then flag=(); else flag=(--features "$feats"); fi
+        if [ "$feats" != cuda,rocm ]; then
+            cargo build -q -p specula --example pick_backend "${flag[@]}"
+        fi
+        got="" ok=1
+        set -- $want
+        for name in cpu reference cuda rocm nonsense; do
+            rc=0
+            "$target"/debug/examples/pick_backend "$name" >/dev/null 2>&1 || rc=$?
+            got="$got${got:+ }$rc"
+            case "$1:$rc" in
             g:0 | g:4) ;;
             "$rc:$rc") ;;
             *) ok=0 ;;
-        esac
-        shift
+            esac
+            shift
+        done
+        echo "--- features $feats: exit codes $got (cpu reference cuda rocm nonsense; g = 0 or 4)"
+        if [ "$ok" != 1 ]; then
+            echo "expected $want" >&2
+            return 1
+        fi
     done
-    echo "--- features $feats: exit codes $got (cpu reference cuda rocm nonsense; g = 0 or 4)"
-    if [ "$ok" != 1 ]; then
-        echo "expected $want" >&2
-        exit 1
-    fi
-done
+}
 
-step "CUDA backend links next to candle (cudarc dynamic-linking, the version from the build system)"
-# tests/link-candle depends on cudarc as candle-core's `cuda` feature does and on specula with
-# `cuda`; with Specula's default version, and with the application naming its own version
-# (default features off). Negative control: both versions at once must not build.
-(
+link_candle() {
+    # tests/link-candle depends on cudarc as candle-core's `cuda` feature does and on specula
+    # with `cuda`; with Specula's default version, and with the application naming its own
+    # version (default features off). Negative control: both versions at once must not build.
     cd tests/link-candle
     export CARGO_TARGET_DIR="$target/link-candle"
     cargo check -q
     cargo check -q --no-default-features --features own-version
     if cargo check -q --features own-version 2>/dev/null; then
         echo "negative control built: the check cannot see a version conflict" >&2
-        exit 1
+        return 1
     fi
     echo "links with candle's cudarc features; two CUDA versions refused as expected"
-)
+}
 
-step "kernel compile checks with NVRTC and ptxas 13"
-if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
+cuda13() {
+    # The test binary loads NVRTC at run time: the one built for the debug tests (same
+    # packages and features: nothing is rebuilt), run again with NVRTC/ptxas 13.5.
     SPECULA_NVRTC="$SPECULA_CUDA13_NVRTC" SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" \
-        SPECULA_EXPECT_NVRTC_MAJOR=13 cargo test -p specula-cuda --test nvrtc -- --nocapture
+        SPECULA_EXPECT_NVRTC_MAJOR=13 cargo nextest run --workspace --features "$FEATURES" \
+        -E 'binary(nvrtc)' --success-output final
     # Found without SPECULA_NVRTC or the loader path: in $CUDA_HOME/lib64, as a toolkit has it.
+    # (Only the loading test: the kernel was compiled by NVRTC 13 just above.)
+    local home
     home="$(mktemp -d)"
     ln -s "$(dirname "$SPECULA_CUDA13_NVRTC")" "$home/lib64"
-    # (Only the loading test: the kernel was compiled by NVRTC 13 just above.)
     env -u LD_LIBRARY_PATH CUDA_HOME="$home" SPECULA_EXPECT_NVRTC_MAJOR=13 \
-        SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" cargo test -p specula-cuda --test nvrtc \
-        nvrtc_loads_the_expected_major -- --exact
+        SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" cargo nextest run --workspace --features "$FEATURES" \
+        -E 'binary(nvrtc) & test(=nvrtc_loads_the_expected_major)'
     rm -rf "$home"
-else
-    echo "SKIPPED (see the summary): CUDA 13 tools not installed"
-fi
+}
 
-step "kernel report: SASS per pass (instructions/element, registers, spills, bytes in flight), budgets, model predictions"
-# scripts/kernel-report.py: compiles the kernel and its probes with the crate's NVRTC options for
-# sm_80 and sm_90, reads the SASS, fails on spills in a row loop or a pass over its instruction
-# budget, and prints the latency/roofline model's predictions (README, "Kernel speed").
-if [ "$have_cuda" = 1 ] && [ -n "${SPECULA_CUOBJDUMP:-}" ]; then
-    python3 scripts/kernel-report.py
-else
-    skip "kernel report: NVRTC, ptxas or cuobjdump/nvdisasm missing (scripts/cuda-tools.sh)"
-fi
+kernel_report() {
+    # Compiles the kernel's probes with the crate's NVRTC options for sm_80 and sm_90, reads
+    # the SASS (the kernel itself from the NVRTC 12.9 test's cache), fails on spills in a row
+    # loop or a pass over its instruction budget, and prints the model's predictions.
+    python3 scripts/kernel-report.py --kernel-cache "$target/kernel-cache"
+}
 
-step "statistical tests (release): small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees (reference and GPU path), exact entropy"
-cargo test --release -p specula-tests --test verify_stats --test race_tails --test race_variates \
-    --test verify_logits --test verify_filters --test tree_stats --test gpu_tree_stats \
-    --test entropy_exact
+stats_release() {
+    # Small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees
+    # (reference and GPU path), exact entropy; the collector's freshness sweep at CI size.
+    cargo nextest run --cargo-profile release -p specula-tests -p specula-core \
+        --test verify_stats --test race_tails --test race_variates --test verify_logits \
+        --test verify_filters --test tree_stats --test gpu_tree_stats --test entropy_exact \
+        --test freshness
+}
 
-step "no_std builds of the core"
-if [ "$have_targets" = 1 ]; then
+no_std_builds() {
+    export CARGO_TARGET_DIR="$target/no-std"
+    local t
     for t in $targets; do
-        cargo build -p specula-core --target "$t"
+        cargo build -q -p specula-core --target "$t"
     done
-    cargo build -p specula-core --target thumbv7em-none-eabihf --features defmt
-    cargo build -p specula-core --target riscv32imc-unknown-none-elf --features critical-section
-else
-    echo "SKIPPED (see the summary)"
-fi
+    cargo build -q -p specula-core --target thumbv7em-none-eabihf --features defmt
+    cargo build -q -p specula-core --target riscv32imc-unknown-none-elf --features critical-section
+    echo "built for $targets (and defmt, critical-section)"
+}
 
-step "Miri (core)"
-if [ "$have_miri" = 1 ]; then
-    cargo +nightly miri test -p specula-core
-else
-    echo "SKIPPED (see the summary)"
-fi
+miri() { cargo +nightly miri test -p specula-core; }
 
-step "loom (core slot)"
-RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$target/loom" \
-    cargo test -p specula-core --release --test loom
+loom() {
+    RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$target/loom" \
+        cargo test -p specula-core --release --test loom
+}
 
-step "mutation testing of the core (changed lines; full run: scripts/mutants.sh)"
-if [ "$have_mutants" = 1 ]; then
+mutants() {
     # The mutants on the lines changed since the merge base with main (on main itself: by the
     # last commit); fails on a surviving mutant not explained in core/mutants-survivors.txt.
-    scripts/mutants.sh --changed
-else
-    echo "SKIPPED (see the summary)"
-fi
+    # (cargo-mutants builds a copy of the tree in a directory of its own.)
+    MUTANTS_OUT="$target/mutants" scripts/mutants.sh --changed
+}
 
-step "real Prometheus scraping the demo"
-if [ "$have_prometheus" = 1 ]; then
-    cargo build --release -p specula --features cli
+prometheus_checks() {
+    cargo build -q --release -p specula --features cli
     SPECULA_BIN="$target/release/specula" scripts/prometheus-check.sh
     # Again on the tree drafter: the tree families, the dashboard's tree panels with data.
     SPECULA_BIN="$target/release/specula" DEMO_ARGS="--tree 2x4" scripts/prometheus-check.sh
-else
-    echo "SKIPPED (see the summary)"
+}
+
+if [ "$tier" = quick ]; then
+    step "format" format
+    step "clippy (workspace, all targets, every feature; warnings denied)" \
+        cargo clippy --workspace --all-targets --features "$FEATURES" -- -D warnings
+    step "tests (debug, nextest profile quick)" tests_debug quick
+    summary
+    exit 0
 fi
 
-step "summary"
-if [ -s "$SPECULA_SKIP_LOG" ]; then
-    echo "checks SKIPPED for want of a tool ($(wc -l <"$SPECULA_SKIP_LOG")):"
-    sort -u "$SPECULA_SKIP_LOG" | sed 's/^/  /'
-else
-    echo "no check was skipped"
+# The second lane: nothing here shares a target directory with the main build.
+second=()
+[ "$have_miri" = 1 ] && second+=(miri)
+second+=(loom)
+[ "$have_targets" = 1 ] && second+=(no_std_builds)
+second+=(link_candle)
+[ "$have_mutants" = 1 ] && second+=(mutants)
+lane "Miri, loom, no_std, candle link, mutants" "${second[@]}"
+
+step "format" format
+step "clippy (all targets, warnings denied)" clippy_all
+step "docs (warnings denied: broken links, missing docs)" docs
+step "tests (debug, nextest: every test binary, the kernel compiles included)" tests_debug
+step "doctests" doctests
+step "examples (host-std/examples, built by the tests above)" examples
+step "pick_backend under every feature set (a backend not compiled in exits 3)" pick_backend
+if [ -n "${SPECULA_CUDA13_NVRTC:-}" ]; then
+    step "kernel compile checks with NVRTC and ptxas 13" cuda13
 fi
-sort -rn "$STEP_LOG"
-echo "all checks passed in $(($(date +%s) - start)) s"
+if [ "$have_cuda" = 1 ] && [ -n "${SPECULA_CUOBJDUMP:-}" ]; then
+    step "kernel report: SASS per pass (instructions/element, registers, spills, bytes in flight), budgets, model predictions" kernel_report
+fi
+step "statistical tests and the freshness sweep (release)" stats_release
+if [ "$have_prometheus" = 1 ]; then
+    step "real Prometheus scraping the demo" prometheus_checks
+fi
+printf '\n=== waiting for the second lane\n'
+t0=$(date +%s)
+join
+printf '%6d s  %s\n' $(($(date +%s) - t0)) "waiting for the second lane" | tee -a "$STEP_LOG"
+summary

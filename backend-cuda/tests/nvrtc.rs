@@ -6,6 +6,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// FNV-1a, 64 bits: the kernel cache's key (scripts/kernel-report.py computes the same).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SPECULA_PTXAS") {
         return Some(PathBuf::from(p));
@@ -40,7 +47,13 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
             .expect("a number");
         assert_eq!(version.map(|v| v.0), Some(major), "the NVRTC that loaded");
     }
-    let dir = std::env::temp_dir().join(format!("specula-nvrtc-{}", std::process::id()));
+    // SPECULA_KERNEL_CACHE (scripts/test.sh sets it): keep the PTX, the cubin and ptxas's
+    // report there, so that scripts/kernel-report.py reads this compile of the kernel instead
+    // of compiling it again.
+    let cache = std::env::var_os("SPECULA_KERNEL_CACHE").map(PathBuf::from);
+    let dir = cache.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("specula-nvrtc-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir).unwrap();
     for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {
         let ptx = specula_cuda::compile_ptx(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
@@ -122,9 +135,22 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
             assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
             // Register spills would make the kernel much slower; report them loudly.
             println!("ptxas {sm}: {}", log.trim().replace('\n', " | "));
+            if cache.is_some() {
+                std::fs::write(dir.join(format!("{sm}.ptxas-log")), log.as_bytes()).unwrap();
+                // What the report checks before it trusts the log: the kernel text it was
+                // compiled from and the ptxas that assembled it.
+                let key = format!(
+                    "fnv1a64={:016x} ptxas={}\n",
+                    fnv1a64(specula_core::kernels::SOURCE.as_bytes()),
+                    ptxas.display()
+                );
+                std::fs::write(dir.join(format!("{sm}.key")), key).unwrap();
+            }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if cache.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// The tree kernel text (`specula_core::kernels::TREE_SOURCE`: the chain text, then

@@ -4,18 +4,35 @@
 //! * **On the collection grid** (`start + n·period`), as long as no consumer deadlines are set:
 //!   the cadence scrapes are served at.
 //! * **Ahead of each consumer deadline**, once [`Collector::set_deadlines`] has told the
-//!   collector when its consumers next need a fresh snapshot (a log sink's grid): a readback is
-//!   started at the last decode step from which waiting one more step would risk publishing
-//!   after the deadline, judged from the measured readback latency (the largest of the last
-//!   [`LATENCY_WINDOW`] readbacks, step to step, at least the smallest plus one step gap, and
-//!   never less than the age of the oldest one still in flight) and the measured step gap (a
-//!   slowly decaying maximum) — but never so early that it could be published before the
-//!   previous deadline. So one publication lands in each deadline interval `(T − period, T]`,
-//!   whatever the phase between the two grids; a deadline no readback can reach any more is
-//!   skipped. Until the first readback has measured the latency, one is started every half
-//!   deadline period. If the deadline period is longer than the collection period, readbacks
-//!   are also started whenever a collection period has passed since the previous start, so
-//!   scrapes stay fresh.
+//!   collector when its consumers next need a fresh snapshot (a log sink's grid). The goal: a
+//!   publication in every deadline interval `(T − period, T]`, whatever the phase between the
+//!   two grids, *robustly*: a readback slower or faster than any seen so far still lands in
+//!   its interval. From the measured readback latencies (the smallest `lo` and the largest
+//!   `plan` of the last [`LATENCY_WINDOW`], step to step, `plan` at least `lo` plus one step
+//!   gap and never less than the age of the oldest readback still in flight) and the step gap
+//!   (the largest of the last [`GAP_WINDOW`]), the start times whose publication lands in the
+//!   interval for every latency seen form a window `(T − period − lo, T − plan]`; a readback
+//!   starts at the step nearest the **middle** of that window. Against a latency above
+//!   everything seen the margin is then half of `period − (plan − lo)`, not zero, as it would
+//!   be starting at the last chance. (The price: a log line's counts are as of about half a
+//!   period plus the latency before its tick, instead of just before it; every count still
+//!   reaches it once.) A deadline no readback can reach any more is skipped.
+//!
+//!   Two cases are not aimed, because aiming cannot pay there; a readback then starts whenever
+//!   a slot is free, at most one every eighth of the deadline period:
+//!   - more latency than the ring can cover with one readback per deadline (the mean of `lo`
+//!     and `plan`, plus a gap, above `period × slots`; one slot and a latency near or above the
+//!     period): waiting would leave the slot idle, so with one slot the deadlines are never
+//!     worse than the collection grid;
+//!   - steps too coarse to aim with (the window holds less than two step gaps, e.g. 2 s steps
+//!     for a 5 s period): several readbacks in flight cover the interval where one could miss.
+//!
+//!   Until [`CALIBRATION`] readbacks have measured the latency, one is started every half
+//!   deadline period. The measured extremes are widened by the expected shortfall of a sample
+//!   range (a `(n − 1)`-th of it at each end, for n samples). If the deadline period is longer than the collection period, readbacks are also
+//!   started whenever a collection period has passed since the previous start, so scrapes stay
+//!   fresh. The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
+//!   readbacks in flight) come from `core/tests/freshness.rs`.
 //!
 //! Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
 //! [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
@@ -43,9 +60,13 @@ use core::task::Poll;
 /// Readback latencies remembered for the latency estimate (the largest of them is used).
 pub const LATENCY_WINDOW: usize = 16;
 
-/// The step-gap estimate loses `1/GAP_DECAY` of its excess over the current gap per tick: a
-/// maximum that forgets a long pause within a few hundred steps.
-const GAP_DECAY: u64 = 256;
+/// Readback latencies measured before the deadline planner trusts their spread; until then a
+/// readback starts every half deadline period.
+pub const CALIBRATION: usize = 4;
+
+/// Step gaps remembered for the step-gap estimate (the largest of them is used): a maximum
+/// that forgets a pause in the steps (an idle engine) within as many steps.
+pub const GAP_WINDOW: usize = 16;
 
 /// The smallest default staleness deadline: 1 s (a few periods of a sub-second collection
 /// period would declare healthy GPU readbacks stale).
@@ -109,19 +130,29 @@ struct Entry {
     stale_at_ns: u64,
 }
 
-/// The last [`LATENCY_WINDOW`] readback latencies, as seen from tick to tick.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Latencies {
-    samples: [u64; LATENCY_WINDOW],
+/// The last `N` samples of a duration (readback latencies, step gaps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window<const N: usize> {
+    samples: [u64; N],
     next: usize,
     len: usize,
 }
 
-impl Latencies {
+impl<const N: usize> Default for Window<N> {
+    fn default() -> Self {
+        Self {
+            samples: [0; N],
+            next: 0,
+            len: 0,
+        }
+    }
+}
+
+impl<const N: usize> Window<N> {
     fn record(&mut self, ns: u64) {
-        self.samples[self.next % LATENCY_WINDOW] = ns;
-        self.next = (self.next + 1) % LATENCY_WINDOW;
-        self.len = (self.len + 1).min(LATENCY_WINDOW);
+        self.samples[self.next] = ns;
+        self.next = (self.next + 1) % N;
+        self.len = (self.len + 1).min(N);
     }
 
     fn max(&self) -> Option<u64> {
@@ -189,9 +220,10 @@ pub struct Collector<'a, R: Readback<K>, const K: usize> {
     /// When a readback was last started, or tried (a failed start is not retried every tick).
     last_start_ns: Option<u64>,
     last_tick_ns: Option<u64>,
-    /// A slowly decaying maximum of the time between ticks.
-    gap_ns: u64,
-    latencies: Latencies,
+    /// The last times between ticks.
+    gaps: Window<GAP_WINDOW>,
+    /// The last readback latencies, from the tick that started one to the tick that saw it.
+    latencies: Window<LATENCY_WINDOW>,
     stale_after_ns: u64,
     last: Snapshot<K>,
     last_error: Option<CollectError<R::Error>>,
@@ -226,8 +258,8 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             flight: Flight::new(),
             last_start_ns: None,
             last_tick_ns: None,
-            gap_ns: 0,
-            latencies: Latencies::default(),
+            gaps: Window::default(),
+            latencies: Window::default(),
             stale_after_ns: period_ns
                 .saturating_mul(DEFAULT_STALE_PERIODS)
                 .max(MIN_STALE_NS),
@@ -287,9 +319,16 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
     /// `start`, `poll` and `abandon` do not, as the [`Readback`] contract requires).
     #[inline]
     pub fn tick(&mut self, now_ns: u64) -> Tick {
+        // A readback seen done after a pause in the steps was not done at the previous step;
+        // it counts as seen one usual gap after that, not after the pause (which would make
+        // the plan wait for a latency it never had).
+        let seen_by = match (self.last_tick_ns, self.gaps.max()) {
+            (Some(prev), Some(gap)) => prev.saturating_add(gap).min(now_ns),
+            _ => now_ns,
+        };
         self.observe_gap(now_ns);
         let mut out = Outcome::default();
-        self.poll_flight(now_ns, &mut out);
+        self.poll_flight(seen_by, &mut out);
         self.check_stale(now_ns, &mut out);
         if self.flight.len() < self.capacity() && self.wants_start(now_ns) {
             self.start(now_ns, &mut out);
@@ -307,14 +346,19 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
 
     fn observe_gap(&mut self, now_ns: u64) {
         if let Some(prev) = self.last_tick_ns {
-            let gap = now_ns.saturating_sub(prev);
-            self.gap_ns = gap.max(self.gap_ns - self.gap_ns / GAP_DECAY);
+            self.gaps.record(now_ns.saturating_sub(prev));
         }
         self.last_tick_ns = Some(now_ns);
     }
 
-    /// Polls the oldest readbacks in flight and publishes each one that finished.
-    fn poll_flight(&mut self, now_ns: u64, out: &mut Outcome) {
+    /// The step gap the planner uses: the largest of the last [`GAP_WINDOW`].
+    fn gap_ns(&self) -> u64 {
+        self.gaps.max().unwrap_or(0)
+    }
+
+    /// Polls the oldest readbacks in flight and publishes each one that finished; their
+    /// latency is measured up to `seen_by`.
+    fn poll_flight(&mut self, seen_by: u64, out: &mut Outcome) {
         while let Some(&entry) = self.flight.front() {
             let Poll::Ready(r) = self.readback.poll() else {
                 break;
@@ -322,7 +366,7 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             self.flight.pop();
             if r.is_ok() {
                 self.latencies
-                    .record(now_ns.saturating_sub(entry.started_ns));
+                    .record(seen_by.saturating_sub(entry.started_ns));
             }
             match self.finish(r, entry.started_ns) {
                 Tick::Published(v) => out.published = Some(v),
@@ -349,16 +393,26 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
 
     /// Whether a readback should start now (capacity permitting).
     fn wants_start(&mut self, now_ns: u64) -> bool {
+        let capacity = self.capacity() as u64;
+        let gap = self.gap_ns();
         let Some(deadlines) = self.deadlines.as_mut() else {
             return self.interval.due(now_ns);
         };
-        if self.latencies.len == 0 {
-            // No latency measured yet: start one every half deadline period (ring permitting),
-            // so whatever the latency, publications land at least once per deadline interval
-            // until the first one calibrates the plan below.
-            return self
+        // A deadline grid coarser than the collection period: keep scrapes fresh too.
+        let scrape_due = deadlines.period_ns() > self.interval.period_ns()
+            && self
                 .last_start_ns
-                .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
+                .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns());
+        if self.latencies.len < CALIBRATION {
+            // Too few latencies measured to know their spread: start one every half deadline
+            // period (ring permitting), so whatever the latency, publications land at least
+            // once per deadline interval until [`CALIBRATION`] of them calibrate the plan
+            // below. (Faster starts fill the ring of four early and leave a gap behind them
+            // at latencies above the period.)
+            return scrape_due
+                || self
+                    .last_start_ns
+                    .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
         }
         // The latency to plan with. A readback is seen done at the first tick after it
         // completes: plan with the largest latency seen, and at least the smallest plus one
@@ -369,8 +423,15 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             .front()
             .map_or(0, |e| now_ns.saturating_sub(e.started_ns))
             .min(self.stale_after_ns);
+        // The smallest and largest of n samples fall short of the law's own extremes by about
+        // a (n − 1)-th of their range at each end (for a uniform law, the expected range of n
+        // draws is (n − 1)/(n + 1) of the law's): widen them by that.
         let (lo, hi) = match (self.latencies.min(), self.latencies.max()) {
-            (Some(lo), Some(hi)) => (lo, hi.max(lo.saturating_add(self.gap_ns))),
+            (Some(lo), Some(hi)) => {
+                let beyond = (hi - lo) / (self.latencies.len as u64 - 1);
+                let hi = hi.saturating_add(beyond);
+                (lo.saturating_sub(beyond), hi.max(lo.saturating_add(gap)))
+            }
             _ => (0, 0),
         };
         let (lo, plan) = (lo.max(oldest_age), hi.max(oldest_age));
@@ -378,24 +439,42 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         // to serve is the first one at or after the earliest publication possible.
         deadlines.due(now_ns.saturating_add(lo).saturating_sub(1));
         let deadline = deadlines.next_ns();
-        // Started at the next step (one gap from now), would it still be published in time?
-        let last_chance = now_ns.saturating_add(self.gap_ns).saturating_add(plan) >= deadline;
-        // Started now, could it be published before the previous deadline (after a long pause
-        // in the steps, the gap estimate stays large for a while)? Then it is too early: wait.
-        let too_early = now_ns
-            .saturating_add(lo)
-            .saturating_add(deadlines.period_ns())
-            <= deadline;
-        if last_chance && !too_early {
+        let period = deadlines.period_ns();
+        // Two cases where aiming at a deadline does not pay; then a readback starts whenever a
+        // slot is free, at most one every `period / 8`:
+        // * more latency than the ring can cover, one readback per deadline (each holding a slot
+        //   for about the middle of the latencies seen, plus a step): waiting for a
+        //   deadline's window would only leave a slot idle (with one slot and a latency above
+        //   the period, every other deadline), where starting at once publishes as often as
+        //   the backend allows, as the collection grid does;
+        // * steps too coarse to aim with: when the window of start times that land in the
+        //   interval for every latency seen (period + lo − plan wide) holds less than two step
+        //   gaps, no step may fall in it, and several readbacks in flight (one per step, say
+        //   two or three per interval with 2 s steps and a 5 s period) cover the interval
+        //   where a single aimed one could miss it.
+        let throughput_bound =
+            (lo / 2 + plan / 2).saturating_add(gap) > period.saturating_mul(capacity);
+        let coarse = period.saturating_add(lo).saturating_sub(plan) < gap.saturating_mul(2);
+        if throughput_bound || coarse {
+            return scrape_due
+                || self
+                    .last_start_ns
+                    .is_none_or(|s| now_ns.saturating_sub(s) >= period / 8);
+        }
+        // Aim at the middle of the window of start times whose publication lands in
+        // (deadline − period, deadline] for every latency seen: from deadline − period − lo
+        // to deadline − plan. A start there is as far from both ends as the spread of
+        // latencies allows, so a readback slower than any seen (or faster) still lands in its
+        // interval. Of this step and the next, start at the one nearer the aim. (The window
+        // holds two gaps, so that step is neither too early nor, while the deadline is on
+        // time, too late: the last step from which it can be in time comes after it.)
+        let aim = deadline.saturating_sub((period.saturating_add(lo).saturating_add(plan)) / 2);
+        if now_ns.saturating_add(gap / 2) >= aim {
             // Served: the next readback is for the deadline after this one.
             deadlines.due(deadline);
             return true;
         }
-        // A deadline grid coarser than the collection period: keep scrapes fresh too.
-        deadlines.period_ns() > self.interval.period_ns()
-            && self
-                .last_start_ns
-                .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns())
+        scrape_due
     }
 
     fn start(&mut self, now_ns: u64, out: &mut Outcome) {
@@ -505,6 +584,7 @@ mod tests {
         fail_start: bool,
         fail_flush: bool,
         starts: u32,
+        capacity: usize,
     }
 
     impl Readback<2> for Scripted {
@@ -538,6 +618,9 @@ mod tests {
             }
             Ok(self.device)
         }
+        fn max_in_flight(&self) -> usize {
+            self.capacity
+        }
     }
 
     fn scripted(latency: u32) -> Scripted {
@@ -549,6 +632,7 @@ mod tests {
             fail_start: false,
             fail_flush: false,
             starts: 0,
+            capacity: 1,
         }
     }
 
@@ -751,7 +835,7 @@ mod tests {
 
     #[test]
     fn latencies_keep_the_smallest_and_largest_of_the_window() {
-        let mut l = Latencies::default();
+        let mut l = Window::<LATENCY_WINDOW>::default();
         assert_eq!((l.min(), l.max()), (None, None));
         for ns in [5, 3, 7] {
             l.record(ns);
@@ -784,25 +868,50 @@ mod tests {
     }
 
     #[test]
-    fn the_step_gap_is_a_slowly_decaying_maximum() {
+    fn the_step_gap_is_the_largest_of_the_last_ones() {
         let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
         let (w, _) = slot.split();
         let mut c = Collector::new(scripted(0), w, 1_000_000, 0).unwrap();
         c.tick(0);
-        assert_eq!(c.gap_ns, 0, "no gap before a second tick");
+        assert_eq!(c.gap_ns(), 0, "no gap before a second tick");
         c.tick(1_000);
-        assert_eq!(c.gap_ns, 1_000);
-        c.tick(1_010);
-        // Loses 1/256 of itself (1000 / 256 = 3), not 1000 % 256.
-        assert_eq!(c.gap_ns, 997);
-        c.tick(1_020);
-        assert_eq!(c.gap_ns, 994);
-        c.tick(3_020);
-        assert_eq!(c.gap_ns, 2_000, "a longer gap takes over at once");
+        assert_eq!(c.gap_ns(), 1_000);
+        let mut now = 1_000;
+        for _ in 1..GAP_WINDOW {
+            now += 10;
+            c.tick(now);
+            assert_eq!(c.gap_ns(), 1_000, "remembered for {GAP_WINDOW} gaps");
+        }
+        now += 10;
+        c.tick(now);
+        assert_eq!(c.gap_ns(), 10, "forgotten after {GAP_WINDOW} more");
+        c.tick(now + 2_000);
+        assert_eq!(c.gap_ns(), 2_000, "a longer gap takes over at once");
+    }
+
+    #[test]
+    fn a_readback_seen_after_a_pause_counts_one_usual_gap_after_the_previous_step() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        let (w, _) = slot.split();
+        // Ready at the second poll after its start; steps every 10, the grid every 1 000.
+        let mut c = Collector::new(scripted(1), w, 1_000, 0).unwrap();
+        for t in (0..=1_020).step_by(10) {
+            c.tick(t);
+        }
+        // Started at 1 000, seen at 1 020: latency 20.
+        assert_eq!(c.latency_estimate_ns(), Some(20));
+        // Started at 2 000, pending at 2 010, then the steps pause until 9 000: seen by
+        // 2 010 + 10, not 9 000.
+        for t in (1_030..=2_010).step_by(10).chain([9_000]) {
+            c.tick(t);
+        }
+        assert_eq!(c.latencies.max(), Some(20));
+        assert_eq!(c.latencies.len, 2);
     }
 
     /// A collector on a 1000 ns grid with a deadline grid of `dl_period` from 0, whose
-    /// planner has measured `latencies` and a step gap of `gap_ns`.
+    /// planner has measured `latencies` (repeated to [`CALIBRATION`] samples) and a step gap
+    /// of `gap_ns`.
     fn planner<'s>(
         w: SlotWriter<'s, Snapshot<2>>,
         dl_period: u64,
@@ -811,22 +920,30 @@ mod tests {
     ) -> Collector<'s, Scripted, 2> {
         let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
         c.set_deadlines(dl_period, 0).unwrap();
-        for &l in latencies {
+        // At least CALIBRATION samples (the list repeated), for the plan to be in force.
+        for &l in latencies
+            .iter()
+            .cycle()
+            .take(latencies.len().max(CALIBRATION))
+        {
             c.latencies.record(l);
         }
-        c.gap_ns = gap_ns;
+        c.gaps.record(gap_ns);
         c
     }
 
     #[test]
-    fn a_readback_starts_at_the_last_step_that_still_meets_the_deadline() {
+    fn a_readback_starts_in_the_middle_of_its_window() {
         let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
-        // Latency 200, gap 10: plan with 210; started at 780, the next step (790) plus 210 is
-        // the deadline 1000 exactly; at 779 it would still be in time one step later.
-        // At 900 the 1000 deadline cannot be reached any more: skipped, not served.
+        // Latencies 200 (plan 210: the smallest plus a gap), gap 10, deadlines every 1000:
+        // for the deadline 1000 a start from 0 to 790 lands in (0, 1000]; the aim is the
+        // middle, 1000 − (1000 + 200 + 210) / 2 = 295, taken at the step nearer to it
+        // (now + gap / 2 >= 295). Past the aim it still starts while in time; at 900 the 1000
+        // deadline cannot be reached any more: skipped, not served.
         for (now, want, next) in [
-            (700, false, 1_000),
-            (779, false, 1_000),
+            (0, false, 1_000),
+            (289, false, 1_000),
+            (290, true, 2_000),
             (780, true, 2_000),
             (900, false, 2_000),
         ] {
@@ -835,5 +952,64 @@ mod tests {
             assert_eq!(c.wants_start(now), want, "at {now}");
             assert_eq!(c.deadlines().unwrap().next_ns(), next, "at {now}");
         }
+        // The next deadline's aim is one period later.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[200], 10);
+        c.deadlines.as_mut().unwrap().due(1_000);
+        assert!(!c.wants_start(1_289));
+        assert!(c.wants_start(1_290));
+    }
+
+    #[test]
+    fn the_latency_range_is_widened_by_its_expected_shortfall() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // Latencies 100 and 700 (four samples): widened by 600 / 3 = 200 at each end, to 0 and
+        // 900, the window (1 000 + 0 − 900 = 100) holds less than two gaps of 60: coarse, a
+        // start at once. Unwidened (400 wide) it would wait for its aim at 100.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[100, 700], 60);
+        assert!(c.wants_start(10));
+        // Latencies 300 and 500: widened to 234 and 566, a window of 668 for gaps of 150: aimed
+        // (at 1 000 − (1 000 + 234 + 566) / 2 = 100), so not yet at 10. (Widened by the sum
+        // instead of the range it would be coarse and start.)
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[300, 500], 150);
+        assert!(!c.wants_start(10));
+        assert!(c.wants_start(25));
+    }
+
+    #[test]
+    fn steps_too_coarse_to_aim_with_start_a_readback_whenever_a_slot_is_free() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // Latencies 100 to 150, gap 700: plan 800 leaves a window of 1 000 + 100 − 800 = 300,
+        // less than two gaps. Four slots: start, then again an eighth of the period later.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[150, 100], 700);
+        c.readback.capacity = 4;
+        assert!(c.wants_start(50));
+        c.last_start_ns = Some(50);
+        assert!(!c.wants_start(174));
+        assert!(c.wants_start(175));
+        // Not served: the deadline stays the next one a readback can reach.
+        assert_eq!(c.deadlines().unwrap().next_ns(), 1_000);
+    }
+
+    #[test]
+    fn more_latency_than_the_ring_covers_starts_as_soon_as_a_slot_is_free() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // One slot, latency 995 (plan 1 005) + gap 10 > one deadline period: no deadline can
+        // be served by waiting for it, so a readback starts at once.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[995], 10);
+        assert!(c.wants_start(10));
+        assert_eq!(c.deadlines().unwrap().next_ns(), 2_000);
+        // Two slots cover it: back to the window (the aim for 2 000 is 2 000 − 1 500 = 500).
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[995], 10);
+        c.readback.capacity = 2;
+        assert!(!c.wants_start(10));
+        assert!(!c.wants_start(494));
+        assert!(c.wants_start(495));
+        assert_eq!(c.deadlines().unwrap().next_ns(), 3_000);
     }
 }

@@ -276,10 +276,12 @@ fn sweep(
                     step_ns,
                     jitter_ns,
                     latency_ns,
+                    latency_jitter_ns: 0,
                     run_ns,
                     deadlines,
                     capacity,
                     seed: (si as u64) << 40 | permille << 20 | pi as u64,
+                    count_after_ns: 0,
                 });
                 assert_eq!(
                     o.logged, o.device,

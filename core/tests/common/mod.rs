@@ -27,6 +27,11 @@ pub struct SimDevice<'c, const K: usize> {
     pub totals: Counters<K>,
     /// How long a readback takes.
     pub latency_ns: u64,
+    /// Each readback's latency is uniform in `latency_ns ± latency_jitter_ns`; the copies
+    /// complete in start order (one copy stream), so a slow one delays those behind it.
+    pub latency_jitter_ns: u64,
+    /// Draws the latency jitter.
+    pub jitter_rng: Mix,
     /// Readbacks started while this is set never complete.
     pub stuck: bool,
     /// How many readbacks may be in flight (what `max_in_flight` reports).
@@ -54,6 +59,8 @@ impl<'c, const K: usize> SimDevice<'c, K> {
             clock,
             totals: Counters::ZERO,
             latency_ns,
+            latency_jitter_ns: 0,
+            jitter_rng: Mix(0x5EED),
             stuck: false,
             capacity: 1,
             can_abandon: false,
@@ -96,7 +103,10 @@ impl<const K: usize> Readback<K> for SimDevice<'_, K> {
         let ready_ns = if self.stuck {
             u64::MAX
         } else {
-            self.clock.now_ns().saturating_add(self.latency_ns)
+            let j = self.latency_jitter_ns.min(self.latency_ns);
+            let latency = self.latency_ns - j + self.jitter_rng.below(2 * j + 1);
+            let after = self.in_flight.back().map_or(0, |c| c.ready_ns);
+            self.clock.now_ns().saturating_add(latency).max(after)
         };
         self.ready_times.push(ready_ns);
         self.in_flight.push_back(Copy {

@@ -23,6 +23,8 @@ pub struct Config {
     pub jitter_ns: u64,
     /// Readback latency.
     pub latency_ns: u64,
+    /// Each readback's latency is uniform in `latency_ns ± latency_jitter_ns`.
+    pub latency_jitter_ns: u64,
     /// Length of the run.
     pub run_ns: u64,
     /// Tell the collector the log grid (`set_deadlines`); `false` is the collection grid only.
@@ -31,6 +33,9 @@ pub struct Config {
     pub capacity: usize,
     /// Seed of the step jitter and acceptance pattern.
     pub seed: u64,
+    /// Log ticks up to this time are not counted (nor are those before the first
+    /// publication): comparisons between two ways of collecting count the same ticks.
+    pub count_after_ns: u64,
 }
 
 /// What one run saw.
@@ -66,6 +71,8 @@ pub fn run(cfg: Config) -> Outcome {
     let (writer, reader) = slot.split();
     let mut device = SimDevice::<4>::new(&clock, cfg.latency_ns);
     device.capacity = cfg.capacity;
+    device.latency_jitter_ns = cfg.latency_jitter_ns;
+    device.jitter_rng = Mix(cfg.seed ^ 0xA5A5_A5A5_A5A5_A5A5);
     let mut rng = Mix(cfg.seed);
     let mut collector = Collector::new(&mut device, writer, cfg.collect_ns, 0).unwrap();
     if cfg.deadlines {
@@ -107,7 +114,7 @@ pub fn run(cfg: Config) -> Outcome {
                 ready_seen += 1;
             }
             let taken = cursor.take();
-            if first_publication {
+            if first_publication && next_log > cfg.count_after_ns {
                 out.ticks += 1;
                 out.ticks_with_completion += u32::from(completion);
                 if taken.is_none() {
