@@ -21,7 +21,7 @@
 #    32k/128k/152k x k 1/4/8: us per call, GB/s of probability data read against a
 #    device-to-device copy and a read-only kernel over the same bytes, L2-flushed us at batch
 #    1 and 16; then p50/p90/p99 of single calls at batch 1, plain launch and graph replay),
-#    to compare with the predictions of scripts/kernel-report.py (README, "Kernel speed").
+#    to compare with the predictions of scripts/kernel-report.py (docs/PERFORMANCE.md).
 #    Finishes in under 5 minutes (hard limit 290 s).
 #    With the device tool of this workplace: DIR=gpu-bin (ignored by git), carry ["gpu-bin"],
 #    command "bash gpu-bin/gpu-check.sh run gpu-bin 2>&1 | tee $OUT/gpu-check.log".

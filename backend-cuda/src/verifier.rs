@@ -215,9 +215,10 @@ impl<const K: usize> Verifier<K> for CudaVerifier<K> {
         Ok(self.inner.totals()?)
     }
 
-    /// [`specula_core::gpu::SUPPORT`]: `k = 0`, the ragged layout, bonus tokens and f32 logits
-    /// with per-request temperature (the kernel's `_ex` and `_logits` entries); not filters,
-    /// half-precision inputs or a method per request.
+    /// [`specula_core::gpu::SUPPORT`]: `k = 0`, the ragged layout, bonus tokens, f32 / bf16 /
+    /// f16 logits with per-request temperature, bf16 / f16 draft probabilities, top-k / top-p /
+    /// min-p, a method per request and recovered tokens (the kernel's `_ex` and `_logits`
+    /// entries).
     fn support(&self) -> Support {
         self.inner.support()
     }

@@ -38,7 +38,7 @@
 //! # Speed (issue 17)
 //! `scripts/kernel-report.py` reads the compiled kernel (sm_80, sm_90) and reports, per row pass,
 //! instructions per element on the hot path, registers, spills and bytes in flight per SM, and a
-//! latency/roofline model's predicted µs (README, "Kernel speed"). What the text does for it:
+//! latency/roofline model's predicted µs (docs/PERFORMANCE.md). What the text does for it:
 //! rows are padded past their end with a value that never counts (no per-element bounds checks);
 //! each thread loads `SP_UNROLL_*` groups of 4 ids before computing on any of them (64 B
 //! per thread for argmax and entropy, 32 B for the race, 64 B for the residual race); the CUDA

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![no_std]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod sync;
 
@@ -20,9 +21,14 @@ pub mod slot;
 pub mod words;
 
 // -- verification (reference algorithms, RNG, portable math, kernel text) --
+// The numerics of the rules (specified in DETERMINISM.md): public for the backends and the
+// test suite, hidden from the front page, which is for runtimes.
+#[doc(hidden)]
 pub mod exponential;
+#[doc(hidden)]
 pub mod fmath;
 pub mod kernels;
+#[doc(hidden)]
 pub mod philox;
 pub mod verify;
 

@@ -6,7 +6,9 @@
 
 use specula::cpu::CpuVerifier;
 use specula::metrics_bridge::MetricsBridge;
-use specula::specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+use specula::specula_core::verify::{
+    AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut,
+};
 use specula::specula_core::{Counters, Report};
 use specula::{Driver, StdClock, wire};
 use std::time::Duration;
@@ -66,10 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 offset: &offsets,
             },
         );
-        let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut accepted),
-            specula_core::verify::TokensOut(&mut tokens),
-        );
+        let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
         verifier.verify(Method::Greedy, Check::Cheap, &b, &mut out)?;
         offsets.iter_mut().for_each(|o| *o += 1);
         driver.step(); // once per decode step: starts or polls a readback, never blocks

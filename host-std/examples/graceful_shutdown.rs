@@ -6,6 +6,7 @@
 //! (Ctrl-C), or until it sends itself SIGTERM after STEPS decode steps (default 300), so CI can
 //! run it unattended. On non-Unix targets it just stops after STEPS steps.
 
+use specula::log;
 use specula::shutdown::{Reason, Shutdown, finish};
 use specula::specula_core::{Clock, Counters};
 use specula::{Driver, HostReadback, LineLogger, LogSink, StdClock, wire};

@@ -11,8 +11,10 @@
 
 use specula::StdClock;
 use specula::backend::{Backend, BackendSpec};
-use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier};
-use specula_core::{Clock, Collector, Cursor, ErrorKind, Report, SeqSlot, Snapshot};
+use specula::specula_core::verify::{
+    AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut, Verifier,
+};
+use specula::specula_core::{Clock, Collector, Cursor, ErrorKind, Report, SeqSlot, Snapshot};
 
 const K: usize = 4;
 
@@ -68,10 +70,7 @@ fn run(name: &str) -> Result<(), (i32, String)> {
         },
     );
     let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 6]);
-    let mut out = Outputs::new(
-        specula_core::verify::AcceptedOut(&mut accepted),
-        specula_core::verify::TokensOut(&mut tokens),
-    );
+    let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
     backend
         .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
         .map_err(fail)?;

@@ -15,8 +15,8 @@ use specula::cpu::CpuVerifier;
 use specula::half::bf16;
 use specula::half_tensors;
 use specula::specula_core::verify::{
-    Batch, Check, HalfLogits, Method, Outputs, RaggedDrafts, Streams, advance_offsets,
-    to_vllm_recovered, to_vllm_tokens,
+    AcceptedOut, Batch, Check, HalfLogits, Method, Outputs, RaggedDrafts, Streams, TokensOut,
+    advance_offsets, to_vllm_recovered, to_vllm_tokens,
 };
 
 const V: usize = 8;
@@ -63,10 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let width = batch.k_max + 1;
         let mut accepted = [0u32; 3];
         let mut tokens = vec![0u32; 3 * width];
-        let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut accepted),
-            specula_core::verify::TokensOut(&mut tokens),
-        );
+        let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
         verifier.verify(Method::Greedy, Check::STRICT, &batch, &mut out)?;
         let mut vllm = vec![0i32; 3 * width];
         to_vllm_tokens(&tokens, &mut vllm)?;
@@ -138,11 +135,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tokens = vec![0u32; 3 * width];
     // vLLM's recovered_token_ids: one per draft token (ragged: num_tokens = cu[B−1] = 5).
     let mut recovered = [0u32; 5];
-    let mut out = Outputs::new(
-        specula_core::verify::AcceptedOut(&mut accepted),
-        specula_core::verify::TokensOut(&mut tokens),
-    )
-    .with_recovered(&mut recovered);
+    let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens))
+        .with_recovered(&mut recovered);
     // Rejection sampling for the sampled requests; T = 0 makes request 1 greedy.
     verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out)?;
     let mut vllm = vec![0i32; 3 * width];

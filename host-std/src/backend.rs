@@ -10,7 +10,9 @@
 //!
 //! ```
 //! use specula::backend::{Backend, BackendSpec};
-//! use specula_core::verify::{Batch, Drafts, Dims, Streams, Check, Method, Outputs, Verifier};
+//! use specula::specula_core::verify::{
+//!     AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut, Verifier,
+//! };
 //!
 //! // From a command line or a configuration file; fall back to the CPU when no GPU is here.
 //! let spec: BackendSpec = "cuda:0".parse()?;
@@ -23,7 +25,7 @@
 //! let target = [0.1, 0.6, 0.3, /* bonus row */ 0.0, 0.0, 1.0];
 //! let batch = Batch::dense(Dims { vocab: 3, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-//! let mut out = Outputs::new(specula_core::verify::AcceptedOut(&mut accepted), specula_core::verify::TokensOut(&mut tokens));
+//! let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
 //! backend.verify(Method::Greedy, Check::Cheap, &batch, &mut out)?;
 //! assert_eq!((accepted, tokens), ([1], [1, 2]));
 //! # let _ = &mut readback;

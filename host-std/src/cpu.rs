@@ -4,13 +4,15 @@
 //!
 //! ```
 //! use specula::cpu::CpuVerifier;
-//! use specula::specula_core::verify::{Batch, Drafts, Dims, Streams, Check, Method, Outputs};
+//! use specula::specula_core::verify::{
+//!     AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut,
+//! };
 //!
 //! let verifier = CpuVerifier::<8>::new(2).unwrap();
 //! let target = [0.5, 0.5, 0.0, 1.0];
 //! let batch = Batch::dense(Dims { vocab: 2, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
 //! let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-//! let mut out = Outputs::new(specula_core::verify::AcceptedOut(&mut accepted), specula_core::verify::TokensOut(&mut tokens));
+//! let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
 //! verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out).unwrap();
 //! assert_eq!(verifier.totals().drafts, 1);
 //! ```

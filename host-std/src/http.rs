@@ -9,7 +9,7 @@
 //! ```
 //! use specula::http::negotiate;
 //! use specula::prom::{Format, render};
-//! # let registry = prometheus_client::registry::Registry::default();
+//! # let registry = specula::prometheus_client::registry::Registry::default();
 //! // What Prometheus sends:
 //! let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 //! let format = negotiate(Some(accept)).expect("acceptable");

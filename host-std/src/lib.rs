@@ -31,11 +31,20 @@ pub mod wiring;
 
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].
 pub use half;
+/// The `log` crate, whose facade [`LogSink`] logs through (its [`log::Level`] is a
+/// [`LogSink::new`] argument), re-exported so that a runtime needs no version of its own.
+pub use log;
+/// The `prometheus-client` crate, whose [`Registry`](prometheus_client::registry::Registry)
+/// [`SpecCollector`] registers in and [`prom::render`] encodes, re-exported so that a
+/// runtime's registry is the same version as this crate's.
+pub use prometheus_client;
 /// The CUDA backend crate (feature `cuda`); [`backend::Backend`] opens it by name.
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub use specula_cuda as cuda;
 /// The ROCm backend crate (feature `rocm`); [`backend::Backend`] opens it by name.
 #[cfg(feature = "rocm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rocm")))]
 pub use specula_rocm as rocm;
 
 pub use backend::{AnyReadback, Backend, BackendError, BackendKind, BackendSpec};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 mod bench;
 
-/// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and host-std/README.md).
+/// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and docs/PROGRAM.md).
 ///
 /// A demo stopped by SIGINT or SIGTERM exits 0, not 130/143: the stop was asked for and the
 /// shutdown completed (counters flushed, final log line, summary and FINAL line printed), so a

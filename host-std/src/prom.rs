@@ -663,7 +663,7 @@ pub const VLLM_ITL_BUCKETS: [f64; 19] = [
 /// ```
 /// use specula::prom::{ConstLabels, Format, VllmEngineMetrics, render};
 /// let m = VllmEngineMetrics::new(&ConstLabels::model_name("demo")?, 0);
-/// let mut registry = prometheus_client::registry::Registry::default();
+/// let mut registry = specula::prometheus_client::registry::Registry::default();
 /// m.register(&mut registry);
 /// m.set_running(8);
 /// m.add_generation_tokens(40);

@@ -9,7 +9,12 @@ pub mod kernel_host;
 pub mod readback_conformance;
 pub mod tree;
 
-/// The README's usage example, compiled and run as a doc test.
+/// The README's quick start, compiled and run as a doc test.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The usage guide's examples (`docs/USAGE.md`), compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/USAGE.md")]
+pub struct UsageDoctests;

@@ -34,8 +34,9 @@ impl RaceRng {
 }
 
 /// The race key of weight `w` with the 64-bit race draw `x`: `w / E` with
-/// `E = `[`exponential`]`(x)` (never 0 or `+∞`, so the key is positive, or `+∞` only for
-/// `w = +∞`), and `−1` (below every candidate) when `w` is not `> 0`.
+/// `E = exponential(x)` (`core/DETERMINISM.md`, "Random variates"; never 0 or `+∞`, so the
+/// key is positive, or `+∞` only for `w = +∞`), and `−1` (below every candidate) when `w` is
+/// not `> 0`.
 #[inline(always)]
 #[must_use]
 pub fn race_key(w: f64, x: u64) -> f64 {
