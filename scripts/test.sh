@@ -21,10 +21,10 @@
 #
 # Every step prints its wall time when it ends, and the summary lists the steps by time. Steps
 # that share nothing with the main build (Miri, loom, the no_std builds, the candle link check,
-# mutation testing, each in a target directory of its own) run in a second lane beside it; their
-# output is printed whole when they end, so it never interleaves. The kernel is compiled once per
-# toolchain and target: the NVRTC 12.9 test keeps its PTX, cubin and ptxas report in
-# target/kernel-cache, and the kernel report reads the kernel from there.
+# scripts/package-check.sh, mutation testing, each in a target directory of its own) run in a
+# second lane beside it; their output is printed whole when they end, so it never interleaves.
+# The kernel is compiled once per toolchain and target: the NVRTC 12.9 test keeps its ptxas
+# report of the kernel in target/kernel-cache, and the kernel report reads it from there.
 #
 # A check whose tool could not be installed is SKIPPED: it says so where it runs and again in
 # the summary at the end. With CI=true (as .ci/run has it) a missing tool fails the run instead,
@@ -106,8 +106,8 @@ step() {
     fi
 }
 
-# lane NAME FUNCTION...: runs the FUNCTIONs one after another in the background (the second
-# lane), each as a step whose output goes to a log of its own; `join` prints them.
+# lane FUNCTION...: runs the FUNCTIONs one after another in the background (the second lane),
+# each as a step whose output goes to a log of its own; `join` prints them.
 lane() {
     lane_steps=("$@")
     (
@@ -349,6 +349,12 @@ mutants() {
     MUTANTS_OUT="$target/mutants" scripts/mutants.sh --changed
 }
 
+package_check() {
+    # Release readiness: the README as a guide, the docs.rs build (nightly, --cfg docsrs),
+    # each example as a crate depending on `specula` alone, the publish dry run, the MSRV build.
+    scripts/package-check.sh
+}
+
 prometheus_checks() {
     cargo build -q --release -p specula --features cli
     SPECULA_BIN="$target/release/specula" scripts/prometheus-check.sh
@@ -370,9 +376,9 @@ second=()
 [ "$have_miri" = 1 ] && second+=(miri)
 second+=(loom)
 [ "$have_targets" = 1 ] && second+=(no_std_builds)
-second+=(link_candle)
+second+=(link_candle package_check)
 [ "$have_mutants" = 1 ] && second+=(mutants)
-lane "Miri, loom, no_std, candle link, mutants" "${second[@]}"
+lane "${second[@]}"
 
 step "format" format
 step "clippy (all targets, warnings denied)" clippy_all
