@@ -64,7 +64,7 @@ impl Default for ServerConfig {
     }
 }
 
-/// The default [`ServerConfig::max_connections`]: a quarter of the process's descriptor limit
+/// The default [`ServerConfig::max_connections`]: an eighth of the process's descriptor limit
 /// (the soft `RLIMIT_NOFILE`, read when called), between 64 and 4 096; 1 024 where there is no
 /// such limit to read.
 ///
@@ -72,10 +72,11 @@ impl Default for ServerConfig {
 /// (each until its `head_timeout`) and costs a scraper nothing, while a crowd larger than the
 /// cap churns: every eviction makes an attacker reconnect at once, and a scraper's connection
 /// waits in the kernel's listen queue behind those reconnections. Bounded, because each
-/// connection holds a descriptor: a crowd never takes more than a quarter of those the rest of
-/// the process needs (systemd's default soft limit of 1 024 gives 256), and at most about
-/// `max_head_bytes` of memory each (36 MiB at 4 096 connections that all send 8 KiB without
-/// ending their head; an idle one costs a few hundred bytes).
+/// connection holds two descriptors (its socket and the acceptor's second handle on it): a
+/// crowd never takes more than a quarter of the descriptors the rest of the process needs
+/// (systemd's default soft limit of 1 024 gives 128 connections, a limit of 32 768 or more
+/// 4 096), and at most about `max_head_bytes` of memory each (36 MiB at 4 096 connections that
+/// all send 8 KiB without ending their head; an idle one costs a few hundred bytes).
 pub fn default_max_connections() -> usize {
     const FALLBACK: usize = 1024;
     #[cfg(unix)]
@@ -91,7 +92,8 @@ pub fn default_max_connections() -> usize {
             return FALLBACK;
         }
         // RLIM_INFINITY is the largest value: it maps to the cap like any large limit.
-        usize::try_from(lim.rlim_cur / 4).map_or(MAX, |q| q.clamp(64, MAX))
+        // Two descriptors per connection (the socket and the acceptor's second handle).
+        usize::try_from(lim.rlim_cur / 8).map_or(MAX, |q| q.clamp(64, MAX))
     }
     #[cfg(not(unix))]
     {
@@ -149,8 +151,8 @@ impl std::error::Error for ServeError {
 /// * **time**: every connection has one deadline ([`ServerConfig::timeout`]) covering its whole
 ///   life, and its request head must be complete within [`ServerConfig::head_timeout`] (else
 ///   `408`); the server never drains or lingers past the deadline;
-/// * **connections**: at most [`ServerConfig::max_connections`] (by default a quarter of the
-///   process's descriptor limit, 64 to 4 096). When full, a new connection is always admitted
+/// * **connections**: at most [`ServerConfig::max_connections`] (by default an eighth of the
+///   process's descriptor limit, 64 to 4 096: two descriptors each). When full, a new connection is always admitted
 ///   while one of them has not sent a complete request head: the one accepted longest ago
 ///   gets `503` and is closed. A connection whose whole head has reached the server (parsed,
 ///   or waiting in its socket) is never evicted, so a scraper, which writes its head as soon
@@ -279,9 +281,13 @@ impl Drop for MetricsServer {
 }
 
 /// The listen queue asked for (the kernel caps it: `net.core.somaxconn` on Linux, 4 096 by
-/// default since 5.4). Connections wait there while the acceptor evicts for them; when it is
-/// full the kernel drops new SYNs and a client retries a second later, so it is as long as the
-/// kernel allows.
+/// default since 5.4). Under a crowd larger than the cap, or a flood of connections, new
+/// connections wait there to be accepted, a scraper's among them, first in first out; when it is
+/// full the kernel drops new SYNs and the client retries only after its retransmission timer
+/// (1 s, then 2 s, 4 s, …). A long queue makes that wait proportional to the attack (served at
+/// the acceptor's full speed) rather than exponential: as long as the kernel allows. Measured
+/// with a reconnecting crowd of 2 000 at a cap of 64 (`tests/http_admission.rs`): p99 0.7 s
+/// with 4 096, 1.2 s with 1 024 (a SYN retransmission).
 const LISTEN_BACKLOG: u32 = 4096;
 
 /// A connection being served, as the acceptor sees it.
@@ -307,16 +313,19 @@ async fn accept_loop(
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
                     let accepted = Instant::now();
-                    if let Some(stream) = admit(stream, accepted, &shared, &mut live, &mut tasks) {
+                    reap(&mut live, &mut tasks);
+                    let Some(new) = Newcomer::prepare(stream, accepted, &mut live) else {
+                        continue;
+                    };
+                    if let Err(new) = admit(new, &shared, &mut live, &mut tasks) {
                         // Every connection holds a complete request head: they are being
                         // answered, which takes no waiting on a client that reads. Let them
                         // take their turn (the runtime polls every ready task before this one
                         // resumes) and try once more before refusing.
                         tokio::task::yield_now().await;
-                        if let Some(stream) =
-                            admit(stream, accepted, &shared, &mut live, &mut tasks)
-                        {
-                            overflow(stream);
+                        reap(&mut live, &mut tasks);
+                        if let Err(new) = admit(new, &shared, &mut live, &mut tasks) {
+                            overflow(&new.raw);
                         }
                     }
                 }
@@ -378,47 +387,68 @@ fn reap(live: &mut Admission, tasks: &mut JoinSet<()>) {
     }
 }
 
-/// Admits `stream` within the connection cap, evicting the connection that has been sending
-/// its head the longest when the cap is reached; gives `stream` back when every connection
-/// holds a complete request head (they are being answered). Never waits: everything here is a
-/// non-blocking call or bookkeeping.
-fn admit(
+/// A connection just accepted, not yet admitted.
+struct Newcomer {
     stream: TcpStream,
+    /// The second handle on its socket (one `dup`, sharing the non-blocking flag), to answer
+    /// 408 or 503 without hyper and to look at what the client has sent without reading it.
+    raw: std::net::TcpStream,
+    phase: u8,
     accepted: Instant,
+}
+
+impl Newcomer {
+    /// The second handle and a look at what the client sent; `None` (the connection is closed)
+    /// when the client has already closed or reset it (a reset crowd costs a peek, no task and
+    /// no eviction) or no descriptor can be had even after evicting one.
+    fn prepare(stream: TcpStream, accepted: Instant, live: &mut Admission) -> Option<Self> {
+        let raw = match duplicate(&stream) {
+            Ok(raw) => raw,
+            Err(e) if out_of_descriptors(&e) && live.evict_one() => duplicate(&stream).ok()?,
+            Err(_) => return None,
+        };
+        let phase = match sent(&raw, &mut live.peek) {
+            Sent::Gone => return None,
+            Sent::Head => HEAD_WAITING,
+            Sent::Partial => QUEUED,
+        };
+        Some(Self {
+            stream,
+            raw,
+            phase,
+            accepted,
+        })
+    }
+}
+
+/// Admits `new` within the connection cap, evicting the connection that has been sending its
+/// head the longest when the cap is reached; gives `new` back when every connection holds a
+/// complete request head (they are being answered). Never waits: everything here is a
+/// non-blocking call or bookkeeping. Call [`reap`] first.
+fn admit(
+    new: Newcomer,
     shared: &Arc<Shared>,
     live: &mut Admission,
     tasks: &mut JoinSet<()>,
-) -> Option<TcpStream> {
-    reap(live, tasks);
+) -> Result<(), Newcomer> {
     if tasks.len() >= shared.config.max_connections && !live.evict_one() {
-        return Some(stream);
+        return Err(new);
     }
-    // A second handle on the socket (one `dup`, sharing the non-blocking flag), to answer 408
-    // or 503 without hyper and to look at what the client has sent without reading it.
-    let Ok(raw) = duplicate(&stream) else {
-        return None;
-    };
-    let phase = match sent(&raw, &mut live.peek) {
-        // Reset or closed before its turn (a reset crowd): nothing to answer, no task spawned.
-        Sent::Gone => return None,
-        Sent::Head => HEAD_WAITING,
-        Sent::Partial => QUEUED,
-    };
-    let raw = Arc::new(raw);
-    let phase = Arc::new(AtomicU8::new(phase));
+    let raw = Arc::new(new.raw);
+    let phase = Arc::new(AtomicU8::new(new.phase));
     let task = tasks.spawn(connection(
-        stream,
+        new.stream,
         Arc::clone(&raw),
         Arc::clone(shared),
         Arc::clone(&phase),
-        accepted,
+        new.accepted,
     ));
     live.conns.push_back(Live {
         phase,
         raw: Arc::downgrade(&raw),
         task,
     });
-    None
+    Ok(())
 }
 
 /// A second handle on `stream`'s socket.
@@ -551,14 +581,15 @@ const RESPONSE_503: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: 
 const RESPONSE_408: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; \
     charset=utf-8\r\nContent-Length: 20\r\nConnection: close\r\n\r\n408 Request Timeout\n";
 
-/// Answers a connection over the cap with `503` and closes it, without waiting: a fresh
-/// socket's send buffer takes the response whole, and what the client sent so far is read only
-/// if it is there already (so that closing does not reset the connection before the client
-/// reads the answer).
-fn overflow(stream: TcpStream) {
+/// Answers a connection over the cap with `503` (the caller then closes it), without waiting:
+/// a fresh socket's send buffer takes the response whole, and what the client sent so far is
+/// read only if it is there already (so that closing does not reset the connection before the
+/// client reads the answer). Through the second handle: the runtime has no write readiness yet
+/// for a socket it has just accepted, so its own `try_write` would write nothing.
+fn overflow(raw: &std::net::TcpStream) {
     let mut sink = [0u8; 2048];
-    let _ = stream.try_read(&mut sink);
-    let _ = stream.try_write(RESPONSE_503);
+    let _ = std::io::Read::read(&mut &*raw, &mut sink);
+    let _ = std::io::Write::write(&mut &*raw, RESPONSE_503);
 }
 
 /// Serves one connection within its deadlines, both counted from `accepted`. The request head
@@ -572,7 +603,9 @@ async fn connection(
     phase: Arc<AtomicU8>,
     accepted: Instant,
 ) {
-    let _close = CloseOnDrop(Arc::clone(&raw));
+    // `raw` is the only strong reference to the second handle (the acceptor keeps a weak
+    // one): however this task ends (finished, timed out, evicted, or dropped with the
+    // runtime), both descriptors close with it.
     let cfg = &shared.config;
     let deadline = accepted + cfg.timeout;
     let head_deadline = accepted + cfg.head_timeout.min(cfg.timeout);
@@ -732,16 +765,6 @@ impl tokio::io::AsyncWrite for Replay {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// Shuts a connection down when its task ends, however it ends (finished, timed out, evicted,
-/// or dropped with the runtime): the acceptor's second handle must not keep it open.
-struct CloseOnDrop(Arc<std::net::TcpStream>);
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.shutdown(std::net::Shutdown::Both);
     }
 }
 
