@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use specula::demo::{self, DemoConfig, MAX_K};
 use specula::log_sink::{LineLogger, MIN_PERIOD};
+use specula::ngram::MAX_ORDER;
 use specula::shutdown::{Reason, Shutdown};
 use specula::specula_core::ErrorKind;
 use specula::specula_core::verify::Method;
@@ -30,7 +31,8 @@ Exit codes:
   1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
      a failed final readback or a panicked log thread: the summary is printed first)
   2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
-     1 ms, a --label or --model-name that is not a valid Prometheus label)
+     1 ms, a --label or --model-name that is not a valid Prometheus label), refused before any
+     work is done
   3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
   4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
      the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)
@@ -144,18 +146,18 @@ struct DemoArgs {
     /// Train on this text file instead of the bundled corpus.
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// Target model order (3 = trigram).
-    #[arg(long, default_value_t = 3)]
-    target_order: usize,
-    /// Draft model order (2 = bigram).
-    #[arg(long, default_value_t = 2)]
-    draft_order: usize,
+    /// Target model order (3 = trigram; 1..=5).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=MAX_ORDER as i64))]
+    target_order: u8,
+    /// Draft model order (2 = bigram; 1..=5).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=MAX_ORDER as i64))]
+    draft_order: u8,
     /// CPU threads for the CPU backend (0 = all).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// GPU ordinal for `--backend cuda` / `--backend rocm`.
-    #[arg(long, default_value_t = 0)]
-    device: usize,
+    /// GPU ordinal for `--backend cuda` / `--backend rocm` (0..=1023).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=MAX_DEVICE as i64))]
+    device: u16,
     /// Hand the target rows to the verifier as logits with this temperature (0 = greedy);
     /// without it, as probabilities. CPU and reference backends.
     #[arg(long)]
@@ -170,9 +172,9 @@ struct DemoArgs {
     #[arg(long, default_value_t = 0.0)]
     min_p: f32,
     /// Make the first N requests of the batch greedy (temperature 0, argmax drafts) while the
-    /// others sample: greedy and sampled requests in one batch (logits).
-    #[arg(long, default_value_t = 0)]
-    greedy_requests: usize,
+    /// others sample: greedy and sampled requests in one batch (logits; at most --batch).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4096))]
+    greedy_requests: u16,
     /// Draft the full WIDTH-ary token tree of depth DEPTH on the n-gram draft model instead of
     /// a k-token chain (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
     /// SpecInfer's rule for rejection; at most 64 draft nodes, depth at most 8), verified by
@@ -185,7 +187,8 @@ struct DemoArgs {
     /// mean accepted lengths (depth up to 64).
     #[arg(long, requires = "tree")]
     compare: bool,
-    /// Steps of each run with --tree --compare.
+    /// Steps of each run with --tree --compare (at most 1 000 000, and steps × batch × tree
+    /// nodes at most 2^28).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     steps: u32,
 }
@@ -325,9 +328,19 @@ fn read_corpus(path: &std::path::Path) -> Result<String, CliError> {
     String::from_utf8(bytes).map_err(|e| usage(format!("not UTF-8 text: {e}")))
 }
 
+/// The most `--label` flags: each is checked against the others (a duplicate is refused), so
+/// their number is bounded like every other figure a user gives.
+pub const MAX_LABELS: usize = 32;
+
 /// `--label NAME=VALUE` arguments as pairs (validated with the model name by
 /// [`demo::const_labels`]).
 fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    if args.len() > MAX_LABELS {
+        return Err(CliError::Usage(format!(
+            "bad label: {} --label flags; at most {MAX_LABELS}",
+            args.len()
+        )));
+    }
     args.iter()
         .map(|a| {
             a.split_once('=')
@@ -339,21 +352,24 @@ fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
         .collect()
 }
 
-/// `specula demo --tree WIDTHxDEPTH`: the tree-versus-chain comparison, printed to stdout.
+/// `specula demo --tree WIDTHxDEPTH --compare`: the tree-versus-chain comparison, printed to
+/// stdout. Every setting is checked before the corpus is read.
 fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(), CliError> {
-    let corpus = match &a.corpus {
-        Some(p) => read_corpus(p)?,
-        None => demo::CORPUS.to_owned(),
-    };
     let cfg = specula::tree_demo::TreeDemoConfig {
         shape,
         method: a.method.into(),
         seed: a.seed,
         batch: a.batch.into(),
         steps: a.steps as usize,
-        target_order: a.target_order,
-        draft_order: a.draft_order,
+        target_order: a.target_order.into(),
+        draft_order: a.draft_order.into(),
         threads: a.threads,
+    };
+    cfg.check().map_err(|e| CliError::Usage(e.to_string()))?;
+    check_threads(a.threads)?;
+    let corpus = match &a.corpus {
+        Some(p) => read_corpus(p)?,
+        None => demo::CORPUS.to_owned(),
     };
     let report = specula::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
@@ -365,20 +381,9 @@ fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(
         .map_err(|e| CliError::Output(format!("cannot write the report to stdout: {e}")))
 }
 
-fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
-    if let Some(shape) = a.tree
-        && a.compare
-    {
-        return run_tree_demo(&a, shape);
-    }
-
-    let shutdown = Shutdown::new();
-    logger.request_on_failure(shutdown.clone());
-    forward_signals(&shutdown)?;
-    let corpus = match &a.corpus {
-        Some(p) => read_corpus(p)?,
-        None => demo::CORPUS.to_owned(),
-    };
+/// The demo's settings from the command line, every one checked (exit 2) before any work:
+/// nothing is read, trained, opened or started before this returns.
+fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError> {
     let duration = match (a.duration, a.tokens) {
         (Some(d), _) => Some(seconds("duration", d)?),
         (None, None) => Some(Duration::from_secs(10)),
@@ -398,8 +403,8 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         model_name: a.model_name.clone(),
         labels: parse_labels(&a.labels)?,
         linger: seconds("linger", a.linger)?,
-        target_order: a.target_order,
-        draft_order: a.draft_order,
+        target_order: a.target_order.into(),
+        draft_order: a.draft_order.into(),
         label: "rank0".into(),
         progress: std::io::stderr().is_terminal(),
         shutdown: shutdown.clone(),
@@ -408,12 +413,35 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
             top_k: a.top_k,
             top_p: a.top_p,
             min_p: a.min_p,
-            greedy_requests: a.greedy_requests,
+            greedy_requests: a.greedy_requests.into(),
         },
         tree: a.tree,
     };
-    // Refused here, before the models are trained: exit 2.
-    demo::const_labels(&cfg).map_err(|e| CliError::Usage(format!("bad label: {e}")))?;
+    cfg.check().map_err(|e| match e {
+        demo::DemoError::ConstLabel(e) => CliError::Usage(format!("bad label: {e}")),
+        e => CliError::Usage(e.to_string()),
+    })?;
+    if a.backend == Backend::Cpu {
+        check_threads(a.threads)?;
+    }
+    Ok(cfg)
+}
+
+fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
+    if let Some(shape) = a.tree
+        && a.compare
+    {
+        return run_tree_demo(&a, shape);
+    }
+
+    let shutdown = Shutdown::new();
+    let cfg = demo_config(&a, &shutdown)?;
+    logger.request_on_failure(shutdown.clone());
+    forward_signals(&shutdown)?;
+    let corpus = match &a.corpus {
+        Some(p) => read_corpus(p)?,
+        None => demo::CORPUS.to_owned(),
+    };
     let k = cfg.draft_len();
     let mut stderr = std::io::stderr();
     // Printed before any --linger, so scripts can read the totals while /metrics still serves.
@@ -476,6 +504,23 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
 /// `--threads` may ask for at most this many threads per CPU.
 pub const MAX_THREADS_PER_CPU: usize = 4;
 
+/// The largest `--device` ordinal.
+pub const MAX_DEVICE: u16 = 1023;
+
+/// `--threads` within [`MAX_THREADS_PER_CPU`] per CPU (exit 2 beyond: starting 100 000 threads
+/// takes a minute before it fails).
+fn check_threads(threads: usize) -> Result<(), CliError> {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+    if threads > max {
+        return Err(CliError::Usage(format!(
+            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most {max} on \
+             this machine's {cpus} CPUs (0 = one per CPU)"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens `--backend` the way a library user does, with [`specula::Backend::open`]: `--threads`
 /// is the CPU backend's number, `--device` a GPU backend's. `--threads` may ask for at most
 /// [`MAX_THREADS_PER_CPU`] threads per CPU (exit 2 beyond: starting 100 000 threads takes a
@@ -483,23 +528,16 @@ pub const MAX_THREADS_PER_CPU: usize = 4;
 pub fn open_backend(
     backend: Backend,
     threads: usize,
-    device: usize,
+    device: u16,
 ) -> Result<specula::Backend<MAX_K>, CliError> {
     let (kind, index) = match backend {
         Backend::Cpu => {
-            let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-            let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
-            if threads > max {
-                return Err(CliError::Usage(format!(
-                    "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most \
-                     {max} on this machine's {cpus} CPUs (0 = one per CPU)"
-                )));
-            }
+            check_threads(threads)?;
             (BackendKind::Cpu, Some(threads))
         }
         Backend::Reference => (BackendKind::Reference, None),
-        Backend::Cuda => (BackendKind::Cuda, Some(device)),
-        Backend::Rocm => (BackendKind::Rocm, Some(device)),
+        Backend::Cuda => (BackendKind::Cuda, Some(device.into())),
+        Backend::Rocm => (BackendKind::Rocm, Some(device.into())),
     };
     specula::Backend::open(&BackendSpec { kind, index }).map_err(backend_error)
 }
