@@ -265,8 +265,8 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         &a,
     )?;
     use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    // A closed pipe or a full disk is exit 5, never a panic.
+    let mut out = crate::stdio::stdout();
+    // A closed pipe or descriptor, or a full disk, is exit 5, never a panic.
     let failed = |e: std::io::Error| CliError::Output(format!("cannot write to stdout: {e}"));
     let backend = format!("{:?}", a.backend).to_lowercase();
     if a.json {

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+mod stdio;
 
 /// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and host-std/README.md).
 ///
@@ -36,9 +37,9 @@ Exit codes:
   3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
   4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
      the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)
-  5  output failed: stdout or stderr could not be written (a closed pipe, a full disk); the demo
-     stops as on a signal, flushes the counters and reports the totals on the stream that still
-     works";
+  5  output failed: stdout or stderr could not be written (a closed pipe, a stream closed at
+     start with >&- or 2>&-, a full disk), --help and --version included; the demo stops as on a
+     signal, flushes the counters and reports the totals on the stream that still works";
 
 /// Speculative-decoding verification: demo and benchmark.
 #[derive(Parser, Debug)]
@@ -375,7 +376,7 @@ fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
         _ => CliError::Run(e.to_string()),
     })?;
-    let mut out = std::io::stdout().lock();
+    let mut out = stdio::stdout();
     writeln!(out, "{report}")
         .and_then(|()| out.flush())
         .map_err(|e| CliError::Output(format!("cannot write the report to stdout: {e}")))
@@ -443,14 +444,14 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         None => demo::CORPUS.to_owned(),
     };
     let k = cfg.draft_len();
-    let mut stderr = std::io::stderr();
+    let mut stderr = stdio::stderr();
     // Printed before any --linger, so scripts can read the totals while /metrics still serves.
     // A failed write is kept (and ends the linger), never a panic.
     let mut stdout_error: Option<std::io::Error> = None;
     let mut final_line = None;
     let mut print = |summary: &demo::DemoSummary| {
         let line = demo::final_line(&summary.totals, k);
-        let mut out = std::io::stdout().lock();
+        let mut out = stdio::stdout();
         let written = summary
             .metrics_addr
             .map_or(Ok(()), |addr| {
@@ -479,15 +480,19 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         )));
     }
     if logger.failed_writes() != 0 {
-        let msg = format!(
-            "{} log lines could not be written to stderr ({}); the counters were flushed",
-            logger.failed_writes(),
+        let why = if stdio::guard().stderr {
+            "stderr was closed when the program started".into()
+        } else {
             logger
                 .first_error()
                 .map_or_else(|| "unknown error".into(), |k| k.to_string())
+        };
+        let msg = format!(
+            "{} log lines could not be written to stderr ({why}); the counters were flushed",
+            logger.failed_writes(),
         );
         // stderr is what failed: say it on stdout as well, after the FINAL line.
-        let mut out = std::io::stdout().lock();
+        let mut out = stdio::stdout();
         let _ = writeln!(out, "error: {msg}").and_then(|()| out.flush());
         return Err(CliError::Output(msg));
     }
@@ -589,11 +594,19 @@ pub fn backend_error(e: BackendError) -> CliError {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // First, before anything opens a file or socket: a closed stdout or stderr is held on
+    // /dev/null and reported as failed on every write (exit 5), never silently lost.
+    stdio::guard();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(&e),
+    };
     // `specula …` log records to stderr (the library emits through `log`; the program picks
     // the logger): a failed write is counted and stops the demo, never a panic.
-    let logger: &'static LineLogger =
-        Box::leak(Box::new(LineLogger::stderr(log::LevelFilter::Info)));
+    let logger: &'static LineLogger = Box::leak(Box::new(LineLogger::new(
+        Box::new(stdio::stderr()),
+        log::LevelFilter::Info,
+    )));
     if log::set_logger(logger).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }
@@ -604,9 +617,39 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut err = std::io::stderr().lock();
+            let mut err = stdio::stderr();
             let _ = writeln!(err, "error: {e}").and_then(|()| err.flush());
             ExitCode::from(e.code())
+        }
+    }
+}
+
+/// What clap's parse ends in: `--help` and `--version` (exit 0, or 5 when their text cannot
+/// be written: clap itself would exit 0) and bad arguments (exit 2, written to stderr, whose
+/// own failure does not change the code).
+fn clap_exit(e: &clap::Error) -> ExitCode {
+    let styled = e.render();
+    let text = |terminal: bool| {
+        if terminal {
+            styled.ansi().to_string()
+        } else {
+            styled.to_string()
+        }
+    };
+    if e.use_stderr() {
+        let text = text(std::io::stderr().is_terminal());
+        let mut err = stdio::stderr();
+        let _ = write!(err, "{text}").and_then(|()| err.flush());
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+    }
+    let text = text(std::io::stdout().is_terminal());
+    let mut out = stdio::stdout();
+    match write!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(0)),
+        Err(err) => {
+            let mut stderr = stdio::stderr();
+            let _ = writeln!(stderr, "error: cannot write to stdout: {err}");
+            ExitCode::from(CliError::Output(String::new()).code())
         }
     }
 }
