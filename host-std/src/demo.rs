@@ -73,8 +73,9 @@ pub struct DemoConfig {
     pub progress: bool,
     /// Stops the run early when requested (the `specula` program requests it on SIGINT and
     /// SIGTERM, and when its output fails): the loop ends after the current step, the counters
-    /// are flushed and logged, the summary is produced; a request made after the run stopped
-    /// ends [`linger`](Self::linger).
+    /// are flushed and logged, the summary is produced; any request after the one that stopped
+    /// the run (after the run ended, when it ran its course) ends [`linger`](Self::linger),
+    /// or skips it when it came first.
     pub shutdown: Shutdown,
     /// How the target distribution is sampled: temperature, top-k / top-p / min-p, and how
     /// many requests are greedy (issue 13's mixed batches).
@@ -934,8 +935,10 @@ where
     if let Some(e) = &engine {
         e.set_running(0);
     }
-    // Requests seen when the loop stopped: one more (a second signal) ends the linger.
-    let requests_at_stop = cfg.shutdown.requests();
+    // The request that stopped the loop, if one did, is the first; any request after it ends
+    // the linger, even one made before the loop saw the first (two signals a millisecond
+    // apart both arrive during one step): counted from the first, not from the loop's end.
+    let stop_requests = u64::from(stopped_by.is_some());
     if cfg.progress {
         let _ = writeln!(progress_out);
     }
@@ -966,15 +969,15 @@ where
     };
     on_done(&summary);
     if let Some(server) = server {
-        if !cfg.linger.is_zero() && cfg.shutdown.requests() == requests_at_stop {
+        if !cfg.linger.is_zero() && cfg.shutdown.requests() <= stop_requests {
             log::info!(
                 target: crate::log_sink::TARGET,
                 "serving final totals on http://{}/metrics for {:.1} s (SIGINT/SIGTERM ends it)",
                 server.local_addr(),
                 cfg.linger.as_secs_f64()
             );
-            // Ends early on a request made after the run stopped (a second signal).
-            if cfg.shutdown.wait_for_request(requests_at_stop, cfg.linger) {
+            // Ends early on a request beyond the one that stopped the run (a second signal).
+            if cfg.shutdown.wait_for_request(stop_requests, cfg.linger) {
                 log::info!(target: crate::log_sink::TARGET, "linger ended by request");
             }
         }

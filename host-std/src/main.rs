@@ -27,8 +27,9 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success, including a demo stopped by SIGINT or SIGTERM: it stops stepping, flushes the
      counters, logs the final line, prints the summary and the FINAL line, keeps serving
-     /metrics for --linger (one more signal ends that) and exits 0; a third signal exits at
-     once with 128 + its number (130 for SIGINT, 143 for SIGTERM), flushed or not
+     /metrics for --linger (a second signal ends that, or skips it if it came first) and exits
+     0; a third signal exits at once with 128 + its number (130 for SIGINT, 143 for SIGTERM),
+     flushed or not. Every signal counts, however close together
   1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
      a failed final readback or a panicked log thread: the summary is printed first)
   2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
@@ -251,26 +252,76 @@ fn period(name: &str, s: f64) -> Result<Duration, CliError> {
     Ok(d)
 }
 
-/// Forwards SIGINT and SIGTERM to `shutdown` from a thread of its own (signal-hook's
-/// self-pipe: the handler itself only writes a byte). From here on these signals no longer
-/// kill the process: the first stops the demo (it flushes and reports), the second ends
-/// `--linger`, and a third exits at once with 128 + the signal number (130, 143), in case the
-/// shutdown itself is stuck (a GPU readback that never completes).
+/// SIGINT and SIGTERM received so far, counted in the signal handler itself.
+#[cfg(unix)]
+static SIGNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The numbers of the first two signals received (0 until then).
+#[cfg(unix)]
+static SIGNAL_NUMBERS: [std::sync::atomic::AtomicI32; 2] = [
+    std::sync::atomic::AtomicI32::new(0),
+    std::sync::atomic::AtomicI32::new(0),
+];
+
+/// The SIGINT / SIGTERM handler's own work: count the signal, remember the first two numbers,
+/// and on the third exit at once with 128 + its number. Only lock-free atomics and `_exit`:
+/// async-signal-safe.
+#[cfg(unix)]
+fn on_signal(sig: i32) {
+    use std::sync::atomic::Ordering;
+    let n = SIGNALS.fetch_add(1, Ordering::SeqCst);
+    if let Some(slot) = SIGNAL_NUMBERS.get(n) {
+        slot.store(sig, Ordering::SeqCst);
+    } else {
+        signal_hook::low_level::exit(128 + sig);
+    }
+}
+
+/// Forwards SIGINT and SIGTERM to `shutdown`. From here on these signals no longer kill the
+/// process: the first stops the demo (it flushes and reports), the second ends `--linger`,
+/// and a third exits at once with 128 + the signal number (130, 143), in case the shutdown
+/// itself is stuck (a GPU readback that never completes).
+///
+/// Every signal counts, however close together: the handler counts it in an atomic (and
+/// exits on the third itself, whatever the other threads are doing), then writes a byte to a
+/// socket that wakes the forwarding thread, which requests one shutdown per signal counted.
+/// signal-hook's iterator is not used: it reports which signals arrived since it last looked,
+/// so two SIGTERMs a millisecond apart were one.
 #[cfg(unix)]
 fn forward_signals(shutdown: &Shutdown) -> Result<(), CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| CliError::Run(format!("cannot install the SIGINT/SIGTERM handler: {e}")))?;
+    use std::io::Read as _;
+    use std::sync::atomic::Ordering;
+    let failed = |e: std::io::Error| {
+        CliError::Run(format!("cannot install the SIGINT/SIGTERM handler: {e}"))
+    };
+    let (mut wake, waker) = std::os::unix::net::UnixStream::pair().map_err(failed)?;
+    for sig in [SIGINT, SIGTERM] {
+        // SAFETY: the action runs inside the signal handler; `on_signal` only does atomic
+        // operations on lock-free statics and may call `_exit`, all async-signal-safe (no
+        // allocation, no lock, no panic: `128 + sig` cannot overflow for a signal number).
+        unsafe { signal_hook::low_level::register(sig, move || on_signal(sig)) }.map_err(failed)?;
+        // Registered after the count (signal-hook runs a signal's actions in the order they
+        // were registered), so a woken thread always sees the count of the signal that woke it.
+        signal_hook::low_level::pipe::register(sig, waker.try_clone().map_err(failed)?)
+            .map_err(failed)?;
+    }
     let asker = shutdown.clone();
     std::thread::Builder::new()
         .name("specula-signals".into())
         .spawn(move || {
-            for (n, sig) in signals.forever().enumerate() {
-                asker.request(Reason::Signal(sig));
-                if n >= 2 {
-                    let code = u8::try_from(128 + sig).unwrap_or(u8::MAX);
-                    std::process::exit(code.into());
+            let (mut forwarded, mut bytes) = (0usize, [0u8; 64]);
+            loop {
+                match wake.read(&mut bytes) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
                 }
+                let counted = SIGNALS.load(Ordering::SeqCst).min(SIGNAL_NUMBERS.len());
+                for slot in &SIGNAL_NUMBERS[forwarded..counted] {
+                    asker.request(Reason::Signal(slot.load(Ordering::SeqCst)));
+                }
+                forwarded = forwarded.max(counted);
             }
         })
         .map_err(|e| CliError::Run(format!("cannot start the signal thread: {e}")))?;
