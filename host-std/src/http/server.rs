@@ -32,9 +32,9 @@ pub struct ServerConfig {
     /// (1..=65 536; by default [`default_max_connections`]). When all are taken, a new
     /// connection is admitted by evicting (`503`, then close) the connection accepted longest
     /// ago that has not sent a complete request head, whether or not its turn to read has come
-    /// (what waits in its socket counts); the new connection gets `503` only when every
-    /// connection holds a complete head, that is, is being answered. Each connection costs
-    /// one descriptor and about as many bytes as its client sent (at most
+    /// (what waits unread in its socket counts); the new connection gets `503` only when every
+    /// connection holds a complete head, that is, is being answered. Each connection costs two
+    /// descriptors and about as many bytes as its client sent (at most
     /// [`max_head_bytes`](Self::max_head_bytes)) until its head is complete.
     pub max_connections: usize,
     /// Time from accept to the end of the request head; a client still sending its head then
@@ -152,17 +152,19 @@ impl std::error::Error for ServeError {
 ///   life, and its request head must be complete within [`ServerConfig::head_timeout`] (else
 ///   `408`); the server never drains or lingers past the deadline;
 /// * **connections**: at most [`ServerConfig::max_connections`] (by default an eighth of the
-///   process's descriptor limit, 64 to 4 096: two descriptors each). When full, a new connection is always admitted
-///   while one of them has not sent a complete request head: the one accepted longest ago
-///   gets `503` and is closed. A connection whose whole head has reached the server (parsed,
-///   or waiting in its socket) is never evicted, so a scraper, which writes its head as soon
-///   as it connects, survives as many newer connections as the cap allows before its head
-///   lands (none, in practice: a crowd that size churns through the listen queue first); the
-///   new connection gets `503` only when every connection holds a complete head (they are
-///   being answered). Answers to overflow are written without blocking, so overflow never
-///   costs the acceptor a wait; a connection reset or closed before it is accepted costs a
-///   peek and no task; running out of descriptors evicts as a newcomer would, and accepts
-///   again at once;
+///   process's descriptor limit, 64 to 4 096; two descriptors each). When full, a new
+///   connection is admitted as long as one connection has not sent a complete request head:
+///   the one accepted longest ago gets `503` and is closed. A connection whose whole head has
+///   reached the server (parsed, or waiting unread in its socket) is never evicted; a scraper,
+///   which writes its head as soon as it connects, is exposed only between its connect and
+///   the arrival of its head, and is evicted then only if `max_connections` newer connections
+///   are accepted in that time. A new connection gets `503` only when every connection holds
+///   a complete head (they are being answered). Answers to overflow are written without
+///   blocking, so overflow never costs the acceptor a wait; a connection reset or closed
+///   before its turn costs a peek and no task; running out of descriptors evicts as a
+///   newcomer would and accepts again at once. A crowd no larger than the cap is held (each
+///   until its head deadline); a larger one churns, and a scraper then waits in the listen
+///   queue (4 096 long) behind the attackers' reconnections;
 /// * **memory**: a connection still sending its head holds what its client sent (no parser
 ///   state); a request head over [`ServerConfig::max_head_bytes`] gets `431`; request bodies
 ///   are never read;
@@ -493,11 +495,15 @@ fn sent(raw: &std::net::TcpStream, buf: &mut [u8]) -> Sent {
 /// complete request head, neither parsed by its task nor waiting in its socket. A client
 /// whose whole head has reached the server is therefore never evicted, even before its task
 /// has had a turn (a burst of accepts runs before any connection task does); one still
-/// sending is evicted only once every connection accepted before it is gone, so a client that
-/// sends its head promptly (a scraper, which writes it as soon as it connects) survives as
-/// many newer connections as the cap, while the connection evicted is always the one that
+/// sending is evicted only after every incomplete connection accepted before it, so a client
+/// that sends its head promptly (a scraper, which writes it as soon as it connects) survives
+/// as many newer connections as the cap, while the connection evicted is always the one that
 /// has been reading its head the longest: the one most likely an attacker, and the one whose
 /// `head_timeout` is nearest anyway. Nothing is refused while one connection can be evicted.
+///
+/// Why no grace period that would shield young connections from eviction: a crowd that
+/// reconnects faster than the period keeps every connection young, and newcomers, a scraper
+/// among them, would have to be refused. Evicting by age refuses nobody.
 struct Admission {
     conns: VecDeque<Live>,
     peek: Vec<u8>,
