@@ -34,9 +34,9 @@ pub struct BenchArgs {
     /// CPU threads for the CPU backend (0 = all).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// GPU ordinal for `--backend cuda` / `--backend rocm`.
-    #[arg(long, default_value_t = 0)]
-    device: usize,
+    /// GPU ordinal for `--backend cuda` / `--backend rocm` (0..=1023).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=crate::MAX_DEVICE as i64))]
+    device: u16,
 }
 
 struct Row {
@@ -170,6 +170,16 @@ pub const MAX_CELL_BYTES: u64 = 1 << 30;
 /// The most values one grid list (`--batch`, `--k`, `--vocab`, `--method`) may hold.
 pub const MAX_LIST: usize = 64;
 
+/// The most cells one grid may have (the product of the four lists' lengths).
+pub const MAX_CELLS: usize = 4096;
+
+/// The most seconds of timing one grid may ask for (cells × `--seconds`).
+pub const MAX_GRID_SECONDS: f64 = 3600.0;
+
+/// The most probability data one grid may fill, all cells together (16 GiB: each cell fills
+/// its rows with random numbers before it is timed, whatever `--seconds` says).
+pub const MAX_GRID_BYTES: u64 = 16 << 30;
+
 /// The bytes of probabilities a cell allocates, `None` on overflow.
 fn cell_bytes(b: usize, k: usize, v: usize) -> Option<u64> {
     (b as u64)
@@ -206,10 +216,27 @@ fn check(a: &BenchArgs) -> Result<(), CliError> {
             "--seconds must be 0..=600 seconds per cell".into(),
         ));
     }
+    // At most MAX_LIST⁴ cells, each list already capped: the products cannot overflow.
+    let cells = a.method.len() * a.batch.len() * a.k.len() * a.vocab.len();
+    if cells > MAX_CELLS {
+        return Err(CliError::Usage(format!(
+            "--method × --batch × --k × --vocab is {cells} cells; at most {MAX_CELLS}"
+        )));
+    }
+    if cells as f64 * a.seconds > MAX_GRID_SECONDS {
+        return Err(CliError::Usage(format!(
+            "{cells} cells × --seconds {} is {:.0} s of timing; at most {MAX_GRID_SECONDS} s",
+            a.seconds,
+            cells as f64 * a.seconds
+        )));
+    }
+    // At most MAX_CELLS / |methods| shapes here (the checks above bound the loop).
+    let mut grid_bytes = 0u64;
     for &b in &a.batch {
         for &k in &a.k {
             for &v in &a.vocab {
                 let bytes = cell_bytes(b, k, v).unwrap_or(u64::MAX);
+                grid_bytes = grid_bytes.saturating_add(bytes.saturating_mul(a.method.len() as u64));
                 if bytes > MAX_CELL_BYTES {
                     return Err(CliError::Usage(format!(
                         "--batch {b} --k {k} --vocab {v} needs {:.1} GB of probabilities \
@@ -221,6 +248,13 @@ fn check(a: &BenchArgs) -> Result<(), CliError> {
             }
         }
     }
+    if grid_bytes > MAX_GRID_BYTES {
+        return Err(CliError::Usage(format!(
+            "the grid fills {:.1} GB of probabilities in all; at most {:.1} GB",
+            grid_bytes as f64 / 1e9,
+            MAX_GRID_BYTES as f64 / 1e9
+        )));
+    }
     Ok(())
 }
 
@@ -231,8 +265,8 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
         &a,
     )?;
     use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    // A closed pipe or a full disk is exit 5, never a panic.
+    let mut out = crate::stdio::stdout();
+    // A closed pipe or descriptor, or a full disk, is exit 5, never a panic.
     let failed = |e: std::io::Error| CliError::Output(format!("cannot write to stdout: {e}"));
     let backend = format!("{:?}", a.backend).to_lowercase();
     if a.json {

@@ -73,8 +73,9 @@ pub struct DemoConfig {
     pub progress: bool,
     /// Stops the run early when requested (the `specula` program requests it on SIGINT and
     /// SIGTERM, and when its output fails): the loop ends after the current step, the counters
-    /// are flushed and logged, the summary is produced; a request made after the run stopped
-    /// ends [`linger`](Self::linger).
+    /// are flushed and logged, the summary is produced; any request after the one that stopped
+    /// the run (after the run ended, when it ran its course) ends [`linger`](Self::linger),
+    /// or skips it when it came first.
     pub shutdown: Shutdown,
     /// How the target distribution is sampled: temperature, top-k / top-p / min-p, and how
     /// many requests are greedy (issue 13's mixed batches).
@@ -320,6 +321,84 @@ impl DemoConfig {
     #[must_use]
     pub fn draft_len(&self) -> usize {
         self.tree.map_or(self.k, |t| t.depth)
+    }
+
+    /// Checks every setting that needs neither the corpus nor the verifier, in constant time
+    /// (no setting is looped over): `k` 1..=[`MAX_K`], batch 1..=4096, a token budget or a
+    /// duration, intervals of at least [`MIN_PERIOD`], model orders
+    /// 1..=[`MAX_ORDER`](crate::ngram::MAX_ORDER), the constant labels, and the chain's
+    /// sampling ranges or the tree's shape (depth at most [`MAX_K`]), method and sampling. The
+    /// run functions check these first; a program checks them before it reads a corpus or
+    /// opens a backend.
+    ///
+    /// # Errors
+    /// [`DemoError::Config`], or [`DemoError::ConstLabel`] for a bad label.
+    pub fn check(&self) -> Result<(), DemoError> {
+        if !(1..=MAX_K).contains(&self.k) {
+            return Err(DemoError::Config(format!(
+                "k must be 1..={MAX_K}, got {}",
+                self.k
+            )));
+        }
+        if self.batch == 0 || self.batch > 4096 {
+            return Err(DemoError::Config("batch must be 1..=4096".into()));
+        }
+        if self.max_tokens.is_none() && self.duration.is_none() {
+            return Err(DemoError::Config(
+                "give a token budget or a duration".into(),
+            ));
+        }
+        for (name, d) in [
+            ("log interval", self.log_interval),
+            ("collect interval", self.collect_interval),
+        ] {
+            if d < MIN_PERIOD {
+                return Err(DemoError::Config(format!(
+                    "the {name} must be at least {} s (1 ms), got {} s",
+                    MIN_PERIOD.as_secs_f64(),
+                    d.as_secs_f64()
+                )));
+            }
+        }
+        check_order(self.target_order)?;
+        check_order(self.draft_order)?;
+        const_labels(self).map_err(DemoError::ConstLabel)?;
+        match self.tree {
+            None => self.sampling.check(self.batch).map_err(DemoError::Config),
+            Some(shape) => {
+                if !shape.is_valid() || shape.depth > MAX_K {
+                    return Err(DemoError::Config(format!(
+                        "tree {}x{}: width and depth at least 1, at most {} draft nodes and \
+                         depth at most {MAX_K} (what the demo's counters track)",
+                        shape.width,
+                        shape.depth,
+                        crate::tree_demo::TREE_K
+                    )));
+                }
+                if !matches!(self.method, Method::Rejection | Method::Greedy) {
+                    return Err(DemoError::Config(
+                        "token trees in the demo use rejection sampling or greedy".into(),
+                    ));
+                }
+                if self.sampling != Sampling::default() {
+                    return Err(DemoError::Config(
+                        "token trees in the demo take probabilities: no --temperature, --top-k, \
+                         --top-p, --min-p or --greedy-requests"
+                            .into(),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Checks an n-gram order before any training.
+pub(crate) fn check_order(order: usize) -> Result<(), DemoError> {
+    if (1..=crate::ngram::MAX_ORDER).contains(&order) {
+        Ok(())
+    } else {
+        Err(DemoError::Corpus(NgramError::BadOrder(order)))
     }
 }
 
@@ -649,24 +728,7 @@ where
     let Some(shape) = cfg.tree else {
         return Err(DemoError::Config("run_tree needs a tree shape".into()));
     };
-    if shape.depth > MAX_K {
-        return Err(DemoError::Config(format!(
-            "tree depth {} is more than the demo's counters track ({MAX_K})",
-            shape.depth
-        )));
-    }
-    if !matches!(cfg.method, Method::Rejection | Method::Greedy) {
-        return Err(DemoError::Config(
-            "token trees in the demo use rejection sampling or greedy".into(),
-        ));
-    }
-    if cfg.sampling != Sampling::default() {
-        return Err(DemoError::Config(
-            "token trees in the demo take probabilities: no --temperature, --top-k, --top-p, \
-             --min-p or --greedy-requests"
-                .into(),
-        ));
-    }
+    cfg.check()?;
     run_with(
         cfg,
         corpus,
@@ -693,7 +755,7 @@ fn check_chain<V: Verifier<MAX_K>>(cfg: &DemoConfig, verifier: &V) -> Result<(),
             "a tree shape is run by run_tree (the backend's tree verifier)".into(),
         ));
     }
-    cfg.sampling.check(cfg.batch).map_err(DemoError::Config)?;
+    cfg.check()?;
     let support = verifier.support();
     if cfg.sampling.logits() && !support.logits {
         return Err(DemoError::Config(
@@ -727,32 +789,7 @@ where
     R::Error: Clone,
     F: FnMut(&mut S, &mut R) -> Result<(), DemoError>,
 {
-    if !(1..=MAX_K).contains(&cfg.k) {
-        return Err(DemoError::Config(format!(
-            "k must be 1..={MAX_K}, got {}",
-            cfg.k
-        )));
-    }
-    if cfg.batch == 0 || cfg.batch > 4096 {
-        return Err(DemoError::Config("batch must be 1..=4096".into()));
-    }
-    if cfg.max_tokens.is_none() && cfg.duration.is_none() {
-        return Err(DemoError::Config(
-            "give a token budget or a duration".into(),
-        ));
-    }
-    for (name, d) in [
-        ("log interval", cfg.log_interval),
-        ("collect interval", cfg.collect_interval),
-    ] {
-        if d < MIN_PERIOD {
-            return Err(DemoError::Config(format!(
-                "the {name} must be at least {} s (1 ms), got {} s",
-                MIN_PERIOD.as_secs_f64(),
-                d.as_secs_f64()
-            )));
-        }
-    }
+    cfg.check()?;
     let labels = const_labels(cfg).map_err(DemoError::ConstLabel)?;
     let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
     let ids = vocab.encode(corpus);
@@ -898,8 +935,10 @@ where
     if let Some(e) = &engine {
         e.set_running(0);
     }
-    // Requests seen when the loop stopped: one more (a second signal) ends the linger.
-    let requests_at_stop = cfg.shutdown.requests();
+    // The request that stopped the loop, if one did, is the first; any request after it ends
+    // the linger, even one made before the loop saw the first (two signals a millisecond
+    // apart both arrive during one step): counted from the first, not from the loop's end.
+    let stop_requests = u64::from(stopped_by.is_some());
     if cfg.progress {
         let _ = writeln!(progress_out);
     }
@@ -930,15 +969,15 @@ where
     };
     on_done(&summary);
     if let Some(server) = server {
-        if !cfg.linger.is_zero() && cfg.shutdown.requests() == requests_at_stop {
+        if !cfg.linger.is_zero() && cfg.shutdown.requests() <= stop_requests {
             log::info!(
                 target: crate::log_sink::TARGET,
                 "serving final totals on http://{}/metrics for {:.1} s (SIGINT/SIGTERM ends it)",
                 server.local_addr(),
                 cfg.linger.as_secs_f64()
             );
-            // Ends early on a request made after the run stopped (a second signal).
-            if cfg.shutdown.wait_for_request(requests_at_stop, cfg.linger) {
+            // Ends early on a request beyond the one that stopped the run (a second signal).
+            if cfg.shutdown.wait_for_request(stop_requests, cfg.linger) {
                 log::info!(target: crate::log_sink::TARGET, "linger ended by request");
             }
         }
@@ -947,5 +986,72 @@ where
     match error {
         Some(e) => Err(e),
         None => Ok(summary),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_refuses_every_bad_setting_without_a_corpus() {
+        assert!(DemoConfig::default().check().is_ok());
+        let bad = [
+            DemoConfig {
+                k: 0,
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                batch: 4097,
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                max_tokens: None,
+                duration: None,
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                log_interval: Duration::from_micros(999),
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                target_order: usize::MAX,
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                draft_order: 0,
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                labels: vec![("job".into(), "x".into())],
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                sampling: Sampling {
+                    top_p: 0.0,
+                    ..Sampling::default()
+                },
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                tree: Some(TreeShape { width: 1, depth: 9 }),
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                tree: Some(TreeShape {
+                    width: 1,
+                    depth: usize::MAX,
+                }),
+                ..DemoConfig::default()
+            },
+            DemoConfig {
+                tree: Some(TreeShape { width: 2, depth: 2 }),
+                method: Method::Typical,
+                ..DemoConfig::default()
+            },
+        ];
+        for cfg in bad {
+            assert!(cfg.check().is_err(), "{cfg:?}");
+        }
     }
 }

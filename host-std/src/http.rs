@@ -32,7 +32,7 @@ use crate::prom::Format;
 mod server;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
-pub use server::{MetricsServer, ServeError, ServerConfig};
+pub use server::{MetricsServer, ServeError, ServerConfig, default_max_connections};
 
 /// The path served.
 pub const PATH: &str = "/metrics";

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use specula::demo::{self, DemoConfig, MAX_K};
 use specula::log_sink::{LineLogger, MIN_PERIOD};
+use specula::ngram::MAX_ORDER;
 use specula::shutdown::{Reason, Shutdown};
 use specula::specula_core::ErrorKind;
 use specula::specula_core::verify::Method;
@@ -14,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+mod stdio;
 
 /// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and docs/PROGRAM.md).
 ///
@@ -25,18 +27,20 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success, including a demo stopped by SIGINT or SIGTERM: it stops stepping, flushes the
      counters, logs the final line, prints the summary and the FINAL line, keeps serving
-     /metrics for --linger (one more signal ends that) and exits 0; a third signal exits at
-     once with 128 + its number (130 for SIGINT, 143 for SIGTERM), flushed or not
+     /metrics for --linger (a second signal ends that, or skips it if it came first) and exits
+     0; a third signal exits at once with 128 + its number (130 for SIGINT, 143 for SIGTERM),
+     flushed or not. Every signal counts, however close together
   1  the run failed (includes a --metrics-addr already in use, a GPU backend failing after start,
      a failed final readback or a panicked log thread: the summary is printed first)
   2  bad arguments or input (an unreadable --corpus, an out-of-range setting, an interval under
-     1 ms, a --label or --model-name that is not a valid Prometheus label)
+     1 ms, a --label or --model-name that is not a valid Prometheus label), refused before any
+     work is done
   3  the requested backend is not compiled in (rebuild with `--features cuda` / `--features rocm`)
   4  the backend is compiled in but cannot run here: no GPU driver or runtime, no device (or not
      the --device asked for), or no runtime kernel compiler (NVRTC / hiprtc)
-  5  output failed: stdout or stderr could not be written (a closed pipe, a full disk); the demo
-     stops as on a signal, flushes the counters and reports the totals on the stream that still
-     works";
+  5  output failed: stdout or stderr could not be written (a closed pipe, a stream closed at
+     start with >&- or 2>&-, a full disk), --help and --version included; the demo stops as on a
+     signal, flushes the counters and reports the totals on the stream that still works";
 
 /// Speculative-decoding verification: demo and benchmark.
 #[derive(Parser, Debug)]
@@ -144,18 +148,18 @@ struct DemoArgs {
     /// Train on this text file instead of the bundled corpus.
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// Target model order (3 = trigram).
-    #[arg(long, default_value_t = 3)]
-    target_order: usize,
-    /// Draft model order (2 = bigram).
-    #[arg(long, default_value_t = 2)]
-    draft_order: usize,
+    /// Target model order (3 = trigram; 1..=5).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=MAX_ORDER as i64))]
+    target_order: u8,
+    /// Draft model order (2 = bigram; 1..=5).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=MAX_ORDER as i64))]
+    draft_order: u8,
     /// CPU threads for the CPU backend (0 = all).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// GPU ordinal for `--backend cuda` / `--backend rocm`.
-    #[arg(long, default_value_t = 0)]
-    device: usize,
+    /// GPU ordinal for `--backend cuda` / `--backend rocm` (0..=1023).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=MAX_DEVICE as i64))]
+    device: u16,
     /// Hand the target rows to the verifier as logits with this temperature (0 = greedy);
     /// without it, as probabilities. CPU and reference backends.
     #[arg(long)]
@@ -170,9 +174,9 @@ struct DemoArgs {
     #[arg(long, default_value_t = 0.0)]
     min_p: f32,
     /// Make the first N requests of the batch greedy (temperature 0, argmax drafts) while the
-    /// others sample: greedy and sampled requests in one batch (logits).
-    #[arg(long, default_value_t = 0)]
-    greedy_requests: usize,
+    /// others sample: greedy and sampled requests in one batch (logits; at most --batch).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=4096))]
+    greedy_requests: u16,
     /// Draft the full WIDTH-ary token tree of depth DEPTH on the n-gram draft model instead of
     /// a k-token chain (top-WIDTH continuations for greedy, WIDTH sampled ones verified by
     /// SpecInfer's rule for rejection; at most 64 draft nodes, depth at most 8), verified by
@@ -185,7 +189,8 @@ struct DemoArgs {
     /// mean accepted lengths (depth up to 64).
     #[arg(long, requires = "tree")]
     compare: bool,
-    /// Steps of each run with --tree --compare.
+    /// Steps of each run with --tree --compare (at most 1 000 000, and steps × batch × tree
+    /// nodes at most 2^28).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     steps: u32,
 }
@@ -247,26 +252,76 @@ fn period(name: &str, s: f64) -> Result<Duration, CliError> {
     Ok(d)
 }
 
-/// Forwards SIGINT and SIGTERM to `shutdown` from a thread of its own (signal-hook's
-/// self-pipe: the handler itself only writes a byte). From here on these signals no longer
-/// kill the process: the first stops the demo (it flushes and reports), the second ends
-/// `--linger`, and a third exits at once with 128 + the signal number (130, 143), in case the
-/// shutdown itself is stuck (a GPU readback that never completes).
+/// SIGINT and SIGTERM received so far, counted in the signal handler itself.
+#[cfg(unix)]
+static SIGNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The numbers of the first two signals received (0 until then).
+#[cfg(unix)]
+static SIGNAL_NUMBERS: [std::sync::atomic::AtomicI32; 2] = [
+    std::sync::atomic::AtomicI32::new(0),
+    std::sync::atomic::AtomicI32::new(0),
+];
+
+/// The SIGINT / SIGTERM handler's own work: count the signal, remember the first two numbers,
+/// and on the third exit at once with 128 + its number. Only lock-free atomics and `_exit`:
+/// async-signal-safe.
+#[cfg(unix)]
+fn on_signal(sig: i32) {
+    use std::sync::atomic::Ordering;
+    let n = SIGNALS.fetch_add(1, Ordering::SeqCst);
+    if let Some(slot) = SIGNAL_NUMBERS.get(n) {
+        slot.store(sig, Ordering::SeqCst);
+    } else {
+        signal_hook::low_level::exit(128 + sig);
+    }
+}
+
+/// Forwards SIGINT and SIGTERM to `shutdown`. From here on these signals no longer kill the
+/// process: the first stops the demo (it flushes and reports), the second ends `--linger`,
+/// and a third exits at once with 128 + the signal number (130, 143), in case the shutdown
+/// itself is stuck (a GPU readback that never completes).
+///
+/// Every signal counts, however close together: the handler counts it in an atomic (and
+/// exits on the third itself, whatever the other threads are doing), then writes a byte to a
+/// socket that wakes the forwarding thread, which requests one shutdown per signal counted.
+/// signal-hook's iterator is not used: it reports which signals arrived since it last looked,
+/// so two SIGTERMs a millisecond apart were one.
 #[cfg(unix)]
 fn forward_signals(shutdown: &Shutdown) -> Result<(), CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| CliError::Run(format!("cannot install the SIGINT/SIGTERM handler: {e}")))?;
+    use std::io::Read as _;
+    use std::sync::atomic::Ordering;
+    let failed = |e: std::io::Error| {
+        CliError::Run(format!("cannot install the SIGINT/SIGTERM handler: {e}"))
+    };
+    let (mut wake, waker) = std::os::unix::net::UnixStream::pair().map_err(failed)?;
+    for sig in [SIGINT, SIGTERM] {
+        // SAFETY: the action runs inside the signal handler; `on_signal` only does atomic
+        // operations on lock-free statics and may call `_exit`, all async-signal-safe (no
+        // allocation, no lock, no panic: `128 + sig` cannot overflow for a signal number).
+        unsafe { signal_hook::low_level::register(sig, move || on_signal(sig)) }.map_err(failed)?;
+        // Registered after the count (signal-hook runs a signal's actions in the order they
+        // were registered), so a woken thread always sees the count of the signal that woke it.
+        signal_hook::low_level::pipe::register(sig, waker.try_clone().map_err(failed)?)
+            .map_err(failed)?;
+    }
     let asker = shutdown.clone();
     std::thread::Builder::new()
         .name("specula-signals".into())
         .spawn(move || {
-            for (n, sig) in signals.forever().enumerate() {
-                asker.request(Reason::Signal(sig));
-                if n >= 2 {
-                    let code = u8::try_from(128 + sig).unwrap_or(u8::MAX);
-                    std::process::exit(code.into());
+            let (mut forwarded, mut bytes) = (0usize, [0u8; 64]);
+            loop {
+                match wake.read(&mut bytes) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
                 }
+                let counted = SIGNALS.load(Ordering::SeqCst).min(SIGNAL_NUMBERS.len());
+                for slot in &SIGNAL_NUMBERS[forwarded..counted] {
+                    asker.request(Reason::Signal(slot.load(Ordering::SeqCst)));
+                }
+                forwarded = forwarded.max(counted);
             }
         })
         .map_err(|e| CliError::Run(format!("cannot start the signal thread: {e}")))?;
@@ -325,9 +380,19 @@ fn read_corpus(path: &std::path::Path) -> Result<String, CliError> {
     String::from_utf8(bytes).map_err(|e| usage(format!("not UTF-8 text: {e}")))
 }
 
+/// The most `--label` flags: each is checked against the others (a duplicate is refused), so
+/// their number is bounded like every other figure a user gives.
+pub const MAX_LABELS: usize = 32;
+
 /// `--label NAME=VALUE` arguments as pairs (validated with the model name by
 /// [`demo::const_labels`]).
 fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    if args.len() > MAX_LABELS {
+        return Err(CliError::Usage(format!(
+            "bad label: {} --label flags; at most {MAX_LABELS}",
+            args.len()
+        )));
+    }
     args.iter()
         .map(|a| {
             a.split_once('=')
@@ -339,46 +404,38 @@ fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
         .collect()
 }
 
-/// `specula demo --tree WIDTHxDEPTH`: the tree-versus-chain comparison, printed to stdout.
+/// `specula demo --tree WIDTHxDEPTH --compare`: the tree-versus-chain comparison, printed to
+/// stdout. Every setting is checked before the corpus is read.
 fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(), CliError> {
-    let corpus = match &a.corpus {
-        Some(p) => read_corpus(p)?,
-        None => demo::CORPUS.to_owned(),
-    };
     let cfg = specula::tree_demo::TreeDemoConfig {
         shape,
         method: a.method.into(),
         seed: a.seed,
         batch: a.batch.into(),
         steps: a.steps as usize,
-        target_order: a.target_order,
-        draft_order: a.draft_order,
+        target_order: a.target_order.into(),
+        draft_order: a.draft_order.into(),
         threads: a.threads,
+    };
+    cfg.check().map_err(|e| CliError::Usage(e.to_string()))?;
+    check_threads(a.threads)?;
+    let corpus = match &a.corpus {
+        Some(p) => read_corpus(p)?,
+        None => demo::CORPUS.to_owned(),
     };
     let report = specula::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
         _ => CliError::Run(e.to_string()),
     })?;
-    let mut out = std::io::stdout().lock();
+    let mut out = stdio::stdout();
     writeln!(out, "{report}")
         .and_then(|()| out.flush())
         .map_err(|e| CliError::Output(format!("cannot write the report to stdout: {e}")))
 }
 
-fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
-    if let Some(shape) = a.tree
-        && a.compare
-    {
-        return run_tree_demo(&a, shape);
-    }
-
-    let shutdown = Shutdown::new();
-    logger.request_on_failure(shutdown.clone());
-    forward_signals(&shutdown)?;
-    let corpus = match &a.corpus {
-        Some(p) => read_corpus(p)?,
-        None => demo::CORPUS.to_owned(),
-    };
+/// The demo's settings from the command line, every one checked (exit 2) before any work:
+/// nothing is read, trained, opened or started before this returns.
+fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError> {
     let duration = match (a.duration, a.tokens) {
         (Some(d), _) => Some(seconds("duration", d)?),
         (None, None) => Some(Duration::from_secs(10)),
@@ -398,8 +455,8 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         model_name: a.model_name.clone(),
         labels: parse_labels(&a.labels)?,
         linger: seconds("linger", a.linger)?,
-        target_order: a.target_order,
-        draft_order: a.draft_order,
+        target_order: a.target_order.into(),
+        draft_order: a.draft_order.into(),
         label: "rank0".into(),
         progress: std::io::stderr().is_terminal(),
         shutdown: shutdown.clone(),
@@ -408,21 +465,44 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
             top_k: a.top_k,
             top_p: a.top_p,
             min_p: a.min_p,
-            greedy_requests: a.greedy_requests,
+            greedy_requests: a.greedy_requests.into(),
         },
         tree: a.tree,
     };
-    // Refused here, before the models are trained: exit 2.
-    demo::const_labels(&cfg).map_err(|e| CliError::Usage(format!("bad label: {e}")))?;
+    cfg.check().map_err(|e| match e {
+        demo::DemoError::ConstLabel(e) => CliError::Usage(format!("bad label: {e}")),
+        e => CliError::Usage(e.to_string()),
+    })?;
+    if a.backend == Backend::Cpu {
+        check_threads(a.threads)?;
+    }
+    Ok(cfg)
+}
+
+fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
+    if let Some(shape) = a.tree
+        && a.compare
+    {
+        return run_tree_demo(&a, shape);
+    }
+
+    let shutdown = Shutdown::new();
+    let cfg = demo_config(&a, &shutdown)?;
+    logger.request_on_failure(shutdown.clone());
+    forward_signals(&shutdown)?;
+    let corpus = match &a.corpus {
+        Some(p) => read_corpus(p)?,
+        None => demo::CORPUS.to_owned(),
+    };
     let k = cfg.draft_len();
-    let mut stderr = std::io::stderr();
+    let mut stderr = stdio::stderr();
     // Printed before any --linger, so scripts can read the totals while /metrics still serves.
     // A failed write is kept (and ends the linger), never a panic.
     let mut stdout_error: Option<std::io::Error> = None;
     let mut final_line = None;
     let mut print = |summary: &demo::DemoSummary| {
         let line = demo::final_line(&summary.totals, k);
-        let mut out = std::io::stdout().lock();
+        let mut out = stdio::stdout();
         let written = summary
             .metrics_addr
             .map_or(Ok(()), |addr| {
@@ -451,15 +531,19 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         )));
     }
     if logger.failed_writes() != 0 {
-        let msg = format!(
-            "{} log lines could not be written to stderr ({}); the counters were flushed",
-            logger.failed_writes(),
+        let why = if stdio::guard().stderr {
+            "stderr was closed when the program started".into()
+        } else {
             logger
                 .first_error()
                 .map_or_else(|| "unknown error".into(), |k| k.to_string())
+        };
+        let msg = format!(
+            "{} log lines could not be written to stderr ({why}); the counters were flushed",
+            logger.failed_writes(),
         );
         // stderr is what failed: say it on stdout as well, after the FINAL line.
-        let mut out = std::io::stdout().lock();
+        let mut out = stdio::stdout();
         let _ = writeln!(out, "error: {msg}").and_then(|()| out.flush());
         return Err(CliError::Output(msg));
     }
@@ -476,6 +560,23 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
 /// `--threads` may ask for at most this many threads per CPU.
 pub const MAX_THREADS_PER_CPU: usize = 4;
 
+/// The largest `--device` ordinal.
+pub const MAX_DEVICE: u16 = 1023;
+
+/// `--threads` within [`MAX_THREADS_PER_CPU`] per CPU (exit 2 beyond: starting 100 000 threads
+/// takes a minute before it fails).
+fn check_threads(threads: usize) -> Result<(), CliError> {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+    if threads > max {
+        return Err(CliError::Usage(format!(
+            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most {max} on \
+             this machine's {cpus} CPUs (0 = one per CPU)"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens `--backend` the way a library user does, with [`specula::Backend::open`]: `--threads`
 /// is the CPU backend's number, `--device` a GPU backend's. `--threads` may ask for at most
 /// [`MAX_THREADS_PER_CPU`] threads per CPU (exit 2 beyond: starting 100 000 threads takes a
@@ -483,23 +584,16 @@ pub const MAX_THREADS_PER_CPU: usize = 4;
 pub fn open_backend(
     backend: Backend,
     threads: usize,
-    device: usize,
+    device: u16,
 ) -> Result<specula::Backend<MAX_K>, CliError> {
     let (kind, index) = match backend {
         Backend::Cpu => {
-            let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-            let max = cpus.saturating_mul(MAX_THREADS_PER_CPU);
-            if threads > max {
-                return Err(CliError::Usage(format!(
-                    "--threads {threads} is more than {MAX_THREADS_PER_CPU} per CPU: at most \
-                     {max} on this machine's {cpus} CPUs (0 = one per CPU)"
-                )));
-            }
+            check_threads(threads)?;
             (BackendKind::Cpu, Some(threads))
         }
         Backend::Reference => (BackendKind::Reference, None),
-        Backend::Cuda => (BackendKind::Cuda, Some(device)),
-        Backend::Rocm => (BackendKind::Rocm, Some(device)),
+        Backend::Cuda => (BackendKind::Cuda, Some(device.into())),
+        Backend::Rocm => (BackendKind::Rocm, Some(device.into())),
     };
     specula::Backend::open(&BackendSpec { kind, index }).map_err(backend_error)
 }
@@ -551,11 +645,19 @@ pub fn backend_error(e: BackendError) -> CliError {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // First, before anything opens a file or socket: a closed stdout or stderr is held on
+    // /dev/null and reported as failed on every write (exit 5), never silently lost.
+    stdio::guard();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(&e),
+    };
     // `specula …` log records to stderr (the library emits through `log`; the program picks
     // the logger): a failed write is counted and stops the demo, never a panic.
-    let logger: &'static LineLogger =
-        Box::leak(Box::new(LineLogger::stderr(log::LevelFilter::Info)));
+    let logger: &'static LineLogger = Box::leak(Box::new(LineLogger::new(
+        Box::new(stdio::stderr()),
+        log::LevelFilter::Info,
+    )));
     if log::set_logger(logger).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }
@@ -566,9 +668,39 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut err = std::io::stderr().lock();
+            let mut err = stdio::stderr();
             let _ = writeln!(err, "error: {e}").and_then(|()| err.flush());
             ExitCode::from(e.code())
+        }
+    }
+}
+
+/// What clap's parse ends in: `--help` and `--version` (exit 0, or 5 when their text cannot
+/// be written: clap itself would exit 0) and bad arguments (exit 2, written to stderr, whose
+/// own failure does not change the code).
+fn clap_exit(e: &clap::Error) -> ExitCode {
+    let styled = e.render();
+    let text = |terminal: bool| {
+        if terminal {
+            styled.ansi().to_string()
+        } else {
+            styled.to_string()
+        }
+    };
+    if e.use_stderr() {
+        let text = text(std::io::stderr().is_terminal());
+        let mut err = stdio::stderr();
+        let _ = write!(err, "{text}").and_then(|()| err.flush());
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+    }
+    let text = text(std::io::stdout().is_terminal());
+    let mut out = stdio::stdout();
+    match write!(out, "{text}").and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(0)),
+        Err(err) => {
+            let mut stderr = stdio::stderr();
+            let _ = writeln!(stderr, "error: cannot write to stdout: {err}");
+            ExitCode::from(CliError::Output(String::new()).code())
         }
     }
 }

@@ -32,15 +32,33 @@ pub struct TreeShape {
 }
 
 impl TreeShape {
-    /// Draft nodes (root excluded): `width + width² + … + width^depth` (saturating).
+    /// Draft nodes (root excluded): `width + width² + … + width^depth`, saturating at
+    /// `usize::MAX`. Constant time in `depth` (a user-supplied number): width 0 and 1 are
+    /// closed forms, and from width 2 the sum saturates within 64 levels.
     #[must_use]
     pub fn nodes(&self) -> usize {
-        let (mut level, mut total) = (1usize, 0usize);
-        for _ in 0..self.depth {
-            level = level.saturating_mul(self.width);
-            total = total.saturating_add(level);
+        match self.width {
+            0 => 0,
+            1 => self.depth,
+            w => {
+                let (mut level, mut total) = (1usize, 0usize);
+                for _ in 0..self.depth {
+                    level = level.saturating_mul(w);
+                    total = total.saturating_add(level);
+                    if total == usize::MAX {
+                        break;
+                    }
+                }
+                total
+            }
         }
-        total
+    }
+
+    /// True if this shape can be drafted: width and depth at least 1, at most [`TREE_K`]
+    /// draft nodes.
+    #[must_use]
+    pub fn is_valid(&self) -> bool {
+        self.width >= 1 && self.depth >= 1 && self.nodes() <= TREE_K
     }
 }
 
@@ -53,7 +71,7 @@ impl std::str::FromStr for TreeShape {
         let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("{x:?}: {e}"));
         let (width, depth) = (parse(w)?, parse(d)?);
         let shape = Self { width, depth };
-        if width == 0 || depth == 0 || shape.nodes() > TREE_K {
+        if !shape.is_valid() {
             return Err(format!(
                 "tree shape {width}x{depth}: WIDTH and DEPTH must be ≥ 1 and the tree at most \
                  {TREE_K} draft nodes (WIDTH + WIDTH² + … + WIDTH^DEPTH)"
@@ -144,6 +162,56 @@ pub struct TreeDemoConfig {
     pub draft_order: usize,
     /// CPU threads (0 = all).
     pub threads: usize,
+}
+
+/// The most steps of [`compare`], per run.
+pub const MAX_STEPS: usize = 1_000_000;
+
+/// The most verified tree nodes (`steps × batch × (draft nodes + 1)`) one [`compare`] run may
+/// cost: about a minute of the CPU backend on one core per run at the largest.
+pub const MAX_NODE_STEPS: u64 = 1 << 28;
+
+impl TreeDemoConfig {
+    /// Checks every setting before any work (the corpus is not read, nothing is trained):
+    /// a valid shape, rejection sampling or greedy, batch 1..=4096, steps 1..=[`MAX_STEPS`],
+    /// at most [`MAX_NODE_STEPS`] nodes verified per run, model orders
+    /// 1..=[`MAX_ORDER`](crate::ngram::MAX_ORDER).
+    ///
+    /// # Errors
+    /// [`DemoError::Config`], or [`DemoError::Corpus`] for an order out of range.
+    pub fn check(&self) -> Result<(), DemoError> {
+        if !self.shape.is_valid() {
+            return Err(DemoError::Config(format!(
+                "tree shape {}x{}: WIDTH and DEPTH must be ≥ 1 and the tree at most {TREE_K} \
+                 draft nodes",
+                self.shape.width, self.shape.depth
+            )));
+        }
+        if !matches!(self.method, Method::Rejection | Method::Greedy) {
+            return Err(DemoError::Config(
+                "--tree compares rejection sampling or greedy".into(),
+            ));
+        }
+        if self.batch == 0 || self.batch > 4096 || self.steps == 0 || self.steps > MAX_STEPS {
+            return Err(DemoError::Config(format!(
+                "batch must be 1..=4096 and steps 1..={MAX_STEPS}"
+            )));
+        }
+        // Both factors are bounded above: no overflow in u64.
+        let work = (self.steps as u64) * (self.batch as u64) * (self.shape.nodes() as u64 + 1);
+        if work > MAX_NODE_STEPS {
+            return Err(DemoError::Config(format!(
+                "--steps {} × --batch {} × {} tree nodes is {work} verified nodes per run; at \
+                 most {MAX_NODE_STEPS}",
+                self.steps,
+                self.batch,
+                self.shape.nodes() + 1
+            )));
+        }
+        crate::demo::check_order(self.target_order)?;
+        crate::demo::check_order(self.draft_order)?;
+        Ok(())
+    }
 }
 
 /// The top `n` ids of `row` (ties to the lowest id).
@@ -327,16 +395,7 @@ impl Step for TreeStep {
 /// Runs the tree drafter and the chain drafter from the same prompts for `steps` steps each and
 /// reports both runs' counters.
 pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoError> {
-    if !matches!(cfg.method, Method::Rejection | Method::Greedy) {
-        return Err(DemoError::Config(
-            "--tree compares rejection sampling or greedy".into(),
-        ));
-    }
-    if cfg.batch == 0 || cfg.batch > 4096 || cfg.steps == 0 {
-        return Err(DemoError::Config(
-            "batch must be 1..=4096 and steps ≥ 1".into(),
-        ));
-    }
+    cfg.check()?;
     let vocab = Vocab::from_text(corpus).map_err(DemoError::Corpus)?;
     let ids = vocab.encode(corpus);
     let v = vocab.len();
@@ -518,6 +577,30 @@ mod tests {
         for bad in ["4", "0x3", "3x0", "2x6", "65x1", "ax2", ""] {
             assert!(bad.parse::<TreeShape>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn node_counts_take_constant_time_whatever_the_depth() {
+        let shape = |width, depth| TreeShape { width, depth };
+        // The closed forms and the geometric sum.
+        assert_eq!(shape(0, 7).nodes(), 0);
+        assert_eq!(shape(1, 7).nodes(), 7);
+        assert_eq!(shape(3, 3).nodes(), 3 + 9 + 27);
+        // Depths that looped for minutes (issue 26): saturated at once.
+        let t = std::time::Instant::now();
+        assert_eq!(shape(1, usize::MAX).nodes(), usize::MAX);
+        assert_eq!(shape(2, usize::MAX).nodes(), usize::MAX);
+        assert_eq!(shape(usize::MAX, usize::MAX).nodes(), usize::MAX);
+        assert_eq!(shape(2, 2_000_000_000).nodes(), usize::MAX);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        for (w, d) in [(1, 2_000_000_000), (2, usize::MAX), (0, 1), (1, 0)] {
+            assert!(!shape(w, d).is_valid(), "{w}x{d}");
+        }
+        assert!(shape(1, 64).is_valid() && !shape(1, 65).is_valid());
     }
 
     #[test]
