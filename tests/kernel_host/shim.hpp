@@ -23,9 +23,6 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#endif
 
 namespace {
 namespace specula_shim {
@@ -91,12 +88,6 @@ int launch(unsigned int grid, unsigned int block, F&& kernel) {
         threads.reserve(block);
         for (unsigned int t = 0; t < block; ++t) {
             threads.emplace_back([&, t] {
-#if defined(__unix__) || defined(__APPLE__)
-                // The lowest priority for the block's threads (the scheduler shares the CPU per
-                // thread: a hundred of them at normal priority leave a compiler or a test
-                // running beside them about 1 % of a core). Only when to run changes, not what.
-                [[maybe_unused]] const int niced = nice(19);
-#endif
                 tl_thread_idx = dim3{t, 0, 0};
                 tl_exchange_phase = 0;
                 for (unsigned int b = 0; b < grid; ++b) {
