@@ -26,8 +26,9 @@ use core::fmt::{self, Display, Write};
 pub struct Report<'a, const K: usize> {
     label: &'a str,
     taken: &'a Taken<K>,
-    /// `Some`: the detailed form, with this cost model for the advice (if any).
-    detail: Option<Option<CostModel>>,
+    /// `Some`: the detailed form, with these cost models for the interval's and the
+    /// lifetime's advice (`None`: no advice).
+    detail: Option<[Option<CostModel>; 2]>,
 }
 
 impl<'a, const K: usize> Report<'a, K> {
@@ -69,8 +70,19 @@ impl<'a, const K: usize> Report<'a, K> {
     /// assert!(line.contains("Advice: k=2 (1.88x; by k: 1.59x, 1.88x)"), "{line}");
     /// ```
     #[must_use]
-    pub fn detailed(mut self, cost: Option<CostModel>) -> Self {
-        self.detail = Some(cost);
+    pub fn detailed(self, cost: Option<CostModel>) -> Self {
+        self.detailed_with(cost, cost)
+    }
+
+    /// [`detailed`](Self::detailed) with one cost model for the interval's advice and another
+    /// for the lifetime's (say, the costs measured during the interval and all of them).
+    #[must_use]
+    pub fn detailed_with(
+        mut self,
+        interval: Option<CostModel>,
+        lifetime: Option<CostModel>,
+    ) -> Self {
+        self.detail = Some([interval, lifetime]);
         self
     }
 
@@ -141,7 +153,7 @@ impl<const K: usize> Display for Report<'_, K> {
                 Opt(d.mean_tree_size(), " nodes"),
             )?;
         }
-        if let Some(cost) = self.detail {
+        if let Some([cost, _]) = self.detail {
             detail_fields(
                 f,
                 d,
@@ -171,7 +183,7 @@ impl<const K: usize> Display for Report<'_, K> {
                 Opt(t.mean_tree_size(), ""),
             )?;
         }
-        if let Some(cost) = self.detail {
+        if let Some([_, cost]) = self.detail {
             detail_fields(
                 f,
                 t,
@@ -461,6 +473,20 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("dvice"), "{line}");
+        // Two cost models: the interval's advice with the first, the lifetime's with the second.
+        let dear = CostModel::from_ratio(5.0).unwrap();
+        let line: heapless::String<1024> = Report::new("r0", &t)
+            .detailed_with(Some(dear), Some(cost))
+            .to_heapless()
+            .unwrap();
+        assert!(
+            line.contains("Advice: k=1 (0.33x; by k: 0.33x, 0.27x) | lifetime"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("advice=k=3 (1.66x; by k: 1.44x, 1.60x, 1.66x)"),
+            "{line}"
+        );
         // Nothing drafted in an interval: n/a, advice included.
         s.at_ns = 3_000_000_000;
         w.publish(&s);
