@@ -322,6 +322,10 @@ impl Step for TreeStep {
         let w = self.shape.depth + 1;
         &self.emitted[r * w..][..=self.accepted[r] as usize]
     }
+
+    fn draft_len(&self) -> usize {
+        self.shape.depth
+    }
 }
 
 /// Runs the tree drafter and the chain drafter from the same prompts for `steps` steps each and
