@@ -14,7 +14,7 @@ use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMet
 use crate::shutdown::{Reason, Shutdown, finish};
 use crate::tree_demo::{TreeShape, TreeStep};
 use crate::wiring::{HostReadback, WireError, wire};
-use specula_core::advisor::{Advice, AdviceError, CostMeter, advise};
+use specula_core::advisor::{Advice, AdviceError, CostMeter, TreeCostModel, advise, advise_tree};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
 };
@@ -255,11 +255,13 @@ pub struct DemoSummary {
     pub vocab: usize,
     /// Why the run stopped before its budget, if it did ([`DemoConfig::shutdown`]).
     pub stopped_by: Option<Reason>,
-    /// The step timings the advice is computed from (chains; zero for trees): per step, the
-    /// part that grows with `k` (the `k` draft rows and `k` of the `k + 1` target rows, which
-    /// the n-gram target computes one after another) and the rest (one target row,
-    /// verification, the collector's step, the bookkeeping).
+    /// The step timings the advice is computed from: per step, the part that grows with `k`
+    /// (the `k` draft rows and `k` of the `k + 1` target rows, which the n-gram target computes
+    /// one after another; the verification where it reduces every row) and the rest (one
+    /// target row, the collector's step, the bookkeeping). For token trees, per draft node.
     pub costs: CostMeter,
+    /// The tree shape of a tree run ([`DemoConfig::tree`]).
+    pub tree: Option<TreeShape>,
     /// The finished requests' acceptance histogram ([`DemoConfig::request_tokens`]).
     pub finished: FinishedRequests,
     /// CPU time of the decode loop's thread, where the platform tells it (Linux): with
@@ -280,12 +282,30 @@ impl DemoSummary {
         (s > 0.0).then(|| self.totals.emitted_tokens as f64 / s)
     }
 
-    /// The draft-length advice over the whole run (lifetime counters and step timings).
+    /// The draft-length advice over the whole run (lifetime counters and step timings); for a
+    /// tree run, the best depth to cut its tree at ([`advise_tree`], a cost per draft node).
     ///
     /// # Errors
-    /// No draft or no timings (a tree run records none).
+    /// No draft or no timings.
     pub fn advice(&self) -> Result<Advice<MAX_K>, AdviceError> {
-        advise(&self.totals, &self.costs.cost_model()?)
+        let cost = self.costs.cost_model()?;
+        match self.tree {
+            None => advise(&self.totals, &cost),
+            Some(shape) => {
+                let mut per_depth = [0u32; MAX_K];
+                let mut level = 1u32;
+                for n in per_depth.iter_mut().take(shape.depth.min(MAX_K)) {
+                    level = level.saturating_mul(shape.width as u32);
+                    *n = level;
+                }
+                let per_node = TreeCostModel::new(0.0, cost.per_draft())?;
+                advise_tree(
+                    &self.totals,
+                    &per_node,
+                    &per_depth[..shape.depth.min(MAX_K)],
+                )
+            }
+        }
     }
 }
 
@@ -368,14 +388,18 @@ impl std::fmt::Display for DemoSummary {
         }
         if let (Ok(a), Ok(c)) = (self.advice(), self.costs.cost_model()) {
             let by_k: Vec<String> = a.iter().map(|(_, _, s)| format!("{s:.2}x")).collect();
+            let (unit, k) = match self.tree {
+                None => ("token", "k"),
+                Some(_) => ("node", "depth"),
+            };
             writeln!(
                 f,
-                "draft cost ratio:        {:.4} plain target steps per draft token",
+                "draft cost ratio:        {:.4} plain target steps per draft {unit}",
                 c.per_draft()
             )?;
             writeln!(
                 f,
-                "advice:                  k={} (expected speedup {:.2}x; by k: {})",
+                "advice:                  {k}={} (expected speedup {:.2}x; by {k}: {})",
                 a.recommended(),
                 a.best_speedup(),
                 by_k.join(", ")
@@ -497,6 +521,10 @@ pub(crate) trait Step {
     fn emitted(&self, r: usize) -> &[u32];
     /// Draft tokens per request per step (a chain's `k`, a tree's depth).
     fn draft_len(&self) -> usize;
+    /// What [`scaled_ns`](Self::scaled_ns) grows with: a chain's `k`, a tree's node count.
+    fn draft_units(&self) -> usize {
+        self.draft_len()
+    }
     /// The part of the last step's time (ns) that grows with its draft length, for the
     /// advice's cost model ([`CostMeter::record`]); `None` where the step does not time it.
     fn scaled_ns(&self) -> Option<u64> {
@@ -1079,7 +1107,7 @@ where
         // model's step times add up to the loop's).
         if let Some(scaled) = step.scaled_ns() {
             let total = crate::clock::duration_ns(step_started.elapsed());
-            costs.record(k, total.saturating_sub(scaled), scaled);
+            costs.record(step.draft_units(), total.saturating_sub(scaled), scaled);
         }
         if let Some(e) = &engine {
             let now = Instant::now();
@@ -1136,6 +1164,7 @@ where
         vocab: v,
         stopped_by,
         costs: *costs.meter(),
+        tree: cfg.tree,
         finished: *finished.finished(),
         cpu,
     };
@@ -1410,6 +1439,7 @@ mod tests {
             vocab: 0,
             stopped_by: None,
             costs,
+            tree: None,
             finished: FinishedRequests::ZERO,
             cpu: Some(Duration::from_secs(1)),
         }

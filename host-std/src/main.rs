@@ -446,10 +446,12 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
     let mut final_line = None;
     let mut print = |summary: &demo::DemoSummary| {
         let line = demo::final_line(&summary.totals, k);
+        // The chain advice, as /metrics exports it (a tree's is in the summary only).
         let advice = summary
             .advice()
             .ok()
             .zip(summary.costs.cost_model().ok())
+            .filter(|_| summary.tree.is_none())
             .map(|(a, c)| demo::advice_line(&a, c.per_draft()));
         let mut out = std::io::stdout().lock();
         let written = summary
