@@ -48,7 +48,7 @@ impl<'a, const K: usize> Report<'a, K> {
     /// counters only bound is an estimate and carries `~`, see
     /// [`acceptance`](crate::acceptance)) and, given `cost`, the draft-length advice
     /// (`Advice: k=3 (1.42x; by k: 1.10x, 1.31x, 1.42x, 1.40x)`,
-    /// [`advise`](crate::advisor::advise)); the lifetime part gains the same three fields over
+    /// [`advise`]); the lifetime part gains the same three fields over
     /// the totals. Every field is computed from the counters when the line is formatted.
     ///
     /// ```
