@@ -134,8 +134,8 @@ struct DemoArgs {
     model_name: String,
     /// Another constant label on every series, NAME=VALUE (repeatable). NAME follows
     /// Prometheus' rules ([a-zA-Z_][a-zA-Z0-9_]*, no leading "__") and may not be engine,
-    /// position, le, quantile, job, instance, version, max_draft or model_name; VALUE is 1 to 256
-    /// bytes without control characters. A bad label exits 2.
+    /// position, le, quantile, job, instance, version, max_draft, length, draft_length, window
+    /// or model_name; VALUE is 1 to 256 bytes without control characters. A bad label exits 2.
     #[arg(long = "label", value_name = "NAME=VALUE")]
     labels: Vec<String>,
     /// Keep serving /metrics this many seconds after the run ends.
