@@ -360,14 +360,19 @@ mod tests {
         let shortest = [(4, 4); 51]; // 204 + 51 = 255 emitted: too short
         h.record(&request(&shortest), &x);
         assert_eq!(h.high, 2);
+        let mut just = request(&shortest);
+        just.record(1, 0).unwrap(); // 256 emitted exactly, 204 of 205: long enough
+        assert_eq!(just.emitted(), 256);
+        h.record(&just, &x);
+        assert_eq!(h.high, 3);
         let mut r = request(&[(4, 4); 60]);
         r.record(20, 0).unwrap(); // 240 of 260: 92.3 %
         h.record(&r, &x);
-        assert_eq!(h.high, 2);
+        assert_eq!(h.high, 3);
         let mut r = request(&[(4, 4); 60]);
         r.record(20, 7).unwrap(); // 247 of 260: exactly 95 %
         h.record(&r, &x);
-        assert_eq!(h.high, 3);
+        assert_eq!(h.high, 4);
         // Never drafted: finished, in no bucket, no extreme.
         let before = h;
         h.record(&RequestAcceptance::NEW, &x);
