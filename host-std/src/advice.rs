@@ -228,8 +228,9 @@ impl Sources {
 /// A consumer's running view of one engine over a sliding window: the counts and costs at the
 /// start of the current and of the previous window. What it reports runs from the previous
 /// window's start to now, between one and two window lengths (everything since zero until one
-/// window has passed), so it follows traffic within two windows whatever the reading schedule;
-/// every reading of the same snapshots gives the same report.
+/// window has passed), so it follows traffic within two windows whatever the reading schedule.
+/// The window starts at the snapshot of the reading that found the previous one a window old:
+/// the snapshots' collection times decide, not the readers' clocks.
 #[derive(Clone, Debug)]
 pub struct Window<const K: usize> {
     length_ns: u64,

@@ -24,7 +24,8 @@
 //! a ratio of interval counts cannot be rebuilt from `rate()`s of the exported families for
 //! mixed draft lengths, nor an argmax in PromQL: they are gauges computed at scrape time, with
 //! `window="recent"` (a sliding window of [`SpecCollector::with_advice_window`], 60 s by
-//! default: from one to two window lengths before the scrape, the same for every scraper) and
+//! default: from one to two window lengths before the scrape; one window per engine, shared by
+//! every scraper, so a second Prometheus does not shorten it) and
 //! `window="lifetime"` (the totals).
 
 use crate::advice::{CostReading, Sources, Window};
@@ -382,7 +383,8 @@ impl<const K: usize> SpecCollector<K> {
 
     /// The length of the sliding window of the `window="recent"` gauges (default
     /// [`DEFAULT_ADVICE_WINDOW`], 60 s; at least 1 ns): they cover from one to two lengths
-    /// before the scrape, the snapshots' own times deciding, so every scraper sees the same.
+    /// before the scrape, by the snapshots' own collection times; every scraper shares the
+    /// window.
     #[must_use]
     pub fn with_advice_window(self, length: Duration) -> Self {
         let windows = Mutex::new(Self::fresh_windows(&self.slots, length));
