@@ -1239,6 +1239,9 @@ pub struct SweepReport {
 /// The advised `k`'s measured throughput may be at most this far below the best measured one.
 pub const SWEEP_TOLERANCE: f64 = 0.05;
 
+/// The most rounds [`sweep_k`] runs (each round is `MAX_K` runs).
+pub const MAX_SWEEP_ROUNDS: usize = 20;
+
 impl SweepReport {
     /// The `k` with the best median measured throughput.
     pub fn best_measured(&self) -> usize {
@@ -1339,17 +1342,18 @@ fn median(v: &[f64]) -> f64 {
 /// backend per run).
 ///
 /// # Errors
-/// A run's error; [`DemoError::Config`] for a tree shape, no rounds or a calibration run that
-/// gives no advice.
+/// A run's error; [`DemoError::Config`] for a tree shape, rounds outside
+/// `1..=`[`MAX_SWEEP_ROUNDS`] or a calibration run that gives no advice;
+/// [`DemoError::Stopped`] when [`DemoConfig::shutdown`] is requested during the series.
 pub fn sweep_k(
     cfg: &DemoConfig,
     rounds: usize,
     mut run: impl FnMut(&DemoConfig) -> Result<DemoSummary, DemoError>,
 ) -> Result<SweepReport, DemoError> {
-    if cfg.tree.is_some() || rounds == 0 {
-        return Err(DemoError::Config(
-            "--sweep-k runs chains, at least one round".into(),
-        ));
+    if cfg.tree.is_some() || !(1..=MAX_SWEEP_ROUNDS).contains(&rounds) {
+        return Err(DemoError::Config(format!(
+            "--sweep-k runs chains, 1..={MAX_SWEEP_ROUNDS} rounds"
+        )));
     }
     let with_k = |k: usize| DemoConfig { k, ..cfg.clone() };
     let mut run = |c: &DemoConfig| {
@@ -1508,10 +1512,12 @@ mod tests {
             sweep_k(&tree, 1, never),
             Err(DemoError::Config(_))
         ));
-        assert!(matches!(
-            sweep_k(&DemoConfig::default(), 0, never),
-            Err(DemoError::Config(_))
-        ));
+        for rounds in [0, MAX_SWEEP_ROUNDS + 1] {
+            assert!(matches!(
+                sweep_k(&DemoConfig::default(), rounds, never),
+                Err(DemoError::Config(_))
+            ));
+        }
         // A calibration run without timings gives no advice.
         let mut untimed = summary(MAX_K, 1);
         untimed.costs = CostMeter::ZERO;

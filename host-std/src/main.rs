@@ -207,7 +207,7 @@ struct DemoArgs {
     #[arg(long, conflicts_with_all = ["tree", "metrics_addr", "vllm_compat"])]
     sweep_k: bool,
     /// Rounds of the k = 1..8 runs with --sweep-k (the median of each k is compared).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=demo::MAX_SWEEP_ROUNDS as i64))]
     sweep_rounds: u32,
 }
 
