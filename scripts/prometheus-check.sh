@@ -81,6 +81,12 @@ for _ in $(seq 1 120); do
 done
 [[ -n "$final" ]] || fail "demo printed no final totals"
 echo "prometheus-check: demo: $final"
+# The advice (chains only) and the finished requests, printed just before the FINAL line.
+advice="$(grep '^ADVICE ' "$work/demo.out" || true)"
+requests="$(grep '^REQUESTS ' "$work/demo.out" || true)"
+[[ -n "$requests" ]] || fail "demo printed no REQUESTS line"
+echo "prometheus-check: demo: ${advice:-no ADVICE line (token trees)}"
+echo "prometheus-check: demo: $requests"
 field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$final"; }
 want_accepted="$(field accepted_tokens)"
 want_draft="$(field draft_tokens)"
@@ -144,6 +150,6 @@ check 'up{job="specula"}' 1
 # 4. Both dashboards against this Prometheus.
 python3 "$root/scripts/prometheus_dashboards.py" "http://127.0.0.1:$PROM_PORT" specula "$final" \
   "$elapsed" "$root/host-std/dashboards/specula.json" \
-  "$root/host-std/tests/fixtures/vllm_spec_decode_dashboard.txt" \
+  "$root/host-std/tests/fixtures/vllm_spec_decode_dashboard.txt" "$advice" "$requests" \
   || fail "dashboard checks (above)"
 echo "prometheus-check: PASS"

@@ -10,6 +10,8 @@
 
 Standard library only. Run by scripts/prometheus-check.sh, which starts the demo and Prometheus.
 Usage: prometheus_dashboards.py PROM_URL JOB FINAL_LINE ELAPSED_S DASHBOARD FIXTURE
+       [ADVICE_LINE [REQUESTS_LINE]]
+(the demo's `ADVICE …` line, absent for token trees, and its `REQUESTS …` line).
 """
 
 import json
@@ -20,6 +22,8 @@ import urllib.parse
 import urllib.request
 
 PROM, JOB, FINAL, ELAPSED, DASHBOARD, FIXTURE = sys.argv[1:7]
+ADVICE = sys.argv[7] if len(sys.argv) > 7 else ""
+REQUESTS = sys.argv[8] if len(sys.argv) > 8 else ""
 ELAPSED = float(ELAPSED)
 # Ratios over the run agree with the totals' ratios up to the part of the run before the first
 # scrape and Prometheus' extrapolation; rates also depend on how steady the loop ran.
@@ -57,6 +61,27 @@ accepted, emitted = f["accepted_tokens"], f["emitted_tokens"]
 per_pos = f["accepted_per_position"]
 # Token trees (the FINAL line has these fields only when trees were verified).
 trees, tree_nodes = f.get("tree_drafts", 0), f.get("tree_draft_tokens", 0)
+# The acceptance-length distribution and the conditional acceptance, from the per-position
+# counts: the demo drafts k tokens every step (a tree: its depth), so both are exact functions of
+# them (A[-1] = drafts; the last length counts k accepted, that is, all of them).
+reach = [drafts] + per_pos
+length_shares = [(reach[j] - reach[j + 1]) / drafts for j in range(len(per_pos))] + [
+    per_pos[-1] / drafts]
+conditional = [reach[i + 1] / reach[i] for i in range(len(per_pos)) if reach[i] > 0]
+
+
+def fields_of(line):
+    """`NAME k=v k=v,…` as a dict of floats and float lists."""
+    out = {}
+    for part in line.split()[1:]:
+        k, v = part.split("=", 1)
+        out[k] = [float(x) for x in v.split(",")] if "," in v else float(v)
+    return out
+
+
+advice = fields_of(ADVICE) if ADVICE else {}
+as_list = lambda v: v if isinstance(v, list) else [v]
+requests = fields_of(REQUESTS) if REQUESTS else {"finished": 0, "drafted": 0, "low": 0, "high": 0}
 
 # The samples Prometheus holds of the run: a loaded machine can miss scrapes, so the window
 # of the rate panels is measured from the data, not assumed from the scrape interval.
@@ -109,6 +134,23 @@ expect = {
     "Token trees (total)": ("exact", [trees]),
     # A ratio over trees: no data at all while only chains are verified (0 / 0 is dropped).
     "Mean tree size by engine": ("ratio", [tree_nodes / trees]) if trees else ("none", [0]),
+    # The advice: the recent window (60 s) still covers the whole run, so it is the demo's final
+    # advice over its totals and step timings (the ADVICE line); none for trees (no cost source).
+    "Recommended draft length": ("exact", [advice["recommended"]]) if advice else ("none", [0]),
+    "Draft cost ratio": ("ratio", [advice["cost_ratio"]]) if advice else ("none", [0]),
+    "Expected speedup by draft length": ("keyed:draft_length:1", as_list(advice["speedup"]))
+    if advice else ("none", [0]),
+    "Expected tokens per step by draft length": (
+        "keyed:draft_length:1", as_list(advice["expected_tokens"])) if advice else ("none", [0]),
+    "Acceptance length distribution": ("keyed:length:0", length_shares),
+    "Per-position acceptance (given reached)": ("keyed:position:0", conditional),
+    "Finished requests (total)": ("exact", [requests["finished"]]),
+    "Finished requests at the extremes": ("exact", [requests["low"], requests["high"]]),
+    "Mean acceptance rate of finished requests": (
+        "ratio", [requests["rate_sum_micros"] / 1e6 / requests["drafted"]])
+    if requests["drafted"] else ("none", [0]),
+    "Finished requests by acceptance rate": ("cumulative", [requests["drafted"]])
+    if requests["drafted"] else ("none", [0]),
 }
 panels = [p for p in dash["panels"] if p["type"] != "row"]
 for p in panels:
@@ -135,11 +177,22 @@ for p in panels:
         if not all(math.isfinite(v) for v in values):
             fail(f"panel {title!r}: non-finite {values}")
             continue
-        if kind == "positions":
-            got = sorted((int(r["metric"]["position"]), float(r["value"][1])) for r in result)
-            ok = [pos for pos, _ in got] == list(range(len(want))) and all(
+        if kind == "positions" or kind.startswith("keyed:"):
+            # One series per value of a label (position, length, draft_length) from `first` on.
+            label, first = ("position", 0) if kind == "positions" else kind.split(":")[1:]
+            got = sorted((int(r["metric"][label]), float(r["value"][1])) for r in result)
+            ok = [pos for pos, _ in got] == list(range(int(first), int(first) + len(want))) and all(
                 abs(v - w) <= RATIO_TOL * w + 0.01 for (_, v), w in zip(got, want))
             shown = [round(v, 4) for _, v in got]
+        elif kind == "cumulative":
+            # A histogram's buckets over the window: cumulative in `le`, +Inf the largest, and
+            # no more requests than the demo finished with a draft.
+            got = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in result)
+            counts = [v for _, v in got]
+            ok = (len(got) == 13 and got[-1][0] == math.inf and
+                  all(a <= b + 1e-9 for a, b in zip(counts, counts[1:])) and
+                  0 < counts[-1] <= want[0] * (1 + RATE_TOL))
+            shown = [round(v, 2) for v in counts]
         else:
             v, w = values[0], want[i]
             ok = len(values) == 1 and {
@@ -149,7 +202,8 @@ for p in panels:
                 "age": lambda: 0.0 <= v < w,
             }[kind]()
             shown = round(v, 4)
-        want_shown = [round(x, 4) for x in want] if kind == "positions" else round(want[i], 4)
+        want_shown = ([round(x, 4) for x in want] if kind == "positions" or kind.startswith("keyed:")
+                      else f"at most {want[0]}" if kind == "cumulative" else round(want[i], 4))
         if kind == "age":
             want_shown = f"bound {want_shown}"
         if ok:

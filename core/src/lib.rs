@@ -5,6 +5,8 @@
 
 mod sync;
 
+pub mod acceptance;
+pub mod advisor;
 pub mod clock;
 pub mod collector;
 pub mod counters;
@@ -17,6 +19,7 @@ pub mod metrics;
 pub mod readback;
 pub mod registry;
 pub mod report;
+pub mod request;
 pub mod slot;
 pub mod words;
 
@@ -32,6 +35,8 @@ pub mod kernels;
 pub mod philox;
 pub mod verify;
 
+pub use acceptance::{CountRange, Reached};
+pub use advisor::{Advice, AdviceError, Advisor, CostMeter, CostModel};
 pub use clock::{Clock, VirtualClock};
 pub use collector::{CollectError, Collector, Tick};
 pub use counters::{CountError, Counters, Snapshot};
@@ -43,5 +48,6 @@ pub use metrics::Rates;
 pub use readback::{Misuse, Readback};
 pub use registry::{Registry, RegistryError, RegistryReader};
 pub use report::{Report, VllmReport};
+pub use request::{Extremes, FinishedRequests, RequestAcceptance};
 pub use slot::{SeqSlot, SlotReader, SlotWriter};
 pub use words::Words;

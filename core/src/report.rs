@@ -1,6 +1,8 @@
 //! The log line: a [`Report`] formats a [`Taken`] through `core::fmt`, so it works without an
 //! allocator (into a `heapless::String`) as well as with one.
 
+use crate::advisor::{CostModel, advise};
+use crate::counters::Counters;
 use crate::cursor::Taken;
 use core::fmt::{self, Display, Write};
 
@@ -24,12 +26,64 @@ use core::fmt::{self, Display, Write};
 pub struct Report<'a, const K: usize> {
     label: &'a str,
     taken: &'a Taken<K>,
+    /// `Some`: the detailed form, with these cost models for the interval's and the
+    /// lifetime's advice (`None`: no advice).
+    detail: Option<[Option<CostModel>; 2]>,
 }
 
 impl<'a, const K: usize> Report<'a, K> {
     /// A report of `taken` for the engine/rank `label`.
     pub fn new(label: &'a str, taken: &'a Taken<K>) -> Self {
-        Self { label, taken }
+        Self {
+            label,
+            taken,
+            detail: None,
+        }
+    }
+
+    /// The detailed form: after the interval's fields, the acceptance-length distribution
+    /// (`Acceptance lengths: 0:N0 1:N1 …`, steps that accepted exactly that many draft
+    /// tokens, up to the longest draft of the interval), the conditional acceptance per
+    /// position (`Conditional acceptance: …`, accepted given reached and drafted; a value the
+    /// counters only bound is an estimate and carries `~`, see
+    /// [`acceptance`](crate::acceptance)) and, given `cost`, the draft-length advice
+    /// (`Advice: k=3 (1.42x; by k: 1.10x, 1.31x, 1.42x, 1.40x)`,
+    /// [`advise`]); the lifetime part gains the same three fields over
+    /// the totals. Every field is computed from the counters when the line is formatted.
+    ///
+    /// ```
+    /// use specula_core::advisor::CostModel;
+    /// use specula_core::{Cursor, Report, SeqSlot, Snapshot};
+    /// let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+    /// let (mut w, r) = slot.split();
+    /// let mut cursor = Cursor::new(r);
+    /// let mut s = Snapshot::ZERO;
+    /// for a in [0, 1, 2, 2] {
+    ///     s.counters.record(2, a).unwrap();
+    /// }
+    /// w.publish(&s);
+    /// let taken = cursor.take().unwrap();
+    /// let cost = CostModel::from_ratio(0.1).unwrap();
+    /// let line: heapless::String<1024> =
+    ///     Report::new("rank0", &taken).detailed(Some(cost)).to_heapless().unwrap();
+    /// assert!(line.contains("Acceptance lengths: 0:1 1:1 2:2, Conditional acceptance: 0.750, 0.667"));
+    /// assert!(line.contains("Advice: k=2 (1.88x; by k: 1.59x, 1.88x)"), "{line}");
+    /// ```
+    #[must_use]
+    pub fn detailed(self, cost: Option<CostModel>) -> Self {
+        self.detailed_with(cost, cost)
+    }
+
+    /// [`detailed`](Self::detailed) with one cost model for the interval's advice and another
+    /// for the lifetime's (say, the costs measured during the interval and all of them).
+    #[must_use]
+    pub fn detailed_with(
+        mut self,
+        interval: Option<CostModel>,
+        lifetime: Option<CostModel>,
+    ) -> Self {
+        self.detail = Some([interval, lifetime]);
+        self
     }
 
     /// Formats into a fixed-capacity string; `Err` if `N` bytes are not enough.
@@ -69,11 +123,7 @@ impl<const K: usize> Display for Report<'_, K> {
             d.draft_tokens,
         )?;
         // Positions no draft reached in this interval are left out (trailing ones only).
-        let reached = d
-            .drafted_per_position
-            .iter()
-            .rposition(|&n| n != 0)
-            .map_or(0, |i| i + 1);
+        let reached = drafted_positions(d);
         for i in 0..reached {
             if i > 0 {
                 f.write_str(", ")?;
@@ -103,6 +153,15 @@ impl<const K: usize> Display for Report<'_, K> {
                 Opt(d.mean_tree_size(), " nodes"),
             )?;
         }
+        if let Some([cost, _]) = self.detail {
+            detail_fields(
+                f,
+                d,
+                cost,
+                ["Acceptance lengths", "Conditional acceptance", "Advice"],
+                ": ",
+            )?;
+        }
         write!(
             f,
             " | lifetime: drafts={}, drafted={}, accepted={}, emitted={}, acceptance rate={}, \
@@ -124,6 +183,15 @@ impl<const K: usize> Display for Report<'_, K> {
                 Opt(t.mean_tree_size(), ""),
             )?;
         }
+        if let Some([_, cost]) = self.detail {
+            detail_fields(
+                f,
+                t,
+                cost,
+                ["acceptance lengths", "conditional acceptance", "advice"],
+                "=",
+            )?;
+        }
         if self.taken.new_readback_errors != 0 {
             write!(
                 f,
@@ -132,6 +200,68 @@ impl<const K: usize> Display for Report<'_, K> {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Positions drafted at least once in `c` (trailing positions no draft reached are left out).
+fn drafted_positions<const K: usize>(c: &Counters<K>) -> usize {
+    c.drafted_per_position
+        .iter()
+        .rposition(|&n| n != 0)
+        .map_or(0, |i| i + 1)
+}
+
+/// The detailed form's three fields over `c`, named `names` and joined with `sep`.
+fn detail_fields<const K: usize>(
+    f: &mut fmt::Formatter<'_>,
+    c: &Counters<K>,
+    cost: Option<CostModel>,
+    names: [&str; 3],
+    sep: &str,
+) -> fmt::Result {
+    // Nothing drafted: every field is n/a (0 of 0 steps of each length says nothing).
+    let positions = drafted_positions(c);
+    write!(f, ", {}{sep}", names[0])?;
+    if positions == 0 {
+        f.write_str("n/a")?;
+    } else {
+        for (j, n) in c.acceptance_lengths().take(positions + 1).enumerate() {
+            if j > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{j}:{n}")?;
+        }
+    }
+    write!(f, ", {}{sep}", names[1])?;
+    if positions == 0 {
+        f.write_str("n/a")?;
+    }
+    for i in 0..positions {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        match (c.conditional_acceptance(i), c.reached(i)) {
+            (Some(p), Some(r)) if r.is_exact() => write!(f, "{p:.3}")?,
+            (Some(p), _) => write!(f, "{p:.3}~")?,
+            (None, _) => f.write_str("n/a")?,
+        }
+    }
+    let Some(cost) = cost else {
+        return Ok(());
+    };
+    write!(f, ", {}{sep}", names[2])?;
+    match advise(c, &cost) {
+        Err(_) => f.write_str("n/a"),
+        Ok(a) => {
+            write!(f, "k={} ({:.2}x; by k: ", a.recommended(), a.best_speedup())?;
+            for (k, _, speedup) in a.iter() {
+                if k > 1 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{speedup:.2}x")?;
+            }
+            f.write_str(")")
+        }
     }
 }
 
@@ -222,6 +352,7 @@ impl<const K: usize> Display for VllmReport<'_, K> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::advisor::CostModel;
     use crate::{Cursor, SeqSlot, Snapshot};
 
     #[test]
@@ -289,6 +420,90 @@ mod tests {
             line.ends_with("trees=2, tree draft nodes=20, mean tree size=10.00"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn detailed_line_has_distribution_conditionals_and_advice() {
+        let mut slot = SeqSlot::new(Snapshot::<4>::ZERO);
+        let (mut w, r) = slot.split();
+        let mut cur = Cursor::new(r);
+        let mut s = Snapshot::<4>::ZERO;
+        // Interval 1: fixed length 3 (exact); lifetime then mixes in a length-2 draft.
+        for a in [0, 1, 3, 3] {
+            s.counters.record(3, a).unwrap();
+        }
+        s.at_ns = 1_000_000_000;
+        w.publish(&s);
+        let t = cur.take().unwrap();
+        let cost = CostModel::from_ratio(0.25).unwrap();
+        let line: heapless::String<1024> = Report::new("r0", &t)
+            .detailed(Some(cost))
+            .to_heapless()
+            .unwrap();
+        assert_eq!(
+            line.as_str(),
+            "SpecDecoding metrics [r0]: Mean acceptance length: 2.75, Accepted throughput: n/a, \
+             Drafted throughput: n/a, Accepted: 7 tokens, Drafted: 12 tokens, Per-position \
+             acceptance rate: 0.750, 0.500, 0.500, Avg Draft acceptance rate: 58.3%, \
+             Acceptance lengths: 0:1 1:1 2:0 3:2, Conditional acceptance: 0.750, 0.667, 1.000, \
+             Advice: k=3 (1.57x; by k: 1.40x, 1.50x, 1.57x) | lifetime: drafts=4, drafted=12, \
+             accepted=7, emitted=11, acceptance rate=58.3%, system efficiency=68.8%, mean \
+             acceptance length=2.75, acceptance lengths=0:1 1:1 2:0 3:2, conditional \
+             acceptance=0.750, 0.667, 1.000, advice=k=3 (1.57x; by k: 1.40x, 1.50x, 1.57x)"
+        );
+        // Interval 2: one length-2 draft accepted in full; the lifetime's position 2 is now
+        // only bounded: 2 or 3 steps reached it with a token there, estimated 3 · 4/5 (`~`).
+        // No cost: no advice field.
+        s.counters.record(2, 2).unwrap();
+        s.at_ns = 2_000_000_000;
+        w.publish(&s);
+        let t = cur.take().unwrap();
+        let line: heapless::String<1024> =
+            Report::new("r0", &t).detailed(None).to_heapless().unwrap();
+        assert!(
+            line.contains(
+                "Acceptance lengths: 0:0 1:0 2:1, Conditional acceptance: 1.000, 1.000 | lifetime"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(
+                "acceptance lengths=0:1 1:1 2:1 3:2, conditional acceptance=0.800, 0.750, 0.833~"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("dvice"), "{line}");
+        // Two cost models: the interval's advice with the first, the lifetime's with the second.
+        let dear = CostModel::from_ratio(5.0).unwrap();
+        let line: heapless::String<1024> = Report::new("r0", &t)
+            .detailed_with(Some(dear), Some(cost))
+            .to_heapless()
+            .unwrap();
+        assert!(
+            line.contains("Advice: k=1 (0.33x; by k: 0.33x, 0.27x) | lifetime"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("advice=k=3 (1.66x; by k: 1.44x, 1.60x, 1.66x)"),
+            "{line}"
+        );
+        // Nothing drafted in an interval: n/a, advice included.
+        s.at_ns = 3_000_000_000;
+        w.publish(&s);
+        let t = cur.take().unwrap();
+        let line: heapless::String<1024> = Report::new("r0", &t)
+            .detailed(Some(cost))
+            .to_heapless()
+            .unwrap();
+        assert!(
+            line.contains(
+                "Acceptance lengths: n/a, Conditional acceptance: n/a, Advice: n/a | lifetime"
+            ),
+            "{line}"
+        );
+        // The plain form is unchanged by all of this.
+        let plain: heapless::String<1024> = Report::new("r0", &t).to_heapless().unwrap();
+        assert!(!plain.contains("Acceptance lengths") && !plain.contains("acceptance lengths"));
     }
 
     #[test]

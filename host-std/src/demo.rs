@@ -3,6 +3,7 @@
 //! Lives in the library (not only the binary) so tests and the Prometheus check run the very
 //! loop a newcomer runs.
 
+use crate::advice::{CostSource, Sources, cost_slot, request_slot};
 use crate::backend::Backend;
 use crate::clock::StdClock;
 use crate::driver::Driver;
@@ -13,10 +14,11 @@ use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMet
 use crate::shutdown::{Reason, Shutdown, finish};
 use crate::tree_demo::{TreeShape, TreeStep};
 use crate::wiring::{HostReadback, WireError, wire};
+use specula_core::advisor::{Advice, AdviceError, CostMeter, TreeCostModel, advise, advise_tree};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
 };
-use specula_core::{Clock, Counters, Readback};
+use specula_core::{Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,6 +85,16 @@ pub struct DemoConfig {
     /// Draft token trees of this shape instead of `k`-token chains ([`run_tree`]: the
     /// backend's tree verifier; depth at most [`MAX_K`]). `None`: chains.
     pub tree: Option<TreeShape>,
+    /// A request finishes once it has emitted this many tokens, and a new prompt takes its
+    /// place in the batch (its acceptance goes into the finished-request histogram); 0: requests
+    /// never finish.
+    pub request_tokens: u64,
+    /// Log the native line's detailed form (acceptance lengths, conditional acceptance, advice;
+    /// [`LogSink::with_detail`]).
+    pub log_detail: bool,
+    /// The sliding window of `/metrics`' `window="recent"` gauges
+    /// ([`SpecCollector::with_advice_window`]).
+    pub advice_window: Duration,
 }
 
 /// The demo's sampling parameters, applied by the verifier itself (target logits with a
@@ -174,6 +186,9 @@ impl Default for DemoConfig {
             shutdown: Shutdown::new(),
             sampling: Sampling::default(),
             tree: None,
+            request_tokens: 512,
+            log_detail: false,
+            advice_window: crate::prom::DEFAULT_ADVICE_WINDOW,
         }
     }
 }
@@ -201,6 +216,8 @@ pub enum DemoError {
     Readback(String),
     /// The log thread panicked (its logger did); the summary was still produced.
     LogThread(LogThreadPanicked),
+    /// A series of runs ([`sweep_k`]) was stopped before its end ([`DemoConfig::shutdown`]).
+    Stopped(Reason),
 }
 
 impl std::fmt::Display for DemoError {
@@ -215,6 +232,7 @@ impl std::fmt::Display for DemoError {
             Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
             Self::Readback(e) => write!(f, "final counter readback failed: {e}"),
             Self::LogThread(e) => e.fmt(f),
+            Self::Stopped(r) => write!(f, "stopped by {r} before the series of runs finished"),
         }
     }
 }
@@ -238,6 +256,18 @@ pub struct DemoSummary {
     pub vocab: usize,
     /// Why the run stopped before its budget, if it did ([`DemoConfig::shutdown`]).
     pub stopped_by: Option<Reason>,
+    /// The step timings the advice is computed from: per step, the part that grows with `k`
+    /// (the `k` draft rows and `k` of the `k + 1` target rows, which the n-gram target computes
+    /// one after another; the verification where it reduces every row) and the rest (one
+    /// target row, the collector's step, the bookkeeping). For token trees, per draft node.
+    pub costs: CostMeter,
+    /// The tree shape of a tree run ([`DemoConfig::tree`]).
+    pub tree: Option<TreeShape>,
+    /// The finished requests' acceptance histogram ([`DemoConfig::request_tokens`]).
+    pub finished: FinishedRequests,
+    /// CPU time of the decode loop's thread, where the platform tells it (Linux): with
+    /// `--threads 1` all of the loop's work, unaffected by other processes on the machine.
+    pub cpu: Option<Duration>,
 }
 
 impl DemoSummary {
@@ -246,6 +276,68 @@ impl DemoSummary {
         let s = self.elapsed.as_secs_f64();
         (s > 0.0).then(|| self.totals.emitted_tokens as f64 / s)
     }
+
+    /// Emitted tokens per second of the decode thread's CPU time.
+    pub fn tokens_per_cpu_second(&self) -> Option<f64> {
+        let s = self.cpu?.as_secs_f64();
+        (s > 0.0).then(|| self.totals.emitted_tokens as f64 / s)
+    }
+
+    /// The draft-length advice over the whole run (lifetime counters and step timings); for a
+    /// tree run, the best depth to cut its tree at ([`advise_tree`], a cost per draft node).
+    ///
+    /// # Errors
+    /// No draft or no timings.
+    pub fn advice(&self) -> Result<Advice<MAX_K>, AdviceError> {
+        let cost = self.costs.cost_model()?;
+        match self.tree {
+            None => advise(&self.totals, &cost),
+            Some(shape) => {
+                let mut per_depth = [0u32; MAX_K];
+                let mut level = 1u32;
+                for n in per_depth.iter_mut().take(shape.depth.min(MAX_K)) {
+                    level = level.saturating_mul(shape.width as u32);
+                    *n = level;
+                }
+                let per_node = TreeCostModel::new(0.0, cost.per_draft())?;
+                advise_tree(
+                    &self.totals,
+                    &per_node,
+                    &per_depth[..shape.depth.min(MAX_K)],
+                )
+            }
+        }
+    }
+}
+
+/// The line scripts parse for the finished requests: `REQUESTS finished=N drafted=N
+/// rate_sum_micros=N low=N high=N`.
+pub fn requests_line(f: &FinishedRequests) -> String {
+    format!(
+        "REQUESTS finished={} drafted={} rate_sum_micros={} low={} high={}",
+        f.finished,
+        f.drafted_requests(),
+        f.rate_sum_micros,
+        f.low,
+        f.high
+    )
+}
+
+/// The line scripts parse for the advice: `ADVICE recommended=K cost_ratio=R
+/// speedup=S1,S2,… expected_tokens=E1,E2,…` (one value per measured draft length).
+pub fn advice_line(a: &Advice<MAX_K>, cost_ratio: f64) -> String {
+    let join = |f: &dyn Fn(f64, f64) -> f64| {
+        a.iter()
+            .map(|(_, e, s)| format!("{:.6}", f(e, s)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "ADVICE recommended={} cost_ratio={cost_ratio:.6} speedup={} expected_tokens={}",
+        a.recommended(),
+        join(&|_, s| s),
+        join(&|e, _| e)
+    )
 }
 
 impl std::fmt::Display for DemoSummary {
@@ -276,6 +368,49 @@ impl std::fmt::Display for DemoSummary {
                 "mean tree size:          {}",
                 t.mean_tree_size()
                     .map_or("n/a".into(), |v| format!("{v:.3} nodes"))
+            )?;
+        }
+        let positions = t.drafted_per_position.iter().filter(|&&n| n != 0).count();
+        if positions != 0 {
+            let lengths: Vec<String> = t
+                .acceptance_lengths()
+                .take(positions + 1)
+                .enumerate()
+                .map(|(j, n)| format!("{j}:{n}"))
+                .collect();
+            writeln!(f, "acceptance lengths:      {}", lengths.join(" "))?;
+            let conditional: Vec<String> = (0..positions)
+                .map(|i| {
+                    t.conditional_acceptance(i)
+                        .map_or("n/a".into(), |p| format!("{p:.3}"))
+                })
+                .collect();
+            writeln!(f, "conditional acceptance:  {}", conditional.join(", "))?;
+        }
+        if let (Ok(a), Ok(c)) = (self.advice(), self.costs.cost_model()) {
+            let by_k: Vec<String> = a.iter().map(|(_, _, s)| format!("{s:.2}x")).collect();
+            let (unit, k) = match self.tree {
+                None => ("token", "k"),
+                Some(_) => ("node", "depth"),
+            };
+            writeln!(
+                f,
+                "draft cost ratio:        {:.4} plain target steps per draft {unit}",
+                c.per_draft()
+            )?;
+            writeln!(
+                f,
+                "advice:                  {k}={} (expected speedup {:.2}x; by {k}: {})",
+                a.recommended(),
+                a.best_speedup(),
+                by_k.join(", ")
+            )?;
+        }
+        if self.finished.finished != 0 {
+            writeln!(
+                f,
+                "finished requests:       {} (low acceptance: {}, high acceptance: {})",
+                self.finished.finished, self.finished.low, self.finished.high
             )?;
         }
         writeln!(
@@ -414,12 +549,29 @@ pub fn const_labels(cfg: &DemoConfig) -> Result<ConstLabels, LabelError> {
     Ok(labels)
 }
 
+/// This thread's CPU time (user + system; clock ticks of 10 ms), on Linux
+/// (`/proc/thread-self/stat`); `None` elsewhere.
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
 /// Characters of request 0's text kept for the summary.
 const SAMPLE_CHARS: usize = 300;
 
-/// One request of the demo: its prompt, then every token it emitted.
+/// One request of the demo: its prompt, then every token it emitted, and its acceptance (an
+/// engine keeps this with its request state).
 pub(crate) struct Request {
     pub(crate) history: Vec<u32>,
+    /// Fed with each step's accepted count.
+    pub(crate) acceptance: RequestAcceptance,
+    /// Tokens emitted since the request started.
+    pub(crate) emitted: u64,
 }
 
 /// The demo's two n-gram models over one vocabulary.
@@ -446,6 +598,17 @@ pub(crate) trait Step {
     ) -> Result<(), DemoError>;
     /// Request `r`'s tokens from the last step: the accepted ones, then the emitted one.
     fn emitted(&self, r: usize) -> &[u32];
+    /// Draft tokens per request per step (a chain's `k`, a tree's depth).
+    fn draft_len(&self) -> usize;
+    /// What [`scaled_ns`](Self::scaled_ns) grows with: a chain's `k`, a tree's node count.
+    fn draft_units(&self) -> usize {
+        self.draft_len()
+    }
+    /// The part of the last step's time (ns) that grows with its draft length, for the
+    /// advice's cost model ([`CostMeter::record`]); `None` where the step does not time it.
+    fn scaled_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The request streams' seeds (one per request, from the demo's seed).
@@ -476,6 +639,8 @@ struct ChainStep<V> {
     accepted: Vec<u32>,
     tokens: Vec<u32>,
     ctx: Vec<u32>,
+    /// The last step's (drafting, target rows, verification) time in ns.
+    phases: (u64, u64, u64),
 }
 
 impl<V: Verifier<MAX_K>> ChainStep<V> {
@@ -510,6 +675,7 @@ impl<V: Verifier<MAX_K>> ChainStep<V> {
             accepted: vec![0u32; b],
             tokens: vec![0u32; b * (k + 1)],
             ctx: Vec::new(),
+            phases: (0, 0, 0),
         }
     }
 }
@@ -527,6 +693,8 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
         let method = self.method;
         let greedy = |r: usize| method == Method::Greedy || r < sampling.greedy_requests;
         let ctx = &mut self.ctx;
+        // Two phases, timed for the advice: drafting every request, then the target rows.
+        let started = Instant::now();
         for (r, req) in requests.iter().enumerate() {
             ctx.clear();
             ctx.extend_from_slice(&req.history[req.history.len().saturating_sub(keep)..]);
@@ -541,7 +709,11 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
                 self.draft_ids[r * k + j] = t;
                 ctx.push(t);
             }
-            ctx.truncate(ctx.len() - k);
+        }
+        let drafted = Instant::now();
+        for (r, req) in requests.iter().enumerate() {
+            ctx.clear();
+            ctx.extend_from_slice(&req.history[req.history.len().saturating_sub(keep)..]);
             for j in 0..=k {
                 let row = &mut self.target_probs[(r * (k + 1) + j) * v..][..v];
                 models.target.probs(ctx, row);
@@ -556,6 +728,12 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
                 *l = p.ln();
             }
         }
+        let scored = Instant::now();
+        self.phases = (
+            crate::clock::duration_ns(drafted - started),
+            crate::clock::duration_ns(scored - drafted),
+            0,
+        );
         let mut batch = Batch::dense(
             Dims { vocab: v, k_max: k },
             Drafts {
@@ -587,14 +765,35 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
             specula_core::verify::AcceptedOut(&mut self.accepted),
             specula_core::verify::TokensOut(&mut self.tokens),
         );
-        self.verifier
+        let verified = self
+            .verifier
             .verify(method, Check::Cheap, &batch, &mut out)
-            .map_err(|e| DemoError::Verify(format!("{e:?}")))
+            .map_err(|e| DemoError::Verify(format!("{e:?}")));
+        self.phases.2 = crate::clock::duration_ns(scored.elapsed());
+        verified
     }
 
     fn emitted(&self, r: usize) -> &[u32] {
         let n = self.accepted[r] as usize + 1;
         &self.tokens[r * (self.k + 1)..][..n]
+    }
+
+    fn draft_len(&self) -> usize {
+        self.k
+    }
+
+    fn scaled_ns(&self) -> Option<u64> {
+        // The k draft rows, and k of the k + 1 target rows: the n-gram target computes its rows
+        // one after another, so its time grows with k (a GPU target's forward would not).
+        // Verification grows with the rows it reduces where it reduces each one (greedy's
+        // argmax, typical acceptance's entropy, a softmax of logits); rejection sampling over
+        // probabilities reads two values per position and runs one race over the vocabulary
+        // per request, whatever k: fixed.
+        let (draft, target, verify) = self.phases;
+        let per_row = self.method != Method::Rejection || self.sampling.logits();
+        let rows = target + if per_row { verify } else { 0 };
+        let k = self.k as u64;
+        Some(draft + rows / (k + 1) * k)
     }
 }
 
@@ -805,6 +1004,14 @@ where
     let wired = wire::<MAX_K, _>([cfg.label.as_str()]).map_err(DemoError::Label)?;
     let clock = StdClock::new();
     let slots = wired.slots.clone();
+    // The advice's inputs beside the counters: the step timings (chains: a tree's cost is not
+    // a chain's, so trees get no chain advice) and the finished-request histogram.
+    let (mut costs, cost_reader) = cost_slot();
+    let (mut finished, finished_reader) = request_slot(Extremes::default());
+    let mut sources = Sources::new().with_requests(&cfg.label, finished_reader);
+    if cfg.tree.is_none() {
+        sources = sources.with_costs(&cfg.label, CostSource::Measured(cost_reader));
+    }
     // In compat mode the demo is a small vLLM engine (engine index 0) for the dashboards.
     let engine = cfg.vllm_compat.then(|| VllmEngineMetrics::new(&labels, 0));
     let server = match cfg.metrics_addr {
@@ -819,6 +1026,8 @@ where
             .with_labels(labels.clone())
             .with_draft_len(draft_len)
             .map_err(|e| DemoError::Config(e.to_string()))?
+            .with_sources(sources.clone())
+            .with_advice_window(cfg.advice_window)
             .into_registry();
             if let Some(engine) = &engine {
                 engine.register(&mut registry);
@@ -852,19 +1061,23 @@ where
     if cfg.vllm_compat {
         log = log.with_vllm_lines(draft_len);
     }
+    if cfg.log_detail {
+        log = log.with_detail(sources.clone());
+    }
     let log = log.spawn(clock).map_err(DemoError::Thread)?;
 
     // Prompts: random 16-character windows of the corpus.
     let mut rng = SplitMix64::new(cfg.seed);
     let prompt_len = 16.min(ids.len());
-    let mut requests: Vec<Request> = (0..cfg.batch)
-        .map(|_| {
-            let at = rng.below(ids.len() - prompt_len + 1);
-            Request {
-                history: ids[at..at + prompt_len].to_vec(),
-            }
-        })
-        .collect();
+    let prompt = |rng: &mut SplitMix64| {
+        let at = rng.below(ids.len() - prompt_len + 1);
+        Request {
+            history: ids[at..at + prompt_len].to_vec(),
+            acceptance: RequestAcceptance::NEW,
+            emitted: 0,
+        }
+    };
+    let mut requests: Vec<Request> = (0..cfg.batch).map(|_| prompt(&mut rng)).collect();
     let mut sample_ids = requests[0].history.clone();
 
     let b = cfg.batch;
@@ -873,6 +1086,7 @@ where
     let mut step = make_step(models.vocab);
 
     let started = Instant::now();
+    let cpu_started = thread_cpu();
     let mut last_progress = started;
     // The end of the previous step: every request gets its next tokens once per step, so the
     // time between two step ends is each request's inter-token latency (vLLM's definition:
@@ -894,6 +1108,7 @@ where
         {
             break;
         }
+        let step_started = Instant::now();
         step.step(&models, &requests, &offsets, &mut rng)?;
         // The verifier counts (verification and counting are one operation); the collector
         // reads them back through the backend's readback and publishes them on its grid.
@@ -901,6 +1116,7 @@ where
         driver.step();
 
         let step_emitted_before = emitted;
+        let k = step.draft_len();
         for (r, req) in requests.iter_mut().enumerate() {
             let new = step.emitted(r);
             req.history.extend_from_slice(new);
@@ -912,6 +1128,23 @@ where
             }
             emitted += new.len() as u64;
             offsets[r] = offsets[r].wrapping_add(1);
+            // The engine's per-request accumulator, from the verification's accepted count
+            // (host values the loop already has: no readback).
+            req.acceptance
+                .record(k, new.len() - 1)
+                .map_err(|e| DemoError::Verify(e.to_string()))?;
+            req.emitted += new.len() as u64;
+            if cfg.request_tokens != 0 && req.emitted >= cfg.request_tokens {
+                finished.finish(&req.acceptance);
+                *req = prompt(&mut rng);
+            }
+        }
+        // The step's time, split into what grows with k and the rest, for the advice's cost
+        // model (the whole step, the collector's tick and the bookkeeping included, so the
+        // model's step times add up to the loop's).
+        if let Some(scaled) = step.scaled_ns() {
+            let total = crate::clock::duration_ns(step_started.elapsed());
+            costs.record(step.draft_units(), total.saturating_sub(scaled), scaled);
         }
         if let Some(e) = &engine {
             let now = Instant::now();
@@ -932,6 +1165,9 @@ where
         }
     }
     let elapsed = started.elapsed();
+    let cpu = thread_cpu()
+        .zip(cpu_started)
+        .map(|(end, start)| end.saturating_sub(start));
     if let Some(e) = &engine {
         e.set_running(0);
     }
@@ -966,6 +1202,10 @@ where
         metrics_addr,
         vocab: v,
         stopped_by,
+        costs: *costs.meter(),
+        tree: cfg.tree,
+        finished: *finished.finished(),
+        cpu,
     };
     on_done(&summary);
     if let Some(server) = server {
@@ -987,6 +1227,229 @@ where
         Some(e) => Err(e),
         None => Ok(summary),
     }
+}
+
+/// The throughput `specula demo --sweep-k` compares: emitted tokens per second of the decode
+/// thread's CPU time where the platform tells it (with `--threads 1` that is all of the loop's
+/// work, and other processes on a shared machine do not slow it down), else per second of wall
+/// time.
+fn sweep_throughput(s: &DemoSummary) -> f64 {
+    s.tokens_per_cpu_second()
+        .or_else(|| s.tokens_per_second())
+        .unwrap_or(0.0)
+}
+
+/// One draft length of [`SweepReport`].
+#[derive(Clone, Debug)]
+pub struct SweepRow {
+    /// The draft length.
+    pub k: usize,
+    /// Measured throughput of each round's run at this `k` (see [`SweepReport::cpu_time`]).
+    pub measured: Vec<f64>,
+    /// The median of [`measured`](Self::measured).
+    pub median: f64,
+    /// Mean tokens per step measured at this `k` (emitted tokens / drafts), over all rounds.
+    pub tokens_per_step: f64,
+    /// The advisor's `E(k)`, from the calibration run.
+    pub predicted_tokens: f64,
+    /// The advisor's `S(k)`, from the calibration run.
+    pub predicted_speedup: f64,
+    /// Predicted throughput: the calibration run's measured throughput scaled by
+    /// `S(k) / S(k_calibration)`.
+    pub predicted: f64,
+}
+
+/// What `specula demo --sweep-k` measured: a calibration run at `k = MAX_K` whose advice predicts
+/// every `k` from that single run, then the demo at every `k` (several rounds).
+#[derive(Clone, Debug)]
+pub struct SweepReport {
+    /// The calibration run's measured throughput.
+    pub calibration: f64,
+    /// The calibration run's draft cost ratio `r`.
+    pub cost_ratio: f64,
+    /// The advised draft length.
+    pub recommended: usize,
+    /// One row per `k = 1..=MAX_K`.
+    pub rows: Vec<SweepRow>,
+    /// Whether every throughput is per CPU second of the decode thread (else per wall second).
+    pub cpu_time: bool,
+}
+
+/// The advised `k`'s measured throughput may be at most this far below the best measured one.
+pub const SWEEP_TOLERANCE: f64 = 0.05;
+
+/// The most rounds [`sweep_k`] runs (each round is `MAX_K` runs).
+pub const MAX_SWEEP_ROUNDS: usize = 20;
+
+impl SweepReport {
+    /// The `k` with the best median measured throughput.
+    pub fn best_measured(&self) -> usize {
+        let mut best = &self.rows[0];
+        for r in &self.rows {
+            if r.median > best.median {
+                best = r;
+            }
+        }
+        best.k
+    }
+
+    /// The advised `k`'s median measured throughput over the best one's.
+    pub fn ratio(&self) -> f64 {
+        let at = |k: usize| {
+            self.rows
+                .iter()
+                .find(|r| r.k == k)
+                .map_or(0.0, |r| r.median)
+        };
+        let best = at(self.best_measured());
+        if best > 0.0 {
+            at(self.recommended) / best
+        } else {
+            0.0
+        }
+    }
+
+    /// The advised `k` is within [`SWEEP_TOLERANCE`] of the best measured throughput.
+    pub fn passed(&self) -> bool {
+        self.ratio() >= 1.0 - SWEEP_TOLERANCE
+    }
+}
+
+impl std::fmt::Display for SweepReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = if self.cpu_time {
+            "tokens/s (CPU)"
+        } else {
+            "tokens/s (wall)"
+        };
+        writeln!(
+            f,
+            "== specula demo --sweep-k ==\ncalibration run at k={MAX_K}: {:.0} {unit}, draft cost \
+             ratio {:.4}, advice k={}",
+            self.calibration, self.cost_ratio, self.recommended
+        )?;
+        writeln!(
+            f,
+            " k  measured (median)  predicted  pred/meas  speedup  E(k) pred  E(k) meas  rounds"
+        )?;
+        for r in &self.rows {
+            let rounds: Vec<String> = r.measured.iter().map(|m| format!("{m:.0}")).collect();
+            writeln!(
+                f,
+                "{:>2}  {:>17.0}  {:>9.0}  {:>9.3}  {:>6.3}x  {:>9.3}  {:>9.3}  {}",
+                r.k,
+                r.median,
+                r.predicted,
+                r.predicted / r.median,
+                r.predicted_speedup,
+                r.predicted_tokens,
+                r.tokens_per_step,
+                rounds.join(" ")
+            )?;
+        }
+        let best = self.best_measured();
+        write!(
+            f,
+            "advised k={}: {:.3} of the best measured throughput (k={best}); within {:.0} %: {}\n\
+             SWEEP recommended={} best={best} ratio={:.4} pass={}",
+            self.recommended,
+            self.ratio(),
+            SWEEP_TOLERANCE * 100.0,
+            if self.passed() { "PASS" } else { "FAIL" },
+            self.recommended,
+            self.ratio(),
+            self.passed()
+        )
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 for none.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// `specula demo --sweep-k`: one calibration run at `k = MAX_K`, whose advice (from its
+/// counters and step timings alone) predicts the throughput of every `k`, then `rounds` rounds
+/// of runs at `k = 1..=MAX_K` (interleaved, so a change of machine load spreads over every
+/// `k`), each with `cfg` but its `k`. `run` runs the demo once (the program opens a fresh
+/// backend per run).
+///
+/// # Errors
+/// A run's error; [`DemoError::Config`] for a tree shape, rounds outside
+/// `1..=`[`MAX_SWEEP_ROUNDS`] or a calibration run that gives no advice;
+/// [`DemoError::Stopped`] when [`DemoConfig::shutdown`] is requested during the series.
+pub fn sweep_k(
+    cfg: &DemoConfig,
+    rounds: usize,
+    mut run: impl FnMut(&DemoConfig) -> Result<DemoSummary, DemoError>,
+) -> Result<SweepReport, DemoError> {
+    if cfg.tree.is_some() || !(1..=MAX_SWEEP_ROUNDS).contains(&rounds) {
+        return Err(DemoError::Config(format!(
+            "--sweep-k runs chains, 1..={MAX_SWEEP_ROUNDS} rounds"
+        )));
+    }
+    let with_k = |k: usize| DemoConfig { k, ..cfg.clone() };
+    let mut run = |c: &DemoConfig| {
+        let summary = run(c)?;
+        match cfg.shutdown.reason() {
+            Some(r) => Err(DemoError::Stopped(r)),
+            None => Ok(summary),
+        }
+    };
+    let calibration = run(&with_k(MAX_K))?;
+    let advice = calibration
+        .advice()
+        .map_err(|e| DemoError::Config(format!("the calibration run gives no advice: {e}")))?;
+    let cost_ratio = calibration
+        .costs
+        .cost_model()
+        .map_err(|e| DemoError::Config(e.to_string()))?
+        .per_draft();
+    let mut runs: Vec<Vec<DemoSummary>> = vec![Vec::new(); MAX_K];
+    for _ in 0..rounds {
+        for (i, r) in runs.iter_mut().enumerate() {
+            r.push(run(&with_k(i + 1))?);
+        }
+    }
+    let measured_at = sweep_throughput(&calibration);
+    let s_cal = advice.expected_speedup(MAX_K).unwrap_or(1.0);
+    let cpu_time = std::iter::once(&calibration)
+        .chain(runs.iter().flatten())
+        .all(|s| s.cpu.is_some());
+    let rows = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let k = i + 1;
+            let measured: Vec<f64> = r.iter().map(sweep_throughput).collect();
+            let (emitted, drafts) = r.iter().fold((0u64, 0u64), |(e, d), s| {
+                (e + s.totals.emitted_tokens, d + s.totals.drafts)
+            });
+            let predicted_speedup = advice.expected_speedup(k).unwrap_or(0.0);
+            SweepRow {
+                k,
+                median: median(&measured),
+                measured,
+                tokens_per_step: emitted as f64 / drafts.max(1) as f64,
+                predicted_tokens: advice.expected_tokens(k).unwrap_or(0.0),
+                predicted_speedup,
+                predicted: measured_at * predicted_speedup / s_cal,
+            }
+        })
+        .collect();
+    Ok(SweepReport {
+        calibration: measured_at,
+        cost_ratio,
+        recommended: advice.recommended(),
+        rows,
+        cpu_time,
+    })
 }
 
 #[cfg(test)]
@@ -1053,5 +1516,162 @@ mod tests {
         for cfg in bad {
             assert!(cfg.check().is_err(), "{cfg:?}");
         }
+    }
+
+    /// A summary of a run at `k` with `emitted` tokens over one CPU second, and at `k = MAX_K`
+    /// counters and timings the advice reads: acceptance 0.6 at every position, a draft token
+    /// costing 0.2 plain steps.
+    fn summary(k: usize, emitted: u64) -> DemoSummary {
+        let mut totals = Counters::ZERO;
+        let mut costs = CostMeter::ZERO;
+        // 1000 steps whose accepted lengths follow P(a ≥ j) = 0.6^j closely enough.
+        let mut left = 1000.0f64;
+        for a in 0..=k {
+            let n = if a == k { left } else { (left * 0.4).round() };
+            for _ in 0..n as u64 {
+                totals.record(k, a).unwrap();
+                costs.record(k, 10_000, 2_000 * k as u64);
+            }
+            left -= n;
+        }
+        totals.emitted_tokens = emitted;
+        DemoSummary {
+            totals,
+            elapsed: Duration::from_secs(2),
+            steps: 0,
+            sample: String::new(),
+            metrics_addr: None,
+            vocab: 0,
+            stopped_by: None,
+            costs,
+            tree: None,
+            finished: FinishedRequests::ZERO,
+            cpu: Some(Duration::from_secs(1)),
+        }
+    }
+
+    #[test]
+    fn the_sweep_predicts_from_the_calibration_run_and_judges_the_advice() {
+        let cfg = DemoConfig::default();
+        let mut ks = Vec::new();
+        // Measured throughput peaks at k = 3 (1000), the advised k = 2 is within 5 % (960).
+        let measured = [900, 960, 1000, 900, 850, 800, 750, 700];
+        let report = sweep_k(&cfg, 2, |c| {
+            ks.push(c.k);
+            Ok(summary(c.k, measured[c.k - 1]))
+        })
+        .unwrap();
+        // The calibration run first, then rounds over every k.
+        let mut want = vec![MAX_K];
+        for _ in 0..2 {
+            want.extend(1..=MAX_K);
+        }
+        assert_eq!(ks, want);
+        let advice = summary(MAX_K, 700).advice().unwrap();
+        assert_eq!(report.recommended, advice.recommended());
+        assert_eq!(report.recommended, 2, "{advice:?}");
+        assert!((report.cost_ratio - 0.2).abs() < 1e-12);
+        assert_eq!(report.calibration, 700.0);
+        assert!(report.cpu_time);
+        assert_eq!(report.rows.len(), MAX_K);
+        let s8 = advice.expected_speedup(MAX_K).unwrap();
+        for (r, m) in report.rows.iter().zip(measured) {
+            assert_eq!(r.measured, [m as f64, m as f64]);
+            assert_eq!(r.median, m as f64);
+            assert_eq!(Some(r.predicted_speedup), advice.expected_speedup(r.k));
+            assert_eq!(Some(r.predicted_tokens), advice.expected_tokens(r.k));
+            assert!((r.predicted - 700.0 * r.predicted_speedup / s8).abs() < 1e-9);
+            assert!((r.tokens_per_step - m as f64 / 1000.0).abs() < 1e-12);
+        }
+        assert_eq!(report.best_measured(), 3);
+        assert!((report.ratio() - 0.96).abs() < 1e-12);
+        assert!(report.passed());
+        let text = report.to_string();
+        assert!(
+            text.contains("calibration run at k=8: 700 tokens/s (CPU)"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("SWEEP recommended=2 best=3 ratio=0.9600 pass=true"),
+            "{text}"
+        );
+        // The advised k 10 % below the best: a failure.
+        let low = [900, 900, 1000, 900, 850, 800, 750, 700];
+        let report = sweep_k(&cfg, 1, |c| Ok(summary(c.k, low[c.k - 1]))).unwrap();
+        assert!(!report.passed());
+        assert!(report.to_string().contains("within 5 %: FAIL"));
+    }
+
+    #[test]
+    fn the_sweep_refuses_trees_no_rounds_and_stops_when_asked() {
+        let tree = DemoConfig {
+            tree: Some("2x3".parse().unwrap()),
+            ..DemoConfig::default()
+        };
+        let never = |_: &DemoConfig| -> Result<DemoSummary, DemoError> { unreachable!() };
+        assert!(matches!(
+            sweep_k(&tree, 1, never),
+            Err(DemoError::Config(_))
+        ));
+        for rounds in [0, MAX_SWEEP_ROUNDS + 1] {
+            assert!(matches!(
+                sweep_k(&DemoConfig::default(), rounds, never),
+                Err(DemoError::Config(_))
+            ));
+        }
+        // A calibration run without timings gives no advice.
+        let mut untimed = summary(MAX_K, 1);
+        untimed.costs = CostMeter::ZERO;
+        let r = sweep_k(&DemoConfig::default(), 1, |_| Ok(untimed.clone()));
+        assert!(matches!(r, Err(DemoError::Config(m)) if m.contains("no advice")));
+        // A stop request ends the series after the run in progress.
+        let cfg = DemoConfig::default();
+        let mut runs = 0;
+        let r = sweep_k(&cfg, 3, |c| {
+            runs += 1;
+            if runs == 2 {
+                cfg.shutdown.request(Reason::Output);
+            }
+            Ok(summary(c.k, 10))
+        });
+        assert!(
+            matches!(r, Err(DemoError::Stopped(Reason::Output))),
+            "{r:?}"
+        );
+        assert_eq!(runs, 2);
+        // Wall time where no CPU time is known.
+        let mut wall = summary(1, 300);
+        wall.cpu = None;
+        assert_eq!(sweep_throughput(&wall), 150.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 10.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn the_lines_scripts_parse() {
+        let s = summary(MAX_K, 700);
+        let a = s.advice().unwrap();
+        let line = advice_line(&a, 0.2);
+        assert!(
+            line.starts_with("ADVICE recommended=2 cost_ratio=0.200000 speedup=1.333333,1.400000,"),
+            "{line}"
+        );
+        assert_eq!(line.matches(',').count(), 2 * (MAX_K - 1), "{line}");
+        let mut f = FinishedRequests::ZERO;
+        let mut r = RequestAcceptance::NEW;
+        r.record(4, 1).unwrap();
+        f.record(&r, &Extremes::default());
+        f.record(&RequestAcceptance::NEW, &Extremes::default());
+        assert_eq!(
+            requests_line(&f),
+            "REQUESTS finished=2 drafted=1 rate_sum_micros=250000 low=0 high=0"
+        );
+        let text = s.to_string();
+        assert!(text.contains("advice:                  k=2"), "{text}");
+        assert!(text.contains("draft cost ratio:        0.2000"), "{text}");
+        assert!(
+            text.contains("acceptance lengths:      0:400 1:240"),
+            "{text}"
+        );
     }
 }

@@ -6,6 +6,7 @@
 /// name so that `use specula::*` never shadows the language's `core`.
 pub use specula_core;
 
+pub mod advice;
 pub mod backend;
 pub mod clock;
 pub mod cpu;

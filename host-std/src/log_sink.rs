@@ -5,6 +5,7 @@
 //! application choose the backend; every `tracing` subscriber can take `log` records (through
 //! `tracing-log`), while the reverse needs `tracing`'s heavier dependency tree in every user.
 
+use crate::advice::{CostReading, Sources};
 use crate::clock::{StdClock, duration_ns};
 use crate::shutdown::{Reason, Shutdown};
 use crate::wiring::Slots;
@@ -105,6 +106,9 @@ struct Entry<const K: usize> {
     cursor: Cursor<'static, K>,
     /// The cursor has taken a snapshot (its `seen` is a real collection).
     collected: bool,
+    /// The costs read at the previous line (the detailed form's advice is over each line's
+    /// interval, costs included).
+    costs: Option<CostReading>,
 }
 
 /// Logs every slot's line once per interval.
@@ -127,6 +131,8 @@ pub struct LogSink<const K: usize> {
     level: log::Level,
     /// `Some(draft length)`: log vLLM's line ([`VllmReport`]) instead of the native one.
     vllm: Option<usize>,
+    /// `Some`: the native line's detailed form, with these cost sources for the advice.
+    detail: Option<Sources>,
 }
 
 impl<const K: usize> std::fmt::Debug for LogSink<K> {
@@ -165,6 +171,7 @@ impl<const K: usize> LogSink<K> {
                     label,
                     cursor,
                     collected,
+                    costs: None,
                 }
             })
             .collect();
@@ -174,7 +181,20 @@ impl<const K: usize> LogSink<K> {
             start_ns,
             level,
             vllm: None,
+            detail: None,
         })
+    }
+
+    /// Logs the native line's detailed form ([`Report::detailed`]): the acceptance-length
+    /// distribution, the conditional acceptance per position and, for an engine with a cost
+    /// source in `sources`, the draft-length advice, each over the line's interval and over the
+    /// lifetime (the advice's costs: those recorded during the interval, or all of them when
+    /// none were). No effect on vLLM's lines ([`with_vllm_lines`](Self::with_vllm_lines)),
+    /// whose format is vLLM's.
+    #[must_use]
+    pub fn with_detail(mut self, sources: Sources) -> Self {
+        self.detail = Some(sources);
+        self
     }
 
     /// Logs vLLM v1's exact `SpecDecoding metrics: …` line ([`VllmReport`], with `draft_len`
@@ -202,12 +222,15 @@ impl<const K: usize> LogSink<K> {
         let (level, vllm, start_ns) = (self.level, self.vllm, self.start_ns);
         for e in &mut self.entries {
             let taken = e.cursor.take();
+            let detail = taken
+                .as_ref()
+                .and_then(|_| detail_of(self.detail.as_ref(), e));
             e.collected |= taken.is_some();
             let seen = *e.cursor.seen();
             let collected = e.collected;
             let age_ns = collected.then(|| now_ns.saturating_sub(seen.at_ns));
             match &taken {
-                Some(t) => log_taken(level, vllm, &e.label, t),
+                Some(t) => log_taken(level, vllm, detail, &e.label, t),
                 None => {
                     let mut stale = StaleReport::new(
                         &e.label,
@@ -237,7 +260,8 @@ impl<const K: usize> LogSink<K> {
         for e in &mut self.entries {
             if let Some(taken) = e.cursor.take() {
                 e.collected = true;
-                log_taken(level, vllm, &e.label, &taken);
+                let detail = detail_of(self.detail.as_ref(), e);
+                log_taken(level, vllm, detail, &e.label, &taken);
                 out.push(Logged {
                     label: Arc::clone(&e.label),
                     taken: Some(taken),
@@ -274,10 +298,43 @@ impl<const K: usize> LogSink<K> {
     }
 }
 
-/// Logs the line of one take: the native [`Report`], or with `vllm` (a draft length) vLLM's.
-fn log_taken<const K: usize>(level: log::Level, vllm: Option<usize>, label: &str, t: &Taken<K>) {
+/// The detailed form's cost models for one line of `e` (`None`: the plain form): over the
+/// interval since `e`'s previous line and over everything, for an engine with a cost source.
+/// Moves `e`'s cost reading on.
+fn detail_of<const K: usize>(sources: Option<&Sources>, e: &mut Entry<K>) -> Option<Detail> {
+    let sources = sources?;
+    let now = sources.costs(&e.label).map(|c| c.read());
+    let interval = now.and_then(|n| n.since(e.costs.as_ref()).ok());
+    let lifetime = now.and_then(|n| n.since(None).ok());
+    e.costs = now;
+    Some([interval, lifetime])
+}
+
+/// The detailed form's cost models: the interval's, the lifetime's.
+type Detail = [Option<specula_core::CostModel>; 2];
+
+/// Logs the line of one take: the native [`Report`] (its detailed form with `detail`), or with
+/// `vllm` (a draft length) vLLM's.
+fn log_taken<const K: usize>(
+    level: log::Level,
+    vllm: Option<usize>,
+    detail: Option<Detail>,
+    label: &str,
+    t: &Taken<K>,
+) {
     match vllm {
-        None => log::log!(target: TARGET, level, "{}", Report::new(label, t)),
+        None => {
+            let report = Report::new(label, t);
+            match detail {
+                Some([interval, lifetime]) => log::log!(
+                    target: TARGET,
+                    level,
+                    "{}",
+                    report.detailed_with(interval, lifetime)
+                ),
+                None => log::log!(target: TARGET, level, "{report}"),
+            }
+        }
         Some(n) => {
             match VllmReport::new(t, n) {
                 Some(line) => log::log!(target: TARGET, level, "{line}"),

@@ -138,8 +138,8 @@ struct DemoArgs {
     model_name: String,
     /// Another constant label on every series, NAME=VALUE (repeatable). NAME follows
     /// Prometheus' rules ([a-zA-Z_][a-zA-Z0-9_]*, no leading "__") and may not be engine,
-    /// position, le, quantile, job, instance, version, max_draft or model_name; VALUE is 1 to 256
-    /// bytes without control characters. A bad label exits 2.
+    /// position, le, quantile, job, instance, version, max_draft, length, draft_length, window
+    /// or model_name; VALUE is 1 to 256 bytes without control characters. A bad label exits 2.
     #[arg(long = "label", value_name = "NAME=VALUE")]
     labels: Vec<String>,
     /// Keep serving /metrics this many seconds after the run ends.
@@ -193,6 +193,27 @@ struct DemoArgs {
     /// nodes at most 2^28).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     steps: u32,
+    /// A request finishes after emitting this many tokens and a new prompt takes its place (its
+    /// acceptance rate goes into the finished-request histogram); 0 = requests never finish.
+    #[arg(long, default_value_t = 512)]
+    request_tokens: u64,
+    /// Log the native line's detailed form: acceptance-length distribution, conditional
+    /// acceptance per position and the draft-length advice, per interval and lifetime.
+    #[arg(long)]
+    log_detail: bool,
+    /// Seconds of the sliding window of the window="recent" gauges on /metrics (conditional
+    /// acceptance, advice).
+    #[arg(long, default_value_t = 60.0)]
+    advice_window: f64,
+    /// Instead of one run: a calibration run at k = 8 (its advice predicts every k from that
+    /// single run), then the demo at every k = 1..8 (--sweep-rounds rounds, interleaved, each
+    /// run --duration seconds, default 3), printing measured tokens/s next to the prediction;
+    /// exits 1 when the advised k's measured throughput is more than 5 % below the best.
+    #[arg(long, conflicts_with_all = ["tree", "metrics_addr", "vllm_compat"])]
+    sweep_k: bool,
+    /// Rounds of the k = 1..8 runs with --sweep-k (the median of each k is compared).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=demo::MAX_SWEEP_ROUNDS as i64))]
+    sweep_rounds: u32,
 }
 
 /// Errors the command reports; each maps to an exit code (see [`EXIT_CODES`]).
@@ -468,6 +489,9 @@ fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError
             greedy_requests: a.greedy_requests.into(),
         },
         tree: a.tree,
+        request_tokens: a.request_tokens,
+        log_detail: a.log_detail,
+        advice_window: period("advice-window", a.advice_window)?,
     };
     cfg.check().map_err(|e| match e {
         demo::DemoError::ConstLabel(e) => CliError::Usage(format!("bad label: {e}")),
@@ -502,13 +526,23 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
     let mut final_line = None;
     let mut print = |summary: &demo::DemoSummary| {
         let line = demo::final_line(&summary.totals, k);
+        // The chain advice, as /metrics exports it (a tree's is in the summary only).
+        let advice = summary
+            .advice()
+            .ok()
+            .zip(summary.costs.cost_model().ok())
+            .filter(|_| summary.tree.is_none())
+            .map(|(a, c)| demo::advice_line(&a, c.per_draft()));
         let mut out = stdio::stdout();
         let written = summary
             .metrics_addr
             .map_or(Ok(()), |addr| {
                 writeln!(out, "metrics served on http://{addr}/metrics")
             })
-            .and_then(|()| writeln!(out, "{summary}\n{line}"))
+            .and_then(|()| writeln!(out, "{summary}"))
+            .and_then(|()| advice.map_or(Ok(()), |l| writeln!(out, "{l}")))
+            .and_then(|()| writeln!(out, "{}", demo::requests_line(&summary.finished)))
+            .and_then(|()| writeln!(out, "{line}"))
             .and_then(|()| out.flush());
         if let Err(e) = written {
             stdout_error = Some(e);
@@ -516,6 +550,9 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         }
         final_line = Some(line);
     };
+    if a.sweep_k {
+        return run_sweep(&a, cfg, &corpus);
+    }
     let verifier = open_backend(a.backend, a.threads, a.device)?;
     let readback = verifier.readback().map_err(backend_error)?;
     let ran = if cfg.tree.is_some() {
@@ -555,6 +592,56 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
         _ => CliError::Run(e.to_string()),
     })?;
     Ok(())
+}
+
+/// `specula demo --sweep-k`: the calibration run and the runs at k = 1..8 (each on a fresh
+/// backend, quietly: no log lines between the runs' progress), the report on stdout; exit 1
+/// when the advised k misses the best measured throughput by more than 5 %.
+fn run_sweep(a: &DemoArgs, mut cfg: DemoConfig, corpus: &str) -> Result<(), CliError> {
+    if a.duration.is_none() && a.tokens.is_none() {
+        cfg.duration = Some(Duration::from_secs(3));
+    }
+    // One line per run at most: a log interval past the run's end.
+    cfg.log_interval = cfg.duration.unwrap_or(Duration::from_secs(3)) + Duration::from_secs(3600);
+    cfg.progress = false;
+    let mut err = std::io::stderr();
+    let mut n = 0;
+    let report = demo::sweep_k(&cfg, a.sweep_rounds as usize, |c| {
+        n += 1;
+        let _ = writeln!(err, "sweep-k: run {n}: k={}", c.k);
+        let verifier = open_backend(a.backend, a.threads, a.device)
+            .map_err(|e| demo::DemoError::Config(e.to_string()))?;
+        let readback = verifier
+            .readback()
+            .map_err(|e| demo::DemoError::Config(e.to_string()))?;
+        demo::run(
+            c,
+            corpus,
+            verifier,
+            readback,
+            &mut std::io::sink(),
+            &mut |_| {},
+        )
+    })
+    .map_err(|e| match e {
+        demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
+        _ => CliError::Run(e.to_string()),
+    })?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{report}")
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Output(format!("cannot write the report to stdout: {e}")))?;
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(CliError::Run(format!(
+            "the advised k={} reached {:.3} of the best measured throughput (k={}), below {:.2}",
+            report.recommended,
+            report.ratio(),
+            report.best_measured(),
+            1.0 - demo::SWEEP_TOLERANCE
+        )))
+    }
 }
 
 /// `--threads` may ask for at most this many threads per CPU.

@@ -3,7 +3,32 @@
 //! No timer runs on this path: each scrape reads every slot once (a consistent snapshot per
 //! rank) and encodes its cumulative totals as counters. Because the values are the slot's own
 //! totals, a scrape can never double count, whatever the scrape and collection schedules.
+//!
+//! # The acceptance-length distribution: a counter per length, not a native histogram
+//! `specula_drafts_by_accepted_length_total{length="j"}` counts the drafts that accepted exactly
+//! `j` tokens, one counter per `j` in `0..=draft_len`, derived at scrape time from the
+//! per-position counters (exact: see `specula_core::acceptance`). A counter per length rather
+//! than a histogram because the values are small integers, each a count in its own right:
+//! `rate()` of one series is the share of steps at that length, a bar per length is the
+//! distribution AIPerf and vLLM's per-position panels show, and nothing is interpolated. A
+//! native histogram's exponential buckets do not fall on the integers (3 and 4 share a bucket
+//! at schema 0, and every finer schema interpolates quantiles between lengths that cannot
+//! occur), and native histograms travel only in the protobuf exposition, which this exporter's
+//! text formats (and `promtool check metrics`) do not carry. A classic histogram with buckets
+//! `le="0"`, `"1"`, … would hold the same counts cumulatively, but its `histogram_quantile`
+//! interpolates inside a bucket (a median of 2.4 accepted tokens) and every dashboard would
+//! need differences of adjacent buckets to show a length's share.
+//!
+//! # Derived gauges, over a window and the lifetime
+//! Conditional acceptance per position and the draft-length advice are ratios, not counts, and
+//! a ratio of interval counts cannot be rebuilt from `rate()`s of the exported families for
+//! mixed draft lengths, nor an argmax in PromQL: they are gauges computed at scrape time, with
+//! `window="recent"` (a sliding window of [`SpecCollector::with_advice_window`], 60 s by
+//! default: from one to two window lengths before the scrape; one window per engine, shared by
+//! every scraper, so a second Prometheus does not shorten it) and
+//! `window="lifetime"` (the totals).
 
+use crate::advice::{CostReading, Sources, Window};
 use crate::clock::StdClock;
 use crate::wiring::Slots;
 use prometheus_client::collector::Collector;
@@ -13,8 +38,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use specula_core::{Clock, Snapshot};
+use specula_core::advisor::{Advice, AdviceError, advise};
+use specula_core::request::RATE_BOUNDS_PERCENT;
+use specula_core::{Clock, Counters, FinishedRequests, Snapshot};
 use std::fmt::{self, Write};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Exposition formats the HTTP endpoint can serve.
@@ -65,10 +93,10 @@ pub struct Options {
 }
 
 /// Label names a constant label may not use: the exporter sets `engine`, `position`, `le`,
-/// `version` and `max_draft` itself, `quantile` belongs to summaries, and Prometheus adds
-/// `job` and `instance` at scrape time (an exported one would be renamed `exported_job`,
-/// breaking every dashboard that filters on it).
-pub const RESERVED_LABELS: [&str; 8] = [
+/// `version`, `max_draft`, `length`, `draft_length` and `window` itself, `quantile` belongs
+/// to summaries, and Prometheus adds `job` and `instance` at scrape time (an exported one
+/// would be renamed `exported_job`, breaking every dashboard that filters on it).
+pub const RESERVED_LABELS: [&str; 11] = [
     "engine",
     "position",
     "le",
@@ -77,7 +105,14 @@ pub const RESERVED_LABELS: [&str; 8] = [
     "instance",
     "version",
     "max_draft",
+    "length",
+    "draft_length",
+    "window",
 ];
+
+/// The default length of the window of the derived gauges (60 s; see
+/// [`SpecCollector::with_advice_window`]).
+pub const DEFAULT_ADVICE_WINDOW: Duration = Duration::from_secs(60);
 
 /// Longest constant label value, in bytes.
 pub const MAX_LABEL_VALUE: usize = 256;
@@ -282,6 +317,21 @@ pub fn check_draft_len<const K: usize>(n: usize) -> Result<usize, DraftLenError>
 /// the snapshot's `at_ns`) and `specula_last_collection_age_seconds` (how old the data is at
 /// the scrape), so a stalled collection shows as an age that grows.
 ///
+/// Derived at scrape time from the same snapshot (nothing is added to the step path):
+/// `specula_drafts_by_accepted_length_total{length}` (drafts that accepted exactly `length`
+/// tokens, `0..=draft_len`; the last series counts `draft_len` or more, so the series always
+/// sum to `specula_drafts_total`) and the gauge
+/// `specula_conditional_acceptance_rate{position,window}` (accepted at the position given
+/// reached and drafted; see the module documentation for `window`). With a cost source for the
+/// engine ([`with_sources`](SpecCollector::with_sources)), the draft-length advice:
+/// `specula_recommended_draft_length{window}`, `specula_expected_speedup{draft_length,window}`
+/// and `specula_expected_tokens_per_step{draft_length,window}` for every measured draft length,
+/// and `specula_draft_cost_ratio{window}` (a draft token's cost in plain target steps). With a
+/// finished-request histogram for the engine: the histogram
+/// `specula_request_acceptance_rate` (buckets at `RATE_BOUNDS_PERCENT` / 100) and the
+/// counters `specula_requests_finished_total`, `specula_requests_low_acceptance_total` and
+/// `specula_requests_high_acceptance_total` (the extremes).
+///
 /// With [`Options::vllm_compat`] every family's `engine` label is the slot's index in wiring
 /// order ("0", "1", …, vLLM's engine index) and these families are added, with vLLM's names,
 /// types and help texts: v1's counters `vllm:spec_decode_num_drafts_total`,
@@ -298,18 +348,47 @@ pub struct SpecCollector<const K: usize> {
     clock: Option<StdClock>,
     labels: ConstLabels,
     draft_len: usize,
+    sources: Sources,
+    /// One per slot, in wiring order: the derived gauges' sliding window.
+    windows: Mutex<Vec<Window<K>>>,
 }
 
 impl<const K: usize> SpecCollector<K> {
     /// A collector over `slots`.
     pub fn new(slots: Slots<K>, options: Options) -> Self {
+        let windows = Mutex::new(Self::fresh_windows(&slots, DEFAULT_ADVICE_WINDOW));
         Self {
             slots,
             options,
             clock: None,
             labels: ConstLabels::new(),
             draft_len: K,
+            sources: Sources::new(),
+            windows,
         }
+    }
+
+    fn fresh_windows(slots: &Slots<K>, length: Duration) -> Vec<Window<K>> {
+        let ns = crate::clock::duration_ns(length);
+        (0..slots.len()).map(|_| Window::new(ns)).collect()
+    }
+
+    /// The engines' cost sources (for the advice) and finished-request histograms, by slot
+    /// label.
+    #[must_use]
+    pub fn with_sources(mut self, sources: Sources) -> Self {
+        self.sources = sources;
+        self
+    }
+
+    /// The length of the sliding window of the `window="recent"` gauges (default
+    /// [`DEFAULT_ADVICE_WINDOW`], 60 s; at least 1 ns): they cover from one to two lengths
+    /// before the scrape, by the snapshots' own collection times; every scraper shares the
+    /// window.
+    #[must_use]
+    pub fn with_advice_window(self, length: Duration) -> Self {
+        let windows = Mutex::new(Self::fresh_windows(&self.slots, length));
+        Self { windows, ..self }
     }
 
     /// Exports the time of each slot's last successful collection and its age, reading the
@@ -361,11 +440,11 @@ fn position_labels(n: usize) -> Vec<String> {
 fn label_set<'a>(
     labels: &'a ConstLabels,
     engine: &'a str,
-    extra: Option<(&'a str, &'a str)>,
+    extra: &[(&'a str, &'a str)],
 ) -> Vec<(&'a str, &'a str)> {
     let mut v: Vec<(&str, &str)> = labels.iter().collect();
     v.push(("engine", engine));
-    v.extend(extra);
+    v.extend_from_slice(extra);
     v
 }
 
@@ -378,7 +457,7 @@ fn counter_family(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (engine, v) in rows {
-        m.encode_family(&label_set(labels, engine, None))?
+        m.encode_family(&label_set(labels, engine, &[]))?
             .encode_counter::<NoLabelSet, _, u64>(v, None)?;
     }
     Ok(())
@@ -393,7 +472,7 @@ fn gauge_family(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (engine, v) in rows {
-        m.encode_family(&label_set(labels, engine, None))?
+        m.encode_family(&label_set(labels, engine, &[]))?
             .encode_gauge(v)?;
     }
     Ok(())
@@ -412,14 +491,218 @@ pub fn unix_seconds(at_ns: u64, now_ns: u64, now: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// What a scrape derives per slot besides its snapshot: the counts over the recent window and
+/// the advice over it and over the lifetime (with a cost source), the finished-request
+/// histogram (with one).
+struct Derived<const K: usize> {
+    recent: Counters<K>,
+    /// (recent, lifetime) advice and cost ratio; `None` without a cost source.
+    advice: Option<[Result<(Advice<K>, f64), AdviceError>; 2]>,
+    requests: Option<FinishedRequests>,
+}
+
+/// The `window` label values of the derived gauges, in the order of [`Derived::advice`].
+const WINDOWS: [&str; 2] = ["recent", "lifetime"];
+
 /// One encoding pass: the snapshots, their engine label values and the settings.
 struct Scrape<'a, const K: usize> {
     labels: &'a ConstLabels,
     snaps: Vec<(&'a str, Snapshot<K>)>,
     positions: Vec<String>,
+    derived: Vec<Derived<K>>,
 }
 
 impl<const K: usize> Scrape<'_, K> {
+    /// `specula_drafts_by_accepted_length_total{length}`: `0..=draft_len`, the last one
+    /// `draft_len` or more.
+    fn length_family(&self, enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let n = self.positions.len();
+        let lengths = position_labels(n + 1);
+        let mut m = enc.encode_descriptor(
+            "specula_drafts_by_accepted_length",
+            "Drafts that accepted exactly this many draft tokens (the last length: this many or \
+             more); derived exactly from the per-position counters.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (engine, s) in &self.snaps {
+            let c = &s.counters;
+            for (j, length) in lengths.iter().enumerate() {
+                let v = if j < n {
+                    c.accepted_exactly(j).unwrap_or(0)
+                } else {
+                    // Drafts that accepted n or more: A[n-1] (all drafts when n = 0).
+                    n.checked_sub(1)
+                        .map_or(c.drafts, |i| c.accepted_per_position[i])
+                };
+                m.encode_family(&label_set(
+                    self.labels,
+                    engine,
+                    &[("length", length.as_str())],
+                ))?
+                .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A gauge family with one series per engine, window and `key` value: `series(slot,
+    /// window)` gives the `(key value, value)` pairs (none: no series).
+    fn windowed_gauges(
+        &self,
+        enc: &mut DescriptorEncoder<'_>,
+        name: &str,
+        help: &str,
+        key: Option<&str>,
+        series: impl Fn(usize, usize) -> Vec<(String, f64)>,
+    ) -> Result<(), std::fmt::Error> {
+        let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (slot, (engine, _)) in self.snaps.iter().enumerate() {
+            for (w, window) in WINDOWS.iter().enumerate() {
+                for (value_of_key, v) in series(slot, w) {
+                    let mut extra = vec![("window", *window)];
+                    if let Some(k) = key {
+                        extra.insert(0, (k, value_of_key.as_str()));
+                    }
+                    m.encode_family(&label_set(self.labels, engine, &extra))?
+                        .encode_gauge(&v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn derived_families(&self, enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let n = self.positions.len();
+        self.windowed_gauges(
+            enc,
+            "specula_conditional_acceptance_rate",
+            "Acceptance at this draft position among drafts that reached it and had a token \
+             there (an estimate inside the exact bounds when draft lengths mix).",
+            Some("position"),
+            |slot, w| {
+                let c = if w == 0 {
+                    &self.derived[slot].recent
+                } else {
+                    &self.snaps[slot].1.counters
+                };
+                (0..n)
+                    .filter_map(|i| Some((i.to_string(), c.conditional_acceptance(i)?)))
+                    .collect()
+            },
+        )?;
+        let advice = |slot: usize, w: usize| -> Option<&(Advice<K>, f64)> {
+            self.derived[slot].advice.as_ref()?[w].as_ref().ok()
+        };
+        self.windowed_gauges(
+            enc,
+            "specula_recommended_draft_length",
+            "The draft length with the largest expected speedup (the advisor's argmax).",
+            None,
+            |slot, w| {
+                advice(slot, w)
+                    .map(|(a, _)| (String::new(), a.recommended() as f64))
+                    .into_iter()
+                    .collect()
+            },
+        )?;
+        self.windowed_gauges(
+            enc,
+            "specula_expected_speedup",
+            "Expected speedup over plain decoding at this draft length: expected tokens per \
+             step over the step's cost in plain target steps.",
+            Some("draft_length"),
+            |slot, w| {
+                advice(slot, w)
+                    .map(|(a, _)| a.iter().map(|(k, _, s)| (k.to_string(), s)).collect())
+                    .unwrap_or_default()
+            },
+        )?;
+        self.windowed_gauges(
+            enc,
+            "specula_expected_tokens_per_step",
+            "Expected tokens emitted per verification step at this draft length.",
+            Some("draft_length"),
+            |slot, w| {
+                advice(slot, w)
+                    .map(|(a, _)| a.iter().map(|(k, e, _)| (k.to_string(), e)).collect())
+                    .unwrap_or_default()
+            },
+        )?;
+        self.windowed_gauges(
+            enc,
+            "specula_draft_cost_ratio",
+            "What one draft token adds to a step, in plain (non-speculative) target steps.",
+            None,
+            |slot, w| {
+                advice(slot, w)
+                    .map(|(_, r)| (String::new(), *r))
+                    .into_iter()
+                    .collect()
+            },
+        )?;
+        // The finished-request histogram and its extremes, for engines that keep one.
+        let with_requests: Vec<(&str, &FinishedRequests)> = self
+            .snaps
+            .iter()
+            .zip(&self.derived)
+            .filter_map(|((engine, _), d)| Some((*engine, d.requests.as_ref()?)))
+            .collect();
+        if with_requests.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "specula_request_acceptance_rate",
+                "Acceptance rate (accepted / drafted tokens) of each finished request that \
+                 drafted.",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (engine, h) in &with_requests {
+                let mut buckets: Vec<(f64, u64)> = RATE_BOUNDS_PERCENT
+                    .iter()
+                    .zip(h.buckets)
+                    .map(|(&p, n)| (f64::from(p) / 100.0, n))
+                    .collect();
+                buckets.push((f64::INFINITY, 0));
+                m.encode_family(&label_set(self.labels, engine, &[]))?
+                    .encode_histogram::<NoLabelSet>(
+                        h.rate_sum_micros as f64 / 1e6,
+                        h.drafted_requests(),
+                        &buckets,
+                        None,
+                    )?;
+            }
+        }
+        let rows = |f: fn(&FinishedRequests) -> u64| -> Vec<(&str, u64)> {
+            with_requests.iter().map(|(e, h)| (*e, f(h))).collect()
+        };
+        counter_family(
+            enc,
+            self.labels,
+            "specula_requests_finished",
+            "Requests finished (those that never drafted included).",
+            &rows(|h| h.finished),
+        )?;
+        counter_family(
+            enc,
+            self.labels,
+            "specula_requests_low_acceptance",
+            "Finished requests whose draft contributed (nearly) nothing: acceptance at most the \
+             runtime's low threshold (default 5 %) over enough draft tokens.",
+            &rows(|h| h.low),
+        )?;
+        counter_family(
+            enc,
+            self.labels,
+            "specula_requests_high_acceptance",
+            "Finished requests with (nearly) every draft token accepted over a long output \
+             (default 95 % over 256 tokens): possible repetition loops.",
+            &rows(|h| h.high),
+        )
+    }
+
     fn position_family(
         &self,
         enc: &mut DescriptorEncoder<'_>,
@@ -433,12 +716,44 @@ impl<const K: usize> Scrape<'_, K> {
                 m.encode_family(&label_set(
                     self.labels,
                     engine,
-                    Some(("position", pos.as_str())),
+                    &[("position", pos.as_str())],
                 ))?
                 .encode_counter::<NoLabelSet, _, u64>(v, None)?;
             }
         }
         Ok(())
+    }
+}
+
+impl<const K: usize> SpecCollector<K> {
+    /// Moves every slot's window to its snapshot and derives what the gauges need.
+    fn derive(&self, snaps: &[(&str, Snapshot<K>)]) -> Vec<Derived<K>> {
+        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        self.slots
+            .iter()
+            .zip(snaps)
+            .zip(windows.iter_mut())
+            .map(|(((label, _), (_, s)), window)| {
+                let costs: Option<CostReading> = self.sources.costs(label).map(|c| c.read());
+                let recent = window.update(s.at_ns, &s.counters, costs);
+                let advice = costs.map(|now| {
+                    let lifetime = now.since(None).and_then(|c| {
+                        let a = advise(&s.counters, &c)?;
+                        Ok((a, c.per_draft()))
+                    });
+                    let windowed = recent
+                        .advice
+                        .unwrap_or(Err(AdviceError::NoTimings))
+                        .map(|(a, c)| (a, c.per_draft()));
+                    [windowed, lifetime]
+                });
+                Derived {
+                    recent: recent.counters,
+                    advice,
+                    requests: self.sources.requests(label).map(|r| r.read().0),
+                }
+            })
+            .collect()
     }
 }
 
@@ -460,10 +775,12 @@ impl<const K: usize> Collector for SpecCollector<K> {
                 (engine, r.read().0)
             })
             .collect();
+        let derived = self.derive(&snaps);
         let sc = Scrape {
             labels: &self.labels,
             snaps,
             positions: position_labels(self.draft_len),
+            derived,
         };
         let labels = &self.labels;
         let rows = |f: fn(&Snapshot<K>) -> u64| -> Vec<(&str, u64)> {
@@ -520,6 +837,8 @@ impl<const K: usize> Collector for SpecCollector<K> {
             "Drafts that had a token at this position.",
             |s| &s.counters.drafted_per_position,
         )?;
+        sc.length_family(&mut enc)?;
+        sc.derived_families(&mut enc)?;
         counter_family(
             &mut enc,
             labels,

@@ -286,6 +286,8 @@ pub(crate) struct TreeStep {
     path: Vec<u32>,
     emitted: Vec<u32>,
     ctx: Vec<u32>,
+    /// The last step's time drafting and scoring its trees (ns).
+    drafting_ns: u64,
 }
 
 impl TreeStep {
@@ -314,6 +316,7 @@ impl TreeStep {
             path: vec![0; b * w],
             emitted: vec![0; b * w],
             ctx: Vec::new(),
+            drafting_ns: 0,
         }
     }
 }
@@ -329,6 +332,7 @@ impl Step for TreeStep {
         let (n, v, depth) = (self.shape.nodes() + 1, self.vocab, self.shape.depth);
         let sampled = self.method == Method::Rejection;
         let verr = |e: String| DemoError::Verify(e);
+        let started = std::time::Instant::now();
         for (r, req) in requests.iter().enumerate() {
             let h = &req.history;
             let tail = &h[h.len().saturating_sub(models.keep)..];
@@ -355,6 +359,7 @@ impl Step for TreeStep {
                     .probs(&self.ctx, &mut self.target_rows[(r * n + i) * v..][..v]);
             }
         }
+        self.drafting_ns = crate::clock::duration_ns(started.elapsed());
         let mut batch = TreeBatch::new(
             TreeDims {
                 vocab: v,
@@ -389,6 +394,21 @@ impl Step for TreeStep {
     fn emitted(&self, r: usize) -> &[u32] {
         let w = self.shape.depth + 1;
         &self.emitted[r * w..][..=self.accepted[r] as usize]
+    }
+
+    fn draft_len(&self) -> usize {
+        self.shape.depth
+    }
+
+    fn draft_units(&self) -> usize {
+        self.shape.nodes()
+    }
+
+    fn scaled_ns(&self) -> Option<u64> {
+        // Drafting expands every internal node and the target scores every node and the root,
+        // one row each: all of it grows with the node count but one target row (the root's).
+        let n = self.shape.nodes() as u64;
+        Some(self.drafting_ns / (n + 1) * n)
     }
 }
 

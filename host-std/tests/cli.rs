@@ -936,3 +936,80 @@ fn tree_compare_prints_both_runs() {
     assert!(out.contains("tree 2x2 (6 draft nodes)"), "{out}");
     assert!(out.contains("chain k=6 (same node budget)"), "{out}");
 }
+
+#[test]
+fn the_demo_prints_its_advice_and_finished_requests_before_the_final_line() {
+    let o = specula(&[
+        "demo",
+        "--tokens",
+        "4000",
+        "--threads",
+        "1",
+        "--log-interval",
+        "0.2",
+        "--request-tokens",
+        "64",
+        "--log-detail",
+    ]);
+    let (out, err) = expect_code(&o, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    let n = lines.len();
+    assert!(lines[n - 1].starts_with("FINAL "), "{out}");
+    assert!(lines[n - 2].starts_with("REQUESTS finished="), "{out}");
+    assert!(lines[n - 3].starts_with("ADVICE recommended="), "{out}");
+    // 4000 tokens over 8 requests of 64: dozens finished.
+    let finished: u64 = lines[n - 2]
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("finished="))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(finished >= 40, "{out}");
+    assert!(out.contains("advice:                  k="), "{out}");
+    assert!(out.contains("conditional acceptance:  "), "{out}");
+    // The detailed log line: distribution, conditionals and advice, interval and lifetime.
+    let detailed = err
+        .lines()
+        .find(|l| l.contains("Acceptance lengths: "))
+        .unwrap_or_else(|| panic!("no detailed line:\n{err}"));
+    assert!(detailed.contains("Conditional acceptance: "), "{detailed}");
+    assert!(detailed.contains("advice=k="), "{detailed}");
+    // Without --log-detail the native line is unchanged.
+    let o = demo(&[]);
+    let (_, err) = expect_code(&o, 0);
+    assert!(!err.contains("Acceptance lengths"), "{err}");
+}
+
+#[test]
+fn sweep_k_prints_measured_next_to_predicted_throughput_for_every_k() {
+    let o = specula(&[
+        "demo",
+        "--sweep-k",
+        "--duration",
+        "0.05",
+        "--sweep-rounds",
+        "1",
+        "--threads",
+        "1",
+    ]);
+    // Runs this short are noise: the verdict may go either way (exit 0 or 1), the report not.
+    let code = o.status.code();
+    let (out, err) = text(&o);
+    assert!(matches!(code, Some(0 | 1)), "{code:?}\n{out}\n{err}");
+    assert!(out.contains("calibration run at k=8: "), "{out}");
+    for k in 1..=8 {
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{k} "))),
+            "no row for k={k}:\n{out}"
+        );
+    }
+    let verdict = out
+        .lines()
+        .find(|l| l.starts_with("SWEEP recommended="))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(verdict.ends_with("pass=true"), code == Some(0), "{verdict}");
+    assert_eq!(err.matches("sweep-k: run ").count(), 9, "{err}");
+    // Token trees and the metrics server are not swept.
+    let o = specula(&["demo", "--sweep-k", "--tree", "2x3"]);
+    expect_code(&o, 2);
+}

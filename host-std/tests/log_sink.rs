@@ -612,3 +612,82 @@ fn vllm_lines_are_vllms_exact_format_and_skip_idle_intervals() {
     );
     assert!(!own.iter().any(|l| l.contains("SpecDecoding")), "{own:?}");
 }
+
+#[test]
+fn the_detailed_line_carries_lengths_conditionals_and_the_interval_advice() {
+    use specula::advice::{CostSource, Sources, cost_slot};
+    use specula::specula_core::Report;
+    use specula::specula_core::advisor::{CostModel, advise};
+    captured();
+    const S: u64 = 1_000_000_000;
+    let wired = wire::<4, _>(["detail", "detail-fixed", "detail-none"]).unwrap();
+    let mut writers = wired.writers.into_iter();
+    let (mut w0, mut w1, mut w2) = (
+        writers.next().unwrap(),
+        writers.next().unwrap(),
+        writers.next().unwrap(),
+    );
+    let (mut costs, reader) = cost_slot();
+    let fixed = CostModel::from_ratio(0.25).unwrap();
+    let sources = Sources::new()
+        .with_costs("detail", CostSource::Measured(reader))
+        .with_costs("detail-fixed", CostSource::Fixed(fixed));
+    let mut sink = LogSink::new(&wired.slots, Duration::from_secs(1), 0, log::Level::Info)
+        .unwrap()
+        .with_detail(sources);
+    let mut s = Snapshot::<4>::ZERO;
+    // Interval 1: everything accepted, drafts nearly free.
+    for _ in 0..10 {
+        s.counters.record(3, 3).unwrap();
+        costs.record(3, 10_000, 30);
+    }
+    s.at_ns = S;
+    for w in [&mut w0, &mut w1, &mut w2] {
+        w.publish(&s);
+    }
+    assert_eq!(sink.poll(S).len(), 3);
+    let first = s;
+    // Interval 2: nothing past position 0, dear drafts: this interval's advice is k = 1.
+    for _ in 0..10 {
+        s.counters.record(3, 1).unwrap();
+        costs.record(3, 10_000, 30_000);
+    }
+    s.at_ns = 2 * S;
+    for w in [&mut w0, &mut w1, &mut w2] {
+        w.publish(&s);
+    }
+    let out = sink.poll(2 * S);
+    let taken = out[0].taken.expect("new counts");
+    assert_eq!(taken.delta, s.counters.delta_since(&first.counters));
+    let line = lines_for("detail").pop().unwrap();
+    // The line is the core's detailed report with the interval's costs (10 µs per draft
+    // forward over a 10 µs fixed part) and, for the lifetime, all of them.
+    let cost = CostModel::from_ratio(1.0).unwrap();
+    let all = costs.meter().cost_model().unwrap();
+    let want: String = Report::new("detail", &taken)
+        .detailed_with(Some(cost), Some(all))
+        .to_string();
+    assert_eq!(line, want);
+    assert_eq!(advise(&taken.delta, &cost).unwrap().recommended(), 1);
+    assert!(
+        line.contains("Acceptance lengths: 0:0 1:10 2:0 3:0, Conditional acceptance: 1.000, 0.000, n/a, Advice: k=1"),
+        "{line}"
+    );
+    assert!(
+        line.contains("acceptance lengths=0:0 1:10 2:0 3:10, conditional acceptance=1.000, 0.500, 1.000, advice=k="),
+        "{line}"
+    );
+    // A configured cost; no cost source: the detailed form without advice.
+    let fixed_line = lines_for("detail-fixed").pop().unwrap();
+    assert_eq!(
+        fixed_line,
+        Report::new("detail-fixed", &taken)
+            .detailed(Some(fixed))
+            .to_string()
+    );
+    let none = lines_for("detail-none").pop().unwrap();
+    assert!(
+        none.contains("Conditional acceptance: ") && !none.contains("dvice"),
+        "{none}"
+    );
+}

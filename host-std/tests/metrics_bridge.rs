@@ -8,19 +8,33 @@ use specula::wire_ranks;
 use specula_core::Snapshot;
 use std::collections::HashMap;
 
-/// Running sums of every counter: the debugging recorder's snapshot returns (and resets) the
-/// increments since the previous snapshot.
+/// Running sums of every counter (the debugging recorder's snapshot returns, and resets, the
+/// increments since the previous snapshot), and the last value of every gauge.
 #[derive(Default)]
-struct Sums(HashMap<String, u64>);
+struct Sums(HashMap<String, u64>, HashMap<String, f64>);
 
 impl Sums {
     fn absorb(&mut self, snapshotter: &Snapshotter) {
         for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-            let DebugValue::Counter(n) = value else {
-                panic!("{key:?} is not a counter");
-            };
-            *self.0.entry(name_of(key.key())).or_default() += n;
+            match value {
+                DebugValue::Counter(n) => *self.0.entry(name_of(key.key())).or_default() += n,
+                DebugValue::Gauge(v) => {
+                    self.1.insert(name_of(key.key()), v.into_inner());
+                }
+                DebugValue::Histogram(_) => panic!("{key:?}: the bridge records no histogram"),
+            }
         }
+    }
+
+    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let key = metrics::Key::from_parts(
+            name.to_string(),
+            labels
+                .iter()
+                .map(|(k, v)| metrics::Label::new(k.to_string(), v.to_string()))
+                .collect::<Vec<_>>(),
+        );
+        self.1.get(&name_of(&key)).copied()
     }
 
     fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
@@ -102,6 +116,16 @@ fn counters_equal_totals_after_every_update() {
                     assert_eq!(
                         sums.get("specula_accepted_tokens_per_position_total", &lp),
                         c.accepted_per_position[i]
+                    );
+                }
+                // The distribution's increments sum to the totals' distribution, exactly.
+                for j in 0..=4 {
+                    let len = j.to_string();
+                    let ll = [("engine", engine.as_str()), ("length", len.as_str())];
+                    assert_eq!(
+                        sums.get("specula_drafts_by_accepted_length_total", &ll),
+                        c.accepted_exactly(j).unwrap(),
+                        "{engine} length {j}"
                     );
                 }
             }
@@ -200,5 +224,156 @@ fn constant_labels_and_the_draft_length_reach_every_counter() {
         sums.get("specula_drafts_total", &l),
         1,
         "the second update's delta"
+    );
+}
+
+#[test]
+fn derived_gauges_advice_and_finished_requests_follow_each_update() {
+    use specula::advice::{CostSource, Sources, cost_slot, request_slot};
+    use specula::specula_core::advisor::{CostModel, advise};
+    use specula::specula_core::{Extremes, RequestAcceptance};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut wired = wire_ranks::<4>(2).unwrap();
+    let (mut costs, cost_reader) = cost_slot();
+    let (mut finished, finished_reader) = request_slot(Extremes::default());
+    let sources = Sources::new()
+        .with_costs("rank0", CostSource::Measured(cost_reader))
+        .with_requests("rank0", finished_reader)
+        .with_costs(
+            "rank1",
+            CostSource::Fixed(CostModel::from_ratio(0.5).unwrap()),
+        );
+    let mut bridge = MetricsBridge::new(&wired.slots)
+        .with_draft_len(3)
+        .unwrap()
+        .with_sources(sources);
+    let mut s = Snapshot::<4>::ZERO;
+    let mut sums = Sums::default();
+    // Update 1: all accepted, cheap drafts. Update 2: nothing past position 0, dear drafts.
+    for (round, (accepted, scaled)) in [(3usize, 300u64), (1, 30_000)].into_iter().enumerate() {
+        let before = s.counters;
+        for _ in 0..10 {
+            s.counters.record(3, accepted).unwrap();
+            costs.record(3, 10_000, scaled);
+        }
+        s.at_ns = (round as u64 + 1) * 1_000;
+        wired.writers[0].publish(&s);
+        wired.writers[1].publish(&s);
+        let mut r = RequestAcceptance::NEW;
+        for _ in 0..40 {
+            r.record(3, accepted).unwrap();
+        }
+        finished.finish(&r);
+        metrics::with_local_recorder(&recorder, || assert_eq!(bridge.update(), 2));
+        sums.absorb(&snapshotter);
+        let delta = s.counters.delta_since(&before);
+        let recent = [("engine", "rank0"), ("window", "recent")];
+        let g = |name: &str, extra: &[(&str, &str)]| {
+            let mut l = vec![("engine", "rank0")];
+            l.extend_from_slice(extra);
+            l.push(("window", "recent"));
+            sums.gauge(name, &l)
+        };
+        // This update's interval: its counts and the costs recorded during it.
+        let cost = CostModel::from_ratio(scaled as f64 / 3.0 / 10_000.0).unwrap();
+        let want = advise(&delta, &cost).unwrap();
+        assert_eq!(
+            sums.gauge("specula_recommended_draft_length", &recent),
+            Some(want.recommended() as f64)
+        );
+        assert_eq!(
+            sums.gauge("specula_draft_cost_ratio", &recent),
+            Some(cost.per_draft())
+        );
+        for k in 1..=3 {
+            let ks = k.to_string();
+            let l = [("draft_length", ks.as_str())];
+            assert_eq!(g("specula_expected_speedup", &l), want.expected_speedup(k));
+            assert_eq!(
+                g("specula_expected_tokens_per_step", &l),
+                want.expected_tokens(k)
+            );
+        }
+        assert_eq!(
+            g("specula_conditional_acceptance_rate", &[("position", "0")]),
+            Some(1.0)
+        );
+        // The lifetime series: over the totals and every cost recorded.
+        let lifetime = advise(&s.counters, &costs.meter().cost_model().unwrap()).unwrap();
+        assert_eq!(
+            sums.gauge(
+                "specula_recommended_draft_length",
+                &[("engine", "rank0"), ("window", "lifetime")]
+            ),
+            Some(lifetime.recommended() as f64)
+        );
+        // rank1: a configured cost, the same counts.
+        let fixed = advise(&delta, &CostModel::from_ratio(0.5).unwrap()).unwrap();
+        assert_eq!(
+            sums.gauge(
+                "specula_expected_speedup",
+                &[
+                    ("engine", "rank1"),
+                    ("draft_length", "3"),
+                    ("window", "recent")
+                ]
+            ),
+            fixed.expected_speedup(3)
+        );
+        // Finished requests: rank0 only.
+        let l = [("engine", "rank0")];
+        assert_eq!(
+            sums.get("specula_requests_finished_total", &l),
+            round as u64 + 1
+        );
+        assert_eq!(
+            sums.get("specula_request_acceptance_rate_count", &l),
+            round as u64 + 1
+        );
+        assert_eq!(
+            sums.get(
+                "specula_request_acceptance_rate_bucket",
+                &[("engine", "rank0"), ("le", "+Inf")]
+            ),
+            round as u64 + 1
+        );
+        assert_eq!(
+            sums.get("specula_requests_finished_total", &[("engine", "rank1")]),
+            0
+        );
+    }
+    // Round 1 accepted everything (high: 160 emitted tokens is short of 256, so not high),
+    // round 2 a third: buckets 1.0 and 0.4.
+    let bucket = |le: &str| {
+        sums.get(
+            "specula_request_acceptance_rate_bucket",
+            &[("engine", "rank0"), ("le", le)],
+        )
+    };
+    assert_eq!(bucket("0.3"), 0);
+    assert_eq!(bucket("0.4"), 1);
+    assert_eq!(bucket("0.95"), 1);
+    assert_eq!(bucket("1"), 2);
+    assert_eq!(
+        sums.gauge(
+            "specula_request_acceptance_rate_sum",
+            &[("engine", "rank0")]
+        ),
+        Some(1.333_333)
+    );
+    assert_eq!(
+        sums.get(
+            "specula_requests_high_acceptance_total",
+            &[("engine", "rank0")]
+        ),
+        0
+    );
+    assert_eq!(
+        sums.get(
+            "specula_requests_low_acceptance_total",
+            &[("engine", "rank0")]
+        ),
+        0
     );
 }

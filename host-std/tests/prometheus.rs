@@ -400,10 +400,26 @@ fn everything_vllms_dashboard_selects_is_in_compat_output() {
 fn our_dashboard_queries_only_exported_families() {
     let json: serde_json::Value =
         serde_json::from_str(include_str!("../dashboards/specula.json")).unwrap();
-    let wired = wire::<4, _>(["rank0"]).unwrap();
+    use specula::advice::{CostSource, Sources, request_slot};
+    use specula::specula_core::advisor::CostModel;
+    use specula::specula_core::{Extremes, Snapshot};
+    // An engine with drafts, a cost and a finished-request histogram: every family the
+    // dashboard reads has a series (the derived gauges need counts to derive from).
+    let mut wired = wire::<4, _>(["rank0"]).unwrap();
+    let mut s = Snapshot::<4>::ZERO;
+    s.counters.record(4, 2).unwrap();
+    wired.writers[0].publish(&s);
+    let (_requests, reader) = request_slot(Extremes::default());
+    let sources = Sources::new()
+        .with_costs(
+            "rank0",
+            CostSource::Fixed(CostModel::from_ratio(0.1).unwrap()),
+        )
+        .with_requests("rank0", reader);
     let text = render(
         &SpecCollector::new(wired.slots, Options::default())
             .with_clock(StdClock::new())
+            .with_sources(sources)
             .into_registry(),
         Format::Text,
     )
@@ -431,7 +447,7 @@ fn our_dashboard_queries_only_exported_families() {
             queries.push(q.to_owned());
         }
     }
-    assert!(queries.len() >= 15);
+    assert!(queries.len() >= 27);
     let mut names = 0;
     for q in &queries {
         for (i, _) in q.match_indices("specula_") {
@@ -451,7 +467,7 @@ fn our_dashboard_queries_only_exported_families() {
             }
         }
     }
-    assert!(names >= 20);
+    assert!(names >= 40);
 }
 
 #[test]
@@ -560,4 +576,188 @@ fn last_collection_time_and_age_are_exported_with_the_clock() {
     assert!(ts("stalled") <= ts("rank0"));
     let om = render(&reg, Format::OpenMetrics).unwrap();
     assert!(om.contains("# TYPE specula_last_collection_age_seconds gauge"));
+}
+
+/// The samples of family `name` whose labels contain every `labels` pair, as (labels, value).
+fn gauges_of(text: &str, name: &str, labels: &[&str]) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (set, value) = rest.split_once("} ")?;
+            labels
+                .iter()
+                .all(|p| set.split(',').any(|x| x == *p))
+                .then(|| (set.to_owned(), value.parse().ok()))
+                .and_then(|(s, v)| Some((s, v?)))
+        })
+        .collect()
+}
+
+#[test]
+fn distribution_conditionals_advice_and_requests_at_scrape_time() {
+    use specula::advice::{CostSource, Sources, cost_slot, request_slot};
+    use specula::specula_core::advisor::{CostModel, advise};
+    use specula::specula_core::{Extremes, RequestAcceptance, Snapshot};
+    let mut wired = wire::<4, _>(["rank0", "rank1"]).unwrap();
+    let (mut costs, cost_reader) = cost_slot();
+    let (mut finished, finished_reader) = request_slot(Extremes {
+        min_drafted: 4,
+        long_output: 8,
+        ..Extremes::default()
+    });
+    let sources = Sources::new()
+        .with_costs("rank0", CostSource::Measured(cost_reader))
+        .with_requests("rank0", finished_reader);
+    let reg = SpecCollector::new(wired.slots.clone(), Options::default())
+        .with_draft_len(3)
+        .unwrap()
+        .with_sources(sources)
+        .with_advice_window(Duration::from_secs(10))
+        .into_registry();
+    let second = 1_000_000_000u64;
+    let mut s = Snapshot::<4>::ZERO;
+    // 0..10 s: every draft fully accepted, cheap drafts.
+    for _ in 0..20 {
+        s.counters.record(3, 3).unwrap();
+        costs.record(3, 10_000, 300);
+    }
+    s.at_ns = 2 * second;
+    wired.writers[0].publish(&s);
+    let mut r = RequestAcceptance::NEW;
+    for _ in 0..4 {
+        r.record(3, 3).unwrap(); // 12 of 12 over 16 tokens: high
+    }
+    finished.finish(&r);
+    let mut low = RequestAcceptance::NEW;
+    low.record(8, 0).unwrap();
+    finished.finish(&low);
+    finished.finish(&RequestAcceptance::NEW);
+    let text = render(&reg, Format::Text).unwrap();
+    let e = "engine=\"rank0\"";
+    let lengths: Vec<u64> = (0..=3)
+        .map(|j| {
+            sample(
+                &text,
+                &format!("specula_drafts_by_accepted_length_total{{{e},length=\"{j}\"}}"),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(lengths, [0, 0, 0, 20], "{text}");
+    assert!(text.contains("# TYPE specula_conditional_acceptance_rate gauge"));
+    let cond = gauges_of(&text, "specula_conditional_acceptance_rate", &[e]);
+    assert_eq!(cond.len(), 6, "3 positions × 2 windows: {cond:?}");
+    assert!(cond.iter().all(|(_, v)| *v == 1.0));
+    let rec = |text: &str, w: &str| {
+        gauges_of(text, "specula_recommended_draft_length", &[e, w])
+            .first()
+            .map(|x| x.1)
+    };
+    assert_eq!(rec(&text, "window=\"recent\""), Some(3.0));
+    assert_eq!(rec(&text, "window=\"lifetime\""), Some(3.0));
+    let speedups = gauges_of(&text, "specula_expected_speedup", &[e, "window=\"recent\""]);
+    assert_eq!(speedups.len(), 3);
+    let r0 = 100.0 / 10_000.0;
+    assert!(
+        speedups
+            .iter()
+            .any(|(l, v)| l.contains("draft_length=\"3\"") && *v == 4.0 / (1.0 + 3.0 * r0)),
+        "{speedups:?}"
+    );
+    // rank1 has no sources: distribution and conditionals, no advice, no requests.
+    assert!(gauges_of(&text, "specula_expected_speedup", &["engine=\"rank1\""]).is_empty());
+    assert!(!text.contains("specula_requests_finished_total{engine=\"rank1\"}"));
+    // The finished requests: 3 finished, 2 drafted; 1 low, 1 high.
+    assert_eq!(
+        sample(&text, &format!("specula_requests_finished_total{{{e}}}")),
+        Some(3)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("specula_requests_low_acceptance_total{{{e}}}")
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("specula_requests_high_acceptance_total{{{e}}}")
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("specula_request_acceptance_rate_count{{{e}}}")
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("specula_request_acceptance_rate_bucket{{{e},le=\"0.05\"}}")
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("specula_request_acceptance_rate_bucket{{{e},le=\"0.95\"}}")
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("specula_request_acceptance_rate_bucket{{{e},le=\"+Inf\"}}")
+        ),
+        Some(2)
+    );
+    assert!(text.contains("# TYPE specula_request_acceptance_rate histogram"));
+    // 12 s: a window has passed since 2 s; nothing accepted past position 0 and dear drafts.
+    let at_12 = s.counters;
+    s.at_ns = 12 * second;
+    wired.writers[0].publish(&s);
+    let _ = render(&reg, Format::Text).unwrap();
+    for _ in 0..20 {
+        s.counters.record(3, 1).unwrap();
+        costs.record(3, 10_000, 60_000);
+    }
+    s.at_ns = 15 * second;
+    wired.writers[0].publish(&s);
+    let text = render(&reg, Format::OpenMetrics).unwrap();
+    // Recent: from 2 s (the previous window's start) — only the new drafts differ from then.
+    let recent = s.counters.delta_since(&at_12);
+    assert_eq!(recent.drafts, 20);
+    let cost_recent = CostModel::from_ratio(20_000.0 / 10_000.0).unwrap();
+    let want = advise(&recent, &cost_recent).unwrap();
+    assert_eq!(
+        rec(&text, "window=\"recent\""),
+        Some(want.recommended() as f64)
+    );
+    assert_eq!(want.recommended(), 1);
+    let ratio = gauges_of(&text, "specula_draft_cost_ratio", &[e, "window=\"recent\""]);
+    assert_eq!(ratio.first().map(|x| x.1), Some(2.0));
+    let lifetime = advise(&s.counters, &costs.meter().cost_model().unwrap()).unwrap();
+    assert_eq!(
+        rec(&text, "window=\"lifetime\""),
+        Some(lifetime.recommended() as f64)
+    );
+    let cond = gauges_of(
+        &text,
+        "specula_conditional_acceptance_rate",
+        &[e, "position=\"1\"", "window=\"recent\""],
+    );
+    assert_eq!(cond.first().map(|x| x.1), Some(0.0));
+    let cond = gauges_of(
+        &text,
+        "specula_conditional_acceptance_rate",
+        &[e, "position=\"1\"", "window=\"lifetime\""],
+    );
+    assert_eq!(cond.first().map(|x| x.1), Some(0.5));
+    // A constant label cannot take the new label names.
+    for name in ["length", "draft_length", "window"] {
+        assert!(specula::prom::check_label_name(name).is_err(), "{name}");
+    }
 }
