@@ -78,18 +78,18 @@ skip() {
 }
 
 # run_e COMMAND...: runs COMMAND (a function, say) in a subshell with errexit in force, and
-# returns its status. (A function called as `f || ...` would run with errexit ignored: a failing
-# command inside it would not stop it.)
+# leaves its status in $run_rc. Call it as a plain command, never as `run_e ... || ...`: in
+# that context bash ignores errexit in everything it runs, and a failing command inside a
+# function would not stop it.
+run_rc=0
 run_e() {
-    local rc
     set +e
     (
         set -e
         "$@"
     )
-    rc=$?
+    run_rc=$?
     set -e
-    return "$rc"
 }
 
 # step NAME FUNCTION...: runs FUNCTION in the foreground under a header, and records its time.
@@ -98,7 +98,8 @@ step() {
     shift
     printf '\n=== %s\n' "$name"
     t0=$(date +%s)
-    run_e "$@" || rc=$?
+    run_e "$@"
+    rc=$run_rc
     printf '%6d s  %s\n' $(($(date +%s) - t0)) "$name" | tee -a "$STEP_LOG"
     if [ "$rc" != 0 ]; then
         echo "FAIL: step '$name' (exit $rc)" >&2
@@ -113,8 +114,8 @@ lane() {
     (
         for f in "$@"; do
             t0=$(date +%s)
-            rc=0
-            run_e "$f" >"$work/lane-$f.log" 2>&1 || rc=$?
+            run_e "$f" >"$work/lane-$f.log" 2>&1
+            rc=$run_rc
             printf '%6d s  %s (second lane)\n' $(($(date +%s) - t0)) "$f" >"$work/lane-$f.time"
             echo "$rc" >"$work/lane-$f.rc"
             [ "$rc" = 0 ] || exit "$rc"
