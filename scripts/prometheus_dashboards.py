@@ -138,6 +138,7 @@ expect = {
     # advice over its totals and step timings (the ADVICE line); none for trees (no cost source).
     "Recommended draft length": ("exact", [advice["recommended"]]) if advice else ("none", [0]),
     "Draft cost ratio": ("ratio", [advice["cost_ratio"]]) if advice else ("none", [0]),
+    "Rejection saving": ("ratio", [advice["rejection_saving"]]) if advice else ("none", [0]),
     "Expected speedup by draft length": ("keyed:draft_length:1", as_list(advice["speedup"]))
     if advice else ("none", [0]),
     "Expected tokens per step by draft length": (

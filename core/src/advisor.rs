@@ -14,11 +14,19 @@
 //! `Π_{i<j} c_i` is the probability of reaching position `j`; with a fixed draft length it is
 //! exactly `accepted_per_position[j-1] / drafts`. The step costs
 //!
-//! `C(k) = 1 + k · r`
+//! `C(k) = 1 + k · r − s · (1 − P_full(k))`
 //!
 //! plain (non-speculative) target steps, where `r` is the cost of one more draft token
 //! relative to a plain target step ([`CostModel`]: a draft forward, plus whatever the target
-//! step grows by per extra position, when the runtime knows it). Plain decoding makes one
+//! step grows by per extra position, when the runtime knows it), `P_full(k) = Π_{i<k} c_i` is
+//! the probability that all `k` drafts are accepted, and `s` is what a step saves when its
+//! draft is rejected somewhere instead of accepted whole ([`CostModel::with_rejection_saving`]).
+//! The two outcomes cost differently: a whole acceptance samples the bonus token from the
+//! target's row after `k` tests, a rejection stops at its position and samples the recovered
+//! token there, and on a host the difference is a visible share of a small step (the `specula`
+//! demo measures it at about 0.8 µs a request). Leaving it out makes long drafts, which are
+//! accepted whole more often, look cheaper than they run; [`CostMeter`] fits `s` from the
+//! outcomes of the steps it records, and `s = 0` is the plain `1 + k · r`. Plain decoding makes one
 //! token per plain step, so the expected speedup over it is `S(k) = E(k) / C(k)`, and the
 //! advice is the `k` with the largest `S(k)` (the shortest among equals). `S(k) < 1` for every
 //! `k` says plain decoding is faster.
@@ -31,6 +39,9 @@
 //!   adaptive runtime that shortens its drafts should still draft the full length now and then
 //!   (mixed lengths are handled by the conditional estimates, see
 //!   [`acceptance`](crate::acceptance)).
+//! * **The outcome's cost is one number.** Where the rejection happens (position 1 or `k`) is
+//!   not told apart: `s` is the mean saving of a rejected step over a whole acceptance, and a
+//!   batch's step is taken to save `s` times the share of its requests that rejected.
 //! * **Cost grows linearly in `k`.** A target step whose cost grows with its `k + 1` positions
 //!   (verification work, attention over more query positions, a target that runs positions one
 //!   after another on a CPU) is exact only if that growth is linear and folded into `r`
@@ -93,13 +104,14 @@ impl core::fmt::Display for AdviceError {
 
 impl core::error::Error for AdviceError {}
 
-/// What a draft token costs relative to a plain (non-speculative) target step: a step of draft
-/// length `k` costs `1 + k · r` plain steps (the [module documentation](self) lists what this
-/// ignores).
+/// What a draft token costs relative to a plain (non-speculative) target step, and what a
+/// rejection saves: a step of draft length `k` costs `1 + k · r − s · (1 − P_full(k))` plain
+/// steps (the [module documentation](self) says why, and lists what this ignores).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CostModel {
     per_draft: f64,
+    rejection_saving: f64,
 }
 
 impl CostModel {
@@ -110,7 +122,10 @@ impl CostModel {
     /// [`AdviceError::BadCost`] for a negative or non-finite `r`.
     pub fn from_ratio(r: f64) -> Result<Self, AdviceError> {
         if r.is_finite() && r >= 0.0 {
-            Ok(Self { per_draft: r })
+            Ok(Self {
+                per_draft: r,
+                rejection_saving: 0.0,
+            })
         } else {
             Err(AdviceError::BadCost)
         }
@@ -130,21 +145,90 @@ impl CostModel {
         Self::from_ratio(per_draft / target_step)
     }
 
+    /// The same `r` with a rejection saving `s`: what a step whose draft is rejected somewhere
+    /// costs less than one whose draft is accepted whole, in plain target steps (negative where
+    /// a rejection costs more). Configured, or fitted by [`CostMeter::cost_model`].
+    ///
+    /// # Errors
+    /// [`AdviceError::BadCost`] for a non-finite `s` or one of 1 or more (a rejected step would
+    /// cost nothing or less).
+    pub fn with_rejection_saving(self, s: f64) -> Result<Self, AdviceError> {
+        if s.is_finite() && s < 1.0 {
+            Ok(Self {
+                rejection_saving: s,
+                ..self
+            })
+        } else {
+            Err(AdviceError::BadCost)
+        }
+    }
+
     /// `r`: one draft token's cost in plain target steps.
     pub fn per_draft(&self) -> f64 {
         self.per_draft
     }
 
-    /// `C(k) = 1 + k · r`: a step of draft length `k` in plain target steps.
-    pub fn step_cost(&self, k: usize) -> f64 {
-        1.0 + k as f64 * self.per_draft
+    /// `s`: what a rejection saves over a whole acceptance, in plain target steps (0 unless
+    /// configured or fitted).
+    pub fn rejection_saving(&self) -> f64 {
+        self.rejection_saving
+    }
+
+    /// `C(k) = 1 + k · r − s · (1 − p_full)`: a step of draft length `k` whose draft is accepted
+    /// whole with probability `p_full`, in plain target steps. Always above 0 (`s < 1`).
+    pub fn step_cost(&self, k: usize, p_full: f64) -> f64 {
+        1.0 + k as f64 * self.per_draft - self.rejection_saving * (1.0 - p_full.clamp(0.0, 1.0))
     }
 }
 
+/// One step as [`CostMeter::record`] takes it: its draft length, its time split into the part
+/// that does not grow with the draft length and the part that does, and its outcome (how many
+/// of its requests rejected their draft somewhere), which fits the rejection saving.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct StepTiming {
+    /// The step's draft length (draft forwards run for it; a tree's depth).
+    pub draft_len: usize,
+    /// The time of the step that does not grow with its draft length (ns): on a GPU typically
+    /// the target forward over its `k + 1` positions, the verification and the scheduler.
+    pub fixed_ns: u64,
+    /// The time that does (ns): the `k` draft forwards; on a target that runs positions one
+    /// after another, its time for the `k` extra positions.
+    pub scaled_ns: u64,
+    /// Requests verified in the step; 0 when the outcome is not recorded (the step then
+    /// measures `r` only).
+    pub requests: u32,
+    /// Of those, the requests whose draft was rejected at some position (not accepted whole);
+    /// at most `requests`.
+    pub rejected: u32,
+}
+
+impl StepTiming {
+    /// The share of the step's requests that rejected, in 1/[`SHARE_ONE`] units (`None`
+    /// without an outcome).
+    fn rejected_share(&self) -> Option<u64> {
+        (self.requests != 0).then(|| {
+            u64::from(self.rejected.min(self.requests)) * SHARE_ONE / u64::from(self.requests)
+        })
+    }
+}
+
+/// The unit of [`CostMeter`]'s rejected shares: a step whose requests all rejected counts
+/// `SHARE_ONE`. Integer so that the sums wrap and subtract exactly, as the counters do; 256
+/// keeps `Σ share · fixed_ns` within a `u64` for 2^64 / (256 · step time) steps (22 years of
+/// 10 ms steps between two readings).
+pub const SHARE_ONE: u64 = 256;
+
 /// Step timings a runtime accumulates to measure its [`CostModel`]: per step, the part of its
-/// time that does not grow with the draft length and the part that does. Cumulative and
-/// wrapping like [`Counters`]; `delta_since` gives an interval's timings. It travels through a
-/// [`SeqSlot`](crate::SeqSlot) ([`Words`]) for consumers on other threads.
+/// time that does not grow with the draft length, the part that does, and the share of its
+/// requests that rejected. Cumulative and wrapping like [`Counters`]; `delta_since` gives an
+/// interval's timings. It travels through a [`SeqSlot`](crate::SeqSlot) ([`Words`]) for
+/// consumers on other threads.
+///
+/// The rejection saving is a least-squares line through the steps with an outcome: fixed time
+/// against rejected share `x`; the line's value at `x = 0` is the cost of a step accepted
+/// whole (the unit of the model: a plain step also samples from the target's row) and its drop
+/// from `x = 0` to `x = 1` is the saving. The sums it needs are kept exactly in integers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CostMeter {
@@ -156,6 +240,16 @@ pub struct CostMeter {
     pub fixed_ns: u64,
     /// Σ the time that does (ns).
     pub scaled_ns: u64,
+    /// Steps recorded with an outcome ([`StepTiming::requests`] > 0).
+    pub outcome_steps: u64,
+    /// Σ their fixed time (ns).
+    pub outcome_fixed_ns: u64,
+    /// Σ their rejected share `x` (in 1/[`SHARE_ONE`] units).
+    pub rejected_share: u64,
+    /// Σ `x²`.
+    pub rejected_share_sq: u64,
+    /// Σ `x · fixed_ns`.
+    pub rejected_share_ns: u64,
 }
 
 impl CostMeter {
@@ -165,36 +259,72 @@ impl CostMeter {
         draft_forwards: 0,
         fixed_ns: 0,
         scaled_ns: 0,
+        outcome_steps: 0,
+        outcome_fixed_ns: 0,
+        rejected_share: 0,
+        rejected_share_sq: 0,
+        rejected_share_ns: 0,
     };
 
-    /// Records one step of draft length `draft_len`: `fixed_ns` of it does not grow with the
-    /// draft length (on a GPU typically the target forward over its `k + 1` positions, the
-    /// verification and the scheduler), `scaled_ns` does (the `k` draft forwards; on a target
-    /// that runs positions one after another, its time for the `k` extra positions).
-    pub fn record(&mut self, draft_len: usize, fixed_ns: u64, scaled_ns: u64) {
-        self.steps = self.steps.wrapping_add(1);
-        self.draft_forwards = self.draft_forwards.wrapping_add(draft_len as u64);
-        self.fixed_ns = self.fixed_ns.wrapping_add(fixed_ns);
-        self.scaled_ns = self.scaled_ns.wrapping_add(scaled_ns);
+    /// Records one step ([`StepTiming`] says which part of its time is which).
+    pub fn record(&mut self, step: &StepTiming) {
+        let one = Self {
+            steps: 1,
+            draft_forwards: step.draft_len as u64,
+            fixed_ns: step.fixed_ns,
+            scaled_ns: step.scaled_ns,
+            ..Self::ZERO
+        };
+        let one = match step.rejected_share() {
+            None => one,
+            Some(x) => Self {
+                outcome_steps: 1,
+                outcome_fixed_ns: step.fixed_ns,
+                rejected_share: x,
+                rejected_share_sq: x * x,
+                rejected_share_ns: x.wrapping_mul(step.fixed_ns),
+                ..one
+            },
+        };
+        self.add(&one);
     }
 
     /// Adds `other` (wrapping).
     pub fn add(&mut self, other: &Self) {
-        self.steps = self.steps.wrapping_add(other.steps);
-        self.draft_forwards = self.draft_forwards.wrapping_add(other.draft_forwards);
-        self.fixed_ns = self.fixed_ns.wrapping_add(other.fixed_ns);
-        self.scaled_ns = self.scaled_ns.wrapping_add(other.scaled_ns);
+        *self = self.zip(other, u64::wrapping_add);
     }
 
     /// `self − earlier` (wrapping): the timings recorded in between.
     #[must_use]
     pub fn delta_since(&self, earlier: &Self) -> Self {
-        Self {
-            steps: self.steps.wrapping_sub(earlier.steps),
-            draft_forwards: self.draft_forwards.wrapping_sub(earlier.draft_forwards),
-            fixed_ns: self.fixed_ns.wrapping_sub(earlier.fixed_ns),
-            scaled_ns: self.scaled_ns.wrapping_sub(earlier.scaled_ns),
+        self.zip(earlier, u64::wrapping_sub)
+    }
+
+    fn zip(&self, other: &Self, f: fn(u64, u64) -> u64) -> Self {
+        let (a, b) = (self.words(), other.words());
+        Self::from_words(core::array::from_fn(|i| f(a[i], b[i])))
+    }
+
+    /// The least-squares line of fixed time against rejected share over the steps with an
+    /// outcome: `(fixed time at share 0 in ns, saving from share 0 to 1 in ns)`; `None` with
+    /// fewer than two such steps or one share only (no slope to fit).
+    fn fit(&self) -> Option<(f64, f64)> {
+        // Exact integer sums: n · Σx² − (Σx)² is a difference of nearly equal numbers when the
+        // shares barely vary, which f64 would round to noise.
+        let n = u128::from(self.outcome_steps);
+        let (sx, sxx) = (
+            u128::from(self.rejected_share),
+            u128::from(self.rejected_share_sq),
+        );
+        let var = n.checked_mul(sxx)?.checked_sub(sx.checked_mul(sx)?)?;
+        if n < 2 || var == 0 {
+            return None;
         }
+        let (sy, sxy) = (self.outcome_fixed_ns as f64, self.rejected_share_ns as f64);
+        let (n, sx) = (n as f64, sx as f64);
+        let slope = (n * sxy - sx * sy) / var as f64; // ns per share unit
+        let at_zero = (sy - slope * sx) / n;
+        Some((at_zero, -slope * SHARE_ONE as f64))
     }
 
     /// Mean time of a step's fixed part (ns), and of one draft forward's share (ns).
@@ -208,14 +338,25 @@ impl CostMeter {
         ))
     }
 
-    /// The cost model these timings measure: `r` = mean scaled time per draft forward / mean
-    /// fixed time per step.
+    /// The cost model these timings measure. With outcomes that vary (see the type's
+    /// documentation): the unit is the fitted fixed time of a step accepted whole, `r` = mean
+    /// scaled time per draft forward / that unit, and `s` = the fitted saving / that unit.
+    /// Without (no outcome recorded, every step the same share, or a fit that says a step
+    /// would cost nothing): the unit is the mean fixed time and `s = 0`.
     ///
     /// # Errors
     /// [`AdviceError::NoTimings`] without steps, fixed time or draft forwards.
     pub fn cost_model(&self) -> Result<CostModel, AdviceError> {
         let (fixed, per_draft) = self.means()?;
-        CostModel::from_times(fixed, per_draft)
+        let fitted = self.fit().and_then(|(unit, saving)| {
+            CostModel::from_times(unit, per_draft)
+                .and_then(|m| m.with_rejection_saving(saving / unit))
+                .ok()
+        });
+        match fitted {
+            Some(m) => Ok(m),
+            None => CostModel::from_times(fixed, per_draft),
+        }
     }
 
     /// The predicted time of one step of draft length `k` (ns): mean fixed part plus `k` mean
@@ -231,7 +372,9 @@ impl CostMeter {
 
 /// Atomic storage of a [`CostMeter`].
 #[derive(Debug, Default)]
-pub struct CostMeterStorage([Cell64; 4]);
+pub struct CostMeterStorage([Cell64; METER_WORDS]);
+
+const METER_WORDS: usize = 9;
 
 impl Words for CostMeter {
     type Storage = CostMeterStorage;
@@ -244,24 +387,48 @@ impl Words for CostMeter {
     }
     #[inline]
     fn load(s: &CostMeterStorage) -> Self {
-        let [steps, draft_forwards, fixed_ns, scaled_ns] = <[u64; 4]>::load(&s.0);
-        Self {
-            steps,
-            draft_forwards,
-            fixed_ns,
-            scaled_ns,
-        }
+        Self::from_words(<[u64; METER_WORDS]>::load(&s.0))
     }
 }
 
 impl CostMeter {
-    fn words(&self) -> [u64; 4] {
+    fn words(&self) -> [u64; METER_WORDS] {
         [
             self.steps,
             self.draft_forwards,
             self.fixed_ns,
             self.scaled_ns,
+            self.outcome_steps,
+            self.outcome_fixed_ns,
+            self.rejected_share,
+            self.rejected_share_sq,
+            self.rejected_share_ns,
         ]
+    }
+
+    fn from_words(w: [u64; METER_WORDS]) -> Self {
+        let [
+            steps,
+            draft_forwards,
+            fixed_ns,
+            scaled_ns,
+            outcome_steps,
+            outcome_fixed_ns,
+            rejected_share,
+            rejected_share_sq,
+            rejected_share_ns,
+        ] = w;
+        Self {
+            steps,
+            draft_forwards,
+            fixed_ns,
+            scaled_ns,
+            outcome_steps,
+            outcome_fixed_ns,
+            rejected_share,
+            rejected_share_sq,
+            rejected_share_ns,
+        }
     }
 }
 
@@ -350,7 +517,7 @@ impl<const K: usize> Advice<K> {
 fn advise_with<const K: usize>(
     c: &Counters<K>,
     depths: usize,
-    mut cost: impl FnMut(usize) -> f64,
+    mut cost: impl FnMut(usize, f64) -> f64,
 ) -> Result<Advice<K>, AdviceError> {
     let mut a = Advice {
         lengths: 0,
@@ -368,7 +535,8 @@ fn advise_with<const K: usize>(
         reach *= c.conditional_acceptance(i).unwrap_or(0.0);
         tokens += reach;
         a.tokens[i] = tokens;
-        a.speedup[i] = tokens / cost(i + 1);
+        // `reach` is now P(all of the first i + 1 accepted): P_full(i + 1).
+        a.speedup[i] = tokens / cost(i + 1, reach);
         a.lengths = i + 1;
         if a.speedup[i] > a.speedup[a.best - 1] {
             a.best = i + 1;
@@ -406,7 +574,7 @@ pub fn advise<const K: usize>(
     counters: &Counters<K>,
     cost: &CostModel,
 ) -> Result<Advice<K>, AdviceError> {
-    advise_with(counters, K, |k| cost.step_cost(k))
+    advise_with(counters, K, |k, p_full| cost.step_cost(k, p_full))
 }
 
 /// The advice for token trees: the run's tree shape, `nodes_per_depth[d-1]` draft nodes at depth
@@ -441,7 +609,7 @@ pub fn advise_tree<const K: usize>(
         return Err(AdviceError::BadShape { depths, max: K });
     }
     let mut nodes = 0u64;
-    advise_with(counters, depths, |d| {
+    advise_with(counters, depths, |d, _| {
         nodes += u64::from(nodes_per_depth[d - 1]);
         1.0 + d as f64 * cost.per_level + nodes as f64 * cost.per_node
     })
@@ -451,7 +619,7 @@ pub fn advise_tree<const K: usize>(
 /// and the costs it measures.
 ///
 /// ```
-/// use specula_core::advisor::{Advisor, CostMeter};
+/// use specula_core::advisor::{Advisor, CostMeter, StepTiming};
 /// use specula_core::{Cursor, SeqSlot, Snapshot};
 /// let mut slot = SeqSlot::new(Snapshot::<4>::ZERO);
 /// let (mut w, r) = slot.split();
@@ -460,7 +628,14 @@ pub fn advise_tree<const K: usize>(
 /// let mut s = Snapshot::ZERO;
 /// for a in [1, 4, 4, 2] {
 ///     s.counters.record(4, a).unwrap();
-///     meter.record(4, 10_000, 4_000); // a 10 µs target step, four 1 µs draft forwards
+///     // A 10 µs target step, four 1 µs draft forwards; one request, rejected unless a = 4.
+///     meter.record(&StepTiming {
+///         draft_len: 4,
+///         fixed_ns: 10_000,
+///         scaled_ns: 4_000,
+///         requests: 1,
+///         rejected: u32::from(a < 4),
+///     });
 /// }
 /// w.publish(&s);
 /// let (taken, advice) = advisor.poll(&meter).unwrap();
@@ -518,6 +693,16 @@ mod tests {
     use super::*;
     use crate::SeqSlot;
     use crate::counters::Snapshot;
+
+    /// A step without an outcome.
+    fn timing(draft_len: usize, fixed_ns: u64, scaled_ns: u64) -> StepTiming {
+        StepTiming {
+            draft_len,
+            fixed_ns,
+            scaled_ns,
+            ..StepTiming::default()
+        }
+    }
 
     fn counters<const K: usize>(k: usize, accepted: &[usize]) -> Counters<K> {
         let mut c = Counters::ZERO;
@@ -620,8 +805,23 @@ mod tests {
         assert_eq!(CostModel::from_times(10.0, -1.0), Err(AdviceError::BadCost));
         let m = CostModel::from_times(20.0, 5.0).unwrap();
         assert_eq!(m.per_draft(), 0.25);
-        assert_eq!(m.step_cost(4), 2.0);
-        assert_eq!(CostModel::from_ratio(0.0).unwrap().step_cost(7), 1.0);
+        assert_eq!(m.step_cost(4, 0.3), 2.0);
+        assert_eq!(m.rejection_saving(), 0.0);
+        assert_eq!(CostModel::from_ratio(0.0).unwrap().step_cost(7, 0.0), 1.0);
+        for bad in [1.0, 1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(m.with_rejection_saving(bad), Err(AdviceError::BadCost));
+        }
+        // C(k) = 1 + k r − s (1 − P_full), P_full taken in [0, 1].
+        let s = m.with_rejection_saving(0.5).unwrap();
+        assert_eq!(s.per_draft(), 0.25);
+        assert_eq!(s.rejection_saving(), 0.5);
+        assert_eq!(s.step_cost(4, 1.0), 2.0);
+        assert_eq!(s.step_cost(4, 0.0), 1.5);
+        assert_eq!(s.step_cost(4, 0.5), 1.75);
+        assert_eq!(s.step_cost(4, -3.0), 1.5);
+        assert_eq!(s.step_cost(4, 7.0), 2.0);
+        let costlier = m.with_rejection_saving(-0.5).unwrap();
+        assert_eq!(costlier.step_cost(2, 0.0), 2.0);
         assert!(TreeCostModel::new(0.0, 0.0).is_ok());
     }
 
@@ -630,15 +830,16 @@ mod tests {
         let mut m = CostMeter::ZERO;
         assert_eq!(m.cost_model(), Err(AdviceError::NoTimings));
         assert_eq!(m.step_ns(1), Err(AdviceError::NoTimings));
-        m.record(4, 10_000, 4_000);
-        m.record(2, 14_000, 1_000);
+        m.record(&timing(4, 10_000, 4_000));
+        m.record(&timing(2, 14_000, 1_000));
         assert_eq!(
             m,
             CostMeter {
                 steps: 2,
                 draft_forwards: 6,
                 fixed_ns: 24_000,
-                scaled_ns: 5_000
+                scaled_ns: 5_000,
+                ..CostMeter::ZERO
             }
         );
         // Mean fixed part 12 µs, 5/6 µs per draft forward.
@@ -646,7 +847,7 @@ mod tests {
         assert!((r - (5_000.0 / 6.0) / 12_000.0).abs() < 1e-15);
         assert!((m.step_ns(3).unwrap() - (12_000.0 + 2_500.0)).abs() < 1e-9);
         let earlier = m;
-        m.record(1, 1, 1);
+        m.record(&timing(1, 1, 1));
         let d = m.delta_since(&earlier);
         assert_eq!(
             d,
@@ -654,7 +855,8 @@ mod tests {
                 steps: 1,
                 draft_forwards: 1,
                 fixed_ns: 1,
-                scaled_ns: 1
+                scaled_ns: 1,
+                ..CostMeter::ZERO
             }
         );
         let mut back = earlier;
@@ -662,18 +864,127 @@ mod tests {
         assert_eq!(back, m);
         // Steps without draft forwards, or without fixed time: no ratio.
         let mut k0 = CostMeter::ZERO;
-        k0.record(0, 100, 0);
+        k0.record(&timing(0, 100, 0));
         assert_eq!(k0.cost_model(), Err(AdviceError::NoTimings));
         let mut no_fixed = CostMeter::ZERO;
-        no_fixed.record(2, 0, 100);
+        no_fixed.record(&timing(2, 0, 100));
         assert_eq!(no_fixed.cost_model(), Err(AdviceError::NoTimings));
         // Wrapping, as the counters.
         let mut w = CostMeter {
             fixed_ns: u64::MAX,
             ..CostMeter::ZERO
         };
-        w.record(1, 2, 0);
+        w.record(&timing(1, 2, 0));
         assert_eq!(w.fixed_ns, 1);
+    }
+
+    fn outcome(draft_len: usize, fixed_ns: u64, requests: u32, rejected: u32) -> StepTiming {
+        StepTiming {
+            draft_len,
+            fixed_ns,
+            scaled_ns: 1_000 * draft_len as u64,
+            requests,
+            rejected,
+        }
+    }
+
+    #[test]
+    fn the_meter_fits_the_rejection_saving_from_step_outcomes() {
+        // Whole acceptances take 10 µs, rejections 8 µs: s = 2/10 in units of a whole one.
+        let mut m = CostMeter::ZERO;
+        for (fixed, rejected) in [(10_000, 0), (8_000, 1), (8_000, 1), (10_000, 0), (8_000, 1)] {
+            m.record(&outcome(4, fixed, 1, rejected));
+        }
+        assert_eq!(m.outcome_steps, 5);
+        assert_eq!(m.rejected_share, 3 * SHARE_ONE);
+        let c = m.cost_model().unwrap();
+        assert!((c.rejection_saving() - 0.2).abs() < 1e-12, "{c:?}");
+        // r against the whole acceptance's 10 µs, not the 8.8 µs mean.
+        assert!((c.per_draft() - 0.1).abs() < 1e-12, "{c:?}");
+        // A batch: the step's time falls with the share of its requests that rejected.
+        let mut b = CostMeter::ZERO;
+        for rejected in [0, 1, 2, 3, 4, 2] {
+            b.record(&outcome(2, 20_000 - 500 * u64::from(rejected), 4, rejected));
+        }
+        let c = b.cost_model().unwrap();
+        assert!(
+            (c.rejection_saving() - 2_000.0 / 20_000.0).abs() < 1e-12,
+            "{c:?}"
+        );
+        // Rejections that cost more: a negative saving.
+        let mut n = CostMeter::ZERO;
+        n.record(&outcome(1, 10_000, 1, 0));
+        n.record(&outcome(1, 12_000, 1, 1));
+        let c = n.cost_model().unwrap();
+        assert!((c.rejection_saving() + 0.2).abs() < 1e-12, "{c:?}");
+        // An interval's delta fits over its own steps.
+        let before = m;
+        m.record(&outcome(4, 10_000, 1, 0));
+        m.record(&outcome(4, 5_000, 1, 1));
+        let d = m.delta_since(&before).cost_model().unwrap();
+        assert!((d.rejection_saving() - 0.5).abs() < 1e-12, "{d:?}");
+    }
+
+    #[test]
+    fn without_varying_outcomes_the_meter_fits_no_saving() {
+        let plain = |m: &CostMeter| {
+            let c = m.cost_model().unwrap();
+            assert_eq!(c.rejection_saving(), 0.0, "{m:?}");
+            c
+        };
+        // No outcome recorded: the mean fixed time is the unit.
+        let mut m = CostMeter::ZERO;
+        m.record(&timing(2, 10_000, 2_000));
+        m.record(&timing(2, 30_000, 2_000));
+        assert_eq!(plain(&m).per_draft(), 1_000.0 / 20_000.0);
+        // One step with an outcome, then steps that all share one share: no slope.
+        m.record(&outcome(2, 5_000, 1, 1));
+        plain(&m);
+        let mut same = CostMeter::ZERO;
+        for fixed in [9_000, 11_000, 10_000] {
+            same.record(&outcome(3, fixed, 4, 2));
+        }
+        assert_eq!(plain(&same).per_draft(), 1_000.0 / 10_000.0);
+        // A fit that says a rejection saves the whole step (or more): refused, plain model.
+        let mut absurd = CostMeter::ZERO;
+        absurd.record(&outcome(1, 10_000, 1, 0));
+        absurd.record(&outcome(1, 0, 1, 1));
+        assert_eq!(plain(&absurd).per_draft(), 1_000.0 / 5_000.0);
+        // More rejected than verified counts as all rejected.
+        let mut over = CostMeter::ZERO;
+        over.record(&outcome(1, 10_000, 2, 0));
+        over.record(&outcome(1, 9_000, 2, 9));
+        assert_eq!(over.rejected_share, SHARE_ONE);
+        assert!((over.cost_model().unwrap().rejection_saving() - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_saving_moves_the_advice_to_drafts_rejected_less() {
+        // Positions accepted with 0.9, 0.6, 0.3: longer drafts are accepted whole less often,
+        // so with a saving they cost less than `1 + k r` says.
+        let mut c = Counters::<3>::ZERO;
+        let reach = [1000u32, 900, 540, 162];
+        for a in 0..=3 {
+            let n = reach[a] - reach.get(a + 1).copied().unwrap_or(0);
+            for _ in 0..n {
+                c.record(3, a).unwrap();
+            }
+        }
+        let r = CostModel::from_ratio(0.2).unwrap();
+        let plain = advise(&c, &r).unwrap();
+        let saving = advise(&c, &r.with_rejection_saving(0.6).unwrap()).unwrap();
+        // Plain: S = 1.9/1.2, 2.44/1.4, 2.602/1.6 = 1.583, 1.743, 1.626: k = 2.
+        assert_eq!(plain.recommended(), 2);
+        // s = 0.6: C = 1.2 − 0.6·0.1, 1.4 − 0.6·0.46, 1.6 − 0.6·0.838: S = 1.667, 2.268, 2.372.
+        for (k, p_full) in [(1, 0.9), (2, 0.54), (3, 0.162)] {
+            let cost = 1.0 + 0.2 * k as f64 - 0.6 * (1.0 - p_full);
+            let want = plain.expected_tokens(k).unwrap() / cost;
+            assert!(
+                (saving.expected_speedup(k).unwrap() - want).abs() < 1e-12,
+                "{k}"
+            );
+        }
+        assert_eq!(saving.recommended(), 3);
     }
 
     #[test]
@@ -683,6 +994,11 @@ mod tests {
             draft_forwards: 2,
             fixed_ns: 3,
             scaled_ns: u64::MAX,
+            outcome_steps: 4,
+            outcome_fixed_ns: 5,
+            rejected_share: 6,
+            rejected_share_sq: 7,
+            rejected_share_ns: 8,
         };
         assert_eq!(CostMeter::load(&m.to_storage()), m);
         let mut slot = SeqSlot::new(CostMeter::ZERO);
@@ -740,7 +1056,7 @@ mod tests {
         // Interval 1: every draft fully accepted, drafts nearly free: k = 2.
         for _ in 0..4 {
             s.counters.record(2, 2).unwrap();
-            meter.record(2, 1_000, 20);
+            meter.record(&timing(2, 1_000, 20));
         }
         w.publish(&s);
         let (t, a) = advisor.poll(&meter).unwrap();
@@ -755,7 +1071,7 @@ mod tests {
         // and costs only.
         for _ in 0..4 {
             s.counters.record(2, 0).unwrap();
-            meter.record(2, 1_000, 2_000);
+            meter.record(&timing(2, 1_000, 2_000));
         }
         w.publish(&s);
         let a = advisor.poll(&meter).unwrap().1.unwrap();

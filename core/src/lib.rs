@@ -36,7 +36,7 @@ pub mod philox;
 pub mod verify;
 
 pub use acceptance::{CountRange, Reached};
-pub use advisor::{Advice, AdviceError, Advisor, CostMeter, CostModel};
+pub use advisor::{Advice, AdviceError, Advisor, CostMeter, CostModel, StepTiming};
 pub use clock::{Clock, VirtualClock};
 pub use collector::{CollectError, Collector, Tick};
 pub use counters::{CountError, Counters, Snapshot};

@@ -9,6 +9,11 @@
 //! tokens per step over `1 + k · r` is the simulated speedup. Both are compared with the
 //! analytic truth `E(k) = 1 + Σ_{j≤k} Π_{i<j} c_i` as well.
 //!
+//! With a rejection saving `s` (a rejected step costs `s` plain steps less than one accepted
+//! whole), the measurement run also records each step's timing and outcome in a [`CostMeter`],
+//! which fits `r` and `s`; the simulated runs charge each step its own cost, and their
+//! speedup is tokens over cost summed over the run.
+//!
 //! Sampling error: tokens per step have variance at most `(K + 1)² / 4`; a comparison fails at
 //! `Z = 6` standard errors of the difference (the two runs' sample variances, measured), a
 //! false-positive rate of 2·10⁻⁹ per comparison, about 10⁻⁶ over the few hundred comparisons
@@ -20,7 +25,7 @@
 //! runs there.
 
 use specula_core::Counters;
-use specula_core::advisor::{CostModel, TreeCostModel, advise, advise_tree};
+use specula_core::advisor::{CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree};
 
 const K: usize = 8;
 const Z: f64 = 6.0;
@@ -192,9 +197,10 @@ fn the_advice_is_the_true_optimum_and_predicts_the_simulated_speedup() {
             let cost = CostModel::from_ratio(r).unwrap();
             let advice = advise(&counters, &cost).unwrap();
             assert_eq!(advice.lengths(), K);
-            let true_speedup: [f64; K] = core::array::from_fn(|i| truth[i] / cost.step_cost(i + 1));
+            let true_speedup: [f64; K] =
+                core::array::from_fn(|i| truth[i] / cost.step_cost(i + 1, 1.0));
             for k in 1..=K {
-                let c = cost.step_cost(k);
+                let c = cost.step_cost(k, 1.0);
                 let predicted = advice.expected_speedup(k).unwrap();
                 // The advisor's E(k) is the measurement run's mean of 1 + min(a, k), to rounding.
                 let e = advice.expected_tokens(k).unwrap();
@@ -227,9 +233,9 @@ fn the_advice_is_the_true_optimum_and_predicts_the_simulated_speedup() {
             // two predictions, from the same run); asserted per case, so no case is silently
             // weak, and most cases must be decisive.
             let best = argmax(&true_speedup);
-            let cb = cost.step_cost(best);
+            let cb = cost.step_cost(best, 1.0);
             let decisive = (1..=K).filter(|&k| k != best).all(|k| {
-                let ck = cost.step_cost(k);
+                let ck = cost.step_cost(k, 1.0);
                 let se = measured.var_of_difference(best, cb, k, ck).sqrt();
                 true_speedup[best - 1] - true_speedup[k - 1] > Z * se
             });
@@ -246,7 +252,7 @@ fn the_advice_is_the_true_optimum_and_predicts_the_simulated_speedup() {
                 // Too close to call: the advice's true speedup is within the error of the best.
                 let k = advice.recommended();
                 let se = measured
-                    .var_of_difference(best, cb, k, cost.step_cost(k))
+                    .var_of_difference(best, cb, k, cost.step_cost(k, 1.0))
                     .sqrt();
                 assert!(
                     true_speedup[best - 1] - true_speedup[k - 1] <= Z * se,
@@ -260,6 +266,144 @@ fn the_advice_is_the_true_optimum_and_predicts_the_simulated_speedup() {
     assert!(
         recommended_checked >= 14,
         "only {recommended_checked} decisive cases"
+    );
+}
+
+/// The simulated runs with a rejection saving: at each draft length, Σ tokens / Σ cost over
+/// `n` steps, each step costing `1 + k r − s` when rejected and `1 + k r` when accepted whole;
+/// with the variance of that ratio (delta method).
+fn simulate_with_saving(c: &[f64; K], r: f64, s: f64, n: u64, seed: u64) -> [Mean; K] {
+    core::array::from_fn(|i| {
+        let k = i + 1;
+        let mut rng = Rng(seed ^ (k as u64).wrapping_mul(0xA076_1D64_78BD_642F));
+        let (mut st, mut sc, mut stt, mut scc, mut stc) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for _ in 0..n {
+            let a = step(c, k, &mut rng);
+            let t = 1.0 + a as f64;
+            let cost = 1.0 + k as f64 * r - if a < k { s } else { 0.0 };
+            st += t;
+            sc += cost;
+            stt += t * t;
+            scc += cost * cost;
+            stc += t * cost;
+        }
+        let nf = n as f64;
+        let ratio = st / sc;
+        let (mt, mc) = (st / nf, sc / nf);
+        let (vt, vc, cov) = (stt / nf - mt * mt, scc / nf - mc * mc, stc / nf - mt * mc);
+        let var_d = (vt - 2.0 * ratio * cov + ratio * ratio * vc).max(0.0);
+        Mean {
+            mean: ratio,
+            var_of_mean: var_d / (nf * mc * mc),
+        }
+    })
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "millions of simulated steps")]
+fn a_fitted_rejection_saving_predicts_runs_whose_rejections_cost_less() {
+    // The measurement run's steps take 100 µs accepted whole and `s` of that less rejected,
+    // plus `r` of it per draft forward: the meter must fit both exactly (integer ns), and the
+    // advice with them must predict the simulated runs and pick the true optimum.
+    const UNIT: u64 = 100_000;
+    let (n_measure, n_simulate) = (400_000, 100_000);
+    let (mut decisive_cases, mut plain_wrong) = (0, 0);
+    for (li, law) in laws().iter().enumerate() {
+        let truth = true_tokens(&law.c);
+        for (ri, r) in [0.03, 0.12].into_iter().enumerate() {
+            for (si, s) in [0.1, 0.3].into_iter().enumerate() {
+                let seed = 0x5a7e_0000 + (li * 4 + ri * 2 + si) as u64;
+                let mut rng = Rng(seed);
+                let mut counters = Counters::<K>::ZERO;
+                let mut meter = CostMeter::ZERO;
+                let mut hist = [0u64; K + 1];
+                for _ in 0..n_measure {
+                    let a = step(&law.c, K, &mut rng);
+                    counters.record(K, a).unwrap();
+                    hist[a] += 1;
+                    let rejected = a < K;
+                    meter.record(&StepTiming {
+                        draft_len: K,
+                        fixed_ns: UNIT
+                            - if rejected {
+                                (s * UNIT as f64) as u64
+                            } else {
+                                0
+                            },
+                        scaled_ns: (K as f64 * r * UNIT as f64) as u64,
+                        requests: 1,
+                        rejected: u32::from(rejected),
+                    });
+                }
+                let measured = Measured {
+                    n: n_measure as f64,
+                    hist,
+                };
+                let cost = meter.cost_model().unwrap();
+                assert!(
+                    (cost.per_draft() - r).abs() < 1e-9,
+                    "{}: {cost:?}",
+                    law.name
+                );
+                assert!(
+                    (cost.rejection_saving() - s).abs() < 1e-9,
+                    "{}: {cost:?}",
+                    law.name
+                );
+                let advice = advise(&counters, &cost).unwrap();
+                let plain = advise(&counters, &CostModel::from_ratio(r).unwrap()).unwrap();
+                // The truth: P_full(k) = Π_{i<k} c_i.
+                let mut full = 1.0;
+                let true_cost: [f64; K] = core::array::from_fn(|i| {
+                    full *= law.c[i];
+                    1.0 + (i + 1) as f64 * r - s * (1.0 - full)
+                });
+                let true_speedup: [f64; K] = core::array::from_fn(|i| truth[i] / true_cost[i]);
+                let simulated = simulate_with_saving(&law.c, r, s, n_simulate, seed ^ 0xfeed);
+                for k in 1..=K {
+                    let predicted = advice.expected_speedup(k).unwrap();
+                    let se_pred = measured.mean(k).var_of_mean.sqrt() / true_cost[k - 1];
+                    let sim = &simulated[k - 1];
+                    let se = (se_pred * se_pred + sim.var_of_mean).sqrt();
+                    assert!(
+                        (predicted - sim.mean).abs() <= Z * se,
+                        "{}, r {r}, s {s}, k {k}: predicted {predicted}, simulated {} (se {se})",
+                        law.name,
+                        sim.mean
+                    );
+                    assert!(
+                        (predicted - true_speedup[k - 1]).abs() <= Z * se_pred,
+                        "{}, r {r}, s {s}, k {k}: predicted {predicted}, true {}",
+                        law.name,
+                        true_speedup[k - 1]
+                    );
+                }
+                let best = argmax(&true_speedup);
+                let decisive = (1..=K).filter(|&k| k != best).all(|k| {
+                    let se = measured
+                        .var_of_difference(best, true_cost[best - 1], k, true_cost[k - 1])
+                        .sqrt();
+                    true_speedup[best - 1] - true_speedup[k - 1] > Z * se
+                });
+                if decisive {
+                    assert_eq!(
+                        advice.recommended(),
+                        best,
+                        "{}, r {r}, s {s}: true {true_speedup:?}",
+                        law.name
+                    );
+                    decisive_cases += 1;
+                    plain_wrong += usize::from(plain.recommended() != best);
+                }
+            }
+        }
+    }
+    println!("{decisive_cases} of 20 cases decisive; the plain model was wrong in {plain_wrong}");
+    assert!(decisive_cases >= 12, "only {decisive_cases} decisive cases");
+    // The term matters: without it the advice is wrong somewhere here.
+    assert!(
+        plain_wrong >= 1,
+        "the plain model was right everywhere: no case tests the term"
     );
 }
 
@@ -295,7 +439,8 @@ fn mixed_draft_lengths_still_give_the_true_conditionals_and_optimum() {
     for r in RATIOS {
         let cost = CostModel::from_ratio(r).unwrap();
         let advice = advise(&counters, &cost).unwrap();
-        let true_speedup: [f64; K] = core::array::from_fn(|i| truth[i] / cost.step_cost(i + 1));
+        let true_speedup: [f64; K] =
+            core::array::from_fn(|i| truth[i] / cost.step_cost(i + 1, 1.0));
         assert_eq!(advice.recommended(), argmax(&true_speedup), "r = {r}");
         for k in 1..=K {
             let got = advice.expected_speedup(k).unwrap();

@@ -8,14 +8,21 @@
 //!
 //! ```
 //! use specula::advice::{CostSource, Sources, cost_slot, request_slot};
-//! use specula::specula_core::{Extremes, RequestAcceptance};
+//! use specula::specula_core::{Extremes, RequestAcceptance, StepTiming};
 //! let (mut costs, cost_reader) = cost_slot();
 //! let (mut finished, finished_reader) = request_slot(Extremes::default());
 //! let sources = Sources::new()
 //!     .with_costs("rank0", CostSource::Measured(cost_reader))
 //!     .with_requests("rank0", finished_reader);
 //! // In the decode loop: each step's times, and each request that finishes.
-//! costs.record(4, 12_000, 3_000); // k = 4: 12 µs fixed, 3 µs for the four draft forwards
+//! // k = 4: 12 µs fixed, 3 µs for the four draft forwards; 8 requests, 5 of them rejected.
+//! costs.record(&StepTiming {
+//!     draft_len: 4,
+//!     fixed_ns: 12_000,
+//!     scaled_ns: 3_000,
+//!     requests: 8,
+//!     rejected: 5,
+//! });
 //! let mut request = RequestAcceptance::NEW;
 //! request.record(4, 2)?;
 //! finished.finish(&request);
@@ -26,7 +33,7 @@
 //! The writers publish on every call: a seqlock write of a few words (no lock, no allocation),
 //! on the engine's thread, outside the collector's step path and outside any device work.
 
-use specula_core::advisor::{Advice, AdviceError, CostMeter, CostModel, advise};
+use specula_core::advisor::{Advice, AdviceError, CostMeter, CostModel, StepTiming, advise};
 use specula_core::{
     Counters, Extremes, FinishedRequests, RequestAcceptance, SeqSlot, SlotReader, SlotWriter,
 };
@@ -87,10 +94,10 @@ pub struct CostWriter {
 }
 
 impl CostWriter {
-    /// Records one step of draft length `draft_len` (see [`CostMeter::record`] for which part
-    /// of the step is `fixed_ns` and which `scaled_ns`) and publishes the totals.
-    pub fn record(&mut self, draft_len: usize, fixed_ns: u64, scaled_ns: u64) {
-        self.meter.record(draft_len, fixed_ns, scaled_ns);
+    /// Records one step (see [`StepTiming`] for which part of the step is `fixed_ns` and
+    /// which `scaled_ns`, and what its outcome fits) and publishes the totals.
+    pub fn record(&mut self, step: &StepTiming) {
+        self.meter.record(step);
         self.writer.publish(&self.meter);
     }
 
@@ -300,10 +307,16 @@ mod tests {
         let (mut w, r) = cost_slot();
         let source = CostSource::Measured(r);
         assert_eq!(source.read().since(None), Err(AdviceError::NoTimings));
-        w.record(2, 1_000, 200);
+        let step = |fixed_ns, scaled_ns| StepTiming {
+            draft_len: 2,
+            fixed_ns,
+            scaled_ns,
+            ..StepTiming::default()
+        };
+        w.record(&step(1_000, 200));
         let first = source.read();
         assert_eq!(first.since(None).unwrap().per_draft(), 0.1);
-        w.record(2, 1_000, 2_000);
+        w.record(&step(1_000, 2_000));
         let second = source.read();
         // Since the first reading: the second step only (r = 1); from the start: 0.55.
         assert_eq!(second.since(Some(&first)).unwrap().per_draft(), 1.0);

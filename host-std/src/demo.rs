@@ -14,7 +14,9 @@ use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMet
 use crate::shutdown::{Reason, Shutdown, finish};
 use crate::tree_demo::{TreeShape, TreeStep};
 use crate::wiring::{HostReadback, WireError, wire};
-use specula_core::advisor::{Advice, AdviceError, CostMeter, TreeCostModel, advise, advise_tree};
+use specula_core::advisor::{
+    Advice, AdviceError, CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree,
+};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
 };
@@ -324,8 +326,9 @@ pub fn requests_line(f: &FinishedRequests) -> String {
 }
 
 /// The line scripts parse for the advice: `ADVICE recommended=K cost_ratio=R
-/// speedup=S1,S2,… expected_tokens=E1,E2,…` (one value per measured draft length).
-pub fn advice_line(a: &Advice<MAX_K>, cost_ratio: f64) -> String {
+/// rejection_saving=S speedup=S1,S2,… expected_tokens=E1,E2,…` (one value per measured draft
+/// length).
+pub fn advice_line(a: &Advice<MAX_K>, cost: &CostModel) -> String {
     let join = |f: &dyn Fn(f64, f64) -> f64| {
         a.iter()
             .map(|(_, e, s)| format!("{:.6}", f(e, s)))
@@ -333,8 +336,11 @@ pub fn advice_line(a: &Advice<MAX_K>, cost_ratio: f64) -> String {
             .join(",")
     };
     format!(
-        "ADVICE recommended={} cost_ratio={cost_ratio:.6} speedup={} expected_tokens={}",
+        "ADVICE recommended={} cost_ratio={:.6} rejection_saving={:.9} speedup={} \
+         expected_tokens={}",
         a.recommended(),
+        cost.per_draft(),
+        cost.rejection_saving(),
         join(&|_, s| s),
         join(&|e, _| e)
     )
@@ -398,6 +404,13 @@ impl std::fmt::Display for DemoSummary {
                 "draft cost ratio:        {:.4} plain target steps per draft {unit}",
                 c.per_draft()
             )?;
+            if self.tree.is_none() {
+                writeln!(
+                    f,
+                    "rejection saving:        {:.4} plain target steps per rejected step",
+                    c.rejection_saving()
+                )?;
+            }
             writeln!(
                 f,
                 "advice:                  {k}={} (expected speedup {:.2}x; by {k}: {})",
@@ -1117,8 +1130,10 @@ where
 
         let step_emitted_before = emitted;
         let k = step.draft_len();
+        let mut rejected = 0u32;
         for (r, req) in requests.iter_mut().enumerate() {
             let new = step.emitted(r);
+            rejected += u32::from(new.len() <= k);
             req.history.extend_from_slice(new);
             if req.history.len() > 4096 {
                 req.history.drain(..req.history.len() - keep);
@@ -1142,9 +1157,17 @@ where
         // The step's time, split into what grows with k and the rest, for the advice's cost
         // model (the whole step, the collector's tick and the bookkeeping included, so the
         // model's step times add up to the loop's).
+        // The outcome (requests that rejected) fits what a rejection saves over a whole
+        // acceptance: the bonus token's sampling against the recovered token's.
         if let Some(scaled) = step.scaled_ns() {
             let total = crate::clock::duration_ns(step_started.elapsed());
-            costs.record(step.draft_units(), total.saturating_sub(scaled), scaled);
+            costs.record(&StepTiming {
+                draft_len: step.draft_units(),
+                fixed_ns: total.saturating_sub(scaled),
+                scaled_ns: scaled,
+                requests: requests.len() as u32,
+                rejected,
+            });
         }
         if let Some(e) = &engine {
             let now = Instant::now();
@@ -1265,8 +1288,8 @@ pub struct SweepRow {
 pub struct SweepReport {
     /// The calibration run's measured throughput.
     pub calibration: f64,
-    /// The calibration run's draft cost ratio `r`.
-    pub cost_ratio: f64,
+    /// The calibration run's cost model (its draft cost ratio `r` and rejection saving `s`).
+    pub cost: CostModel,
     /// The advised draft length.
     pub recommended: usize,
     /// One row per `k = 1..=MAX_K`.
@@ -1325,8 +1348,11 @@ impl std::fmt::Display for SweepReport {
         writeln!(
             f,
             "== specula demo --sweep-k ==\ncalibration run at k={MAX_K}: {:.0} {unit}, draft cost \
-             ratio {:.4}, advice k={}",
-            self.calibration, self.cost_ratio, self.recommended
+             ratio {:.4}, rejection saving {:.4}, advice k={}",
+            self.calibration,
+            self.cost.per_draft(),
+            self.cost.rejection_saving(),
+            self.recommended
         )?;
         writeln!(
             f,
@@ -1406,11 +1432,10 @@ pub fn sweep_k(
     let advice = calibration
         .advice()
         .map_err(|e| DemoError::Config(format!("the calibration run gives no advice: {e}")))?;
-    let cost_ratio = calibration
+    let cost = calibration
         .costs
         .cost_model()
-        .map_err(|e| DemoError::Config(e.to_string()))?
-        .per_draft();
+        .map_err(|e| DemoError::Config(e.to_string()))?;
     let mut runs: Vec<Vec<DemoSummary>> = vec![Vec::new(); MAX_K];
     for _ in 0..rounds {
         for (i, r) in runs.iter_mut().enumerate() {
@@ -1445,7 +1470,7 @@ pub fn sweep_k(
         .collect();
     Ok(SweepReport {
         calibration: measured_at,
-        cost_ratio,
+        cost,
         recommended: advice.recommended(),
         rows,
         cpu_time,
@@ -1530,7 +1555,12 @@ mod tests {
             let n = if a == k { left } else { (left * 0.4).round() };
             for _ in 0..n as u64 {
                 totals.record(k, a).unwrap();
-                costs.record(k, 10_000, 2_000 * k as u64);
+                costs.record(&StepTiming {
+                    draft_len: k,
+                    fixed_ns: 10_000,
+                    scaled_ns: 2_000 * k as u64,
+                    ..StepTiming::default()
+                });
             }
             left -= n;
         }
@@ -1570,7 +1600,7 @@ mod tests {
         let advice = summary(MAX_K, 700).advice().unwrap();
         assert_eq!(report.recommended, advice.recommended());
         assert_eq!(report.recommended, 2, "{advice:?}");
-        assert!((report.cost_ratio - 0.2).abs() < 1e-12);
+        assert!((report.cost.per_draft() - 0.2).abs() < 1e-12);
         assert_eq!(report.calibration, 700.0);
         assert!(report.cpu_time);
         assert_eq!(report.rows.len(), MAX_K);
@@ -1651,9 +1681,12 @@ mod tests {
     fn the_lines_scripts_parse() {
         let s = summary(MAX_K, 700);
         let a = s.advice().unwrap();
-        let line = advice_line(&a, 0.2);
+        let line = advice_line(&a, &s.costs.cost_model().unwrap());
         assert!(
-            line.starts_with("ADVICE recommended=2 cost_ratio=0.200000 speedup=1.333333,1.400000,"),
+            line.starts_with(
+                "ADVICE recommended=2 cost_ratio=0.200000 rejection_saving=0.000000000 \
+                 speedup=1.333333,1.400000,"
+            ),
             "{line}"
         );
         assert_eq!(line.matches(',').count(), 2 * (MAX_K - 1), "{line}");

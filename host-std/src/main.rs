@@ -532,7 +532,7 @@ fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
             .ok()
             .zip(summary.costs.cost_model().ok())
             .filter(|_| summary.tree.is_none())
-            .map(|(a, c)| demo::advice_line(&a, c.per_draft()));
+            .map(|(a, c)| demo::advice_line(&a, &c));
         let mut out = stdio::stdout();
         let written = summary
             .metrics_addr

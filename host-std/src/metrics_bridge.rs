@@ -183,6 +183,7 @@ fn derived<const K: usize>(
         };
         metrics::gauge!("specula_recommended_draft_length", with(&[])).set(a.recommended() as f64);
         metrics::gauge!("specula_draft_cost_ratio", with(&[])).set(cost.per_draft());
+        metrics::gauge!("specula_rejection_saving_ratio", with(&[])).set(cost.rejection_saving());
         for (k, e, speedup) in a.iter() {
             let l = with(&[("draft_length", k.to_string())]);
             metrics::gauge!("specula_expected_speedup", l.clone()).set(speedup);

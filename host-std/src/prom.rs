@@ -38,6 +38,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use specula_core::advisor::CostModel;
 use specula_core::advisor::{Advice, AdviceError, advise};
 use specula_core::request::RATE_BOUNDS_PERCENT;
 use specula_core::{Clock, Counters, FinishedRequests, Snapshot};
@@ -326,7 +327,9 @@ pub fn check_draft_len<const K: usize>(n: usize) -> Result<usize, DraftLenError>
 /// engine ([`with_sources`](SpecCollector::with_sources)), the draft-length advice:
 /// `specula_recommended_draft_length{window}`, `specula_expected_speedup{draft_length,window}`
 /// and `specula_expected_tokens_per_step{draft_length,window}` for every measured draft length,
-/// and `specula_draft_cost_ratio{window}` (a draft token's cost in plain target steps). With a
+/// `specula_draft_cost_ratio{window}` (a draft token's cost in plain target steps) and
+/// `specula_rejection_saving_ratio{window}` (what a rejected step costs less than one accepted
+/// whole, in plain target steps). With a
 /// finished-request histogram for the engine: the histogram
 /// `specula_request_acceptance_rate` (buckets at `RATE_BOUNDS_PERCENT` / 100) and the
 /// counters `specula_requests_finished_total`, `specula_requests_low_acceptance_total` and
@@ -496,8 +499,8 @@ pub fn unix_seconds(at_ns: u64, now_ns: u64, now: SystemTime) -> f64 {
 /// histogram (with one).
 struct Derived<const K: usize> {
     recent: Counters<K>,
-    /// (recent, lifetime) advice and cost ratio; `None` without a cost source.
-    advice: Option<[Result<(Advice<K>, f64), AdviceError>; 2]>,
+    /// (recent, lifetime) advice and cost model; `None` without a cost source.
+    advice: Option<[Result<(Advice<K>, CostModel), AdviceError>; 2]>,
     requests: Option<FinishedRequests>,
 }
 
@@ -591,7 +594,7 @@ impl<const K: usize> Scrape<'_, K> {
                     .collect()
             },
         )?;
-        let advice = |slot: usize, w: usize| -> Option<&(Advice<K>, f64)> {
+        let advice = |slot: usize, w: usize| -> Option<&(Advice<K>, CostModel)> {
             self.derived[slot].advice.as_ref()?[w].as_ref().ok()
         };
         self.windowed_gauges(
@@ -636,7 +639,20 @@ impl<const K: usize> Scrape<'_, K> {
             None,
             |slot, w| {
                 advice(slot, w)
-                    .map(|(_, r)| (String::new(), *r))
+                    .map(|(_, c)| (String::new(), c.per_draft()))
+                    .into_iter()
+                    .collect()
+            },
+        )?;
+        self.windowed_gauges(
+            enc,
+            "specula_rejection_saving_ratio",
+            "What a step whose draft is rejected costs less than one accepted whole, in plain \
+             target steps (fitted from the step outcomes; 0 when they do not vary).",
+            None,
+            |slot, w| {
+                advice(slot, w)
+                    .map(|(_, c)| (String::new(), c.rejection_saving()))
                     .into_iter()
                     .collect()
             },
@@ -739,12 +755,9 @@ impl<const K: usize> SpecCollector<K> {
                 let advice = costs.map(|now| {
                     let lifetime = now.since(None).and_then(|c| {
                         let a = advise(&s.counters, &c)?;
-                        Ok((a, c.per_draft()))
+                        Ok((a, c))
                     });
-                    let windowed = recent
-                        .advice
-                        .unwrap_or(Err(AdviceError::NoTimings))
-                        .map(|(a, c)| (a, c.per_draft()));
+                    let windowed = recent.advice.unwrap_or(Err(AdviceError::NoTimings));
                     [windowed, lifetime]
                 });
                 Derived {

@@ -1,6 +1,7 @@
 //! The log sink through the real `StdClock` path, with collection and log grids misaligned.
 
 use specula::ngram::SplitMix64;
+use specula::specula_core::StepTiming;
 use specula::specula_core::{Clock, Collector, Counters, Readback, Snapshot, Tick};
 use specula::{Driver, HostReadback, LineLogger, LogSink, Shutdown, StdClock, wire};
 use std::sync::{Mutex, OnceLock};
@@ -639,7 +640,12 @@ fn the_detailed_line_carries_lengths_conditionals_and_the_interval_advice() {
     // Interval 1: everything accepted, drafts nearly free.
     for _ in 0..10 {
         s.counters.record(3, 3).unwrap();
-        costs.record(3, 10_000, 30);
+        costs.record(&StepTiming {
+            draft_len: 3,
+            fixed_ns: 10_000,
+            scaled_ns: 30,
+            ..StepTiming::default()
+        });
     }
     s.at_ns = S;
     for w in [&mut w0, &mut w1, &mut w2] {
@@ -650,7 +656,12 @@ fn the_detailed_line_carries_lengths_conditionals_and_the_interval_advice() {
     // Interval 2: nothing past position 0, dear drafts: this interval's advice is k = 1.
     for _ in 0..10 {
         s.counters.record(3, 1).unwrap();
-        costs.record(3, 10_000, 30_000);
+        costs.record(&StepTiming {
+            draft_len: 3,
+            fixed_ns: 10_000,
+            scaled_ns: 30_000,
+            ..StepTiming::default()
+        });
     }
     s.at_ns = 2 * S;
     for w in [&mut w0, &mut w1, &mut w2] {

@@ -4,6 +4,7 @@
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use specula::metrics_bridge::MetricsBridge;
+use specula::specula_core::StepTiming;
 use specula::wire_ranks;
 use specula_core::Snapshot;
 use std::collections::HashMap;
@@ -255,7 +256,12 @@ fn derived_gauges_advice_and_finished_requests_follow_each_update() {
         let before = s.counters;
         for _ in 0..10 {
             s.counters.record(3, accepted).unwrap();
-            costs.record(3, 10_000, scaled);
+            costs.record(&StepTiming {
+                draft_len: 3,
+                fixed_ns: 10_000,
+                scaled_ns: scaled,
+                ..StepTiming::default()
+            });
         }
         s.at_ns = (round as u64 + 1) * 1_000;
         wired.writers[0].publish(&s);

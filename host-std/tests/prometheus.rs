@@ -3,6 +3,7 @@
 use specula::HostReadback;
 use specula::prom::{Format, Options, SpecCollector, render};
 use specula::specula_core::Counters;
+use specula::specula_core::StepTiming;
 use specula::{Driver, StdClock, wire};
 use std::time::Duration;
 
@@ -619,7 +620,12 @@ fn distribution_conditionals_advice_and_requests_at_scrape_time() {
     // 0..10 s: every draft fully accepted, cheap drafts.
     for _ in 0..20 {
         s.counters.record(3, 3).unwrap();
-        costs.record(3, 10_000, 300);
+        costs.record(&StepTiming {
+            draft_len: 3,
+            fixed_ns: 10_000,
+            scaled_ns: 300,
+            ..StepTiming::default()
+        });
     }
     s.at_ns = 2 * second;
     wired.writers[0].publish(&s);
@@ -722,7 +728,12 @@ fn distribution_conditionals_advice_and_requests_at_scrape_time() {
     let _ = render(&reg, Format::Text).unwrap();
     for _ in 0..20 {
         s.counters.record(3, 1).unwrap();
-        costs.record(3, 10_000, 60_000);
+        costs.record(&StepTiming {
+            draft_len: 3,
+            fixed_ns: 10_000,
+            scaled_ns: 60_000,
+            ..StepTiming::default()
+        });
     }
     s.at_ns = 15 * second;
     wired.writers[0].publish(&s);
