@@ -316,8 +316,9 @@ impl CostMeter {
             u128::from(self.rejected_share),
             u128::from(self.rejected_share_sq),
         );
+        // Zero as well with fewer than two steps (n = 1: x² − x²), so no separate test of n.
         let var = n.checked_mul(sxx)?.checked_sub(sx.checked_mul(sx)?)?;
-        if n < 2 || var == 0 {
+        if var == 0 {
             return None;
         }
         let (sy, sxy) = (self.outcome_fixed_ns as f64, self.rejected_share_ns as f64);
