@@ -22,7 +22,7 @@ fn main() {
             .std("c++20")
             // The kernel's numerics rely on IEEE binary32 with no contraction into FMA and no
             // fast-math reassociation, exactly as NVRTC's `--fmad=false` gives on the device.
-            // Optimise even in debug builds: the shim runs one OS thread per GPU thread.
+            // Optimise even in debug builds: the shim runs a fiber per GPU thread.
             .opt_level(2)
             .flag("-ffp-contract=off")
             .flag("-fno-fast-math")
@@ -36,7 +36,7 @@ fn main() {
         }
         build.compile(lib);
     }
-    // std::thread / std::barrier need the platform thread library on some libcs.
+    // std::mutex needs the platform thread library on some libcs.
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rustc-link-lib=pthread");
     }

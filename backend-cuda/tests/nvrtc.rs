@@ -23,8 +23,21 @@ fn ptxas() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+// One test per architecture: each compile is a minute or more of single-threaded NVRTC and
+// ptxas, and the test runner runs the tests side by side.
 #[test]
-fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
+fn kernel_compiles_and_assembles_for_ampere() {
+    chain_kernel("compute_80", "sm_80");
+}
+
+#[test]
+fn kernel_compiles_and_assembles_for_hopper() {
+    chain_kernel("compute_90", "sm_90");
+}
+
+/// The chain kernel text compiles for `arch` with the crate's options, has every entry point,
+/// no contraction or fast-math instruction outside the series division, and assembles for `sm`.
+fn chain_kernel(arch: &str, sm: &str) {
     if !specula_cuda::nvrtc_present() {
         assert!(
             std::env::var_os("SPECULA_EXPECT_NVRTC_MAJOR").is_none(),
@@ -52,100 +65,98 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
     // of compiling it again.
     let cache = std::env::var_os("SPECULA_KERNEL_CACHE").map(PathBuf::from);
     let dir = cache.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("specula-nvrtc-{}", std::process::id()))
+        std::env::temp_dir().join(format!("specula-nvrtc-{sm}-{}", std::process::id()))
     });
     std::fs::create_dir_all(&dir).unwrap();
-    for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {
-        let ptx = specula_cuda::compile_ptx(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let ptx = specula_cuda::compile_ptx(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    assert!(
+        ptx.contains(".entry specula_verify"),
+        "{arch}: entry point missing"
+    );
+    for entry in [
+        specula_core::kernels::VERIFY_SPLIT_ENTRY,
+        specula_core::kernels::VERIFY_EX_ENTRY,
+        specula_core::kernels::VERIFY_SPLIT_EX_ENTRY,
+        specula_core::kernels::VERIFY_LOGITS_ENTRY,
+        specula_core::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
+    ] {
         assert!(
-            ptx.contains(".entry specula_verify"),
-            "{arch}: entry point missing"
+            ptx.contains(&format!(".entry {entry}(")),
+            "{arch}: entry point {entry} missing"
         );
-        for entry in [
-            specula_core::kernels::VERIFY_SPLIT_ENTRY,
-            specula_core::kernels::VERIFY_EX_ENTRY,
-            specula_core::kernels::VERIFY_SPLIT_EX_ENTRY,
-            specula_core::kernels::VERIFY_LOGITS_ENTRY,
-            specula_core::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
-        ] {
-            assert!(
-                ptx.contains(&format!(".entry {entry}(")),
-                "{arch}: entry point {entry} missing"
-            );
-        }
-        // --fmad=false: the compiler may not fuse a multiply and an add. The kernel asks for
-        // FMAs (and one .ftz reciprocal) only inside its exact division of ln_p's series
-        // (sp_div_series, one inline-asm block), so any other fma instruction in the PTX would
-        // be a contraction that breaks bit-exactness.
-        let (compiled, asm_blocks) = split_inline_asm(&ptx);
-        assert!(
-            !compiled.contains("fma.rn.f32"),
-            "{arch}: contracted multiply-add in the PTX"
-        );
-        // No approximate (fast-math) division or flush-to-zero arithmetic either.
-        assert!(
-            !compiled.contains("div.approx"),
-            "{arch}: approximate division"
-        );
-        assert!(
-            !compiled.contains(".ftz.f32"),
-            "{arch}: flush-to-zero arithmetic"
-        );
-        let with_fma: Vec<&String> = asm_blocks
-            .iter()
-            .filter(|b| b.contains("fma") || b.contains("ftz") || b.contains("rcp"))
+    }
+    // --fmad=false: the compiler may not fuse a multiply and an add. The kernel asks for
+    // FMAs (and one .ftz reciprocal) only inside its exact division of ln_p's series
+    // (sp_div_series, one inline-asm block), so any other fma instruction in the PTX would
+    // be a contraction that breaks bit-exactness.
+    let (compiled, asm_blocks) = split_inline_asm(&ptx);
+    assert!(
+        !compiled.contains("fma.rn.f32"),
+        "{arch}: contracted multiply-add in the PTX"
+    );
+    // No approximate (fast-math) division or flush-to-zero arithmetic either.
+    assert!(
+        !compiled.contains("div.approx"),
+        "{arch}: approximate division"
+    );
+    assert!(
+        !compiled.contains(".ftz.f32"),
+        "{arch}: flush-to-zero arithmetic"
+    );
+    let with_fma: Vec<&String> = asm_blocks
+        .iter()
+        .filter(|b| b.contains("fma") || b.contains("ftz") || b.contains("rcp"))
+        .collect();
+    assert!(
+        !with_fma.is_empty(),
+        "{arch}: the series division is missing"
+    );
+    for block in with_fma {
+        let ops: Vec<&str> = block
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| w.contains('.') && !w.starts_with(".reg"))
             .collect();
-        assert!(
-            !with_fma.is_empty(),
-            "{arch}: the series division is missing"
+        assert_eq!(
+            ops,
+            [
+                "rcp.approx.ftz.f32",
+                "neg.f32",
+                "fma.rn.f32",
+                "fma.rn.f32",
+                "mul.rn.f32",
+                "neg.f32",
+                "fma.rn.f32",
+                "fma.rn.f32"
+            ],
+            "{arch}: an inline-asm block with FMAs that is not the series division"
         );
-        for block in with_fma {
-            let ops: Vec<&str> = block
-                .lines()
-                .filter_map(|l| l.split_whitespace().next())
-                .filter(|w| w.contains('.') && !w.starts_with(".reg"))
-                .collect();
-            assert_eq!(
-                ops,
-                [
-                    "rcp.approx.ftz.f32",
-                    "neg.f32",
-                    "fma.rn.f32",
-                    "fma.rn.f32",
-                    "mul.rn.f32",
-                    "neg.f32",
-                    "fma.rn.f32",
-                    "fma.rn.f32"
-                ],
-                "{arch}: an inline-asm block with FMAs that is not the series division"
+    }
+    if let Some(ptxas) = &ptxas {
+        let src = dir.join(format!("{sm}.ptx"));
+        std::fs::write(&src, &ptx).unwrap();
+        let out = Command::new(ptxas)
+            .arg(format!("-arch={sm}"))
+            .arg("-v")
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.join(format!("{sm}.cubin")))
+            .output()
+            .expect("ptxas runs");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
+        // Register spills would make the kernel much slower; report them loudly.
+        println!("ptxas {sm}: {}", log.trim().replace('\n', " | "));
+        if cache.is_some() {
+            std::fs::write(dir.join(format!("{sm}.ptxas-log")), log.as_bytes()).unwrap();
+            // What the report checks before it trusts the log: the kernel text it was
+            // compiled from and the ptxas that assembled it.
+            let key = format!(
+                "fnv1a64={:016x} ptxas={}\n",
+                fnv1a64(specula_core::kernels::SOURCE.as_bytes()),
+                ptxas.display()
             );
-        }
-        if let Some(ptxas) = &ptxas {
-            let src = dir.join(format!("{sm}.ptx"));
-            std::fs::write(&src, &ptx).unwrap();
-            let out = Command::new(ptxas)
-                .arg(format!("-arch={sm}"))
-                .arg("-v")
-                .arg(&src)
-                .arg("-o")
-                .arg(dir.join(format!("{sm}.cubin")))
-                .output()
-                .expect("ptxas runs");
-            let log = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
-            // Register spills would make the kernel much slower; report them loudly.
-            println!("ptxas {sm}: {}", log.trim().replace('\n', " | "));
-            if cache.is_some() {
-                std::fs::write(dir.join(format!("{sm}.ptxas-log")), log.as_bytes()).unwrap();
-                // What the report checks before it trusts the log: the kernel text it was
-                // compiled from and the ptxas that assembled it.
-                let key = format!(
-                    "fnv1a64={:016x} ptxas={}\n",
-                    fnv1a64(specula_core::kernels::SOURCE.as_bytes()),
-                    ptxas.display()
-                );
-                std::fs::write(dir.join(format!("{sm}.key")), key).unwrap();
-            }
+            std::fs::write(dir.join(format!("{sm}.key")), key).unwrap();
         }
     }
     if cache.is_none() {
@@ -158,7 +169,16 @@ fn kernel_compiles_and_assembles_for_ampere_and_hopper() {
 /// compute_90, has the `specula_verify_tree` entry, no contracted multiply-add or fast-math
 /// instruction outside the series division's inline asm, and assembles with ptxas.
 #[test]
-fn tree_kernel_compiles_and_assembles_for_ampere_and_hopper() {
+fn tree_kernel_compiles_and_assembles_for_ampere() {
+    tree_kernel("compute_80", "sm_80");
+}
+
+#[test]
+fn tree_kernel_compiles_and_assembles_for_hopper() {
+    tree_kernel("compute_90", "sm_90");
+}
+
+fn tree_kernel(arch: &str, sm: &str) {
     if !specula_cuda::nvrtc_present() {
         println!("SKIPPED: libnvrtc not found (run `. scripts/cuda-tools.sh` first)");
         return;
@@ -167,45 +187,43 @@ fn tree_kernel_compiles_and_assembles_for_ampere_and_hopper() {
     if ptxas.is_none() {
         println!("SKIPPED (assembly only): ptxas not found; NVRTC compilation still checked");
     }
-    let dir = std::env::temp_dir().join(format!("specula-nvrtc-tree-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("specula-nvrtc-tree-{sm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (arch, sm) in [("compute_80", "sm_80"), ("compute_90", "sm_90")] {
-        let ptx = specula_cuda::compile_source_ptx(
-            specula_core::kernels::TREE_SOURCE,
-            "specula_tree.cu",
-            arch,
-        )
-        .unwrap_or_else(|e| panic!("{arch}: {e}"));
-        let entry = specula_core::kernels::TREE_ENTRY;
-        assert!(
-            ptx.contains(&format!(".entry {entry}(")),
-            "{arch}: entry point {entry} missing"
-        );
-        let (compiled, _) = split_inline_asm(&ptx);
-        for bad in ["fma.rn.f32", "fma.rn.f64", "div.approx", ".ftz.f32"] {
-            assert!(!compiled.contains(bad), "{arch}: {bad} in the tree PTX");
-        }
-        if let Some(ptxas) = &ptxas {
-            let src = dir.join(format!("tree-{sm}.ptx"));
-            std::fs::write(&src, &ptx).unwrap();
-            let out = Command::new(ptxas)
-                .arg(format!("-arch={sm}"))
-                .arg("-v")
-                .arg(&src)
-                .arg("-o")
-                .arg(dir.join(format!("tree-{sm}.cubin")))
-                .output()
-                .expect("ptxas runs");
-            let log = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
-            let tree_line = log
-                .lines()
-                .skip_while(|l| !l.contains(entry))
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" | ");
-            println!("ptxas {sm} {entry}: {tree_line}");
-        }
+    let ptx = specula_cuda::compile_source_ptx(
+        specula_core::kernels::TREE_SOURCE,
+        "specula_tree.cu",
+        arch,
+    )
+    .unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let entry = specula_core::kernels::TREE_ENTRY;
+    assert!(
+        ptx.contains(&format!(".entry {entry}(")),
+        "{arch}: entry point {entry} missing"
+    );
+    let (compiled, _) = split_inline_asm(&ptx);
+    for bad in ["fma.rn.f32", "fma.rn.f64", "div.approx", ".ftz.f32"] {
+        assert!(!compiled.contains(bad), "{arch}: {bad} in the tree PTX");
+    }
+    if let Some(ptxas) = &ptxas {
+        let src = dir.join(format!("tree-{sm}.ptx"));
+        std::fs::write(&src, &ptx).unwrap();
+        let out = Command::new(ptxas)
+            .arg(format!("-arch={sm}"))
+            .arg("-v")
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.join(format!("tree-{sm}.cubin")))
+            .output()
+            .expect("ptxas runs");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "ptxas {sm} failed:\n{log}");
+        let tree_line = log
+            .lines()
+            .skip_while(|l| !l.contains(entry))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" | ");
+        println!("ptxas {sm} {entry}: {tree_line}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

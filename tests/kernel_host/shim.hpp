@@ -1,28 +1,98 @@
 // shim.hpp: just enough of the CUDA / HIP programming model to run core/kernels/specula_verify.cu
-// unchanged on the host, one OS thread per GPU thread.
+// unchanged on the host, one fiber (a stack of its own, switched in user space) per GPU thread.
 //
 // * `__global__` / `__device__` functions become `static` functions of the including translation
 //   unit (each mode is its own TU, so the CUDA-mode and HIP-mode copies never merge).
-// * threadIdx / blockIdx are thread_local; blockDim / gridDim / warpSize are per-TU globals, set by
+// * A launch runs on the calling OS thread: a block's threads are fibers, resumed one after
+//   another by a scheduler; `__syncthreads` switches back to it. A round resumes every fiber once,
+//   up to its next barrier (or its end), so each round is one barrier phase. The first version
+//   used one OS thread per GPU thread and a std::barrier: on two cores, more than half of a
+//   kernel test's time went to the kernel's scheduler (sched_yield in the barrier's wait); a
+//   user-space switch costs a few nanoseconds.
+// * Rounds alternate between ascending and descending thread order, so a read of another
+//   thread's write that lacks a barrier between them sees the stale value in one of the two
+//   orders, whichever thread is the writer: a missing barrier makes results differ from the
+//   reference instead of passing by luck of timing. A barrier some threads of a block skip (they
+//   return while others wait) stops the process with a message: on a GPU it is undefined.
+// * threadIdx is the running fiber's; blockIdx, blockDim, gridDim are per-TU globals, set by
 //   `launch` while it holds the TU's launch mutex (launches of one mode run one at a time).
-// * `__syncthreads` is a std::barrier over the block's threads; blocks run one after another with
-//   the same threads, so `__shared__` (function-local statics) is exactly per-block storage.
+//   Blocks run one after another, so `__shared__` (function-local statics) is exactly per-block
+//   storage.
 // * warp shuffles go through per-block exchange arrays, one barrier each: every thread of the
 //   block must call them together, which the kernel guarantees (its reductions are block-uniform).
 // * atomics use std::atomic_ref on the caller's memory.
 // Define SPECULA_HIP before including this header for HIP mode (wave size 64, `__shfl_down`).
+// The switch is a few lines of assembly on x86-64 (callee-saved registers and the stack
+// pointer, as the System V ABI defines them); elsewhere, or with SPECULA_SHIM_UCONTEXT defined,
+// it is POSIX ucontext (portable, but a system call per switch for the signal mask).
 #pragma once
 
 #include <atomic>
-#include <barrier>
 #include <bit>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) && !defined(SPECULA_SHIM_UCONTEXT)
+#define SPECULA_SHIM_ASM 1
+// Distinct symbols per mode: both modes' objects are linked into one test binary.
+#if defined(SPECULA_HIP)
+#define SP_FIBER_SWITCH specula_shim_fiber_switch_hip
+#define SP_FIBER_ENTRY specula_shim_fiber_entry_hip
+#else
+#define SP_FIBER_SWITCH specula_shim_fiber_switch_cuda
+#define SP_FIBER_ENTRY specula_shim_fiber_entry_cuda
+#endif
+#define SP_STR2(x) #x
+#define SP_STR(x) SP_STR2(x)
+// SP_FIBER_SWITCH(save, to): pushes the callee-saved registers, stores the stack pointer in
+// *save, loads `to` as the stack pointer and pops the registers saved there. SP_FIBER_ENTRY is
+// where a new fiber's first switch returns to: it calls r13(r12) on the fiber's stack (16-byte
+// aligned at the call), which never returns.
+extern "C" void SP_FIBER_SWITCH(void** save, void* to);
+extern "C" void SP_FIBER_ENTRY();
+asm(".text\n"
+    ".p2align 4\n"
+    ".globl " SP_STR(SP_FIBER_SWITCH) "\n"
+    ".hidden " SP_STR(SP_FIBER_SWITCH) "\n"
+    ".type " SP_STR(SP_FIBER_SWITCH) ",@function\n"
+    SP_STR(SP_FIBER_SWITCH) ":\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size " SP_STR(SP_FIBER_SWITCH) ",.-" SP_STR(SP_FIBER_SWITCH) "\n"
+    ".p2align 4\n"
+    ".globl " SP_STR(SP_FIBER_ENTRY) "\n"
+    ".hidden " SP_STR(SP_FIBER_ENTRY) "\n"
+    ".type " SP_STR(SP_FIBER_ENTRY) ",@function\n"
+    SP_STR(SP_FIBER_ENTRY) ":\n"
+    "    movq %r12, %rdi\n"
+    "    callq *%r13\n"
+    "    ud2\n"
+    ".size " SP_STR(SP_FIBER_ENTRY) ",.-" SP_STR(SP_FIBER_ENTRY) "\n");
+#else
+#include <ucontext.h>
+#endif
 
 namespace {
 namespace specula_shim {
@@ -37,30 +107,140 @@ constexpr int kWarpSize = 64;
 constexpr int kWarpSize = 32;
 #endif
 
-thread_local dim3 tl_thread_idx;
-thread_local dim3 tl_block_idx;
+[[noreturn]] inline void fail(const char* why) {
+    std::fprintf(stderr, "kernel_host shim: %s\n", why);
+    std::fflush(stderr);
+    std::abort();
+}
+
+// A fiber's stack: mapped, with an inaccessible page below it so that an overflow faults
+// instead of overwriting the next stack. The kernel's frames are small (a few KB: no large
+// local arrays); 256 KB leaves room for a debug C++ build.
+constexpr std::size_t kStackBytes = 256 * 1024;
+
+struct Stack {
+    char* base = nullptr;  // the guard page
+    std::size_t bytes = 0; // guard + stack
+    char* top() const { return base + bytes; }
+};
+
+inline Stack map_stack() {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t bytes = kStackBytes + page;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("cannot map a fiber stack");
+    if (mprotect(p, page, PROT_NONE) != 0) fail("cannot protect a fiber stack's guard page");
+    return Stack{static_cast<char*>(p), bytes};
+}
+
+struct Fiber {
+#if defined(SPECULA_SHIM_ASM)
+    void* sp = nullptr;
+#else
+    ucontext_t ctx;
+#endif
+    unsigned int tid = 0;
+    unsigned int exchange_phase = 0; // which exchange array its next shuffle writes
+    bool done = false;
+};
+
+dim3 g_thread_idx; // the running fiber's
+dim3 g_block_idx;
 dim3 g_block_dim;
 dim3 g_grid_dim;
-std::barrier<>* g_barrier = nullptr;
 // Two exchange arrays used alternately by successive shuffles (see shfl_down).
 std::vector<std::uint64_t> g_exchange[2];
-thread_local unsigned int tl_exchange_phase = 0;
 std::mutex g_launch_mutex;
 
-inline void sync_block() { g_barrier->arrive_and_wait(); }
+// The scheduler's state, owned by the launch holding g_launch_mutex.
+std::vector<Stack> g_stacks; // kept between launches
+std::vector<Fiber> g_fibers;
+Fiber* g_current = nullptr;
+void (*g_body)(void*) = nullptr; // the kernel of this launch, called with g_body_arg
+void* g_body_arg = nullptr;
+#if defined(SPECULA_SHIM_ASM)
+void* g_scheduler_sp = nullptr;
+#else
+ucontext_t g_scheduler_ctx;
+#endif
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void yield_to_scheduler() {
+#if defined(SPECULA_SHIM_ASM)
+    SP_FIBER_SWITCH(&g_current->sp, g_scheduler_sp);
+#else
+    if (swapcontext(&g_current->ctx, &g_scheduler_ctx) != 0) fail("swapcontext failed");
+#endif
+}
+
+inline void resume(Fiber& f) {
+    g_current = &f;
+    g_thread_idx = dim3{f.tid, 0, 0};
+#if defined(SPECULA_SHIM_ASM)
+    SP_FIBER_SWITCH(&g_scheduler_sp, f.sp);
+#else
+    if (swapcontext(&g_scheduler_ctx, &f.ctx) != 0) fail("swapcontext failed");
+#endif
+}
+
+// A fiber's whole life: the kernel once, then back to the scheduler for good.
+void fiber_main() {
+    g_body(g_body_arg);
+    g_current->done = true;
+    yield_to_scheduler();
+    fail("a finished fiber was resumed");
+}
+
+#if defined(SPECULA_SHIM_ASM)
+void fiber_entry(void*) { fiber_main(); }
+#else
+void fiber_entry_ucontext() { fiber_main(); }
+#endif
+
+// Makes fiber `t` start the kernel from the top of `stack` on its next resume.
+inline void start(Fiber& f, unsigned int t, const Stack& stack) {
+    f.tid = t;
+    f.exchange_phase = 0;
+    f.done = false;
+#if defined(SPECULA_SHIM_ASM)
+    // What SP_FIBER_SWITCH pops, from the lowest address: r15, r14, r13, r12, rbx, rbp, then
+    // the return address; the stack pointer after the return (&w[7]) is 16-byte aligned, as
+    // the ABI wants it at the entry's call.
+    auto top = reinterpret_cast<std::uintptr_t>(stack.top()) & ~std::uintptr_t{15};
+    auto* w = reinterpret_cast<void**>(top) - 9;
+    w[0] = nullptr;                                          // r15
+    w[1] = nullptr;                                          // r14
+    w[2] = reinterpret_cast<void*>(&fiber_entry);            // r13: what the entry calls
+    w[3] = nullptr;                                          // r12: its argument
+    w[4] = nullptr;                                          // rbx
+    w[5] = nullptr;                                          // rbp
+    w[6] = reinterpret_cast<void*>(&SP_FIBER_ENTRY);         // the return address
+    w[7] = nullptr;                                          // (alignment)
+    w[8] = nullptr;
+    f.sp = w;
+#else
+    if (getcontext(&f.ctx) != 0) fail("getcontext failed");
+    f.ctx.uc_stack.ss_sp = stack.base + (stack.bytes - kStackBytes);
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, &fiber_entry_ucontext, 0);
+#endif
+}
+
+inline void sync_block() { yield_to_scheduler(); }
 
 // Value of lane (lane + delta) of the caller's warp, or the caller's own value past the warp end.
 template <class T>
 T shfl_down(T v, unsigned int delta) {
     static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "shuffle of <= 8 bytes");
-    const unsigned int tid = tl_thread_idx.x;
+    const unsigned int tid = g_thread_idx.x;
     std::uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
     // Alternating arrays need one barrier per shuffle instead of two: the next shuffle writes
     // the other array, and the one after that can only start once every thread has passed the
     // next shuffle's barrier, i.e. has finished reading this array.
-    std::vector<std::uint64_t>& ex = g_exchange[tl_exchange_phase];
-    tl_exchange_phase ^= 1u;
+    std::vector<std::uint64_t>& ex = g_exchange[g_current->exchange_phase];
+    g_current->exchange_phase ^= 1u;
     ex[tid] = bits;
     sync_block();
     const unsigned int lane = tid % kWarpSize;
@@ -72,49 +252,47 @@ T shfl_down(T v, unsigned int delta) {
     return r;
 }
 
-// Runs `kernel` on a grid of `grid` blocks of `block` threads. Returns 0, or -1 when threads
-// could not be started (the launch then did nothing).
+// Runs `kernel` on a grid of `grid` blocks of `block` threads, blocks one after another, on the
+// calling thread. Returns 0 (the launchers refuse a `block` of 0 or above the block size
+// before they get here).
 template <class F>
 int launch(unsigned int grid, unsigned int block, F&& kernel) {
     std::lock_guard<std::mutex> guard(g_launch_mutex);
-    try {
-        std::barrier<> bar(static_cast<std::ptrdiff_t>(block));
-        g_barrier = &bar;
-        g_block_dim = dim3{block, 1, 1};
-        g_grid_dim = dim3{grid, 1, 1};
-        g_exchange[0].assign(block, 0);
-        g_exchange[1].assign(block, 0);
-        std::vector<std::thread> threads;
-        threads.reserve(block);
-        for (unsigned int t = 0; t < block; ++t) {
-            threads.emplace_back([&, t] {
-                tl_thread_idx = dim3{t, 0, 0};
-                tl_exchange_phase = 0;
-                for (unsigned int b = 0; b < grid; ++b) {
-                    tl_block_idx = dim3{b, 0, 0};
-                    kernel();
-                    // End of block: the next block may reuse __shared__ storage only after all
-                    // threads of this one are done.
-                    bar.arrive_and_wait();
-                }
-            });
+    using K = std::remove_reference_t<F>;
+    g_body = [](void* k) { (*static_cast<K*>(k))(); };
+    g_body_arg = const_cast<void*>(static_cast<const void*>(&kernel));
+    g_block_dim = dim3{block, 1, 1};
+    g_grid_dim = dim3{grid, 1, 1};
+    g_exchange[0].assign(block, 0);
+    g_exchange[1].assign(block, 0);
+    while (g_stacks.size() < block) g_stacks.push_back(map_stack());
+    g_fibers.resize(block);
+    for (unsigned int b = 0; b < grid; ++b) {
+        g_block_idx = dim3{b, 0, 0};
+        for (unsigned int t = 0; t < block; ++t) start(g_fibers[t], t, g_stacks[t]);
+        // One round per barrier phase, until every fiber has returned from the kernel.
+        for (unsigned int round = 0;; ++round) {
+            unsigned int finished = 0;
+            for (unsigned int i = 0; i < block; ++i) {
+                Fiber& f = g_fibers[round % 2 == 0 ? i : block - 1 - i];
+                resume(f);
+                finished += f.done ? 1u : 0u;
+            }
+            if (finished == block) break;
+            if (finished != 0) fail("__syncthreads reached by only some threads of a block");
         }
-        for (auto& th : threads) th.join();
-        g_barrier = nullptr;
-        return 0;
-    } catch (...) {
-        // std::thread failed to start (std::system_error). Threads already started would wait
-        // forever on the barrier, so this cannot be recovered from: stop the process loudly
-        // rather than return into Rust with threads blocked on a stack object.
-        std::terminate();
     }
+    g_current = nullptr;
+    g_body = nullptr;
+    g_body_arg = nullptr;
+    return 0;
 }
 
 }  // namespace specula_shim
 }  // namespace
 
-#define threadIdx (specula_shim::tl_thread_idx)
-#define blockIdx (specula_shim::tl_block_idx)
+#define threadIdx (specula_shim::g_thread_idx)
+#define blockIdx (specula_shim::g_block_idx)
 #define blockDim (specula_shim::g_block_dim)
 #define gridDim (specula_shim::g_grid_dim)
 #define warpSize (specula_shim::kWarpSize)
@@ -153,7 +331,7 @@ static inline unsigned long long atomicMax(unsigned long long* p, unsigned long 
     }
     return old;
 }
-// Blocks run one after another on the same threads, so a device-wide fence is a plain one.
+// Blocks run one after another on one thread, so a device-wide fence is a plain one.
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static inline unsigned long long atomicOr(unsigned long long* p, unsigned long long v) {
     return std::atomic_ref<unsigned long long>(*p).fetch_or(v);

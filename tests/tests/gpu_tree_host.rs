@@ -23,7 +23,7 @@ use specula_tests::tree::{
 use std::task::Poll;
 
 fn verifier(mode: Mode) -> GpuVerifier<HostDriver, K> {
-    // Block 64: two CUDA warps, one HIP wave (the shim runs one OS thread per GPU thread).
+    // Block 64: two CUDA warps, one HIP wave.
     GpuVerifier::new(HostDriver::new(mode, 64, 1)).unwrap()
 }
 

@@ -3,14 +3,14 @@
 //! (`GpuVerifier::verify_tree`) over the host driver, many requests per launch. Run in release
 //! mode: `cargo test -p specula-tests --release --test gpu_tree_stats`.
 //!
-//! `tests/tests/tree_stats.rs` shows losslessness on the reference with 10⁶ draws per test; the
-//! host-executed kernel runs one OS thread per GPU thread, so 10⁶ draws through it take over
-//! 13 minutes (one block costs about 1–3 ms of a 2-core machine). These tests take 16 000 draws
-//! each (`DRAWS`: 8 launches of 2 000 requests) on the same kind of trees and test the same laws
-//! at the same level (chi-square at α = 0.001, Wilson–Hilferty critical values; cells expected
-//! to hold fewer than 5 draws are pooled, so the approximation holds at this size). Fewer draws
-//! mean less power than the reference's 10⁶: they catch a wrong rule (a mis-weighted sibling, a
-//! residual that is not renormalised), not a bias of a fraction of a percent.
+//! `tests/tests/tree_stats.rs` shows losslessness on the reference with 10⁶ draws per test; these
+//! tests take 250 000 through the host-executed kernel (`DRAWS`: 125 launches of 2 000 requests)
+//! on the same kind of trees and test the same laws at the same level (chi-square at α = 0.001,
+//! Wilson–Hilferty critical values; cells expected to hold fewer than 5 draws are pooled). Fewer
+//! draws than the reference's mean less power: they catch a wrong rule (a mis-weighted sibling,
+//! a residual that is not renormalised) and a bias of a few tenths of a percent, not less. (They
+//! took 16 000 draws while the shim ran an OS thread per GPU thread; with a fiber per GPU thread
+//! 250 000 take about 25 s of one core in release, 10⁶ would take about 95 s.)
 //!
 //! * target-only rule (a deterministic top-b drafter on a 10-node tree): every emitted sequence
 //!   (stopping node and emitted token) against its exact probability `Π p(y_t | y_<t)`;
@@ -32,7 +32,7 @@ const K: usize = 8;
 /// Requests per launch.
 const B: usize = 2_000;
 /// Launches per test.
-const LAUNCHES: usize = 8;
+const LAUNCHES: usize = 125;
 /// Draws per test.
 const DRAWS: usize = B * LAUNCHES;
 
@@ -184,7 +184,7 @@ fn push(d: &mut TreeData, parents: &[i32], tokens: &[u32], salts: (u64, u64), of
 }
 
 fn verifier() -> GpuVerifier<HostDriver, K> {
-    // One CUDA warp per block: the shim's cost is one OS thread per GPU thread.
+    // One CUDA warp per block: the fewest fibers per request.
     GpuVerifier::new(HostDriver::new(Mode::Cuda, 32, 1)).unwrap()
 }
 

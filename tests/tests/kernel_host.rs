@@ -529,33 +529,22 @@ fn results_are_batch_invariant() {
     }
 }
 
-/// The shared conformance suite on the kernel text: every part of `conformance::run_all`, with
-/// 1 500 instead of 10 000 random batches per mode. The shim runs one OS thread per GPU thread
-/// and a `std::barrier` phase per `__syncthreads` / shuffle step, so the full 10 000 take two to
-/// four minutes per mode on two cores; `full_conformance_*` below run them (`--ignored`).
-fn conformance_quick(make: impl FnMut() -> KernelHost<K> + Copy) {
-    use specula_tests::conformance as c;
-    c::exact_cases(make);
-    c::error_cases(make);
-    c::one_hot_targets(make, 0x0AE_0001, 300);
-    c::batch_invariance(make, 0x1A7_0002);
-    c::matches_reference_on_random_batches(make, 0x5EED_0003, 1_500);
-}
-
-/// CUDA-macro mode, two warps a block.
+/// The shared conformance suite on the kernel text, whole (`conformance::run_all`: 10 000
+/// random batches among its parts), CUDA-macro mode, two warps a block. (A few seconds: the
+/// shim runs a GPU thread as a fiber, see tests/kernel_host/shim.hpp.)
 #[test]
 fn conformance_cuda_macros() {
-    conformance_quick(|| KernelHost::<K>::new(Mode::Cuda, 64).unwrap());
+    specula_tests::conformance::run_all(|| KernelHost::<K>::new(Mode::Cuda, 64).unwrap());
 }
 
-/// HIP-macro mode, one 64-wide wave a block.
+/// The same, HIP-macro mode, one 64-wide wave a block.
 #[test]
 fn conformance_hip_macros() {
-    conformance_quick(|| KernelHost::<K>::new(Mode::Hip, 64).unwrap());
+    specula_tests::conformance::run_all(|| KernelHost::<K>::new(Mode::Hip, 64).unwrap());
 }
 
 /// The split entry (each request's rows over 3 blocks, last-block ticket), CUDA-macro mode:
-/// the suite's exact, error and batch-invariance cases and 300 random batches.
+/// the suite's exact, error and batch-invariance cases and 3 000 random batches.
 #[test]
 fn conformance_cuda_macros_rows_split() {
     split_conformance(|| KernelHost::<K>::with_slices(Mode::Cuda, 64, 3).unwrap());
@@ -572,21 +561,7 @@ fn split_conformance(make: impl FnMut() -> KernelHost<K> + Copy) {
     c::exact_cases(make);
     c::error_cases(make);
     c::batch_invariance(make, 0x1A7_0012);
-    c::matches_reference_on_random_batches(make, 0x5EED_0013, 300);
-}
-
-/// The whole suite, 10 000 random batches, CUDA-macro mode (slow: `cargo test -- --ignored`).
-#[test]
-#[ignore = "several minutes on 2 cores; run with --ignored"]
-fn full_conformance_cuda_macros() {
-    specula_tests::conformance::run_all(|| KernelHost::<K>::new(Mode::Cuda, 64).unwrap());
-}
-
-/// The whole suite, 10 000 random batches, HIP-macro mode (slow: `cargo test -- --ignored`).
-#[test]
-#[ignore = "several minutes on 2 cores; run with --ignored"]
-fn full_conformance_hip_macros() {
-    specula_tests::conformance::run_all(|| KernelHost::<K>::new(Mode::Hip, 64).unwrap());
+    c::matches_reference_on_random_batches(make, 0x5EED_0013, 3_000);
 }
 
 /// What a captured CUDA graph relies on: one fixed launch (grid = capacity, the same buffers)
