@@ -55,6 +55,34 @@ pub(crate) fn softmax_cut(
     candidate_cut(isa, w, filter, ONE_KEY, total, cands).unwrap_or_else(|| Cut::of(w, filter))
 }
 
+/// [`Cut::of`] the stored probabilities `p` by `filter`, the same result: the candidate cut of
+/// [`softmax_cut`] whenever every value is at most `1` (what that cut needs: no mass wraps,
+/// and each value's mass is read off its key), else the whole-row search. Unlike softmax
+/// weights, the largest value is not known to be `1`: min-p and top-p alone (whose sample is
+/// placed below it) first find it (one vector pass), and top-p alone sums the row's mass (one
+/// more); with top-k the candidates hold the largest value and are checked instead.
+pub(crate) fn probs_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
+    probs_candidate_cut(isa, p, filter, cands).unwrap_or_else(|| Cut::of(p, filter))
+}
+
+/// [`probs_cut`] from candidates, if they decide it.
+fn probs_candidate_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Option<Cut> {
+    let top_p_alone = filter.top_p < 1.0 && !top_k_binds(filter, p.len());
+    let max_key = if filter.min_p > 0.0 || top_p_alone {
+        // The largest value (NaN never wins); a row with none positive, or any above 1, is left
+        // to the whole-row search.
+        let key = weight_key(kernels::softmax_max(isa, p, 1.0));
+        if key == 0 || key > ONE_KEY {
+            return None;
+        }
+        key
+    } else {
+        ONE_KEY
+    };
+    let total = (top_p_alone && filter.min_p <= 0.0).then(|| kernels::weights_fixed(isa, p, 1));
+    candidate_cut(isa, p, filter, max_key, total, cands)
+}
+
 /// The cut from candidates, if two tries decide it. `max_key`: the largest key of `w` (at
 /// most [`ONE_KEY`]) when min-p or top-p alone is on; otherwise [`ONE_KEY`], and then the
 /// candidates are checked to hold no key above it.
@@ -562,6 +590,74 @@ mod tests {
                         let fast =
                             candidate_cut(Isa::detect(), &w, f, ONE_KEY, Some(total), &mut cands);
                         assert_eq!(fast, Some(want), "V {vocab} kind {kind} {f:?}: not decided");
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`probs_cut`] is [`Cut::of`] on probability rows (the softmax of the shapes of
+    /// [`row`], in binary64, rounded), and on rows no softmax gives (a value above 1, `+∞`,
+    /// NaN, negative values), on every instruction set; on the realistic rows the candidates
+    /// decide it.
+    #[test]
+    fn probs_cut_is_the_cut() {
+        let mut s = 0x9B0B_5EEDu64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / 16_777_216.0
+        };
+        let mut cands = Vec::new();
+        for vocab in [32_000usize, 128_256, 151_936, 256_000] {
+            for kind in 0..7 {
+                let logits = row(&mut next, vocab, kind);
+                let m = logits
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)));
+                let e: Vec<f64> = logits
+                    .iter()
+                    .map(|&l| ((f64::from(l) - m) / 0.8).exp())
+                    .collect();
+                let sum: f64 = e.iter().sum();
+                let probs: Vec<f32> = e.iter().map(|&x| (x / sum) as f32).collect();
+                // The odd values on two shapes only (the whole-row search is slow unoptimised).
+                let odds = if kind == 0 || kind == 4 {
+                    &[
+                        None,
+                        Some(1.5f32),
+                        Some(f32::INFINITY),
+                        Some(f32::NAN),
+                        Some(-0.25),
+                    ][..]
+                } else {
+                    &[None][..]
+                };
+                for &odd in odds {
+                    let mut p = probs.clone();
+                    if let Some(x) = odd {
+                        p[vocab / 2] = x;
+                        p[7] = x;
+                    }
+                    for f in filters() {
+                        let want = Cut::of(&p[..], f);
+                        for isa in Isa::available() {
+                            let got = probs_cut(isa, &p, f, &mut cands);
+                            assert_eq!(got, want, "{isa:?} V {vocab} kind {kind} {odd:?} {f:?}");
+                        }
+                        if odd.is_none()
+                            && [0, 4, 5, 6].contains(&kind)
+                            && f.top_k < 10_000
+                            && (0.1..=0.95).contains(&f.top_p)
+                        {
+                            let fast = probs_candidate_cut(Isa::detect(), &p, f, &mut cands);
+                            assert_eq!(
+                                fast,
+                                Some(want),
+                                "V {vocab} kind {kind} {f:?}: not decided"
+                            );
+                        }
                     }
                 }
             }
