@@ -44,7 +44,7 @@ use specula_core::verify::recovered_at;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
     RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError, bf16_to_f32,
-    validate_recovered, validate_request_with, validate_shape_with, verify_request, weight_key,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -176,7 +176,7 @@ fn softmax_weights_cut(
         cut::softmax_cut(isa, weights, filter, Some(total), cands)
     } else {
         // Every weight is 0 (`core/DETERMINISM.md`): the plain search, which is cheap here.
-        cut_of(weights, filter)
+        Cut::of(&weights[..], filter)
     }
 }
 
@@ -229,7 +229,7 @@ impl RowState {
                 }
             }
             (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
-            (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter)),
+            (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter, cands)),
             // Probabilities are binary32 (only logits come as half precision).
             (None, _) => Self::Identity,
         }
@@ -465,46 +465,20 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
     }
 }
 
-/// [`Cut::of`] the weights `w`, the same result, faster when top-k or min-p keep few ids:
-/// their threshold `θ₁` first, then the top-p search among the kept ids only (gathered in one
-/// pass). Equal by the rules: top-p's mass function counts only keys `≥ θ₁`, so over the
-/// gathered ids it is the same function, and the threshold is at least `θ₁`.
-fn cut_of(w: &[f32], filter: Filter) -> Cut {
-    if filter.top_p >= 1.0 || (filter.top_k == 0 && filter.min_p <= 0.0) {
-        return Cut::of(w, filter);
-    }
-    let first = Cut::of(
-        w,
-        Filter {
-            top_p: 1.0,
-            ..filter
-        },
-    );
-    let kept: Vec<f32> = w
-        .iter()
-        .copied()
-        .filter(|&x| weight_key(x) >= first.threshold)
-        .collect();
-    if kept.len() > w.len() / 4 {
-        // Not few: the plain search is as fast.
-        return Cut::of(w, filter);
-    }
-    let p = Cut::of(
-        &kept[..],
-        Filter {
-            top_p: filter.top_p,
-            ..Filter::NONE
-        },
-    );
-    Cut {
-        threshold: p.threshold.max(first.threshold),
-        fixed: p.fixed,
-    }
+/// [`Cut::of`] the weights `w` (stored probabilities, or softmax weights that are all 0), the
+/// same result, from candidates where they decide it ([`cut::probs_cut`]); `cands`: scratch.
+fn cut_of(w: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
+    cut::probs_cut(kernels::Isa::detect(), w, filter, cands)
 }
 
 /// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
 fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
-    kernels::cut_write(kernels::Isa::detect(), w, cut_of(w, filter), out);
+    kernels::cut_write(
+        kernels::Isa::detect(),
+        w,
+        cut_of(w, filter, &mut Vec::new()),
+        out,
+    );
 }
 
 /// Verifies request `b` of a validated batch with `ops`. A request that is not
@@ -977,7 +951,11 @@ mod tests {
                 top_p: [1.0, 0.9, 0.5, 0.01][(next() % 4) as usize],
                 min_p: [0.0, 0.01, 0.3][(next() % 3) as usize],
             };
-            assert_eq!(cut_of(&w, f), Cut::of(&w[..], f), "round {round}: {f:?}");
+            assert_eq!(
+                cut_of(&w, f, &mut Vec::new()),
+                Cut::of(&w[..], f),
+                "round {round}: {f:?}"
+            );
         }
     }
 

@@ -1,155 +1,246 @@
-//! The inputs engines hand over (issue 13), on the CPU backend, in one run: rejection sampling
-//! from target **probabilities** (f32), from target **logits** (f32 and bf16, T = 0.8), and from
-//! bf16 logits with **top-k 50 / top-p 0.9**, **top-p 0.9** alone and **min-p 0.05** alone,
-//! each next to a read-only pass over the same input bytes (the target tensor plus the draft
-//! rows, summed on as many threads as the verifier has): its physical floor. The probability
-//! path reads few of its bytes (8 per accepted position, whole rows only at the rejection and
-//! the bonus); the logits paths must read every row once for the softmax, and bf16 halves
-//! those bytes.
+//! The inputs engines hand over (issues 13 and 30), on the CPU backend, in one run: rejection
+//! sampling from target **probabilities** (f32, unfiltered and with top-k 50 / top-p 0.9),
+//! from target **logits** (f32 and bf16, T = 0.8) unfiltered, and from f32 and bf16 logits
+//! with **top-k 50 / top-p 0.9**, **top-p 0.9** alone and **min-p 0.05** alone, each next to
+//! a read-only pass over the same input bytes (the target tensor plus the draft rows): its
+//! physical floor. The probability path reads few of its bytes (8 per accepted position,
+//! whole rows only at the rejection and the bonus); the logits paths must read every row once
+//! for the softmax, and bf16 halves those bytes.
 //!
-//! `cargo bench -p specula-tests --bench verify_inputs` (a minute or two). Prints one line per
-//! (V, batch, input): ms per batch, the read-only pass over that input's bytes, their ratio,
-//! and the ratio to the f32 probability path of the same shape. `SPECULA_CPU_ISA=avx2` (or
-//! `portable`) times the narrower kernels on a wider CPU.
+//! Two row shapes: **flat** (logits `3·ln u`, a long tail: top-p 0.9 keeps most ids) and
+//! **peaked**, shaped like a language model's output (one id with p ≈ 0.7 at T over a
+//! `2·N(0, 1)` background: top-p 0.9 keeps about 2 % of the ids, and a sample of the row
+//! mostly misses the id that holds the mass). V = 32000 and 128256, batch 1 and 16.
 //!
-//! Both sides run on **one thread** (the verifier on the calling thread, the read pass too) and
-//! are timed in that thread's **CPU time** (Linux `/proc/thread-self/stat`, accumulated over at
-//! least 0.5 s per figure), so the figures hold on a machine shared with other jobs, where wall
-//! time would mostly measure the scheduler; elsewhere wall time is used.
+//! `cargo bench -p specula-tests --bench verify_inputs` (a few minutes). Prints one line per
+//! (shape, V, batch, input): ms per batch, the read-only pass over that input's bytes, their
+//! ratio, and the ratio to the f32 probability path of the same shape. A plain argument runs
+//! only the cases whose `shape/V/batch/input` contains it (e.g. `-- peaked/128256/16/`).
+//! `SPECULA_CPU_ISA=avx2` (or `portable`) times the narrower kernels on a wider CPU.
+//!
+//! By default both sides run on **one thread** (the verifier on the calling thread, the read
+//! pass too) and are timed in that thread's **CPU time** (Linux `/proc/thread-self/stat`,
+//! accumulated over at least 0.5 s per figure), so the figures hold on a machine shared with
+//! other jobs, where wall time would mostly measure the scheduler; elsewhere wall time is
+//! used. `SPECULA_BENCH_THREADS=n` (n > 1) runs the verifier on its pool of `n` threads and
+//! the read pass on `n` threads of its own, started once before any timing (a pass that
+//! spawned its threads per call would time the spawns), both timed in wall time.
 
 use specula::cpu::CpuVerifier;
-use specula_core::verify::{Check, Half, HalfLogits, Logits, Method, Outputs};
+use specula_core::verify::{Batch, Check, Half, HalfLogits, Logits, Method, Outputs};
 use specula_tests::bench_step::{Step, per_call_s, thread_cpu_s};
 use specula_tests::conformance::Gen;
 use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Instant;
 
 const K: usize = 4;
 const T: f32 = 0.8;
 
-/// Sums `bytes` bytes of `src` (as u16 words, so f32 and bf16 inputs read alike) on `threads`
-/// threads, one contiguous piece each.
-fn read_sum(src: &[u16], threads: usize) -> u64 {
-    fn sum(c: &[u16]) -> u64 {
-        // Eight independent sums so the loop is bound by loads, not by one add chain.
-        let mut acc = [0u64; 8];
-        let chunks = c.chunks_exact(8);
-        let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
-        for ch in chunks {
-            for (a, &x) in acc.iter_mut().zip(ch) {
-                *a += u64::from(x);
-            }
+/// The sum of `c` (as u16 words, so f32 and bf16 inputs read alike).
+fn sum(c: &[u16]) -> u64 {
+    // Eight independent sums so the loop is bound by loads, not by one add chain.
+    let mut acc = [0u64; 8];
+    let chunks = c.chunks_exact(8);
+    let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
+    for ch in chunks {
+        for (a, &x) in acc.iter_mut().zip(ch) {
+            *a += u64::from(x);
         }
-        acc.iter().sum::<u64>() + tail
     }
-    if threads <= 1 {
-        // On this thread, so its CPU time counts it.
-        return sum(src);
+    acc.iter().sum::<u64>() + tail
+}
+
+/// The read-only pass: sums the first `len` words of one buffer, in one contiguous piece per
+/// thread, on threads started once (the calling thread takes the first piece).
+struct ReadPool {
+    pool: Arc<Vec<u16>>,
+    workers: Vec<(Sender<usize>, Receiver<u64>)>,
+}
+
+impl ReadPool {
+    fn new(words: usize, threads: usize) -> Self {
+        let pool: Arc<Vec<u16>> = Arc::new((0..words).map(|i| i as u16).collect());
+        let n = threads.max(1);
+        let workers = (1..n)
+            .map(|i| {
+                let (tx, rx) = channel::<usize>();
+                let (back, res) = channel::<u64>();
+                let pool = Arc::clone(&pool);
+                std::thread::spawn(move || {
+                    // One request per call: the length to read; this worker's piece of it.
+                    while let Ok(len) = rx.recv() {
+                        let piece = len.div_ceil(n);
+                        let lo = (i * piece).min(len);
+                        let hi = ((i + 1) * piece).min(len);
+                        if back.send(sum(black_box(&pool[lo..hi]))).is_err() {
+                            break;
+                        }
+                    }
+                });
+                (tx, res)
+            })
+            .collect();
+        Self { pool, workers }
     }
-    let piece = src.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = src.chunks(piece).map(|c| s.spawn(move || sum(c))).collect();
-        parts.into_iter().map(|h| h.join().expect("sum")).sum()
-    })
+
+    /// The sum of the first `len` words.
+    fn read(&self, len: usize) -> u64 {
+        for (tx, _) in &self.workers {
+            tx.send(len).expect("read worker");
+        }
+        let piece = len.div_ceil(self.workers.len() + 1);
+        let mut s = sum(black_box(&self.pool[..piece.min(len)]));
+        for (_, rx) in &self.workers {
+            s += rx.recv().expect("read worker");
+        }
+        s
+    }
+}
+
+/// Seconds per call of `f` in wall time (after one warm-up call), over at least 0.5 s.
+fn per_call_wall_s(mut f: impl FnMut()) -> f64 {
+    f();
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    loop {
+        f();
+        n += 1;
+        let spent = t0.elapsed().as_secs_f64();
+        if spent >= 0.5 && n >= 3 {
+            return spent / n as f64;
+        }
+    }
+}
+
+/// `x` with top-k and top-p.
+fn top_k_p<'a>(x: Batch<'a>, top_k: &'a [u32], top_p: &'a [f32]) -> Batch<'a> {
+    x.with_top_k(top_k).with_top_p(top_p)
 }
 
 fn main() {
+    let threads: usize = std::env::var("SPECULA_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     // One thread: timed in this thread's CPU time (see the module docs).
-    let verifier = CpuVerifier::<8>::new(1).expect("verifier");
-    let threads = verifier.threads();
+    let verifier = CpuVerifier::<8>::new(threads).expect("verifier");
+    let timed = |f: &mut dyn FnMut()| {
+        if threads == 1 {
+            per_call_s(f)
+        } else {
+            per_call_wall_s(f)
+        }
+    };
     let mut g = Gen(0x1A9_0713);
     // `cargo bench` passes `--bench`: only a plain argument filters.
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     println!(
-        "{:>6} {:>5} {:<22} {:>10} {:>10} {:>8} {:>8}",
-        "V", "batch", "input", "ms/batch", "read ms", "/read", "/probs"
+        "{:<6} {:>6} {:>5} {:<22} {:>10} {:>10} {:>8} {:>8}",
+        "shape", "V", "batch", "input", "ms/batch", "read ms", "/read", "/probs"
     );
-    if thread_cpu_s().is_none() {
+    if threads > 1 {
+        println!("({threads} threads each: wall time)");
+    } else if thread_cpu_s().is_none() {
         println!("(no /proc/thread-self/stat: wall time)");
     }
-    for vocab in [32 * 1024, 128 * 1024] {
-        for b in [1usize, 16] {
-            let names = [
-                "probabilities f32",
-                "logits f32",
-                "logits bf16",
-                "bf16 top-k/top-p",
-                "bf16 top-p 0.9",
-                "bf16 min-p 0.05",
-            ];
-            let id = |name: &str| format!("{}k/{b}/{name}", vocab / 1024);
-            let wanted = |name: &str| filter.as_deref().is_none_or(|f| id(name).contains(f));
-            if !names.iter().any(|n| wanted(n)) {
-                continue;
-            }
-            // Logits 3·ln u (a long tail); probabilities = their softmax at T (f64), drafts near.
-            let step = Step::new(&mut g, b, vocab, K, T);
-            let (logits, probs, draft, temps) =
-                (&step.logits, &step.probs, &step.draft, &step.temps);
-            let lb_bits = &step.logits_bf16;
-            let (top_k, top_p) = (vec![50u32; b], vec![0.9f32; b]);
-            let base = step.batch();
-            let f32_logits = base.with_target_logits(Logits {
-                values: logits,
-                temperature: temps,
-            });
-            let bf16_logits = base.with_target_logits_half(HalfLogits {
-                values: Half::Bf16(lb_bits),
-                temperature: temps,
-            });
-            let filtered = bf16_logits.with_top_k(&top_k).with_top_p(&top_p);
-            // Top-p alone keeps most of this flat distribution (the drafts stay likely, so
-            // rows are reduced up to the rejection as without a filter); min-p likewise.
-            let top_p_only = bf16_logits.with_top_p(&top_p);
-            let min_p = vec![0.05f32; b];
-            let min_p_only = bf16_logits.with_min_p(&min_p);
-            // Input bytes: the target tensor plus the draft rows.
-            let draft_bytes = draft.len() * 4;
-            let cases = [
-                (names[0], base, probs.len() * 4 + draft_bytes),
-                (names[1], f32_logits, logits.len() * 4 + draft_bytes),
-                (names[2], bf16_logits, lb_bits.len() * 2 + draft_bytes),
-                (names[3], filtered, lb_bits.len() * 2 + draft_bytes),
-                (names[4], top_p_only, lb_bits.len() * 2 + draft_bytes),
-                (names[5], min_p_only, lb_bits.len() * 2 + draft_bytes),
-            ];
-            // The read-only pass reads the same number of bytes from one buffer.
-            let pool: Vec<u16> = (0..(probs.len() * 4 + draft_bytes) / 2)
-                .map(|i| i as u16)
-                .collect();
-            // NaN (printed as such) when a filter left the probability path out.
-            let mut probs_s = f64::NAN;
-            for (name, batch, bytes) in cases {
-                if !wanted(name) {
+    let names = [
+        "probabilities f32",
+        "probs top-k/top-p",
+        "logits f32",
+        "logits bf16",
+        "f32 top-p 0.9",
+        "f32 top-k/top-p",
+        "f32 min-p 0.05",
+        "bf16 top-p 0.9",
+        "bf16 top-k/top-p",
+        "bf16 min-p 0.05",
+    ];
+    for shape in ["flat", "peaked"] {
+        for vocab in [32_000usize, 128_256] {
+            for b in [1usize, 16] {
+                let id = |name: &str| format!("{shape}/{vocab}/{b}/{name}");
+                let wanted = |name: &str| filter.as_deref().is_none_or(|f| id(name).contains(f));
+                if !names.iter().any(|n| wanted(n)) {
                     continue;
                 }
-                let mut accepted = vec![0u32; b];
-                let mut tokens = vec![0u32; b * (K + 1)];
-                let s = per_call_s(|| {
-                    let mut out = Outputs::new(
-                        specula_core::verify::AcceptedOut(&mut accepted),
-                        specula_core::verify::TokensOut(&mut tokens),
-                    );
-                    verifier
-                        .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
-                        .expect("valid batch");
-                    black_box(&tokens);
+                // Probabilities = the logits' softmax at T (f64); drafts near the target.
+                let step = if shape == "flat" {
+                    Step::new(&mut g, b, vocab, K, T)
+                } else {
+                    Step::peaked(&mut g, b, vocab, K, T)
+                };
+                let (logits, probs, draft, temps) =
+                    (&step.logits, &step.probs, &step.draft, &step.temps);
+                let lb_bits = &step.logits_bf16;
+                let (top_k, top_p, min_p) = (vec![50u32; b], vec![0.9f32; b], vec![0.05f32; b]);
+                let base = step.batch();
+                let f32_logits = base.with_target_logits(Logits {
+                    values: logits,
+                    temperature: temps,
                 });
-                let read = per_call_s(|| {
-                    black_box(read_sum(black_box(&pool[..bytes / 2]), threads));
+                let bf16_logits = base.with_target_logits_half(HalfLogits {
+                    values: Half::Bf16(lb_bits),
+                    temperature: temps,
                 });
-                if name == "probabilities f32" {
-                    probs_s = s;
-                }
-                println!(
-                    "{:>6} {:>5} {:<22} {:>10.3} {:>10.3} {:>8.2} {:>8.2}",
-                    format!("{}k", vocab / 1024),
-                    b,
-                    name,
-                    s * 1e3,
-                    read * 1e3,
-                    s / read,
-                    s / probs_s
+                // Input bytes: the target tensor plus the draft rows.
+                let draft_bytes = draft.len() * 4;
+                let (f32_bytes, bf16_bytes) = (
+                    probs.len() * 4 + draft_bytes,
+                    lb_bits.len() * 2 + draft_bytes,
                 );
+                let cases = [
+                    (names[0], base, f32_bytes),
+                    (names[1], top_k_p(base, &top_k, &top_p), f32_bytes),
+                    (names[2], f32_logits, f32_bytes),
+                    (names[3], bf16_logits, bf16_bytes),
+                    (names[4], f32_logits.with_top_p(&top_p), f32_bytes),
+                    (names[5], top_k_p(f32_logits, &top_k, &top_p), f32_bytes),
+                    (names[6], f32_logits.with_min_p(&min_p), f32_bytes),
+                    (names[7], bf16_logits.with_top_p(&top_p), bf16_bytes),
+                    (names[8], top_k_p(bf16_logits, &top_k, &top_p), bf16_bytes),
+                    (names[9], bf16_logits.with_min_p(&min_p), bf16_bytes),
+                ];
+                // The read-only pass reads the same number of bytes from one buffer.
+                let reader = ReadPool::new(f32_bytes / 2, threads);
+                // NaN (printed as such) when a filter left the probability path out.
+                let mut probs_s = f64::NAN;
+                for (name, batch, bytes) in cases {
+                    if !wanted(name) {
+                        continue;
+                    }
+                    let mut accepted = vec![0u32; b];
+                    let mut tokens = vec![0u32; b * (K + 1)];
+                    let s = timed(&mut || {
+                        let mut out = Outputs::new(
+                            specula_core::verify::AcceptedOut(&mut accepted),
+                            specula_core::verify::TokensOut(&mut tokens),
+                        );
+                        verifier
+                            .verify(Method::Rejection, Check::Cheap, &batch, &mut out)
+                            .expect("valid batch");
+                        black_box(&tokens);
+                    });
+                    let read = timed(&mut || {
+                        black_box(reader.read(black_box(bytes / 2)));
+                    });
+                    if name == "probabilities f32" {
+                        probs_s = s;
+                    }
+                    println!(
+                        "{:<6} {:>6} {:>5} {:<22} {:>10.3} {:>10.3} {:>8.2} {:>8.2}",
+                        shape,
+                        vocab,
+                        b,
+                        name,
+                        s * 1e3,
+                        read * 1e3,
+                        s / read,
+                        s / probs_s
+                    );
+                }
             }
         }
     }

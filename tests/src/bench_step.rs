@@ -40,10 +40,45 @@ pub struct Step {
 impl Step {
     /// A step drawn from `g`.
     pub fn new(g: &mut Gen, b: usize, vocab: usize, k: usize, t: f32) -> Self {
-        let rows = b * (k + 1);
-        let logits: Vec<f32> = (0..rows * vocab)
+        let logits: Vec<f32> = (0..b * (k + 1) * vocab)
             .map(|_| 3.0 * (g.unit() + 1e-6).ln())
             .collect();
+        Self::from_logits(g, b, vocab, k, t, logits)
+    }
+
+    /// A step whose target rows are shaped like a language model's output: one id (drawn per
+    /// row) holding about 0.7 of the probability at `t`, over a `2·N(0, 1)` background, so
+    /// top-p 0.9 keeps about 2 % of the ids. The flat rows of [`Step::new`] let the sample
+    /// of a filter see the whole mass; these hide most of it in one id.
+    pub fn peaked(g: &mut Gen, b: usize, vocab: usize, k: usize, t: f32) -> Self {
+        let mut logits = vec![0f32; b * (k + 1) * vocab];
+        for row in logits.chunks_exact_mut(vocab) {
+            for l in row.iter_mut() {
+                *l = 2.0 * normal(g);
+            }
+            let top = g.below(vocab);
+            row[top] = f32::NEG_INFINITY;
+            // exp(L/t) = 0.7/0.3 · Σ_{v≠top} exp(l_v/t): the top id then holds 0.7.
+            let rest: f64 = row
+                .iter()
+                .map(|&l| (f64::from(l) / f64::from(t)).exp())
+                .sum();
+            row[top] = (f64::from(t) * (rest * 0.7 / 0.3).ln()) as f32;
+        }
+        Self::from_logits(g, b, vocab, k, t, logits)
+    }
+
+    /// The step over the target `logits` (`b·(k+1)` rows of `vocab`).
+    fn from_logits(
+        g: &mut Gen,
+        b: usize,
+        vocab: usize,
+        k: usize,
+        t: f32,
+        logits: Vec<f32>,
+    ) -> Self {
+        let rows = b * (k + 1);
+        assert_eq!(logits.len(), rows * vocab);
         let logits_bf16 = logits
             .iter()
             .map(|&x| bf16::from_f32(x).to_bits())
@@ -112,6 +147,13 @@ impl Step {
         )
         .with_draft_probs(&self.draft)
     }
+}
+
+/// A standard normal draw (Box–Muller, one of the pair).
+fn normal(g: &mut Gen) -> f32 {
+    let u = f64::from(g.unit()) + 1e-9;
+    let v = f64::from(g.unit());
+    ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
 }
 
 /// This thread's CPU time in seconds (user + system, clock ticks of 10 ms), if readable

@@ -38,6 +38,9 @@ const MAX_BINS: usize = 1024;
 /// (`exp_p(m − m) = exp_p(0) = 1`).
 const ONE_KEY: u32 = 0x3F80_0000;
 
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+
 /// [`Cut::of`] the softmax weights `w` (each `e_v ∈ [0, 1]`, from a row whose maximum is
 /// finite, so the largest is exactly `1`) by `filter`, the same result. `total` is the whole
 /// row's mass `Σ ⌊e_v · 2⁶⁴⌋` (the softmax's `F`), needed only when top-p is the sole part on.
@@ -49,34 +52,66 @@ pub(crate) fn softmax_cut(
     total: Option<u128>,
     cands: &mut Vec<u32>,
 ) -> Cut {
-    candidate_cut(isa, w, filter, total, cands).unwrap_or_else(|| Cut::of(w, filter))
+    candidate_cut(isa, w, filter, ONE_KEY, total, cands).unwrap_or_else(|| Cut::of(w, filter))
 }
 
-/// [`softmax_cut`] from candidates, if two tries decide it.
+/// [`Cut::of`] the stored probabilities `p` by `filter`, the same result: the candidate cut of
+/// [`softmax_cut`] whenever every value is at most `1` (what that cut needs: no mass wraps,
+/// and each value's mass is read off its key), else the whole-row search. Unlike softmax
+/// weights, the largest value is not known to be `1`: min-p and top-p alone (whose sample is
+/// placed below it) first find it (one vector pass), and top-p alone sums the row's mass (one
+/// more); with top-k the candidates hold the largest value and are checked instead.
+pub(crate) fn probs_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
+    probs_candidate_cut(isa, p, filter, cands).unwrap_or_else(|| Cut::of(p, filter))
+}
+
+/// [`probs_cut`] from candidates, if they decide it.
+fn probs_candidate_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Option<Cut> {
+    let top_p_alone = filter.top_p < 1.0 && !top_k_binds(filter, p.len());
+    let max_key = if filter.min_p > 0.0 || top_p_alone {
+        // The largest value (NaN never wins); a row with none positive, or any above 1, is left
+        // to the whole-row search.
+        let key = weight_key(kernels::softmax_max(isa, p, 1.0));
+        if key == 0 || key > ONE_KEY {
+            return None;
+        }
+        key
+    } else {
+        ONE_KEY
+    };
+    let total = (top_p_alone && filter.min_p <= 0.0).then(|| kernels::weights_fixed(isa, p, 1));
+    candidate_cut(isa, p, filter, max_key, total, cands)
+}
+
+/// The cut from candidates, if two tries decide it. `max_key`: the largest key of `w` (at
+/// most [`ONE_KEY`]) when min-p or top-p alone is on; otherwise [`ONE_KEY`], and then the
+/// candidates are checked to hold no key above it.
 fn candidate_cut(
     isa: Isa,
     w: &[f32],
     filter: Filter,
+    max_key: u32,
     total: Option<u128>,
     cands: &mut Vec<u32>,
 ) -> Option<Cut> {
-    (0..2).find_map(|attempt| try_cut(isa, w, filter, total, cands, attempt))
+    (0..2).find_map(|attempt| try_cut(isa, w, filter, max_key, total, cands, attempt))
 }
 
-/// The key of `min_p × 1.0` (min-p's threshold for a row whose largest weight is 1), or 0.
-fn min_p_key(filter: Filter) -> u32 {
+/// The key of `min_p × from_bits(max_key)` (min-p's threshold for a row whose largest key is
+/// `max_key`), or 0.
+fn min_p_key(filter: Filter, max_key: u32) -> u32 {
     if filter.min_p > 0.0 {
-        weight_key(filter.min_p * f32::from_bits(ONE_KEY))
+        weight_key(filter.min_p * f32::from_bits(max_key))
     } else {
         0
     }
 }
 
-/// The cut's key threshold when `filter` is at most min-p (top-k unable to bind, top-p off):
-/// min-p's key, or 0 for no filter; `None` when top-k or top-p takes part. The cut is then
-/// known before the weights are, and only its mass is left to sum.
+/// The cut's key threshold when `filter` is at most min-p (top-k unable to bind, top-p off)
+/// on softmax weights: min-p's key, or 0 for no filter; `None` when top-k or top-p takes part.
+/// The cut is then known before the weights are, and only its mass is left to sum.
 pub(crate) fn plain_threshold(filter: Filter, len: usize) -> Option<u32> {
-    (!top_k_binds(filter, len) && filter.top_p >= 1.0).then(|| min_p_key(filter))
+    (!top_k_binds(filter, len) && filter.top_p >= 1.0).then(|| min_p_key(filter, ONE_KEY))
 }
 
 /// Whether top-k is on and can bind (`top_k > V` keeps every id, as no key has `top_k` ids
@@ -95,16 +130,26 @@ fn try_cut(
     isa: Isa,
     w: &[f32],
     filter: Filter,
+    max_key: u32,
     total: Option<u128>,
     cands: &mut Vec<u32>,
     attempt: u32,
 ) -> Option<Cut> {
-    let min_key = min_p_key(filter);
+    let min_key = min_p_key(filter, max_key);
     let top_k = top_k_binds(filter, w.len());
     let top_p = filter.top_p < 1.0;
     let cap = w.len() / MAX_SHARE;
     if top_p && !top_k {
-        return top_p_cut(isa, w, filter.top_p, min_key, total, cands, attempt);
+        return top_p_cut(
+            isa,
+            w,
+            filter.top_p,
+            min_key,
+            max_key,
+            total,
+            cands,
+            attempt,
+        );
     }
     if !top_k {
         // Min-p alone: its threshold is known; only the mass above it is left (one pass, no
@@ -130,6 +175,11 @@ fn try_cut(
     cands.clear();
     kernels::gather_keys(isa, w, lo, u32::MAX, cands, cap)?;
     cands.sort_unstable_by(|a, b| b.cmp(a));
+    // The candidates hold the row's largest key (≥ lo): above 1 (only stored probabilities
+    // can be), masses would not be read off keys; the whole-row search decides.
+    if cands.first().is_some_and(|&k| k > max_key) {
+        return None;
+    }
     // θ₁: min-p, then top-k (the `top_k`-th largest key, ties kept; top-k never brackets).
     let mut theta = min_key;
     if top_k {
@@ -155,13 +205,16 @@ fn try_cut(
 }
 
 /// Top-p without top-k, after min-p's `θ₁ = min_key` (0: off): the mass `A` above `θ₁` (the
-/// softmax's `total` for 0, else one exact pass), then the candidates in a bracket `[lo, hi)`
+/// row's `total` for 0, else one exact pass), then the candidates in a bracket `[lo, hi)`
 /// around the key where the mass crosses `top_p · A`, with the exact mass above `hi`.
+/// `max_key`: the row's largest key (at most [`ONE_KEY`]).
+#[allow(clippy::too_many_arguments)] // the row, the filter's parts, its scratch and the try
 fn top_p_cut(
     isa: Isa,
     w: &[f32],
     top_p: f32,
     min_key: u32,
+    max_key: u32,
     total: Option<u128>,
     cands: &mut Vec<u32>,
     attempt: u32,
@@ -180,7 +233,7 @@ fn top_p_cut(
         });
     }
     let target = f64::from(top_p) * (mass as f64);
-    let (lo, hi) = sample_bracket(w, top_p, min_key, attempt)?;
+    let (lo, hi) = sample_bracket(w, top_p, min_key, max_key, mass, attempt)?;
     let lo = lo.max(min_key);
     if lo == 0 || lo >= hi {
         return None;
@@ -274,11 +327,18 @@ fn stride(len: usize) -> usize {
     (len / SAMPLE).max(1)
 }
 
-/// The sample's keys (one id in [`stride`]).
+/// The `j`-th sampled id of a row of `len` ids: one in each run of [`stride`] ids, at a
+/// scrambled place in it. A fixed step would alias with periodic rows (a vocabulary mask that
+/// keeps every tenth id, seen through a step of 62, shows the sample nothing but zeros).
+fn sample_id(len: usize, j: usize) -> usize {
+    let step = stride(len);
+    j * step + ((j as u32).wrapping_mul(0x9E37_79B9) >> 8) as usize % step
+}
+
+/// The sample's keys (one id in each run of [`stride`]: [`sample_id`]).
 fn sampled(w: &[f32]) -> Vec<u32> {
-    w.iter()
-        .step_by(stride(w.len()))
-        .map(|&x| weight_key(x))
+    (0..w.len() / stride(w.len()))
+        .map(|j| weight_key(w[sample_id(w.len(), j)]))
         .collect()
 }
 
@@ -294,37 +354,91 @@ fn sample_tau_count(w: &[f32], k: usize, attempt: u32) -> u32 {
     *s.select_nth_unstable_by(want, |a, b| b.cmp(a)).1
 }
 
-/// Keys `(lo, hi)` between which, going by the sample, the row's mass crosses `top_p` of the
-/// mass above `floor`: the sample's mass above `hi` is below `top_p − δ` of its total, above
-/// `lo` at least `top_p + δ` (`δ = 2 %`, `attempt` 1: 6 %), to the resolution of bins of
-/// 1/16 binade (the sample's masses are binned, not sorted). `None` when the sample cannot
+/// Keys `(lo, hi)` between which, going by the sample, the row's mass crosses `top_p` of
+/// `mass`, the exact mass of the keys `≥ floor` (the row's largest key being `max_key`): the
+/// estimated mass above `hi` is below `top_p − δ` of the whole, above `lo` at least
+/// `top_p + δ` (`δ = 2 %`, `attempt` 1: 6 %), to the resolution of bins of 1/16 binade (the
+/// sample's masses are binned, not sorted). Where that keeps few ids, `hi` is above every key
+/// and `lo` one that several times as many sampled keys reach. `None` when the sample cannot
 /// say.
-fn sample_bracket(w: &[f32], top_p: f32, floor: u32, attempt: u32) -> Option<(u32, u32)> {
+///
+/// Each sampled weight stands for the [`stride`] ids around it, except a heavy one (whose
+/// share alone would be an eighth of `mass` or more), which stands for itself: on a row where
+/// one id holds most of the mass (a language model's usual output) the sample mostly misses
+/// it, and once in a stride hits it. Mass the sample then misses (more than a tenth) is held
+/// by ids it did not see, which are heavy, so it is placed above every sampled key; otherwise
+/// the estimate's shares are of its own total, the few per cent it is off cancelling.
+fn sample_bracket(
+    w: &[f32],
+    top_p: f32,
+    floor: u32,
+    max_key: u32,
+    mass: u128,
+    attempt: u32,
+) -> Option<(u32, u32)> {
     const SHIFT: u32 = 19;
-    let mut hist = vec![0f64; (ONE_KEY >> SHIFT) as usize + 1];
-    let mut total = 0.0;
-    for k in sampled(w) {
-        if k >= floor && k <= ONE_KEY {
+    let mass = (mass as f64) * TWO_M64;
+    let keys = sampled(w);
+    let scale = w.len() as f64 / keys.len().max(1) as f64;
+    let top = (max_key >> SHIFT) as usize;
+    let mut hist = vec![0f64; top + 1];
+    let mut seen = 0.0;
+    for &k in &keys {
+        if k >= floor && k <= max_key {
             let x = f64::from(f32::from_bits(k));
+            let x = if scale * x >= mass / 8.0 {
+                x
+            } else {
+                scale * x
+            };
             hist[(k >> SHIFT) as usize] += x;
-            total += x;
+            seen += x;
         }
     }
+    let total = if mass - seen > mass / 10.0 {
+        hist[top] += mass - seen;
+        mass
+    } else {
+        seen
+    };
     let delta = if attempt == 0 { 0.02 } else { 0.06 };
     let p = f64::from(top_p);
     let mut hi = None;
     let mut acc = 0.0;
+    let mut bracket = None;
     for b in (0..hist.len()).rev() {
         acc += hist[b];
         if hi.is_none() && acc >= (p - delta) * total {
-            // Keys from the next bin up: their sampled mass is below the lower share.
+            // Keys from the next bin up: their estimated mass is below the lower share.
             hi = Some(((b as u32) + 1) << SHIFT);
         }
         if total > 0.0 && acc >= (p + delta).min(1.0) * total {
-            return Some(((b as u32) << SHIFT, hi?));
+            bracket = hi.map(|hi| ((b as u32) << SHIFT, hi));
+            break;
         }
     }
-    None
+    // Few kept ids (a sixteenth of the sample or fewer reach `lo`): there the sample is
+    // coarsest (each sampled weight a large share), and unseen heavy ids may hold the
+    // crossing itself. Gather every key from one that several times as many sampled keys
+    // reach (few ids still) up: only the mass above `lo` must then reach the target.
+    let mut keys: Vec<u32> = keys.into_iter().filter(|&k| k >= floor.max(1)).collect();
+    let reach = |lo: u32| keys.iter().filter(|&&k| k >= lo).count();
+    let few = match bracket {
+        Some((lo, _)) => reach(lo),
+        None => keys.len() / 16,
+    };
+    if few * 16 > keys.len() {
+        return bracket;
+    }
+    let want = (few << (1 + 2 * attempt)) + (16 << (2 * attempt));
+    // Fewer sampled keys than that above `floor`: every key from `floor` up (the cap on the
+    // candidates still applies).
+    let lo = if want < keys.len() {
+        *keys.select_nth_unstable_by(want, |a, b| b.cmp(a)).1
+    } else {
+        floor.max(1)
+    };
+    Some((lo, max_key + 1))
 }
 
 #[cfg(test)]
@@ -383,10 +497,71 @@ mod tests {
         ]
     }
 
+    /// Rows of `vocab` logits of shape `kind`: 0 a long tail (`3·ln u`); 1 coarse steps (many
+    /// ties at every threshold, the maximum shared by hundreds of ids); 2 and 3 built to
+    /// mislead the sample (it sees only the low logits, or only the high ones); 4 a language
+    /// model's usual output (one id with p ≈ 0.7 at T = 0.8 over a `2·N(0, 1)` background:
+    /// the sample mostly misses the id that holds the mass); 5 two ids holding about 0.45 and
+    /// 0.25; 6 kind 4 with 90 % of the ids masked to `−∞` (weight 0).
+    fn row(next: &mut impl FnMut() -> f32, vocab: usize, kind: usize) -> Vec<f32> {
+        let mut in_sample = vec![false; vocab];
+        for j in 0..vocab / stride(vocab) {
+            in_sample[sample_id(vocab, j)] = true;
+        }
+        let mut normal = || {
+            let (u, v) = (f64::from(next()) + 1e-9, f64::from(next()));
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        };
+        let mut logits: Vec<f32> = match kind {
+            0 => (0..vocab).map(|_| 3.0 * (next() + 1e-6).ln()).collect(),
+            1 => (0..vocab)
+                .map(|_| (16.0 * (next() + 1e-6).ln()).round() / 4.0)
+                .collect(),
+            2 => (0..vocab)
+                .map(|i| {
+                    if in_sample[i] {
+                        -20.0 + next()
+                    } else {
+                        3.0 * (next() + 1e-6).ln()
+                    }
+                })
+                .collect(),
+            3 => (0..vocab)
+                .map(|i| {
+                    if in_sample[i] {
+                        next()
+                    } else {
+                        -10.0 + 3.0 * (next() + 1e-6).ln()
+                    }
+                })
+                .collect(),
+            _ => (0..vocab).map(|_| 2.0 * normal()).collect(),
+        };
+        if kind >= 4 {
+            if kind == 6 {
+                for (i, l) in logits.iter_mut().enumerate() {
+                    if i % 10 != 3 {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            // exp(L/T) = share/(1 − shares) · Σ exp(l/T) of the rest (T = 0.8).
+            let shares: &[f64] = if kind == 5 { &[0.45, 0.25] } else { &[0.7] };
+            let rest: f64 = logits.iter().map(|&l| (f64::from(l) / 0.8).exp()).sum();
+            let free = 1.0 - shares.iter().sum::<f64>();
+            for (j, share) in shares.iter().enumerate() {
+                let id = (vocab / 3 + 7919 * j) % vocab;
+                logits[id] = (0.8 * (rest * share / free).ln()) as f32;
+            }
+        }
+        logits
+    }
+
     /// The candidate cut is [`Cut::of`] (threshold and kept mass) at the vocabularies users
-    /// run, for realistic rows, rows with many ties, and rows built to mislead the sample (the
-    /// largest weights exactly where it does not look), on every instruction set; and on the
-    /// realistic rows the candidates decide it at the first try (the path is taken).
+    /// run, for realistic rows (flat and peaked), rows with many ties, rows with most ids
+    /// masked, and rows built to mislead the sample (the largest weights exactly where it does
+    /// not look), on every instruction set; and on the realistic rows the candidates decide it
+    /// at the first try (the path is taken).
     #[test]
     fn candidate_cut_is_the_cut() {
         let mut s = 0xC0_7C07u64;
@@ -397,31 +572,9 @@ mod tests {
             (s >> 40) as f32 / 16_777_216.0
         };
         let mut cands = Vec::new();
-        for vocab in [32_000usize, 128_256, 151_936] {
-            for kind in 0..4 {
-                let logits: Vec<f32> = (0..vocab)
-                    .map(|i| match kind {
-                        0 => 3.0 * (next() + 1e-6).ln(),
-                        // Coarse steps: many ties at every threshold.
-                        1 => (16.0 * (next() + 1e-6).ln()).round() / 4.0,
-                        // The sample sees only the low logits.
-                        2 => {
-                            if i % stride(vocab) == 0 {
-                                -20.0 + next()
-                            } else {
-                                3.0 * (next() + 1e-6).ln()
-                            }
-                        }
-                        // The sample sees only the high ones.
-                        _ => {
-                            if i % stride(vocab) == 0 {
-                                next()
-                            } else {
-                                -10.0 + 3.0 * (next() + 1e-6).ln()
-                            }
-                        }
-                    })
-                    .collect();
+        for vocab in [32_000usize, 128_256, 151_936, 256_000] {
+            for kind in 0..7 {
+                let logits = row(&mut next, vocab, kind);
                 let (w, total) = weights(&logits, 0.8);
                 for f in filters() {
                     let want = Cut::of(&w[..], f);
@@ -430,10 +583,116 @@ mod tests {
                         assert_eq!(got, want, "{isa:?} V {vocab} kind {kind} {f:?}");
                     }
                     // Realistic settings (not top-p 0.999 or 1e-6: those fall back, exactly).
-                    if kind == 0 && f.top_k < 10_000 && (0.1..=0.95).contains(&f.top_p) {
-                        let fast = candidate_cut(Isa::detect(), &w, f, Some(total), &mut cands);
-                        assert_eq!(fast, Some(want), "V {vocab} {f:?}: not decided");
+                    if [0, 4, 5, 6].contains(&kind)
+                        && f.top_k < 10_000
+                        && (0.1..=0.95).contains(&f.top_p)
+                    {
+                        let fast =
+                            candidate_cut(Isa::detect(), &w, f, ONE_KEY, Some(total), &mut cands);
+                        assert_eq!(fast, Some(want), "V {vocab} kind {kind} {f:?}: not decided");
                     }
+                }
+            }
+        }
+    }
+
+    /// [`probs_cut`] is [`Cut::of`] on probability rows (the softmax of the shapes of
+    /// [`row`], in binary64, rounded), and on rows no softmax gives (a value above 1, `+∞`,
+    /// NaN, negative values), on every instruction set; on the realistic rows the candidates
+    /// decide it.
+    #[test]
+    fn probs_cut_is_the_cut() {
+        let mut s = 0x9B0B_5EEDu64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / 16_777_216.0
+        };
+        let mut cands = Vec::new();
+        for vocab in [32_000usize, 128_256, 151_936, 256_000] {
+            for kind in 0..7 {
+                let logits = row(&mut next, vocab, kind);
+                let m = logits
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)));
+                let e: Vec<f64> = logits
+                    .iter()
+                    .map(|&l| ((f64::from(l) - m) / 0.8).exp())
+                    .collect();
+                let sum: f64 = e.iter().sum();
+                let probs: Vec<f32> = e.iter().map(|&x| (x / sum) as f32).collect();
+                // The odd values on two shapes only (the whole-row search is slow unoptimised).
+                let odds = if kind == 0 || kind == 4 {
+                    &[
+                        None,
+                        Some(1.5f32),
+                        Some(f32::INFINITY),
+                        Some(f32::NAN),
+                        Some(-0.25),
+                    ][..]
+                } else {
+                    &[None][..]
+                };
+                for &odd in odds {
+                    let mut p = probs.clone();
+                    if let Some(x) = odd {
+                        p[vocab / 2] = x;
+                        p[7] = x;
+                    }
+                    for f in filters() {
+                        let want = Cut::of(&p[..], f);
+                        for isa in Isa::available() {
+                            let got = probs_cut(isa, &p, f, &mut cands);
+                            assert_eq!(got, want, "{isa:?} V {vocab} kind {kind} {odd:?} {f:?}");
+                        }
+                        if odd.is_none()
+                            && [0, 4, 5, 6].contains(&kind)
+                            && f.top_k < 10_000
+                            && (0.1..=0.95).contains(&f.top_p)
+                        {
+                            let fast = probs_candidate_cut(Isa::detect(), &p, f, &mut cands);
+                            assert_eq!(
+                                fast,
+                                Some(want),
+                                "V {vocab} kind {kind} {f:?}: not decided"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// On rows shaped like a language model's output, a new one per row, top-p alone is
+    /// decided by the candidates at the first try on every row: a fall-back to the whole-row
+    /// search costs about ten passes, so even one row in twenty would double a batch's time.
+    #[test]
+    fn peaked_rows_take_the_candidate_path() {
+        let mut s = 0x9EA_4ED5u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / 16_777_216.0
+        };
+        let mut cands = Vec::new();
+        for vocab in [32_000usize, 128_256] {
+            for round in 0..24 {
+                let logits = row(&mut next, vocab, 4 + round % 3);
+                let (w, total) = weights(&logits, 0.8);
+                for top_p in [0.9f32, 0.8, 0.95] {
+                    let f = Filter {
+                        top_p,
+                        ..Filter::NONE
+                    };
+                    let fast = try_cut(Isa::detect(), &w, f, ONE_KEY, Some(total), &mut cands, 0);
+                    assert_eq!(
+                        fast,
+                        Some(Cut::of(&w[..], f)),
+                        "V {vocab} round {round} kind {} {f:?}",
+                        4 + round % 3
+                    );
                 }
             }
         }
