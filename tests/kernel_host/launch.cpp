@@ -17,6 +17,7 @@
 #define SPECULA_HOST_LAUNCHER_LOGITS specula_host_verify_logits_hip
 #define specula_verify_tree specula_kernel_tree_hip
 #define SPECULA_HOST_LAUNCHER_TREE specula_host_verify_tree_hip
+#define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
@@ -29,6 +30,7 @@
 #define SPECULA_HOST_LAUNCHER_LOGITS specula_host_verify_logits_cuda
 #define specula_verify_tree specula_kernel_tree_cuda
 #define SPECULA_HOST_LAUNCHER_TREE specula_host_verify_tree_cuda
+#define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_cuda
 #endif
 
 #include "../../core/kernels/specula_verify.cu"
@@ -36,6 +38,14 @@
 #include "../../core/kernels/specula_tree.cu"
 
 #include <cstdint>
+
+// The shim's fault injection (see g_skip_barrier): every thread passes its n-th barrier of each
+// block without waiting; 0 restores every barrier.
+// `ascending_only`: every round in ascending thread order instead of alternating (the control).
+extern "C" void SPECULA_HOST_SKIP_BARRIER(unsigned int n, bool ascending_only) {
+    specula_shim::g_skip_barrier.store(n, std::memory_order_relaxed);
+    specula_shim::g_ascending_only.store(ascending_only, std::memory_order_relaxed);
+}
 
 // Launches the kernel on `grid` blocks of `block` threads: specula_verify when `slices` is 1,
 // else specula_verify_split (grid = capacity x slices; `scratch` as its contract sizes it). Returns 0 on success, 1 when

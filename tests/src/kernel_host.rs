@@ -59,6 +59,9 @@ pub enum KernelHostError {
     /// The kernel raised error flags (`kernels::ERR_*` bits) although the batch was validated:
     /// a kernel bug, never expected.
     DeviceFlags(u64),
+    /// Some threads of a block reached a barrier that others never did (they returned): a
+    /// kernel bug, undefined on a GPU; the shim stopped the launch (its outputs are partial).
+    BarrierDivergence,
 }
 
 impl From<VerifyError> for KernelHostError {
@@ -79,6 +82,9 @@ impl core::fmt::Display for KernelHostError {
             }
             Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
+            Self::BarrierDivergence => {
+                f.write_str("a barrier reached by only some threads of a block")
+            }
         }
     }
 }
@@ -302,6 +308,30 @@ unsafe extern "C" {
         scratch: *mut u64,
         slices: u32,
     ) -> i32;
+}
+
+/// What a launcher returns when the shim stopped a launch whose block diverged at a barrier.
+const DIVERGED: i32 = 2;
+
+unsafe extern "C" {
+    fn specula_host_skip_barrier_cuda(n: u32, ascending_only: bool);
+    fn specula_host_skip_barrier_hip(n: u32, ascending_only: bool);
+}
+
+/// The shim's fault injection, for the test that attacks it: from now on every thread of every
+/// block of `mode`'s launches passes its `n`-th barrier (a `__syncthreads` or a shuffle's)
+/// without waiting, as if the kernel text lacked it; `0` restores every barrier. With
+/// `ascending_only` the shim resumes the threads in ascending order in every round instead of
+/// alternating the order (the attack's control). It applies to every launch of the process:
+/// only a test binary of its own may use it.
+pub fn skip_barrier(mode: Mode, n: u32, ascending_only: bool) {
+    // SAFETY: the shim's function stores its arguments in atomics; no pointer is involved.
+    unsafe {
+        match mode {
+            Mode::Cuda => specula_host_skip_barrier_cuda(n, ascending_only),
+            Mode::Hip => specula_host_skip_barrier_hip(n, ascending_only),
+        }
+    }
 }
 
 /// The kernel text run on the host as a [`Verifier`].
@@ -883,6 +913,9 @@ impl<const K: usize> KernelHost<K> {
             // against the draft slots by the caller (`validate_recovered`).
             unsafe { self.launch_raw_inputs(to_u32(b)?, &shape, &p, &x) }
         };
+        if rc == DIVERGED {
+            return Err(KernelHostError::BarrierDivergence);
+        }
         if rc != 0 {
             return Err(KernelHostError::BadBlock {
                 block: self.block,
