@@ -19,20 +19,34 @@
 //!   reaches it once.) A deadline no readback can reach any more is skipped.
 //!
 //!   Two cases are not aimed, because aiming cannot pay there; a readback then starts whenever
-//!   a slot is free, at most one every eighth of the deadline period:
+//!   a slot is free, *paced*: at most one every `lo / slots` (the rate the ring frees slots
+//!   at) and one every eighth of the deadline period, so that readbacks spread out evenly
+//!   instead of keeping the ring's clustering:
 //!   - more latency than the ring can cover with one readback per deadline (the mean of `lo`
 //!     and `plan`, plus a gap, above `period × slots`; one slot and a latency near or above the
 //!     period): waiting would leave the slot idle, so with one slot the deadlines are never
 //!     worse than the collection grid;
-//!   - steps too coarse to aim with (the window holds less than two step gaps, e.g. 2 s steps
-//!     for a 5 s period): several readbacks in flight cover the interval where one could miss.
+//!   - steps too coarse to aim with (the window is narrower than a step gap, e.g. 2 s steps
+//!     for a 5 s period and a latency spread of a second): several readbacks in flight cover
+//!     the interval where one could miss.
+//!
+//!   Where the window holds one to two step gaps, the readback is aimed (the step nearest the
+//!   middle lies in the window) and insured: paced readbacks also start before the aim, as
+//!   long as they leave one slot free for it.
+//!
+//!   Why this design rather than racing the tick with a margin or printing late: a margin
+//!   tuned to the latencies seen fails on the first latency outside it, and a log line
+//!   printed at the first publication after its tick shifts every later interval; the window
+//!   middle keeps half the window as margin on both sides whatever the spread, and the ring's
+//!   spare slots are the only insurance that costs nothing on the step path.
 //!
 //!   Until [`CALIBRATION`] readbacks have measured the latency, one is started every half
-//!   deadline period. The measured extremes are widened by the expected shortfall of a sample
-//!   range (a `(n − 1)`-th of it at each end, for n samples). If the deadline period is longer than the collection period, readbacks are also
-//!   started whenever a collection period has passed since the previous start, so scrapes stay
-//!   fresh. The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
-//!   readbacks in flight) come from `core/tests/freshness.rs`.
+//!   deadline period (at the step nearer that time). The measured extremes are widened by the
+//!   expected shortfall of a sample range (a `(n − 1)`-th of it at each end, for n samples).
+//!   If the deadline period is longer than the collection period, readbacks are also started
+//!   whenever a collection period has passed since the previous start, so scrapes stay fresh.
+//!   The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
+//!   readbacks in flight) come from `core/tests/freshness.rs` and are in `docs/GUARANTEES.md`.
 //!
 //! Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
 //! [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
@@ -403,26 +417,37 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
             && self
                 .last_start_ns
                 .is_none_or(|s| now_ns.saturating_sub(s) >= self.interval.period_ns());
-        if self.latencies.len < CALIBRATION {
-            // Too few latencies measured to know their spread: start one every half deadline
-            // period (ring permitting), so whatever the latency, publications land at least
-            // once per deadline interval until [`CALIBRATION`] of them calibrate the plan
-            // below. (Faster starts fill the ring of four early and leave a gap behind them
-            // at latencies above the period.)
-            return scrape_due
-                || self
-                    .last_start_ns
-                    .is_none_or(|s| now_ns.saturating_sub(s) >= deadlines.period_ns() / 2);
-        }
-        // The latency to plan with. A readback is seen done at the first tick after it
-        // completes: plan with the largest latency seen, and at least the smallest plus one
-        // step gap; never less than the age of the oldest readback still in flight (it has
-        // taken at least that long), counted up to the staleness limit.
+        // The age of the oldest readback still in flight: its latency is at least that.
         let oldest_age = self
             .flight
             .front()
             .map_or(0, |e| now_ns.saturating_sub(e.started_ns))
             .min(self.stale_after_ns);
+        if self.latencies.len < CALIBRATION {
+            // Too few latencies measured to know their spread: start one every half deadline
+            // period (ring permitting), so whatever the latency, publications land at least
+            // once per deadline interval until [`CALIBRATION`] of them calibrate the plan
+            // below. (Faster starts fill the ring of four early and leave a gap behind them
+            // at latencies above the period.) While every latency seen is below the period
+            // (the ring cannot fill at that pace), of this step and the next the one nearer
+            // the half period: with 2 s steps and a 5 s period, every step rather than every
+            // other one.
+            let half = deadlines.period_ns() / 2;
+            let seen = self.latencies.max().unwrap_or(0).max(oldest_age);
+            let early = if seen < deadlines.period_ns() {
+                gap / 2
+            } else {
+                0
+            };
+            return scrape_due
+                || self
+                    .last_start_ns
+                    .is_none_or(|s| now_ns.saturating_add(early) >= s.saturating_add(half));
+        }
+        // The latency to plan with. A readback is seen done at the first tick after it
+        // completes: plan with the largest latency seen, and at least the smallest plus one
+        // step gap; never less than the age of the oldest readback still in flight (it has
+        // taken at least that long), counted up to the staleness limit.
         // The smallest and largest of n samples fall short of the law's own extremes by about
         // a (n − 1)-th of their range at each end (for a uniform law, the expected range of n
         // draws is (n − 1)/(n + 1) of the law's): widen them by that.
@@ -440,39 +465,51 @@ impl<'a, R: Readback<K>, const K: usize> Collector<'a, R, K> {
         deadlines.due(now_ns.saturating_add(lo).saturating_sub(1));
         let deadline = deadlines.next_ns();
         let period = deadlines.period_ns();
-        // Two cases where aiming at a deadline does not pay; then a readback starts whenever a
-        // slot is free, at most one every `period / 8`:
+        // Readbacks not aimed at a deadline are paced: at most one every `lo / slots` (the
+        // rate at which the ring frees slots, when every readback takes at least `lo`), and
+        // at most one every `period / 8`. Started whenever a slot frees, they would keep the
+        // ring's clustering forever (with two slots and a latency of twice the period, pairs
+        // of publications a latency apart, every other interval stale); paced, they spread
+        // out evenly.
+        let window = period.saturating_add(lo).saturating_sub(plan);
+        let pace = (lo / capacity).max(period / 8);
+        let paced = self
+            .last_start_ns
+            .is_none_or(|s| now_ns.saturating_sub(s) >= pace);
+        // Two cases where aiming at a deadline does not pay; then readbacks start whenever a
+        // slot is free, paced:
         // * more latency than the ring can cover, one readback per deadline (each holding a slot
         //   for about the middle of the latencies seen, plus a step): waiting for a
         //   deadline's window would only leave a slot idle (with one slot and a latency above
         //   the period, every other deadline), where starting at once publishes as often as
         //   the backend allows, as the collection grid does;
-        // * steps too coarse to aim with: when the window of start times that land in the
-        //   interval for every latency seen (period + lo − plan wide) holds less than two step
-        //   gaps, no step may fall in it, and several readbacks in flight (one per step, say
-        //   two or three per interval with 2 s steps and a 5 s period) cover the interval
-        //   where a single aimed one could miss it.
+        // * steps too coarse to aim with: the window of start times that land in the
+        //   interval for every latency seen (`period + lo − plan` wide) is narrower than a
+        //   step gap, so no step may fall in it; several readbacks in flight (one per step,
+        //   say two or three per interval with 2 s steps and a 5 s period) cover the
+        //   interval where a single aimed one could miss it.
         let throughput_bound =
             (lo / 2 + plan / 2).saturating_add(gap) > period.saturating_mul(capacity);
-        let coarse = period.saturating_add(lo).saturating_sub(plan) < gap.saturating_mul(2);
-        if throughput_bound || coarse {
-            return scrape_due
-                || self
-                    .last_start_ns
-                    .is_none_or(|s| now_ns.saturating_sub(s) >= period / 8);
+        if throughput_bound || window < gap {
+            return scrape_due || paced;
         }
         // Aim at the middle of the window of start times whose publication lands in
         // (deadline − period, deadline] for every latency seen: from deadline − period − lo
         // to deadline − plan. A start there is as far from both ends as the spread of
         // latencies allows, so a readback slower than any seen (or faster) still lands in its
-        // interval. Of this step and the next, start at the one nearer the aim. (The window
-        // holds two gaps, so that step is neither too early nor, while the deadline is on
-        // time, too late: the last step from which it can be in time comes after it.)
+        // interval. Of this step and the next, start at the one nearer the aim: the window
+        // is at least a gap wide, so that step lies in it.
         let aim = deadline.saturating_sub((period.saturating_add(lo).saturating_add(plan)) / 2);
         if now_ns.saturating_add(gap / 2) >= aim {
             // Served: the next readback is for the deadline after this one.
             deadlines.due(deadline);
             return true;
+        }
+        // A window of one to two gaps holds one or two steps: the aimed step lands if the
+        // latencies stay within the range seen, with little margin beyond it. Insurance:
+        // paced readbacks in between, as long as they leave one slot free for the aim.
+        if window < gap.saturating_mul(2) {
+            return scrape_due || (self.flight.len() + 1 < capacity as usize && paced);
         }
         scrape_due
     }
@@ -964,10 +1001,10 @@ mod tests {
     fn the_latency_range_is_widened_by_its_expected_shortfall() {
         let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
         // Latencies 100 and 700 (four samples): widened by 600 / 3 = 200 at each end, to 0 and
-        // 900, the window (1 000 + 0 − 900 = 100) holds less than two gaps of 60: coarse, a
+        // 900, the window (1 000 + 0 − 900 = 100) holds less than a gap of 110: coarse, a
         // start at once. Unwidened (400 wide) it would wait for its aim at 100.
         let (w, _) = slot.split();
-        let mut c = planner(w, 1_000, &[100, 700], 60);
+        let mut c = planner(w, 1_000, &[100, 700], 110);
         assert!(c.wants_start(10));
         // Latencies 300 and 500: widened to 234 and 566, a window of 668 for gaps of 150: aimed
         // (at 1 000 − (1 000 + 234 + 566) / 2 = 100), so not yet at 10. (Widened by the sum
@@ -992,6 +1029,41 @@ mod tests {
         assert!(c.wants_start(175));
         // Not served: the deadline stays the next one a readback can reach.
         assert_eq!(c.deadlines().unwrap().next_ns(), 1_000);
+    }
+
+    #[test]
+    fn steps_coarser_than_half_the_window_aim_and_insure_keeping_a_slot_for_the_aim() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // Deadlines every 1 000, latency 50, gap 350: plan 400, a window of 1 000 + 50 − 400 =
+        // 650, between one and two gaps. The aim for 1 000 is 1 000 − 1 450 / 2 = 275, taken
+        // from 100 on (now + gap / 2 >= 275). Before it, insurance readbacks start (paced, an
+        // eighth of the period apart) while more than one slot is free; the deadline stays
+        // unserved.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[50], 350);
+        c.readback.capacity = 4;
+        assert!(c.wants_start(10));
+        assert_eq!(c.deadlines().unwrap().next_ns(), 1_000);
+        c.last_start_ns = Some(10);
+        assert!(!c.wants_start(99), "paced, and not yet the aim");
+        // Three in flight: the last slot is kept for the aim.
+        for started_ns in [60, 70, 80] {
+            c.flight
+                .push(Entry {
+                    started_ns,
+                    stale_at_ns: u64::MAX,
+                })
+                .unwrap();
+        }
+        c.last_start_ns = None;
+        assert!(!c.wants_start(90));
+        assert!(c.wants_start(100));
+        assert_eq!(c.deadlines().unwrap().next_ns(), 2_000);
+        // One slot: no insurance, only the aim.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[50], 350);
+        assert!(!c.wants_start(10));
+        assert!(c.wants_start(100));
     }
 
     #[test]

@@ -8,9 +8,12 @@
 //! alone. It prints the share of log ticks without new counts ("stale") per latency band and
 //! asserts:
 //! * with 4 readbacks in flight (what the program's wiring and the GPU ring use), no stale tick
-//!   at a nominal latency up to the period, but for at most one in a thousand where the steps
-//!   are so coarse (1 s and 2 s, five or fewer per 5 s log interval) that the ring of four
-//!   fills up;
+//!   where no copy takes longer than the period, whatever the steps; at a nominal latency up to
+//!   the period (copies of up to 1.25 periods), none but for at most one in a thousand where the
+//!   steps are so coarse (1 s and 2 s, five or fewer per 5 s log interval) that the ring of
+//!   four fills up;
+//! * above the period, with 2 and 4 in flight, no more stale ticks than the previous,
+//!   last-chance planner had on this sweep (10.69 % and 5.37 %);
 //! * with 1 or 2 in flight, deadlines are never worse than the collection grid, band by band;
 //! * every count is logged exactly once in every run.
 //!
@@ -32,7 +35,7 @@ const PERIOD: u64 = 5 * S;
 const BANDS: [(u64, u64); 3] = [(0, 500), (500, 1_000), (1_000, 2_000)];
 
 /// One configuration's totals, per band.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Tally {
     runs: u32,
     ticks: [u32; BANDS.len()],
@@ -42,6 +45,11 @@ struct Tally {
     /// Of the stale ticks, those with steps so coarse that a log interval holds five or fewer
     /// (1 s and 2 s steps, 5 s period).
     coarse_stale: [u32; BANDS.len()],
+    /// Ticks of runs where no copy's latency exceeds the period (nominal latency plus its
+    /// jitter at most the period), and how many of them were stale.
+    within_period: (u32, u32),
+    /// Each run's band and stale ticks, in sweep order (the same for both ways of collecting).
+    per_run: Vec<(usize, u32)>,
 }
 
 impl Tally {
@@ -62,6 +70,10 @@ impl Tally {
                 self.coarse_stale[b],
             );
         }
+        s += &format!(
+            " | no copy above the period: {} of {} stale",
+            self.within_period.1, self.within_period.0
+        );
         s
     }
 }
@@ -112,11 +124,16 @@ fn sweep(g: &Grid<'_>, deadlines: bool, capacity: usize) -> Tally {
                          ±{jitter}‰, phase {log_phase_ns}, capacity {capacity}"
                     );
                     t.runs += 1;
+                    t.per_run.push((band, o.empty));
                     t.ticks[band] += o.ticks;
                     t.stale[band] += o.empty;
                     t.stale_despite_completion[band] += o.empty_despite_completion;
                     if step_ns >= PERIOD / 5 {
                         t.coarse_stale[band] += o.empty;
+                    }
+                    if latency_ns + latency_ns / 1000 * jitter <= PERIOD {
+                        t.within_period.0 += o.ticks;
+                        t.within_period.1 += o.empty;
                     }
                 }
             }
@@ -154,11 +171,21 @@ fn compare(g: &Grid<'_>, capacity: usize) -> Tally {
     eprintln!("{}", dl.line(&format!("{capacity} in flight, deadlines")));
     eprintln!("{}", grid.line(&format!("{capacity} in flight, grid only")));
     for (b, band) in BANDS.iter().enumerate() {
-        // Where both start a readback whenever a slot is free (one slot, latency above the
-        // period) they reach the same bound, 1 − period / latency of the ticks stale, from
-        // different first starts: equal within sampling noise, 1 % + 10 ticks.
+        // Where both start a readback whenever the slot is free (one slot, latency above the
+        // period; `collector.rs` unit tests check the planner does) they reach the same
+        // bound, 1 − period / latency of the ticks stale, and differ only in the phase of
+        // their first start (deadlines at once, the grid a period later). With a latency of
+        // twice the period that shifts an alternating pattern of stale ticks by one inside
+        // the counted window: up to one tick per run. Elsewhere the totals are equal within
+        // sampling noise, 1 % + 10 ticks.
+        let runs = dl.per_run.iter().filter(|r| r.0 == b).count() as u32;
+        let phase = if capacity == 1 && band.0 >= 1_000 {
+            runs
+        } else {
+            0
+        };
         assert!(
-            dl.stale[b] <= grid.stale[b] + grid.stale[b] / 100 + 10,
+            dl.stale[b] <= grid.stale[b] + grid.stale[b] / 100 + 10 + phase,
             "{capacity} in flight, band {band:?}: deadlines are worse than the grid\n{}\n{}",
             dl.line("deadlines"),
             grid.line("grid only")
@@ -179,10 +206,17 @@ fn four_in_flight_leave_no_log_tick_stale_up_to_the_period() {
         20_000
     };
     assert!(ticks >= want, "too few ticks for power: {ticks}");
-    // None stale up to the period with steps of up to a third of a second; with 1 s and 2 s
-    // steps (five or fewer per log interval: the ring of four fills up at a latency of the
-    // period ±25 %, and one readback per step is all the insurance there is) a few, far fewer
-    // than on the grid (checked by `compare`).
+    // None stale where no copy takes longer than the period, whatever the steps. At a
+    // nominal latency of the period ±25 % (copies of up to 1.25 periods) with 1 s and 2 s steps
+    // (five or fewer per log interval) the ring of four fills up and one readback per step is
+    // all the insurance there is: a few, far fewer than on the grid (checked by `compare`).
+    assert!(dl.within_period.0 >= want, "{:?}", dl.within_period);
+    assert_eq!(
+        dl.within_period.1,
+        0,
+        "{}",
+        dl.line("4 in flight, deadlines")
+    );
     assert_eq!(
         [
             dl.stale[0] - dl.coarse_stale[0],
@@ -197,6 +231,13 @@ fn four_in_flight_leave_no_log_tick_stale_up_to_the_period() {
         "{}",
         dl.line("4 in flight, deadlines")
     );
+    // Above the period: no worse than the previous, last-chance planner (commit 0a5a3a5) on
+    // this sweep, 5.37 % of the ticks stale.
+    assert!(
+        dl.share(2) <= 0.0537,
+        "{}",
+        dl.line("4 in flight, deadlines")
+    );
 }
 
 #[test]
@@ -205,6 +246,13 @@ fn with_two_in_flight_deadlines_are_never_worse_than_the_grid() {
     let dl = compare(&ci_grid(), 2);
     // Up to half the period two copies in flight serve every interval.
     assert_eq!(dl.stale[0], 0, "{dl:?}");
+    // Above the period: no worse than the previous, last-chance planner (commit 0a5a3a5) on
+    // this sweep, 10.69 % of the ticks stale.
+    assert!(
+        dl.share(2) <= 0.1069,
+        "{}",
+        dl.line("2 in flight, deadlines")
+    );
 }
 
 #[test]

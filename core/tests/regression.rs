@@ -330,7 +330,11 @@ fn deadline_aware_collection_logs_every_tick_in_the_quick_sweep() {
     t.report("deadline-aware, quick sweep");
     assert!(t.ticks[0] > 500 && t.ticks[1] > 200, "{t:?}");
     assert_eq!(t.empty_despite_completion, [0, 0], "{t:?}");
-    assert_eq!(t.empty, [0, 0], "{t:?}");
+    assert_eq!(t.empty[0], 0, "{t:?}");
+    // Above the period, with 2 s steps and a latency of twice the period, the ring of four
+    // holds little insurance: the full sweep has 27 of 62 225 ticks empty (0.04 %, all in
+    // the first minute, with 2 s steps), the previous planner 53. Here at most 1 %.
+    assert!(t.empty[1] * 100 <= t.ticks[1], "{t:?}");
     assert!(t.max_in_flight >= 3, "latency 2x the period needs a ring");
 }
 
@@ -366,7 +370,9 @@ fn full_sweep_deadline_aware() {
     );
     t.report("deadline-aware, full sweep");
     assert_eq!(t.empty_despite_completion, [0, 0], "{t:?}");
-    assert!(t.empty_share(0) <= 0.001, "{t:?}");
+    assert_eq!(t.empty[0], 0, "{t:?}");
+    // Above the period: no worse than the previous, last-chance planner (53 of 62 225).
+    assert!(t.empty[1] <= 53, "{t:?}");
 }
 
 /// The full sweep with the old collection (collection grid only, one readback in flight), for
