@@ -1067,6 +1067,69 @@ mod tests {
     }
 
     #[test]
+    fn calibration_starts_at_the_step_nearer_the_half_period_while_latencies_are_below_it() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // One latency of 50 (below the period, not yet calibrated), gaps of 400, the last start
+        // at 0: the half period is 500, and of the steps at 400 and 800 the one at 400 is the
+        // nearer (400 + 400 / 2 >= 500).
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
+        c.set_deadlines(1_000, 0).unwrap();
+        c.latencies.record(50);
+        c.gaps.record(400);
+        c.last_start_ns = Some(0);
+        assert!(c.wants_start(400));
+        // A latency of a whole period seen: no rounding early (the ring could fill), the start
+        // waits for the half period itself.
+        let (w, _) = slot.split();
+        let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
+        c.set_deadlines(1_000, 0).unwrap();
+        c.latencies.record(1_000);
+        c.gaps.record(400);
+        c.last_start_ns = Some(0);
+        assert!(!c.wants_start(400));
+        assert!(c.wants_start(500));
+    }
+
+    #[test]
+    fn spare_readbacks_are_paced_at_the_latency_over_the_slots() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // One slot, latency 1 600: more than the ring covers, so readbacks start as the slot
+        // frees, but at most one per 1 600 / 1 (not every eighth of the period).
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[1_600], 10);
+        c.last_start_ns = Some(0);
+        assert!(!c.wants_start(500));
+        assert!(!c.wants_start(1_599));
+        assert!(c.wants_start(1_600));
+    }
+
+    #[test]
+    fn the_zones_begin_exactly_at_their_bounds() {
+        let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
+        // One slot, latency 700, gap 200 (plan 900): the ring's need 350 + 450 + 200 equals the
+        // period exactly, which one slot still covers: aimed, not spare. At 350 the aim for
+        // 2 000 (2 000 − (1 000 + 700 + 900) / 2 = 700) is ahead: no start.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[700], 200);
+        assert!(!c.wants_start(350));
+        // Latency 100, gap 500 (plan 600): a window of 1 000 + 100 − 600 = 500, one gap exactly,
+        // is aimed (at 2 000 − 850 = 1 150, now + 250 >= it), not spare (which the last start
+        // 1 before would pace out).
+        let (w, _) = slot.split();
+        let mut c = planner(w, 1_000, &[100], 500);
+        c.last_start_ns = Some(949);
+        assert!(c.wants_start(950));
+        // Deadlines every 900, latency 100, gap 300 (plan 400): a window of 600, two gaps
+        // exactly, is aimed without insurance: at 10, before the aim (900 − 700 = 200), no
+        // start although a second slot is free.
+        let (w, _) = slot.split();
+        let mut c = planner(w, 900, &[100], 300);
+        c.readback.capacity = 2;
+        assert!(!c.wants_start(10));
+    }
+
+    #[test]
     fn more_latency_than_the_ring_covers_starts_as_soon_as_a_slot_is_free() {
         let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
         // One slot, latency 995 (plan 1 005) + gap 10 > one deadline period: no deadline can
