@@ -5,7 +5,8 @@
 //! the GB/s of probability data the verifier actually read (8 bytes per accepted position, plus
 //! the full target and draft rows of the residual at a rejection, or the target row of the bonus
 //! token), next to a plain `copy_from_slice` of the same number of bytes measured in the same
-//! run, and next to a read-only pass (a sum over the same bytes on the same number of threads).
+//! run, and next to a read-only pass (a sum over as many bytes on the same number of threads, started
+//! once: `specula_tests::bench_read`).
 //! A streaming verifier only reads its inputs, so the read-only pass is its physical limit: the
 //! `read` ratio is the one to judge; the copy ratio is kept for comparison with older figures.
 //!
@@ -14,40 +15,12 @@
 use criterion::{BenchmarkId, Criterion, Throughput};
 use specula::cpu::CpuVerifier;
 use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+use specula_tests::bench_read::ReadPool;
 use specula_tests::conformance::{Gen, sample};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// The read-only baseline: the bytes split into one contiguous piece per verifier thread, each
-/// summed on its own thread (a sum the optimiser cannot drop), as the verifier reads its rows.
-fn read_sum(src: &[f32], threads: usize) -> f32 {
-    let piece = src.len().div_ceil(threads.max(1)).max(1);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = src
-            .chunks(piece)
-            .map(|c| {
-                s.spawn(move || {
-                    // Eight independent sums so the loop is bound by loads, not by one add chain.
-                    let mut acc = [0f32; 8];
-                    let chunks = c.chunks_exact(8);
-                    let tail: f32 = chunks.remainder().iter().sum();
-                    for ch in chunks {
-                        for (a, x) in acc.iter_mut().zip(ch) {
-                            *a += x;
-                        }
-                    }
-                    acc.iter().sum::<f32>() + tail
-                })
-            })
-            .collect();
-        parts
-            .into_iter()
-            .map(|h| h.join().expect("sum thread"))
-            .sum()
-    })
-}
 
 const BATCHES: [usize; 3] = [1, 16, 64];
 const VOCABS: [usize; 2] = [32 * 1024, 128 * 1024];
@@ -173,12 +146,13 @@ fn bench(c: &mut Criterion) {
                         d
                     })
                 });
-                let threads = verifier.threads();
+                // The same number of bytes, on as many threads, started once (not per call).
+                let reader = ReadPool::new(2 * src.len(), verifier.threads());
                 let mut read_s = 0.0;
                 group.bench_function(BenchmarkId::new("read", format!("b{b}_k{k}")), |bch| {
                     bch.iter_custom(|iters| {
                         let d = timed(iters, || {
-                            black_box(read_sum(black_box(src), threads));
+                            black_box(reader.read(reader.words()));
                         });
                         read_s = d.as_secs_f64() / iters as f64;
                         d

@@ -28,76 +28,14 @@
 
 use specula::cpu::CpuVerifier;
 use specula_core::verify::{Batch, Check, Half, HalfLogits, Logits, Method, Outputs};
+use specula_tests::bench_read::ReadPool;
 use specula_tests::bench_step::{Step, per_call_s, thread_cpu_s};
 use specula_tests::conformance::Gen;
 use std::hint::black_box;
-use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
 const K: usize = 4;
 const T: f32 = 0.8;
-
-/// The sum of `c` (as u16 words, so f32 and bf16 inputs read alike).
-fn sum(c: &[u16]) -> u64 {
-    // Eight independent sums so the loop is bound by loads, not by one add chain.
-    let mut acc = [0u64; 8];
-    let chunks = c.chunks_exact(8);
-    let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
-    for ch in chunks {
-        for (a, &x) in acc.iter_mut().zip(ch) {
-            *a += u64::from(x);
-        }
-    }
-    acc.iter().sum::<u64>() + tail
-}
-
-/// The read-only pass: sums the first `len` words of one buffer, in one contiguous piece per
-/// thread, on threads started once (the calling thread takes the first piece).
-struct ReadPool {
-    pool: Arc<Vec<u16>>,
-    workers: Vec<(Sender<usize>, Receiver<u64>)>,
-}
-
-impl ReadPool {
-    fn new(words: usize, threads: usize) -> Self {
-        let pool: Arc<Vec<u16>> = Arc::new((0..words).map(|i| i as u16).collect());
-        let n = threads.max(1);
-        let workers = (1..n)
-            .map(|i| {
-                let (tx, rx) = channel::<usize>();
-                let (back, res) = channel::<u64>();
-                let pool = Arc::clone(&pool);
-                std::thread::spawn(move || {
-                    // One request per call: the length to read; this worker's piece of it.
-                    while let Ok(len) = rx.recv() {
-                        let piece = len.div_ceil(n);
-                        let lo = (i * piece).min(len);
-                        let hi = ((i + 1) * piece).min(len);
-                        if back.send(sum(black_box(&pool[lo..hi]))).is_err() {
-                            break;
-                        }
-                    }
-                });
-                (tx, res)
-            })
-            .collect();
-        Self { pool, workers }
-    }
-
-    /// The sum of the first `len` words.
-    fn read(&self, len: usize) -> u64 {
-        for (tx, _) in &self.workers {
-            tx.send(len).expect("read worker");
-        }
-        let piece = len.div_ceil(self.workers.len() + 1);
-        let mut s = sum(black_box(&self.pool[..piece.min(len)]));
-        for (_, rx) in &self.workers {
-            s += rx.recv().expect("read worker");
-        }
-        s
-    }
-}
 
 /// Seconds per call of `f` in wall time (after one warm-up call), over at least 0.5 s.
 fn per_call_wall_s(mut f: impl FnMut()) -> f64 {

@@ -1,6 +1,7 @@
 //! Shared test support for Specula: the conformance suite every backend instantiates, and
 //! helpers for the cross-crate tests.
 
+pub mod bench_read;
 pub mod bench_step;
 pub mod conformance;
 pub mod gpu_inputs;
