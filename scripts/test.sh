@@ -49,7 +49,7 @@ esac
 target="${CARGO_TARGET_DIR:-$root/target}"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/cli
+FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/cli,specula/axum
 
 work="$(mktemp -d)"
 SPECULA_SKIP_LOG="$work/skipped"

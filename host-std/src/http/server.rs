@@ -1,7 +1,6 @@
 //! The `/metrics` server: hyper 1 (HTTP/1.x only) on a one-thread tokio runtime.
 
-use super::{PATH, negotiate};
-use crate::prom::render;
+use super::{PATH, scrape};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_TYPE, HOST, HeaderValue};
@@ -808,29 +807,21 @@ fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    let mut accept = String::new();
-    for v in req.headers().get_all(ACCEPT) {
-        let Ok(v) = v.to_str() else {
-            return text(StatusCode::BAD_REQUEST);
-        };
-        if !accept.is_empty() {
-            accept.push(',');
-        }
-        accept.push_str(v);
-    }
-    let has_accept = req.headers().contains_key(ACCEPT);
-    let Some(format) = negotiate(has_accept.then_some(accept.as_str())) else {
-        return text(StatusCode::NOT_ACCEPTABLE);
-    };
-    let Ok(body) = render(registry, format) else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR);
-    };
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    let h = r.headers_mut();
-    h.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static(format.content_type()),
+    let answer = scrape(
+        registry,
+        req.headers()
+            .get_all(ACCEPT)
+            .iter()
+            .map(HeaderValue::as_bytes),
     );
+    let mut r = Response::new(Full::new(Bytes::from(answer.body)));
+    *r.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
+    if answer.status != 200 {
+        return r;
+    }
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
