@@ -1066,6 +1066,17 @@ mod tests {
         assert!(c.wants_start(100));
     }
 
+    /// A collector still calibrating (one latency seen, `latency`), deadlines every 1 000, gaps
+    /// of 400, its last start at 0.
+    fn calibrating(w: SlotWriter<'_, Snapshot<2>>, latency: u64) -> Collector<'_, Scripted, 2> {
+        let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
+        c.set_deadlines(1_000, 0).unwrap();
+        c.latencies.record(latency);
+        c.gaps.record(400);
+        c.last_start_ns = Some(0);
+        c
+    }
+
     #[test]
     fn calibration_starts_at_the_step_nearer_the_half_period_while_latencies_are_below_it() {
         let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
@@ -1073,20 +1084,11 @@ mod tests {
         // at 0: the half period is 500, and of the steps at 400 and 800 the one at 400 is the
         // nearer (400 + 400 / 2 >= 500).
         let (w, _) = slot.split();
-        let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
-        c.set_deadlines(1_000, 0).unwrap();
-        c.latencies.record(50);
-        c.gaps.record(400);
-        c.last_start_ns = Some(0);
-        assert!(c.wants_start(400));
+        assert!(calibrating(w, 50).wants_start(400));
         // A latency of a whole period seen: no rounding early (the ring could fill), the start
         // waits for the half period itself.
         let (w, _) = slot.split();
-        let mut c = Collector::new(scripted(0), w, 1_000, 0).unwrap();
-        c.set_deadlines(1_000, 0).unwrap();
-        c.latencies.record(1_000);
-        c.gaps.record(400);
-        c.last_start_ns = Some(0);
+        let mut c = calibrating(w, 1_000);
         assert!(!c.wants_start(400));
         assert!(c.wants_start(500));
     }
