@@ -296,16 +296,17 @@ pub fn batch_shape<const K: usize>(
     batch: &Batch<'_>,
 ) -> Result<[u32; SHAPE_WORDS], ShapeTooLarge> {
     let w = |x: usize| u32::try_from(x).map_err(|_| ShapeTooLarge);
-    let draft_stride = match batch.draft_probs {
-        Some(_) => Some(w(batch.draft_stride)?),
-        None => None,
+    // Half draft rows set their stride with their format flag (the staging does).
+    let draft_stride = match batch.draft {
+        Some(d) if d.as_f32().is_some() => Some(w(d.stride)?),
+        _ => None,
     };
     Ok(shape_words(
         w(batch.requests())?,
         w(batch.k_max)?,
         w(batch.vocab)?,
         draft_stride,
-        w(batch.target_stride)?,
+        w(batch.target.rows().stride)?,
         method_code(method),
         w(K)?,
     ))

@@ -188,6 +188,9 @@ pub struct Support {
     /// bf16 / f16 target logits and draft probabilities ([`Batch::with_target_logits_half`],
     /// [`Batch::with_draft_probs_half`]).
     pub half: bool,
+    /// bf16 / f16 target probabilities ([`Batch::with_target`] with half [`Rows`] in
+    /// [`Target::Probs`]).
+    pub half_probs: bool,
     /// A method per request ([`Batch::with_methods`]).
     pub methods: bool,
     /// The recovered-token output filled by the verification itself
@@ -205,6 +208,7 @@ impl Support {
         logits: false,
         filters: false,
         half: false,
+        half_probs: false,
         methods: false,
         recovered: false,
     };
@@ -217,6 +221,7 @@ impl Support {
         logits: false,
         filters: false,
         half: false,
+        half_probs: false,
         methods: false,
         recovered: false,
     };
@@ -228,9 +233,129 @@ impl Support {
         logits: true,
         filters: true,
         half: true,
+        half_probs: true,
         methods: true,
         recovered: true,
     };
+}
+
+/// Where each request's drafts sit in a [`Batch`]: the padded layout (`k` per request) or
+/// vLLM's ragged one (`cu_num_draft_tokens`). One of the two, never both.
+#[derive(Clone, Copy, Debug)]
+pub enum Layout<'a> {
+    /// `k[b]`: request `b`'s draft length (`≤ k_max`; `≥ 1` unless [`Support::empty_drafts`]);
+    /// its length is the batch size `B`. Request `b`'s draft slots are `b·k_max + j`.
+    Padded {
+        /// Per-request draft lengths.
+        k: &'a [u32],
+    },
+    /// vLLM's `cu_num_draft_tokens`: `cu[b]` is the number of draft tokens of requests `0..=b`
+    /// (non-decreasing); its length is `B`, its last value `num_tokens`. Request `b`'s draft
+    /// slots are `cu[b−1] + j` (`cu[−1] = 0`).
+    Ragged {
+        /// Cumulative draft counts.
+        cu_num_draft_tokens: &'a [u32],
+    },
+}
+
+/// A tensor of rows in one element format: row `r` is `V` values from `r · stride`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a> {
+    /// The values, binary32 or half precision ([`Values`]).
+    pub values: Values<'a>,
+    /// The row stride (`≥ V`).
+    pub stride: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// binary32 rows of stride `stride`.
+    #[must_use]
+    pub const fn f32(values: &'a [f32], stride: usize) -> Self {
+        Self {
+            values: Values::F32(values),
+            stride,
+        }
+    }
+
+    /// bf16 / f16 rows of stride `stride` (widened exactly on read).
+    #[must_use]
+    pub const fn half(values: Half<'a>, stride: usize) -> Self {
+        Self {
+            values: Values::Half(values),
+            stride,
+        }
+    }
+
+    /// The binary32 values, `None` for half-precision rows.
+    #[must_use]
+    pub const fn as_f32(&self) -> Option<&'a [f32]> {
+        match self.values {
+            Values::F32(x) => Some(x),
+            Values::Half(_) => None,
+        }
+    }
+
+    /// The half-precision values, `None` for binary32 rows.
+    #[must_use]
+    pub const fn as_half(&self) -> Option<Half<'a>> {
+        match self.values {
+            Values::F32(_) => None,
+            Values::Half(h) => Some(h),
+        }
+    }
+
+    /// Row `r` (`vocab` values), `None` if outside the tensor or the offset overflows.
+    #[must_use]
+    pub fn row(&self, r: usize, vocab: usize) -> Option<Values<'a>> {
+        self.values.get(r.checked_mul(self.stride)?, vocab)
+    }
+}
+
+/// The target model's rows of a [`Batch`]: probabilities, or logits with a temperature per
+/// request. One of the two, in one element format, with one stride.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// Probabilities, verified as given.
+    Probs(Rows<'a>),
+    /// Logits, turned into probabilities by the softmax of `core/DETERMINISM.md` at each
+    /// request's temperature (`B` values, finite, `≥ 0`; `0`: greedy on the logits).
+    Logits {
+        /// The logits.
+        rows: Rows<'a>,
+        /// Per-request temperature.
+        temperature: &'a [f32],
+    },
+}
+
+impl<'a> Target<'a> {
+    /// The rows, probabilities or logits.
+    #[must_use]
+    pub const fn rows(&self) -> Rows<'a> {
+        match *self {
+            Self::Probs(r) | Self::Logits { rows: r, .. } => r,
+        }
+    }
+
+    /// The per-request temperatures, `None` for probabilities.
+    #[must_use]
+    pub const fn temperature(&self) -> Option<&'a [f32]> {
+        match *self {
+            Self::Probs(_) => None,
+            Self::Logits { temperature, .. } => Some(temperature),
+        }
+    }
+
+    /// The same target with row stride `stride`.
+    #[must_use]
+    pub const fn with_stride(self, stride: usize) -> Self {
+        match self {
+            Self::Probs(r) => Self::Probs(Rows { stride, ..r }),
+            Self::Logits { rows, temperature } => Self::Logits {
+                rows: Rows { stride, ..rows },
+                temperature,
+            },
+        }
+    }
 }
 
 /// A borrowed view of one verification step of `B` requests, laid out as
@@ -238,7 +363,8 @@ impl Support {
 ///
 /// Build it with [`Batch::dense`] (the padded layout) or [`Batch::ragged`] (vLLM's layout) and
 /// the `with_*` methods; it is `#[non_exhaustive]`, so new inputs are added without breaking
-/// callers. The fields stay readable (and writable, to set strides).
+/// callers. What excludes each other is one typed field: the [`Layout`], the [`Target`] rows
+/// (probabilities or logits, in one format) and the optional draft [`Rows`].
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct Batch<'a> {
@@ -247,25 +373,19 @@ pub struct Batch<'a> {
     /// Draft slots per request (`0 ≤ k_max ≤ K`; `0` only where [`Support::empty_drafts`]).
     /// In the ragged layout, the largest draft length (the output width is `k_max + 1`).
     pub k_max: usize,
-    /// Padded layout: `k[b]`, request `b`'s draft length, `k[b] ≤ k_max` (`≥ 1` unless
-    /// [`Support::empty_drafts`]); its length is the batch size `B`. Empty in the ragged layout.
-    pub k: &'a [u32],
+    /// Where each request's drafts are.
+    pub layout: Layout<'a>,
     /// Padded layout: `draft_ids[b·k_max + j]` for `j < k[b]`, `B · k_max` values. Ragged: the
     /// `num_tokens` ids back to back. Every id read is `< V`.
     pub draft_ids: &'a [u32],
-    /// Draft probabilities: padded, row `(b, j)` starts at `(b·k_max + j) · draft_stride`
-    /// (`B · k_max` rows); ragged, at `(cu[b−1] + j) · draft_stride` (`num_tokens` rows).
-    /// `None`: a drafter without probabilities (one-hot).
-    pub draft_probs: Option<&'a [f32]>,
-    /// Row stride of `draft_probs` (`≥ V`); ignored when `draft_probs` is `None`.
-    pub draft_stride: usize,
-    /// Target probabilities: padded, row `(b, j)`, `j ≤ k_max`, starts at
-    /// `(b·(k_max+1) + j) · target_stride` (`B · (k_max+1)` rows); ragged, at
-    /// `(cu[b−1] + b + j) · target_stride` (`num_tokens + B` rows), or without the bonus rows
-    /// when bonus tokens are supplied: `(cu[b−1] + j) · target_stride` (`num_tokens` rows).
-    pub target_probs: &'a [f32],
-    /// Row stride of `target_probs` (`≥ V`).
-    pub target_stride: usize,
+    /// Draft probabilities: padded, row `(b, j)` is row `b·k_max + j` (`B · k_max` rows);
+    /// ragged, row `cu[b−1] + j` (`num_tokens` rows). `None`: a drafter without probabilities
+    /// (one-hot).
+    pub draft: Option<Rows<'a>>,
+    /// Target rows: padded, row `(b, j)`, `j ≤ k_max`, is row `b·(k_max+1) + j`
+    /// (`B · (k_max+1)` rows); ragged, row `cu[b−1] + b + j` (`num_tokens + B` rows), or
+    /// without the bonus rows when bonus tokens are supplied: `cu[b−1] + j` (`num_tokens` rows).
+    pub target: Target<'a>,
     /// Per-request random seed (`B` values).
     pub seed: &'a [u64],
     /// Per-request random offset (`B` values); the caller advances it every step
@@ -275,23 +395,9 @@ pub struct Batch<'a> {
     pub eps: Option<&'a [f32]>,
     /// Typical acceptance `δ` per request (`B` values, finite, `≥ 0`); `None`: [`DEFAULT_DELTA`].
     pub delta: Option<&'a [f32]>,
-    /// Ragged layout: vLLM's `cu_num_draft_tokens` (`B` values). `None`: the padded layout.
-    pub cu_num_draft_tokens: Option<&'a [u32]>,
     /// Caller-supplied bonus tokens (`B` values, `< V`): emitted when a request accepts all its
     /// drafts, instead of a sample of target row `k`. `None`: sampled.
     pub bonus: Option<&'a [u32]>,
-    /// Target logits, laid out as `target_probs` would be (which is then empty): each row is
-    /// turned into probabilities by the softmax of `core/DETERMINISM.md` at the request's
-    /// [`temperature`](Self::temperature). `None`: `target_probs` is used.
-    pub target_logits: Option<&'a [f32]>,
-    /// Per-request temperature for `target_logits` (`B` values, finite, `≥ 0`; `0`: greedy).
-    pub temperature: Option<&'a [f32]>,
-    /// bf16 / f16 target logits, laid out as `target_logits` would be (which is then `None`,
-    /// and `target_probs` empty); read widened exactly to binary32.
-    pub target_logits_half: Option<Half<'a>>,
-    /// bf16 / f16 draft probabilities, laid out as `draft_probs` would be (which is then
-    /// `None`); read widened exactly to binary32.
-    pub draft_probs_half: Option<Half<'a>>,
     /// Per-request top-k (`B` values; `0`: off), see [`Filter`].
     pub top_k: Option<&'a [u32]>,
     /// Per-request top-p (`B` values in `(0, 1]`; `1`: off), see [`Filter`].
@@ -320,7 +426,7 @@ impl<'a> Batch<'a> {
     ///     Streams { seed: &[7], offset: &[0] },
     /// )
     /// .with_draft_probs(&draft);
-    /// assert_eq!((b.requests(), b.draft_stride, b.target_stride), (1, 2, 2));
+    /// assert_eq!((b.requests(), b.draft.map(|d| d.stride), b.target.rows().stride), (1, Some(2), 2));
     /// ```
     #[must_use]
     pub const fn dense(
@@ -332,22 +438,15 @@ impl<'a> Batch<'a> {
         Self {
             vocab: dims.vocab,
             k_max: dims.k_max,
-            k: drafts.k,
+            layout: Layout::Padded { k: drafts.k },
             draft_ids: drafts.ids,
-            draft_probs: None,
-            draft_stride: dims.vocab,
-            target_probs,
-            target_stride: dims.vocab,
+            draft: None,
+            target: Target::Probs(Rows::f32(target_probs, dims.vocab)),
             seed: streams.seed,
             offset: streams.offset,
             eps: None,
             delta: None,
-            cu_num_draft_tokens: None,
             bonus: None,
-            target_logits: None,
-            temperature: None,
-            target_logits_half: None,
-            draft_probs_half: None,
             top_k: None,
             top_p: None,
             min_p: None,
@@ -395,22 +494,17 @@ impl<'a> Batch<'a> {
         Self {
             vocab,
             k_max,
-            k: &[],
+            layout: Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            },
             draft_ids: drafts.ids,
-            draft_probs: None,
-            draft_stride: vocab,
-            target_probs,
-            target_stride: vocab,
+            draft: None,
+            target: Target::Probs(Rows::f32(target_probs, vocab)),
             seed: streams.seed,
             offset: streams.offset,
             eps: None,
             delta: None,
-            cu_num_draft_tokens: Some(cu),
             bonus: None,
-            target_logits: None,
-            temperature: None,
-            target_logits_half: None,
-            draft_probs_half: None,
             top_k: None,
             top_p: None,
             min_p: None,
@@ -418,13 +512,36 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// The same batch with draft probabilities (rows of stride [`draft_stride`](Batch::draft_stride)).
+    /// The same batch with binary32 draft probabilities, at the stride of the draft rows they
+    /// replace, or packed back to back (stride `V`) if there were none
+    /// ([`with_strides`](Batch::with_strides) afterwards, or [`with_draft`](Batch::with_draft),
+    /// for another stride).
     #[must_use]
     pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+        self.with_draft(Rows::f32(draft_probs, self.draft_stride()))
+    }
+
+    /// The stride of the draft rows, `V` where there are none.
+    const fn draft_stride(&self) -> usize {
+        match self.draft {
+            Some(d) => d.stride,
+            None => self.vocab,
+        }
+    }
+
+    /// The same batch with draft probabilities in any format and stride.
+    #[must_use]
+    pub const fn with_draft(self, draft: Rows<'a>) -> Self {
         Self {
-            draft_probs: Some(draft_probs),
+            draft: Some(draft),
             ..self
         }
+    }
+
+    /// The same batch with these target rows (probabilities or logits, any format and stride).
+    #[must_use]
+    pub const fn with_target(self, target: Target<'a>) -> Self {
+        Self { target, ..self }
     }
 
     /// The same batch with per-request typical-acceptance `ε` and `δ`.
@@ -474,12 +591,10 @@ impl<'a> Batch<'a> {
     /// ```
     #[must_use]
     pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
-        Self {
-            target_probs: &[],
-            target_logits: Some(logits.values),
-            temperature: Some(logits.temperature),
-            ..self
-        }
+        self.with_target(Target::Logits {
+            rows: Rows::f32(logits.values, self.target.rows().stride),
+            temperature: logits.temperature,
+        })
     }
 
     /// [`with_target_logits`](Batch::with_target_logits) for bf16 / f16 logits (the engine's
@@ -507,24 +622,17 @@ impl<'a> Batch<'a> {
     /// ```
     #[must_use]
     pub const fn with_target_logits_half(self, logits: HalfLogits<'a>) -> Self {
-        Self {
-            target_probs: &[],
-            target_logits: None,
-            target_logits_half: Some(logits.values),
-            temperature: Some(logits.temperature),
-            ..self
-        }
+        self.with_target(Target::Logits {
+            rows: Rows::half(logits.values, self.target.rows().stride),
+            temperature: logits.temperature,
+        })
     }
 
-    /// [`with_draft_probs`](Batch::with_draft_probs) for bf16 / f16 draft probabilities (rows of
-    /// stride [`draft_stride`](Batch::draft_stride)), widened exactly to binary32 on read.
+    /// [`with_draft_probs`](Batch::with_draft_probs) for bf16 / f16 draft probabilities (the
+    /// same stride rule), widened exactly to binary32 on read.
     #[must_use]
     pub const fn with_draft_probs_half(self, draft_probs: Half<'a>) -> Self {
-        Self {
-            draft_probs: None,
-            draft_probs_half: Some(draft_probs),
-            ..self
-        }
+        self.with_draft(Rows::half(draft_probs, self.draft_stride()))
     }
 
     /// The same batch with per-request top-k (`B` values, `0` = off): each request's target
@@ -617,12 +725,19 @@ impl<'a> Batch<'a> {
         self.methods.map_or(call, |m| m[b])
     }
 
-    /// The same batch with explicit row strides (`≥ V`) for the draft and target tensors.
+    /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the batch
+    /// has them, the draft rows (call it after [`with_draft_probs`](Batch::with_draft_probs)).
     #[must_use]
     pub const fn with_strides(self, strides: Strides) -> Self {
         Self {
-            draft_stride: strides.draft,
-            target_stride: strides.target,
+            target: self.target.with_stride(strides.target),
+            draft: match self.draft {
+                Some(d) => Some(Rows {
+                    stride: strides.draft,
+                    ..d
+                }),
+                None => None,
+            },
             ..self
         }
     }
@@ -630,30 +745,54 @@ impl<'a> Batch<'a> {
     /// The batch size `B`.
     #[must_use]
     pub fn requests(&self) -> usize {
-        match self.cu_num_draft_tokens {
-            Some(cu) => cu.len(),
-            None => self.k.len(),
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            } => cu.len(),
+            Layout::Padded { k } => k.len(),
         }
     }
 
     /// Whether the batch is in the ragged layout.
     #[must_use]
     pub fn is_ragged(&self) -> bool {
-        self.cu_num_draft_tokens.is_some()
+        matches!(self.layout, Layout::Ragged { .. })
+    }
+
+    /// vLLM's `cu_num_draft_tokens` of a ragged batch, `None` for the padded layout.
+    #[must_use]
+    pub fn cu_num_draft_tokens(&self) -> Option<&'a [u32]> {
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens,
+            } => Some(cu_num_draft_tokens),
+            Layout::Padded { .. } => None,
+        }
+    }
+
+    /// The per-request draft lengths of a padded batch (empty for the ragged layout).
+    #[must_use]
+    pub fn k(&self) -> &'a [u32] {
+        match self.layout {
+            Layout::Padded { k } => k,
+            Layout::Ragged { .. } => &[],
+        }
     }
 
     /// Request `b`'s first draft slot: `b·k_max` (padded) or `cu[b−1]` (ragged).
     #[inline]
     fn draft_start(&self, b: usize) -> usize {
-        match self.cu_num_draft_tokens {
-            Some(cu) => {
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            } => {
                 if b == 0 {
                     0
                 } else {
                     cu[b - 1] as usize
                 }
             }
-            None => b * self.k_max,
+            Layout::Padded { .. } => b * self.k_max,
         }
     }
 
@@ -661,9 +800,11 @@ impl<'a> Batch<'a> {
     /// refuses). Panics if `b ≥ B`.
     #[must_use]
     pub fn draft_len(&self, b: usize) -> u32 {
-        match self.cu_num_draft_tokens {
-            Some(cu) => cu[b].wrapping_sub(if b == 0 { 0 } else { cu[b - 1] }),
-            None => self.k[b],
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            } => cu[b].wrapping_sub(if b == 0 { 0 } else { cu[b - 1] }),
+            Layout::Padded { k } => k[b],
         }
     }
 
@@ -673,23 +814,30 @@ impl<'a> Batch<'a> {
         &self.draft_ids[self.draft_start(b)..][..self.draft_len(b) as usize]
     }
 
-    /// Target row `(b, j)` (probabilities, or logits with
-    /// [`with_target_logits`](Batch::with_target_logits)), exactly `V` values; `None` if it is
-    /// outside the tensor (a batch that passed validation never is, for `j ≤ k_b`, or `j < k_b`
-    /// with bonus tokens in the ragged layout).
-    #[must_use]
-    pub fn target_row_checked(&self, b: usize, j: usize) -> Option<&[f32]> {
-        let row = match self.cu_num_draft_tokens {
-            Some(cu) => {
+    /// The index of target row `(b, j)` in the target tensor, `None` on overflow or a `b`
+    /// outside a ragged layout.
+    fn target_row_index(&self, b: usize, j: usize) -> Option<usize> {
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            } => {
                 let start = if b == 0 { 0 } else { *cu.get(b - 1)? as usize };
                 let extra = if self.bonus.is_some() { 0 } else { b };
-                start.checked_add(extra)?.checked_add(j)?
+                start.checked_add(extra)?.checked_add(j)
             }
-            None => b.checked_mul(self.k_max.checked_add(1)?)?.checked_add(j)?,
-        };
-        let start = row.checked_mul(self.target_stride)?;
-        self.target_tensor()
-            .get(start..start.checked_add(self.vocab)?)
+            Layout::Padded { .. } => b.checked_mul(self.k_max.checked_add(1)?)?.checked_add(j),
+        }
+    }
+
+    /// Binary32 target row `(b, j)` (probabilities or logits), exactly `V` values; `None` if it
+    /// is outside the tensor (a batch that passed validation never is, for `j ≤ k_b`, or
+    /// `j < k_b` with bonus tokens in the ragged layout) or the rows are half precision.
+    #[must_use]
+    pub fn target_row_checked(&self, b: usize, j: usize) -> Option<&'a [f32]> {
+        match self.target_values_checked(b, j)? {
+            Values::F32(x) => Some(x),
+            Values::Half(_) => None,
+        }
     }
 
     /// Request `b`'s draft ids (`k_b` values), `None` if outside the slice.
@@ -700,53 +848,40 @@ impl<'a> Batch<'a> {
         self.draft_ids.get(start..start.checked_add(k)?)
     }
 
-    /// Draft row `(b, j)` if the drafter gave probabilities and it is inside the tensor.
+    /// Binary32 draft row `(b, j)` if the drafter gave binary32 probabilities and it is inside
+    /// the tensor.
     #[must_use]
-    pub fn draft_row_checked(&self, b: usize, j: usize) -> Option<&[f32]> {
-        let d = self.draft_probs?;
-        let row = self.draft_start_checked(b)?.checked_add(j)?;
-        let start = row.checked_mul(self.draft_stride)?;
-        d.get(start..start.checked_add(self.vocab)?)
+    pub fn draft_row_checked(&self, b: usize, j: usize) -> Option<&'a [f32]> {
+        match self.draft_values_checked(b, j)? {
+            Values::F32(x) => Some(x),
+            Values::Half(_) => None,
+        }
     }
 
     fn draft_start_checked(&self, b: usize) -> Option<usize> {
-        match self.cu_num_draft_tokens {
-            Some(cu) => Some(if b == 0 { 0 } else { *cu.get(b - 1)? as usize }),
-            None => b.checked_mul(self.k_max),
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            } => Some(if b == 0 { 0 } else { *cu.get(b - 1)? as usize }),
+            Layout::Padded { .. } => b.checked_mul(self.k_max),
         }
     }
 
     fn draft_len_checked(&self, b: usize) -> Option<u32> {
-        match self.cu_num_draft_tokens {
-            Some(cu) => cu[..]
+        match self.layout {
+            Layout::Ragged {
+                cu_num_draft_tokens: cu,
+            } => cu
                 .get(b)?
                 .checked_sub(if b == 0 { 0 } else { *cu.get(b - 1)? }),
-            None => self.k.get(b).copied(),
-        }
-    }
-
-    /// The target tensor: the logits if given, else the probabilities.
-    #[inline]
-    pub(crate) fn target_tensor(&self) -> &'a [f32] {
-        match self.target_logits {
-            Some(l) => l,
-            None => self.target_probs,
-        }
-    }
-
-    /// The target tensor in any format.
-    #[inline]
-    pub(crate) fn target_values_tensor(&self) -> Values<'a> {
-        match self.target_logits_half {
-            Some(h) => Values::Half(h),
-            None => Values::F32(self.target_tensor()),
+            Layout::Padded { k } => k.get(b).copied(),
         }
     }
 
     /// Whether the batch has target logits (binary32 or half).
     #[must_use]
     pub fn has_logits(&self) -> bool {
-        self.target_logits.is_some() || self.target_logits_half.is_some()
+        matches!(self.target, Target::Logits { .. })
     }
 
     /// Request `b`'s sampling filter ([`Filter::NONE`] where a part is not given). Panics if
@@ -760,11 +895,17 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// Whether the batch holds a half-precision tensor (target or draft rows).
+    #[must_use]
+    pub fn has_half(&self) -> bool {
+        self.target.rows().as_half().is_some() || self.draft.is_some_and(|d| d.as_half().is_some())
+    }
+
     /// Whether request `b` of a validated batch is verified on its stored binary32 rows as
     /// they are (no softmax, no filter, no widening): then any [`RowOps`] may reduce them.
     #[must_use]
     pub fn is_plain(&self, b: usize) -> bool {
-        if self.target_logits_half.is_some() || self.draft_probs_half.is_some() {
+        if self.has_half() {
             return false;
         }
         match self.temperature_of(b) {
@@ -779,61 +920,54 @@ impl<'a> Batch<'a> {
     /// [`target_row_checked`](Batch::target_row_checked)).
     #[must_use]
     pub fn target_values_checked(&self, b: usize, j: usize) -> Option<Values<'a>> {
-        let row = match self.cu_num_draft_tokens {
-            Some(cu) => {
-                let start = if b == 0 { 0 } else { *cu.get(b - 1)? as usize };
-                let extra = if self.bonus.is_some() { 0 } else { b };
-                start.checked_add(extra)?.checked_add(j)?
-            }
-            None => b.checked_mul(self.k_max.checked_add(1)?)?.checked_add(j)?,
-        };
-        self.target_values_tensor()
-            .get(row.checked_mul(self.target_stride)?, self.vocab)
+        self.target
+            .rows()
+            .row(self.target_row_index(b, j)?, self.vocab)
     }
 
     /// Draft row `(b, j)` in any format, if the drafter gave probabilities and it is inside.
     #[must_use]
     pub fn draft_values_checked(&self, b: usize, j: usize) -> Option<Values<'a>> {
-        let d = match (self.draft_probs, self.draft_probs_half) {
-            (Some(d), _) => Values::F32(d),
-            (None, Some(h)) => Values::Half(h),
-            (None, None) => return None,
-        };
         let row = self.draft_start_checked(b)?.checked_add(j)?;
-        d.get(row.checked_mul(self.draft_stride)?, self.vocab)
+        self.draft?.row(row, self.vocab)
     }
 
     /// Whether the drafter gave probabilities (in any format).
     #[must_use]
     pub fn has_draft_probs(&self) -> bool {
-        self.draft_probs.is_some() || self.draft_probs_half.is_some()
+        self.draft.is_some()
     }
 
     /// Request `b`'s temperature, if the batch has logits.
     #[inline]
     pub(crate) fn temperature_of(&self, b: usize) -> Option<f32> {
-        self.temperature.map(|t| t[b])
+        self.target.temperature().map(|t| t[b])
     }
 
-    /// Target row `(b, j)`, exactly `V` values. Only for a validated batch.
+    /// Binary32 target row `(b, j)`, exactly `V` values. Only for a validated batch whose
+    /// request `b` is [plain](Batch::is_plain).
     #[inline]
-    pub(crate) fn target_row(&self, b: usize, j: usize) -> &[f32] {
-        let row = match self.cu_num_draft_tokens {
-            Some(_) if self.bonus.is_some() => self.draft_start(b) + j,
-            Some(_) => self.draft_start(b) + b + j,
-            None => b * (self.k_max + 1) + j,
+    pub(crate) fn target_row(&self, b: usize, j: usize) -> &'a [f32] {
+        let row = match self.layout {
+            Layout::Ragged { .. } if self.bonus.is_some() => self.draft_start(b) + j,
+            Layout::Ragged { .. } => self.draft_start(b) + b + j,
+            Layout::Padded { .. } => b * (self.k_max + 1) + j,
         };
-        let start = row * self.target_stride;
-        &self.target_tensor()[start..start + self.vocab]
+        let rows = self.target.rows();
+        let start = row * rows.stride;
+        // Plain requests only exist in batches without half-precision rows.
+        let values = rows.as_f32().unwrap_or(&[]);
+        &values[start..start + self.vocab]
     }
 
-    /// Draft row `(b, j)`, exactly `V` values, if the drafter gave probabilities. Only for a
-    /// validated batch.
+    /// Binary32 draft row `(b, j)`, exactly `V` values, if the drafter gave probabilities. Only
+    /// for a validated batch whose request `b` is [plain](Batch::is_plain).
     #[inline]
-    pub(crate) fn draft_row(&self, b: usize, j: usize) -> Option<&[f32]> {
-        self.draft_probs.map(|d| {
-            let start = (self.draft_start(b) + j) * self.draft_stride;
-            &d[start..start + self.vocab]
+    pub(crate) fn draft_row(&self, b: usize, j: usize) -> Option<&'a [f32]> {
+        self.draft.map(|d| {
+            let start = (self.draft_start(b) + j) * d.stride;
+            let values = d.as_f32().unwrap_or(&[]);
+            &values[start..start + self.vocab]
         })
     }
 
@@ -1212,7 +1346,7 @@ pub fn to_vllm_recovered(
     let mut tokens = slots;
     if !ragged {
         tokens = 0;
-        for (request, &k) in batch.k.iter().enumerate() {
+        for (request, &k) in batch.k().iter().enumerate() {
             if k as usize > batch.k_max {
                 return Err(VerifyError::DraftLength {
                     request,
@@ -1232,13 +1366,13 @@ pub fn to_vllm_recovered(
     }
     // Request b's values start at `b·k_max` (padded; `k_b` of them, in bounds as `k_b ≤ k_max`
     // and `recovered` holds `B·k_max`); the ragged ones are all of `recovered`, in order.
-    let segments = if ragged { 1 } else { batch.k.len() };
+    let segments = if ragged { 1 } else { batch.k().len() };
     let segment = |b: usize| {
         if ragged {
             (0, recovered)
         } else {
             let start = b * batch.k_max;
-            (start, &recovered[start..start + batch.k[b] as usize])
+            (start, &recovered[start..start + batch.k()[b] as usize])
         }
     };
     // Range check first, so nothing is written on error.

@@ -10,8 +10,8 @@ use specula_core::gpu::{
 };
 use specula_core::kernels;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Streams, Verifier,
-    VerifyError,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
+    Verifier, VerifyError,
 };
 use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
 use std::cell::{Cell, RefCell};
@@ -479,10 +479,7 @@ impl Owned {
                 offset: &self.offset,
             },
         );
-        batch.draft_probs = self.draft.as_deref();
-        if self.draft.is_some() {
-            batch.draft_stride = 3;
-        }
+        batch.draft = self.draft.as_deref().map(|d| Rows::f32(d, 3));
         batch
     }
 }
@@ -1290,7 +1287,7 @@ impl Var {
             )
         } else {
             let mut b = self.d.view();
-            b.target_probs = rows;
+            b.target = Target::Probs(Rows::f32(rows, b.target.rows().stride));
             b
         };
         if let Some(x) = &self.bonus {
@@ -1702,14 +1699,12 @@ fn half_inputs_are_staged_with_their_flags() {
     assert_eq!(drv.st.next_id.get() - ids, 11, "no half buffers");
     let flags = kernels::SHAPE_FLAGS;
     for (t, dr) in [(0u8, 1u8), (1, 0), (0, 0), (1, 1), (2, 1), (1, 2)] {
-        let mut batch = d.view();
-        batch.target_probs = &[];
-        batch = match t {
-            0 => batch.with_target_logits_half(HalfLogits {
+        let mut batch = match t {
+            0 => d.view().with_target_logits_half(HalfLogits {
                 values: Half::Bf16(&logits),
                 temperature: &temps,
             }),
-            1 => batch.with_target_logits_half(HalfLogits {
+            1 => d.view().with_target_logits_half(HalfLogits {
                 values: Half::F16(&logits),
                 temperature: &temps,
             }),
@@ -1720,7 +1715,7 @@ fn half_inputs_are_staged_with_their_flags() {
             1 => batch = batch.with_draft_probs_half(Half::F16(&drafts)),
             _ => {}
         }
-        batch.draft_stride = 3;
+        batch.draft = batch.draft.map(|d| Rows { stride: 3, ..d });
         staging.reserve(&drv, &batch).unwrap();
         let a = staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
@@ -1768,7 +1763,7 @@ fn half_inputs_are_staged_with_their_flags() {
         temperature: &temps,
     });
     batch = batch.with_draft_probs_half(Half::F16(&drafts));
-    batch.draft_stride = 3;
+    batch.draft = batch.draft.map(|d| Rows { stride: 3, ..d });
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
         .unwrap()

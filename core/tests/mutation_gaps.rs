@@ -262,8 +262,8 @@ fn virtual_clock_moves_forward_only() {
 mod validation {
     use super::fmt;
     use specula_core::verify::{
-        Batch, Check, Dims, Drafts, MAX_POSITIONS, Method, Outputs, Param, Streams, Tensor,
-        VerifyError, validate, validate_shape,
+        Batch, Check, Dims, Drafts, Layout, MAX_POSITIONS, Method, Outputs, Param, Rows, Streams,
+        Target, Tensor, VerifyError, validate, validate_shape,
     };
 
     const V: usize = 4;
@@ -379,7 +379,7 @@ mod validation {
         let b = d.batch();
         let empty = {
             let mut x = b;
-            x.k = &[];
+            x.layout = Layout::Padded { k: &[] };
             x
         };
         assert_eq!(shape(&empty, 0, 0), Err(VerifyError::EmptyBatch));
@@ -460,8 +460,8 @@ mod validation {
         let too_big = {
             let mut x = b;
             x.vocab = over;
-            x.draft_stride = over;
-            x.target_stride = over;
+            x.draft = x.draft.map(|d| Rows { stride: over, ..d });
+            x.target = x.target.with_stride(over);
             x
         };
         assert_eq!(
@@ -474,8 +474,8 @@ mod validation {
         let at_max = {
             let mut x = b;
             x.vocab = max;
-            x.draft_stride = max;
-            x.target_stride = max;
+            x.draft = x.draft.map(|d| Rows { stride: max, ..d });
+            x.target = x.target.with_stride(max);
             x
         };
         assert_eq!(
@@ -494,7 +494,7 @@ mod validation {
         let b = d.batch();
         let draft = {
             let mut x = b;
-            x.draft_stride = V - 1;
+            x.draft = x.draft.map(|d| Rows { stride: V - 1, ..d });
             x
         };
         assert_eq!(
@@ -507,7 +507,7 @@ mod validation {
         );
         let target = {
             let mut x = b;
-            x.target_stride = V - 1;
+            x.target = x.target.with_stride(V - 1);
             x
         };
         assert_eq!(
@@ -521,8 +521,8 @@ mod validation {
         // Without draft probabilities the draft stride is ignored.
         let one_hot = {
             let mut x = b;
-            x.draft_probs = None;
-            x.draft_stride = 0;
+            x.draft = None;
+            x.draft = x.draft.map(|d| Rows { stride: 0, ..d });
             x
         };
         assert_eq!(shape(&one_hot, B, 6), Ok(()));
@@ -531,10 +531,10 @@ mod validation {
         let wide_t = [0.25f32; B * (KM + 1) * (V + 2)];
         let wide = {
             let mut x = b;
-            x.draft_probs = Some(&wide_d);
-            x.draft_stride = V + 1;
-            x.target_probs = &wide_t;
-            x.target_stride = V + 2;
+            x.draft = Some(Rows::f32(&wide_d, x.draft.map_or(x.vocab, |d| d.stride)));
+            x.draft = x.draft.map(|d| Rows { stride: V + 1, ..d });
+            x.target = Target::Probs(Rows::f32(&wide_t, x.target.rows().stride));
+            x.target = x.target.with_stride(V + 2);
             x
         };
         assert_eq!(shape(&wide, B, 6), Ok(()));
@@ -567,7 +567,10 @@ mod validation {
             shape(
                 &{
                     let mut x = b;
-                    x.draft_probs = Some(&d.draft[..15]);
+                    x.draft = Some(Rows::f32(
+                        &d.draft[..15],
+                        x.draft.map_or(x.vocab, |d| d.stride),
+                    ));
                     x
                 },
                 B,
@@ -579,7 +582,7 @@ mod validation {
             shape(
                 &{
                     let mut x = b;
-                    x.target_probs = &d.target[..23];
+                    x.target = Target::Probs(Rows::f32(&d.target[..23], x.target.rows().stride));
                     x
                 },
                 B,
@@ -642,7 +645,7 @@ mod validation {
             shape(
                 &{
                     let mut x = b;
-                    x.target_stride = usize::MAX;
+                    x.target = x.target.with_stride(usize::MAX);
                     x
                 },
                 B,
@@ -654,7 +657,10 @@ mod validation {
             shape(
                 &{
                     let mut x = b;
-                    x.draft_stride = usize::MAX;
+                    x.draft = x.draft.map(|d| Rows {
+                        stride: usize::MAX,
+                        ..d
+                    });
                     x
                 },
                 B,
@@ -856,7 +862,7 @@ mod validation {
         );
         let one_hot = {
             let mut x = d.batch();
-            x.draft_probs = None;
+            x.draft = None;
             x
         };
         assert_eq!(
@@ -1668,7 +1674,7 @@ mod kernel_contract {
         FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
         method_code, shape_words, stats_words, tree_draft_tokens_word, tree_drafts_word,
     };
-    use specula_core::verify::{Batch, Dims, Drafts, Method, Streams};
+    use specula_core::verify::{Batch, Dims, Drafts, Method, Rows, Streams};
 
     #[test]
     fn method_codes_and_shape_words() {
@@ -1705,7 +1711,7 @@ mod kernel_contract {
         );
         let b = {
             let mut x = b;
-            x.target_stride = 6;
+            x.target = x.target.with_stride(6);
             x
         };
         assert_eq!(
@@ -1741,12 +1747,12 @@ mod kernel_contract {
                 },
                 {
                     let mut x = b;
-                    x.target_stride = big;
+                    x.target = x.target.with_stride(big);
                     x
                 },
                 {
                     let mut x = with;
-                    x.draft_stride = big;
+                    x.draft = x.draft.map(|d| Rows { stride: big, ..d });
                     x
                 },
             ] {
@@ -1755,7 +1761,7 @@ mod kernel_contract {
             // A draft stride is not part of the shape without draft probabilities.
             let ignored = {
                 let mut x = b;
-                x.draft_stride = big;
+                x.draft = x.draft.map(|d| Rows { stride: big, ..d });
                 x
             };
             assert!(batch_shape::<4>(Method::Greedy, &ignored).is_ok());

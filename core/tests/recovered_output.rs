@@ -13,9 +13,9 @@
 
 use specula_core::Counters;
 use specula_core::verify::{
-    AcceptedOut, Batch, Check, Dims, Drafts, Feature, Logits, Method, Outputs, Param, RaggedDrafts,
-    SENTINEL, Streams, Support, TokensOut, VerifyError, draft_slots, recovered_tokens,
-    to_vllm_recovered, validate_with, verify_batch,
+    AcceptedOut, Batch, Check, Dims, Drafts, Feature, Layout, Logits, Method, Outputs, Param,
+    RaggedDrafts, SENTINEL, Streams, Support, TokensOut, VerifyError, draft_slots,
+    recovered_tokens, to_vllm_recovered, validate_with, verify_batch,
 };
 
 const K: usize = 4;
@@ -238,11 +238,10 @@ fn one_call_gives_what_two_calls_give() {
             let want: Vec<i32> = ragged.iter().map(|&t| t as i32).collect();
             assert_eq!((&from_padded, &from_ragged), (&want, &want), "{i} {m:?}");
             // Logits, a temperature per request (0: greedy), top-k, a method per request.
-            let mut lv = rl.view().with_target_logits(Logits {
+            let lv = rl.view().with_target_logits(Logits {
                 values: &rl.target,
                 temperature: &c.temps,
             });
-            lv.target_probs = &[];
             one_call_equals_two(
                 m,
                 &lv.with_top_k(&c.top_k).with_methods(&c.methods),
@@ -346,7 +345,7 @@ fn the_vllm_adapter_checks_its_inputs() {
     assert_eq!(out, [1, 2, 3]);
     let mut long = batch;
     let k3 = [3u32, 1];
-    long.k = &k3;
+    long.layout = Layout::Padded { k: &k3 };
     assert_eq!(
         to_vllm_recovered(&long, &[1, 2, 3, 0], &mut out),
         Err(VerifyError::DraftLength {

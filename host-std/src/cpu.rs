@@ -197,7 +197,7 @@ enum RowState {
 }
 
 impl RowState {
-    /// Reduces the row `src` (logits at `t > 0`, or binary32 probabilities for `None`);
+    /// Reduces the row `src` (logits at `t > 0`, or probabilities for `None`);
     /// `weights` receives the softmax weights when a filter needs them (`cands`: scratch).
     /// `approx`: a softmax cut by min-p alone may keep an approximate sum
     /// ([`RowState::Approx`]), worth it for rows that will likely only be asked for one
@@ -230,7 +230,12 @@ impl RowState {
             }
             (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
             (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter, cands)),
-            // Probabilities are binary32 (only logits come as half precision).
+            // bf16 probabilities (rare: engines hand over half logits) are cut on their widened
+            // values; the widening buffer is local because only this case needs it.
+            (None, src) if filter.is_active() => {
+                let mut wide = Vec::new();
+                Self::Cut(cut_of(src.as_f32(&mut wide), filter, cands))
+            }
             (None, _) => Self::Identity,
         }
     }
@@ -501,7 +506,7 @@ fn verify_one<O: RowOps + ?Sized>(
         let acc = verify_request(ops, method, batch, b, tokens);
         if let Some(rec) = rec {
             // Plain with a temperature means T = 0: greedy on the logits.
-            let method = if batch.temperature.is_some() {
+            let method = if batch.has_logits() {
                 Method::Greedy
             } else {
                 batch.method_of(b, method)
@@ -511,7 +516,7 @@ fn verify_one<O: RowOps + ?Sized>(
         return acc;
     }
     let method = batch.method_of(b, method);
-    let (method, t, filter) = match batch.temperature.map(|t| t[b]) {
+    let (method, t, filter) = match batch.target.temperature().map(|t| t[b]) {
         Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
         Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
         None => (method, None, batch.filter_of(b)),

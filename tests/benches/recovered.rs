@@ -47,14 +47,13 @@ fn main() {
             let (lb, temps) = (&step.logits_bf16, &step.temps);
             let (top_k, top_p) = (vec![50u32; b], vec![0.9f32; b]);
             let base = step.batch();
-            let mut filtered = base
+            let filtered = base
                 .with_target_logits_half(HalfLogits {
                     values: Half::Bf16(lb),
                     temperature: temps,
                 })
                 .with_top_k(&top_k)
                 .with_top_p(&top_p);
-            filtered.target_probs = &[];
             for (name, batch) in [("probabilities f32", base), ("bf16 top-k/top-p", filtered)] {
                 for method in [Method::Rejection, Method::Greedy] {
                     let mut accepted = vec![0u32; b];

@@ -19,7 +19,7 @@ use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Param, SENTINEL, Streams, Strides, Tensor,
     Verifier, VerifyError, validate, validate_with, verify_batch,
 };
-use specula_core::verify::{Feature, Half, HalfLogits, Logits, RaggedDrafts};
+use specula_core::verify::{Feature, Half, HalfLogits, Logits, RaggedDrafts, Rows};
 
 /// The counters' maximum draft length the suite is written for.
 pub const K: usize = 8;
@@ -121,7 +121,10 @@ impl BatchData {
             draft: self.draft_stride,
             target: self.target_stride,
         });
-        b.draft_probs = self.draft_probs.as_deref();
+        b.draft = self
+            .draft_probs
+            .as_deref()
+            .map(|d| Rows::f32(d, self.draft_stride));
         b.eps = self.eps.as_deref();
         b.delta = self.delta.as_deref();
         b
@@ -1434,7 +1437,10 @@ impl RaggedData {
             draft: self.draft_stride,
             target: self.target_stride,
         });
-        b.draft_probs = self.draft_probs.as_deref();
+        b.draft = self
+            .draft_probs
+            .as_deref()
+            .map(|d| Rows::f32(d, self.draft_stride));
         b.eps = self.eps.as_deref();
         b.delta = self.delta.as_deref();
         b.bonus = self.bonus.as_deref();
@@ -2155,7 +2161,7 @@ pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, b
                 1 => batch = batch.with_draft_probs_half(Half::Bf16(b16)),
                 _ => batch = batch.with_draft_probs_half(Half::F16(f16)),
             }
-            if batch.draft_probs_half.is_some() {
+            if batch.draft.is_some_and(|d| d.as_half().is_some()) {
                 // Rounded rows sum to 1 within a few 2⁻⁸ only.
                 check = Check::Strict {
                     sum_tolerance: 0.05,

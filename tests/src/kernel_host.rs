@@ -14,8 +14,8 @@
 use specula_core::Counters;
 use specula_core::kernels;
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Support, Verifier,
-    VerifyError, validate_recovered, validate_with,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Rows, Support, Target, Values,
+    Verifier, VerifyError, validate_recovered, validate_with,
 };
 
 /// Which macro set the kernel text was compiled with.
@@ -829,26 +829,41 @@ impl<const K: usize> KernelHost<K> {
             .map_or_else(|| vec![DEFAULT_DELTA; b], <[f32]>::to_vec);
         let before = self.error_flags();
         let cu = batch
-            .cu_num_draft_tokens
+            .cu_num_draft_tokens()
             .map_or(core::ptr::null(), <[u32]>::as_ptr);
         let bonus = batch.bonus.map_or(core::ptr::null(), <[u32]>::as_ptr);
-        // Target logits, binary32 or half (the pointer then holds u16 elements).
-        let logits: *const f32 = match (batch.target_logits, batch.target_logits_half) {
-            (Some(l), _) => l.as_ptr(),
-            (None, Some(Half::Bf16(h))) => {
-                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16;
-                h.as_ptr().cast()
-            }
-            (None, Some(Half::F16(h))) => {
-                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16;
-                h.as_ptr().cast()
-            }
-            (None, None) => core::ptr::null(),
+        // Target logits, binary32 or half (the pointer then holds u16 elements); the logits
+        // entry reads the logits instead of the probabilities (null, as it documents).
+        let (target_probs, logits): (*const f32, *const f32) = match batch.target {
+            Target::Probs(r) => (
+                r.as_f32().map_or(core::ptr::null(), <[f32]>::as_ptr),
+                core::ptr::null(),
+            ),
+            Target::Logits { rows, .. } => (
+                core::ptr::null(),
+                match rows.values {
+                    Values::F32(l) => l.as_ptr(),
+                    Values::Half(Half::Bf16(h)) => {
+                        shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16;
+                        h.as_ptr().cast()
+                    }
+                    Values::Half(Half::F16(h)) => {
+                        shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16;
+                        h.as_ptr().cast()
+                    }
+                },
+            ),
         };
-        let draft_probs: *const f32 = match (batch.draft_probs, batch.draft_probs_half) {
-            (Some(d), _) => d.as_ptr(),
-            (None, Some(h)) => {
-                shape[kernels::SHAPE_DRAFT_STRIDE] = to_u32(batch.draft_stride)?;
+        let draft_probs: *const f32 = match batch.draft {
+            Some(Rows {
+                values: Values::F32(d),
+                ..
+            }) => d.as_ptr(),
+            Some(Rows {
+                values: Values::Half(h),
+                stride,
+            }) => {
+                shape[kernels::SHAPE_DRAFT_STRIDE] = to_u32(stride)?;
                 let (flag, ptr) = match h {
                     Half::Bf16(x) => (kernels::FLAG_DRAFT_BF16, x.as_ptr()),
                     Half::F16(x) => (kernels::FLAG_DRAFT_F16, x.as_ptr()),
@@ -856,22 +871,17 @@ impl<const K: usize> KernelHost<K> {
                 shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS | flag;
                 ptr.cast()
             }
-            (None, None) => core::ptr::null(),
+            None => core::ptr::null(),
         };
         let methods: Option<Vec<u32>> = batch
             .methods
             .map(|m| m.iter().map(|&m| kernels::method_code(m)).collect());
         let p = Params {
             shape: shape.as_ptr(),
-            k: batch.k.as_ptr(),
+            k: batch.k().as_ptr(),
             draft_ids: batch.draft_ids.as_ptr(),
             draft_probs,
-            // The logits entry reads the logits instead (null, as it documents).
-            target_probs: if logits.is_null() {
-                batch.target_probs.as_ptr()
-            } else {
-                core::ptr::null()
-            },
+            target_probs,
             seed: batch.seed.as_ptr(),
             offset: batch.offset.as_ptr(),
             eps: eps.as_ptr(),
@@ -885,7 +895,10 @@ impl<const K: usize> KernelHost<K> {
             cu,
             bonus,
             logits,
-            temperature: batch.temperature.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            temperature: batch
+                .target
+                .temperature()
+                .map_or(core::ptr::null(), <[f32]>::as_ptr),
             methods: methods
                 .as_deref()
                 .map_or(core::ptr::null(), <[u32]>::as_ptr),

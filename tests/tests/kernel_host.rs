@@ -4,7 +4,8 @@
 use specula_core::Counters;
 use specula_core::kernels::{self, ERR_DRAFT_LEN, ERR_SHAPE, ERR_TOKEN};
 use specula_core::verify::{
-    Batch, Check, Dims, Drafts, Method, Outputs, Reference, Streams, Strides, Verifier, VerifyError,
+    Batch, Check, Dims, Drafts, Method, Outputs, Reference, Rows, Streams, Strides, Verifier,
+    VerifyError,
 };
 use specula_tests::conformance::Gen;
 use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode, Params};
@@ -141,7 +142,7 @@ impl Owned {
             draft: self.dstride,
             target: self.tstride,
         });
-        b.draft_probs = self.draft.as_deref();
+        b.draft = self.draft.as_deref().map(|d| Rows::f32(d, self.dstride));
         b.eps = self.eps.as_deref();
         b.delta = self.delta.as_deref();
         b
@@ -714,7 +715,7 @@ fn large_vocabulary_logits_match() {
                 temperature: &temps,
             });
             if with_draft {
-                batch.draft_probs = Some(&draft);
+                batch = batch.with_draft_probs(&draft);
             }
             for method in METHODS {
                 let mut want = (vec![0u32; b], vec![0u32; b * (k_max + 1)]);

@@ -249,7 +249,7 @@ fn large_vocabulary_inputs_match() {
         if half_drafts {
             batch = batch.with_draft_probs_half(Half::F16(&dh));
         } else {
-            batch.draft_probs = Some(&draft);
+            batch = batch.with_draft_probs(&draft);
         }
         for (mi, method) in METHODS.into_iter().enumerate() {
             let b2 = if mi == 0 {

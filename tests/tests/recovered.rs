@@ -197,36 +197,34 @@ fn one_call_gives_the_recovered_tokens_at_real_sizes() {
                     d.view().with_top_p(&top_p).with_min_p(&min_p),
                 ),
                 ("f32 logits, top-k", {
-                    let mut v = d.view().with_target_logits(Logits {
-                        values: &logits,
-                        temperature: &temps,
-                    });
-                    v.target_probs = &[];
-                    v.with_top_k(&top_k)
+                    d.view()
+                        .with_target_logits(Logits {
+                            values: &logits,
+                            temperature: &temps,
+                        })
+                        .with_top_k(&top_k)
                 }),
                 ("bf16 logits, filters", {
-                    let mut v = d.view();
-                    v.target_probs = &[];
-                    v.with_target_logits_half(HalfLogits {
-                        values: Half::Bf16(&lb),
-                        temperature: &temps,
-                    })
-                    .with_top_k(&top_k)
-                    .with_top_p(&top_p)
-                    .with_min_p(&min_p)
+                    d.view()
+                        .with_target_logits_half(HalfLogits {
+                            values: Half::Bf16(&lb),
+                            temperature: &temps,
+                        })
+                        .with_top_k(&top_k)
+                        .with_top_p(&top_p)
+                        .with_min_p(&min_p)
                 }),
                 ("ragged probabilities", r.view()),
                 ("ragged bf16 logits, bonus, filters, methods", {
-                    let mut v = rl.view();
-                    v.target_probs = &[];
-                    v.with_target_logits_half(HalfLogits {
-                        values: Half::Bf16(&rlb),
-                        temperature: &temps,
-                    })
-                    .with_top_k(&top_k)
-                    .with_top_p(&top_p)
-                    .with_min_p(&min_p)
-                    .with_methods(&methods)
+                    rl.view()
+                        .with_target_logits_half(HalfLogits {
+                            values: Half::Bf16(&rlb),
+                            temperature: &temps,
+                        })
+                        .with_top_k(&top_k)
+                        .with_top_p(&top_p)
+                        .with_min_p(&min_p)
+                        .with_methods(&methods)
                 }),
             ];
             for m in METHODS {

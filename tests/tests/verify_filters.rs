@@ -20,8 +20,8 @@ use specula::cpu::CpuVerifier;
 use specula_core::Counters;
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Feature, Filter, Half, HalfLogits, Logits, Method, Outputs, Param,
-    Processed, Reference, Streams, Support, Values, VerifyError, advance_offsets, validate_with,
-    verify_batch,
+    Processed, Reference, Rows, Streams, Support, Target, Values, VerifyError, advance_offsets,
+    validate_with, verify_batch,
 };
 use specula_tests::conformance::{
     self, Gen, K, METHODS, OutData, RaggedData, assert_view_matches_reference, random_filters,
@@ -59,14 +59,13 @@ fn cpu_matches_reference_at_real_sizes() {
                         .with_min_p(&min_p),
                     d.view().with_top_p(&top_p).with_min_p(&min_p),
                     {
-                        let mut v = r.view();
-                        v.target_probs = &[];
-                        v.with_target_logits_half(HalfLogits {
-                            values: Half::Bf16(&rb),
-                            temperature: &temps,
-                        })
-                        .with_top_k(&top_k)
-                        .with_top_p(&top_p)
+                        r.view()
+                            .with_target_logits_half(HalfLogits {
+                                values: Half::Bf16(&rb),
+                                temperature: &temps,
+                            })
+                            .with_top_k(&top_k)
+                            .with_top_p(&top_p)
                     },
                 ];
                 for (n, batch) in views.iter().enumerate() {
@@ -160,11 +159,13 @@ fn half_inputs_equal_their_widened_values() {
             };
             let half = if bf { Half::Bf16 } else { Half::F16 };
             let (lw, dw) = (widen(&lh), widen(&dh));
-            let mut wide = d.view().with_target_logits(Logits {
-                values: &lw,
-                temperature: &temps,
-            });
-            wide.draft_probs = Some(&dw);
+            let wide = d
+                .view()
+                .with_target_logits(Logits {
+                    values: &lw,
+                    temperature: &temps,
+                })
+                .with_draft_probs(&dw);
             let narrow = d
                 .view()
                 .with_target_logits_half(HalfLogits {
@@ -186,6 +187,66 @@ fn half_inputs_equal_their_widened_values() {
                 cpu.verify(m, Check::Cheap, &b, &mut got.view())
                     .expect("valid batch");
                 assert_eq!(got, want, "CPU, batch {i}, bf16 {bf}");
+            }
+        }
+    }
+}
+
+/// Half-precision target *probabilities* (a `Target::Probs` of half rows, which the typed batch
+/// lets a runtime write) give the bits of their widened binary32 rows, with and without
+/// filters, on the reference and the CPU backend; the GPU path refuses them with a typed error.
+#[test]
+fn half_probabilities_equal_their_widened_values() {
+    let mut g = Gen(0xF117_0004);
+    let cpu = CpuVerifier::<K>::new(2).expect("pool");
+    for i in 0..40 {
+        let vocab = 32 + g.below(3000);
+        let d = sized_batch(&mut g, 3, vocab, 3, true);
+        let (top_k, top_p, min_p) = random_filters(&mut g, 3, d.vocab);
+        let m = METHODS[i % 3];
+        let stride = d.view().target.rows().stride;
+        for bf in [true, false] {
+            let h = if bf {
+                to_bf16(&d.target_probs)
+            } else {
+                to_f16(&d.target_probs)
+            };
+            let half = if bf { Half::Bf16(&h) } else { Half::F16(&h) };
+            let mut w = vec![0f32; h.len()];
+            Values::Half(half).widen_into(&mut w);
+            let wide = d.view().with_target(Target::Probs(Rows::f32(&w, stride)));
+            let narrow = d
+                .view()
+                .with_target(Target::Probs(Rows::half(half, stride)));
+            assert_eq!(
+                validate_with::<K>(
+                    specula_core::gpu::SUPPORT,
+                    m,
+                    Check::Cheap,
+                    &narrow,
+                    &OutData::new(3, d.k_max).view()
+                ),
+                Err(VerifyError::Unsupported {
+                    feature: Feature::HalfProbs
+                })
+            );
+            for (n, (a, b)) in [
+                (wide, narrow),
+                (
+                    wide.with_top_k(&top_k).with_top_p(&top_p),
+                    narrow.with_top_k(&top_k).with_top_p(&top_p),
+                ),
+                (wide.with_min_p(&min_p), narrow.with_min_p(&min_p)),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let want = run(m, &a);
+                assert_eq!(run(m, &b), want, "batch {i}, pair {n}, bf16 {bf}");
+                let mut got = OutData::new(3, d.k_max);
+                cpu.verify(m, Check::Cheap, &b, &mut got.view())
+                    .expect("valid batch");
+                assert_eq!(got, want, "CPU, batch {i}, pair {n}, {m:?}, bf16 {bf}");
             }
         }
     }
@@ -336,18 +397,8 @@ fn bad_filter_inputs_are_typed_errors() {
             expected: 2,
         },
     );
-    let dp = d.draft_probs.clone().expect("draft probabilities");
-    let dh = to_bf16(&dp);
-    let mut both = d.view().with_draft_probs_half(Half::Bf16(&dh));
-    both.draft_probs = Some(&dp);
-    check(
-        &both,
-        VerifyError::Length {
-            param: Param::DraftProbs,
-            len: dp.len(),
-            expected: 0,
-        },
-    );
+    // Draft probabilities in binary32 and half at once cannot be written: the draft rows are
+    // one `Rows` in one format.
     let lh = to_f16(&d.target_probs);
     check(
         &d.view().with_target_logits_half(HalfLogits {
@@ -372,6 +423,7 @@ fn bad_filter_inputs_are_typed_errors() {
             feature: Feature::Filters
         })
     );
+    let dh = to_bf16(d.draft_probs.as_deref().expect("draft probabilities"));
     assert_eq!(
         v(&d.view().with_draft_probs_half(Half::Bf16(&dh)), &mut o),
         Err(VerifyError::Unsupported {
@@ -723,9 +775,8 @@ fn recovered_tokens_follow_the_filters() {
         as_logits.target_probs = logits.clone();
         let r = RaggedData::from_padded(&as_logits, Some(&bonus));
         let rb = to_bf16(&r.target_probs);
-        let mut v = r.view();
-        v.target_probs = &[];
-        let batch = v
+        let batch = r
+            .view()
             .with_target_logits_half(HalfLogits {
                 values: Half::Bf16(&rb),
                 temperature: &temps,

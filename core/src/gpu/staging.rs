@@ -6,7 +6,8 @@ use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
 use crate::kernels;
 use crate::verify::{
-    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, draft_slots, validate_inputs_with,
+    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Target, Values, draft_slots,
+    validate_inputs_with,
 };
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
@@ -55,40 +56,72 @@ fn patterns(h: Half<'_>) -> &[u16] {
     }
 }
 
+/// A batch's tensors by kernel argument: the kernel takes each element format of the target
+/// and draft rows through a pointer of its own.
+struct Split<'a> {
+    draft_probs: Option<&'a [f32]>,
+    draft_probs_half: Option<Half<'a>>,
+    target_probs: &'a [f32],
+    target_logits: Option<&'a [f32]>,
+    target_logits_half: Option<Half<'a>>,
+    temperature: Option<&'a [f32]>,
+}
+
+impl<'a> Split<'a> {
+    fn of(batch: &Batch<'a>) -> Self {
+        let (draft_probs, draft_probs_half) = match batch.draft.map(|d| d.values) {
+            Some(Values::F32(x)) => (Some(x), None),
+            Some(Values::Half(h)) => (None, Some(h)),
+            None => (None, None),
+        };
+        let (target_probs, target_logits, target_logits_half) =
+            match (batch.target, batch.target.rows().values) {
+                (Target::Probs(_), Values::F32(x)) => (x, None, None),
+                // Half probabilities: refused by `SUPPORT` (no kernel entry reads them).
+                (Target::Probs(_), Values::Half(_)) => (&[][..], None, None),
+                (Target::Logits { .. }, Values::F32(x)) => (&[][..], Some(x), None),
+                (Target::Logits { .. }, Values::Half(h)) => (&[][..], None, Some(h)),
+            };
+        Self {
+            draft_probs,
+            draft_probs_half,
+            target_probs,
+            target_logits,
+            target_logits_half,
+            temperature: batch.target.temperature(),
+        }
+    }
+}
+
 /// The byte sizes a batch needs in each buffer (`recovered`: with the recovered-token output).
 fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
+    let t = Split::of(batch);
     let b = batch.requests();
     let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
     let w4 = |n: usize| n.checked_mul(4);
     let w8 = |n: usize| n.checked_mul(8);
     Some([
         kernels::SHAPE_WORDS * 4,
-        w4(batch.k.len())?,
+        w4(batch.k().len())?,
         w4(batch.draft_ids.len())?,
-        w4(batch.draft_probs.map_or(0, <[f32]>::len))?,
-        w4(batch.target_probs.len())?,
+        w4(t.draft_probs.map_or(0, <[f32]>::len))?,
+        w4(t.target_probs.len())?,
         w8(batch.seed.len())?,
         w8(batch.offset.len())?,
         w4(b)?,
         w4(b)?,
         w4(b)?,
         w4(tokens)?,
-        w4(batch.cu_num_draft_tokens.map_or(0, <[u32]>::len))?,
+        w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
         w4(batch.bonus.map_or(0, <[u32]>::len))?,
-        w4(batch.target_logits.map_or(0, <[f32]>::len))?,
-        w4(batch.temperature.map_or(0, <[f32]>::len))?,
+        w4(t.target_logits.map_or(0, <[f32]>::len))?,
+        w4(t.temperature.map_or(0, <[f32]>::len))?,
         w4(batch.methods.map_or(0, <[Method]>::len))?,
         w4(batch.top_k.map_or(0, <[u32]>::len))?,
         w4(batch.top_p.map_or(0, <[f32]>::len))?,
         w4(batch.min_p.map_or(0, <[f32]>::len))?,
-        batch
-            .target_logits_half
-            .map_or(0, |h| h.len())
-            .checked_mul(2)?,
-        batch
-            .draft_probs_half
-            .map_or(0, |h| h.len())
-            .checked_mul(2)?,
+        t.target_logits_half.map_or(0, |h| h.len()).checked_mul(2)?,
+        t.draft_probs_half.map_or(0, |h| h.len()).checked_mul(2)?,
         // One value per draft slot, as the draft ids are laid out.
         if recovered {
             w4(draft_slots(batch))?
@@ -214,14 +247,15 @@ impl<D: Driver> Staging<D> {
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        match batch.target_logits_half {
+        let t = Split::of(batch);
+        match t.target_logits_half {
             Some(Half::Bf16(_)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
             Some(Half::F16(_)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
             None => {}
         }
-        if let (None, Some(h)) = (batch.draft_probs, batch.draft_probs_half) {
+        if let (Some(h), Some(d)) = (t.draft_probs_half, batch.draft) {
             shape[kernels::SHAPE_DRAFT_STRIDE] =
-                u32::try_from(batch.draft_stride).map_err(|_| GpuError::TooLarge)?;
+                u32::try_from(d.stride).map_err(|_| GpuError::TooLarge)?;
             shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
                 | match h {
                     Half::Bf16(_) => kernels::FLAG_DRAFT_BF16,
@@ -232,23 +266,23 @@ impl<D: Driver> Staging<D> {
         Ok(Staged(VerifyArgs {
             capacity,
             shape,
-            k: up_u32(drv, stream, buf(KS)?, batch.k)?,
+            k: up_u32(drv, stream, buf(KS)?, batch.k())?,
             draft_ids: up_u32(drv, stream, buf(IDS)?, batch.draft_ids)?,
-            draft_probs: match batch.draft_probs {
+            draft_probs: match t.draft_probs {
                 Some(d) => Some(upload(drv, stream, buf(DPROBS)?, d)?),
                 None => None,
             },
-            target_probs: upload(drv, stream, buf(TPROBS)?, batch.target_probs)?,
+            target_probs: upload(drv, stream, buf(TPROBS)?, t.target_probs)?,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
             accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
             tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
-            cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens)?,
+            cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens())?,
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
-            target_logits: optional(drv, stream, bufs[TLOGITS], batch.target_logits)?,
-            temperature: optional(drv, stream, bufs[TEMP], batch.temperature)?,
+            target_logits: optional(drv, stream, bufs[TLOGITS], t.target_logits)?,
+            temperature: optional(drv, stream, bufs[TEMP], t.temperature)?,
             methods: match batch.methods {
                 Some(m) => Some(methods(drv, stream, buf(METHODS)?, m)?),
                 None => None,
@@ -260,18 +294,14 @@ impl<D: Driver> Staging<D> {
                 drv,
                 stream,
                 bufs[TLOGITS_HALF],
-                batch.target_logits_half.map(patterns),
+                t.target_logits_half.map(patterns),
             )?,
-            draft_probs_half: match batch.draft_probs {
-                // `validate_inputs_with` refused both; f32 wins as in the reference.
-                Some(_) => None,
-                None => optional(
-                    drv,
-                    stream,
-                    bufs[DPROBS_HALF],
-                    batch.draft_probs_half.map(patterns),
-                )?,
-            },
+            draft_probs_half: optional(
+                drv,
+                stream,
+                bufs[DPROBS_HALF],
+                t.draft_probs_half.map(patterns),
+            )?,
             recovered: if recovered {
                 let slots = needs[RECOVERED] / 4;
                 Some(ViewMut::shared(

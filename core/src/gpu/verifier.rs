@@ -27,6 +27,8 @@ pub const SUPPORT: Support = Support {
     logits: true,
     filters: true,
     half: true,
+    // bf16 / f16 target probabilities: no kernel entry reads them yet.
+    half_probs: false,
     methods: true,
     recovered: true,
 };

@@ -25,6 +25,8 @@ pub enum Feature {
     Filters,
     /// bf16 / f16 inputs.
     Half,
+    /// bf16 / f16 target probabilities (half-precision target rows without a temperature).
+    HalfProbs,
     /// A method per request.
     Methods,
     /// The recovered-token output of [`Outputs`](super::Outputs).

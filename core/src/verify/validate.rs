@@ -1,7 +1,7 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
 use super::{
-    Batch, Check, Feature, MAX_POSITIONS, Method, Outputs, Param, Support, Tensor, Values,
+    Batch, Check, Feature, MAX_POSITIONS, Method, Outputs, Param, Support, Target, Tensor, Values,
     VerifyError,
 };
 
@@ -57,7 +57,7 @@ pub fn validate_shape_with<const K: usize>(
 /// batch that passed [`validate_shape_with`] (or its input part).
 #[must_use]
 pub fn draft_slots(batch: &Batch<'_>) -> usize {
-    match batch.cu_num_draft_tokens {
+    match batch.cu_num_draft_tokens() {
         Some(cu) => cu.last().map_or(0, |&c| c as usize),
         None => batch.requests().saturating_mul(batch.k_max),
     }
@@ -83,9 +83,14 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             feature: Feature::Logits,
         });
     }
-    if (batch.target_logits_half.is_some() || batch.draft_probs_half.is_some()) && !support.half {
+    if batch.has_half() && !support.half {
         return Err(VerifyError::Unsupported {
             feature: Feature::Half,
+        });
+    }
+    if !batch.has_logits() && batch.target.rows().as_half().is_some() && !support.half_probs {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::HalfProbs,
         });
     }
     if batch.methods.is_some() && !support.methods {
@@ -115,7 +120,7 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     if v == 0 || v > u32::MAX as usize {
         return Err(VerifyError::VocabOutOfRange { vocab: v });
     }
-    let (draft_slots, target_rows) = match batch.cu_num_draft_tokens {
+    let (draft_slots, target_rows) = match batch.cu_num_draft_tokens() {
         Some(cu) => {
             let mut prev = 0u32;
             for (request, &c) in cu.iter().enumerate() {
@@ -138,49 +143,29 @@ pub(crate) fn validate_inputs_with<const K: usize>(
         ),
     };
     expect_len(Param::DraftIds, batch.draft_ids.len(), draft_slots)?;
-    if let (Some(d), Some(_)) = (batch.draft_probs, batch.draft_probs_half) {
-        // Both formats at once: the binary32 one must be absent.
-        return Err(VerifyError::Length {
-            param: Param::DraftProbs,
-            len: d.len(),
-            expected: 0,
-        });
-    }
-    let draft_len = match (batch.draft_probs, batch.draft_probs_half) {
-        (Some(d), _) => Some(d.len()),
-        (None, Some(h)) => Some(h.len()),
-        (None, None) => None,
-    };
-    if let Some(len) = draft_len {
-        if batch.draft_stride < v {
+    if let Some(d) = batch.draft {
+        if d.stride < v {
             return Err(VerifyError::StrideTooSmall {
                 tensor: Tensor::Draft,
-                stride: batch.draft_stride,
+                stride: d.stride,
                 vocab: v,
             });
         }
-        let need = draft_slots.and_then(|r| r.checked_mul(batch.draft_stride));
-        expect_len(Param::DraftProbs, len, need)?;
+        let need = draft_slots.and_then(|r| r.checked_mul(d.stride));
+        expect_len(Param::DraftProbs, d.values.len(), need)?;
     }
-    if batch.target_stride < v {
+    let rows = batch.target.rows();
+    if rows.stride < v {
         return Err(VerifyError::StrideTooSmall {
             tensor: Tensor::Target,
-            stride: batch.target_stride,
+            stride: rows.stride,
             vocab: v,
         });
     }
-    let need = target_rows.and_then(|r| r.checked_mul(batch.target_stride));
-    match (batch.target_logits, batch.target_logits_half) {
-        (Some(l), Some(_)) => expect_len(Param::TargetLogits, l.len(), Some(0))?,
-        (Some(l), None) => {
-            expect_len(Param::TargetProbs, batch.target_probs.len(), Some(0))?;
-            expect_len(Param::TargetLogits, l.len(), need)?;
-        }
-        (None, Some(h)) => {
-            expect_len(Param::TargetProbs, batch.target_probs.len(), Some(0))?;
-            expect_len(Param::TargetLogits, h.len(), need)?;
-        }
-        (None, None) => expect_len(Param::TargetProbs, batch.target_probs.len(), need)?,
+    let need = target_rows.and_then(|r| r.checked_mul(rows.stride));
+    match batch.target {
+        Target::Probs(_) => expect_len(Param::TargetProbs, rows.values.len(), need)?,
+        Target::Logits { .. } => expect_len(Param::TargetLogits, rows.values.len(), need)?,
     }
     expect_len(Param::Seed, batch.seed.len(), Some(b))?;
     expect_len(Param::Offset, batch.offset.len(), Some(b))?;
@@ -193,10 +178,8 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     if let Some(x) = batch.bonus {
         expect_len(Param::Bonus, x.len(), Some(b))?;
     }
-    if let Some(t) = batch.temperature {
-        // Temperatures without logits are a mistake, not something to ignore.
-        let want = if batch.has_logits() { b } else { 0 };
-        expect_len(Param::Temperature, t.len(), Some(want))?;
+    if let Some(t) = batch.target.temperature() {
+        expect_len(Param::Temperature, t.len(), Some(b))?;
     }
     if let Some(x) = batch.top_k {
         expect_len(Param::TopK, x.len(), Some(b))?;
