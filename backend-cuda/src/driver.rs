@@ -1,22 +1,25 @@
 //! [`CudaDriver`]: the CUDA driver API as a [`specula_core::gpu::Driver`], so the shared GPU
 //! orchestration (readback ring, and the staging, launch and graph logic the host driver of
 //! `specula-tests` executes in CI) runs on CUDA unchanged. Every driver call goes through
-//! [`call`], which counts it (and whether it can block) for [`crate::call_counts`].
+//! `ffi::call`, which counts it (and whether it can block) for [`crate::call_counts`]. The
+//! caller's cudarc memory becomes views of this driver through [`CudaDriver::borrow`].
 
-use crate::calls::{Blocking, call};
-use crate::device::{CudaDevice, DeviceBuffer, PinnedWords};
+use crate::device::{CudaDevice, EventHandle};
 use crate::error::CudaError;
+use crate::ffi::{Blocking, call};
+use crate::memory::{DeviceBuffer, PinnedWords};
 use cudarc::driver::result;
 use cudarc::driver::sys::{
-    CUevent, CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags,
-    CUresult, CUstreamCaptureMode,
+    CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags, CUresult,
+    CUstreamCaptureMode,
 };
-use cudarc::driver::{CudaContext, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::{
-    Driver, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
+    Driver, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch, View, ViewMut,
 };
 use specula_core::kernels;
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// The CUDA driver API on one [`CudaDevice`] (a shared handle).
@@ -36,29 +39,6 @@ impl CudaDriver {
     #[must_use]
     pub fn device(&self) -> &Arc<CudaDevice> {
         &self.dev
-    }
-}
-
-/// A CUDA event (no timing), destroyed with its last handle.
-#[derive(Debug)]
-pub struct EventHandle {
-    ev: CUevent,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: a CUDA event may be recorded, queried and destroyed from any thread once its context
-// is current (every use binds it); the handle is owned by this value.
-unsafe impl Send for EventHandle {}
-// SAFETY: as for `Send`: the driver API is thread-safe for these calls.
-unsafe impl Sync for EventHandle {}
-
-impl Drop for EventHandle {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: created by cuEventCreate and destroyed once, here; destroying an event
-            // with work pending is allowed (resources are released when it completes).
-            let _ = unsafe { result::event::destroy(self.ev) };
-        }
     }
 }
 
@@ -410,5 +390,89 @@ impl TreeDriver for CudaDriver {
         call("cuLaunchKernel", Blocking::No, || unsafe {
             result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params)
         })
+    }
+}
+
+// ------------------------------------------------------------------ the caller's memory
+//
+// The caller's cudarc device memory (`CudaSlice`, `CudaView`, `CudaViewMut`, what candle's CUDA
+// storage and mistral.rs hold) as typed views for the shared step path
+// ([`specula_core::gpu::VerifyArgs`]), with no copy and no host staging. A borrow goes through
+// cudarc's `DevicePtr`/`DevicePtrMut` on the device's compute stream: the stream waits for the
+// slice's last write, and when the borrow ends cudarc records the use, so later cudarc work on
+// the slice is ordered after the kernels enqueued meanwhile. The borrow lasts as long as the
+// views (and any graph captured on them): the compiler checks it. (Here, not in `memory`: the
+// views are views of this driver.)
+
+/// The caller's device memory, read by the kernel, borrowed for `'a`.
+pub struct Foreign<'a, T: Element> {
+    buf: Arc<DeviceBuffer>,
+    _use: SyncOnDrop<'a>,
+    _t: PhantomData<&'a [T]>,
+}
+
+/// The caller's device memory, written by the kernel, borrowed exclusively for `'a`.
+pub struct ForeignMut<'a, T: Element> {
+    buf: Arc<DeviceBuffer>,
+    _use: SyncOnDrop<'a>,
+    _t: PhantomData<&'a mut [T]>,
+}
+
+impl<T: Element> core::fmt::Debug for Foreign<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Foreign")
+            .field("bytes", &self.buf.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Element> core::fmt::Debug for ForeignMut<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ForeignMut")
+            .field("bytes", &self.buf.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Element> Foreign<'_, T> {
+    /// The whole borrowed memory as a typed view.
+    #[must_use]
+    pub fn view(&self) -> View<'_, CudaDriver, T> {
+        View::new(&self.buf)
+    }
+}
+
+impl<T: Element> ForeignMut<'_, T> {
+    /// The whole borrowed memory as a typed view the kernel writes.
+    pub fn view_mut(&mut self) -> ViewMut<'_, CudaDriver, T> {
+        ViewMut::new(&mut self.buf)
+    }
+}
+
+impl CudaDriver {
+    /// Borrows the caller's `slice` (its elements `T` are what the kernel reads: `u32`, `u64`
+    /// or `f32`) for a launch on the device's compute stream.
+    pub fn borrow<'a, T: Element, S: DevicePtr<T>>(&'a self, slice: &'a S) -> Foreign<'a, T> {
+        let bytes = slice.num_bytes();
+        let (ptr, guard) = slice.device_ptr(self.device().stream());
+        Foreign {
+            buf: Arc::new(DeviceBuffer::borrowed(self.device().context(), ptr, bytes)),
+            _use: guard,
+            _t: PhantomData,
+        }
+    }
+
+    /// Borrows the caller's `slice` for the kernel to write (accepted counts, tokens).
+    pub fn borrow_mut<'a, T: Element, S: DevicePtrMut<T>>(
+        &'a self,
+        slice: &'a mut S,
+    ) -> ForeignMut<'a, T> {
+        let bytes = slice.num_bytes();
+        let (ptr, guard) = slice.device_ptr_mut(self.device().stream());
+        ForeignMut {
+            buf: Arc::new(DeviceBuffer::borrowed(self.device().context(), ptr, bytes)),
+            _use: guard,
+            _t: PhantomData,
+        }
     }
 }

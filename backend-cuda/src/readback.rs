@@ -11,9 +11,10 @@
 //! abandoned: its slot is set aside until its copy lands. The same code runs end to end in CI
 //! over the host driver of `specula-tests` (`tests/tests/gpu_host.rs`).
 
-use crate::device::{CudaDevice, DeviceBuffer};
+use crate::device::CudaDevice;
 use crate::driver::CudaDriver;
 use crate::error::CudaError;
+use crate::memory::DeviceBuffer;
 use specula_core::gpu::{Driver, GpuReadback};
 use specula_core::{Counters, Readback};
 use std::sync::Arc;
