@@ -5,8 +5,7 @@
 //! `hipGraphInstantiate` / `hipGraphLaunch` (libamdhip64 since ROCm 4.3, checked present in
 //! ROCm 5.2); a runtime without them answers [`RocmError::Unsupported`].
 
-use crate::compile::{Module, compile};
-use crate::device::{Device, Event, Stream};
+use crate::device::{Device, Event, Module, Stream};
 use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
@@ -14,78 +13,13 @@ use core::ffi::c_void;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
 };
-use specula_core::kernels::{self, TREE_ENTRY};
+use specula_core::kernels;
 use std::sync::Arc;
-
-/// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
-const KERNEL_OPTIONS: &[&str] = &["-DSPECULA_HIP=1"];
 
 /// The compute units the split launch plans for: below this many requests each request's rows
 /// are split over `min(⌈256 / batch⌉, 64)` blocks (about one request per compute unit of an
 /// MI-series GCD; the ROCm backend's split rule before the shared orchestration).
 const SPLIT_BELOW: u32 = 128;
-
-/// The compiled verification module of `device`, compiled once per device and process.
-fn module_for(device: &Device) -> Result<Arc<Module>, RocmError> {
-    device
-        .inner
-        .module
-        .get_or_init(|| {
-            let code = compile(
-                kernels::SOURCE,
-                "specula_verify.cu",
-                device.arch(),
-                KERNEL_OPTIONS,
-            )?;
-            Module::load(device, &code).map(Arc::new)
-        })
-        .clone()
-}
-
-/// The tree module of a device and its entry point (`specula_verify_tree`), the handle valid
-/// while the module is loaded (kept here).
-pub(crate) struct TreeKernel {
-    _module: Module,
-    function: RawFunction,
-}
-
-// SAFETY: as for `Kernels`: a function handle may be launched from any thread; its module
-// lives as long as this value.
-unsafe impl Send for TreeKernel {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for TreeKernel {}
-
-/// The tree entry of `device`: compiled with hiprtc and loaded on the first call (once per
-/// device and process, so chain-only runtimes never compile it); a failure is returned, not
-/// kept.
-fn tree_function(device: &Device) -> Result<RawFunction, RocmError> {
-    let inner = &device.inner;
-    if let Some(t) = inner.tree.get() {
-        return Ok(t.function);
-    }
-    let _first = inner
-        .tree_init
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(t) = inner.tree.get() {
-        return Ok(t.function);
-    }
-    let code = compile(
-        kernels::TREE_SOURCE,
-        "specula_tree.cu",
-        device.arch(),
-        KERNEL_OPTIONS,
-    )?;
-    let module = Module::load(device, &code)?;
-    let function = module.function(TREE_ENTRY)?;
-    let t = inner.tree.get_or_init(|| {
-        Arc::new(TreeKernel {
-            _module: module,
-            function,
-        })
-    });
-    Ok(t.function)
-}
 
 /// The kernel's chain entry points, in the order of `specula_core::gpu::ENTRY_NAMES` (a launch
 /// picks one by `Launch::entry_index`); handles valid while their module is loaded (kept here).
@@ -135,7 +69,7 @@ impl RocmDriver {
     /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
     /// [`RocmError::Hip`] when loading it fails.
     pub fn with_kernel(device: &Device) -> Result<Self, RocmError> {
-        let module = module_for(device)?;
+        let module = device.module()?;
         let mut functions = [core::ptr::null_mut(); ENTRY_NAMES.len()];
         for (f, name) in functions.iter_mut().zip(ENTRY_NAMES) {
             *f = module.function(name)?;
@@ -532,7 +466,7 @@ impl TreeDriver for RocmDriver {
                 "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         }
-        tree_function(&self.device).map(|_| ())
+        self.device.tree_function().map(|_| ())
     }
 
     /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
@@ -548,7 +482,7 @@ impl TreeDriver for RocmDriver {
                 "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         }
-        let function = tree_function(&self.device)?;
+        let function = self.device.tree_function()?;
         let a = l.args;
         let mut values: [*mut c_void; 17] = [
             at(a.shape.buffer(), a.shape.byte_offset()),
