@@ -1,5 +1,5 @@
 //! [`CudaDevice`]: a context, a compute stream and the loaded kernel; the events ordered on its
-//! streams ([`EventHandle`]).
+//! streams ([`CudaEvent`]).
 
 use crate::compile::{compile_ptx, compile_tree_ptx};
 use crate::error::CudaError;
@@ -172,18 +172,18 @@ impl CudaDevice {
 
 /// A CUDA event (no timing), destroyed with its last handle.
 #[derive(Debug)]
-pub struct EventHandle {
+pub struct CudaEvent {
     pub(crate) ev: CUevent,
     pub(crate) ctx: Arc<CudaContext>,
 }
 
 // SAFETY: a CUDA event may be recorded, queried and destroyed from any thread once its context
 // is current (every use binds it); the handle is owned by this value.
-unsafe impl Send for EventHandle {}
+unsafe impl Send for CudaEvent {}
 // SAFETY: as for `Send`: the driver API is thread-safe for these calls.
-unsafe impl Sync for EventHandle {}
+unsafe impl Sync for CudaEvent {}
 
-impl Drop for EventHandle {
+impl Drop for CudaEvent {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: created by cuEventCreate and destroyed once, here; destroying an event

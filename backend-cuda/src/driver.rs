@@ -4,10 +4,10 @@
 //! `ffi::call`, which counts it (and whether it can block) for [`crate::call_counts`]. The
 //! caller's cudarc memory becomes views of this driver through [`CudaDriver::borrow`].
 
-use crate::device::{CudaDevice, EventHandle};
+use crate::device::{CudaDevice, CudaEvent};
 use crate::error::CudaError;
 use crate::ffi::{Blocking, call};
-use crate::memory::{DeviceBuffer, PinnedWords};
+use crate::memory::{CudaDeviceBuffer, CudaPinnedBuffer};
 use cudarc::driver::result;
 use cudarc::driver::sys::{
     CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags, CUresult,
@@ -44,7 +44,7 @@ impl CudaDriver {
 
 /// An instantiated CUDA graph, destroyed with its handle.
 #[derive(Debug)]
-pub struct GraphHandle {
+pub struct CudaGraph {
     graph: CUgraph,
     exec: CUgraphExec,
     ctx: Arc<CudaContext>,
@@ -52,11 +52,11 @@ pub struct GraphHandle {
 
 // SAFETY: graph handles are owned by this value; launching and destroying them from any thread
 // with the context current is allowed.
-unsafe impl Send for GraphHandle {}
+unsafe impl Send for CudaGraph {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for GraphHandle {}
+unsafe impl Sync for CudaGraph {}
 
-impl Drop for GraphHandle {
+impl Drop for CudaGraph {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: created in `end_capture` and destroyed once, here. Destroying an executable
@@ -78,10 +78,10 @@ impl CudaDriver {
 impl Driver for CudaDriver {
     type Error = CudaError;
     type Stream = Arc<CudaStream>;
-    type Event = Arc<EventHandle>;
-    type Buffer = Arc<DeviceBuffer>;
-    type HostBuffer = PinnedWords;
-    type Graph = GraphHandle;
+    type Event = Arc<CudaEvent>;
+    type Buffer = Arc<CudaDeviceBuffer>;
+    type HostBuffer = CudaPinnedBuffer;
+    type Graph = CudaGraph;
 
     fn stream(&self) -> Result<Arc<CudaStream>, CudaError> {
         call("cuStreamCreate", Blocking::Yes, || {
@@ -89,33 +89,36 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn event(&self) -> Result<Arc<EventHandle>, CudaError> {
+    fn event(&self) -> Result<Arc<CudaEvent>, CudaError> {
         self.bind()?;
         let ev = call("cuEventCreate", Blocking::No, || {
             result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
         })?;
-        Ok(Arc::new(EventHandle {
+        Ok(Arc::new(CudaEvent {
             ev,
             ctx: self.dev.context().clone(),
         }))
     }
 
-    fn alloc(&self, bytes: usize) -> Result<Arc<DeviceBuffer>, CudaError> {
-        Ok(Arc::new(DeviceBuffer::zeroed(self.dev.context(), bytes)?))
+    fn alloc(&self, bytes: usize) -> Result<Arc<CudaDeviceBuffer>, CudaError> {
+        Ok(Arc::new(CudaDeviceBuffer::zeroed(
+            self.dev.context(),
+            bytes,
+        )?))
     }
 
-    fn bytes(buf: &Arc<DeviceBuffer>) -> usize {
+    fn bytes(buf: &Arc<CudaDeviceBuffer>) -> usize {
         buf.bytes
     }
 
-    fn alloc_host(&self, bytes: usize) -> Result<PinnedWords, CudaError> {
-        PinnedWords::zeroed(self.dev.context(), bytes.div_ceil(8))
+    fn alloc_host(&self, bytes: usize) -> Result<CudaPinnedBuffer, CudaError> {
+        CudaPinnedBuffer::zeroed(self.dev.context(), bytes.div_ceil(8))
     }
 
     fn upload<T: Element>(
         &self,
         stream: &Arc<CudaStream>,
-        dst: &Arc<DeviceBuffer>,
+        dst: &Arc<CudaDeviceBuffer>,
         offset: usize,
         src: &[T],
     ) -> Result<(), CudaError> {
@@ -133,8 +136,8 @@ impl Driver for CudaDriver {
     fn copy(
         &self,
         stream: &Arc<CudaStream>,
-        dst: &Arc<DeviceBuffer>,
-        src: &Arc<DeviceBuffer>,
+        dst: &Arc<CudaDeviceBuffer>,
+        src: &Arc<CudaDeviceBuffer>,
         bytes: usize,
     ) -> Result<(), CudaError> {
         self.bind()?;
@@ -150,9 +153,9 @@ impl Driver for CudaDriver {
     fn download(
         &self,
         stream: &Arc<CudaStream>,
-        dst: &PinnedWords,
+        dst: &CudaPinnedBuffer,
         dst_offset: usize,
-        src: &Arc<DeviceBuffer>,
+        src: &Arc<CudaDeviceBuffer>,
         src_offset: usize,
         bytes: usize,
     ) -> Result<(), CudaError> {
@@ -177,7 +180,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    unsafe fn read_host<T: Element>(&self, buf: &PinnedWords, offset: usize, out: &mut [T]) {
+    unsafe fn read_host<T: Element>(&self, buf: &CudaPinnedBuffer, offset: usize, out: &mut [T]) {
         let bytes = buf.bytes();
         for (i, x) in out.iter_mut().enumerate() {
             let at = offset + i * T::BYTES;
@@ -190,7 +193,7 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn record(&self, event: &Arc<EventHandle>, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+    fn record(&self, event: &Arc<CudaEvent>, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
         self.bind()?;
         let (e, s) = (event.ev, stream.cu_stream());
         // SAFETY: a live event and stream of the current context.
@@ -199,7 +202,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn wait(&self, stream: &Arc<CudaStream>, event: &Arc<EventHandle>) -> Result<(), CudaError> {
+    fn wait(&self, stream: &Arc<CudaStream>, event: &Arc<CudaEvent>) -> Result<(), CudaError> {
         self.bind()?;
         let (e, s) = (event.ev, stream.cu_stream());
         // SAFETY: a live stream and event of the current context.
@@ -208,7 +211,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn query(&self, event: &Arc<EventHandle>) -> Result<Status, CudaError> {
+    fn query(&self, event: &Arc<CudaEvent>) -> Result<Status, CudaError> {
         self.bind()?;
         let e = event.ev;
         // SAFETY: a live event of the current context; cuEventQuery never waits.
@@ -224,7 +227,7 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn sync_event(&self, event: &Arc<EventHandle>) -> Result<(), CudaError> {
+    fn sync_event(&self, event: &Arc<CudaEvent>) -> Result<(), CudaError> {
         self.bind()?;
         let e = event.ev;
         // SAFETY: a live event of the current context.
@@ -297,7 +300,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<GraphHandle, CudaError> {
+    fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<CudaGraph, CudaError> {
         self.bind()?;
         let s = stream.cu_stream();
         // SAFETY: the stream is capturing (begun by `begin_capture`).
@@ -308,7 +311,7 @@ impl Driver for CudaDriver {
         match call("cuGraphInstantiateWithFlags", Blocking::Yes, || unsafe {
             result::graph::instantiate(graph, CUgraphInstantiate_flags(0))
         }) {
-            Ok(exec) => Ok(GraphHandle {
+            Ok(exec) => Ok(CudaGraph {
                 graph,
                 exec,
                 ctx: self.dev.context().clone(),
@@ -321,7 +324,7 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn replay(&self, graph: &GraphHandle, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+    fn replay(&self, graph: &CudaGraph, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
         self.bind()?;
         let (exec, s) = (graph.exec, stream.cu_stream());
         // SAFETY: a live executable graph and stream of the current context; the orchestration
@@ -357,7 +360,7 @@ impl TreeDriver for CudaDriver {
         self.bind()?;
         let f = self.dev.tree_function()?;
         let a = l.args;
-        let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
+        let at = |b: &Arc<CudaDeviceBuffer>, off: usize| b.ptr + off as u64;
         let mut values: [u64; 17] = [
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.nodes.buffer(), a.nodes.byte_offset()),
@@ -405,36 +408,36 @@ impl TreeDriver for CudaDriver {
 // views are views of this driver.)
 
 /// The caller's device memory, read by the kernel, borrowed for `'a`.
-pub struct Foreign<'a, T: Element> {
-    buf: Arc<DeviceBuffer>,
+pub struct CudaForeign<'a, T: Element> {
+    buf: Arc<CudaDeviceBuffer>,
     _use: SyncOnDrop<'a>,
     _t: PhantomData<&'a [T]>,
 }
 
 /// The caller's device memory, written by the kernel, borrowed exclusively for `'a`.
-pub struct ForeignMut<'a, T: Element> {
-    buf: Arc<DeviceBuffer>,
+pub struct CudaForeignMut<'a, T: Element> {
+    buf: Arc<CudaDeviceBuffer>,
     _use: SyncOnDrop<'a>,
     _t: PhantomData<&'a mut [T]>,
 }
 
-impl<T: Element> core::fmt::Debug for Foreign<'_, T> {
+impl<T: Element> core::fmt::Debug for CudaForeign<'_, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Foreign")
+        f.debug_struct("CudaForeign")
             .field("bytes", &self.buf.bytes)
             .finish_non_exhaustive()
     }
 }
 
-impl<T: Element> core::fmt::Debug for ForeignMut<'_, T> {
+impl<T: Element> core::fmt::Debug for CudaForeignMut<'_, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("ForeignMut")
+        f.debug_struct("CudaForeignMut")
             .field("bytes", &self.buf.bytes)
             .finish_non_exhaustive()
     }
 }
 
-impl<T: Element> Foreign<'_, T> {
+impl<T: Element> CudaForeign<'_, T> {
     /// The whole borrowed memory as a typed view.
     #[must_use]
     pub fn view(&self) -> View<'_, CudaDriver, T> {
@@ -442,7 +445,7 @@ impl<T: Element> Foreign<'_, T> {
     }
 }
 
-impl<T: Element> ForeignMut<'_, T> {
+impl<T: Element> CudaForeignMut<'_, T> {
     /// The whole borrowed memory as a typed view the kernel writes.
     pub fn view_mut(&mut self) -> ViewMut<'_, CudaDriver, T> {
         ViewMut::new(&mut self.buf)
@@ -452,11 +455,15 @@ impl<T: Element> ForeignMut<'_, T> {
 impl CudaDriver {
     /// Borrows the caller's `slice` (its elements `T` are what the kernel reads: `u32`, `u64`
     /// or `f32`) for a launch on the device's compute stream.
-    pub fn borrow<'a, T: Element, S: DevicePtr<T>>(&'a self, slice: &'a S) -> Foreign<'a, T> {
+    pub fn borrow<'a, T: Element, S: DevicePtr<T>>(&'a self, slice: &'a S) -> CudaForeign<'a, T> {
         let bytes = slice.num_bytes();
         let (ptr, guard) = slice.device_ptr(self.device().stream());
-        Foreign {
-            buf: Arc::new(DeviceBuffer::borrowed(self.device().context(), ptr, bytes)),
+        CudaForeign {
+            buf: Arc::new(CudaDeviceBuffer::borrowed(
+                self.device().context(),
+                ptr,
+                bytes,
+            )),
             _use: guard,
             _t: PhantomData,
         }
@@ -466,11 +473,15 @@ impl CudaDriver {
     pub fn borrow_mut<'a, T: Element, S: DevicePtrMut<T>>(
         &'a self,
         slice: &'a mut S,
-    ) -> ForeignMut<'a, T> {
+    ) -> CudaForeignMut<'a, T> {
         let bytes = slice.num_bytes();
         let (ptr, guard) = slice.device_ptr_mut(self.device().stream());
-        ForeignMut {
-            buf: Arc::new(DeviceBuffer::borrowed(self.device().context(), ptr, bytes)),
+        CudaForeignMut {
+            buf: Arc::new(CudaDeviceBuffer::borrowed(
+                self.device().context(),
+                ptr,
+                bytes,
+            )),
             _use: guard,
             _t: PhantomData,
         }

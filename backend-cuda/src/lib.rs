@@ -14,10 +14,10 @@ mod verifier;
 pub use compile::{
     compile_ptx, compile_source_ptx, compile_tree_ptx, nvrtc_options, nvrtc_present, nvrtc_version,
 };
-pub use device::{CudaDevice, EventHandle};
-pub use driver::{CudaDriver, Foreign, ForeignMut, GraphHandle};
+pub use device::{CudaDevice, CudaEvent};
+pub use driver::{CudaDriver, CudaForeign, CudaForeignMut, CudaGraph};
 pub use error::CudaError;
 pub use ffi::{CallCounts, DRIVER_SYMBOLS, NVRTC_ENV, call_counts, driver_present};
-pub use memory::{DeviceBuffer, PinnedWords};
+pub use memory::{CudaDeviceBuffer, CudaPinnedBuffer};
 pub use readback::CudaReadback;
 pub use verifier::CudaVerifier;

@@ -1,5 +1,5 @@
-//! Memory this crate owns: raw device buffers ([`DeviceBuffer`], also a borrowed view of the
-//! caller's memory) and page-locked host buffers ([`PinnedWords`]), each freed on drop.
+//! Memory this crate owns: raw device buffers ([`CudaDeviceBuffer`], also a borrowed view of the
+//! caller's memory) and page-locked host buffers ([`CudaPinnedBuffer`]), each freed on drop.
 
 use crate::error::CudaError;
 use crate::ffi::{Blocking, call};
@@ -10,15 +10,16 @@ use std::sync::Arc;
 
 /// Device memory owned by this crate (raw, so no cudarc event tracking runs on the step path).
 #[derive(Debug)]
-pub struct DeviceBuffer {
+pub struct CudaDeviceBuffer {
     pub(crate) ptr: CUdeviceptr,
     pub(crate) bytes: usize,
     ctx: Arc<CudaContext>,
-    /// False for the caller's memory ([`crate::Foreign`], made by [`crate::CudaDriver::borrow`]): never freed here.
+    /// False for the caller's memory ([`crate::CudaForeign`], made by
+    /// [`crate::CudaDriver::borrow`]): never freed here.
     owned: bool,
 }
 
-impl DeviceBuffer {
+impl CudaDeviceBuffer {
     /// `bytes` (at least 16, so every pointer is valid and 16-byte aligned) zeroed device bytes.
     pub(crate) fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, CudaError> {
         let bytes = bytes.max(16);
@@ -41,7 +42,7 @@ impl DeviceBuffer {
     }
 }
 
-impl DeviceBuffer {
+impl CudaDeviceBuffer {
     /// The raw device pointer (for the caller's own driver calls, e.g. filling it; the buffer
     /// stays owned by this handle).
     #[must_use]
@@ -56,7 +57,7 @@ impl DeviceBuffer {
     }
 }
 
-impl DeviceBuffer {
+impl CudaDeviceBuffer {
     /// The caller's device memory, `bytes` at `ptr`, never freed by this handle.
     pub(crate) fn borrowed(ctx: &Arc<CudaContext>, ptr: CUdeviceptr, bytes: usize) -> Self {
         Self {
@@ -68,7 +69,7 @@ impl DeviceBuffer {
     }
 }
 
-impl Drop for DeviceBuffer {
+impl Drop for CudaDeviceBuffer {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; a failed free leaks device memory at worst.
         if self.owned && self.ctx.bind_to_thread().is_ok() {
@@ -80,20 +81,20 @@ impl Drop for DeviceBuffer {
 
 /// Page-locked host memory of `len` u64 words (the target of asynchronous device-to-host copies).
 #[derive(Debug)]
-pub struct PinnedWords {
+pub struct CudaPinnedBuffer {
     ptr: *mut u64,
     len: usize,
     ctx: Arc<CudaContext>,
 }
 
 // SAFETY: the buffer is plain host memory owned by this value; nothing else aliases it.
-unsafe impl Send for PinnedWords {}
+unsafe impl Send for CudaPinnedBuffer {}
 // SAFETY: shared access only reads (`read_host`) under the orchestration's contract
 // that no copy into it is in flight; copies into it are enqueued through `&self` by the
 // driver glue, ordered by events before any read.
-unsafe impl Sync for PinnedWords {}
+unsafe impl Sync for CudaPinnedBuffer {}
 
-impl PinnedWords {
+impl CudaPinnedBuffer {
     pub(crate) fn zeroed(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, CudaError> {
         call("cuCtxSetCurrent", Blocking::No, || ctx.bind_to_thread())?;
         let bytes = len.max(1) * 8;
@@ -122,7 +123,7 @@ impl PinnedWords {
     }
 }
 
-impl Drop for PinnedWords {
+impl Drop for CudaPinnedBuffer {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: allocated by cuMemHostAlloc and freed once, here.

@@ -14,7 +14,7 @@
 use crate::device::CudaDevice;
 use crate::driver::CudaDriver;
 use crate::error::CudaError;
-use crate::memory::DeviceBuffer;
+use crate::memory::CudaDeviceBuffer;
 use specula_core::gpu::{Driver, GpuReadback};
 use specula_core::{Counters, Readback};
 use std::sync::Arc;
@@ -27,7 +27,10 @@ pub struct CudaReadback<const K: usize> {
 }
 
 impl<const K: usize> CudaReadback<K> {
-    pub(crate) fn new(dev: Arc<CudaDevice>, stats: Arc<DeviceBuffer>) -> Result<Self, CudaError> {
+    pub(crate) fn new(
+        dev: Arc<CudaDevice>,
+        stats: Arc<CudaDeviceBuffer>,
+    ) -> Result<Self, CudaError> {
         let compute = dev.stream().clone();
         let inner = GpuReadback::new(CudaDriver::new(dev), compute, stats)?;
         Ok(Self { inner })

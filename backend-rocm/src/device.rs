@@ -1,4 +1,4 @@
-//! [`Device`]: one ROCm GPU with the kernel modules loaded on it, and the streams and events
+//! [`RocmDevice`]: one ROCm GPU with the kernel modules loaded on it, and the streams and events
 //! this crate uses on it.
 
 use crate::compile::{CodeObject, c_string, compile, valid_target_id};
@@ -61,30 +61,30 @@ pub(crate) struct DeviceInner {
     tree_init: Mutex<()>,
 }
 
-/// One ROCm GPU. Cheap to clone; every clone (and every `Device::new` of the same ordinal in
+/// One ROCm GPU. Cheap to clone; every clone (and every `RocmDevice::new` of the same ordinal in
 /// this process) shares one compiled kernel module.
 #[derive(Clone)]
-pub struct Device {
+pub struct RocmDevice {
     pub(crate) inner: Arc<DeviceInner>,
 }
 
-impl core::fmt::Debug for Device {
+impl core::fmt::Debug for RocmDevice {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Device")
+        f.debug_struct("RocmDevice")
             .field("ordinal", &self.inner.ordinal)
             .field("arch", &self.inner.arch)
             .finish()
     }
 }
 
-impl Device {
+impl RocmDevice {
     /// Opens device `ordinal`.
     ///
     /// # Errors
     /// [`RocmError::NoRuntime`] without a HIP runtime, [`RocmError::NoDevice`] without a device,
     /// [`RocmError::InvalidDevice`] for an ordinal past the last device.
     pub fn new(ordinal: usize) -> Result<Self, RocmError> {
-        static OPEN: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+        static OPEN: Mutex<Vec<RocmDevice>> = Mutex::new(Vec::new());
         let count = device_count()?;
         if ordinal >= count {
             return Err(RocmError::InvalidDevice { ordinal, count });
@@ -189,7 +189,7 @@ impl Device {
 /// A code object loaded on a device (`hipModuleLoadData`), unloaded on drop.
 pub(crate) struct Module {
     raw: RawModule,
-    device: Device,
+    device: RocmDevice,
 }
 
 // SAFETY: module and function handles may be used from any thread (the runtime locks
@@ -199,7 +199,7 @@ unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
 
 impl Module {
-    pub(crate) fn load(device: &Device, code: &CodeObject) -> Result<Self, RocmError> {
+    pub(crate) fn load(device: &RocmDevice, code: &CodeObject) -> Result<Self, RocmError> {
         device.bind()?;
         let hip = device.hip();
         let mut raw: RawModule = core::ptr::null_mut();
@@ -279,20 +279,20 @@ fn parse_arch(field: &[u8]) -> Option<String> {
 
 /// A HIP stream on one device, destroyed on drop.
 #[derive(Debug)]
-pub struct Stream {
+pub struct RocmStream {
     pub(crate) raw: RawStream,
-    device: Device,
+    device: RocmDevice,
 }
 
 // SAFETY: a HIP stream handle may be used from any thread (the HIP runtime locks internally);
 // this crate binds the owning device before each use.
-unsafe impl Send for Stream {}
+unsafe impl Send for RocmStream {}
 // SAFETY: as for `Send`: every operation on the handle goes through the thread-safe runtime.
-unsafe impl Sync for Stream {}
+unsafe impl Sync for RocmStream {}
 
-impl Stream {
+impl RocmStream {
     /// A non-blocking stream (no implicit synchronisation with the null stream).
-    pub(crate) fn new(device: &Device) -> Result<Self, RocmError> {
+    pub(crate) fn new(device: &RocmDevice) -> Result<Self, RocmError> {
         device.bind()?;
         let hip = device.hip();
         let mut raw: RawStream = core::ptr::null_mut();
@@ -317,7 +317,7 @@ impl Stream {
     }
 
     /// Makes later work on this stream wait for `event`.
-    pub(crate) fn wait(&self, event: &Event) -> Result<(), RocmError> {
+    pub(crate) fn wait(&self, event: &RocmEvent) -> Result<(), RocmError> {
         let hip = self.device.hip();
         // SAFETY: both handles are live and belong to the same device.
         hip.check("hipStreamWaitEvent", unsafe {
@@ -326,7 +326,7 @@ impl Stream {
     }
 }
 
-impl Drop for Stream {
+impl Drop for RocmStream {
     fn drop(&mut self) {
         let hip = self.device.hip();
         // Errors cannot be returned from `drop`; a failed bind or destroy leaks the stream.
@@ -339,18 +339,18 @@ impl Drop for Stream {
 
 /// A HIP event without timing, destroyed on drop.
 #[derive(Debug)]
-pub struct Event {
+pub struct RocmEvent {
     raw: RawEvent,
-    device: Device,
+    device: RocmDevice,
 }
 
 // SAFETY: a HIP event handle may be used from any thread (the runtime locks internally).
-unsafe impl Send for Event {}
+unsafe impl Send for RocmEvent {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for Event {}
+unsafe impl Sync for RocmEvent {}
 
-impl Event {
-    pub(crate) fn new(device: &Device) -> Result<Self, RocmError> {
+impl RocmEvent {
+    pub(crate) fn new(device: &RocmDevice) -> Result<Self, RocmError> {
         device.bind()?;
         let hip = device.hip();
         let mut raw: RawEvent = core::ptr::null_mut();
@@ -365,7 +365,7 @@ impl Event {
     }
 
     /// Records the event at the current end of `stream`.
-    pub(crate) fn record(&self, stream: &Stream) -> Result<(), RocmError> {
+    pub(crate) fn record(&self, stream: &RocmStream) -> Result<(), RocmError> {
         let hip = self.device.hip();
         // SAFETY: both handles are live and belong to the same device.
         hip.check("hipEventRecord", unsafe {
@@ -394,7 +394,7 @@ impl Event {
     }
 }
 
-impl Drop for Event {
+impl Drop for RocmEvent {
     fn drop(&mut self) {
         let hip = self.device.hip();
         // SAFETY: `self.raw` is a live event that nothing else owns; it is not used again.

@@ -5,10 +5,10 @@
 //! `hipGraphInstantiate` / `hipGraphLaunch` (libamdhip64 since ROCm 4.3, checked present in
 //! ROCm 5.2); a runtime without them answers [`RocmError::Unsupported`].
 
-use crate::device::{Device, Event, Module, Stream};
+use crate::device::{Module, RocmDevice, RocmEvent, RocmStream};
 use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
-use crate::memory::{DeviceBuffer, PinnedBuffer};
+use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
@@ -34,11 +34,11 @@ unsafe impl Send for Kernels {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Kernels {}
 
-/// The HIP runtime on one [`Device`] (a shared handle), with the verification kernel when made
-/// by [`with_kernel`](RocmDriver::with_kernel).
+/// The HIP runtime on one [`RocmDevice`] (a shared handle), with the verification kernel when
+/// made by [`with_kernel`](RocmDriver::with_kernel).
 #[derive(Clone)]
 pub struct RocmDriver {
-    device: Device,
+    device: RocmDevice,
     kernels: Option<Arc<Kernels>>,
 }
 
@@ -55,7 +55,7 @@ impl RocmDriver {
     /// The driver of `device`, without the kernel: copies, events and graphs work, a launch
     /// answers [`RocmError::Unsupported`] (what a readback needs).
     #[must_use]
-    pub fn new(device: Device) -> Self {
+    pub fn new(device: RocmDevice) -> Self {
         Self {
             device,
             kernels: None,
@@ -68,7 +68,7 @@ impl RocmDriver {
     /// # Errors
     /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
     /// [`RocmError::Hip`] when loading it fails.
-    pub fn with_kernel(device: &Device) -> Result<Self, RocmError> {
+    pub fn with_kernel(device: &RocmDevice) -> Result<Self, RocmError> {
         let module = device.module()?;
         let mut functions = [core::ptr::null_mut(); ENTRY_NAMES.len()];
         for (f, name) in functions.iter_mut().zip(ENTRY_NAMES) {
@@ -85,7 +85,7 @@ impl RocmDriver {
 
     /// The device.
     #[must_use]
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &RocmDevice {
         &self.device
     }
 
@@ -100,8 +100,8 @@ impl RocmDriver {
     /// fails.
     pub fn fill_words(
         &self,
-        stream: &Stream,
-        dst: &DeviceBuffer<u64>,
+        stream: &RocmStream,
+        dst: &RocmDeviceBuffer<u64>,
         offset: usize,
         words: &[u32],
     ) -> Result<(), RocmError> {
@@ -138,7 +138,7 @@ impl RocmDriver {
 pub struct RocmGraph {
     graph: RawGraph,
     exec: RawGraphExec,
-    device: Device,
+    device: RocmDevice,
 }
 
 impl core::fmt::Debug for RocmGraph {
@@ -172,7 +172,7 @@ fn bytes_in(words: usize) -> usize {
 }
 
 /// The device address `byte_offset` bytes into `buf` (no dereference here: the kernel reads it).
-fn at(buf: &DeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
+fn at(buf: &RocmDeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
     buf.as_device_ptr()
         .cast::<u8>()
         .wrapping_add(byte_offset)
@@ -181,36 +181,36 @@ fn at(buf: &DeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
 
 impl Driver for RocmDriver {
     type Error = RocmError;
-    type Stream = Arc<Stream>;
-    type Event = Arc<Event>;
-    type Buffer = Arc<DeviceBuffer<u64>>;
-    type HostBuffer = PinnedBuffer<u64>;
+    type Stream = Arc<RocmStream>;
+    type Event = Arc<RocmEvent>;
+    type Buffer = Arc<RocmDeviceBuffer<u64>>;
+    type HostBuffer = RocmPinnedBuffer<u64>;
     type Graph = RocmGraph;
 
-    fn stream(&self) -> Result<Arc<Stream>, RocmError> {
-        Stream::new(&self.device).map(Arc::new)
+    fn stream(&self) -> Result<Arc<RocmStream>, RocmError> {
+        RocmStream::new(&self.device).map(Arc::new)
     }
 
-    fn event(&self) -> Result<Arc<Event>, RocmError> {
-        Event::new(&self.device).map(Arc::new)
+    fn event(&self) -> Result<Arc<RocmEvent>, RocmError> {
+        RocmEvent::new(&self.device).map(Arc::new)
     }
 
-    fn alloc(&self, bytes: usize) -> Result<Arc<DeviceBuffer<u64>>, RocmError> {
-        DeviceBuffer::zeroed(&self.device, bytes.div_ceil(8)).map(Arc::new)
+    fn alloc(&self, bytes: usize) -> Result<Arc<RocmDeviceBuffer<u64>>, RocmError> {
+        RocmDeviceBuffer::zeroed(&self.device, bytes.div_ceil(8)).map(Arc::new)
     }
 
-    fn bytes(buf: &Arc<DeviceBuffer<u64>>) -> usize {
+    fn bytes(buf: &Arc<RocmDeviceBuffer<u64>>) -> usize {
         bytes_in(buf.len())
     }
 
-    fn alloc_host(&self, bytes: usize) -> Result<PinnedBuffer<u64>, RocmError> {
-        PinnedBuffer::new(&self.device, bytes.div_ceil(8))
+    fn alloc_host(&self, bytes: usize) -> Result<RocmPinnedBuffer<u64>, RocmError> {
+        RocmPinnedBuffer::new(&self.device, bytes.div_ceil(8))
     }
 
     fn upload<T: Element>(
         &self,
-        stream: &Arc<Stream>,
-        dst: &Arc<DeviceBuffer<u64>>,
+        stream: &Arc<RocmStream>,
+        dst: &Arc<RocmDeviceBuffer<u64>>,
         offset: usize,
         src: &[T],
     ) -> Result<(), RocmError> {
@@ -240,9 +240,9 @@ impl Driver for RocmDriver {
 
     fn copy(
         &self,
-        stream: &Arc<Stream>,
-        dst: &Arc<DeviceBuffer<u64>>,
-        src: &Arc<DeviceBuffer<u64>>,
+        stream: &Arc<RocmStream>,
+        dst: &Arc<RocmDeviceBuffer<u64>>,
+        src: &Arc<RocmDeviceBuffer<u64>>,
         bytes: usize,
     ) -> Result<(), RocmError> {
         if bytes > Self::bytes(dst) || bytes > Self::bytes(src) {
@@ -265,10 +265,10 @@ impl Driver for RocmDriver {
 
     fn download(
         &self,
-        stream: &Arc<Stream>,
-        dst: &PinnedBuffer<u64>,
+        stream: &Arc<RocmStream>,
+        dst: &RocmPinnedBuffer<u64>,
         dst_offset: usize,
-        src: &Arc<DeviceBuffer<u64>>,
+        src: &Arc<RocmDeviceBuffer<u64>>,
         src_offset: usize,
         bytes: usize,
     ) -> Result<(), RocmError> {
@@ -292,7 +292,12 @@ impl Driver for RocmDriver {
         })
     }
 
-    unsafe fn read_host<T: Element>(&self, buf: &PinnedBuffer<u64>, offset: usize, out: &mut [T]) {
+    unsafe fn read_host<T: Element>(
+        &self,
+        buf: &RocmPinnedBuffer<u64>,
+        offset: usize,
+        out: &mut [T],
+    ) {
         let len = bytes_in(buf.len());
         for (i, x) in out.iter_mut().enumerate() {
             let at = offset + i * T::BYTES;
@@ -307,17 +312,17 @@ impl Driver for RocmDriver {
         }
     }
 
-    fn record(&self, event: &Arc<Event>, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn record(&self, event: &Arc<RocmEvent>, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         self.device.bind()?;
         event.record(stream)
     }
 
-    fn wait(&self, stream: &Arc<Stream>, event: &Arc<Event>) -> Result<(), RocmError> {
+    fn wait(&self, stream: &Arc<RocmStream>, event: &Arc<RocmEvent>) -> Result<(), RocmError> {
         self.device.bind()?;
         stream.wait(event)
     }
 
-    fn query(&self, event: &Arc<Event>) -> Result<Status, RocmError> {
+    fn query(&self, event: &Arc<RocmEvent>) -> Result<Status, RocmError> {
         self.device.bind()?;
         Ok(if event.query()? {
             Status::Ready
@@ -326,16 +331,16 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn sync_event(&self, event: &Arc<Event>) -> Result<(), RocmError> {
+    fn sync_event(&self, event: &Arc<RocmEvent>) -> Result<(), RocmError> {
         self.device.bind()?;
         event.synchronize()
     }
 
-    fn sync_stream(&self, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn sync_stream(&self, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         stream.synchronize()
     }
 
-    fn launch(&self, stream: &Arc<Stream>, l: &Launch<'_, '_, Self>) -> Result<(), RocmError> {
+    fn launch(&self, stream: &Arc<RocmStream>, l: &Launch<'_, '_, Self>) -> Result<(), RocmError> {
         let Some(k) = self.kernels.as_ref() else {
             return Err(RocmError::Unsupported(
                 "kernel launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
@@ -395,7 +400,7 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn begin_capture(&self, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn begin_capture(&self, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         let g = self.graph_api()?;
         self.device.bind()?;
         let hip = self.device.hip();
@@ -405,7 +410,7 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn end_capture(&self, stream: &Arc<Stream>) -> Result<RocmGraph, RocmError> {
+    fn end_capture(&self, stream: &Arc<RocmStream>) -> Result<RocmGraph, RocmError> {
         let g = self.graph_api()?;
         self.device.bind()?;
         let hip = self.device.hip();
@@ -438,7 +443,7 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn replay(&self, graph: &RocmGraph, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn replay(&self, graph: &RocmGraph, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         let g = self.graph_api()?;
         self.device.bind()?;
         let hip = self.device.hip();
@@ -474,7 +479,7 @@ impl TreeDriver for RocmDriver {
     /// kernel ([`RocmDriver::new`]) answers [`RocmError::Unsupported`], as for chains.
     fn launch_tree(
         &self,
-        stream: &Arc<Stream>,
+        stream: &Arc<RocmStream>,
         l: &TreeLaunch<'_, '_, Self>,
     ) -> Result<(), RocmError> {
         if self.kernels.is_none() {

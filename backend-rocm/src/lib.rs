@@ -14,9 +14,9 @@ mod verifier;
 pub use compile::{
     COMPILE_OPTIONS, CodeObject, EM_AMDGPU, compile, hiprtc_version, unbundle, valid_target_id,
 };
-pub use device::{Device, Event, Stream, device_count, runtime_version};
+pub use device::{RocmDevice, RocmEvent, RocmStream, device_count, runtime_version};
 pub use driver::{RocmDriver, RocmGraph};
 pub use error::RocmError;
-pub use memory::{DeviceBuffer, DeviceCopy, PinnedBuffer};
+pub use memory::{DeviceCopy, RocmDeviceBuffer, RocmPinnedBuffer};
 pub use readback::{DeviceCounters, RocmReadback};
 pub use verifier::RocmVerifier;

@@ -1,9 +1,9 @@
 //! [`DeviceCounters`]: counters in device memory; [`RocmReadback`]: their asynchronous readback.
 
-use crate::device::{Device, Stream};
+use crate::device::{RocmDevice, RocmStream};
 use crate::driver::RocmDriver;
 use crate::error::RocmError;
-use crate::memory::DeviceBuffer;
+use crate::memory::RocmDeviceBuffer;
 use core::task::Poll;
 use specula_core::gpu::GpuReadback;
 use specula_core::kernels::{counters_from_stats, error_word, stats_words};
@@ -14,9 +14,9 @@ use std::sync::Arc;
 /// error-flag word; see [`specula_core::kernels`]) and the compute stream whose kernels update
 /// it. Shared (through `Arc`) by a verifier and its readbacks.
 pub struct DeviceCounters<const K: usize> {
-    pub(crate) words: Arc<DeviceBuffer<u64>>,
-    pub(crate) compute: Arc<Stream>,
-    pub(crate) device: Device,
+    pub(crate) words: Arc<RocmDeviceBuffer<u64>>,
+    pub(crate) compute: Arc<RocmStream>,
+    pub(crate) device: RocmDevice,
 }
 
 impl<const K: usize> core::fmt::Debug for DeviceCounters<K> {
@@ -33,19 +33,19 @@ impl<const K: usize> DeviceCounters<K> {
     ///
     /// # Errors
     /// [`RocmError::Hip`] when allocation or stream creation fails.
-    pub fn new(device: &Device) -> Result<Self, RocmError> {
+    pub fn new(device: &RocmDevice) -> Result<Self, RocmError> {
         Ok(Self {
-            words: Arc::new(DeviceBuffer::zeroed(device, stats_words(K))?),
-            compute: Arc::new(Stream::new(device)?),
+            words: Arc::new(RocmDeviceBuffer::zeroed(device, stats_words(K))?),
+            compute: Arc::new(RocmStream::new(device)?),
             device: device.clone(),
         })
     }
 
     /// The counters `words` that `compute`'s kernels update (a verifier's).
     pub(crate) fn from_parts(
-        words: Arc<DeviceBuffer<u64>>,
-        compute: Arc<Stream>,
-        device: Device,
+        words: Arc<RocmDeviceBuffer<u64>>,
+        compute: Arc<RocmStream>,
+        device: RocmDevice,
     ) -> Self {
         Self {
             words,
@@ -55,7 +55,7 @@ impl<const K: usize> DeviceCounters<K> {
     }
 
     /// The device.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &RocmDevice {
         &self.device
     }
 

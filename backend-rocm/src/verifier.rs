@@ -6,7 +6,7 @@
 //! `specula-tests`); this type ties them to a device and gives ROCm's error type and
 //! [`RocmReadback`].
 
-use crate::device::Device;
+use crate::device::RocmDevice;
 use crate::driver::RocmDriver;
 use crate::error::RocmError;
 use crate::readback::{DeviceCounters, RocmReadback};
@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// [`replay`](Self::replay): neither makes a synchronising call. [`Verifier::verify`] on host
 /// slices waits for its outputs.
 pub struct RocmVerifier<const K: usize> {
-    device: Device,
+    device: RocmDevice,
     inner: GpuVerifier<RocmDriver, K>,
     stats: Arc<DeviceCounters<K>>,
 }
@@ -49,14 +49,14 @@ impl<const K: usize> RocmVerifier<K> {
     /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
     /// [`RocmError::Hip`] for any other runtime failure.
     pub fn new(ordinal: usize) -> Result<Self, RocmError> {
-        Self::on(&Device::new(ordinal)?)
+        Self::on(&RocmDevice::new(ordinal)?)
     }
 
     /// A verifier on an already opened device, with its own compute stream.
     ///
     /// # Errors
     /// As [`new`](Self::new).
-    pub fn on(device: &Device) -> Result<Self, RocmError> {
+    pub fn on(device: &RocmDevice) -> Result<Self, RocmError> {
         let drv = RocmDriver::with_kernel(device)?;
         let inner = GpuVerifier::new(drv)?;
         let stats = Arc::new(DeviceCounters::from_parts(
@@ -72,7 +72,7 @@ impl<const K: usize> RocmVerifier<K> {
     }
 
     /// The device.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &RocmDevice {
         &self.device
     }
 

@@ -4,7 +4,7 @@
 mod common;
 
 use specula_core::verify::Verifier;
-use specula_rocm::{Device, RocmError, RocmVerifier, device_count};
+use specula_rocm::{RocmDevice, RocmError, RocmVerifier, device_count};
 use std::path::Path;
 
 /// What this machine has: `Some(true)` with a ROCm device, `Some(false)` with the runtime but no
@@ -33,8 +33,14 @@ fn constructing_without_a_device_is_a_typed_error() {
                 "{err:?}"
             );
             assert!(err.to_string().contains("no ROCm device"), "{err}");
-            assert!(matches!(Device::new(0), Err(RocmError::NoDevice { .. })));
-            assert!(matches!(Device::new(7), Err(RocmError::NoDevice { .. })));
+            assert!(matches!(
+                RocmDevice::new(0),
+                Err(RocmError::NoDevice { .. })
+            ));
+            assert!(matches!(
+                RocmDevice::new(7),
+                Err(RocmError::NoDevice { .. })
+            ));
         }
         None => {
             common::skipped(
