@@ -27,7 +27,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstr
 use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::kernels;
 use specula_core::verify::Method;
-use specula_cuda::{CudaDevice, CudaDeviceBuffer, CudaDriver, CudaVerifier};
+use specula_cuda::{CudaDevice, CudaDeviceBuffer, CudaDriver};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
@@ -265,10 +265,10 @@ fn main() {
     };
     dev.context().bind_to_thread().expect("bind");
     let drv = CudaDriver::new(dev.clone());
-    let mut v = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    let mut v = dev.verifier::<K>().expect("verifier");
     // Never given split scratch: always one block per request, the yardstick for the split
     // launch `v` uses below one request per multiprocessor.
-    let v1 = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    let v1 = dev.verifier::<K>().expect("verifier");
     v.reserve_split(256).expect("split scratch");
     let stream = dev.stream().cu_stream();
     println!("device arch {}", dev.arch());

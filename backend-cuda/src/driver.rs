@@ -15,7 +15,8 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::{
-    Driver, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch, View, ViewMut,
+    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch, View,
+    ViewMut,
 };
 use specula_core::kernels;
 use std::ffi::c_void;
@@ -26,6 +27,36 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct CudaDriver {
     dev: Arc<CudaDevice>,
+}
+
+/// The verification kernel with its device counters (`Counters<K>` plus an error word) on a
+/// [`CudaDevice`]'s compute stream: the shared [`GpuVerifier`] over [`CudaDriver`], with no
+/// layer of this crate's own. Make one with [`CudaDevice::verifier`].
+///
+/// Staging, the split entry's scratch, launch, graph capture and replay, token trees and the
+/// host-slice path ([`Verifier`](specula_core::verify::Verifier)) are written once in
+/// `specula_core::gpu` and run end to end in CI over the host driver of `specula-tests`. The
+/// step path is [`launch`](GpuVerifier::launch) on typed views (the verifier's own
+/// [`Staging`](specula_core::gpu::Staging) buffers, or the caller's cudarc memory through
+/// [`CudaDriver::borrow`]) or a [`VerifyGraph`](specula_core::gpu::VerifyGraph) replay:
+/// neither makes a synchronising driver call. Its errors are
+/// [`GpuError`](specula_core::gpu::GpuError)`<`[`CudaError`]`>`, which `?` turns into a [`CudaError`]. Take its readbacks
+/// with [`CudaReadback::new`](crate::CudaReadback::new), which waits for copies still in
+/// flight before it frees their page-locked memory ([`GpuVerifier::readback`] does not).
+pub type CudaVerifier<const K: usize> = GpuVerifier<CudaDriver, K>;
+
+impl CudaDevice {
+    /// A verifier on this device, ordered on its compute stream, with zeroed device counters.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] when allocating the counters or creating an event fails.
+    pub fn verifier<const K: usize>(self: &Arc<Self>) -> Result<CudaVerifier<K>, CudaError> {
+        let stream = self.stream().clone();
+        Ok(GpuVerifier::with_stream(
+            CudaDriver::new(self.clone()),
+            stream,
+        )?)
+    }
 }
 
 impl CudaDriver {

@@ -9,15 +9,13 @@ mod error;
 mod ffi;
 mod memory;
 mod readback;
-mod verifier;
 
 pub use compile::{
     compile_ptx, compile_source_ptx, compile_tree_ptx, nvrtc_options, nvrtc_present, nvrtc_version,
 };
 pub use device::{CudaDevice, CudaEvent};
-pub use driver::{CudaDriver, CudaForeign, CudaForeignMut, CudaGraph};
+pub use driver::{CudaDriver, CudaForeign, CudaForeignMut, CudaGraph, CudaVerifier};
 pub use error::CudaError;
 pub use ffi::{CallCounts, DRIVER_SYMBOLS, NVRTC_ENV, call_counts, driver_present};
 pub use memory::{CudaDeviceBuffer, CudaPinnedBuffer};
 pub use readback::CudaReadback;
-pub use verifier::CudaVerifier;

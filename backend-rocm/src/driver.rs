@@ -11,7 +11,8 @@ use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
+    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver,
+    TreeLaunch,
 };
 use specula_core::kernels;
 use std::sync::Arc;
@@ -48,6 +49,36 @@ impl core::fmt::Debug for RocmDriver {
             .field("device", &self.device)
             .field("kernel", &self.kernels.is_some())
             .finish()
+    }
+}
+
+/// The verification kernel with its device counters (`Counters<K>` plus an error word) on one
+/// ROCm device, ordered on a compute stream of its own: the shared [`GpuVerifier`] over
+/// [`RocmDriver`], with no layer of this crate's own. Make one with [`RocmDevice::verifier`].
+///
+/// Counters live in device memory and are updated by the kernel in the same launch that
+/// verifies (64-bit atomics). Staging, the split entry's scratch, launch, graph capture and
+/// replay, token trees and the host-slice path ([`Verifier`](specula_core::verify::Verifier),
+/// which waits for its outputs) are written once in `specula_core::gpu` and run end to end in
+/// CI over the host driver of `specula-tests`. The step path is
+/// [`launch`](GpuVerifier::launch) on typed views or a
+/// [`VerifyGraph`](specula_core::gpu::VerifyGraph) replay: neither makes a synchronising
+/// call. Its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`RocmError`]`>`, which `?`
+/// turns into a [`RocmError`]. Take its readbacks with
+/// [`RocmReadback::new`](crate::RocmReadback::new), which waits for copies still in flight
+/// before it frees their page-locked memory ([`GpuVerifier::readback`] does not).
+pub type RocmVerifier<const K: usize> = GpuVerifier<RocmDriver, K>;
+
+impl RocmDevice {
+    /// A verifier on this device with its own compute stream and zeroed counters: compiles the
+    /// kernel for the device's architecture with hiprtc (once per device and process) and
+    /// loads it.
+    ///
+    /// # Errors
+    /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
+    /// [`RocmError::Hip`] for any other runtime failure.
+    pub fn verifier<const K: usize>(&self) -> Result<RocmVerifier<K>, RocmError> {
+        Ok(GpuVerifier::new(RocmDriver::with_kernel(self)?)?)
     }
 }
 
