@@ -87,7 +87,7 @@ ALU_LAT = 4.0  # cycles of a dependent integer/float operation
 CLOCK = 1.98e9  # SM clock, Hz
 
 VOCAB = 128256  # "128k": Llama 3's vocabulary
-MAX_SLICES = 64  # backend-cuda/src/verifier.rs
+MAX_SLICES = 64  # core/src/gpu/verifier.rs
 K = 4
 BATCHES = (1, 64, 256)
 

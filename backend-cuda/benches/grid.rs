@@ -27,7 +27,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstr
 use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::kernels;
 use specula_core::verify::Method;
-use specula_cuda::{CudaDevice, CudaDriver, CudaVerifier, DeviceBuffer};
+use specula_cuda::{CudaDevice, CudaDeviceBuffer, CudaDriver};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
@@ -160,12 +160,12 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 struct Case {
     with_draft: bool,
     b: usize,
-    bufs: Vec<Arc<DeviceBuffer>>,
-    out: [Arc<DeviceBuffer>; 2],
+    bufs: Vec<Arc<CudaDeviceBuffer>>,
+    out: [Arc<CudaDeviceBuffer>; 2],
 }
 
 /// A device buffer holding `data`, uploaded on the driver's stream.
-fn dev_up<T: specula_core::gpu::Element>(drv: &CudaDriver, data: &[T]) -> Arc<DeviceBuffer> {
+fn dev_up<T: specula_core::gpu::Element>(drv: &CudaDriver, data: &[T]) -> Arc<CudaDeviceBuffer> {
     let buf = drv.alloc(std::mem::size_of_val(data)).expect("alloc");
     drv.upload(drv.device().stream(), &buf, 0, data)
         .expect("upload");
@@ -218,8 +218,8 @@ impl Case {
     /// Typed views of the case, reading `target` and `draft` (the shared probability rows).
     fn args<'a>(
         &'a mut self,
-        target: &'a Arc<DeviceBuffer>,
-        draft: &'a Arc<DeviceBuffer>,
+        target: &'a Arc<CudaDeviceBuffer>,
+        draft: &'a Arc<CudaDeviceBuffer>,
     ) -> VerifyArgs<'a, CudaDriver> {
         let [acc, tok] = &mut self.out;
         let bufs = &self.bufs;
@@ -265,10 +265,10 @@ fn main() {
     };
     dev.context().bind_to_thread().expect("bind");
     let drv = CudaDriver::new(dev.clone());
-    let mut v = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    let mut v = dev.verifier::<K>().expect("verifier");
     // Never given split scratch: always one block per request, the yardstick for the split
     // launch `v` uses below one request per multiprocessor.
-    let v1 = CudaVerifier::<K>::new(dev.clone()).expect("verifier");
+    let v1 = dev.verifier::<K>().expect("verifier");
     v.reserve_split(256).expect("split scratch");
     let stream = dev.stream().cu_stream();
     println!("device arch {}", dev.arch());

@@ -1,11 +1,11 @@
-//! [`CudaDevice`]: a context, a compute stream and the loaded kernel; raw device and
-//! page-locked host buffers that free themselves.
+//! [`CudaDevice`]: a context, a compute stream and the loaded kernel; the events ordered on its
+//! streams ([`CudaEvent`]).
 
-use crate::calls::{Blocking, call};
-use crate::compile::{compile_ptx, compile_tree_ptx, driver_present};
+use crate::compile::{compile_ptx, compile_tree_ptx};
 use crate::error::CudaError;
+use crate::ffi::{Blocking, call, driver_present};
 use cudarc::driver::result;
-use cudarc::driver::sys::{CUdeviceptr, CUfunction};
+use cudarc::driver::sys::{CUevent, CUfunction};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use specula_core::gpu::ENTRY_NAMES;
@@ -170,125 +170,25 @@ impl CudaDevice {
     }
 }
 
-/// Device memory owned by this crate (raw, so no cudarc event tracking runs on the step path).
+/// A CUDA event (no timing), destroyed with its last handle.
 #[derive(Debug)]
-pub struct DeviceBuffer {
-    pub(crate) ptr: CUdeviceptr,
-    pub(crate) bytes: usize,
-    ctx: Arc<CudaContext>,
-    /// False for the caller's memory ([`crate::Foreign`]): never freed here.
-    owned: bool,
+pub struct CudaEvent {
+    pub(crate) ev: CUevent,
+    pub(crate) ctx: Arc<CudaContext>,
 }
 
-impl DeviceBuffer {
-    /// `bytes` (at least 16, so every pointer is valid and 16-byte aligned) zeroed device bytes.
-    pub(crate) fn zeroed(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, CudaError> {
-        let bytes = bytes.max(16);
-        call("cuCtxSetCurrent", Blocking::No, || ctx.bind_to_thread())?;
-        // SAFETY: the context is current; the size is non-zero.
-        let ptr = call("cuMemAlloc", Blocking::Yes, || unsafe {
-            result::malloc_sync(bytes)
-        })?;
-        let buf = Self {
-            ptr,
-            bytes,
-            ctx: ctx.clone(),
-            owned: true,
-        };
-        // SAFETY: `ptr` is a fresh allocation of `bytes` bytes in the current context.
-        call("cuMemsetD8", Blocking::Yes, || unsafe {
-            result::memset_d8_sync(ptr, 0, bytes)
-        })?;
-        Ok(buf)
-    }
-}
+// SAFETY: a CUDA event may be recorded, queried and destroyed from any thread once its context
+// is current (every use binds it); the handle is owned by this value.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as for `Send`: the driver API is thread-safe for these calls.
+unsafe impl Sync for CudaEvent {}
 
-impl DeviceBuffer {
-    /// The raw device pointer (for the caller's own driver calls, e.g. filling it; the buffer
-    /// stays owned by this handle).
-    #[must_use]
-    pub fn device_ptr(&self) -> CUdeviceptr {
-        self.ptr
-    }
-
-    /// Its size in bytes.
-    #[must_use]
-    pub fn len_bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-impl DeviceBuffer {
-    /// The caller's device memory, `bytes` at `ptr`, never freed by this handle.
-    pub(crate) fn borrowed(ctx: &Arc<CudaContext>, ptr: CUdeviceptr, bytes: usize) -> Self {
-        Self {
-            ptr,
-            bytes,
-            ctx: ctx.clone(),
-            owned: false,
-        }
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        // Errors cannot be reported from drop; a failed free leaks device memory at worst.
-        if self.owned && self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here.
-            let _ = unsafe { result::free_sync(self.ptr) };
-        }
-    }
-}
-
-/// Page-locked host memory of `len` u64 words (the target of asynchronous device-to-host copies).
-#[derive(Debug)]
-pub struct PinnedWords {
-    ptr: *mut u64,
-    len: usize,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: the buffer is plain host memory owned by this value; nothing else aliases it.
-unsafe impl Send for PinnedWords {}
-// SAFETY: shared access only reads (`read_host`) under the orchestration's contract
-// that no copy into it is in flight; copies into it are enqueued through `&self` by the
-// driver glue, ordered by events before any read.
-unsafe impl Sync for PinnedWords {}
-
-impl PinnedWords {
-    pub(crate) fn zeroed(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, CudaError> {
-        call("cuCtxSetCurrent", Blocking::No, || ctx.bind_to_thread())?;
-        let bytes = len.max(1) * 8;
-        // SAFETY: the context is current; flags 0 = plain page-locked memory.
-        let raw = call("cuMemHostAlloc", Blocking::Yes, || unsafe {
-            result::malloc_host(bytes, 0)
-        })?;
-        let ptr = raw.cast::<u64>();
-        // SAFETY: `raw` points to `bytes` writable bytes, page aligned.
-        unsafe { core::ptr::write_bytes(ptr, 0, len.max(1)) };
-        Ok(Self {
-            ptr,
-            len,
-            ctx: ctx.clone(),
-        })
-    }
-
-    /// The first byte (for the driver glue's byte-addressed copies).
-    pub(crate) fn as_byte_ptr(&self) -> *mut u8 {
-        self.ptr.cast()
-    }
-
-    /// Size in bytes.
-    pub(crate) fn bytes(&self) -> usize {
-        self.len.max(1) * 8
-    }
-}
-
-impl Drop for PinnedWords {
+impl Drop for CudaEvent {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: allocated by cuMemHostAlloc and freed once, here.
-            let _ = unsafe { result::free_host(self.ptr.cast()) };
+            // SAFETY: created by cuEventCreate and destroyed once, here; destroying an event
+            // with work pending is allowed (resources are released when it completes).
+            let _ = unsafe { result::event::destroy(self.ev) };
         }
     }
 }

@@ -1,28 +1,62 @@
 //! [`CudaDriver`]: the CUDA driver API as a [`specula_core::gpu::Driver`], so the shared GPU
 //! orchestration (readback ring, and the staging, launch and graph logic the host driver of
 //! `specula-tests` executes in CI) runs on CUDA unchanged. Every driver call goes through
-//! [`call`], which counts it (and whether it can block) for [`crate::call_counts`].
+//! `ffi::call`, which counts it (and whether it can block) for [`crate::call_counts`]. The
+//! caller's cudarc memory becomes views of this driver through [`CudaDriver::borrow`].
 
-use crate::calls::{Blocking, call};
-use crate::device::{CudaDevice, DeviceBuffer, PinnedWords};
+use crate::device::{CudaDevice, CudaEvent};
 use crate::error::CudaError;
+use crate::ffi::{Blocking, call};
+use crate::memory::{CudaDeviceBuffer, CudaPinnedBuffer};
 use cudarc::driver::result;
 use cudarc::driver::sys::{
-    CUevent, CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags,
-    CUresult, CUstreamCaptureMode,
+    CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags, CUresult,
+    CUstreamCaptureMode,
 };
-use cudarc::driver::{CudaContext, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::{
-    Driver, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
+    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch, View,
+    ViewMut,
 };
 use specula_core::kernels;
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// The CUDA driver API on one [`CudaDevice`] (a shared handle).
 #[derive(Clone, Debug)]
 pub struct CudaDriver {
     dev: Arc<CudaDevice>,
+}
+
+/// The verification kernel with its device counters (`Counters<K>` plus an error word) on a
+/// [`CudaDevice`]'s compute stream: the shared [`GpuVerifier`] over [`CudaDriver`], with no
+/// layer of this crate's own. Make one with [`CudaDevice::verifier`].
+///
+/// Staging, the split entry's scratch, launch, graph capture and replay, token trees and the
+/// host-slice path ([`Verifier`](specula_core::verify::Verifier)) are written once in
+/// `specula_core::gpu` and run end to end in CI over the host driver of `specula-tests`. The
+/// step path is [`launch`](GpuVerifier::launch) on typed views (the verifier's own
+/// [`Staging`](specula_core::gpu::Staging) buffers, or the caller's cudarc memory through
+/// [`CudaDriver::borrow`]) or a [`VerifyGraph`](specula_core::gpu::VerifyGraph) replay:
+/// neither makes a synchronising driver call. Its errors are
+/// [`GpuError`](specula_core::gpu::GpuError)`<`[`CudaError`]`>`, which `?` turns into a [`CudaError`]. Take its readbacks
+/// with [`CudaReadback::new`](crate::CudaReadback::new), which waits for copies still in
+/// flight before it frees their page-locked memory ([`GpuVerifier::readback`] does not).
+pub type CudaVerifier<const K: usize> = GpuVerifier<CudaDriver, K>;
+
+impl CudaDevice {
+    /// A verifier on this device, ordered on its compute stream, with zeroed device counters.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] when allocating the counters or creating an event fails.
+    pub fn verifier<const K: usize>(self: &Arc<Self>) -> Result<CudaVerifier<K>, CudaError> {
+        let stream = self.stream().clone();
+        Ok(GpuVerifier::with_stream(
+            CudaDriver::new(self.clone()),
+            stream,
+        )?)
+    }
 }
 
 impl CudaDriver {
@@ -39,32 +73,9 @@ impl CudaDriver {
     }
 }
 
-/// A CUDA event (no timing), destroyed with its last handle.
-#[derive(Debug)]
-pub struct EventHandle {
-    ev: CUevent,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: a CUDA event may be recorded, queried and destroyed from any thread once its context
-// is current (every use binds it); the handle is owned by this value.
-unsafe impl Send for EventHandle {}
-// SAFETY: as for `Send`: the driver API is thread-safe for these calls.
-unsafe impl Sync for EventHandle {}
-
-impl Drop for EventHandle {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: created by cuEventCreate and destroyed once, here; destroying an event
-            // with work pending is allowed (resources are released when it completes).
-            let _ = unsafe { result::event::destroy(self.ev) };
-        }
-    }
-}
-
 /// An instantiated CUDA graph, destroyed with its handle.
 #[derive(Debug)]
-pub struct GraphHandle {
+pub struct CudaGraph {
     graph: CUgraph,
     exec: CUgraphExec,
     ctx: Arc<CudaContext>,
@@ -72,11 +83,11 @@ pub struct GraphHandle {
 
 // SAFETY: graph handles are owned by this value; launching and destroying them from any thread
 // with the context current is allowed.
-unsafe impl Send for GraphHandle {}
+unsafe impl Send for CudaGraph {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for GraphHandle {}
+unsafe impl Sync for CudaGraph {}
 
-impl Drop for GraphHandle {
+impl Drop for CudaGraph {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: created in `end_capture` and destroyed once, here. Destroying an executable
@@ -98,10 +109,10 @@ impl CudaDriver {
 impl Driver for CudaDriver {
     type Error = CudaError;
     type Stream = Arc<CudaStream>;
-    type Event = Arc<EventHandle>;
-    type Buffer = Arc<DeviceBuffer>;
-    type HostBuffer = PinnedWords;
-    type Graph = GraphHandle;
+    type Event = Arc<CudaEvent>;
+    type Buffer = Arc<CudaDeviceBuffer>;
+    type HostBuffer = CudaPinnedBuffer;
+    type Graph = CudaGraph;
 
     fn stream(&self) -> Result<Arc<CudaStream>, CudaError> {
         call("cuStreamCreate", Blocking::Yes, || {
@@ -109,33 +120,36 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn event(&self) -> Result<Arc<EventHandle>, CudaError> {
+    fn event(&self) -> Result<Arc<CudaEvent>, CudaError> {
         self.bind()?;
         let ev = call("cuEventCreate", Blocking::No, || {
             result::event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)
         })?;
-        Ok(Arc::new(EventHandle {
+        Ok(Arc::new(CudaEvent {
             ev,
             ctx: self.dev.context().clone(),
         }))
     }
 
-    fn alloc(&self, bytes: usize) -> Result<Arc<DeviceBuffer>, CudaError> {
-        Ok(Arc::new(DeviceBuffer::zeroed(self.dev.context(), bytes)?))
+    fn alloc(&self, bytes: usize) -> Result<Arc<CudaDeviceBuffer>, CudaError> {
+        Ok(Arc::new(CudaDeviceBuffer::zeroed(
+            self.dev.context(),
+            bytes,
+        )?))
     }
 
-    fn bytes(buf: &Arc<DeviceBuffer>) -> usize {
+    fn bytes(buf: &Arc<CudaDeviceBuffer>) -> usize {
         buf.bytes
     }
 
-    fn alloc_host(&self, bytes: usize) -> Result<PinnedWords, CudaError> {
-        PinnedWords::zeroed(self.dev.context(), bytes.div_ceil(8))
+    fn alloc_host(&self, bytes: usize) -> Result<CudaPinnedBuffer, CudaError> {
+        CudaPinnedBuffer::zeroed(self.dev.context(), bytes.div_ceil(8))
     }
 
     fn upload<T: Element>(
         &self,
         stream: &Arc<CudaStream>,
-        dst: &Arc<DeviceBuffer>,
+        dst: &Arc<CudaDeviceBuffer>,
         offset: usize,
         src: &[T],
     ) -> Result<(), CudaError> {
@@ -153,8 +167,8 @@ impl Driver for CudaDriver {
     fn copy(
         &self,
         stream: &Arc<CudaStream>,
-        dst: &Arc<DeviceBuffer>,
-        src: &Arc<DeviceBuffer>,
+        dst: &Arc<CudaDeviceBuffer>,
+        src: &Arc<CudaDeviceBuffer>,
         bytes: usize,
     ) -> Result<(), CudaError> {
         self.bind()?;
@@ -170,9 +184,9 @@ impl Driver for CudaDriver {
     fn download(
         &self,
         stream: &Arc<CudaStream>,
-        dst: &PinnedWords,
+        dst: &CudaPinnedBuffer,
         dst_offset: usize,
-        src: &Arc<DeviceBuffer>,
+        src: &Arc<CudaDeviceBuffer>,
         src_offset: usize,
         bytes: usize,
     ) -> Result<(), CudaError> {
@@ -197,7 +211,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    unsafe fn read_host<T: Element>(&self, buf: &PinnedWords, offset: usize, out: &mut [T]) {
+    unsafe fn read_host<T: Element>(&self, buf: &CudaPinnedBuffer, offset: usize, out: &mut [T]) {
         let bytes = buf.bytes();
         for (i, x) in out.iter_mut().enumerate() {
             let at = offset + i * T::BYTES;
@@ -210,7 +224,7 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn record(&self, event: &Arc<EventHandle>, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+    fn record(&self, event: &Arc<CudaEvent>, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
         self.bind()?;
         let (e, s) = (event.ev, stream.cu_stream());
         // SAFETY: a live event and stream of the current context.
@@ -219,7 +233,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn wait(&self, stream: &Arc<CudaStream>, event: &Arc<EventHandle>) -> Result<(), CudaError> {
+    fn wait(&self, stream: &Arc<CudaStream>, event: &Arc<CudaEvent>) -> Result<(), CudaError> {
         self.bind()?;
         let (e, s) = (event.ev, stream.cu_stream());
         // SAFETY: a live stream and event of the current context.
@@ -228,7 +242,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn query(&self, event: &Arc<EventHandle>) -> Result<Status, CudaError> {
+    fn query(&self, event: &Arc<CudaEvent>) -> Result<Status, CudaError> {
         self.bind()?;
         let e = event.ev;
         // SAFETY: a live event of the current context; cuEventQuery never waits.
@@ -244,7 +258,7 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn sync_event(&self, event: &Arc<EventHandle>) -> Result<(), CudaError> {
+    fn sync_event(&self, event: &Arc<CudaEvent>) -> Result<(), CudaError> {
         self.bind()?;
         let e = event.ev;
         // SAFETY: a live event of the current context.
@@ -317,7 +331,7 @@ impl Driver for CudaDriver {
         })
     }
 
-    fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<GraphHandle, CudaError> {
+    fn end_capture(&self, stream: &Arc<CudaStream>) -> Result<CudaGraph, CudaError> {
         self.bind()?;
         let s = stream.cu_stream();
         // SAFETY: the stream is capturing (begun by `begin_capture`).
@@ -328,7 +342,7 @@ impl Driver for CudaDriver {
         match call("cuGraphInstantiateWithFlags", Blocking::Yes, || unsafe {
             result::graph::instantiate(graph, CUgraphInstantiate_flags(0))
         }) {
-            Ok(exec) => Ok(GraphHandle {
+            Ok(exec) => Ok(CudaGraph {
                 graph,
                 exec,
                 ctx: self.dev.context().clone(),
@@ -341,7 +355,7 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn replay(&self, graph: &GraphHandle, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
+    fn replay(&self, graph: &CudaGraph, stream: &Arc<CudaStream>) -> Result<(), CudaError> {
         self.bind()?;
         let (exec, s) = (graph.exec, stream.cu_stream());
         // SAFETY: a live executable graph and stream of the current context; the orchestration
@@ -377,7 +391,7 @@ impl TreeDriver for CudaDriver {
         self.bind()?;
         let f = self.dev.tree_function()?;
         let a = l.args;
-        let at = |b: &Arc<DeviceBuffer>, off: usize| b.ptr + off as u64;
+        let at = |b: &Arc<CudaDeviceBuffer>, off: usize| b.ptr + off as u64;
         let mut values: [u64; 17] = [
             at(a.shape.buffer(), a.shape.byte_offset()),
             at(a.nodes.buffer(), a.nodes.byte_offset()),
@@ -410,5 +424,97 @@ impl TreeDriver for CudaDriver {
         call("cuLaunchKernel", Blocking::No, || unsafe {
             result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params)
         })
+    }
+}
+
+// ------------------------------------------------------------------ the caller's memory
+//
+// The caller's cudarc device memory (`CudaSlice`, `CudaView`, `CudaViewMut`, what candle's CUDA
+// storage and mistral.rs hold) as typed views for the shared step path
+// ([`specula_core::gpu::VerifyArgs`]), with no copy and no host staging. A borrow goes through
+// cudarc's `DevicePtr`/`DevicePtrMut` on the device's compute stream: the stream waits for the
+// slice's last write, and when the borrow ends cudarc records the use, so later cudarc work on
+// the slice is ordered after the kernels enqueued meanwhile. The borrow lasts as long as the
+// views (and any graph captured on them): the compiler checks it. (Here, not in `memory`: the
+// views are views of this driver.)
+
+/// The caller's device memory, read by the kernel, borrowed for `'a`.
+pub struct CudaForeign<'a, T: Element> {
+    buf: Arc<CudaDeviceBuffer>,
+    _use: SyncOnDrop<'a>,
+    _t: PhantomData<&'a [T]>,
+}
+
+/// The caller's device memory, written by the kernel, borrowed exclusively for `'a`.
+pub struct CudaForeignMut<'a, T: Element> {
+    buf: Arc<CudaDeviceBuffer>,
+    _use: SyncOnDrop<'a>,
+    _t: PhantomData<&'a mut [T]>,
+}
+
+impl<T: Element> core::fmt::Debug for CudaForeign<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CudaForeign")
+            .field("bytes", &self.buf.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Element> core::fmt::Debug for CudaForeignMut<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CudaForeignMut")
+            .field("bytes", &self.buf.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Element> CudaForeign<'_, T> {
+    /// The whole borrowed memory as a typed view.
+    #[must_use]
+    pub fn view(&self) -> View<'_, CudaDriver, T> {
+        View::new(&self.buf)
+    }
+}
+
+impl<T: Element> CudaForeignMut<'_, T> {
+    /// The whole borrowed memory as a typed view the kernel writes.
+    pub fn view_mut(&mut self) -> ViewMut<'_, CudaDriver, T> {
+        ViewMut::new(&mut self.buf)
+    }
+}
+
+impl CudaDriver {
+    /// Borrows the caller's `slice` (its elements `T` are what the kernel reads: `u32`, `u64`
+    /// or `f32`) for a launch on the device's compute stream.
+    pub fn borrow<'a, T: Element, S: DevicePtr<T>>(&'a self, slice: &'a S) -> CudaForeign<'a, T> {
+        let bytes = slice.num_bytes();
+        let (ptr, guard) = slice.device_ptr(self.device().stream());
+        CudaForeign {
+            buf: Arc::new(CudaDeviceBuffer::borrowed(
+                self.device().context(),
+                ptr,
+                bytes,
+            )),
+            _use: guard,
+            _t: PhantomData,
+        }
+    }
+
+    /// Borrows the caller's `slice` for the kernel to write (accepted counts, tokens).
+    pub fn borrow_mut<'a, T: Element, S: DevicePtrMut<T>>(
+        &'a self,
+        slice: &'a mut S,
+    ) -> CudaForeignMut<'a, T> {
+        let bytes = slice.num_bytes();
+        let (ptr, guard) = slice.device_ptr_mut(self.device().stream());
+        CudaForeignMut {
+            buf: Arc::new(CudaDeviceBuffer::borrowed(
+                self.device().context(),
+                ptr,
+                bytes,
+            )),
+            _use: guard,
+            _t: PhantomData,
+        }
     }
 }

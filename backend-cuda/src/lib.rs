@@ -2,25 +2,20 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod calls;
 mod compile;
 mod device;
 mod driver;
 mod error;
-mod foreign;
-mod nvrtc;
+mod ffi;
+mod memory;
 mod readback;
-mod verifier;
 
-pub use calls::{CallCounts, call_counts};
 pub use compile::{
-    DRIVER_SYMBOLS, compile_ptx, compile_source_ptx, compile_tree_ptx, driver_present,
-    nvrtc_options, nvrtc_present, nvrtc_version,
+    compile_ptx, compile_source_ptx, compile_tree_ptx, nvrtc_options, nvrtc_present, nvrtc_version,
 };
-pub use device::{CudaDevice, DeviceBuffer, PinnedWords};
-pub use driver::{CudaDriver, EventHandle, GraphHandle};
+pub use device::{CudaDevice, CudaEvent};
+pub use driver::{CudaDriver, CudaForeign, CudaForeignMut, CudaGraph, CudaVerifier};
 pub use error::CudaError;
-pub use foreign::{Foreign, ForeignMut};
-pub use nvrtc::NVRTC_ENV;
+pub use ffi::{CallCounts, DRIVER_SYMBOLS, NVRTC_ENV, call_counts, driver_present};
+pub use memory::{CudaDeviceBuffer, CudaPinnedBuffer};
 pub use readback::CudaReadback;
-pub use verifier::CudaVerifier;

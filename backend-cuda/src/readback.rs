@@ -10,25 +10,35 @@
 //! [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies are in flight, and a stale one can be
 //! abandoned: its slot is set aside until its copy lands. The same code runs end to end in CI
 //! over the host driver of `specula-tests` (`tests/tests/gpu_host.rs`).
+//!
+//! This type is the ring plus one thing: at drop it waits for the copy stream, so no copy still
+//! in flight lands in freed page-locked memory. The shared ring has no `Drop` of its own, which
+//! is why a backend readback type exists at all.
 
-use crate::device::{CudaDevice, DeviceBuffer};
-use crate::driver::CudaDriver;
+use crate::driver::{CudaDriver, CudaVerifier};
 use crate::error::CudaError;
 use specula_core::gpu::{Driver, GpuReadback};
 use specula_core::{Counters, Readback};
-use std::sync::Arc;
 use std::task::Poll;
 
-/// A [`Readback`] of a [`CudaVerifier`](crate::CudaVerifier)'s device counters.
+/// A [`Readback`] of a [`CudaVerifier`]'s device counters.
 #[derive(Debug)]
 pub struct CudaReadback<const K: usize> {
     inner: GpuReadback<CudaDriver, K>,
 }
 
 impl<const K: usize> CudaReadback<K> {
-    pub(crate) fn new(dev: Arc<CudaDevice>, stats: Arc<DeviceBuffer>) -> Result<Self, CudaError> {
-        let compute = dev.stream().clone();
-        let inner = GpuReadback::new(CudaDriver::new(dev), compute, stats)?;
+    /// A readback of `verifier`'s counters, snapshotted on its compute stream, with its own
+    /// copy stream, events and page-locked buffers.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] when creating a stream, an event or a buffer fails.
+    pub fn new(verifier: &CudaVerifier<K>) -> Result<Self, CudaError> {
+        let inner = GpuReadback::new(
+            verifier.driver().clone(),
+            verifier.stream().clone(),
+            verifier.stats().clone(),
+        )?;
         Ok(Self { inner })
     }
 
@@ -74,8 +84,7 @@ impl<const K: usize> Drop for CudaReadback<K> {
     fn drop(&mut self) {
         // The page-locked buffers are freed right after this: let copies still in flight (or
         // abandoned) land first. Errors cannot be reported from drop.
-        let drv = CudaDriver::new(self.inner.driver().device().clone());
-        let _ = drv.sync_stream(self.inner.copy_stream());
+        let _ = self.inner.driver().sync_stream(self.inner.copy_stream());
     }
 }
 

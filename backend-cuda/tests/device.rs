@@ -6,7 +6,7 @@
 use specula_core::Readback;
 use specula_core::gpu::Staging;
 use specula_core::verify::{Check, Method, Reference, Verifier};
-use specula_cuda::{CudaDevice, CudaError, CudaVerifier, call_counts};
+use specula_cuda::{CudaDevice, CudaError, CudaReadback, CudaVerifier, call_counts};
 use specula_tests::conformance::{self, K};
 use std::sync::Arc;
 use std::task::Poll;
@@ -56,13 +56,9 @@ fn construction_without_a_device_is_a_typed_error() {
 #[test]
 fn conformance_on_device() {
     let Some(dev) = device() else { return };
-    conformance::run_all(|| CudaVerifier::<K>::new(dev.clone()).unwrap());
+    conformance::run_all(|| dev.verifier::<K>().unwrap());
     // The recovered-token output, written by the logits entries in the same launch.
-    conformance::recovered_output(
-        || CudaVerifier::<K>::new(dev.clone()).unwrap(),
-        0xDE_0013,
-        40,
-    );
+    conformance::recovered_output(|| dev.verifier::<K>().unwrap(), 0xDE_0013, 40);
 }
 
 /// Also the caller's own stream: verification ordered on a stream the backend did not make.
@@ -71,7 +67,7 @@ fn works_on_the_callers_stream() {
     let Some(dev) = device() else { return };
     let stream = dev.context().new_stream().unwrap();
     let theirs = Arc::new(CudaDevice::with_stream(stream).unwrap());
-    conformance::exact_cases(|| CudaVerifier::<K>::new(theirs.clone()).unwrap());
+    conformance::exact_cases(|| theirs.verifier::<K>().unwrap());
 }
 
 /// The decode step (launch, readback start, poll) makes no synchronising driver call, and the
@@ -84,22 +80,21 @@ fn step_path_never_synchronises_and_readback_is_exact() {
     let per_step = conformance::reference(Method::Rejection, Check::Cheap, &d)
         .unwrap()
         .1;
-    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let mut v = dev.verifier::<K>().unwrap();
     let mut staging = Staging::new();
     let mut out = conformance::OutData::new(d.requests(), d.k_max);
-    v.gpu_mut()
-        .stage(
-            &mut staging,
-            Method::Rejection,
-            Check::Cheap,
-            &d.view(),
-            &out.view(),
-        )
-        .unwrap();
+    v.stage(
+        &mut staging,
+        Method::Rejection,
+        Check::Cheap,
+        &d.view(),
+        &out.view(),
+    )
+    .unwrap();
     let args = staging
-        .write::<K>(v.driver(), v.gpu().stream(), Method::Rejection, &d.view())
+        .write::<K>(v.driver(), v.stream(), Method::Rejection, &d.view())
         .unwrap();
-    let mut rb = v.readback().unwrap();
+    let mut rb = CudaReadback::new(&v).unwrap();
     let steps = 200u64;
     let mut completed = Vec::new();
     let before = call_counts();
@@ -152,21 +147,20 @@ fn graph_capture_and_replay_with_new_inputs() {
     let Some(dev) = device() else { return };
     let mut g = conformance::Gen(0x6_7A9);
     let pool = conformance::full_layout_batch(&mut g, 8);
-    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let mut v = dev.verifier::<K>().unwrap();
     let drv = v.driver().clone();
     let mut staging = Staging::new();
     let mut out = conformance::OutData::new(pool.requests(), pool.k_max);
-    v.gpu_mut()
-        .stage(
-            &mut staging,
-            Method::Rejection,
-            Check::Cheap,
-            &pool.view(),
-            &out.view(),
-        )
-        .unwrap();
+    v.stage(
+        &mut staging,
+        Method::Rejection,
+        Check::Cheap,
+        &pool.view(),
+        &out.view(),
+    )
+    .unwrap();
     let first = staging
-        .write::<K>(&drv, v.gpu().stream(), Method::Rejection, &pool.view())
+        .write::<K>(&drv, v.stream(), Method::Rejection, &pool.view())
         .unwrap();
     // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
     // same buffers (the graph borrows them, so they cannot grow or be freed meanwhile).
@@ -177,9 +171,7 @@ fn graph_capture_and_replay_with_new_inputs() {
         let d = conformance::vary(&mut g, &pool);
         let n = d.requests();
         let m = conformance::METHODS[i % 3];
-        let args = staging
-            .write::<K>(&drv, v.gpu().stream(), m, &d.view())
-            .unwrap();
+        let args = staging.write::<K>(&drv, v.stream(), m, &d.view()).unwrap();
         let before = call_counts();
         v.replay(&graph).unwrap();
         let after = call_counts();
@@ -204,7 +196,7 @@ fn graph_capture_and_replay_with_new_inputs() {
         want.add(&c);
     }
     drop(graph);
-    let mut rb = v.readback().unwrap();
+    let mut rb = CudaReadback::new(&v).unwrap();
     assert_eq!(
         rb.flush().unwrap(),
         want,
@@ -220,7 +212,7 @@ fn graph_capture_and_replay_with_new_inputs() {
 fn readback_flush_equals_reference_totals() {
     let Some(dev) = device() else { return };
     let mut g = conformance::Gen(0xF1_0511);
-    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let mut v = dev.verifier::<K>().unwrap();
     let mut r = Reference::<K>::new();
     for i in 0..30 {
         let (d, _) = conformance::random_batch(&mut g, conformance::RandomSpec::default());
@@ -228,7 +220,7 @@ fn readback_flush_equals_reference_totals() {
         conformance::run(&mut v, m, Check::Cheap, &d).unwrap();
         conformance::run(&mut r, m, Check::Cheap, &d).unwrap();
     }
-    let mut rb = v.readback().unwrap();
+    let mut rb = CudaReadback::new(&v).unwrap();
     assert_eq!(rb.flush().unwrap(), r.totals().unwrap());
 }
 
@@ -256,8 +248,8 @@ fn readback_conformance_on_device() {
     let Some(dev) = device() else { return };
     let d = conformance::full_layout_batch(&mut conformance::Gen(0x2EAD), 3);
     run_all(|| {
-        let v = CudaVerifier::<K>::new(dev.clone()).unwrap();
-        let r = v.readback().unwrap();
+        let v = dev.verifier::<K>().unwrap();
+        let r = CudaReadback::new(&v).unwrap();
         Cuda { v, r, d: d.clone() }
     });
 }
@@ -353,9 +345,9 @@ fn step_path_on_the_callers_cudarc_buffers() {
 fn engine_inputs_on_device() {
     use specula_tests::gpu_inputs;
     let Some(dev) = device() else { return };
-    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let mut v = dev.verifier::<K>().unwrap();
     assert_eq!(v.support(), specula_core::gpu::SUPPORT);
-    gpu_inputs::graph_replays(v.gpu_mut(), 0x13_C0DA, 12, || call_counts().synchronizing);
+    gpu_inputs::graph_replays(&mut v, 0x13_C0DA, 12, || call_counts().synchronizing);
     gpu_inputs::ragged_logits_at_151936(&mut v);
     conformance::ragged_matches_padded_at(&mut v, 0x13_C0DB, 32_000, 2);
     conformance::ragged_matches_padded_at(&mut v, 0x13_C0DC, 151_936, 1);

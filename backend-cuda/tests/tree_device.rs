@@ -7,7 +7,7 @@
 //! `SPECULA_REQUIRE_DEVICE` is set.
 
 use specula_core::verify::{Check, Method, Verifier};
-use specula_cuda::{CudaDevice, CudaVerifier, call_counts};
+use specula_cuda::{CudaDevice, call_counts};
 use specula_tests::conformance::{self, K};
 use specula_tests::tree::{
     TreeOut, full_tree, tree_backend_conformance, tree_step_path_conformance,
@@ -32,7 +32,7 @@ fn device() -> Option<Arc<CudaDevice>> {
 #[test]
 fn the_tree_module_is_compiled_on_first_tree_use_only() {
     let Some(dev) = device() else { return };
-    let mut v = CudaVerifier::<K>::new(dev.clone()).unwrap();
+    let mut v = dev.verifier::<K>().unwrap();
     let d = conformance::full_layout_batch(&mut conformance::Gen(0x7EE1), 4);
     conformance::run(&mut v, Method::Greedy, Check::Cheap, &d).unwrap();
     assert!(
@@ -50,18 +50,13 @@ fn the_tree_module_is_compiled_on_first_tree_use_only() {
 #[test]
 fn tree_conformance_on_device() {
     let Some(dev) = device() else { return };
-    let mut v = CudaVerifier::<K>::new(dev).unwrap();
+    let mut v = dev.verifier::<K>().unwrap();
     tree_backend_conformance(&mut v, |v, m, c, b, o| v.verify_tree(m, c, b, o), 0xC7EE);
 }
 
 #[test]
 fn tree_step_path_and_graph_replay_on_device() {
     let Some(dev) = device() else { return };
-    let mut v = CudaVerifier::<K>::new(dev).unwrap();
-    tree_step_path_conformance(
-        v.gpu_mut(),
-        |_| call_counts().synchronizing,
-        |_| false,
-        0xC57E,
-    );
+    let mut v = dev.verifier::<K>().unwrap();
+    tree_step_path_conformance(&mut v, |_| call_counts().synchronizing, |_| false, 0xC57E);
 }

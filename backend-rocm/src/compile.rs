@@ -1,8 +1,7 @@
 //! Runtime compilation with hiprtc ([`compile`]) and what it produces ([`CodeObject`]).
 
-use crate::device::Device;
 use crate::error::RocmError;
-use crate::ffi::{self, RawFunction, RawModule, RawProgram};
+use crate::ffi::{self, RawProgram};
 use std::ffi::CString;
 
 /// Options every compilation gets, from `core/DETERMINISM.md`: no contraction into fused
@@ -145,7 +144,7 @@ impl Program {
     }
 }
 
-fn c_string(s: &str) -> Result<CString, RocmError> {
+pub(crate) fn c_string(s: &str) -> Result<CString, RocmError> {
     CString::new(s).map_err(|_| RocmError::InvalidName { name: s.to_owned() })
 }
 
@@ -243,56 +242,6 @@ pub fn hiprtc_version() -> Result<(i32, i32), RocmError> {
     Ok((major, minor))
 }
 
-/// A code object loaded on a device (`hipModuleLoadData`), unloaded on drop.
-pub(crate) struct Module {
-    raw: RawModule,
-    device: Device,
-}
-
-// SAFETY: module and function handles may be used from any thread (the runtime locks
-// internally); the module is only unloaded on drop, when no launch can still use it.
-unsafe impl Send for Module {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Module {}
-
-impl Module {
-    pub(crate) fn load(device: &Device, code: &CodeObject) -> Result<Self, RocmError> {
-        device.bind()?;
-        let hip = device.hip();
-        let mut raw: RawModule = core::ptr::null_mut();
-        // SAFETY: `code` is a complete code object; HIP copies what it needs during the call.
-        hip.check("hipModuleLoadData", unsafe {
-            (hip.api.hipModuleLoadData)(&mut raw, code.bytes.as_ptr().cast())
-        })?;
-        Ok(Self {
-            raw,
-            device: device.clone(),
-        })
-    }
-
-    /// Looks up a kernel by its (unmangled, `extern "C"`) name.
-    pub(crate) fn function(&self, name: &str) -> Result<RawFunction, RocmError> {
-        let hip = self.device.hip();
-        let cname = c_string(name)?;
-        let mut f: RawFunction = core::ptr::null_mut();
-        // SAFETY: `raw` is a loaded module; `cname` is NUL-terminated.
-        hip.check("hipModuleGetFunction", unsafe {
-            (hip.api.hipModuleGetFunction)(&mut f, self.raw, cname.as_ptr())
-        })?;
-        Ok(f)
-    }
-}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        let hip = self.device.hip();
-        if self.device.bind().is_ok() {
-            // SAFETY: `raw` is a loaded module, unloaded once.
-            let _ = unsafe { (hip.api.hipModuleUnload)(self.raw) };
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,19 +266,6 @@ mod tests {
         ] {
             assert!(!valid_target_id(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn arch_names_are_read_only_when_plausible() {
-        let mut field = [0u8; 256];
-        field[..22].copy_from_slice(b"gfx90a:sramecc+:xnack-");
-        assert_eq!(
-            crate::device::parse_arch(&field).as_deref(),
-            Some("gfx90a:sramecc+:xnack-")
-        );
-        assert_eq!(crate::device::parse_arch(&[0u8; 256]), None);
-        assert_eq!(crate::device::parse_arch(b"AMD Instinct MI210\0"), None);
-        assert_eq!(crate::device::parse_arch(b"gfx90a"), None); // no terminator
     }
 
     #[test]

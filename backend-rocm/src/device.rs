@@ -1,9 +1,15 @@
-//! [`Device`]: one ROCm GPU, and the streams and events this crate uses on it.
+//! [`RocmDevice`]: one ROCm GPU with the kernel modules loaded on it, and the streams and events
+//! this crate uses on it.
 
+use crate::compile::{CodeObject, c_string, compile, valid_target_id};
 use crate::error::RocmError;
-use crate::ffi::{self, Hip, RawEvent, RawStream};
+use crate::ffi::{self, Hip, RawEvent, RawFunction, RawModule, RawStream};
 use core::ffi::c_int;
-use std::sync::{Arc, Mutex, OnceLock};
+use specula_core::kernels::{self, TREE_ENTRY};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
+const KERNEL_OPTIONS: &[&str] = &["-DSPECULA_HIP=1"];
 
 /// Number of ROCm devices.
 ///
@@ -47,38 +53,38 @@ pub(crate) struct DeviceInner {
     ordinal: c_int,
     arch: Option<String>,
     /// The verification module, compiled for this device once per process.
-    pub(crate) module: OnceLock<Result<Arc<crate::compile::Module>, RocmError>>,
+    module: OnceLock<Result<Arc<Module>, RocmError>>,
     /// The tree module (`kernels::TREE_SOURCE`), compiled on first tree use
     /// (`RocmDriver::launch_tree`); a failure is not kept, so a later launch tries again.
-    pub(crate) tree: OnceLock<Arc<crate::driver::TreeKernel>>,
+    tree: OnceLock<TreeKernel>,
     /// Serialises that first compile.
-    pub(crate) tree_init: Mutex<()>,
+    tree_init: Mutex<()>,
 }
 
-/// One ROCm GPU. Cheap to clone; every clone (and every `Device::new` of the same ordinal in
+/// One ROCm GPU. Cheap to clone; every clone (and every `RocmDevice::new` of the same ordinal in
 /// this process) shares one compiled kernel module.
 #[derive(Clone)]
-pub struct Device {
+pub struct RocmDevice {
     pub(crate) inner: Arc<DeviceInner>,
 }
 
-impl core::fmt::Debug for Device {
+impl core::fmt::Debug for RocmDevice {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Device")
+        f.debug_struct("RocmDevice")
             .field("ordinal", &self.inner.ordinal)
             .field("arch", &self.inner.arch)
             .finish()
     }
 }
 
-impl Device {
+impl RocmDevice {
     /// Opens device `ordinal`.
     ///
     /// # Errors
     /// [`RocmError::NoRuntime`] without a HIP runtime, [`RocmError::NoDevice`] without a device,
     /// [`RocmError::InvalidDevice`] for an ordinal past the last device.
     pub fn new(ordinal: usize) -> Result<Self, RocmError> {
-        static OPEN: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+        static OPEN: Mutex<Vec<RocmDevice>> = Mutex::new(Vec::new());
         let count = device_count()?;
         if ordinal >= count {
             return Err(RocmError::InvalidDevice { ordinal, count });
@@ -131,7 +137,117 @@ impl Device {
     pub(crate) fn hip(&self) -> &'static Hip {
         self.inner.hip
     }
+
+    /// The verification module (`kernels::SOURCE`), compiled with hiprtc for this device's
+    /// architecture and loaded on the first call, once per device and process.
+    pub(crate) fn module(&self) -> Result<Arc<Module>, RocmError> {
+        self.inner
+            .module
+            .get_or_init(|| {
+                let code = compile(
+                    kernels::SOURCE,
+                    "specula_verify.cu",
+                    self.arch(),
+                    KERNEL_OPTIONS,
+                )?;
+                Module::load(self, &code).map(Arc::new)
+            })
+            .clone()
+    }
+
+    /// The tree entry point (`specula_verify_tree`): compiled with hiprtc and loaded on the
+    /// first call (once per device and process, so chain-only runtimes never compile it); a
+    /// failure is returned, not kept, so a later call tries again.
+    pub(crate) fn tree_function(&self) -> Result<RawFunction, RocmError> {
+        let inner = &self.inner;
+        if let Some(t) = inner.tree.get() {
+            return Ok(t.function);
+        }
+        let _first = inner
+            .tree_init
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = inner.tree.get() {
+            return Ok(t.function);
+        }
+        let code = compile(
+            kernels::TREE_SOURCE,
+            "specula_tree.cu",
+            self.arch(),
+            KERNEL_OPTIONS,
+        )?;
+        let module = Module::load(self, &code)?;
+        let function = module.function(TREE_ENTRY)?;
+        let t = inner.tree.get_or_init(|| TreeKernel {
+            _module: module,
+            function,
+        });
+        Ok(t.function)
+    }
 }
+
+/// A code object loaded on a device (`hipModuleLoadData`), unloaded on drop.
+pub(crate) struct Module {
+    raw: RawModule,
+    device: RocmDevice,
+}
+
+// SAFETY: module and function handles may be used from any thread (the runtime locks
+// internally); the module is only unloaded on drop, when no launch can still use it.
+unsafe impl Send for Module {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Module {}
+
+impl Module {
+    pub(crate) fn load(device: &RocmDevice, code: &CodeObject) -> Result<Self, RocmError> {
+        device.bind()?;
+        let hip = device.hip();
+        let mut raw: RawModule = core::ptr::null_mut();
+        // SAFETY: `code` is a complete code object; HIP copies what it needs during the call.
+        hip.check("hipModuleLoadData", unsafe {
+            (hip.api.hipModuleLoadData)(&mut raw, code.as_bytes().as_ptr().cast())
+        })?;
+        Ok(Self {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// Looks up a kernel by its (unmangled, `extern "C"`) name.
+    pub(crate) fn function(&self, name: &str) -> Result<RawFunction, RocmError> {
+        let hip = self.device.hip();
+        let cname = c_string(name)?;
+        let mut f: RawFunction = core::ptr::null_mut();
+        // SAFETY: `raw` is a loaded module; `cname` is NUL-terminated.
+        hip.check("hipModuleGetFunction", unsafe {
+            (hip.api.hipModuleGetFunction)(&mut f, self.raw, cname.as_ptr())
+        })?;
+        Ok(f)
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let hip = self.device.hip();
+        if self.device.bind().is_ok() {
+            // SAFETY: `raw` is a loaded module, unloaded once.
+            let _ = unsafe { (hip.api.hipModuleUnload)(self.raw) };
+        }
+    }
+}
+
+/// The tree module of a device and its entry point, the handle valid while the module is
+/// loaded (kept here).
+struct TreeKernel {
+    _module: Module,
+    function: RawFunction,
+}
+
+// SAFETY: a function handle may be launched from any thread (the runtime locks internally);
+// its module lives as long as this value.
+unsafe impl Send for TreeKernel {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for TreeKernel {}
 
 /// Reads `gcnArchName` through the newest properties entry point the runtime has. Returns
 /// `None` when the name found there does not look like an AMD target ID.
@@ -155,28 +271,28 @@ fn arch_name(hip: &Hip, ordinal: c_int) -> Result<Option<String>, RocmError> {
 
 /// The NUL-terminated target ID at the start of `field`, if it looks like one (`gfx…`, only
 /// characters valid in a target ID).
-pub(crate) fn parse_arch(field: &[u8]) -> Option<String> {
+fn parse_arch(field: &[u8]) -> Option<String> {
     let end = field.iter().position(|&b| b == 0)?;
     let s = core::str::from_utf8(&field[..end]).ok()?;
-    (s.starts_with("gfx") && crate::compile::valid_target_id(s)).then(|| s.to_owned())
+    (s.starts_with("gfx") && valid_target_id(s)).then(|| s.to_owned())
 }
 
 /// A HIP stream on one device, destroyed on drop.
 #[derive(Debug)]
-pub struct Stream {
+pub struct RocmStream {
     pub(crate) raw: RawStream,
-    device: Device,
+    device: RocmDevice,
 }
 
 // SAFETY: a HIP stream handle may be used from any thread (the HIP runtime locks internally);
 // this crate binds the owning device before each use.
-unsafe impl Send for Stream {}
+unsafe impl Send for RocmStream {}
 // SAFETY: as for `Send`: every operation on the handle goes through the thread-safe runtime.
-unsafe impl Sync for Stream {}
+unsafe impl Sync for RocmStream {}
 
-impl Stream {
+impl RocmStream {
     /// A non-blocking stream (no implicit synchronisation with the null stream).
-    pub(crate) fn new(device: &Device) -> Result<Self, RocmError> {
+    pub(crate) fn new(device: &RocmDevice) -> Result<Self, RocmError> {
         device.bind()?;
         let hip = device.hip();
         let mut raw: RawStream = core::ptr::null_mut();
@@ -201,7 +317,7 @@ impl Stream {
     }
 
     /// Makes later work on this stream wait for `event`.
-    pub(crate) fn wait(&self, event: &Event) -> Result<(), RocmError> {
+    pub(crate) fn wait(&self, event: &RocmEvent) -> Result<(), RocmError> {
         let hip = self.device.hip();
         // SAFETY: both handles are live and belong to the same device.
         hip.check("hipStreamWaitEvent", unsafe {
@@ -210,7 +326,7 @@ impl Stream {
     }
 }
 
-impl Drop for Stream {
+impl Drop for RocmStream {
     fn drop(&mut self) {
         let hip = self.device.hip();
         // Errors cannot be returned from `drop`; a failed bind or destroy leaks the stream.
@@ -223,18 +339,18 @@ impl Drop for Stream {
 
 /// A HIP event without timing, destroyed on drop.
 #[derive(Debug)]
-pub struct Event {
+pub struct RocmEvent {
     raw: RawEvent,
-    device: Device,
+    device: RocmDevice,
 }
 
 // SAFETY: a HIP event handle may be used from any thread (the runtime locks internally).
-unsafe impl Send for Event {}
+unsafe impl Send for RocmEvent {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for Event {}
+unsafe impl Sync for RocmEvent {}
 
-impl Event {
-    pub(crate) fn new(device: &Device) -> Result<Self, RocmError> {
+impl RocmEvent {
+    pub(crate) fn new(device: &RocmDevice) -> Result<Self, RocmError> {
         device.bind()?;
         let hip = device.hip();
         let mut raw: RawEvent = core::ptr::null_mut();
@@ -249,7 +365,7 @@ impl Event {
     }
 
     /// Records the event at the current end of `stream`.
-    pub(crate) fn record(&self, stream: &Stream) -> Result<(), RocmError> {
+    pub(crate) fn record(&self, stream: &RocmStream) -> Result<(), RocmError> {
         let hip = self.device.hip();
         // SAFETY: both handles are live and belong to the same device.
         hip.check("hipEventRecord", unsafe {
@@ -278,10 +394,28 @@ impl Event {
     }
 }
 
-impl Drop for Event {
+impl Drop for RocmEvent {
     fn drop(&mut self) {
         let hip = self.device.hip();
         // SAFETY: `self.raw` is a live event that nothing else owns; it is not used again.
         let _ = unsafe { (hip.api.hipEventDestroy)(self.raw) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_names_are_read_only_when_plausible() {
+        let mut field = [0u8; 256];
+        field[..22].copy_from_slice(b"gfx90a:sramecc+:xnack-");
+        assert_eq!(
+            parse_arch(&field).as_deref(),
+            Some("gfx90a:sramecc+:xnack-")
+        );
+        assert_eq!(parse_arch(&[0u8; 256]), None);
+        assert_eq!(parse_arch(b"AMD Instinct MI210\0"), None);
+        assert_eq!(parse_arch(b"gfx90a"), None); // no terminator
     }
 }

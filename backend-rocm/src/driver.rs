@@ -5,87 +5,22 @@
 //! `hipGraphInstantiate` / `hipGraphLaunch` (libamdhip64 since ROCm 4.3, checked present in
 //! ROCm 5.2); a runtime without them answers [`RocmError::Unsupported`].
 
-use crate::compile::{Module, compile};
-use crate::device::{Device, Event, Stream};
+use crate::device::{Module, RocmDevice, RocmEvent, RocmStream};
 use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
-use crate::memory::{DeviceBuffer, PinnedBuffer};
+use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch,
+    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver,
+    TreeLaunch,
 };
-use specula_core::kernels::{self, TREE_ENTRY};
+use specula_core::kernels;
 use std::sync::Arc;
-
-/// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
-const KERNEL_OPTIONS: &[&str] = &["-DSPECULA_HIP=1"];
 
 /// The compute units the split launch plans for: below this many requests each request's rows
 /// are split over `min(⌈256 / batch⌉, 64)` blocks (about one request per compute unit of an
 /// MI-series GCD; the ROCm backend's split rule before the shared orchestration).
 const SPLIT_BELOW: u32 = 128;
-
-/// The compiled verification module of `device`, compiled once per device and process.
-fn module_for(device: &Device) -> Result<Arc<Module>, RocmError> {
-    device
-        .inner
-        .module
-        .get_or_init(|| {
-            let code = compile(
-                kernels::SOURCE,
-                "specula_verify.cu",
-                device.arch(),
-                KERNEL_OPTIONS,
-            )?;
-            Module::load(device, &code).map(Arc::new)
-        })
-        .clone()
-}
-
-/// The tree module of a device and its entry point (`specula_verify_tree`), the handle valid
-/// while the module is loaded (kept here).
-pub(crate) struct TreeKernel {
-    _module: Module,
-    function: RawFunction,
-}
-
-// SAFETY: as for `Kernels`: a function handle may be launched from any thread; its module
-// lives as long as this value.
-unsafe impl Send for TreeKernel {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for TreeKernel {}
-
-/// The tree entry of `device`: compiled with hiprtc and loaded on the first call (once per
-/// device and process, so chain-only runtimes never compile it); a failure is returned, not
-/// kept.
-fn tree_function(device: &Device) -> Result<RawFunction, RocmError> {
-    let inner = &device.inner;
-    if let Some(t) = inner.tree.get() {
-        return Ok(t.function);
-    }
-    let _first = inner
-        .tree_init
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(t) = inner.tree.get() {
-        return Ok(t.function);
-    }
-    let code = compile(
-        kernels::TREE_SOURCE,
-        "specula_tree.cu",
-        device.arch(),
-        KERNEL_OPTIONS,
-    )?;
-    let module = Module::load(device, &code)?;
-    let function = module.function(TREE_ENTRY)?;
-    let t = inner.tree.get_or_init(|| {
-        Arc::new(TreeKernel {
-            _module: module,
-            function,
-        })
-    });
-    Ok(t.function)
-}
 
 /// The kernel's chain entry points, in the order of `specula_core::gpu::ENTRY_NAMES` (a launch
 /// picks one by `Launch::entry_index`); handles valid while their module is loaded (kept here).
@@ -100,11 +35,11 @@ unsafe impl Send for Kernels {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Kernels {}
 
-/// The HIP runtime on one [`Device`] (a shared handle), with the verification kernel when made
-/// by [`with_kernel`](RocmDriver::with_kernel).
+/// The HIP runtime on one [`RocmDevice`] (a shared handle), with the verification kernel when
+/// made by [`with_kernel`](RocmDriver::with_kernel).
 #[derive(Clone)]
 pub struct RocmDriver {
-    device: Device,
+    device: RocmDevice,
     kernels: Option<Arc<Kernels>>,
 }
 
@@ -117,11 +52,41 @@ impl core::fmt::Debug for RocmDriver {
     }
 }
 
+/// The verification kernel with its device counters (`Counters<K>` plus an error word) on one
+/// ROCm device, ordered on a compute stream of its own: the shared [`GpuVerifier`] over
+/// [`RocmDriver`], with no layer of this crate's own. Make one with [`RocmDevice::verifier`].
+///
+/// Counters live in device memory and are updated by the kernel in the same launch that
+/// verifies (64-bit atomics). Staging, the split entry's scratch, launch, graph capture and
+/// replay, token trees and the host-slice path ([`Verifier`](specula_core::verify::Verifier),
+/// which waits for its outputs) are written once in `specula_core::gpu` and run end to end in
+/// CI over the host driver of `specula-tests`. The step path is
+/// [`launch`](GpuVerifier::launch) on typed views or a
+/// [`VerifyGraph`](specula_core::gpu::VerifyGraph) replay: neither makes a synchronising
+/// call. Its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`RocmError`]`>`, which `?`
+/// turns into a [`RocmError`]. Take its readbacks with
+/// [`RocmReadback::new`](crate::RocmReadback::new), which waits for copies still in flight
+/// before it frees their page-locked memory ([`GpuVerifier::readback`] does not).
+pub type RocmVerifier<const K: usize> = GpuVerifier<RocmDriver, K>;
+
+impl RocmDevice {
+    /// A verifier on this device with its own compute stream and zeroed counters: compiles the
+    /// kernel for the device's architecture with hiprtc (once per device and process) and
+    /// loads it.
+    ///
+    /// # Errors
+    /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
+    /// [`RocmError::Hip`] for any other runtime failure.
+    pub fn verifier<const K: usize>(&self) -> Result<RocmVerifier<K>, RocmError> {
+        Ok(GpuVerifier::new(RocmDriver::with_kernel(self)?)?)
+    }
+}
+
 impl RocmDriver {
     /// The driver of `device`, without the kernel: copies, events and graphs work, a launch
     /// answers [`RocmError::Unsupported`] (what a readback needs).
     #[must_use]
-    pub fn new(device: Device) -> Self {
+    pub fn new(device: RocmDevice) -> Self {
         Self {
             device,
             kernels: None,
@@ -134,8 +99,8 @@ impl RocmDriver {
     /// # Errors
     /// [`RocmError::NoHiprtc`] / [`RocmError::Hiprtc`] when the kernel cannot be compiled,
     /// [`RocmError::Hip`] when loading it fails.
-    pub fn with_kernel(device: &Device) -> Result<Self, RocmError> {
-        let module = module_for(device)?;
+    pub fn with_kernel(device: &RocmDevice) -> Result<Self, RocmError> {
+        let module = device.module()?;
         let mut functions = [core::ptr::null_mut(); ENTRY_NAMES.len()];
         for (f, name) in functions.iter_mut().zip(ENTRY_NAMES) {
             *f = module.function(name)?;
@@ -151,7 +116,7 @@ impl RocmDriver {
 
     /// The device.
     #[must_use]
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &RocmDevice {
         &self.device
     }
 
@@ -166,8 +131,8 @@ impl RocmDriver {
     /// fails.
     pub fn fill_words(
         &self,
-        stream: &Stream,
-        dst: &DeviceBuffer<u64>,
+        stream: &RocmStream,
+        dst: &RocmDeviceBuffer<u64>,
         offset: usize,
         words: &[u32],
     ) -> Result<(), RocmError> {
@@ -204,7 +169,7 @@ impl RocmDriver {
 pub struct RocmGraph {
     graph: RawGraph,
     exec: RawGraphExec,
-    device: Device,
+    device: RocmDevice,
 }
 
 impl core::fmt::Debug for RocmGraph {
@@ -238,7 +203,7 @@ fn bytes_in(words: usize) -> usize {
 }
 
 /// The device address `byte_offset` bytes into `buf` (no dereference here: the kernel reads it).
-fn at(buf: &DeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
+fn at(buf: &RocmDeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
     buf.as_device_ptr()
         .cast::<u8>()
         .wrapping_add(byte_offset)
@@ -247,36 +212,36 @@ fn at(buf: &DeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
 
 impl Driver for RocmDriver {
     type Error = RocmError;
-    type Stream = Arc<Stream>;
-    type Event = Arc<Event>;
-    type Buffer = Arc<DeviceBuffer<u64>>;
-    type HostBuffer = PinnedBuffer<u64>;
+    type Stream = Arc<RocmStream>;
+    type Event = Arc<RocmEvent>;
+    type Buffer = Arc<RocmDeviceBuffer<u64>>;
+    type HostBuffer = RocmPinnedBuffer<u64>;
     type Graph = RocmGraph;
 
-    fn stream(&self) -> Result<Arc<Stream>, RocmError> {
-        Stream::new(&self.device).map(Arc::new)
+    fn stream(&self) -> Result<Arc<RocmStream>, RocmError> {
+        RocmStream::new(&self.device).map(Arc::new)
     }
 
-    fn event(&self) -> Result<Arc<Event>, RocmError> {
-        Event::new(&self.device).map(Arc::new)
+    fn event(&self) -> Result<Arc<RocmEvent>, RocmError> {
+        RocmEvent::new(&self.device).map(Arc::new)
     }
 
-    fn alloc(&self, bytes: usize) -> Result<Arc<DeviceBuffer<u64>>, RocmError> {
-        DeviceBuffer::zeroed(&self.device, bytes.div_ceil(8)).map(Arc::new)
+    fn alloc(&self, bytes: usize) -> Result<Arc<RocmDeviceBuffer<u64>>, RocmError> {
+        RocmDeviceBuffer::zeroed(&self.device, bytes.div_ceil(8)).map(Arc::new)
     }
 
-    fn bytes(buf: &Arc<DeviceBuffer<u64>>) -> usize {
+    fn bytes(buf: &Arc<RocmDeviceBuffer<u64>>) -> usize {
         bytes_in(buf.len())
     }
 
-    fn alloc_host(&self, bytes: usize) -> Result<PinnedBuffer<u64>, RocmError> {
-        PinnedBuffer::new(&self.device, bytes.div_ceil(8))
+    fn alloc_host(&self, bytes: usize) -> Result<RocmPinnedBuffer<u64>, RocmError> {
+        RocmPinnedBuffer::new(&self.device, bytes.div_ceil(8))
     }
 
     fn upload<T: Element>(
         &self,
-        stream: &Arc<Stream>,
-        dst: &Arc<DeviceBuffer<u64>>,
+        stream: &Arc<RocmStream>,
+        dst: &Arc<RocmDeviceBuffer<u64>>,
         offset: usize,
         src: &[T],
     ) -> Result<(), RocmError> {
@@ -306,9 +271,9 @@ impl Driver for RocmDriver {
 
     fn copy(
         &self,
-        stream: &Arc<Stream>,
-        dst: &Arc<DeviceBuffer<u64>>,
-        src: &Arc<DeviceBuffer<u64>>,
+        stream: &Arc<RocmStream>,
+        dst: &Arc<RocmDeviceBuffer<u64>>,
+        src: &Arc<RocmDeviceBuffer<u64>>,
         bytes: usize,
     ) -> Result<(), RocmError> {
         if bytes > Self::bytes(dst) || bytes > Self::bytes(src) {
@@ -331,10 +296,10 @@ impl Driver for RocmDriver {
 
     fn download(
         &self,
-        stream: &Arc<Stream>,
-        dst: &PinnedBuffer<u64>,
+        stream: &Arc<RocmStream>,
+        dst: &RocmPinnedBuffer<u64>,
         dst_offset: usize,
-        src: &Arc<DeviceBuffer<u64>>,
+        src: &Arc<RocmDeviceBuffer<u64>>,
         src_offset: usize,
         bytes: usize,
     ) -> Result<(), RocmError> {
@@ -358,7 +323,12 @@ impl Driver for RocmDriver {
         })
     }
 
-    unsafe fn read_host<T: Element>(&self, buf: &PinnedBuffer<u64>, offset: usize, out: &mut [T]) {
+    unsafe fn read_host<T: Element>(
+        &self,
+        buf: &RocmPinnedBuffer<u64>,
+        offset: usize,
+        out: &mut [T],
+    ) {
         let len = bytes_in(buf.len());
         for (i, x) in out.iter_mut().enumerate() {
             let at = offset + i * T::BYTES;
@@ -373,17 +343,17 @@ impl Driver for RocmDriver {
         }
     }
 
-    fn record(&self, event: &Arc<Event>, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn record(&self, event: &Arc<RocmEvent>, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         self.device.bind()?;
         event.record(stream)
     }
 
-    fn wait(&self, stream: &Arc<Stream>, event: &Arc<Event>) -> Result<(), RocmError> {
+    fn wait(&self, stream: &Arc<RocmStream>, event: &Arc<RocmEvent>) -> Result<(), RocmError> {
         self.device.bind()?;
         stream.wait(event)
     }
 
-    fn query(&self, event: &Arc<Event>) -> Result<Status, RocmError> {
+    fn query(&self, event: &Arc<RocmEvent>) -> Result<Status, RocmError> {
         self.device.bind()?;
         Ok(if event.query()? {
             Status::Ready
@@ -392,16 +362,16 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn sync_event(&self, event: &Arc<Event>) -> Result<(), RocmError> {
+    fn sync_event(&self, event: &Arc<RocmEvent>) -> Result<(), RocmError> {
         self.device.bind()?;
         event.synchronize()
     }
 
-    fn sync_stream(&self, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn sync_stream(&self, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         stream.synchronize()
     }
 
-    fn launch(&self, stream: &Arc<Stream>, l: &Launch<'_, '_, Self>) -> Result<(), RocmError> {
+    fn launch(&self, stream: &Arc<RocmStream>, l: &Launch<'_, '_, Self>) -> Result<(), RocmError> {
         let Some(k) = self.kernels.as_ref() else {
             return Err(RocmError::Unsupported(
                 "kernel launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
@@ -461,7 +431,7 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn begin_capture(&self, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn begin_capture(&self, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         let g = self.graph_api()?;
         self.device.bind()?;
         let hip = self.device.hip();
@@ -471,7 +441,7 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn end_capture(&self, stream: &Arc<Stream>) -> Result<RocmGraph, RocmError> {
+    fn end_capture(&self, stream: &Arc<RocmStream>) -> Result<RocmGraph, RocmError> {
         let g = self.graph_api()?;
         self.device.bind()?;
         let hip = self.device.hip();
@@ -504,7 +474,7 @@ impl Driver for RocmDriver {
         })
     }
 
-    fn replay(&self, graph: &RocmGraph, stream: &Arc<Stream>) -> Result<(), RocmError> {
+    fn replay(&self, graph: &RocmGraph, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
         let g = self.graph_api()?;
         self.device.bind()?;
         let hip = self.device.hip();
@@ -532,7 +502,7 @@ impl TreeDriver for RocmDriver {
                 "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         }
-        tree_function(&self.device).map(|_| ())
+        self.device.tree_function().map(|_| ())
     }
 
     /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
@@ -540,7 +510,7 @@ impl TreeDriver for RocmDriver {
     /// kernel ([`RocmDriver::new`]) answers [`RocmError::Unsupported`], as for chains.
     fn launch_tree(
         &self,
-        stream: &Arc<Stream>,
+        stream: &Arc<RocmStream>,
         l: &TreeLaunch<'_, '_, Self>,
     ) -> Result<(), RocmError> {
         if self.kernels.is_none() {
@@ -548,7 +518,7 @@ impl TreeDriver for RocmDriver {
                 "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         }
-        let function = tree_function(&self.device)?;
+        let function = self.device.tree_function()?;
         let a = l.args;
         let mut values: [*mut c_void; 17] = [
             at(a.shape.buffer(), a.shape.byte_offset()),

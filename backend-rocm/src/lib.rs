@@ -9,14 +9,12 @@ mod error;
 mod ffi;
 mod memory;
 mod readback;
-mod verifier;
 
 pub use compile::{
     COMPILE_OPTIONS, CodeObject, EM_AMDGPU, compile, hiprtc_version, unbundle, valid_target_id,
 };
-pub use device::{Device, Event, Stream, device_count, runtime_version};
-pub use driver::{RocmDriver, RocmGraph};
+pub use device::{RocmDevice, RocmEvent, RocmStream, device_count, runtime_version};
+pub use driver::{RocmDriver, RocmGraph, RocmVerifier};
 pub use error::RocmError;
-pub use memory::{DeviceBuffer, DeviceCopy, PinnedBuffer};
-pub use readback::{DeviceCounters, RocmReadback};
-pub use verifier::RocmVerifier;
+pub use memory::{DeviceCopy, RocmDeviceBuffer, RocmPinnedBuffer};
+pub use readback::RocmReadback;

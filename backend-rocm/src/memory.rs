@@ -1,6 +1,6 @@
-//! Device memory ([`DeviceBuffer`]) and page-locked host memory ([`PinnedBuffer`]).
+//! Device memory ([`RocmDeviceBuffer`]) and page-locked host memory ([`RocmPinnedBuffer`]).
 
-use crate::device::{Device, Stream};
+use crate::device::{RocmDevice, RocmStream};
 use crate::error::RocmError;
 use crate::ffi;
 use core::ffi::c_void;
@@ -26,34 +26,34 @@ fn bytes_of<T>(len: usize) -> Result<usize, RocmError> {
 }
 
 /// `len` elements of `T` in device memory (`hipMalloc`), zeroed at allocation, freed on drop.
-pub struct DeviceBuffer<T: DeviceCopy> {
+pub struct RocmDeviceBuffer<T: DeviceCopy> {
     ptr: *mut c_void,
     len: usize,
-    device: Device,
+    device: RocmDevice,
     _t: PhantomData<T>,
 }
 
 // SAFETY: the buffer owns device memory reachable only through HIP calls, which may be made
 // from any thread; `T` is plain data.
-unsafe impl<T: DeviceCopy> Send for DeviceBuffer<T> {}
+unsafe impl<T: DeviceCopy> Send for RocmDeviceBuffer<T> {}
 // SAFETY: shared references only read the pointer value; device access goes through HIP.
-unsafe impl<T: DeviceCopy> Sync for DeviceBuffer<T> {}
+unsafe impl<T: DeviceCopy> Sync for RocmDeviceBuffer<T> {}
 
-impl<T: DeviceCopy> core::fmt::Debug for DeviceBuffer<T> {
+impl<T: DeviceCopy> core::fmt::Debug for RocmDeviceBuffer<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("DeviceBuffer")
+        f.debug_struct("RocmDeviceBuffer")
             .field("len", &self.len)
             .field("device", &self.device.ordinal())
             .finish()
     }
 }
 
-impl<T: DeviceCopy> DeviceBuffer<T> {
+impl<T: DeviceCopy> RocmDeviceBuffer<T> {
     /// Allocates `len` zeroed elements on `device` (the zeroing completes before this returns).
     ///
     /// # Errors
     /// [`RocmError::Hip`] when allocation fails, [`RocmError::TooLarge`] for absurd sizes.
-    pub fn zeroed(device: &Device, len: usize) -> Result<Self, RocmError> {
+    pub fn zeroed(device: &RocmDevice, len: usize) -> Result<Self, RocmError> {
         let bytes = bytes_of::<T>(len)?;
         device.bind()?;
         let hip = device.hip();
@@ -68,7 +68,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             device: device.clone(),
             _t: PhantomData,
         };
-        let stream = Stream::new(device)?;
+        let stream = RocmStream::new(device)?;
         // SAFETY: `ptr` holds at least `bytes` bytes of device memory owned by `buf`.
         hip.check("hipMemsetAsync", unsafe {
             (hip.api.hipMemsetAsync)(buf.ptr, 0, bytes, stream.raw)
@@ -81,9 +81,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     ///
     /// # Errors
     /// As [`zeroed`](Self::zeroed).
-    pub fn from_host(device: &Device, data: &[T]) -> Result<Self, RocmError> {
+    pub fn from_host(device: &RocmDevice, data: &[T]) -> Result<Self, RocmError> {
         let mut buf = Self::zeroed(device, data.len())?;
-        let stream = Stream::new(device)?;
+        let stream = RocmStream::new(device)?;
         buf.enqueue_upload(data, &stream)?;
         stream.synchronize()?;
         Ok(buf)
@@ -95,7 +95,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// [`RocmError::Hip`] when a copy fails.
     pub fn to_host(&self) -> Result<Vec<T>, RocmError> {
         let mut out = vec![T::default(); self.len];
-        let stream = Stream::new(&self.device)?;
+        let stream = RocmStream::new(&self.device)?;
         let hip = self.device.hip();
         let bytes = bytes_of::<T>(self.len)?;
         // SAFETY: `out` has `bytes` writable bytes and lives until the synchronisation below;
@@ -119,7 +119,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// [`RocmError::LengthMismatch`] if `data` is longer than the buffer, [`RocmError::Hip`] when
     /// the copy fails.
     pub fn copy_from_host(&mut self, data: &[T]) -> Result<(), RocmError> {
-        let stream = Stream::new(&self.device)?;
+        let stream = RocmStream::new(&self.device)?;
         self.enqueue_upload(data, &stream)?;
         stream.synchronize()
     }
@@ -127,7 +127,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Enqueues a copy of `data` into the start of the buffer on `stream`. `data` must stay
     /// unchanged until the stream has passed this point: every caller in this crate
     /// synchronises `stream` before `data` can go away.
-    pub(crate) fn enqueue_upload(&mut self, data: &[T], stream: &Stream) -> Result<(), RocmError> {
+    pub(crate) fn enqueue_upload(
+        &mut self,
+        data: &[T],
+        stream: &RocmStream,
+    ) -> Result<(), RocmError> {
         if data.len() > self.len {
             return Err(RocmError::LengthMismatch {
                 what: "upload",
@@ -163,7 +167,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 
     /// The device the memory is on.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &RocmDevice {
         &self.device
     }
 
@@ -173,7 +177,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
-impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
+impl<T: DeviceCopy> Drop for RocmDeviceBuffer<T> {
     fn drop(&mut self) {
         let hip = self.device.hip();
         if self.device.bind().is_ok() {
@@ -186,20 +190,20 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
 /// `len` elements of page-locked host memory (`hipHostMalloc`), the target of asynchronous
 /// device-to-host copies. Only read once the copy that wrote it has completed.
 #[derive(Debug)]
-pub struct PinnedBuffer<T: DeviceCopy> {
+pub struct RocmPinnedBuffer<T: DeviceCopy> {
     ptr: *mut c_void,
     len: usize,
-    device: Device,
+    device: RocmDevice,
     _t: PhantomData<T>,
 }
 
 // SAFETY: page-locked host memory owned by this value; HIP calls on it may come from any thread.
-unsafe impl<T: DeviceCopy> Send for PinnedBuffer<T> {}
+unsafe impl<T: DeviceCopy> Send for RocmPinnedBuffer<T> {}
 // SAFETY: shared access only reads, and only after the writing copy has completed.
-unsafe impl<T: DeviceCopy> Sync for PinnedBuffer<T> {}
+unsafe impl<T: DeviceCopy> Sync for RocmPinnedBuffer<T> {}
 
-impl<T: DeviceCopy> PinnedBuffer<T> {
-    pub(crate) fn new(device: &Device, len: usize) -> Result<Self, RocmError> {
+impl<T: DeviceCopy> RocmPinnedBuffer<T> {
+    pub(crate) fn new(device: &RocmDevice, len: usize) -> Result<Self, RocmError> {
         let bytes = bytes_of::<T>(len)?;
         device.bind()?;
         let hip = device.hip();
@@ -228,7 +232,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     }
 }
 
-impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
+impl<T: DeviceCopy> Drop for RocmPinnedBuffer<T> {
     fn drop(&mut self) {
         let hip = self.device.hip();
         // SAFETY: `ptr` came from `hipHostMalloc` and is freed exactly once; owners drop their

@@ -1,135 +1,58 @@
-//! [`DeviceCounters`]: counters in device memory; [`RocmReadback`]: their asynchronous readback.
+//! [`RocmReadback`]: asynchronous, never-blocking readback of the device counters — the shared
+//! readback ring of `specula_core::gpu` ([`GpuReadback`]) over the HIP driver glue
+//! ([`RocmDriver`]).
+//!
+//! `start` enqueues, on the compute stream, a device-to-device copy of `stats` into a free
+//! slot's staging buffer (a consistent snapshot: after every kernel enqueued before it, before
+//! any enqueued after it) and records an event; the readback's own copy stream waits for it,
+//! moves the staging buffer to the slot's page-locked host buffer and records the slot's
+//! completion event. `poll` only queries the oldest slot's event. Up to
+//! [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies are in flight, and a stale one can be
+//! abandoned: its slot is set aside until its copy lands. The same code runs end to end in CI
+//! over the host driver of `specula-tests` (`tests/tests/gpu_host.rs`).
+//!
+//! This type is the ring plus one thing: at drop it waits for the copy stream, so no copy still
+//! in flight lands in freed page-locked memory. The shared ring has no `Drop` of its own, which
+//! is why a backend readback type exists at all.
 
-use crate::device::{Device, Stream};
-use crate::driver::RocmDriver;
+use crate::driver::{RocmDriver, RocmVerifier};
 use crate::error::RocmError;
-use crate::memory::DeviceBuffer;
-use core::task::Poll;
-use specula_core::gpu::GpuReadback;
-use specula_core::kernels::{counters_from_stats, error_word, stats_words};
+use specula_core::gpu::{Driver, GpuReadback};
 use specula_core::{Counters, Readback};
-use std::sync::Arc;
+use std::task::Poll;
 
-/// The kernel's `stats` buffer in device memory (`Counters<K>` as `4 + 2K` words, then the
-/// error-flag word; see [`specula_core::kernels`]) and the compute stream whose kernels update
-/// it. Shared (through `Arc`) by a verifier and its readbacks.
-pub struct DeviceCounters<const K: usize> {
-    pub(crate) words: Arc<DeviceBuffer<u64>>,
-    pub(crate) compute: Arc<Stream>,
-    pub(crate) device: Device,
-}
-
-impl<const K: usize> core::fmt::Debug for DeviceCounters<K> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("DeviceCounters")
-            .field("k", &K)
-            .field("device", &self.device)
-            .finish()
-    }
-}
-
-impl<const K: usize> DeviceCounters<K> {
-    /// Zeroed counters on `device`, with a new compute stream.
-    ///
-    /// # Errors
-    /// [`RocmError::Hip`] when allocation or stream creation fails.
-    pub fn new(device: &Device) -> Result<Self, RocmError> {
-        Ok(Self {
-            words: Arc::new(DeviceBuffer::zeroed(device, stats_words(K))?),
-            compute: Arc::new(Stream::new(device)?),
-            device: device.clone(),
-        })
-    }
-
-    /// The counters `words` that `compute`'s kernels update (a verifier's).
-    pub(crate) fn from_parts(
-        words: Arc<DeviceBuffer<u64>>,
-        compute: Arc<Stream>,
-        device: Device,
-    ) -> Self {
-        Self {
-            words,
-            compute,
-            device,
-        }
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
-    /// Reads the counters now, after all work enqueued on the compute stream (blocking).
-    ///
-    /// # Errors
-    /// [`RocmError::Hip`] when the synchronisation or the copy fails.
-    pub fn read_blocking(&self) -> Result<Counters<K>, RocmError> {
-        self.device.bind()?;
-        self.compute.synchronize()?;
-        let words = self.words.to_host()?;
-        counters_from_stats(&words).ok_or(RocmError::LengthMismatch {
-            what: "stats",
-            expected: stats_words(K),
-            actual: words.len(),
-        })
-    }
-
-    /// The kernel's error-flag word after all work enqueued so far (blocking): an OR of
-    /// [`specula_core::kernels::ERR_SHAPE`], `ERR_DRAFT_LEN` and `ERR_TOKEN`, never cleared.
-    /// Only device-buffer launches can set it; host-slice verification validates first.
-    ///
-    /// # Errors
-    /// [`RocmError::Hip`] when the synchronisation or the copy fails.
-    pub fn error_flags(&self) -> Result<u64, RocmError> {
-        self.device.bind()?;
-        self.compute.synchronize()?;
-        let words = self.words.to_host()?;
-        words
-            .get(error_word(K))
-            .copied()
-            .ok_or(RocmError::LengthMismatch {
-                what: "stats",
-                expected: stats_words(K),
-                actual: words.len(),
-            })
-    }
-}
-
-/// The [`Readback`] of [`DeviceCounters`]: the shared readback ring of `specula_core::gpu`
-/// ([`GpuReadback`]) over this crate's HIP driver glue ([`RocmDriver`]).
-///
-/// `start` enqueues, on the compute stream, a device-to-device copy of the counters into a free
-/// slot's staging buffer (so the snapshot is exactly the counters after all work enqueued so
-/// far) and records an event; a separate copy stream waits on that event and copies the staging
-/// buffer to the slot's page-locked host memory, then records the slot's completion event.
-/// `poll` only queries the oldest slot's event (`hipEventQuery`); it never synchronises. Up to
-/// [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies are in flight; a stale one can be
-/// abandoned, its slot reused only once its copy has landed. The same ring runs end to end in
-/// CI over the host driver of `specula-tests` (`tests/tests/gpu_host.rs`).
+/// A [`Readback`] of a [`RocmVerifier`]'s device counters.
 #[derive(Debug)]
 pub struct RocmReadback<const K: usize> {
     inner: GpuReadback<RocmDriver, K>,
-    _counters: Arc<DeviceCounters<K>>,
 }
 
 impl<const K: usize> RocmReadback<K> {
-    /// A readback of `counters`.
+    /// A readback of `verifier`'s counters, snapshotted on its compute stream, with its own
+    /// copy stream, events and page-locked buffers.
     ///
     /// # Errors
-    /// [`RocmError::Hip`] when creating streams, events or buffers fails.
-    pub fn new(counters: Arc<DeviceCounters<K>>) -> Result<Self, RocmError> {
-        let drv = RocmDriver::new(counters.device.clone());
-        let inner = GpuReadback::new(drv, counters.compute.clone(), counters.words.clone())?;
-        Ok(Self {
-            inner,
-            _counters: counters,
-        })
+    /// [`RocmError::Hip`] when creating a stream, an event or a buffer fails.
+    pub fn new(verifier: &RocmVerifier<K>) -> Result<Self, RocmError> {
+        let inner = GpuReadback::new(
+            verifier.driver().clone(),
+            verifier.stream().clone(),
+            verifier.stats().clone(),
+        )?;
+        Ok(Self { inner })
     }
 
-    /// The kernel's error-flag word as of the last completed readback.
+    /// The kernel's error-flag word as of the last completed readback (`kernels::ERR_*` bits):
+    /// non-zero if some request was skipped as invalid.
     #[must_use]
-    pub fn last_error_flags(&self) -> u64 {
+    pub fn error_flags(&self) -> u64 {
         self.inner.error_flags()
+    }
+
+    /// The shared ring this readback is.
+    #[must_use]
+    pub fn ring(&self) -> &GpuReadback<RocmDriver, K> {
+        &self.inner
     }
 }
 
@@ -159,9 +82,9 @@ impl<const K: usize> Readback<K> for RocmReadback<K> {
 
 impl<const K: usize> Drop for RocmReadback<K> {
     fn drop(&mut self) {
-        // The pinned buffers must outlive any copy into them (abandoned ones included); errors
-        // cannot be reported here.
-        let _ = self.inner.copy_stream().synchronize();
+        // The page-locked buffers are freed right after this: let copies still in flight (or
+        // abandoned) land first. Errors cannot be reported from drop.
+        let _ = self.inner.driver().sync_stream(self.inner.copy_stream());
     }
 }
 

@@ -3,13 +3,14 @@
 //! unless `SPECULA_REQUIRE_DEVICE` is set (a GPU host, where a skip would hide a failure).
 
 use specula_core::Counters;
+use specula_core::gpu::GpuError;
 use specula_core::verify::{Check, Method, Verifier};
-use specula_rocm::{RocmReadback, RocmVerifier};
+use specula_rocm::{RocmDevice, RocmReadback, RocmVerifier};
 use specula_tests::conformance::{self, BatchData, K};
 use specula_tests::readback_conformance::{Rig, run_all};
 
 fn verifier() -> Option<RocmVerifier<K>> {
-    match RocmVerifier::<K>::new(0) {
+    match RocmDevice::new(0).and_then(|d| d.verifier::<K>()) {
         Ok(v) => Some(v),
         Err(e) => {
             assert!(
@@ -60,7 +61,7 @@ fn readback_conformance_on_device() {
     let d = conformance::full_layout_batch(&mut conformance::Gen(0x20C3), 3);
     run_all(|| {
         let v = verifier().unwrap();
-        let r = v.readback().unwrap();
+        let r = RocmReadback::new(&v).unwrap();
         Rocm { v, r, d: d.clone() }
     });
 }
@@ -78,37 +79,34 @@ fn step_path_and_graph_replay_on_device() {
     let pool = conformance::full_layout_batch(&mut g, 8);
     let mut staging = Staging::new();
     let mut out = conformance::OutData::new(pool.requests(), pool.k_max);
-    v.gpu_mut()
-        .stage(
-            &mut staging,
-            Method::Rejection,
-            Check::Cheap,
-            &pool.view(),
-            &out.view(),
-        )
-        .unwrap();
+    v.stage(
+        &mut staging,
+        Method::Rejection,
+        Check::Cheap,
+        &pool.view(),
+        &out.view(),
+    )
+    .unwrap();
     let first = staging
-        .write::<K>(&drv, v.gpu().stream(), Method::Rejection, &pool.view())
+        .write::<K>(&drv, v.stream(), Method::Rejection, &pool.view())
         .unwrap();
     // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
     // same buffers (the graph borrows them).
     let graph = match unsafe { v.capture(&first) } {
         Ok(graph) => Some(graph),
-        Err(specula_rocm::RocmError::Unsupported(what)) => {
+        Err(GpuError::Driver(specula_rocm::RocmError::Unsupported(what))) => {
             println!("SKIPPED graph replay: {what}");
             None
         }
         Err(e) => panic!("capture: {e}"),
     };
-    let mut rb = v.readback().unwrap();
+    let mut rb = RocmReadback::new(&v).unwrap();
     let mut want = Counters::<K>::ZERO;
     for i in 0..40 {
         let d = conformance::vary(&mut g, &pool);
         let m = conformance::METHODS[i % 3];
-        let args = staging
-            .write::<K>(&drv, v.gpu().stream(), m, &d.view())
-            .unwrap();
-        let syncs = v.gpu().sync_calls();
+        let args = staging.write::<K>(&drv, v.stream(), m, &d.view()).unwrap();
+        let syncs = v.sync_calls();
         match (&graph, i % 2) {
             (Some(graph), 0) => v.replay(graph).unwrap(),
             // SAFETY: views `Staging::write` returned just above.
@@ -120,7 +118,7 @@ fn step_path_and_graph_replay_on_device() {
             r.unwrap();
             rb.start().unwrap();
         }
-        assert_eq!(v.gpu().sync_calls(), syncs, "step {i} synchronised");
+        assert_eq!(v.sync_calls(), syncs, "step {i} synchronised");
         let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
         let mut o = conformance::OutData::new(d.requests(), d.k_max);
         let flags = v
@@ -148,22 +146,23 @@ fn engine_inputs_on_device() {
     let probe = conformance::full_layout_batch(&mut conformance::Gen(1), 2);
     let mut staging = specula_core::gpu::Staging::new();
     let mut out = conformance::OutData::new(2, probe.k_max);
-    v.gpu_mut()
-        .stage(
-            &mut staging,
-            Method::Greedy,
-            Check::Cheap,
-            &probe.view(),
-            &out.view(),
-        )
-        .unwrap();
+    v.stage(
+        &mut staging,
+        Method::Greedy,
+        Check::Cheap,
+        &probe.view(),
+        &out.view(),
+    )
+    .unwrap();
     let args = staging
-        .write::<K>(v.driver(), v.gpu().stream(), Method::Greedy, &probe.view())
+        .write::<K>(v.driver(), v.stream(), Method::Greedy, &probe.view())
         .unwrap();
     // SAFETY: staged views; dropped at once (probing for graph support).
     match unsafe { v.capture(&args) } {
-        Ok(_) => gpu_inputs::graph_replays(v.gpu_mut(), 0x13_A3D0, 12, || 0),
-        Err(specula_rocm::RocmError::Unsupported(what)) => println!("SKIPPED graphs: {what}"),
+        Ok(_) => gpu_inputs::graph_replays(&mut v, 0x13_A3D0, 12, || 0),
+        Err(GpuError::Driver(specula_rocm::RocmError::Unsupported(what))) => {
+            println!("SKIPPED graphs: {what}")
+        }
         Err(e) => panic!("capture: {e}"),
     }
     gpu_inputs::ragged_logits_at_151936(&mut v);

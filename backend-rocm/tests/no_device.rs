@@ -3,8 +3,9 @@
 
 mod common;
 
+use specula_core::gpu::GpuError;
 use specula_core::verify::Verifier;
-use specula_rocm::{Device, RocmError, RocmVerifier, device_count};
+use specula_rocm::{RocmDevice, RocmError, RocmVerifier, device_count};
 use std::path::Path;
 
 /// What this machine has: `Some(true)` with a ROCm device, `Some(false)` with the runtime but no
@@ -27,22 +28,31 @@ fn constructing_without_a_device_is_a_typed_error() {
         }
         Some(false) => {
             // The runtime loaded and answered; with no /dev/kfd it must say "no device".
-            let err = RocmVerifier::<4>::new(0).expect_err("no device, yet construction succeeded");
+            let err = RocmDevice::new(0)
+                .and_then(|d| d.verifier::<4>())
+                .expect_err("no device, yet construction succeeded");
             assert!(
                 matches!(err, RocmError::NoDevice { code } if code != 0 || !Path::new("/dev/kfd").exists()),
                 "{err:?}"
             );
             assert!(err.to_string().contains("no ROCm device"), "{err}");
-            assert!(matches!(Device::new(0), Err(RocmError::NoDevice { .. })));
-            assert!(matches!(Device::new(7), Err(RocmError::NoDevice { .. })));
+            assert!(matches!(
+                RocmDevice::new(0),
+                Err(RocmError::NoDevice { .. })
+            ));
+            assert!(matches!(
+                RocmDevice::new(7),
+                Err(RocmError::NoDevice { .. })
+            ));
         }
         None => {
             common::skipped(
                 "constructing_without_a_device_is_a_typed_error (partly)",
                 "no HIP runtime; checked the NoRuntime error instead (run scripts/rocm-tools.sh)",
             );
-            let err =
-                RocmVerifier::<4>::new(0).expect_err("no runtime, yet construction succeeded");
+            let err = RocmDevice::new(0)
+                .and_then(|d| d.verifier::<4>())
+                .expect_err("no runtime, yet construction succeeded");
             assert!(matches!(err, RocmError::NoRuntime { .. }), "{err:?}");
         }
     }
@@ -64,6 +74,6 @@ fn runtime_version_is_reported_when_the_runtime_loads() {
 
 #[test]
 fn the_verifier_type_implements_the_core_trait() {
-    fn is_verifier<V: Verifier<4, Error = RocmError>>() {}
+    fn is_verifier<V: Verifier<4, Error = GpuError<RocmError>>>() {}
     is_verifier::<RocmVerifier<4>>();
 }

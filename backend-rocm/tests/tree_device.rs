@@ -6,12 +6,12 @@
 //! SKIPPED and passes without a ROCm device (CI has none), unless `SPECULA_REQUIRE_DEVICE` is set.
 
 use specula_core::gpu::GpuError;
-use specula_rocm::{RocmError, RocmVerifier};
+use specula_rocm::{RocmDevice, RocmError, RocmVerifier};
 use specula_tests::conformance::K;
 use specula_tests::tree::{tree_backend_conformance, tree_step_path_conformance};
 
 fn verifier() -> Option<RocmVerifier<K>> {
-    match RocmVerifier::<K>::new(0) {
+    match RocmDevice::new(0).and_then(|d| d.verifier::<K>()) {
         Ok(v) => Some(v),
         Err(e) => {
             assert!(
@@ -36,7 +36,7 @@ fn tree_step_path_and_graph_replay_on_device() {
     // The orchestration's own count: HIP's pageable uploads wait inside the staging writes,
     // which are not the step path.
     tree_step_path_conformance(
-        v.gpu_mut(),
+        &mut v,
         |v| v.sync_calls(),
         |e| matches!(e, GpuError::Driver(RocmError::Unsupported(_))),
         0xA57E,

@@ -247,6 +247,14 @@ impl From<specula_cuda::CudaError> for BackendError {
     }
 }
 
+/// The CUDA verifier's errors (the shared orchestration's), flattened as the backend's own.
+#[cfg(feature = "cuda")]
+impl From<specula_core::gpu::GpuError<specula_cuda::CudaError>> for BackendError {
+    fn from(e: specula_core::gpu::GpuError<specula_cuda::CudaError>) -> Self {
+        specula_cuda::CudaError::from(e).into()
+    }
+}
+
 #[cfg(feature = "rocm")]
 impl From<specula_rocm::RocmError> for BackendError {
     fn from(e: specula_rocm::RocmError) -> Self {
@@ -260,6 +268,14 @@ impl From<specula_rocm::RocmError> for BackendError {
             verify,
             message: e.to_string(),
         }
+    }
+}
+
+/// The ROCm verifier's errors (the shared orchestration's), flattened as the backend's own.
+#[cfg(feature = "rocm")]
+impl From<specula_core::gpu::GpuError<specula_rocm::RocmError>> for BackendError {
+    fn from(e: specula_core::gpu::GpuError<specula_rocm::RocmError>) -> Self {
+        specula_rocm::RocmError::from(e).into()
     }
 }
 
@@ -317,14 +333,13 @@ impl<const K: usize> Backend<K> {
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => {
                 let device = specula_cuda::CudaDevice::new(spec.index.unwrap_or(0))?;
-                Ok(Self::Cuda(specula_cuda::CudaVerifier::new(
-                    std::sync::Arc::new(device),
-                )?))
+                Ok(Self::Cuda(std::sync::Arc::new(device).verifier()?))
             }
             #[cfg(feature = "rocm")]
-            BackendKind::Rocm => Ok(Self::Rocm(specula_rocm::RocmVerifier::new(
-                spec.index.unwrap_or(0),
-            )?)),
+            BackendKind::Rocm => {
+                let device = specula_rocm::RocmDevice::new(spec.index.unwrap_or(0))?;
+                Ok(Self::Rocm(device.verifier()?))
+            }
             #[allow(unreachable_patterns)] // every kind is compiled in under some feature sets
             kind => Err(BackendError::not_compiled_in(kind)),
         }
@@ -377,9 +392,9 @@ impl<const K: usize> Backend<K> {
         Ok(match self {
             Self::Cpu(v) => AnyReadback::Cpu(v.readback()),
             #[cfg(feature = "cuda")]
-            Self::Cuda(v) => AnyReadback::Cuda(v.readback()?),
+            Self::Cuda(v) => AnyReadback::Cuda(specula_cuda::CudaReadback::new(v)?),
             #[cfg(feature = "rocm")]
-            Self::Rocm(v) => AnyReadback::Rocm(v.readback()?),
+            Self::Rocm(v) => AnyReadback::Rocm(specula_rocm::RocmReadback::new(v)?),
         })
     }
 }

@@ -318,10 +318,10 @@ fn expect_unavailable(backend: &str, what: &[&str]) {
 #[test]
 fn rocm_without_a_device_exits_4() {
     use specula_rocm::RocmError as E;
-    match specula_rocm::RocmVerifier::<8>::new(0) {
+    match specula_rocm::RocmDevice::new(0).and_then(|d| d.verifier::<8>()) {
         Ok(v) => eprintln!(
             "skipped: a ROCm device is present ({:?}), so the no-device path cannot be checked",
-            v.device()
+            v.driver().device()
         ),
         Err(E::NoRuntime { .. }) => expect_unavailable("rocm", &["no ROCm runtime"]),
         Err(E::NoHiprtc { .. }) => expect_unavailable("rocm", &["no hiprtc"]),
@@ -340,8 +340,8 @@ fn rocm_without_a_device_exits_4() {
 #[test]
 fn cuda_without_a_driver_or_device_exits_4() {
     use specula_cuda::CudaError as E;
-    let probe = specula_cuda::CudaDevice::new(0)
-        .and_then(|d| specula_cuda::CudaVerifier::<8>::new(std::sync::Arc::new(d)));
+    let probe =
+        specula_cuda::CudaDevice::new(0).and_then(|d| std::sync::Arc::new(d).verifier::<8>());
     match probe {
         Ok(_) => {
             eprintln!("skipped: a CUDA device is present, so the no-device path cannot be checked")

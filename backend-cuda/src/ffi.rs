@@ -1,6 +1,13 @@
-//! NVRTC, loaded at run time with `libloading` (the seven calls this crate needs).
+//! The raw calls into NVIDIA's libraries, so the rest of the crate never meets a raw status:
 //!
-//! Why not cudarc's NVRTC wrapper: cudarc fixes the library names it tries at build time, from
+//! * the driver API (reached through cudarc) goes through [`call`], which counts every call and
+//!   whether it can block, so a test can assert that the decode-step path (launch, readback
+//!   start, poll) made no synchronising call ([`call_counts`]);
+//! * [`driver_present`] checks that the driver library exports everything this crate calls
+//!   before cudarc touches it (cudarc panics on a missing symbol);
+//! * NVRTC is loaded at run time with `libloading` (the seven calls this crate needs).
+//!
+//! Why NVRTC is not cudarc's wrapper: cudarc fixes the library names it tries at build time, from
 //! the CUDA version feature (`libnvrtc.so`, `.so.12`, ... for the 12.6 API this crate uses), so
 //! a host with only CUDA 13's `libnvrtc.so.13` (a Python wheel, or a toolkit whose unversioned
 //! link is not on the loader path) reports no NVRTC although a working one is installed; and it
@@ -8,11 +15,152 @@
 //! destroy) is unchanged from CUDA 11.2 to 13, so one loader serves every version, and
 //! `SPECULA_NVRTC` may name the library file outright.
 
+use crate::error::CudaError;
 use core::ffi::{c_char, c_int};
+use cudarc::driver::DriverError;
 use libloading::Library;
+use std::cell::Cell;
 use std::ffi::{CString, c_void};
 use std::path::PathBuf;
 use std::sync::OnceLock;
+
+// ------------------------------------------------------------------ the driver, counted
+
+/// Whether a driver call can make the host wait for the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blocking {
+    /// Enqueues work or queries state; returns at once.
+    No,
+    /// May wait for the device (synchronise, pageable copies, allocation, module load).
+    Yes,
+}
+
+/// Driver calls made by this crate on the current thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Every driver call.
+    pub calls: u64,
+    /// The calls that can block the host until the device catches up.
+    pub synchronizing: u64,
+}
+
+thread_local! {
+    static COUNTS: Cell<CallCounts> = const { Cell::new(CallCounts { calls: 0, synchronizing: 0 }) };
+}
+
+/// The driver calls this crate made on the calling thread so far (thread-local, so parallel
+/// tests do not disturb each other). Take one before and one after the code under test.
+#[must_use]
+pub fn call_counts() -> CallCounts {
+    COUNTS.with(Cell::get)
+}
+
+/// Counts one driver call and converts its error.
+pub(crate) fn call<T>(
+    name: &'static str,
+    blocking: Blocking,
+    f: impl FnOnce() -> Result<T, DriverError>,
+) -> Result<T, CudaError> {
+    COUNTS.with(|c| {
+        let mut v = c.get();
+        v.calls += 1;
+        if blocking == Blocking::Yes {
+            v.synchronizing += 1;
+        }
+        c.set(v);
+    });
+    f().map_err(|error| CudaError::Driver { call: name, error })
+}
+
+// ------------------------------------------------------------------ the driver library
+
+/// True if the CUDA driver library loads **and** exports every entry point this crate's path
+/// calls through cudarc ([`DRIVER_SYMBOLS`]). cudarc resolves a driver function on its first
+/// call and panics when the library or the symbol is missing; a stub or partial `libcuda` (a
+/// container's compat shim, a driver older than the API) must give
+/// [`CudaError::NoDriver`](crate::CudaError::NoDriver) instead, so the check runs before cudarc
+/// touches the driver. Checked once per process.
+#[must_use]
+pub fn driver_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    *PRESENT.get_or_init(|| driver_library_complete(&driver_candidates()))
+}
+
+/// The driver entry points (CUDA ≥ 12.0 names) that opening a device, compiling, launching,
+/// graph capture and the readback reach through cudarc.
+pub const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuLaunchKernel",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemsetD8Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+];
+
+/// The file names cudarc's loader tries for the driver, in its order (its Windows names with
+/// a CUDA version in them aside): the first that loads is the one it uses.
+fn driver_candidates() -> Vec<String> {
+    use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
+    let mut names = Vec::new();
+    for lib in ["cuda", "nvcuda"] {
+        names.push(format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}"));
+        names.push(format!("{DLL_PREFIX}{lib}64{DLL_SUFFIX}"));
+        for major in ["13", "12", "11", "10", "9", "1"] {
+            names.push(format!("{DLL_PREFIX}{lib}{DLL_SUFFIX}.{major}"));
+        }
+    }
+    names
+}
+
+/// Whether the first of `candidates` that loads exports every one of [`DRIVER_SYMBOLS`].
+fn driver_library_complete(candidates: &[String]) -> bool {
+    let Some(lib) = candidates.iter().find_map(|name| {
+        // SAFETY: loading the driver runs only its initialisers (cudarc loads the same file);
+        // no symbol is called here.
+        unsafe { Library::new(name) }.ok()
+    }) else {
+        return false;
+    };
+    DRIVER_SYMBOLS.iter().all(|sym| {
+        // SAFETY: the symbol is only looked up, never called, so its type does not matter.
+        unsafe { lib.get::<*const core::ffi::c_void>(sym.as_bytes()) }.is_ok()
+    })
+}
+
+// ------------------------------------------------------------------ NVRTC
 
 /// `nvrtcResult`, read as an integer (never as an enum a later release could extend).
 type Status = c_int;
@@ -126,12 +274,12 @@ fn api() -> Option<&'static Api> {
 }
 
 /// True if an NVRTC library with every call this crate needs could be loaded.
-pub(crate) fn present() -> bool {
+pub(crate) fn rtc_present() -> bool {
     api().is_some()
 }
 
 /// The loaded NVRTC's version (`(major, minor)`), if one loads.
-pub(crate) fn version() -> Option<(i32, i32)> {
+pub(crate) fn rtc_version() -> Option<(i32, i32)> {
     let api = api()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: two valid out-pointers.
@@ -139,9 +287,9 @@ pub(crate) fn version() -> Option<(i32, i32)> {
     (s == SUCCESS).then_some((major, minor))
 }
 
-/// Why [`compile`] failed.
+/// Why [`rtc_compile`] failed.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub(crate) enum RtcFailure {
     /// No NVRTC library loads.
     Missing,
     /// NVRTC refused the program: its log, or the failing call and status.
@@ -158,11 +306,11 @@ impl Drop for Owned<'_> {
     }
 }
 
-fn check(call: &str, s: Status) -> Result<(), Failure> {
+fn check(call: &str, s: Status) -> Result<(), RtcFailure> {
     if s == SUCCESS {
         Ok(())
     } else {
-        Err(Failure::Refused(format!(
+        Err(RtcFailure::Refused(format!(
             "{call} returned NVRTC status {s}"
         )))
     }
@@ -181,9 +329,13 @@ fn read(size: usize, get: impl FnOnce(*mut c_char) -> Status) -> Result<String, 
 }
 
 /// Compiles `source` (named `name` in messages) with `options` and returns the PTX text.
-pub(crate) fn compile(source: &str, name: &str, options: &[String]) -> Result<String, Failure> {
-    let api = api().ok_or(Failure::Missing)?;
-    let nul = |s: &str| CString::new(s).map_err(|_| Failure::Refused(format!("NUL in {s:?}")));
+pub(crate) fn rtc_compile(
+    source: &str,
+    name: &str,
+    options: &[String],
+) -> Result<String, RtcFailure> {
+    let api = api().ok_or(RtcFailure::Missing)?;
+    let nul = |s: &str| CString::new(s).map_err(|_| RtcFailure::Refused(format!("NUL in {s:?}")));
     let src = nul(source)?;
     let cname = nul(name)?;
     let opts = options
@@ -191,7 +343,7 @@ pub(crate) fn compile(source: &str, name: &str, options: &[String]) -> Result<St
         .map(|o| nul(o))
         .collect::<Result<Vec<_>, _>>()?;
     let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-    let n_opts = c_int::try_from(ptrs.len()).map_err(|_| Failure::Refused("options".into()))?;
+    let n_opts = c_int::try_from(ptrs.len()).map_err(|_| RtcFailure::Refused("options".into()))?;
     let mut prog: Program = core::ptr::null_mut();
     // SAFETY: NUL-terminated source and name that outlive the call; no headers.
     let s = unsafe {
@@ -217,7 +369,7 @@ pub(crate) fn compile(source: &str, name: &str, options: &[String]) -> Result<St
         } else {
             String::new()
         };
-        return Err(Failure::Refused(if log.is_empty() {
+        return Err(RtcFailure::Refused(if log.is_empty() {
             format!("nvrtcCompileProgram returned NVRTC status {compiled}")
         } else {
             log
@@ -230,5 +382,5 @@ pub(crate) fn compile(source: &str, name: &str, options: &[String]) -> Result<St
     })?;
     // SAFETY: the buffer `read` passes holds `size` bytes, what NVRTC writes.
     read(size, |p| unsafe { (api.nvrtcGetPTX)(prog.1, p) })
-        .map_err(|s| Failure::Refused(format!("nvrtcGetPTX returned NVRTC status {s}")))
+        .map_err(|s| RtcFailure::Refused(format!("nvrtcGetPTX returned NVRTC status {s}")))
 }
