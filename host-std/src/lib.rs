@@ -10,9 +10,6 @@ pub mod advice;
 pub mod backend;
 pub mod clock;
 pub mod cpu;
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod demo;
 pub mod driver;
 pub mod half_tensors;
 pub mod http;
@@ -20,14 +17,8 @@ pub mod log_sink;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics_bridge;
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod ngram;
 pub mod prom;
 pub mod shutdown;
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod tree_demo;
 pub mod wiring;
 
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].

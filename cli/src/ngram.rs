@@ -78,11 +78,6 @@ impl Vocab {
         self.chars.len()
     }
 
-    /// True if empty.
-    pub fn is_empty(&self) -> bool {
-        self.chars.is_empty()
-    }
-
     /// The id of `c`.
     pub fn id(&self, c: char) -> Option<u32> {
         self.ids.get(&c).copied()
@@ -172,11 +167,6 @@ impl NgramModel {
             tokens: ids.len() as u64,
             contexts,
         })
-    }
-
-    /// The order.
-    pub fn order(&self) -> usize {
-        self.order
     }
 
     /// The vocabulary size.

@@ -317,8 +317,8 @@ fn expect_unavailable(backend: &str, what: &[&str]) {
 #[cfg(feature = "rocm")]
 #[test]
 fn rocm_without_a_device_exits_4() {
-    use specula_rocm::RocmError as E;
-    match specula_rocm::RocmVerifier::<8>::new(0) {
+    use specula::rocm::RocmError as E;
+    match specula::rocm::RocmVerifier::<8>::new(0) {
         Ok(v) => eprintln!(
             "skipped: a ROCm device is present ({:?}), so the no-device path cannot be checked",
             v.device()
@@ -339,9 +339,9 @@ fn rocm_without_a_device_exits_4() {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_without_a_driver_or_device_exits_4() {
-    use specula_cuda::CudaError as E;
-    let probe = specula_cuda::CudaDevice::new(0)
-        .and_then(|d| specula_cuda::CudaVerifier::<8>::new(std::sync::Arc::new(d)));
+    use specula::cuda::CudaError as E;
+    let probe = specula::cuda::CudaDevice::new(0)
+        .and_then(|d| specula::cuda::CudaVerifier::<8>::new(std::sync::Arc::new(d)));
     match probe {
         Ok(_) => {
             eprintln!("skipped: a CUDA device is present, so the no-device path cannot be checked")

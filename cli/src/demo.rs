@@ -1,26 +1,29 @@
 //! The `specula demo` loop: n-gram draft and target models, a real verifier, every sink wired.
 //!
-//! Lives in the library (not only the binary) so tests and the Prometheus check run the very
-//! loop a newcomer runs.
+//! A module of the program, not of the library: its unit tests and the Prometheus check (through
+//! the binary) run the very loop a newcomer runs, and a runtime depending on `specula` compiles
+//! none of it.
 
-use crate::advice::{CostSource, Sources, cost_slot, request_slot};
-use crate::backend::Backend;
-use crate::clock::StdClock;
-use crate::driver::Driver;
-use crate::http::{MetricsServer, ServeError, ServerConfig};
-use crate::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
 use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
-use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
-use crate::shutdown::{Reason, Shutdown, finish};
 use crate::tree_demo::{TreeShape, TreeStep};
-use crate::wiring::{HostReadback, WireError, wire};
-use specula_core::advisor::{
+use specula::advice::{CostSource, Sources, cost_slot, request_slot};
+use specula::backend::Backend;
+use specula::clock::StdClock;
+use specula::driver::Driver;
+use specula::http::{MetricsServer, ServeError, ServerConfig};
+use specula::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
+use specula::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
+use specula::shutdown::{Reason, Shutdown, finish};
+use specula::specula_core::advisor::{
     Advice, AdviceError, CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree,
 };
-use specula_core::verify::{
+use specula::specula_core::verify::{
     Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
 };
-use specula_core::{Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance};
+use specula::specula_core::{
+    Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance,
+};
+use specula::wiring::{WireError, wire};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -190,7 +193,7 @@ impl Default for DemoConfig {
             tree: None,
             request_tokens: 512,
             log_detail: false,
-            advice_window: crate::prom::DEFAULT_ADVICE_WINDOW,
+            advice_window: specula::prom::DEFAULT_ADVICE_WINDOW,
         }
     }
 }
@@ -254,8 +257,6 @@ pub struct DemoSummary {
     pub sample: String,
     /// Where `/metrics` was served.
     pub metrics_addr: Option<SocketAddr>,
-    /// Vocabulary size.
-    pub vocab: usize,
     /// Why the run stopped before its budget, if it did ([`DemoConfig::shutdown`]).
     pub stopped_by: Option<Reason>,
     /// The step timings the advice is computed from: per step, the part that grows with `k`
@@ -743,8 +744,8 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
         }
         let scored = Instant::now();
         self.phases = (
-            crate::clock::duration_ns(drafted - started),
-            crate::clock::duration_ns(scored - drafted),
+            specula::clock::duration_ns(drafted - started),
+            specula::clock::duration_ns(scored - drafted),
             0,
         );
         let mut batch = Batch::dense(
@@ -775,14 +776,14 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
                 .with_min_p(&self.min_p);
         }
         let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut self.accepted),
-            specula_core::verify::TokensOut(&mut self.tokens),
+            specula::specula_core::verify::AcceptedOut(&mut self.accepted),
+            specula::specula_core::verify::TokensOut(&mut self.tokens),
         );
         let verified = self
             .verifier
             .verify(method, Check::Cheap, &batch, &mut out)
             .map_err(|e| DemoError::Verify(format!("{e:?}")));
-        self.phases.2 = crate::clock::duration_ns(scored.elapsed());
+        self.phases.2 = specula::clock::duration_ns(scored.elapsed());
         verified
     }
 
@@ -817,27 +818,9 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
 /// The collector reads the counters through `readback`, the backend's own [`Readback`] of
 /// `verifier`'s counters (`CpuVerifier::readback`, `CudaVerifier::readback`,
 /// `RocmVerifier::readback`): the decode loop never copies counts itself, exactly as a serving
-/// engine would run. For a verifier without a readback, see [`run_host`].
+/// engine would run.
 ///
-/// ```
-/// use specula::cpu::CpuVerifier;
-/// use specula::demo::{self, DemoConfig, MAX_K};
-///
-/// use std::time::Duration;
-///
-/// let cfg = DemoConfig {
-///     max_tokens: Some(40),
-///     duration: None,
-///     log_interval: Duration::from_millis(200),
-///     ..DemoConfig::default()
-/// };
-/// let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
-/// let readback = verifier.readback();
-/// let summary =
-///     demo::run(&cfg, demo::CORPUS, verifier, readback, &mut std::io::sink(), &mut |_| {})
-///         .unwrap();
-/// assert!(summary.totals.emitted_tokens >= 40);
-/// ```
+/// (Run in the tests: `run_on_the_cpu_backend_emits_what_was_asked`.)
 pub fn run<V, R>(
     cfg: &DemoConfig,
     corpus: &str,
@@ -863,35 +846,6 @@ where
     )
 }
 
-/// [`run`] for a verifier that has no [`Readback`] of its own (the core's
-/// [`Reference`](specula_core::verify::Reference)): after every step its
-/// [`totals`](Verifier::totals) are copied into a [`HostReadback`] the collector reads.
-pub fn run_host<V: Verifier<MAX_K>>(
-    cfg: &DemoConfig,
-    corpus: &str,
-    verifier: V,
-    progress_out: &mut dyn Write,
-    on_done: &mut dyn FnMut(&DemoSummary),
-) -> Result<DemoSummary, DemoError> {
-    check_chain(cfg, &verifier)?;
-    run_with(
-        cfg,
-        corpus,
-        |v| ChainStep::new(verifier, cfg, v),
-        HostReadback::<MAX_K>::default(),
-        |s: &mut ChainStep<V>, host: &mut HostReadback<MAX_K>| {
-            let totals = s
-                .verifier
-                .totals()
-                .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
-            host.set(totals);
-            Ok(())
-        },
-        progress_out,
-        on_done,
-    )
-}
-
 /// [`run`] with the token-tree drafter ([`DemoConfig::tree`], required): every step drafts the
 /// full `WIDTH`-ary tree of depth `DEPTH` per request on the draft model (greedy: the
 /// top-`WIDTH` continuations of each node; rejection sampling: `WIDTH` continuations drawn from
@@ -902,25 +856,7 @@ pub fn run_host<V: Verifier<MAX_K>>(
 /// slot, log line, `/metrics` and summary as chains (`specula_tree_drafts_total`,
 /// `specula_tree_draft_tokens_total`, per-depth acceptance in the per-position families).
 ///
-/// ```
-/// use specula::Backend;
-/// use specula::demo::{self, DemoConfig, MAX_K};
-///
-/// let cfg = DemoConfig {
-///     tree: Some("2x3".parse().unwrap()),
-///     max_tokens: Some(40),
-///     duration: None,
-///     ..DemoConfig::default()
-/// };
-/// let verifier = Backend::<MAX_K>::open(&"cpu:1".parse().unwrap()).unwrap();
-/// let readback = verifier.readback().unwrap();
-/// let summary = demo::run_tree(
-///     &cfg, demo::CORPUS, verifier, readback, &mut std::io::sink(), &mut |_| {},
-/// )
-/// .unwrap();
-/// assert_eq!(summary.totals.tree_drafts, summary.totals.drafts);
-/// assert_eq!(summary.totals.tree_draft_tokens, 14 * summary.totals.tree_drafts);
-/// ```
+/// (Run in the tests: `run_tree_counts_every_tree_as_a_draft`.)
 ///
 /// # Errors
 /// As [`run`]; [`DemoError::Config`] without a tree shape, for a depth above [`MAX_K`], a
@@ -1065,7 +1001,7 @@ where
     driver
         .collector_mut()
         .set_deadlines(
-            crate::clock::duration_ns(cfg.log_interval.max(crate::log_sink::MIN_PERIOD)),
+            specula::clock::duration_ns(cfg.log_interval.max(specula::log_sink::MIN_PERIOD)),
             start_ns,
         )
         .map_err(|e| DemoError::Config(e.to_string()))?;
@@ -1160,7 +1096,7 @@ where
         // The outcome (requests that rejected) fits what a rejection saves over a whole
         // acceptance: the bonus token's sampling against the recovered token's.
         if let Some(scaled) = step.scaled_ns() {
-            let total = crate::clock::duration_ns(step_started.elapsed());
+            let total = specula::clock::duration_ns(step_started.elapsed());
             costs.record(&StepTiming {
                 draft_len: step.draft_units(),
                 fixed_ns: total.saturating_sub(scaled),
@@ -1203,7 +1139,7 @@ where
     }
     if let Some(r) = stopped_by {
         log::info!(
-            target: crate::log_sink::TARGET,
+            target: specula::log_sink::TARGET,
             "stopping on {r} after {:.2} s: flushing the counters",
             elapsed.as_secs_f64()
         );
@@ -1223,7 +1159,6 @@ where
         steps,
         sample: vocab.decode(&sample_ids),
         metrics_addr,
-        vocab: v,
         stopped_by,
         costs: *costs.meter(),
         tree: cfg.tree,
@@ -1234,14 +1169,14 @@ where
     if let Some(server) = server {
         if !cfg.linger.is_zero() && cfg.shutdown.requests() <= stop_requests {
             log::info!(
-                target: crate::log_sink::TARGET,
+                target: specula::log_sink::TARGET,
                 "serving final totals on http://{}/metrics for {:.1} s (SIGINT/SIGTERM ends it)",
                 server.local_addr(),
                 cfg.linger.as_secs_f64()
             );
             // Ends early on a request beyond the one that stopped the run (a second signal).
             if cfg.shutdown.wait_for_request(stop_requests, cfg.linger) {
-                log::info!(target: crate::log_sink::TARGET, "linger ended by request");
+                log::info!(target: specula::log_sink::TARGET, "linger ended by request");
             }
         }
         server.shutdown();
@@ -1482,6 +1417,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn run_on_the_cpu_backend_emits_what_was_asked() {
+        use specula::cpu::CpuVerifier;
+        let cfg = DemoConfig {
+            max_tokens: Some(40),
+            duration: None,
+            log_interval: Duration::from_millis(200),
+            ..DemoConfig::default()
+        };
+        let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
+        let readback = verifier.readback();
+        let summary = run(
+            &cfg,
+            CORPUS,
+            verifier,
+            readback,
+            &mut std::io::sink(),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(summary.totals.emitted_tokens >= 40);
+    }
+
+    #[test]
+    fn run_tree_counts_every_tree_as_a_draft() {
+        let cfg = DemoConfig {
+            tree: Some("2x3".parse().unwrap()),
+            max_tokens: Some(40),
+            duration: None,
+            ..DemoConfig::default()
+        };
+        let verifier = Backend::<MAX_K>::open(&"cpu:1".parse().unwrap()).unwrap();
+        let readback = verifier.readback().unwrap();
+        let summary = run_tree(
+            &cfg,
+            CORPUS,
+            verifier,
+            readback,
+            &mut std::io::sink(),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(summary.totals.tree_drafts, summary.totals.drafts);
+        assert_eq!(
+            summary.totals.tree_draft_tokens,
+            14 * summary.totals.tree_drafts
+        );
+    }
+
+    #[test]
     fn check_refuses_every_bad_setting_without_a_corpus() {
         assert!(DemoConfig::default().check().is_ok());
         let bad = [
@@ -1571,7 +1555,6 @@ mod tests {
             steps: 0,
             sample: String::new(),
             metrics_addr: None,
-            vocab: 0,
             stopped_by: None,
             costs,
             tree: None,

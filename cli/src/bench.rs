@@ -1,8 +1,8 @@
 //! `specula bench`: verification throughput over a grid, as a table or JSON.
 
+use crate::demo::MAX_K;
+use crate::ngram::SplitMix64;
 use crate::{Backend, CliError, MethodArg};
-use specula::demo::MAX_K;
-use specula::ngram::SplitMix64;
 use specula::specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
 };
@@ -90,7 +90,7 @@ where
     fill(&mut target_probs, v, &mut rng);
     let draft_ids: Vec<u32> = draft_probs
         .chunks_exact(v)
-        .map(|row| specula::ngram::sample(row, &mut rng))
+        .map(|row| crate::ngram::sample(row, &mut rng))
         .collect();
     let ks = vec![k as u32; b];
     let seeds: Vec<u64> = (0..b as u64).collect();
@@ -117,8 +117,8 @@ where
         )
         .with_draft_probs(&draft_probs);
         let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut accepted),
-            specula_core::verify::TokensOut(&mut tokens),
+            specula::specula_core::verify::AcceptedOut(&mut accepted),
+            specula::specula_core::verify::TokensOut(&mut tokens),
         );
         verifier
             .verify(m, Check::Cheap, &batch, &mut out)

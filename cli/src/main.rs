@@ -1,9 +1,9 @@
 //! The `specula` command: `specula demo` and `specula bench`.
 
+use crate::demo::{DemoConfig, MAX_K};
+use crate::ngram::MAX_ORDER;
 use clap::{Parser, Subcommand, ValueEnum};
-use specula::demo::{self, DemoConfig, MAX_K};
 use specula::log_sink::{LineLogger, MIN_PERIOD};
-use specula::ngram::MAX_ORDER;
 use specula::shutdown::{Reason, Shutdown};
 use specula::specula_core::ErrorKind;
 use specula::specula_core::verify::Method;
@@ -15,7 +15,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+mod demo;
+#[cfg(test)]
+mod demo_log_tests;
+mod ngram;
 mod stdio;
+mod tree_demo;
 
 /// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and docs/PROGRAM.md).
 ///
@@ -183,7 +188,7 @@ struct DemoArgs {
     /// the backend's tree verifier in the live loop: the tree counts go through the log line,
     /// /metrics and the summary like the chain counts.
     #[arg(long, value_name = "WIDTHxDEPTH")]
-    tree: Option<specula::tree_demo::TreeShape>,
+    tree: Option<crate::tree_demo::TreeShape>,
     /// With --tree, instead of the live demo: run the tree and a chain of the same node budget
     /// (k = the tree's draft nodes) from the same prompts for --steps steps each and print their
     /// mean accepted lengths (depth up to 64).
@@ -427,8 +432,8 @@ fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
 
 /// `specula demo --tree WIDTHxDEPTH --compare`: the tree-versus-chain comparison, printed to
 /// stdout. Every setting is checked before the corpus is read.
-fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(), CliError> {
-    let cfg = specula::tree_demo::TreeDemoConfig {
+fn run_tree_demo(a: &DemoArgs, shape: crate::tree_demo::TreeShape) -> Result<(), CliError> {
+    let cfg = crate::tree_demo::TreeDemoConfig {
         shape,
         method: a.method.into(),
         seed: a.seed,
@@ -444,7 +449,7 @@ fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(
         Some(p) => read_corpus(p)?,
         None => demo::CORPUS.to_owned(),
     };
-    let report = specula::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
+    let report = crate::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
         _ => CliError::Run(e.to_string()),
     })?;
