@@ -2,7 +2,8 @@
 
 use crate::demo::MAX_K;
 use crate::ngram::SplitMix64;
-use crate::{Backend, CliError, MethodArg};
+use crate::{CliError, MethodArg, backend_kind};
+use specula::BackendKind;
 use specula::specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
 };
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// Verification backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
-    backend: Backend,
+    #[arg(long, value_parser = backend_kind(), default_value = "cpu")]
+    backend: BackendKind,
     /// Batch sizes (comma separated).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8, 64])]
     batch: Vec<usize>,
@@ -268,7 +269,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let mut out = crate::stdio::stdout();
     // A closed pipe or descriptor, or a full disk, is exit 5, never a panic.
     let failed = |e: std::io::Error| CliError::Output(format!("cannot write to stdout: {e}"));
-    let backend = format!("{:?}", a.backend).to_lowercase();
+    let backend = a.backend.name();
     if a.json {
         let items: Vec<String> = rows
             .iter()

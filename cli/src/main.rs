@@ -66,17 +66,26 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// Where verification runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// The CPU backend.
-    Cpu,
-    /// The core's plain-loop reference (slow, the bit-exact definition).
-    Reference,
-    /// NVIDIA GPUs (build with `--features cuda`).
-    Cuda,
-    /// AMD GPUs (build with `--features rocm`).
-    Rocm,
+/// `--backend`: the library's [`BackendKind`] by its name (what [`BackendSpec`] parses), so
+/// the program names backends exactly as `Backend::open` does, with a help line for each.
+fn backend_kind() -> impl clap::builder::TypedValueParser<Value = BackendKind> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    let help = |k: BackendKind| match k {
+        BackendKind::Cpu => "The CPU backend".to_owned(),
+        BackendKind::Reference => {
+            "The core's plain-loop reference (slow, the bit-exact definition)".to_owned()
+        }
+        BackendKind::Cuda => "NVIDIA GPUs (build with `--features cuda`)".to_owned(),
+        BackendKind::Rocm => "AMD GPUs (build with `--features rocm`)".to_owned(),
+        k => k.to_string(),
+    };
+    PossibleValuesParser::new(BackendKind::ALL.map(|k| PossibleValue::new(k.name()).help(help(k))))
+        .map(|name| {
+            BackendKind::ALL
+                .into_iter()
+                .find(|k| k.name() == name)
+                .expect("one of the possible values")
+        })
 }
 
 /// Verification method names on the command line.
@@ -103,8 +112,8 @@ impl From<MethodArg> for Method {
 #[derive(clap::Args, Debug)]
 struct DemoArgs {
     /// Verification backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
-    backend: Backend,
+    #[arg(long, value_parser = backend_kind(), default_value = "cpu")]
+    backend: BackendKind,
     /// Draft tokens per step.
     #[arg(short, long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=MAX_K as i64))]
     k: u8,
@@ -502,7 +511,7 @@ fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError
         demo::DemoError::ConstLabel(e) => CliError::Usage(format!("bad label: {e}")),
         e => CliError::Usage(e.to_string()),
     })?;
-    if a.backend == Backend::Cpu {
+    if a.backend == BackendKind::Cpu {
         check_threads(a.threads)?;
     }
     Ok(cfg)
@@ -674,18 +683,17 @@ fn check_threads(threads: usize) -> Result<(), CliError> {
 /// [`MAX_THREADS_PER_CPU`] threads per CPU (exit 2 beyond: starting 100 000 threads takes a
 /// minute before it fails).
 pub fn open_backend(
-    backend: Backend,
+    kind: BackendKind,
     threads: usize,
     device: u16,
 ) -> Result<specula::Backend<MAX_K>, CliError> {
-    let (kind, index) = match backend {
-        Backend::Cpu => {
+    let index = match kind {
+        BackendKind::Cpu => {
             check_threads(threads)?;
-            (BackendKind::Cpu, Some(threads))
+            Some(threads)
         }
-        Backend::Reference => (BackendKind::Reference, None),
-        Backend::Cuda => (BackendKind::Cuda, Some(device.into())),
-        Backend::Rocm => (BackendKind::Rocm, Some(device.into())),
+        BackendKind::Reference => None,
+        _ => Some(device.into()), // a GPU backend's device ordinal
     };
     specula::Backend::open(&BackendSpec { kind, index }).map_err(backend_error)
 }
