@@ -11,6 +11,7 @@ pub mod backend;
 pub mod clock;
 pub mod cpu;
 pub mod driver;
+mod exposition;
 pub mod half_tensors;
 pub mod http;
 pub mod log_sink;
