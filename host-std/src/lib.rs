@@ -20,6 +20,7 @@ pub mod log_sink;
 pub mod metrics_bridge;
 pub mod prom;
 pub mod shutdown;
+mod shutdown_request;
 pub mod wiring;
 
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].
