@@ -4,14 +4,17 @@
 //! the binary) run the very loop a newcomer runs, and a runtime depending on `specula` compiles
 //! none of it.
 
-use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
+use crate::ngram::{NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::tree_demo::{TreeShape, TreeStep};
+// The pieces the tree drafter shares with this loop live below both.
+pub use crate::step::{DemoError, MAX_K};
+use crate::step::{Models, Request, Step, check_order, stream_seeds};
 use specula::advice::{CostSource, Sources, cost_slot, request_slot};
 use specula::backend::Backend;
 use specula::clock::StdClock;
 use specula::driver::Driver;
-use specula::http::{MetricsServer, ServeError, ServerConfig};
-use specula::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
+use specula::http::{MetricsServer, ServerConfig};
+use specula::log_sink::{LogSink, MIN_PERIOD};
 use specula::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
 use specula::shutdown::{Reason, Shutdown, finish};
 use specula::specula_core::advisor::{
@@ -23,20 +26,17 @@ use specula::specula_core::verify::{
 use specula::specula_core::{
     Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance,
 };
-use specula::wiring::{WireError, wire};
+use specula::wiring::wire;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The compile-time maximum draft length of the demo's counters.
-pub const MAX_K: usize = 8;
-
 /// The demo's default `model_name` label.
 pub const DEFAULT_MODEL_NAME: &str = "specula-demo-ngram";
 
-/// The corpus shipped with the demo (public-domain texts, see `corpus/README.md`).
-pub const CORPUS: &str = include_str!("../corpus/public-domain.txt");
+// The corpus the models train on, with them (the tree comparison trains on it too).
+pub use crate::ngram::CORPUS;
 
 /// Demo settings.
 #[derive(Clone, Debug)]
@@ -197,52 +197,6 @@ impl Default for DemoConfig {
         }
     }
 }
-
-/// Why the demo stopped with an error.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum DemoError {
-    /// A setting is out of range.
-    Config(String),
-    /// The corpus cannot train the models.
-    Corpus(NgramError),
-    /// The engine label is not usable.
-    Label(WireError),
-    /// A constant label (`model_name` or another) is not usable.
-    ConstLabel(LabelError),
-    /// The metrics server did not start.
-    Serve(ServeError),
-    /// The verifier refused a batch (a bug: the demo builds valid batches).
-    Verify(String),
-    /// A sink thread could not start.
-    Thread(std::io::Error),
-    /// The final counter readback failed (the backend's [`Readback::flush`]); the summary was
-    /// still produced, from the last good snapshot.
-    Readback(String),
-    /// The log thread panicked (its logger did); the summary was still produced.
-    LogThread(LogThreadPanicked),
-    /// A series of runs ([`sweep_k`]) was stopped before its end ([`DemoConfig::shutdown`]).
-    Stopped(Reason),
-}
-
-impl std::fmt::Display for DemoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Config(m) => write!(f, "invalid setting: {m}"),
-            Self::Corpus(e) => write!(f, "cannot train the models on this corpus: {e}"),
-            Self::Label(e) => write!(f, "bad engine label: {e}"),
-            Self::ConstLabel(e) => write!(f, "bad label: {e}"),
-            Self::Serve(e) => e.fmt(f),
-            Self::Verify(e) => write!(f, "verification failed: {e}"),
-            Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
-            Self::Readback(e) => write!(f, "final counter readback failed: {e}"),
-            Self::LogThread(e) => e.fmt(f),
-            Self::Stopped(r) => write!(f, "stopped by {r} before the series of runs finished"),
-        }
-    }
-}
-
-impl std::error::Error for DemoError {}
 
 /// What a demo run produced.
 #[derive(Clone, Debug)]
@@ -542,15 +496,6 @@ impl DemoConfig {
     }
 }
 
-/// Checks an n-gram order before any training.
-pub(crate) fn check_order(order: usize) -> Result<(), DemoError> {
-    if (1..=crate::ngram::MAX_ORDER).contains(&order) {
-        Ok(())
-    } else {
-        Err(DemoError::Corpus(NgramError::BadOrder(order)))
-    }
-}
-
 /// The constant labels of `cfg`: `model_name`, then [`DemoConfig::labels`] in order.
 ///
 /// # Errors
@@ -577,60 +522,6 @@ fn thread_cpu() -> Option<Duration> {
 
 /// Characters of request 0's text kept for the summary.
 const SAMPLE_CHARS: usize = 300;
-
-/// One request of the demo: its prompt, then every token it emitted, and its acceptance (an
-/// engine keeps this with its request state).
-pub(crate) struct Request {
-    pub(crate) history: Vec<u32>,
-    /// Fed with each step's accepted count.
-    pub(crate) acceptance: RequestAcceptance,
-    /// Tokens emitted since the request started.
-    pub(crate) emitted: u64,
-}
-
-/// The demo's two n-gram models over one vocabulary.
-pub(crate) struct Models {
-    pub(crate) target: NgramModel,
-    pub(crate) draft: NgramModel,
-    /// Vocabulary size.
-    pub(crate) vocab: usize,
-    /// History tokens either model reads.
-    pub(crate) keep: usize,
-}
-
-/// One decode step of the demo loop: drafts for every request from its history, verifies the
-/// batch (the verifier counts it), and leaves each request's new tokens. Chains and token
-/// trees are two of these; the loop around them (collector, log line, `/metrics`) is one.
-pub(crate) trait Step {
-    /// Drafts and verifies one step at the requests' stream `offsets`.
-    fn step(
-        &mut self,
-        models: &Models,
-        requests: &[Request],
-        offsets: &[u64],
-        rng: &mut SplitMix64,
-    ) -> Result<(), DemoError>;
-    /// Request `r`'s tokens from the last step: the accepted ones, then the emitted one.
-    fn emitted(&self, r: usize) -> &[u32];
-    /// Draft tokens per request per step (a chain's `k`, a tree's depth).
-    fn draft_len(&self) -> usize;
-    /// What [`scaled_ns`](Self::scaled_ns) grows with: a chain's `k`, a tree's node count.
-    fn draft_units(&self) -> usize {
-        self.draft_len()
-    }
-    /// The part of the last step's time (ns) that grows with its draft length, for the
-    /// advice's cost model ([`CostMeter::record`]); `None` where the step does not time it.
-    fn scaled_ns(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// The request streams' seeds (one per request, from the demo's seed).
-pub(crate) fn stream_seeds(seed: u64, b: usize) -> Vec<u64> {
-    (0..b as u64)
-        .map(|i| seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect()
-}
 
 /// The chain drafter: `k` tokens per request from the draft model, verified by any
 /// [`Verifier`], as probabilities or (with [`Sampling`]) logits and filters.

@@ -20,6 +20,7 @@ mod demo;
 mod demo_log_tests;
 mod ngram;
 mod stdio;
+mod step;
 mod tree_demo;
 
 /// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and docs/PROGRAM.md).

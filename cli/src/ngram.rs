@@ -7,6 +7,9 @@
 
 use std::collections::HashMap;
 
+/// The corpus the demo's models train on by default (public-domain texts, see `corpus/README.md`).
+pub const CORPUS: &str = include_str!("../corpus/public-domain.txt");
+
 /// Why a model could not be trained.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -10,8 +10,8 @@
 //! from the same prompts and count in their own verifier's counters, so the accepted length per
 //! step is read from the same counters the exporters read.
 
-use crate::demo::{DemoError, MAX_K, Models, Request, Step};
 use crate::ngram::{NgramModel, SplitMix64, Vocab, argmax, sample};
+use crate::step::{DemoError, MAX_K, Models, Request, Step};
 use specula::backend::Backend;
 use specula::cpu::CpuVerifier;
 use specula::specula_core::Counters;
@@ -208,8 +208,8 @@ impl TreeDemoConfig {
                 self.shape.nodes() + 1
             )));
         }
-        crate::demo::check_order(self.target_order)?;
-        crate::demo::check_order(self.draft_order)?;
+        crate::step::check_order(self.target_order)?;
+        crate::step::check_order(self.draft_order)?;
         Ok(())
     }
 }
@@ -266,7 +266,7 @@ fn full_tree(
     (parents, tokens, paths)
 }
 
-/// The live demo's tree drafter ([`crate::demo::run_tree`]): per request and step, the full
+/// The live demo's tree drafter (`demo::run_tree`): per request and step, the full
 /// tree of `shape` on the draft model (sampled children with their draft rows for rejection
 /// sampling, the top-`WIDTH` for greedy), verified by the backend's tree verifier, which
 /// counts it (`Counters::record_tree`) where the demo's collector reads.
@@ -635,7 +635,7 @@ mod tests {
                 draft_order: 2,
                 threads: 1,
             };
-            let r = compare(crate::demo::CORPUS, &cfg).unwrap();
+            let r = compare(crate::ngram::CORPUS, &cfg).unwrap();
             assert_eq!(r.tree.drafts, 160);
             assert_eq!(r.chain.drafts, 160);
             assert_eq!(r.chain.draft_tokens, 160 * 12);
