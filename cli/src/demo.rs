@@ -12,7 +12,6 @@ use crate::step::{Models, Request, Step, check_order, stream_seeds};
 use specula::advice::{CostSource, Sources, cost_slot, request_slot};
 use specula::backend::Backend;
 use specula::clock::StdClock;
-use specula::driver::Driver;
 use specula::http::{MetricsServer, ServerConfig};
 use specula::log_sink::{LogSink, MIN_PERIOD};
 use specula::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
@@ -26,6 +25,7 @@ use specula::specula_core::verify::{
 use specula::specula_core::{
     Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance,
 };
+use specula::ticker::Ticker;
 use specula::wiring::wire;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -887,7 +887,7 @@ where
     // One start for the log grid and the collector's deadlines: the collector times its
     // readbacks so that one has been published before each log tick.
     let start_ns = clock.now_ns();
-    let mut driver = Driver::new(readback, writer, cfg.collect_interval, clock)
+    let mut driver = Ticker::new(readback, writer, cfg.collect_interval, clock)
         .map_err(|e| DemoError::Config(e.to_string()))?;
     driver
         .collector_mut()

@@ -10,7 +10,6 @@ pub mod advice;
 pub mod backend;
 pub mod clock;
 pub mod cpu;
-pub mod driver;
 mod exposition;
 pub mod half_tensors;
 pub mod http;
@@ -21,6 +20,7 @@ pub mod metrics_bridge;
 pub mod prom;
 pub mod shutdown;
 mod shutdown_request;
+pub mod ticker;
 pub mod wiring;
 
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].
@@ -43,8 +43,8 @@ pub use specula_rocm as rocm;
 
 pub use backend::{AnyReadback, Backend, BackendError, BackendKind, BackendSpec};
 pub use clock::StdClock;
-pub use driver::Driver;
 pub use log_sink::{LineLogger, LogSink, LogThread, Logged};
 pub use prom::SpecCollector;
 pub use shutdown::Shutdown;
+pub use ticker::Ticker;
 pub use wiring::{HostReadback, Slots, Wired, wire, wire_ranks};

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use specula::shutdown::{Reason, Shutdown, finish};
-//! use specula::{Driver, HostReadback, LogSink, StdClock, wire};
+//! use specula::{Ticker, HostReadback, LogSink, StdClock, wire};
 //! use specula::specula_core::Clock;
 //! use std::time::Duration;
 //!
@@ -18,7 +18,7 @@
 //! let clock = StdClock::new();
 //! let writer = wired.writers.into_iter().next().unwrap();
 //! let mut driver =
-//!     Driver::new(HostReadback::<4>::default(), writer, Duration::from_secs(5), clock).unwrap();
+//!     Ticker::new(HostReadback::<4>::default(), writer, Duration::from_secs(5), clock).unwrap();
 //! let log = LogSink::new(&wired.slots, Duration::from_secs(5), clock.now_ns(), log::Level::Info)
 //!     .unwrap()
 //!     .spawn(clock)
@@ -39,8 +39,8 @@
 //! assert_eq!(done.totals.counters.drafts, 3); // nothing counted is lost
 //! ```
 
-use crate::driver::Driver;
 use crate::log_sink::{LogThread, LogThreadPanicked, Logged};
+use crate::ticker::Ticker;
 // The request lives below this module and `log_sink` (whose `LineLogger` raises one on a failed
 // write), so that `finish`, which stops the log thread, can sit above both.
 pub use crate::shutdown_request::{Reason, Shutdown};
@@ -61,13 +61,13 @@ pub struct Finished<E, const K: usize> {
 }
 
 /// The shutdown order that loses no count: the collector's final blocking readback
-/// ([`Driver::flush`]) publishes everything counted so far, then the log thread (if any)
+/// ([`Ticker::flush`]) publishes everything counted so far, then the log thread (if any)
 /// logs its last line and stops. Prometheus and other scrape-time readers read the slot and
 /// need nothing. Returns the final totals; never panics, even if the log thread did.
 ///
 /// For several ranks, flush every driver first, then stop the log thread.
 pub fn finish<R, const K: usize>(
-    driver: &mut Driver<R, K>,
+    driver: &mut Ticker<R, K>,
     log: Option<LogThread<K>>,
 ) -> Finished<R::Error, K>
 where

@@ -2,7 +2,7 @@
 
 use specula::specula_core::StepTiming;
 use specula::specula_core::{Clock, Collector, Counters, Readback, Snapshot, Tick};
-use specula::{Driver, HostReadback, LineLogger, LogSink, Shutdown, StdClock, wire};
+use specula::{HostReadback, LineLogger, LogSink, Shutdown, StdClock, Ticker, wire};
 use std::sync::{Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -87,7 +87,7 @@ fn every_log_tick_after_the_first_collection_logs_and_deltas_sum_to_totals() {
     let wired = wire::<4, _>([label]).unwrap();
     let clock = StdClock::new();
     let writer = wired.writers.into_iter().next().unwrap();
-    let mut driver = Driver::new(
+    let mut driver = Ticker::new(
         HostReadback::<4>::default(),
         writer,
         Duration::from_millis(50),
@@ -174,7 +174,7 @@ fn log_thread_flushes_the_last_counts_at_shutdown() {
     let wired = wire::<4, _>(["threaded"]).unwrap();
     let clock = StdClock::new();
     let writer = wired.writers.into_iter().next().unwrap();
-    let mut driver = Driver::new(
+    let mut driver = Ticker::new(
         HostReadback::<4>::default(),
         writer,
         Duration::from_millis(30),
@@ -238,7 +238,7 @@ impl Readback<4> for Stallable {
 
 const S: u64 = 1_000_000_000;
 
-/// Ticks the collector twice at `now` (start, then poll), as `Driver::step` does.
+/// Ticks the collector twice at `now` (start, then poll), as `Ticker::step` does.
 fn collect(c: &mut Collector<'static, Stallable, 4>, now: u64) {
     if let Tick::Started = c.tick(now) {
         c.tick(now);
