@@ -43,7 +43,7 @@ pack)
     cargo test -p specula-cuda --release --test device --no-run --message-format=json >"$list"
     cargo test -p specula-cuda --release --test tree_device --no-run --message-format=json >>"$list"
     cargo bench -p specula-cuda --bench grid --no-run --message-format=json >>"$list"
-    cargo build --release -p specula --features cuda,cli --bin specula
+    cargo build --release -p specula-cli --features cuda --bin specula
     cp target/release/specula "$dir/specula"
     python3 - "$list" "$dir" <<'PY'
 import json, shutil, sys, os

@@ -12,7 +12,8 @@
 #                 features), plus only the integration crate the example shows (EXTRA_DEPS).
 #   4. publish    `cargo publish --workspace --dry-run` (packages every published crate, with
 #                 its licence files, and builds each from its package), and the file lists.
-#   5. MSRV       `cargo +<rust-version> check --locked` of the library crates, all features.
+#   5. MSRV       `cargo +<rust-version> check --locked` of the library crates, all features,
+#                 and of the program (`specula-cli`).
 #
 # Each step prints its name and its time; the run fails if any step fails (all steps run).
 # A step whose tool is missing (nightly, the MSRV toolchain, network for the dry run) prints
@@ -237,12 +238,12 @@ msrv_check() {
         skip "MSRV check: toolchain $msrv could not be installed"
         return
     fi
-    local features=specula/metrics,specula/http,specula/cli,specula/cuda,specula/rocm
+    local features=specula/metrics,specula/http,specula/cuda,specula/rocm
     rustup run "$msrv" rustc --version
     # --locked: the committed Cargo.lock, as a user building at the MSRV would resolve it with
     # the MSRV-aware resolver (resolver 3).
     CARGO_TARGET_DIR="$scratch/msrv" cargo "+$msrv" check --locked \
-        -p specula-core -p specula-cuda -p specula-rocm -p specula --features "$features" &&
+        -p specula-core -p specula-cuda -p specula-rocm -p specula -p specula-cli --features "$features" &&
         CARGO_TARGET_DIR="$scratch/msrv" cargo "+$msrv" check --locked -p specula-core --no-default-features
 }
 

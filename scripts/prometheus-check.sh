@@ -14,7 +14,7 @@
 # Takes about a minute after the build; nothing is downloaded at test time beyond the
 # prometheus package when it is missing.
 #
-# Env: SPECULA_BIN (prebuilt binary; default: cargo build --release -p specula --features cli),
+# Env: SPECULA_BIN (prebuilt binary; default: cargo build --release -p specula-cli),
 #      DEMO_PORT (default 19464), PROM_PORT (default 19090).
 set -euo pipefail
 
@@ -44,7 +44,7 @@ fi
 command -v curl >/dev/null || fail "curl is required"
 
 if [[ -z "${SPECULA_BIN:-}" ]]; then
-  (cd "$root" && cargo build --release -q -p specula --features cli)
+  (cd "$root" && cargo build --release -q -p specula-cli)
   SPECULA_BIN="${CARGO_TARGET_DIR:-$root/target}/release/specula"
 fi
 [[ -x "$SPECULA_BIN" ]] || fail "no specula binary at $SPECULA_BIN"

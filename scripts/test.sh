@@ -49,7 +49,7 @@ esac
 target="${CARGO_TARGET_DIR:-$root/target}"
 start=$(date +%s)
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/cli,specula/axum
+FEATURES=specula/metrics,specula/cuda,specula/rocm,specula/http,specula/axum
 
 work="$(mktemp -d)"
 SPECULA_SKIP_LOG="$work/skipped"
@@ -357,7 +357,7 @@ package_check() {
 }
 
 prometheus_checks() {
-    cargo build -q --release -p specula --features cli
+    cargo build -q --release -p specula-cli
     SPECULA_BIN="$target/release/specula" scripts/prometheus-check.sh
     # Again on the tree drafter: the tree families, the dashboard's tree panels with data.
     SPECULA_BIN="$target/release/specula" DEMO_ARGS="--tree 2x4" scripts/prometheus-check.sh

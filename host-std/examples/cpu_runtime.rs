@@ -1,5 +1,5 @@
 //! A runtime's decode loop on the CPU backend, with its metrics: the verifier counts while it
-//! verifies, a [`Driver`] collects once per step (never blocking), the `metrics` facade and a
+//! verifies, a [`Ticker`] collects once per step (never blocking), the `metrics` facade and a
 //! log line read the slot on their own schedules, and `flush()` at shutdown loses nothing.
 //!
 //! `cargo run -p specula --example cpu_runtime --features metrics`
@@ -10,7 +10,7 @@ use specula::specula_core::verify::{
     AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut,
 };
 use specula::specula_core::{Counters, Report};
-use specula::{Driver, StdClock, wire};
+use specula::{StdClock, Ticker, wire};
 use std::time::Duration;
 
 /// The longest draft the counters track per position.
@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One rank: its slot's unique writer goes to the driver, the slots to every consumer.
     let wired = wire::<K, _>(["rank0"])?;
     let writer = wired.writers.into_iter().next().ok_or("no writer")?;
-    let mut driver = Driver::new(
+    let mut driver = Ticker::new(
         verifier.readback(),
         writer,
         Duration::from_millis(10),

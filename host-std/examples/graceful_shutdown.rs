@@ -9,7 +9,7 @@
 use specula::log;
 use specula::shutdown::{Reason, Shutdown, finish};
 use specula::specula_core::{Clock, Counters};
-use specula::{Driver, HostReadback, LineLogger, LogSink, StdClock, wire};
+use specula::{HostReadback, LineLogger, LogSink, StdClock, Ticker, wire};
 use std::time::Duration;
 
 const K: usize = 4;
@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let wired = wire::<K, _>(["rank0"])?;
     let clock = StdClock::new();
     let writer = wired.writers.into_iter().next().ok_or("no slot wired")?;
-    let mut driver = Driver::new(
+    let mut driver = Ticker::new(
         HostReadback::<K>::default(),
         writer,
         Duration::from_millis(20),

@@ -4,7 +4,7 @@
 //! `cargo run -p specula --example ranks`
 
 use specula::prom::{Format, Options, SpecCollector, render};
-use specula::{Driver, HostReadback, StdClock, wire_ranks};
+use specula::{HostReadback, StdClock, Ticker, wire_ranks};
 use std::time::Duration;
 
 const K: usize = 4;
@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::thread::spawn(move || -> Result<(), String> {
                 // Each rank counts on the host here (a GPU backend's readback would take its
                 // place) and collects on its own grid.
-                let mut driver = Driver::new(
+                let mut driver = Ticker::new(
                     HostReadback::<K>::default(),
                     writer,
                     Duration::from_millis(5),

@@ -29,7 +29,8 @@
 //! With the `http` feature, `MetricsServer` serves `/metrics` on its own thread (hyper 1 on a
 //! one-thread tokio runtime) with bounds an exposed endpoint needs; see its documentation.
 
-use crate::prom::Format;
+// Negotiation lives below this module and `prom`, which both need the formats.
+pub use crate::exposition::negotiate;
 
 #[cfg(feature = "http")]
 mod server;
@@ -100,180 +101,12 @@ pub fn scrape<'a>(
     let Some(format) = negotiate(any.then_some(joined.as_str())) else {
         return Scrape::error(406, "Not Acceptable");
     };
-    match crate::prom::render(registry, format) {
+    match crate::exposition::render(registry, format) {
         Ok(body) => Scrape {
             status: 200,
             content_type: format.content_type(),
             body,
         },
         Err(_) => Scrape::error(500, "Internal Server Error"),
-    }
-}
-
-/// The format to answer a request whose `Accept` header is `accept` with (RFC 9110 §12.5.1):
-/// the acceptable format with the highest quality value, `None` when neither is acceptable
-/// (answer `406 Not Acceptable`).
-///
-/// * Each media range's quality is its `q` parameter (0 to 1, at most three decimals; default
-///   1); a malformed `q` makes the range count as `q=0`, as do ranges that are not
-///   `type/subtype`.
-/// * A format takes the quality of the most specific range that matches it
-///   (`application/openmetrics-text` before `application/*` before `*/*`), so
-///   `application/openmetrics-text;q=0, */*` excludes OpenMetrics.
-/// * Media types and parameter names compare case-insensitively.
-/// * On equal quality the more specific match wins, then the range listed first; when all else
-///   is equal the classic text format, which every scraper reads.
-/// * No header (or an empty one) accepts anything: the text format.
-///
-/// Several `Accept` header lines are one list: join their values with `,`.
-pub fn negotiate(accept: Option<&str>) -> Option<Format> {
-    let accept = match accept {
-        Some(a) if !a.trim().is_empty() => a,
-        _ => return Some(Format::Text),
-    };
-    // Per format: (quality in thousandths, specificity, position of the range) of its best match.
-    let mut best: [Option<(u16, u8, usize)>; 2] = [None, None];
-    for (pos, range) in accept.split(',').enumerate() {
-        let range = range.trim();
-        if range.is_empty() {
-            continue;
-        }
-        let mut parts = range.split(';');
-        let media = parts.next().unwrap_or("").trim();
-        let mut q = Some(1000u16);
-        for p in parts {
-            let Some((name, value)) = p.split_once('=') else {
-                continue;
-            };
-            if name.trim().eq_ignore_ascii_case("q") {
-                q = parse_q(value.trim());
-            }
-        }
-        let q = q.unwrap_or(0);
-        let Some((ty, sub)) = media.split_once('/') else {
-            continue;
-        };
-        let (ty, sub) = (ty.trim(), sub.trim());
-        for (i, (fty, fsub)) in [("application", "openmetrics-text"), ("text", "plain")]
-            .into_iter()
-            .enumerate()
-        {
-            let specificity = if ty.eq_ignore_ascii_case(fty) && sub.eq_ignore_ascii_case(fsub) {
-                2
-            } else if ty.eq_ignore_ascii_case(fty) && sub == "*" {
-                1
-            } else if ty == "*" && sub == "*" {
-                0
-            } else {
-                continue;
-            };
-            // The most specific range decides the quality; among equally specific ones the
-            // first listed.
-            match best[i] {
-                Some((_, s, _)) if s >= specificity => {}
-                _ => best[i] = Some((q, specificity, pos)),
-            }
-        }
-    }
-    let score = |b: Option<(u16, u8, usize)>| match b {
-        Some((q, s, pos)) if q > 0 => Some((q, s, std::cmp::Reverse(pos))),
-        _ => None,
-    };
-    match (score(best[0]), score(best[1])) {
-        (None, None) => None,
-        (Some(_), None) => Some(Format::OpenMetrics),
-        (None, Some(_)) => Some(Format::Text),
-        (Some(om), Some(text)) if om > text => Some(Format::OpenMetrics),
-        (Some(_), Some(_)) => Some(Format::Text),
-    }
-}
-
-/// A `qvalue` (RFC 9110 §12.4.2) in thousandths, `None` when malformed.
-fn parse_q(v: &str) -> Option<u16> {
-    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
-    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let mut thousandths = 0u16;
-    for (i, b) in frac.bytes().enumerate() {
-        thousandths += u16::from(b - b'0') * [100, 10, 1][i];
-    }
-    match int {
-        "0" => Some(thousandths),
-        "1" if thousandths == 0 => Some(1000),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn negotiation_follows_quality_values() {
-        use Format::{OpenMetrics as Om, Text};
-        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
-                          application/openmetrics-text;version=0.0.1;q=0.5,\
-                          text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,\
-                          text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
-        for (accept, want) in [
-            (None, Some(Text)),
-            (Some(""), Some(Text)),
-            (Some("*/*"), Some(Text)),
-            (Some("text/plain"), Some(Text)),
-            (Some("application/openmetrics-text"), Some(Om)),
-            (Some(prometheus), Some(Om)),
-            (Some("application/openmetrics-text;q=0"), None),
-            (Some("application/openmetrics-text;q=0, */*"), Some(Text)),
-            (
-                Some("application/openmetrics-text;Q=0.0, text/plain"),
-                Some(Text),
-            ),
-            (
-                Some("text/plain;q=0.1, application/openmetrics-text;q=0.2"),
-                Some(Om),
-            ),
-            (
-                Some("text/plain;q=0.3, application/openmetrics-text;q=0.2"),
-                Some(Text),
-            ),
-            (Some("APPLICATION/OPENMETRICS-TEXT"), Some(Om)),
-            (
-                Some("Application/OpenMetrics-Text; Version=1.0.0"),
-                Some(Om),
-            ),
-            (Some("application/*"), Some(Om)),
-            (Some("application/*;q=0.9, text/*;q=0.8"), Some(Om)),
-            (
-                Some("application/*, application/openmetrics-text;q=0"),
-                None,
-            ),
-            (Some("application/openmetrics-text, text/plain"), Some(Om)),
-            (Some("text/plain, application/openmetrics-text"), Some(Text)),
-            (Some("application/json"), None),
-            (Some("text/plain;q=0, */*;q=0.5"), Some(Om)),
-            (Some("*/*;q=0.5, text/plain;q=0"), Some(Om)),
-            (Some("application/openmetrics-text;q=1.5"), None),
-            (Some("application/openmetrics-text;q=0.0001"), None),
-            (
-                Some("application/openmetrics-text;q=abc, text/plain;q=0.1"),
-                Some(Text),
-            ),
-            (Some("garbage, ,;;,==,/,"), None),
-        ] {
-            assert_eq!(negotiate(accept), want, "{accept:?}");
-        }
-    }
-
-    #[test]
-    fn qvalues_parse_strictly() {
-        assert_eq!(parse_q("1"), Some(1000));
-        assert_eq!(parse_q("1.000"), Some(1000));
-        assert_eq!(parse_q("0.5"), Some(500));
-        assert_eq!(parse_q("0.125"), Some(125));
-        assert_eq!(parse_q("0"), Some(0));
-        for bad in ["1.001", "2", "-0", "0.1234", "", ".5", "0.x", "1e0"] {
-            assert_eq!(parse_q(bad), None, "{bad}");
-        }
     }
 }

@@ -10,24 +10,17 @@ pub mod advice;
 pub mod backend;
 pub mod clock;
 pub mod cpu;
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod demo;
-pub mod driver;
+mod exposition;
 pub mod half_tensors;
 pub mod http;
 pub mod log_sink;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics_bridge;
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod ngram;
 pub mod prom;
 pub mod shutdown;
-#[cfg(feature = "cli")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod tree_demo;
+mod shutdown_request;
+pub mod ticker;
 pub mod wiring;
 
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].
@@ -50,8 +43,8 @@ pub use specula_rocm as rocm;
 
 pub use backend::{AnyReadback, Backend, BackendError, BackendKind, BackendSpec};
 pub use clock::StdClock;
-pub use driver::Driver;
 pub use log_sink::{LineLogger, LogSink, LogThread, Logged};
 pub use prom::SpecCollector;
 pub use shutdown::Shutdown;
+pub use ticker::Ticker;
 pub use wiring::{HostReadback, Slots, Wired, wire, wire_ranks};

@@ -7,7 +7,7 @@
 
 use crate::advice::{CostReading, Sources};
 use crate::clock::{StdClock, duration_ns};
-use crate::shutdown::{Reason, Shutdown};
+use crate::shutdown_request::{Reason, Shutdown};
 use crate::wiring::Slots;
 use specula_core::{Clock, Cursor, Interval, Report, Snapshot, Taken, VllmReport, ZeroPeriod};
 use std::io::Write;

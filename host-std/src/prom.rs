@@ -30,6 +30,8 @@
 
 use crate::advice::{CostReading, Sources, Window};
 use crate::clock::StdClock;
+// The formats live below this module and `http`, which both need them.
+pub use crate::exposition::{Format, render};
 use crate::wiring::Slots;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -45,44 +47,6 @@ use specula_core::{Clock, Counters, FinishedRequests, Snapshot};
 use std::fmt::{self, Write};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Exposition formats the HTTP endpoint can serve.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// OpenMetrics 1.0 text (`# EOF` terminated).
-    OpenMetrics,
-    /// The classic Prometheus text format 0.0.4 (what `promtool check metrics` reads).
-    Text,
-}
-
-impl Format {
-    /// The `Content-Type` of a response in this format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Self::Text => "text/plain; version=0.0.4; charset=utf-8",
-        }
-    }
-
-    /// The format to answer a client whose `Accept` header is `accept` with, by the same rules
-    /// as [`http::negotiate`](crate::http::negotiate) (quality values, specificity,
-    /// case-insensitive media types); where neither format is acceptable, the classic text
-    /// format, which every scraper reads. A server that answers `406 Not Acceptable` instead
-    /// calls [`http::negotiate`](crate::http::negotiate) itself.
-    pub fn negotiate(accept: Option<&str>) -> Self {
-        crate::http::negotiate(accept).unwrap_or(Self::Text)
-    }
-}
-
-/// Encodes `registry` in `format`.
-pub fn render(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    match format {
-        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry)?,
-        Format::Text => prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?,
-    }
-    Ok(out)
-}
 
 /// What the collector exports besides its own `specula_*` families.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

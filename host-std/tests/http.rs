@@ -3,7 +3,7 @@
 
 use specula::http::{MetricsServer, ServeError, ServerConfig};
 use specula::prom::{Options, SpecCollector};
-use specula::{Driver, HostReadback, StdClock, wire};
+use specula::{HostReadback, StdClock, Ticker, wire};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::Duration;
 fn server(timeout: Duration) -> (MetricsServer, u64) {
     let wired = wire::<4, _>(["rank0"]).unwrap();
     let w = wired.writers.into_iter().next().unwrap();
-    let mut d = Driver::new(
+    let mut d = Ticker::new(
         HostReadback::<4>::default(),
         w,
         Duration::from_secs(60),

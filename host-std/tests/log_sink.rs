@@ -1,9 +1,8 @@
 //! The log sink through the real `StdClock` path, with collection and log grids misaligned.
 
-use specula::ngram::SplitMix64;
 use specula::specula_core::StepTiming;
 use specula::specula_core::{Clock, Collector, Counters, Readback, Snapshot, Tick};
-use specula::{Driver, HostReadback, LineLogger, LogSink, Shutdown, StdClock, wire};
+use specula::{HostReadback, LineLogger, LogSink, Shutdown, StdClock, Ticker, wire};
 use std::sync::{Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -53,6 +52,27 @@ fn lines_for(label: &str) -> Vec<String> {
         .collect()
 }
 
+/// SplitMix64, as the demo's generator (`cli/src/ngram.rs`): seeded draft lengths and accepted
+/// counts, the same on every run.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let unit = (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        (unit * n as f64) as usize % n.max(1)
+    }
+}
+
 /// One decode step's counts: a k-token draft with a seeded number accepted.
 fn record(host: &mut HostReadback<4>, rng: &mut SplitMix64) {
     let k = 1 + rng.below(4);
@@ -67,7 +87,7 @@ fn every_log_tick_after_the_first_collection_logs_and_deltas_sum_to_totals() {
     let wired = wire::<4, _>([label]).unwrap();
     let clock = StdClock::new();
     let writer = wired.writers.into_iter().next().unwrap();
-    let mut driver = Driver::new(
+    let mut driver = Ticker::new(
         HostReadback::<4>::default(),
         writer,
         Duration::from_millis(50),
@@ -154,7 +174,7 @@ fn log_thread_flushes_the_last_counts_at_shutdown() {
     let wired = wire::<4, _>(["threaded"]).unwrap();
     let clock = StdClock::new();
     let writer = wired.writers.into_iter().next().unwrap();
-    let mut driver = Driver::new(
+    let mut driver = Ticker::new(
         HostReadback::<4>::default(),
         writer,
         Duration::from_millis(30),
@@ -218,7 +238,7 @@ impl Readback<4> for Stallable {
 
 const S: u64 = 1_000_000_000;
 
-/// Ticks the collector twice at `now` (start, then poll), as `Driver::step` does.
+/// Ticks the collector twice at `now` (start, then poll), as `Ticker::step` does.
 fn collect(c: &mut Collector<'static, Stallable, 4>, now: u64) {
     if let Tick::Started = c.tick(now) {
         c.tick(now);
@@ -407,90 +427,6 @@ fn a_panicking_logger_is_returned_by_stop_not_re_raised() {
     let r = returns("LogThread::stop", move || log.stop());
     let err = r.expect_err("the logger panicked");
     assert!(err.0.contains("this logger breaks on"), "{err}");
-}
-
-#[test]
-fn a_log_thread_panic_does_not_prevent_the_demo_summary() {
-    use specula::demo::{self, DemoConfig, MAX_K};
-    captured();
-    let cfg = DemoConfig {
-        max_tokens: Some(40),
-        duration: None,
-        label: "panics-demo".into(),
-        ..DemoConfig::default()
-    };
-    let verifier = specula::cpu::CpuVerifier::<MAX_K>::new(1).unwrap();
-    let readback = verifier.readback();
-    let mut summary = None;
-    let r = demo::run(
-        &cfg,
-        demo::CORPUS,
-        verifier,
-        readback,
-        &mut std::io::sink(),
-        &mut |s| summary = Some(s.totals),
-    );
-    assert!(
-        matches!(r, Err(demo::DemoError::LogThread(_))),
-        "the panic is reported: {r:?}"
-    );
-    let totals = summary.expect("the summary was produced");
-    assert!(totals.emitted_tokens >= 40, "{totals:?}");
-}
-
-#[test]
-fn a_demo_stops_early_on_a_shutdown_request_and_flushes() {
-    use specula::demo::{self, DemoConfig, MAX_K};
-    use specula::shutdown::Reason;
-    captured();
-    let stop = Shutdown::new();
-    let cfg = DemoConfig {
-        duration: Some(Duration::from_secs(3600)),
-        log_interval: Duration::from_millis(50),
-        label: "stopped-demo".into(),
-        shutdown: stop.clone(),
-        ..DemoConfig::default()
-    };
-    let verifier = specula::cpu::CpuVerifier::<MAX_K>::new(1).unwrap();
-    let readback = verifier.readback();
-    let asker = stop.clone();
-    let summary = returns("a demo asked to stop", move || {
-        let mut on_done = |s: &demo::DemoSummary| {
-            if s.steps == 0 {
-                eprintln!("stopped before the first step");
-            }
-        };
-        // Asked to stop once the loop has logged counts (so there is something to flush).
-        let t = std::thread::spawn(move || {
-            while !lines_for("stopped-demo")
-                .iter()
-                .any(|l| l.contains("Accepted: "))
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            asker.request(Reason::Requested);
-        });
-        let r = demo::run(
-            &cfg,
-            demo::CORPUS,
-            verifier,
-            readback,
-            &mut std::io::sink(),
-            &mut on_done,
-        );
-        t.join().unwrap();
-        r
-    })
-    .unwrap();
-    assert_eq!(summary.stopped_by, Some(Reason::Requested));
-    assert!(summary.steps > 0);
-    assert!(
-        summary
-            .to_string()
-            .contains("stopped early by:        request")
-    );
-    // Flushed: the slot's totals are the verifier's, step for step.
-    assert_eq!(summary.totals.drafts, summary.steps * 8);
 }
 
 /// A stream that is always full.

@@ -4,7 +4,7 @@ use specula::HostReadback;
 use specula::prom::{Format, Options, SpecCollector, render};
 use specula::specula_core::Counters;
 use specula::specula_core::StepTiming;
-use specula::{Driver, StdClock, wire};
+use specula::{StdClock, Ticker, wire};
 use std::time::Duration;
 
 /// The value of the sample `name{labels}` (labels exactly as rendered), if present.
@@ -18,7 +18,7 @@ fn setup(options: Options) -> (prometheus_client::registry::Registry, [Counters<
     let clock = StdClock::new();
     let mut totals = [Counters::<4>::ZERO; 2];
     for (i, w) in wired.writers.into_iter().enumerate() {
-        let mut d = Driver::new(
+        let mut d = Ticker::new(
             HostReadback::<4>::default(),
             w,
             Duration::from_secs(3600),
@@ -519,7 +519,7 @@ fn last_collection_time_and_age_are_exported_with_the_clock() {
     let wired = wire::<4, _>(["rank0", "stalled"]).unwrap();
     let clock = StdClock::new();
     let mut writers = wired.writers.into_iter();
-    let mut d = Driver::new(
+    let mut d = Ticker::new(
         HostReadback::<4>::default(),
         writers.next().unwrap(),
         Duration::from_secs(3600),

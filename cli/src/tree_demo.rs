@@ -10,13 +10,15 @@
 //! from the same prompts and count in their own verifier's counters, so the accepted length per
 //! step is read from the same counters the exporters read.
 
-use crate::backend::Backend;
-use crate::cpu::CpuVerifier;
-use crate::demo::{DemoError, MAX_K, Models, Request, Step};
 use crate::ngram::{NgramModel, SplitMix64, Vocab, argmax, sample};
-use specula_core::Counters;
-use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
-use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+use crate::step::{DemoError, MAX_K, Models, Request, Step};
+use specula::backend::Backend;
+use specula::cpu::CpuVerifier;
+use specula::specula_core::Counters;
+use specula::specula_core::verify::tree::{
+    Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
+};
+use specula::specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
 
 /// The counters' maximum depth (and the chain's maximum length) of the comparison.
 pub const TREE_K: usize = 64;
@@ -86,8 +88,6 @@ impl std::str::FromStr for TreeShape {
 pub struct TreeReport {
     /// The tree shape.
     pub shape: TreeShape,
-    /// Verification steps per run (all requests together: `steps · batch` drafts).
-    pub steps: usize,
     /// The tree run's counters (a tree counted as a chain of its depth).
     pub tree: Counters<TREE_K>,
     /// The chain run's counters (`k` = the tree's draft nodes).
@@ -208,8 +208,8 @@ impl TreeDemoConfig {
                 self.shape.nodes() + 1
             )));
         }
-        crate::demo::check_order(self.target_order)?;
-        crate::demo::check_order(self.draft_order)?;
+        crate::step::check_order(self.target_order)?;
+        crate::step::check_order(self.draft_order)?;
         Ok(())
     }
 }
@@ -266,7 +266,7 @@ fn full_tree(
     (parents, tokens, paths)
 }
 
-/// The live demo's tree drafter ([`crate::demo::run_tree`]): per request and step, the full
+/// The live demo's tree drafter (`demo::run_tree`): per request and step, the full
 /// tree of `shape` on the draft model (sampled children with their draft rows for rejection
 /// sampling, the top-`WIDTH` for greedy), verified by the backend's tree verifier, which
 /// counts it (`Counters::record_tree`) where the demo's collector reads.
@@ -359,7 +359,7 @@ impl Step for TreeStep {
                     .probs(&self.ctx, &mut self.target_rows[(r * n + i) * v..][..v]);
             }
         }
-        self.drafting_ns = crate::clock::duration_ns(started.elapsed());
+        self.drafting_ns = specula::clock::duration_ns(started.elapsed());
         let mut batch = TreeBatch::new(
             TreeDims {
                 vocab: v,
@@ -511,7 +511,7 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
             let a = acc[r] as usize;
             hist[r].extend_from_slice(&emitted[r * (depth + 1)..][..=a]);
         }
-        specula_core::verify::advance_offsets(&mut offsets);
+        specula::specula_core::verify::advance_offsets(&mut offsets);
     }
 
     // The chain run, k = the tree's node budget.
@@ -563,8 +563,8 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
             batch = batch.with_draft_probs(&draft_probs);
         }
         let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut acc),
-            specula_core::verify::TokensOut(&mut out_tokens),
+            specula::specula_core::verify::AcceptedOut(&mut acc),
+            specula::specula_core::verify::TokensOut(&mut out_tokens),
         );
         chain_v
             .verify(cfg.method, Check::Cheap, &batch, &mut out)
@@ -573,11 +573,10 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
             let a = acc[r] as usize;
             hist[r].extend_from_slice(&out_tokens[r * (k + 1)..][..=a]);
         }
-        specula_core::verify::advance_offsets(&mut offsets);
+        specula::specula_core::verify::advance_offsets(&mut offsets);
     }
     Ok(TreeReport {
         shape: cfg.shape,
-        steps: cfg.steps,
         tree: tree_v.totals(),
         chain: chain_v.totals(),
     })
@@ -636,7 +635,7 @@ mod tests {
                 draft_order: 2,
                 threads: 1,
             };
-            let r = compare(crate::demo::CORPUS, &cfg).unwrap();
+            let r = compare(crate::ngram::CORPUS, &cfg).unwrap();
             assert_eq!(r.tree.drafts, 160);
             assert_eq!(r.chain.drafts, 160);
             assert_eq!(r.chain.draft_tokens, 160 * 12);

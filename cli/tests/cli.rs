@@ -317,8 +317,8 @@ fn expect_unavailable(backend: &str, what: &[&str]) {
 #[cfg(feature = "rocm")]
 #[test]
 fn rocm_without_a_device_exits_4() {
-    use specula_rocm::RocmError as E;
-    match specula_rocm::RocmDevice::new(0).and_then(|d| d.verifier::<8>()) {
+    use specula::rocm::RocmError as E;
+    match specula::rocm::RocmDevice::new(0).and_then(|d| d.verifier::<8>()) {
         Ok(v) => eprintln!(
             "skipped: a ROCm device is present ({:?}), so the no-device path cannot be checked",
             v.driver().device()
@@ -339,9 +339,9 @@ fn rocm_without_a_device_exits_4() {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_without_a_driver_or_device_exits_4() {
-    use specula_cuda::CudaError as E;
+    use specula::cuda::CudaError as E;
     let probe =
-        specula_cuda::CudaDevice::new(0).and_then(|d| std::sync::Arc::new(d).verifier::<8>());
+        specula::cuda::CudaDevice::new(0).and_then(|d| std::sync::Arc::new(d).verifier::<8>());
     match probe {
         Ok(_) => {
             eprintln!("skipped: a CUDA device is present, so the no-device path cannot be checked")

@@ -7,6 +7,9 @@
 
 use std::collections::HashMap;
 
+/// The corpus the demo's models train on by default (public-domain texts, see `corpus/README.md`).
+pub const CORPUS: &str = include_str!("../corpus/public-domain.txt");
+
 /// Why a model could not be trained.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -76,11 +79,6 @@ impl Vocab {
     /// Vocabulary size.
     pub fn len(&self) -> usize {
         self.chars.len()
-    }
-
-    /// True if empty.
-    pub fn is_empty(&self) -> bool {
-        self.chars.is_empty()
     }
 
     /// The id of `c`.
@@ -172,11 +170,6 @@ impl NgramModel {
             tokens: ids.len() as u64,
             contexts,
         })
-    }
-
-    /// The order.
-    pub fn order(&self) -> usize {
-        self.order
     }
 
     /// The vocabulary size.

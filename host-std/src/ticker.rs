@@ -1,4 +1,5 @@
-//! [`Driver`]: a [`Collector`] with a [`StdClock`], for a decode loop.
+//! [`Ticker`]: a [`Collector`] with a [`StdClock`], ticked once per decode step. (Named for what
+//! it does, apart from `specula_core::gpu::Driver`, the seam a GPU backend implements.)
 
 use crate::clock::{StdClock, duration_ns};
 use specula_core::{Clock, CollectError, Collector, Readback, SlotWriter, Snapshot, Tick};
@@ -6,24 +7,24 @@ use std::time::Duration;
 
 /// Drives one rank's [`Collector`] from its decode loop on a [`StdClock`].
 ///
-/// Call [`step`](Driver::step) once per decode step (it never blocks) and
-/// [`flush`](Driver::flush) at shutdown, before stopping the sinks, so the last counts reach
+/// Call [`step`](Ticker::step) once per decode step (it never blocks) and
+/// [`flush`](Ticker::flush) at shutdown, before stopping the sinks, so the last counts reach
 /// every one of them.
-pub struct Driver<R: Readback<K>, const K: usize> {
+pub struct Ticker<R: Readback<K>, const K: usize> {
     collector: Collector<'static, R, K>,
     clock: StdClock,
 }
 
-impl<R: Readback<K>, const K: usize> std::fmt::Debug for Driver<R, K> {
+impl<R: Readback<K>, const K: usize> std::fmt::Debug for Ticker<R, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver")
+        f.debug_struct("Ticker")
             .field("in_flight", &self.collector.in_flight())
             .field("last", self.collector.last())
             .finish_non_exhaustive()
     }
 }
 
-impl<R: Readback<K>, const K: usize> Driver<R, K> {
+impl<R: Readback<K>, const K: usize> Ticker<R, K> {
     /// Collects from `readback` into `writer` every `period`, on a grid starting now.
     ///
     /// # Errors

@@ -1,8 +1,9 @@
 //! `specula bench`: verification throughput over a grid, as a table or JSON.
 
-use crate::{Backend, CliError, MethodArg};
-use specula::demo::MAX_K;
-use specula::ngram::SplitMix64;
+use crate::demo::MAX_K;
+use crate::ngram::SplitMix64;
+use crate::{CliError, MethodArg, backend_kind};
+use specula::BackendKind;
 use specula::specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
 };
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// Verification backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
-    backend: Backend,
+    #[arg(long, value_parser = backend_kind(), default_value = "cpu")]
+    backend: BackendKind,
     /// Batch sizes (comma separated).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8, 64])]
     batch: Vec<usize>,
@@ -90,7 +91,7 @@ where
     fill(&mut target_probs, v, &mut rng);
     let draft_ids: Vec<u32> = draft_probs
         .chunks_exact(v)
-        .map(|row| specula::ngram::sample(row, &mut rng))
+        .map(|row| crate::ngram::sample(row, &mut rng))
         .collect();
     let ks = vec![k as u32; b];
     let seeds: Vec<u64> = (0..b as u64).collect();
@@ -117,8 +118,8 @@ where
         )
         .with_draft_probs(&draft_probs);
         let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut accepted),
-            specula_core::verify::TokensOut(&mut tokens),
+            specula::specula_core::verify::AcceptedOut(&mut accepted),
+            specula::specula_core::verify::TokensOut(&mut tokens),
         );
         verifier
             .verify(m, Check::Cheap, &batch, &mut out)
@@ -268,7 +269,7 @@ pub fn run(a: BenchArgs) -> Result<(), CliError> {
     let mut out = crate::stdio::stdout();
     // A closed pipe or descriptor, or a full disk, is exit 5, never a panic.
     let failed = |e: std::io::Error| CliError::Output(format!("cannot write to stdout: {e}"));
-    let backend = format!("{:?}", a.backend).to_lowercase();
+    let backend = a.backend.name();
     if a.json {
         let items: Vec<String> = rows
             .iter()

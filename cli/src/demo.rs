@@ -1,39 +1,42 @@
 //! The `specula demo` loop: n-gram draft and target models, a real verifier, every sink wired.
 //!
-//! Lives in the library (not only the binary) so tests and the Prometheus check run the very
-//! loop a newcomer runs.
+//! A module of the program, not of the library: its unit tests and the Prometheus check (through
+//! the binary) run the very loop a newcomer runs, and a runtime depending on `specula` compiles
+//! none of it.
 
-use crate::advice::{CostSource, Sources, cost_slot, request_slot};
-use crate::backend::Backend;
-use crate::clock::StdClock;
-use crate::driver::Driver;
-use crate::http::{MetricsServer, ServeError, ServerConfig};
-use crate::log_sink::{LogSink, LogThreadPanicked, MIN_PERIOD};
-use crate::ngram::{NgramError, NgramModel, SplitMix64, Vocab, argmax, sample};
-use crate::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
-use crate::shutdown::{Reason, Shutdown, finish};
+use crate::ngram::{NgramModel, SplitMix64, Vocab, argmax, sample};
 use crate::tree_demo::{TreeShape, TreeStep};
-use crate::wiring::{HostReadback, WireError, wire};
-use specula_core::advisor::{
+// The pieces the tree drafter shares with this loop live below both.
+pub use crate::step::{DemoError, MAX_K};
+use crate::step::{Models, Request, Step, check_order, stream_seeds};
+use specula::advice::{CostSource, Sources, cost_slot, request_slot};
+use specula::backend::Backend;
+use specula::clock::StdClock;
+use specula::http::{MetricsServer, ServerConfig};
+use specula::log_sink::{LogSink, MIN_PERIOD};
+use specula::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
+use specula::shutdown::{Reason, Shutdown, finish};
+use specula::specula_core::advisor::{
     Advice, AdviceError, CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree,
 };
-use specula_core::verify::{
+use specula::specula_core::verify::{
     Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
 };
-use specula_core::{Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance};
+use specula::specula_core::{
+    Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance,
+};
+use specula::ticker::Ticker;
+use specula::wiring::wire;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The compile-time maximum draft length of the demo's counters.
-pub const MAX_K: usize = 8;
-
 /// The demo's default `model_name` label.
 pub const DEFAULT_MODEL_NAME: &str = "specula-demo-ngram";
 
-/// The corpus shipped with the demo (public-domain texts, see `corpus/README.md`).
-pub const CORPUS: &str = include_str!("../corpus/public-domain.txt");
+// The corpus the models train on, with them (the tree comparison trains on it too).
+pub use crate::ngram::CORPUS;
 
 /// Demo settings.
 #[derive(Clone, Debug)]
@@ -190,56 +193,10 @@ impl Default for DemoConfig {
             tree: None,
             request_tokens: 512,
             log_detail: false,
-            advice_window: crate::prom::DEFAULT_ADVICE_WINDOW,
+            advice_window: specula::prom::DEFAULT_ADVICE_WINDOW,
         }
     }
 }
-
-/// Why the demo stopped with an error.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum DemoError {
-    /// A setting is out of range.
-    Config(String),
-    /// The corpus cannot train the models.
-    Corpus(NgramError),
-    /// The engine label is not usable.
-    Label(WireError),
-    /// A constant label (`model_name` or another) is not usable.
-    ConstLabel(LabelError),
-    /// The metrics server did not start.
-    Serve(ServeError),
-    /// The verifier refused a batch (a bug: the demo builds valid batches).
-    Verify(String),
-    /// A sink thread could not start.
-    Thread(std::io::Error),
-    /// The final counter readback failed (the backend's [`Readback::flush`]); the summary was
-    /// still produced, from the last good snapshot.
-    Readback(String),
-    /// The log thread panicked (its logger did); the summary was still produced.
-    LogThread(LogThreadPanicked),
-    /// A series of runs ([`sweep_k`]) was stopped before its end ([`DemoConfig::shutdown`]).
-    Stopped(Reason),
-}
-
-impl std::fmt::Display for DemoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Config(m) => write!(f, "invalid setting: {m}"),
-            Self::Corpus(e) => write!(f, "cannot train the models on this corpus: {e}"),
-            Self::Label(e) => write!(f, "bad engine label: {e}"),
-            Self::ConstLabel(e) => write!(f, "bad label: {e}"),
-            Self::Serve(e) => e.fmt(f),
-            Self::Verify(e) => write!(f, "verification failed: {e}"),
-            Self::Thread(e) => write!(f, "cannot start the log thread: {e}"),
-            Self::Readback(e) => write!(f, "final counter readback failed: {e}"),
-            Self::LogThread(e) => e.fmt(f),
-            Self::Stopped(r) => write!(f, "stopped by {r} before the series of runs finished"),
-        }
-    }
-}
-
-impl std::error::Error for DemoError {}
 
 /// What a demo run produced.
 #[derive(Clone, Debug)]
@@ -254,8 +211,6 @@ pub struct DemoSummary {
     pub sample: String,
     /// Where `/metrics` was served.
     pub metrics_addr: Option<SocketAddr>,
-    /// Vocabulary size.
-    pub vocab: usize,
     /// Why the run stopped before its budget, if it did ([`DemoConfig::shutdown`]).
     pub stopped_by: Option<Reason>,
     /// The step timings the advice is computed from: per step, the part that grows with `k`
@@ -541,15 +496,6 @@ impl DemoConfig {
     }
 }
 
-/// Checks an n-gram order before any training.
-pub(crate) fn check_order(order: usize) -> Result<(), DemoError> {
-    if (1..=crate::ngram::MAX_ORDER).contains(&order) {
-        Ok(())
-    } else {
-        Err(DemoError::Corpus(NgramError::BadOrder(order)))
-    }
-}
-
 /// The constant labels of `cfg`: `model_name`, then [`DemoConfig::labels`] in order.
 ///
 /// # Errors
@@ -576,60 +522,6 @@ fn thread_cpu() -> Option<Duration> {
 
 /// Characters of request 0's text kept for the summary.
 const SAMPLE_CHARS: usize = 300;
-
-/// One request of the demo: its prompt, then every token it emitted, and its acceptance (an
-/// engine keeps this with its request state).
-pub(crate) struct Request {
-    pub(crate) history: Vec<u32>,
-    /// Fed with each step's accepted count.
-    pub(crate) acceptance: RequestAcceptance,
-    /// Tokens emitted since the request started.
-    pub(crate) emitted: u64,
-}
-
-/// The demo's two n-gram models over one vocabulary.
-pub(crate) struct Models {
-    pub(crate) target: NgramModel,
-    pub(crate) draft: NgramModel,
-    /// Vocabulary size.
-    pub(crate) vocab: usize,
-    /// History tokens either model reads.
-    pub(crate) keep: usize,
-}
-
-/// One decode step of the demo loop: drafts for every request from its history, verifies the
-/// batch (the verifier counts it), and leaves each request's new tokens. Chains and token
-/// trees are two of these; the loop around them (collector, log line, `/metrics`) is one.
-pub(crate) trait Step {
-    /// Drafts and verifies one step at the requests' stream `offsets`.
-    fn step(
-        &mut self,
-        models: &Models,
-        requests: &[Request],
-        offsets: &[u64],
-        rng: &mut SplitMix64,
-    ) -> Result<(), DemoError>;
-    /// Request `r`'s tokens from the last step: the accepted ones, then the emitted one.
-    fn emitted(&self, r: usize) -> &[u32];
-    /// Draft tokens per request per step (a chain's `k`, a tree's depth).
-    fn draft_len(&self) -> usize;
-    /// What [`scaled_ns`](Self::scaled_ns) grows with: a chain's `k`, a tree's node count.
-    fn draft_units(&self) -> usize {
-        self.draft_len()
-    }
-    /// The part of the last step's time (ns) that grows with its draft length, for the
-    /// advice's cost model ([`CostMeter::record`]); `None` where the step does not time it.
-    fn scaled_ns(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// The request streams' seeds (one per request, from the demo's seed).
-pub(crate) fn stream_seeds(seed: u64, b: usize) -> Vec<u64> {
-    (0..b as u64)
-        .map(|i| seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .collect()
-}
 
 /// The chain drafter: `k` tokens per request from the draft model, verified by any
 /// [`Verifier`], as probabilities or (with [`Sampling`]) logits and filters.
@@ -743,8 +635,8 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
         }
         let scored = Instant::now();
         self.phases = (
-            crate::clock::duration_ns(drafted - started),
-            crate::clock::duration_ns(scored - drafted),
+            specula::clock::duration_ns(drafted - started),
+            specula::clock::duration_ns(scored - drafted),
             0,
         );
         let mut batch = Batch::dense(
@@ -775,14 +667,14 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
                 .with_min_p(&self.min_p);
         }
         let mut out = Outputs::new(
-            specula_core::verify::AcceptedOut(&mut self.accepted),
-            specula_core::verify::TokensOut(&mut self.tokens),
+            specula::specula_core::verify::AcceptedOut(&mut self.accepted),
+            specula::specula_core::verify::TokensOut(&mut self.tokens),
         );
         let verified = self
             .verifier
             .verify(method, Check::Cheap, &batch, &mut out)
             .map_err(|e| DemoError::Verify(format!("{e:?}")));
-        self.phases.2 = crate::clock::duration_ns(scored.elapsed());
+        self.phases.2 = specula::clock::duration_ns(scored.elapsed());
         verified
     }
 
@@ -815,29 +707,11 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
 /// soon as the loop ends, before the [`DemoConfig::linger`] period.
 ///
 /// The collector reads the counters through `readback`, the backend's own [`Readback`] of
-/// `verifier`'s counters (`CpuVerifier::readback`, `CudaVerifier::readback`,
-/// `RocmVerifier::readback`): the decode loop never copies counts itself, exactly as a serving
-/// engine would run. For a verifier without a readback, see [`run_host`].
+/// `verifier`'s counters (`CpuVerifier::readback`, `CudaReadback::new`,
+/// `RocmReadback::new`): the decode loop never copies counts itself, exactly as a serving
+/// engine would run.
 ///
-/// ```
-/// use specula::cpu::CpuVerifier;
-/// use specula::demo::{self, DemoConfig, MAX_K};
-///
-/// use std::time::Duration;
-///
-/// let cfg = DemoConfig {
-///     max_tokens: Some(40),
-///     duration: None,
-///     log_interval: Duration::from_millis(200),
-///     ..DemoConfig::default()
-/// };
-/// let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
-/// let readback = verifier.readback();
-/// let summary =
-///     demo::run(&cfg, demo::CORPUS, verifier, readback, &mut std::io::sink(), &mut |_| {})
-///         .unwrap();
-/// assert!(summary.totals.emitted_tokens >= 40);
-/// ```
+/// (Run in the tests: `run_on_the_cpu_backend_emits_what_was_asked`.)
 pub fn run<V, R>(
     cfg: &DemoConfig,
     corpus: &str,
@@ -863,35 +737,6 @@ where
     )
 }
 
-/// [`run`] for a verifier that has no [`Readback`] of its own (the core's
-/// [`Reference`](specula_core::verify::Reference)): after every step its
-/// [`totals`](Verifier::totals) are copied into a [`HostReadback`] the collector reads.
-pub fn run_host<V: Verifier<MAX_K>>(
-    cfg: &DemoConfig,
-    corpus: &str,
-    verifier: V,
-    progress_out: &mut dyn Write,
-    on_done: &mut dyn FnMut(&DemoSummary),
-) -> Result<DemoSummary, DemoError> {
-    check_chain(cfg, &verifier)?;
-    run_with(
-        cfg,
-        corpus,
-        |v| ChainStep::new(verifier, cfg, v),
-        HostReadback::<MAX_K>::default(),
-        |s: &mut ChainStep<V>, host: &mut HostReadback<MAX_K>| {
-            let totals = s
-                .verifier
-                .totals()
-                .map_err(|e| DemoError::Verify(format!("{e:?}")))?;
-            host.set(totals);
-            Ok(())
-        },
-        progress_out,
-        on_done,
-    )
-}
-
 /// [`run`] with the token-tree drafter ([`DemoConfig::tree`], required): every step drafts the
 /// full `WIDTH`-ary tree of depth `DEPTH` per request on the draft model (greedy: the
 /// top-`WIDTH` continuations of each node; rejection sampling: `WIDTH` continuations drawn from
@@ -902,25 +747,7 @@ pub fn run_host<V: Verifier<MAX_K>>(
 /// slot, log line, `/metrics` and summary as chains (`specula_tree_drafts_total`,
 /// `specula_tree_draft_tokens_total`, per-depth acceptance in the per-position families).
 ///
-/// ```
-/// use specula::Backend;
-/// use specula::demo::{self, DemoConfig, MAX_K};
-///
-/// let cfg = DemoConfig {
-///     tree: Some("2x3".parse().unwrap()),
-///     max_tokens: Some(40),
-///     duration: None,
-///     ..DemoConfig::default()
-/// };
-/// let verifier = Backend::<MAX_K>::open(&"cpu:1".parse().unwrap()).unwrap();
-/// let readback = verifier.readback().unwrap();
-/// let summary = demo::run_tree(
-///     &cfg, demo::CORPUS, verifier, readback, &mut std::io::sink(), &mut |_| {},
-/// )
-/// .unwrap();
-/// assert_eq!(summary.totals.tree_drafts, summary.totals.drafts);
-/// assert_eq!(summary.totals.tree_draft_tokens, 14 * summary.totals.tree_drafts);
-/// ```
+/// (Run in the tests: `run_tree_counts_every_tree_as_a_draft`.)
 ///
 /// # Errors
 /// As [`run`]; [`DemoError::Config`] without a tree shape, for a depth above [`MAX_K`], a
@@ -1060,12 +887,12 @@ where
     // One start for the log grid and the collector's deadlines: the collector times its
     // readbacks so that one has been published before each log tick.
     let start_ns = clock.now_ns();
-    let mut driver = Driver::new(readback, writer, cfg.collect_interval, clock)
+    let mut driver = Ticker::new(readback, writer, cfg.collect_interval, clock)
         .map_err(|e| DemoError::Config(e.to_string()))?;
     driver
         .collector_mut()
         .set_deadlines(
-            crate::clock::duration_ns(cfg.log_interval.max(crate::log_sink::MIN_PERIOD)),
+            specula::clock::duration_ns(cfg.log_interval.max(specula::log_sink::MIN_PERIOD)),
             start_ns,
         )
         .map_err(|e| DemoError::Config(e.to_string()))?;
@@ -1160,7 +987,7 @@ where
         // The outcome (requests that rejected) fits what a rejection saves over a whole
         // acceptance: the bonus token's sampling against the recovered token's.
         if let Some(scaled) = step.scaled_ns() {
-            let total = crate::clock::duration_ns(step_started.elapsed());
+            let total = specula::clock::duration_ns(step_started.elapsed());
             costs.record(&StepTiming {
                 draft_len: step.draft_units(),
                 fixed_ns: total.saturating_sub(scaled),
@@ -1203,7 +1030,7 @@ where
     }
     if let Some(r) = stopped_by {
         log::info!(
-            target: crate::log_sink::TARGET,
+            target: specula::log_sink::TARGET,
             "stopping on {r} after {:.2} s: flushing the counters",
             elapsed.as_secs_f64()
         );
@@ -1223,7 +1050,6 @@ where
         steps,
         sample: vocab.decode(&sample_ids),
         metrics_addr,
-        vocab: v,
         stopped_by,
         costs: *costs.meter(),
         tree: cfg.tree,
@@ -1234,14 +1060,14 @@ where
     if let Some(server) = server {
         if !cfg.linger.is_zero() && cfg.shutdown.requests() <= stop_requests {
             log::info!(
-                target: crate::log_sink::TARGET,
+                target: specula::log_sink::TARGET,
                 "serving final totals on http://{}/metrics for {:.1} s (SIGINT/SIGTERM ends it)",
                 server.local_addr(),
                 cfg.linger.as_secs_f64()
             );
             // Ends early on a request beyond the one that stopped the run (a second signal).
             if cfg.shutdown.wait_for_request(stop_requests, cfg.linger) {
-                log::info!(target: crate::log_sink::TARGET, "linger ended by request");
+                log::info!(target: specula::log_sink::TARGET, "linger ended by request");
             }
         }
         server.shutdown();
@@ -1482,6 +1308,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn run_on_the_cpu_backend_emits_what_was_asked() {
+        use specula::cpu::CpuVerifier;
+        let cfg = DemoConfig {
+            max_tokens: Some(40),
+            duration: None,
+            log_interval: Duration::from_millis(200),
+            ..DemoConfig::default()
+        };
+        let verifier = CpuVerifier::<MAX_K>::new(1).unwrap();
+        let readback = verifier.readback();
+        let summary = run(
+            &cfg,
+            CORPUS,
+            verifier,
+            readback,
+            &mut std::io::sink(),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(summary.totals.emitted_tokens >= 40);
+    }
+
+    #[test]
+    fn run_tree_counts_every_tree_as_a_draft() {
+        let cfg = DemoConfig {
+            tree: Some("2x3".parse().unwrap()),
+            max_tokens: Some(40),
+            duration: None,
+            ..DemoConfig::default()
+        };
+        let verifier = Backend::<MAX_K>::open(&"cpu:1".parse().unwrap()).unwrap();
+        let readback = verifier.readback().unwrap();
+        let summary = run_tree(
+            &cfg,
+            CORPUS,
+            verifier,
+            readback,
+            &mut std::io::sink(),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(summary.totals.tree_drafts, summary.totals.drafts);
+        assert_eq!(
+            summary.totals.tree_draft_tokens,
+            14 * summary.totals.tree_drafts
+        );
+    }
+
+    #[test]
     fn check_refuses_every_bad_setting_without_a_corpus() {
         assert!(DemoConfig::default().check().is_ok());
         let bad = [
@@ -1571,7 +1446,6 @@ mod tests {
             steps: 0,
             sample: String::new(),
             metrics_addr: None,
-            vocab: 0,
             stopped_by: None,
             costs,
             tree: None,

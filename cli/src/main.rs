@@ -1,9 +1,9 @@
 //! The `specula` command: `specula demo` and `specula bench`.
 
+use crate::demo::{DemoConfig, MAX_K};
+use crate::ngram::MAX_ORDER;
 use clap::{Parser, Subcommand, ValueEnum};
-use specula::demo::{self, DemoConfig, MAX_K};
 use specula::log_sink::{LineLogger, MIN_PERIOD};
-use specula::ngram::MAX_ORDER;
 use specula::shutdown::{Reason, Shutdown};
 use specula::specula_core::ErrorKind;
 use specula::specula_core::verify::Method;
@@ -15,7 +15,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+mod demo;
+#[cfg(test)]
+mod demo_log_tests;
+mod ngram;
 mod stdio;
+mod step;
+mod tree_demo;
 
 /// Exit codes, shown by `--help` (keep in step with [`CliError::code`] and docs/PROGRAM.md).
 ///
@@ -61,17 +67,26 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// Where verification runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// The CPU backend.
-    Cpu,
-    /// The core's plain-loop reference (slow, the bit-exact definition).
-    Reference,
-    /// NVIDIA GPUs (build with `--features cuda`).
-    Cuda,
-    /// AMD GPUs (build with `--features rocm`).
-    Rocm,
+/// `--backend`: the library's [`BackendKind`] by its name (what [`BackendSpec`] parses), so
+/// the program names backends exactly as `Backend::open` does, with a help line for each.
+fn backend_kind() -> impl clap::builder::TypedValueParser<Value = BackendKind> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    let help = |k: BackendKind| match k {
+        BackendKind::Cpu => "The CPU backend".to_owned(),
+        BackendKind::Reference => {
+            "The core's plain-loop reference (slow, the bit-exact definition)".to_owned()
+        }
+        BackendKind::Cuda => "NVIDIA GPUs (build with `--features cuda`)".to_owned(),
+        BackendKind::Rocm => "AMD GPUs (build with `--features rocm`)".to_owned(),
+        k => k.to_string(),
+    };
+    PossibleValuesParser::new(BackendKind::ALL.map(|k| PossibleValue::new(k.name()).help(help(k))))
+        .map(|name| {
+            BackendKind::ALL
+                .into_iter()
+                .find(|k| k.name() == name)
+                .expect("one of the possible values")
+        })
 }
 
 /// Verification method names on the command line.
@@ -98,8 +113,8 @@ impl From<MethodArg> for Method {
 #[derive(clap::Args, Debug)]
 struct DemoArgs {
     /// Verification backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
-    backend: Backend,
+    #[arg(long, value_parser = backend_kind(), default_value = "cpu")]
+    backend: BackendKind,
     /// Draft tokens per step.
     #[arg(short, long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=MAX_K as i64))]
     k: u8,
@@ -183,7 +198,7 @@ struct DemoArgs {
     /// the backend's tree verifier in the live loop: the tree counts go through the log line,
     /// /metrics and the summary like the chain counts.
     #[arg(long, value_name = "WIDTHxDEPTH")]
-    tree: Option<specula::tree_demo::TreeShape>,
+    tree: Option<crate::tree_demo::TreeShape>,
     /// With --tree, instead of the live demo: run the tree and a chain of the same node budget
     /// (k = the tree's draft nodes) from the same prompts for --steps steps each and print their
     /// mean accepted lengths (depth up to 64).
@@ -427,8 +442,8 @@ fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, CliError> {
 
 /// `specula demo --tree WIDTHxDEPTH --compare`: the tree-versus-chain comparison, printed to
 /// stdout. Every setting is checked before the corpus is read.
-fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(), CliError> {
-    let cfg = specula::tree_demo::TreeDemoConfig {
+fn run_tree_demo(a: &DemoArgs, shape: crate::tree_demo::TreeShape) -> Result<(), CliError> {
+    let cfg = crate::tree_demo::TreeDemoConfig {
         shape,
         method: a.method.into(),
         seed: a.seed,
@@ -444,7 +459,7 @@ fn run_tree_demo(a: &DemoArgs, shape: specula::tree_demo::TreeShape) -> Result<(
         Some(p) => read_corpus(p)?,
         None => demo::CORPUS.to_owned(),
     };
-    let report = specula::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
+    let report = crate::tree_demo::compare(&corpus, &cfg).map_err(|e| match e {
         demo::DemoError::Config(_) | demo::DemoError::Corpus(_) => CliError::Usage(e.to_string()),
         _ => CliError::Run(e.to_string()),
     })?;
@@ -497,7 +512,7 @@ fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError
         demo::DemoError::ConstLabel(e) => CliError::Usage(format!("bad label: {e}")),
         e => CliError::Usage(e.to_string()),
     })?;
-    if a.backend == Backend::Cpu {
+    if a.backend == BackendKind::Cpu {
         check_threads(a.threads)?;
     }
     Ok(cfg)
@@ -669,18 +684,17 @@ fn check_threads(threads: usize) -> Result<(), CliError> {
 /// [`MAX_THREADS_PER_CPU`] threads per CPU (exit 2 beyond: starting 100 000 threads takes a
 /// minute before it fails).
 pub fn open_backend(
-    backend: Backend,
+    kind: BackendKind,
     threads: usize,
     device: u16,
 ) -> Result<specula::Backend<MAX_K>, CliError> {
-    let (kind, index) = match backend {
-        Backend::Cpu => {
+    let index = match kind {
+        BackendKind::Cpu => {
             check_threads(threads)?;
-            (BackendKind::Cpu, Some(threads))
+            Some(threads)
         }
-        Backend::Reference => (BackendKind::Reference, None),
-        Backend::Cuda => (BackendKind::Cuda, Some(device.into())),
-        Backend::Rocm => (BackendKind::Rocm, Some(device.into())),
+        BackendKind::Reference => None,
+        _ => Some(device.into()), // a GPU backend's device ordinal
     };
     specula::Backend::open(&BackendSpec { kind, index }).map_err(backend_error)
 }
