@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run -p specula-cuda --example kernel_ptx -- compute_90 OUT.ptx [--pre PRE.cu] [EXTRA.cu ...]
 //! ```
-//! Each `EXTRA.cu` is appended to the kernel text (`specula_core::kernels::SOURCE`) before
+//! Each `EXTRA.cu` is appended to the kernel text (`specula_core::gpu::kernels::SOURCE`) before
 //! compiling, so probe wrappers can call the kernel's device functions; `--pre` files go before
 //! it (to define a hook macro such as `SP_COLD_MARK`). Exit status 2 when no NVRTC library
 //! loads, 1 on any other failure.
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    let source = format!("{pre}{}{post}", specula_core::kernels::SOURCE);
+    let source = format!("{pre}{}{post}", specula_core::gpu::kernels::SOURCE);
     match specula_cuda::compile_source_ptx(&source, "specula_verify.cu", arch) {
         Ok(ptx) => match std::fs::write(out, ptx) {
             Ok(()) => ExitCode::SUCCESS,

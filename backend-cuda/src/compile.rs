@@ -45,25 +45,25 @@ pub fn compile_source_ptx(source: &str, name: &str, arch: &str) -> Result<String
 static CACHE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 static TREE_CACHE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
-/// Compiles [`specula_core::kernels::SOURCE`] to PTX for `arch` (e.g. `"compute_90"`), once per
+/// Compiles [`specula_core::gpu::kernels::SOURCE`] to PTX for `arch` (e.g. `"compute_90"`), once per
 /// process and architecture.
 pub fn compile_ptx(arch: &str) -> Result<String, CudaError> {
     cached(
         &CACHE,
-        specula_core::kernels::SOURCE,
+        specula_core::gpu::kernels::SOURCE,
         "specula_verify.cu",
         arch,
     )
 }
 
-/// Compiles [`specula_core::kernels::TREE_SOURCE`] (the chain text, then the tree entry
+/// Compiles [`specula_core::gpu::kernels::TREE_SOURCE`] (the chain text, then the tree entry
 /// `specula_verify_tree`) to PTX for `arch`, once per process and architecture. A
 /// [`CudaDevice`](crate::CudaDevice) calls it on its first tree use only, so runtimes that
 /// verify chains alone never compile it.
 pub fn compile_tree_ptx(arch: &str) -> Result<String, CudaError> {
     cached(
         &TREE_CACHE,
-        specula_core::kernels::TREE_SOURCE,
+        specula_core::gpu::kernels::TREE_SOURCE,
         "specula_tree.cu",
         arch,
     )

@@ -121,7 +121,7 @@ impl CudaDevice {
     }
 
     /// The tree entry point (`specula_verify_tree`): on the first call the tree text
-    /// ([`TREE_SOURCE`](specula_core::kernels::TREE_SOURCE)) is compiled with NVRTC for this
+    /// ([`TREE_SOURCE`](specula_core::gpu::kernels::TREE_SOURCE)) is compiled with NVRTC for this
     /// device (once per process and architecture) and loaded as a second module, so a runtime
     /// that verifies chains alone pays nothing for it. A failure (no NVRTC, a refused compile, a
     /// failed load) is returned as a typed error and not cached: a later call tries again.
@@ -141,7 +141,7 @@ impl CudaDevice {
             self.ctx.load_module(Ptx::from_src(ptx))
         })?;
         let function = call("cuModuleGetFunction", Blocking::No, || {
-            module.load_function(specula_core::kernels::TREE_ENTRY)
+            module.load_function(specula_core::gpu::kernels::TREE_ENTRY)
         })?;
         let t = self.tree.get_or_init(|| TreeKernel {
             _module: module,

@@ -18,7 +18,7 @@ use specula_core::gpu::{
     Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch, View,
     ViewMut,
 };
-use specula_core::kernels;
+use specula_core::gpu::kernels;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;

@@ -33,7 +33,7 @@ pub enum CudaError {
     Verify(VerifyError),
     /// A size does not fit the kernel's 32-bit shape words.
     TooLarge,
-    /// The kernel raised error flags (`specula_core::kernels::ERR_*` bits).
+    /// The kernel raised error flags (`specula_core::gpu::kernels::ERR_*` bits).
     DeviceFlags(u64),
     /// A device view is shorter than a launch's capacity needs.
     ViewTooShort,

@@ -260,7 +260,7 @@ fn readback_conformance_on_device() {
 #[test]
 fn step_path_on_the_callers_cudarc_buffers() {
     use specula_core::gpu::{GpuVerifier, VerifyArgs};
-    use specula_core::kernels;
+    use specula_core::gpu::kernels;
     use specula_core::verify::{DEFAULT_DELTA, DEFAULT_EPS};
     use specula_cuda::CudaDriver;
     let Some(dev) = device() else { return };

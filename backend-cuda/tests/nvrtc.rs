@@ -74,11 +74,11 @@ fn chain_kernel(arch: &str, sm: &str) {
         "{arch}: entry point missing"
     );
     for entry in [
-        specula_core::kernels::VERIFY_SPLIT_ENTRY,
-        specula_core::kernels::VERIFY_EX_ENTRY,
-        specula_core::kernels::VERIFY_SPLIT_EX_ENTRY,
-        specula_core::kernels::VERIFY_LOGITS_ENTRY,
-        specula_core::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
+        specula_core::gpu::kernels::VERIFY_SPLIT_ENTRY,
+        specula_core::gpu::kernels::VERIFY_EX_ENTRY,
+        specula_core::gpu::kernels::VERIFY_SPLIT_EX_ENTRY,
+        specula_core::gpu::kernels::VERIFY_LOGITS_ENTRY,
+        specula_core::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
     ] {
         assert!(
             ptx.contains(&format!(".entry {entry}(")),
@@ -153,7 +153,7 @@ fn chain_kernel(arch: &str, sm: &str) {
             // compiled from and the ptxas that assembled it.
             let key = format!(
                 "fnv1a64={:016x} ptxas={}\n",
-                fnv1a64(specula_core::kernels::SOURCE.as_bytes()),
+                fnv1a64(specula_core::gpu::kernels::SOURCE.as_bytes()),
                 ptxas.display()
             );
             std::fs::write(dir.join(format!("{sm}.key")), key).unwrap();
@@ -164,7 +164,7 @@ fn chain_kernel(arch: &str, sm: &str) {
     }
 }
 
-/// The tree kernel text (`specula_core::kernels::TREE_SOURCE`: the chain text, then
+/// The tree kernel text (`specula_core::gpu::kernels::TREE_SOURCE`: the chain text, then
 /// `core/kernels/specula_tree.cu`) compiles with the kernel's NVRTC options for compute_80 and
 /// compute_90, has the `specula_verify_tree` entry, no contracted multiply-add or fast-math
 /// instruction outside the series division's inline asm, and assembles with ptxas.
@@ -190,12 +190,12 @@ fn tree_kernel(arch: &str, sm: &str) {
     let dir = std::env::temp_dir().join(format!("specula-nvrtc-tree-{sm}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ptx = specula_cuda::compile_source_ptx(
-        specula_core::kernels::TREE_SOURCE,
+        specula_core::gpu::kernels::TREE_SOURCE,
         "specula_tree.cu",
         arch,
     )
     .unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let entry = specula_core::kernels::TREE_ENTRY;
+    let entry = specula_core::gpu::kernels::TREE_ENTRY;
     assert!(
         ptx.contains(&format!(".entry {entry}(")),
         "{arch}: entry point {entry} missing"

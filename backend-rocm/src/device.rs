@@ -5,7 +5,7 @@ use crate::compile::{CodeObject, c_string, compile, valid_target_id};
 use crate::error::RocmError;
 use crate::ffi::{self, Hip, RawEvent, RawFunction, RawModule, RawStream};
 use core::ffi::c_int;
-use specula_core::kernels::{self, TREE_ENTRY};
+use specula_core::gpu::kernels::{self, TREE_ENTRY};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].

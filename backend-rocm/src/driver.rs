@@ -14,7 +14,7 @@ use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver,
     TreeLaunch,
 };
-use specula_core::kernels;
+use specula_core::gpu::kernels;
 use std::sync::Arc;
 
 /// The compute units the split launch plans for: below this many requests each request's rows

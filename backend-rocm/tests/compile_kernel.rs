@@ -6,7 +6,7 @@
 mod common;
 
 use specula_core::gpu::ENTRY_NAMES;
-use specula_core::kernels::{SOURCE, VERIFY_ENTRY};
+use specula_core::gpu::kernels::{SOURCE, VERIFY_ENTRY};
 use specula_rocm::{COMPILE_OPTIONS, CodeObject, EM_AMDGPU, RocmError, compile, unbundle};
 use std::process::Command;
 
@@ -71,7 +71,7 @@ fn hiprtc_compiles_the_tree_kernel_for_gfx90a() {
         return;
     }
     let code = compile(
-        specula_core::kernels::TREE_SOURCE,
+        specula_core::gpu::kernels::TREE_SOURCE,
         "specula_tree.cu",
         Some("gfx90a"),
         &["-DSPECULA_HIP=1"],
@@ -81,7 +81,7 @@ fn hiprtc_compiles_the_tree_kernel_for_gfx90a() {
     assert_eq!(code.processor(), Some("gfx90a"));
     assert!(contains(
         code.as_bytes(),
-        specula_core::kernels::TREE_ENTRY.as_bytes()
+        specula_core::gpu::kernels::TREE_ENTRY.as_bytes()
     ));
 }
 

@@ -16,7 +16,7 @@ use specula::http::{MetricsServer, ServerConfig};
 use specula::log_sink::{LogSink, MIN_PERIOD};
 use specula::prom::{ConstLabels, LabelError, Options, SpecCollector, VllmEngineMetrics};
 use specula::shutdown::{Reason, Shutdown, finish};
-use specula::specula_core::advisor::{
+use specula::specula_core::metrics::{
     Advice, AdviceError, CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree,
 };
 use specula::specula_core::verify::{

@@ -25,7 +25,7 @@
 //! runs there.
 
 use specula_core::Counters;
-use specula_core::advisor::{CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree};
+use specula_core::metrics::{CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree};
 
 const K: usize = 8;
 const Z: f64 = 6.0;

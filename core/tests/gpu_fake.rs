@@ -8,7 +8,7 @@ use specula_core::gpu::{
     Launch, MAX_PARAMS, MAX_SLICES, MAX_TRAILING, OutOfBounds, Param, SUPPORT, Staging, Status,
     View, ViewMut,
 };
-use specula_core::kernels;
+use specula_core::gpu::kernels;
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
     Verifier, VerifyError,

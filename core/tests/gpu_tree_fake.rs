@@ -8,7 +8,7 @@ use specula_core::gpu::{
     Driver, Element, GpuError, GpuVerifier, Status, TreeArgs, TreeDriver, TreeLaunch, TreeStaging,
     View, ViewMut, tree_shape,
 };
-use specula_core::kernels;
+use specula_core::gpu::kernels;
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeError, TreeOutputs, TreeParam};
 use specula_core::verify::{Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Streams, Verifier};
 use specula_core::{ErrorKind, HasKind};

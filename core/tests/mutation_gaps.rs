@@ -8,8 +8,8 @@
 
 use core::fmt::Write as _;
 use specula_core::error_kind::ErrorKind;
-use specula_core::words::{Cell32, Cell64, Words};
-use specula_core::{CountError, Counters, Registry, RegistryError, SeqSlot, Snapshot};
+use specula_core::metrics::{Cell32, Cell64, Words};
+use specula_core::{CountError, Counters, SeqSlot, Snapshot};
 
 /// `format!` without alloc: the core's tests stay `no_std`-shaped, and a buffer overflow fails.
 fn fmt<T: core::fmt::Display>(v: &T) -> heapless::String<256> {
@@ -140,64 +140,11 @@ fn every_words_impl_round_trips() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Registry
-// ---------------------------------------------------------------------------------------------
-
-#[test]
-fn registry_len_and_is_empty() {
-    let mut reg: Registry<u64, 4> = Registry::default();
-    assert_eq!((reg.len(), reg.is_empty()), (0, true));
-    {
-        let (ws, rd) = reg.split();
-        assert!(ws.is_empty());
-        assert_eq!((rd.len(), rd.is_empty()), (0, true));
-        assert_eq!(rd.iter().count(), 0);
-    }
-    assert_eq!(reg.add("a", 10), Ok(0));
-    assert_eq!((reg.len(), reg.is_empty()), (1, false));
-    assert_eq!(reg.add("b", 20), Ok(1));
-    assert_eq!(reg.add("c", 30), Ok(2));
-    assert_eq!((reg.len(), reg.is_empty()), (3, false));
-    let (mut ws, rd) = reg.split();
-    assert_eq!((ws.len(), rd.len(), rd.is_empty()), (3, 3, false));
-    ws[2].publish(&33);
-    let got: heapless::Vec<(&str, (u64, u64)), 4> = rd.iter().map(|(l, r)| (l, r.read())).collect();
-    assert_eq!(got, [("a", (10, 0)), ("b", (20, 0)), ("c", (33, 1))]);
-    assert_eq!(rd.get("b").map(|r| r.read()), Some((20, 0)));
-    assert_eq!(rd.get("c").map(|r| r.read()), Some((33, 1)));
-    let copy = rd;
-    assert_eq!(copy.get("a").map(|r| r.read()), Some((10, 0)));
-}
-
-#[test]
-fn registry_labels_up_to_the_limit() {
-    let mut reg: Registry<u32, 2> = Registry::new();
-    let max = "0123456789abcdef0123456789abcdef";
-    assert_eq!(max.len(), specula_core::registry::MAX_LABEL);
-    assert_eq!(reg.add(max, 1), Ok(0));
-    assert_eq!(
-        reg.add("0123456789abcdef0123456789abcdefg", 1),
-        Err(RegistryError::LabelTooLong)
-    );
-    assert_eq!(reg.len(), 1, "a refused entry is not added");
-}
-
-// ---------------------------------------------------------------------------------------------
 // Error types: Display and Debug
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn registry_and_count_errors_display() {
-    assert_eq!(fmt(&RegistryError::Full), "registry is full");
-    assert_eq!(
-        fmt(&RegistryError::LabelTooLong),
-        "label longer than 32 bytes"
-    );
-    assert_eq!(
-        fmt(&RegistryError::DuplicateLabel),
-        "label already registered"
-    );
-    assert_eq!(dbg(&RegistryError::Full), "Full");
+fn count_errors_display() {
     assert_eq!(fmt(&CountError::EmptyDraft), "draft length k is 0");
     assert_eq!(
         fmt(&CountError::DraftTooLong { k: 9, max: 4 }),
@@ -990,7 +937,7 @@ impl Mix {
 
 mod fmath_known_answers {
     use super::Fnv;
-    use specula_core::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p, ln_p};
+    use specula_core::verify::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p, ln_p};
 
     fn ln_bits(x_bits: u32) -> u32 {
         ln_p(f32::from_bits(x_bits)).to_bits()
@@ -1091,7 +1038,7 @@ mod fmath_known_answers {
 
 mod philox_known_answers {
     use super::Fnv;
-    use specula_core::philox::{
+    use specula_core::verify::philox::{
         STREAM_ACCEPT, STREAM_RACE, STREAM_RACE_LO, accept_draw, counter, key, philox4x32_10,
         race_words, race_words_lo, uniform_co,
     };
@@ -1156,7 +1103,7 @@ mod philox_known_answers {
 
 mod exponential_known_answers {
     use super::Fnv;
-    use specula_core::exponential::{accepts, draw, exponential, exponential_floor, uniform53};
+    use specula_core::verify::exponential::{accepts, draw, exponential, exponential_floor, uniform53};
 
     fn e(x: u64) -> u64 {
         exponential(x).to_bits()
@@ -1233,8 +1180,8 @@ mod exponential_known_answers {
 mod reference_known_answers {
     use super::{Fnv, Mix};
     use specula_core::Counters;
-    use specula_core::exponential::exponential;
-    use specula_core::philox::{race_words, race_words_lo};
+    use specula_core::verify::exponential::exponential;
+    use specula_core::verify::philox::{race_words, race_words_lo};
     use specula_core::verify::{
         Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RaceRng,
         Reference, RowOps, SENTINEL, ScalarOps, Streams, Verifier, argmax, race, race_key,
@@ -1670,7 +1617,7 @@ mod reference_known_answers {
 
 mod kernel_contract {
     use specula_core::Counters;
-    use specula_core::kernels::{
+    use specula_core::gpu::kernels::{
         FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
         method_code, shape_words, stats_words, tree_draft_tokens_word, tree_drafts_word,
     };

@@ -33,7 +33,7 @@
 //! The writers publish on every call: a seqlock write of a few words (no lock, no allocation),
 //! on the engine's thread, outside the collector's step path and outside any device work.
 
-use specula_core::advisor::{Advice, AdviceError, CostMeter, CostModel, StepTiming, advise};
+use specula_core::metrics::{Advice, AdviceError, CostMeter, CostModel, StepTiming, advise};
 use specula_core::{
     Counters, Extremes, FinishedRequests, RequestAcceptance, SeqSlot, SlotReader, SlotWriter,
 };

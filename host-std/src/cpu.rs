@@ -38,8 +38,8 @@ pub use ops::ChunkedOps;
 use ops::SplitOps;
 
 use rayon::prelude::*;
-use specula_core::exponential::accepts;
-use specula_core::philox::accept_draw;
+use specula_core::verify::exponential::accepts;
+use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,

@@ -7,7 +7,7 @@
 //! # The acceptance-length distribution: a counter per length, not a native histogram
 //! `specula_drafts_by_accepted_length_total{length="j"}` counts the drafts that accepted exactly
 //! `j` tokens, one counter per `j` in `0..=draft_len`, derived at scrape time from the
-//! per-position counters (exact: see `specula_core::acceptance`). A counter per length rather
+//! per-position counters (exact: see `specula_core::metrics::AcceptanceLengths`). A counter per length rather
 //! than a histogram because the values are small integers, each a count in its own right:
 //! `rate()` of one series is the share of steps at that length, a bar per length is the
 //! distribution AIPerf and vLLM's per-position panels show, and nothing is interpolated. A
@@ -40,9 +40,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use specula_core::advisor::CostModel;
-use specula_core::advisor::{Advice, AdviceError, advise};
-use specula_core::request::RATE_BOUNDS_PERCENT;
+use specula_core::metrics::CostModel;
+use specula_core::metrics::{Advice, AdviceError, advise};
+use specula_core::metrics::RATE_BOUNDS_PERCENT;
 use specula_core::{Clock, Counters, FinishedRequests, Snapshot};
 use std::fmt::{self, Write};
 use std::sync::{Mutex, PoisonError};

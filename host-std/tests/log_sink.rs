@@ -554,7 +554,7 @@ fn vllm_lines_are_vllms_exact_format_and_skip_idle_intervals() {
 fn the_detailed_line_carries_lengths_conditionals_and_the_interval_advice() {
     use specula::advice::{CostSource, Sources, cost_slot};
     use specula::specula_core::Report;
-    use specula::specula_core::advisor::{CostModel, advise};
+    use specula::specula_core::metrics::{CostModel, advise};
     captured();
     const S: u64 = 1_000_000_000;
     let wired = wire::<4, _>(["detail", "detail-fixed", "detail-none"]).unwrap();

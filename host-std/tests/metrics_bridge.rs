@@ -231,7 +231,7 @@ fn constant_labels_and_the_draft_length_reach_every_counter() {
 #[test]
 fn derived_gauges_advice_and_finished_requests_follow_each_update() {
     use specula::advice::{CostSource, Sources, cost_slot, request_slot};
-    use specula::specula_core::advisor::{CostModel, advise};
+    use specula::specula_core::metrics::{CostModel, advise};
     use specula::specula_core::{Extremes, RequestAcceptance};
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();

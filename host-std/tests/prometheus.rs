@@ -402,7 +402,7 @@ fn our_dashboard_queries_only_exported_families() {
     let json: serde_json::Value =
         serde_json::from_str(include_str!("../dashboards/specula.json")).unwrap();
     use specula::advice::{CostSource, Sources, request_slot};
-    use specula::specula_core::advisor::CostModel;
+    use specula::specula_core::metrics::CostModel;
     use specula::specula_core::{Extremes, Snapshot};
     // An engine with drafts, a cost and a finished-request histogram: every family the
     // dashboard reads has a series (the derived gauges need counts to derive from).
@@ -597,7 +597,7 @@ fn gauges_of(text: &str, name: &str, labels: &[&str]) -> Vec<(String, f64)> {
 #[test]
 fn distribution_conditionals_advice_and_requests_at_scrape_time() {
     use specula::advice::{CostSource, Sources, cost_slot, request_slot};
-    use specula::specula_core::advisor::{CostModel, advise};
+    use specula::specula_core::metrics::{CostModel, advise};
     use specula::specula_core::{Extremes, RequestAcceptance, Snapshot};
     let mut wired = wire::<4, _>(["rank0", "rank1"]).unwrap();
     let (mut costs, cost_reader) = cost_slot();

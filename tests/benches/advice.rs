@@ -8,7 +8,7 @@
 //! Run: `cargo bench -p specula-tests --bench advice`
 
 use criterion::Criterion;
-use specula_core::advisor::{CostModel, advise};
+use specula_core::metrics::{CostModel, advise};
 use specula_core::{
     Collector, Counters, Cursor, Readback, Report, RequestAcceptance, SeqSlot, Snapshot,
 };

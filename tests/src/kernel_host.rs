@@ -9,10 +9,10 @@
 //! Like a GPU backend, it validates the batch on the host first (same errors as the reference),
 //! then launches one block per request; the device-side counters and error flag live in a
 //! `Vec<u64>` laid out as the kernel's `stats` buffer
-//! ([`specula_core::kernels::stats_words`]).
+//! ([`specula_core::gpu::kernels::stats_words`]).
 
 use specula_core::Counters;
-use specula_core::kernels;
+use specula_core::gpu::kernels;
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Rows, Support, Target, Values,
     Verifier, VerifyError, validate_recovered, validate_with,

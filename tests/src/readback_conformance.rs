@@ -1,4 +1,4 @@
-//! The [`Readback`] conformance suite: the contract of `specula_core::readback`, misuse
+//! The [`Readback`] conformance suite: the contract of `specula_core::metrics::Readback`, misuse
 //! included (defined once, in [`specula_core::Misuse`]), checked the same way on every
 //! implementation — the host and CPU readbacks, the GPU orchestration's ring over the host
 //! driver, and CUDA and ROCm when a device is lent.

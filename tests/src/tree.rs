@@ -439,7 +439,7 @@ pub fn tree_backend_conformance<V, E>(
 /// replayed and launched, with a readback started and polled; no step makes a synchronising call
 /// (`syncs` counts them as the backend sees them: its driver's count, or the verifier's), every step's outputs equal the reference's,
 /// and the readback's flush ends at the exact sum of the reference's counts. Last, a malformed
-/// request on the raw launch raises [`ERR_TREE`](specula_core::kernels::ERR_TREE), gets
+/// request on the raw launch raises [`ERR_TREE`](specula_core::gpu::kernels::ERR_TREE), gets
 /// sentinel outputs and is not counted, while its batch's other requests are.
 pub fn tree_step_path_conformance<D: TreeDriver>(
     v: &mut GpuVerifier<D, K>,
@@ -562,7 +562,7 @@ pub fn tree_step_path_conformance<D: TreeDriver>(
         .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
         .expect("download");
     let w = d.max_depth + 1;
-    assert_eq!(flags, specula_core::kernels::ERR_TREE, "the malformed tree");
+    assert_eq!(flags, specula_core::gpu::kernels::ERR_TREE, "the malformed tree");
     assert_eq!(got.accepted[last], SENTINEL);
     assert!(got.path[last * w..].iter().all(|&x| x == SENTINEL));
     assert!(got.tokens[last * w..].iter().all(|&x| x == SENTINEL));
@@ -570,6 +570,6 @@ pub fn tree_step_path_conformance<D: TreeDriver>(
     assert_eq!(got.path[..last * w], want.path[..]);
     assert_eq!(got.tokens[..last * w], want.tokens[..]);
     assert_eq!(rb.flush().expect("flush"), expected, "the exact totals");
-    assert_eq!(rb.error_flags(), specula_core::kernels::ERR_TREE);
+    assert_eq!(rb.error_flags(), specula_core::gpu::kernels::ERR_TREE);
     let _ = out.view();
 }

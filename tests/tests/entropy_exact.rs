@@ -1,5 +1,5 @@
 //! The kernel text's entropy term (`sp_entropy_fixed` in `core/kernels/specula_verify.cu`) is a
-//! rewriting of `specula_core::fmath::entropy_term` that must give the same bits for every
+//! rewriting of `specula_core::verify::fmath::entropy_term` that must give the same bits for every
 //! input. This file replays that rewriting step for step in Rust and compares:
 //!
 //! * over every mantissa of the exponent fields where something changes (subnormals and zero,
@@ -14,7 +14,7 @@
 //! Exhaustive in release mode: `cargo test -p specula-tests --release --test entropy_exact`
 //! (about ten seconds on 2 cores; scripts/test.sh runs it); sampled in debug builds.
 
-use specula_core::fmath::entropy_term;
+use specula_core::verify::fmath::entropy_term;
 
 /// `(k − 127) × LN2 × 2⁴⁰` for k < 256, NaN above: the kernel's shared-memory table.
 fn ln_table() -> Vec<f32> {

@@ -7,7 +7,7 @@
 
 use specula_core::Readback;
 use specula_core::gpu::{GpuVerifier, SUPPORT, Staging};
-use specula_core::kernels::{
+use specula_core::gpu::kernels::{
     VERIFY_ENTRY, VERIFY_EX_ENTRY, VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_ENTRY, VERIFY_SPLIT_EX_ENTRY,
     VERIFY_SPLIT_LOGITS_ENTRY,
 };

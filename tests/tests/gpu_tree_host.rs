@@ -9,7 +9,7 @@
 //! launch flagged (`ERR_TREE`) and skipped alone.
 
 use specula_core::gpu::{GpuError, GpuVerifier, TreeStaging};
-use specula_core::kernels::{ERR_TOKEN, ERR_TREE};
+use specula_core::gpu::kernels::{ERR_TOKEN, ERR_TREE};
 use specula_core::verify::tree::{TreeError, verify_tree_batch};
 use specula_core::verify::{Check, Method, SENTINEL, Verifier};
 use specula_core::{Counters, Readback};

@@ -2,7 +2,7 @@
 //! reference: outputs and counters must be bit-identical for every batch.
 
 use specula_core::Counters;
-use specula_core::kernels::{self, ERR_DRAFT_LEN, ERR_SHAPE, ERR_TOKEN};
+use specula_core::gpu::kernels::{self, ERR_DRAFT_LEN, ERR_SHAPE, ERR_TOKEN};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Reference, Rows, Streams, Strides, Verifier,
     VerifyError,

@@ -6,7 +6,7 @@
 //! `ERR_SHAPE` for half flags on a plain entry).
 
 use specula_core::Counters;
-use specula_core::kernels::{self, ERR_PARAM, ERR_SHAPE};
+use specula_core::gpu::kernels::{self, ERR_PARAM, ERR_SHAPE};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Half, HalfLogits, Logits, Method, RaggedDrafts, SENTINEL, Streams,
     Strides, Verifier, draft_slots, recovered_tokens, verify_batch,

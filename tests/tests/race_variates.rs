@@ -1,4 +1,4 @@
-//! The race's variate map `E(x) = −ln(1 − v)`, `v = (x + ½)·2⁻⁶⁴` (`specula_core::exponential`),
+//! The race's variate map `E(x) = −ln(1 − v)`, `v = (x + ½)·2⁻⁶⁴` (`specula_core::verify::exponential`),
 //! checked exhaustively over every high word, as the bias bound in `core/DETERMINISM.md` needs:
 //! positive, finite, increasing, within `ETA` (relative) of the exact value at the cell midpoint,
 //! and above the skip filters' floor.
@@ -6,7 +6,7 @@
 //! Run in release mode: `cargo test -p specula-tests --release --test race_variates` (about
 //! half a minute on 2 cores).
 
-use specula_core::exponential::{ETA, draw, exponential, exponential_floor};
+use specula_core::verify::exponential::{ETA, draw, exponential, exponential_floor};
 
 /// An independent evaluation of `−ln(1 − v)` at the midpoint of cell `x`: the platform's `ln_1p`
 /// and `ln` (correct to about 1 ulp), on the side where each has no cancellation.

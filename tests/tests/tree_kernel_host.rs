@@ -6,7 +6,7 @@
 //! request temperature, 0 greedy) give the reference's bits too (issue 14).
 
 use specula_core::Counters;
-use specula_core::kernels::{ERR_TOKEN, ERR_TREE};
+use specula_core::gpu::kernels::{ERR_TOKEN, ERR_TREE};
 use specula_core::verify::tree::verify_tree_batch;
 use specula_core::verify::{Check, Method, SENTINEL};
 use specula_tests::conformance::{Gen, K, METHODS};

@@ -68,8 +68,8 @@ fn value_stability() {
         .collect();
     assert_eq!(got, want, "{:?}", (d.vocab, d.k_max, d.requests()));
     // The raw stream too: Philox words and derived uniforms at fixed coordinates.
-    use specula_core::exponential::{draw, exponential};
-    use specula_core::philox::{accept_draw, race_words, race_words_lo};
+    use specula_core::verify::exponential::{draw, exponential};
+    use specula_core::verify::philox::{accept_draw, race_words, race_words_lo};
     assert_eq!(race_words(7, 11, 2, 5), PINNED_WORDS);
     assert_eq!(race_words_lo(7, 11, 2, 5), PINNED_WORDS_LO);
     assert_eq!(accept_draw(u64::MAX, 1 << 40, 3), PINNED_ACCEPT);

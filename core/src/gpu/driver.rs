@@ -20,9 +20,9 @@ pub enum Status {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Entry {
-    /// [`VERIFY_ENTRY`](crate::kernels::VERIFY_ENTRY): one block per request.
+    /// [`VERIFY_ENTRY`](crate::gpu::kernels::VERIFY_ENTRY): one block per request.
     Single,
-    /// [`VERIFY_SPLIT_ENTRY`](crate::kernels::VERIFY_SPLIT_ENTRY): each request's rows over
+    /// [`VERIFY_SPLIT_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_ENTRY): each request's rows over
     /// `slices` blocks, with the scratch buffer of [`Launch::scratch`].
     Split {
         /// Blocks per request (≥ 2).
@@ -45,16 +45,16 @@ impl Entry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Family {
-    /// [`VERIFY_ENTRY`](crate::kernels::VERIFY_ENTRY) /
-    /// [`VERIFY_SPLIT_ENTRY`](crate::kernels::VERIFY_SPLIT_ENTRY): padded layout, sampled
+    /// [`VERIFY_ENTRY`](crate::gpu::kernels::VERIFY_ENTRY) /
+    /// [`VERIFY_SPLIT_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_ENTRY): padded layout, sampled
     /// bonus tokens, target probabilities.
     Plain,
-    /// [`VERIFY_EX_ENTRY`](crate::kernels::VERIFY_EX_ENTRY) /
-    /// [`VERIFY_SPLIT_EX_ENTRY`](crate::kernels::VERIFY_SPLIT_EX_ENTRY): then
+    /// [`VERIFY_EX_ENTRY`](crate::gpu::kernels::VERIFY_EX_ENTRY) /
+    /// [`VERIFY_SPLIT_EX_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_EX_ENTRY): then
     /// `cu_num_draft_tokens` and `bonus` (null when not set).
     Ex,
-    /// [`VERIFY_LOGITS_ENTRY`](crate::kernels::VERIFY_LOGITS_ENTRY) /
-    /// [`VERIFY_SPLIT_LOGITS_ENTRY`](crate::kernels::VERIFY_SPLIT_LOGITS_ENTRY): then also
+    /// [`VERIFY_LOGITS_ENTRY`](crate::gpu::kernels::VERIFY_LOGITS_ENTRY) /
+    /// [`VERIFY_SPLIT_LOGITS_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY): then also
     /// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered`.
     Logits,
 }
@@ -80,12 +80,12 @@ pub const MAX_TRAILING: usize = 9;
 /// [`Launch::entry_index`]: a driver loads them all from the compiled module and picks one per
 /// launch by that index.
 pub const ENTRY_NAMES: [&str; 6] = [
-    crate::kernels::VERIFY_ENTRY,
-    crate::kernels::VERIFY_SPLIT_ENTRY,
-    crate::kernels::VERIFY_EX_ENTRY,
-    crate::kernels::VERIFY_SPLIT_EX_ENTRY,
-    crate::kernels::VERIFY_LOGITS_ENTRY,
-    crate::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
+    crate::gpu::kernels::VERIFY_ENTRY,
+    crate::gpu::kernels::VERIFY_SPLIT_ENTRY,
+    crate::gpu::kernels::VERIFY_EX_ENTRY,
+    crate::gpu::kernels::VERIFY_SPLIT_EX_ENTRY,
+    crate::gpu::kernels::VERIFY_LOGITS_ENTRY,
+    crate::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
 ];
 
 const fn entry_index(entry: Entry, family: Family) -> usize {
@@ -162,8 +162,8 @@ impl Inputs {
 pub struct VerifyArgs<'a, D: Driver> {
     /// Blocks launched: the largest batch these buffers hold (`≥` the batch shape word).
     pub capacity: u32,
-    /// [`SHAPE_WORDS`](crate::kernels::SHAPE_WORDS) shape words
-    /// ([`shape_words`](crate::kernels::shape_words)); the counters-`K` word must be `K`.
+    /// [`SHAPE_WORDS`](crate::gpu::kernels::SHAPE_WORDS) shape words
+    /// ([`shape_words`](crate::gpu::kernels::shape_words)); the counters-`K` word must be `K`.
     pub shape: View<'a, D, u32>,
     /// `k[b]`.
     pub k: View<'a, D, u32>,
@@ -197,7 +197,7 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// Per-request temperature of the logits (B values; `0`: greedy on the logits). Only with
     /// [`target_logits`](Self::target_logits).
     pub temperature: Option<View<'a, D, f32>>,
-    /// Per-request method codes ([`method_code`](crate::kernels::method_code), B values),
+    /// Per-request method codes ([`method_code`](crate::gpu::kernels::method_code), B values),
     /// overriding the shape word's method: the logits entries. `None`: the shape word's.
     pub methods: Option<View<'a, D, u32>>,
     /// Per-request top-k (B values; `0`: off): the logits entries. `None`: off.
@@ -207,14 +207,14 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// Per-request min-p (B values in `[0, 1]`; `0`: off): the logits entries. `None`: off.
     pub min_p: Option<View<'a, D, f32>>,
     /// bf16 / f16 target logits (u16 patterns, the shape word's
-    /// [`FLAG_TARGET_BF16`](crate::kernels::FLAG_TARGET_BF16) /
-    /// [`FLAG_TARGET_F16`](crate::kernels::FLAG_TARGET_F16) says which), passed as
+    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
+    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16) says which), passed as
     /// `target_logits` instead of [`target_logits`](Self::target_logits) (then `None`): the
     /// logits entries. Needs [`temperature`](Self::temperature).
     pub target_logits_half: Option<View<'a, D, u16>>,
     /// bf16 / f16 draft probabilities (u16 patterns, flagged likewise with
-    /// [`FLAG_DRAFT_BF16`](crate::kernels::FLAG_DRAFT_BF16) /
-    /// [`FLAG_DRAFT_F16`](crate::kernels::FLAG_DRAFT_F16)), passed as `draft_probs` instead of
+    /// [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
+    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16)), passed as `draft_probs` instead of
     /// [`draft_probs`](Self::draft_probs) (then `None`): the logits entries.
     pub draft_probs_half: Option<View<'a, D, u16>>,
     /// Output: vLLM's recovered tokens, one per draft slot as
@@ -289,7 +289,7 @@ pub struct Launch<'l, 'a, D: Driver> {
     pub block: u32,
     /// The step's buffers.
     pub args: &'l VerifyArgs<'a, D>,
-    /// The counters buffer ([`stats_words`](crate::kernels::stats_words)`(K)` `u64` words).
+    /// The counters buffer ([`stats_words`](crate::gpu::kernels::stats_words)`(K)` `u64` words).
     pub stats: &'l D::Buffer,
     /// The split entry's scratch (zero between launches); `Some` exactly for [`Entry::Split`].
     pub scratch: Option<&'l D::Buffer>,

@@ -2,7 +2,7 @@
 //! driver (CUDA, ROCm, the host driver).
 
 use crate::error_kind::{ErrorKind, HasKind};
-use crate::readback::Misuse;
+use crate::metrics::Misuse;
 use crate::verify::VerifyError;
 use crate::verify::tree::TreeError;
 

@@ -12,6 +12,7 @@
 //! lifetime the compiler checks, never raw pointers valid "until the next stage".
 
 mod driver;
+pub mod kernels;
 mod error;
 mod readback;
 mod staging;

@@ -15,10 +15,10 @@
 
 use super::driver::{Driver, Status};
 use super::error::GpuError;
-use crate::counters::Counters;
-use crate::flight::{Flight, MAX_IN_FLIGHT};
-use crate::kernels;
-use crate::readback::{Misuse, Readback};
+use crate::metrics::Counters;
+use crate::metrics::{Flight, MAX_IN_FLIGHT};
+use crate::gpu::kernels;
+use crate::metrics::{Misuse, Readback};
 use core::task::Poll;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

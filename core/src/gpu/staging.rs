@@ -4,7 +4,7 @@ use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
 use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
-use crate::kernels;
+use crate::gpu::kernels;
 use crate::verify::{
     Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Target, Values, draft_slots,
     validate_inputs_with,

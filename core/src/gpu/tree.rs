@@ -26,7 +26,7 @@ pub use staging::{TreeStaged, TreeStaging, tree_shape};
 use super::error::GpuError;
 use super::readback::read_stats;
 use super::verifier::{GpuVerifier, grow_host};
-use crate::kernels;
+use crate::gpu::kernels;
 use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree};
 use crate::verify::{Check, Method};
 use core::marker::PhantomData;

@@ -5,9 +5,9 @@ use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::{Staged, Staging};
 use super::tree::TreeStaging;
-use crate::counters::Counters;
-use crate::flight::MAX_IN_FLIGHT;
-use crate::kernels;
+use crate::metrics::Counters;
+use crate::metrics::MAX_IN_FLIGHT;
+use crate::gpu::kernels;
 use crate::verify::{Batch, Check, Method, Outputs, Support, Verifier, validate_with};
 use core::marker::PhantomData;
 

@@ -2,9 +2,9 @@
 //! ([`ScalarOps`]) that define the reference bits.
 
 use super::{Batch, Cut, Filter, Method, SENTINEL, Values, WeightRow};
-use crate::exponential::{accepts, draw, exponential};
-use crate::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
-use crate::philox::{accept_draw, race_words, race_words_lo};
+use crate::verify::exponential::{accepts, draw, exponential};
+use crate::verify::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
+use crate::verify::philox::{accept_draw, race_words, race_words_lo};
 
 /// Where a row's race draws its uniforms: the request's stream at a draft position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -462,7 +462,7 @@ pub fn recovered_at<O: RowOps + ?Sized>(
 pub trait RowOps {
     /// [`argmax`] of `row` (exactly `V` values).
     fn argmax(&self, row: &[f32]) -> u32;
-    /// [`entropy`](crate::fmath::entropy) of `row`.
+    /// [`entropy`](crate::verify::fmath::entropy) of `row`.
     fn entropy(&self, row: &[f32]) -> f32;
     /// [`race`] over the row's values.
     fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32>;

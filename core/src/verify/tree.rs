@@ -59,10 +59,10 @@ use super::{
     Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, RaceRng, RowOps, SENTINEL, ScalarOps,
     Softmax, Streams, Strides, Tensor, race,
 };
-use crate::counters::Counters;
-use crate::exponential::uniform53;
-use crate::fmath::{entropy_from_fixed, entropy_term, exp_p};
-use crate::philox::{STREAM_ACCEPT, counter, key, philox4x32_10};
+use crate::metrics::Counters;
+use crate::verify::exponential::uniform53;
+use crate::verify::fmath::{entropy_from_fixed, entropy_term, exp_p};
+use crate::verify::philox::{STREAM_ACCEPT, counter, key, philox4x32_10};
 
 /// The most nodes a request's tree may have (root included). SGLang's EAGLE trees use up to 64
 /// draft tokens, Medusa's up to 64 paths; the limit keeps the verifier's per-request scratch
@@ -1730,7 +1730,7 @@ mod tests {
         for (seed, off, node) in [(0u64, 0u64, 0u32), (7, 9, 3), (u64::MAX, 1 << 40, 511)] {
             assert_eq!(
                 sibling_draw(seed, off, node, 0),
-                crate::philox::accept_draw(seed, off, node)
+                crate::verify::philox::accept_draw(seed, off, node)
             );
             assert_ne!(
                 sibling_draw(seed, off, node, 1),

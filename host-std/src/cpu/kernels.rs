@@ -18,9 +18,9 @@
 // Lane loops index several arrays in lockstep by lane number: the shape the vectoriser wants.
 #![allow(clippy::needless_range_loop)]
 
-use specula_core::exponential::{draw, exponential, exponential_floor};
-use specula_core::fmath::ln_p;
-use specula_core::philox::{STREAM_RACE, STREAM_RACE_LO, key, philox4x32_10};
+use specula_core::verify::exponential::{draw, exponential, exponential_floor};
+use specula_core::verify::fmath::ln_p;
+use specula_core::verify::philox::{STREAM_RACE, STREAM_RACE_LO, key, philox4x32_10};
 use specula_core::verify::RaceRng;
 
 /// The best `(key, id)` of a range under "larger key wins, equal keys go to the lower id".
@@ -418,7 +418,7 @@ fn argmax_range<const N: usize>(row: &[f32], start: usize, end: usize) -> Best {
     out
 }
 
-/// 2⁴⁰, the scale of the fixed-point entropy terms (as in `specula_core::fmath`).
+/// 2⁴⁰, the scale of the fixed-point entropy terms (as in `specula_core::verify::fmath`).
 const TWO_40: f32 = f32::from_bits(0x5380_0000);
 
 /// `t as i64` (truncation toward zero, saturating at `i64::MIN` / `i64::MAX`) for every
@@ -446,7 +446,7 @@ fn f32_to_i64_sat(t: f32) -> i64 {
     if e >= 190 { sat } else { v }
 }
 
-/// [`entropy_term`](specula_core::fmath::entropy_term), the same bits, written branch-free with
+/// [`entropy_term`](specula_core::verify::fmath::entropy_term), the same bits, written branch-free with
 /// [`f32_to_i64_sat`] so it vectorises.
 #[inline(always)]
 fn entropy_term(p: f32) -> i64 {
@@ -507,7 +507,7 @@ const E120: f32 = f32::from_bits(0x3C08_8889);
 const E24: f32 = f32::from_bits(0x3D2A_AAAB);
 const E6: f32 = f32::from_bits(0x3E2A_AAAB);
 
-/// [`exp_p`](specula_core::fmath::exp_p), the same bits for every `x`, written with selects
+/// [`exp_p`](specula_core::verify::fmath::exp_p), the same bits for every `x`, written with selects
 /// instead of early returns so that it vectorises.
 #[inline(always)]
 fn exp_p(x: f32) -> f32 {
@@ -1465,7 +1465,7 @@ mod tests {
         ] {
             assert_eq!(
                 exp_p(x).to_bits(),
-                specula_core::fmath::exp_p(x).to_bits(),
+                specula_core::verify::fmath::exp_p(x).to_bits(),
                 "{x}"
             );
         }
@@ -1685,7 +1685,7 @@ mod tests {
             .chain((-87.0f32).to_bits() - 64..(-87.0f32).to_bits() + 64)
         {
             let x = f32::from_bits(bits);
-            let want = specula_core::fmath::exp_p(x).to_bits();
+            let want = specula_core::verify::fmath::exp_p(x).to_bits();
             assert_eq!(exp_p(x).to_bits(), want, "{x:e} ({bits:#x})");
             if x.is_nan() || x <= 0.0 {
                 assert_eq!(exp_nonpos(x).to_bits(), want, "{x:e} ({bits:#x})");
@@ -2138,7 +2138,7 @@ mod tests {
             let p = f32::from_bits(bits);
             assert_eq!(
                 entropy_term(p),
-                specula_core::fmath::entropy_term(p),
+                specula_core::verify::fmath::entropy_term(p),
                 "{p:e}"
             );
         }

@@ -7,7 +7,7 @@
 //! same property lets [`SplitOps`] cut one row into ranges for several threads.
 
 use super::kernels::{self, Best, Isa, OneHot, Residual, Row, Weights};
-use specula_core::fmath::entropy_from_fixed;
+use specula_core::verify::fmath::entropy_from_fixed;
 use specula_core::verify::{RaceRng, RowOps};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,5 +1,5 @@
 //! The tree seam: [`TreeDriver`], a [`Driver`] that also launches the tree entry point
-//! ([`kernels::TREE_ENTRY`](crate::kernels::TREE_ENTRY)), and the typed views of one tree
+//! ([`kernels::TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY)), and the typed views of one tree
 //! launch ([`TreeArgs`], [`TreeLaunch`]).
 //!
 //! A trait of its own rather than a method of [`Driver`]: a driver without the tree kernel (a
@@ -18,7 +18,7 @@ use super::super::view::{View, ViewMut};
 pub struct TreeArgs<'a, D: Driver> {
     /// Blocks launched: the largest batch these buffers hold (`≥` the batch shape word).
     pub capacity: u32,
-    /// [`TREE_SHAPE_WORDS`](crate::kernels::TREE_SHAPE_WORDS) shape words
+    /// [`TREE_SHAPE_WORDS`](crate::gpu::kernels::TREE_SHAPE_WORDS) shape words
     /// ([`tree_shape`](super::tree_shape)); the counters-`K` word must be `K`.
     pub shape: View<'a, D, u32>,
     /// `nodes[b]`: request `b`'s node count.
@@ -66,7 +66,7 @@ impl<D: Driver> TreeArgs<'_, D> {
     /// unsafe launch).
     pub(crate) fn views_fit(&self) -> bool {
         let b = self.capacity as usize;
-        self.shape.len() >= crate::kernels::TREE_SHAPE_WORDS
+        self.shape.len() >= crate::gpu::kernels::TREE_SHAPE_WORDS
             && [
                 self.nodes.len(),
                 self.tree_tokens.len(),
@@ -100,7 +100,7 @@ pub struct TreeLaunch<'l, 'a, D: Driver> {
     pub block: u32,
     /// The step's buffers.
     pub args: &'l TreeArgs<'a, D>,
-    /// The counters buffer, the chain launches' own ([`stats_words`](crate::kernels::stats_words)`(K)`
+    /// The counters buffer, the chain launches' own ([`stats_words`](crate::gpu::kernels::stats_words)`(K)`
     /// `u64` words): tree counts flow through the same readback and slot.
     pub stats: &'l D::Buffer,
 }
@@ -123,7 +123,7 @@ pub trait TreeDriver: Driver {
         Ok(())
     }
 
-    /// Enqueues one launch of [`TREE_ENTRY`](crate::kernels::TREE_ENTRY).
+    /// Enqueues one launch of [`TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY).
     fn launch_tree(
         &self,
         stream: &Self::Stream,

@@ -5,7 +5,7 @@ use super::super::driver::Driver;
 use super::super::error::GpuError;
 use super::super::view::{Element, View, ViewMut};
 use super::driver::TreeArgs;
-use crate::kernels::{self, ShapeTooLarge};
+use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{MAX_TREE_NODES, TreeBatch, TreeError, TreeParam};
 use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Method, Tensor};
 

@@ -41,6 +41,15 @@ mod values;
 
 pub mod tree;
 
+// The numerics of the rules (specified in DETERMINISM.md): public for the backends and the
+// test suite, hidden from the documentation, which is for runtimes.
+#[doc(hidden)]
+pub mod exponential;
+#[doc(hidden)]
+pub mod fmath;
+#[doc(hidden)]
+pub mod philox;
+
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};
 pub use reference::{
@@ -55,7 +64,7 @@ pub use validate::{
 };
 pub use values::{Half, Values, bf16_to_f32, f16_to_f32};
 
-use crate::counters::Counters;
+use crate::metrics::Counters;
 
 /// Default `ε` of typical acceptance (the Medusa paper's hard threshold).
 pub const DEFAULT_EPS: f32 = 0.09;

@@ -1,7 +1,7 @@
 //! Derived metrics: acceptance rate, system efficiency, mean acceptance length, per-position
 //! rates and throughput. Every ratio with a zero denominator is `None`, never NaN or infinity.
 
-use crate::counters::Counters;
+use crate::metrics::Counters;
 
 #[inline]
 fn ratio(num: u64, den: u64) -> Option<f64> {

@@ -48,7 +48,7 @@ const BRANCH: u64 = 1 << 62;
 /// `x`. Positive, finite, non-decreasing in `x`; relative error below [`ETA`].
 ///
 /// ```
-/// use specula_core::exponential::exponential;
+/// use specula_core::verify::exponential::exponential;
 /// // The smallest E, 2⁻⁶⁵ (bits written out: Miri perturbs `powi` on purpose): never 0.
 /// assert_eq!(exponential(0), f64::from_bits((1023 - 65) << 52));
 /// assert!(exponential(u64::MAX) < 45.1); // the largest: never +∞

@@ -1,11 +1,5 @@
 //! Conversion of plain values to and from relaxed atomic storage, the payload of a
 //! [`SeqSlot`](crate::SeqSlot).
-//!
-//! A seqlock that is sound in Rust never reads a payload non-atomically while a writer may be
-//! storing it: that would be a data race even if the torn value is later discarded. So every
-//! payload lives in atomic cells, stored and loaded with `Relaxed`, and the slot's stamp and
-//! fences give the ordering. Values are converted field by field (no transmute of structs with
-//! padding).
 
 use crate::sync::{AtomicU32, Ordering};
 
@@ -115,7 +109,7 @@ impl Default for Cell32 {
 /// or other `Words` storages, one per field:
 ///
 /// ```
-/// use specula_core::words::{Cell64, Words};
+/// use specula_core::metrics::{Cell64, Words};
 ///
 /// #[derive(Clone, Copy, Debug, PartialEq)]
 /// struct Pair { a: u64, b: u64 }
@@ -134,6 +128,15 @@ impl Default for Cell32 {
 /// w.publish(&Pair { a: 1, b: 2 });
 /// assert_eq!(r.read(), (Pair { a: 1, b: 2 }, 1));
 /// ```
+///
+/// Conversion of plain values to and from relaxed atomic storage, the payload of a
+/// [`SeqSlot`](crate::SeqSlot).
+///
+/// A seqlock that is sound in Rust never reads a payload non-atomically while a writer may be
+/// storing it: that would be a data race even if the torn value is later discarded. So every
+/// payload lives in atomic cells, stored and loaded with `Relaxed`, and the slot's stamp and
+/// fences give the ordering. Values are converted field by field (no transmute of structs with
+/// padding).
 pub trait Words: Copy {
     /// The relaxed atomic storage for one value.
     type Storage;

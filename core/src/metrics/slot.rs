@@ -1,27 +1,7 @@
 //! [`SeqSlot`]: a single-writer, many-reader, lock-free seqlock slot.
-//!
-//! The writer never waits for readers; a reader retries only while a write is in progress.
-//! The protocol is the Linux seqcount / crossbeam `SeqLock` one, written so it is sound in
-//! Rust's memory model (Boehm, "Can seqlocks get along with programming language memory
-//! models?", 2012):
-//!
-//! * writer: stamp := odd (relaxed); `fence(Release)`; payload stores (relaxed);
-//!   stamp := even (release)
-//! * reader: s1 := stamp (acquire); payload loads (relaxed); `fence(Acquire)`;
-//!   s2 := stamp (relaxed); the read is good iff s1 == s2 and s1 is even.
-//!
-//! Only loads, stores and fences are used, never compare-and-swap, which is why the slot works
-//! on thumbv6m and riscv32imc.
-//!
-//! # Stamp width
-//! The stamp is 64 bits wide where the target has 64-bit atomics. On 32-bit targets it is
-//! 32 bits: a reader could then accept a torn value only if it were suspended in the middle of
-//! one read for exactly a multiple of 2³¹ publications. Specula publishes once per collection
-//! interval (milliseconds to seconds), so that is years of suspension; the reported version
-//! also wraps after 2³¹ publications there.
 
 use crate::sync::{Ordering, Stamp, StampAtomic, fence, spin};
-use crate::words::Words;
+use crate::metrics::Words;
 
 /// A seqlock-protected value with one writer and any number of readers.
 ///
@@ -39,6 +19,26 @@ use crate::words::Words;
 /// assert_eq!(reader.read(), ([1, 2, 3, 4], 1));
 /// assert_eq!(reader.try_read(1), Some(([1, 2, 3, 4], 1)));
 /// ```
+///
+/// The writer never waits for readers; a reader retries only while a write is in progress.
+/// The protocol is the Linux seqcount / crossbeam `SeqLock` one, written so it is sound in
+/// Rust's memory model (Boehm, "Can seqlocks get along with programming language memory
+/// models?", 2012):
+///
+/// * writer: stamp := odd (relaxed); `fence(Release)`; payload stores (relaxed);
+///   stamp := even (release)
+/// * reader: s1 := stamp (acquire); payload loads (relaxed); `fence(Acquire)`;
+///   s2 := stamp (relaxed); the read is good iff s1 == s2 and s1 is even.
+///
+/// Only loads, stores and fences are used, never compare-and-swap, which is why the slot works
+/// on thumbv6m and riscv32imc.
+///
+/// # Stamp width
+/// The stamp is 64 bits wide where the target has 64-bit atomics. On 32-bit targets it is
+/// 32 bits: a reader could then accept a torn value only if it were suspended in the middle of
+/// one read for exactly a multiple of 2³¹ publications. Specula publishes once per collection
+/// interval (milliseconds to seconds), so that is years of suspension; the reported version
+/// also wraps after 2³¹ publications there.
 pub struct SeqSlot<T: Words> {
     stamp: StampAtomic,
     data: T::Storage,

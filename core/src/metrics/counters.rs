@@ -1,15 +1,15 @@
 //! [`Counters`]: cumulative speculative-decoding counts, and [`Snapshot`]: what a collector
 //! publishes.
-//!
-//! # Overflow
-//! Every field is a `u64` that only grows, updated with wrapping addition (as the GPU kernels'
-//! 64-bit atomics do). At a billion tokens a second a `u64` lasts 584 years, so in practice the
-//! values never wrap; if one did, [`Counters::delta_since`] still gives the right delta because
-//! it subtracts with wrapping too.
 
-use crate::words::{Cell64, Words};
+use crate::metrics::{Cell64, Words};
 
 /// Cumulative verification counts, with per-position counts up to draft length `K`.
+///
+/// # Overflow
+/// Every field is a `u64` that only grows, updated with wrapping addition (as the GPU kernels'
+/// 64-bit atomics do). At a billion tokens a second a `u64` lasts 584 years, so in practice the
+/// values never wrap; if one did, [`Counters::delta_since`] still gives the right delta because
+/// it subtracts with wrapping too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Counters<const K: usize> {

@@ -1,6 +1,6 @@
 //! The [`Readback`] seam: how a collector gets counters back from where they accumulate.
 
-use crate::counters::Counters;
+use crate::metrics::Counters;
 use core::task::Poll;
 
 /// Misuse of a [`Readback`], answered the same way by every implementation (and checked by the
@@ -70,7 +70,7 @@ pub trait Readback<const K: usize> {
     fn flush(&mut self) -> Result<Counters<K>, Self::Error>;
 
     /// How many readbacks may be in flight at once: at least 1 (a 0 is read as 1). The
-    /// collector uses at most [`MAX_IN_FLIGHT`](crate::flight::MAX_IN_FLIGHT).
+    /// collector uses at most [`MAX_IN_FLIGHT`](crate::metrics::MAX_IN_FLIGHT).
     fn max_in_flight(&self) -> usize {
         1
     }

@@ -2,18 +2,23 @@
 //! each request's state and feeds from the verification call's accepted counts, and
 //! [`FinishedRequests`], the histogram of finished requests' acceptance rates with counts at
 //! the extremes.
-//!
-//! The accepted counts are host values an engine already has after every verification (it needs
-//! them to advance its requests and trim their KV cache), so none of this reads anything back
-//! from a device or adds work to the verification: it is two additions per request per step and
-//! one histogram update per finished request. Everything is integer arithmetic (bucket and
-//! extreme tests are exact comparisons of `100 · accepted` with `percent · drafted`), so the
-//! same requests give the same histogram on every target, merged in any order.
 
-use crate::counters::CountError;
-use crate::words::{Cell64, Words};
+use crate::metrics::CountError;
+use crate::metrics::{Cell64, Words};
 
 /// One request's acceptance so far: fed with every verification step of the request.
+///
+/// Per-request acceptance: [`RequestAcceptance`], a 24-byte accumulator an engine keeps with
+/// each request's state and feeds from the verification call's accepted counts, and
+/// [`FinishedRequests`], the histogram of finished requests' acceptance rates with counts at
+/// the extremes.
+///
+/// The accepted counts are host values an engine already has after every verification (it needs
+/// them to advance its requests and trim their KV cache), so none of this reads anything back
+/// from a device or adds work to the verification: it is two additions per request per step and
+/// one histogram update per finished request. Everything is integer arithmetic (bucket and
+/// extreme tests are exact comparisons of `100 · accepted` with `percent · drafted`), so the
+/// same requests give the same histogram on every target, merged in any order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct RequestAcceptance {
@@ -101,7 +106,7 @@ impl Default for Extremes {
 /// [`SeqSlot`](crate::SeqSlot) ([`Words`]).
 ///
 /// ```
-/// use specula_core::request::{Extremes, FinishedRequests, RequestAcceptance};
+/// use specula_core::metrics::{Extremes, FinishedRequests, RequestAcceptance};
 /// let mut r = RequestAcceptance::NEW;
 /// for _ in 0..100 {
 ///     r.record(4, 4).unwrap(); // every draft accepted, 500 tokens out

@@ -1,9 +1,4 @@
 //! [`Flight`]: a fixed-capacity FIFO of readbacks in flight, with no allocation.
-//!
-//! A [`Collector`](crate::Collector) keeps up to [`MAX_IN_FLIGHT`] readbacks outstanding at
-//! once (fewer when the backend's [`Readback::max_in_flight`](crate::Readback::max_in_flight)
-//! says so), so a readback latency above the collection period does not halve the cadence. A
-//! backend that keeps one host buffer per outstanding readback can use the same ring.
 
 /// The most readbacks a [`Collector`](crate::Collector) keeps in flight at once.
 ///
@@ -14,7 +9,7 @@ pub const MAX_IN_FLIGHT: usize = 4;
 /// A first-in, first-out ring of up to `N` values, stored inline.
 ///
 /// ```
-/// use specula_core::flight::Flight;
+/// use specula_core::metrics::Flight;
 /// let mut f = Flight::<u64, 2>::new();
 /// assert_eq!(f.push(1), Ok(()));
 /// assert_eq!(f.push(2), Ok(()));
@@ -23,6 +18,11 @@ pub const MAX_IN_FLIGHT: usize = 4;
 /// assert_eq!(f.push(3), Ok(()));
 /// assert_eq!((f.pop(), f.pop(), f.pop()), (Some(2), Some(3), None));
 /// ```
+///
+/// A [`Collector`](crate::Collector) keeps up to [`MAX_IN_FLIGHT`] readbacks outstanding at
+/// once (fewer when the backend's [`Readback::max_in_flight`](crate::Readback::max_in_flight)
+/// says so), so a readback latency above the collection period does not halve the cadence. A
+/// backend that keeps one host buffer per outstanding readback can use the same ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Flight<T: Copy, const N: usize = MAX_IN_FLIGHT> {

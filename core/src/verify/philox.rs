@@ -86,7 +86,7 @@ pub fn uniform_co(x: u32) -> f32 {
 }
 
 /// The 64-bit acceptance draw (stream 0, index 0: word 0 high, word 1 low) of draft position
-/// `position` of a request; [`accepts`](crate::exponential::accepts) turns it into the test.
+/// `position` of a request; [`accepts`](crate::verify::exponential::accepts) turns it into the test.
 #[inline]
 #[must_use]
 pub fn accept_draw(seed: u64, offset: u64, position: u32) -> u64 {

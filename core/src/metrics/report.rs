@@ -1,9 +1,9 @@
 //! The log line: a [`Report`] formats a [`Taken`] through `core::fmt`, so it works without an
 //! allocator (into a `heapless::String`) as well as with one.
 
-use crate::advisor::{CostModel, advise};
-use crate::counters::Counters;
-use crate::cursor::Taken;
+use crate::metrics::{CostModel, advise};
+use crate::metrics::Counters;
+use crate::metrics::Taken;
 use core::fmt::{self, Display, Write};
 
 /// One "SpecDecoding metrics" log line for one take of a cursor.
@@ -46,13 +46,13 @@ impl<'a, const K: usize> Report<'a, K> {
     /// tokens, up to the longest draft of the interval), the conditional acceptance per
     /// position (`Conditional acceptance: …`, accepted given reached and drafted; a value the
     /// counters only bound is an estimate and carries `~`, see
-    /// [`acceptance`](crate::acceptance)) and, given `cost`, the draft-length advice
+    /// [`AcceptanceLengths`](crate::metrics::AcceptanceLengths)) and, given `cost`, the draft-length advice
     /// (`Advice: k=3 (1.42x; by k: 1.10x, 1.31x, 1.42x, 1.40x)`,
     /// [`advise`]); the lifetime part gains the same three fields over
     /// the totals. Every field is computed from the counters when the line is formatted.
     ///
     /// ```
-    /// use specula_core::advisor::CostModel;
+    /// use specula_core::metrics::CostModel;
     /// use specula_core::{Cursor, Report, SeqSlot, Snapshot};
     /// let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
     /// let (mut w, r) = slot.split();
@@ -352,7 +352,7 @@ impl<const K: usize> Display for VllmReport<'_, K> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::advisor::CostModel;
+    use crate::metrics::CostModel;
     use crate::{Cursor, SeqSlot, Snapshot};
 
     #[test]

@@ -1,45 +1,11 @@
 //! The acceptance-length distribution and per-position conditional acceptance, derived from
 //! the per-position counters when they are read (a report, a scrape, an advice), never on the
 //! step path: [`Counters::record`], the GPU kernel's counters and the collector are unchanged.
-//!
-//! # What the counters hold
-//! A step that drafted `k` tokens and accepted the first `a` adds 1 to
-//! `accepted_per_position[0..a]` and to `drafted_per_position[0..k]`. Writing `A[i]` and `D[i]`
-//! for the two arrays (`A[-1] = D[-1] = drafts`, `A[K] = D[K] = 0`):
-//!
-//! * `A[i]` = steps with `a > i`, `D[i]` = steps with `k > i`: the counters hold the
-//!   distribution of the accepted length and, separately, the distribution of the draft
-//!   length — not their joint distribution.
-//! * **Exact:** steps that accepted exactly `j` tokens, `A[j-1] − A[j]`, for every `j` in
-//!   `0..=K` ([`Counters::accepted_exactly`], [`Counters::acceptance_lengths`]), and steps that
-//!   drafted exactly `j`, `D[j-1] − D[j]` ([`Counters::drafted_exactly`]). Interval values are
-//!   the same functions of the interval's delta (they are linear in the counters), so deltas of
-//!   the distribution sum to its totals like every other count.
-//! * **Exact when the draft length is the same for every step** (a fixed
-//!   `num_speculative_tokens`), **bounded otherwise:** full acceptances (`a = k`) and the
-//!   denominator of the conditional acceptance at position `i`, the steps that reached `i`
-//!   (accepted `0..i`) *and* had a token there. With mixed lengths, a step that accepted `i`
-//!   tokens either drafted exactly `i` (full acceptance) or was rejected at `i`, and the
-//!   marginals do not say which. [`Counters::reached`] gives the range the counts allow,
-//!   `[max(A[i], A[i-1] − (D[i-1] − D[i])), min(A[i-1], D[i])]`, which is a single value
-//!   whenever no step's draft ended at `i` (`D[i-1] = D[i]`) or every step that had position
-//!   `i` accepted it.
-//!
-//! Inside that range the estimate is `A[i-1] · D[i] / D[i-1]`: exact when the range is a single
-//! value, and otherwise right in expectation when a step's draft length does not depend on how
-//! its earlier positions fare (a fixed length cut short at the end of a request, an engine-wide
-//! length changed per interval). A drafter that stops early *because* its tokens look unlikely
-//! breaks that assumption; the range still holds. The conditional acceptance at `i` is then
-//! `A[i] / reached` ([`Counters::conditional_acceptance`]), never above 1.
-//!
-//! Adding a counter of full acceptances per draft length would make all of it exact, but it is
-//! device work per step in every kernel and a change of the counters' layout; the range and the
-//! estimate above cost nothing on the step path.
 
-use crate::counters::Counters;
+use crate::metrics::Counters;
 
 /// Steps that reached a draft position and had a token there, as far as the counters tell
-/// (see the [module documentation](self)).
+/// (see the [type documentation](AcceptanceLengths)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Reached {
@@ -77,6 +43,44 @@ impl CountRange {
 
 /// The acceptance-length distribution: for `j = 0, 1, …, K`, the steps that accepted exactly
 /// `j` draft tokens ([`Counters::acceptance_lengths`]).
+///
+/// The acceptance-length distribution and per-position conditional acceptance, derived from
+/// the per-position counters when they are read (a report, a scrape, an advice), never on the
+/// step path: [`Counters::record`], the GPU kernel's counters and the collector are unchanged.
+///
+/// # What the counters hold
+/// A step that drafted `k` tokens and accepted the first `a` adds 1 to
+/// `accepted_per_position[0..a]` and to `drafted_per_position[0..k]`. Writing `A[i]` and `D[i]`
+/// for the two arrays (`A[-1] = D[-1] = drafts`, `A[K] = D[K] = 0`):
+///
+/// * `A[i]` = steps with `a > i`, `D[i]` = steps with `k > i`: the counters hold the
+///   distribution of the accepted length and, separately, the distribution of the draft
+///   length — not their joint distribution.
+/// * **Exact:** steps that accepted exactly `j` tokens, `A[j-1] − A[j]`, for every `j` in
+///   `0..=K` ([`Counters::accepted_exactly`], [`Counters::acceptance_lengths`]), and steps that
+///   drafted exactly `j`, `D[j-1] − D[j]` ([`Counters::drafted_exactly`]). Interval values are
+///   the same functions of the interval's delta (they are linear in the counters), so deltas of
+///   the distribution sum to its totals like every other count.
+/// * **Exact when the draft length is the same for every step** (a fixed
+///   `num_speculative_tokens`), **bounded otherwise:** full acceptances (`a = k`) and the
+///   denominator of the conditional acceptance at position `i`, the steps that reached `i`
+///   (accepted `0..i`) *and* had a token there. With mixed lengths, a step that accepted `i`
+///   tokens either drafted exactly `i` (full acceptance) or was rejected at `i`, and the
+///   marginals do not say which. [`Counters::reached`] gives the range the counts allow,
+///   `[max(A[i], A[i-1] − (D[i-1] − D[i])), min(A[i-1], D[i])]`, which is a single value
+///   whenever no step's draft ended at `i` (`D[i-1] = D[i]`) or every step that had position
+///   `i` accepted it.
+///
+/// Inside that range the estimate is `A[i-1] · D[i] / D[i-1]`: exact when the range is a single
+/// value, and otherwise right in expectation when a step's draft length does not depend on how
+/// its earlier positions fare (a fixed length cut short at the end of a request, an engine-wide
+/// length changed per interval). A drafter that stops early *because* its tokens look unlikely
+/// breaks that assumption; the range still holds. The conditional acceptance at `i` is then
+/// `A[i] / reached` ([`Counters::conditional_acceptance`]), never above 1.
+///
+/// Adding a counter of full acceptances per draft length would make all of it exact, but it is
+/// device work per step in every kernel and a change of the counters' layout; the range and the
+/// estimate above cost nothing on the step path.
 #[derive(Clone, Debug)]
 pub struct AcceptanceLengths<'a, const K: usize> {
     counters: &'a Counters<K>,

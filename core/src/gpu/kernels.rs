@@ -80,11 +80,11 @@
 //!   cannot query the CU count). Not done: a two-phase typical acceptance (entropies, then only
 //!   the chosen row's race) would save the speculative races.
 
-use crate::counters::Counters;
+use crate::metrics::Counters;
 use crate::verify::{Batch, Method};
 
 /// The kernel source text (CUDA/HIP common subset; no headers needed).
-pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
+pub const SOURCE: &str = include_str!("../../kernels/specula_verify.cu");
 
 /// The tree-verification kernel text (`core/kernels/specula_tree.cu`) after the chain kernel's
 /// device functions (its entry points left out, `SPECULA_TREE_MODULE`), in one self-contained source (the tree file's `#include "specula_verify.cu"` is then
@@ -92,9 +92,9 @@ pub const SOURCE: &str = include_str!("../kernels/specula_verify.cu");
 pub const TREE_SOURCE: &str = concat!(
     // The chain kernel's entry points (and what only they call) are left out of this module.
     "#define SPECULA_TREE_MODULE 1\n",
-    include_str!("../kernels/specula_verify.cu"),
+    include_str!("../../kernels/specula_verify.cu"),
     "\n",
-    include_str!("../kernels/specula_tree.cu")
+    include_str!("../../kernels/specula_tree.cu")
 );
 
 /// Name of the tree-verification entry point (`extern "C"`, in [`TREE_SOURCE`]), parameters in

@@ -2,70 +2,10 @@
 //! costs, the expected tokens per target step and the expected speedup for every draft length
 //! `1..=K`, and the length that maximises it. Deterministic (IEEE-754 `f64` operations in a
 //! fixed order), no allocation, a loop over at most `K` positions.
-//!
-//! # The model
-//! A step with draft length `k` emits the accepted prefix plus one token, so its expected
-//! number of tokens is
-//!
-//! `E(k) = 1 + Σ_{j=1..k} Π_{i<j} c_i`
-//!
-//! where `c_i` is the conditional acceptance at position `i`
-//! ([`Counters::conditional_acceptance`]: accepted at `i` given `i` was reached and drafted).
-//! `Π_{i<j} c_i` is the probability of reaching position `j`; with a fixed draft length it is
-//! exactly `accepted_per_position[j-1] / drafts`. The step costs
-//!
-//! `C(k) = 1 + k · r − s · (1 − P_full(k))`
-//!
-//! plain (non-speculative) target steps, where `r` is the cost of one more draft token
-//! relative to a plain target step ([`CostModel`]: a draft forward, plus whatever the target
-//! step grows by per extra position, when the runtime knows it), `P_full(k) = Π_{i<k} c_i` is
-//! the probability that all `k` drafts are accepted, and `s` is what a step saves when its
-//! draft is rejected somewhere instead of accepted whole ([`CostModel::with_rejection_saving`]).
-//! The two outcomes cost differently: a whole acceptance samples the bonus token from the
-//! target's row after `k` tests, a rejection stops at its position and samples the recovered
-//! token there, and on a host the difference is a visible share of a small step (the `specula`
-//! demo measures it at about 0.8 µs a request). Leaving it out makes long drafts, which are
-//! accepted whole more often, look cheaper than they run; [`CostMeter`] fits `s` from the
-//! outcomes of the steps it records, and `s = 0` is the plain `1 + k · r`. Plain decoding makes one
-//! token per plain step, so the expected speedup over it is `S(k) = E(k) / C(k)`, and the
-//! advice is the `k` with the largest `S(k)` (the shortest among equals). `S(k) < 1` for every
-//! `k` says plain decoding is faster.
-//!
-//! # What it assumes, and ignores
-//! * **Acceptance does not depend on `k`.** `c_i` measured while drafting `k_run` tokens is
-//!   used for every `k ≤ k_run`. That holds for the verification rules here (position `i`'s
-//!   test reads only the prefix before it) and for a drafter whose earlier tokens do not
-//!   depend on how many follow. Lengths above the longest one measured get no prediction: an
-//!   adaptive runtime that shortens its drafts should still draft the full length now and then
-//!   (mixed lengths are handled by the conditional estimates, see
-//!   [`acceptance`](crate::acceptance)).
-//! * **The outcome's cost is one number.** Where the rejection happens (position 1 or `k`) is
-//!   not told apart: `s` is the mean saving of a rejected step over a whole acceptance, and a
-//!   batch's step is taken to save `s` times the share of its requests that rejected.
-//! * **Cost grows linearly in `k`.** A target step whose cost grows with its `k + 1` positions
-//!   (verification work, attention over more query positions, a target that runs positions one
-//!   after another on a CPU) is exact only if that growth is linear and folded into `r`
-//!   ([`CostMeter::record`]'s `scaled_ns`). Superlinear growth (the `k + 1` positions
-//!   leaving the memory-bound regime of a large batch) is not modelled: `r` measured at one
-//!   `k` then flatters longer drafts.
-//! * **No batching effects.** The batch is taken as fixed; a longer draft that shrinks the
-//!   batch the scheduler can hold (KV cache, token budget) is not modelled.
-//! * **One draft per step.** Drafting overlapped with target work (a draft running on other
-//!   hardware, pipelined) changes `r`; measure it as the runtime runs.
-//!
-//! # Token trees
-//! A tree is counted as a chain of its depth ([`Counters::record_tree`]), so the per-position
-//! counters are per-depth counters, and verification walks a tree from its root: acceptance at
-//! depth `d` depends only on the nodes down to `d`. The counters therefore give `E(d)` for the
-//! run's tree cut at every depth `d` up to its own ([`advise_tree`]); the cost of the cut tree
-//! needs its node count per depth, which the counters do not hold (only the total,
-//! `tree_draft_tokens`): the runtime passes its shape. What the counters cannot tell is how a
-//! *wider or narrower* tree would do (which sibling was accepted is not counted), nor per-depth
-//! acceptance per tree shape when shapes mix.
 
-use crate::counters::Counters;
-use crate::cursor::{Cursor, Taken};
-use crate::words::{Cell64, Words};
+use crate::metrics::Counters;
+use crate::metrics::{Cursor, Taken};
+use crate::metrics::{Cell64, Words};
 
 /// Why no advice could be given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,7 +46,7 @@ impl core::error::Error for AdviceError {}
 
 /// What a draft token costs relative to a plain (non-speculative) target step, and what a
 /// rejection saves: a step of draft length `k` costs `1 + k · r − s · (1 − P_full(k))` plain
-/// steps (the [module documentation](self) says why, and lists what this ignores).
+/// steps (the [type documentation](Advisor) says why, and lists what this ignores).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CostModel {
@@ -551,11 +491,11 @@ fn advise_with<const K: usize>(
 
 /// The advice for chains from `counters` (an interval's delta or lifetime totals) and `cost`:
 /// `E(k)`, `S(k)` for every measured `k` and the best `k` (model in the
-/// [module documentation](self)).
+/// [type documentation](Advisor)).
 ///
 /// ```
 /// use specula_core::Counters;
-/// use specula_core::advisor::{CostModel, advise};
+/// use specula_core::metrics::{CostModel, advise};
 /// let mut c = Counters::<4>::ZERO;
 /// for a in [0, 1, 2, 2, 3, 4, 4, 4] {
 ///     c.record(4, a).unwrap();
@@ -566,7 +506,7 @@ fn advise_with<const K: usize>(
 /// assert!((advice.expected_tokens(2).unwrap() - 2.625).abs() < 1e-12);
 /// assert!((advice.expected_speedup(2).unwrap() - 2.625 / 1.2).abs() < 1e-12);
 /// assert_eq!(advice.recommended(), 4);
-/// # Ok::<(), specula_core::advisor::AdviceError>(())
+/// # Ok::<(), specula_core::metrics::AdviceError>(())
 /// ```
 ///
 /// # Errors
@@ -581,12 +521,12 @@ pub fn advise<const K: usize>(
 /// The advice for token trees: the run's tree shape, `nodes_per_depth[d-1]` draft nodes at depth
 /// `d` (the root excluded), cut at every depth `1..=nodes_per_depth.len()` it measured; the
 /// result is indexed by depth ([`Advice::recommended`] is the best depth). The per-position
-/// counters are per-depth for trees (see the [module documentation](self) for what they
+/// counters are per-depth for trees (see the [type documentation](Advisor) for what they
 /// cannot tell).
 ///
 /// ```
 /// use specula_core::Counters;
-/// use specula_core::advisor::{TreeCostModel, advise_tree};
+/// use specula_core::metrics::{TreeCostModel, advise_tree};
 /// let mut c = Counters::<4>::ZERO;
 /// c.record_tree(3, 14, 3).unwrap(); // a 2x3 tree: 2 + 4 + 8 nodes
 /// c.record_tree(3, 14, 1).unwrap();
@@ -594,7 +534,7 @@ pub fn advise<const K: usize>(
 /// assert_eq!(advice.lengths(), 3);
 /// // Depth 1: E = 1 + 2/2; cost 1 + 0.05 + 2 · 0.01.
 /// assert!((advice.expected_speedup(1).unwrap() - 2.0 / 1.07).abs() < 1e-12);
-/// # Ok::<(), specula_core::advisor::AdviceError>(())
+/// # Ok::<(), specula_core::metrics::AdviceError>(())
 /// ```
 ///
 /// # Errors
@@ -620,7 +560,7 @@ pub fn advise_tree<const K: usize>(
 /// and the costs it measures.
 ///
 /// ```
-/// use specula_core::advisor::{Advisor, CostMeter, StepTiming};
+/// use specula_core::metrics::{Advisor, CostMeter, StepTiming};
 /// use specula_core::{Cursor, SeqSlot, Snapshot};
 /// let mut slot = SeqSlot::new(Snapshot::<4>::ZERO);
 /// let (mut w, r) = slot.split();
@@ -645,6 +585,71 @@ pub fn advise_tree<const K: usize>(
 /// assert!((1..=4).contains(&k));
 /// assert!(advisor.poll(&meter).is_none(), "nothing new");
 /// ```
+///
+/// The draft-length advisor: from measured per-position acceptance and what a draft token
+/// costs, the expected tokens per target step and the expected speedup for every draft length
+/// `1..=K`, and the length that maximises it. Deterministic (IEEE-754 `f64` operations in a
+/// fixed order), no allocation, a loop over at most `K` positions.
+///
+/// # The model
+/// A step with draft length `k` emits the accepted prefix plus one token, so its expected
+/// number of tokens is
+///
+/// `E(k) = 1 + Σ_{j=1..k} Π_{i<j} c_i`
+///
+/// where `c_i` is the conditional acceptance at position `i`
+/// ([`Counters::conditional_acceptance`]: accepted at `i` given `i` was reached and drafted).
+/// `Π_{i<j} c_i` is the probability of reaching position `j`; with a fixed draft length it is
+/// exactly `accepted_per_position[j-1] / drafts`. The step costs
+///
+/// `C(k) = 1 + k · r − s · (1 − P_full(k))`
+///
+/// plain (non-speculative) target steps, where `r` is the cost of one more draft token
+/// relative to a plain target step ([`CostModel`]: a draft forward, plus whatever the target
+/// step grows by per extra position, when the runtime knows it), `P_full(k) = Π_{i<k} c_i` is
+/// the probability that all `k` drafts are accepted, and `s` is what a step saves when its
+/// draft is rejected somewhere instead of accepted whole ([`CostModel::with_rejection_saving`]).
+/// The two outcomes cost differently: a whole acceptance samples the bonus token from the
+/// target's row after `k` tests, a rejection stops at its position and samples the recovered
+/// token there, and on a host the difference is a visible share of a small step (the `specula`
+/// demo measures it at about 0.8 µs a request). Leaving it out makes long drafts, which are
+/// accepted whole more often, look cheaper than they run; [`CostMeter`] fits `s` from the
+/// outcomes of the steps it records, and `s = 0` is the plain `1 + k · r`. Plain decoding makes one
+/// token per plain step, so the expected speedup over it is `S(k) = E(k) / C(k)`, and the
+/// advice is the `k` with the largest `S(k)` (the shortest among equals). `S(k) < 1` for every
+/// `k` says plain decoding is faster.
+///
+/// # What it assumes, and ignores
+/// * **Acceptance does not depend on `k`.** `c_i` measured while drafting `k_run` tokens is
+///   used for every `k ≤ k_run`. That holds for the verification rules here (position `i`'s
+///   test reads only the prefix before it) and for a drafter whose earlier tokens do not
+///   depend on how many follow. Lengths above the longest one measured get no prediction: an
+///   adaptive runtime that shortens its drafts should still draft the full length now and then
+///   (mixed lengths are handled by the conditional estimates, see
+///   [`AcceptanceLengths`](crate::metrics::AcceptanceLengths)).
+/// * **The outcome's cost is one number.** Where the rejection happens (position 1 or `k`) is
+///   not told apart: `s` is the mean saving of a rejected step over a whole acceptance, and a
+///   batch's step is taken to save `s` times the share of its requests that rejected.
+/// * **Cost grows linearly in `k`.** A target step whose cost grows with its `k + 1` positions
+///   (verification work, attention over more query positions, a target that runs positions one
+///   after another on a CPU) is exact only if that growth is linear and folded into `r`
+///   ([`CostMeter::record`]'s `scaled_ns`). Superlinear growth (the `k + 1` positions
+///   leaving the memory-bound regime of a large batch) is not modelled: `r` measured at one
+///   `k` then flatters longer drafts.
+/// * **No batching effects.** The batch is taken as fixed; a longer draft that shrinks the
+///   batch the scheduler can hold (KV cache, token budget) is not modelled.
+/// * **One draft per step.** Drafting overlapped with target work (a draft running on other
+///   hardware, pipelined) changes `r`; measure it as the runtime runs.
+///
+/// # Token trees
+/// A tree is counted as a chain of its depth ([`Counters::record_tree`]), so the per-position
+/// counters are per-depth counters, and verification walks a tree from its root: acceptance at
+/// depth `d` depends only on the nodes down to `d`. The counters therefore give `E(d)` for the
+/// run's tree cut at every depth `d` up to its own ([`advise_tree`]); the cost of the cut tree
+/// needs its node count per depth, which the counters do not hold (only the total,
+/// `tree_draft_tokens`): the runtime passes its shape. What the counters cannot tell is how a
+/// *wider or narrower* tree would do (which sibling was accepted is not counted), nor per-depth
+/// acceptance per tree shape when shapes mix.
 #[derive(Debug)]
 pub struct Advisor<'a, const K: usize> {
     cursor: Cursor<'a, K>,
@@ -693,7 +698,7 @@ impl<'a, const K: usize> Advisor<'a, K> {
 mod tests {
     use super::*;
     use crate::SeqSlot;
-    use crate::counters::Snapshot;
+    use crate::metrics::Snapshot;
 
     /// A step without an outcome.
     fn timing(draft_len: usize, fixed_ns: u64, scaled_ns: u64) -> StepTiming {

@@ -1,74 +1,10 @@
 //! [`Collector`]: the asynchronous collection state machine, driven once per decode step.
-//!
-//! # When a readback starts
-//! * **On the collection grid** (`start + n·period`), as long as no consumer deadlines are set:
-//!   the cadence scrapes are served at.
-//! * **Ahead of each consumer deadline**, once [`Collector::set_deadlines`] has told the
-//!   collector when its consumers next need a fresh snapshot (a log sink's grid). The goal: a
-//!   publication in every deadline interval `(T − period, T]`, whatever the phase between the
-//!   two grids, *robustly*: a readback slower or faster than any seen so far still lands in
-//!   its interval. From the measured readback latencies (the smallest `lo` and the largest
-//!   `plan` of the last [`LATENCY_WINDOW`], step to step, `plan` at least `lo` plus one step
-//!   gap and never less than the age of the oldest readback still in flight) and the step gap
-//!   (the largest of the last [`GAP_WINDOW`]), the start times whose publication lands in the
-//!   interval for every latency seen form a window `(T − period − lo, T − plan]`; a readback
-//!   starts at the step nearest the **middle** of that window. Against a latency above
-//!   everything seen the margin is then half of `period − (plan − lo)`, not zero, as it would
-//!   be starting at the last chance. (The price: a log line's counts are as of about half a
-//!   period plus the latency before its tick, instead of just before it; every count still
-//!   reaches it once.) A deadline no readback can reach any more is skipped.
-//!
-//!   Two cases are not aimed, because aiming cannot pay there; a readback then starts whenever
-//!   a slot is free, *paced*: at most one every `lo / slots` (the rate the ring frees slots
-//!   at) and one every eighth of the deadline period, so that readbacks spread out evenly
-//!   instead of keeping the ring's clustering:
-//!   - more latency than the ring can cover with one readback per deadline (the mean of `lo`
-//!     and `plan`, plus a gap, above `period × slots`; one slot and a latency near or above the
-//!     period): waiting would leave the slot idle, so with one slot the deadlines are never
-//!     worse than the collection grid;
-//!   - steps too coarse to aim with (the window is narrower than a step gap, e.g. 2 s steps
-//!     for a 5 s period and a latency spread of a second): several readbacks in flight cover
-//!     the interval where one could miss.
-//!
-//!   Where the window holds one to two step gaps, the readback is aimed (the step nearest the
-//!   middle lies in the window) and insured: paced readbacks also start before the aim, as
-//!   long as they leave one slot free for it.
-//!
-//!   Why this design rather than racing the tick with a margin or printing late: a margin
-//!   tuned to the latencies seen fails on the first latency outside it, and a log line
-//!   printed at the first publication after its tick shifts every later interval; the window
-//!   middle keeps half the window as margin on both sides whatever the spread, and the ring's
-//!   spare slots are the only insurance that costs nothing on the step path.
-//!
-//!   Until [`CALIBRATION`] readbacks have measured the latency, one is started every half
-//!   deadline period (at the step nearer that time). The measured extremes are widened by the
-//!   expected shortfall of a sample range (a `(n − 1)`-th of it at each end, for n samples).
-//!   If the deadline period is longer than the collection period, readbacks are also started
-//!   whenever a collection period has passed since the previous start, so scrapes stay fresh.
-//!   The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
-//!   readbacks in flight) come from `core/tests/freshness.rs` and are in `docs/GUARANTEES.md`.
-//!
-//! Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
-//! [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
-//! cadence.
-//!
-//! # Staleness
-//! A readback in flight for longer than [`Collector::stale_after_ns`] (default: three
-//! collection periods, at least [`MIN_STALE_NS`]) counts as a readback error
-//! ([`CollectError::Stale`], `readback_errors` raised and the last good counters republished,
-//! so every consumer sees it). The collector then asks the backend to
-//! [`abandon`](Readback::abandon) it: if it can, the ring slot is freed and collection goes on;
-//! if it cannot, the collector keeps polling it (publishing it if it ever completes) and
-//! reports it again after each further staleness deadline. Either way `tick` never blocks, and
-//! [`Collector::flush`] still recovers every count. The time of the last successful collection
-//! is the published snapshot's `at_ns` (the clock time its counts are as of), so a consumer
-//! computes the data's age as `now − at_ns`.
 
-use crate::counters::{Counters, Snapshot};
-use crate::flight::{Flight, MAX_IN_FLIGHT};
-use crate::interval::{Interval, ZeroPeriod};
-use crate::readback::Readback;
-use crate::slot::SlotWriter;
+use crate::metrics::{Counters, Snapshot};
+use crate::metrics::{Flight, MAX_IN_FLIGHT};
+use crate::metrics::{Interval, ZeroPeriod};
+use crate::metrics::Readback;
+use crate::metrics::SlotWriter;
 use core::task::Poll;
 
 /// Readback latencies remembered for the latency estimate (the largest of them is used).
@@ -191,7 +127,7 @@ struct Outcome {
 /// Call [`tick`](Collector::tick) once per decode step with the current time: it never blocks.
 /// It polls the readbacks in flight (publishing those that finished), reports a stale one, and
 /// starts a new readback when the collection grid or a consumer deadline calls for one (see the
-/// [module documentation](crate::collector)). Consumers read the slot on their own schedule
+/// sections below). Consumers read the slot on their own schedule
 /// (through [`Cursor`](crate::Cursor)s), so no timer has to line up with this one. Call
 /// [`flush`](Collector::flush) at shutdown.
 ///
@@ -224,6 +160,70 @@ struct Outcome {
 /// while let Some(t) = log.take() { total.add(&t.delta); }
 /// assert_eq!(total.drafts, 10);
 /// ```
+///
+/// # When a readback starts
+/// * **On the collection grid** (`start + n·period`), as long as no consumer deadlines are set:
+///   the cadence scrapes are served at.
+/// * **Ahead of each consumer deadline**, once [`Collector::set_deadlines`] has told the
+///   collector when its consumers next need a fresh snapshot (a log sink's grid). The goal: a
+///   publication in every deadline interval `(T − period, T]`, whatever the phase between the
+///   two grids, *robustly*: a readback slower or faster than any seen so far still lands in
+///   its interval. From the measured readback latencies (the smallest `lo` and the largest
+///   `plan` of the last [`LATENCY_WINDOW`], step to step, `plan` at least `lo` plus one step
+///   gap and never less than the age of the oldest readback still in flight) and the step gap
+///   (the largest of the last [`GAP_WINDOW`]), the start times whose publication lands in the
+///   interval for every latency seen form a window `(T − period − lo, T − plan]`; a readback
+///   starts at the step nearest the **middle** of that window. Against a latency above
+///   everything seen the margin is then half of `period − (plan − lo)`, not zero, as it would
+///   be starting at the last chance. (The price: a log line's counts are as of about half a
+///   period plus the latency before its tick, instead of just before it; every count still
+///   reaches it once.) A deadline no readback can reach any more is skipped.
+///
+///   Two cases are not aimed, because aiming cannot pay there; a readback then starts whenever
+///   a slot is free, *paced*: at most one every `lo / slots` (the rate the ring frees slots
+///   at) and one every eighth of the deadline period, so that readbacks spread out evenly
+///   instead of keeping the ring's clustering:
+///   - more latency than the ring can cover with one readback per deadline (the mean of `lo`
+///     and `plan`, plus a gap, above `period × slots`; one slot and a latency near or above the
+///     period): waiting would leave the slot idle, so with one slot the deadlines are never
+///     worse than the collection grid;
+///   - steps too coarse to aim with (the window is narrower than a step gap, e.g. 2 s steps
+///     for a 5 s period and a latency spread of a second): several readbacks in flight cover
+///     the interval where one could miss.
+///
+///   Where the window holds one to two step gaps, the readback is aimed (the step nearest the
+///   middle lies in the window) and insured: paced readbacks also start before the aim, as
+///   long as they leave one slot free for it.
+///
+///   Why this design rather than racing the tick with a margin or printing late: a margin
+///   tuned to the latencies seen fails on the first latency outside it, and a log line
+///   printed at the first publication after its tick shifts every later interval; the window
+///   middle keeps half the window as margin on both sides whatever the spread, and the ring's
+///   spare slots are the only insurance that costs nothing on the step path.
+///
+///   Until [`CALIBRATION`] readbacks have measured the latency, one is started every half
+///   deadline period (at the step nearer that time). The measured extremes are widened by the
+///   expected shortfall of a sample range (a `(n − 1)`-th of it at each end, for n samples).
+///   If the deadline period is longer than the collection period, readbacks are also started
+///   whenever a collection period has passed since the previous start, so scrapes stay fresh.
+///   The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
+///   readbacks in flight) come from `core/tests/freshness.rs` and are in `docs/GUARANTEES.md`.
+///
+/// Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
+/// [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the
+/// cadence.
+///
+/// # Staleness
+/// A readback in flight for longer than [`Collector::stale_after_ns`] (default: three
+/// collection periods, at least [`MIN_STALE_NS`]) counts as a readback error
+/// ([`CollectError::Stale`], `readback_errors` raised and the last good counters republished,
+/// so every consumer sees it). The collector then asks the backend to
+/// [`abandon`](Readback::abandon) it: if it can, the ring slot is freed and collection goes on;
+/// if it cannot, the collector keeps polling it (publishing it if it ever completes) and
+/// reports it again after each further staleness deadline. Either way `tick` never blocks, and
+/// [`Collector::flush`] still recovers every count. The time of the last successful collection
+/// is the published snapshot's `at_ns` (the clock time its counts are as of), so a consumer
+/// computes the data's age as `now − at_ns`.
 pub struct Collector<'a, R: Readback<K>, const K: usize> {
     readback: R,
     writer: SlotWriter<'a, Snapshot<K>>,
