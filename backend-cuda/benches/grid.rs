@@ -24,8 +24,8 @@
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstream};
-use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::gpu::kernels;
+use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::verify::Method;
 use specula_cuda::{CudaDevice, CudaDeviceBuffer, CudaDriver};
 use std::ffi::{CString, c_void};

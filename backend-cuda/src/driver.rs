@@ -14,11 +14,11 @@ use cudarc::driver::sys::{
     CUstreamCaptureMode,
 };
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
-use specula_core::gpu::{
-    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver, TreeLaunch, View,
-    ViewMut,
-};
 use specula_core::gpu::kernels;
+use specula_core::gpu::{
+    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status, TreeDriver,
+    TreeLaunch, View, ViewMut,
+};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -106,11 +106,18 @@ impl CudaDriver {
     }
 }
 
+impl Memory for CudaDriver {
+    type Buffer = Arc<CudaDeviceBuffer>;
+
+    fn bytes(buf: &Arc<CudaDeviceBuffer>) -> usize {
+        buf.bytes
+    }
+}
+
 impl Driver for CudaDriver {
     type Error = CudaError;
     type Stream = Arc<CudaStream>;
     type Event = Arc<CudaEvent>;
-    type Buffer = Arc<CudaDeviceBuffer>;
     type HostBuffer = CudaPinnedBuffer;
     type Graph = CudaGraph;
 
@@ -136,10 +143,6 @@ impl Driver for CudaDriver {
             self.dev.context(),
             bytes,
         )?))
-    }
-
-    fn bytes(buf: &Arc<CudaDeviceBuffer>) -> usize {
-        buf.bytes
     }
 
     fn alloc_host(&self, bytes: usize) -> Result<CudaPinnedBuffer, CudaError> {

@@ -259,8 +259,8 @@ fn readback_conformance_on_device() {
 /// synchronising call; outputs and counters equal the reference.
 #[test]
 fn step_path_on_the_callers_cudarc_buffers() {
-    use specula_core::gpu::{GpuVerifier, VerifyArgs};
     use specula_core::gpu::kernels;
+    use specula_core::gpu::{GpuVerifier, VerifyArgs};
     use specula_core::verify::{DEFAULT_DELTA, DEFAULT_EPS};
     use specula_cuda::CudaDriver;
     let Some(dev) = device() else { return };

@@ -10,11 +10,11 @@ use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
 use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
-use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Param, Status, TreeDriver,
-    TreeLaunch,
-};
 use specula_core::gpu::kernels;
+use specula_core::gpu::{
+    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status,
+    TreeDriver, TreeLaunch,
+};
 use std::sync::Arc;
 
 /// The compute units the split launch plans for: below this many requests each request's rows
@@ -210,11 +210,18 @@ fn at(buf: &RocmDeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
         .cast()
 }
 
+impl Memory for RocmDriver {
+    type Buffer = Arc<RocmDeviceBuffer<u64>>;
+
+    fn bytes(buf: &Arc<RocmDeviceBuffer<u64>>) -> usize {
+        bytes_in(buf.len())
+    }
+}
+
 impl Driver for RocmDriver {
     type Error = RocmError;
     type Stream = Arc<RocmStream>;
     type Event = Arc<RocmEvent>;
-    type Buffer = Arc<RocmDeviceBuffer<u64>>;
     type HostBuffer = RocmPinnedBuffer<u64>;
     type Graph = RocmGraph;
 
@@ -228,10 +235,6 @@ impl Driver for RocmDriver {
 
     fn alloc(&self, bytes: usize) -> Result<Arc<RocmDeviceBuffer<u64>>, RocmError> {
         RocmDeviceBuffer::zeroed(&self.device, bytes.div_ceil(8)).map(Arc::new)
-    }
-
-    fn bytes(buf: &Arc<RocmDeviceBuffer<u64>>) -> usize {
-        bytes_in(buf.len())
     }
 
     fn alloc_host(&self, bytes: usize) -> Result<RocmPinnedBuffer<u64>, RocmError> {

@@ -12,9 +12,8 @@ pub mod verify;
 
 pub use error_kind::{ErrorKind, HasKind};
 pub use metrics::{
-    Advice, AdviceError, Advisor, Clock, CollectError, Collector, CostMeter, CostModel,
-    CountError, CountRange, Counters, Cursor, Extremes, FinishedRequests, Flight, Interval,
-    MAX_IN_FLIGHT, Misuse, Rates, Reached, Readback, Report, RequestAcceptance, SeqSlot,
-    SlotReader, SlotWriter, Snapshot, StepTiming, Taken, Tick, VirtualClock, VllmReport, Words,
-    ZeroPeriod,
+    Advice, AdviceError, Advisor, Clock, CollectError, Collector, CostMeter, CostModel, CountError,
+    CountRange, Counters, Cursor, Extremes, FinishedRequests, Flight, Interval, MAX_IN_FLIGHT,
+    Misuse, Rates, Reached, Readback, Report, RequestAcceptance, SeqSlot, SlotReader, SlotWriter,
+    Snapshot, StepTiming, Taken, Tick, VirtualClock, VllmReport, Words, ZeroPeriod,
 };

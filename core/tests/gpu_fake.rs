@@ -3,12 +3,12 @@
 //! under the test's control. (The host driver of `specula-tests` runs the same code with real
 //! threads and the kernel text; this one is what the mutation tests judge.)
 
+use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
-    Launch, MAX_PARAMS, MAX_SLICES, MAX_TRAILING, OutOfBounds, Param, SUPPORT, Staging, Status,
-    View, ViewMut,
+    Launch, MAX_PARAMS, MAX_SLICES, MAX_TRAILING, Memory, OutOfBounds, Param, SUPPORT, Staging,
+    Status, View, ViewMut,
 };
-use specula_core::gpu::kernels;
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
     Verifier, VerifyError,
@@ -261,11 +261,18 @@ impl Fake {
     }
 }
 
+impl Memory for Fake {
+    type Buffer = Buf;
+
+    fn bytes(buf: &Buf) -> usize {
+        buf.data.borrow().len()
+    }
+}
+
 impl Driver for Fake {
     type Error = FakeError;
     type Stream = Stream;
     type Event = Event;
-    type Buffer = Buf;
     type HostBuffer = Buf;
     type Graph = Rc<Vec<Op>>;
 
@@ -285,9 +292,6 @@ impl Driver for Fake {
             id: self.id(),
             data: RefCell::new(vec![0; bytes]),
         }))
-    }
-    fn bytes(buf: &Buf) -> usize {
-        buf.data.borrow().len()
     }
     fn alloc_host(&self, bytes: usize) -> Result<Buf, FakeError> {
         self.alloc(bytes)

@@ -4,11 +4,11 @@
 //! staged, launched, replayed and copied down. (The host driver of `specula-tests` runs the same
 //! code with the real kernel text: `tests/tests/gpu_tree_host.rs`.) Runs under Miri.
 
-use specula_core::gpu::{
-    Driver, Element, GpuError, GpuVerifier, Status, TreeArgs, TreeDriver, TreeLaunch, TreeStaging,
-    View, ViewMut, tree_shape,
-};
 use specula_core::gpu::kernels;
+use specula_core::gpu::{
+    Driver, Element, GpuError, GpuVerifier, Memory, Status, TreeArgs, TreeDriver, TreeLaunch,
+    TreeStaging, View, ViewMut, tree_shape,
+};
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeError, TreeOutputs, TreeParam};
 use specula_core::verify::{Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Streams, Verifier};
 use specula_core::{ErrorKind, HasKind};
@@ -116,11 +116,18 @@ fn elems<T: Element>(v: &View<'_, Fake, T>) -> Vec<T> {
         .collect()
 }
 
+impl Memory for Fake {
+    type Buffer = Buf;
+
+    fn bytes(buf: &Buf) -> usize {
+        buf.data.borrow().len()
+    }
+}
+
 impl Driver for Fake {
     type Error = FakeError;
     type Stream = Stream;
     type Event = ();
-    type Buffer = Buf;
     type HostBuffer = Buf;
     type Graph = Rc<Vec<Op>>;
 
@@ -139,9 +146,6 @@ impl Driver for Fake {
             id,
             data: RefCell::new(vec![0; bytes]),
         }))
-    }
-    fn bytes(buf: &Buf) -> usize {
-        buf.data.borrow().len()
     }
     fn alloc_host(&self, bytes: usize) -> Result<Buf, FakeError> {
         self.alloc(bytes)

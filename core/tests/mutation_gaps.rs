@@ -1103,7 +1103,9 @@ mod philox_known_answers {
 
 mod exponential_known_answers {
     use super::Fnv;
-    use specula_core::verify::exponential::{accepts, draw, exponential, exponential_floor, uniform53};
+    use specula_core::verify::exponential::{
+        accepts, draw, exponential, exponential_floor, uniform53,
+    };
 
     fn e(x: u64) -> u64 {
         exponential(x).to_bits()

@@ -23,8 +23,8 @@ use crate::kernel_host::{
 use specula_core::ErrorKind;
 use specula_core::HasKind;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_PARAMS, MAX_TRAILING, Param, Status,
-    TreeDriver, TreeLaunch,
+    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_PARAMS, MAX_TRAILING, Memory, Param,
+    Status, TreeDriver, TreeLaunch,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -418,11 +418,18 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
+impl Memory for HostDriver {
+    type Buffer = Buf;
+
+    fn bytes(buf: &Buf) -> usize {
+        buf.bytes
+    }
+}
+
 impl Driver for HostDriver {
     type Error = HostDriverError;
     type Stream = Stream;
     type Event = Event;
-    type Buffer = Buf;
     type HostBuffer = Buf;
     type Graph = Graph;
 
@@ -458,10 +465,6 @@ impl Driver for HostDriver {
 
     fn alloc(&self, bytes: usize) -> Result<Buf, HostDriverError> {
         Ok(Mem::zeroed(bytes))
-    }
-
-    fn bytes(buf: &Buf) -> usize {
-        buf.bytes
     }
 
     fn alloc_host(&self, bytes: usize) -> Result<Buf, HostDriverError> {

@@ -562,7 +562,11 @@ pub fn tree_step_path_conformance<D: TreeDriver>(
         .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
         .expect("download");
     let w = d.max_depth + 1;
-    assert_eq!(flags, specula_core::gpu::kernels::ERR_TREE, "the malformed tree");
+    assert_eq!(
+        flags,
+        specula_core::gpu::kernels::ERR_TREE,
+        "the malformed tree"
+    );
     assert_eq!(got.accepted[last], SENTINEL);
     assert!(got.path[last * w..].iter().all(|&x| x == SENTINEL));
     assert!(got.tokens[last * w..].iter().all(|&x| x == SENTINEL));

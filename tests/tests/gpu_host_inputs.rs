@@ -6,11 +6,11 @@
 //! call on the step path. Everything bit for bit against the reference.
 
 use specula_core::Readback;
-use specula_core::gpu::{GpuVerifier, SUPPORT, Staging};
 use specula_core::gpu::kernels::{
     VERIFY_ENTRY, VERIFY_EX_ENTRY, VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_ENTRY, VERIFY_SPLIT_EX_ENTRY,
     VERIFY_SPLIT_LOGITS_ENTRY,
 };
+use specula_core::gpu::{GpuVerifier, SUPPORT, Staging};
 use specula_core::verify::{Check, Method, Verifier};
 use specula_tests::conformance::{self as c, Gen, K, OutData};
 use specula_tests::gpu_inputs::{self, Step, kinds, reference};

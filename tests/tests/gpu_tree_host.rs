@@ -8,8 +8,8 @@
 //! tree and chain counts in one counters buffer and readback, and malformed trees on the raw
 //! launch flagged (`ERR_TREE`) and skipped alone.
 
-use specula_core::gpu::{GpuError, GpuVerifier, TreeStaging};
 use specula_core::gpu::kernels::{ERR_TOKEN, ERR_TREE};
+use specula_core::gpu::{GpuError, GpuVerifier, TreeStaging};
 use specula_core::verify::tree::{TreeError, verify_tree_batch};
 use specula_core::verify::{Check, Method, SENTINEL, Verifier};
 use specula_core::{Counters, Readback};

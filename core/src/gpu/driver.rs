@@ -2,7 +2,7 @@
 //! the host driver of the tests), in the style of wgpu-hal's `Api`: associated types for the
 //! handles, one method per driver call the orchestration makes, nothing else.
 
-use super::view::{Element, View, ViewMut};
+use super::view::{Element, Memory, View, ViewMut};
 use crate::error_kind::HasKind;
 use core::fmt::Debug;
 
@@ -251,7 +251,7 @@ fn ptr<'l, D: Driver, T: Element>(v: Option<View<'l, D, T>>) -> DevicePtr<'l, D>
 
 /// One trailing pointer parameter: a view's buffer and the byte offset of its first element, or
 /// `None` for a null pointer.
-pub type DevicePtr<'l, D> = Option<(&'l <D as Driver>::Buffer, usize)>;
+pub type DevicePtr<'l, D> = Option<(&'l <D as Memory>::Buffer, usize)>;
 
 /// The trailing pointer parameters of a launch, in the kernel's order ([`Launch::trailing`]).
 pub struct Trailing<'l, D: Driver> {
@@ -435,15 +435,13 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
 ///
 /// A driver keeps every buffer alive until the work that uses it has completed, even if its last
 /// handle is dropped earlier (reference counts, or a free that waits, as `cuMemFree` does).
-pub trait Driver: Clone {
+pub trait Driver: Memory + Clone {
     /// Why a driver call failed.
     type Error: Debug + Clone + PartialEq + core::fmt::Display + HasKind;
     /// An in-order queue of work.
     type Stream: Clone;
     /// A marker in a stream that can be queried and waited on.
     type Event;
-    /// Device memory (a shared handle: clones refer to the same memory).
-    type Buffer: Clone + Debug;
     /// Page-locked host memory, target of asynchronous device-to-host copies.
     type HostBuffer;
     /// A captured, executable sequence of stream work.
@@ -455,8 +453,6 @@ pub trait Driver: Clone {
     fn event(&self) -> Result<Self::Event, Self::Error>;
     /// `bytes` of zeroed device memory (at least 8-byte aligned).
     fn alloc(&self, bytes: usize) -> Result<Self::Buffer, Self::Error>;
-    /// The size of `buf` in bytes.
-    fn bytes(buf: &Self::Buffer) -> usize;
     /// `bytes` of zeroed page-locked host memory.
     fn alloc_host(&self, bytes: usize) -> Result<Self::HostBuffer, Self::Error>;
     /// Enqueues a copy of `src` into `dst` at byte `offset` (in bounds: the orchestration checks).

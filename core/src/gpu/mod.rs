@@ -12,8 +12,8 @@
 //! lifetime the compiler checks, never raw pointers valid "until the next stage".
 
 mod driver;
-pub mod kernels;
 mod error;
+pub mod kernels;
 mod readback;
 mod staging;
 mod tree;
@@ -26,7 +26,7 @@ pub use driver::{
 };
 pub use error::GpuError;
 pub use readback::GpuReadback;
-pub use staging::{Staged, Staging};
+pub use staging::{SUPPORT, Staged, Staging};
 pub use tree::{TreeArgs, TreeDriver, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
-pub use verifier::{GpuVerifier, MAX_SLICES, SUPPORT, VerifyGraph, split_scratch_bytes};
-pub use view::{Element, OutOfBounds, View, ViewMut};
+pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
+pub use view::{Element, Memory, OutOfBounds, View, ViewMut};

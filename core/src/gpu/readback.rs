@@ -15,9 +15,9 @@
 
 use super::driver::{Driver, Status};
 use super::error::GpuError;
+use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::{Flight, MAX_IN_FLIGHT};
-use crate::gpu::kernels;
 use crate::metrics::{Misuse, Readback};
 use core::task::Poll;
 

@@ -2,13 +2,45 @@
 
 use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
-use super::verifier::SUPPORT;
 use super::view::{Element, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
-    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Target, Values, draft_slots,
+    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Support, Target, Values, draft_slots,
     validate_inputs_with,
 };
+
+/// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
+/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
+/// logits with per-request temperature, a method per request and the sampling filters
+/// (top-k, top-p, min-p), bf16 / f16 target logits and draft probabilities, and the
+/// recovered-token output ([`Outputs::with_recovered`](crate::verify::Outputs::with_recovered),
+/// written by the same launch), through the kernel text's `_ex` and `_logits` entries.
+pub const SUPPORT: Support = Support {
+    empty_drafts: true,
+    ragged: true,
+    bonus: true,
+    logits: true,
+    filters: true,
+    half: true,
+    // bf16 / f16 target probabilities: no kernel entry reads them yet.
+    half_probs: false,
+    methods: true,
+    recovered: true,
+};
+
+/// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
+pub(super) fn grow_host<D: Driver>(
+    drv: &D,
+    host: &mut Option<(D::HostBuffer, usize)>,
+    bytes: usize,
+) -> Result<(), GpuError<D::Error>> {
+    if host.as_ref().is_some_and(|(_, n)| *n >= bytes) {
+        return Ok(());
+    }
+    *host = None; // free before allocating the larger one
+    *host = Some((drv.alloc_host(bytes).map_err(GpuError::Driver)?, bytes));
+    Ok(())
+}
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
 const SLOTS: usize = 22;

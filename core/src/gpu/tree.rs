@@ -18,14 +18,15 @@
 //! `> 0`: each node row's softmax computed on the fly, `core/DETERMINISM.md`).
 
 mod driver;
-mod staging;
+pub(super) mod staging;
 
 pub use driver::{TreeArgs, TreeDriver, TreeLaunch};
 pub use staging::{TreeStaged, TreeStaging, tree_shape};
 
 use super::error::GpuError;
 use super::readback::read_stats;
-use super::verifier::{GpuVerifier, grow_host};
+use super::staging::grow_host;
+use super::verifier::GpuVerifier;
 use crate::gpu::kernels;
 use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree};
 use crate::verify::{Check, Method};

@@ -3,35 +3,16 @@
 use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::{Staged, Staging};
-use super::tree::TreeStaging;
+use super::staging::{SUPPORT, Staged, Staging, grow_host};
+use super::tree::staging::TreeStaging;
+use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::MAX_IN_FLIGHT;
-use crate::gpu::kernels;
 use crate::verify::{Batch, Check, Method, Outputs, Support, Verifier, validate_with};
 use core::marker::PhantomData;
 
 /// The most blocks one request's rows are split over.
 pub const MAX_SLICES: u32 = 64;
-
-/// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
-/// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
-/// logits with per-request temperature, a method per request and the sampling filters
-/// (top-k, top-p, min-p), bf16 / f16 target logits and draft probabilities, and the
-/// recovered-token output ([`Outputs::with_recovered`](crate::verify::Outputs::with_recovered),
-/// written by the same launch), through the kernel text's `_ex` and `_logits` entries.
-pub const SUPPORT: Support = Support {
-    empty_drafts: true,
-    ragged: true,
-    bonus: true,
-    logits: true,
-    filters: true,
-    half: true,
-    // bf16 / f16 target probabilities: no kernel entry reads them yet.
-    half_probs: false,
-    methods: true,
-    recovered: true,
-};
 
 /// A captured launch, replayable with new values in the same buffers. It borrows the buffers
 /// of the [`VerifyArgs`] it was captured on for `'a`, so none can be freed or reallocated
@@ -409,20 +390,6 @@ pub fn split_scratch_bytes<const K: usize>(sms: u32, capacity: u32) -> Option<us
         most = most.max(words.checked_mul(c as usize)?);
     }
     most.checked_mul(8)
-}
-
-/// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
-pub(super) fn grow_host<D: Driver>(
-    drv: &D,
-    host: &mut Option<(D::HostBuffer, usize)>,
-    bytes: usize,
-) -> Result<(), GpuError<D::Error>> {
-    if host.as_ref().is_some_and(|(_, n)| *n >= bytes) {
-        return Ok(());
-    }
-    *host = None; // free before allocating the larger one
-    *host = Some((drv.alloc_host(bytes).map_err(GpuError::Driver)?, bytes));
-    Ok(())
 }
 
 fn wanted_slices(sms: u32, capacity: u32) -> u32 {

@@ -1,6 +1,5 @@
 //! Typed, borrowed views of device buffers: what the step path takes instead of raw pointers.
 
-use super::driver::Driver;
 use core::fmt;
 use core::marker::PhantomData;
 
@@ -46,12 +45,22 @@ element!(f32, 4);
 element!(i32, 4);
 element!(u16, 2);
 
+/// The device memory views point into: a GPU API's buffer handle and its size. The base of
+/// [`Driver`](super::Driver), apart from it so that views (which [`VerifyArgs`](super::VerifyArgs)
+/// hold) need nothing of the driver's calls.
+pub trait Memory {
+    /// Device memory (a shared handle: clones refer to the same memory).
+    type Buffer: Clone + fmt::Debug;
+    /// The size of `buf` in bytes.
+    fn bytes(buf: &Self::Buffer) -> usize;
+}
+
 /// A view is out of its buffer's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct OutOfBounds;
 
-fn window<D: Driver, T: Element>(
+fn window<D: Memory, T: Element>(
     buf: &D::Buffer,
     offset: usize,
     len: usize,
@@ -66,21 +75,21 @@ fn window<D: Driver, T: Element>(
 
 /// `len` elements of type `T` read by the kernel, starting at element `offset` of a device
 /// buffer, borrowed for `'a`.
-pub struct View<'a, D: Driver, T: Element> {
+pub struct View<'a, D: Memory, T: Element> {
     buf: &'a D::Buffer,
     offset: usize,
     len: usize,
     _t: PhantomData<&'a [T]>,
 }
 
-impl<D: Driver, T: Element> Clone for View<'_, D, T> {
+impl<D: Memory, T: Element> Clone for View<'_, D, T> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<D: Driver, T: Element> Copy for View<'_, D, T> {}
+impl<D: Memory, T: Element> Copy for View<'_, D, T> {}
 
-impl<D: Driver, T: Element> fmt::Debug for View<'_, D, T> {
+impl<D: Memory, T: Element> fmt::Debug for View<'_, D, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("View")
             .field("offset", &self.offset)
@@ -89,7 +98,7 @@ impl<D: Driver, T: Element> fmt::Debug for View<'_, D, T> {
     }
 }
 
-impl<'a, D: Driver, T: Element> View<'a, D, T> {
+impl<'a, D: Memory, T: Element> View<'a, D, T> {
     /// The whole buffer, as `T`s (a trailing partial element is left out).
     pub fn new(buf: &'a D::Buffer) -> Self {
         Self {
@@ -134,12 +143,12 @@ impl<'a, D: Driver, T: Element> View<'a, D, T> {
 
 /// `len` elements of type `T` written by the kernel: the buffer is borrowed exclusively for
 /// `'a`, so nothing else reads or writes it through this orchestration meanwhile.
-pub struct ViewMut<'a, D: Driver, T: Element> {
+pub struct ViewMut<'a, D: Memory, T: Element> {
     inner: View<'a, D, T>,
     _excl: PhantomData<&'a mut [T]>,
 }
 
-impl<D: Driver, T: Element> fmt::Debug for ViewMut<'_, D, T> {
+impl<D: Memory, T: Element> fmt::Debug for ViewMut<'_, D, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ViewMut")
             .field("offset", &self.inner.offset)
@@ -148,7 +157,7 @@ impl<D: Driver, T: Element> fmt::Debug for ViewMut<'_, D, T> {
     }
 }
 
-impl<'a, D: Driver, T: Element> ViewMut<'a, D, T> {
+impl<'a, D: Memory, T: Element> ViewMut<'a, D, T> {
     /// The whole buffer, as `T`s.
     pub fn new(buf: &'a mut D::Buffer) -> Self {
         let buf: &'a D::Buffer = buf;

@@ -4,8 +4,8 @@
 //! fixed order), no allocation, a loop over at most `K` positions.
 
 use crate::metrics::Counters;
-use crate::metrics::{Cursor, Taken};
 use crate::metrics::{Cell64, Words};
+use crate::metrics::{Cursor, Taken};
 
 /// Why no advice could be given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

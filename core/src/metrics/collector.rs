@@ -1,10 +1,10 @@
 //! [`Collector`]: the asynchronous collection state machine, driven once per decode step.
 
+use crate::metrics::Readback;
+use crate::metrics::SlotWriter;
 use crate::metrics::{Counters, Snapshot};
 use crate::metrics::{Flight, MAX_IN_FLIGHT};
 use crate::metrics::{Interval, ZeroPeriod};
-use crate::metrics::Readback;
-use crate::metrics::SlotWriter;
 use core::task::Poll;
 
 /// Readback latencies remembered for the latency estimate (the largest of them is used).

@@ -1,8 +1,8 @@
 //! [`Cursor`]: one consumer's position in a slot, turning published totals into exact deltas.
 
-use crate::metrics::{Counters, Snapshot};
 use crate::metrics::Rates;
 use crate::metrics::SlotReader;
+use crate::metrics::{Counters, Snapshot};
 
 /// What [`Cursor::take`] returns: the newest snapshot and what changed since the previous take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

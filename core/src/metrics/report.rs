@@ -1,9 +1,9 @@
 //! The log line: a [`Report`] formats a [`Taken`] through `core::fmt`, so it works without an
 //! allocator (into a `heapless::String`) as well as with one.
 
-use crate::metrics::{CostModel, advise};
 use crate::metrics::Counters;
 use crate::metrics::Taken;
+use crate::metrics::{CostModel, advise};
 use core::fmt::{self, Display, Write};
 
 /// One "SpecDecoding metrics" log line for one take of a cursor.

@@ -1,7 +1,7 @@
 //! [`SeqSlot`]: a single-writer, many-reader, lock-free seqlock slot.
 
-use crate::sync::{Ordering, Stamp, StampAtomic, fence, spin};
 use crate::metrics::Words;
+use crate::sync::{Ordering, Stamp, StampAtomic, fence, spin};
 
 /// A seqlock-protected value with one writer and any number of readers.
 ///

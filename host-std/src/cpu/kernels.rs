@@ -18,10 +18,10 @@
 // Lane loops index several arrays in lockstep by lane number: the shape the vectoriser wants.
 #![allow(clippy::needless_range_loop)]
 
+use specula_core::verify::RaceRng;
 use specula_core::verify::exponential::{draw, exponential, exponential_floor};
 use specula_core::verify::fmath::ln_p;
 use specula_core::verify::philox::{STREAM_RACE, STREAM_RACE_LO, key, philox4x32_10};
-use specula_core::verify::RaceRng;
 
 /// The best `(key, id)` of a range under "larger key wins, equal keys go to the lower id".
 ///
