@@ -525,7 +525,7 @@ def slices_for(batch):
 
 
 def model_split(method, scenario, batch, figs, kregs, latency=LATENCY):
-    """The same model for the split entry (specula_verify_split, core/src/kernels.rs "Rows
+    """The same model for the split entry (specula_verify_split, core/src/gpu/kernels.rs "Rows
     split across blocks"): S = slices_for(batch) blocks per request, each
     streaming its slice of every row the request may need, all rows of a request at once (no
     chain of passes): greedy reads rows 0..k (argmax), typical rows 0..k (entropy of 0..k-1 and,

@@ -5,7 +5,7 @@
 #   scripts/mutants.sh --changed [BASE] only the mutants on lines changed since BASE (the default:
 #                                       the merge base with main, or HEAD~1 when HEAD is on main,
 #                                       as in CI on a fresh clone of main); uncommitted changes count
-#   scripts/mutants.sh ... -- ARGS      ARGS go to cargo-mutants (e.g. -- -f core/src/slot.rs)
+#   scripts/mutants.sh ... -- ARGS      ARGS go to cargo-mutants (e.g. -- -f core/src/metrics/slot.rs)
 #   MUTANTS_MAX=N (default 100)          --changed tests at most about N mutants (one slice of them)
 #   MUTANTS_OUT=DIR (default target/mutants)  where cargo-mutants writes mutants.out
 #

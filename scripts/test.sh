@@ -322,7 +322,7 @@ stats_release() {
     cargo nextest run --cargo-profile release -p specula-tests -p specula-core \
         --test verify_stats --test race_tails --test race_variates --test verify_logits \
         --test verify_filters --test tree_stats --test gpu_tree_stats --test entropy_exact \
-        --test freshness
+        --test statistics
 }
 
 no_std_builds() {

@@ -207,7 +207,7 @@ struct Outcome {
 ///   If the deadline period is longer than the collection period, readbacks are also started
 ///   whenever a collection period has passed since the previous start, so scrapes stay fresh.
 ///   The figures (stale log ticks per latency band, with latency jitter, for 1, 2 and 4
-///   readbacks in flight) come from `core/tests/freshness.rs` and are in `docs/GUARANTEES.md`.
+///   readbacks in flight) come from `core/tests/statistics/freshness.rs` and are in `docs/GUARANTEES.md`.
 ///
 /// Up to [`MAX_IN_FLIGHT`] readbacks are kept in flight (fewer if the backend's
 /// [`Readback::max_in_flight`] is lower), so a latency above the period does not halve the

@@ -1,4 +1,3 @@
-#![cfg(not(loom))]
 //! The regression from the well-known engine's history, as a test.
 //!
 //! There, counters were read back from the GPU every 5 s and a logger printed on its own 5 s
@@ -7,9 +6,7 @@
 //! publishes into a seqlock slot and the logger owns a cursor over it: whatever the timers do,
 //! every count reaches the log exactly once.
 
-mod common;
-
-use common::{Mix, SimDevice};
+use crate::sim::{Mix, SimDevice};
 use specula_core::{
     Clock, Collector, Counters, Cursor, Interval, Report, SeqSlot, Snapshot, VirtualClock,
 };
@@ -195,7 +192,7 @@ fn totals_equal_device_after_flush_even_without_collection() {
 // The timing sweep of issue 11: 5 s collection / 5 s log, every log phase, step periods from
 // 1 ms to 2 s with jitter, readback latencies from 0 to twice the period.
 
-use common::sweep::{self, Config};
+use crate::sim::sweep::{self, Config};
 
 /// Step periods and their jitter (each gap uniform in `period ± jitter`).
 const STEP_PERIODS: [(u64, u64); 7] = [
@@ -356,7 +353,7 @@ fn the_quick_sweep_sees_the_old_collection_miss_log_ticks() {
 }
 
 /// The full sweep of issue 11 (8 400 two-minute runs). Run with
-/// `cargo test -p specula-core --release --test regression -- --ignored --nocapture full_sweep`.
+/// `cargo test -p specula-core --release --test it -- --ignored --nocapture full_sweep`.
 #[test]
 #[ignore = "8 400 simulated two-minute runs: run in release mode (see the doc comment)"]
 fn full_sweep_deadline_aware() {

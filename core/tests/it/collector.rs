@@ -1,10 +1,7 @@
-#![cfg(not(loom))]
 //! The collector's behaviour over time, on a virtual clock: stale readbacks, the ring of
 //! readbacks in flight, and consumer deadlines.
 
-mod common;
-
-use common::SimDevice;
+use crate::sim::SimDevice;
 use specula_core::{
     Clock, CollectError, Collector, Counters, Cursor, SeqSlot, Snapshot, Tick, VirtualClock,
 };

@@ -1,7 +1,6 @@
-#![cfg(not(loom))]
 //! The recovered-token output of the verification call (`Outputs::with_recovered`) in the core
 //! reference, and its vLLM adapter (`to_vllm_recovered`). Small vocabularies, so Miri runs it:
-//! `cargo +nightly miri test -p specula-core --test recovered_output`.
+//! `cargo +nightly miri test -p specula-core --test it recovered::`.
 //!
 //! * `verify_batch` with the output gives the accepted counts, tokens and counts it gives
 //!   without it, and the tokens of the separate `recovered_tokens` call: every method, a method

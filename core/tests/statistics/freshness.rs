@@ -20,11 +20,9 @@
 //! Sizes: in a release build (as CI runs it, `cargo test -p specula-core --release --test
 //! freshness`) over 20 000 log ticks at latency ≤ period per configuration; a debug build runs
 //! a twentieth of it. The full sweep (100 phases, 1 ms steps too, latency jitter 0, ±10 %,
-//! ±25 %) is `cargo test -p specula-core --release --test freshness -- --ignored --nocapture`.
+//! ±25 %) is `cargo test -p specula-core --release --test statistics -- --ignored --nocapture`.
 
-mod common;
-
-use common::sweep::{self, Config};
+use crate::sim::sweep::{self, Config};
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;

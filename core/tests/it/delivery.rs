@@ -1,11 +1,8 @@
-#![cfg(not(loom))]
 //! Property tests: over arbitrary collect and log intervals, step timings, readback latencies,
 //! readback failures and several consumers, no delta is lost, none is counted twice, and the
 //! counters a consumer sees never decrease.
 
-mod common;
-
-use common::SimDevice;
+use crate::sim::SimDevice;
 use proptest::prelude::*;
 use specula_core::{
     Clock, Collector, Counters, Cursor, Interval, SeqSlot, Snapshot, Tick, VirtualClock,
@@ -160,7 +157,7 @@ proptest! {
     /// 5 s / 5 s, any log phase, steps from 1 ms to 1 s with up to 10 % jitter and a constant
     /// readback latency up to the period, every log tick after the first publication has new
     /// counts, and every count is logged once. (Coarser steps, two or three per log interval,
-    /// leave about one tick in 10 000 stale: core/tests/freshness.rs.)
+    /// leave about one tick in 10 000 stale: core/tests/statistics/freshness.rs.)
     #[test]
     fn with_deadlines_every_log_tick_has_new_counts(
         log_phase_ms in 0u64..5_000,
@@ -173,7 +170,7 @@ proptest! {
     }
 
     /// The same with the readback latency varying by up to ±25 % from copy to copy, for steps
-    /// from 1 ms to a third of a second (coarser steps: core/tests/freshness.rs).
+    /// from 1 ms to a third of a second (coarser steps: core/tests/statistics/freshness.rs).
     #[test]
     fn with_deadlines_every_log_tick_has_new_counts_despite_latency_jitter(
         log_phase_ms in 0u64..5_000,
@@ -207,7 +204,7 @@ fn freshness(
     // Log-uniform step period from 1 ms.
     let step_ns = ((10f64.powf(step_exp) * 1e6) as u64).clamp(1_000_000, 2 * S);
     let latency_ns = 5 * S / 1000 * latency_permille;
-    let o = common::sweep::run(common::sweep::Config {
+    let o = crate::sim::sweep::run(crate::sim::sweep::Config {
         collect_ns: 5 * S,
         log_ns: 5 * S,
         log_phase_ns: log_phase_ms * 1_000_000,

@@ -1,0 +1,128 @@
+//! The kernel launch contract (`gpu::kernels`): method codes, shape words, batch shapes
+//! and their limits, the stats layout.
+
+use specula_core::Counters;
+use specula_core::gpu::kernels::{
+    FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
+    method_code, shape_words, stats_words, tree_draft_tokens_word, tree_drafts_word,
+};
+use specula_core::verify::{Batch, Dims, Drafts, Method, Rows, Streams};
+
+#[test]
+fn method_codes_and_shape_words() {
+    assert_eq!(
+        [Method::Rejection, Method::Greedy, Method::Typical].map(method_code),
+        [0, 1, 2]
+    );
+    assert_eq!(
+        shape_words(3, 4, 5, Some(6), 7, 2, 9),
+        [3, 4, 5, 6, 7, 2, 9, FLAG_DRAFT_PROBS]
+    );
+    assert_eq!(
+        shape_words(3, 4, 5, None, 7, 1, 9),
+        [3, 4, 5, 0, 7, 1, 9, 0]
+    );
+    assert_eq!(SHAPE_WORDS, 8);
+}
+
+#[test]
+fn batch_shapes_and_their_limits() {
+    let target = [0.0f32; 3 * 2 * 6];
+    let draft = [0.0f32; 3 * 5];
+    let b = Batch::dense(
+        Dims { vocab: 5, k_max: 1 },
+        Drafts {
+            k: &[1, 1, 1],
+            ids: &[0, 0, 0],
+        },
+        &target,
+        Streams {
+            seed: &[0; 3],
+            offset: &[0; 3],
+        },
+    );
+    let b = {
+        let mut x = b;
+        x.target = x.target.with_stride(6);
+        x
+    };
+    assert_eq!(
+        batch_shape::<4>(Method::Typical, &b),
+        Ok([3, 1, 5, 0, 6, 2, 4, 0])
+    );
+    let with = b.with_draft_probs(&draft);
+    assert_eq!(
+        batch_shape::<4>(Method::Greedy, &with),
+        Ok([3, 1, 5, 5, 6, 1, 4, FLAG_DRAFT_PROBS])
+    );
+    assert_eq!(
+        batch_shape::<{ u32::MAX as usize }>(Method::Greedy, &b).map(|s| s[6]),
+        Ok(u32::MAX)
+    );
+    #[cfg(target_pointer_width = "64")]
+    {
+        let big = u32::MAX as usize + 1;
+        assert_eq!(
+            batch_shape::<{ u32::MAX as usize + 1 }>(Method::Greedy, &b),
+            Err(ShapeTooLarge)
+        );
+        for wide in [
+            {
+                let mut x = b;
+                x.vocab = big;
+                x
+            },
+            {
+                let mut x = b;
+                x.k_max = big;
+                x
+            },
+            {
+                let mut x = b;
+                x.target = x.target.with_stride(big);
+                x
+            },
+            {
+                let mut x = with;
+                x.draft = x.draft.map(|d| Rows { stride: big, ..d });
+                x
+            },
+        ] {
+            assert_eq!(batch_shape::<4>(Method::Greedy, &wide), Err(ShapeTooLarge));
+        }
+        // A draft stride is not part of the shape without draft probabilities.
+        let ignored = {
+            let mut x = b;
+            x.draft = x.draft.map(|d| Rows { stride: big, ..d });
+            x
+        };
+        assert!(batch_shape::<4>(Method::Greedy, &ignored).is_ok());
+    }
+}
+
+#[test]
+fn stats_layout() {
+    assert_eq!((stats_words(0), error_word(0)), (7, 4));
+    assert_eq!((stats_words(3), error_word(3)), (13, 10));
+    assert_eq!((tree_drafts_word(3), tree_draft_tokens_word(3)), (11, 12));
+    let stats: [u64; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+    let mut want = Counters::<2>::ZERO;
+    want.drafts = 1;
+    want.draft_tokens = 2;
+    want.accepted_tokens = 3;
+    want.emitted_tokens = 4;
+    want.accepted_per_position = [5, 6];
+    want.drafted_per_position = [7, 8];
+    want.tree_drafts = 10;
+    want.tree_draft_tokens = 11;
+    assert_eq!(
+        counters_from_stats::<2>(&stats),
+        Some(want),
+        "9 is the flag word"
+    );
+    assert_eq!(counters_from_stats::<2>(&stats[..10]), None);
+    assert_eq!(
+        counters_from_stats::<0>(&stats[..7]).map(|c| (c.drafts, c.tree_draft_tokens)),
+        Some((1, 7))
+    );
+}

@@ -1,0 +1,27 @@
+//! specula-core's tests, one binary (the fast tier): a module per subject.
+//!
+//! The tiers are binaries, named once: `it` (this one: fast, deterministic, also the judge of
+//! `scripts/mutants.sh`), `statistics` (the collector's freshness sweep, run in release) and
+//! `loom` (the slot under loom's model checker, a `--cfg loom` build of its own). Everything
+//! here also runs under Miri (`cargo +nightly miri test -p specula-core`), simulations cut
+//! short there.
+#![cfg(not(loom))]
+
+mod sim;
+mod support;
+
+mod advisor;
+mod clock;
+mod collector;
+mod delivery;
+mod errors;
+mod gpu;
+mod gpu_tree;
+mod kernels;
+mod numerics;
+mod rates;
+mod recovered;
+mod reference;
+mod slot;
+mod unaligned_timers;
+mod validate;
