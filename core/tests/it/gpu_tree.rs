@@ -1,326 +1,18 @@
-//! The GPU orchestration's tree path (`specula_core::gpu::tree`) over a deterministic fake
-//! [`TreeDriver`]: stream work runs when it is enqueued (or is recorded while capturing), and the
-//! fake tree kernel writes values derived from its inputs, so the tests see exactly what was
-//! staged, launched, replayed and copied down. (The host driver of `specula-tests` runs the same
-//! code with the real kernel text: `tests/tests/gpu_tree_host.rs`.) Runs under Miri.
+//! The GPU orchestration's tree path (`specula_core::gpu::tree`) over the fake driver
+//! (`fake_driver.rs`) in its immediate mode: stream work runs when it is enqueued (or is
+//! recorded while capturing), and the fake tree kernel writes values derived from its inputs,
+//! so the tests see exactly what was staged, launched, replayed and copied down. (The host
+//! driver of `specula-tests` runs the same code with the real kernel text.) Runs under Miri.
 
+use specula_core::ErrorKind;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuError, GpuVerifier, Memory, Status, TreeArgs, TreeDriver, TreeLaunch,
-    TreeStaging, View, ViewMut, tree_shape,
+    Driver, Element, GpuError, GpuVerifier, TreeArgs, TreeStaging, View, ViewMut, tree_shape,
 };
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeError, TreeOutputs, TreeParam};
 use specula_core::verify::{Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Streams, Verifier};
-use specula_core::{ErrorKind, HasKind};
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 
-const K: usize = 4;
-
-#[derive(Clone, Debug, PartialEq)]
-struct FakeError(ErrorKind);
-
-impl HasKind for FakeError {
-    fn kind(&self) -> ErrorKind {
-        self.0
-    }
-}
-
-impl std::fmt::Display for FakeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "fake {}", self.0)
-    }
-}
-
-#[derive(Debug)]
-struct Mem {
-    id: usize,
-    data: RefCell<Vec<u8>>,
-}
-type Buf = Rc<Mem>;
-
-/// What a tree launch was given.
-#[derive(Clone, Debug, PartialEq)]
-struct TreeRec {
-    grid: u32,
-    block: u32,
-    stats: usize,
-    draft: bool,
-}
-
-type Op = Rc<dyn Fn()>;
-
-#[derive(Default)]
-struct StreamState {
-    capture: RefCell<Option<Vec<Op>>>,
-}
-type Stream = Rc<StreamState>;
-
-#[derive(Default)]
-struct State {
-    next_id: Cell<usize>,
-    launches: RefCell<Vec<TreeRec>>,
-    syncs: Cell<u64>,
-    ops: Cell<u64>,
-    /// The fake kernel ORs this into the error word.
-    flags: Cell<u64>,
-    fail_launch: Cell<bool>,
-    /// `prepare_tree` calls, and how many found a stream capturing.
-    prepared: Cell<u32>,
-    prepared_while_capturing: Cell<u32>,
-    fail_prepare: Cell<bool>,
-    streams: RefCell<Vec<Stream>>,
-}
-
-#[derive(Clone)]
-struct Fake {
-    st: Rc<State>,
-}
-
-impl std::fmt::Debug for Fake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Fake")
-    }
-}
-
-impl Fake {
-    fn new() -> Self {
-        Self { st: Rc::default() }
-    }
-
-    fn enqueue(&self, s: &Stream, op: Op) {
-        self.st.ops.set(self.st.ops.get() + 1);
-        match s.capture.borrow_mut().as_mut() {
-            Some(c) => c.push(op),
-            None => op(),
-        }
-    }
-
-    fn launches(&self) -> Vec<TreeRec> {
-        self.st.launches.borrow().clone()
-    }
-}
-
-fn read<T: Element>(b: &Buf, byte: usize) -> T {
-    T::read_ne(&b.data.borrow()[byte..])
-}
-
-fn write<T: Element>(b: &Buf, byte: usize, x: T) {
-    x.write_ne(&mut b.data.borrow_mut()[byte..]);
-}
-
-/// A device buffer's elements `at..at + n` of a view.
-fn elems<T: Element>(v: &View<'_, Fake, T>) -> Vec<T> {
-    (0..v.len())
-        .map(|i| read(v.buffer(), v.byte_offset() + i * T::BYTES))
-        .collect()
-}
-
-impl Memory for Fake {
-    type Buffer = Buf;
-
-    fn bytes(buf: &Buf) -> usize {
-        buf.data.borrow().len()
-    }
-}
-
-impl Driver for Fake {
-    type Error = FakeError;
-    type Stream = Stream;
-    type Event = ();
-    type HostBuffer = Buf;
-    type Graph = Rc<Vec<Op>>;
-
-    fn stream(&self) -> Result<Stream, FakeError> {
-        let s: Stream = Rc::default();
-        self.st.streams.borrow_mut().push(s.clone());
-        Ok(s)
-    }
-    fn event(&self) -> Result<(), FakeError> {
-        Ok(())
-    }
-    fn alloc(&self, bytes: usize) -> Result<Buf, FakeError> {
-        let id = self.st.next_id.get();
-        self.st.next_id.set(id + 1);
-        Ok(Rc::new(Mem {
-            id,
-            data: RefCell::new(vec![0; bytes]),
-        }))
-    }
-    fn alloc_host(&self, bytes: usize) -> Result<Buf, FakeError> {
-        self.alloc(bytes)
-    }
-    fn upload<T: Element>(
-        &self,
-        s: &Stream,
-        dst: &Buf,
-        offset: usize,
-        src: &[T],
-    ) -> Result<(), FakeError> {
-        let mut bytes = vec![0u8; src.len() * T::BYTES];
-        for (x, out) in src.iter().zip(bytes.chunks_mut(T::BYTES)) {
-            x.write_ne(out);
-        }
-        let dst = dst.clone();
-        self.enqueue(
-            s,
-            Rc::new(move || {
-                dst.data.borrow_mut()[offset..offset + bytes.len()].copy_from_slice(&bytes);
-            }),
-        );
-        Ok(())
-    }
-    fn copy(&self, s: &Stream, dst: &Buf, src: &Buf, bytes: usize) -> Result<(), FakeError> {
-        let (dst, src) = (dst.clone(), src.clone());
-        self.enqueue(
-            s,
-            Rc::new(move || {
-                let v = src.data.borrow()[..bytes].to_vec();
-                dst.data.borrow_mut()[..bytes].copy_from_slice(&v);
-            }),
-        );
-        Ok(())
-    }
-    fn download(
-        &self,
-        s: &Stream,
-        dst: &Buf,
-        dst_offset: usize,
-        src: &Buf,
-        src_offset: usize,
-        bytes: usize,
-    ) -> Result<(), FakeError> {
-        let (dst, src) = (dst.clone(), src.clone());
-        self.enqueue(
-            s,
-            Rc::new(move || {
-                let v = src.data.borrow()[src_offset..src_offset + bytes].to_vec();
-                dst.data.borrow_mut()[dst_offset..dst_offset + bytes].copy_from_slice(&v);
-            }),
-        );
-        Ok(())
-    }
-    unsafe fn read_host<T: Element>(&self, buf: &Buf, offset: usize, out: &mut [T]) {
-        for (i, x) in out.iter_mut().enumerate() {
-            *x = read(buf, offset + i * T::BYTES);
-        }
-    }
-    fn record(&self, _: &(), _: &Stream) -> Result<(), FakeError> {
-        Ok(())
-    }
-    fn wait(&self, _: &Stream, _: &()) -> Result<(), FakeError> {
-        Ok(())
-    }
-    fn query(&self, _: &()) -> Result<Status, FakeError> {
-        Ok(Status::Ready)
-    }
-    fn sync_event(&self, _: &()) -> Result<(), FakeError> {
-        self.st.syncs.set(self.st.syncs.get() + 1);
-        Ok(())
-    }
-    fn sync_stream(&self, _: &Stream) -> Result<(), FakeError> {
-        self.st.syncs.set(self.st.syncs.get() + 1);
-        Ok(())
-    }
-    fn launch(
-        &self,
-        _: &Stream,
-        _: &specula_core::gpu::Launch<'_, '_, Self>,
-    ) -> Result<(), FakeError> {
-        Err(FakeError(ErrorKind::Misuse)) // chain launches are not this file's subject
-    }
-    fn begin_capture(&self, s: &Stream) -> Result<(), FakeError> {
-        *s.capture.borrow_mut() = Some(Vec::new());
-        Ok(())
-    }
-    fn end_capture(&self, s: &Stream) -> Result<Rc<Vec<Op>>, FakeError> {
-        s.capture
-            .borrow_mut()
-            .take()
-            .map(Rc::new)
-            .ok_or(FakeError(ErrorKind::Misuse))
-    }
-    fn replay(&self, g: &Rc<Vec<Op>>, s: &Stream) -> Result<(), FakeError> {
-        let g = g.clone();
-        self.enqueue(s, Rc::new(move || g.iter().for_each(|op| op())));
-        Ok(())
-    }
-    fn multiprocessors(&self) -> u32 {
-        1
-    }
-    fn block_threads(&self) -> u32 {
-        96
-    }
-}
-
-impl TreeDriver for Fake {
-    fn prepare_tree(&self) -> Result<(), FakeError> {
-        self.st.prepared.set(self.st.prepared.get() + 1);
-        if self
-            .st
-            .streams
-            .borrow()
-            .iter()
-            .any(|s| s.capture.borrow().is_some())
-        {
-            let n = self.st.prepared_while_capturing.get();
-            self.st.prepared_while_capturing.set(n + 1);
-        }
-        if self.st.fail_prepare.get() {
-            return Err(FakeError(ErrorKind::Compile));
-        }
-        Ok(())
-    }
-
-    /// The fake tree kernel: per request of the batch word, `accepted[b] = nodes[b] + 100`;
-    /// `path[i] = 300 + i` and `tokens[i] = 400 + i` over `B · (max_depth + 1)`; the drafts
-    /// counter grows by `B`, and the error word takes the injected flags.
-    fn launch_tree(&self, s: &Stream, l: &TreeLaunch<'_, '_, Self>) -> Result<(), FakeError> {
-        if self.st.fail_launch.get() {
-            return Err(FakeError(ErrorKind::Device));
-        }
-        let a = l.args;
-        let rec = TreeRec {
-            grid: l.grid,
-            block: l.block,
-            stats: l.stats.id,
-            draft: a.draft_probs.is_some(),
-        };
-        let view = |b: &Buf, o: usize| (b.clone(), o);
-        let (shape, nodes) = (
-            view(a.shape.buffer(), a.shape.byte_offset()),
-            view(a.nodes.buffer(), a.nodes.byte_offset()),
-        );
-        let (acc, path, tok) = (
-            view(a.accepted.buffer(), a.accepted.byte_offset()),
-            view(a.path.buffer(), a.path.byte_offset()),
-            view(a.tokens.buffer(), a.tokens.byte_offset()),
-        );
-        let (stats, st) = (l.stats.clone(), self.st.clone());
-        self.enqueue(
-            s,
-            Rc::new(move || {
-                st.launches.borrow_mut().push(rec.clone());
-                let batch = read::<u32>(&shape.0, shape.1) as usize;
-                let depth = read::<u32>(&shape.0, shape.1 + 4) as usize;
-                for b in 0..batch {
-                    let n: u32 = read(&nodes.0, nodes.1 + 4 * b);
-                    write(&acc.0, acc.1 + 4 * b, n + 100);
-                }
-                for i in 0..batch * (depth + 1) {
-                    write(&path.0, path.1 + 4 * i, 300 + i as u32);
-                    write(&tok.0, tok.1 + 4 * i, 400 + i as u32);
-                }
-                let drafts: u64 = read(&stats, 0);
-                write(&stats, 0, drafts + batch as u64);
-                let e = 8 * kernels::error_word(K);
-                let flags: u64 = read(&stats, e);
-                write(&stats, e, flags | st.flags.get());
-            }),
-        );
-        Ok(())
-    }
-}
+use crate::fake_driver::*;
 
 /// An owned batch of `b` requests of 3 node slots (root + 1 or 2 children), depth 1, V = 2.
 struct Owned {
@@ -400,7 +92,7 @@ impl Outs {
 }
 
 fn rig(b: usize) -> (Fake, GpuVerifier<Fake, K>, TreeStaging<Fake>, Owned) {
-    let drv = Fake::new();
+    let drv = Fake::immediate(1);
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let mut staging = TreeStaging::new();
     let d = Owned::new(b);
@@ -418,14 +110,14 @@ fn rig(b: usize) -> (Fake, GpuVerifier<Fake, K>, TreeStaging<Fake>, Owned) {
 
 #[test]
 fn verify_tree_stages_launches_and_downloads_with_one_sync() {
-    let drv = Fake::new();
+    let drv = Fake::immediate(1);
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let d = Owned::new(3);
     let mut o = Outs::new(3);
     v.verify_tree(Method::Greedy, Check::STRICT, &d.view(), &mut o.view())
         .unwrap();
     assert_eq!(
-        drv.launches(),
+        drv.tree_launches(),
         vec![TreeRec {
             grid: 3,
             block: 96,
@@ -444,7 +136,7 @@ fn verify_tree_stages_launches_and_downloads_with_one_sync() {
 
 #[test]
 fn a_refused_tree_batch_enqueues_nothing() {
-    let drv = Fake::new();
+    let drv = Fake::immediate(1);
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let mut d = Owned::new(2);
     d.first_child[3] = 3; // request 1's root links past its node count
@@ -497,7 +189,7 @@ fn a_refused_tree_batch_enqueues_nothing() {
 
 #[test]
 fn tree_device_flags_are_reported_once() {
-    let drv = Fake::new();
+    let drv = Fake::immediate(1);
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let d = Owned::new(1);
     let mut o = Outs::new(1);
@@ -707,7 +399,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         let launched = unsafe { v.launch_tree(&a) };
         if field >= 18 {
             launched.unwrap();
-            assert_eq!(drv.launches().len(), field as usize - 17);
+            assert_eq!(drv.tree_launches().len(), field as usize - 17);
             continue;
         }
         assert_eq!(launched, Err(GpuError::ViewTooShort), "field {field}");
@@ -721,7 +413,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         assert_eq!(drv.st.ops.get(), ops, "field {field}: nothing enqueued");
         assert!(v.stream().capture.borrow().is_none(), "not left capturing");
     }
-    assert_eq!(drv.launches().len(), 2);
+    assert_eq!(drv.tree_launches().len(), 2);
 }
 
 #[test]
@@ -761,7 +453,7 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     // SAFETY: staged views; only `write` writes the staging buffers.
     let graph = unsafe { v.capture_tree_staged(&a) }.unwrap();
     assert_eq!(graph.capacity(), 4);
-    assert!(drv.launches().is_empty(), "capture runs nothing");
+    assert!(drv.tree_launches().is_empty(), "capture runs nothing");
     // A smaller batch into the same buffers, then a replay.
     let mut small = Owned::new(2);
     small.nodes = vec![3, 1];
@@ -771,8 +463,8 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     let syncs = v.sync_calls();
     v.replay_tree(&graph).unwrap();
     assert_eq!(v.sync_calls(), syncs, "a replay never synchronises");
-    assert_eq!(drv.launches().len(), 1);
-    assert_eq!(drv.launches()[0].grid, 4, "the captured capacity");
+    assert_eq!(drv.tree_launches().len(), 1);
+    assert_eq!(drv.tree_launches()[0].grid, 4, "the captured capacity");
     let (mut x, mut y, mut z) = (vec![0; 2], vec![0; 4], vec![0; 4]);
     v.download_tree_outputs(&a2, &mut x, &mut y, &mut z)
         .unwrap();
@@ -918,7 +610,7 @@ fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
 fn tree_staging_accepts_the_boundary_shapes() {
     use specula_core::verify::Strides;
     use specula_core::verify::tree::MAX_TREE_NODES;
-    let drv = Fake::new();
+    let drv = Fake::immediate(1);
     let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let n = MAX_TREE_NODES;
     let big = (vec![0u32; n], vec![-1i32; n], vec![0.5f32; 2 * n]);
@@ -1008,7 +700,7 @@ fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
         v.stream().capture.borrow().is_none(),
         "no capture left open"
     );
-    let drv2 = Fake::new();
+    let drv2 = Fake::immediate(1);
     drv2.st.fail_prepare.set(true);
     let mut fresh = GpuVerifier::<Fake, K>::new(drv2.clone()).unwrap();
     let mut staging2 = TreeStaging::new();

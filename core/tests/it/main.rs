@@ -15,6 +15,7 @@ mod clock;
 mod collector;
 mod delivery;
 mod errors;
+mod fake_driver;
 mod gpu;
 mod gpu_tree;
 mod kernels;
