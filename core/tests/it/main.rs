@@ -11,6 +11,7 @@ mod sim;
 mod support;
 
 mod advisor;
+mod batch;
 mod clock;
 mod collector;
 mod delivery;
