@@ -9,7 +9,7 @@ use crate::verify::{
     validate_inputs_with,
 };
 
-/// What the shared GPU path verifies (every [`GpuVerifier`], so the CUDA and ROCm backends):
+/// What the shared GPU path verifies (every [`GpuVerifier`](super::GpuVerifier), so the CUDA and ROCm backends):
 /// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
 /// logits with per-request temperature, a method per request and the sampling filters
 /// (top-k, top-p, min-p), bf16 / f16 target logits and draft probabilities, and the
