@@ -1,0 +1,259 @@
+//! [`TreeBatch`]: one step of token trees (SGLang's layout), and [`TreeOutputs`].
+
+use super::validate::expect_len;
+use super::*;
+
+/// The sizes of a [`TreeBatch`] (named fields: they cannot be swapped silently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TreeDims {
+    /// Vocabulary size `V`.
+    pub vocab: usize,
+    /// Node slots per request `N` (root included, `1 ≤ N ≤ `[`MAX_TREE_NODES`]).
+    pub max_nodes: usize,
+    /// The deepest a node may lie (the root has depth 0), `≤ K` (the counters' positions): the
+    /// outputs have `max_depth + 1` slots per request.
+    pub max_depth: usize,
+}
+
+/// The trees of a [`TreeBatch`], in SGLang's form. Request `b`'s node `i` is slot `b·N + i`.
+#[derive(Clone, Copy, Debug)]
+pub struct Tree<'a> {
+    /// `nodes[b]`: request `b`'s node count `n_b` (`1 ≤ n_b ≤ N`, root included); its length is
+    /// the batch size `B`.
+    pub nodes: &'a [u32],
+    /// `tokens[b·N + i]`: node `i`'s token (`< V`); the root's (node 0, the last verified token)
+    /// is not read. `B · N` values.
+    pub tokens: &'a [u32],
+    /// `first_child[b·N + i]`: node `i`'s first child (`1 ≤ c < n_b`) or [`NO_NODE`]
+    /// (SGLang's `retrive_next_token`). `B · N` values; slots `i ≥ n_b` are ignored.
+    pub first_child: &'a [i32],
+    /// `next_sibling[b·N + i]`: node `i`'s next sibling or [`NO_NODE`] (the root has none;
+    /// SGLang's `retrive_next_sibling`). Siblings are tried in this order.
+    pub next_sibling: &'a [i32],
+}
+
+/// A borrowed view of one tree-verification step of `B` requests (layout:
+/// `core/DETERMINISM.md`, "Token trees"). Build it with [`TreeBatch::new`] and the `with_*`
+/// methods.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct TreeBatch<'a> {
+    /// Vocabulary size `V`.
+    pub vocab: usize,
+    /// Node slots per request `N`.
+    pub max_nodes: usize,
+    /// The deepest node allowed; outputs have `max_depth + 1` slots per request.
+    pub max_depth: usize,
+    /// The trees.
+    pub tree: Tree<'a>,
+    /// Draft probabilities: row of node `i ≥ 1` at `(b·N + i) · draft_stride`, the distribution
+    /// node `i`'s token was drawn from (given its parent's path). `None`: the drafter gave no
+    /// probabilities (the target-only rule).
+    pub draft_probs: Option<&'a [f32]>,
+    /// Row stride of `draft_probs` (`≥ V`).
+    pub draft_stride: usize,
+    /// Target rows: node `i`'s row (the target's next-token distribution after the path to node
+    /// `i`) at `(b·N + i) · target_stride`, `B · N` rows; probabilities, or logits when
+    /// `temperature` is given.
+    pub target: &'a [f32],
+    /// Row stride of `target` (`≥ V`).
+    pub target_stride: usize,
+    /// Per-request temperature when `target` holds logits (`0`: greedy on the logits).
+    pub temperature: Option<&'a [f32]>,
+    /// Per-request random seed.
+    pub seed: &'a [u64],
+    /// Per-request random offset (advance it every step).
+    pub offset: &'a [u64],
+    /// Typical acceptance `ε` per request; `None`: [`DEFAULT_EPS`].
+    pub eps: Option<&'a [f32]>,
+    /// Typical acceptance `δ` per request; `None`: [`DEFAULT_DELTA`].
+    pub delta: Option<&'a [f32]>,
+}
+
+impl<'a> TreeBatch<'a> {
+    /// A batch of trees with target probabilities, packed rows (strides `= V`), no draft
+    /// probabilities.
+    #[must_use]
+    pub const fn new(
+        dims: TreeDims,
+        tree: Tree<'a>,
+        target: &'a [f32],
+        streams: Streams<'a>,
+    ) -> Self {
+        Self {
+            vocab: dims.vocab,
+            max_nodes: dims.max_nodes,
+            max_depth: dims.max_depth,
+            tree,
+            draft_probs: None,
+            draft_stride: dims.vocab,
+            target,
+            target_stride: dims.vocab,
+            temperature: None,
+            seed: streams.seed,
+            offset: streams.offset,
+            eps: None,
+            delta: None,
+        }
+    }
+
+    /// The same batch with the drafter's probabilities (one row per node, see
+    /// [`draft_probs`](Self::draft_probs)).
+    #[must_use]
+    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+        Self {
+            draft_probs: Some(draft_probs),
+            ..self
+        }
+    }
+
+    /// The same batch with target logits and a temperature per request instead of
+    /// probabilities (the chain path's softmax, `core/DETERMINISM.md`).
+    #[must_use]
+    pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
+        Self {
+            target: logits.values,
+            temperature: Some(logits.temperature),
+            ..self
+        }
+    }
+
+    /// The same batch with typical-acceptance parameters (`B` values each).
+    #[must_use]
+    pub const fn with_typical(self, eps: &'a [f32], delta: &'a [f32]) -> Self {
+        Self {
+            eps: Some(eps),
+            delta: Some(delta),
+            ..self
+        }
+    }
+
+    /// The same batch with explicit row strides (`≥ V`).
+    #[must_use]
+    pub const fn with_strides(self, strides: Strides) -> Self {
+        Self {
+            draft_stride: strides.draft,
+            target_stride: strides.target,
+            ..self
+        }
+    }
+
+    /// The batch size `B`.
+    #[must_use]
+    pub fn requests(&self) -> usize {
+        self.tree.nodes.len()
+    }
+
+    /// Request `b`'s node count. Panics if `b ≥ B`.
+    #[must_use]
+    pub fn node_count(&self, b: usize) -> usize {
+        self.tree.nodes[b] as usize
+    }
+
+    /// Node `i`'s token. Only for a validated batch.
+    #[inline]
+    pub(super) fn token(&self, b: usize, i: usize) -> u32 {
+        self.tree.tokens[b * self.max_nodes + i]
+    }
+
+    #[inline]
+    pub(super) fn link(links: &[i32], slot: usize) -> Option<usize> {
+        usize::try_from(links[slot]).ok()
+    }
+
+    /// Node `i`'s first child. Only for a validated batch.
+    #[inline]
+    pub(super) fn first_child(&self, b: usize, i: usize) -> Option<usize> {
+        Self::link(self.tree.first_child, b * self.max_nodes + i)
+    }
+
+    /// Node `i`'s next sibling. Only for a validated batch.
+    #[inline]
+    pub(super) fn next_sibling(&self, b: usize, i: usize) -> Option<usize> {
+        Self::link(self.tree.next_sibling, b * self.max_nodes + i)
+    }
+
+    /// Node `i`'s target row, `V` values. Only for a validated batch.
+    #[inline]
+    pub(super) fn target_row(&self, b: usize, i: usize) -> &'a [f32] {
+        let start = (b * self.max_nodes + i) * self.target_stride;
+        &self.target[start..start + self.vocab]
+    }
+
+    /// Node `i`'s draft row, if the drafter gave probabilities. Only for a validated batch.
+    #[inline]
+    pub(super) fn draft_row(&self, b: usize, i: usize) -> Option<&'a [f32]> {
+        self.draft_probs.map(|d| {
+            let start = (b * self.max_nodes + i) * self.draft_stride;
+            &d[start..start + self.vocab]
+        })
+    }
+}
+
+/// The caller's output buffers for a [`TreeBatch`]: `W = max_depth + 1` slots per request.
+#[derive(Debug)]
+pub struct TreeOutputs<'a> {
+    /// `accepted[b]`: the accepted path's length (draft nodes, root excluded), `B` values.
+    pub accepted: &'a mut [u32],
+    /// `path[b·W + j]`, `j ≤ accepted[b]`: the node indices from the root (`path[b·W] = 0`) to
+    /// the stopping node, then [`SENTINEL`]. SGLang's `accept_index`, request-local.
+    pub path: &'a mut [u32],
+    /// `tokens[b·W + j]`: the accepted nodes' tokens, then the one token sampled at the stopping
+    /// node, then [`SENTINEL`] (the chain path's [`Outputs::tokens`](crate::verify::Outputs::tokens)).
+    pub tokens: &'a mut [u32],
+}
+
+/// Builds the first-child / next-sibling links of one tree from its parent array
+/// (`parents[0] = -1` for the root, `parents[i]` the parent of node `i`): children are listed
+/// in increasing index order. `first_child` and `next_sibling` must have `parents.len()` slots.
+/// A cycle in `parents` is not detected here: [`validate_tree`] reports it.
+///
+/// Errors: [`TreeError::Length`] for mismatched slices, [`TreeError::NodeCount`] for an empty
+/// tree or one above [`MAX_TREE_NODES`], [`TreeError::LinkOutOfRange`] (request 0) for a parent
+/// outside `0..n` or a root with a parent.
+///
+/// ```
+/// use specula_core::verify::tree::links_from_parents;
+/// let (mut first_child, mut next_sibling) = ([0i32; 4], [0i32; 4]);
+/// links_from_parents(&[-1, 0, 0, 2], &mut first_child, &mut next_sibling).unwrap();
+/// assert_eq!((first_child, next_sibling), ([1, -1, 3, -1], [-1, 2, -1, -1]));
+/// ```
+pub fn links_from_parents(
+    parents: &[i32],
+    first_child: &mut [i32],
+    next_sibling: &mut [i32],
+) -> Result<(), TreeError> {
+    let n = parents.len();
+    expect_len(TreeParam::FirstChild, first_child.len(), Some(n))?;
+    expect_len(TreeParam::NextSibling, next_sibling.len(), Some(n))?;
+    if n == 0 || n > MAX_TREE_NODES {
+        return Err(TreeError::NodeCount {
+            request: 0,
+            nodes: u32::try_from(n).unwrap_or(u32::MAX),
+            max: MAX_TREE_NODES,
+        });
+    }
+    for (node, &p) in parents.iter().enumerate() {
+        let ok = if node == 0 {
+            p == NO_NODE
+        } else {
+            usize::try_from(p).is_ok_and(|p| p < n)
+        };
+        if !ok {
+            return Err(TreeError::LinkOutOfRange {
+                request: 0,
+                node,
+                link: p,
+            });
+        }
+    }
+    first_child.fill(NO_NODE);
+    next_sibling.fill(NO_NODE);
+    // Backwards, so each parent's list ends up in increasing index order.
+    for i in (1..n).rev() {
+        let p = parents[i] as usize; // checked above: 0 ≤ p < n
+        next_sibling[i] = first_child[p];
+        first_child[p] = i as i32; // i < MAX_TREE_NODES
+    }
+    Ok(())
+}

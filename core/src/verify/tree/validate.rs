@@ -1,0 +1,287 @@
+//! Validation of a tree batch: the batch-wide shape, then each request's tree, ids and
+//! parameters, in the order [`TreeError`]'s documentation gives.
+
+use super::*;
+
+/// The batch-wide checks: sizes, strides, every slice length (inputs, then outputs).
+pub fn validate_tree_shape<const K: usize>(
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), TreeError> {
+    let b = batch.requests();
+    if b == 0 {
+        return Err(TreeError::EmptyBatch);
+    }
+    if batch.max_nodes == 0 || batch.max_nodes > MAX_TREE_NODES {
+        return Err(TreeError::MaxNodesOutOfRange {
+            max_nodes: batch.max_nodes,
+            max: MAX_TREE_NODES,
+        });
+    }
+    if batch.max_depth > K {
+        return Err(TreeError::MaxDepthOutOfRange {
+            max_depth: batch.max_depth,
+            max: K,
+        });
+    }
+    let v = batch.vocab;
+    if v == 0 || v > u32::MAX as usize {
+        return Err(TreeError::VocabOutOfRange { vocab: v });
+    }
+    let slots = b.checked_mul(batch.max_nodes);
+    expect_len(TreeParam::Tokens, batch.tree.tokens.len(), slots)?;
+    expect_len(TreeParam::FirstChild, batch.tree.first_child.len(), slots)?;
+    expect_len(TreeParam::NextSibling, batch.tree.next_sibling.len(), slots)?;
+    if let Some(d) = batch.draft_probs {
+        if batch.draft_stride < v {
+            return Err(TreeError::StrideTooSmall {
+                tensor: Tensor::Draft,
+                stride: batch.draft_stride,
+                vocab: v,
+            });
+        }
+        let need = slots.and_then(|s| s.checked_mul(batch.draft_stride));
+        expect_len(TreeParam::DraftProbs, d.len(), need)?;
+    }
+    if batch.target_stride < v {
+        return Err(TreeError::StrideTooSmall {
+            tensor: Tensor::Target,
+            stride: batch.target_stride,
+            vocab: v,
+        });
+    }
+    let need = slots.and_then(|s| s.checked_mul(batch.target_stride));
+    expect_len(TreeParam::Target, batch.target.len(), need)?;
+    if let Some(t) = batch.temperature {
+        expect_len(TreeParam::Temperature, t.len(), Some(b))?;
+    }
+    expect_len(TreeParam::Seed, batch.seed.len(), Some(b))?;
+    expect_len(TreeParam::Offset, batch.offset.len(), Some(b))?;
+    if let Some(e) = batch.eps {
+        expect_len(TreeParam::Eps, e.len(), Some(b))?;
+    }
+    if let Some(d) = batch.delta {
+        expect_len(TreeParam::Delta, d.len(), Some(b))?;
+    }
+    let width = batch
+        .max_depth
+        .checked_add(1)
+        .and_then(|w| w.checked_mul(b));
+    expect_len(TreeParam::Accepted, out.accepted.len(), Some(b))?;
+    expect_len(TreeParam::Path, out.path.len(), width)?;
+    expect_len(TreeParam::EmittedTokens, out.tokens.len(), width)?;
+    Ok(())
+}
+
+/// Checks request `b`'s tree shape (node count, links, one parent per node, depth) and returns
+/// its depth (the deepest node's). For a batch that passed [`validate_tree_shape`].
+fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, TreeError> {
+    let n = batch.tree.nodes[b];
+    if n == 0 || n as usize > batch.max_nodes {
+        return Err(TreeError::NodeCount {
+            request: b,
+            nodes: n,
+            max: batch.max_nodes,
+        });
+    }
+    let n = n as usize;
+    let base = b * batch.max_nodes;
+    for node in 0..n {
+        for (links, is_sibling) in [
+            (batch.tree.first_child, false),
+            (batch.tree.next_sibling, true),
+        ] {
+            let link = links[base + node];
+            let in_range =
+                link == NO_NODE || (link >= 1 && (link as usize) < n && !(node == 0 && is_sibling));
+            if !in_range {
+                return Err(TreeError::LinkOutOfRange {
+                    request: b,
+                    node,
+                    link,
+                });
+            }
+        }
+    }
+    // Walk from the root: every node must be reached exactly once.
+    let mut seen = [0u64; MAX_TREE_NODES / 64];
+    let mut depth_of = [0u16; MAX_TREE_NODES];
+    let mut stack = [0u16; MAX_TREE_NODES];
+    let mut top = 1usize; // stack[0] = root
+    seen[0] = 1;
+    let mut depth = 0usize;
+    while top > 0 {
+        top -= 1;
+        let u = stack[top] as usize;
+        let d = depth_of[u] as usize + 1;
+        let mut c = batch.first_child(b, u);
+        while let Some(x) = c {
+            if seen[x / 64] & (1 << (x % 64)) != 0 {
+                return Err(TreeError::Cycle {
+                    request: b,
+                    node: x,
+                });
+            }
+            seen[x / 64] |= 1 << (x % 64);
+            if d > batch.max_depth {
+                return Err(TreeError::Depth {
+                    request: b,
+                    node: x,
+                    max: batch.max_depth,
+                });
+            }
+            depth = depth.max(d);
+            depth_of[x] = d as u16; // d ≤ max_depth < n ≤ MAX_TREE_NODES
+            // Each node is pushed once (a second visit is a cycle), so the stack holds ≤ n.
+            stack[top] = x as u16;
+            top += 1;
+            c = batch.next_sibling(b, x);
+        }
+    }
+    if let Some(node) = (1..n).find(|&x| seen[x / 64] & (1 << (x % 64)) == 0) {
+        return Err(TreeError::Unreachable { request: b, node });
+    }
+    Ok(depth)
+}
+
+/// Request `b`'s tree depth (the deepest node's depth; 0 for a root alone). For a validated
+/// batch; this is the draft length its verification is counted with.
+#[must_use]
+pub fn tree_depth(batch: &TreeBatch<'_>, b: usize) -> usize {
+    check_links(batch, b).unwrap_or(0)
+}
+
+fn check_row(
+    row: &[f32],
+    tolerance: f32,
+    request: usize,
+    tensor: Tensor,
+    node: usize,
+) -> Result<(), TreeError> {
+    let mut sum = 0f64;
+    for (index, &p) in row.iter().enumerate() {
+        if !(0.0..f32::INFINITY).contains(&p) {
+            return Err(TreeError::BadProbability {
+                request,
+                tensor,
+                node,
+                index,
+            });
+        }
+        sum += f64::from(p);
+    }
+    let dev = sum - 1.0;
+    if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
+        return Err(TreeError::RowSum {
+            request,
+            tensor,
+            node,
+            sum,
+        });
+    }
+    Ok(())
+}
+
+/// The checks of request `b` of a batch that passed [`validate_tree_shape`]: its tree
+/// ([`TreeError::NodeCount`], [`TreeError::LinkOutOfRange`], [`TreeError::Cycle`],
+/// [`TreeError::Unreachable`], [`TreeError::Depth`]), its tokens, its parameters and, for
+/// [`Check::Strict`], every row it may read. Returns the tree's depth.
+pub fn validate_tree_request(
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    b: usize,
+) -> Result<usize, TreeError> {
+    let depth = check_links(batch, b)?;
+    let n = batch.node_count(b);
+    for node in 1..n {
+        let token = batch.token(b, node);
+        if token as usize >= batch.vocab {
+            return Err(TreeError::TokenOutOfRange {
+                request: b,
+                node,
+                token,
+                vocab: batch.vocab,
+            });
+        }
+    }
+    let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
+    if let Some(t) = batch.temperature
+        && !ok(t[b])
+    {
+        return Err(TreeError::BadParam {
+            request: b,
+            param: TreeParam::Temperature,
+        });
+    }
+    if method == Method::Typical {
+        if !ok(eps_of(batch, b)) {
+            return Err(TreeError::BadParam {
+                request: b,
+                param: TreeParam::Eps,
+            });
+        }
+        if !ok(delta_of(batch, b)) {
+            return Err(TreeError::BadParam {
+                request: b,
+                param: TreeParam::Delta,
+            });
+        }
+    }
+    if let Check::Strict { sum_tolerance } = check {
+        if batch.draft_probs.is_some() {
+            for node in 1..n {
+                if let Some(row) = batch.draft_row(b, node) {
+                    check_row(row, sum_tolerance, b, Tensor::Draft, node)?;
+                }
+            }
+        }
+        for node in 0..n {
+            let row = batch.target_row(b, node);
+            if batch.temperature.is_some() {
+                if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
+                    return Err(TreeError::BadLogit {
+                        request: b,
+                        node,
+                        index,
+                    });
+                }
+            } else {
+                check_row(row, sum_tolerance, b, Tensor::Target, node)?;
+            }
+        }
+    }
+    Ok(depth)
+}
+
+/// Every check, in the documented order: [`validate_tree_shape`], then
+/// [`validate_tree_request`] for each request in batch order.
+pub fn validate_tree<const K: usize>(
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), TreeError> {
+    validate_tree_shape::<K>(batch, out)?;
+    for b in 0..batch.requests() {
+        validate_tree_request(method, check, batch, b)?;
+    }
+    Ok(())
+}
+
+pub(super) fn expect_len(
+    param: TreeParam,
+    len: usize,
+    expected: Option<usize>,
+) -> Result<(), TreeError> {
+    let expected = expected.unwrap_or(usize::MAX);
+    if len == expected {
+        Ok(())
+    } else {
+        Err(TreeError::Length {
+            param,
+            len,
+            expected,
+        })
+    }
+}
