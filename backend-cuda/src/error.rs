@@ -4,7 +4,6 @@
 use cudarc::driver::DriverError;
 use specula_core::gpu::GpuError;
 use specula_core::verify::VerifyError;
-use specula_core::verify::tree::TreeError;
 use specula_core::{ErrorKind, HasKind, Misuse};
 
 /// Why a CUDA backend operation failed.
@@ -45,9 +44,6 @@ pub enum CudaError {
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
-    /// The tree batch failed validation (same error as the reference's `verify_tree_batch`);
-    /// nothing ran or was counted.
-    Tree(TreeError),
 }
 
 impl CudaError {
@@ -59,11 +55,9 @@ impl CudaError {
             Self::NoDevice => ErrorKind::NoDevice,
             Self::NoNvrtc => ErrorKind::NoCompiler,
             Self::Nvrtc { .. } => ErrorKind::Compile,
-            Self::Verify(_)
-            | Self::Tree(_)
-            | Self::TooLarge
-            | Self::ViewTooShort
-            | Self::GraphMismatch => ErrorKind::InvalidInput,
+            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort | Self::GraphMismatch => {
+                ErrorKind::InvalidInput
+            }
             Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
@@ -87,7 +81,6 @@ impl From<GpuError<CudaError>> for CudaError {
             GpuError::GraphMismatch => Self::GraphMismatch,
             GpuError::DeviceFlags(bits) => Self::DeviceFlags(bits),
             GpuError::Misuse(m) => Self::Misuse(m),
-            GpuError::Tree(t) => Self::Tree(t),
             // `GpuError` is non-exhaustive; today this is `Stalled`.
             _ => Self::Stalled,
         }
@@ -97,12 +90,6 @@ impl From<GpuError<CudaError>> for CudaError {
 impl From<Misuse> for CudaError {
     fn from(e: Misuse) -> Self {
         Self::Misuse(e)
-    }
-}
-
-impl From<TreeError> for CudaError {
-    fn from(e: TreeError) -> Self {
-        Self::Tree(e)
     }
 }
 
@@ -131,7 +118,6 @@ impl core::fmt::Display for CudaError {
                 f.write_str("the views differ from the ones the graph was captured with")
             }
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
-            Self::Tree(e) => write!(f, "invalid tree batch: {e}"),
         }
     }
 }

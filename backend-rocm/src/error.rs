@@ -3,7 +3,6 @@
 use core::fmt;
 use specula_core::gpu::GpuError;
 use specula_core::verify::VerifyError;
-use specula_core::verify::tree::TreeError;
 use specula_core::{ErrorKind, HasKind, Misuse};
 
 /// Why a ROCm operation failed. Nothing in this crate panics; every failure is one of these.
@@ -91,9 +90,6 @@ pub enum RocmError {
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
-    /// The tree batch was refused by validation (the reference's error,
-    /// [`specula_core::verify::tree::validate_tree`]); nothing was launched or counted.
-    Tree(TreeError),
 }
 
 impl fmt::Display for RocmError {
@@ -143,7 +139,6 @@ impl fmt::Display for RocmError {
                 f.write_str("the views differ from the ones the graph was captured with")
             }
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
-            Self::Tree(e) => write!(f, "tree batch refused: {e}"),
         }
     }
 }
@@ -152,7 +147,6 @@ impl std::error::Error for RocmError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Verify(e) => Some(e),
-            Self::Tree(e) => Some(e),
             _ => None,
         }
     }
@@ -170,8 +164,7 @@ impl RocmError {
             Self::InvalidName { .. }
             | Self::TooLarge
             | Self::LengthMismatch { .. }
-            | Self::Verify(_)
-            | Self::Tree(_) => ErrorKind::InvalidInput,
+            | Self::Verify(_) => ErrorKind::InvalidInput,
             Self::Misuse(_) | Self::Unsupported(_) => ErrorKind::Misuse,
             Self::ViewTooShort | Self::GraphMismatch => ErrorKind::InvalidInput,
             Self::Stalled => ErrorKind::Device,
@@ -200,7 +193,6 @@ impl From<GpuError<RocmError>> for RocmError {
                 message: format!("kernel error flags {bits:#x}"),
             },
             GpuError::Misuse(m) => Self::Misuse(m),
-            GpuError::Tree(t) => Self::Tree(t),
             // `GpuError` is non-exhaustive; today this is `Stalled`.
             _ => Self::Stalled,
         }
@@ -210,12 +202,6 @@ impl From<GpuError<RocmError>> for RocmError {
 impl From<Misuse> for RocmError {
     fn from(e: Misuse) -> Self {
         Self::Misuse(e)
-    }
-}
-
-impl From<TreeError> for RocmError {
-    fn from(e: TreeError) -> Self {
-        Self::Tree(e)
     }
 }
 

@@ -6,6 +6,7 @@
 //! SKIPPED and passes without a ROCm device (CI has none), unless `SPECULA_REQUIRE_DEVICE` is set.
 
 use specula_core::gpu::GpuError;
+use specula_core::verify::Verifier;
 use specula_rocm::{RocmDevice, RocmError, RocmVerifier};
 use specula_tests::conformance::K;
 use specula_tests::tree::{tree_backend_conformance, tree_step_path_conformance};

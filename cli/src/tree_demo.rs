@@ -18,7 +18,9 @@ use specula::specula_core::Counters;
 use specula::specula_core::verify::tree::{
     Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
 };
-use specula::specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+use specula::specula_core::verify::{
+    Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
+};
 
 /// The counters' maximum depth (and the chain's maximum length) of the comparison.
 pub const TREE_K: usize = 64;

@@ -358,34 +358,6 @@ impl<const K: usize> Backend<K> {
         }
     }
 
-    /// Verifies a batch of token trees (`core/DETERMINISM.md`, "Token trees"; bit-identical
-    /// to [`verify_tree_batch`](specula_core::verify::tree::verify_tree_batch) on every
-    /// backend) and counts every tree in this backend's counters
-    /// (`Counters::record_tree`), read back like the chain counts. The CPU backend and the
-    /// reference take probabilities or logits; CUDA and ROCm launch the tree entry through
-    /// `specula_core::gpu` (probabilities or logits too). A refused batch is an error of kind
-    /// [`ErrorKind::InvalidInput`] (the reference's `TreeError` in the message), with
-    /// nothing written or counted.
-    pub fn verify_tree(
-        &mut self,
-        method: Method,
-        check: Check,
-        batch: &TreeBatch<'_>,
-        out: &mut TreeOutputs<'_>,
-    ) -> Result<(), BackendError> {
-        let kind = self.kind();
-        match self {
-            Self::Cpu(v) => v
-                .verify_tree(method, check, batch, out)
-                .map_err(|e| BackendError::new(Some(kind), e.kind(), e.to_string())),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(v) => v.verify_tree(method, check, batch, out).map_err(Into::into),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(v) => v.verify_tree(method, check, batch, out).map_err(Into::into),
-        }
-        .map_err(|e| e.at(kind))
-    }
-
     /// A [`Readback`] of this backend's counters, for a [`Collector`](specula_core::Collector)
     /// (it may live on another thread).
     pub fn readback(&self) -> Result<AnyReadback<K>, BackendError> {
@@ -418,6 +390,38 @@ impl<const K: usize> Verifier<K> for Backend<K> {
             Self::Cuda(v) => Verifier::verify(v, method, check, batch, out).map_err(Into::into),
             #[cfg(feature = "rocm")]
             Self::Rocm(v) => Verifier::verify(v, method, check, batch, out).map_err(Into::into),
+        }
+        .map_err(|e| e.at(kind))
+    }
+
+    /// Verifies a batch of token trees (`core/DETERMINISM.md`, "Token trees"; bit-identical
+    /// to [`verify_tree_batch`](specula_core::verify::tree::verify_tree_batch) on every
+    /// backend) and counts every tree in this backend's counters
+    /// (`Counters::record_tree`), read back like the chain counts. The CPU backend and the
+    /// reference take probabilities or logits; CUDA and ROCm launch the tree entry through
+    /// `specula_core::gpu` (probabilities or logits too). A refused batch is an error of kind
+    /// [`ErrorKind::InvalidInput`] (the reference's `VerifyError` in the message), with
+    /// nothing written or counted.
+    fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), BackendError> {
+        let kind = self.kind();
+        match self {
+            Self::Cpu(v) => v
+                .verify_tree(method, check, batch, out)
+                .map_err(BackendError::from),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(v) => {
+                Verifier::verify_tree(v, method, check, batch, out).map_err(Into::into)
+            }
+            #[cfg(feature = "rocm")]
+            Self::Rocm(v) => {
+                Verifier::verify_tree(v, method, check, batch, out).map_err(Into::into)
+            }
         }
         .map_err(|e| e.at(kind))
     }

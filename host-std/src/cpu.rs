@@ -41,6 +41,7 @@ use rayon::prelude::*;
 use specula_core::verify::exponential::accepts;
 use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
+use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
     RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError, bf16_to_f32,
@@ -889,6 +890,16 @@ impl<const K: usize> Verifier<K> for CpuVerifier<K> {
 
     fn support(&self) -> Support {
         Support::ALL
+    }
+
+    fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), VerifyError> {
+        CpuVerifier::verify_tree(self, method, check, batch, out)
     }
 }
 

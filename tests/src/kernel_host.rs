@@ -1107,7 +1107,7 @@ pub unsafe fn launch_tree_params(mode: Mode, grid: u32, block: u32, p: &TreePara
 #[non_exhaustive]
 pub enum TreeHostError {
     /// The batch failed the reference's validation; nothing ran and nothing was counted.
-    Tree(specula_core::verify::tree::TreeError),
+    Tree(specula_core::verify::VerifyError),
     /// The owned batch's vectors do not have the lengths its sizes imply, or a size does not
     /// fit a 32-bit shape word.
     Layout,

@@ -10,8 +10,8 @@
 
 use specula_core::gpu::kernels::{ERR_TOKEN, ERR_TREE};
 use specula_core::gpu::{GpuError, GpuVerifier, TreeStaging};
-use specula_core::verify::tree::{TreeError, verify_tree_batch};
-use specula_core::verify::{Check, Method, SENTINEL, Verifier};
+use specula_core::verify::tree::verify_tree_batch;
+use specula_core::verify::{Check, Method, SENTINEL, Verifier, VerifyError};
 use specula_core::{Counters, Readback};
 use specula_tests::conformance::{self as c, Gen, K, METHODS};
 use specula_tests::host_driver::HostDriver;
@@ -31,7 +31,7 @@ fn reference(
     method: Method,
     check: Check,
     d: &TreeData,
-) -> Result<(TreeOut, Counters<K>), TreeError> {
+) -> Result<(TreeOut, Counters<K>), VerifyError> {
     let mut out = TreeOut::new(d.requests(), d.max_depth);
     let mut counted = Counters::ZERO;
     verify_tree_batch(method, check, &d.view(), &mut out.view(), &mut counted)?;
@@ -230,7 +230,7 @@ fn two_u32(x: &[u32]) -> Vec<u32> {
     [x, x].concat()
 }
 
-/// Refused batches: the reference's error (`GpuError::Tree`); nothing launched, written or
+/// Refused batches: the reference's error (`GpuError::Verify`); nothing launched, written or
 /// counted.
 #[test]
 fn refused_tree_batches_launch_and_count_nothing() {
@@ -256,7 +256,7 @@ fn refused_tree_batches_launch_and_count_nothing() {
         let want = reference(Method::Greedy, Check::Cheap, d).unwrap_err();
         let mut out = TreeOut::new(d.requests(), d.max_depth);
         let got = v.verify_tree(Method::Greedy, Check::Cheap, &d.view(), &mut out.view());
-        assert_eq!(got, Err(GpuError::Tree(want)), "{what}");
+        assert_eq!(got, Err(GpuError::Verify(want)), "{what}");
         assert_eq!(
             out,
             TreeOut::new(d.requests(), d.max_depth),

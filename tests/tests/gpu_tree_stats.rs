@@ -22,7 +22,7 @@
 
 use specula_core::gpu::GpuVerifier;
 use specula_core::verify::tree::links_from_parents;
-use specula_core::verify::{Check, Method};
+use specula_core::verify::{Check, Method, Verifier};
 use specula_tests::conformance::{Gen, sample};
 use specula_tests::host_driver::HostDriver;
 use specula_tests::kernel_host::Mode;

@@ -4,9 +4,9 @@
 //! target logits, with garbage values, and at vocabulary sizes users run.
 
 use specula::cpu::CpuVerifier;
-use specula_core::Counters;
-use specula_core::verify::tree::{TreeError, verify_tree_batch};
-use specula_core::verify::{Check, Method, Tensor};
+use specula_core::verify::tree::verify_tree_batch;
+use specula_core::verify::{Check, Method, Tensor, VerifyError};
+use specula_core::{Counters, HasKind};
 use specula_tests::conformance::{Gen, K, METHODS};
 use specula_tests::tree::{TreeData, TreeOut, TreeSpec, assert_well_formed, random_tree_batch};
 
@@ -14,7 +14,7 @@ fn reference(
     method: Method,
     check: Check,
     d: &TreeData,
-) -> (Result<(), TreeError>, TreeOut, Counters<K>) {
+) -> (Result<(), VerifyError>, TreeOut, Counters<K>) {
     let mut out = TreeOut::new(d.requests(), d.max_depth);
     let mut c = Counters::ZERO;
     let r = verify_tree_batch(method, check, &d.view(), &mut out.view(), &mut c);
@@ -95,7 +95,7 @@ fn cpu_matches_reference_on_garbage_values() {
             assert!(c.is_zero());
             assert!(matches!(
                 e,
-                TreeError::BadProbability { .. } | TreeError::RowSum { .. }
+                VerifyError::BadProbability { .. } | VerifyError::RowSum { .. }
             ));
             assert_matches(Method::Rejection, Check::STRICT, &d, &format!("strict {i}"));
         }
@@ -135,16 +135,18 @@ fn malformed_trees_are_refused_alike_and_count_nothing() {
     let b = base.requests() - 1;
     let slot = b * base.max_nodes;
     let n = base.nodes[b] as usize;
-    type Case = (&'static str, TreeData, fn(&TreeError) -> bool);
+    type Case = (&'static str, TreeData, fn(&VerifyError) -> bool);
     let mut cases: Vec<Case> = Vec::new();
     let mut d = base.clone();
     d.nodes[b] = base.max_nodes as u32 + 1;
     cases.push(("node count", d, |e| {
-        matches!(e, TreeError::NodeCount { .. })
+        matches!(e, VerifyError::NodeCount { .. })
     }));
     let mut d = base.clone();
     d.first_child[slot] = n as i32;
-    cases.push(("link", d, |e| matches!(e, TreeError::LinkOutOfRange { .. })));
+    cases.push(("link", d, |e| {
+        matches!(e, VerifyError::LinkOutOfRange { .. })
+    }));
     if n >= 2 {
         let mut d = base.clone();
         // The last node of a path points back at the first child of the root: a cycle.
@@ -153,21 +155,21 @@ fn malformed_trees_are_refused_alike_and_count_nothing() {
             u = d.first_child[slot + u] as usize;
         }
         d.first_child[slot + u] = d.first_child[slot];
-        cases.push(("cycle", d, |e| matches!(e, TreeError::Cycle { .. })));
+        cases.push(("cycle", d, |e| matches!(e, VerifyError::Cycle { .. })));
         let mut d = base.clone();
         d.tokens[slot + 1] = d.vocab as u32;
         cases.push(("token", d, |e| {
-            matches!(e, TreeError::TokenOutOfRange { .. })
+            matches!(e, VerifyError::TokenOutOfRange { .. })
         }));
     }
     let mut d = base.clone();
     d.max_depth = K + 1;
     cases.push(("depth above K", d, |e| {
-        matches!(e, TreeError::MaxDepthOutOfRange { max: K, .. })
+        matches!(e, VerifyError::MaxDepthOutOfRange { max: K, .. })
     }));
     let mut d = base.clone();
     d.target.pop();
-    cases.push(("length", d, |e| matches!(e, TreeError::Length { .. })));
+    cases.push(("length", d, |e| matches!(e, VerifyError::Length { .. })));
     let mut d = base.clone();
     if let Some(dr) = &mut d.draft {
         dr[slot * d.vocab + d.vocab] = f32::NAN; // node 1's draft row
@@ -176,7 +178,7 @@ fn malformed_trees_are_refused_alike_and_count_nothing() {
         cases.push(("probability", d, |e| {
             matches!(
                 e,
-                TreeError::BadProbability {
+                VerifyError::BadProbability {
                     tensor: Tensor::Draft,
                     ..
                 }

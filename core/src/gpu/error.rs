@@ -4,7 +4,6 @@
 use crate::error_kind::{ErrorKind, HasKind};
 use crate::metrics::Misuse;
 use crate::verify::VerifyError;
-use crate::verify::tree::TreeError;
 
 /// Why a GPU verification or readback failed; `E` is the driver's error.
 #[derive(Clone, Debug, PartialEq)]
@@ -12,7 +11,8 @@ use crate::verify::tree::TreeError;
 pub enum GpuError<E> {
     /// A driver call failed.
     Driver(E),
-    /// The batch failed the reference's validation; nothing ran and nothing was counted.
+    /// The batch (chains or trees) failed the reference's validation; nothing ran and nothing
+    /// was counted.
     Verify(VerifyError),
     /// A size does not fit the kernel's 32-bit shape words, or a buffer size overflows.
     TooLarge,
@@ -30,16 +30,6 @@ pub enum GpuError<E> {
     /// Every readback slot is held by an abandoned copy that has not completed: the device is
     /// not making progress.
     Stalled,
-    /// The tree batch failed the reference's validation (same error as
-    /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)); nothing ran and nothing
-    /// was counted.
-    Tree(TreeError),
-}
-
-impl<E> From<TreeError> for GpuError<E> {
-    fn from(e: TreeError) -> Self {
-        Self::Tree(e)
-    }
 }
 
 impl<E> From<VerifyError> for GpuError<E> {
@@ -58,11 +48,9 @@ impl<E: HasKind> HasKind for GpuError<E> {
     fn kind(&self) -> ErrorKind {
         match self {
             Self::Driver(e) => e.kind(),
-            Self::Verify(_)
-            | Self::Tree(_)
-            | Self::TooLarge
-            | Self::ViewTooShort
-            | Self::GraphMismatch => ErrorKind::InvalidInput,
+            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort | Self::GraphMismatch => {
+                ErrorKind::InvalidInput
+            }
             Self::DeviceFlags(_) | Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
         }
@@ -90,7 +78,6 @@ impl<E: core::fmt::Display> core::fmt::Display for GpuError<E> {
             Self::DeviceFlags(bits) => write!(f, "kernel error flags {bits:#x}"),
             Self::Misuse(m) => write!(f, "{m}"),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
-            Self::Tree(e) => write!(f, "invalid tree batch: {e}"),
         }
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Token trees (`kernels::TREE_ENTRY`) go through the same verifier and counters over a
 //! [`TreeDriver`]: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
-//! [`GpuVerifier::verify_tree`].
+//! [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
 //!
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
 //! lifetime the compiler checks, never raw pointers valid "until the next stage".

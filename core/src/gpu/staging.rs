@@ -26,6 +26,7 @@ pub const SUPPORT: Support = Support {
     half_probs: false,
     methods: true,
     recovered: true,
+    trees: true,
 };
 
 /// Grows the page-locked host buffer to at least `bytes` (never shrinks it).

@@ -10,14 +10,14 @@
 //!   `≥ V`: [`kernels::ERR_TOKEN`]) and skips that request only.
 //! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
 //!   CPU backend (the reference's validation first, with the same
-//!   [`TreeError`](crate::verify::tree::TreeError)s; one
+//!   [`VerifyError`](crate::verify::VerifyError)s; one
 //!   synchronising call), staged in grow-only buffers ([`TreeStaging`]).
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
 //! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
 //! `> 0`: each node row's softmax computed on the fly, `core/DETERMINISM.md`).
 
-mod driver;
+pub(super) mod driver;
 pub(super) mod staging;
 
 pub use driver::{TreeArgs, TreeDriver, TreeLaunch};
@@ -221,16 +221,8 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
         Ok(flags)
     }
 
-    /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
-    /// does (`core/DETERMINISM.md`, "Token trees"; bit-identical to
-    /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)): validates it like the
-    /// reference ([`GpuError::Tree`] with the reference's error), stages it (probabilities, or
-    /// target logits with their temperatures), launches the tree entry, copies the
-    /// outputs down and waits (one synchronising call). Each request is counted as a chain of
-    /// its tree's depth in this verifier's counters (the chain launches' buffer). On a
-    /// validation error nothing is launched, written or counted. A new kernel error flag is
-    /// [`GpuError::DeviceFlags`] (reported once).
-    pub fn verify_tree(
+    /// The host-slice tree path of [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
+    pub(super) fn verify_tree_host(
         &mut self,
         method: Method,
         check: Check,
@@ -278,5 +270,5 @@ fn check_tree<const K: usize, E>(
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
 ) -> Result<(), GpuError<E>> {
-    validate_tree::<K>(method, check, batch, out).map_err(GpuError::Tree)
+    validate_tree::<K>(method, check, batch, out).map_err(GpuError::Verify)
 }

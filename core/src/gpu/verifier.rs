@@ -4,10 +4,12 @@ use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::{SUPPORT, Staged, Staging, grow_host};
+use super::tree::driver::TreeDriver;
 use super::tree::staging::TreeStaging;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::MAX_IN_FLIGHT;
+use crate::verify::tree::{TreeBatch, TreeOutputs};
 use crate::verify::{Batch, Check, Method, Outputs, Support, Verifier, validate_with};
 use core::marker::PhantomData;
 
@@ -464,7 +466,7 @@ fn enqueue_launch<D: Driver, const K: usize>(
     drv.launch(stream, &launch).map_err(GpuError::Driver)
 }
 
-impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
+impl<D: TreeDriver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     type Error = GpuError<D::Error>;
 
     /// Host-slice convenience: stage, launch, copy down, wait (one synchronising call).
@@ -504,6 +506,25 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     /// [`SUPPORT`]: `k = 0`, the ragged layout, bonus tokens and f32 logits with temperature.
     fn support(&self) -> Support {
         SUPPORT
+    }
+
+    /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
+    /// does (`core/DETERMINISM.md`, "Token trees"; bit-identical to
+    /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)): validates it like the
+    /// reference ([`GpuError::Verify`] with the reference's error), stages it (probabilities, or
+    /// target logits with their temperatures), launches the tree entry, copies the
+    /// outputs down and waits (one synchronising call). Each request is counted as a chain of
+    /// its tree's depth in this verifier's counters (the chain launches' buffer). On a
+    /// validation error nothing is launched, written or counted. A new kernel error flag is
+    /// [`GpuError::DeviceFlags`] (reported once).
+    fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &mut TreeOutputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        self.verify_tree_host(method, check, batch, out)
     }
 }
 

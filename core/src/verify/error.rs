@@ -1,5 +1,7 @@
 //! [`VerifyError`]: why a batch was refused.
 
+use crate::error_kind::{ErrorKind, HasKind};
+
 /// A probability tensor of a [`Batch`](super::Batch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -31,6 +33,8 @@ pub enum Feature {
     Methods,
     /// The recovered-token output of [`Outputs`](super::Outputs).
     Recovered,
+    /// Token trees ([`Verifier::verify_tree`](super::Verifier::verify_tree)).
+    Trees,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or
@@ -76,6 +80,18 @@ pub enum Param {
     Accepted,
     /// `Outputs::tokens`.
     Tokens,
+    /// A tree batch's node count per request (`Tree::nodes`).
+    Nodes,
+    /// A tree batch's token id per node (`Tree::tokens`).
+    TreeTokens,
+    /// A tree's `first_child` links.
+    FirstChild,
+    /// A tree's `next_sibling` links.
+    NextSibling,
+    /// `TreeOutputs::path`.
+    Path,
+    /// The `parents` array of [`links_from_parents`](super::tree::links_from_parents).
+    Parents,
 }
 
 /// Why a batch was refused. Nothing was verified or counted, and the outputs are untouched.
@@ -86,7 +102,11 @@ pub enum Param {
 /// backend without it before its length is checked), then for each
 /// request in order its draft length, its token ids by position, its typical-acceptance
 /// parameters, and (strict check only) its draft rows then its target rows by position, each
-/// row's values by index before its sum.
+/// row's values by index before its sum. A tree batch ([`verify::tree`](super::tree)): the
+/// batch-wide shape errors, then for each request in order its node count, its links and shape
+/// by node ([`LinkOutOfRange`](Self::LinkOutOfRange), [`Cycle`](Self::Cycle),
+/// [`Unreachable`](Self::Unreachable), [`Depth`](Self::Depth)), its token ids, its parameters
+/// and (strict check only) its draft rows then its target rows by node.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -98,6 +118,20 @@ pub enum VerifyError {
     KMaxOutOfRange {
         /// The `k_max` given.
         k_max: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// `max_nodes` is 0 or above [`MAX_TREE_NODES`](super::tree::MAX_TREE_NODES).
+    MaxNodesOutOfRange {
+        /// The `max_nodes` given.
+        max_nodes: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// `max_depth` is above the counters' maximum `K` (or above `max_nodes − 1`).
+    MaxDepthOutOfRange {
+        /// The `max_depth` given.
+        max_depth: usize,
         /// The largest allowed.
         max: usize,
     },
@@ -134,12 +168,54 @@ pub enum VerifyError {
         /// The batch's `k_max`.
         k_max: usize,
     },
+    /// A request's node count is 0 or above the batch's `max_nodes`.
+    NodeCount {
+        /// The request.
+        request: usize,
+        /// Its node count.
+        nodes: u32,
+        /// The batch's `max_nodes`.
+        max: usize,
+    },
+    /// A link is neither `-1` (none) nor a node index `1 ≤ link < nodes`, or the root has a
+    /// next sibling.
+    LinkOutOfRange {
+        /// The request.
+        request: usize,
+        /// The node holding the link.
+        node: usize,
+        /// The link's value.
+        link: i32,
+    },
+    /// A node is reached twice from the root: the links form a cycle or share a node.
+    Cycle {
+        /// The request.
+        request: usize,
+        /// The node reached a second time.
+        node: usize,
+    },
+    /// A node is not reached from the root.
+    Unreachable {
+        /// The request.
+        request: usize,
+        /// The lowest unreached node.
+        node: usize,
+    },
+    /// A node lies deeper than the batch's `max_depth`.
+    Depth {
+        /// The request.
+        request: usize,
+        /// The node.
+        node: usize,
+        /// The batch's `max_depth`.
+        max: usize,
+    },
     /// A draft token id (or, at position `k`, a caller-supplied bonus token) is not below the
     /// vocabulary size.
     TokenOutOfRange {
         /// The request.
         request: usize,
-        /// The draft position.
+        /// The draft position (in a tree: the node).
         position: usize,
         /// The id given.
         token: u32,
@@ -179,7 +255,7 @@ pub enum VerifyError {
         request: usize,
         /// Which tensor.
         tensor: Tensor,
-        /// The row's position `j`.
+        /// The row's position `j` (in a tree: its node).
         position: usize,
         /// The vocabulary index in the row.
         index: usize,
@@ -188,7 +264,7 @@ pub enum VerifyError {
     BadLogit {
         /// The request.
         request: usize,
-        /// The row's position `j`.
+        /// The row's position `j` (in a tree: its node).
         position: usize,
         /// The vocabulary index in the row.
         index: usize,
@@ -199,7 +275,7 @@ pub enum VerifyError {
         request: usize,
         /// Which tensor.
         tensor: Tensor,
-        /// The row's position `j`.
+        /// The row's position `j` (in a tree: its node).
         position: usize,
         /// The row's sum (in `f64`).
         sum: f64,
@@ -212,6 +288,12 @@ impl core::fmt::Display for VerifyError {
             Self::EmptyBatch => f.write_str("empty batch"),
             Self::KMaxOutOfRange { k_max, max } => {
                 write!(f, "k_max {k_max} is outside 1..={max}")
+            }
+            Self::MaxNodesOutOfRange { max_nodes, max } => {
+                write!(f, "max_nodes {max_nodes} is outside 1..={max}")
+            }
+            Self::MaxDepthOutOfRange { max_depth, max } => {
+                write!(f, "max_depth {max_depth} is above {max}")
             }
             Self::VocabOutOfRange { vocab } => write!(f, "vocabulary size {vocab} out of range"),
             Self::StrideTooSmall {
@@ -232,6 +314,32 @@ impl core::fmt::Display for VerifyError {
                     f,
                     "request {request}: draft length {k} is outside 1..={k_max}"
                 )
+            }
+            Self::NodeCount {
+                request,
+                nodes,
+                max,
+            } => write!(f, "request {request}: {nodes} nodes, outside 1..={max}"),
+            Self::LinkOutOfRange {
+                request,
+                node,
+                link,
+            } => write!(
+                f,
+                "request {request}, node {node}: link {link} out of range"
+            ),
+            Self::Cycle { request, node } => write!(
+                f,
+                "request {request}: node {node} is reached twice (cycle or shared node)"
+            ),
+            Self::Unreachable { request, node } => {
+                write!(
+                    f,
+                    "request {request}: node {node} is not reached from the root"
+                )
+            }
+            Self::Depth { request, node, max } => {
+                write!(f, "request {request}: node {node} is deeper than {max}")
             }
             Self::TokenOutOfRange {
                 request,
@@ -292,3 +400,11 @@ impl core::fmt::Display for VerifyError {
 }
 
 impl core::error::Error for VerifyError {}
+
+impl HasKind for VerifyError {
+    /// Every refusal of a batch, chain or tree, is [`ErrorKind::InvalidInput`]: the caller's
+    /// batch is wrong (or asks for what this backend does not verify), not the backend.
+    fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidInput
+    }
+}

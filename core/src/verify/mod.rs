@@ -154,6 +154,8 @@ pub struct Support {
     /// The recovered-token output filled by the verification itself
     /// ([`Outputs::with_recovered`]).
     pub recovered: bool,
+    /// Token trees ([`Verifier::verify_tree`]).
+    pub trees: bool,
 }
 
 impl Support {
@@ -169,6 +171,7 @@ impl Support {
         half_probs: false,
         methods: false,
         recovered: false,
+        trees: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens. (The GPU backends take more:
     /// `specula_core::gpu::SUPPORT`.)
@@ -182,6 +185,7 @@ impl Support {
         half_probs: false,
         methods: false,
         recovered: false,
+        trees: false,
     };
     /// Everything: the reference and the CPU backend.
     pub const ALL: Self = Self {
@@ -194,6 +198,7 @@ impl Support {
         half_probs: true,
         methods: true,
         recovered: true,
+        trees: true,
     };
 }
 
@@ -230,6 +235,26 @@ pub trait Verifier<const K: usize> {
     /// ragged layout or bonus tokens). Default: [`Support::PADDED`].
     fn support(&self) -> Support {
         Support::PADDED
+    }
+
+    /// Verifies a batch of token trees (`core/DETERMINISM.md`, "Token trees"; bit-identical to
+    /// [`verify_tree_batch`](tree::verify_tree_batch)) with `method` after the `check`s, writes
+    /// `out` and counts each tree as a chain of its depth
+    /// ([`Counters::record_tree`](crate::Counters::record_tree)). A refused batch is a
+    /// [`VerifyError`] with nothing written or counted. Default, for a backend without trees
+    /// ([`Support::trees`] false): [`VerifyError::Unsupported`] with [`Feature::Trees`].
+    fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &tree::TreeBatch<'_>,
+        out: &mut tree::TreeOutputs<'_>,
+    ) -> Result<(), Self::Error> {
+        let _ = (method, check, batch, out);
+        Err(VerifyError::Unsupported {
+            feature: Feature::Trees,
+        }
+        .into())
     }
 }
 
@@ -305,6 +330,16 @@ impl<const K: usize> Verifier<K> for Reference<K> {
 
     fn support(&self) -> Support {
         Support::ALL
+    }
+
+    fn verify_tree(
+        &mut self,
+        method: Method,
+        check: Check,
+        batch: &tree::TreeBatch<'_>,
+        out: &mut tree::TreeOutputs<'_>,
+    ) -> Result<(), VerifyError> {
+        tree::verify_tree_batch(method, check, batch, out, &mut self.counters)
     }
 }
 

@@ -52,16 +52,14 @@
 //! ```
 
 mod batch;
-mod error;
 mod validate;
 
 pub use batch::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
-pub use error::{TreeError, TreeParam};
 pub use validate::{tree_depth, validate_tree, validate_tree_request, validate_tree_shape};
 
 use super::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, RaceRng, RowOps, SENTINEL, ScalarOps,
-    Softmax, Streams, Strides, Tensor, race,
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, RaceRng, RowOps, SENTINEL, ScalarOps,
+    Softmax, Streams, Strides, Tensor, VerifyError, race,
 };
 use crate::metrics::Counters;
 use crate::verify::exponential::uniform53;
@@ -454,7 +452,7 @@ pub fn verify_tree_batch<const K: usize>(
     batch: &TreeBatch<'_>,
     out: &mut TreeOutputs<'_>,
     counters: &mut Counters<K>,
-) -> Result<(), TreeError> {
+) -> Result<(), VerifyError> {
     validate_tree::<K>(method, check, batch, out)?;
     let width = batch.max_depth + 1;
     for (b, ((acc, path), tokens)) in out

@@ -9,8 +9,10 @@ use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, Element, GpuError, GpuVerifier, TreeArgs, TreeStaging, View, ViewMut, tree_shape,
 };
-use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeError, TreeOutputs, TreeParam};
-use specula_core::verify::{Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Streams, Verifier};
+use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs};
+use specula_core::verify::{
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, Streams, Verifier, VerifyError,
+};
 
 use crate::fake_driver::*;
 
@@ -146,7 +148,7 @@ fn a_refused_tree_batch_enqueues_nothing() {
         .unwrap_err();
     assert_eq!(
         e,
-        GpuError::Tree(TreeError::LinkOutOfRange {
+        GpuError::Verify(VerifyError::LinkOutOfRange {
             request: 1,
             node: 0,
             link: 3
@@ -165,9 +167,9 @@ fn a_refused_tree_batch_enqueues_nothing() {
         .unwrap_err();
     assert_eq!(
         e,
-        GpuError::Tree(TreeError::BadParam {
+        GpuError::Verify(VerifyError::BadParam {
             request: 1,
-            param: TreeParam::Temperature
+            param: Param::Temperature
         })
     );
     let mut short = Outs::new(2);
@@ -177,8 +179,8 @@ fn a_refused_tree_batch_enqueues_nothing() {
         .unwrap_err();
     assert_eq!(
         e,
-        GpuError::Tree(TreeError::Length {
-            param: TreeParam::Path,
+        GpuError::Verify(VerifyError::Length {
+            param: Param::Path,
             len: 3,
             expected: 4
         })
@@ -275,8 +277,8 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
         staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &bad.view())
             .unwrap_err(),
-        GpuError::Tree(TreeError::Length {
-            param: TreeParam::NextSibling,
+        GpuError::Verify(VerifyError::Length {
+            param: Param::NextSibling,
             len: 5,
             expected: 6
         })
@@ -285,8 +287,8 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     bad.target.pop();
     assert!(matches!(
         staging.write::<K>(&drv, v.stream(), Method::Rejection, &bad.view()),
-        Err(GpuError::Tree(TreeError::Length {
-            param: TreeParam::Target,
+        Err(GpuError::Verify(VerifyError::Length {
+            param: Param::TargetProbs,
             ..
         }))
     ));
@@ -599,7 +601,7 @@ fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
         let got = staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &b)
             .err();
-        assert_eq!(got, Some(GpuError::Tree(want)), "{what}");
+        assert_eq!(got, Some(GpuError::Verify(want)), "{what}");
     }
     assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
 }

@@ -7,10 +7,10 @@ use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    TreeBatch, TreeError, TreeOps, TreeOutputs, validate_tree_request, validate_tree_shape,
+    TreeBatch, TreeOps, TreeOutputs, validate_tree_request, validate_tree_shape,
     verify_tree_request,
 };
-use specula_core::verify::{Check, Method, RaceRng, ScalarOps};
+use specula_core::verify::{Check, Method, RaceRng, ScalarOps, VerifyError};
 
 /// `target − 1` at the tried tokens (once each), `target` elsewhere: the residual of the
 /// target-only rule after several siblings were rejected.
@@ -95,7 +95,7 @@ impl<const K: usize> CpuVerifier<K> {
         check: Check,
         batch: &TreeBatch<'_>,
         out: &mut TreeOutputs<'_>,
-    ) -> Result<(), TreeError> {
+    ) -> Result<(), VerifyError> {
         validate_tree_shape::<K>(batch, out)?;
         let n = batch.requests();
         let width = batch.max_depth + 1;

@@ -6,8 +6,8 @@ use super::super::error::GpuError;
 use super::super::view::{Element, View, ViewMut};
 use super::driver::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
-use crate::verify::tree::{MAX_TREE_NODES, TreeBatch, TreeError, TreeParam};
-use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Method, Tensor};
+use crate::verify::tree::{MAX_TREE_NODES, TreeBatch};
+use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Method, Param, Tensor, VerifyError};
 
 /// Buffers, in the order of [`TreeArgs`]' fields.
 const SLOTS: usize = 15;
@@ -55,12 +55,12 @@ pub fn tree_shape<const K: usize>(
     Ok(shape)
 }
 
-fn length(param: TreeParam, len: usize, expected: Option<usize>) -> Result<(), TreeError> {
+fn length(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
     let expected = expected.unwrap_or(usize::MAX);
     if len == expected {
         Ok(())
     } else {
-        Err(TreeError::Length {
+        Err(VerifyError::Length {
             param,
             len,
             expected,
@@ -75,32 +75,32 @@ fn check_inputs<const K: usize, E>(batch: &TreeBatch<'_>) -> Result<(), GpuError
     let b = batch.requests();
     let v = batch.vocab;
     if b == 0 {
-        return Err(TreeError::EmptyBatch.into());
+        return Err(VerifyError::EmptyBatch.into());
     }
     if batch.max_nodes == 0 || batch.max_nodes > MAX_TREE_NODES {
-        return Err(TreeError::MaxNodesOutOfRange {
+        return Err(VerifyError::MaxNodesOutOfRange {
             max_nodes: batch.max_nodes,
             max: MAX_TREE_NODES,
         }
         .into());
     }
     if batch.max_depth > K {
-        return Err(TreeError::MaxDepthOutOfRange {
+        return Err(VerifyError::MaxDepthOutOfRange {
             max_depth: batch.max_depth,
             max: K,
         }
         .into());
     }
     if v == 0 || v > u32::MAX as usize {
-        return Err(TreeError::VocabOutOfRange { vocab: v }.into());
+        return Err(VerifyError::VocabOutOfRange { vocab: v }.into());
     }
     let slots = b.checked_mul(batch.max_nodes);
-    length(TreeParam::Tokens, batch.tree.tokens.len(), slots)?;
-    length(TreeParam::FirstChild, batch.tree.first_child.len(), slots)?;
-    length(TreeParam::NextSibling, batch.tree.next_sibling.len(), slots)?;
+    length(Param::TreeTokens, batch.tree.tokens.len(), slots)?;
+    length(Param::FirstChild, batch.tree.first_child.len(), slots)?;
+    length(Param::NextSibling, batch.tree.next_sibling.len(), slots)?;
     let rows = |tensor, stride: usize, len, param| {
         if stride < v {
-            return Err(TreeError::StrideTooSmall {
+            return Err(VerifyError::StrideTooSmall {
                 tensor,
                 stride,
                 vocab: v,
@@ -113,25 +113,29 @@ fn check_inputs<const K: usize, E>(batch: &TreeBatch<'_>) -> Result<(), GpuError
             Tensor::Draft,
             batch.draft_stride,
             d.len(),
-            TreeParam::DraftProbs,
+            Param::DraftProbs,
         )?;
     }
     rows(
         Tensor::Target,
         batch.target_stride,
         batch.target.len(),
-        TreeParam::Target,
+        if batch.temperature.is_some() {
+            Param::TargetLogits
+        } else {
+            Param::TargetProbs
+        },
     )?;
     if let Some(t) = batch.temperature {
-        length(TreeParam::Temperature, t.len(), Some(b))?;
+        length(Param::Temperature, t.len(), Some(b))?;
     }
-    length(TreeParam::Seed, batch.seed.len(), Some(b))?;
-    length(TreeParam::Offset, batch.offset.len(), Some(b))?;
+    length(Param::Seed, batch.seed.len(), Some(b))?;
+    length(Param::Offset, batch.offset.len(), Some(b))?;
     if let Some(e) = batch.eps {
-        length(TreeParam::Eps, e.len(), Some(b))?;
+        length(Param::Eps, e.len(), Some(b))?;
     }
     if let Some(d) = batch.delta {
-        length(TreeParam::Delta, d.len(), Some(b))?;
+        length(Param::Delta, d.len(), Some(b))?;
     }
     Ok(())
 }
@@ -201,13 +205,13 @@ impl<D: Driver> TreeStaging<D> {
 
     /// Enqueues copies of `batch` on `stream` and returns the views a tree launch takes. Does
     /// not allocate or synchronise: the copies are ordered on `stream` before whatever is
-    /// enqueued after them. Fails, with nothing enqueued, with [`GpuError::Tree`] if the
+    /// enqueued after them. Fails, with nothing enqueued, with [`GpuError::Verify`] if the
     /// batch's slices do not match its sizes (the errors of
     /// [`validate_tree_shape`](crate::verify::tree::validate_tree_shape)), and
     /// [`GpuError::ViewTooShort`] if a buffer was not
     /// [`reserve`](TreeStaging::reserve)d for this batch. The trees themselves are not
     /// validated here: the kernel flags a malformed one ([`ERR_TREE`](kernels::ERR_TREE)) and
-    /// skips it, and [`GpuVerifier::verify_tree`](super::super::GpuVerifier::verify_tree)
+    /// skips it, and [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree)
     /// validates before it stages.
     pub fn write<const K: usize>(
         &self,

@@ -208,8 +208,8 @@ pub struct TreeOutputs<'a> {
 /// in increasing index order. `first_child` and `next_sibling` must have `parents.len()` slots.
 /// A cycle in `parents` is not detected here: [`validate_tree`] reports it.
 ///
-/// Errors: [`TreeError::Length`] for mismatched slices, [`TreeError::NodeCount`] for an empty
-/// tree or one above [`MAX_TREE_NODES`], [`TreeError::LinkOutOfRange`] (request 0) for a parent
+/// Errors: [`VerifyError::Length`] for mismatched slices, [`VerifyError::NodeCount`] for an empty
+/// tree or one above [`MAX_TREE_NODES`], [`VerifyError::LinkOutOfRange`] (request 0) for a parent
 /// outside `0..n` or a root with a parent.
 ///
 /// ```
@@ -222,12 +222,12 @@ pub fn links_from_parents(
     parents: &[i32],
     first_child: &mut [i32],
     next_sibling: &mut [i32],
-) -> Result<(), TreeError> {
+) -> Result<(), VerifyError> {
     let n = parents.len();
-    expect_len(TreeParam::FirstChild, first_child.len(), Some(n))?;
-    expect_len(TreeParam::NextSibling, next_sibling.len(), Some(n))?;
+    expect_len(Param::FirstChild, first_child.len(), Some(n))?;
+    expect_len(Param::NextSibling, next_sibling.len(), Some(n))?;
     if n == 0 || n > MAX_TREE_NODES {
-        return Err(TreeError::NodeCount {
+        return Err(VerifyError::NodeCount {
             request: 0,
             nodes: u32::try_from(n).unwrap_or(u32::MAX),
             max: MAX_TREE_NODES,
@@ -240,7 +240,7 @@ pub fn links_from_parents(
             usize::try_from(p).is_ok_and(|p| p < n)
         };
         if !ok {
-            return Err(TreeError::LinkOutOfRange {
+            return Err(VerifyError::LinkOutOfRange {
                 request: 0,
                 node,
                 link: p,

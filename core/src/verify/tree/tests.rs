@@ -1,5 +1,6 @@
 extern crate std;
 use super::*;
+use crate::error_kind::HasKind;
 use crate::verify::{Batch, Dims, Drafts, Outputs, verify_batch};
 
 fn chain_links(k: usize) -> ([i32; 8], [i32; 8]) {
@@ -785,10 +786,10 @@ fn strict_checks_and_parameters_are_refused_with_their_kind() {
     let g = Method::Greedy;
     assert_eq!(run(g, &good, None, None, 0.1), Ok(()));
     let row_sum = |node, sum, tensor| {
-        Err(TreeError::RowSum {
+        Err(VerifyError::RowSum {
             request: 0,
             tensor,
-            node,
+            position: node,
             sum,
         })
     };
@@ -811,10 +812,10 @@ fn strict_checks_and_parameters_are_refused_with_their_kind() {
     );
     assert_eq!(
         run(g, &[0.5, 0.5, -0.25, 1.25], None, None, 0.1),
-        Err(TreeError::BadProbability {
+        Err(VerifyError::BadProbability {
             request: 0,
             tensor: Tensor::Target,
-            node: 1,
+            position: 1,
             index: 0
         })
     );
@@ -824,9 +825,9 @@ fn strict_checks_and_parameters_are_refused_with_their_kind() {
     for (bad, index) in [(f32::NAN, 1), (f32::INFINITY, 1)] {
         assert_eq!(
             run(g, &[0.0, bad, 1.0, 2.0], None, Some(0.7), 0.1),
-            Err(TreeError::BadLogit {
+            Err(VerifyError::BadLogit {
                 request: 0,
-                node: 0,
+                position: 0,
                 index
             })
         );
@@ -834,16 +835,16 @@ fn strict_checks_and_parameters_are_refused_with_their_kind() {
     for t in [-1.0, f32::NAN, f32::INFINITY] {
         assert_eq!(
             run(g, &logits, None, Some(t), 0.1),
-            Err(TreeError::BadParam {
+            Err(VerifyError::BadParam {
                 request: 0,
-                param: TreeParam::Temperature
+                param: Param::Temperature
             })
         );
     }
     // Typical acceptance's parameters are checked for typical acceptance only.
-    let typical_err = Err(TreeError::BadParam {
+    let typical_err = Err(VerifyError::BadParam {
         request: 0,
-        param: TreeParam::Eps,
+        param: Param::Eps,
     });
     assert_eq!(
         run(Method::Typical, &good, None, None, f32::NAN),
@@ -859,25 +860,25 @@ fn strict_checks_and_parameters_are_refused_with_their_kind() {
 fn every_error_names_its_figures() {
     use std::string::ToString;
     let t = Tensor::Draft;
-    let cases: [(TreeError, &[&str]); 17] = [
-        (TreeError::EmptyBatch, &["empty"]),
+    let cases: [(VerifyError, &[&str]); 17] = [
+        (VerifyError::EmptyBatch, &["empty"]),
         (
-            TreeError::MaxNodesOutOfRange {
+            VerifyError::MaxNodesOutOfRange {
                 max_nodes: 900,
                 max: 512,
             },
             &["900", "512"],
         ),
         (
-            TreeError::MaxDepthOutOfRange {
+            VerifyError::MaxDepthOutOfRange {
                 max_depth: 9,
                 max: 8,
             },
             &["9", "8"],
         ),
-        (TreeError::VocabOutOfRange { vocab: 0 }, &["0"]),
+        (VerifyError::VocabOutOfRange { vocab: 0 }, &["0"]),
         (
-            TreeError::StrideTooSmall {
+            VerifyError::StrideTooSmall {
                 tensor: t,
                 stride: 3,
                 vocab: 4,
@@ -885,15 +886,15 @@ fn every_error_names_its_figures() {
             &["Draft", "3", "4"],
         ),
         (
-            TreeError::Length {
-                param: TreeParam::Path,
+            VerifyError::Length {
+                param: Param::Path,
                 len: 5,
                 expected: 6,
             },
             &["Path", "5", "6"],
         ),
         (
-            TreeError::NodeCount {
+            VerifyError::NodeCount {
                 request: 2,
                 nodes: 7,
                 max: 6,
@@ -901,7 +902,7 @@ fn every_error_names_its_figures() {
             &["2", "7", "6"],
         ),
         (
-            TreeError::LinkOutOfRange {
+            VerifyError::LinkOutOfRange {
                 request: 1,
                 node: 3,
                 link: -4,
@@ -909,21 +910,21 @@ fn every_error_names_its_figures() {
             &["1", "3", "-4"],
         ),
         (
-            TreeError::Cycle {
+            VerifyError::Cycle {
                 request: 4,
                 node: 5,
             },
             &["4", "5", "twice"],
         ),
         (
-            TreeError::Unreachable {
+            VerifyError::Unreachable {
                 request: 4,
                 node: 6,
             },
             &["4", "6", "not reached"],
         ),
         (
-            TreeError::Depth {
+            VerifyError::Depth {
                 request: 3,
                 node: 8,
                 max: 2,
@@ -931,48 +932,48 @@ fn every_error_names_its_figures() {
             &["3", "8", "2"],
         ),
         (
-            TreeError::TokenOutOfRange {
+            VerifyError::TokenOutOfRange {
                 request: 1,
-                node: 2,
+                position: 2,
                 token: 99,
                 vocab: 50,
             },
             &["99", "50"],
         ),
         (
-            TreeError::BadParam {
+            VerifyError::BadParam {
                 request: 7,
-                param: TreeParam::Delta,
+                param: Param::Delta,
             },
             &["7", "Delta"],
         ),
         (
-            TreeError::BadProbability {
+            VerifyError::BadProbability {
                 request: 1,
                 tensor: t,
-                node: 2,
+                position: 2,
                 index: 33,
             },
             &["Draft", "33"],
         ),
         (
-            TreeError::BadLogit {
+            VerifyError::BadLogit {
                 request: 1,
-                node: 2,
+                position: 2,
                 index: 34,
             },
             &["34", "logit"],
         ),
         (
-            TreeError::RowSum {
+            VerifyError::RowSum {
                 request: 1,
                 tensor: Tensor::Target,
-                node: 2,
+                position: 2,
                 sum: 0.5,
             },
             &["Target", "0.5"],
         ),
-        (TreeError::EmptyBatch, &["tree"]),
+        (VerifyError::EmptyBatch, &["empty"]),
     ];
     for (e, words) in cases {
         let s = e.to_string();
@@ -1016,16 +1017,16 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
         validate_tree::<4>(Method::Typical, Check::Cheap, &batch, &out)
     };
     let len = |param, len, expected| {
-        Err(TreeError::Length {
+        Err(VerifyError::Length {
             param,
             len,
             expected,
         })
     };
     assert_eq!(check(ok, [1, 2, 2]), Ok(()));
-    assert_eq!(check(ok, [2, 2, 2]), len(TreeParam::Accepted, 2, 1));
-    assert_eq!(check(ok, [1, 3, 2]), len(TreeParam::Path, 3, 2));
-    assert_eq!(check(ok, [1, 2, 1]), len(TreeParam::EmittedTokens, 1, 2));
+    assert_eq!(check(ok, [2, 2, 2]), len(Param::Accepted, 2, 1));
+    assert_eq!(check(ok, [1, 3, 2]), len(Param::Path, 3, 2));
+    assert_eq!(check(ok, [1, 2, 1]), len(Param::Tokens, 1, 2));
     let outs = [1, 2, 2];
     let tree = ok.tree;
     assert_eq!(
@@ -1036,12 +1037,12 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        Err(TreeError::EmptyBatch)
+        Err(VerifyError::EmptyBatch)
     );
     for max_nodes in [0, MAX_TREE_NODES + 1] {
         assert_eq!(
             check(TreeBatch { max_nodes, ..ok }, outs),
-            Err(TreeError::MaxNodesOutOfRange {
+            Err(VerifyError::MaxNodesOutOfRange {
                 max_nodes,
                 max: MAX_TREE_NODES
             })
@@ -1049,7 +1050,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
     }
     assert_eq!(
         check(TreeBatch { vocab: 0, ..ok }, outs),
-        Err(TreeError::VocabOutOfRange { vocab: 0 })
+        Err(VerifyError::VocabOutOfRange { vocab: 0 })
     );
     // The limits themselves pass those checks (and fail later, on the lengths).
     assert!(matches!(
@@ -1060,8 +1061,8 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        Err(TreeError::Length {
-            param: TreeParam::Tokens,
+        Err(VerifyError::Length {
+            param: Param::TreeTokens,
             ..
         })
     ));
@@ -1070,7 +1071,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
         let top = u32::MAX as usize;
         assert!(matches!(
             check(TreeBatch { vocab: top, ..ok }, outs),
-            Err(TreeError::StrideTooSmall { .. })
+            Err(VerifyError::StrideTooSmall { .. })
         ));
         assert_eq!(
             check(
@@ -1080,7 +1081,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
                 },
                 outs
             ),
-            Err(TreeError::VocabOutOfRange { vocab: top + 1 })
+            Err(VerifyError::VocabOutOfRange { vocab: top + 1 })
         );
     }
     assert_eq!(
@@ -1094,7 +1095,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::Tokens, 1, 2)
+        len(Param::TreeTokens, 1, 2)
     );
     assert_eq!(
         check(
@@ -1107,7 +1108,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::FirstChild, 1, 2)
+        len(Param::FirstChild, 1, 2)
     );
     assert_eq!(
         check(
@@ -1120,11 +1121,11 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::NextSibling, 3, 2)
+        len(Param::NextSibling, 3, 2)
     );
     assert_eq!(
         check(ok.with_draft_probs(&[0.5; 3]), outs),
-        len(TreeParam::DraftProbs, 3, 4)
+        len(Param::DraftProbs, 3, 4)
     );
     assert_eq!(check(ok.with_draft_probs(&[0.5; 4]), outs), Ok(()));
     assert_eq!(
@@ -1135,7 +1136,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             }),
             outs
         ),
-        Err(TreeError::StrideTooSmall {
+        Err(VerifyError::StrideTooSmall {
             tensor: Tensor::Draft,
             stride: 1,
             vocab: 2
@@ -1149,7 +1150,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             }),
             outs
         ),
-        Err(TreeError::StrideTooSmall {
+        Err(VerifyError::StrideTooSmall {
             tensor: Tensor::Target,
             stride: 1,
             vocab: 2
@@ -1164,7 +1165,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             }),
             outs
         ),
-        len(TreeParam::Target, 4, 6)
+        len(Param::TargetProbs, 4, 6)
     );
     let t6 = [0.5f32; 6];
     let wide = TreeBatch { target: &t6, ..ok }.with_strides(Strides {
@@ -1181,11 +1182,11 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::Temperature, 2, 1)
+        len(Param::Temperature, 2, 1)
     );
     assert_eq!(
         check(TreeBatch { seed: &[], ..ok }, outs),
-        len(TreeParam::Seed, 0, 1)
+        len(Param::Seed, 0, 1)
     );
     assert_eq!(
         check(
@@ -1195,7 +1196,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::Offset, 2, 1)
+        len(Param::Offset, 2, 1)
     );
     let two = [0.1f32, 0.1];
     assert_eq!(
@@ -1206,7 +1207,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::Eps, 2, 1)
+        len(Param::Eps, 2, 1)
     );
     assert_eq!(
         check(
@@ -1216,7 +1217,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        len(TreeParam::Delta, 2, 1)
+        len(Param::Delta, 2, 1)
     );
     let bad = [f32::NAN];
     assert_eq!(
@@ -1227,9 +1228,9 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        Err(TreeError::BadParam {
+        Err(VerifyError::BadParam {
             request: 0,
-            param: TreeParam::Delta
+            param: Param::Delta
         })
     );
     let neg = [-0.5f32];
@@ -1241,9 +1242,9 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
             },
             outs
         ),
-        Err(TreeError::BadParam {
+        Err(VerifyError::BadParam {
             request: 0,
-            param: TreeParam::Eps
+            param: Param::Eps
         })
     );
     // Depth ≤ K: 4 is fine, 5 is not.
@@ -1261,7 +1262,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
     assert_eq!(tree_depth(&depth_ok, 0), 1);
     assert_eq!(
         validate_tree::<3>(Method::Greedy, Check::Cheap, &depth_ok, &out),
-        Err(TreeError::MaxDepthOutOfRange {
+        Err(VerifyError::MaxDepthOutOfRange {
             max_depth: 4,
             max: 3
         })
@@ -1303,14 +1304,14 @@ fn malformed_trees_are_refused_with_their_kind() {
     assert_eq!(check([1, 2, 3, n], [n; 4], 4, 3), Ok(()));
     assert_eq!(
         check([1, 2, 3, 1], [n; 4], 4, 3),
-        Err(TreeError::Cycle {
+        Err(VerifyError::Cycle {
             request: 0,
             node: 1
         })
     );
     assert_eq!(
         check([1, n, n, n], [n, 2, 1, n], 3, 3),
-        Err(TreeError::Cycle {
+        Err(VerifyError::Cycle {
             request: 0,
             node: 1
         })
@@ -1318,7 +1319,7 @@ fn malformed_trees_are_refused_with_their_kind() {
     // A link equal to the node count (a padding slot) is out of range.
     assert_eq!(
         check([1, 3, n, n], [n; 4], 3, 3),
-        Err(TreeError::LinkOutOfRange {
+        Err(VerifyError::LinkOutOfRange {
             request: 0,
             node: 1,
             link: 3
@@ -1326,7 +1327,7 @@ fn malformed_trees_are_refused_with_their_kind() {
     );
     assert_eq!(
         check([1, 5, n, n], [n; 4], 4, 3),
-        Err(TreeError::LinkOutOfRange {
+        Err(VerifyError::LinkOutOfRange {
             request: 0,
             node: 1,
             link: 5
@@ -1334,7 +1335,7 @@ fn malformed_trees_are_refused_with_their_kind() {
     );
     assert_eq!(
         check([1, n, n, n], [2, n, n, n], 3, 3),
-        Err(TreeError::LinkOutOfRange {
+        Err(VerifyError::LinkOutOfRange {
             request: 0,
             node: 0,
             link: 2
@@ -1342,7 +1343,7 @@ fn malformed_trees_are_refused_with_their_kind() {
     );
     assert_eq!(
         check([1, 0, n, n], [n; 4], 2, 3),
-        Err(TreeError::LinkOutOfRange {
+        Err(VerifyError::LinkOutOfRange {
             request: 0,
             node: 1,
             link: 0
@@ -1350,14 +1351,14 @@ fn malformed_trees_are_refused_with_their_kind() {
     );
     assert_eq!(
         check([1, n, n, n], [n; 4], 3, 3),
-        Err(TreeError::Unreachable {
+        Err(VerifyError::Unreachable {
             request: 0,
             node: 2
         })
     );
     assert_eq!(
         check([1, 2, 3, n], [n; 4], 4, 2),
-        Err(TreeError::Depth {
+        Err(VerifyError::Depth {
             request: 0,
             node: 3,
             max: 2
@@ -1365,7 +1366,7 @@ fn malformed_trees_are_refused_with_their_kind() {
     );
     assert_eq!(
         check([n; 4], [n; 4], 5, 2),
-        Err(TreeError::NodeCount {
+        Err(VerifyError::NodeCount {
             request: 0,
             nodes: 5,
             max: 4
@@ -1373,7 +1374,7 @@ fn malformed_trees_are_refused_with_their_kind() {
     );
     assert_eq!(
         check([n; 4], [n; 4], 1, 5),
-        Err(TreeError::MaxDepthOutOfRange {
+        Err(VerifyError::MaxDepthOutOfRange {
             max_depth: 5,
             max: 4
         })
@@ -1409,13 +1410,13 @@ fn malformed_trees_are_refused_with_their_kind() {
     };
     assert_eq!(
         validate_tree::<4>(Method::Greedy, Check::Cheap, &batch, &out),
-        Err(TreeError::Cycle {
+        Err(VerifyError::Cycle {
             request: 1,
             node: 1
         })
     );
     assert_eq!(
-        TreeError::Cycle {
+        VerifyError::Cycle {
             request: 0,
             node: 1
         }
@@ -1432,7 +1433,7 @@ fn parents_build_the_same_links_as_written_by_hand() {
     assert_eq!(ns, [-1, 2, 5, 4, -1, -1]);
     assert_eq!(
         links_from_parents(&[0, 0], &mut fc[..2], &mut ns[..2]),
-        Err(TreeError::LinkOutOfRange {
+        Err(VerifyError::LinkOutOfRange {
             request: 0,
             node: 0,
             link: 0
@@ -1440,16 +1441,16 @@ fn parents_build_the_same_links_as_written_by_hand() {
     );
     assert!(matches!(
         links_from_parents(&[-1, 7], &mut fc[..2], &mut ns[..2]),
-        Err(TreeError::LinkOutOfRange { node: 1, .. })
+        Err(VerifyError::LinkOutOfRange { node: 1, .. })
     ));
     assert!(matches!(
         links_from_parents(&[], &mut [], &mut []),
-        Err(TreeError::NodeCount { nodes: 0, .. })
+        Err(VerifyError::NodeCount { nodes: 0, .. })
     ));
     // A parent equal to the node count is out of range.
     assert_eq!(
         links_from_parents(&[-1, 0, 3], &mut fc[..3], &mut ns[..3]),
-        Err(TreeError::LinkOutOfRange {
+        Err(VerifyError::LinkOutOfRange {
             request: 0,
             node: 2,
             link: 3
@@ -1457,16 +1458,16 @@ fn parents_build_the_same_links_as_written_by_hand() {
     );
     assert_eq!(
         links_from_parents(&[-1, 0], &mut fc[..3], &mut ns[..2]),
-        Err(TreeError::Length {
-            param: TreeParam::FirstChild,
+        Err(VerifyError::Length {
+            param: Param::FirstChild,
             len: 3,
             expected: 2
         })
     );
     assert_eq!(
         links_from_parents(&[-1, 0], &mut fc[..2], &mut ns[..1]),
-        Err(TreeError::Length {
-            param: TreeParam::NextSibling,
+        Err(VerifyError::Length {
+            param: Param::NextSibling,
             len: 1,
             expected: 2
         })
@@ -1486,7 +1487,7 @@ fn parents_build_the_same_links_as_written_by_hand() {
     assert_eq!(fc[MAX_TREE_NODES - 2], MAX_TREE_NODES as i32 - 1);
     assert_eq!(
         links_from_parents(&chain, &mut fc, &mut ns),
-        Err(TreeError::NodeCount {
+        Err(VerifyError::NodeCount {
             request: 0,
             nodes: MAX_TREE_NODES as u32 + 1,
             max: MAX_TREE_NODES

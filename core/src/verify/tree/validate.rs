@@ -1,5 +1,5 @@
 //! Validation of a tree batch: the batch-wide shape, then each request's tree, ids and
-//! parameters, in the order [`TreeError`]'s documentation gives.
+//! parameters, in the order [`VerifyError`]'s documentation gives.
 
 use super::*;
 
@@ -7,78 +7,86 @@ use super::*;
 pub fn validate_tree_shape<const K: usize>(
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
-) -> Result<(), TreeError> {
+) -> Result<(), VerifyError> {
     let b = batch.requests();
     if b == 0 {
-        return Err(TreeError::EmptyBatch);
+        return Err(VerifyError::EmptyBatch);
     }
     if batch.max_nodes == 0 || batch.max_nodes > MAX_TREE_NODES {
-        return Err(TreeError::MaxNodesOutOfRange {
+        return Err(VerifyError::MaxNodesOutOfRange {
             max_nodes: batch.max_nodes,
             max: MAX_TREE_NODES,
         });
     }
     if batch.max_depth > K {
-        return Err(TreeError::MaxDepthOutOfRange {
+        return Err(VerifyError::MaxDepthOutOfRange {
             max_depth: batch.max_depth,
             max: K,
         });
     }
     let v = batch.vocab;
     if v == 0 || v > u32::MAX as usize {
-        return Err(TreeError::VocabOutOfRange { vocab: v });
+        return Err(VerifyError::VocabOutOfRange { vocab: v });
     }
     let slots = b.checked_mul(batch.max_nodes);
-    expect_len(TreeParam::Tokens, batch.tree.tokens.len(), slots)?;
-    expect_len(TreeParam::FirstChild, batch.tree.first_child.len(), slots)?;
-    expect_len(TreeParam::NextSibling, batch.tree.next_sibling.len(), slots)?;
+    expect_len(Param::TreeTokens, batch.tree.tokens.len(), slots)?;
+    expect_len(Param::FirstChild, batch.tree.first_child.len(), slots)?;
+    expect_len(Param::NextSibling, batch.tree.next_sibling.len(), slots)?;
     if let Some(d) = batch.draft_probs {
         if batch.draft_stride < v {
-            return Err(TreeError::StrideTooSmall {
+            return Err(VerifyError::StrideTooSmall {
                 tensor: Tensor::Draft,
                 stride: batch.draft_stride,
                 vocab: v,
             });
         }
         let need = slots.and_then(|s| s.checked_mul(batch.draft_stride));
-        expect_len(TreeParam::DraftProbs, d.len(), need)?;
+        expect_len(Param::DraftProbs, d.len(), need)?;
     }
     if batch.target_stride < v {
-        return Err(TreeError::StrideTooSmall {
+        return Err(VerifyError::StrideTooSmall {
             tensor: Tensor::Target,
             stride: batch.target_stride,
             vocab: v,
         });
     }
     let need = slots.and_then(|s| s.checked_mul(batch.target_stride));
-    expect_len(TreeParam::Target, batch.target.len(), need)?;
+    expect_len(
+        if batch.temperature.is_some() {
+            Param::TargetLogits
+        } else {
+            Param::TargetProbs
+        },
+        batch.target.len(),
+        need,
+    )?;
     if let Some(t) = batch.temperature {
-        expect_len(TreeParam::Temperature, t.len(), Some(b))?;
+        expect_len(Param::Temperature, t.len(), Some(b))?;
     }
-    expect_len(TreeParam::Seed, batch.seed.len(), Some(b))?;
-    expect_len(TreeParam::Offset, batch.offset.len(), Some(b))?;
+    expect_len(Param::Seed, batch.seed.len(), Some(b))?;
+    expect_len(Param::Offset, batch.offset.len(), Some(b))?;
     if let Some(e) = batch.eps {
-        expect_len(TreeParam::Eps, e.len(), Some(b))?;
+        expect_len(Param::Eps, e.len(), Some(b))?;
     }
     if let Some(d) = batch.delta {
-        expect_len(TreeParam::Delta, d.len(), Some(b))?;
+        expect_len(Param::Delta, d.len(), Some(b))?;
     }
     let width = batch
         .max_depth
         .checked_add(1)
         .and_then(|w| w.checked_mul(b));
-    expect_len(TreeParam::Accepted, out.accepted.len(), Some(b))?;
-    expect_len(TreeParam::Path, out.path.len(), width)?;
-    expect_len(TreeParam::EmittedTokens, out.tokens.len(), width)?;
+    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
+    expect_len(Param::Path, out.path.len(), width)?;
+    expect_len(Param::Tokens, out.tokens.len(), width)?;
     Ok(())
 }
 
 /// Checks request `b`'s tree shape (node count, links, one parent per node, depth) and returns
 /// its depth (the deepest node's). For a batch that passed [`validate_tree_shape`].
-fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, TreeError> {
+fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, VerifyError> {
     let n = batch.tree.nodes[b];
     if n == 0 || n as usize > batch.max_nodes {
-        return Err(TreeError::NodeCount {
+        return Err(VerifyError::NodeCount {
             request: b,
             nodes: n,
             max: batch.max_nodes,
@@ -95,7 +103,7 @@ fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, TreeError> {
             let in_range =
                 link == NO_NODE || (link >= 1 && (link as usize) < n && !(node == 0 && is_sibling));
             if !in_range {
-                return Err(TreeError::LinkOutOfRange {
+                return Err(VerifyError::LinkOutOfRange {
                     request: b,
                     node,
                     link,
@@ -117,14 +125,14 @@ fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, TreeError> {
         let mut c = batch.first_child(b, u);
         while let Some(x) = c {
             if seen[x / 64] & (1 << (x % 64)) != 0 {
-                return Err(TreeError::Cycle {
+                return Err(VerifyError::Cycle {
                     request: b,
                     node: x,
                 });
             }
             seen[x / 64] |= 1 << (x % 64);
             if d > batch.max_depth {
-                return Err(TreeError::Depth {
+                return Err(VerifyError::Depth {
                     request: b,
                     node: x,
                     max: batch.max_depth,
@@ -139,7 +147,7 @@ fn check_links(batch: &TreeBatch<'_>, b: usize) -> Result<usize, TreeError> {
         }
     }
     if let Some(node) = (1..n).find(|&x| seen[x / 64] & (1 << (x % 64)) == 0) {
-        return Err(TreeError::Unreachable { request: b, node });
+        return Err(VerifyError::Unreachable { request: b, node });
     }
     Ok(depth)
 }
@@ -157,14 +165,14 @@ fn check_row(
     request: usize,
     tensor: Tensor,
     node: usize,
-) -> Result<(), TreeError> {
+) -> Result<(), VerifyError> {
     let mut sum = 0f64;
     for (index, &p) in row.iter().enumerate() {
         if !(0.0..f32::INFINITY).contains(&p) {
-            return Err(TreeError::BadProbability {
+            return Err(VerifyError::BadProbability {
                 request,
                 tensor,
-                node,
+                position: node,
                 index,
             });
         }
@@ -172,10 +180,10 @@ fn check_row(
     }
     let dev = sum - 1.0;
     if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
-        return Err(TreeError::RowSum {
+        return Err(VerifyError::RowSum {
             request,
             tensor,
-            node,
+            position: node,
             sum,
         });
     }
@@ -183,23 +191,23 @@ fn check_row(
 }
 
 /// The checks of request `b` of a batch that passed [`validate_tree_shape`]: its tree
-/// ([`TreeError::NodeCount`], [`TreeError::LinkOutOfRange`], [`TreeError::Cycle`],
-/// [`TreeError::Unreachable`], [`TreeError::Depth`]), its tokens, its parameters and, for
+/// ([`VerifyError::NodeCount`], [`VerifyError::LinkOutOfRange`], [`VerifyError::Cycle`],
+/// [`VerifyError::Unreachable`], [`VerifyError::Depth`]), its tokens, its parameters and, for
 /// [`Check::Strict`], every row it may read. Returns the tree's depth.
 pub fn validate_tree_request(
     method: Method,
     check: Check,
     batch: &TreeBatch<'_>,
     b: usize,
-) -> Result<usize, TreeError> {
+) -> Result<usize, VerifyError> {
     let depth = check_links(batch, b)?;
     let n = batch.node_count(b);
     for node in 1..n {
         let token = batch.token(b, node);
         if token as usize >= batch.vocab {
-            return Err(TreeError::TokenOutOfRange {
+            return Err(VerifyError::TokenOutOfRange {
                 request: b,
-                node,
+                position: node,
                 token,
                 vocab: batch.vocab,
             });
@@ -209,22 +217,22 @@ pub fn validate_tree_request(
     if let Some(t) = batch.temperature
         && !ok(t[b])
     {
-        return Err(TreeError::BadParam {
+        return Err(VerifyError::BadParam {
             request: b,
-            param: TreeParam::Temperature,
+            param: Param::Temperature,
         });
     }
     if method == Method::Typical {
         if !ok(eps_of(batch, b)) {
-            return Err(TreeError::BadParam {
+            return Err(VerifyError::BadParam {
                 request: b,
-                param: TreeParam::Eps,
+                param: Param::Eps,
             });
         }
         if !ok(delta_of(batch, b)) {
-            return Err(TreeError::BadParam {
+            return Err(VerifyError::BadParam {
                 request: b,
-                param: TreeParam::Delta,
+                param: Param::Delta,
             });
         }
     }
@@ -240,9 +248,9 @@ pub fn validate_tree_request(
             let row = batch.target_row(b, node);
             if batch.temperature.is_some() {
                 if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
-                    return Err(TreeError::BadLogit {
+                    return Err(VerifyError::BadLogit {
                         request: b,
-                        node,
+                        position: node,
                         index,
                     });
                 }
@@ -261,7 +269,7 @@ pub fn validate_tree<const K: usize>(
     check: Check,
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
-) -> Result<(), TreeError> {
+) -> Result<(), VerifyError> {
     validate_tree_shape::<K>(batch, out)?;
     for b in 0..batch.requests() {
         validate_tree_request(method, check, batch, b)?;
@@ -270,15 +278,15 @@ pub fn validate_tree<const K: usize>(
 }
 
 pub(super) fn expect_len(
-    param: TreeParam,
+    param: Param,
     len: usize,
     expected: Option<usize>,
-) -> Result<(), TreeError> {
+) -> Result<(), VerifyError> {
     let expected = expected.unwrap_or(usize::MAX);
     if len == expected {
         Ok(())
     } else {
-        Err(TreeError::Length {
+        Err(VerifyError::Length {
             param,
             len,
             expected,
