@@ -16,8 +16,8 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status, TreeDriver,
-    TreeLaunch, View, ViewMut,
+    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status, TreeLaunch, View,
+    ViewMut,
 };
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -375,9 +375,7 @@ impl Driver for CudaDriver {
     fn block_threads(&self) -> u32 {
         kernels::BLOCK_THREADS
     }
-}
 
-impl TreeDriver for CudaDriver {
     /// Compiles (NVRTC) and loads the tree module on the first call, once per device.
     fn prepare_tree(&self) -> Result<(), CudaError> {
         self.bind()?;

@@ -13,7 +13,7 @@ use core::ffi::c_void;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status,
-    TreeDriver, TreeLaunch,
+    TreeLaunch,
 };
 use std::sync::Arc;
 
@@ -495,9 +495,7 @@ impl Driver for RocmDriver {
     fn block_threads(&self) -> u32 {
         kernels::BLOCK_THREADS
     }
-}
 
-impl TreeDriver for RocmDriver {
     /// Compiles (hiprtc) and loads the tree module on the first call, once per device.
     fn prepare_tree(&self) -> Result<(), RocmError> {
         if self.kernels.is_none() {

@@ -1,11 +1,11 @@
 //! The engine inputs of issue 13 (`k = 0`, the ragged layout, caller-supplied bonus tokens,
 //! f32 target logits with per-request temperature) through the shared GPU orchestration, over
-//! any [`TreeDriver`]: the host driver runs these in CI (`tests/tests/gpu_host_inputs.rs`), the
+//! any [`Driver`]: the host driver runs these in CI (`tests/tests/gpu_host_inputs.rs`), the
 //! CUDA and ROCm device tests on a GPU.
 
 use crate::conformance::{self as c, BatchData, Gen, K, OutData, RaggedData};
 use specula_core::Counters;
-use specula_core::gpu::{GpuError, GpuVerifier, Inputs, Staging, TreeDriver};
+use specula_core::gpu::{Driver, GpuError, GpuVerifier, Inputs, Staging};
 use specula_core::verify::{
     Batch, Check, Half, HalfLogits, Logits, Method, RaggedDrafts, Streams, Strides, Verifier,
     verify_batch,
@@ -116,7 +116,7 @@ pub fn kinds() -> [Inputs; 4] {
 /// temperatures written into the same staging buffers; outputs and counts equal the
 /// reference's, no replay makes a synchronising call (the verifier's count, and `syncs()`, the
 /// driver's own), and a batch of another kind is refused (`GraphMismatch`) before anything runs.
-pub fn graph_replays<D: TreeDriver>(
+pub fn graph_replays<D: Driver>(
     v: &mut GpuVerifier<D, K>,
     seed: u64,
     steps: usize,

@@ -9,7 +9,7 @@
 //! * Device and page-locked memory are reference-counted word arrays: work in flight keeps what
 //!   it touches alive, as the [`Driver`] contract asks.
 //! * A launch runs the kernel text through the C++ shim ([`crate::kernel_host`]); a tree launch
-//!   ([`TreeDriver`]) its tree entry, through the shim's tree launcher.
+//!   ([`Driver::launch_tree`]) its tree entry, through the shim's tree launcher.
 //! * Graph capture records a stream's operations instead of running them; a replay enqueues
 //!   them again.
 //! * [`Faults`] inject slow, failing and never-completing downloads (the readback's copy).
@@ -24,7 +24,7 @@ use specula_core::ErrorKind;
 use specula_core::HasKind;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_PARAMS, MAX_TRAILING, Memory, Param,
-    Status, TreeDriver, TreeLaunch,
+    Status, TreeLaunch,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -724,9 +724,7 @@ impl Driver for HostDriver {
     fn block_threads(&self) -> u32 {
         self.inner.block
     }
-}
 
-impl TreeDriver for HostDriver {
     fn launch_tree(
         &self,
         stream: &Stream,

@@ -2,7 +2,7 @@
 //! statistical tests.
 
 use crate::conformance::{Gen, K, METHODS};
-use specula_core::gpu::{GpuError, GpuVerifier, TreeDriver, TreeStaging};
+use specula_core::gpu::{Driver, GpuError, GpuVerifier, TreeStaging};
 use specula_core::verify::tree::{
     NO_NODE, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
 };
@@ -441,7 +441,7 @@ pub fn tree_backend_conformance<V, E>(
 /// and the readback's flush ends at the exact sum of the reference's counts. Last, a malformed
 /// request on the raw launch raises [`ERR_TREE`](specula_core::gpu::kernels::ERR_TREE), gets
 /// sentinel outputs and is not counted, while its batch's other requests are.
-pub fn tree_step_path_conformance<D: TreeDriver>(
+pub fn tree_step_path_conformance<D: Driver>(
     v: &mut GpuVerifier<D, K>,
     syncs: impl Fn(&GpuVerifier<D, K>) -> u64,
     no_graph: impl Fn(&GpuError<D::Error>) -> bool,

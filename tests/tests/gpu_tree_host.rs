@@ -1,6 +1,6 @@
 //! Token trees through the shared GPU orchestration (`specula_core::gpu`: `TreeStaging`,
 //! `GpuVerifier::{verify_tree, launch_tree, capture_tree, replay_tree}`) executed end to end over
-//! the host driver, whose `TreeDriver::launch_tree` runs the tree entry of the kernel text
+//! the host driver, whose `Driver::launch_tree` runs the tree entry of the kernel text
 //! (`specula_verify_tree`) through the C++ shim: outputs and counters bit-equal to the reference
 //! (`verify_tree_batch`) for greedy, the target-only rule, SpecInfer's rule with draft rows and
 //! typical acceptance (a 64-node tree at V = 32000 among them), the reference's validation

@@ -2,6 +2,7 @@
 //! the host driver of the tests), in the style of wgpu-hal's `Api`: associated types for the
 //! handles, one method per driver call the orchestration makes, nothing else.
 
+use super::tree::args::TreeLaunch;
 use super::view::{Element, Memory, View, ViewMut};
 use crate::error_kind::HasKind;
 use core::fmt::Debug;
@@ -520,4 +521,26 @@ pub trait Driver: Memory + Clone {
     fn multiprocessors(&self) -> u32;
     /// Threads per block the kernel text was compiled for.
     fn block_threads(&self) -> u32;
+
+    /// Makes the tree entry ready to launch (a driver that compiles kernels at run time
+    /// compiles and loads the tree module here, once). Set-up, never the step path: the
+    /// orchestration calls it from [`stage_tree`](super::GpuVerifier::stage_tree) and
+    /// [`capture_tree`](super::GpuVerifier::capture_tree) (before the capture begins: no
+    /// module is loaded while a stream is capturing). A driver whose tree entry is always ready
+    /// keeps the default, which does nothing.
+    fn prepare_tree(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Enqueues one launch of [`TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY). Like
+    /// [`launch`](Self::launch), the call only enqueues (and is recorded in a capture like any
+    /// other stream work). A driver that compiles kernels at run time compiles the tree module
+    /// in [`prepare_tree`](Self::prepare_tree), or here on the first launch if nothing prepared
+    /// it (set-up cost paid once, and only by runtimes that verify trees); a missing compiler or
+    /// entry point is an error, never a panic.
+    fn launch_tree(
+        &self,
+        stream: &Self::Stream,
+        launch: &TreeLaunch<'_, '_, Self>,
+    ) -> Result<(), Self::Error>;
 }

@@ -119,7 +119,7 @@ pub const TREE_SOURCE: &str = concat!(
 /// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
 /// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; launched by the shared
 /// orchestration, [`GpuVerifier::launch_tree`](crate::gpu::GpuVerifier::launch_tree), over a
-/// [`TreeDriver`](crate::gpu::TreeDriver); shape words: [`tree_shape`](crate::gpu::tree_shape).)
+/// [`Driver::launch_tree`](crate::gpu::Driver::launch_tree); shape words: [`tree_shape`](crate::gpu::tree_shape).)
 pub const TREE_ENTRY: &str = "specula_verify_tree";
 
 /// Number of `u32` shape words of [`TREE_ENTRY`].

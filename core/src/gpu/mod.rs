@@ -4,8 +4,8 @@
 //! `specula-tests` (which runs the kernel text on CPU threads, so CI executes this code end to
 //! end) are driver glue.
 //!
-//! Token trees (`kernels::TREE_ENTRY`) go through the same verifier and counters over a
-//! [`TreeDriver`]: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
+//! Token trees (`kernels::TREE_ENTRY`) go through the same verifier, driver
+//! ([`Driver::launch_tree`]) and counters: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
 //! [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
 //!
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
@@ -27,6 +27,6 @@ pub use driver::{
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{SUPPORT, Staged, Staging};
-pub use tree::{TreeArgs, TreeDriver, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
+pub use tree::{TreeArgs, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
 pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, Memory, OutOfBounds, View, ViewMut};

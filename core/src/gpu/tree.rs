@@ -1,6 +1,6 @@
 //! Token trees on the GPU: the tree entry point of the kernel text
 //! ([`kernels::TREE_ENTRY`], `core/kernels/specula_tree.cu`) launched by [`GpuVerifier`] over
-//! any [`TreeDriver`], with the same counters buffer as chain launches (so tree counts flow
+//! any [`Driver`](super::Driver), with the same counters buffer as chain launches (so tree counts flow
 //! through the same [`GpuReadback`](super::GpuReadback), slot and exporters).
 //!
 //! * The step path: [`GpuVerifier::launch_tree`] on typed views ([`TreeArgs`]), or a
@@ -17,12 +17,13 @@
 //! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
 //! `> 0`: each node row's softmax computed on the fly, `core/DETERMINISM.md`).
 
-pub(super) mod driver;
+pub(super) mod args;
 pub(super) mod staging;
 
-pub use driver::{TreeArgs, TreeDriver, TreeLaunch};
+pub use args::{TreeArgs, TreeLaunch};
 pub use staging::{TreeStaged, TreeStaging, tree_shape};
 
+use super::driver::Driver;
 use super::error::GpuError;
 use super::readback::read_stats;
 use super::staging::grow_host;
@@ -36,20 +37,20 @@ use core::marker::PhantomData;
 /// buffers of the [`TreeArgs`] it was captured on for `'a`, so none can be freed or reallocated
 /// while it exists. Replay it only on the verifier that captured it.
 #[derive(Debug)]
-pub struct TreeGraph<'a, D: TreeDriver> {
+pub struct TreeGraph<'a, D: Driver> {
     graph: D::Graph,
     capacity: u32,
     _buffers: PhantomData<&'a D::Buffer>,
 }
 
-impl<D: TreeDriver> TreeGraph<'_, D> {
+impl<D: Driver> TreeGraph<'_, D> {
     /// The capacity (blocks) it launches.
     pub fn capacity(&self) -> u32 {
         self.capacity
     }
 }
 
-fn enqueue<D: TreeDriver>(
+fn enqueue<D: Driver>(
     drv: &D,
     stream: &D::Stream,
     stats: &D::Buffer,
@@ -64,10 +65,10 @@ fn enqueue<D: TreeDriver>(
     drv.launch_tree(stream, &launch).map_err(GpuError::Driver)
 }
 
-impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
+impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// Set-up for the tree paths: validates `batch` like the reference ([`validate_tree`], with
     /// `out`, the host outputs its results will be copied to), refuses target logits, makes the
-    /// tree entry ready ([`TreeDriver::prepare_tree`]: a run-time compiled driver compiles it
+    /// tree entry ready ([`Driver::prepare_tree`]: a run-time compiled driver compiles it
     /// here, not on the step path) and grows `staging` for it. Then [`TreeStaging::write`] enqueues the
     /// copies and gives the views for [`launch_tree_staged`](GpuVerifier::launch_tree_staged)
     /// or [`capture_tree_staged`](GpuVerifier::capture_tree_staged).
@@ -117,7 +118,7 @@ impl<D: TreeDriver, const K: usize> GpuVerifier<D, K> {
     }
 
     /// Captures one tree launch on `args` as a graph (no work runs; the tree entry is made
-    /// ready first, [`TreeDriver::prepare_tree`]). Set-up; a replay is one driver call on the
+    /// ready first, [`Driver::prepare_tree`]). Set-up; a replay is one driver call on the
     /// step path.
     ///
     /// # Safety

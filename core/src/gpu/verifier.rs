@@ -4,7 +4,6 @@ use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::{SUPPORT, Staged, Staging, grow_host};
-use super::tree::driver::TreeDriver;
 use super::tree::staging::TreeStaging;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
@@ -466,7 +465,7 @@ fn enqueue_launch<D: Driver, const K: usize>(
     drv.launch(stream, &launch).map_err(GpuError::Driver)
 }
 
-impl<D: TreeDriver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
+impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     type Error = GpuError<D::Error>;
 
     /// Host-slice convenience: stage, launch, copy down, wait (one synchronising call).

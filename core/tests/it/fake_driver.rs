@@ -1,5 +1,5 @@
-//! The one fake GPU driver of the orchestration's tests: a deterministic [`Driver`] and
-//! [`TreeDriver`] whose streams are queues the test drains step by step ([`Fake::new`]; every
+//! The one fake GPU driver of the orchestration's tests: a deterministic [`Driver`] (chain and
+//! tree launches) whose streams are queues the test drains step by step ([`Fake::new`]; every
 //! pending/ready state, ordering and fault is under the test's control) or that run each op as
 //! it is enqueued ([`Fake::immediate`]: for tests that look at what was staged or launched).
 //! Its fake kernels write values derived from their inputs, so a test sees exactly what was
@@ -11,7 +11,7 @@
 
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, Entry, Family, Launch, Memory, Param, Status, TreeDriver, TreeLaunch, View,
+    Driver, Element, Entry, Family, Launch, Memory, Param, Status, TreeLaunch, View,
 };
 use specula_core::{ErrorKind, HasKind};
 use std::cell::{Cell, RefCell};
@@ -488,33 +488,7 @@ impl Driver for Fake {
     fn block_threads(&self) -> u32 {
         96
     }
-}
 
-/// What a tree launch was given.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TreeRec {
-    pub grid: u32,
-    pub block: u32,
-    pub stats: usize,
-    pub draft: bool,
-}
-
-pub fn read<T: Element>(b: &Buf, byte: usize) -> T {
-    T::read_ne(&b.data.borrow()[byte..])
-}
-
-pub fn write<T: Element>(b: &Buf, byte: usize, x: T) {
-    x.write_ne(&mut b.data.borrow_mut()[byte..]);
-}
-
-/// A device buffer's elements `at..at + n` of a view.
-pub fn elems<T: Element>(v: &View<'_, Fake, T>) -> Vec<T> {
-    (0..v.len())
-        .map(|i| read(v.buffer(), v.byte_offset() + i * T::BYTES))
-        .collect()
-}
-
-impl TreeDriver for Fake {
     fn prepare_tree(&self) -> Result<(), FakeError> {
         self.st.prepared.set(self.st.prepared.get() + 1);
         if self
@@ -580,4 +554,28 @@ impl TreeDriver for Fake {
             }))),
         )
     }
+}
+
+/// What a tree launch was given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TreeRec {
+    pub grid: u32,
+    pub block: u32,
+    pub stats: usize,
+    pub draft: bool,
+}
+
+pub fn read<T: Element>(b: &Buf, byte: usize) -> T {
+    T::read_ne(&b.data.borrow()[byte..])
+}
+
+pub fn write<T: Element>(b: &Buf, byte: usize, x: T) {
+    x.write_ne(&mut b.data.borrow_mut()[byte..]);
+}
+
+/// A device buffer's elements `at..at + n` of a view.
+pub fn elems<T: Element>(v: &View<'_, Fake, T>) -> Vec<T> {
+    (0..v.len())
+        .map(|i| read(v.buffer(), v.byte_offset() + i * T::BYTES))
+        .collect()
 }

@@ -4,7 +4,7 @@
 use super::super::driver::Driver;
 use super::super::error::GpuError;
 use super::super::view::{Element, View, ViewMut};
-use super::driver::TreeArgs;
+use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{MAX_TREE_NODES, TreeBatch};
 use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Method, Param, Tensor, VerifyError};

@@ -1,13 +1,9 @@
-//! The tree seam: [`TreeDriver`], a [`Driver`] that also launches the tree entry point
-//! ([`kernels::TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY)), and the typed views of one tree
-//! launch ([`TreeArgs`], [`TreeLaunch`]).
-//!
-//! A trait of its own rather than a method of [`Driver`]: a driver without the tree kernel (a
-//! readback-only driver, a test fake) implements nothing new, and the chain's launch types
-//! ([`Launch`](super::super::Launch), [`VerifyArgs`](super::super::VerifyArgs)) are untouched.
+//! The typed views of one launch of the tree entry point
+//! ([`kernels::TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY)): [`TreeArgs`], [`TreeLaunch`],
+//! which [`Driver::launch_tree`](super::super::Driver::launch_tree) takes. They need only the
+//! driver's [`Memory`] (views into its buffers), so this file sits below the driver.
 
-use super::super::driver::Driver;
-use super::super::view::{View, ViewMut};
+use super::super::view::{Memory, View, ViewMut};
 
 /// The device buffers of one tree-verification step, typed and borrowed like
 /// [`VerifyArgs`](super::super::VerifyArgs): the compiler checks that they outlive every launch
@@ -15,7 +11,7 @@ use super::super::view::{View, ViewMut};
 /// the values behind them (shape words, node counts, links, seeds, ...) are read by the kernel
 /// at run time, so one graph replays every step's trees copied into the same buffers.
 #[derive(Debug)]
-pub struct TreeArgs<'a, D: Driver> {
+pub struct TreeArgs<'a, D: Memory> {
     /// Blocks launched: the largest batch these buffers hold (`≥` the batch shape word).
     pub capacity: u32,
     /// [`TREE_SHAPE_WORDS`](crate::gpu::kernels::TREE_SHAPE_WORDS) shape words
@@ -57,7 +53,7 @@ pub struct TreeArgs<'a, D: Driver> {
     pub temperature: Option<View<'a, D, f32>>,
 }
 
-impl<D: Driver> TreeArgs<'_, D> {
+impl<D: Memory> TreeArgs<'_, D> {
     /// The lengths the orchestration can check without reading device memory: the shape words,
     /// and at least `capacity` elements in every per-request buffer and in every per-node or
     /// per-slot one (each request has at least one node slot and one output slot), the target
@@ -93,40 +89,14 @@ impl<D: Driver> TreeArgs<'_, D> {
 /// One launch of the tree entry point as the orchestration asks a driver for it: everything the
 /// driver glue turns into its launch parameters, in the kernel's parameter order.
 #[derive(Debug)]
-pub struct TreeLaunch<'l, 'a, D: Driver> {
+pub struct TreeLaunch<'l, 'a, D: Memory> {
     /// Blocks: one per request of the capacity.
     pub grid: u32,
-    /// Threads per block ([`Driver::block_threads`]).
+    /// Threads per block ([`Driver::block_threads`](super::super::Driver::block_threads)).
     pub block: u32,
     /// The step's buffers.
     pub args: &'l TreeArgs<'a, D>,
     /// The counters buffer, the chain launches' own ([`stats_words`](crate::gpu::kernels::stats_words)`(K)`
     /// `u64` words): tree counts flow through the same readback and slot.
     pub stats: &'l D::Buffer,
-}
-
-/// A [`Driver`] that can launch the tree entry point. Like [`Driver::launch`], the call only
-/// enqueues (and is recorded in a capture like any other stream work).
-///
-/// A driver that compiles kernels at run time compiles the tree module in
-/// [`prepare_tree`](TreeDriver::prepare_tree), or on the first launch if nothing prepared it
-/// (set-up cost paid once, and only by runtimes that verify trees); it answers a missing compiler
-/// or entry point with an error, never a panic.
-pub trait TreeDriver: Driver {
-    /// Makes the tree entry ready to launch (a driver that compiles kernels at run time
-    /// compiles and loads the tree module here, once). Set-up, never the step path: the
-    /// orchestration calls it from [`stage_tree`](super::super::GpuVerifier::stage_tree) and
-    /// [`capture_tree`](super::super::GpuVerifier::capture_tree) (before the capture begins: no
-    /// module is loaded while a stream is capturing). A driver whose tree entry is always ready
-    /// keeps the default, which does nothing.
-    fn prepare_tree(&self) -> Result<(), Self::Error> {
-        Ok(())
-    }
-
-    /// Enqueues one launch of [`TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY).
-    fn launch_tree(
-        &self,
-        stream: &Self::Stream,
-        launch: &TreeLaunch<'_, '_, Self>,
-    ) -> Result<(), Self::Error>;
 }
