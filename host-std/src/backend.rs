@@ -16,11 +16,7 @@
 //!
 //! // From a command line or a configuration file; fall back to the CPU when no GPU is here.
 //! let spec: BackendSpec = "cuda:0".parse()?;
-//! let mut backend = match Backend::<8>::open(&spec) {
-//!     Ok(b) => b,
-//!     Err(e) if e.kind().is_unavailable() => Backend::open(&"cpu".parse()?)?,
-//!     Err(e) => return Err(e.into()),
-//! };
+//! let mut backend = Backend::<8>::open_or(&spec, &"cpu".parse()?)?;
 //! let mut readback = backend.readback()?; // for the Collector
 //! let target = [0.1, 0.6, 0.3, /* bonus row */ 0.0, 0.0, 1.0];
 //! let batch = Batch::dense(Dims { vocab: 3, k_max: 1 }, Drafts { k: &[1], ids: &[1] }, &target, Streams { seed: &[7], offset: &[0] });
@@ -342,6 +338,26 @@ impl<const K: usize> Backend<K> {
             }
             #[allow(unreachable_patterns)] // every kind is compiled in under some feature sets
             kind => Err(BackendError::not_compiled_in(kind)),
+        }
+    }
+
+    /// Opens `spec`'s backend, or `fallback`'s where `spec`'s cannot run here (an error whose
+    /// kind [`is_unavailable`](ErrorKind::is_unavailable): not compiled in, no driver, device
+    /// or kernel compiler): "the GPU if it can, else the CPU" in one call. Any other failure of
+    /// `spec` (a kernel that does not compile, say) is returned as it is, not hidden by the
+    /// fallback; a fallback that fails returns its own error.
+    ///
+    /// ```
+    /// use specula::backend::{Backend, BackendKind};
+    /// // Without the `cuda` feature (or a driver, or a device) this is the CPU backend.
+    /// let b = Backend::<8>::open_or(&"cuda:0".parse()?, &"cpu:1".parse()?)?;
+    /// assert!(matches!(b.kind(), BackendKind::Cuda | BackendKind::Cpu));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_or(spec: &BackendSpec, fallback: &BackendSpec) -> Result<Self, BackendError> {
+        match Self::open(spec) {
+            Err(e) if e.kind().is_unavailable() => Self::open(fallback),
+            opened => opened,
         }
     }
 
