@@ -11,12 +11,13 @@
 //!
 //! `cargo run -p specula --example ragged_step`
 
+use specula::OutputBuffers;
 use specula::cpu::CpuVerifier;
 use specula::half::bf16;
 use specula::half_tensors;
 use specula::specula_core::verify::{
-    AcceptedOut, Batch, Check, HalfLogits, Method, Outputs, RaggedDrafts, Streams, TokensOut,
-    advance_offsets, to_vllm_recovered, to_vllm_tokens,
+    Batch, Check, HalfLogits, Method, RaggedDrafts, Streams, advance_offsets, to_vllm_recovered,
+    to_vllm_tokens,
 };
 
 const V: usize = 8;
@@ -47,6 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target: Vec<f32> = rows.iter().flatten().copied().collect();
     let seed = [11u64, 22, 33];
     let mut offset = [0u64; 3];
+    // Sized from each step's batch, reused across steps.
+    let mut out = OutputBuffers::new();
     for step in 0..2 {
         let batch = Batch::ragged(
             V,
@@ -60,14 +63,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 offset: &offset,
             },
         );
-        let width = batch.k_max + 1;
-        let mut accepted = [0u32; 3];
-        let mut tokens = vec![0u32; 3 * width];
-        let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
-        verifier.verify(Method::Greedy, Check::STRICT, &batch, &mut out)?;
-        let mut vllm = vec![0i32; 3 * width];
-        to_vllm_tokens(&tokens, &mut vllm)?;
-        println!("step {step}: accepted {accepted:?}, output_token_ids {vllm:?}");
+        verifier.verify(Method::Greedy, Check::STRICT, &batch, &mut out.fit(&batch))?;
+        let mut vllm = vec![0i32; out.tokens().len()];
+        to_vllm_tokens(out.tokens(), &mut vllm)?;
+        println!(
+            "step {step}: accepted {:?}, output_token_ids {vllm:?}",
+            out.accepted()
+        );
         // Greedy: request 0 accepts 1, 2, rejects 3 (argmax 6); request 1 accepts 4, 5 and
         // gets the bonus 7; request 2 only has its bonus, 3.
         assert_eq!(vllm, [1, 2, 6, -1, 4, 5, 7, -1, 3, -1, -1, -1]);
@@ -130,19 +132,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .with_top_p(&top_p)
     .with_draft_probs(&draft);
-    let width = batch.k_max + 1;
-    let mut accepted = [0u32; 3];
-    let mut tokens = vec![0u32; 3 * width];
-    // vLLM's recovered_token_ids: one per draft token (ragged: num_tokens = cu[B−1] = 5).
-    let mut recovered = [0u32; 5];
-    let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens))
-        .with_recovered(&mut recovered);
+    // With vLLM's recovered_token_ids: one per draft token (ragged: num_tokens = cu[B−1] = 5).
+    let mut out = OutputBuffers::new().with_recovered();
     // Rejection sampling for the sampled requests; T = 0 makes request 1 greedy.
-    verifier.verify(Method::Rejection, Check::STRICT, &batch, &mut out)?;
-    let mut vllm = vec![0i32; 3 * width];
-    to_vllm_tokens(&tokens, &mut vllm)?;
+    verifier.verify(
+        Method::Rejection,
+        Check::STRICT,
+        &batch,
+        &mut out.fit(&batch),
+    )?;
+    let (accepted, recovered) = (out.accepted(), out.recovered().unwrap_or_default());
+    let mut vllm = vec![0i32; out.tokens().len()];
+    to_vllm_tokens(out.tokens(), &mut vllm)?;
     let mut vllm_recovered = [0i32; 5];
-    to_vllm_recovered(&batch, &recovered, &mut vllm_recovered)?;
+    to_vllm_recovered(&batch, recovered, &mut vllm_recovered)?;
     println!(
         "bf16 logits step: accepted {accepted:?}, output_token_ids {vllm:?}, \
          recovered_token_ids {vllm_recovered:?}"

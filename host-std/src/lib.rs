@@ -17,6 +17,7 @@ pub mod log_sink;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics_bridge;
+mod output_buffers;
 pub mod prom;
 pub mod shutdown;
 mod shutdown_request;
@@ -44,6 +45,7 @@ pub use specula_rocm as rocm;
 pub use backend::{AnyReadback, Backend, BackendError, BackendKind, BackendSpec};
 pub use clock::StdClock;
 pub use log_sink::{LineLogger, LogSink, LogThread, Logged};
+pub use output_buffers::OutputBuffers;
 pub use prom::SpecCollector;
 pub use shutdown::Shutdown;
 pub use ticker::Ticker;
