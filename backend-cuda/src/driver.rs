@@ -16,8 +16,8 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status, TreeLaunch, View,
-    ViewMut,
+    Driver, Element, GpuVerifier, KernelArg, Launch, MAX_KERNEL_ARGS, Memory, Status, TreeLaunch,
+    View, ViewMut,
 };
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -285,12 +285,12 @@ impl Driver for CudaDriver {
             .cu_entry(l.entry_index())
             .ok_or(CudaError::TooLarge)?;
         self.bind()?;
-        // One value per parameter, in the kernel's order (`Launch::params`): device addresses
+        // One value per parameter, in the kernel's order (`Launch::kernel_args`): device addresses
         // (0 = null) and the split entries' u32; `args[i]` points to the i-th.
-        let list = l.params();
-        let mut ptrs = [0u64; MAX_PARAMS];
-        let mut words = [0u32; MAX_PARAMS];
-        let mut args: [*mut c_void; MAX_PARAMS] = [core::ptr::null_mut(); MAX_PARAMS];
+        let list = l.kernel_args();
+        let mut ptrs = [0u64; MAX_KERNEL_ARGS];
+        let mut words = [0u32; MAX_KERNEL_ARGS];
+        let mut args: [*mut c_void; MAX_KERNEL_ARGS] = [core::ptr::null_mut(); MAX_KERNEL_ARGS];
         let n = list.as_slice().len();
         for (((arg, ptr), word), p) in args
             .iter_mut()
@@ -299,11 +299,11 @@ impl Driver for CudaDriver {
             .zip(list.as_slice())
         {
             *arg = match *p {
-                Param::Ptr(at) => {
+                KernelArg::Ptr(at) => {
                     *ptr = at.map_or(0, |(b, off)| b.ptr + off as u64);
                     core::ptr::from_mut(ptr).cast()
                 }
-                Param::U32(v) => {
+                KernelArg::U32(v) => {
                     *word = v;
                     core::ptr::from_mut(word).cast()
                 }
@@ -312,7 +312,7 @@ impl Driver for CudaDriver {
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
         // SAFETY: `f` is the loaded entry `l.entry_name()`, whose parameters are exactly
-        // `l.params()` in that order (twelve pointers, the split entries' scratch pointer and
+        // `l.kernel_args()` in that order (twelve pointers, the split entries' scratch pointer and
         // u32, the family's trailing pointers); `args[..n]` points to one live value of each
         // parameter's type; the orchestration sized stats and scratch and checked the views
         // against the capacity; the caller of its launch vouched for the shape words (and the

@@ -12,7 +12,7 @@ use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, MAX_PARAMS, Memory, Param, Status,
+    Driver, ENTRY_NAMES, Element, GpuVerifier, KernelArg, Launch, MAX_KERNEL_ARGS, Memory, Status,
     TreeLaunch,
 };
 use std::sync::Arc;
@@ -384,13 +384,13 @@ impl Driver for RocmDriver {
             .functions
             .get(l.entry_index())
             .ok_or(RocmError::TooLarge)?;
-        // One value per parameter, in the kernel's order (`Launch::params`): device addresses
+        // One value per parameter, in the kernel's order (`Launch::kernel_args`): device addresses
         // (null where not set) and the split entries' u32; `params[i]` points to the i-th.
-        let list = l.params();
+        let list = l.kernel_args();
         let null = core::ptr::null_mut();
-        let mut ptrs: [*mut c_void; MAX_PARAMS] = [null; MAX_PARAMS];
-        let mut words = [0u32; MAX_PARAMS];
-        let mut params: [*mut c_void; MAX_PARAMS] = [null; MAX_PARAMS];
+        let mut ptrs: [*mut c_void; MAX_KERNEL_ARGS] = [null; MAX_KERNEL_ARGS];
+        let mut words = [0u32; MAX_KERNEL_ARGS];
+        let mut params: [*mut c_void; MAX_KERNEL_ARGS] = [null; MAX_KERNEL_ARGS];
         for (((arg, ptr), word), p) in params
             .iter_mut()
             .zip(ptrs.iter_mut())
@@ -398,11 +398,11 @@ impl Driver for RocmDriver {
             .zip(list.as_slice())
         {
             *arg = match *p {
-                Param::Ptr(p) => {
+                KernelArg::Ptr(p) => {
                     *ptr = p.map_or(null, |(b, off)| at(b, off));
                     core::ptr::from_mut(ptr).cast()
                 }
-                Param::U32(v) => {
+                KernelArg::U32(v) => {
                     *word = v;
                     core::ptr::from_mut(word).cast()
                 }
@@ -411,7 +411,7 @@ impl Driver for RocmDriver {
         self.device.bind()?;
         let hip = self.device.hip();
         // SAFETY: `function` is the loaded entry `l.entry_name()` of the module, whose parameters
-        // are exactly `l.params()` in that order (twelve pointers, the split entries' scratch
+        // are exactly `l.kernel_args()` in that order (twelve pointers, the split entries' scratch
         // pointer and u32, the family's trailing pointers); `params` holds one pointer to a
         // live value of each (HIP reads as many as the function has; the values are copied at
         // launch); the orchestration sized stats and scratch and checked the views against the

@@ -23,8 +23,8 @@ use crate::kernel_host::{
 use specula_core::ErrorKind;
 use specula_core::HasKind;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Entry, Family, Launch, MAX_PARAMS, MAX_TRAILING, Memory, Param,
-    Status, TreeLaunch,
+    Driver, ENTRY_NAMES, Element, Entry, Family, KernelArg, Launch, MAX_KERNEL_ARGS, MAX_TRAILING,
+    Memory, Status, TreeLaunch,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -602,26 +602,26 @@ impl Driver for HostDriver {
     }
 
     fn launch(&self, stream: &Stream, l: &Launch<'_, '_, Self>) -> Result<(), HostDriverError> {
-        // The parameters in the kernel's order, as `Launch::params` gives every driver: the
+        // The parameters in the kernel's order, as `Launch::kernel_args` gives every driver: the
         // twelve common pointers, the split entries' scratch and slices, the trailing pointers.
         // Read by position, so a wrong order in the orchestration fails the host tests.
-        let list = l.params();
+        let list = l.kernel_args();
         let list = list.as_slice();
         let keep: Vec<Buf> = list
             .iter()
             .filter_map(|p| match p {
-                Param::Ptr(Some((b, _))) => Some((*b).clone()),
+                KernelArg::Ptr(Some((b, _))) => Some((*b).clone()),
                 _ => None,
             })
             .collect();
         let null = SendPtr(std::ptr::null_mut());
-        let mut ptrs = [null; MAX_PARAMS];
+        let mut ptrs = [null; MAX_KERNEL_ARGS];
         let mut slices = 1;
         for (slot, p) in ptrs.iter_mut().zip(list) {
             match *p {
-                Param::Ptr(Some((b, off))) => *slot = SendPtr(b.ptr().wrapping_add(off)),
-                Param::Ptr(None) => {}
-                Param::U32(v) => slices = v,
+                KernelArg::Ptr(Some((b, off))) => *slot = SendPtr(b.ptr().wrapping_add(off)),
+                KernelArg::Ptr(None) => {}
+                KernelArg::U32(v) => slices = v,
             }
         }
         // After `stats` (index 11): the split entries' scratch and slices, then the trailing.

@@ -335,22 +335,22 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
     }
 }
 
-/// One kernel parameter of a launch ([`Launch::params`]).
-pub enum Param<'l, D: Driver> {
+/// One kernel parameter of a launch ([`Launch::kernel_args`]).
+pub enum KernelArg<'l, D: Driver> {
     /// A device pointer: a buffer and the byte offset in it, or null.
     Ptr(DevicePtr<'l, D>),
     /// A 32-bit value (the split entries' `slices`).
     U32(u32),
 }
 
-impl<D: Driver> Clone for Param<'_, D> {
+impl<D: Driver> Clone for KernelArg<'_, D> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<D: Driver> Copy for Param<'_, D> {}
+impl<D: Driver> Copy for KernelArg<'_, D> {}
 
-impl<D: Driver> Debug for Param<'_, D> {
+impl<D: Driver> Debug for KernelArg<'_, D> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::Ptr(p) => write!(f, "Ptr({:?})", p.map(|(_, off)| off)),
@@ -361,23 +361,23 @@ impl<D: Driver> Debug for Param<'_, D> {
 
 /// The most parameters an entry point takes: the twelve common ones, the split entries'
 /// `scratch` and `slices`, the trailing pointers.
-pub const MAX_PARAMS: usize = 14 + MAX_TRAILING;
+pub const MAX_KERNEL_ARGS: usize = 14 + MAX_TRAILING;
 
-/// Every parameter of a launch, in the kernel's order ([`Launch::params`]).
-pub struct Params<'l, D: Driver> {
-    list: [Param<'l, D>; MAX_PARAMS],
+/// Every parameter of a launch, in the kernel's order ([`Launch::kernel_args`]).
+pub struct KernelArgs<'l, D: Driver> {
+    list: [KernelArg<'l, D>; MAX_KERNEL_ARGS],
     len: usize,
 }
 
-impl<'l, D: Driver> Params<'l, D> {
+impl<'l, D: Driver> KernelArgs<'l, D> {
     /// The parameters, in order.
     #[must_use]
-    pub fn as_slice(&self) -> &[Param<'l, D>] {
+    pub fn as_slice(&self) -> &[KernelArg<'l, D>] {
         &self.list[..self.len]
     }
 }
 
-impl<D: Driver> Debug for Params<'_, D> {
+impl<D: Driver> Debug for KernelArgs<'_, D> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_list().entries(self.as_slice()).finish()
     }
@@ -386,13 +386,13 @@ impl<D: Driver> Debug for Params<'_, D> {
 impl<'l, D: Driver> Launch<'l, '_, D> {
     /// Every parameter of the entry point this launch runs, in its order: `shape, k,
     /// draft_ids, draft_probs, target_probs, seed, offset, eps, delta, accepted, tokens,
-    /// stats`; then for a split entry `scratch` and `slices` (the one [`Param::U32`]); then
+    /// stats`; then for a split entry `scratch` and `slices` (the one [`KernelArg::U32`]); then
     /// [`trailing`](Launch::trailing). A driver turns each into its launch argument in one
     /// loop, so the order is decided (and tested) here once.
     #[must_use]
-    pub fn params(&self) -> Params<'l, D> {
+    pub fn kernel_args(&self) -> KernelArgs<'l, D> {
         let a = self.args;
-        let mut list = [Param::Ptr(None); MAX_PARAMS];
+        let mut list = [KernelArg::Ptr(None); MAX_KERNEL_ARGS];
         let common = [
             ptr(Some(a.shape)),
             ptr(Some(a.k)),
@@ -409,19 +409,19 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
         ];
         let mut len = 0;
         for p in common {
-            list[len] = Param::Ptr(p);
+            list[len] = KernelArg::Ptr(p);
             len += 1;
         }
         if let Entry::Split { slices } = self.entry {
-            list[len] = Param::Ptr(self.scratch.map(|b| (b, 0)));
-            list[len + 1] = Param::U32(slices);
+            list[len] = KernelArg::Ptr(self.scratch.map(|b| (b, 0)));
+            list[len + 1] = KernelArg::U32(slices);
             len += 2;
         }
         for p in self.trailing().as_slice() {
-            list[len] = Param::Ptr(*p);
+            list[len] = KernelArg::Ptr(*p);
             len += 1;
         }
-        Params { list, len }
+        KernelArgs { list, len }
     }
 }
 

@@ -21,8 +21,8 @@ mod verifier;
 mod view;
 
 pub use driver::{
-    DevicePtr, Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, MAX_PARAMS, MAX_TRAILING, Param,
-    Params, Status, Trailing, VerifyArgs,
+    DevicePtr, Driver, ENTRY_NAMES, Entry, Family, Inputs, KernelArg, KernelArgs, Launch,
+    MAX_KERNEL_ARGS, MAX_TRAILING, Status, Trailing, VerifyArgs,
 };
 pub use error::GpuError;
 pub use readback::GpuReadback;

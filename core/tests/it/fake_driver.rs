@@ -11,7 +11,7 @@
 
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, Entry, Family, Launch, Memory, Param, Status, TreeLaunch, View,
+    Driver, Element, Entry, Family, KernelArg, Launch, Memory, Status, TreeLaunch, View,
 };
 use specula_core::{ErrorKind, HasKind};
 use std::cell::{Cell, RefCell};
@@ -69,9 +69,9 @@ pub struct LaunchRec {
     pub trailing: Vec<Option<(usize, usize)>>,
     /// `Launch::trailing`'s `Debug` (the byte offsets, `None` for null).
     pub trailing_debug: String,
-    /// `Launch::params`: (buffer id, byte offset) or null per pointer, and the u32s.
+    /// `Launch::kernel_args`: (buffer id, byte offset) or null per pointer, and the u32s.
     pub params: Vec<P>,
-    /// `Launch::params`' `Debug`.
+    /// `Launch::kernel_args`' `Debug`.
     pub params_debug: String,
 }
 
@@ -432,15 +432,15 @@ impl Driver for Fake {
                 .collect(),
             trailing_debug: format!("{:?}", l.trailing()),
             params: l
-                .params()
+                .kernel_args()
                 .as_slice()
                 .iter()
                 .map(|p| match *p {
-                    Param::Ptr(x) => P::Ptr(x.map(|(b, off)| (b.id, off))),
-                    Param::U32(v) => P::U32(v),
+                    KernelArg::Ptr(x) => P::Ptr(x.map(|(b, off)| (b.id, off))),
+                    KernelArg::U32(v) => P::U32(v),
                 })
                 .collect(),
-            params_debug: format!("{:?}", l.params()),
+            params_debug: format!("{:?}", l.kernel_args()),
         };
         let cu = a
             .cu_num_draft_tokens

@@ -6,7 +6,7 @@
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
-    MAX_PARAMS, MAX_SLICES, MAX_TRAILING, OutOfBounds, SUPPORT, Staging, View, ViewMut,
+    MAX_KERNEL_ARGS, MAX_SLICES, MAX_TRAILING, OutOfBounds, SUPPORT, Staging, View, ViewMut,
 };
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
@@ -1010,7 +1010,7 @@ fn the_entry_follows_the_optional_inputs() {
             assert_eq!(p.len(), head + t.len(), "{bits:03b}");
             // The split logits entries take the most: exactly what drivers size for.
             let longest = split && family == Family::Logits;
-            assert_eq!(p.len() == MAX_PARAMS, longest, "{bits:03b}");
+            assert_eq!(p.len() == MAX_KERNEL_ARGS, longest, "{bits:03b}");
             assert_eq!(p[0], P::Ptr(Some(last.shape)));
             assert_eq!(p[9], P::Ptr(Some(last.accepted)));
             assert_eq!(p[11], P::Ptr(Some((last.stats, 0))));
