@@ -1,5 +1,5 @@
 //! The `/metrics` endpoint under bad input: it answers correctly and keeps serving. The
-//! attacks (trickling clients, slowloris crowds, a full server) are in `http_attacks.rs`.
+//! attacks (trickling clients, slowloris crowds, a full server) are in `http_attacks`.
 
 use specula::http::{MetricsServer, ServeError, ServerConfig};
 use specula::prom::{Options, SpecCollector};
@@ -8,6 +8,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::log_capture::captured;
 
 fn server(timeout: Duration) -> (MetricsServer, u64) {
     let wired = wire::<4, _>(["rank0"]).unwrap();
@@ -235,31 +237,10 @@ fn rejects_malformed_requests_and_keeps_serving() {
     srv.shutdown();
 }
 
-/// Records warnings, to see the one about a non-loopback address.
-struct Warnings(std::sync::Mutex<Vec<String>>);
-
-impl log::Log for Warnings {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            let mut w = self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            w.push(format!("{}: {}", r.target(), r.args()));
-        }
-    }
-    fn flush(&self) {}
-}
-
-static WARNINGS: Warnings = Warnings(std::sync::Mutex::new(Vec::new()));
-
 #[test]
 fn binding_a_non_loopback_address_warns() {
-    log::set_logger(&WARNINGS).unwrap();
-    log::set_max_level(log::LevelFilter::Warn);
+    // The warnings go through the binary's one logger.
+    let log = captured();
     let reg = Arc::new(prometheus_client::registry::Registry::default());
     let local = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -269,8 +250,7 @@ fn binding_a_non_loopback_address_warns() {
         .unwrap()
         .shutdown();
     let count = || {
-        WARNINGS
-            .0
+        log.warnings
             .lock()
             .unwrap()
             .iter()

@@ -3,47 +3,15 @@
 use specula::specula_core::StepTiming;
 use specula::specula_core::{Clock, Collector, Counters, Readback, Snapshot, Tick};
 use specula::{HostReadback, LineLogger, LogSink, Shutdown, StdClock, Ticker, wire};
-use std::sync::{Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
-/// Captures `specula` log records so the tests see what went through the `log` facade. A
-/// record for a label starting with `panics` panics, as a broken logger would.
-struct Capture(Mutex<Vec<String>>);
-
-impl log::Log for Capture {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if r.target() == specula::log_sink::TARGET {
-            let line = r.args().to_string();
-            if line.contains("[panics") {
-                panic!("this logger breaks on {line:.40}");
-            }
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(r.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
-
-fn captured() -> &'static Capture {
-    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
-    CAPTURE.get_or_init(|| {
-        let c: &'static Capture = Box::leak(Box::new(Capture(Mutex::new(Vec::new()))));
-        log::set_logger(c).expect("no other logger in this test binary");
-        log::set_max_level(log::LevelFilter::Info);
-        c
-    })
-}
+use crate::log_capture::captured;
 
 fn lines_for(label: &str) -> Vec<String> {
     let tag = format!("[{label}]");
     captured()
-        .0
+        .lines
         .lock()
         .unwrap()
         .iter()
@@ -494,7 +462,7 @@ fn vllm_lines_are_vllms_exact_format_and_skip_idle_intervals() {
         .with_vllm_lines(2);
     let vllm_lines = || -> Vec<String> {
         captured()
-            .0
+            .lines
             .lock()
             .unwrap()
             .iter()

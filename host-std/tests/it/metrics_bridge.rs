@@ -1,6 +1,5 @@
 //! The `metrics` bridge increments counters by exact cursor deltas: after any number of
 //! updates, each counter equals the slot's totals (never a sum of totals).
-#![cfg(feature = "metrics")]
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use specula::metrics_bridge::MetricsBridge;

@@ -299,7 +299,7 @@ fn everything_vllms_dashboard_selects_is_in_compat_output() {
     engine.observe_inter_token_latency(0.02, 3);
     let text = render(&reg, Format::Text).unwrap();
 
-    let fixture = include_str!("fixtures/vllm_spec_decode_dashboard.txt");
+    let fixture = include_str!("../fixtures/vllm_spec_decode_dashboard.txt");
     let mut series: Vec<(&str, &str)> = Vec::new();
     let mut checked_labels = 0;
     for line in fixture
@@ -400,7 +400,7 @@ fn everything_vllms_dashboard_selects_is_in_compat_output() {
 #[test]
 fn our_dashboard_queries_only_exported_families() {
     let json: serde_json::Value =
-        serde_json::from_str(include_str!("../dashboards/specula.json")).unwrap();
+        serde_json::from_str(include_str!("../../dashboards/specula.json")).unwrap();
     use specula::advice::{CostSource, Sources, request_slot};
     use specula::specula_core::metrics::CostModel;
     use specula::specula_core::{Extremes, Snapshot};
