@@ -1,6 +1,6 @@
 //! The `/metrics` server under attack, with real sockets on loopback: a trickling client, a
 //! slowloris crowd and a full server never delay a legitimate scrape past a bound (the
-//! program's exit under the same attack: `cli/tests/http_attacks.rs`).
+//! program's exit under the same attack: `cli/tests/it/http_attacks.rs`).
 //!
 //! Bounds are generous (the server's own deadline plus seconds of margin): they catch a server
 //! that waits on a client (minutes before the fix), not a slow machine.

@@ -10,9 +10,7 @@
 //! sent while the same one is still pending, which no program can count; once delivered, the
 //! program must count it.
 
-#![cfg(unix)]
-
-use std::io::BufRead as _;
+use crate::support::lines_of;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -35,19 +33,6 @@ fn start(extra: &[&str]) -> (Child, Receiver<String>, Receiver<String>) {
     let out = lines_of(child.stdout.take().unwrap());
     let err = lines_of(child.stderr.take().unwrap());
     (child, out, err)
-}
-
-fn lines_of(stream: impl std::io::Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// Waits for the first log line: the models are trained and the loop runs.

@@ -1,8 +1,9 @@
 //! The `specula` program under the `/metrics` drain attack: trickling clients never delay its
-//! exit (the server alone under attack: `host-std/tests/http_attacks.rs`).
+//! exit (the server alone under attack: `host-std/tests/it/http_attacks.rs`).
 
+use crate::support::free_port;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,15 +29,6 @@ fn trickle_after_request(a: SocketAddr, stop: &AtomicBool) -> std::io::Result<Du
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(t.elapsed())
-}
-
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

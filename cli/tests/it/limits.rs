@@ -8,6 +8,7 @@
 //! machine; the refusal itself is microseconds). Before the fix, `--tree 2x18446744073709551615`
 //! still ran after 25 s and `--tree 1x2000000000` took 11 s.
 
+use crate::support::{QUICK, error_line, expect_code, specula_within};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -195,4 +196,68 @@ fn bench_grids_are_bounded_before_anything_is_allocated() {
     ] {
         refused(&args, want);
     }
+}
+
+#[test]
+fn huge_bench_sizes_exit_2_with_the_figure_before_allocating() {
+    let o = specula_within(
+        &["bench", "--vocab", "1048576", "--batch", "4096", "--k", "8"],
+        QUICK,
+    );
+    let (_, err) = expect_code(&o, 2);
+    let line = error_line(&err);
+    assert!(line.contains("needs 292.1 GB of probabilities"), "{line}");
+    let many: Vec<String> = (1..=65).map(|i| i.to_string()).collect();
+    let o = specula_within(&["bench", "--batch", &many.join(",")], QUICK);
+    let (_, err) = expect_code(&o, 2);
+    assert!(error_line(&err).contains("--batch lists 65 values; at most 64"));
+    let o = specula_within(&["bench", "--seconds", "1e9"], QUICK);
+    expect_code(&o, 2);
+}
+
+#[test]
+fn too_many_threads_exit_2_at_once() {
+    for cmd in ["demo", "bench"] {
+        let o = specula_within(&[cmd, "--threads", "100000"], QUICK);
+        let (_, err) = expect_code(&o, 2);
+        let line = error_line(&err);
+        assert!(
+            line.contains("--threads 100000 is more than 4 per CPU"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn intervals_under_1_ms_exit_2_with_the_bound() {
+    for (flag, value) in [
+        ("--log-interval", "1e-8"),
+        ("--log-interval", "0.0009"),
+        ("--collect-interval", "1e-6"),
+        ("--log-interval", "0"),
+    ] {
+        let o = specula_within(&["demo", flag, value, "--tokens", "1"], QUICK);
+        let (_, err) = expect_code(&o, 2);
+        let line = error_line(&err);
+        assert!(
+            line.contains(&format!("{flag} must be at least 0.001 s (1 ms)")),
+            "{flag} {value}: {line}"
+        );
+    }
+    // 1 ms itself is accepted.
+    let o = specula_within(
+        &[
+            "demo",
+            "--tokens",
+            "40",
+            "--threads",
+            "1",
+            "--log-interval",
+            "0.001",
+            "--collect-interval",
+            "0.001",
+        ],
+        QUICK,
+    );
+    expect_code(&o, 0);
 }

@@ -3,11 +3,7 @@
 //! totals on the stream that still works; `--help` and `--version` included. A stream sent to
 //! `/dev/null` is not lost: exit 0.
 //!
-//! The closed pipe and the full stderr during a run are in `cli.rs`
-//! (`a_closed_stdout_exits_5_after_flushing_with_the_totals_on_stderr`,
-//! `a_full_stderr_ends_the_demo_with_exit_5_and_the_totals_on_stdout`).
-
-#![cfg(unix)]
+//! The closed pipe and the full stderr during a run are in the parent module, `lost_output`.
 
 use std::process::{Command, Output};
 
