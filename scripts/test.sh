@@ -297,7 +297,7 @@ cuda13() {
     # packages and features: nothing is rebuilt), run again with NVRTC/ptxas 13.5.
     SPECULA_NVRTC="$SPECULA_CUDA13_NVRTC" SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" \
         SPECULA_EXPECT_NVRTC_MAJOR=13 cargo nextest run --workspace --features "$FEATURES" \
-        -E 'binary(nvrtc)' --success-output final
+        -E 'package(specula-cuda) & binary(toolchain)' --success-output final
     # Found without SPECULA_NVRTC or the loader path: in $CUDA_HOME/lib64, as a toolkit has it.
     # (Only the loading test: the kernel was compiled by NVRTC 13 just above.)
     local home
@@ -305,7 +305,7 @@ cuda13() {
     ln -s "$(dirname "$SPECULA_CUDA13_NVRTC")" "$home/lib64"
     env -u LD_LIBRARY_PATH CUDA_HOME="$home" SPECULA_EXPECT_NVRTC_MAJOR=13 \
         SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" cargo nextest run --workspace --features "$FEATURES" \
-        -E 'binary(nvrtc) & test(=nvrtc_loads_the_expected_major)'
+        -E 'package(specula-cuda) & binary(toolchain) & test(=nvrtc::nvrtc_loads_the_expected_major)'
     rm -rf "$home"
 }
 

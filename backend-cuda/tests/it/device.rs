@@ -3,6 +3,7 @@
 //! has no CUDA driver or device (CI), unless `SPECULA_REQUIRE_DEVICE` is set, as
 //! `scripts/gpu-check.sh` does when it runs them on a GPU host.
 
+use crate::support::device;
 use specula_core::Readback;
 use specula_core::gpu::Staging;
 use specula_core::verify::{Check, Method, Reference, Verifier};
@@ -10,28 +11,6 @@ use specula_cuda::{CudaDevice, CudaError, CudaReadback, CudaVerifier, call_count
 use specula_tests::conformance::{self, K};
 use std::sync::Arc;
 use std::task::Poll;
-
-fn device() -> Option<Arc<CudaDevice>> {
-    match CudaDevice::new(0) {
-        Ok(d) => {
-            println!(
-                "device 0 ({}), NVRTC {:?}",
-                d.arch(),
-                specula_cuda::nvrtc_version()
-            );
-            Some(Arc::new(d))
-        }
-        Err(e) => {
-            // On the GPU host (scripts/gpu-check.sh sets this) a skip would hide a failure.
-            assert!(
-                std::env::var_os("SPECULA_REQUIRE_DEVICE").is_none(),
-                "SPECULA_REQUIRE_DEVICE is set but no device opened: {e}"
-            );
-            println!("SKIPPED: no usable CUDA device ({e})");
-            None
-        }
-    }
-}
 
 #[test]
 fn construction_without_a_device_is_a_typed_error() {

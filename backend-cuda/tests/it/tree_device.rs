@@ -6,27 +6,13 @@
 //! prints SKIPPED and passes when the machine has no CUDA driver or device (CI), unless
 //! `SPECULA_REQUIRE_DEVICE` is set.
 
+use crate::support::device;
 use specula_core::verify::{Check, Method, Verifier};
-use specula_cuda::{CudaDevice, call_counts};
+use specula_cuda::call_counts;
 use specula_tests::conformance::{self, K};
 use specula_tests::tree::{
     TreeOut, full_tree, tree_backend_conformance, tree_step_path_conformance,
 };
-use std::sync::Arc;
-
-fn device() -> Option<Arc<CudaDevice>> {
-    match CudaDevice::new(0) {
-        Ok(d) => Some(Arc::new(d)),
-        Err(e) => {
-            assert!(
-                std::env::var_os("SPECULA_REQUIRE_DEVICE").is_none(),
-                "SPECULA_REQUIRE_DEVICE is set but no device opened: {e}"
-            );
-            println!("SKIPPED: no usable CUDA device ({e})");
-            None
-        }
-    }
-}
 
 /// Chain verification never compiles the tree module; the first tree verification does, once.
 #[test]

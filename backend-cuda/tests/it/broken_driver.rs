@@ -5,8 +5,6 @@
 //! pointing at a folder whose `libcuda.so` and `libcuda.so.1` are a copy of the C maths library
 //! (a real shared library without a single `cu*` symbol).
 
-#![cfg(target_os = "linux")]
-
 use specula_cuda::{CudaDevice, CudaError};
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,7 +52,7 @@ fn a_driver_library_without_its_symbols_is_no_driver() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "a_driver_library_without_its_symbols_is_no_driver",
+            "broken_driver::a_driver_library_without_its_symbols_is_no_driver",
             "--nocapture",
         ])
         .env(CHILD, "1")
