@@ -5,24 +5,10 @@
 //! routines run in CI over the host driver (`tests/tests/gpu_tree_host.rs`). Every test prints
 //! SKIPPED and passes without a ROCm device (CI has none), unless `SPECULA_REQUIRE_DEVICE` is set.
 
+use crate::support::verifier;
 use specula_core::gpu::GpuError;
-use specula_rocm::{RocmDevice, RocmError, RocmVerifier};
-use specula_tests::conformance::K;
+use specula_rocm::RocmError;
 use specula_tests::tree::{tree_backend_conformance, tree_step_path_conformance};
-
-fn verifier() -> Option<RocmVerifier<K>> {
-    match RocmDevice::new(0).and_then(|d| d.verifier::<K>()) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            assert!(
-                std::env::var_os("SPECULA_REQUIRE_DEVICE").is_none(),
-                "SPECULA_REQUIRE_DEVICE is set but no ROCm device opened: {e}"
-            );
-            println!("SKIPPED: no usable ROCm device ({e})");
-            None
-        }
-    }
-}
 
 #[test]
 fn tree_conformance_on_device() {

@@ -1,11 +1,10 @@
 //! Without an AMD GPU (every CI machine and developer machine of this project), constructing the
 //! backend must return a typed error, never panic or abort.
 
-mod common;
-
 use specula_core::gpu::GpuError;
 use specula_core::verify::Verifier;
 use specula_rocm::{RocmDevice, RocmError, RocmVerifier, device_count};
+use specula_tests::skip::skipped;
 use std::path::Path;
 
 /// What this machine has: `Some(true)` with a ROCm device, `Some(false)` with the runtime but no
@@ -46,7 +45,8 @@ fn constructing_without_a_device_is_a_typed_error() {
             ));
         }
         None => {
-            common::skipped(
+            skipped(
+                "specula-rocm",
                 "constructing_without_a_device_is_a_typed_error (partly)",
                 "no HIP runtime; checked the NoRuntime error instead (run scripts/rocm-tools.sh)",
             );
@@ -61,7 +61,8 @@ fn constructing_without_a_device_is_a_typed_error() {
 #[test]
 fn runtime_version_is_reported_when_the_runtime_loads() {
     if machine().is_none() {
-        common::skipped(
+        skipped(
+            "specula-rocm",
             "runtime_version_is_reported_when_the_runtime_loads",
             "no HIP runtime (run scripts/rocm-tools.sh)",
         );

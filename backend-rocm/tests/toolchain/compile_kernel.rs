@@ -3,18 +3,18 @@
 //! toolchain knows. Each test reports SKIPPED when its tool is absent (and fails under
 //! `CI=true`, where `scripts/test.sh` has installed the tools with `scripts/rocm-tools.sh`).
 
-mod common;
-
 use specula_core::gpu::ENTRY_NAMES;
 use specula_core::gpu::kernels::{SOURCE, VERIFY_ENTRY};
 use specula_rocm::{COMPILE_OPTIONS, CodeObject, EM_AMDGPU, RocmError, compile, unbundle};
+use specula_tests::skip::skipped;
 use std::process::Command;
 
 fn hiprtc_available(test: &str) -> bool {
     match specula_rocm::hiprtc_version() {
         Ok(_) => true,
         Err(RocmError::NoHiprtc { reason }) => {
-            common::skipped(
+            skipped(
+                "specula-rocm",
                 test,
                 &format!("hiprtc not available ({reason}); run scripts/rocm-tools.sh"),
             );
@@ -158,7 +158,11 @@ fn device_code(bundle: &[u8], arch: &str) -> CodeObject {
 fn genco_or_skip(test: &str, arch: &str) -> Option<Option<Vec<u8>>> {
     match genco(arch) {
         Err(e) => {
-            common::skipped(test, &format!("{e}; run scripts/rocm-tools.sh"));
+            skipped(
+                "specula-rocm",
+                test,
+                &format!("{e}; run scripts/rocm-tools.sh"),
+            );
             None
         }
         Ok(bytes) => Some(bytes),

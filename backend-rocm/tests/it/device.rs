@@ -2,26 +2,13 @@
 //! conformance suite. Every test prints SKIPPED and passes without a ROCm device (CI has none),
 //! unless `SPECULA_REQUIRE_DEVICE` is set (a GPU host, where a skip would hide a failure).
 
+use crate::support::verifier;
 use specula_core::Counters;
 use specula_core::gpu::GpuError;
 use specula_core::verify::{Check, Method, Verifier};
-use specula_rocm::{RocmDevice, RocmReadback, RocmVerifier};
+use specula_rocm::{RocmReadback, RocmVerifier};
 use specula_tests::conformance::{self, BatchData, K};
 use specula_tests::readback_conformance::{Rig, run_all};
-
-fn verifier() -> Option<RocmVerifier<K>> {
-    match RocmDevice::new(0).and_then(|d| d.verifier::<K>()) {
-        Ok(v) => Some(v),
-        Err(e) => {
-            assert!(
-                std::env::var_os("SPECULA_REQUIRE_DEVICE").is_none(),
-                "SPECULA_REQUIRE_DEVICE is set but no ROCm device opened: {e}"
-            );
-            println!("SKIPPED: no usable ROCm device ({e})");
-            None
-        }
-    }
-}
 
 #[test]
 fn conformance_on_device() {
