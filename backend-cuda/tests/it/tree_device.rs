@@ -2,7 +2,7 @@
 //! on first use only, the shared tree conformance (bit-equal to `verify_tree_batch`, a 64-node
 //! tree at V = 32000 among the cases) and the shared tree step path (graph capture and replay of
 //! changing trees, no synchronising driver call, malformed trees flagged and skipped). The same
-//! shared routines run in CI over the host driver (`tests/tests/gpu_tree_host.rs`). Every test
+//! shared routines run in CI over the host driver (`tests/tests/it/gpu_tree_host.rs`). Every test
 //! prints SKIPPED and passes when the machine has no CUDA driver or device (CI), unless
 //! `SPECULA_REQUIRE_DEVICE` is set.
 

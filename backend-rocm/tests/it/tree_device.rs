@@ -2,7 +2,7 @@
 //! `verify_tree_batch`, a 64-node tree at V = 32000 among the cases) and the shared tree step path
 //! (graph capture and replay of changing trees, no synchronising call, malformed trees flagged
 //! and skipped), through the tree entry compiled with hiprtc on first use. The same shared
-//! routines run in CI over the host driver (`tests/tests/gpu_tree_host.rs`). Every test prints
+//! routines run in CI over the host driver (`tests/tests/it/gpu_tree_host.rs`). Every test prints
 //! SKIPPED and passes without a ROCm device (CI has none), unless `SPECULA_REQUIRE_DEVICE` is set.
 
 use crate::support::verifier;

@@ -3,8 +3,8 @@
 //! positive, finite, increasing, within `ETA` (relative) of the exact value at the cell midpoint,
 //! and above the skip filters' floor.
 //!
-//! Run in release mode: `cargo test -p specula-tests --release --test race_variates` (about
-//! half a minute on 2 cores).
+//! Run optimised: `cargo test -p specula-tests --profile statistics --test statistics --
+//! race_variates::` (about half a minute on 2 cores).
 
 use specula_core::verify::exponential::{ETA, draw, exponential, exponential_floor};
 

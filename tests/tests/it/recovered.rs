@@ -366,7 +366,7 @@ fn wrong_recovered_length_is_a_typed_error_with_nothing_written() {
 
 /// The conformance suite's case (`conformance::recovered_output`: random padded and ragged
 /// batches, `k = 0`, every method) on the CPU paths and the core reference. Its refusal
-/// branch runs on the GPU orchestration (`tests/tests/gpu_host_inputs.rs`).
+/// branch runs on the GPU orchestration (`tests/tests/it/gpu_host_inputs.rs`).
 #[test]
 fn conformance_case_on_the_cpu_and_the_reference() {
     conformance::recovered_output(

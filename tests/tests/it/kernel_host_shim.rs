@@ -2,12 +2,17 @@
 //! the kernel text makes results differ from the reference instead of passing by luck of
 //! timing: each of the first barriers a block reaches is skipped in turn (as if the text lacked
 //! it), and the conformance suite's random batches must fail for a good share of them (the
-//! share for one fixed thread order is printed beside it). A test binary of its own: the fault
-//! injection applies to every launch of the process.
+//! share for one fixed thread order is printed beside it). The fault injection applies to every
+//! launch of the process, so the attack runs in a child process of its own: this binary re-run
+//! with this test alone (under `cargo test` the other modules' launches share the parent).
 
 use specula_tests::conformance as c;
 use specula_tests::kernel_host::{KernelHost, Mode, skip_barrier};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::process::Command;
+
+/// Set in the child process that runs the attack.
+const CHILD: &str = "SPECULA_SHIM_ATTACK_CHILD";
 
 const K: usize = 8;
 /// The barriers tried, from the first a block reaches.
@@ -34,6 +39,32 @@ fn caught(mode: Mode, ascending_only: bool) -> u32 {
 
 #[test]
 fn a_missing_barrier_changes_the_results() {
+    if std::env::var_os(CHILD).is_none() {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "kernel_host_shim::a_missing_barrier_changes_the_results",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{text}");
+        assert!(
+            out.status.success(),
+            "the attack failed in the child: {text}"
+        );
+        assert!(
+            text.contains("1 passed"),
+            "the child ran the attack: {text}"
+        );
+        return;
+    }
     // The suite's own panics are the expected outcome here: keep them off the output.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));

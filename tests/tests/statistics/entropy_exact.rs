@@ -11,8 +11,9 @@
 //!   (relative), and the single operand where a reciprocal exactly `2⁻²⁴` low would round the
 //!   other way is pinned (the kernel relies on the compiler's own `div.rn` sequence there).
 //!
-//! Exhaustive in release mode: `cargo test -p specula-tests --release --test entropy_exact`
-//! (about ten seconds on 2 cores; scripts/test.sh runs it); sampled in debug builds.
+//! Exhaustive when optimised (about ten seconds on 2 cores; scripts/test.sh runs it), sampled in
+//! debug builds: `cargo test -p specula-tests --profile statistics --test statistics --
+//! entropy_exact::`.
 
 use specula_core::verify::fmath::entropy_term;
 

@@ -1,7 +1,7 @@
 //! Sampling at real vocabulary sizes: the tails of peaked rows, flat rows, and rejection
 //! sampling at V = 32k, on every backend.
 //!
-//! Run in release mode: `cargo test -p specula-tests --release --test race_tails`.
+//! Run optimised: `cargo test -p specula-tests --profile statistics --test statistics -- race_tails::`.
 //!
 //! The race used to draw `E = −ln(u')` from a 24-bit `u'` that is exactly 1 with probability
 //! 2⁻²⁴, giving `E = 0` and an infinite key: about `V·2⁻²⁴` of all sampled tokens (0.76 % at

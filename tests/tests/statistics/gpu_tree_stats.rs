@@ -1,9 +1,9 @@
 //! Statistical tests of tree verification on a GPU backend's path: the tree entry of the kernel
 //! text (`specula_verify_tree`) launched by the shared orchestration
-//! (`GpuVerifier::verify_tree`) over the host driver, many requests per launch. Run in release
-//! mode: `cargo test -p specula-tests --release --test gpu_tree_stats`.
+//! (`GpuVerifier::verify_tree`) over the host driver, many requests per launch. Run optimised:
+//! `cargo test -p specula-tests --profile statistics --test statistics -- gpu_tree_stats::`.
 //!
-//! `tests/tests/tree_stats.rs` shows losslessness on the reference with 10⁶ draws per test; these
+//! `tree_stats.rs` shows losslessness on the reference with 10⁶ draws per test; these
 //! tests take 250 000 through the host-executed kernel (`DRAWS`: 125 launches of 2 000 requests)
 //! on the same kind of trees and test the same laws at the same level (chi-square at α = 0.001,
 //! Wilson–Hilferty critical values; cells expected to hold fewer than 5 draws are pooled). Fewer
@@ -20,6 +20,7 @@
 //!
 //! With fixed seeds a correct implementation fails a given check with probability 0.001.
 
+use crate::tree_model::{chi2_critical, contexts, model_row, mss_ranks, shape, top};
 use specula_core::gpu::GpuVerifier;
 use specula_core::verify::tree::links_from_parents;
 use specula_core::verify::{Check, Method};
@@ -35,14 +36,6 @@ const B: usize = 2_000;
 const LAUNCHES: usize = 125;
 /// Draws per test.
 const DRAWS: usize = B * LAUNCHES;
-
-/// Chi-square critical value at α = 0.001 for `dof` degrees of freedom (Wilson–Hilferty).
-fn chi2_critical(dof: usize) -> f64 {
-    let k = dof as f64;
-    let z = 3.090_232; // one-sided normal quantile at 0.001
-    let a = 2.0 / (9.0 * k);
-    k * (1.0 - a + z * a.sqrt()).powi(3)
-}
 
 /// Asserts `observed` (over `n` draws) follows `expected` (probabilities summing to 1; cells of
 /// probability 0 must stay empty) at α = 0.001. Cells expected to hold fewer than 5 draws are
@@ -82,54 +75,6 @@ fn assert_chi2(observed: &[u64], expected: &[f64], n: u64, what: &str) {
         "{what}: chi2 = {stat:.1}, {dof} dof ({pooled} small cells pooled), critical {crit:.1}, {n} draws"
     );
     assert!(stat < crit, "{what}: chi2 {stat} ≥ {crit} ({dof} dof)");
-}
-
-/// The target's (or drafter's) next-token row after `ctx`: a fixed function of the context,
-/// some ids 0, one peaked.
-fn model_row(salt: u64, ctx: &[u32], v: usize) -> Vec<f32> {
-    let mut h = salt;
-    for &t in ctx {
-        h = h
-            .wrapping_mul(0x100_0000_01B3)
-            .wrapping_add(u64::from(t) + 1);
-    }
-    let mut g = Gen(h);
-    let mut row: Vec<f32> = (0..v)
-        .map(|_| if g.chance(1, 6) { 0.0 } else { 0.05 + g.unit() })
-        .collect();
-    let peak = g.below(v);
-    row[peak] += 1.5;
-    let s: f32 = row.iter().sum();
-    row.iter_mut().for_each(|x| *x /= s);
-    row
-}
-
-/// `widths[d]` children per node at depth `d`: the parent array (parents before children).
-fn shape(widths: &[usize]) -> Vec<i32> {
-    let mut parents = vec![-1i32];
-    let mut level = vec![0usize];
-    for &w in widths {
-        let mut next = vec![];
-        for &u in &level {
-            for _ in 0..w {
-                next.push(parents.len());
-                parents.push(u as i32);
-            }
-        }
-        level = next;
-    }
-    parents
-}
-
-/// The token path of every node.
-fn contexts(parents: &[i32], tokens: &[u32]) -> Vec<Vec<u32>> {
-    let mut ctx: Vec<Vec<u32>> = vec![vec![]; parents.len()];
-    for i in 1..parents.len() {
-        let mut c = ctx[parents[i] as usize].clone();
-        c.push(tokens[i]);
-        ctx[i] = c;
-    }
-    ctx
 }
 
 /// An empty batch of trees of `parents`' shape at vocabulary `v`.
@@ -193,14 +138,6 @@ fn verify(v: &mut GpuVerifier<HostDriver, K>, d: &TreeData) -> TreeOut {
     v.verify_tree(Method::Rejection, Check::STRICT, &d.view(), &mut out.view())
         .unwrap();
     out
-}
-
-/// The `b` most likely ids of `row` (ties to the lowest id).
-fn top(row: &[f32], b: usize) -> Vec<u32> {
-    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
-    ids.sort_by(|&x, &y| row[y as usize].total_cmp(&row[x as usize]).then(x.cmp(&y)));
-    ids.truncate(b);
-    ids
 }
 
 /// Target-only rule on a top-b tree (3 children at the root, 2 below each), through the GPU
@@ -274,32 +211,6 @@ fn gpu_target_only_rule_emits_every_sequence_with_its_target_probability() {
     let totals = specula_core::verify::Verifier::totals(&mut v).unwrap();
     assert_eq!(totals.drafts, DRAWS as u64);
     assert_eq!(totals.accepted_tokens, accepted_total);
-}
-
-/// The exact law of the accepted root child's rank under SpecInfer's rule for sibling tokens
-/// `xs` drawn from `q`, target `p`: `[rank 0, …, none]`.
-fn mss_ranks(p: &[f32], q: &[f32], xs: &[usize]) -> Vec<f64> {
-    let mut pr: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
-    let q: Vec<f64> = q.iter().map(|&x| f64::from(x)).collect();
-    let mut out = vec![0f64; xs.len() + 1];
-    let mut alive = 1.0;
-    for (r, &x) in xs.iter().enumerate() {
-        let a = if q[x] > 0.0 {
-            (pr[x] / q[x]).min(1.0)
-        } else {
-            1.0
-        };
-        out[r] = alive * a;
-        alive *= 1.0 - a;
-        let mut res: Vec<f64> = pr.iter().zip(&q).map(|(p, q)| (p - q).max(0.0)).collect();
-        let s: f64 = res.iter().sum();
-        if s > 0.0 {
-            res.iter_mut().for_each(|x| *x /= s);
-        }
-        pr = res;
-    }
-    out[xs.len()] = alive;
-    out
 }
 
 /// SpecInfer's multi-step speculative sampling through the GPU path: siblings drawn i.i.d.

@@ -1,6 +1,7 @@
 //! Statistical tests of tree verification: rejection sampling on trees is lossless.
 //!
-//! Run in release mode: `cargo test -p specula-tests --release --test tree_stats`.
+//! Run optimised: `cargo test -p specula-tests --profile statistics --test statistics -- tree_stats::
+//! --skip gpu_tree_stats`.
 //!
 //! * Target-only rule (a deterministic top-b drafter, no draft probabilities): over 10⁶ draws
 //!   of a 10-node tree, the frequency of **every emitted sequence** (every path of the tree
@@ -24,6 +25,7 @@
 //! with fixed seeds: a correct implementation fails a given seed with probability 0.001 per
 //! check, 5 checks in this file.
 
+use crate::tree_model::{chi2_critical, contexts, model_row, mss_ranks, shape, top};
 use specula::cpu::CpuVerifier;
 use specula_core::Counters;
 use specula_core::verify::tree::{TreeOutputs, links_from_parents, verify_tree_batch};
@@ -33,14 +35,6 @@ use specula_tests::kernel_host::{KernelHost, Mode};
 use specula_tests::tree::{TreeData, TreeOut};
 
 const K: usize = 8;
-
-/// Chi-square critical value at α = 0.001 for `dof` degrees of freedom (Wilson–Hilferty).
-fn chi2_critical(dof: usize) -> f64 {
-    let k = dof as f64;
-    let z = 3.090_232; // one-sided normal quantile at 0.001
-    let a = 2.0 / (9.0 * k);
-    k * (1.0 - a + z * a.sqrt()).powi(3)
-}
 
 /// The chi-square statistic of `observed` against probabilities `expected` (summing to 1) over
 /// `n` draws; cells of probability 0 must be empty. Returns (statistic, degrees of freedom).
@@ -73,63 +67,6 @@ fn assert_chi2(observed: &[u64], expected: &[f64], n: u64, what: &str) {
     let crit = chi2_critical(dof);
     println!("{what}: chi2 = {stat:.1}, {dof} dof, critical {crit:.1}");
     assert!(stat < crit, "{what}: chi2 {stat} ≥ {crit} ({dof} dof)");
-}
-
-/// The target's (or drafter's) next-token row after `ctx`: a fixed function of the context,
-/// some ids 0, some rows peaked.
-fn model_row(salt: u64, ctx: &[u32], v: usize) -> Vec<f32> {
-    let mut h = salt;
-    for &t in ctx {
-        h = h
-            .wrapping_mul(0x100_0000_01B3)
-            .wrapping_add(u64::from(t) + 1);
-    }
-    let mut g = Gen(h);
-    let mut row: Vec<f32> = (0..v)
-        .map(|_| if g.chance(1, 6) { 0.0 } else { 0.05 + g.unit() })
-        .collect();
-    let peak = g.below(v);
-    row[peak] += 1.5;
-    let s: f32 = row.iter().sum();
-    row.iter_mut().for_each(|x| *x /= s);
-    row
-}
-
-/// The `b` most likely ids of `row` (ties to the lowest id).
-fn top(row: &[f32], b: usize) -> Vec<u32> {
-    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
-    ids.sort_by(|&x, &y| row[y as usize].total_cmp(&row[x as usize]).then(x.cmp(&y)));
-    ids.truncate(b);
-    ids
-}
-
-/// A fixed tree shape: `widths[d]` children per node at depth `d`. Returns the parent array.
-fn shape(widths: &[usize]) -> Vec<i32> {
-    let mut parents = vec![-1i32];
-    let mut level = vec![0usize];
-    for &w in widths {
-        let mut next = vec![];
-        for &u in &level {
-            for _ in 0..w {
-                next.push(parents.len());
-                parents.push(u as i32);
-            }
-        }
-        level = next;
-    }
-    parents
-}
-
-/// The token path (context) of every node, given the parents and tokens.
-fn contexts(parents: &[i32], tokens: &[u32]) -> Vec<Vec<u32>> {
-    let mut ctx: Vec<Vec<u32>> = vec![vec![]; parents.len()];
-    for i in 1..parents.len() {
-        // Parents come before their children in `shape`.
-        let mut c = ctx[parents[i] as usize].clone();
-        c.push(tokens[i]);
-        ctx[i] = c;
-    }
-    ctx
 }
 
 /// `B` copies of one tree (offsets `first..first + B`), target rows from the model, draft rows
@@ -294,32 +231,6 @@ fn target_only_rule_emits_every_sequence_with_its_target_probability() {
         draws,
         "target-only rule: every emitted sequence",
     );
-}
-
-/// The exact distribution of the accepted root child's rank under SpecInfer's rule for sibling
-/// tokens `xs` drawn from `q` (the same row for every sibling), target `p`: `[rank 0, …, none]`.
-fn mss_ranks(p: &[f32], q: &[f32], xs: &[usize]) -> Vec<f64> {
-    let mut pr: Vec<f64> = p.iter().map(|&x| f64::from(x)).collect();
-    let q: Vec<f64> = q.iter().map(|&x| f64::from(x)).collect();
-    let mut out = vec![0f64; xs.len() + 1];
-    let mut alive = 1.0;
-    for (r, &x) in xs.iter().enumerate() {
-        let a = if q[x] > 0.0 {
-            (pr[x] / q[x]).min(1.0)
-        } else {
-            1.0
-        };
-        out[r] = alive * a;
-        alive *= 1.0 - a;
-        let mut res: Vec<f64> = pr.iter().zip(&q).map(|(p, q)| (p - q).max(0.0)).collect();
-        let s: f64 = res.iter().sum();
-        if s > 0.0 {
-            res.iter_mut().for_each(|x| *x /= s);
-        }
-        pr = res;
-    }
-    out[xs.len()] = alive;
-    out
 }
 
 /// SpecInfer's multi-step speculative sampling: siblings drawn i.i.d. from the drafter.

@@ -665,7 +665,7 @@ fn logits_conformance_both_modes_both_entries() {
         0x106_1004,
         200,
     );
-    // Filters, half inputs and a method per request too (tests/tests/kernel_host_inputs.rs runs
+    // Filters, half inputs and a method per request too (tests/tests/it/kernel_host_inputs.rs runs
     // them on every host).
     c::sampling_inputs(
         || KernelHost::<K>::new(Mode::Cuda, 64).unwrap(),
