@@ -7,7 +7,7 @@
 # tests need (SPECULA_CUDA13_NVRTC / SPECULA_CUDA13_PTXAS for the second compile check). Source it so the exports reach your shell:
 #
 #     . scripts/cuda-tools.sh
-#     cargo test -p specula-cuda --test nvrtc -- --nocapture
+#     cargo test -p specula-cuda --test toolchain -- --nocapture
 #
 # It also installs cuobjdump and nvdisasm (nvidia-cuda-cuobjdump 13.4, nvidia-cuda-nvdisasm 13.5)
 # into .tools/sass for scripts/kernel-report.py, and exports SPECULA_CUOBJDUMP when they are there.

@@ -14,7 +14,7 @@
 #    which finds NVRTC (DIR/nvrtc, the host's CUDA toolkit, or a Python wheel's), runs the
 #    conformance suite, the caller's-stream test, the zero-synchronisation step-path test, the
 #    CUDA-graph capture/replay test and the readback tests on device 0, the token-tree tests
-#    (backend-cuda/tests/tree_device.rs), an 8 s
+#    (backend-cuda/tests/it/tree_device.rs), an 8 s
 #    `specula demo --backend cuda` (exit 0 and its log lines), then the benchmark grid
 #    (backend-cuda/benches/grid.rs: greedy / typical / rejection with drafts equal, mixed
 #    (residual race) and fallback (residual empty, target race) x batch 1/16/64/256 x V
@@ -40,8 +40,8 @@ pack)
     rm -rf "$dir"
     mkdir -p "$dir"
     list=$(mktemp)
-    cargo test -p specula-cuda --release --test device --no-run --message-format=json >"$list"
-    cargo test -p specula-cuda --release --test tree_device --no-run --message-format=json >>"$list"
+    # The device tests are modules of the `it` binary (device::, tree_device::).
+    cargo test -p specula-cuda --release --test it --no-run --message-format=json >"$list"
     cargo bench -p specula-cuda --bench grid --no-run --message-format=json >>"$list"
     cargo build --release -p specula-cli --features cuda --bin specula
     cp target/release/specula "$dir/specula"
@@ -56,15 +56,15 @@ for line in open(sys.argv[1]):
     exe = msg.get("executable")
     if msg.get("reason") == "compiler-artifact" and exe:
         name = msg["target"]["name"]
-        if name in ("device", "tree_device", "grid"):
+        if name in ("it", "grid"):
             shutil.copy2(exe, os.path.join(sys.argv[2], name))
             seen.append(name)
-missing = {"device", "tree_device", "grid"} - set(seen)
+missing = {"it", "grid"} - set(seen)
 if missing:
     sys.exit(f"gpu-check: no binary for {sorted(missing)}")
 PY
     rm -f "$list"
-    strip "$dir/device" "$dir/tree_device" "$dir/grid" "$dir/specula" 2>/dev/null || true
+    strip "$dir/it" "$dir/grid" "$dir/specula" 2>/dev/null || true
     if [ "$with_nvrtc" = "--with-nvrtc" ]; then
         mkdir -p "$dir/nvrtc"
         # The library and its builtins; the ".alt" variants are not needed.
@@ -75,7 +75,7 @@ PY
     echo "gpu-check: packed into $dir ($(du -sh "$dir" | cut -f1)); on the GPU host run: $dir/gpu-check.sh run $dir"
     ;;
 run)
-    for b in device tree_device grid specula; do
+    for b in it grid specula; do
         [ -x "$dir/$b" ] || { echo "gpu-check: $dir/$b missing (run 'pack' first)" >&2; exit 2; }
     done
     # NVRTC: specula-cuda itself looks on the loader path and in the CUDA toolkit folders
@@ -102,9 +102,10 @@ run)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     start=$(date +%s)
     echo "== device tests (conformance suite, caller's stream, step-path call counts, graph replay, readback)"
-    timeout 200 "$dir/device" --test-threads=1 --nocapture
+    # `device::` also matches `tree_device::`, which runs next on its own.
+    timeout 200 "$dir/it" device:: --skip tree_device:: --test-threads=1 --nocapture
     echo "== token-tree device tests (tree module compiled on first use, tree conformance, tree step path and graph replay)"
-    timeout 60 "$dir/tree_device" --test-threads=1 --nocapture
+    timeout 60 "$dir/it" tree_device:: --test-threads=1 --nocapture
     echo "== end to end: specula demo on the GPU (collector thread, asynchronous readback, log)"
     timeout 60 "$dir/specula" demo --backend cuda --batch 64 --duration 8 --log-interval 2
     echo "== benchmark grid"

@@ -3,8 +3,8 @@
 #
 #   scripts/test.sh          the full run, what CI does (every check below)
 #   scripts/test.sh quick    the developer's loop, a few minutes warm: format, clippy, and the
-#                            tests but the kernel compiles and the simulation sweeps (nextest
-#                            profile `quick` in .config/nextest.toml); installs nothing
+#                            fast tier (nextest profile `quick` in .config/nextest.toml: no
+#                            `toolchain`, no `statistics` binary); installs nothing
 #
 # The full run sets itself up: whatever a step needs and is missing is installed first (set-up),
 # then the checks run:
@@ -297,7 +297,7 @@ cuda13() {
     # packages and features: nothing is rebuilt), run again with NVRTC/ptxas 13.5.
     SPECULA_NVRTC="$SPECULA_CUDA13_NVRTC" SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" \
         SPECULA_EXPECT_NVRTC_MAJOR=13 cargo nextest run --workspace --features "$FEATURES" \
-        -E 'binary(nvrtc)' --success-output final
+        -E 'package(specula-cuda) & binary(toolchain)' --success-output final
     # Found without SPECULA_NVRTC or the loader path: in $CUDA_HOME/lib64, as a toolkit has it.
     # (Only the loading test: the kernel was compiled by NVRTC 13 just above.)
     local home
@@ -305,7 +305,7 @@ cuda13() {
     ln -s "$(dirname "$SPECULA_CUDA13_NVRTC")" "$home/lib64"
     env -u LD_LIBRARY_PATH CUDA_HOME="$home" SPECULA_EXPECT_NVRTC_MAJOR=13 \
         SPECULA_PTXAS="$SPECULA_CUDA13_PTXAS" cargo nextest run --workspace --features "$FEATURES" \
-        -E 'binary(nvrtc) & test(=nvrtc_loads_the_expected_major)'
+        -E 'package(specula-cuda) & binary(toolchain) & test(=nvrtc::nvrtc_loads_the_expected_major)'
     rm -rf "$home"
 }
 
@@ -316,12 +316,13 @@ kernel_report() {
     python3 scripts/kernel-report.py --kernel-cache "$target/kernel-cache"
 }
 
-stats_release() {
-    # Small-V chi-square, tails at V = 128k-256k, the race variate map, filters, token trees
-    # (reference and GPU path), exact entropy; the collector's freshness sweep at CI size.
-    cargo nextest run --cargo-profile release -p specula-tests -p specula-core \
-        --test verify_stats --test race_tails --test race_variates --test verify_logits \
-        --test verify_filters --test tree_stats --test gpu_tree_stats --test entropy_exact \
+statistics() {
+    # The statistics tier, the `statistics` binaries: small-V chi-square, tails at V = 128k-256k,
+    # the race variate map, the logits and filter laws, token trees (reference and GPU path),
+    # exact entropy (specula-tests); the collector's freshness sweep at CI size (specula-core).
+    # Cargo's `statistics` profile: release code with overflow checks in the test code and the
+    # core (the workspace Cargo.toml says why); `--test statistics` builds those binaries alone.
+    cargo nextest run --workspace --cargo-profile statistics --profile statistics \
         --test statistics
 }
 
@@ -384,7 +385,7 @@ lane "${second[@]}"
 step "format" format
 step "clippy (all targets, warnings denied)" clippy_all
 step "docs (warnings denied: broken links, missing docs)" docs
-step "tests (debug, nextest: every test binary, the kernel compiles included)" tests_debug
+step "tests (debug, nextest profile default: unit tests, fast and toolchain tiers)" tests_debug
 step "doctests" doctests
 step "examples (host-std/examples, built by the tests above)" examples
 step "pick_backend under every feature set (a backend not compiled in exits 3)" pick_backend
@@ -394,7 +395,7 @@ fi
 if [ "$have_cuda" = 1 ] && [ -n "${SPECULA_CUOBJDUMP:-}" ]; then
     step "kernel report: SASS per pass (instructions/element, registers, spills, bytes in flight), budgets, model predictions" kernel_report
 fi
-step "statistical tests and the freshness sweep (release)" stats_release
+step "statistics tier (cargo and nextest profile statistics: optimised)" statistics
 if [ "$have_prometheus" = 1 ]; then
     step "real Prometheus scraping the demo" prometheus_checks
 fi

@@ -9,7 +9,7 @@
 //! completion event. `poll` only queries the oldest slot's event. Up to
 //! [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies are in flight, and a stale one can be
 //! abandoned: its slot is set aside until its copy lands. The same code runs end to end in CI
-//! over the host driver of `specula-tests` (`tests/tests/gpu_host.rs`).
+//! over the host driver of `specula-tests` (`tests/tests/it/gpu_host.rs`).
 //!
 //! This type is the ring plus one thing: at drop it waits for the copy stream, so no copy still
 //! in flight lands in freed page-locked memory. The shared ring has no `Drop` of its own, which

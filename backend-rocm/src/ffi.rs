@@ -3,7 +3,7 @@
 //!
 //! Every status is read as a plain `i32`, never as a Rust enum, so an error code added by a later
 //! ROCm release cannot produce an invalid enum value. The `hip-sys` feature checks these
-//! constants against hip-sys's bindgen output (`tests/ffi_layout.rs`).
+//! constants against hip-sys's bindgen output (the `layout_vs_hip_sys` tests below).
 
 use crate::error::RocmError;
 use core::ffi::{c_char, c_int, c_uint, c_void};

@@ -16,8 +16,6 @@ use std::time::Duration;
 
 mod bench;
 mod demo;
-#[cfg(test)]
-mod demo_log_tests;
 mod ngram;
 mod stdio;
 mod step;

@@ -12,7 +12,7 @@
 // * Rounds alternate between ascending and descending thread order, so a read of another
 //   thread's write that lacks a barrier between them can see the stale value whichever thread
 //   is the writer, and always the same way: a run is reproducible. (Attacked in
-//   tests/tests/kernel_host_shim.rs: skipping one of the first 40 barriers at a time, the
+//   tests/tests/it/kernel_host_shim.rs: skipping one of the first 40 barriers at a time, the
 //   conformance batches catch 15 (CUDA) and 13 (HIP); one fixed order catches about as many.)
 //   A barrier some threads of a block skip (they
 //   return while others wait) stops the launch with a message and an error (the launcher
@@ -155,7 +155,7 @@ dim3 g_grid_dim;
 // Two exchange arrays used alternately by successive shuffles (see shfl_down).
 std::vector<std::uint64_t> g_exchange[2];
 std::mutex g_launch_mutex;
-// The attack of tests/tests/kernel_host_shim.rs: when n > 0, every thread of every block passes
+// The attack of tests/tests/it/kernel_host_shim.rs: when n > 0, every thread of every block passes
 // its n-th barrier (a `__syncthreads` or a shuffle's) without waiting, as if the kernel text
 // lacked it. 0 (the default): every barrier holds.
 std::atomic<unsigned int> g_skip_barrier{0};

@@ -1,6 +1,6 @@
 //! The engine inputs of issue 13 (`k = 0`, the ragged layout, caller-supplied bonus tokens,
 //! f32 target logits with per-request temperature) through the shared GPU orchestration, over
-//! any [`Driver`]: the host driver runs these in CI (`tests/tests/gpu_host_inputs.rs`), the
+//! any [`Driver`]: the host driver runs these in CI (`tests/tests/it/gpu_host_inputs.rs`), the
 //! CUDA and ROCm device tests on a GPU.
 
 use crate::conformance::{self as c, BatchData, Gen, K, OutData, RaggedData};

@@ -8,6 +8,7 @@ pub mod gpu_inputs;
 pub mod host_driver;
 pub mod kernel_host;
 pub mod readback_conformance;
+pub mod skip;
 pub mod tree;
 
 /// The README's quick start, compiled and run as a doc test.

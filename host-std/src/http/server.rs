@@ -287,7 +287,7 @@ impl Drop for MetricsServer {
 /// full the kernel drops new SYNs and the client retries only after its retransmission timer
 /// (1 s, then 2 s, 4 s, …). A long queue makes that wait proportional to the attack (served at
 /// the acceptor's full speed) rather than exponential: as long as the kernel allows. Measured
-/// with a reconnecting crowd of 2 000 at a cap of 64 (`tests/http_admission.rs`): p99 0.7 s
+/// with a reconnecting crowd of 2 000 at a cap of 64 (`tests/it/http_admission.rs`): p99 0.7 s
 /// with 4 096, 1.2 s with 1 024 (a SYN retransmission).
 const LISTEN_BACKLOG: u32 = 4096;
 

@@ -1,0 +1,702 @@
+use super::*;
+
+/// The lane-wise softmax kernels give the core's bits (`softmax_max`, `softmax_fixed` of
+/// `softmax_exp`, `Softmax::p`) on every instruction set, for rows with −∞, NaN, +∞, huge
+/// and tiny logits, at lengths that leave tails.
+#[test]
+fn softmax_kernels_match_the_core() {
+    use specula_core::verify::{Softmax, softmax_exp, softmax_fixed};
+    let mut s = 0x50F7_3A11u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for x in [
+        -200.0f32,
+        -87.0,
+        -86.9,
+        -0.0,
+        0.0,
+        1e-30,
+        88.0,
+        88.1,
+        f32::NAN,
+    ] {
+        assert_eq!(
+            exp_p(x).to_bits(),
+            specula_core::verify::fmath::exp_p(x).to_bits(),
+            "{x}"
+        );
+    }
+    for round in 0..200 {
+        let n = 1 + (next() % 300) as usize;
+        let row: Vec<f32> = (0..n)
+            .map(|_| match next() % 40 {
+                0 => f32::NEG_INFINITY,
+                1 => f32::NAN,
+                2 => 1e30,
+                3 => -1e30,
+                _ => ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 60.0,
+            })
+            .collect();
+        let t = [0.05f32, 0.7, 1.0, 3.0][round % 4];
+        let want = Softmax::of(&row, t);
+        let mut m = f32::NEG_INFINITY;
+        for &l in &row {
+            m = specula_core::verify::softmax_max(m, l / t);
+        }
+        let f: u128 = row
+            .iter()
+            .map(|&l| softmax_fixed(softmax_exp(l, t, m)))
+            .fold(0, u128::wrapping_add);
+        for isa in Isa::available() {
+            let got_m = softmax_max(isa, &row[..], t);
+            assert_eq!(
+                got_m.to_bits() & 0x7FFF_FFFF,
+                m.to_bits() & 0x7FFF_FFFF,
+                "{isa:?}"
+            );
+            let mut w = vec![7f32; n];
+            assert_eq!(
+                softmax_pass(isa, &row[..], t, m, Some(&mut w)),
+                f,
+                "{isa:?} round {round}"
+            );
+            for (x, &l) in w.iter().zip(&row) {
+                assert_eq!(x.to_bits(), softmax_exp(l, t, m).to_bits(), "{isa:?}");
+            }
+            assert_eq!(softmax_pass(isa, &row[..], t, m, None), f, "{isa:?}");
+            // The write-out: the weights divided by the sum, as a cut keeping every id.
+            if f != 0 {
+                let mut out = vec![0f32; n];
+                let all = specula_core::verify::Cut {
+                    threshold: 0,
+                    fixed: f,
+                };
+                cut_write(isa, &w, all, &mut out);
+                for (o, &l) in out.iter().zip(&row) {
+                    assert_eq!(o.to_bits(), want.p(l).to_bits(), "{isa:?} round {round}");
+                }
+            }
+        }
+    }
+}
+
+/// The one-pass softmax sum (and weights) at the vocabularies users run, binary32 and
+/// bf16, on every instruction set: the core's maximum, sum and weights bit for bit. The
+/// rows are long enough for the 32-bit piece sums to be emptied many times, and include a
+/// row of equal logits (every weight exactly 1, the largest pieces) and rows with −∞, NaN
+/// and huge logits.
+#[test]
+fn softmax_pass_matches_the_core_at_real_sizes() {
+    use specula_core::verify::{softmax_exp, softmax_fixed};
+    let mut s = 0xB16_50F7u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for (case, vocab) in [32_000usize, 32_768, 128_256, 131_072, 151_936]
+        .into_iter()
+        .enumerate()
+    {
+        for kind in 0..3 {
+            let row: Vec<f32> = (0..vocab)
+                .map(|_| match kind {
+                    // Every weight 1 (the largest pieces, in every lane).
+                    0 => 2.5,
+                    1 => 3.0 * (((next() >> 40) as f32 + 1.0) / 16_777_216.0).ln(),
+                    _ => match next() % 50 {
+                        0 => f32::NEG_INFINITY,
+                        1 => f32::NAN,
+                        2 => -1e30,
+                        _ => ((next() >> 40) as f32 / 16_777_216.0 - 0.5) * 40.0,
+                    },
+                })
+                .collect();
+            let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+            let widened: Vec<f32> = bf
+                .iter()
+                .map(|&b| f32::from_bits(u32::from(b) << 16))
+                .collect();
+            let t = [0.8f32, 1.0, 0.37][(case + kind) % 3];
+            for (name, want_row) in [("f32", &row), ("bf16", &widened)] {
+                let mut m = f32::NEG_INFINITY;
+                for &l in want_row.iter() {
+                    m = specula_core::verify::softmax_max(m, l / t);
+                }
+                let f: u128 = want_row
+                    .iter()
+                    .map(|&l| softmax_fixed(softmax_exp(l, t, m)))
+                    .sum();
+                for isa in Isa::available() {
+                    let what = format!("{isa:?} {name} V {vocab} kind {kind}");
+                    let mut w = vec![7f32; vocab];
+                    let (got_m, got_f) = if name == "f32" {
+                        let gm = softmax_max(isa, &row[..], t);
+                        (gm, softmax_pass(isa, &row[..], t, m, Some(&mut w)))
+                    } else {
+                        let gm = softmax_max(isa, Bf16Row(&bf), t);
+                        (gm, softmax_pass(isa, Bf16Row(&bf), t, m, Some(&mut w)))
+                    };
+                    assert_eq!(
+                        got_m.to_bits() & 0x7FFF_FFFF,
+                        m.to_bits() & 0x7FFF_FFFF,
+                        "{what}"
+                    );
+                    assert_eq!(got_f, f, "{what}");
+                    for (i, (x, &l)) in w.iter().zip(want_row.iter()).enumerate() {
+                        assert_eq!(x.to_bits(), softmax_exp(l, t, m).to_bits(), "{what} id {i}");
+                    }
+                    // The write-out from the weights is the core's softmax `p`.
+                    let sm = specula_core::verify::Softmax::from_parts(t, m, f);
+                    let all = specula_core::verify::Cut {
+                        threshold: 0,
+                        fixed: f,
+                    };
+                    let mut out = vec![7f32; vocab];
+                    cut_write(isa, &w, all, &mut out);
+                    for (i, (o, &l)) in out.iter().zip(want_row.iter()).enumerate() {
+                        assert_eq!(o.to_bits(), sm.p(l).to_bits(), "{what} p of id {i}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `gather_keys` returns exactly the keys in `[lo, hi)` in id order and the exact mass of
+/// the keys `≥ hi` on every instruction set, and says when there are more than the cap.
+#[test]
+fn gather_keys_is_the_filter() {
+    use specula_core::verify::weight_fixed;
+    let mut s = 0x6A7_4E55u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for round in 0..60 {
+        let n = 1 + (next() % 140_000) as usize;
+        let w: Vec<f32> = (0..n)
+            .map(|_| match next() % 20 {
+                0 => f32::NAN,
+                1 => -0.25,
+                2 => 0.0,
+                3 => 1.0,
+                4 => f32::from_bits(1 + (next() % 1000) as u32),
+                _ => ((next() >> 40) as f32 / 16_777_216.0).powi(8),
+            })
+            .collect();
+        let lo = [1u32, 0x3E80_0000, 0x3F00_0000, 0x3C00_0000][round % 4];
+        let hi = [u32::MAX, 0x3F40_0000, 0x3F80_0000, 0x3F80_0001][(round / 4) % 4].max(lo + 1);
+        let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
+        let want: Vec<u32> = w
+            .iter()
+            .map(|&x| key(x))
+            .filter(|&k| k >= lo && k < hi)
+            .collect();
+        let above: u128 = if hi == u32::MAX {
+            0
+        } else {
+            w.iter()
+                .filter(|&&x| key(x) >= hi)
+                .map(|&x| weight_fixed(x))
+                .sum()
+        };
+        for isa in Isa::available() {
+            let mut got = Vec::new();
+            assert_eq!(
+                gather_keys(isa, &w, lo, hi, &mut got, n),
+                Some(above),
+                "{isa:?}"
+            );
+            assert_eq!(got, want, "{isa:?} round {round}");
+            if !want.is_empty() {
+                let mut got = Vec::new();
+                assert_eq!(gather_keys(isa, &w, lo, hi, &mut got, want.len() - 1), None);
+            }
+        }
+    }
+}
+
+/// The clamped `exp_p` is the core's for a sweep of every bit pattern and the edges, and so
+/// is `exp_nonpos` wherever it is defined (`x ≤ 0` or NaN; every pattern of `(−87, 0]` near
+/// the range reduction's seams is in the sweep's neighbourhoods below).
+#[test]
+fn exp_p_matches_the_core_everywhere() {
+    // Around each seam of `n` (x = (k + ½)·ln 2) and the ends of the range, every pattern.
+    let seams = (0..=126).flat_map(|k| {
+        let x = -((k as f32) + 0.5) * std::f32::consts::LN_2;
+        let b = x.to_bits();
+        b - 64..b + 64
+    });
+    for bits in (0..=u32::MAX)
+        .step_by(89)
+        .chain([0x7F80_0000, 0xFF80_0000, 0x7FC0_0000, 0x8000_0000, 0])
+        .chain(seams)
+        .chain((-87.0f32).to_bits() - 64..(-87.0f32).to_bits() + 64)
+    {
+        let x = f32::from_bits(bits);
+        let want = specula_core::verify::fmath::exp_p(x).to_bits();
+        assert_eq!(exp_p(x).to_bits(), want, "{x:e} ({bits:#x})");
+        if x.is_nan() || x <= 0.0 {
+            assert_eq!(exp_nonpos(x).to_bits(), want, "{x:e} ({bits:#x})");
+        }
+    }
+}
+
+/// `div_t` and `div_s` either give the divisions' bits or say they may not: over a sweep of
+/// logits for many temperatures (including values built to sit near rounding boundaries),
+/// and over random weights and sums.
+#[test]
+fn reciprocal_products_are_the_divisions_or_flagged() {
+    let mut s = 0x0D17_5EEDu64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (mut flagged, mut total) = (0u64, 0u64);
+    let temps = [
+        0.8f32,
+        0.7,
+        1.0,
+        0.3,
+        1.7,
+        0.05,
+        3.0,
+        1e-20,
+        7e30,
+        f32::MIN_POSITIVE,
+    ];
+    for (i, &t) in temps.iter().chain(&[0.123_456_7f32; 1]).enumerate() {
+        let inv_t = 1.0 / f64::from(t);
+        let step = if i < 2 { 61 } else { 4093 };
+        for bits in (0..=u32::MAX).step_by(step) {
+            let l = f32::from_bits(bits);
+            let (q, near) = div_t(l, inv_t);
+            total += 1;
+            if near {
+                flagged += 1;
+            } else {
+                assert_eq!(q.to_bits(), (l / t).to_bits(), "{l:e} / {t:e}");
+            }
+        }
+        // Logits whose quotient is (nearly) a binary32 midpoint.
+        for _ in 0..200_000 {
+            let q = f32::from_bits((next() as u32 & 0x3FFF_FFFF) | 0x2000_0000);
+            let mid = f64::from(q) * (1.0 + 2f64.powi(-24));
+            let l = (mid * f64::from(t)) as f32;
+            let (q, near) = div_t(l, inv_t);
+            if !near {
+                assert_eq!(q.to_bits(), (l / t).to_bits(), "{l:e} / {t:e}");
+            }
+        }
+    }
+    assert!(total > 0 && flagged < total);
+    // Realistic logits at a realistic temperature are almost never flagged.
+    let inv_t = 1.0 / f64::from(0.8f32);
+    let flagged = (0..1_000_000)
+        .filter(|_| {
+            let l = ((next() >> 40) as f32 / 16_777_216.0 - 0.5) * 60.0;
+            div_t(l, inv_t).1
+        })
+        .count();
+    assert!(flagged < 100, "{flagged} of 1000000 flagged");
+    for _ in 0..2_000_000 {
+        let e = f32::from_bits((next() >> 40) as u32 % 0x3F80_0001);
+        let sum = 1.0 + (next() >> 11) as f64 * 2f64.powi(-53) * 300_000.0;
+        let (p, near) = div_s(e, 1.0 / sum);
+        if !near {
+            assert_eq!(
+                p.to_bits(),
+                ((f64::from(e) / sum) as f32).to_bits(),
+                "{e:e} / {sum:e}"
+            );
+        }
+    }
+}
+
+/// `cut_write` gives `Cut::p` of every weight on every instruction set, kept or not.
+#[test]
+fn cut_write_matches_the_core() {
+    use specula_core::verify::Cut;
+    let mut s = 0xC07_0F5u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for round in 0..300 {
+        let n = 1 + (next() % 500) as usize;
+        let w: Vec<f32> = (0..n)
+            .map(|_| match next() % 30 {
+                0 => f32::NAN,
+                1 => -0.5,
+                2 => 0.0,
+                3 => f32::from_bits(1 + (next() % 1000) as u32),
+                4 => 3.0e38,
+                _ => (next() >> 40) as f32 / 16_777_216.0,
+            })
+            .collect();
+        let cut = Cut {
+            threshold: [0, 0x3E80_0000, 0x3F00_0000, 1][round % 4],
+            fixed: match round % 5 {
+                0 => 0,
+                1 => 1,
+                _ => u128::from(next()) << (next() % 64),
+            },
+        };
+        for isa in Isa::available() {
+            let mut out = vec![7f32; n];
+            cut_write(isa, &w, cut, &mut out);
+            for (o, &x) in out.iter().zip(&w) {
+                assert_eq!(o.to_bits(), cut.p(x).to_bits(), "{isa:?} {x:e} {cut:?}");
+            }
+        }
+    }
+}
+
+/// The approximate sum path gives `Cut::p` bit for bit whenever it answers, at the
+/// vocabularies users run, for f32 and bf16 rows, with and without min-p's threshold, on
+/// every instruction set, and answers for nearly every id (else it would save nothing);
+/// its weights are the exact pass's and [`weights_fixed`] is the exact mass.
+#[test]
+fn approx_p_is_the_cut_p() {
+    use specula_core::verify::{Cut, weight_fixed, weight_key};
+    let mut s = 0xA99_0C5u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for vocab in [32_000usize, 32_768, 128_256, 151_936, 262_144] {
+        for kind in 0..3 {
+            let row: Vec<f32> = (0..vocab)
+                .map(|_| {
+                    let u = ((next() >> 40) as f32 + 1.0) / 16_777_216.0;
+                    match kind {
+                        0 => 3.0 * u.ln(),
+                        // LLM-like: a few high logits over a wide low tail.
+                        1 => {
+                            if next() % 1000 == 0 {
+                                10.0 * u
+                            } else {
+                                -12.0 + 4.0 * u.ln()
+                            }
+                        }
+                        // Coarse values: many equal weights.
+                        _ => (8.0 * u.ln()).round() / 2.0,
+                    }
+                })
+                .collect();
+            let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+            let t = [0.8f32, 1.0, 0.37][kind];
+            for isa in Isa::available() {
+                for half in [false, true] {
+                    let max = if half {
+                        softmax_max(isa, Bf16Row(&bf), t)
+                    } else {
+                        softmax_max(isa, &row[..], t)
+                    };
+                    let mut exact_w = vec![0f32; vocab];
+                    let total = if half {
+                        softmax_pass(isa, Bf16Row(&bf), t, max, Some(&mut exact_w))
+                    } else {
+                        softmax_pass(isa, &row[..], t, max, Some(&mut exact_w))
+                    };
+                    for min_p in [0.0f32, 0.05, 0.3] {
+                        let threshold = if min_p > 0.0 { weight_key(min_p) } else { 0 };
+                        let what = format!("{isa:?} V {vocab} kind {kind} bf16 {half} {min_p}");
+                        let mut w = vec![7f32; vocab];
+                        let approx = if half {
+                            softmax_weights(isa, Bf16Row(&bf), t, max, threshold, &mut w)
+                        } else {
+                            softmax_weights(isa, &row[..], t, max, threshold, &mut w)
+                        };
+                        assert!(
+                            w.iter()
+                                .zip(&exact_w)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}: weights"
+                        );
+                        let fixed: u128 = w
+                            .iter()
+                            .filter(|&&x| weight_key(x) >= threshold)
+                            .map(|&x| weight_fixed(x))
+                            .sum();
+                        if threshold == 0 {
+                            assert_eq!(fixed, total, "{what}");
+                        }
+                        assert_eq!(weights_fixed(isa, &w, threshold), fixed, "{what}");
+                        let cut = Cut { threshold, fixed };
+                        let mut undecided = 0;
+                        for &x in &w {
+                            match approx_p(x, approx, vocab, threshold) {
+                                Some(p) => {
+                                    assert_eq!(p.to_bits(), cut.p(x).to_bits(), "{what} w {x}");
+                                }
+                                None => undecided += 1,
+                            }
+                        }
+                        assert!(undecided * 100 < vocab, "{what}: {undecided} undecided");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The gather's mass above `hi` is exact on the binary64 route too (`hi ≥ 2⁻¹⁴`), up to
+/// its per-lane limit: rows of ones (the largest sums) and of random weights in `[2⁻¹⁴, 1]`
+/// near a binade boundary, at 256k and 1M ids, every instruction set.
+#[test]
+fn gather_mass_is_exact_on_the_binary64_route() {
+    use specula_core::verify::weight_fixed;
+    let mut s = 0x6A7_4E5u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for len in [262_144usize, 1 << 20, 1_000_003] {
+        for kind in 0..3 {
+            let w: Vec<f32> = (0..len)
+                .map(|_| match kind {
+                    0 => 1.0,
+                    1 => f32::from_bits(KEY_2_M14 + (next() % 0x0100_0000) as u32),
+                    _ => f32::from_bits((next() % u64::from(0x3F80_0001u32)) as u32),
+                })
+                .collect();
+            for hi in [KEY_2_M14, KEY_2_M14 + 1, 0x3F00_0000, 0x3F80_0000] {
+                let want: u128 = w
+                    .iter()
+                    .filter(|&&x| x.to_bits() >= hi)
+                    .map(|&x| weight_fixed(x))
+                    .sum();
+                for isa in Isa::available() {
+                    let got = gather_keys(isa, &w, u32::MAX, hi, &mut Vec::new(), 0);
+                    assert_eq!(got, Some(want), "{isa:?} len {len} kind {kind} hi {hi:#x}");
+                }
+            }
+        }
+    }
+}
+
+/// [`approx_p`] near binary32 rounding boundaries: exact masses `F` chosen so that `w / S`
+/// lies within a few `2⁻⁶⁴` of a midpoint between two binary32 values, and approximate
+/// sums off by up to the bound `len·2⁻⁵³`: every answer is `Cut::p`'s (without the widening
+/// by the bound, about half of these would be wrong), and most are `None`.
+#[test]
+fn approx_p_is_exact_at_rounding_boundaries() {
+    use specula_core::verify::Cut;
+    let mut s = 0xB0_0DA5u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let two64 = 18_446_744_073_709_551_616.0f64;
+    let (mut answered, mut asked) = (0, 0);
+    for len in [32_000usize, 151_936, 262_144] {
+        for _ in 0..20_000 {
+            let w = ((next() >> 40) as f32 + 1.0) / 16_777_216.0;
+            let s_target = 1.0 + (next() >> 11) as f64 / (1u64 << 53) as f64 * (len as f64);
+            let p = (f64::from(w) / s_target) as f32;
+            let mid = (f64::from(p) + f64::from(f32::from_bits(p.to_bits() + 1))) / 2.0;
+            let f0 = (f64::from(w) / mid * two64) as u128;
+            for df in [-2i128, -1, 0, 1, 2] {
+                let fixed = (f0 as i128 + df) as u128;
+                let want = Cut {
+                    threshold: 0,
+                    fixed,
+                }
+                .p(w);
+                let exact_s = (fixed as f64) / two64;
+                for e in [-1.0, -0.5, 0.0, 0.5, 1.0] {
+                    let approx = exact_s * (1.0 + e * len as f64 / two64 * 2048.0);
+                    asked += 1;
+                    if let Some(got) = approx_p(w, approx, len, 0) {
+                        answered += 1;
+                        assert_eq!(got.to_bits(), want.to_bits(), "w {w} F {fixed} e {e}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(answered * 10 < asked, "{answered} of {asked} answered");
+}
+
+/// Times the softmax passes on one 128k row (`cargo test --release -p specula --lib --
+/// --ignored --nocapture softmax_pass_timing`), in this thread's CPU time.
+#[test]
+#[ignore = "timing, run by hand"]
+fn softmax_pass_timing() {
+    fn cpu_s() -> f64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    }
+    fn time(name: &str, mut f: impl FnMut()) {
+        f();
+        let c0 = cpu_s();
+        let mut n = 0;
+        while cpu_s() - c0 < 0.5 || n < 3 {
+            f();
+            n += 1;
+        }
+        println!("{name:<28} {:8.1} us", (cpu_s() - c0) / f64::from(n) * 1e6);
+    }
+    let v = std::env::var("SPECULA_TIMING_V")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128 * 1024);
+    let mut x = 0x1234_5678u32;
+    let row: Vec<f32> = (0..v)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            3.0 * ((x >> 8) as f32 / 16_777_216.0 + 1e-6).ln()
+        })
+        .collect();
+    let mut out = vec![0f32; v];
+    let t = 0.8;
+    for isa in Isa::available() {
+        time(&format!("{isa:?} read"), || {
+            std::hint::black_box(row.iter().fold(0f32, |a, &b| a.max(b)));
+        });
+        time(&format!("{isa:?} max"), || {
+            std::hint::black_box(softmax_max(isa, std::hint::black_box(&row[..]), t));
+        });
+        let m = softmax_max(isa, &row[..], t);
+        time(&format!("{isa:?} pass (sum)"), || {
+            std::hint::black_box(softmax_pass(
+                isa,
+                std::hint::black_box(&row[..]),
+                t,
+                m,
+                None,
+            ));
+        });
+        let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+        time(&format!("{isa:?} pass bf16 (sum)"), || {
+            std::hint::black_box(softmax_pass(
+                isa,
+                Bf16Row(std::hint::black_box(&bf)),
+                t,
+                m,
+                None,
+            ));
+        });
+        time(&format!("{isa:?} weights + approx sum"), || {
+            std::hint::black_box(softmax_weights(
+                isa,
+                std::hint::black_box(&row[..]),
+                t,
+                m,
+                0,
+                &mut out,
+            ));
+        });
+        time(&format!("{isa:?} bf16 weights + approx"), || {
+            std::hint::black_box(softmax_weights(
+                isa,
+                Bf16Row(std::hint::black_box(&bf)),
+                t,
+                m,
+                0,
+                &mut out,
+            ));
+        });
+        time(&format!("{isa:?} bf16 pass (sum + weights)"), || {
+            std::hint::black_box(softmax_pass(
+                isa,
+                Bf16Row(std::hint::black_box(&bf)),
+                t,
+                m,
+                Some(&mut out),
+            ));
+        });
+        time(&format!("{isa:?} pass (sum + weights)"), || {
+            std::hint::black_box(softmax_pass(
+                isa,
+                std::hint::black_box(&row[..]),
+                t,
+                m,
+                Some(&mut out),
+            ));
+        });
+        let mut w = vec![0f32; v];
+        let all = specula_core::verify::Cut {
+            threshold: 0,
+            fixed: softmax_pass(isa, &row[..], t, m, Some(&mut w)),
+        };
+        time(&format!("{isa:?} write (weights / S)"), || {
+            cut_write(isa, std::hint::black_box(&w), all, &mut out);
+            std::hint::black_box(&out);
+        });
+    }
+}
+
+/// The skip test of [`race_range`] relies on [`skip_key`] never exceeding the key by more
+/// than one `f32` rounding and on its clamp to `f32::MAX`.
+#[test]
+fn skip_key_is_conservative() {
+    for key in [1e-300, 1e-46, 1.5, 3.4e38, 3.5e38, 1e300, f64::INFINITY] {
+        let s = f64::from(skip_key(key));
+        assert!(
+            s.is_finite() && s <= key * (1.0 + 1.0 / 16_777_216.0),
+            "{key:e} → {s:e}"
+        );
+    }
+    assert_eq!(skip_key(-1.0), -1.0);
+}
+
+#[test]
+fn conversion_matches_saturating_as() {
+    let check = |t: f32| {
+        if !t.is_nan() {
+            assert_eq!(f32_to_i64_sat(t), t as i64, "{t:e} ({:#x})", t.to_bits());
+        }
+    };
+    // A sparse sweep of all bit patterns, plus every exponent's edges.
+    for bits in (0..=u32::MAX).step_by(997) {
+        check(f32::from_bits(bits));
+    }
+    for e in 0u32..256 {
+        for sign in [0, 0x8000_0000] {
+            for mant in [0, 1, 0x40_0000, 0x7F_FFFF] {
+                check(f32::from_bits(sign | e << 23 | mant));
+            }
+        }
+    }
+    assert_eq!(f32_to_i64_sat(-9.223_372e18), i64::MIN);
+}
+
+#[test]
+fn entropy_term_matches_core() {
+    for bits in (0..=u32::MAX).step_by(991) {
+        let p = f32::from_bits(bits);
+        assert_eq!(
+            entropy_term(p),
+            specula_core::verify::fmath::entropy_term(p),
+            "{p:e}"
+        );
+    }
+}
