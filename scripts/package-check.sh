@@ -227,6 +227,16 @@ publish_dry_run() {
         skip "publish dry run: the crates.io index is not reachable"
         return
     fi
+    # The dry run verifies each package against the others through a local registry, which cargo
+    # unpacks under $CARGO_HOME/registry/src/-<hash>/NAME-VERSION and never unpacks again while
+    # that folder exists: a second run on the same machine would build against the first run's
+    # sources (same version, old code). Remove our crates' copies there (only in that local
+    # registry's folders, whose names start with '-'; crates.io's are untouched).
+    local version home="${CARGO_HOME:-$HOME/.cargo}"
+    version="$(printf '%s' "$meta" | python3 -c 'import json,sys; print(json.load(sys.stdin)["packages"][0]["version"])')"
+    while read -r crate _ _; do
+        rm -rf "$home"/registry/src/-*/"$crate-$version"
+    done <<<"$published"
     # --allow-dirty: what is checked is what the working tree would publish.
     cargo publish --workspace --dry-run --allow-dirty || rc=1
     return $rc
