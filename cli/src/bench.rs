@@ -4,9 +4,8 @@ use crate::demo::MAX_K;
 use crate::ngram::SplitMix64;
 use crate::{CliError, MethodArg, backend_kind};
 use specula::BackendKind;
-use specula::specula_core::verify::{
-    Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
-};
+use specula::OutputBuffers;
+use specula::specula_core::verify::{Batch, Check, Dims, Drafts, Method, Streams, Verifier};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -96,7 +95,7 @@ where
     let ks = vec![k as u32; b];
     let seeds: Vec<u64> = (0..b as u64).collect();
     let mut offsets = vec![0u64; b];
-    let (mut accepted, mut tokens) = (vec![0u32; b], vec![0u32; b * (k + 1)]);
+    let mut out = OutputBuffers::new();
     let m: Method = method.into();
     let before = verifier
         .totals()
@@ -117,12 +116,8 @@ where
             },
         )
         .with_draft_probs(&draft_probs);
-        let mut out = Outputs::new(
-            specula::specula_core::verify::AcceptedOut(&mut accepted),
-            specula::specula_core::verify::TokensOut(&mut tokens),
-        );
         verifier
-            .verify(m, Check::Cheap, &batch, &mut out)
+            .verify(m, Check::Cheap, &batch, &mut out.fit(&batch))
             .map_err(|e| CliError::Run(format!("verification failed: {e}")))?;
         offsets.iter_mut().for_each(|o| *o += 1);
         iters += 1;

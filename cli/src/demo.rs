@@ -9,6 +9,7 @@ use crate::tree_demo::{TreeShape, TreeStep};
 // The pieces the tree drafter shares with this loop live below both.
 pub use crate::step::{DemoError, MAX_K};
 use crate::step::{Models, Request, Step, check_order, stream_seeds};
+use specula::OutputBuffers;
 use specula::advice::{CostSource, Sources, cost_slot, request_slot};
 use specula::backend::Backend;
 use specula::clock::StdClock;
@@ -20,7 +21,7 @@ use specula::specula_core::metrics::{
     Advice, AdviceError, CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree,
 };
 use specula::specula_core::verify::{
-    Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, Verifier,
+    Batch, Check, Dims, Drafts, Logits, Method, Streams, Verifier,
 };
 use specula::specula_core::{
     Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance,
@@ -541,8 +542,8 @@ struct ChainStep<V> {
     top_k: Vec<u32>,
     top_p: Vec<f32>,
     min_p: Vec<f32>,
-    accepted: Vec<u32>,
-    tokens: Vec<u32>,
+    /// The step's outputs, sized from its batch.
+    out: OutputBuffers,
     ctx: Vec<u32>,
     /// The last step's (drafting, target rows, verification) time in ns.
     phases: (u64, u64, u64),
@@ -577,8 +578,7 @@ impl<V: Verifier<MAX_K>> ChainStep<V> {
             top_k: vec![sampling.top_k; b],
             top_p: vec![sampling.top_p; b],
             min_p: vec![sampling.min_p; b],
-            accepted: vec![0u32; b],
-            tokens: vec![0u32; b * (k + 1)],
+            out: OutputBuffers::new(),
             ctx: Vec::new(),
             phases: (0, 0, 0),
         }
@@ -666,21 +666,17 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
                 .with_top_p(&self.top_p)
                 .with_min_p(&self.min_p);
         }
-        let mut out = Outputs::new(
-            specula::specula_core::verify::AcceptedOut(&mut self.accepted),
-            specula::specula_core::verify::TokensOut(&mut self.tokens),
-        );
         let verified = self
             .verifier
-            .verify(method, Check::Cheap, &batch, &mut out)
+            .verify(method, Check::Cheap, &batch, &mut self.out.fit(&batch))
             .map_err(|e| DemoError::Verify(format!("{e:?}")));
         self.phases.2 = specula::clock::duration_ns(scored.elapsed());
         verified
     }
 
     fn emitted(&self, r: usize) -> &[u32] {
-        let n = self.accepted[r] as usize + 1;
-        &self.tokens[r * (self.k + 1)..][..n]
+        let n = self.out.accepted()[r] as usize + 1;
+        &self.out.tokens()[r * (self.k + 1)..][..n]
     }
 
     fn draft_len(&self) -> usize {

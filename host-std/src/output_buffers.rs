@@ -54,8 +54,11 @@ impl OutputBuffers {
     }
 
     /// Sizes the buffers for `batch` (growing their capacity only when a batch needs more than
-    /// any before it) and lends them as the verify call's [`Outputs`]. Their previous contents
-    /// are overwritten by [`SENTINEL`]s; the verification writes them.
+    /// any before it) and lends them as the verify call's [`Outputs`]. Nothing is written on
+    /// the way: a verification writes every slot it is lent (tokens after the last emitted one
+    /// as [`SENTINEL`]), so a steady state of equal batches costs three length checks per
+    /// step. Slots new to this size start as [`SENTINEL`]; after a refused batch (nothing
+    /// written) the buffers hold what they held before.
     ///
     /// The sizes follow the batch's layout: `B` accepted counts, `B × (k_max + 1)` tokens and,
     /// with [`with_recovered`](Self::with_recovered), one recovered token per draft slot
@@ -64,10 +67,10 @@ impl OutputBuffers {
     pub fn fit(&mut self, batch: &Batch<'_>) -> Outputs<'_> {
         let b = batch.requests();
         let width = batch.k_max.saturating_add(1);
-        refill(&mut self.accepted, b);
-        refill(&mut self.tokens, b.saturating_mul(width));
+        self.accepted.resize(b, SENTINEL);
+        self.tokens.resize(b.saturating_mul(width), SENTINEL);
         if let Some(r) = self.recovered.as_mut() {
-            refill(r, draft_slots(batch));
+            r.resize(draft_slots(batch), SENTINEL);
         }
         let out = Outputs::new(AcceptedOut(&mut self.accepted), TokensOut(&mut self.tokens));
         match self.recovered.as_mut() {
@@ -93,12 +96,6 @@ impl OutputBuffers {
     pub fn recovered(&self) -> Option<&[u32]> {
         self.recovered.as_deref()
     }
-}
-
-/// `len` values of [`SENTINEL`], reusing the vector's capacity.
-fn refill(v: &mut Vec<u32>, len: usize) {
-    v.clear();
-    v.resize(len, SENTINEL);
 }
 
 #[cfg(test)]
@@ -181,5 +178,27 @@ mod tests {
         // Flat rows: the argmax is token 0 (ties to the lowest id).
         assert_eq!(plain.accepted(), [1, 0]);
         assert_eq!(plain.tokens(), [0, 0, SENTINEL, 0, SENTINEL, SENTINEL]);
+        // fit writes nothing: stale values in the lent slots are the verifier's to overwrite,
+        // and it overwrites every one.
+        plain.tokens.fill(77);
+        plain.accepted.fill(77);
+        r.verify(
+            Method::Greedy,
+            Check::Cheap,
+            &padded,
+            &mut plain.fit(&padded),
+        )
+        .unwrap();
+        assert_eq!(plain.accepted(), [1, 0]);
+        assert_eq!(plain.tokens(), [0, 0, SENTINEL, 0, SENTINEL, SENTINEL]);
+        // The recovered output too: every draft slot is written.
+        let mut rec = OutputBuffers::new().with_recovered();
+        let _ = rec.fit(&padded);
+        rec.recovered.as_mut().unwrap().fill(77);
+        r.verify(Method::Greedy, Check::Cheap, &padded, &mut rec.fit(&padded))
+            .unwrap();
+        let written = rec.recovered().unwrap();
+        assert_eq!(written.len(), 4);
+        assert!(!written.contains(&77), "{written:?}");
     }
 }
