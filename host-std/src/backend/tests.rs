@@ -260,3 +260,40 @@ fn recovered_tokens_come_back_from_the_verify_call() {
         }
     }
 }
+
+#[test]
+fn open_or_falls_back_only_where_the_first_backend_cannot_run() {
+    let spec = |kind| BackendSpec { kind, index: None };
+    let cpu = BackendSpec {
+        kind: BackendKind::Cpu,
+        index: Some(1),
+    };
+    for gpu in [BackendKind::Cuda, BackendKind::Rocm] {
+        match Backend::<4>::open(&spec(gpu)) {
+            // No driver, device or compiler here (or not compiled in): the fallback opens.
+            Err(e) if e.kind().is_unavailable() => {
+                let b = Backend::<4>::open_or(&spec(gpu), &cpu).expect("the CPU opens");
+                assert_eq!(b.kind(), BackendKind::Cpu);
+            }
+            // A GPU here: it is the one opened.
+            Ok(_) => {
+                let b = Backend::<4>::open_or(&spec(gpu), &cpu).expect("it opened before");
+                assert_eq!(b.kind(), gpu);
+            }
+            Err(e) => panic!("{gpu}: {e}"),
+        }
+    }
+    // Both unavailable: the fallback's own error, not the first one's.
+    let (cuda, rocm) = (
+        Backend::<4>::open(&spec(BackendKind::Cuda)),
+        Backend::<4>::open(&spec(BackendKind::Rocm)),
+    );
+    if let (Err(a), Err(b)) = (&cuda, &rocm)
+        && a.kind().is_unavailable()
+        && b.kind().is_unavailable()
+    {
+        let e = Backend::<4>::open_or(&spec(BackendKind::Cuda), &spec(BackendKind::Rocm))
+            .expect_err("neither can run");
+        assert_eq!(e.backend(), Some(BackendKind::Rocm), "{e}");
+    }
+}

@@ -1494,3 +1494,83 @@ fn parents_build_the_same_links_as_written_by_hand() {
         })
     );
 }
+
+#[test]
+fn trees_go_through_the_verifier_seam() {
+    use crate::verify::{Feature, Reference, Support, Verifier};
+    let s = small([1, 2, 3]);
+    let batch = TreeBatch::new(
+        TreeDims {
+            vocab: 4,
+            max_nodes: 6,
+            max_depth: 2,
+        },
+        Tree {
+            nodes: &[6],
+            tokens: &s.tokens,
+            first_child: &s.fc,
+            next_sibling: &s.ns,
+        },
+        &s.target,
+        Streams {
+            seed: &[9],
+            offset: &[3],
+        },
+    )
+    .with_draft_probs(&s.draft);
+    let run = |v: &mut dyn FnMut(&mut TreeOutputs<'_>) -> Result<(), VerifyError>| {
+        let (mut a, mut p, mut t) = ([7u32; 1], [7u32; 3], [7u32; 3]);
+        let r = v(&mut TreeOutputs {
+            accepted: &mut a,
+            path: &mut p,
+            tokens: &mut t,
+        });
+        (r, a, p, t)
+    };
+    // The reference through the seam: the bits and counts of verify_tree_batch.
+    let mut want_counters = Counters::<4>::ZERO;
+    let want = run(&mut |o| {
+        verify_tree_batch(
+            Method::Rejection,
+            Check::STRICT,
+            &batch,
+            o,
+            &mut want_counters,
+        )
+    });
+    let mut r = Reference::<4>::new();
+    assert!(r.support().trees);
+    let got = run(&mut |o| r.verify_tree(Method::Rejection, Check::STRICT, &batch, o));
+    assert_eq!(got, want);
+    assert_eq!(r.totals(), Ok(want_counters));
+
+    // A backend without trees keeps the default: Unsupported, nothing written or counted.
+    struct ChainsOnly(Counters<4>);
+    impl Verifier<4> for ChainsOnly {
+        type Error = VerifyError;
+        fn verify(
+            &mut self,
+            _: Method,
+            _: Check,
+            _: &Batch<'_>,
+            _: &mut Outputs<'_>,
+        ) -> Result<(), VerifyError> {
+            Ok(())
+        }
+        fn totals(&mut self) -> Result<Counters<4>, VerifyError> {
+            Ok(self.0)
+        }
+    }
+    let mut chains = ChainsOnly(Counters::ZERO);
+    assert_eq!(chains.support(), Support::PADDED);
+    assert!(!chains.support().trees);
+    let (r, a, p, t) = run(&mut |o| chains.verify_tree(Method::Greedy, Check::Cheap, &batch, o));
+    assert_eq!(
+        r,
+        Err(VerifyError::Unsupported {
+            feature: Feature::Trees
+        })
+    );
+    assert_eq!((a, p, t), ([7], [7; 3], [7; 3]), "nothing written");
+    assert_eq!(chains.totals(), Ok(Counters::ZERO));
+}
