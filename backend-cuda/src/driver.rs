@@ -16,8 +16,7 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuVerifier, KernelArg, Launch, MAX_KERNEL_ARGS, Memory, Status, TreeLaunch,
-    View, ViewMut,
+    Driver, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch, View, ViewMut,
 };
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -285,40 +284,20 @@ impl Driver for CudaDriver {
             .cu_entry(l.entry_index())
             .ok_or(CudaError::TooLarge)?;
         self.bind()?;
-        // One value per parameter, in the kernel's order (`Launch::kernel_args`): device addresses
-        // (0 = null) and the split entries' u32; `args[i]` points to the i-th.
-        let list = l.kernel_args();
-        let mut ptrs = [0u64; MAX_KERNEL_ARGS];
-        let mut words = [0u32; MAX_KERNEL_ARGS];
-        let mut args: [*mut c_void; MAX_KERNEL_ARGS] = [core::ptr::null_mut(); MAX_KERNEL_ARGS];
-        let n = list.as_slice().len();
-        for (((arg, ptr), word), p) in args
-            .iter_mut()
-            .zip(ptrs.iter_mut())
-            .zip(words.iter_mut())
-            .zip(list.as_slice())
-        {
-            *arg = match *p {
-                KernelArg::Ptr(at) => {
-                    *ptr = at.map_or(0, |(b, off)| b.ptr + off as u64);
-                    core::ptr::from_mut(ptr).cast()
-                }
-                KernelArg::U32(v) => {
-                    *word = v;
-                    core::ptr::from_mut(word).cast()
-                }
-            };
-        }
+        // The kernel's one parameter, its argument block (`Launch::arg_block`: device
+        // addresses, 0 = null); `args[0]` points to it.
+        let mut arg = l.arg_block(|b| b.ptr);
+        let mut args: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
-        // SAFETY: `f` is the loaded entry `l.entry_name()`, whose parameters are exactly
-        // `l.kernel_args()` in that order (twelve pointers, the split entries' scratch pointer and
-        // u32, the family's trailing pointers); `args[..n]` points to one live value of each
-        // parameter's type; the orchestration sized stats and scratch and checked the views
-        // against the capacity; the caller of its launch vouched for the shape words (and the
-        // cumulative counts) in device memory.
+        // SAFETY: `f` is the loaded entry `l.entry_name()`, whose one parameter is the argument
+        // block `sp_args`, laid out as `ArgBlock` (the kernel text checks the size on every
+        // compile); `args[0]` points to a live `ArgBlock` until the call returns (the driver
+        // copies kernel parameters at launch); the orchestration sized stats and scratch and
+        // checked the views against the capacity; the caller of its launch vouched for the shape
+        // words (and the cumulative counts) in device memory.
         call("cuLaunchKernel", Blocking::No, || unsafe {
-            result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut args[..n])
+            result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut args)
         })
     }
 
@@ -391,36 +370,12 @@ impl Driver for CudaDriver {
     ) -> Result<(), CudaError> {
         self.bind()?;
         let f = self.dev.tree_function()?;
-        let a = l.args;
-        let at = |b: &Arc<CudaDeviceBuffer>, off: usize| b.ptr + off as u64;
-        let mut values: [u64; 17] = [
-            at(a.shape.buffer(), a.shape.byte_offset()),
-            at(a.nodes.buffer(), a.nodes.byte_offset()),
-            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
-            at(a.first_child.buffer(), a.first_child.byte_offset()),
-            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
-            a.draft_probs.map_or(0, |v| at(v.buffer(), v.byte_offset())),
-            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
-            at(a.seed.buffer(), a.seed.byte_offset()),
-            at(a.offset.buffer(), a.offset.byte_offset()),
-            at(a.eps.buffer(), a.eps.byte_offset()),
-            at(a.delta.buffer(), a.delta.byte_offset()),
-            at(a.accepted.buffer(), a.accepted.byte_offset()),
-            at(a.path.buffer(), a.path.byte_offset()),
-            at(a.tokens.buffer(), a.tokens.byte_offset()),
-            l.stats.ptr,
-            a.target_logits
-                .map_or(0, |v| at(v.buffer(), v.byte_offset())),
-            a.temperature.map_or(0, |v| at(v.buffer(), v.byte_offset())),
-        ];
-        let mut params: [*mut c_void; 17] = [core::ptr::null_mut(); 17];
-        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
-            *p = core::ptr::from_mut(v).cast();
-        }
+        let mut arg = l.arg_block(|b| b.ptr);
+        let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
-        // SAFETY: `f` is the loaded `specula_verify_tree` (17 pointer parameters), passed in
-        // that order; the orchestration sized stats and checked the views against the capacity;
+        // SAFETY: `f` is the loaded `specula_verify_tree`, whose one parameter is the argument
+        // block (`TreeLaunch::arg_block`), `params[0]` pointing to it; the orchestration sized stats and checked the views against the capacity;
         // the caller of its tree launch vouched for the shape words in device memory.
         call("cuLaunchKernel", Blocking::No, || unsafe {
             result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, s, &mut params)

@@ -12,8 +12,7 @@ use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, GpuVerifier, KernelArg, Launch, MAX_KERNEL_ARGS, Memory, Status,
-    TreeLaunch,
+    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch,
 };
 use std::sync::Arc;
 
@@ -202,12 +201,10 @@ fn bytes_in(words: usize) -> usize {
     words.saturating_mul(8)
 }
 
-/// The device address `byte_offset` bytes into `buf` (no dereference here: the kernel reads it).
-fn at(buf: &RocmDeviceBuffer<u64>, byte_offset: usize) -> *mut c_void {
-    buf.as_device_ptr()
-        .cast::<u8>()
-        .wrapping_add(byte_offset)
-        .cast()
+/// The device address of `buf` as the kernel's argument block holds it (no dereference here:
+/// the kernel reads it).
+fn address(buf: &Arc<RocmDeviceBuffer<u64>>) -> u64 {
+    buf.as_device_ptr().addr() as u64
 }
 
 impl Memory for RocmDriver {
@@ -384,37 +381,16 @@ impl Driver for RocmDriver {
             .functions
             .get(l.entry_index())
             .ok_or(RocmError::TooLarge)?;
-        // One value per parameter, in the kernel's order (`Launch::kernel_args`): device addresses
-        // (null where not set) and the split entries' u32; `params[i]` points to the i-th.
-        let list = l.kernel_args();
-        let null = core::ptr::null_mut();
-        let mut ptrs: [*mut c_void; MAX_KERNEL_ARGS] = [null; MAX_KERNEL_ARGS];
-        let mut words = [0u32; MAX_KERNEL_ARGS];
-        let mut params: [*mut c_void; MAX_KERNEL_ARGS] = [null; MAX_KERNEL_ARGS];
-        for (((arg, ptr), word), p) in params
-            .iter_mut()
-            .zip(ptrs.iter_mut())
-            .zip(words.iter_mut())
-            .zip(list.as_slice())
-        {
-            *arg = match *p {
-                KernelArg::Ptr(p) => {
-                    *ptr = p.map_or(null, |(b, off)| at(b, off));
-                    core::ptr::from_mut(ptr).cast()
-                }
-                KernelArg::U32(v) => {
-                    *word = v;
-                    core::ptr::from_mut(word).cast()
-                }
-            };
-        }
+        // The kernel's one parameter, its argument block (`Launch::arg_block`: device
+        // addresses, 0 = null); `params[0]` points to it.
+        let mut arg = l.arg_block(address);
+        let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is the loaded entry `l.entry_name()` of the module, whose parameters
-        // are exactly `l.kernel_args()` in that order (twelve pointers, the split entries' scratch
-        // pointer and u32, the family's trailing pointers); `params` holds one pointer to a
-        // live value of each (HIP reads as many as the function has; the values are copied at
-        // launch); the orchestration sized stats and scratch and checked the views against the
+        // SAFETY: `function` is the loaded entry `l.entry_name()` of the module, whose one
+        // parameter is the argument block `sp_args`, laid out as `ArgBlock` (the kernel text
+        // checks size and offsets on every compile); `params[0]` points to a live `ArgBlock`
+        // (copied at launch); the orchestration sized stats and scratch and checked the views against the
         // capacity, and the caller of its launch vouched for the shape words (and the
         // cumulative counts) in device memory; block = 256, a multiple of both AMD wave sizes.
         hip.check("hipModuleLaunchKernel", unsafe {
@@ -520,38 +496,13 @@ impl Driver for RocmDriver {
             ));
         }
         let function = self.device.tree_function()?;
-        let a = l.args;
-        let mut values: [*mut c_void; 17] = [
-            at(a.shape.buffer(), a.shape.byte_offset()),
-            at(a.nodes.buffer(), a.nodes.byte_offset()),
-            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
-            at(a.first_child.buffer(), a.first_child.byte_offset()),
-            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
-            a.draft_probs
-                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
-            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
-            at(a.seed.buffer(), a.seed.byte_offset()),
-            at(a.offset.buffer(), a.offset.byte_offset()),
-            at(a.eps.buffer(), a.eps.byte_offset()),
-            at(a.delta.buffer(), a.delta.byte_offset()),
-            at(a.accepted.buffer(), a.accepted.byte_offset()),
-            at(a.path.buffer(), a.path.byte_offset()),
-            at(a.tokens.buffer(), a.tokens.byte_offset()),
-            at(l.stats, 0),
-            a.target_logits
-                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
-            a.temperature
-                .map_or(core::ptr::null_mut(), |v| at(v.buffer(), v.byte_offset())),
-        ];
-        let mut params: [*mut c_void; 17] = [core::ptr::null_mut(); 17];
-        for (p, v) in params.iter_mut().zip(values.iter_mut()) {
-            *p = core::ptr::from_mut(v).cast();
-        }
+        let mut arg = l.arg_block(address);
+        let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is `specula_verify_tree` (seventeen pointer arguments) of the loaded
-        // tree module; `params` holds one pointer to each argument in the order of its launch
-        // contract (the values are copied at launch); the orchestration sized stats and checked
+        // SAFETY: `function` is `specula_verify_tree` of the loaded tree module, whose one
+        // parameter is the argument block (`TreeLaunch::arg_block`); `params[0]` points to it
+        // (copied at launch); the orchestration sized stats and checked
         // the views against the capacity, and the caller of its tree launch vouched for the
         // shape words in device memory; block = 256, a multiple of both AMD wave sizes.
         hip.check("hipModuleLaunchKernel", unsafe {

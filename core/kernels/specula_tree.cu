@@ -10,6 +10,8 @@
 //   grid  = (capacity, 1, 1), capacity >= shape[0]; one block per request, blocks past the batch
 //           exit at once (graph capturable: every per-call value is read from device memory).
 //   block = (SPECULA_BLOCK_THREADS or fewer, a multiple of the warp size).
+//   One parameter, specula_verify.cu's argument block `sp_args`: node counts in `k`, node
+//   tokens in `draft_ids`, the links in `first_child` / `next_sibling`, the output `path`.
 //   shape = SP_TREE_SHAPE_WORDS u32 words: batch, max_depth, vocab, draft stride, target stride,
 //           method, counters K, flags (SP_FLAG_DRAFT_PROBS), node slots N per request.
 //   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
@@ -184,15 +186,25 @@ __device__ __forceinline__ double sp_sibling_uniform(sp_u32 u, sp_u32 rank, sp_u
 
 // ---------------------------------------------------------------- the kernel
 extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_tree(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ nodes,
-                    const sp_u32* __restrict__ tree_tokens, const sp_i32* __restrict__ first_child,
-                    const sp_i32* __restrict__ next_sibling, const float* __restrict__ draft_probs,
-                    const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
-                    const sp_u64* __restrict__ offset, const float* __restrict__ eps,
-                    const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-                    sp_u32* __restrict__ path, sp_u32* __restrict__ tokens,
-                    sp_u64* __restrict__ stats, const float* __restrict__ target_logits,
-                    const float* __restrict__ temperature) {
+specula_verify_tree(const sp_args a) {
+    // The chain's argument block: `k` holds the node counts, `draft_ids` the node tokens.
+    const sp_u32* __restrict__ const shape = a.shape;
+    const sp_u32* __restrict__ const nodes = a.k;
+    const sp_u32* __restrict__ const tree_tokens = a.draft_ids;
+    const sp_i32* __restrict__ const first_child = a.first_child;
+    const sp_i32* __restrict__ const next_sibling = a.next_sibling;
+    const float* __restrict__ const draft_probs = a.draft_probs;
+    const float* __restrict__ const target_probs = a.target_probs;
+    const sp_u64* __restrict__ const seed = a.seed;
+    const sp_u64* __restrict__ const offset = a.offset;
+    const float* __restrict__ const eps = a.eps;
+    const float* __restrict__ const delta = a.delta;
+    sp_u32* __restrict__ const accepted = a.accepted;
+    sp_u32* __restrict__ const path = a.path;
+    sp_u32* __restrict__ const tokens = a.tokens;
+    sp_u64* __restrict__ const stats = a.stats;
+    const float* __restrict__ const target_logits = a.target_logits;
+    const float* __restrict__ const temperature = a.temperature;
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
     __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth

@@ -15,11 +15,12 @@
 //   block = (SPECULA_BLOCK_THREADS, 1, 1) or fewer threads, a multiple of the warp size.
 //   Every per-call value (shape, k, ids, seeds, offsets, eps, delta) is read from device memory.
 //   `stats` holds Counters<K> as 4 + 2K unsigned 64-bit words followed by one error-flag word.
+//   Every entry takes one parameter, the argument block `sp_args` (below), by value.
 // A second entry, specula_verify_split (at the end), splits each request's rows over several
 // blocks for small batches; its contract is written above it. specula_verify_ex and
-// specula_verify_split_ex take two more pointers (the ragged layout's cumulative draft counts,
-// the caller's bonus tokens; null when not used): the same kernels, additive, so the existing
-// signatures keep working.
+// specula_verify_split_ex read two more fields (the ragged layout's cumulative draft counts,
+// the caller's bonus tokens; null when not used), the _logits entries the engine inputs too:
+// three instances of the same bodies, so each input set runs only the code it needs.
 
 #if defined(SPECULA_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
 #define SPECULA_IS_HIP 1
@@ -77,6 +78,80 @@ typedef unsigned int sp_u32;
 typedef int sp_i32;
 typedef unsigned long long sp_u64;
 typedef long long sp_i64;
+
+// ---------------------------------------------------------------- the argument block
+// Every entry point (the six chain entries below, specula_verify_tree) takes this one struct by
+// value: its definition in Rust is `specula_core::gpu::ArgBlock` (core/src/gpu/block.rs), field
+// for field, and a test there reads the SP_ARGS_AT lines below and checks them against the Rust
+// offsets. Every field is 8 bytes wide and 8-aligned (pointers; the two u32 at the end share one
+// word), so no target pads between them; the static_asserts check that on every compile (NVRTC,
+// hipRTC / hipcc, the host shim in both macro modes). A null pointer is an input not given.
+// The entry (which template instance runs) is chosen by the host from the same flags, so the
+// plain probability path keeps its own code.
+struct sp_args {
+    const sp_u32* shape;        // the shape words (SP_SHAPE_*; the tree's SP_TREE_SHAPE_WORDS)
+    const sp_u32* k;            // k[b]: drafted tokens of request b (a tree: its node count)
+    const sp_u32* draft_ids;    // drafted ids (a tree: node tokens, N slots per request)
+    const float* draft_probs;   // draft rows (f32, or bf16 / f16 by the shape's flags); null: one-hot
+    const float* target_probs;  // target probability rows (not read with target_logits)
+    const sp_u64* seed;         // per-request stream keys
+    const sp_u64* offset;       // per-request stream offsets
+    const float* eps;           // typical acceptance epsilon
+    const float* delta;         // typical acceptance delta
+    sp_u32* accepted;           // out: accepted counts (a tree: path lengths)
+    sp_u32* tokens;             // out: tokens
+    sp_u64* stats;              // counters, error word (and the tree's words)
+    sp_u64* scratch;            // the split entries' scratch; null elsewhere
+    const sp_u32* cu_num_draft_tokens; // ragged layout; null: padded (k is read)
+    const sp_u32* bonus;        // caller's bonus tokens; null: sampled
+    const float* target_logits; // target logits (f32, or bf16 / f16 by the flags); null: probs
+    const float* temperature;   // per-request temperature, with target_logits
+    const sp_u32* methods;      // per-request method codes; null: the shape word's
+    const sp_u32* top_k;        // per-request top-k (0 off); null: off
+    const float* top_p;         // per-request top-p (1 off); null: off
+    const float* min_p;         // per-request min-p (0 off); null: off
+    sp_u32* recovered;          // out: vLLM's recovered tokens; null: not written
+    const sp_i32* first_child;  // a tree's first-child links (-1 none); null for a chain
+    const sp_i32* next_sibling; // a tree's next-sibling links (-1 none); null for a chain
+    sp_u32* path;               // out: a tree's accepted node indices; null for a chain
+    sp_u32 slices;              // the split entries' blocks per request; 1 elsewhere
+    sp_u32 reserved;            // zero
+};
+static_assert(sizeof(void*) == 8, "64-bit device pointers");
+static_assert(sizeof(sp_args) == 208, "sp_args: 25 pointers and two u32, no padding");
+#if defined(__clang__) || defined(__GNUC__)
+#define SP_ARGS_AT(field, at) static_assert(__builtin_offsetof(sp_args, field) == (at), #field);
+#else
+#define SP_ARGS_AT(field, at)
+#endif
+SP_ARGS_AT(shape, 0)
+SP_ARGS_AT(k, 8)
+SP_ARGS_AT(draft_ids, 16)
+SP_ARGS_AT(draft_probs, 24)
+SP_ARGS_AT(target_probs, 32)
+SP_ARGS_AT(seed, 40)
+SP_ARGS_AT(offset, 48)
+SP_ARGS_AT(eps, 56)
+SP_ARGS_AT(delta, 64)
+SP_ARGS_AT(accepted, 72)
+SP_ARGS_AT(tokens, 80)
+SP_ARGS_AT(stats, 88)
+SP_ARGS_AT(scratch, 96)
+SP_ARGS_AT(cu_num_draft_tokens, 104)
+SP_ARGS_AT(bonus, 112)
+SP_ARGS_AT(target_logits, 120)
+SP_ARGS_AT(temperature, 128)
+SP_ARGS_AT(methods, 136)
+SP_ARGS_AT(top_k, 144)
+SP_ARGS_AT(top_p, 152)
+SP_ARGS_AT(min_p, 160)
+SP_ARGS_AT(recovered, 168)
+SP_ARGS_AT(first_child, 176)
+SP_ARGS_AT(next_sibling, 184)
+SP_ARGS_AT(path, 192)
+SP_ARGS_AT(slices, 200)
+SP_ARGS_AT(reserved, 204)
+#undef SP_ARGS_AT
 
 // Shape words (device memory, 8 x u32).
 // A device function compiled once and called (not inlined at every call site): the logits
@@ -1351,6 +1426,21 @@ __device__ __forceinline__ sp_inputs sp_no_inputs() {
     in.hist = 0;
     return in;
 }
+// The logits entries' inputs from the argument block; `hist`: their shared memory.
+__device__ __forceinline__ sp_inputs sp_inputs_of(const sp_args& a, sp_u64* hist) {
+    sp_inputs in;
+    in.methods = a.methods;
+    in.top_k = a.top_k;
+    in.top_p = a.top_p;
+    in.min_p = a.min_p;
+    in.recovered = a.recovered;
+    in.hist = hist;
+    return in;
+}
+// The argument block's fields every body takes first.
+#define SP_COMMON(a)                                                                              \
+    (a).shape, (a).k, (a).draft_ids, (a).draft_probs, (a).target_probs, (a).seed, (a).offset,    \
+        (a).eps, (a).delta, (a).accepted, (a).tokens, (a).stats
 // The shape's flags an entry takes: the plain entries the draft flag only; the logits entries
 // the half-precision flags too, at most one per tensor.
 __device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
@@ -1617,75 +1707,44 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
 }
 
 extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
-               const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
-               const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
-               const sp_u64* __restrict__ offset, const float* __restrict__ eps,
-               const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-               sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats) {
+specula_verify(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                          accepted, tokens, stats, 0, 0, 0, 0, sp_no_inputs(), s_red);
+    sp_verify_body<false>(SP_COMMON(a), 0, 0, 0, 0, sp_no_inputs(), s_red);
 }
 
-// specula_verify_ex: specula_verify's twelve parameters, then `cu_num_draft_tokens` (u32 x B:
-// the ragged layout, `k` is then not read; null: padded) and `bonus` (u32 x B: the caller's
-// bonus tokens, row k of each request is then not read and absent from a ragged target; null:
-// sampled). Same launch contract otherwise; a bonus token >= V skips its request with
-// SP_ERR_TOKEN, a decreasing cumulative count with SP_ERR_DRAFT_LEN.
+// specula_verify_ex: specula_verify, reading also `cu_num_draft_tokens` (u32 x B: the ragged
+// layout, `k` is then not read; null: padded) and `bonus` (u32 x B: the caller's bonus tokens,
+// row k of each request is then not read and absent from a ragged target; null: sampled). Same
+// launch contract otherwise; a bonus token >= V skips its request with SP_ERR_TOKEN, a
+// decreasing cumulative count with SP_ERR_DRAFT_LEN.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
-                  const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
-                  const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
-                  const sp_u64* __restrict__ offset, const float* __restrict__ eps,
-                  const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-                  sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
-                  const sp_u32* __restrict__ cu_num_draft_tokens,
-                  const sp_u32* __restrict__ bonus) {
+specula_verify_ex(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                          accepted, tokens, stats, cu_num_draft_tokens, bonus, 0, 0,
-                          sp_no_inputs(), s_red);
+    sp_verify_body<false>(SP_COMMON(a), a.cu_num_draft_tokens, a.bonus, 0, 0,
+        sp_no_inputs(), s_red);
 }
 
-// specula_verify_logits: specula_verify_ex's fourteen parameters, then `target_logits` (f32, in
-// exactly the layout of target_probs, which is then not read) and `temperature` (f32 x B; 0:
-// greedy on the logits, > 0: the softmax of DETERMINISM.md computed on the fly), then the engine
-// inputs `methods`, `top_k`, `top_p`, `min_p` and the output `recovered` (sp_inputs above; each
-// null when not used). The shape's half-precision flags apply here only. With every pointer
-// after `bonus` null and no half flag it is specula_verify_ex. Same launch contract.
+// specula_verify_logits: specula_verify_ex, reading also `target_logits` (f32, in exactly the
+// layout of target_probs, which is then not read) and `temperature` (f32 x B; 0: greedy on the
+// logits, > 0: the softmax of DETERMINISM.md computed on the fly), the engine inputs `methods`,
+// `top_k`, `top_p`, `min_p` and the output `recovered` (sp_inputs above; each null when not
+// used). The shape's half-precision flags apply here only. With every one of those null and no
+// half flag it is specula_verify_ex. Same launch contract.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
-                      const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
-                      const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
-                      const sp_u64* __restrict__ offset, const float* __restrict__ eps,
-                      const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-                      sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
-                      const sp_u32* __restrict__ cu_num_draft_tokens,
-                      const sp_u32* __restrict__ bonus, const float* __restrict__ target_logits,
-                      const float* __restrict__ temperature, const sp_u32* __restrict__ methods,
-                      const sp_u32* __restrict__ top_k, const float* __restrict__ top_p,
-                      const float* __restrict__ min_p, sp_u32* __restrict__ recovered) {
+specula_verify_logits(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u64 s_hist[SP_HIST_WORDS];
-    sp_inputs in;
-    in.hist = s_hist;
-    in.methods = methods;
-    in.top_k = top_k;
-    in.top_p = top_p;
-    in.min_p = min_p;
-    in.recovered = recovered;
-    sp_verify_body<true>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps, delta,
-                         accepted, tokens, stats, cu_num_draft_tokens, bonus, target_logits,
-                         temperature, in, s_red);
+    const sp_inputs in = sp_inputs_of(a, s_hist);
+    sp_verify_body<true>(SP_COMMON(a), a.cu_num_draft_tokens, a.bonus, a.target_logits,
+        a.temperature, in, s_red);
 }
 
 // ---------------------------------------------------------------- the kernel, rows split
 // specula_verify_split: the same verification with each request's rows split over `slices`
 // blocks, so that a small batch still spreads over the whole GPU (core/src/kernels.rs, "Rows
-// split across blocks"). Launch contract: specula_verify's twelve parameters, then `scratch`
+// split across blocks"). Launch contract: specula_verify's, reading also `scratch`
 // (kernels::split_scratch_words(k_max, slices) u64 words per request of the capacity, all zero
-// before the first launch; the kernel leaves them zero again) and `slices` (>= 1, by value);
+// before the first launch; the kernel leaves them zero again) and `slices` (>= 1);
 // grid = (capacity x slices, 1, 1), block as for specula_verify. Block x works on request
 // x / slices, slice x % slices: threads take groups g_first, g_first + g_step, ... of every row
 // the request may need (all rows are read at once instead of one pass after another), combine
@@ -2029,72 +2088,33 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
 }
 
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
-specula_verify_split(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
-                     const sp_u32* __restrict__ draft_ids, const float* __restrict__ draft_probs,
-                     const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
-                     const sp_u64* __restrict__ offset, const float* __restrict__ eps,
-                     const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-                     sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
-                     sp_u64* __restrict__ scratch, sp_u32 slices) {
+specula_verify_split(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
-    sp_verify_split_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps,
-                                delta, accepted, tokens, stats, scratch, slices, 0, 0, 0, 0,
-                                sp_no_inputs(), s_red, &s_last);
+    sp_verify_split_body<false>(SP_COMMON(a), a.scratch, a.slices, 0, 0, 0, 0,
+        sp_no_inputs(), s_red, &s_last);
 }
 
-// specula_verify_split_ex: specula_verify_split's fourteen parameters, then
-// `cu_num_draft_tokens` and `bonus` as in specula_verify_ex.
+// specula_verify_split_ex: specula_verify_split, reading also `cu_num_draft_tokens` and `bonus`
+// as specula_verify_ex does.
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
-specula_verify_split_ex(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
-                        const sp_u32* __restrict__ draft_ids,
-                        const float* __restrict__ draft_probs,
-                        const float* __restrict__ target_probs, const sp_u64* __restrict__ seed,
-                        const sp_u64* __restrict__ offset, const float* __restrict__ eps,
-                        const float* __restrict__ delta, sp_u32* __restrict__ accepted,
-                        sp_u32* __restrict__ tokens, sp_u64* __restrict__ stats,
-                        sp_u64* __restrict__ scratch, sp_u32 slices,
-                        const sp_u32* __restrict__ cu_num_draft_tokens,
-                        const sp_u32* __restrict__ bonus) {
+specula_verify_split_ex(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
-    sp_verify_split_body<false>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps,
-                                delta, accepted, tokens, stats, scratch, slices,
-                                cu_num_draft_tokens, bonus, 0, 0, sp_no_inputs(), s_red, &s_last);
+    sp_verify_split_body<false>(SP_COMMON(a), a.scratch, a.slices, a.cu_num_draft_tokens,
+        a.bonus, 0, 0, sp_no_inputs(), s_red, &s_last);
 }
 
-// specula_verify_split_logits: specula_verify_split_ex's sixteen parameters, then
-// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered` as in
-// specula_verify_logits.
+// specula_verify_split_logits: specula_verify_split_ex, reading also `target_logits`,
+// `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered` as specula_verify_logits
+// does.
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
-specula_verify_split_logits(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
-                            const sp_u32* __restrict__ draft_ids,
-                            const float* __restrict__ draft_probs,
-                            const float* __restrict__ target_probs,
-                            const sp_u64* __restrict__ seed, const sp_u64* __restrict__ offset,
-                            const float* __restrict__ eps, const float* __restrict__ delta,
-                            sp_u32* __restrict__ accepted, sp_u32* __restrict__ tokens,
-                            sp_u64* __restrict__ stats, sp_u64* __restrict__ scratch,
-                            sp_u32 slices, const sp_u32* __restrict__ cu_num_draft_tokens,
-                            const sp_u32* __restrict__ bonus,
-                            const float* __restrict__ target_logits,
-                            const float* __restrict__ temperature,
-                            const sp_u32* __restrict__ methods, const sp_u32* __restrict__ top_k,
-                            const float* __restrict__ top_p, const float* __restrict__ min_p,
-                            sp_u32* __restrict__ recovered) {
+specula_verify_split_logits(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
     __shared__ sp_u64 s_hist[SP_HIST_WORDS];
-    sp_inputs in;
-    in.hist = s_hist;
-    in.methods = methods;
-    in.top_k = top_k;
-    in.top_p = top_p;
-    in.min_p = min_p;
-    in.recovered = recovered;
-    sp_verify_split_body<true>(shape, k, draft_ids, draft_probs, target_probs, seed, offset, eps,
-                               delta, accepted, tokens, stats, scratch, slices,
-                               cu_num_draft_tokens, bonus, target_logits, temperature, in, s_red,
-                               &s_last);
+    const sp_inputs in = sp_inputs_of(a, s_hist);
+    sp_verify_split_body<true>(SP_COMMON(a), a.scratch, a.slices, a.cu_num_draft_tokens,
+        a.bonus, a.target_logits, a.temperature, in, s_red, &s_last);
 }
 #endif // SPECULA_TREE_MODULE

@@ -17,14 +17,11 @@
 //! Dropping the last handle of a stream stops its worker (releasing an injected hang), so
 //! shutdown never waits for ever.
 
-use crate::kernel_host::{
-    Inputs, Mode, Params, TreeParams, launch_params, launch_params_ext, launch_tree_params,
-};
+use crate::kernel_host::{Mode, TREE_ENTRY_INDEX, launch_block};
 use specula_core::ErrorKind;
 use specula_core::HasKind;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, Entry, Family, KernelArg, Launch, MAX_KERNEL_ARGS, MAX_TRAILING,
-    Memory, Status, TreeLaunch,
+    ArgBlock, Driver, ENTRY_NAMES, Element, Launch, Memory, Status, TreeLaunch,
 };
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -323,6 +320,43 @@ pub struct HostDriver {
 }
 
 impl HostDriver {
+    /// Enqueues one launch of entry point `index` (of [`ENTRY_NAMES`], or the tree's) with the
+    /// argument block `args`, whose buffers `keep` holds alive until it has run.
+    #[allow(clippy::too_many_arguments)]
+    fn run_block(
+        &self,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        index: usize,
+        args: ArgBlock,
+        keep: Vec<Buf>,
+        refused: &'static str,
+    ) -> Result<(), HostDriverError> {
+        let (block, mode) = (block.min(self.inner.block), self.inner.mode);
+        let inner = self.inner.clone();
+        self.enqueue(
+            stream,
+            Arc::new(move |_| {
+                let _alive = &keep;
+                inner.launches.fetch_add(1, Ordering::AcqRel);
+                if let Some(n) = inner.by_entry.get(index) {
+                    n.fetch_add(1, Ordering::AcqRel);
+                }
+                // SAFETY: every address in `args` is null or into a buffer `keep` holds alive;
+                // the orchestration checked the views against the capacity and the caller of
+                // its (unsafe) launch vouched for the shape words (and the cumulative counts,
+                // the tree links); stream order excludes other access meanwhile.
+                let rc = unsafe { launch_block(mode, grid, block, index as u32, &args) };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(HostDriverError::new(ErrorKind::InvalidInput, refused))
+                }
+            }),
+        )
+    }
+
     /// A driver running the kernel text compiled in `mode`, `block` threads per block (a
     /// multiple of the warp size, at most [`crate::kernel_host::MAX_BLOCK_THREADS`]), reporting
     /// `sms` multiprocessors (batches below that split rows over several blocks).
@@ -408,15 +442,6 @@ fn as_bytes<T: Element>(src: &[T]) -> &[u8] {
     // SAFETY: `Element` is sealed to u32, u64, f32 and i32: no padding, every byte initialised.
     unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), size_of_val(src)) }
 }
-
-/// A raw pointer that may cross to a worker thread (the `Arc<Mem>` beside it keeps it valid).
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: only dereferenced by a worker while the `Arc<Mem>` it points into is held by the
-// same operation.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SendPtr<T> {}
 
 impl Memory for HostDriver {
     type Buffer = Buf;
@@ -602,94 +627,22 @@ impl Driver for HostDriver {
     }
 
     fn launch(&self, stream: &Stream, l: &Launch<'_, '_, Self>) -> Result<(), HostDriverError> {
-        // The parameters in the kernel's order, as `Launch::kernel_args` gives every driver: the
-        // twelve common pointers, the split entries' scratch and slices, the trailing pointers.
-        // Read by position, so a wrong order in the orchestration fails the host tests.
-        let list = l.kernel_args();
-        let list = list.as_slice();
-        let keep: Vec<Buf> = list
-            .iter()
-            .filter_map(|p| match p {
-                KernelArg::Ptr(Some((b, _))) => Some((*b).clone()),
-                _ => None,
-            })
-            .collect();
-        let null = SendPtr(std::ptr::null_mut());
-        let mut ptrs = [null; MAX_KERNEL_ARGS];
-        let mut slices = 1;
-        for (slot, p) in ptrs.iter_mut().zip(list) {
-            match *p {
-                KernelArg::Ptr(Some((b, off))) => *slot = SendPtr(b.ptr().wrapping_add(off)),
-                KernelArg::Ptr(None) => {}
-                KernelArg::U32(v) => slices = v,
-            }
-        }
-        // After `stats` (index 11): the split entries' scratch and slices, then the trailing.
-        let split = matches!(l.entry, Entry::Split { .. });
-        let (scratch, first) = if split { (ptrs[12], 14) } else { (null, 12) };
-        let mut tail = [null; MAX_TRAILING];
-        for (t, p) in tail.iter_mut().zip(&ptrs[first..list.len()]) {
-            *t = *p;
-        }
-        let (family, index) = (l.family, l.entry_index());
-        let (grid, mode) = (l.grid, self.inner.mode);
-        let block = l.block.min(self.inner.block);
-        let inner = self.inner.clone();
-        self.enqueue(
+        // The kernel's one parameter, as `Launch::arg_block` gives every driver: host addresses
+        // of the buffers (which `keep` holds alive until the launch has run).
+        let mut keep: Vec<Buf> = Vec::new();
+        let args = l.arg_block(|b| {
+            keep.push(b.clone());
+            b.ptr() as usize as u64
+        });
+        let index = l.entry_index();
+        self.run_block(
             stream,
-            Arc::new(move |_| {
-                let _alive = &keep;
-                let scratch = scratch; // the whole `SendPtr`, not its raw field
-                inner.launches.fetch_add(1, Ordering::AcqRel);
-                inner.by_entry[index].fetch_add(1, Ordering::AcqRel);
-                let p = Params {
-                    shape: ptrs[0].0.cast(),
-                    k: ptrs[1].0.cast(),
-                    draft_ids: ptrs[2].0.cast(),
-                    draft_probs: ptrs[3].0.cast(),
-                    target_probs: ptrs[4].0.cast(),
-                    seed: ptrs[5].0.cast(),
-                    offset: ptrs[6].0.cast(),
-                    eps: ptrs[7].0.cast(),
-                    delta: ptrs[8].0.cast(),
-                    accepted: ptrs[9].0.cast(),
-                    tokens: ptrs[10].0.cast(),
-                    stats: ptrs[11].0.cast(),
-                    scratch: scratch.0.cast(),
-                };
-                let x = Inputs {
-                    cu: tail[0].0.cast(),
-                    bonus: tail[1].0.cast(),
-                    logits: tail[2].0.cast(),
-                    temperature: tail[3].0.cast(),
-                    methods: tail[4].0.cast(),
-                    top_k: tail[5].0.cast(),
-                    top_p: tail[6].0.cast(),
-                    min_p: tail[7].0.cast(),
-                    recovered: tail[8].0.cast(),
-                };
-                // SAFETY: every pointer is into a buffer `keep` holds alive (or null where the
-                // kernel takes null); the orchestration checked the views against the capacity
-                // and the caller of its (unsafe) launch vouched for the shape words (and the
-                // cumulative counts); stream order excludes other access meanwhile.
-                let rc = unsafe {
-                    match family {
-                        Family::Plain => launch_params(mode, grid, block, slices, &p),
-                        Family::Ex => launch_params_ext(mode, grid, block, slices, &p, &x, false),
-                        Family::Logits => {
-                            launch_params_ext(mode, grid, block, slices, &p, &x, true)
-                        }
-                    }
-                };
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(HostDriverError::new(
-                        ErrorKind::InvalidInput,
-                        "launcher refused",
-                    ))
-                }
-            }),
+            l.grid,
+            l.block,
+            index,
+            args,
+            keep,
+            "launcher refused",
         )
     }
 
@@ -730,96 +683,21 @@ impl Driver for HostDriver {
         stream: &Stream,
         l: &TreeLaunch<'_, '_, Self>,
     ) -> Result<(), HostDriverError> {
-        let a = l.args;
-        let keep: Vec<Buf> = [
-            Some(a.shape.buffer()),
-            Some(a.nodes.buffer()),
-            Some(a.tree_tokens.buffer()),
-            Some(a.first_child.buffer()),
-            Some(a.next_sibling.buffer()),
-            a.draft_probs.map(|v| v.buffer()),
-            Some(a.target_probs.buffer()),
-            Some(a.seed.buffer()),
-            Some(a.offset.buffer()),
-            Some(a.eps.buffer()),
-            Some(a.delta.buffer()),
-            Some(a.accepted.buffer()),
-            Some(a.path.buffer()),
-            Some(a.tokens.buffer()),
-            Some(l.stats),
-            a.target_logits.map(|v| v.buffer()),
-            a.temperature.map(|v| v.buffer()),
-        ]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
-        let at = |b: &Buf, off: usize| SendPtr(b.ptr().wrapping_add(off));
-        let ptrs = [
-            at(a.shape.buffer(), a.shape.byte_offset()),
-            at(a.nodes.buffer(), a.nodes.byte_offset()),
-            at(a.tree_tokens.buffer(), a.tree_tokens.byte_offset()),
-            at(a.first_child.buffer(), a.first_child.byte_offset()),
-            at(a.next_sibling.buffer(), a.next_sibling.byte_offset()),
-            a.draft_probs.map_or(SendPtr(std::ptr::null_mut()), |v| {
-                at(v.buffer(), v.byte_offset())
-            }),
-            at(a.target_probs.buffer(), a.target_probs.byte_offset()),
-            at(a.seed.buffer(), a.seed.byte_offset()),
-            at(a.offset.buffer(), a.offset.byte_offset()),
-            at(a.eps.buffer(), a.eps.byte_offset()),
-            at(a.delta.buffer(), a.delta.byte_offset()),
-            at(a.accepted.buffer(), a.accepted.byte_offset()),
-            at(a.path.buffer(), a.path.byte_offset()),
-            at(a.tokens.buffer(), a.tokens.byte_offset()),
-            at(l.stats, 0),
-            a.target_logits.map_or(SendPtr(std::ptr::null_mut()), |v| {
-                at(v.buffer(), v.byte_offset())
-            }),
-            a.temperature.map_or(SendPtr(std::ptr::null_mut()), |v| {
-                at(v.buffer(), v.byte_offset())
-            }),
-        ];
-        let (grid, block, mode) = (l.grid, l.block.min(self.inner.block), self.inner.mode);
-        let inner = self.inner.clone();
-        self.enqueue(
+        let mut keep: Vec<Buf> = Vec::new();
+        let args = l.arg_block(|b| {
+            keep.push(b.clone());
+            b.ptr() as usize as u64
+        });
+        let (grid, block) = (l.grid, l.block);
+        let index = TREE_ENTRY_INDEX as usize;
+        self.run_block(
             stream,
-            Arc::new(move |_| {
-                let _alive = &keep;
-                inner.launches.fetch_add(1, Ordering::AcqRel);
-                let p = TreeParams {
-                    shape: ptrs[0].0.cast(),
-                    nodes: ptrs[1].0.cast(),
-                    tree_tokens: ptrs[2].0.cast(),
-                    first_child: ptrs[3].0.cast(),
-                    next_sibling: ptrs[4].0.cast(),
-                    draft_probs: ptrs[5].0.cast(),
-                    target_probs: ptrs[6].0.cast(),
-                    seed: ptrs[7].0.cast(),
-                    offset: ptrs[8].0.cast(),
-                    eps: ptrs[9].0.cast(),
-                    delta: ptrs[10].0.cast(),
-                    accepted: ptrs[11].0.cast(),
-                    path: ptrs[12].0.cast(),
-                    tokens: ptrs[13].0.cast(),
-                    stats: ptrs[14].0.cast(),
-                    target_logits: ptrs[15].0.cast(),
-                    temperature: ptrs[16].0.cast(),
-                };
-                // SAFETY: every pointer is into a buffer `keep` holds alive; the orchestration
-                // checked the views against the capacity and the caller of its (unsafe) tree
-                // launch vouched for the shape words; stream order excludes other access
-                // meanwhile.
-                let rc = unsafe { launch_tree_params(mode, grid, block, &p) };
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(HostDriverError::new(
-                        ErrorKind::InvalidInput,
-                        "tree launcher refused",
-                    ))
-                }
-            }),
+            grid,
+            block,
+            index,
+            args,
+            keep,
+            "tree launcher refused",
         )
     }
 }

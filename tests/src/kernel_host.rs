@@ -12,7 +12,7 @@
 //! ([`specula_core::gpu::kernels::stats_words`]).
 
 use specula_core::Counters;
-use specula_core::gpu::kernels;
+use specula_core::gpu::{ArgBlock, ENTRY_NAMES, Entry, Family, Inputs, kernels};
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Rows, Support, Target, Values,
     Verifier, VerifyError, validate_recovered, validate_with,
@@ -91,223 +91,55 @@ impl core::fmt::Display for KernelHostError {
 
 impl std::error::Error for KernelHostError {}
 
-type Launcher = unsafe extern "C" fn(
-    grid: u32,
-    block: u32,
-    shape: *const u32,
-    k: *const u32,
-    draft_ids: *const u32,
-    draft_probs: *const f32,
-    target_probs: *const f32,
-    seed: *const u64,
-    offset: *const u64,
-    eps: *const f32,
-    delta: *const f32,
-    accepted: *mut u32,
-    tokens: *mut u32,
-    stats: *mut u64,
-    scratch: *mut u64,
-    slices: u32,
-) -> i32;
-
-/// [`Launcher`] with the additive entry points' two last arguments (`cu_num_draft_tokens`,
-/// `bonus`; null when not used).
-type LauncherEx = unsafe extern "C" fn(
-    grid: u32,
-    block: u32,
-    shape: *const u32,
-    k: *const u32,
-    draft_ids: *const u32,
-    draft_probs: *const f32,
-    target_probs: *const f32,
-    seed: *const u64,
-    offset: *const u64,
-    eps: *const f32,
-    delta: *const f32,
-    accepted: *mut u32,
-    tokens: *mut u32,
-    stats: *mut u64,
-    scratch: *mut u64,
-    slices: u32,
-    cu: *const u32,
-    bonus: *const u32,
-) -> i32;
-
-/// The logits launcher (`specula_verify_logits` / `specula_verify_split_logits`): the ex
-/// launcher's parameters, then the target logits and the temperatures (null: probabilities),
-/// then `methods`, `top_k`, `top_p`, `min_p` and `recovered` (null: not used).
-type LauncherLogits = unsafe extern "C" fn(
-    u32,
-    u32,
-    *const u32,
-    *const u32,
-    *const u32,
-    *const f32,
-    *const f32,
-    *const u64,
-    *const u64,
-    *const f32,
-    *const f32,
-    *mut u32,
-    *mut u32,
-    *mut u64,
-    *mut u64,
-    u32,
-    *const u32,
-    *const u32,
-    *const f32,
-    *const f32,
-    *const u32,
-    *const u32,
-    *const f32,
-    *const f32,
-    *mut u32,
-) -> i32;
-
 // SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
-// exactly the `LauncherLogits` signature.
+// exactly this signature: two 32-bit unsigned ints (grid, block), the entry index, a pointer to
+// the argument block `sp_args` (laid out as `ArgBlock`: the kernel text checks it), int result.
 unsafe extern "C" {
-    fn specula_host_verify_logits_cuda(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        scratch: *mut u64,
-        slices: u32,
-        cu: *const u32,
-        bonus: *const u32,
-        logits: *const f32,
-        temperature: *const f32,
-        methods: *const u32,
-        top_k: *const u32,
-        top_p: *const f32,
-        min_p: *const f32,
-        recovered: *mut u32,
-    ) -> i32;
-    fn specula_host_verify_logits_hip(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        scratch: *mut u64,
-        slices: u32,
-        cu: *const u32,
-        bonus: *const u32,
-        logits: *const f32,
-        temperature: *const f32,
-        methods: *const u32,
-        top_k: *const u32,
-        top_p: *const f32,
-        min_p: *const f32,
-        recovered: *mut u32,
-    ) -> i32;
+    fn specula_host_verify_cuda(grid: u32, block: u32, entry: u32, args: *const ArgBlock) -> i32;
+    fn specula_host_verify_hip(grid: u32, block: u32, entry: u32, args: *const ArgBlock) -> i32;
 }
 
-// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
-// exactly the `LauncherEx` signature.
-unsafe extern "C" {
-    fn specula_host_verify_ex_cuda(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        scratch: *mut u64,
-        slices: u32,
-        cu: *const u32,
-        bonus: *const u32,
-    ) -> i32;
-    fn specula_host_verify_ex_hip(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        scratch: *mut u64,
-        slices: u32,
-        cu: *const u32,
-        bonus: *const u32,
-    ) -> i32;
+/// The launcher's index of the tree entry (after the chain entries, indexed as
+/// [`ENTRY_NAMES`]).
+pub const TREE_ENTRY_INDEX: u32 = ENTRY_NAMES.len() as u32;
+
+/// The index in [`ENTRY_NAMES`] of the chain entry `entry` of `family` (what the launcher takes).
+#[must_use]
+pub fn entry_index(entry: Entry, family: Family) -> u32 {
+    let name = entry.name(family);
+    ENTRY_NAMES
+        .iter()
+        .position(|n| *n == name)
+        .unwrap_or(usize::MAX) as u32
 }
 
-// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
-// exactly the `Launcher` signature: 32-bit unsigned ints, pointers to u32/f32/u64, a 32-bit
-// unsigned int, int result.
-unsafe extern "C" {
-    fn specula_host_verify_cuda(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        scratch: *mut u64,
-        slices: u32,
-    ) -> i32;
-    fn specula_host_verify_hip(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        scratch: *mut u64,
-        slices: u32,
-    ) -> i32;
+/// A host slice's address as the argument block holds it.
+#[must_use]
+pub fn at<T>(s: &[T]) -> u64 {
+    s.as_ptr() as usize as u64
+}
+
+/// A host slice's address as the argument block holds it, for an output.
+#[must_use]
+pub fn at_mut<T>(s: &mut [T]) -> u64 {
+    s.as_mut_ptr() as usize as u64
+}
+
+/// Runs `grid` blocks of `block` threads of entry point `entry` (an index of [`ENTRY_NAMES`],
+/// or [`TREE_ENTRY_INDEX`]) of the kernel text compiled in `mode`, with the argument block `a`.
+/// Returns the launcher's status (0: ran; 1: a block size or entry the launcher refuses).
+///
+/// # Safety
+/// Every address in `a` must be null or valid for the extent the shape words (and `grid`)
+/// imply, as for a device launch, and not accessed by anything else while the kernel runs.
+pub unsafe fn launch_block(mode: Mode, grid: u32, block: u32, entry: u32, a: &ArgBlock) -> i32 {
+    let f = match mode {
+        Mode::Cuda => specula_host_verify_cuda,
+        Mode::Hip => specula_host_verify_hip,
+    };
+    // SAFETY: the caller guarantees the addresses; `f` has exactly this signature and reads the
+    // block before it returns.
+    unsafe { f(grid, block, entry, a) }
 }
 
 /// What a launcher returns when the shim stopped a launch whose block diverged at a barrier.
@@ -400,147 +232,53 @@ impl<const K: usize> KernelHost<K> {
 
     /// Launches the kernel on raw, unvalidated arguments, exactly as a device launch would
     /// read them: the kernel's own checks are all that stands between bad input and memory.
-    /// `grid` is the capacity in requests; with [`slices`](Self::slices) > 1 the split entry
-    /// runs on `grid · slices` blocks with scratch sized for `grid` requests and `shape`'s
-    /// `k_max`. Returns the launcher's status (0: ran).
+    /// `grid` is the capacity in requests; with [`slices`](Self::slices) > 1 the split entry of
+    /// `family` runs on `grid · slices` blocks with scratch sized for `grid` requests and
+    /// `shape`'s `k_max`. `a`'s `shape`, `stats`, `scratch` and `slices` are set here (`shape`,
+    /// the host's counters and scratch, its slices). Returns the launcher's status (0: ran).
     ///
     /// # Safety
-    /// Every pointer must be valid for the extent the shape words (and `grid`) imply, as for a
-    /// device launch; `draft_probs`, `eps` and `delta` may be null when not used.
-    #[allow(clippy::too_many_arguments)]
+    /// Every other address in `a` must be null or valid for the extent the shape words (and
+    /// `grid`) imply, as for a device launch.
     pub unsafe fn launch_raw(
         &mut self,
         grid: u32,
         shape: &[u32; kernels::SHAPE_WORDS],
-        k: *const u32,
-        draft_ids: *const u32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        tokens: *mut u32,
+        family: Family,
+        a: ArgBlock,
     ) -> i32 {
         let (blocks, scratch) = self.grid_and_scratch(grid, shape);
-        let params = Params {
-            shape: shape.as_ptr(),
-            k,
-            draft_ids,
-            draft_probs,
-            target_probs,
-            seed,
-            offset,
-            eps,
-            delta,
-            accepted,
-            tokens,
-            stats: self.stats.as_mut_ptr(),
+        let entry = if self.slices > 1 {
+            Entry::Split {
+                slices: self.slices,
+            }
+        } else {
+            Entry::Single
+        };
+        let a = ArgBlock {
+            shape: at(shape),
+            stats: at_mut(&mut self.stats),
             scratch,
+            slices: self.slices,
+            ..a
         };
-        // SAFETY: the caller guarantees the pointers; `shape`, `self.stats` and the scratch are
-        // live and sized for the kernel (8 shape words; stats_words(K) stats words, with
-        // shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request of
-        // `grid`, zero as the kernel leaves them).
-        unsafe { launch_params(self.mode, blocks, self.block, self.slices, &params) }
-    }
-
-    /// [`launch_raw`](Self::launch_raw) through the additive entry points
-    /// (`specula_verify_ex`, `specula_verify_split_ex`): `cu_num_draft_tokens` (B values: the
-    /// ragged layout, `k` is then not read) and `bonus` (B caller-supplied bonus tokens), each
-    /// null when not used.
-    ///
-    /// # Safety
-    /// As for [`launch_raw`](Self::launch_raw), with the extents of the ragged layout when `cu`
-    /// is not null; `cu` and `bonus` hold B values when not null. `p.shape`, `p.stats` and
-    /// `p.scratch` are not used (`shape`, the host's counters and its scratch are).
-    pub unsafe fn launch_raw_ex(
-        &mut self,
-        grid: u32,
-        shape: &[u32; kernels::SHAPE_WORDS],
-        p: &Params,
-        cu: *const u32,
-        bonus: *const u32,
-    ) -> i32 {
-        let (blocks, scratch) = self.grid_and_scratch(grid, shape);
-        let q = Params {
-            shape: shape.as_ptr(),
-            stats: self.stats.as_mut_ptr(),
-            scratch,
-            ..*p
-        };
-        let x = Inputs {
-            cu,
-            bonus,
-            ..Inputs::default()
-        };
-        // SAFETY: as in `launch_raw`; `cu` and `bonus` are null or hold B values (caller).
-        unsafe { launch_params_ext(self.mode, blocks, self.block, self.slices, &q, &x, false) }
-    }
-
-    /// [`launch_raw_ex`](Self::launch_raw_ex) through `specula_verify_logits` /
-    /// `specula_verify_split_logits`: `logits` (target logits in `target_probs`' layout, which is
-    /// then not read) and `temperature` (B values; 0: greedy on the logits), both null for the
-    /// probability path. The engine inputs after them are null
-    /// ([`launch_raw_inputs`](Self::launch_raw_inputs) passes them).
-    ///
-    /// # Safety
-    /// As for [`launch_raw_ex`](Self::launch_raw_ex); `logits` has the target extent and
-    /// `temperature` B values when `logits` is not null.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_raw_logits(
-        &mut self,
-        grid: u32,
-        shape: &[u32; kernels::SHAPE_WORDS],
-        p: &Params,
-        cu: *const u32,
-        bonus: *const u32,
-        logits: *const f32,
-        temperature: *const f32,
-    ) -> i32 {
-        let x = Inputs {
-            cu,
-            bonus,
-            logits,
-            temperature,
-            ..Inputs::default()
-        };
-        // SAFETY: the caller's guarantees, as documented; the other inputs are null.
-        unsafe { self.launch_raw_inputs(grid, shape, p, &x) }
-    }
-
-    /// The logits entries (`specula_verify_logits` / `specula_verify_split_logits`) with every
-    /// trailing input of [`Inputs`]: `p.shape`, `p.stats` and `p.scratch` are not used
-    /// (`shape`, the host's counters and its scratch are).
-    ///
-    /// # Safety
-    /// As for [`launch_raw_ex`](Self::launch_raw_ex), and each non-null pointer of `x` valid for
-    /// the extent [`Inputs`] documents.
-    pub unsafe fn launch_raw_inputs(
-        &mut self,
-        grid: u32,
-        shape: &[u32; kernels::SHAPE_WORDS],
-        p: &Params,
-        x: &Inputs,
-    ) -> i32 {
-        let (blocks, scratch) = self.grid_and_scratch(grid, shape);
-        let q = Params {
-            shape: shape.as_ptr(),
-            stats: self.stats.as_mut_ptr(),
-            scratch,
-            ..*p
-        };
-        // SAFETY: as in `launch_raw_ex`; `x` as the caller guarantees.
-        unsafe { launch_inputs_params(self.mode, blocks, self.block, self.slices, &q, x) }
+        // SAFETY: the caller guarantees the other addresses; `shape`, `self.stats` and the
+        // scratch are live and sized for the kernel (8 shape words; stats_words(K) stats words,
+        // with shape[COUNTERS_K] set by the caller to K or less; split_scratch_words per request
+        // of `grid`, zero as the kernel leaves them).
+        unsafe {
+            launch_block(
+                self.mode,
+                blocks,
+                self.block,
+                entry_index(entry, family),
+                &a,
+            )
+        }
     }
 
     /// Blocks to launch for `grid` requests, and the split entry's scratch (null for one slice).
-    fn grid_and_scratch(
-        &mut self,
-        grid: u32,
-        shape: &[u32; kernels::SHAPE_WORDS],
-    ) -> (u32, *mut u64) {
+    fn grid_and_scratch(&mut self, grid: u32, shape: &[u32; kernels::SHAPE_WORDS]) -> (u32, u64) {
         if self.slices > 1 {
             let words = kernels::split_scratch_words(
                 shape[kernels::SHAPE_K_MAX] as usize,
@@ -550,240 +288,10 @@ impl<const K: usize> KernelHost<K> {
             if self.scratch.len() < len {
                 self.scratch.resize(len, 0);
             }
-            (grid.saturating_mul(self.slices), self.scratch.as_mut_ptr())
+            (grid.saturating_mul(self.slices), at_mut(&mut self.scratch))
         } else {
-            (grid, core::ptr::null_mut())
+            (grid, 0)
         }
-    }
-}
-
-/// The logits entries' parameters after the split entry's (`specula_verify_logits`,
-/// `specula_verify_split_logits`, in their order), as raw host pointers; each null when not
-/// used ([`Inputs::default`]: all null, the padded probability path).
-#[derive(Clone, Copy, Debug)]
-pub struct Inputs {
-    /// Ragged layout: `cu_num_draft_tokens` (B values).
-    pub cu: *const u32,
-    /// Caller-supplied bonus tokens (B values).
-    pub bonus: *const u32,
-    /// Target logits in `target_probs`' layout (u16 elements under a target half-precision
-    /// shape flag).
-    pub logits: *const f32,
-    /// Temperatures (B values; read when `logits` is not null).
-    pub temperature: *const f32,
-    /// Method codes per request (B values, [`kernels::method_code`]).
-    pub methods: *const u32,
-    /// top-k per request (B values; 0: off).
-    pub top_k: *const u32,
-    /// top-p per request (B values; 1: off).
-    pub top_p: *const f32,
-    /// min-p per request (B values; 0: off).
-    pub min_p: *const f32,
-    /// Output: recovered tokens, one per draft slot (padded `B·k_max`, ragged `num_tokens`).
-    pub recovered: *mut u32,
-}
-
-impl Default for Inputs {
-    fn default() -> Self {
-        Self {
-            cu: core::ptr::null(),
-            bonus: core::ptr::null(),
-            logits: core::ptr::null(),
-            temperature: core::ptr::null(),
-            methods: core::ptr::null(),
-            top_k: core::ptr::null(),
-            top_p: core::ptr::null(),
-            min_p: core::ptr::null(),
-            recovered: core::ptr::null_mut(),
-        }
-    }
-}
-
-/// Runs the logits entries of the kernel text compiled in `mode` (the split one when
-/// `slices > 1`) on `p` and `x`. Returns the launcher's status (0: ran).
-///
-/// # Safety
-/// As for [`launch_params`], and every non-null pointer of `x` valid for the extent the shape
-/// words imply.
-pub unsafe fn launch_inputs_params(
-    mode: Mode,
-    blocks: u32,
-    block: u32,
-    slices: u32,
-    p: &Params,
-    x: &Inputs,
-) -> i32 {
-    let f: LauncherLogits = match mode {
-        Mode::Cuda => specula_host_verify_logits_cuda,
-        Mode::Hip => specula_host_verify_logits_hip,
-    };
-    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
-    unsafe {
-        f(
-            blocks,
-            block,
-            p.shape,
-            p.k,
-            p.draft_ids,
-            p.draft_probs,
-            p.target_probs,
-            p.seed,
-            p.offset,
-            p.eps,
-            p.delta,
-            p.accepted,
-            p.tokens,
-            p.stats,
-            p.scratch,
-            slices,
-            x.cu,
-            x.bonus,
-            x.logits,
-            x.temperature,
-            x.methods,
-            x.top_k,
-            x.top_p,
-            x.min_p,
-            x.recovered,
-        )
-    }
-}
-
-/// The kernel's parameters as raw host pointers, in its order (the split entry's two extra
-/// ones last). One pack, used by [`KernelHost`] and by the host driver
-/// ([`crate::host_driver`]). [`Params::default`] has every pointer null.
-#[derive(Clone, Copy, Debug)]
-pub struct Params {
-    /// Shape words.
-    pub shape: *const u32,
-    /// `k[b]`.
-    pub k: *const u32,
-    /// Draft ids.
-    pub draft_ids: *const u32,
-    /// Draft probabilities, or null.
-    pub draft_probs: *const f32,
-    /// Target probabilities.
-    pub target_probs: *const f32,
-    /// Seeds.
-    pub seed: *const u64,
-    /// Offsets.
-    pub offset: *const u64,
-    /// `ε`, or null.
-    pub eps: *const f32,
-    /// `δ`, or null.
-    pub delta: *const f32,
-    /// Output: accepted counts.
-    pub accepted: *mut u32,
-    /// Output: tokens.
-    pub tokens: *mut u32,
-    /// Counters and error word.
-    pub stats: *mut u64,
-    /// Split scratch, or null with one slice.
-    pub scratch: *mut u64,
-}
-
-impl Default for Params {
-    fn default() -> Self {
-        Self {
-            shape: core::ptr::null(),
-            k: core::ptr::null(),
-            draft_ids: core::ptr::null(),
-            draft_probs: core::ptr::null(),
-            target_probs: core::ptr::null(),
-            seed: core::ptr::null(),
-            offset: core::ptr::null(),
-            eps: core::ptr::null(),
-            delta: core::ptr::null(),
-            accepted: core::ptr::null_mut(),
-            tokens: core::ptr::null_mut(),
-            stats: core::ptr::null_mut(),
-            scratch: core::ptr::null_mut(),
-        }
-    }
-}
-
-/// Runs `blocks` blocks of `block` threads of the kernel text compiled in `mode` (the split
-/// entry when `slices > 1`). Returns the launcher's status (0: ran).
-///
-/// # Safety
-/// Every pointer in `p` must be valid for the extent the shape words (and `blocks`) imply, as
-/// for a device launch, and not accessed by anything else while the kernel runs.
-pub unsafe fn launch_params(mode: Mode, blocks: u32, block: u32, slices: u32, p: &Params) -> i32 {
-    let f: Launcher = match mode {
-        Mode::Cuda => specula_host_verify_cuda,
-        Mode::Hip => specula_host_verify_hip,
-    };
-    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
-    unsafe {
-        f(
-            blocks,
-            block,
-            p.shape,
-            p.k,
-            p.draft_ids,
-            p.draft_probs,
-            p.target_probs,
-            p.seed,
-            p.offset,
-            p.eps,
-            p.delta,
-            p.accepted,
-            p.tokens,
-            p.stats,
-            p.scratch,
-            slices,
-        )
-    }
-}
-
-/// [`launch_params`] through the additive entry points: `specula_verify_ex` /
-/// `specula_verify_split_ex` when `logits_entry` is false (then only `x.cu` and `x.bonus` are
-/// passed), the logits entries ([`launch_inputs_params`]) when it is true. Returns the
-/// launcher's status (0: ran).
-///
-/// # Safety
-/// As for [`launch_params`]; the pointers of `x` are null or valid for what the kernel reads
-/// through them (B values; the logits over the target extent, which in the ragged layout the
-/// cumulative counts imply).
-pub unsafe fn launch_params_ext(
-    mode: Mode,
-    blocks: u32,
-    block: u32,
-    slices: u32,
-    p: &Params,
-    x: &Inputs,
-    logits_entry: bool,
-) -> i32 {
-    if logits_entry {
-        // SAFETY: as vouched for by the caller.
-        return unsafe { launch_inputs_params(mode, blocks, block, slices, p, x) };
-    }
-    let f: LauncherEx = match mode {
-        Mode::Cuda => specula_host_verify_ex_cuda,
-        Mode::Hip => specula_host_verify_ex_hip,
-    };
-    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
-    unsafe {
-        f(
-            blocks,
-            block,
-            p.shape,
-            p.k,
-            p.draft_ids,
-            p.draft_probs,
-            p.target_probs,
-            p.seed,
-            p.offset,
-            p.eps,
-            p.delta,
-            p.accepted,
-            p.tokens,
-            p.stats,
-            p.scratch,
-            slices,
-            x.cu,
-            x.bonus,
-        )
     }
 }
 
@@ -804,7 +312,7 @@ impl<const K: usize> KernelHost<K> {
         recovered: &mut [u32],
     ) -> Result<(), KernelHostError> {
         validate_recovered::<K>(self.support(), method, check, batch, recovered)?;
-        self.launch_verify(method, check, batch, out, recovered.as_mut_ptr())
+        self.launch_verify(method, check, batch, out, at_mut(recovered))
     }
 
     /// Validates `batch` and `out`, then launches: the ex entries for a batch with none of the
@@ -815,7 +323,7 @@ impl<const K: usize> KernelHost<K> {
         check: Check,
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
-        recovered: *mut u32,
+        recovered: u64,
     ) -> Result<(), KernelHostError> {
         validate_with::<K>(self.support(), method, check, batch, out)?;
         let b = batch.requests();
@@ -828,104 +336,97 @@ impl<const K: usize> KernelHost<K> {
             .delta
             .map_or_else(|| vec![DEFAULT_DELTA; b], <[f32]>::to_vec);
         let before = self.error_flags();
-        let cu = batch
-            .cu_num_draft_tokens()
-            .map_or(core::ptr::null(), <[u32]>::as_ptr);
-        let bonus = batch.bonus.map_or(core::ptr::null(), <[u32]>::as_ptr);
-        // Target logits, binary32 or half (the pointer then holds u16 elements); the logits
+        let opt = |v: Option<&[u32]>| v.map_or(0, at);
+        let optf = |v: Option<&[f32]>| v.map_or(0, at);
+        // Target logits, binary32 or half (the address then holds u16 elements); the logits
         // entry reads the logits instead of the probabilities (null, as it documents).
-        let (target_probs, logits): (*const f32, *const f32) = match batch.target {
-            Target::Probs(r) => (
-                r.as_f32().map_or(core::ptr::null(), <[f32]>::as_ptr),
-                core::ptr::null(),
-            ),
+        let (target_probs, target_logits) = match batch.target {
+            Target::Probs(r) => (optf(r.as_f32()), 0),
             Target::Logits { rows, .. } => (
-                core::ptr::null(),
+                0,
                 match rows.values {
-                    Values::F32(l) => l.as_ptr(),
+                    Values::F32(l) => at(l),
                     Values::Half(Half::Bf16(h)) => {
                         shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16;
-                        h.as_ptr().cast()
+                        at(h)
                     }
                     Values::Half(Half::F16(h)) => {
                         shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16;
-                        h.as_ptr().cast()
+                        at(h)
                     }
                 },
             ),
         };
-        let draft_probs: *const f32 = match batch.draft {
+        let draft_probs = match batch.draft {
             Some(Rows {
                 values: Values::F32(d),
                 ..
-            }) => d.as_ptr(),
+            }) => at(d),
             Some(Rows {
                 values: Values::Half(h),
                 stride,
             }) => {
                 shape[kernels::SHAPE_DRAFT_STRIDE] = to_u32(stride)?;
                 let (flag, ptr) = match h {
-                    Half::Bf16(x) => (kernels::FLAG_DRAFT_BF16, x.as_ptr()),
-                    Half::F16(x) => (kernels::FLAG_DRAFT_F16, x.as_ptr()),
+                    Half::Bf16(x) => (kernels::FLAG_DRAFT_BF16, at(x)),
+                    Half::F16(x) => (kernels::FLAG_DRAFT_F16, at(x)),
                 };
                 shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS | flag;
-                ptr.cast()
+                ptr
             }
-            None => core::ptr::null(),
+            None => 0,
         };
         let methods: Option<Vec<u32>> = batch
             .methods
             .map(|m| m.iter().map(|&m| kernels::method_code(m)).collect());
-        let p = Params {
-            shape: shape.as_ptr(),
-            k: batch.k().as_ptr(),
-            draft_ids: batch.draft_ids.as_ptr(),
+        let a = ArgBlock {
+            k: at(batch.k()),
+            draft_ids: at(batch.draft_ids),
             draft_probs,
             target_probs,
-            seed: batch.seed.as_ptr(),
-            offset: batch.offset.as_ptr(),
-            eps: eps.as_ptr(),
-            delta: delta.as_ptr(),
-            accepted: out.accepted.as_mut_ptr(),
-            tokens: out.tokens.as_mut_ptr(),
-            stats: core::ptr::null_mut(),
-            scratch: core::ptr::null_mut(),
-        };
-        let x = Inputs {
-            cu,
-            bonus,
-            logits,
-            temperature: batch
-                .target
-                .temperature()
-                .map_or(core::ptr::null(), <[f32]>::as_ptr),
-            methods: methods
-                .as_deref()
-                .map_or(core::ptr::null(), <[u32]>::as_ptr),
-            top_k: batch.top_k.map_or(core::ptr::null(), <[u32]>::as_ptr),
-            top_p: batch.top_p.map_or(core::ptr::null(), <[f32]>::as_ptr),
-            min_p: batch.min_p.map_or(core::ptr::null(), <[f32]>::as_ptr),
+            seed: at(batch.seed),
+            offset: at(batch.offset),
+            eps: at(&eps),
+            delta: at(&delta),
+            accepted: at_mut(out.accepted),
+            tokens: at_mut(out.tokens),
+            cu_num_draft_tokens: opt(batch.cu_num_draft_tokens()),
+            bonus: opt(batch.bonus),
+            target_logits,
+            temperature: optf(batch.target.temperature()),
+            methods: opt(methods.as_deref()),
+            top_k: opt(batch.top_k),
+            top_p: optf(batch.top_p),
+            min_p: optf(batch.min_p),
             recovered,
+            ..ArgBlock::default()
         };
-        let plain = x.logits.is_null()
-            && x.methods.is_null()
-            && x.top_k.is_null()
-            && x.top_p.is_null()
-            && x.min_p.is_null()
-            && x.recovered.is_null()
-            && shape[kernels::SHAPE_FLAGS] & !kernels::FLAG_DRAFT_PROBS == 0;
-        let rc = if plain {
-            // SAFETY: `validate` checked every slice length against the shape and the layout
-            // (ids B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus
-            // B, outputs B and B·(k_max+1)); grid = B.
-            unsafe { self.launch_raw_ex(to_u32(b)?, &shape, &p, cu, bonus) }
-        } else {
-            // SAFETY: as above; `validate` also checked the logits (binary32 or half, in the
-            // target layout) and the half draft rows against the layout, the temperatures,
-            // methods and filter parameters against B; `recovered` is null or was checked
-            // against the draft slots by the caller (`validate_recovered`).
-            unsafe { self.launch_raw_inputs(to_u32(b)?, &shape, &p, &x) }
-        };
+        // The entry the GPU orchestration would pick for the same inputs.
+        let family = Inputs {
+            draft_probs: a.draft_probs != 0,
+            ragged: a.cu_num_draft_tokens != 0,
+            bonus: a.bonus != 0,
+            logits: a.target_logits != 0,
+            methods: a.methods != 0,
+            top_k: a.top_k != 0,
+            top_p: a.top_p != 0,
+            min_p: a.min_p != 0,
+            logits_half: shape[kernels::SHAPE_FLAGS]
+                & (kernels::FLAG_TARGET_BF16 | kernels::FLAG_TARGET_F16)
+                != 0,
+            draft_probs_half: shape[kernels::SHAPE_FLAGS]
+                & (kernels::FLAG_DRAFT_BF16 | kernels::FLAG_DRAFT_F16)
+                != 0,
+            recovered: a.recovered != 0,
+        }
+        .family();
+        // SAFETY: `validate` checked every slice length against the shape and the layout (ids
+        // B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus B,
+        // outputs B and B·(k_max+1)), the logits (binary32 or half, in the target layout) and
+        // the half draft rows against the layout, the temperatures, methods and filter
+        // parameters against B; `recovered` is null or was checked against the draft slots by
+        // the caller (`validate_recovered`); grid = B.
+        let rc = unsafe { self.launch_raw(to_u32(b)?, &shape, family, a) };
         if rc == DIVERGED {
             return Err(KernelHostError::BarrierDivergence);
         }
@@ -955,10 +456,7 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
     ) -> Result<(), KernelHostError> {
         // The recovered-token output (`Outputs::with_recovered`) goes to the logits entries'
         // `recovered` parameter; its length is checked by `launch_verify`'s validation.
-        let recovered = out
-            .recovered
-            .as_deref_mut()
-            .map_or(core::ptr::null_mut(), <[u32]>::as_mut_ptr);
+        let recovered = out.recovered.as_deref_mut().map_or(0, at_mut);
         self.launch_verify(method, check, batch, out, recovered)
     }
 
@@ -976,132 +474,6 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
 }
 
 // ---------------------------------------------------------------- token trees
-// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
-// exactly this signature.
-unsafe extern "C" {
-    fn specula_host_verify_tree_cuda(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        nodes: *const u32,
-        tree_tokens: *const u32,
-        first_child: *const i32,
-        next_sibling: *const i32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        path: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        target_logits: *const f32,
-        temperature: *const f32,
-    ) -> i32;
-    fn specula_host_verify_tree_hip(
-        grid: u32,
-        block: u32,
-        shape: *const u32,
-        nodes: *const u32,
-        tree_tokens: *const u32,
-        first_child: *const i32,
-        next_sibling: *const i32,
-        draft_probs: *const f32,
-        target_probs: *const f32,
-        seed: *const u64,
-        offset: *const u64,
-        eps: *const f32,
-        delta: *const f32,
-        accepted: *mut u32,
-        path: *mut u32,
-        tokens: *mut u32,
-        stats: *mut u64,
-        target_logits: *const f32,
-        temperature: *const f32,
-    ) -> i32;
-}
-
-/// The tree entry's parameters as raw host pointers, in its order
-/// ([`kernels::TREE_ENTRY`]): used by the host driver's tree launch
-/// ([`crate::host_driver`]).
-#[derive(Clone, Copy, Debug)]
-pub struct TreeParams {
-    /// Shape words ([`kernels::TREE_SHAPE_WORDS`]).
-    pub shape: *const u32,
-    /// Node counts.
-    pub nodes: *const u32,
-    /// Node tokens.
-    pub tree_tokens: *const u32,
-    /// First-child links.
-    pub first_child: *const i32,
-    /// Next-sibling links.
-    pub next_sibling: *const i32,
-    /// Draft rows, or null.
-    pub draft_probs: *const f32,
-    /// Target rows.
-    pub target_probs: *const f32,
-    /// Seeds.
-    pub seed: *const u64,
-    /// Offsets.
-    pub offset: *const u64,
-    /// `ε`.
-    pub eps: *const f32,
-    /// `δ`.
-    pub delta: *const f32,
-    /// Output: accepted path lengths.
-    pub accepted: *mut u32,
-    /// Output: accepted node indices.
-    pub path: *mut u32,
-    /// Output: emitted tokens.
-    pub tokens: *mut u32,
-    /// Counters and error word.
-    pub stats: *mut u64,
-    /// Target logits (the layout of `target_probs`, which is then not read), or null:
-    /// probabilities.
-    pub target_logits: *const f32,
-    /// Per-request temperature (read only with `target_logits`), or null.
-    pub temperature: *const f32,
-}
-
-/// Runs `grid` blocks of `block` threads of the tree entry compiled in `mode`. Returns the
-/// launcher's status (0: ran).
-///
-/// # Safety
-/// Every pointer in `p` must be valid for the extent the shape words (and `grid`) imply, as for
-/// a device launch, and not accessed by anything else while the kernel runs.
-pub unsafe fn launch_tree_params(mode: Mode, grid: u32, block: u32, p: &TreeParams) -> i32 {
-    let f = match mode {
-        Mode::Cuda => specula_host_verify_tree_cuda,
-        Mode::Hip => specula_host_verify_tree_hip,
-    };
-    // SAFETY: the caller guarantees the pointers; `f` has exactly this signature.
-    unsafe {
-        f(
-            grid,
-            block,
-            p.shape,
-            p.nodes,
-            p.tree_tokens,
-            p.first_child,
-            p.next_sibling,
-            p.draft_probs,
-            p.target_probs,
-            p.seed,
-            p.offset,
-            p.eps,
-            p.delta,
-            p.accepted,
-            p.path,
-            p.tokens,
-            p.stats,
-            p.target_logits,
-            p.temperature,
-        )
-    }
-}
-
 /// Why a host-executed tree verification did not run (or ran into a kernel error flag).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -1165,36 +537,31 @@ impl<const K: usize> KernelHost<K> {
         shape[kernels::TREE_SHAPE_NODES] = u(d.max_nodes)?;
         // Target logits: `target` holds them (target_probs is then null).
         let lg = d.temperature.as_deref();
-        let launcher = match self.mode {
-            Mode::Cuda => specula_host_verify_tree_cuda,
-            Mode::Hip => specula_host_verify_tree_hip,
+        let a = ArgBlock {
+            shape: at(&shape),
+            k: at(&d.nodes),
+            draft_ids: at(&d.tokens),
+            first_child: at(&d.first_child),
+            next_sibling: at(&d.next_sibling),
+            draft_probs: d.draft.as_deref().map_or(0, at),
+            target_probs: if lg.is_some() { 0 } else { at(&d.target) },
+            seed: at(&d.seed),
+            offset: at(&d.offset),
+            eps: at(&d.eps),
+            delta: at(&d.delta),
+            accepted: at_mut(&mut out.accepted),
+            path: at_mut(&mut out.path),
+            tokens: at_mut(&mut out.tokens),
+            stats: at_mut(&mut self.stats),
+            target_logits: if lg.is_some() { at(&d.target) } else { 0 },
+            temperature: lg.map_or(0, at),
+            slices: 1,
+            ..ArgBlock::default()
         };
         // SAFETY: the lengths were checked above against the shape words (B requests, B·N node
         // slots and rows of stride V, B·(max_depth + 1) outputs, stats_words(K) stats words);
         // the kernel reads and writes nothing else, whatever the nodes and links hold.
-        let rc = unsafe {
-            launcher(
-                u(b)?,
-                self.block,
-                shape.as_ptr(),
-                d.nodes.as_ptr(),
-                d.tokens.as_ptr(),
-                d.first_child.as_ptr(),
-                d.next_sibling.as_ptr(),
-                d.draft.as_ref().map_or(core::ptr::null(), |x| x.as_ptr()),
-                lg.map_or(d.target.as_ptr(), |_| core::ptr::null()),
-                d.seed.as_ptr(),
-                d.offset.as_ptr(),
-                d.eps.as_ptr(),
-                d.delta.as_ptr(),
-                out.accepted.as_mut_ptr(),
-                out.path.as_mut_ptr(),
-                out.tokens.as_mut_ptr(),
-                self.stats.as_mut_ptr(),
-                lg.map_or(core::ptr::null(), |_| d.target.as_ptr()),
-                lg.map_or(core::ptr::null(), <[f32]>::as_ptr),
-            )
-        };
+        let rc = unsafe { launch_block(self.mode, u(b)?, self.block, TREE_ENTRY_INDEX, &a) };
         if rc != 0 {
             return Err(TreeHostError::BadBlock);
         }

@@ -2,6 +2,7 @@
 //! the host driver of the tests), in the style of wgpu-hal's `Api`: associated types for the
 //! handles, one method per driver call the orchestration makes, nothing else.
 
+use super::block::ArgBlock;
 use super::tree::args::TreeLaunch;
 use super::view::{Element, Memory, View, ViewMut};
 use crate::error_kind::HasKind;
@@ -59,23 +60,6 @@ pub enum Family {
     /// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered`.
     Logits,
 }
-
-impl Family {
-    /// Pointer parameters the family passes after the common ones (after `stats`, or after the
-    /// split entry's `scratch, slices`): the length of [`Launch::trailing`].
-    #[must_use]
-    pub const fn trailing(self) -> usize {
-        match self {
-            Self::Plain => 0,
-            Self::Ex => 2,
-            Self::Logits => 9,
-        }
-    }
-}
-
-/// The most trailing pointer parameters any family passes ([`Family::trailing`]): drivers size
-/// their parameter arrays with it.
-pub const MAX_TRAILING: usize = 9;
 
 /// Every chain entry point of `core/kernels/specula_verify.cu`, in the order of
 /// [`Launch::entry_index`]: a driver loads them all from the compiled module and picks one per
@@ -246,36 +230,6 @@ impl<D: Driver> VerifyArgs<'_, D> {
     }
 }
 
-fn ptr<'l, D: Driver, T: Element>(v: Option<View<'l, D, T>>) -> DevicePtr<'l, D> {
-    v.map(|v| (v.buffer(), v.byte_offset()))
-}
-
-/// One trailing pointer parameter: a view's buffer and the byte offset of its first element, or
-/// `None` for a null pointer.
-pub type DevicePtr<'l, D> = Option<(&'l <D as Memory>::Buffer, usize)>;
-
-/// The trailing pointer parameters of a launch, in the kernel's order ([`Launch::trailing`]).
-pub struct Trailing<'l, D: Driver> {
-    ptrs: [DevicePtr<'l, D>; MAX_TRAILING],
-    len: usize,
-}
-
-impl<'l, D: Driver> Trailing<'l, D> {
-    /// The parameters, in order.
-    #[must_use]
-    pub fn as_slice(&self) -> &[DevicePtr<'l, D>] {
-        &self.ptrs[..self.len]
-    }
-}
-
-impl<D: Driver> Debug for Trailing<'_, D> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_list()
-            .entries(self.as_slice().iter().map(|p| p.map(|(_, off)| off)))
-            .finish()
-    }
-}
-
 /// One kernel launch as the orchestration asks a driver for it: everything the driver glue
 /// turns into its launch parameters, in the kernel's parameter order.
 #[derive(Debug)]
@@ -309,119 +263,54 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
         ENTRY_NAMES[self.entry_index()]
     }
 
-    /// The pointer parameters after the common ones (`shape` … `stats`, then the split entry's
-    /// `scratch` and `slices`), in the kernel's order: none for [`Family::Plain`];
-    /// `cu_num_draft_tokens, bonus` for [`Family::Ex`]; those, `target_logits, temperature,
-    /// methods, top_k, top_p, min_p, recovered` for [`Family::Logits`]. Null (`None`) where a view is not set. Every driver packs these
-    /// in one loop, so a later parameter is added here once.
-    #[must_use]
-    pub fn trailing(&self) -> Trailing<'l, D> {
+    /// The launch's only parameter, the kernel's argument block: every view's device address
+    /// (`address` of its buffer plus its byte offset), null (`0`) where a view is not set, the
+    /// split entries' scratch and `slices` (`1` for one block per request). A driver calls it
+    /// once per launch with its buffers' base addresses (and may keep each buffer `address` is
+    /// called with alive until the launch has run), so which field holds what is decided (and
+    /// tested) here once.
+    pub fn arg_block(&self, mut address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
         let a = self.args;
-        let all: [DevicePtr<'l, D>; MAX_TRAILING] = [
-            ptr(a.cu_num_draft_tokens),
-            ptr(a.bonus),
-            ptr(a.target_logits).or(ptr(a.target_logits_half)),
-            ptr(a.temperature),
-            ptr(a.methods),
-            ptr(a.top_k),
-            ptr(a.top_p),
-            ptr(a.min_p),
-            a.recovered.as_ref().map(|v| (v.buffer(), v.byte_offset())),
-        ];
-        Trailing {
-            ptrs: all,
-            len: self.family.trailing(),
+        let mut at = |v: Option<(&'l D::Buffer, usize)>| {
+            v.map_or(0, |(b, off)| address(b).wrapping_add(off as u64))
+        };
+        fn of<'l, D: Driver, T: Element>(
+            v: Option<View<'l, D, T>>,
+        ) -> Option<(&'l D::Buffer, usize)> {
+            v.map(|v| (v.buffer(), v.byte_offset()))
         }
-    }
-}
-
-/// One kernel parameter of a launch ([`Launch::kernel_args`]).
-pub enum KernelArg<'l, D: Driver> {
-    /// A device pointer: a buffer and the byte offset in it, or null.
-    Ptr(DevicePtr<'l, D>),
-    /// A 32-bit value (the split entries' `slices`).
-    U32(u32),
-}
-
-impl<D: Driver> Clone for KernelArg<'_, D> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<D: Driver> Copy for KernelArg<'_, D> {}
-
-impl<D: Driver> Debug for KernelArg<'_, D> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::Ptr(p) => write!(f, "Ptr({:?})", p.map(|(_, off)| off)),
-            Self::U32(v) => write!(f, "U32({v})"),
+        fn out<'l, D: Driver>(v: &'l ViewMut<'_, D, u32>) -> Option<(&'l D::Buffer, usize)> {
+            Some((v.buffer(), v.byte_offset()))
         }
-    }
-}
-
-/// The most parameters an entry point takes: the twelve common ones, the split entries'
-/// `scratch` and `slices`, the trailing pointers.
-pub const MAX_KERNEL_ARGS: usize = 14 + MAX_TRAILING;
-
-/// Every parameter of a launch, in the kernel's order ([`Launch::kernel_args`]).
-pub struct KernelArgs<'l, D: Driver> {
-    list: [KernelArg<'l, D>; MAX_KERNEL_ARGS],
-    len: usize,
-}
-
-impl<'l, D: Driver> KernelArgs<'l, D> {
-    /// The parameters, in order.
-    #[must_use]
-    pub fn as_slice(&self) -> &[KernelArg<'l, D>] {
-        &self.list[..self.len]
-    }
-}
-
-impl<D: Driver> Debug for KernelArgs<'_, D> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_list().entries(self.as_slice()).finish()
-    }
-}
-
-impl<'l, D: Driver> Launch<'l, '_, D> {
-    /// Every parameter of the entry point this launch runs, in its order: `shape, k,
-    /// draft_ids, draft_probs, target_probs, seed, offset, eps, delta, accepted, tokens,
-    /// stats`; then for a split entry `scratch` and `slices` (the one [`KernelArg::U32`]); then
-    /// [`trailing`](Launch::trailing). A driver turns each into its launch argument in one
-    /// loop, so the order is decided (and tested) here once.
-    #[must_use]
-    pub fn kernel_args(&self) -> KernelArgs<'l, D> {
-        let a = self.args;
-        let mut list = [KernelArg::Ptr(None); MAX_KERNEL_ARGS];
-        let common = [
-            ptr(Some(a.shape)),
-            ptr(Some(a.k)),
-            ptr(Some(a.draft_ids)),
-            ptr(a.draft_probs).or(ptr(a.draft_probs_half)),
-            ptr(Some(a.target_probs)),
-            ptr(Some(a.seed)),
-            ptr(Some(a.offset)),
-            ptr(Some(a.eps)),
-            ptr(Some(a.delta)),
-            ptr(Some(a.accepted.as_view())),
-            ptr(Some(a.tokens.as_view())),
-            Some((self.stats, 0)),
-        ];
-        let mut len = 0;
-        for p in common {
-            list[len] = KernelArg::Ptr(p);
-            len += 1;
+        ArgBlock {
+            shape: at(of(Some(a.shape))),
+            k: at(of(Some(a.k))),
+            draft_ids: at(of(Some(a.draft_ids))),
+            draft_probs: at(of(a.draft_probs).or(of(a.draft_probs_half))),
+            target_probs: at(of(Some(a.target_probs))),
+            seed: at(of(Some(a.seed))),
+            offset: at(of(Some(a.offset))),
+            eps: at(of(Some(a.eps))),
+            delta: at(of(Some(a.delta))),
+            accepted: at(out(&a.accepted)),
+            tokens: at(out(&a.tokens)),
+            stats: at(Some((self.stats, 0))),
+            scratch: at(self.scratch.map(|b| (b, 0))),
+            cu_num_draft_tokens: at(of(a.cu_num_draft_tokens)),
+            bonus: at(of(a.bonus)),
+            target_logits: at(of(a.target_logits).or(of(a.target_logits_half))),
+            temperature: at(of(a.temperature)),
+            methods: at(of(a.methods)),
+            top_k: at(of(a.top_k)),
+            top_p: at(of(a.top_p)),
+            min_p: at(of(a.min_p)),
+            recovered: at(a.recovered.as_ref().and_then(out)),
+            slices: match self.entry {
+                Entry::Single => 1,
+                Entry::Split { slices } => slices,
+            },
+            ..ArgBlock::default()
         }
-        if let Entry::Split { slices } = self.entry {
-            list[len] = KernelArg::Ptr(self.scratch.map(|b| (b, 0)));
-            list[len + 1] = KernelArg::U32(slices);
-            len += 2;
-        }
-        for p in self.trailing().as_slice() {
-            list[len] = KernelArg::Ptr(*p);
-            len += 1;
-        }
-        KernelArgs { list, len }
     }
 }
 

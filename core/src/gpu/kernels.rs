@@ -5,13 +5,15 @@
 //! exactly, so its outputs are bit-identical to [`crate::verify::verify_batch`].
 //!
 //! # Launch contract
-//! * Entry point [`VERIFY_ENTRY`] (`extern "C"`), parameters in this order:
-//!   `shape: *const u32` ([`SHAPE_WORDS`] words, see [`shape_words`]), `k: *const u32`,
-//!   `draft_ids: *const u32`, `draft_probs: *const f32` (may be null when the shape says
-//!   "one-hot drafter"), `target_probs: *const f32`, `seed: *const u64`, `offset: *const u64`,
-//!   `eps: *const f32`, `delta: *const f32` (read only by typical acceptance; may be null
-//!   otherwise), `accepted: *mut u32`, `tokens: *mut u32`, `stats: *mut u64`.
-//!   Every buffer is in device memory and laid out as `DETERMINISM.md` says.
+//! * Every entry point (`extern "C"`: [`VERIFY_ENTRY`] and the others, [`TREE_ENTRY`]) takes one
+//!   parameter, the argument block [`ArgBlock`](crate::gpu::ArgBlock) (`sp_args` in the text) by
+//!   value: `shape` ([`SHAPE_WORDS`] words, see [`shape_words`]), `k`, `draft_ids`,
+//!   `draft_probs` (null when the shape says "one-hot drafter"), `target_probs`, `seed`,
+//!   `offset`, `eps`, `delta` (read only by typical acceptance), `accepted`, `tokens`, `stats`,
+//!   then the fields only some entries read, each null when not used. Every buffer is in device
+//!   memory and laid out as `DETERMINISM.md` says. Which entry runs (the template instance) is
+//!   the host's choice from the same inputs ([`Family`](crate::gpu::Family)), so the plain
+//!   probability path keeps its own code.
 //! * Grid `(capacity, 1, 1)` with `capacity ≥ shape[SHAPE_BATCH]`: one block per request; blocks
 //!   past the batch return at once. Because the batch size, `k`, seeds and offsets are all read
 //!   from device memory, one launch configuration (and one captured CUDA graph) serves every step.
@@ -97,20 +99,18 @@ pub const TREE_SOURCE: &str = concat!(
     include_str!("../../kernels/specula_tree.cu")
 );
 
-/// Name of the tree-verification entry point (`extern "C"`, in [`TREE_SOURCE`]), parameters in
-/// this order: `shape: *const u32` ([`TREE_SHAPE_WORDS`] words: the chain's [`SHAPE_WORDS`]
-/// with [`SHAPE_K_MAX`] read as the tree's `max_depth`, then [`TREE_SHAPE_NODES`]),
-/// `nodes: *const u32` (B), `tree_tokens: *const u32`, `first_child: *const i32`,
-/// `next_sibling: *const i32` (B·N each), `draft_probs: *const f32` (B·N rows; null unless
-/// [`FLAG_DRAFT_PROBS`]), `target_probs: *const f32` (B·N rows of probabilities; null with
-/// logits),
-/// `seed: *const u64`, `offset: *const u64`, `eps: *const f32`, `delta: *const f32` (read by
-/// typical acceptance only), `accepted: *mut u32` (B), `path: *mut u32`, `tokens: *mut u32`
-/// (B·(max_depth + 1) each), `stats: *mut u64` ([`stats_words`]`(K)`), then
-/// `target_logits: *const f32` (exactly the layout of `target_probs`, which is then not read;
-/// null: probabilities) and `temperature: *const f32` (B values, read only with logits; `0`:
-/// greedy on the logit rows whatever the method, `> 0`: each node row's softmax of
-/// `core/DETERMINISM.md`, computed on the fly as in [`VERIFY_LOGITS_ENTRY`]).
+/// Name of the tree-verification entry point (`extern "C"`, in [`TREE_SOURCE`]). It takes the
+/// chain entries' argument block ([`TreeLaunch::arg_block`](crate::gpu::TreeLaunch::arg_block)):
+/// `shape` ([`TREE_SHAPE_WORDS`] words: the chain's [`SHAPE_WORDS`] with [`SHAPE_K_MAX`] read as
+/// the tree's `max_depth`, then [`TREE_SHAPE_NODES`]), `k` the node counts (B), `draft_ids` the
+/// node tokens, `first_child` and `next_sibling` the links (B·N each, `-1`: none), `draft_probs`
+/// (B·N rows; null unless [`FLAG_DRAFT_PROBS`]), `target_probs` (B·N rows of probabilities; null
+/// with logits), `seed`, `offset`, `eps`, `delta`, `accepted` (B), `path` and `tokens`
+/// (B·(max_depth + 1) each), `stats` ([`stats_words`]`(K)`), `target_logits` (exactly the
+/// layout of `target_probs`, which is then not read; null: probabilities) and `temperature` (B
+/// values, read only with logits; `0`: greedy on the logit rows whatever the method, `> 0`:
+/// each node row's softmax of `core/DETERMINISM.md`, computed on the fly as in
+/// [`VERIFY_LOGITS_ENTRY`]); the chain's other fields are null.
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
 /// rule with draft rows, typical acceptance) and records
@@ -131,16 +131,16 @@ pub const TREE_SHAPE_NODES: usize = 8;
 pub const VERIFY_ENTRY: &str = "specula_verify";
 
 /// Name of the entry point that splits each request's rows over several blocks (`extern "C"`):
-/// [`VERIFY_ENTRY`]'s twelve parameters, then `scratch: *mut u64`
+/// it reads [`VERIFY_ENTRY`]'s fields and the block's `scratch`
 /// ([`split_scratch_words`]`(k_max, slices)` words per request of the capacity, zero before the
-/// first launch; the kernel leaves them zero) and `slices: u32` (by value, ≥ 1). Grid
+/// first launch; the kernel leaves them zero) and `slices` (≥ 1). Grid
 /// `(capacity · slices, 1, 1)`, block as for [`VERIFY_ENTRY`]; same results bit for bit.
 pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 
 /// Name of the additive entry point for the ragged layout and caller-supplied bonus tokens
-/// (`extern "C"`): [`VERIFY_ENTRY`]'s twelve parameters, then `cu_num_draft_tokens: *const u32`
+/// (`extern "C"`): it reads [`VERIFY_ENTRY`]'s fields and `cu_num_draft_tokens`
 /// (B values, vLLM's cumulative draft counts; `k` is then not read; null: the padded layout)
-/// and `bonus: *const u32` (B bonus tokens; each request's target row `k` is then not read, and
+/// and `bonus` (B bonus tokens; each request's target row `k` is then not read, and
 /// absent from a ragged target tensor; null: sampled), as `core/DETERMINISM.md` lays them out.
 /// On the raw device path a decreasing cumulative count sets [`ERR_DRAFT_LEN`], a bonus token
 /// `≥ V` sets [`ERR_TOKEN`]; that request is skipped. Launch as [`VERIFY_ENTRY`]. (Checked bit
@@ -148,23 +148,23 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 /// `specula_core::gpu` for the ragged layout or bonus tokens.)
 pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
 
-/// [`VERIFY_SPLIT_ENTRY`]'s fourteen parameters, then `cu_num_draft_tokens` and `bonus` as for
+/// [`VERIFY_SPLIT_ENTRY`]'s fields, and `cu_num_draft_tokens` and `bonus` as for
 /// [`VERIFY_EX_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`].
 pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 
 /// Name of the additive entry point for target logits with per-request temperature and the
-/// engine's other inputs (`extern "C"`): [`VERIFY_EX_ENTRY`]'s fourteen parameters, then
-/// * `target_logits: *const f32` (exactly the layout of `target_probs`, which is then not read;
-///   null: the probability path, i.e. [`VERIFY_EX_ENTRY`]);
-/// * `temperature: *const f32` (B values; `0`: greedy on the logits, `> 0`: the softmax of
+/// engine's other inputs (`extern "C"`): it reads [`VERIFY_EX_ENTRY`]'s fields and
+/// * `target_logits` (exactly the layout of `target_probs`, which is then not read; null: the
+///   probability path, i.e. [`VERIFY_EX_ENTRY`]);
+/// * `temperature` (B values; `0`: greedy on the logits, `> 0`: the softmax of
 ///   `core/DETERMINISM.md`, computed on the fly, never materialised);
-/// * `methods: *const u32` (B [`method_code`]s, request b verified by `methods[b]`; null: the
+/// * `methods` (B [`method_code`]s, request b verified by `methods[b]`; null: the
 ///   shape word's method for every request; logits at `T = 0` stay greedy);
-/// * `top_k: *const u32` (B values; `0`: off; null: off for every request);
-/// * `top_p: *const f32` (B values in `(0, 1]`; `1`: off; null: off);
-/// * `min_p: *const f32` (B values in `[0, 1]`; `0`: off; null: off) — the filters of
+/// * `top_k` (B values; `0`: off; null: off for every request);
+/// * `top_p` (B values in `(0, 1]`; `1`: off; null: off);
+/// * `min_p` (B values in `[0, 1]`; `0`: off; null: off) — the filters of
 ///   `core/DETERMINISM.md` ("Sampling filters"), applied to every target row the method reads;
-/// * `recovered: *mut u32` (output, one value per draft slot as
+/// * `recovered` (output, one value per draft slot as
 ///   [`recovered_tokens`](crate::verify::recovered_tokens) lays it out: padded `b·k_max + j`
 ///   with the sentinel for `j ≥ k[b]`, ragged `cu[b−1] + j`; null: not written).
 ///
@@ -174,14 +174,11 @@ pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 /// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
 /// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
 /// counted). Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
-/// `tests/src/kernel_host.rs`.) Today's text takes these parameters and flags but does not
-/// implement them yet: a request given a non-null `methods`, `top_k`, `top_p`, `min_p` or
-/// `recovered`, or a half-precision flag, is skipped with [`ERR_PARAM`] (never wrong bits); the
-/// GPU backends pass null and refuse such batches before launching (`Verifier::support`).
+/// `tests/src/kernel_host.rs`.)
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
 
-/// [`VERIFY_SPLIT_EX_ENTRY`]'s sixteen parameters, then `target_logits`, `temperature`,
-/// `methods`, `top_k`, `top_p`, `min_p` and `recovered` as for [`VERIFY_LOGITS_ENTRY`];
+/// [`VERIFY_SPLIT_EX_ENTRY`]'s fields, and `target_logits`, `temperature`, `methods`, `top_k`,
+/// `top_p`, `min_p` and `recovered` as for [`VERIFY_LOGITS_ENTRY`];
 /// launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block computes the state of the rows
 /// it works on (softmax maximum and exact sum, filter threshold and kept mass) over the whole
 /// row; the passes after it are split.

@@ -11,6 +11,7 @@
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
 //! lifetime the compiler checks, never raw pointers valid "until the next stage".
 
+mod block;
 mod driver;
 mod error;
 pub mod kernels;
@@ -20,10 +21,8 @@ mod tree;
 mod verifier;
 mod view;
 
-pub use driver::{
-    DevicePtr, Driver, ENTRY_NAMES, Entry, Family, Inputs, KernelArg, KernelArgs, Launch,
-    MAX_KERNEL_ARGS, MAX_TRAILING, Status, Trailing, VerifyArgs,
-};
+pub use block::ArgBlock;
+pub use driver::{Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, Status, VerifyArgs};
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{SUPPORT, Staged, Staging};

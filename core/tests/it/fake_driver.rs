@@ -11,7 +11,7 @@
 
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, Entry, Family, KernelArg, Launch, Memory, Status, TreeLaunch, View,
+    ArgBlock, Driver, Element, Entry, Family, Launch, Memory, Status, TreeLaunch, View,
 };
 use specula_core::{ErrorKind, HasKind};
 use std::cell::{Cell, RefCell};
@@ -65,20 +65,19 @@ pub struct LaunchRec {
     pub draft_probs: bool,
     pub family: Family,
     pub name: &'static str,
-    /// (buffer id, byte offset) of each trailing pointer parameter, `None` for null.
-    pub trailing: Vec<Option<(usize, usize)>>,
-    /// `Launch::trailing`'s `Debug` (the byte offsets, `None` for null).
-    pub trailing_debug: String,
-    /// `Launch::kernel_args`: (buffer id, byte offset) or null per pointer, and the u32s.
-    pub params: Vec<P>,
-    /// `Launch::kernel_args`' `Debug`.
-    pub params_debug: String,
+    /// `Launch::arg_block` with the fake's addresses ([`address`], [`at`] reads them back).
+    pub args: ArgBlock,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum P {
-    Ptr(Option<(usize, usize)>),
-    U32(u32),
+/// The fake's device address of a buffer: its id + 1 in the high word (so 0 stays null), the
+/// byte offset in the low one.
+pub fn address(b: &Buf) -> u64 {
+    (b.id as u64 + 1) << 32
+}
+
+/// (buffer id, byte offset) of an argument block's address, `None` for null.
+pub fn at(a: u64) -> Option<(usize, usize)> {
+    (a != 0).then(|| (((a >> 32) - 1) as usize, (a & 0xFFFF_FFFF) as usize))
 }
 
 /// The record, the buffers and offsets of shape, k, accepted, stats, tokens, and the cumulative
@@ -424,23 +423,7 @@ impl Driver for Fake {
             draft_probs: a.draft_probs.is_some(),
             family: l.family,
             name: l.entry_name(),
-            trailing: l
-                .trailing()
-                .as_slice()
-                .iter()
-                .map(|p| p.map(|(b, off)| (b.id, off)))
-                .collect(),
-            trailing_debug: format!("{:?}", l.trailing()),
-            params: l
-                .kernel_args()
-                .as_slice()
-                .iter()
-                .map(|p| match *p {
-                    KernelArg::Ptr(x) => P::Ptr(x.map(|(b, off)| (b.id, off))),
-                    KernelArg::U32(v) => P::U32(v),
-                })
-                .collect(),
-            params_debug: format!("{:?}", l.kernel_args()),
+            args: l.arg_block(address),
         };
         let cu = a
             .cu_num_draft_tokens
@@ -520,6 +503,7 @@ impl Driver for Fake {
             block: l.block,
             stats: l.stats.id,
             draft: a.draft_probs.is_some(),
+            args: l.arg_block(address),
         };
         let view = |b: &Buf, o: usize| (b.clone(), o);
         let (shape, nodes) = (
@@ -563,6 +547,8 @@ pub struct TreeRec {
     pub block: u32,
     pub stats: usize,
     pub draft: bool,
+    /// `TreeLaunch::arg_block` with the fake's addresses.
+    pub args: ArgBlock,
 }
 
 pub fn read<T: Element>(b: &Buf, byte: usize) -> T {

@@ -6,7 +6,7 @@
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
-    MAX_KERNEL_ARGS, MAX_SLICES, MAX_TRAILING, OutOfBounds, SUPPORT, Staging, View, ViewMut,
+    MAX_SLICES, OutOfBounds, SUPPORT, Staging, View, ViewMut,
 };
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
@@ -100,7 +100,27 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
         (l[0].family, l[0].name),
         (Family::Plain, kernels::VERIFY_ENTRY)
     );
-    assert!(l[0].trailing.is_empty());
+    let a = l[0].args;
+    assert_eq!(
+        [
+            a.scratch,
+            a.cu_num_draft_tokens,
+            a.bonus,
+            a.target_logits,
+            a.temperature,
+            a.methods,
+            a.top_k,
+            a.top_p,
+            a.min_p,
+            a.recovered,
+            a.first_child,
+            a.next_sibling,
+            a.path,
+        ],
+        [0; 13],
+        "the plain entry: every later field null"
+    );
+    assert_eq!((a.slices, a.reserved), (1, 0));
     // A second, smaller batch reuses the staging buffers (same ids).
     let d2 = Owned::new(3);
     let (mut acc2, mut tok2) = outputs(3);
@@ -891,25 +911,28 @@ impl Var {
 }
 
 #[test]
-fn entry_names_families_and_trailing_counts() {
+fn entry_names_and_families() {
     use kernels::*;
     let split = Entry::Split { slices: 2 };
     let want = [
-        (Entry::Single, Family::Plain, VERIFY_ENTRY, 0),
-        (split, Family::Plain, VERIFY_SPLIT_ENTRY, 0),
-        (Entry::Single, Family::Ex, VERIFY_EX_ENTRY, 2),
-        (split, Family::Ex, VERIFY_SPLIT_EX_ENTRY, 2),
-        (Entry::Single, Family::Logits, VERIFY_LOGITS_ENTRY, 9),
-        (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY, 9),
+        (Entry::Single, Family::Plain, VERIFY_ENTRY),
+        (split, Family::Plain, VERIFY_SPLIT_ENTRY),
+        (Entry::Single, Family::Ex, VERIFY_EX_ENTRY),
+        (split, Family::Ex, VERIFY_SPLIT_EX_ENTRY),
+        (Entry::Single, Family::Logits, VERIFY_LOGITS_ENTRY),
+        (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY),
     ];
-    for (i, (entry, family, name, trailing)) in want.into_iter().enumerate() {
+    for (i, (entry, family, name)) in want.into_iter().enumerate() {
         assert_eq!(entry.name(family), name);
         assert_eq!(ENTRY_NAMES[i], name);
-        // Defined by the kernel text, where drivers load it by this name.
-        assert!(SOURCE.contains(&format!("\n{name}(")), "{name}");
-        assert_eq!(family.trailing(), trailing);
-        assert!(trailing <= MAX_TRAILING);
+        // Defined by the kernel text, where drivers load it by this name, taking the one
+        // argument block.
+        assert!(
+            SOURCE.contains(&format!("\n{name}(const sp_args a) {{")),
+            "{name}"
+        );
     }
+    assert!(TREE_SOURCE.contains(&format!("\n{TREE_ENTRY}(const sp_args a) {{")));
     let none = Inputs::default();
     assert_eq!(none.family(), Family::Plain);
     let with = |f: fn(&mut Inputs)| {
@@ -989,60 +1012,60 @@ fn the_entry_follows_the_optional_inputs() {
             assert_eq!(last.name, want[usize::from(split)], "{bits:03b}");
             let scratch = split.then(|| specula_core::gpu::split_scratch_bytes::<K>(sms, 3));
             assert_eq!(last.scratch.map(|s| s.1), scratch.flatten(), "{bits:03b}");
-            let t = &last.trailing;
-            assert_eq!(t.len(), family.trailing(), "{bits:03b}");
-            if family != Family::Plain {
-                assert_eq!((t[0].is_some(), t[1].is_some()), (ragged, bonus));
-            }
-            let debug: Vec<String> = t
-                .iter()
-                .map(|p| format!("{:?}", p.map(|(_, off)| off)))
-                .collect();
-            assert_eq!(last.trailing_debug, format!("[{}]", debug.join(", ")));
-            if family == Family::Logits {
-                assert!(t[2].is_some() && t[3].is_some());
-                assert_ne!(t[2].unwrap().0, t[3].unwrap().0, "logits ≠ temperatures");
-            }
-            // Every parameter in the kernel's order: the twelve common pointers (shape, k, …,
-            // accepted, tokens, stats), the split entries' scratch and slices, the trailing.
-            let p = &last.params;
-            let head = if split { 14 } else { 12 };
-            assert_eq!(p.len(), head + t.len(), "{bits:03b}");
-            // The split logits entries take the most: exactly what drivers size for.
-            let longest = split && family == Family::Logits;
-            assert_eq!(p.len() == MAX_KERNEL_ARGS, longest, "{bits:03b}");
-            assert_eq!(p[0], P::Ptr(Some(last.shape)));
-            assert_eq!(p[9], P::Ptr(Some(last.accepted)));
-            assert_eq!(p[11], P::Ptr(Some((last.stats, 0))));
+            // The argument block: every field the staged views set, null elsewhere.
+            let p = last.args;
+            assert_eq!(at(p.shape), Some(last.shape));
+            assert_eq!(at(p.k), Some(last.k), "k is passed (unread when ragged)");
+            assert_eq!(at(p.accepted), Some(last.accepted));
+            assert_eq!(at(p.stats), Some((last.stats, 0)));
+            assert_eq!(p.draft_probs, 0, "one-hot drafter: null draft_probs");
             assert_eq!(
-                p[1],
-                P::Ptr(Some(last.k)),
-                "k is passed (unread when ragged)"
+                (p.cu_num_draft_tokens != 0, p.bonus != 0),
+                (ragged, bonus),
+                "{bits:03b}"
             );
-            assert_eq!(p[3], P::Ptr(None), "one-hot drafter: null draft_probs");
-            if let Some((id, _)) = last.scratch {
-                assert_eq!(p[12], P::Ptr(Some((id, 0))));
-                assert_eq!(
-                    p[13],
-                    P::U32(match last.entry {
-                        Entry::Split { slices } => slices,
-                        Entry::Single => 0,
-                    })
-                );
-            }
-            let tail: Vec<P> = t.iter().map(|x| P::Ptr(*x)).collect();
-            assert_eq!(p[head..], tail[..]);
             assert_eq!(
-                p.iter().filter(|x| matches!(x, P::U32(_))).count(),
-                usize::from(split)
+                (p.target_logits != 0, p.temperature != 0),
+                (logits, logits),
+                "{bits:03b}"
             );
-            assert!(last.params_debug.starts_with("[Ptr(Some(0)), "));
-            assert!(last.params_debug.contains("Ptr(None)"), "draft_probs");
-            assert_eq!(last.params_debug.contains("U32("), split);
-            let ids: Vec<usize> = t.iter().flatten().map(|p| p.0).collect();
+            if logits {
+                assert_ne!(at(p.target_logits).unwrap().0, at(p.temperature).unwrap().0);
+            }
+            match last.entry {
+                Entry::Split { slices } => {
+                    assert_eq!(at(p.scratch).map(|s| s.1), Some(0));
+                    assert_eq!(at(p.scratch).map(|s| s.0), last.scratch.map(|s| s.0));
+                    assert_eq!(p.slices, slices);
+                }
+                Entry::Single => assert_eq!((p.scratch, p.slices), (0, 1)),
+            }
+            let rest = [
+                p.methods,
+                p.top_k,
+                p.top_p,
+                p.min_p,
+                p.recovered,
+                p.first_child,
+                p.next_sibling,
+                p.path,
+                p.reserved.into(),
+            ];
+            assert_eq!(rest, [0; 9], "{bits:03b}");
+            let ids: Vec<usize> = [
+                p.cu_num_draft_tokens,
+                p.bonus,
+                p.target_logits,
+                p.temperature,
+            ]
+            .into_iter()
+            .filter_map(at)
+            .map(|p| p.0)
+            .collect();
             let mut distinct = ids.clone();
+            distinct.sort_unstable();
             distinct.dedup();
-            assert_eq!(ids, distinct, "one buffer per trailing view");
+            assert_eq!(ids.len(), distinct.len(), "one buffer per optional view");
         }
     }
 }
@@ -1325,9 +1348,17 @@ fn half_inputs_are_staged_with_their_flags() {
         drv.run();
         let l = drv.launches();
         let last = l.last().unwrap();
-        let at = |p: Option<View<'_, Fake, u16>>| p.map(|v| (v.buffer().id, v.byte_offset()));
-        assert_eq!(last.trailing[2], at(a.target_logits_half), "{what}");
-        assert_eq!(last.params[3], P::Ptr(at(a.draft_probs_half)), "{what}");
+        let view_at = |p: Option<View<'_, Fake, u16>>| p.map(|v| (v.buffer().id, v.byte_offset()));
+        assert_eq!(
+            at(last.args.target_logits),
+            view_at(a.target_logits_half),
+            "{what}"
+        );
+        assert_eq!(
+            at(last.args.draft_probs),
+            view_at(a.draft_probs_half),
+            "{what}"
+        );
     }
     assert_eq!(
         drv.st.next_id.get() - ids,
@@ -1451,8 +1482,7 @@ fn methods_and_filters_are_staged_and_passed() {
         let l = drv.launches();
         let last = l.last().unwrap();
         assert_eq!(last.name, kernels::VERIFY_LOGITS_ENTRY);
-        let t = &last.trailing;
-        assert_eq!(t.len(), 9);
+        let p = last.args;
         let set = [bits & 1, bits & 2, bits & 4, bits & 8].map(|x| x != 0);
         let want = [
             a.methods.map(|v| (v.buffer().id, v.byte_offset())),
@@ -1460,14 +1490,23 @@ fn methods_and_filters_are_staged_and_passed() {
             a.top_p.map(|v| (v.buffer().id, v.byte_offset())),
             a.min_p.map(|v| (v.buffer().id, v.byte_offset())),
         ];
-        assert_eq!(t[4..8], want, "{bits:04b}");
-        assert_eq!(want.map(|p| p.is_some()), set);
-        assert_eq!(t[..4], [None; 4], "no ragged, bonus, logits");
-        assert_eq!(t[8], None, "recovered not passed");
         assert_eq!(
-            last.params[12..],
-            t.iter().map(|p| P::Ptr(*p)).collect::<Vec<_>>()[..]
+            [p.methods, p.top_k, p.top_p, p.min_p].map(at),
+            want,
+            "{bits:04b}"
         );
+        assert_eq!(want.map(|p| p.is_some()), set);
+        assert_eq!(
+            [
+                p.cu_num_draft_tokens,
+                p.bonus,
+                p.target_logits,
+                p.temperature
+            ],
+            [0; 4],
+            "no ragged, bonus, logits"
+        );
+        assert_eq!(p.recovered, 0, "recovered not passed");
     }
     // A short view of each is refused before anything is enqueued.
     for field in 0..4 {
@@ -1574,9 +1613,20 @@ fn recovered_output_is_staged_passed_and_downloaded() {
         (l[1].family, l[1].name),
         (Family::Logits, kernels::VERIFY_LOGITS_ENTRY)
     );
-    let r = l[1].trailing[8].expect("recovered passed");
-    assert!(
-        l[1].trailing[..8].iter().all(Option::is_none),
+    let p = l[1].args;
+    let r = at(p.recovered).expect("recovered passed");
+    assert_eq!(
+        [
+            p.cu_num_draft_tokens,
+            p.bonus,
+            p.target_logits,
+            p.temperature,
+            p.methods,
+            p.top_k,
+            p.top_p,
+            p.min_p
+        ],
+        [0; 8],
         "nothing else set"
     );
     assert_eq!(r.1, 0);

@@ -118,15 +118,58 @@ fn verify_tree_stages_launches_and_downloads_with_one_sync() {
     let mut o = Outs::new(3);
     v.verify_tree(Method::Greedy, Check::STRICT, &d.view(), &mut o.view())
         .unwrap();
+    let l = drv.tree_launches();
+    assert_eq!(l.len(), 1);
+    let TreeRec {
+        grid,
+        block,
+        stats,
+        draft,
+        args: a,
+    } = l[0].clone();
+    assert_eq!((grid, block, stats, draft), (3, 96, v.stats().id, false));
+    // The chain entries' argument block: node counts in `k`, node tokens in `draft_ids`, the
+    // links and the path in their own fields, each its own view; the chain's own fields null.
+    let set = [
+        a.shape,
+        a.k,
+        a.draft_ids,
+        a.first_child,
+        a.next_sibling,
+        a.target_probs,
+        a.seed,
+        a.offset,
+        a.eps,
+        a.delta,
+        a.accepted,
+        a.path,
+        a.tokens,
+        a.stats,
+    ]
+    .map(at);
+    assert!(set.iter().all(Option::is_some), "{set:?}");
+    let mut distinct = set.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), set.len(), "one view per field");
+    assert_eq!(at(a.stats), Some((v.stats().id, 0)));
     assert_eq!(
-        drv.tree_launches(),
-        vec![TreeRec {
-            grid: 3,
-            block: 96,
-            stats: v.stats().id,
-            draft: false,
-        }]
+        [
+            a.draft_probs,
+            a.scratch,
+            a.cu_num_draft_tokens,
+            a.bonus,
+            a.target_logits,
+            a.temperature,
+            a.methods,
+            a.top_k,
+            a.top_p,
+            a.min_p,
+            a.recovered,
+        ],
+        [0; 11]
     );
+    assert_eq!((a.slices, a.reserved), (1, 0));
     assert_eq!(o.accepted, [102, 103, 102]);
     assert_eq!(o.path, [300, 301, 302, 303, 304, 305]);
     assert_eq!(o.tokens, [400, 401, 402, 403, 404, 405]);

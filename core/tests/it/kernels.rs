@@ -126,3 +126,49 @@ fn stats_layout() {
         Some((1, 7))
     );
 }
+
+/// The argument block has one definition in Rust (`ArgBlock`) and one in the kernel text
+/// (`sp_args`): the same fields in the same order, and the offsets the text's `SP_ARGS_AT` lines
+/// state (which the C compilers check on every compile, NVRTC through the size and the uniform
+/// 8-byte fields) are the Rust ones.
+#[test]
+fn the_argument_block_is_one_layout() {
+    use specula_core::gpu::ArgBlock;
+    let text = specula_core::gpu::kernels::SOURCE;
+    let body = &text[text.find("struct sp_args {").expect("sp_args") + 16..];
+    let body = &body[..body.find("};").unwrap()];
+    let fields: Vec<&str> = body
+        .lines()
+        .map(|l| l.split("//").next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let name = l.trim_end_matches(';').rsplit([' ', '*']).next().unwrap();
+            name.trim()
+        })
+        .collect();
+    let rust: Vec<&str> = ArgBlock::LAYOUT.iter().map(|(n, _)| *n).collect();
+    assert_eq!(fields, rust, "field order");
+    let stated: Vec<(String, usize)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("SP_ARGS_AT("))
+        .map(|l| {
+            let (name, at) = l.trim_end_matches(')').split_once(", ").unwrap();
+            (name.to_string(), at.parse().unwrap())
+        })
+        .collect();
+    let want: Vec<(String, usize)> = ArgBlock::LAYOUT
+        .iter()
+        .map(|(n, at)| ((*n).to_string(), *at))
+        .collect();
+    assert_eq!(stated, want, "offsets");
+    let size = format!(
+        "static_assert(sizeof(sp_args) == {}",
+        core::mem::size_of::<ArgBlock>()
+    );
+    assert!(text.contains(&size), "{size}");
+    // Every field 8 bytes apart but the last word's two u32: nothing for a compiler to pad.
+    for w in ArgBlock::LAYOUT.windows(2) {
+        let step = w[1].1 - w[0].1;
+        assert!(step == 8 || (w[1].0 == "reserved" && step == 4), "{w:?}");
+    }
+}

@@ -3,12 +3,13 @@
 
 use specula_core::Counters;
 use specula_core::gpu::kernels::{self, ERR_DRAFT_LEN, ERR_SHAPE, ERR_TOKEN};
+use specula_core::gpu::{ArgBlock, Family};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Reference, Rows, Streams, Strides, Verifier,
     VerifyError,
 };
 use specula_tests::conformance::Gen;
-use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode, Params};
+use specula_tests::kernel_host::{KernelHost, KernelHostError, Mode, at, at_mut};
 
 const K: usize = 8;
 
@@ -335,26 +336,21 @@ fn ex_entries_skip_bad_ragged_requests_and_flag_them() {
         // 1)), ids and target num_tokens = 3 (the kernel reads no more for valid requests and
         // only cu and bonus for the skipped ones); `k` is not read in the ragged layout.
         let rc = unsafe {
-            host.launch_raw_ex(
+            host.launch_raw(
                 4,
                 &shape,
-                &Params {
-                    shape: shape.as_ptr(),
-                    k: core::ptr::null(),
-                    draft_ids: ids.as_ptr(),
-                    draft_probs: core::ptr::null(),
-                    target_probs: target.as_ptr(),
-                    seed: seeds.as_ptr(),
-                    offset: offsets.as_ptr(),
-                    eps: core::ptr::null(),
-                    delta: core::ptr::null(),
-                    accepted: accepted.as_mut_ptr(),
-                    tokens: tokens.as_mut_ptr(),
-                    stats: core::ptr::null_mut(),
-                    scratch: core::ptr::null_mut(),
+                Family::Ex,
+                ArgBlock {
+                    draft_ids: at(&ids),
+                    target_probs: at(&target),
+                    seed: at(&seeds),
+                    offset: at(&offsets),
+                    accepted: at_mut(&mut accepted),
+                    tokens: at_mut(&mut tokens),
+                    cu_num_draft_tokens: at(&cu),
+                    bonus: at(&bonus),
+                    ..ArgBlock::default()
                 },
-                cu.as_ptr(),
-                bonus.as_ptr(),
             )
         };
         assert_eq!(rc, 0);
@@ -408,16 +404,17 @@ fn kernel_skips_bad_requests_and_flags_them() {
             host.launch_raw(
                 4,
                 &shape,
-                k.as_ptr(),
-                ids.as_ptr(),
-                core::ptr::null(),
-                target.as_ptr(),
-                seeds.as_ptr(),
-                offsets.as_ptr(),
-                core::ptr::null(),
-                core::ptr::null(),
-                accepted.as_mut_ptr(),
-                tokens.as_mut_ptr(),
+                Family::Plain,
+                ArgBlock {
+                    k: at(&k),
+                    draft_ids: at(&ids),
+                    target_probs: at(&target),
+                    seed: at(&seeds),
+                    offset: at(&offsets),
+                    accepted: at_mut(&mut accepted),
+                    tokens: at_mut(&mut tokens),
+                    ..ArgBlock::default()
+                },
             )
         };
         assert_eq!(rc, 0);
@@ -448,16 +445,17 @@ fn kernel_skips_bad_requests_and_flags_them() {
             host.launch_raw(
                 4,
                 &bad,
-                k.as_ptr(),
-                ids.as_ptr(),
-                core::ptr::null(),
-                target.as_ptr(),
-                seeds.as_ptr(),
-                offsets.as_ptr(),
-                core::ptr::null(),
-                core::ptr::null(),
-                accepted2.as_mut_ptr(),
-                tokens.as_mut_ptr(),
+                Family::Plain,
+                ArgBlock {
+                    k: at(&k),
+                    draft_ids: at(&ids),
+                    target_probs: at(&target),
+                    seed: at(&seeds),
+                    offset: at(&offsets),
+                    accepted: at_mut(&mut accepted2),
+                    tokens: at_mut(&mut tokens),
+                    ..ArgBlock::default()
+                },
             )
         };
         assert_eq!(rc, 0);
@@ -474,16 +472,17 @@ fn kernel_skips_bad_requests_and_flags_them() {
             host.launch_raw(
                 3,
                 &shape,
-                k.as_ptr(),
-                ids.as_ptr(),
-                core::ptr::null(),
-                target.as_ptr(),
-                seeds.as_ptr(),
-                offsets.as_ptr(),
-                core::ptr::null(),
-                core::ptr::null(),
-                accepted3.as_mut_ptr(),
-                tokens.as_mut_ptr(),
+                Family::Plain,
+                ArgBlock {
+                    k: at(&k),
+                    draft_ids: at(&ids),
+                    target_probs: at(&target),
+                    seed: at(&seeds),
+                    offset: at(&offsets),
+                    accepted: at_mut(&mut accepted3),
+                    tokens: at_mut(&mut tokens),
+                    ..ArgBlock::default()
+                },
             )
         };
         assert_eq!(rc, 0);
@@ -610,16 +609,20 @@ fn fixed_launch_repeated_with_new_buffer_contents() {
                 host.launch_raw(
                     CAP as u32,
                     &shape,
-                    k.as_ptr(),
-                    ids.as_ptr(),
-                    draft.as_ptr(),
-                    target.as_ptr(),
-                    seed.as_ptr(),
-                    offset.as_ptr(),
-                    eps.as_ptr(),
-                    delta.as_ptr(),
-                    accepted.as_mut_ptr(),
-                    tokens.as_mut_ptr(),
+                    Family::Plain,
+                    ArgBlock {
+                        k: at(&k),
+                        draft_ids: at(&ids),
+                        draft_probs: at(&draft),
+                        target_probs: at(&target),
+                        seed: at(&seed),
+                        offset: at(&offset),
+                        eps: at(&eps),
+                        delta: at(&delta),
+                        accepted: at_mut(&mut accepted),
+                        tokens: at_mut(&mut tokens),
+                        ..ArgBlock::default()
+                    },
                 )
             };
             assert_eq!(rc, 0);

@@ -7,6 +7,7 @@
 
 use specula_core::Counters;
 use specula_core::gpu::kernels::{self, ERR_PARAM, ERR_SHAPE};
+use specula_core::gpu::{ArgBlock, Family};
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Half, HalfLogits, Logits, Method, RaggedDrafts, SENTINEL, Streams,
     Strides, Verifier, draft_slots, recovered_tokens, verify_batch,
@@ -14,7 +15,7 @@ use specula_core::verify::{
 use specula_tests::conformance::{
     self as c, Gen, K, METHODS, OutData, RandomSpec, random_batch, random_filters, to_bf16, to_f16,
 };
-use specula_tests::kernel_host::{Inputs, KernelHost, Mode, Params};
+use specula_tests::kernel_host::{KernelHost, Mode, at, at_mut};
 
 /// One-block and split hosts in both macro forms.
 fn hosts() -> Vec<KernelHost<K>> {
@@ -293,26 +294,26 @@ fn raw_launch_guards() {
         let mut rec = [7u32; 10];
         let shape = kernels::shape_words(5, k_max, vocab, None, vocab, 0, K as u32);
         let mut host = KernelHost::<K>::with_slices(mode, 64, slices).unwrap();
-        let p = Params {
-            k: k.as_ptr(),
-            draft_ids: ids.as_ptr(),
-            target_probs: target.as_ptr(),
-            seed: seed.as_ptr(),
-            offset: offset.as_ptr(),
-            accepted: accepted.as_mut_ptr(),
-            tokens: tokens.as_mut_ptr(),
-            ..Params::default()
+        let p = ArgBlock {
+            k: at(&k),
+            draft_ids: at(&ids),
+            target_probs: at(&target),
+            seed: at(&seed),
+            offset: at(&offset),
+            accepted: at_mut(&mut accepted),
+            tokens: at_mut(&mut tokens),
+            ..ArgBlock::default()
         };
-        let x = Inputs {
-            methods: methods.as_ptr(),
-            top_p: top_p.as_ptr(),
-            min_p: min_p.as_ptr(),
-            recovered: rec.as_mut_ptr(),
-            ..Inputs::default()
+        let x = ArgBlock {
+            methods: at(&methods),
+            top_p: at(&top_p),
+            min_p: at(&min_p),
+            recovered: at_mut(&mut rec),
+            ..p
         };
-        // SAFETY: every pointer holds the B = 5 values (ids, recovered B·k_max, target
+        // SAFETY: every address holds the B = 5 values (ids, recovered B·k_max, target
         // B·(k_max+1) rows of V, tokens B·(k_max+1)) the padded shape implies.
-        let rc = unsafe { host.launch_raw_inputs(5, &shape, &p, &x) };
+        let rc = unsafe { host.launch_raw(5, &shape, Family::Logits, x) };
         assert_eq!(rc, 0);
         assert_eq!(host.error_flags(), ERR_PARAM, "{mode:?} {slices}");
         assert!(host.scratch_is_clear());
@@ -339,19 +340,19 @@ fn raw_launch_guards() {
             let mut sh = shape;
             sh[kernels::SHAPE_FLAGS] = flags;
             sh[kernels::SHAPE_DRAFT_STRIDE] = vocab;
-            let none = Inputs::default();
             // SAFETY: as above; the launch refuses the shape before reading anything else
             // (draft_probs points at the target, long enough for the draft extent).
             let rc = unsafe {
-                let q = Params {
-                    draft_probs: target.as_ptr(),
+                let q = ArgBlock {
+                    draft_probs: at(&target),
                     ..p
                 };
-                if logits_entry {
-                    host.launch_raw_inputs(5, &sh, &q, &none)
+                let family = if logits_entry {
+                    Family::Logits
                 } else {
-                    host.launch_raw_ex(5, &sh, &q, core::ptr::null(), core::ptr::null())
-                }
+                    Family::Ex
+                };
+                host.launch_raw(5, &sh, family, q)
             };
             assert_eq!(rc, 0);
             assert_eq!(host.error_flags(), ERR_SHAPE, "flags {flags:#x}");

@@ -3,6 +3,7 @@
 //! which [`Driver::launch_tree`](super::super::Driver::launch_tree) takes. They need only the
 //! driver's [`Memory`] (views into its buffers), so this file sits below the driver.
 
+use super::super::block::ArgBlock;
 use super::super::view::{Memory, View, ViewMut};
 
 /// The device buffers of one tree-verification step, typed and borrowed like
@@ -99,4 +100,41 @@ pub struct TreeLaunch<'l, 'a, D: Memory> {
     /// The counters buffer, the chain launches' own ([`stats_words`](crate::gpu::kernels::stats_words)`(K)`
     /// `u64` words): tree counts flow through the same readback and slot.
     pub stats: &'l D::Buffer,
+}
+
+impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
+    /// The launch's only parameter, the kernel's argument block as the chain entries take it:
+    /// node counts in [`k`](ArgBlock::k), node tokens in [`draft_ids`](ArgBlock::draft_ids), the
+    /// links and the path in their own fields, every field the tree entry does not read null.
+    /// `address` gives a buffer's base address, as in [`Launch::arg_block`](super::super::Launch::arg_block).
+    pub fn arg_block(&self, mut address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
+        let a = self.args;
+        let mut at = |b: &'l D::Buffer, off: usize| address(b).wrapping_add(off as u64);
+        macro_rules! at {
+            ($v:expr) => {
+                at($v.buffer(), $v.byte_offset())
+            };
+        }
+        ArgBlock {
+            shape: at!(a.shape),
+            k: at!(a.nodes),
+            draft_ids: at!(a.tree_tokens),
+            first_child: at!(a.first_child),
+            next_sibling: at!(a.next_sibling),
+            draft_probs: a.draft_probs.map_or(0, |v| at!(v)),
+            target_probs: at!(a.target_probs),
+            seed: at!(a.seed),
+            offset: at!(a.offset),
+            eps: at!(a.eps),
+            delta: at!(a.delta),
+            accepted: at!(a.accepted),
+            path: at!(a.path),
+            tokens: at!(a.tokens),
+            stats: at(self.stats, 0),
+            target_logits: a.target_logits.map_or(0, |v| at!(v)),
+            temperature: a.temperature.map_or(0, |v| at!(v)),
+            slices: 1,
+            ..ArgBlock::default()
+        }
+    }
 }
