@@ -27,6 +27,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstr
 use specula_core::gpu::kernels;
 use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::verify::Method;
+use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
 use specula_cuda::{CudaDevice, CudaDeviceBuffer, CudaDriver};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
@@ -397,8 +398,11 @@ fn main() {
                     };
                     let mut accepted = vec![0u32; b];
                     let mut tokens = vec![0u32; b * (k + 1)];
-                    v.download_outputs(&args, &mut accepted, &mut tokens)
-                        .expect("download");
+                    v.download_outputs(
+                        &args,
+                        &mut Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens)),
+                    )
+                    .expect("download");
                     let rows: usize = accepted
                         .iter()
                         .map(|&a| rows_needed(method, drafts, a as usize, k))

@@ -6,6 +6,7 @@
 use crate::conformance::{self as c, BatchData, Gen, K, OutData, RaggedData};
 use specula_core::Counters;
 use specula_core::gpu::{Driver, GpuError, GpuVerifier, Inputs, Staging};
+use specula_core::verify::{AcceptedOut, Outputs, Produce, TokensOut};
 use specula_core::verify::{
     Batch, Check, Half, HalfLogits, Logits, Method, RaggedDrafts, Streams, Strides, Verifier,
     verify_batch,
@@ -133,7 +134,7 @@ pub fn graph_replays<D: Driver>(
         let mut staging = Staging::new();
         for inputs in kinds() {
             let s = Step::new(&mut g, most.clone(), inputs);
-            staging.reserve(&drv, &s.view()).unwrap();
+            staging.reserve(&drv, &s.view(), Produce::TOKENS).unwrap();
         }
         let first = Step::new(&mut g, pool.clone(), kind);
         let mut out = OutData::new(cap, pool.k_max);
@@ -146,7 +147,13 @@ pub fn graph_replays<D: Driver>(
         )
         .unwrap();
         let args = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &first.view())
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &first.view(),
+                Produce::TOKENS,
+            )
             .unwrap();
         assert_eq!(args.inputs(), kind);
         // SAFETY: staged views; every replay follows a write of a batch of this kind
@@ -167,14 +174,17 @@ pub fn graph_replays<D: Driver>(
             let (want, counted) = reference(method, &batch);
             expected.add(&counted);
             let staged = staging
-                .write::<K>(&drv, v.stream(), method, &batch)
+                .write::<K>(&drv, v.stream(), method, &batch, Produce::TOKENS)
                 .unwrap();
             let at = (v.sync_calls(), syncs());
             v.replay_staged(&graph, &staged).unwrap();
             assert_eq!((v.sync_calls(), syncs()), at, "a replay never synchronises");
             let mut got = OutData::new(batch.requests(), batch.k_max);
             let flags = v
-                .download_outputs(&staged, &mut got.accepted, &mut got.tokens)
+                .download_outputs(
+                    &staged,
+                    &mut Outputs::new(AcceptedOut(&mut got.accepted), TokensOut(&mut got.tokens)),
+                )
                 .unwrap();
             assert_eq!(flags, 0, "{kind:?} step {step}: kernel error flags");
             assert_eq!(got, want, "{kind:?} step {step} {method:?}");
@@ -187,7 +197,7 @@ pub fn graph_replays<D: Driver>(
         let d = c::vary(&mut g, &pool);
         let s = Step::new(&mut g, d, other);
         let staged = staging
-            .write::<K>(&drv, v.stream(), Method::Greedy, &s.view())
+            .write::<K>(&drv, v.stream(), Method::Greedy, &s.view(), Produce::TOKENS)
             .unwrap();
         assert_eq!(
             v.replay_staged(&graph, &staged),

@@ -6,6 +6,8 @@
 use crate::support::device;
 use specula_core::Readback;
 use specula_core::gpu::Staging;
+use specula_core::verify::Produce;
+use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
 use specula_core::verify::{Check, Method, Reference, Verifier};
 use specula_cuda::{CudaDevice, CudaError, CudaReadback, CudaVerifier, call_counts};
 use specula_tests::conformance::{self, K};
@@ -71,7 +73,13 @@ fn step_path_never_synchronises_and_readback_is_exact() {
     )
     .unwrap();
     let args = staging
-        .write::<K>(v.driver(), v.stream(), Method::Rejection, &d.view())
+        .write::<K>(
+            v.driver(),
+            v.stream(),
+            Method::Rejection,
+            &d.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     let mut rb = CudaReadback::new(&v).unwrap();
     let steps = 200u64;
@@ -139,7 +147,13 @@ fn graph_capture_and_replay_with_new_inputs() {
     )
     .unwrap();
     let first = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &pool.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Rejection,
+            &pool.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
     // same buffers (the graph borrows them, so they cannot grow or be freed meanwhile).
@@ -150,7 +164,9 @@ fn graph_capture_and_replay_with_new_inputs() {
         let d = conformance::vary(&mut g, &pool);
         let n = d.requests();
         let m = conformance::METHODS[i % 3];
-        let args = staging.write::<K>(&drv, v.stream(), m, &d.view()).unwrap();
+        let args = staging
+            .write::<K>(&drv, v.stream(), m, &d.view(), Produce::TOKENS)
+            .unwrap();
         let before = call_counts();
         v.replay(&graph).unwrap();
         let after = call_counts();
@@ -161,7 +177,10 @@ fn graph_capture_and_replay_with_new_inputs() {
         let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
         let mut out = conformance::OutData::new(n, d.k_max);
         let flags = v
-            .download_outputs(&args, &mut out.accepted, &mut out.tokens)
+            .download_outputs(
+                &args,
+                &mut Outputs::new(AcceptedOut(&mut out.accepted), TokensOut(&mut out.tokens)),
+            )
             .unwrap();
         assert_eq!(flags, 0, "replay {i}: kernel error flags");
         assert_eq!(

@@ -5,6 +5,8 @@
 use crate::support::verifier;
 use specula_core::Counters;
 use specula_core::gpu::GpuError;
+use specula_core::verify::Produce;
+use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
 use specula_core::verify::{Check, Method, Verifier};
 use specula_rocm::{RocmReadback, RocmVerifier};
 use specula_tests::conformance::{self, BatchData, K};
@@ -75,7 +77,13 @@ fn step_path_and_graph_replay_on_device() {
     )
     .unwrap();
     let first = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &pool.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Rejection,
+            &pool.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: views `Staging::write` returned; later batches are written by it alone, into the
     // same buffers (the graph borrows them).
@@ -92,7 +100,9 @@ fn step_path_and_graph_replay_on_device() {
     for i in 0..40 {
         let d = conformance::vary(&mut g, &pool);
         let m = conformance::METHODS[i % 3];
-        let args = staging.write::<K>(&drv, v.stream(), m, &d.view()).unwrap();
+        let args = staging
+            .write::<K>(&drv, v.stream(), m, &d.view(), Produce::TOKENS)
+            .unwrap();
         let syncs = v.sync_calls();
         match (&graph, i % 2) {
             (Some(graph), 0) => v.replay(graph).unwrap(),
@@ -109,7 +119,10 @@ fn step_path_and_graph_replay_on_device() {
         let (ref_out, c) = conformance::reference(m, Check::Cheap, &d).unwrap();
         let mut o = conformance::OutData::new(d.requests(), d.k_max);
         let flags = v
-            .download_outputs(&args, &mut o.accepted, &mut o.tokens)
+            .download_outputs(
+                &args,
+                &mut Outputs::new(AcceptedOut(&mut o.accepted), TokensOut(&mut o.tokens)),
+            )
             .unwrap();
         assert_eq!(flags, 0, "step {i}: kernel error flags");
         assert_eq!(o.accepted, ref_out.accepted, "step {i} ({m:?})");
@@ -142,7 +155,13 @@ fn engine_inputs_on_device() {
     )
     .unwrap();
     let args = staging
-        .write::<K>(v.driver(), v.stream(), Method::Greedy, &probe.view())
+        .write::<K>(
+            v.driver(),
+            v.stream(),
+            Method::Greedy,
+            &probe.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: staged views; dropped at once (probing for graph support).
     match unsafe { v.capture(&args) } {

@@ -5,7 +5,7 @@ use super::error::GpuError;
 use super::view::{Element, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
-    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Support, Target, Values, draft_slots,
+    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Produce, Support, Target, Values, draft_slots,
     validate_inputs_with,
 };
 
@@ -187,27 +187,15 @@ impl<D: Driver> Staging<D> {
         Self::default()
     }
 
-    /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
-    pub fn reserve(&mut self, drv: &D, batch: &Batch<'_>) -> Result<(), GpuError<D::Error>> {
-        self.reserve_for(drv, batch, false)
-    }
-
-    /// [`reserve`](Staging::reserve), and the recovered-token output's buffer too (for
-    /// [`write_recovered`](Staging::write_recovered)).
-    pub fn reserve_recovered(
+    /// Grows the buffers to hold `batch` and the outputs `produce` names (set-up: allocates;
+    /// does not synchronise).
+    pub fn reserve(
         &mut self,
         drv: &D,
         batch: &Batch<'_>,
+        produce: Produce,
     ) -> Result<(), GpuError<D::Error>> {
-        self.reserve_for(drv, batch, true)
-    }
-
-    fn reserve_for(
-        &mut self,
-        drv: &D,
-        batch: &Batch<'_>,
-        recovered: bool,
-    ) -> Result<(), GpuError<D::Error>> {
+        let recovered = produce.recovered;
         let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
         for (i, (slot, need)) in self.bufs.iter_mut().zip(needs).enumerate() {
             let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
@@ -229,37 +217,18 @@ impl<D: Driver> Staging<D> {
     /// [`GpuError::Verify`] if the batch's inputs fail the reference's checks (slices shorter
     /// than its shape, a layout the kernel lacks) and [`GpuError::ViewTooShort`] if a buffer is
     /// too small (not [`reserve`](Staging::reserve)d for this batch); nothing is enqueued then.
+    ///
+    /// With [`Produce::recovered`] the views' `recovered` is the staging's buffer for it, one
+    /// value per draft slot, which the launch (the logits entries) writes.
     pub fn write<const K: usize>(
         &self,
         drv: &D,
         stream: &D::Stream,
         method: Method,
         batch: &Batch<'_>,
+        produce: Produce,
     ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
-        self.write_for::<K>(drv, stream, method, batch, false)
-    }
-
-    /// [`write`](Staging::write), with the recovered-token output: the views' `recovered` is
-    /// the staging's buffer for it ([`reserve_recovered`](Staging::reserve_recovered)), one
-    /// value per draft slot, which the launch (the logits entries) writes.
-    pub fn write_recovered<const K: usize>(
-        &self,
-        drv: &D,
-        stream: &D::Stream,
-        method: Method,
-        batch: &Batch<'_>,
-    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
-        self.write_for::<K>(drv, stream, method, batch, true)
-    }
-
-    fn write_for<const K: usize>(
-        &self,
-        drv: &D,
-        stream: &D::Stream,
-        method: Method,
-        batch: &Batch<'_>,
-        recovered: bool,
-    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
+        let recovered = produce.recovered;
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.

@@ -161,11 +161,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         out: &Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
         validate_with::<K>(SUPPORT, method, check, batch, out)?;
-        if out.recovered.is_some() {
-            staging.reserve_recovered(&self.drv, batch)?;
-        } else {
-            staging.reserve(&self.drv, batch)?;
-        }
+        staging.reserve(&self.drv, batch, out.produce())?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
     }
 
@@ -186,8 +182,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// `capacity · k_max` draft ids, `capacity · (k_max + 1)` tokens; in the ragged layout the
     /// cumulative counts in device memory too (`cu[B−1]` draft ids and draft rows,
     /// `cu[B−1] + B` target rows, or `cu[B−1]` with bonus tokens), and `recovered`, when set,
-    /// one value per draft slot. Views written by [`Staging::write`] (or
-    /// [`Staging::write_recovered`]) meet this.
+    /// one value per draft slot. Views written by [`Staging::write`] meet this.
     pub unsafe fn launch(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
         if !views_fit(args) {
             return Err(GpuError::ViewTooShort);
@@ -288,36 +283,17 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         self.replay(graph)
     }
 
-    /// Copies the outputs of the work enqueued so far to `accepted` and `tokens` and waits
-    /// (one synchronising call). Not the step path.
+    /// Copies the outputs of the work enqueued so far to `out` (accepted counts, tokens, and
+    /// the recovered tokens when `out` has them: `args.recovered`, staged with
+    /// [`Produce::recovered`](crate::verify::Produce::recovered)) and waits (one synchronising
+    /// call). Not the step path.
     pub fn download_outputs(
         &mut self,
         args: &VerifyArgs<'_, D>,
-        accepted: &mut [u32],
-        tokens: &mut [u32],
+        out: &mut Outputs<'_>,
     ) -> Result<u64, GpuError<D::Error>> {
-        self.download(args, accepted, tokens, None)
-    }
-
-    /// [`download_outputs`](GpuVerifier::download_outputs), and the recovered tokens
-    /// (`args.recovered`, [`Staging::write_recovered`]) to `recovered`, in the same wait.
-    pub fn download_recovered(
-        &mut self,
-        args: &VerifyArgs<'_, D>,
-        accepted: &mut [u32],
-        tokens: &mut [u32],
-        recovered: &mut [u32],
-    ) -> Result<u64, GpuError<D::Error>> {
-        self.download(args, accepted, tokens, Some(recovered))
-    }
-
-    fn download(
-        &mut self,
-        args: &VerifyArgs<'_, D>,
-        accepted: &mut [u32],
-        tokens: &mut [u32],
-        recovered: Option<&mut [u32]>,
-    ) -> Result<u64, GpuError<D::Error>> {
+        let (accepted, tokens) = (&mut *out.accepted, &mut *out.tokens);
+        let recovered = out.recovered.as_deref_mut();
         let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
         let r_view = match (&args.recovered, recovered.is_some()) {
             (Some(v), true) if v.len() >= r_len => Some(v),
@@ -535,26 +511,13 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
-        let recovered = out.recovered.is_some();
-        if recovered {
-            staging.reserve_recovered(&self.drv, batch)?;
-        } else {
-            staging.reserve(&self.drv, batch)?;
-        }
+        let produce = out.produce();
+        staging.reserve(&self.drv, batch, produce)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
-        let args = if recovered {
-            staging.write_recovered::<K>(&self.drv, &self.stream, method, batch)?
-        } else {
-            staging.write::<K>(&self.drv, &self.stream, method, batch)?
-        };
+        let args = staging.write::<K>(&self.drv, &self.stream, method, batch, produce)?;
         // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
         unsafe { self.launch_staged(&args)? };
-        let flags = self.download(
-            &args,
-            out.accepted,
-            out.tokens,
-            out.recovered.as_deref_mut(),
-        )?;
+        let flags = self.download_outputs(&args, out)?;
         if flags != self.flags_seen {
             self.flags_seen = flags;
             return Err(GpuError::DeviceFlags(flags));

@@ -63,7 +63,7 @@ pub use reference::{
     recovered_at, softmax_exp, softmax_fixed, softmax_max, verify_request,
 };
 // The GPU staging (`crate::gpu::Staging::write`) checks a batch's extents without outputs.
-pub use outputs::{AcceptedOut, Outputs, TokensOut, to_vllm_recovered, to_vllm_tokens};
+pub use outputs::{AcceptedOut, Outputs, Produce, TokensOut, to_vllm_recovered, to_vllm_tokens};
 pub(crate) use validate::validate_inputs_with;
 pub use validate::{
     draft_slots, validate, validate_recovered, validate_request, validate_request_with,

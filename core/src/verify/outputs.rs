@@ -87,6 +87,33 @@ impl<'a> Outputs<'a> {
         self.recovered = Some(recovered);
         self
     }
+
+    /// What these buffers ask a step to produce.
+    #[must_use]
+    pub fn produce(&self) -> Produce {
+        Produce {
+            recovered: self.recovered.is_some(),
+        }
+    }
+}
+
+/// What a verification step produces, as one value: the accepted counts and tokens always, and
+/// the optional outputs it names. The GPU path's staging sizes its buffers by it, its launch
+/// writes what it names and its download copies that ([`Outputs::produce`] is the host buffers'
+/// own); a new output is a field here, not a new method pair on each of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub struct Produce {
+    /// vLLM's recovered tokens, one per draft slot ([`Outputs::with_recovered`]).
+    pub recovered: bool,
+}
+
+impl Produce {
+    /// Accepted counts and tokens only.
+    pub const TOKENS: Self = Self { recovered: false };
+    /// Accepted counts, tokens and the recovered tokens.
+    pub const WITH_RECOVERED: Self = Self { recovered: true };
 }
 
 /// Converts emitted tokens (`B · (k_max+1)` values, [`SENTINEL`]-padded, as in

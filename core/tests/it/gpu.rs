@@ -8,6 +8,7 @@ use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
     MAX_SLICES, OutOfBounds, SUPPORT, Staging, View, ViewMut,
 };
+use specula_core::verify::{AcceptedOut, Produce, TokensOut};
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
     Verifier, VerifyError,
@@ -288,9 +289,15 @@ fn split_entry_below_one_request_per_multiprocessor() {
     // request, no scratch.
     let mut staging = Staging::<Fake>::new();
     let d8 = Owned::new(8);
-    staging.reserve(&drv, &d8.view()).unwrap();
+    staging.reserve(&drv, &d8.view(), Produce::TOKENS).unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d8.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Greedy,
+            &d8.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
     unsafe { v.launch_staged(&a) }.unwrap();
@@ -318,7 +325,13 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     let (mut acc, mut tok) = outputs(b);
     assert_eq!(
         staging
-            .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Typical,
+                &d.view(),
+                Produce::TOKENS
+            )
             .unwrap_err(),
         GpuError::ViewTooShort,
         "not reserved"
@@ -330,7 +343,13 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     v.stage(&mut staging, Method::Typical, Check::Cheap, &d.view(), &o)
         .unwrap();
     let args = staging
-        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Typical,
+            &d.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     drv.run();
     assert_eq!(args.capacity, b as u32);
@@ -358,7 +377,7 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     batch.eps = Some(&eps);
     batch.delta = Some(&eps);
     let args = staging
-        .write::<K>(&drv, v.stream(), Method::Typical, &batch)
+        .write::<K>(&drv, v.stream(), Method::Typical, &batch, Produce::TOKENS)
         .unwrap();
     drv.run();
     assert_eq!(read_f32(args.eps, 69), 0.5);
@@ -368,7 +387,13 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     let mut short = Owned::new(b);
     short.target.pop();
     assert!(matches!(
-        staging.write::<K>(&drv, v.stream(), Method::Typical, &short.view()),
+        staging.write::<K>(
+            &drv,
+            v.stream(),
+            Method::Typical,
+            &short.view(),
+            Produce::TOKENS
+        ),
         Err(GpuError::Verify(_))
     ));
     assert_eq!(drv.pending_ops(), 0);
@@ -377,16 +402,28 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     assert_eq!(drv.pending_ops(), 0);
     assert_eq!(
         staging
-            .write::<K>(&drv, v.stream(), Method::Typical, &d2.view())
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Typical,
+                &d2.view(),
+                Produce::TOKENS
+            )
             .unwrap_err(),
         GpuError::ViewTooShort
     );
     assert_eq!(drv.pending_ops(), 0, "no partial write");
     // Staging grows for it, with new buffers.
     let old = args.k.buffer().id;
-    staging.reserve(&drv, &d2.view()).unwrap();
+    staging.reserve(&drv, &d2.view(), Produce::TOKENS).unwrap();
     let args = staging
-        .write::<K>(&drv, v.stream(), Method::Typical, &d2.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Typical,
+            &d2.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     assert_ne!(args.k.buffer().id, old);
     assert_eq!(args.capacity, b as u32 + 1);
@@ -407,7 +444,7 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
         .unwrap();
     for field in 0..8 {
         let mut a = staging
-            .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+            .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), Produce::TOKENS)
             .unwrap()
             .into_args();
         match field {
@@ -430,7 +467,7 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     drv.run();
     assert!(drv.launches().is_empty());
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), Produce::TOKENS)
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
     unsafe { v.launch_staged(&a) }.unwrap();
@@ -439,16 +476,28 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
     // Download into host slices longer than the views is refused.
     let (mut acc, mut tok) = (vec![0; 5], vec![0; 12]);
     assert_eq!(
-        v.download_outputs(&a, &mut acc, &mut tok),
+        v.download_outputs(
+            &a,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok))
+        ),
         Err(GpuError::ViewTooShort)
     );
     let (mut acc, mut tok) = (vec![0; 4], vec![0; 13]);
     assert_eq!(
-        v.download_outputs(&a, &mut acc, &mut tok),
+        v.download_outputs(
+            &a,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok))
+        ),
         Err(GpuError::ViewTooShort)
     );
     let (mut acc, mut tok) = (vec![0; 4], vec![0; 12]);
-    assert_eq!(v.download_outputs(&a, &mut acc, &mut tok), Ok(0));
+    assert_eq!(
+        v.download_outputs(
+            &a,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok))
+        ),
+        Ok(0)
+    );
     assert_eq!(acc, vec![101, 102, 101, 102]);
 }
 
@@ -528,7 +577,7 @@ fn a_graph_runs_nothing_until_replayed_and_replays_new_values() {
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
         .unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), Produce::TOKENS)
         .unwrap();
     // SAFETY: staged views.
     let g = unsafe { v.capture(&a) }.unwrap();
@@ -543,11 +592,21 @@ fn a_graph_runs_nothing_until_replayed_and_replays_new_values() {
     let mut d2 = Owned::new(2);
     d2.k = vec![2, 1];
     staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d2.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Greedy,
+            &d2.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     v.replay(&g).unwrap();
     let (mut acc, mut tok) = (vec![0; 2], vec![0; 6]);
-    v.download_outputs(&a, &mut acc, &mut tok).unwrap();
+    v.download_outputs(
+        &a,
+        &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)),
+    )
+    .unwrap();
     assert_eq!(acc, vec![102, 101]);
     assert_eq!(v.totals().unwrap().drafts, 4 + 4 + 2);
     assert_eq!(v.sync_calls(), 2);
@@ -567,7 +626,7 @@ fn a_failing_capture_still_ends_the_capture() {
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &d.view(), &o)
         .unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), Produce::TOKENS)
         .unwrap();
     drv.st.fail_calls.set(true);
     // SAFETY: staged views.
@@ -602,7 +661,13 @@ fn rig(n: usize) -> (Fake, GpuVerifier<Fake, K>, Staging<Fake>, Owned) {
 
 fn step(v: &GpuVerifier<Fake, K>, s: &Staging<Fake>, d: &Owned) {
     let a = s
-        .write::<K>(v.driver(), v.stream(), Method::Greedy, &d.view())
+        .write::<K>(
+            v.driver(),
+            v.stream(),
+            Method::Greedy,
+            &d.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
     unsafe { v.launch_staged(&a) }.unwrap();
@@ -1084,7 +1149,13 @@ fn staging_writes_the_optional_inputs() {
     v.stage(&mut staging, Method::Rejection, Check::Cheap, &x.view(), &o)
         .unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &x.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Rejection,
+            &x.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     drv.run();
     fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
@@ -1113,13 +1184,25 @@ fn staging_writes_the_optional_inputs() {
     let p = Var::new(Owned::new(4), false, false, false);
     assert_eq!(
         staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &p.view(),
+                Produce::TOKENS
+            )
             .unwrap_err(),
         GpuError::ViewTooShort
     );
-    staging.reserve(&drv, &p.view()).unwrap();
+    staging.reserve(&drv, &p.view(), Produce::TOKENS).unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Rejection,
+            &p.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     assert_eq!(a.inputs(), Inputs::default());
     assert!(a.cu_num_draft_tokens.is_none() && a.bonus.is_none());
@@ -1128,7 +1211,7 @@ fn staging_writes_the_optional_inputs() {
     // A runtime that never passes the optional inputs never allocates their buffers.
     let mut fresh = Staging::<Fake>::new();
     let ids = drv.st.next_id.get();
-    fresh.reserve(&drv, &p.view()).unwrap();
+    fresh.reserve(&drv, &p.view(), Produce::TOKENS).unwrap();
     assert_eq!(
         drv.st.next_id.get() - ids,
         11,
@@ -1138,19 +1221,31 @@ fn staging_writes_the_optional_inputs() {
     drv.run();
     assert_eq!(
         fresh
-            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view())
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &x.view(),
+                Produce::TOKENS
+            )
             .unwrap_err(),
         GpuError::ViewTooShort
     );
     assert_eq!(drv.pending_ops(), 0, "nothing enqueued");
-    fresh.reserve(&drv, &x.view()).unwrap();
+    fresh.reserve(&drv, &x.view(), Produce::TOKENS).unwrap();
     assert_eq!(
         drv.st.next_id.get() - ids,
         15,
         "then the four optional ones"
     );
     let a = fresh
-        .write::<K>(&drv, v.stream(), Method::Rejection, &p.view())
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Rejection,
+            &p.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     assert_eq!(a.inputs(), Inputs::default());
 }
@@ -1170,7 +1265,7 @@ fn launch_checks_the_optional_views() {
         .unwrap();
     for field in 0..5 {
         let mut a = staging
-            .write::<K>(&drv, v.stream(), Method::Greedy, &x.view())
+            .write::<K>(&drv, v.stream(), Method::Greedy, &x.view(), Produce::TOKENS)
             .unwrap()
             .into_args();
         match field {
@@ -1191,7 +1286,7 @@ fn launch_checks_the_optional_views() {
     assert!(drv.launches().is_empty());
     // The ragged layout never reads `k`: its (empty) view is no reason to refuse.
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &x.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &x.view(), Produce::TOKENS)
         .unwrap();
     assert!(a.k.is_empty());
     // SAFETY: staged views; nothing else writes the staging buffers.
@@ -1200,9 +1295,9 @@ fn launch_checks_the_optional_views() {
     assert_eq!(drv.launches().len(), 1);
     // A padded batch's `k` is read: a short one is refused.
     let p = Var::new(Owned::new(4), false, true, true);
-    staging.reserve(&drv, &p.view()).unwrap();
+    staging.reserve(&drv, &p.view(), Produce::TOKENS).unwrap();
     let mut a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &p.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &p.view(), Produce::TOKENS)
         .unwrap()
         .into_args();
     a.k = short(a.k);
@@ -1228,11 +1323,11 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
     // Room for every kind of batch (the graph will borrow the staging: no growing then).
     for bits in 0..8u8 {
         let y = Var::new(Owned::new(6), bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
-        staging.reserve(&drv, &y.view()).unwrap();
+        staging.reserve(&drv, &y.view(), Produce::TOKENS).unwrap();
     }
     let x = Var::new(Owned::new(4), true, true, false);
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &x.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &x.view(), Produce::TOKENS)
         .unwrap();
     // SAFETY: staged views; every replay below follows a write with the graph's inputs.
     let g = unsafe { v.capture_staged(&a) }.unwrap();
@@ -1247,7 +1342,7 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
         d.k[0] = 2;
         let y = Var::new(d, bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
         let s = staging
-            .write::<K>(&drv, v.stream(), Method::Greedy, &y.view())
+            .write::<K>(&drv, v.stream(), Method::Greedy, &y.view(), Produce::TOKENS)
             .unwrap();
         drv.run();
         let before = drv.launches().len();
@@ -1260,7 +1355,11 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
             assert_eq!(r, Ok(()));
             assert_eq!(drv.launches().len(), before + 1);
             let (mut acc, mut tok) = (vec![0; n], vec![0; n * 3]);
-            v.download_outputs(&s, &mut acc, &mut tok).unwrap();
+            v.download_outputs(
+                &s,
+                &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)),
+            )
+            .unwrap();
             assert_eq!(acc[..2], [102, 102], "the new cumulative counts were read");
         } else {
             assert_eq!(r, Err(GpuError::GraphMismatch), "{bits:03b} {n}");
@@ -1295,7 +1394,7 @@ fn half_inputs_are_staged_with_their_flags() {
     let drafts: Vec<u16> = (0..12).map(|i| 0x3C00 + i).collect();
     let temps = [0.5f32, 0.0];
     let ids = drv.st.next_id.get();
-    staging.reserve(&drv, &d.view()).unwrap();
+    staging.reserve(&drv, &d.view(), Produce::TOKENS).unwrap();
     assert_eq!(drv.st.next_id.get() - ids, 11, "no half buffers");
     let flags = kernels::SHAPE_FLAGS;
     for (t, dr) in [(0u8, 1u8), (1, 0), (0, 0), (1, 1), (2, 1), (1, 2)] {
@@ -1316,9 +1415,9 @@ fn half_inputs_are_staged_with_their_flags() {
             _ => {}
         }
         batch.draft = batch.draft.map(|d| Rows { stride: 3, ..d });
-        staging.reserve(&drv, &batch).unwrap();
+        staging.reserve(&drv, &batch, Produce::TOKENS).unwrap();
         let a = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+            .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
             .unwrap();
         drv.run();
         let what = format!("target {t} draft {dr}");
@@ -1373,7 +1472,7 @@ fn half_inputs_are_staged_with_their_flags() {
     batch = batch.with_draft_probs_half(Half::F16(&drafts));
     batch.draft = batch.draft.map(|d| Rows { stride: 3, ..d });
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+        .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
         .unwrap()
         .into_args();
     drv.run();
@@ -1453,17 +1552,25 @@ fn methods_and_filters_are_staged_and_passed() {
     let x = Filtered::new(b);
     let mut staging = Staging::<Fake>::new();
     let ids = drv.st.next_id.get();
-    staging.reserve(&drv, &x.view(0)).unwrap();
+    staging.reserve(&drv, &x.view(0), Produce::TOKENS).unwrap();
     assert_eq!(
         drv.st.next_id.get() - ids,
         11,
         "none of the optional buffers"
     );
-    staging.reserve(&drv, &x.view(0b1111)).unwrap();
+    staging
+        .reserve(&drv, &x.view(0b1111), Produce::TOKENS)
+        .unwrap();
     assert_eq!(drv.st.next_id.get() - ids, 15, "then the four new ones");
     for bits in 1..16u8 {
         let a = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(bits))
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &x.view(bits),
+                Produce::TOKENS,
+            )
             .unwrap();
         drv.run();
         assert_eq!(a.inputs(), Filtered::inputs(bits), "{bits:04b}");
@@ -1511,7 +1618,13 @@ fn methods_and_filters_are_staged_and_passed() {
     // A short view of each is refused before anything is enqueued.
     for field in 0..4 {
         let mut a = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(0b1111))
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &x.view(0b1111),
+                Produce::TOKENS,
+            )
             .unwrap()
             .into_args();
         drv.run();
@@ -1530,14 +1643,26 @@ fn methods_and_filters_are_staged_and_passed() {
     }
     // A graph captured with methods and top-k replays only batches with exactly those.
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(0b0011))
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Rejection,
+            &x.view(0b0011),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: staged views; every replay below follows a write with the graph's inputs.
     let g = unsafe { v.capture_staged(&a) }.unwrap();
     drv.run();
     for bits in 0..16u8 {
         let s = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &x.view(bits))
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &x.view(bits),
+                Produce::TOKENS,
+            )
             .unwrap();
         drv.run();
         let r = v.replay_staged(&g, &s);
@@ -1658,7 +1783,7 @@ fn recovered_output_is_staged_passed_and_downloaded() {
     assert_eq!((acc, tok), outputs(2));
     assert_eq!(drv.launches().len(), 2);
     assert_eq!(v.sync_calls(), 2);
-    // The staged path: stage() reserves it, write_recovered() gives the view, a capture
+    // The staged path: stage() reserves it, write(.., WITH_RECOVERED) gives the view, a capture
     // remembers it (a replay without it is refused).
     let mut staging = Staging::<Fake>::new();
     let (acc, tok) = &mut outputs(2);
@@ -1671,31 +1796,46 @@ fn recovered_output_is_staged_passed_and_downloaded() {
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &batch, &o)
         .unwrap();
     let a = staging
-        .write_recovered::<K>(&drv, v.stream(), Method::Greedy, &batch)
+        .write::<K>(
+            &drv,
+            v.stream(),
+            Method::Greedy,
+            &batch,
+            Produce::WITH_RECOVERED,
+        )
         .unwrap();
     assert_eq!(a.recovered.as_ref().map(|r| r.len()), Some(4));
     assert!(a.inputs().recovered);
     // SAFETY: staged views; nothing else writes the staging buffers.
     let g = unsafe { v.capture_staged(&a) }.unwrap();
     let plain = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &batch)
+        .write::<K>(&drv, v.stream(), Method::Greedy, &batch, Produce::TOKENS)
         .unwrap();
     assert_eq!(v.replay_staged(&g, &plain), Err(GpuError::GraphMismatch));
     v.replay_staged(&g, &a).unwrap();
     let (mut acc, mut tok) = outputs(2);
     let mut rec = [0u32; 4];
-    v.download_recovered(&a, &mut acc, &mut tok, &mut rec)
-        .unwrap();
+    v.download_outputs(
+        &a,
+        &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)).with_recovered(&mut rec),
+    )
+    .unwrap();
     assert_eq!(rec, [300, 301, 302, 303]);
     let mut long = [0u32; 5];
     assert_eq!(
-        v.download_recovered(&a, &mut acc, &mut tok, &mut long),
+        v.download_outputs(
+            &a,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)).with_recovered(&mut long)
+        ),
         Err(GpuError::ViewTooShort),
         "more recovered values than the view holds"
     );
     assert_eq!(long, [0; 5]);
     assert_eq!(
-        v.download_recovered(&plain, &mut acc, &mut tok, &mut rec),
+        v.download_outputs(
+            &plain,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)).with_recovered(&mut rec)
+        ),
         Err(GpuError::ViewTooShort),
         "no recovered view to download from"
     );

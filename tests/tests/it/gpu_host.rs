@@ -4,6 +4,8 @@
 //! count of synchronising calls, and shutdown.
 
 use specula_core::gpu::{GpuError, GpuReadback, GpuVerifier, Staging};
+use specula_core::verify::Produce;
+use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
 use specula_core::verify::{Check, Method, Verifier};
 use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
 use specula_tests::conformance::{self as c, BatchData, Gen, K, OutData};
@@ -87,7 +89,13 @@ fn graph_replays_with_changing_inputs() {
         )
         .unwrap();
         let args = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &pool.view())
+            .write::<K>(
+                &drv,
+                v.stream(),
+                Method::Rejection,
+                &pool.view(),
+                Produce::TOKENS,
+            )
             .unwrap();
         // SAFETY: staged views of a validated batch.
         let graph = unsafe { v.capture(&args) }.unwrap();
@@ -109,14 +117,17 @@ fn graph_replays_with_changing_inputs() {
             expected.add(&counted);
             // Same buffers: every size fits the capacity's.
             let step_args = staging
-                .write::<K>(&drv, v.stream(), method, &d.view())
+                .write::<K>(&drv, v.stream(), method, &d.view(), Produce::TOKENS)
                 .unwrap();
             let syncs = drv.sync_calls();
             v.replay(&graph).unwrap();
             assert_eq!(drv.sync_calls(), syncs, "a replay never synchronises");
             let mut got = OutData::new(n, d.k_max);
             let flags = v
-                .download_outputs(&step_args, &mut got.accepted, &mut got.tokens)
+                .download_outputs(
+                    &step_args,
+                    &mut Outputs::new(AcceptedOut(&mut got.accepted), TokensOut(&mut got.tokens)),
+                )
                 .unwrap();
             assert_eq!(flags, 0);
             assert_eq!(got, want, "{mode:?} step {step} {method:?}");
@@ -150,7 +161,7 @@ fn no_synchronising_call_on_the_step_path() {
     .unwrap();
     let mut rb = v.readback().unwrap();
     let args = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), Produce::TOKENS)
         .unwrap();
     // SAFETY: staged views of a validated batch.
     let graph = unsafe { v.capture(&args) }.unwrap();
@@ -190,7 +201,13 @@ fn no_synchronising_call_on_the_step_path() {
 
 fn step(v: &GpuVerifier<HostDriver, K>, staging: &Staging<HostDriver>, d: &BatchData) {
     let args = staging
-        .write::<K>(v.driver(), v.stream(), Method::Rejection, &d.view())
+        .write::<K>(
+            v.driver(),
+            v.stream(),
+            Method::Rejection,
+            &d.view(),
+            Produce::TOKENS,
+        )
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
     unsafe { v.launch_staged(&args) }.unwrap();

@@ -11,6 +11,7 @@ use specula_core::gpu::kernels::{
     VERIFY_SPLIT_LOGITS_ENTRY,
 };
 use specula_core::gpu::{GpuVerifier, SUPPORT, Staging};
+use specula_core::verify::Produce;
 use specula_core::verify::{Check, Method, Verifier};
 use specula_tests::conformance::{self as c, Gen, K, OutData};
 use specula_tests::gpu_inputs::{self, Step, kinds, reference};
@@ -116,7 +117,7 @@ fn no_synchronising_call_on_the_step_path_of_the_new_entries() {
         .unwrap();
         let mut rb = v.readback().unwrap();
         let args = staging
-            .write::<K>(&drv, v.stream(), Method::Typical, &batch)
+            .write::<K>(&drv, v.stream(), Method::Typical, &batch, Produce::TOKENS)
             .unwrap();
         // SAFETY: staged views; nothing else writes the staging buffers.
         let graph = unsafe { v.capture_staged(&args) }.unwrap();

@@ -7,6 +7,7 @@ use specula::HostReadback;
 use specula::cpu::{CpuReadback, CpuVerifier};
 use specula_core::Counters;
 use specula_core::gpu::{GpuReadback, GpuVerifier, Staging};
+use specula_core::verify::Produce;
 use specula_core::verify::{Check, Method, Verifier};
 use specula_tests::conformance::{self as c, BatchData, Gen, K, OutData};
 use specula_tests::host_driver::HostDriver;
@@ -97,6 +98,7 @@ impl Rig<K> for Gpu {
                 self.v.stream(),
                 Method::Greedy,
                 &self.d.view(),
+                Produce::TOKENS,
             )
             .unwrap();
         // SAFETY: staged views; nothing else writes the staging buffers.
