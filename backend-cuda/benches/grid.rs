@@ -248,6 +248,7 @@ impl Case {
             target_logits_half: None,
             draft_probs_half: None,
             recovered: None,
+            draft_first_row: None,
         }
     }
 }

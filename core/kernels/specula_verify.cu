@@ -111,6 +111,8 @@ struct sp_args {
     const float* top_p;         // per-request top-p (1 off); null: off
     const float* min_p;         // per-request min-p (0 off); null: off
     sp_u32* recovered;          // out: vLLM's recovered tokens; null: not written
+    const sp_u32* draft_first_row; // mixed drafters: request b's first draft row, SP_SENTINEL
+                                   // for none (a one-hot drafter); null: the layout's rows
     const sp_i32* first_child;  // a tree's first-child links (-1 none); null for a chain
     const sp_i32* next_sibling; // a tree's next-sibling links (-1 none); null for a chain
     sp_u32* path;               // out: a tree's accepted node indices; null for a chain
@@ -118,7 +120,7 @@ struct sp_args {
     sp_u32 reserved;            // zero
 };
 static_assert(sizeof(void*) == 8, "64-bit device pointers");
-static_assert(sizeof(sp_args) == 208, "sp_args: 25 pointers and two u32, no padding");
+static_assert(sizeof(sp_args) == 216, "sp_args: 26 pointers and two u32, no padding");
 #if defined(__clang__) || defined(__GNUC__)
 #define SP_ARGS_AT(field, at) static_assert(__builtin_offsetof(sp_args, field) == (at), #field);
 #else
@@ -146,11 +148,12 @@ SP_ARGS_AT(top_k, 144)
 SP_ARGS_AT(top_p, 152)
 SP_ARGS_AT(min_p, 160)
 SP_ARGS_AT(recovered, 168)
-SP_ARGS_AT(first_child, 176)
-SP_ARGS_AT(next_sibling, 184)
-SP_ARGS_AT(path, 192)
-SP_ARGS_AT(slices, 200)
-SP_ARGS_AT(reserved, 204)
+SP_ARGS_AT(draft_first_row, 176)
+SP_ARGS_AT(first_child, 184)
+SP_ARGS_AT(next_sibling, 192)
+SP_ARGS_AT(path, 200)
+SP_ARGS_AT(slices, 208)
+SP_ARGS_AT(reserved, 212)
 #undef SP_ARGS_AT
 
 // Shape words (device memory, 8 x u32).
@@ -1407,13 +1410,16 @@ SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool
 //   top_p     (f32 x B): in (0, 1], 1 off; null: off;
 //   min_p     (f32 x B): in [0, 1], 0 off; null: off;
 //   recovered (u32, one per draft slot): vLLM's recovered_token_ids (DETERMINISM.md); null: not
-//             written.
+//             written;
+//   draft_first_row (u32 x B): mixed drafters, request b's first draft row, SP_SENTINEL for a
+//             one-hot drafter's request; null: the layout's rows.
 struct sp_inputs {
     const sp_u32* methods;
     const sp_u32* top_k;
     const float* top_p;
     const float* min_p;
     sp_u32* recovered;
+    const sp_u32* draft_first_row;
     sp_u64* hist; // the filters' shared memory (SP_HIST_WORDS), the logits entries only
 };
 __device__ __forceinline__ sp_inputs sp_no_inputs() {
@@ -1423,6 +1429,7 @@ __device__ __forceinline__ sp_inputs sp_no_inputs() {
     in.top_p = 0;
     in.min_p = 0;
     in.recovered = 0;
+    in.draft_first_row = 0;
     in.hist = 0;
     return in;
 }
@@ -1434,6 +1441,7 @@ __device__ __forceinline__ sp_inputs sp_inputs_of(const sp_args& a, sp_u64* hist
     in.top_p = a.top_p;
     in.min_p = a.min_p;
     in.recovered = a.recovered;
+    in.draft_first_row = a.draft_first_row;
     in.hist = hist;
     return in;
 }
@@ -1507,7 +1515,7 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
     const sp_u32 method = shape[SP_SHAPE_METHOD];
     const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
-    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    const bool draft_flag = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     // Shape checks: uniform over the block, so an early return cannot split a barrier.
@@ -1515,7 +1523,7 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     // block, silently; the whole launch refuses it instead.
     const bool shape_ok = batch <= gridDim.x && k_max <= ck && vocab >= 1u &&
                           tstride >= vocab &&
-                          (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
+                          (!draft_flag || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
                           blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u &&
                           sp_flags_ok(shape[SP_SHAPE_FLAGS], X);
     if (!shape_ok) {
@@ -1559,7 +1567,16 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
                                     : (X && in.methods != 0 ? in.methods[b] : method);
     const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
-    const float* const dbase = has_draft ? sp_at(draft_probs, sp_slot(lay, b, k_max) * dstride, df) : 0;
+    // Request b's draft rows: where the layout puts them, or (mixed drafters, the logits
+    // entries) where draft_first_row says; none, a one-hot drafter's, for SP_SENTINEL.
+    bool has_draft = draft_flag;
+    sp_u64 frow = sp_slot(lay, b, k_max);
+    if (X && in.draft_first_row != 0) {
+        const sp_u32 f = in.draft_first_row[b];
+        has_draft = has_draft && f != SP_SENTINEL;
+        frow = f;
+    }
+    const float* const dbase = has_draft ? sp_at(draft_probs, frow * dstride, df) : 0;
     sp_soft st;
     st.t = 1.0f;
     st.m = 0.0f;
@@ -1778,12 +1795,12 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
     const sp_u32 method = shape[SP_SHAPE_METHOD];
     const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
-    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    const bool draft_flag = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     const bool shape_ok = batch <= gridDim.x / nsl && slices >= 1u && scratch != 0 &&
                           k_max <= ck && vocab >= 1u && tstride >= vocab &&
-                          (!has_draft || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
+                          (!draft_flag || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
                           blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u &&
                           sp_flags_ok(shape[SP_SHAPE_FLAGS], X);
     if (!shape_ok) {
@@ -1826,7 +1843,16 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
                                     : (X && in.methods != 0 ? in.methods[b] : method);
     const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
-    const float* const dbase = has_draft ? sp_at(draft_probs, sp_slot(lay, b, k_max) * dstride, df) : 0;
+    // Request b's draft rows: where the layout puts them, or (mixed drafters, the logits
+    // entries) where draft_first_row says; none, a one-hot drafter's, for SP_SENTINEL.
+    bool has_draft = draft_flag;
+    sp_u64 frow = sp_slot(lay, b, k_max);
+    if (X && in.draft_first_row != 0) {
+        const sp_u32 f = in.draft_first_row[b];
+        has_draft = has_draft && f != SP_SENTINEL;
+        frow = f;
+    }
+    const float* const dbase = has_draft ? sp_at(draft_probs, frow * dstride, df) : 0;
     sp_soft st;
     st.t = 1.0f;
     st.m = 0.0f;

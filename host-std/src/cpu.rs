@@ -358,7 +358,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
-    let has_draft = batch.has_draft_probs();
+    let has_draft = batch.has_draft_rows(b);
     scratch.zeroed((k + 1) * v, if has_draft { k * v } else { 0 });
     let LazyScratch {
         probs,
@@ -539,7 +539,7 @@ fn verify_one<O: RowOps + ?Sized>(
             process_into(row, t, filter, out);
         }
     }
-    let draft: Option<Vec<f32>> = batch.has_draft_probs().then(|| {
+    let draft: Option<Vec<f32>> = batch.has_draft_rows(b).then(|| {
         let mut d = vec![0f32; k * v];
         for (j, out) in d.chunks_exact_mut(v).enumerate() {
             if let Some(row) = batch.draft_values_checked(b, j) {

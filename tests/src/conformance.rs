@@ -19,7 +19,9 @@ use specula_core::verify::{
     Batch, Check, Dims, Drafts, Method, Outputs, Param, SENTINEL, Streams, Strides, Tensor,
     Verifier, VerifyError, validate, validate_with, verify_batch,
 };
-use specula_core::verify::{Feature, Half, HalfLogits, Logits, RaggedDrafts, Rows};
+use specula_core::verify::{
+    Draft, Feature, Half, HalfLogits, Logits, NO_DRAFT_ROWS, RaggedDrafts, Rows,
+};
 
 /// The counters' maximum draft length the suite is written for.
 pub const K: usize = 8;
@@ -121,10 +123,10 @@ impl BatchData {
             draft: self.draft_stride,
             target: self.target_stride,
         });
-        b.draft = self
-            .draft_probs
-            .as_deref()
-            .map(|d| Rows::f32(d, self.draft_stride));
+        b.draft = self.draft_probs.as_deref().map(|d| Draft {
+            rows: Rows::f32(d, self.draft_stride),
+            first_row: None,
+        });
         b.eps = self.eps.as_deref();
         b.delta = self.delta.as_deref();
         b
@@ -1202,6 +1204,7 @@ pub fn run_all<V: Verifier<K>>(mut make: impl FnMut() -> V) {
     ragged_layout(&mut make, 0x4A6_0005, 1_000);
     target_logits(&mut make, 0x106_0006, 300);
     sampling_inputs(&mut make, 0x5A3_0007, 400);
+    mixed_drafters(&mut make, 0x31C_0009, 300);
     one_hot_targets(&mut make, 0x0AE_0001, 300);
     batch_invariance(&mut make, 0x1A7_0002);
     matches_reference_on_random_batches(&mut make, 0x5EED_0003, 10_000);
@@ -1437,10 +1440,10 @@ impl RaggedData {
             draft: self.draft_stride,
             target: self.target_stride,
         });
-        b.draft = self
-            .draft_probs
-            .as_deref()
-            .map(|d| Rows::f32(d, self.draft_stride));
+        b.draft = self.draft_probs.as_deref().map(|d| Draft {
+            rows: Rows::f32(d, self.draft_stride),
+            first_row: None,
+        });
         b.eps = self.eps.as_deref();
         b.delta = self.delta.as_deref();
         b.bonus = self.bonus.as_deref();
@@ -2029,6 +2032,110 @@ pub fn target_logits<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, bat
     }
 }
 
+/// Mixed drafters ([`Batch::with_mixed_drafters`]): requests with draft rows next to requests
+/// without (one-hot drafters), the rows packed in another order than the requests'. Each
+/// request's outputs are those of the same request in the batch where every request has its
+/// rows (if it has them here) or where none has (if not), and the counts are the sum of each
+/// request's; the verifier's bits are the reference's. A first row past the tensor, or a
+/// `first_row` of the wrong length, is refused with nothing written or counted.
+pub fn mixed_drafters<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, batches: usize) {
+    let mut v = make();
+    let mut g = Gen(seed);
+    let spec = RandomSpec {
+        garbage: false,
+        ..RandomSpec::default()
+    };
+    for i in 0..batches {
+        let (mut d, _) = random_batch(&mut g, spec);
+        let (b, km, ds) = (d.requests(), d.k_max, d.draft_stride);
+        let full = d.draft_probs.take().unwrap_or_else(|| {
+            let mut rows = vec![0.0; b * km * ds];
+            for r in rows.chunks_exact_mut(ds) {
+                let sh = shape(&mut g);
+                random_row(&mut g, &mut r[..d.vocab], sh);
+            }
+            rows
+        });
+        let none = d.clone();
+        let mut all = d.clone();
+        all.draft_probs = Some(full.clone());
+        // Requests with rows, packed last request first (any order is allowed).
+        let has: Vec<bool> = (0..b).map(|_| g.chance(1, 2)).collect();
+        let mut packed = Vec::new();
+        let mut first = vec![NO_DRAFT_ROWS; b];
+        for r in (0..b).rev().filter(|&r| has[r]) {
+            first[r] = u32::try_from(packed.len() / ds).unwrap();
+            packed.extend_from_slice(&full[r * km * ds..(r + 1) * km * ds]);
+        }
+        let m = METHODS[i % 3];
+        let check = if i % 2 == 0 {
+            Check::Cheap
+        } else {
+            Check::STRICT
+        };
+        let (want_all, _) = reference(m, check, &all).expect("valid with every row");
+        let (want_none, _) = reference(m, check, &none).expect("valid without rows");
+        let mut want = OutData::new(b, km);
+        let mut counted = Counters::<K>::ZERO;
+        let w = km + 1;
+        for (r, &with) in has.iter().enumerate() {
+            let src = if with { &want_all } else { &want_none };
+            want.accepted[r] = src.accepted[r];
+            want.tokens[r * w..(r + 1) * w].copy_from_slice(&src.tokens[r * w..(r + 1) * w]);
+            if d.k[r] > 0 {
+                counted
+                    .record(d.k[r] as usize, src.accepted[r] as usize)
+                    .unwrap();
+            }
+        }
+        let batch = d.view().with_mixed_drafters(Rows::f32(&packed, ds), &first);
+        let what = format!("mixed drafters batch {i} ({m:?}, {has:?})");
+        let (out, c) = assert_view_matches_reference(&mut v, m, check, &batch, &what)
+            .expect("a valid mixed batch");
+        assert_eq!(out, want, "{what}: each request as its own drafter's");
+        assert_eq!(c, counted, "{what}: counts");
+        // Refused: a first row past the tensor, and a first-row slice of the wrong length.
+        if let Some(r) = (0..b).find(|&r| has[r]) {
+            let mut past = first.clone();
+            past[r] = u32::try_from(packed.len() / ds).unwrap();
+            let bad = d.view().with_mixed_drafters(Rows::f32(&packed, ds), &past);
+            let before = v.totals().unwrap();
+            let mut o = OutData::new(b, km);
+            let want_e = validate::<K>(m, Check::Cheap, &bad, &OutData::new(b, km).view())
+                .expect_err("a row past the tensor");
+            assert!(
+                matches!(
+                    want_e,
+                    VerifyError::Length {
+                        param: Param::DraftProbs,
+                        ..
+                    }
+                ),
+                "{what}: {want_e:?}"
+            );
+            let e = v.verify(m, Check::Cheap, &bad, &mut o.view());
+            assert_eq!(
+                e,
+                Err(V::Error::from(want_e)),
+                "{what}: a row past the tensor"
+            );
+            assert_eq!(o, OutData::new(b, km), "{what}: nothing written");
+            assert_eq!(v.totals().unwrap(), before, "{what}: nothing counted");
+        }
+        let short = &first[..b - 1];
+        let bad = d.view().with_mixed_drafters(Rows::f32(&packed, ds), short);
+        let mut o = OutData::new(b, km);
+        assert_eq!(
+            v.verify(m, Check::Cheap, &bad, &mut o.view()),
+            Err(V::Error::from(VerifyError::Length {
+                param: Param::DraftFirstRow,
+                len: b - 1,
+                expected: b,
+            }))
+        );
+    }
+}
+
 /// The bit patterns of `x` rounded to bf16 (`half`'s round-to-nearest-even).
 pub fn to_bf16(x: &[f32]) -> Vec<u16> {
     x.iter()
@@ -2161,7 +2268,7 @@ pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, b
                 1 => batch = batch.with_draft_probs_half(Half::Bf16(b16)),
                 _ => batch = batch.with_draft_probs_half(Half::F16(f16)),
             }
-            if batch.draft.is_some_and(|d| d.as_half().is_some()) {
+            if batch.draft.is_some_and(|d| d.rows.as_half().is_some()) {
                 // Rounded rows sum to 1 within a few 2⁻⁸ only.
                 check = Check::Strict {
                     sum_tolerance: 0.05,

@@ -357,7 +357,7 @@ impl<const K: usize> KernelHost<K> {
                 },
             ),
         };
-        let draft_probs = match batch.draft {
+        let draft_probs = match batch.draft.map(|d| d.rows) {
             Some(Rows {
                 values: Values::F32(d),
                 ..
@@ -399,6 +399,7 @@ impl<const K: usize> KernelHost<K> {
             top_p: optf(batch.top_p),
             min_p: optf(batch.min_p),
             recovered,
+            draft_first_row: opt(batch.draft.and_then(|d| d.first_row)),
             ..ArgBlock::default()
         };
         // The entry the GPU orchestration would pick for the same inputs.
@@ -418,6 +419,7 @@ impl<const K: usize> KernelHost<K> {
                 & (kernels::FLAG_DRAFT_BF16 | kernels::FLAG_DRAFT_F16)
                 != 0,
             recovered: a.recovered != 0,
+            draft_first_row: a.draft_first_row != 0,
         }
         .family();
         // SAFETY: `validate` checked every slice length against the shape and the layout (ids

@@ -319,6 +319,7 @@ fn step_path_on_the_callers_cudarc_buffers() {
             target_logits_half: None,
             draft_probs_half: None,
             recovered: None,
+            draft_first_row: None,
         };
         let before = call_counts();
         // SAFETY: the shape words were computed from this batch, whose buffers these are.

@@ -76,6 +76,8 @@ arg_block! {
     min_p: u64,
     /// Output: vLLM's recovered tokens; null: not written.
     recovered: u64,
+    /// Mixed drafters: each request's first draft row (or none); null: the layout's rows.
+    draft_first_row: u64,
     /// A tree's first-child links; null for a chain.
     first_child: u64,
     /// A tree's next-sibling links; null for a chain.
@@ -88,5 +90,5 @@ arg_block! {
     reserved: u32,
 }
 
-/// The size the kernel text states (`static_assert(sizeof(sp_args) == 208)`).
-const _: () = assert!(core::mem::size_of::<ArgBlock>() == 208);
+/// The size the kernel text states (`static_assert(sizeof(sp_args) == 216)`).
+const _: () = assert!(core::mem::size_of::<ArgBlock>() == 216);

@@ -114,6 +114,8 @@ pub struct Inputs {
     pub draft_probs_half: bool,
     /// The recovered-token output (vLLM's `recovered_token_ids`).
     pub recovered: bool,
+    /// Mixed drafters: each request's first draft row (or none).
+    pub draft_first_row: bool,
 }
 
 impl Inputs {
@@ -128,6 +130,7 @@ impl Inputs {
             || self.top_p
             || self.min_p
             || self.recovered
+            || self.draft_first_row
         {
             Family::Logits
         } else if self.ragged || self.bonus {
@@ -208,6 +211,11 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// `cu[b−1] + j`), written by the logits entries in the same launch. At least as long as
     /// `draft_ids`. `None`: not written.
     pub recovered: Option<ViewMut<'a, D, u32>>,
+    /// Mixed drafters ([`Draft::first_row`](crate::verify::Draft::first_row)): request `b`'s
+    /// first row in the draft rows, or [`NO_DRAFT_ROWS`](crate::verify::NO_DRAFT_ROWS) for a
+    /// request verified as a one-hot drafter's (B values): the logits entries. `None`: every
+    /// request's rows where the layout puts them.
+    pub draft_first_row: Option<View<'a, D, u32>>,
 }
 
 impl<D: Driver> VerifyArgs<'_, D> {
@@ -226,6 +234,7 @@ impl<D: Driver> VerifyArgs<'_, D> {
             logits_half: self.target_logits_half.is_some(),
             draft_probs_half: self.draft_probs_half.is_some(),
             recovered: self.recovered.is_some(),
+            draft_first_row: self.draft_first_row.is_some(),
         }
     }
 }
@@ -305,6 +314,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             top_p: at(of(a.top_p)),
             min_p: at(of(a.min_p)),
             recovered: at(a.recovered.as_ref().and_then(out)),
+            draft_first_row: at(of(a.draft_first_row)),
             slices: match self.entry {
                 Entry::Single => 1,
                 Entry::Split { slices } => slices,

@@ -44,7 +44,7 @@ pub(super) fn grow_host<D: Driver>(
 }
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 22;
+const SLOTS: usize = 23;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -67,8 +67,9 @@ const MIN_P: usize = 18;
 const TLOGITS_HALF: usize = 19;
 const DPROBS_HALF: usize = 20;
 const RECOVERED: usize = 21;
+const FIRST_ROW: usize = 22;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 11] = [
+const OPTIONAL: [usize; 12] = [
     CU,
     BONUS,
     TLOGITS,
@@ -80,6 +81,7 @@ const OPTIONAL: [usize; 11] = [
     TLOGITS_HALF,
     DPROBS_HALF,
     RECOVERED,
+    FIRST_ROW,
 ];
 
 /// The 16-bit patterns of a half tensor (its format goes into the shape flags).
@@ -102,7 +104,7 @@ struct Split<'a> {
 
 impl<'a> Split<'a> {
     fn of(batch: &Batch<'a>) -> Self {
-        let (draft_probs, draft_probs_half) = match batch.draft.map(|d| d.values) {
+        let (draft_probs, draft_probs_half) = match batch.draft.map(|d| d.rows.values) {
             Some(Values::F32(x)) => (Some(x), None),
             Some(Values::Half(h)) => (None, Some(h)),
             None => (None, None),
@@ -124,6 +126,11 @@ impl<'a> Split<'a> {
             temperature: batch.target.temperature(),
         }
     }
+}
+
+/// Mixed drafters' first rows, if the batch has them.
+fn first_row<'a>(batch: &Batch<'a>) -> Option<&'a [u32]> {
+    batch.draft.and_then(|d| d.first_row)
 }
 
 /// The byte sizes a batch needs in each buffer (`recovered`: with the recovered-token output).
@@ -161,6 +168,7 @@ fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
         } else {
             0
         },
+        w4(first_row(batch).map_or(0, <[u32]>::len))?,
     ])
 }
 
@@ -257,7 +265,7 @@ impl<D: Driver> Staging<D> {
         }
         if let (Some(h), Some(d)) = (t.draft_probs_half, batch.draft) {
             shape[kernels::SHAPE_DRAFT_STRIDE] =
-                u32::try_from(d.stride).map_err(|_| GpuError::TooLarge)?;
+                u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
             shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
                 | match h {
                     Half::Bf16(_) => kernels::FLAG_DRAFT_BF16,
@@ -304,6 +312,7 @@ impl<D: Driver> Staging<D> {
                 bufs[DPROBS_HALF],
                 t.draft_probs_half.map(patterns),
             )?,
+            draft_first_row: optional(drv, stream, bufs[FIRST_ROW], first_row(batch))?,
             recovered: if recovered {
                 let slots = needs[RECOVERED] / 4;
                 Some(ViewMut::shared(

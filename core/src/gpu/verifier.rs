@@ -408,6 +408,11 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
         && per_request(len(args.top_k))
         && per_request(args.top_p.map(|v| v.len()))
         && per_request(args.min_p.map(|v| v.len()))
+        && per_request(len(args.draft_first_row))
+        // First rows index draft rows: none without them.
+        && (args.draft_first_row.is_none()
+            || args.draft_probs.is_some()
+            || args.draft_probs_half.is_some())
         && drafts
         && logits
 }

@@ -180,6 +180,32 @@ impl<'a> Target<'a> {
     }
 }
 
+/// A request without draft rows in a batch of mixed drafters ([`Draft::first_row`]).
+pub const NO_DRAFT_ROWS: u32 = u32::MAX;
+
+/// The drafter's probability rows of a [`Batch`], and which requests they cover.
+#[derive(Clone, Copy, Debug)]
+pub struct Draft<'a> {
+    /// The rows, in any format and stride.
+    pub rows: Rows<'a>,
+    /// Mixed drafters (a request from an n-gram drafter next to one from a draft model):
+    /// `first_row[b]` is the row of request `b`'s first draft in [`rows`](Self::rows) (its
+    /// `k_b` rows follow it), or [`NO_DRAFT_ROWS`] for a request whose drafter gave no
+    /// probabilities, which is verified as a one-hot drafter's. `B` values. `None`: every
+    /// request has rows, where the layout puts them.
+    pub first_row: Option<&'a [u32]>,
+}
+
+/// Rows for every request, where the layout puts them.
+impl<'a> From<Rows<'a>> for Draft<'a> {
+    fn from(rows: Rows<'a>) -> Self {
+        Self {
+            rows,
+            first_row: None,
+        }
+    }
+}
+
 /// A borrowed view of one verification step of `B` requests, laid out as
 /// `core/DETERMINISM.md` describes (the same layout a GPU kernel reads).
 ///
@@ -200,10 +226,10 @@ pub struct Batch<'a> {
     /// Padded layout: `draft_ids[b·k_max + j]` for `j < k[b]`, `B · k_max` values. Ragged: the
     /// `num_tokens` ids back to back. Every id read is `< V`.
     pub draft_ids: &'a [u32],
-    /// Draft probabilities: padded, row `(b, j)` is row `b·k_max + j` (`B · k_max` rows);
-    /// ragged, row `cu[b−1] + j` (`num_tokens` rows). `None`: a drafter without probabilities
-    /// (one-hot).
-    pub draft: Option<Rows<'a>>,
+    /// Draft probabilities ([`Draft`]): padded, row `(b, j)` is row `b·k_max + j`
+    /// (`B · k_max` rows); ragged, row `cu[b−1] + j` (`num_tokens` rows); with mixed drafters,
+    /// wherever [`Draft::first_row`] says. `None`: a drafter without probabilities (one-hot).
+    pub draft: Option<Draft<'a>>,
     /// Target rows: padded, row `(b, j)`, `j ≤ k_max`, is row `b·(k_max+1) + j`
     /// (`B · (k_max+1)` rows); ragged, row `cu[b−1] + b + j` (`num_tokens + B` rows), or
     /// without the bonus rows when bonus tokens are supplied: `cu[b−1] + j` (`num_tokens` rows).
@@ -248,7 +274,7 @@ impl<'a> Batch<'a> {
     ///     Streams { seed: &[7], offset: &[0] },
     /// )
     /// .with_draft_probs(&draft);
-    /// assert_eq!((b.requests(), b.draft.map(|d| d.stride), b.target.rows().stride), (1, Some(2), 2));
+    /// assert_eq!((b.requests(), b.draft.map(|d| d.rows.stride), b.target.rows().stride), (1, Some(2), 2));
     /// ```
     #[must_use]
     pub const fn dense(
@@ -346,16 +372,49 @@ impl<'a> Batch<'a> {
     /// The stride of the draft rows, `V` where there are none.
     const fn draft_stride(&self) -> usize {
         match self.draft {
-            Some(d) => d.stride,
+            Some(d) => d.rows.stride,
             None => self.vocab,
         }
     }
 
-    /// The same batch with draft probabilities in any format and stride.
+    /// The same batch with draft probabilities in any format and stride, for every request.
     #[must_use]
     pub const fn with_draft(self, draft: Rows<'a>) -> Self {
         Self {
-            draft: Some(draft),
+            draft: Some(Draft {
+                rows: draft,
+                first_row: None,
+            }),
+            ..self
+        }
+    }
+
+    /// The same batch with mixed drafters: draft probabilities for the requests whose
+    /// `first_row[b]` is a row of `rows` (their `k_b` rows from there on), none for those whose
+    /// `first_row[b]` is [`NO_DRAFT_ROWS`] (verified as a one-hot drafter's, e.g. an n-gram
+    /// drafter's), so no synthetic one-hot rows are needed.
+    ///
+    /// ```
+    /// use specula_core::verify::{Batch, Dims, Drafts, Rows, Streams, NO_DRAFT_ROWS};
+    /// let target = [0.5f32, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5];
+    /// // Request 0 from an n-gram drafter, request 1 from a draft model (its one row).
+    /// let draft = [0.25f32, 0.75];
+    /// let b = Batch::dense(
+    ///     Dims { vocab: 2, k_max: 1 },
+    ///     Drafts { k: &[1, 1], ids: &[0, 1] },
+    ///     &target,
+    ///     Streams { seed: &[1, 2], offset: &[0, 0] },
+    /// )
+    /// .with_mixed_drafters(Rows::f32(&draft, 2), &[NO_DRAFT_ROWS, 0]);
+    /// assert!(!b.has_draft_rows(0) && b.has_draft_rows(1));
+    /// ```
+    #[must_use]
+    pub const fn with_mixed_drafters(self, rows: Rows<'a>, first_row: &'a [u32]) -> Self {
+        Self {
+            draft: Some(Draft {
+                rows,
+                first_row: Some(first_row),
+            }),
             ..self
         }
     }
@@ -554,8 +613,11 @@ impl<'a> Batch<'a> {
         Self {
             target: self.target.with_stride(strides.target),
             draft: match self.draft {
-                Some(d) => Some(Rows {
-                    stride: strides.draft,
+                Some(d) => Some(Draft {
+                    rows: Rows {
+                        stride: strides.draft,
+                        ..d.rows
+                    },
                     ..d
                 }),
                 None => None,
@@ -689,6 +751,26 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// Request `b`'s first draft row, `None` if it has none (or `b` is outside `first_row`).
+    fn draft_first_row_checked(&self, b: usize) -> Option<usize> {
+        match self.draft?.first_row {
+            None => self.draft_start_checked(b),
+            Some(f) => f
+                .get(b)
+                .copied()
+                .filter(|&r| r != NO_DRAFT_ROWS)
+                .map(|r| r as usize),
+        }
+    }
+
+    /// Whether request `b` has draft probability rows (every request when the batch has rows
+    /// and no [`Draft::first_row`]; mixed drafters: those whose first row is not
+    /// [`NO_DRAFT_ROWS`]).
+    #[must_use]
+    pub fn has_draft_rows(&self, b: usize) -> bool {
+        self.draft_first_row_checked(b).is_some()
+    }
+
     fn draft_len_checked(&self, b: usize) -> Option<u32> {
         match self.layout {
             Layout::Ragged {
@@ -720,7 +802,8 @@ impl<'a> Batch<'a> {
     /// Whether the batch holds a half-precision tensor (target or draft rows).
     #[must_use]
     pub fn has_half(&self) -> bool {
-        self.target.rows().as_half().is_some() || self.draft.is_some_and(|d| d.as_half().is_some())
+        self.target.rows().as_half().is_some()
+            || self.draft.is_some_and(|d| d.rows.as_half().is_some())
     }
 
     /// Whether request `b` of a validated batch is verified on its stored binary32 rows as
@@ -750,11 +833,12 @@ impl<'a> Batch<'a> {
     /// Draft row `(b, j)` in any format, if the drafter gave probabilities and it is inside.
     #[must_use]
     pub fn draft_values_checked(&self, b: usize, j: usize) -> Option<Values<'a>> {
-        let row = self.draft_start_checked(b)?.checked_add(j)?;
-        self.draft?.row(row, self.vocab)
+        let row = self.draft_first_row_checked(b)?.checked_add(j)?;
+        self.draft?.rows.row(row, self.vocab)
     }
 
-    /// Whether the drafter gave probabilities (in any format).
+    /// Whether the drafter gave probabilities (in any format), for some request at least
+    /// ([`has_draft_rows`](Batch::has_draft_rows) tells which).
     #[must_use]
     pub fn has_draft_probs(&self) -> bool {
         self.draft.is_some()
@@ -786,11 +870,15 @@ impl<'a> Batch<'a> {
     /// for a validated batch whose request `b` is [plain](Batch::is_plain).
     #[inline]
     pub(crate) fn draft_row(&self, b: usize, j: usize) -> Option<&'a [f32]> {
-        self.draft.map(|d| {
-            let start = (self.draft_start(b) + j) * d.stride;
-            let values = d.as_f32().unwrap_or(&[]);
-            &values[start..start + self.vocab]
-        })
+        let d = self.draft?;
+        let first = match d.first_row {
+            None => self.draft_start(b),
+            Some(f) if f[b] == NO_DRAFT_ROWS => return None,
+            Some(f) => f[b] as usize,
+        };
+        let start = (first + j) * d.rows.stride;
+        let values = d.rows.as_f32().unwrap_or(&[]);
+        Some(&values[start..start + self.vocab])
     }
 
     #[inline]

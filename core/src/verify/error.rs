@@ -47,6 +47,8 @@ pub enum Param {
     DraftIds,
     /// `draft_probs`.
     DraftProbs,
+    /// [`Draft::first_row`](super::Draft::first_row) (mixed drafters).
+    DraftFirstRow,
     /// `target_probs`.
     TargetProbs,
     /// `seed`.

@@ -53,8 +53,8 @@ pub mod fmath;
 pub mod philox;
 
 pub use batch::{
-    Batch, Dims, Drafts, HalfLogits, Layout, Logits, RaggedDrafts, Rows, Streams, Strides, Target,
-    advance_offsets,
+    Batch, Dims, Draft, Drafts, HalfLogits, Layout, Logits, NO_DRAFT_ROWS, RaggedDrafts, Rows,
+    Streams, Strides, Target, advance_offsets,
 };
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};

@@ -1,9 +1,37 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
 use super::{
-    Batch, Check, Feature, MAX_POSITIONS, Method, Outputs, Param, Support, Target, Tensor, Values,
-    VerifyError,
+    Batch, Check, Feature, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs, Param, Support, Target,
+    Tensor, Values, VerifyError,
 };
+
+/// Mixed drafters: every request with rows has its `k_b` rows inside the tensor (`len` values
+/// of stride `stride`): the last one's `V` values end by `len`.
+fn mixed_rows_fit(
+    batch: &Batch<'_>,
+    first: &[u32],
+    stride: usize,
+    len: usize,
+) -> Result<(), VerifyError> {
+    for (b, &f) in first.iter().enumerate() {
+        let k = batch.draft_len(b) as usize;
+        if f == NO_DRAFT_ROWS || k == 0 {
+            continue;
+        }
+        let need = (f as usize)
+            .checked_add(k - 1)
+            .and_then(|last| last.checked_mul(stride))
+            .and_then(|at| at.checked_add(batch.vocab));
+        if need.is_none_or(|n| n > len) {
+            return Err(VerifyError::Length {
+                param: Param::DraftProbs,
+                len,
+                expected: need.unwrap_or(usize::MAX),
+            });
+        }
+    }
+    Ok(())
+}
 
 fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
     // An overflowing layout size can never match a real slice: report it as usize::MAX.
@@ -144,15 +172,26 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     };
     expect_len(Param::DraftIds, batch.draft_ids.len(), draft_slots)?;
     if let Some(d) = batch.draft {
-        if d.stride < v {
+        let stride = d.rows.stride;
+        if stride < v {
             return Err(VerifyError::StrideTooSmall {
                 tensor: Tensor::Draft,
-                stride: d.stride,
+                stride,
                 vocab: v,
             });
         }
-        let need = draft_slots.and_then(|r| r.checked_mul(d.stride));
-        expect_len(Param::DraftProbs, d.values.len(), need)?;
+        match d.first_row {
+            None => {
+                let need = draft_slots.and_then(|r| r.checked_mul(stride));
+                expect_len(Param::DraftProbs, d.rows.values.len(), need)?;
+            }
+            // Mixed drafters: each request's rows inside the tensor (checked per request, as
+            // the tensor holds only the rows of the requests that have them).
+            Some(first) => {
+                expect_len(Param::DraftFirstRow, first.len(), Some(b))?;
+                mixed_rows_fit(batch, first, stride, d.rows.values.len())?;
+            }
+        }
     }
     let rows = batch.target.rows();
     if rows.stride < v {

@@ -79,8 +79,8 @@ fn strides_reach_the_target_and_the_draft_rows() {
             target: 4,
         });
     assert_eq!(b.target.rows().stride, 4);
-    assert_eq!(b.draft.map(|d| d.stride), Some(3));
-    assert_eq!(b.draft.and_then(|d| d.as_f32()), Some(&draft[..]));
+    assert_eq!(b.draft.map(|d| d.rows.stride), Some(3));
+    assert_eq!(b.draft.and_then(|d| d.rows.as_f32()), Some(&draft[..]));
     // Logits keep their temperatures through it.
     let temperature = [0.0f32];
     let b = batch(&[])

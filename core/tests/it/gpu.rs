@@ -8,6 +8,7 @@ use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
     MAX_SLICES, OutOfBounds, SUPPORT, Staging, View, ViewMut,
 };
+use specula_core::verify::Draft;
 use specula_core::verify::{AcceptedOut, Produce, TokensOut};
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
@@ -57,7 +58,7 @@ impl Owned {
                 offset: &self.offset,
             },
         );
-        batch.draft = self.draft.as_deref().map(|d| Rows::f32(d, 3));
+        batch.draft = self.draft.as_deref().map(|d| Rows::f32(d, 3).into());
         batch
     }
 }
@@ -1414,7 +1415,13 @@ fn half_inputs_are_staged_with_their_flags() {
             1 => batch = batch.with_draft_probs_half(Half::F16(&drafts)),
             _ => {}
         }
-        batch.draft = batch.draft.map(|d| Rows { stride: 3, ..d });
+        batch.draft = batch.draft.map(|d| Draft {
+            rows: Rows {
+                stride: 3,
+                ..d.rows
+            },
+            ..d
+        });
         staging.reserve(&drv, &batch, Produce::TOKENS).unwrap();
         let a = staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
@@ -1470,7 +1477,13 @@ fn half_inputs_are_staged_with_their_flags() {
         temperature: &temps,
     });
     batch = batch.with_draft_probs_half(Half::F16(&drafts));
-    batch.draft = batch.draft.map(|d| Rows { stride: 3, ..d });
+    batch.draft = batch.draft.map(|d| Draft {
+        rows: Rows {
+            stride: 3,
+            ..d.rows
+        },
+        ..d
+    });
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
         .unwrap()

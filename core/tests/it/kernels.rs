@@ -6,6 +6,7 @@ use specula_core::gpu::kernels::{
     FLAG_DRAFT_PROBS, SHAPE_WORDS, ShapeTooLarge, batch_shape, counters_from_stats, error_word,
     method_code, shape_words, stats_words, tree_draft_tokens_word, tree_drafts_word,
 };
+use specula_core::verify::Draft;
 use specula_core::verify::{Batch, Dims, Drafts, Method, Rows, Streams};
 
 #[test]
@@ -84,7 +85,13 @@ fn batch_shapes_and_their_limits() {
             },
             {
                 let mut x = with;
-                x.draft = x.draft.map(|d| Rows { stride: big, ..d });
+                x.draft = x.draft.map(|d| Draft {
+                    rows: Rows {
+                        stride: big,
+                        ..d.rows
+                    },
+                    ..d
+                });
                 x
             },
         ] {
@@ -93,7 +100,13 @@ fn batch_shapes_and_their_limits() {
         // A draft stride is not part of the shape without draft probabilities.
         let ignored = {
             let mut x = b;
-            x.draft = x.draft.map(|d| Rows { stride: big, ..d });
+            x.draft = x.draft.map(|d| Draft {
+                rows: Rows {
+                    stride: big,
+                    ..d.rows
+                },
+                ..d
+            });
             x
         };
         assert!(batch_shape::<4>(Method::Greedy, &ignored).is_ok());

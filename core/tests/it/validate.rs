@@ -3,6 +3,7 @@
 //! backends against the same reference).
 
 use crate::support::fmt;
+use specula_core::verify::Draft;
 use specula_core::verify::{
     Batch, Check, Dims, Drafts, Layout, MAX_POSITIONS, Method, Outputs, Param, Rows, Streams,
     Target, Tensor, VerifyError, validate, validate_shape,
@@ -202,7 +203,13 @@ fn vocabulary_limit_is_u32_max() {
     let too_big = {
         let mut x = b;
         x.vocab = over;
-        x.draft = x.draft.map(|d| Rows { stride: over, ..d });
+        x.draft = x.draft.map(|d| Draft {
+            rows: Rows {
+                stride: over,
+                ..d.rows
+            },
+            ..d
+        });
         x.target = x.target.with_stride(over);
         x
     };
@@ -216,7 +223,13 @@ fn vocabulary_limit_is_u32_max() {
     let at_max = {
         let mut x = b;
         x.vocab = max;
-        x.draft = x.draft.map(|d| Rows { stride: max, ..d });
+        x.draft = x.draft.map(|d| Draft {
+            rows: Rows {
+                stride: max,
+                ..d.rows
+            },
+            ..d
+        });
         x.target = x.target.with_stride(max);
         x
     };
@@ -236,7 +249,13 @@ fn strides_at_and_below_the_vocabulary() {
     let b = d.batch();
     let draft = {
         let mut x = b;
-        x.draft = x.draft.map(|d| Rows { stride: V - 1, ..d });
+        x.draft = x.draft.map(|d| Draft {
+            rows: Rows {
+                stride: V - 1,
+                ..d.rows
+            },
+            ..d
+        });
         x
     };
     assert_eq!(
@@ -264,7 +283,13 @@ fn strides_at_and_below_the_vocabulary() {
     let one_hot = {
         let mut x = b;
         x.draft = None;
-        x.draft = x.draft.map(|d| Rows { stride: 0, ..d });
+        x.draft = x.draft.map(|d| Draft {
+            rows: Rows {
+                stride: 0,
+                ..d.rows
+            },
+            ..d
+        });
         x
     };
     assert_eq!(shape(&one_hot, B, 6), Ok(()));
@@ -273,8 +298,14 @@ fn strides_at_and_below_the_vocabulary() {
     let wide_t = [0.25f32; B * (KM + 1) * (V + 2)];
     let wide = {
         let mut x = b;
-        x.draft = Some(Rows::f32(&wide_d, x.draft.map_or(x.vocab, |d| d.stride)));
-        x.draft = x.draft.map(|d| Rows { stride: V + 1, ..d });
+        x.draft = Some(Rows::f32(&wide_d, x.draft.map_or(x.vocab, |d| d.rows.stride)).into());
+        x.draft = x.draft.map(|d| Draft {
+            rows: Rows {
+                stride: V + 1,
+                ..d.rows
+            },
+            ..d
+        });
         x.target = Target::Probs(Rows::f32(&wide_t, x.target.rows().stride));
         x.target = x.target.with_stride(V + 2);
         x
@@ -309,10 +340,9 @@ fn every_length_is_checked() {
         shape(
             &{
                 let mut x = b;
-                x.draft = Some(Rows::f32(
-                    &d.draft[..15],
-                    x.draft.map_or(x.vocab, |d| d.stride),
-                ));
+                x.draft = Some(
+                    Rows::f32(&d.draft[..15], x.draft.map_or(x.vocab, |d| d.rows.stride)).into(),
+                );
                 x
             },
             B,
@@ -399,8 +429,11 @@ fn every_length_is_checked() {
         shape(
             &{
                 let mut x = b;
-                x.draft = x.draft.map(|d| Rows {
-                    stride: usize::MAX,
+                x.draft = x.draft.map(|d| Draft {
+                    rows: Rows {
+                        stride: usize::MAX,
+                        ..d.rows
+                    },
                     ..d
                 });
                 x

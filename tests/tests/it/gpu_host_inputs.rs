@@ -56,6 +56,7 @@ fn conformance_of_the_engine_inputs() {
         c::ragged_layout(make, seed, 30);
         c::target_logits(make, seed + 1, 30);
         c::sampling_inputs(make, seed + 2, 24);
+        c::mixed_drafters(make, seed + 4, 24);
         // The recovered-token output, written by the same launch: the reference's bits.
         c::recovered_output(make, seed + 3, 6);
         if i == 0 {

@@ -143,7 +143,9 @@ impl Owned {
             draft: self.dstride,
             target: self.tstride,
         });
-        b.draft = self.draft.as_deref().map(|d| Rows::f32(d, self.dstride));
+        if let Some(d) = self.draft.as_deref() {
+            b = b.with_draft(Rows::f32(d, self.dstride));
+        }
         b.eps = self.eps.as_deref();
         b.delta = self.delta.as_deref();
         b

@@ -120,6 +120,11 @@ fn empty_drafts() {
 }
 
 #[test]
+fn mixed_drafters() {
+    conformance::mixed_drafters(Reference::<K>::new, 0x31C_0009, 500);
+}
+
+#[test]
 fn ragged_layout() {
     conformance::ragged_layout(Reference::<K>::new, 0x4A6_0005, 500);
 }
