@@ -319,7 +319,8 @@ impl TensorRows<'_> {
 /// use specula::candle_core::{Device, Tensor};
 /// // The first 3 of 4 columns: rows of 3 values at stride 4, no copy.
 /// let wide = Tensor::arange(0f32, 8., &Device::Cpu)?.reshape((2, 4))?;
-/// let view = rows(&wide.narrow(1, 0, 3)?, Role::TargetProbs)?;
+/// let first_three = wide.narrow(1, 0, 3)?;
+/// let view = rows(&first_three, Role::TargetProbs)?;
 /// assert_eq!((view.len(), view.vocab(), view.stride()), (2, 3, 4));
 /// assert_eq!(view.rows().as_f32(), Some(&[0f32, 1., 2., 3., 4., 5., 6., 7.][..]));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -775,5 +776,24 @@ impl Step {
             .map_err(|e| TensorError::new(Role::Tokens, TensorErrorKind::Vllm(e)))?;
         Tensor::from_vec(vllm, (t.len() / width, width), device)
             .map_err(|e| TensorError::new(Role::Tokens, TensorErrorKind::Candle(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A device tensor cannot be made without candle's `cuda` or `metal` feature (not built
+    // here): the refusal's wording is checked on the error itself.
+    #[test]
+    fn a_device_tensor_is_refused_with_what_to_do() {
+        let e = TensorError::new(
+            Role::TargetLogits,
+            TensorErrorKind::NotOnCpu(DeviceLocation::Cuda { gpu_id: 1 }),
+        );
+        let text = e.to_string();
+        assert!(text.starts_with("target logits: the tensor is on Cuda { gpu_id: 1 }"));
+        assert!(text.contains("not yet supported") && text.contains("to_device(&Device::Cpu)"));
+        assert!(std::error::Error::source(&e).is_none());
     }
 }
