@@ -214,16 +214,16 @@ impl std::error::Error for TensorError {
 
 const FLOATS: &[DType] = &[DType::F32, DType::BF16, DType::F16];
 
-/// The CPU storage behind `t`'s lock, or why there is none.
-fn cpu_storage(t: &Tensor, role: Role) -> Result<RwLockReadGuard<'_, Storage>, TensorError> {
-    // Checked before locking: a device tensor's storage is never read.
-    if !matches!(t.device(), Device::Cpu) {
-        return Err(TensorError::new(
+/// Refuses a tensor that is not on the CPU (checked first: where a tensor lives is the first
+/// thing to fix, and a device tensor's storage is never locked).
+fn on_cpu(t: &Tensor, role: Role) -> Result<(), TensorError> {
+    match t.device() {
+        Device::Cpu => Ok(()),
+        d => Err(TensorError::new(
             role,
-            TensorErrorKind::NotOnCpu(t.device().location()),
-        ));
+            TensorErrorKind::NotOnCpu(d.location()),
+        )),
     }
-    Ok(t.storage_and_layout().0)
 }
 
 /// Number of values in a CPU storage of a float type this module reads (0 for any other).
@@ -311,8 +311,8 @@ impl TensorRows<'_> {
 /// Borrows `t`'s rows for a [`Batch`]: a CPU tensor of f32, bf16 or f16, whose last dimension
 /// is the vocabulary (unit stride) and whose leading dimensions merge into rows of one stride
 /// `≥ V` (`[rows, V]`, `[B, k_max + 1, V]`, a column slice of a wider tensor, …). `role` names
-/// the tensor in errors. The storage stays read-locked until the view is dropped: drop it
-/// after the verify call, before anything writes to the tensor.
+/// the tensor in errors. The storage stays read-locked until the view is dropped (a write to
+/// the tensor, on any thread, waits until then): drop it after the verify call.
 ///
 /// ```
 /// use specula::candle::{Role, rows};
@@ -331,13 +331,14 @@ impl TensorRows<'_> {
 /// row-major, or rows whose span runs past the storage.
 pub fn rows(t: &Tensor, role: Role) -> Result<TensorRows<'_>, TensorError> {
     let err = |kind| TensorError::new(role, kind);
+    on_cpu(t, role)?;
     if !FLOATS.contains(&t.dtype()) {
         return Err(err(TensorErrorKind::DType {
             got: t.dtype(),
             expected: FLOATS,
         }));
     }
-    let storage = cpu_storage(t, role)?;
+    let storage = t.storage_and_layout().0;
     let layout = t.layout();
     let (dims, stride) = (layout.dims(), layout.stride());
     let not_row_major = || {
@@ -435,13 +436,14 @@ impl TensorIds<'_> {
 /// A [`TensorError`] naming `role`: not on the CPU, not u32, not one-dimensional, or strided.
 pub fn ids(t: &Tensor, role: Role) -> Result<TensorIds<'_>, TensorError> {
     let err = |kind| TensorError::new(role, kind);
+    on_cpu(t, role)?;
     if t.dtype() != DType::U32 {
         return Err(err(TensorErrorKind::DType {
             got: t.dtype(),
             expected: &[DType::U32],
         }));
     }
-    let storage = cpu_storage(t, role)?;
+    let storage = t.storage_and_layout().0;
     let layout = t.layout();
     let &[len] = layout.dims() else {
         return Err(err(TensorErrorKind::Rank {
