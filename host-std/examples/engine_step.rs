@@ -1,8 +1,8 @@
 //! Specula dropped into a candle engine (issue 31): the engine keeps a verifier, a ticker and a
 //! reusable `specula::candle::Step` in its own struct; each decode step hands over its candle
 //! tensors (a ragged batch of three requests with k = 3, 2 and 0, bf16 target logits, f32
-//! draft probabilities, a temperature and a top-p per request) and gets vLLM's
-//! `output_token_ids` back as a tensor, with each request's tokens scattered into it. The
+//! draft probabilities, a temperature and a top-p per request), gets vLLM's `output_token_ids`
+//! back as a tensor and appends each request's tokens to that request's own state. The
 //! counters reach Prometheus through the runtime's own axum router; at shutdown the final
 //! readback publishes everything counted.
 //!
