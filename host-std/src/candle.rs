@@ -263,7 +263,7 @@ impl TensorRows<'_> {
     /// [`Half`]: specula_core::verify::Half
     #[must_use]
     pub fn rows(&self) -> Rows<'_> {
-        // The span was checked against this storage in `rows()`, and a read-locked storage
+        // The function `rows` checked the span against this storage, and a read-locked storage
         // cannot change: `get` never fails here, and an empty slice (refused by validation as
         // too short) stands in rather than a panic if it somehow did.
         let span = self.start..self.start + self.rows * self.stride;
@@ -412,7 +412,8 @@ impl TensorIds<'_> {
     #[must_use]
     pub fn as_slice(&self) -> &[u32] {
         match &*self.storage {
-            // Checked in `ids()` against this read-locked storage (see `TensorRows::rows`).
+            // The function `ids` checked the span against this read-locked storage (see
+            // `TensorRows::rows`).
             Storage::Cpu(CpuStorage::U32(v)) => {
                 v.get(self.start..self.start + self.len).unwrap_or_default()
             }
