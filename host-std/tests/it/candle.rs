@@ -459,3 +459,38 @@ fn outputs_as_tensors_and_per_request() {
     .unwrap();
     assert_eq!(step.accepted(), [2, 2, 0]);
 }
+
+#[test]
+fn a_step_without_any_draft_samples_each_bonus_token() {
+    // The drafter proposed nothing this step: B target rows, an empty draft tensor.
+    let mut step = Step::new();
+    for b in 0..2 {
+        step.push(Request {
+            drafts: &[],
+            sampling: Sampling::GREEDY,
+            seed: b,
+            offset: 0,
+        });
+    }
+    let mut p = vec![0.0f32; 2 * V];
+    p[3] = 1.0;
+    p[V + 5] = 1.0;
+    let target = Tensor::from_slice(&p, (2, V), &Device::Cpu).unwrap();
+    let draft = Tensor::zeros((0, V), DType::BF16, &Device::Cpu).unwrap();
+    step.verify(
+        &mut cpu(),
+        Method::Rejection,
+        Check::STRICT,
+        TargetTensor::Logits(&target),
+        Some(&draft),
+    )
+    .unwrap();
+    assert_eq!(step.accepted(), [0, 0]);
+    assert_eq!(
+        step.vllm_tokens(&Device::Cpu)
+            .unwrap()
+            .to_vec2::<i32>()
+            .unwrap(),
+        [[3], [5]]
+    );
+}
