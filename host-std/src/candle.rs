@@ -73,6 +73,8 @@ pub enum Role {
     Accepted,
     /// The emitted tokens, as an output tensor.
     Tokens,
+    /// The recovered tokens, as an output tensor.
+    Recovered,
 }
 
 impl fmt::Display for Role {
@@ -85,6 +87,7 @@ impl fmt::Display for Role {
             Self::CuNumDraftTokens => "cu_num_draft_tokens",
             Self::Accepted => "accepted counts",
             Self::Tokens => "output tokens",
+            Self::Recovered => "recovered tokens",
         })
     }
 }
@@ -132,8 +135,8 @@ pub enum TensorErrorKind {
         /// The draft's.
         draft: usize,
     },
-    /// No step has been verified since the last [`Step::clear`] or refused verification, so
-    /// there is no output to read.
+    /// No step has been verified since the last [`Step::clear`] or refused verification (or,
+    /// for recovered tokens, the step has no such output), so there is nothing to read.
     NotVerified,
     /// A token does not fit vLLM's `i32` layout ([`VerifyError::VllmTokenRange`]).
     Vllm(VerifyError),
@@ -596,6 +599,16 @@ impl Step {
         Self::default()
     }
 
+    /// The same step with vLLM's recovered tokens as an output too: for every draft token,
+    /// the token its request emits if that position is the first rejected one
+    /// ([`recovered`](Self::recovered), [`vllm_recovered`](Self::vllm_recovered)), from the
+    /// same verify call.
+    #[must_use]
+    pub fn with_recovered(mut self) -> Self {
+        self.out = self.out.with_recovered();
+        self
+    }
+
     /// Forgets the requests and outputs, keeping the buffers.
     pub fn clear(&mut self) {
         for v in [&mut self.cu, &mut self.ids, &mut self.top_k] {
@@ -735,6 +748,34 @@ impl Step {
             let n = row.iter().position(|&t| t == SENTINEL).unwrap_or(row.len());
             &row[..n]
         })
+    }
+
+    /// The recovered tokens of the last verified step, one per draft token in push order
+    /// (`num_tokens` values); `None` without [`with_recovered`](Self::with_recovered) or a
+    /// verified step.
+    #[must_use]
+    pub fn recovered(&self) -> Option<&[u32]> {
+        self.width?;
+        self.out.recovered()
+    }
+
+    /// The recovered tokens as vLLM's `recovered_token_ids`: a `[num_tokens]` i32 tensor on
+    /// `device`.
+    ///
+    /// # Errors
+    /// [`TensorErrorKind::NotVerified`] without a verified step or without
+    /// [`with_recovered`](Self::with_recovered); otherwise as
+    /// [`vllm_tokens`](Self::vllm_tokens).
+    pub fn vllm_recovered(&self, device: &Device) -> Result<Tensor, TensorError> {
+        let err = |kind| TensorError::new(Role::Recovered, kind);
+        let r = self
+            .recovered()
+            .ok_or_else(|| err(TensorErrorKind::NotVerified))?;
+        // The ragged layout's recovered tokens already are vLLM's order, and every slot is a
+        // token (no sentinel): the conversion is the tokens' checked one.
+        let mut vllm = vec![0i32; r.len()];
+        to_vllm_tokens(r, &mut vllm).map_err(|e| err(TensorErrorKind::Vllm(e)))?;
+        Tensor::from_vec(vllm, r.len(), device).map_err(|e| err(TensorErrorKind::Candle(e)))
     }
 
     fn verified(&self, role: Role) -> Result<usize, TensorError> {

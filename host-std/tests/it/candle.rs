@@ -55,7 +55,7 @@ fn probs(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn step_of(offset: u64) -> Step {
-    let mut step = Step::new();
+    let mut step = Step::new().with_recovered();
     for (drafts, sampling, seed) in &requests() {
         step.push(Request {
             drafts,
@@ -67,8 +67,11 @@ fn step_of(offset: u64) -> Step {
     step
 }
 
-/// The same step verified from plain slices: (accepted, tokens).
-fn by_hand(target: Rows<'_>, draft: Option<Rows<'_>>, offset: u64) -> (Vec<u32>, Vec<u32>) {
+/// What a verification wrote: accepted, tokens, recovered.
+type Written = (Vec<u32>, Vec<u32>, Vec<u32>);
+
+/// The same step verified from plain slices.
+fn by_hand(target: Rows<'_>, draft: Option<Rows<'_>>, offset: u64) -> Written {
     let reqs = requests();
     let mut cu = Vec::new();
     let mut ids = Vec::new();
@@ -104,7 +107,7 @@ fn by_hand(target: Rows<'_>, draft: Option<Rows<'_>>, offset: u64) -> (Vec<u32>,
     if let Some(d) = draft {
         batch = batch.with_draft(d);
     }
-    let mut out = OutputBuffers::new();
+    let mut out = OutputBuffers::new().with_recovered();
     CpuVerifier::<4>::new(1)
         .unwrap()
         .verify(
@@ -114,15 +117,16 @@ fn by_hand(target: Rows<'_>, draft: Option<Rows<'_>>, offset: u64) -> (Vec<u32>,
             &mut out.fit(&batch),
         )
         .unwrap();
-    (out.accepted().to_vec(), out.tokens().to_vec())
+    let recovered = out.recovered().unwrap().to_vec();
+    (out.accepted().to_vec(), out.tokens().to_vec(), recovered)
 }
 
 fn cpu() -> CpuVerifier<4> {
     CpuVerifier::<4>::new(1).unwrap()
 }
 
-/// Verifies `step` on `target` (logits) and `draft`, returning (accepted, tokens).
-fn verify(step: &mut Step, target: &Tensor, draft: Option<&Tensor>) -> (Vec<u32>, Vec<u32>) {
+/// Verifies `step` on `target` (logits) and `draft`.
+fn verify(step: &mut Step, target: &Tensor, draft: Option<&Tensor>) -> Written {
     step.verify(
         &mut cpu(),
         Method::Rejection,
@@ -140,7 +144,9 @@ fn verify(step: &mut Step, target: &Tensor, draft: Option<&Tensor>) -> (Vec<u32>
         .to_vec1::<u32>()
         .unwrap();
     assert_eq!(tokens.len(), 3 * width);
-    (step.accepted().to_vec(), tokens)
+    let recovered = step.recovered().unwrap().to_vec();
+    assert_eq!(recovered.len(), 5, "one per draft token");
+    (step.accepted().to_vec(), tokens, recovered)
 }
 
 #[test]
@@ -438,9 +444,14 @@ fn outputs_as_tensors_and_per_request() {
     );
     let accepted = step.accepted_tensor(&Device::Cpu).unwrap();
     assert_eq!(accepted.to_vec1::<u32>().unwrap(), [2, 2, 0]);
+    // Recovered, one per draft token: greedy recovers each draft row's top id.
+    assert_eq!(step.recovered(), Some(&[1, 2, 5, 4, 0][..]));
+    let recovered = step.vllm_recovered(&Device::Cpu).unwrap();
+    assert_eq!(recovered.to_vec1::<i32>().unwrap(), [1, 2, 5, 4, 0]);
     // Cleared and refilled, the step is reused: the same answer again.
     step.clear();
     assert_eq!((step.requests(), step.emitted().count()), (0, 0));
+    assert_eq!(step.recovered(), None, "cleared: nothing to read");
     for (drafts, _, seed) in &requests() {
         step.push(Request {
             drafts,
@@ -486,6 +497,11 @@ fn a_step_without_any_draft_samples_each_bonus_token() {
     )
     .unwrap();
     assert_eq!(step.accepted(), [0, 0]);
+    assert_eq!(step.recovered(), None, "not asked for");
+    assert!(matches!(
+        step.vllm_recovered(&Device::Cpu).unwrap_err(),
+        e if e.role == Role::Recovered && matches!(e.kind, TensorErrorKind::NotVerified)
+    ));
     assert_eq!(
         step.vllm_tokens(&Device::Cpu)
             .unwrap()
