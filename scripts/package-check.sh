@@ -144,6 +144,8 @@ docs_rs() {
 declare -A EXTRA_DEPS=(
     [axum_metrics]='axum = { version = "0.8", default-features = false, features = ["http1", "tokio"] }
 tokio = { version = "1.44", default-features = false, features = ["rt", "net", "macros"] }'
+    [engine_step]='axum = { version = "0.8", default-features = false, features = ["http1", "tokio"] }
+tokio = { version = "1.44", default-features = false, features = ["rt", "net", "macros", "sync"] }'
     [graceful_shutdown]='[target.'"'"'cfg(unix)'"'"'.dependencies]
 signal-hook = { version = "0.4", default-features = false, features = ["iterator"] }'
 )

@@ -21,8 +21,9 @@
 #
 # Every step prints its wall time when it ends, and the summary lists the steps by time. Steps
 # that share nothing with the main build (Miri, loom, the no_std builds, the candle link check,
-# scripts/package-check.sh, mutation testing, each in a target directory of its own) run in a
-# second lane beside it; their output is printed whole when they end, so it never interleaves.
+# the candle feature's checks, scripts/package-check.sh, mutation testing, each in a target
+# directory of its own) run in a second lane beside it; their output is printed whole when they
+# end, so it never interleaves.
 # The kernel is compiled once per toolchain and target: the NVRTC 12.9 test keeps its ptxas
 # report of the kernel in target/kernel-cache, and the kernel report reads it from there.
 #
@@ -292,6 +293,22 @@ link_candle() {
     echo "links with candle's cudarc features; two CUDA versions refused as expected"
 }
 
+candle_engine() {
+    # The `candle` feature (candle-core 0.9, CPU tensors): clippy over everything it adds, its
+    # tests (the `candle` modules of the library and of the `it` binary) and doc tests, then
+    # the engine_step example end to end (candle tensors in, vLLM tokens out, /metrics served
+    # by axum and scraped once, flushed at shutdown). Its own target directory: no other step
+    # builds candle, so the main build's artifacts stay as they are.
+    export CARGO_TARGET_DIR="$target/candle"
+    local f=candle,axum
+    cargo clippy -q -p specula --all-targets --features "$f" -- -D warnings
+    cargo nextest run -p specula --features "$f" -E 'test(/^candle::/)' --cargo-quiet \
+        --status-level fail --final-status-level fail
+    cargo test -q -p specula --features "$f" --doc candle
+    cargo run -q -p specula --example engine_step --features "$f"
+    echo "candle: clippy clean, tests and doc tests pass, engine_step ran (tokens and /metrics checked)"
+}
+
 cuda13() {
     # The test binary loads NVRTC at run time: the one built for the debug tests (same
     # packages and features: nothing is rebuilt), run again with NVRTC/ptxas 13.5.
@@ -378,7 +395,7 @@ second=()
 [ "$have_miri" = 1 ] && second+=(miri)
 second+=(loom)
 [ "$have_targets" = 1 ] && second+=(no_std_builds)
-second+=(link_candle package_check)
+second+=(link_candle candle_engine package_check)
 [ "$have_mutants" = 1 ] && second+=(mutants)
 lane "${second[@]}"
 

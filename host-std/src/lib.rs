@@ -8,6 +8,9 @@ pub use specula_core;
 
 pub mod advice;
 pub mod backend;
+#[cfg(feature = "candle")]
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
+pub mod candle;
 pub mod clock;
 pub mod cpu;
 mod exposition;
@@ -24,6 +27,12 @@ mod shutdown_request;
 pub mod ticker;
 pub mod wiring;
 
+/// The `candle-core` crate (feature `candle`), whose CPU [`Tensor`](candle_core::Tensor)s
+/// [`candle`] verifies, re-exported so that an engine's tensors are of the version this crate
+/// reads (0.9).
+#[cfg(feature = "candle")]
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
+pub use candle_core;
 /// The `half` crate (bf16 / f16 types), for [`half_tensors`].
 pub use half;
 /// The `log` crate, whose facade [`LogSink`] logs through (its [`log::Level`] is a
