@@ -69,6 +69,7 @@ impl Engine {
                 sampling: s.sampling,
                 seed: s.seed,
                 offset: s.offset,
+                draft_rows: true,
             });
         }
         let target = TargetTensor::Logits(logits);

@@ -28,8 +28,8 @@
 //! let mut verifier = CpuVerifier::<4>::new(1)?;
 //! let mut step = Step::new();
 //! // Two requests: one drafts [2, 0], the other had no draft this step (k = 0).
-//! step.push(Request { drafts: &[2, 0], sampling: Sampling::GREEDY, seed: 7, offset: 0 });
-//! step.push(Request { drafts: &[], sampling: Sampling::GREEDY, seed: 8, offset: 0 });
+//! step.push(Request { drafts: &[2, 0], sampling: Sampling::GREEDY, seed: 7, offset: 0, draft_rows: true });
+//! step.push(Request { drafts: &[], sampling: Sampling::GREEDY, seed: 8, offset: 0, draft_rows: true });
 //! // vLLM's ragged target rows: num_tokens + B = 4 rows of V = 4 bf16 logits.
 //! let logits = Tensor::new(
 //!     &[[0f32, 0., 5., 0.], [5., 0., 0., 0.], [0., 0., 0., 5.], [0., 5., 0., 0.]],
@@ -49,8 +49,8 @@ use crate::OutputBuffers;
 use crate::half_tensors;
 use candle_core::{CpuStorage, DType, Device, DeviceLocation, Storage, Tensor};
 use specula_core::verify::{
-    Batch, Check, Method, RaggedDrafts, Rows, SENTINEL, Streams, Target, Verifier, VerifyError,
-    to_vllm_tokens,
+    Batch, Check, Method, NO_DRAFT_ROWS, RaggedDrafts, Rows, SENTINEL, Streams, Target, Verifier,
+    VerifyError, to_vllm_tokens,
 };
 use std::fmt;
 use std::sync::RwLockReadGuard;
@@ -526,6 +526,11 @@ pub struct Request<'a> {
     /// Its random offset: the step counter of its stream, advanced by one after each verified
     /// step.
     pub offset: u64,
+    /// Whether its drafter gave probability rows (a draft model: `true`; an n-gram or other
+    /// drafter without probabilities: `false`, verified as a one-hot drafter). Mixed drafters
+    /// need no synthetic rows: the step's draft tensor holds only the rows of the requests
+    /// that have them, request after request.
+    pub draft_rows: bool,
 }
 
 /// The target tensor of a [`Step`]: logits (sampled at each request's temperature) or
@@ -587,6 +592,10 @@ pub struct Step {
     min_p: Vec<f32>,
     seed: Vec<u64>,
     offset: Vec<u64>,
+    /// Each request's first row in the draft tensor, [`NO_DRAFT_ROWS`] for none.
+    first_row: Vec<u32>,
+    /// Draft rows of the requests pushed so far.
+    draft_rows: u32,
     out: OutputBuffers,
     /// `k_max + 1` of the last verified step, `None` when there is none to read.
     width: Option<usize>,
@@ -619,6 +628,8 @@ impl Step {
         }
         self.seed.clear();
         self.offset.clear();
+        self.first_row.clear();
+        self.draft_rows = 0;
         self.width = None;
     }
 
@@ -635,6 +646,14 @@ impl Step {
         self.min_p.push(r.sampling.min_p);
         self.seed.push(r.seed);
         self.offset.push(r.offset);
+        if r.draft_rows {
+            self.first_row.push(self.draft_rows);
+            // Saturates like `cu`; validation then refuses the rows past the tensor.
+            let k = u32::try_from(r.drafts.len()).unwrap_or(u32::MAX);
+            self.draft_rows = self.draft_rows.saturating_add(k);
+        } else {
+            self.first_row.push(NO_DRAFT_ROWS);
+        }
         self.width = None;
         self
     }
@@ -652,8 +671,10 @@ impl Step {
     }
 
     /// Verifies the step: `target` has `num_tokens + B` rows (request `b`'s `k_b + 1` rows
-    /// after those of the requests before it), `draft_probs` (if the drafter has them)
-    /// `num_tokens` rows, both of the same vocabulary size. Counts into the verifier as every
+    /// after those of the requests before it), `draft_probs` (if a drafter has them) the `k_b`
+    /// rows of each request pushed with [`Request::draft_rows`], request after request (all
+    /// `num_tokens` rows when every request has them), both of the same vocabulary size.
+    /// Without `draft_probs` every request is verified as a one-hot drafter's. Counts into the verifier as every
     /// verify call does; the outputs are then read with [`emitted`](Self::emitted),
     /// [`accepted`](Self::accepted) or as tensors. The tensors' storage is read-locked for the
     /// duration of the call only.
@@ -718,7 +739,11 @@ impl Step {
         .with_top_p(&self.top_p)
         .with_min_p(&self.min_p);
         if let Some(d) = &draft_rows {
-            batch = batch.with_draft(d.rows());
+            batch = if self.first_row.contains(&NO_DRAFT_ROWS) {
+                batch.with_mixed_drafters(d.rows(), &self.first_row)
+            } else {
+                batch.with_draft(d.rows())
+            };
         }
         verifier
             .verify(method, check, &batch, &mut self.out.fit(&batch))

@@ -62,6 +62,7 @@ fn step_of(offset: u64) -> Step {
             sampling: *sampling,
             seed: *seed,
             offset,
+            draft_rows: true,
         });
     }
     step
@@ -388,6 +389,7 @@ fn a_refused_step_is_typed_and_leaves_no_outputs() {
         },
         seed: 1,
         offset: 0,
+        draft_rows: true,
     });
     let two = target.narrow(0, 0, 2).unwrap();
     assert!(matches!(
@@ -458,6 +460,7 @@ fn outputs_as_tensors_and_per_request() {
             sampling: Sampling::GREEDY,
             seed: *seed,
             offset: 1,
+            draft_rows: true,
         });
     }
     step.verify(
@@ -481,6 +484,7 @@ fn a_step_without_any_draft_samples_each_bonus_token() {
             sampling: Sampling::GREEDY,
             seed: b,
             offset: 0,
+            draft_rows: true,
         });
     }
     let mut p = vec![0.0f32; 2 * V];
@@ -509,4 +513,47 @@ fn a_step_without_any_draft_samples_each_bonus_token() {
             .unwrap(),
         [[3], [5]]
     );
+}
+
+/// Mixed drafters: a request pushed without draft rows (an n-gram drafter) next to requests
+/// with them; the draft tensor holds only their rows. Verified exactly as the same step with
+/// synthetic one-hot rows for that request (what an engine had to build before), over several
+/// offsets.
+#[test]
+fn mixed_drafters_need_no_synthetic_rows() {
+    let reqs = requests();
+    let t = logits(8, 5);
+    let d = probs(5, 6);
+    let target = Tensor::from_slice(&t, (8, V), &Device::Cpu).unwrap();
+    // Request 0's 3 rows only (request 1 is the n-gram one, request 2 drafts nothing).
+    let packed = Tensor::from_slice(&d[..3 * V], (3, V), &Device::Cpu).unwrap();
+    // The same rows with request 1's two one-hot rows where the layout puts them.
+    let mut synthetic = d.clone();
+    for (j, &x) in reqs[1].0.iter().enumerate() {
+        let row = &mut synthetic[(3 + j) * V..(4 + j) * V];
+        row.fill(0.0);
+        row[x as usize] = 1.0;
+    }
+    let full = Tensor::from_slice(&synthetic, (5, V), &Device::Cpu).unwrap();
+    for offset in 0..6 {
+        let mut mixed = Step::new().with_recovered();
+        let mut onehot = Step::new().with_recovered();
+        for (i, (drafts, sampling, seed)) in reqs.iter().enumerate() {
+            let r = Request {
+                drafts,
+                sampling: *sampling,
+                seed: *seed,
+                offset,
+                draft_rows: i != 1,
+            };
+            mixed.push(r);
+            onehot.push(Request {
+                draft_rows: true,
+                ..r
+            });
+        }
+        let got = verify(&mut mixed, &target, Some(&packed));
+        let want = verify(&mut onehot, &target, Some(&full));
+        assert_eq!(got, want, "offset {offset}");
+    }
 }
