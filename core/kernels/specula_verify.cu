@@ -106,10 +106,9 @@ struct sp_args {
     const sp_u32* bonus;        // caller's bonus tokens; null: sampled
     const float* target_logits; // target logits (f32, or bf16 / f16 by the flags); null: probs
     const float* temperature;   // per-request temperature, with target_logits
-    const sp_u32* methods;      // per-request method codes; null: the shape word's
-    const sp_u32* top_k;        // per-request top-k (0 off); null: off
-    const float* top_p;         // per-request top-p (1 off); null: off
-    const float* min_p;         // per-request min-p (0 off); null: off
+    const sp_u32* sampling;     // per-request sampling words (SP_SAMPLING_WORDS each: method
+                                // code, top-k, top-p and min-p bits); null: the shape word's
+                                // method, no filter
     sp_u32* recovered;          // out: vLLM's recovered tokens; null: not written
     const sp_u32* draft_first_row; // mixed drafters: request b's first draft row, SP_SENTINEL
                                    // for none (a one-hot drafter); null: the layout's rows
@@ -120,7 +119,7 @@ struct sp_args {
     sp_u32 reserved;            // zero
 };
 static_assert(sizeof(void*) == 8, "64-bit device pointers");
-static_assert(sizeof(sp_args) == 216, "sp_args: 26 pointers and two u32, no padding");
+static_assert(sizeof(sp_args) == 192, "sp_args: 23 pointers and two u32, no padding");
 #if defined(__clang__) || defined(__GNUC__)
 #define SP_ARGS_AT(field, at) static_assert(__builtin_offsetof(sp_args, field) == (at), #field);
 #else
@@ -143,17 +142,14 @@ SP_ARGS_AT(cu_num_draft_tokens, 104)
 SP_ARGS_AT(bonus, 112)
 SP_ARGS_AT(target_logits, 120)
 SP_ARGS_AT(temperature, 128)
-SP_ARGS_AT(methods, 136)
-SP_ARGS_AT(top_k, 144)
-SP_ARGS_AT(top_p, 152)
-SP_ARGS_AT(min_p, 160)
-SP_ARGS_AT(recovered, 168)
-SP_ARGS_AT(draft_first_row, 176)
-SP_ARGS_AT(first_child, 184)
-SP_ARGS_AT(next_sibling, 192)
-SP_ARGS_AT(path, 200)
-SP_ARGS_AT(slices, 208)
-SP_ARGS_AT(reserved, 212)
+SP_ARGS_AT(sampling, 136)
+SP_ARGS_AT(recovered, 144)
+SP_ARGS_AT(draft_first_row, 152)
+SP_ARGS_AT(first_child, 160)
+SP_ARGS_AT(next_sibling, 168)
+SP_ARGS_AT(path, 176)
+SP_ARGS_AT(slices, 184)
+SP_ARGS_AT(reserved, 188)
 #undef SP_ARGS_AT
 
 // Shape words (device memory, 8 x u32).
@@ -1405,29 +1401,27 @@ SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool
 // ---------------------------------------------------------------- the kernel
 // The logits entries' trailing inputs (core/src/kernels.rs, VERIFY_LOGITS_ENTRY), all null in
 // the other entries (the compiler then removes every path that reads them):
-//   methods   (u32 x B): request b's method code (SP_METHOD_*); null: the shape word's;
-//   top_k     (u32 x B): 0 off; null: off for every request;
-//   top_p     (f32 x B): in (0, 1], 1 off; null: off;
-//   min_p     (f32 x B): in [0, 1], 0 off; null: off;
+//   sampling  (u32 x SP_SAMPLING_WORDS x B): request b's words at b * SP_SAMPLING_WORDS: its
+//             method code (SP_METHOD_*), top_k (0 off), top_p's bits (in (0, 1], 1 off),
+//             min_p's bits (in [0, 1], 0 off); null: the shape word's method, no filter;
 //   recovered (u32, one per draft slot): vLLM's recovered_token_ids (DETERMINISM.md); null: not
 //             written;
 //   draft_first_row (u32 x B): mixed drafters, request b's first draft row, SP_SENTINEL for a
 //             one-hot drafter's request; null: the layout's rows.
+#define SP_SAMPLING_WORDS 4u
+#define SP_SAMPLING_METHOD 0u
+#define SP_SAMPLING_TOP_K 1u
+#define SP_SAMPLING_TOP_P 2u
+#define SP_SAMPLING_MIN_P 3u
 struct sp_inputs {
-    const sp_u32* methods;
-    const sp_u32* top_k;
-    const float* top_p;
-    const float* min_p;
+    const sp_u32* sampling;
     sp_u32* recovered;
     const sp_u32* draft_first_row;
     sp_u64* hist; // the filters' shared memory (SP_HIST_WORDS), the logits entries only
 };
 __device__ __forceinline__ sp_inputs sp_no_inputs() {
     sp_inputs in;
-    in.methods = 0;
-    in.top_k = 0;
-    in.top_p = 0;
-    in.min_p = 0;
+    in.sampling = 0;
     in.recovered = 0;
     in.draft_first_row = 0;
     in.hist = 0;
@@ -1436,14 +1430,15 @@ __device__ __forceinline__ sp_inputs sp_no_inputs() {
 // The logits entries' inputs from the argument block; `hist`: their shared memory.
 __device__ __forceinline__ sp_inputs sp_inputs_of(const sp_args& a, sp_u64* hist) {
     sp_inputs in;
-    in.methods = a.methods;
-    in.top_k = a.top_k;
-    in.top_p = a.top_p;
-    in.min_p = a.min_p;
+    in.sampling = a.sampling;
     in.recovered = a.recovered;
     in.draft_first_row = a.draft_first_row;
     in.hist = hist;
     return in;
+}
+// Request b's sampling words (null without them).
+__device__ __forceinline__ const sp_u32* sp_sampling_of(const sp_inputs& in, sp_u32 b) {
+    return in.sampling != 0 ? in.sampling + (sp_u64)b * SP_SAMPLING_WORDS : 0;
 }
 // The argument block's fields every body takes first.
 #define SP_COMMON(a)                                                                              \
@@ -1460,9 +1455,12 @@ __device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
 // A request's error bit from the logits entries' inputs (0: fine): a method code above 2,
 // top_p outside (0, 1] or min_p outside [0, 1] (NaN included) skip the request (SP_ERR_PARAM).
 __device__ __forceinline__ sp_u32 sp_inputs_error(const sp_inputs& in, sp_u32 b) {
-    if (in.methods != 0 && in.methods[b] > SP_METHOD_TYPICAL) return SP_ERR_PARAM;
-    if (in.top_p != 0 && !(in.top_p[b] > 0.0f && in.top_p[b] <= 1.0f)) return SP_ERR_PARAM;
-    if (in.min_p != 0 && !(in.min_p[b] >= 0.0f && in.min_p[b] <= 1.0f)) return SP_ERR_PARAM;
+    const sp_u32* const w = sp_sampling_of(in, b);
+    if (w == 0) return 0u;
+    const float top_p = sp_f(w[SP_SAMPLING_TOP_P]), min_p = sp_f(w[SP_SAMPLING_MIN_P]);
+    if (w[SP_SAMPLING_METHOD] > SP_METHOD_TYPICAL) return SP_ERR_PARAM;
+    if (!(top_p > 0.0f && top_p <= 1.0f)) return SP_ERR_PARAM;
+    if (!(min_p >= 0.0f && min_p <= 1.0f)) return SP_ERR_PARAM;
     return 0u;
 }
 // Request b's filter (the neutral values where a pointer is null).
@@ -1473,9 +1471,10 @@ struct sp_filter {
 };
 __device__ __forceinline__ sp_filter sp_filter_of(const sp_inputs& in, sp_u32 b) {
     sp_filter f;
-    f.top_k = in.top_k != 0 ? in.top_k[b] : 0u;
-    f.top_p = in.top_p != 0 ? in.top_p[b] : 1.0f;
-    f.min_p = in.min_p != 0 ? in.min_p[b] : 0.0f;
+    const sp_u32* const w = sp_sampling_of(in, b);
+    f.top_k = w != 0 ? w[SP_SAMPLING_TOP_K] : 0u;
+    f.top_p = w != 0 ? sp_f(w[SP_SAMPLING_TOP_P]) : 1.0f;
+    f.min_p = w != 0 ? sp_f(w[SP_SAMPLING_MIN_P]) : 0.0f;
     return f;
 }
 __device__ __forceinline__ bool sp_filter_on(const sp_filter& f) {
@@ -1565,7 +1564,7 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter{0u, 1.0f, 0.0f};
     const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
-                                    : (X && in.methods != 0 ? in.methods[b] : method);
+                                    : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
     const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
     // Request b's draft rows: where the layout puts them, or (mixed drafters, the logits
     // entries) where draft_first_row says; none, a one-hot drafter's, for SP_SENTINEL.
@@ -1743,9 +1742,9 @@ specula_verify_ex(const sp_args a) {
 
 // specula_verify_logits: specula_verify_ex, reading also `target_logits` (f32, in exactly the
 // layout of target_probs, which is then not read) and `temperature` (f32 x B; 0: greedy on the
-// logits, > 0: the softmax of DETERMINISM.md computed on the fly), the engine inputs `methods`,
-// `top_k`, `top_p`, `min_p` and the output `recovered` (sp_inputs above; each null when not
-// used). The shape's half-precision flags apply here only. With every one of those null and no
+// logits, > 0: the softmax of DETERMINISM.md computed on the fly), the engine inputs
+// `sampling` (methods and filters) and `draft_first_row` (mixed drafters), and the output
+// `recovered` (sp_inputs above; each null when not used). The shape's half-precision flags apply here only. With every one of those null and no
 // half flag it is specula_verify_ex. Same launch contract.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify_logits(const sp_args a) {
@@ -1841,7 +1840,7 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter{0u, 1.0f, 0.0f};
     const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
-                                    : (X && in.methods != 0 ? in.methods[b] : method);
+                                    : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
     const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
     // Request b's draft rows: where the layout puts them, or (mixed drafters, the logits
     // entries) where draft_first_row says; none, a one-hot drafter's, for SP_SENTINEL.
@@ -2132,8 +2131,7 @@ specula_verify_split_ex(const sp_args a) {
 }
 
 // specula_verify_split_logits: specula_verify_split_ex, reading also `target_logits`,
-// `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered` as specula_verify_logits
-// does.
+// `temperature`, `sampling`, `draft_first_row` and `recovered` as specula_verify_logits does.
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
 specula_verify_split_logits(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];

@@ -376,9 +376,11 @@ impl<const K: usize> KernelHost<K> {
             }
             None => 0,
         };
-        let methods: Option<Vec<u32>> = batch
-            .methods
-            .map(|m| m.iter().map(|&m| kernels::method_code(m)).collect());
+        let sampling: Option<Vec<u32>> = kernels::has_sampling(batch).then(|| {
+            (0..b)
+                .flat_map(|r| kernels::sampling_words(batch, r, method))
+                .collect()
+        });
         let a = ArgBlock {
             k: at(batch.k()),
             draft_ids: at(batch.draft_ids),
@@ -394,10 +396,7 @@ impl<const K: usize> KernelHost<K> {
             bonus: opt(batch.bonus),
             target_logits,
             temperature: optf(batch.target.temperature()),
-            methods: opt(methods.as_deref()),
-            top_k: opt(batch.top_k),
-            top_p: optf(batch.top_p),
-            min_p: optf(batch.min_p),
+            sampling: opt(sampling.as_deref()),
             recovered,
             draft_first_row: opt(batch.draft.and_then(|d| d.first_row)),
             ..ArgBlock::default()
@@ -408,10 +407,7 @@ impl<const K: usize> KernelHost<K> {
             ragged: a.cu_num_draft_tokens != 0,
             bonus: a.bonus != 0,
             logits: a.target_logits != 0,
-            methods: a.methods != 0,
-            top_k: a.top_k != 0,
-            top_p: a.top_p != 0,
-            min_p: a.min_p != 0,
+            sampling: a.sampling != 0,
             logits_half: shape[kernels::SHAPE_FLAGS]
                 & (kernels::FLAG_TARGET_BF16 | kernels::FLAG_TARGET_F16)
                 != 0,

@@ -66,14 +66,9 @@ arg_block! {
     target_logits: u64,
     /// Per-request temperature, with [`target_logits`](Self::target_logits).
     temperature: u64,
-    /// Per-request method codes; null: the shape word's.
-    methods: u64,
-    /// Per-request top-k; null: off.
-    top_k: u64,
-    /// Per-request top-p; null: off.
-    top_p: u64,
-    /// Per-request min-p; null: off.
-    min_p: u64,
+    /// Per-request sampling words ([`sampling_words`](super::kernels::sampling_words)); null:
+    /// the shape word's method, no filter.
+    sampling: u64,
     /// Output: vLLM's recovered tokens; null: not written.
     recovered: u64,
     /// Mixed drafters: each request's first draft row (or none); null: the layout's rows.
@@ -90,5 +85,5 @@ arg_block! {
     reserved: u32,
 }
 
-/// The size the kernel text states (`static_assert(sizeof(sp_args) == 216)`).
-const _: () = assert!(core::mem::size_of::<ArgBlock>() == 216);
+/// The size the kernel text states (`static_assert(sizeof(sp_args) == 192)`).
+const _: () = assert!(core::mem::size_of::<ArgBlock>() == 192);

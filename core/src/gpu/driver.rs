@@ -57,7 +57,7 @@ pub enum Family {
     Ex,
     /// [`VERIFY_LOGITS_ENTRY`](crate::gpu::kernels::VERIFY_LOGITS_ENTRY) /
     /// [`VERIFY_SPLIT_LOGITS_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY): then also
-    /// `target_logits`, `temperature`, `methods`, `top_k`, `top_p`, `min_p` and `recovered`.
+    /// `target_logits`, `temperature`, `sampling`, `recovered` and `draft_first_row`.
     Logits,
 }
 
@@ -100,14 +100,8 @@ pub struct Inputs {
     pub bonus: bool,
     /// Target logits with per-request temperature.
     pub logits: bool,
-    /// A method per request (`methods`).
-    pub methods: bool,
-    /// Per-request top-k.
-    pub top_k: bool,
-    /// Per-request top-p.
-    pub top_p: bool,
-    /// Per-request min-p.
-    pub min_p: bool,
+    /// Per-request sampling words: a method per request and / or a filter.
+    pub sampling: bool,
     /// bf16 / f16 target logits (instead of f32 ones).
     pub logits_half: bool,
     /// bf16 / f16 draft probabilities (instead of f32 ones).
@@ -125,10 +119,7 @@ impl Inputs {
         if self.logits
             || self.logits_half
             || self.draft_probs_half
-            || self.methods
-            || self.top_k
-            || self.top_p
-            || self.min_p
+            || self.sampling
             || self.recovered
             || self.draft_first_row
         {
@@ -185,15 +176,11 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// Per-request temperature of the logits (B values; `0`: greedy on the logits). Only with
     /// [`target_logits`](Self::target_logits).
     pub temperature: Option<View<'a, D, f32>>,
-    /// Per-request method codes ([`method_code`](crate::gpu::kernels::method_code), B values),
-    /// overriding the shape word's method: the logits entries. `None`: the shape word's.
-    pub methods: Option<View<'a, D, u32>>,
-    /// Per-request top-k (B values; `0`: off): the logits entries. `None`: off.
-    pub top_k: Option<View<'a, D, u32>>,
-    /// Per-request top-p (B values in `(0, 1]`; `1`: off): the logits entries. `None`: off.
-    pub top_p: Option<View<'a, D, f32>>,
-    /// Per-request min-p (B values in `[0, 1]`; `0`: off): the logits entries. `None`: off.
-    pub min_p: Option<View<'a, D, f32>>,
+    /// Per-request sampling words, [`SAMPLING_WORDS`](crate::gpu::kernels::SAMPLING_WORDS) per
+    /// request ([`sampling_words`](crate::gpu::kernels::sampling_words): method code, top-k,
+    /// top-p, min-p), overriding the shape word's method: the logits entries. `None`: the shape
+    /// word's method and no filter for every request.
+    pub sampling: Option<View<'a, D, u32>>,
     /// bf16 / f16 target logits (u16 patterns, the shape word's
     /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
     /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16) says which), passed as
@@ -227,10 +214,7 @@ impl<D: Driver> VerifyArgs<'_, D> {
             ragged: self.cu_num_draft_tokens.is_some(),
             bonus: self.bonus.is_some(),
             logits: self.target_logits.is_some(),
-            methods: self.methods.is_some(),
-            top_k: self.top_k.is_some(),
-            top_p: self.top_p.is_some(),
-            min_p: self.min_p.is_some(),
+            sampling: self.sampling.is_some(),
             logits_half: self.target_logits_half.is_some(),
             draft_probs_half: self.draft_probs_half.is_some(),
             recovered: self.recovered.is_some(),
@@ -309,10 +293,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             bonus: at(of(a.bonus)),
             target_logits: at(of(a.target_logits).or(of(a.target_logits_half))),
             temperature: at(of(a.temperature)),
-            methods: at(of(a.methods)),
-            top_k: at(of(a.top_k)),
-            top_p: at(of(a.top_p)),
-            min_p: at(of(a.min_p)),
+            sampling: at(of(a.sampling)),
             recovered: at(a.recovered.as_ref().and_then(out)),
             draft_first_row: at(of(a.draft_first_row)),
             slices: match self.entry {

@@ -158,12 +158,13 @@ pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 ///   probability path, i.e. [`VERIFY_EX_ENTRY`]);
 /// * `temperature` (B values; `0`: greedy on the logits, `> 0`: the softmax of
 ///   `core/DETERMINISM.md`, computed on the fly, never materialised);
-/// * `methods` (B [`method_code`]s, request b verified by `methods[b]`; null: the
-///   shape word's method for every request; logits at `T = 0` stay greedy);
-/// * `top_k` (B values; `0`: off; null: off for every request);
-/// * `top_p` (B values in `(0, 1]`; `1`: off; null: off);
-/// * `min_p` (B values in `[0, 1]`; `0`: off; null: off) — the filters of
+/// * `sampling` ([`SAMPLING_WORDS`] per request, [`sampling_words`]: request b's
+///   [`method_code`] (logits at `T = 0` stay greedy), its top-k (`0`: off), top-p (in
+///   `(0, 1]`; `1`: off) and min-p (in `[0, 1]`; `0`: off) — the filters of
 ///   `core/DETERMINISM.md` ("Sampling filters"), applied to every target row the method reads;
+///   null: the shape word's method and no filter for every request);
+/// * `draft_first_row` (mixed drafters, B values: request b's first draft row, `u32::MAX` for a
+///   one-hot drafter's request; null: the layout's rows);
 /// * `recovered` (output, one value per draft slot as
 ///   [`recovered_tokens`](crate::verify::recovered_tokens) lays it out: padded `b·k_max + j`
 ///   with the sentinel for `j ≥ k[b]`, ragged `cu[b−1] + j`; null: not written).
@@ -177,8 +178,8 @@ pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 /// `tests/src/kernel_host.rs`.)
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
 
-/// [`VERIFY_SPLIT_EX_ENTRY`]'s fields, and `target_logits`, `temperature`, `methods`, `top_k`,
-/// `top_p`, `min_p` and `recovered` as for [`VERIFY_LOGITS_ENTRY`];
+/// [`VERIFY_SPLIT_EX_ENTRY`]'s fields, and `target_logits`, `temperature`, `sampling`,
+/// `recovered` and `draft_first_row` as for [`VERIFY_LOGITS_ENTRY`];
 /// launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block computes the state of the rows
 /// it works on (softmax maximum and exact sum, filter threshold and kept mass) over the whole
 /// row; the passes after it are split.
@@ -207,6 +208,34 @@ pub const SHAPE_VOCAB: usize = 2;
 pub const SHAPE_DRAFT_STRIDE: usize = 3;
 /// Shape word: target-probability row stride.
 pub const SHAPE_TARGET_STRIDE: usize = 4;
+/// `u32` words per request of the logits entries' `sampling` view ([`sampling_words`]).
+pub const SAMPLING_WORDS: usize = 4;
+
+/// Request `b`'s sampling words as the logits entries read them: its method code (the batch's
+/// [`methods`](Batch::methods), else `call`), top-k, and the bits of top-p and min-p (the
+/// neutral values where the batch has none). The one place a per-request sampling parameter
+/// enters the GPU path.
+#[must_use]
+pub fn sampling_words(batch: &Batch<'_>, b: usize, call: Method) -> [u32; SAMPLING_WORDS] {
+    let f = batch.filter_of(b);
+    [
+        method_code(batch.method_of(b, call)),
+        f.top_k,
+        f.top_p.to_bits(),
+        f.min_p.to_bits(),
+    ]
+}
+
+/// Whether `batch` has per-request sampling inputs (methods or filters): then the logits
+/// entries read [`sampling_words`].
+#[must_use]
+pub fn has_sampling(batch: &Batch<'_>) -> bool {
+    batch.methods.is_some()
+        || batch.top_k.is_some()
+        || batch.top_p.is_some()
+        || batch.min_p.is_some()
+}
+
 /// Shape word: method code ([`method_code`]).
 pub const SHAPE_METHOD: usize = 5;
 /// Shape word: `K` of the `Counters<K>` layout in `stats`.

@@ -44,7 +44,7 @@ pub(super) fn grow_host<D: Driver>(
 }
 
 /// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 23;
+const SLOTS: usize = 20;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
@@ -60,24 +60,18 @@ const CU: usize = 11;
 const BONUS: usize = 12;
 const TLOGITS: usize = 13;
 const TEMP: usize = 14;
-const METHODS: usize = 15;
-const TOP_K: usize = 16;
-const TOP_P: usize = 17;
-const MIN_P: usize = 18;
-const TLOGITS_HALF: usize = 19;
-const DPROBS_HALF: usize = 20;
-const RECOVERED: usize = 21;
-const FIRST_ROW: usize = 22;
+const SAMPLING: usize = 15;
+const TLOGITS_HALF: usize = 16;
+const DPROBS_HALF: usize = 17;
+const RECOVERED: usize = 18;
+const FIRST_ROW: usize = 19;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 12] = [
+const OPTIONAL: [usize; 9] = [
     CU,
     BONUS,
     TLOGITS,
     TEMP,
-    METHODS,
-    TOP_K,
-    TOP_P,
-    MIN_P,
+    SAMPLING,
     TLOGITS_HALF,
     DPROBS_HALF,
     RECOVERED,
@@ -156,10 +150,11 @@ fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
         w4(batch.bonus.map_or(0, <[u32]>::len))?,
         w4(t.target_logits.map_or(0, <[f32]>::len))?,
         w4(t.temperature.map_or(0, <[f32]>::len))?,
-        w4(batch.methods.map_or(0, <[Method]>::len))?,
-        w4(batch.top_k.map_or(0, <[u32]>::len))?,
-        w4(batch.top_p.map_or(0, <[f32]>::len))?,
-        w4(batch.min_p.map_or(0, <[f32]>::len))?,
+        if kernels::has_sampling(batch) {
+            w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
+        } else {
+            0
+        },
         t.target_logits_half.map_or(0, |h| h.len()).checked_mul(2)?,
         t.draft_probs_half.map_or(0, |h| h.len()).checked_mul(2)?,
         // One value per draft slot, as the draft ids are laid out.
@@ -293,13 +288,11 @@ impl<D: Driver> Staging<D> {
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
             target_logits: optional(drv, stream, bufs[TLOGITS], t.target_logits)?,
             temperature: optional(drv, stream, bufs[TEMP], t.temperature)?,
-            methods: match batch.methods {
-                Some(m) => Some(methods(drv, stream, buf(METHODS)?, m)?),
-                None => None,
+            sampling: if kernels::has_sampling(batch) {
+                Some(sampling(drv, stream, buf(SAMPLING)?, batch, method)?)
+            } else {
+                None
             },
-            top_k: optional(drv, stream, bufs[TOP_K], batch.top_k)?,
-            top_p: optional(drv, stream, bufs[TOP_P], batch.top_p)?,
-            min_p: optional(drv, stream, bufs[MIN_P], batch.min_p)?,
             target_logits_half: optional(
                 drv,
                 stream,
@@ -390,22 +383,28 @@ fn optional<'a, D: Driver, T: Element>(
     }
 }
 
-/// `methods` as the kernel's codes ([`kernels::method_code`]), converted through a small stack
-/// array (no allocation).
-fn methods<'a, D: Driver>(
+/// Every request's [`kernels::sampling_words`] (`call`: the method of requests without one of
+/// their own), written through a small stack array (no allocation).
+fn sampling<'a, D: Driver>(
     drv: &D,
     stream: &D::Stream,
     dst: &'a D::Buffer,
-    methods: &[Method],
+    batch: &Batch<'_>,
+    call: Method,
 ) -> Result<View<'a, D, u32>, GpuError<D::Error>> {
-    let view = View::range(dst, 0, methods.len()).map_err(oob)?;
-    let mut chunk = [0u32; 64];
-    for (i, part) in methods.chunks(chunk.len()).enumerate() {
-        for (c, &m) in chunk.iter_mut().zip(part) {
-            *c = kernels::method_code(m);
+    const W: usize = kernels::SAMPLING_WORDS;
+    let b = batch.requests();
+    let view = View::range(dst, 0, b * W).map_err(oob)?;
+    let mut chunk = [0u32; 64 * W];
+    let mut at = 0;
+    while at < b {
+        let n = (b - at).min(64);
+        for (i, words) in chunk.chunks_exact_mut(W).take(n).enumerate() {
+            words.copy_from_slice(&kernels::sampling_words(batch, at + i, call));
         }
-        drv.upload(stream, dst, i * chunk.len() * 4, &chunk[..part.len()])
+        drv.upload(stream, dst, at * W * 4, &chunk[..n * W])
             .map_err(GpuError::Driver)?;
+        at += n;
     }
     Ok(view)
 }

@@ -172,9 +172,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// shape words).
     ///
     /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
-    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits`, `methods`, `top_k`, `top_p`,
-    /// `min_p` is set, the `_ex` one for the ragged layout or bonus tokens (only), the
-    /// `_logits` one with logits, methods or a filter.
+    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits`, `sampling`, `recovered`,
+    /// `draft_first_row` is set, the `_ex` one for the ragged layout or bonus tokens (only),
+    /// the `_logits` one with logits, methods, a filter, recovered tokens or mixed drafters.
     ///
     /// # Safety
     /// The shape words in device memory (read by the kernel when it runs) must describe
@@ -404,10 +404,9 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
         && args.tokens.len() >= b
         && per_request(len(args.cu_num_draft_tokens))
         && per_request(len(args.bonus))
-        && per_request(len(args.methods))
-        && per_request(len(args.top_k))
-        && per_request(args.top_p.map(|v| v.len()))
-        && per_request(args.min_p.map(|v| v.len()))
+        && args
+            .sampling
+            .is_none_or(|v| v.len() / kernels::SAMPLING_WORDS >= b)
         && per_request(len(args.draft_first_row))
         // First rows index draft rows: none without them.
         && (args.draft_first_row.is_none()

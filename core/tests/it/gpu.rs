@@ -110,16 +110,14 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
             a.bonus,
             a.target_logits,
             a.temperature,
-            a.methods,
-            a.top_k,
-            a.top_p,
-            a.min_p,
+            a.sampling,
             a.recovered,
+            a.draft_first_row,
             a.first_child,
             a.next_sibling,
             a.path,
         ],
-        [0; 13],
+        [0; 11],
         "the plain entry: every later field null"
     );
     assert_eq!((a.slices, a.reserved), (1, 0));
@@ -1010,11 +1008,9 @@ fn entry_names_and_families() {
     assert_eq!(with(|i| i.ragged = true), Family::Ex);
     assert_eq!(with(|i| i.bonus = true), Family::Ex);
     assert_eq!(with(|i| i.logits = true), Family::Logits);
-    // Methods and filters are trailing views of the logits entries (over probabilities too).
-    assert_eq!(with(|i| i.methods = true), Family::Logits);
-    assert_eq!(with(|i| i.top_k = true), Family::Logits);
-    assert_eq!(with(|i| i.top_p = true), Family::Logits);
-    assert_eq!(with(|i| i.min_p = true), Family::Logits);
+    // Methods and filters are the logits entries' sampling words (over probabilities too).
+    assert_eq!(with(|i| i.sampling = true), Family::Logits);
+    assert_eq!(with(|i| i.draft_first_row = true), Family::Logits);
     assert_eq!(with(|i| i.logits_half = true), Family::Logits);
     assert_eq!(with(|i| i.draft_probs_half = true), Family::Logits);
     assert_eq!(with(|i| i.recovered = true), Family::Logits);
@@ -1107,17 +1103,15 @@ fn the_entry_follows_the_optional_inputs() {
                 Entry::Single => assert_eq!((p.scratch, p.slices), (0, 1)),
             }
             let rest = [
-                p.methods,
-                p.top_k,
-                p.top_p,
-                p.min_p,
+                p.sampling,
                 p.recovered,
+                p.draft_first_row,
                 p.first_child,
                 p.next_sibling,
                 p.path,
                 p.reserved.into(),
             ];
-            assert_eq!(rest, [0; 9], "{bits:03b}");
+            assert_eq!(rest, [0; 7], "{bits:03b}");
             let ids: Vec<usize> = [
                 p.cu_num_draft_tokens,
                 p.bonus,
@@ -1537,19 +1531,33 @@ impl Filtered {
     }
     fn inputs(bits: u8) -> Inputs {
         Inputs {
-            methods: bits & 1 != 0,
-            top_k: bits & 2 != 0,
-            top_p: bits & 4 != 0,
-            min_p: bits & 8 != 0,
+            sampling: bits != 0,
             ..Inputs::default()
         }
     }
+    /// The sampling words the kernel reads for `view(bits)` under `call`: each request's
+    /// method code (the call's without methods), then top-k, top-p and min-p (neutral where
+    /// not set), as bits.
+    fn words(&self, bits: u8, call: Method) -> Vec<u32> {
+        let b = self.methods.len();
+        (0..b)
+            .flat_map(|i| {
+                [
+                    kernels::method_code(if bits & 1 != 0 { self.methods[i] } else { call }),
+                    if bits & 2 != 0 { self.top_k[i] } else { 0 },
+                    if bits & 4 != 0 { self.top_p[i] } else { 1.0 }.to_bits(),
+                    if bits & 8 != 0 { self.min_p[i] } else { 0.0 }.to_bits(),
+                ]
+            })
+            .collect()
+    }
 }
 
-/// Methods and filters: staged as the kernel reads them (method codes, the filter values),
-/// their buffers allocated only once a batch has them, passed as the logits entries'
-/// trailing `methods, top_k, top_p, min_p` (null where not set, `recovered` null), a short view
-/// refused at launch, and a graph replayed only with the same ones.
+/// Methods and filters: staged as the kernel reads them (one block of sampling words per
+/// request: method code, top-k, top-p and min-p bits, the neutral values where a batch has
+/// none), their one buffer allocated only once a batch has any, passed as the logits entries'
+/// `sampling` (null without them; `recovered` null), a short view refused at launch, and a
+/// graph replayed only with the same inputs.
 #[test]
 fn methods_and_filters_are_staged_and_passed() {
     fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
@@ -1574,7 +1582,11 @@ fn methods_and_filters_are_staged_and_passed() {
     staging
         .reserve(&drv, &x.view(0b1111), Produce::TOKENS)
         .unwrap();
-    assert_eq!(drv.st.next_id.get() - ids, 15, "then the four new ones");
+    assert_eq!(
+        drv.st.next_id.get() - ids,
+        12,
+        "then the sampling words' one"
+    );
     for bits in 1..16u8 {
         let a = staging
             .write::<K>(
@@ -1588,14 +1600,14 @@ fn methods_and_filters_are_staged_and_passed() {
         drv.run();
         assert_eq!(a.inputs(), Filtered::inputs(bits), "{bits:04b}");
         assert_eq!(a.inputs().family(), Family::Logits);
-        let codes: Vec<u32> = x.methods.iter().map(|&m| kernels::method_code(m)).collect();
-        assert_eq!(a.methods.map(words), (bits & 1 != 0).then(|| codes.clone()));
-        assert_eq!(a.top_k.map(words), (bits & 2 != 0).then(|| x.top_k.clone()));
-        assert_eq!(a.top_p.map(words), (bits & 4 != 0).then(|| x.top_p.clone()));
-        assert_eq!(a.min_p.map(words), (bits & 8 != 0).then(|| x.min_p.clone()));
-        for w in [a.methods.map(|v| v.len()), a.top_k.map(|v| v.len())] {
-            assert!(w.is_none_or(|n| n == b));
-        }
+        assert_eq!(
+            a.sampling.map(words),
+            Some(x.words(bits, Method::Rejection))
+        );
+        assert_eq!(
+            a.sampling.map(|v| v.len()),
+            Some(b * kernels::SAMPLING_WORDS)
+        );
         // SAFETY: staged views; nothing else writes the staging buffers.
         unsafe { v.launch_staged(&a) }.unwrap();
         drv.run();
@@ -1603,19 +1615,11 @@ fn methods_and_filters_are_staged_and_passed() {
         let last = l.last().unwrap();
         assert_eq!(last.name, kernels::VERIFY_LOGITS_ENTRY);
         let p = last.args;
-        let set = [bits & 1, bits & 2, bits & 4, bits & 8].map(|x| x != 0);
-        let want = [
-            a.methods.map(|v| (v.buffer().id, v.byte_offset())),
-            a.top_k.map(|v| (v.buffer().id, v.byte_offset())),
-            a.top_p.map(|v| (v.buffer().id, v.byte_offset())),
-            a.min_p.map(|v| (v.buffer().id, v.byte_offset())),
-        ];
         assert_eq!(
-            [p.methods, p.top_k, p.top_p, p.min_p].map(at),
-            want,
+            at(p.sampling),
+            a.sampling.map(|v| (v.buffer().id, v.byte_offset())),
             "{bits:04b}"
         );
-        assert_eq!(want.map(|p| p.is_some()), set);
         assert_eq!(
             [
                 p.cu_num_draft_tokens,
@@ -1628,8 +1632,8 @@ fn methods_and_filters_are_staged_and_passed() {
         );
         assert_eq!(p.recovered, 0, "recovered not passed");
     }
-    // A short view of each is refused before anything is enqueued.
-    for field in 0..4 {
+    // A short view is refused before anything is enqueued.
+    {
         let mut a = staging
             .write::<K>(
                 &drv,
@@ -1641,20 +1645,15 @@ fn methods_and_filters_are_staged_and_passed() {
             .unwrap()
             .into_args();
         drv.run();
-        match field {
-            0 => a.methods = a.methods.map(short),
-            1 => a.top_k = a.top_k.map(short),
-            2 => a.top_p = a.top_p.map(short),
-            _ => a.min_p = a.min_p.map(short),
-        }
+        a.sampling = a.sampling.map(short);
         let before = drv.launches().len();
         // SAFETY: refused before anything is enqueued.
         let r = unsafe { v.launch(&a) };
-        assert_eq!(r, Err(GpuError::ViewTooShort), "{field}");
+        assert_eq!(r, Err(GpuError::ViewTooShort));
         assert_eq!(drv.pending_ops(), 0);
         assert_eq!(drv.launches().len(), before);
     }
-    // A graph captured with methods and top-k replays only batches with exactly those.
+    // A graph captured with sampling words replays only batches that have them (whichever).
     let a = staging
         .write::<K>(
             &drv,
@@ -1679,9 +1678,9 @@ fn methods_and_filters_are_staged_and_passed() {
             .unwrap();
         drv.run();
         let r = v.replay_staged(&g, &s);
-        assert_eq!(drv.pending_ops(), usize::from(bits == 0b0011), "{bits:04b}");
+        assert_eq!(drv.pending_ops(), usize::from(bits != 0), "{bits:04b}");
         drv.run();
-        let want = if bits == 0b0011 {
+        let want = if bits != 0 {
             Ok(())
         } else {
             Err(GpuError::GraphMismatch)
@@ -1759,12 +1758,10 @@ fn recovered_output_is_staged_passed_and_downloaded() {
             p.bonus,
             p.target_logits,
             p.temperature,
-            p.methods,
-            p.top_k,
-            p.top_p,
-            p.min_p
+            p.sampling,
+            p.draft_first_row
         ],
-        [0; 8],
+        [0; 6],
         "nothing else set"
     );
     assert_eq!(r.1, 0);

@@ -161,13 +161,11 @@ fn verify_tree_stages_launches_and_downloads_with_one_sync() {
             a.bonus,
             a.target_logits,
             a.temperature,
-            a.methods,
-            a.top_k,
-            a.top_p,
-            a.min_p,
+            a.sampling,
             a.recovered,
+            a.draft_first_row,
         ],
-        [0; 11]
+        [0; 9]
     );
     assert_eq!((a.slices, a.reserved), (1, 0));
     assert_eq!(o.accepted, [102, 103, 102]);

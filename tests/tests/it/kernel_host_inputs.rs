@@ -304,10 +304,12 @@ fn raw_launch_guards() {
             tokens: at_mut(&mut tokens),
             ..ArgBlock::default()
         };
+        // The sampling words: method code, top-k (off), top-p and min-p bits per request.
+        let sampling: Vec<u32> = (0..5)
+            .flat_map(|i| [methods[i], 0, top_p[i].to_bits(), min_p[i].to_bits()])
+            .collect();
         let x = ArgBlock {
-            methods: at(&methods),
-            top_p: at(&top_p),
-            min_p: at(&min_p),
+            sampling: at(&sampling),
             recovered: at_mut(&mut rec),
             ..p
         };
