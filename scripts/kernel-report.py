@@ -598,10 +598,9 @@ def main():
             split["row_loops"], split["row_local"], split["row_local_cold"] = row_loops(
                 sass.get("specula_verify_split", []))
             kern["split"] = split
-            # The additive entry points (ragged layout, caller's bonus tokens): same budgets.
+            # The logits entries (the engine inputs), reported beside the plain ones.
             kern["ex"] = {}
-            for entry in ("specula_verify_ex", "specula_verify_split_ex", "specula_verify_logits",
-                          "specula_verify_split_logits"):
+            for entry in ("specula_verify_logits", "specula_verify_split_logits"):
                 e = dict(kernel_log.get(entry, {}))
                 e["row_loops"], e["row_local"], e["row_local_cold"] = row_loops(sass.get(entry, []))
                 kern["ex"][entry] = e

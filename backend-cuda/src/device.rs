@@ -23,7 +23,7 @@ pub struct CudaDevice {
     // Keeps the module loaded while the functions are used.
     _module: Arc<CudaModule>,
     /// Every chain entry point, in the order of `specula_core::gpu::ENTRY_NAMES` (plain,
-    /// split; `_ex`; `_logits`): a launch picks one by `Launch::entry_index`.
+    /// split; `_logits`): a launch picks one by `Launch::entry_index`.
     functions: [CudaFunction; ENTRY_NAMES.len()],
     arch: String,
     sms: u32,

@@ -17,10 +17,9 @@
 //   `stats` holds Counters<K> as 4 + 2K unsigned 64-bit words followed by one error-flag word.
 //   Every entry takes one parameter, the argument block `sp_args` (below), by value.
 // A second entry, specula_verify_split (at the end), splits each request's rows over several
-// blocks for small batches; its contract is written above it. specula_verify_ex and
-// specula_verify_split_ex read two more fields (the ragged layout's cumulative draft counts,
-// the caller's bonus tokens; null when not used), the _logits entries the engine inputs too:
-// three instances of the same bodies, so each input set runs only the code it needs.
+// blocks for small batches; its contract is written above it. The _logits entries read the
+// engine inputs too: two instances of the same bodies, so the probability path runs only the
+// code it needs.
 
 #if defined(SPECULA_HIP) || defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
 #define SPECULA_IS_HIP 1
@@ -80,7 +79,7 @@ typedef unsigned long long sp_u64;
 typedef long long sp_i64;
 
 // ---------------------------------------------------------------- the argument block
-// Every entry point (the six chain entries below, specula_verify_tree) takes this one struct by
+// Every entry point (the four chain entries below, specula_verify_tree) takes this one struct by
 // value: its definition in Rust is `specula_core::gpu::ArgBlock` (core/src/gpu/block.rs), field
 // for field, and a test there reads the SP_ARGS_AT lines below and checks them against the Rust
 // offsets. Every field is 8 bytes wide and 8-aligned (pointers; the two u32 at the end share one
@@ -1105,7 +1104,7 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
 
 // Everything below is the chain kernel's own (its entry points and what only they call). The
 // tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
-// and leaves it out: compiling the chain's six entries again there doubled the tree module's
+// and leaves it out: compiling the chain's four entries again there doubled the tree module's
 // compile time for nothing.
 #ifndef SPECULA_TREE_MODULE
 // ---------------------------------------------------------------- the logits entries' rows
@@ -1489,10 +1488,10 @@ __device__ __forceinline__ void sp_recovered_skip(sp_u32* rec, const sp_layout& 
     for (sp_u32 j = threadIdx.x; j < n; j += blockDim.x) rec[sp_slot(lay, b, k_max) + j] = SP_SENTINEL;
 }
 
-// The body of specula_verify and specula_verify_ex (X = false: cu (ragged layout) and bonus
-// (caller's bonus tokens) are null for the padded layout with sampled bonus tokens, logits and
-// `in` null) and of specula_verify_logits (X = true: every input of the logits entry). The X
-// paths are separate code (the plain entries compile to what they were).
+// The body of specula_verify (X = false: cu (ragged layout) and bonus (caller's bonus tokens)
+// null for the padded layout with sampled bonus tokens; logits and `in` null) and of
+// specula_verify_logits (X = true: every input of the logits entry). The X paths are separate
+// code.
 template <bool X>
 __device__ __forceinline__ void
 sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
@@ -1722,30 +1721,25 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     }
 }
 
+// specula_verify reads `cu_num_draft_tokens` (u32 x B: the ragged layout, `k` is then not read;
+// null: padded) and `bonus` (u32 x B: the caller's bonus tokens, row k of each request is then
+// not read and absent from a ragged target; null: sampled) too: two tests per request, nothing
+// per element (ptxas gave the former specula_verify_ex the plain entry's registers and
+// spills). A bonus token >= V skips its request with SP_ERR_TOKEN, a decreasing cumulative
+// count with SP_ERR_DRAFT_LEN.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body<false>(SP_COMMON(a), 0, 0, 0, 0, sp_no_inputs(), s_red);
+    sp_verify_body<false>(SP_COMMON(a), a.cu_num_draft_tokens, a.bonus, 0, 0, sp_no_inputs(),
+                          s_red);
 }
 
-// specula_verify_ex: specula_verify, reading also `cu_num_draft_tokens` (u32 x B: the ragged
-// layout, `k` is then not read; null: padded) and `bonus` (u32 x B: the caller's bonus tokens,
-// row k of each request is then not read and absent from a ragged target; null: sampled). Same
-// launch contract otherwise; a bonus token >= V skips its request with SP_ERR_TOKEN, a
-// decreasing cumulative count with SP_ERR_DRAFT_LEN.
-extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_ex(const sp_args a) {
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_verify_body<false>(SP_COMMON(a), a.cu_num_draft_tokens, a.bonus, 0, 0,
-        sp_no_inputs(), s_red);
-}
-
-// specula_verify_logits: specula_verify_ex, reading also `target_logits` (f32, in exactly the
+// specula_verify_logits: specula_verify, reading also `target_logits` (f32, in exactly the
 // layout of target_probs, which is then not read) and `temperature` (f32 x B; 0: greedy on the
 // logits, > 0: the softmax of DETERMINISM.md computed on the fly), the engine inputs
 // `sampling` (methods and filters) and `draft_first_row` (mixed drafters), and the output
 // `recovered` (sp_inputs above; each null when not used). The shape's half-precision flags apply here only. With every one of those null and no
-// half flag it is specula_verify_ex. Same launch contract.
+// half flag it is specula_verify. Same launch contract.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify_logits(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
@@ -1768,7 +1762,8 @@ specula_verify_logits(const sp_args a) {
 // wrapping atomicAdd of the fixed-point sums; races: one (key, id) slot per slice), and the block
 // that draws the last ticket decides, writes the request and its counters, and clears the words.
 // Same results as specula_verify, bit for bit: every reduction is order-free.
-// The body of specula_verify_split and specula_verify_split_ex (cu, bonus as in sp_verify_body).
+// The body of specula_verify_split and specula_verify_split_logits (cu, bonus as in
+// sp_verify_body).
 template <bool X>
 __device__ __forceinline__ void
 sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
@@ -2116,21 +2111,11 @@ extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
 specula_verify_split(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u32 s_last;
-    sp_verify_split_body<false>(SP_COMMON(a), a.scratch, a.slices, 0, 0, 0, 0,
-        sp_no_inputs(), s_red, &s_last);
-}
-
-// specula_verify_split_ex: specula_verify_split, reading also `cu_num_draft_tokens` and `bonus`
-// as specula_verify_ex does.
-extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
-specula_verify_split_ex(const sp_args a) {
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    __shared__ sp_u32 s_last;
     sp_verify_split_body<false>(SP_COMMON(a), a.scratch, a.slices, a.cu_num_draft_tokens,
-        a.bonus, 0, 0, sp_no_inputs(), s_red, &s_last);
+                                a.bonus, 0, 0, sp_no_inputs(), s_red, &s_last);
 }
 
-// specula_verify_split_logits: specula_verify_split_ex, reading also `target_logits`,
+// specula_verify_split_logits: specula_verify_split, reading also `target_logits`,
 // `temperature`, `sampling`, `draft_first_row` and `recovered` as specula_verify_logits does.
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
 specula_verify_split_logits(const sp_args a) {

@@ -8,8 +8,6 @@
 #if defined(SPECULA_HIP)
 #define specula_verify specula_kernel_body_hip
 #define specula_verify_split specula_kernel_split_hip
-#define specula_verify_ex specula_kernel_ex_hip
-#define specula_verify_split_ex specula_kernel_split_ex_hip
 #define SPECULA_HOST_LAUNCHER specula_host_verify_hip
 #define specula_verify_logits specula_kernel_logits_hip
 #define specula_verify_split_logits specula_kernel_split_logits_hip
@@ -18,8 +16,6 @@
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
-#define specula_verify_ex specula_kernel_ex_cuda
-#define specula_verify_split_ex specula_kernel_split_ex_cuda
 #define SPECULA_HOST_LAUNCHER specula_host_verify_cuda
 #define specula_verify_logits specula_kernel_logits_cuda
 #define specula_verify_split_logits specula_kernel_split_logits_cuda
@@ -42,8 +38,8 @@ extern "C" void SPECULA_HOST_SKIP_BARRIER(unsigned int n, bool ascending_only) {
 }
 
 // Launches entry point `entry` on `grid` blocks of `block` threads with the argument block `a`:
-// 0 to 5 the chain entries in the order of specula_core::gpu::ENTRY_NAMES (specula_verify,
-// specula_verify_split, then the _ex and the _logits pair), 6 specula_verify_tree. A split
+// 0 to 3 the chain entries in the order of specula_core::gpu::ENTRY_NAMES (specula_verify,
+// specula_verify_split, then the _logits pair), 4 specula_verify_tree. A split
 // entry's grid is capacity x slices blocks, run one after another (so the last ticket is the
 // last block). Returns 0 on success, 1 when `block` is 0, above SPECULA_BLOCK_THREADS or not a
 // multiple of the warp size, or `entry` is none of these (nothing ran).
@@ -56,11 +52,9 @@ extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block, unsi
     switch (entry) {
     case 0: return specula_shim::launch(grid, block, [&] { specula_verify(args); });
     case 1: return specula_shim::launch(grid, block, [&] { specula_verify_split(args); });
-    case 2: return specula_shim::launch(grid, block, [&] { specula_verify_ex(args); });
-    case 3: return specula_shim::launch(grid, block, [&] { specula_verify_split_ex(args); });
-    case 4: return specula_shim::launch(grid, block, [&] { specula_verify_logits(args); });
-    case 5: return specula_shim::launch(grid, block, [&] { specula_verify_split_logits(args); });
-    case 6: return specula_shim::launch(grid, block, [&] { specula_verify_tree(args); });
+    case 2: return specula_shim::launch(grid, block, [&] { specula_verify_logits(args); });
+    case 3: return specula_shim::launch(grid, block, [&] { specula_verify_split_logits(args); });
+    case 4: return specula_shim::launch(grid, block, [&] { specula_verify_tree(args); });
     default: return 1;
     }
 }

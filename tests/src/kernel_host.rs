@@ -463,7 +463,7 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
     }
 
     /// Everything: `k = 0`, the ragged layout and caller-supplied bonus tokens (through
-    /// `specula_verify_ex` / `specula_verify_split_ex`), and target logits with per-request
+    /// `specula_verify` / `specula_verify_split`), and target logits with per-request
     /// temperature, bf16 / f16 inputs, per-request methods, sampling filters and the
     /// recovered-token output (through `specula_verify_logits` / `specula_verify_split_logits`).
     fn support(&self) -> Support {

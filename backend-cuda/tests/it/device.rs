@@ -332,7 +332,7 @@ fn step_path_on_the_callers_cudarc_buffers() {
     assert_eq!(v.totals().unwrap(), counted);
 }
 
-/// The engine inputs of issue 13 on the device (`_ex` and `_logits` entries, split below one
+/// The engine inputs of issue 13 on the device (plain and `_logits` entries, split below one
 /// request per SM): a graph per kind (ragged with `k = 0`, bonus tokens, logits with mixed
 /// temperatures, all three) replaying changing batches with no synchronising driver call;
 /// ragged against padded at V = 32 000 and 151 936; ragged logits at V = 151 936. Bit for bit

@@ -75,8 +75,6 @@ fn chain_kernel(arch: &str, sm: &str) {
     );
     for entry in [
         specula_core::gpu::kernels::VERIFY_SPLIT_ENTRY,
-        specula_core::gpu::kernels::VERIFY_EX_ENTRY,
-        specula_core::gpu::kernels::VERIFY_SPLIT_EX_ENTRY,
         specula_core::gpu::kernels::VERIFY_LOGITS_ENTRY,
         specula_core::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
     ] {

@@ -133,7 +133,7 @@ fn step_path_and_graph_replay_on_device() {
     assert_eq!(rb.flush().unwrap(), want, "counters after 40 steps");
 }
 
-/// The engine inputs of issue 13 on the device (`_ex` and `_logits` entries, split below 128
+/// The engine inputs of issue 13 on the device (plain and `_logits` entries, split below 128
 /// requests): a graph per kind (ragged with `k = 0`, bonus tokens, logits with mixed
 /// temperatures, all three) replaying changing batches with no synchronising call; ragged
 /// against padded at V = 32 000 and 151 936; ragged logits at V = 151 936. Bit for bit against

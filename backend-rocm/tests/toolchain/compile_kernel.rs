@@ -42,8 +42,8 @@ fn hiprtc_compiles_the_kernel_for_gfx90a() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code.elf_machine(), Some(EM_AMDGPU));
     assert_eq!(code.processor(), Some("gfx90a"));
-    // Every chain entry `RocmDriver` loads (plain, split, `_ex` for the ragged layout and bonus
-    // tokens, `_logits` with the softmax computed on the fly) is in the same code object.
+    // Every chain entry `RocmDriver` loads (plain and split, each also `_logits` with the
+    // softmax computed on the fly) is in the same code object.
     for entry in ENTRY_NAMES {
         assert!(
             contains(code.as_bytes(), entry.as_bytes()),

@@ -40,21 +40,18 @@ impl Entry {
     }
 }
 
-/// Which family of entry points a launch runs: what it passes after the common parameters.
-/// The orchestration takes the plain entries unless a view of a later family is set (they
-/// are the fastest: fewer live registers, no null tests); methods and filters take the
-/// logits entries (over probabilities too: `target_logits` null).
+/// Which family of entry points a launch runs (the template instance of the kernel's bodies).
+/// The orchestration takes the plain entries unless one of the logits entries' inputs is set
+/// (the plain ones are the fastest: fewer live registers, none of those inputs' tests); methods
+/// and filters take the logits entries (over probabilities too: `target_logits` null).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Family {
     /// [`VERIFY_ENTRY`](crate::gpu::kernels::VERIFY_ENTRY) /
-    /// [`VERIFY_SPLIT_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_ENTRY): padded layout, sampled
-    /// bonus tokens, target probabilities.
+    /// [`VERIFY_SPLIT_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_ENTRY): target probabilities,
+    /// padded or ragged (`cu_num_draft_tokens`), sampled or caller-supplied (`bonus`) bonus
+    /// tokens.
     Plain,
-    /// [`VERIFY_EX_ENTRY`](crate::gpu::kernels::VERIFY_EX_ENTRY) /
-    /// [`VERIFY_SPLIT_EX_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_EX_ENTRY): then
-    /// `cu_num_draft_tokens` and `bonus` (null when not set).
-    Ex,
     /// [`VERIFY_LOGITS_ENTRY`](crate::gpu::kernels::VERIFY_LOGITS_ENTRY) /
     /// [`VERIFY_SPLIT_LOGITS_ENTRY`](crate::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY): then also
     /// `target_logits`, `temperature`, `sampling`, `recovered` and `draft_first_row`.
@@ -64,11 +61,9 @@ pub enum Family {
 /// Every chain entry point of `core/kernels/specula_verify.cu`, in the order of
 /// [`Launch::entry_index`]: a driver loads them all from the compiled module and picks one per
 /// launch by that index.
-pub const ENTRY_NAMES: [&str; 6] = [
+pub const ENTRY_NAMES: [&str; 4] = [
     crate::gpu::kernels::VERIFY_ENTRY,
     crate::gpu::kernels::VERIFY_SPLIT_ENTRY,
-    crate::gpu::kernels::VERIFY_EX_ENTRY,
-    crate::gpu::kernels::VERIFY_SPLIT_EX_ENTRY,
     crate::gpu::kernels::VERIFY_LOGITS_ENTRY,
     crate::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
 ];
@@ -80,8 +75,7 @@ const fn entry_index(entry: Entry, family: Family) -> usize {
     };
     let f = match family {
         Family::Plain => 0,
-        Family::Ex => 1,
-        Family::Logits => 2,
+        Family::Logits => 1,
     };
     2 * f + split
 }
@@ -113,7 +107,8 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// The entry family these inputs need: the plain one when none of the later inputs is set.
+    /// The entry family these inputs need: the plain one when none of the logits entries'
+    /// inputs is set.
     #[must_use]
     pub const fn family(self) -> Family {
         if self.logits
@@ -124,8 +119,6 @@ impl Inputs {
             || self.draft_first_row
         {
             Family::Logits
-        } else if self.ragged || self.bonus {
-            Family::Ex
         } else {
             Family::Plain
         }

@@ -127,7 +127,12 @@ pub const TREE_SHAPE_WORDS: usize = 9;
 /// Tree shape word: node slots `N` per request (`1 ≤ N ≤ 512`).
 pub const TREE_SHAPE_NODES: usize = 8;
 
-/// Name of the verification entry point (`extern "C"`, so not mangled).
+/// Name of the verification entry point (`extern "C"`, so not mangled). Besides the common
+/// fields it reads `cu_num_draft_tokens` (B values, vLLM's cumulative draft counts; `k` is then
+/// not read; null: the padded layout) and `bonus` (B bonus tokens; each request's target row
+/// `k` is then not read, and absent from a ragged target tensor; null: sampled), as
+/// `core/DETERMINISM.md` lays them out. On the raw device path a decreasing cumulative count
+/// sets [`ERR_DRAFT_LEN`], a bonus token `≥ V` sets [`ERR_TOKEN`]; that request is skipped.
 pub const VERIFY_ENTRY: &str = "specula_verify";
 
 /// Name of the entry point that splits each request's rows over several blocks (`extern "C"`):
@@ -137,25 +142,10 @@ pub const VERIFY_ENTRY: &str = "specula_verify";
 /// `(capacity · slices, 1, 1)`, block as for [`VERIFY_ENTRY`]; same results bit for bit.
 pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 
-/// Name of the additive entry point for the ragged layout and caller-supplied bonus tokens
-/// (`extern "C"`): it reads [`VERIFY_ENTRY`]'s fields and `cu_num_draft_tokens`
-/// (B values, vLLM's cumulative draft counts; `k` is then not read; null: the padded layout)
-/// and `bonus` (B bonus tokens; each request's target row `k` is then not read, and
-/// absent from a ragged target tensor; null: sampled), as `core/DETERMINISM.md` lays them out.
-/// On the raw device path a decreasing cumulative count sets [`ERR_DRAFT_LEN`], a bonus token
-/// `≥ V` sets [`ERR_TOKEN`]; that request is skipped. Launch as [`VERIFY_ENTRY`]. (Checked bit
-/// for bit on the host through `tests/src/kernel_host.rs`; the GPU backends launch it through
-/// `specula_core::gpu` for the ragged layout or bonus tokens.)
-pub const VERIFY_EX_ENTRY: &str = "specula_verify_ex";
-
-/// [`VERIFY_SPLIT_ENTRY`]'s fields, and `cu_num_draft_tokens` and `bonus` as for
-/// [`VERIFY_EX_ENTRY`]; launched as [`VERIFY_SPLIT_ENTRY`].
-pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
-
 /// Name of the additive entry point for target logits with per-request temperature and the
-/// engine's other inputs (`extern "C"`): it reads [`VERIFY_EX_ENTRY`]'s fields and
+/// engine's other inputs (`extern "C"`): it reads [`VERIFY_ENTRY`]'s fields and
 /// * `target_logits` (exactly the layout of `target_probs`, which is then not read; null: the
-///   probability path, i.e. [`VERIFY_EX_ENTRY`]);
+///   probability path, as [`VERIFY_ENTRY`]);
 /// * `temperature` (B values; `0`: greedy on the logits, `> 0`: the softmax of
 ///   `core/DETERMINISM.md`, computed on the fly, never materialised);
 /// * `sampling` ([`SAMPLING_WORDS`] per request, [`sampling_words`]: request b's
@@ -178,7 +168,7 @@ pub const VERIFY_SPLIT_EX_ENTRY: &str = "specula_verify_split_ex";
 /// `tests/src/kernel_host.rs`.)
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
 
-/// [`VERIFY_SPLIT_EX_ENTRY`]'s fields, and `target_logits`, `temperature`, `sampling`,
+/// [`VERIFY_SPLIT_ENTRY`]'s fields, and `target_logits`, `temperature`, `sampling`,
 /// `recovered` and `draft_first_row` as for [`VERIFY_LOGITS_ENTRY`];
 /// launched as [`VERIFY_SPLIT_ENTRY`] (same scratch). Each block computes the state of the rows
 /// it works on (softmax maximum and exact sum, filter threshold and kept mass) over the whole

@@ -172,9 +172,8 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// shape words).
     ///
     /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
-    /// none of `cu_num_draft_tokens`, `bonus`, `target_logits`, `sampling`, `recovered`,
-    /// `draft_first_row` is set, the `_ex` one for the ragged layout or bonus tokens (only),
-    /// the `_logits` one with logits, methods, a filter, recovered tokens or mixed drafters.
+    /// none of `target_logits`, `sampling`, `recovered`, `draft_first_row` (nor a half tensor)
+    /// is set (the ragged layout and bonus tokens included), the `_logits` one otherwise.
     ///
     /// # Safety
     /// The shape words in device memory (read by the kernel when it runs) must describe

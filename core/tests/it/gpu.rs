@@ -981,8 +981,6 @@ fn entry_names_and_families() {
     let want = [
         (Entry::Single, Family::Plain, VERIFY_ENTRY),
         (split, Family::Plain, VERIFY_SPLIT_ENTRY),
-        (Entry::Single, Family::Ex, VERIFY_EX_ENTRY),
-        (split, Family::Ex, VERIFY_SPLIT_EX_ENTRY),
         (Entry::Single, Family::Logits, VERIFY_LOGITS_ENTRY),
         (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY),
     ];
@@ -1005,8 +1003,9 @@ fn entry_names_and_families() {
         i.family()
     };
     assert_eq!(with(|i| i.draft_probs = true), Family::Plain);
-    assert_eq!(with(|i| i.ragged = true), Family::Ex);
-    assert_eq!(with(|i| i.bonus = true), Family::Ex);
+    // The ragged layout and bonus tokens: the plain entries read them (null tests per request).
+    assert_eq!(with(|i| i.ragged = true), Family::Plain);
+    assert_eq!(with(|i| i.bonus = true), Family::Plain);
     assert_eq!(with(|i| i.logits = true), Family::Logits);
     // Methods and filters are the logits entries' sampling words (over probabilities too).
     assert_eq!(with(|i| i.sampling = true), Family::Logits);
@@ -1031,10 +1030,10 @@ fn entry_names_and_families() {
     );
 }
 
-/// The launch takes the plain entry unless a later input is set, `_ex` for the ragged layout or
-/// bonus tokens, `_logits` with logits; one block per request or split (with the scratch sized
-/// as for the plain entry); the trailing pointers are the staged views in the kernel's order,
-/// null where not set. `k = 0` requests go through every entry.
+/// The launch takes the plain entry (also for the ragged layout and bonus tokens) unless a
+/// logits entry's input is set; one block per request or split (with the scratch sized as for
+/// the plain entry); the argument block holds the staged views, null where not set. `k = 0`
+/// requests go through every entry.
 #[test]
 fn the_entry_follows_the_optional_inputs() {
     for sms in [1, 16] {
@@ -1063,7 +1062,6 @@ fn the_entry_follows_the_optional_inputs() {
             let family = x.inputs().family();
             let want = match family {
                 Family::Plain => [kernels::VERIFY_ENTRY, kernels::VERIFY_SPLIT_ENTRY],
-                Family::Ex => [kernels::VERIFY_EX_ENTRY, kernels::VERIFY_SPLIT_EX_ENTRY],
                 Family::Logits => [
                     kernels::VERIFY_LOGITS_ENTRY,
                     kernels::VERIFY_SPLIT_LOGITS_ENTRY,

@@ -1,14 +1,13 @@
 //! The engine inputs of issue 13 through the shared GPU orchestration (`specula_core::gpu`) on
 //! the host driver: `k = 0`, the ragged layout (vLLM's `cu_num_draft_tokens`), caller-supplied
 //! bonus tokens and f32 target logits with per-request temperature (0 = greedy for that
-//! request), through the kernel text's `_ex` and `_logits` entries, one block per request and
+//! request), through the kernel text's plain and `_logits` entries, one block per request and
 //! rows split; graph capture and replay over changing batches of each kind; no synchronising
 //! call on the step path. Everything bit for bit against the reference.
 
 use specula_core::Readback;
 use specula_core::gpu::kernels::{
-    VERIFY_ENTRY, VERIFY_EX_ENTRY, VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_ENTRY, VERIFY_SPLIT_EX_ENTRY,
-    VERIFY_SPLIT_LOGITS_ENTRY,
+    VERIFY_ENTRY, VERIFY_LOGITS_ENTRY, VERIFY_SPLIT_ENTRY, VERIFY_SPLIT_LOGITS_ENTRY,
 };
 use specula_core::gpu::{GpuVerifier, SUPPORT, Staging};
 use specula_core::verify::Produce;
@@ -29,23 +28,19 @@ fn verifier(drv: &HostDriver) -> GpuVerifier<HostDriver, K> {
     GpuVerifier::new(drv.clone()).unwrap()
 }
 
-/// The entry names a configuration runs: (plain, `_ex`, `_logits`).
-fn names(sms: u32) -> [&'static str; 3] {
+/// The entry names a configuration runs: (plain, `_logits`).
+fn names(sms: u32) -> [&'static str; 2] {
     if sms > 1 {
-        [
-            VERIFY_SPLIT_ENTRY,
-            VERIFY_SPLIT_EX_ENTRY,
-            VERIFY_SPLIT_LOGITS_ENTRY,
-        ]
+        [VERIFY_SPLIT_ENTRY, VERIFY_SPLIT_LOGITS_ENTRY]
     } else {
-        [VERIFY_ENTRY, VERIFY_EX_ENTRY, VERIFY_LOGITS_ENTRY]
+        [VERIFY_ENTRY, VERIFY_LOGITS_ENTRY]
     }
 }
 
 /// The conformance suite's cases for `k = 0`, the ragged layout, bonus tokens, logits (mixed
 /// temperatures), the sampling filters, a method per request, bf16 / f16 tensors and the
-/// recovered-token output (against the reference), through the orchestration in both configurations; the `_ex` and
-/// `_logits` entries really ran.
+/// recovered-token output (against the reference), through the orchestration in both configurations; the plain
+/// and `_logits` entries really ran.
 #[test]
 fn conformance_of_the_engine_inputs() {
     for (i, (mode, sms)) in CONFIGS.into_iter().enumerate() {
@@ -62,8 +57,8 @@ fn conformance_of_the_engine_inputs() {
         if i == 0 {
             c::empty_drafts(make); // 300 random batches: once
         }
-        let [plain, ex, logits] = names(sms);
-        for name in [plain, ex, logits] {
+        let [plain, logits] = names(sms);
+        for name in [plain, logits] {
             assert!(drv.launches_of(name) > 0, "{mode:?}: {name} never ran");
         }
         if sms == 1 {
@@ -77,7 +72,7 @@ fn conformance_of_the_engine_inputs() {
 /// A graph captured once per kind (ragged with `k = 0` requests, bonus tokens, logits with
 /// mixed temperatures, all three) replays 6 changing batches of that kind, bit for bit against
 /// the reference, with no synchronising call (the driver's own count); a batch of another kind
-/// is refused before anything runs (`specula_tests::gpu_inputs::graph_replays`). The `_ex` and
+/// is refused before anything runs (`specula_tests::gpu_inputs::graph_replays`). The plain and
 /// `_logits` entries ran 6 times per kind that needs them.
 #[test]
 fn graphs_replay_changing_batches_of_each_kind() {
@@ -85,10 +80,10 @@ fn graphs_replay_changing_batches_of_each_kind() {
         let drv = HostDriver::new(mode, 64, sms);
         let mut v = verifier(&drv);
         gpu_inputs::graph_replays(&mut v, 0x13_6A00 + i as u64, 6, || drv.sync_calls());
-        let [_, ex, logits] = names(sms);
-        // Kinds: ragged (ex), bonus (ex), logits, all three (logits); 6 replays each, and no
-        // launch of the mismatched ones.
-        assert_eq!(drv.launches_of(ex), 12, "{mode:?}");
+        let [plain, logits] = names(sms);
+        // Kinds: ragged (plain), bonus (plain), logits, all three (logits); 6 replays each,
+        // and no launch of the mismatched ones.
+        assert_eq!(drv.launches_of(plain), 12, "{mode:?}");
         assert_eq!(drv.launches_of(logits), 12, "{mode:?}");
     }
 }
@@ -146,7 +141,7 @@ fn no_synchronising_call_on_the_step_path_of_the_new_entries() {
         let (_, one) = reference(Method::Typical, &batch);
         assert_eq!(total.drafts, 20 * one.drafts);
         assert_eq!(total.accepted_tokens, 20 * one.accepted_tokens);
-        assert_eq!(drv.launches_of(names(sms)[2]), 20);
+        assert_eq!(drv.launches_of(names(sms)[1]), 20);
         drop(graph);
         let _ = o.view();
     }
@@ -161,7 +156,7 @@ fn real_vocabularies_through_the_orchestration() {
     let drv = HostDriver::new(Mode::Cuda, 128, SMS);
     let mut v = verifier(&drv);
     c::ragged_matches_padded_at(&mut v, 0x13_7D00, 32_000, 1);
-    assert!(drv.launches_of(VERIFY_SPLIT_EX_ENTRY) > 0);
+    assert!(drv.launches_of(VERIFY_SPLIT_ENTRY) > 0);
     gpu_inputs::ragged_logits_at_151936(&mut v);
     let mut one = GpuVerifier::<HostDriver, K>::new(HostDriver::new(Mode::Hip, 128, 1)).unwrap();
     gpu_inputs::ragged_logits_at_151936(&mut one);
@@ -179,8 +174,8 @@ fn methods_and_filters_through_the_orchestration() {
         let drv = HostDriver::new(mode, 128, sms);
         let mut v = verifier(&drv);
         gpu_inputs::methods_and_filters_at(&mut v, 0x13_F100 + i as u64, 32_000);
-        let [plain, ex, logits] = names(sms);
+        let [plain, logits] = names(sms);
         assert_eq!(drv.launches_of(logits), 12, "{mode:?}");
-        assert_eq!(drv.launches_of(plain) + drv.launches_of(ex), 0, "{mode:?}");
+        assert_eq!(drv.launches_of(plain), 0, "{mode:?}");
     }
 }

@@ -341,7 +341,7 @@ fn ex_entries_skip_bad_ragged_requests_and_flag_them() {
             host.launch_raw(
                 4,
                 &shape,
-                Family::Ex,
+                Family::Plain,
                 ArgBlock {
                     draft_ids: at(&ids),
                     target_probs: at(&target),

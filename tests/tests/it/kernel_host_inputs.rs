@@ -352,7 +352,7 @@ fn raw_launch_guards() {
                 let family = if logits_entry {
                     Family::Logits
                 } else {
-                    Family::Ex
+                    Family::Plain
                 };
                 host.launch_raw(5, &sh, family, q)
             };
