@@ -173,14 +173,67 @@ fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
 /// batches written the same way.
 #[derive(Debug)]
 pub struct Staging<D: Driver> {
-    bufs: [Option<D::Buffer>; SLOTS],
+    bufs: Buffers<D, SLOTS>,
 }
 
 impl<D: Driver> Default for Staging<D> {
     fn default() -> Self {
         Self {
-            bufs: Default::default(),
+            bufs: Buffers::default(),
         }
+    }
+}
+
+/// The grow-only device buffers of a staging (chain or tree), one per slot of its step's
+/// views: what both stagings share.
+#[derive(Debug)]
+pub(super) struct Buffers<D: Driver, const N: usize>([Option<D::Buffer>; N]);
+
+impl<D: Driver, const N: usize> Default for Buffers<D, N> {
+    fn default() -> Self {
+        Self(core::array::from_fn(|_| None))
+    }
+}
+
+impl<D: Driver, const N: usize> Buffers<D, N> {
+    /// Grows every slot to its `needs` bytes, but the `optional` slots a batch does not use
+    /// (`0` bytes): those exist only once a batch has them (no allocation for a runtime that
+    /// never passes them).
+    pub(super) fn reserve(
+        &mut self,
+        drv: &D,
+        needs: [usize; N],
+        optional: &[usize],
+    ) -> Result<(), GpuError<D::Error>> {
+        for (i, (slot, need)) in self.0.iter_mut().zip(needs).enumerate() {
+            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
+            let absent = optional.contains(&i) && need == 0;
+            if !fits && !absent {
+                *slot = None; // free before allocating the larger one
+                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
+                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffers for `needs` (`None` for an unused optional slot), or
+    /// [`GpuError::ViewTooShort`] if one was not [`reserve`](Self::reserve)d large enough.
+    pub(super) fn take(
+        &self,
+        needs: [usize; N],
+        optional: &[usize],
+    ) -> Result<[Option<&D::Buffer>; N], GpuError<D::Error>> {
+        let mut bufs: [Option<&D::Buffer>; N] = [None; N];
+        for (i, ((dst, src), need)) in bufs.iter_mut().zip(&self.0).zip(needs).enumerate() {
+            match src {
+                Some(b) if D::bytes(b) >= need => *dst = Some(b),
+                // An optional input the batch does not have: no view, no buffer needed.
+                _ if optional.contains(&i) && need == 0 => {}
+                _ => return Err(GpuError::ViewTooShort),
+            }
+        }
+        Ok(bufs)
     }
 }
 
@@ -200,18 +253,7 @@ impl<D: Driver> Staging<D> {
     ) -> Result<(), GpuError<D::Error>> {
         let recovered = produce.recovered;
         let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
-        for (i, (slot, need)) in self.bufs.iter_mut().zip(needs).enumerate() {
-            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
-            // The optional inputs' buffers exist only once a batch has them (no allocation for
-            // a runtime that never passes them).
-            let absent = OPTIONAL.contains(&i) && need == 0;
-            if !fits && !absent {
-                *slot = None; // free before allocating the larger one
-                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
-                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
-            }
-        }
-        Ok(())
+        self.bufs.reserve(drv, needs, &OPTIONAL)
     }
 
     /// Enqueues copies of `batch` on `stream` and returns the views a launch takes. Does not
@@ -237,15 +279,7 @@ impl<D: Driver> Staging<D> {
         // so a launch on what this returns stays in bounds.
         validate_inputs_with::<K>(SUPPORT, batch)?;
         let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
-        let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
-        for (i, ((dst, src), need)) in bufs.iter_mut().zip(&self.bufs).zip(needs).enumerate() {
-            match src {
-                Some(b) if D::bytes(b) >= need => *dst = Some(b),
-                // An optional input the batch does not have: no view, no buffer needed.
-                _ if OPTIONAL.contains(&i) && need == 0 => {}
-                _ => return Err(GpuError::ViewTooShort),
-            }
-        }
+        let bufs = self.bufs.take(needs, &OPTIONAL)?;
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
@@ -339,7 +373,7 @@ impl<'a, D: Driver> core::ops::Deref for Staged<'a, D> {
     }
 }
 
-fn oob<E>(_: super::view::OutOfBounds) -> GpuError<E> {
+pub(super) fn oob<E>(_: super::view::OutOfBounds) -> GpuError<E> {
     GpuError::ViewTooShort
 }
 
@@ -352,7 +386,7 @@ fn up_u32<'a, D: Driver>(
     upload(drv, stream, dst, data)
 }
 
-fn upload<'a, D: Driver, T: Element>(
+pub(super) fn upload<'a, D: Driver, T: Element>(
     drv: &D,
     stream: &D::Stream,
     dst: &'a D::Buffer,
@@ -410,7 +444,7 @@ fn sampling<'a, D: Driver>(
 }
 
 /// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).
-fn per_request<'a, D: Driver>(
+pub(super) fn per_request<'a, D: Driver>(
     drv: &D,
     stream: &D::Stream,
     dst: &'a D::Buffer,

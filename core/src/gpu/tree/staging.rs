@@ -3,7 +3,8 @@
 
 use super::super::driver::Driver;
 use super::super::error::GpuError;
-use super::super::view::{Element, View, ViewMut};
+use super::super::staging::{Buffers, oob, per_request, upload};
+use super::super::view::{View, ViewMut};
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{MAX_TREE_NODES, TreeBatch};
@@ -172,13 +173,13 @@ fn needs(batch: &TreeBatch<'_>) -> Option<[usize; SLOTS]> {
 /// written the same way.
 #[derive(Debug)]
 pub struct TreeStaging<D: Driver> {
-    bufs: [Option<D::Buffer>; SLOTS],
+    bufs: Buffers<D, SLOTS>,
 }
 
 impl<D: Driver> Default for TreeStaging<D> {
     fn default() -> Self {
         Self {
-            bufs: Default::default(),
+            bufs: Buffers::default(),
         }
     }
 }
@@ -192,15 +193,7 @@ impl<D: Driver> TreeStaging<D> {
     /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
     pub fn reserve(&mut self, drv: &D, batch: &TreeBatch<'_>) -> Result<(), GpuError<D::Error>> {
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
-        for (slot, need) in self.bufs.iter_mut().zip(needs) {
-            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
-            if !fits {
-                *slot = None; // free before allocating the larger one
-                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
-                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
-            }
-        }
-        Ok(())
+        self.bufs.reserve(drv, needs, &[])
     }
 
     /// Enqueues copies of `batch` on `stream` and returns the views a tree launch takes. Does
@@ -222,13 +215,7 @@ impl<D: Driver> TreeStaging<D> {
     ) -> Result<TreeStaged<'_, D>, GpuError<D::Error>> {
         check_inputs::<K, D::Error>(batch)?;
         let needs = needs(batch).ok_or(GpuError::TooLarge)?;
-        let mut bufs: [Option<&D::Buffer>; SLOTS] = [None; SLOTS];
-        for ((dst, src), need) in bufs.iter_mut().zip(&self.bufs).zip(needs) {
-            match src {
-                Some(b) if D::bytes(b) >= need => *dst = Some(b),
-                _ => return Err(GpuError::ViewTooShort),
-            }
-        }
+        let bufs = self.bufs.take(needs, &[])?;
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
@@ -290,43 +277,4 @@ impl<'a, D: Driver> core::ops::Deref for TreeStaged<'a, D> {
     fn deref(&self) -> &TreeArgs<'a, D> {
         &self.0
     }
-}
-
-fn oob<E>(_: super::super::view::OutOfBounds) -> GpuError<E> {
-    GpuError::ViewTooShort
-}
-
-fn upload<'a, D: Driver, T: Element>(
-    drv: &D,
-    stream: &D::Stream,
-    dst: &'a D::Buffer,
-    data: &[T],
-) -> Result<View<'a, D, T>, GpuError<D::Error>> {
-    let view = View::range(dst, 0, data.len()).map_err(oob)?;
-    drv.upload(stream, dst, 0, data).map_err(GpuError::Driver)?;
-    Ok(view)
-}
-
-/// `values`, or `b` copies of `default` (uploaded from a small stack array, no allocation).
-fn per_request<'a, D: Driver>(
-    drv: &D,
-    stream: &D::Stream,
-    dst: &'a D::Buffer,
-    values: Option<&[f32]>,
-    default: f32,
-    b: usize,
-) -> Result<View<'a, D, f32>, GpuError<D::Error>> {
-    if let Some(v) = values {
-        return upload(drv, stream, dst, v);
-    }
-    let view = View::range(dst, 0, b).map_err(oob)?;
-    let chunk = [default; 64];
-    let mut at = 0;
-    while at < b {
-        let n = (b - at).min(chunk.len());
-        drv.upload(stream, dst, at * 4, &chunk[..n])
-            .map_err(GpuError::Driver)?;
-        at += n;
-    }
-    Ok(view)
 }
