@@ -1488,6 +1488,19 @@ __device__ __forceinline__ void sp_recovered_skip(sp_u32* rec, const sp_layout& 
     for (sp_u32 j = threadIdx.x; j < n; j += blockDim.x) rec[sp_slot(lay, b, k_max) + j] = SP_SENTINEL;
 }
 
+// Whether request b has draft rows, and the first one (*row): where the layout puts them, or
+// (mixed drafters, the logits entries) where draft_first_row says; none, a one-hot drafter's,
+// for SP_SENTINEL.
+template <bool X>
+__device__ __forceinline__ bool sp_draft_rows(const sp_inputs& in, const sp_layout& lay, sp_u32 b,
+                                              sp_u32 k_max, bool draft_flag, sp_u64* row) {
+    *row = sp_slot(lay, b, k_max);
+    if (!X || in.draft_first_row == 0) return draft_flag;
+    const sp_u32 f = in.draft_first_row[b];
+    *row = f;
+    return draft_flag && f != SP_SENTINEL;
+}
+
 // The body of specula_verify (X = false: cu (ragged layout) and bonus (caller's bonus tokens)
 // null for the padded layout with sampled bonus tokens; logits and `in` null) and of
 // specula_verify_logits (X = true: every input of the logits entry). The X paths are separate
@@ -1565,15 +1578,8 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
                                     : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
     const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
-    // Request b's draft rows: where the layout puts them, or (mixed drafters, the logits
-    // entries) where draft_first_row says; none, a one-hot drafter's, for SP_SENTINEL.
-    bool has_draft = draft_flag;
-    sp_u64 frow = sp_slot(lay, b, k_max);
-    if (X && in.draft_first_row != 0) {
-        const sp_u32 f = in.draft_first_row[b];
-        has_draft = has_draft && f != SP_SENTINEL;
-        frow = f;
-    }
+    sp_u64 frow = 0;
+    const bool has_draft = sp_draft_rows<X>(in, lay, b, k_max, draft_flag, &frow);
     const float* const dbase = has_draft ? sp_at(draft_probs, frow * dstride, df) : 0;
     sp_soft st;
     st.t = 1.0f;
@@ -1837,15 +1843,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
                                     : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
     const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
-    // Request b's draft rows: where the layout puts them, or (mixed drafters, the logits
-    // entries) where draft_first_row says; none, a one-hot drafter's, for SP_SENTINEL.
-    bool has_draft = draft_flag;
-    sp_u64 frow = sp_slot(lay, b, k_max);
-    if (X && in.draft_first_row != 0) {
-        const sp_u32 f = in.draft_first_row[b];
-        has_draft = has_draft && f != SP_SENTINEL;
-        frow = f;
-    }
+    sp_u64 frow = 0;
+    const bool has_draft = sp_draft_rows<X>(in, lay, b, k_max, draft_flag, &frow);
     const float* const dbase = has_draft ? sp_at(draft_probs, frow * dstride, df) : 0;
     sp_soft st;
     st.t = 1.0f;

@@ -400,6 +400,15 @@ fn kernel_skips_bad_requests_and_flags_them() {
         let mut accepted = [9u32; 4];
         let mut tokens = [9u32; 12];
         let shape = kernels::shape_words(4, k_max, vocab, None, vocab, 1, K as u32);
+        // The inputs of every launch below (eps, delta and draft rows null).
+        let inputs = ArgBlock {
+            k: at(&k),
+            draft_ids: at(&ids),
+            target_probs: at(&target),
+            seed: at(&seeds),
+            offset: at(&offsets),
+            ..ArgBlock::default()
+        };
         // SAFETY: every buffer is sized for B = 4, k_max = 2, V = stride = 6; eps/delta are not
         // read by greedy; draft probs are absent (flag clear).
         let rc = unsafe {
@@ -408,14 +417,9 @@ fn kernel_skips_bad_requests_and_flags_them() {
                 &shape,
                 Family::Plain,
                 ArgBlock {
-                    k: at(&k),
-                    draft_ids: at(&ids),
-                    target_probs: at(&target),
-                    seed: at(&seeds),
-                    offset: at(&offsets),
                     accepted: at_mut(&mut accepted),
                     tokens: at_mut(&mut tokens),
-                    ..ArgBlock::default()
+                    ..inputs
                 },
             )
         };
@@ -449,14 +453,9 @@ fn kernel_skips_bad_requests_and_flags_them() {
                 &bad,
                 Family::Plain,
                 ArgBlock {
-                    k: at(&k),
-                    draft_ids: at(&ids),
-                    target_probs: at(&target),
-                    seed: at(&seeds),
-                    offset: at(&offsets),
                     accepted: at_mut(&mut accepted2),
                     tokens: at_mut(&mut tokens),
-                    ..ArgBlock::default()
+                    ..inputs
                 },
             )
         };
@@ -476,14 +475,9 @@ fn kernel_skips_bad_requests_and_flags_them() {
                 &shape,
                 Family::Plain,
                 ArgBlock {
-                    k: at(&k),
-                    draft_ids: at(&ids),
-                    target_probs: at(&target),
-                    seed: at(&seeds),
-                    offset: at(&offsets),
                     accepted: at_mut(&mut accepted3),
                     tokens: at_mut(&mut tokens),
-                    ..ArgBlock::default()
+                    ..inputs
                 },
             )
         };
