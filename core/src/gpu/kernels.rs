@@ -220,10 +220,7 @@ pub fn sampling_words(batch: &Batch<'_>, b: usize, call: Method) -> [u32; SAMPLI
 /// entries read [`sampling_words`].
 #[must_use]
 pub fn has_sampling(batch: &Batch<'_>) -> bool {
-    batch.methods.is_some()
-        || batch.top_k.is_some()
-        || batch.top_p.is_some()
-        || batch.min_p.is_some()
+    batch.methods.is_some() || batch.has_filters()
 }
 
 /// Shape word: method code ([`method_code`]).

@@ -1,7 +1,7 @@
 //! [`Batch`]: one verification step's inputs, borrowed, typed so that what excludes each other
 //! cannot be written together (the [`Layout`], the [`Target`] rows, the optional draft [`Rows`]).
 
-use super::{DEFAULT_DELTA, DEFAULT_EPS, Filter, Half, Method, Values};
+use super::{DEFAULT_DELTA, DEFAULT_EPS, Filter, Half, Method, Param, Values};
 
 /// The vocabulary size and the number of draft slots per request of a padded [`Batch`]
 /// (named fields: the two sizes cannot be swapped silently).
@@ -797,6 +797,24 @@ impl<'a> Batch<'a> {
             top_p: self.top_p.map_or(1.0, |x| x[b]),
             min_p: self.min_p.map_or(0.0, |x| x[b]),
         }
+    }
+
+    /// The lengths of the filter slices the batch has, each with its [`Param`]: what validation
+    /// checks against `B` (one list, so a new filter is added here and in [`filter_of`](Batch::filter_of)).
+    pub fn filter_lens(&self) -> impl Iterator<Item = (Param, usize)> {
+        [
+            (Param::TopK, self.top_k.map(<[u32]>::len)),
+            (Param::TopP, self.top_p.map(<[f32]>::len)),
+            (Param::MinP, self.min_p.map(<[f32]>::len)),
+        ]
+        .into_iter()
+        .filter_map(|(p, len)| len.map(|n| (p, n)))
+    }
+
+    /// Whether the batch has a sampling filter slice.
+    #[must_use]
+    pub fn has_filters(&self) -> bool {
+        self.filter_lens().next().is_some()
     }
 
     /// Whether the batch holds a half-precision tensor (target or draft rows).

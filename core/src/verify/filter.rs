@@ -3,6 +3,7 @@
 //! weights, found by a radix descent over those bits (no sort), with exact integer sums, so
 //! any evaluation order or split gives the same kept set and the same renormalised values.
 
+use super::Param;
 use super::reference::softmax_fixed;
 
 /// `2⁻⁶⁴`.
@@ -33,6 +34,19 @@ impl Filter {
     #[must_use]
     pub fn is_active(&self) -> bool {
         self.top_k != 0 || self.top_p < 1.0 || self.min_p > 0.0
+    }
+
+    /// The first part out of its range, if any (written so NaN fails): top-p in `(0, 1]`,
+    /// min-p in `[0, 1]`; any top-k is valid.
+    #[must_use]
+    pub fn out_of_range(&self) -> Option<Param> {
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            Some(Param::TopP)
+        } else if !(0.0..=1.0).contains(&self.min_p) {
+            Some(Param::MinP)
+        } else {
+            None
+        }
     }
 }
 

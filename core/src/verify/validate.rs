@@ -126,8 +126,7 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             feature: Feature::Methods,
         });
     }
-    if (batch.top_k.is_some() || batch.top_p.is_some() || batch.min_p.is_some()) && !support.filters
-    {
+    if batch.has_filters() && !support.filters {
         return Err(VerifyError::Unsupported {
             feature: Feature::Filters,
         });
@@ -220,14 +219,8 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     if let Some(t) = batch.target.temperature() {
         expect_len(Param::Temperature, t.len(), Some(b))?;
     }
-    if let Some(x) = batch.top_k {
-        expect_len(Param::TopK, x.len(), Some(b))?;
-    }
-    if let Some(x) = batch.top_p {
-        expect_len(Param::TopP, x.len(), Some(b))?;
-    }
-    if let Some(x) = batch.min_p {
-        expect_len(Param::MinP, x.len(), Some(b))?;
+    for (param, len) in batch.filter_lens() {
+        expect_len(param, len, Some(b))?;
     }
     if let Some(x) = batch.methods {
         expect_len(Param::Methods, x.len(), Some(b))?;
@@ -328,19 +321,8 @@ pub fn validate_request_with(
             param: Param::Temperature,
         });
     }
-    let f = batch.filter_of(b);
-    // Written so NaN fails: top-p in (0, 1], min-p in [0, 1].
-    if !(f.top_p > 0.0 && f.top_p <= 1.0) {
-        return Err(VerifyError::BadParam {
-            request: b,
-            param: Param::TopP,
-        });
-    }
-    if !(0.0..=1.0).contains(&f.min_p) {
-        return Err(VerifyError::BadParam {
-            request: b,
-            param: Param::MinP,
-        });
+    if let Some(param) = batch.filter_of(b).out_of_range() {
+        return Err(VerifyError::BadParam { request: b, param });
     }
     if batch.method_of(b, method) == Method::Typical {
         let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
