@@ -248,3 +248,95 @@ fn peaked_rows_take_the_candidate_path() {
         }
     }
 }
+
+/// Times top-p's cut on peaked rows, step by step (`cargo test --release -p specula --lib --
+/// --ignored --nocapture top_p_cut_timing`), in this thread's CPU time.
+#[test]
+#[ignore = "timing, run by hand"]
+fn top_p_cut_timing() {
+    fn cpu_s() -> f64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    }
+    // The least of ten means over 50 ms each: on a machine shared with other jobs the mean
+    // of one long run moves with their load.
+    fn time(name: &str, mut f: impl FnMut()) {
+        f();
+        let mut best = f64::INFINITY;
+        for _ in 0..10 {
+            let c0 = cpu_s();
+            let mut n = 0;
+            while cpu_s() - c0 < 0.05 || n < 3 {
+                f();
+                n += 1;
+            }
+            best = best.min((cpu_s() - c0) / f64::from(n));
+        }
+        println!("{name:<36} {:8.1} us", best * 1e6);
+    }
+    let mut s = 0x71_3E5u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / 16_777_216.0
+    };
+    let isa = Isa::detect();
+    for vocab in [32_000usize, 128_256] {
+        let logits = row(&mut next, vocab, 4);
+        let (w, total) = weights(&logits, 0.8);
+        let f = Filter {
+            top_p: 0.9,
+            ..Filter::NONE
+        };
+        let mut cands = Vec::new();
+        let m = kernels::softmax_max(isa, &logits[..], 0.8);
+        let mut out = vec![0f32; vocab];
+        time(&format!("V {vocab} max"), || {
+            std::hint::black_box(kernels::softmax_max(
+                isa,
+                std::hint::black_box(&logits[..]),
+                0.8,
+            ));
+        });
+        time(&format!("V {vocab} pass + weights"), || {
+            std::hint::black_box(kernels::softmax_pass(
+                isa,
+                &logits[..],
+                0.8,
+                m,
+                Some(&mut out),
+            ));
+        });
+        time(&format!("V {vocab} top-p cut"), || {
+            std::hint::black_box(softmax_cut(isa, &w, f, Some(total), &mut cands));
+        });
+        let (lo, hi) = sample_bracket(&w, 0.9, 0, ONE_KEY, total, 0).unwrap();
+        time(&format!("V {vocab} bracket"), || {
+            std::hint::black_box(sample_bracket(&w, 0.9, 0, ONE_KEY, total, 0));
+        });
+        for isa in Isa::available() {
+            for top in [hi, u32::MAX] {
+                time(&format!("V {vocab} gather {isa:?} to {top:#x}"), || {
+                    cands.clear();
+                    std::hint::black_box(kernels::gather_keys(isa, &w, lo, top, &mut cands, vocab));
+                });
+            }
+        }
+        let first = try_cut(isa, &w, f, ONE_KEY, Some(total), &mut cands, 0).is_some();
+        cands.clear();
+        kernels::gather_keys(isa, &w, lo, hi, &mut cands, vocab);
+        let theta = Cut::of(&w[..], f).threshold;
+        let kept = w.iter().filter(|&&x| weight_key(x) >= theta).count();
+        println!(
+            "V {vocab}: bracket {lo:#x}..{hi:#x}, {} candidates, {kept} kept, first try {first}",
+            cands.len()
+        );
+    }
+}

@@ -224,6 +224,55 @@ fn gather_keys_is_the_filter() {
     }
 }
 
+/// `max_mass` gives the largest key of every row and, for rows with no value above 1, the
+/// exact mass of the positive values (NaN, zeros, negatives and subnormals among them), on
+/// every instruction set and at lengths that leave a tail.
+#[test]
+fn max_mass_is_the_key_and_the_mass() {
+    use specula_core::verify::{weight_fixed, weight_key};
+    let mut s = 0x3A5_5EEDu64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for round in 0..40 {
+        let n = [1usize, 7, 31, 32, 33, 4_095, 32_000, 128_256][round % 8] + (round / 8) * 3;
+        let mut w: Vec<f32> = (0..n)
+            .map(|_| match next() % 20 {
+                0 => f32::NAN,
+                1 => -0.25,
+                2 => 0.0,
+                3 => -0.0,
+                4 => f32::from_bits(1 + (next() % 1000) as u32),
+                _ => ((next() >> 40) as f32 / 16_777_216.0).powi(8),
+            })
+            .collect();
+        // A row with a 1, one above 1 and one with +∞, on some rounds.
+        match round % 5 {
+            1 => w[n / 2] = 1.0,
+            2 => w[n - 1] = 1.5,
+            3 => w[0] = f32::INFINITY,
+            _ => {}
+        }
+        let top = w.iter().map(|&x| weight_key(x)).max().unwrap_or(0);
+        let mass: u128 = w.iter().map(|&x| weight_fixed(x)).sum();
+        for isa in Isa::available() {
+            let (k, m) = max_mass(isa, &w);
+            assert_eq!(k, top, "{isa:?} round {round}");
+            assert_eq!(
+                k,
+                weight_key(softmax_max(isa, &w[..], 1.0)),
+                "{isa:?} round {round}"
+            );
+            if top <= 0x3F80_0000 {
+                assert_eq!(m, mass, "{isa:?} round {round}");
+            }
+        }
+    }
+}
+
 /// The clamped `exp_p` is the core's for a sweep of every bit pattern and the edges, and so
 /// is `exp_nonpos` wherever it is defined (`x ≤ 0` or NaN; every pattern of `(−87, 0]` near
 /// the range reduction's seams is in the sweep's neighbourhoods below).
