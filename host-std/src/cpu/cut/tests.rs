@@ -249,6 +249,84 @@ fn peaked_rows_take_the_candidate_path() {
     }
 }
 
+/// Peaked rows at the vocabularies engines ship (Llama 2 32000, Llama 3 128256, Qwen2 152064,
+/// Gemma 256000) in the forms that stress a threshold: the dominant weight shared by three
+/// ids, the background rounded to bf16 (hundreds of ids tied at the crossing), and half the
+/// vocabulary masked to `−∞`; as softmax weights and as stored probabilities, with top-p
+/// alone and behind min-p. The cut is [`Cut::of`]'s on every instruction set, and the
+/// candidates decide top-p 0.9 alone (the fast path is taken).
+#[test]
+fn peaked_rows_with_ties_and_masks_at_real_vocabularies() {
+    let mut s = 0x7E_D1E5u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / 16_777_216.0
+    };
+    let mut cands = Vec::new();
+    for vocab in [32_000usize, 128_256, 152_064, 256_000] {
+        for shape in 0..3 {
+            let mut logits = row(&mut next, vocab, 4);
+            let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            match shape {
+                // Three ids share the largest logit.
+                0 => {
+                    logits[1] = top;
+                    logits[vocab - 1] = top;
+                }
+                // bf16 logits: 8 significand bits.
+                1 => {
+                    for l in &mut logits {
+                        *l = f32::from_bits(l.to_bits() & 0xFFFF_0000);
+                    }
+                }
+                // Every other id masked (the dominant one kept).
+                _ => {
+                    for (i, l) in logits.iter_mut().enumerate() {
+                        if i % 2 == 1 && *l < top {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+            let (w, total) = weights(&logits, 0.8);
+            let sum: f64 = w.iter().map(|&x| f64::from(x)).sum();
+            let probs: Vec<f32> = w.iter().map(|&x| (f64::from(x) / sum) as f32).collect();
+            for f in [
+                Filter {
+                    top_p: 0.9,
+                    ..Filter::NONE
+                },
+                Filter {
+                    top_p: 0.9,
+                    min_p: 0.001,
+                    ..Filter::NONE
+                },
+            ] {
+                let want = Cut::of(&w[..], f);
+                let want_p = Cut::of(&probs[..], f);
+                for isa in Isa::available() {
+                    let got = softmax_cut(isa, &w, f, Some(total), &mut cands);
+                    assert_eq!(got, want, "{isa:?} V {vocab} shape {shape} {f:?}");
+                    let got = probs_cut(isa, &probs, f, &mut cands);
+                    assert_eq!(got, want_p, "{isa:?} V {vocab} shape {shape} {f:?} probs");
+                }
+                if f.min_p == 0.0 {
+                    let fast = try_cut(Isa::detect(), &w, f, ONE_KEY, Some(total), &mut cands, 0);
+                    assert_eq!(fast, Some(want), "V {vocab} shape {shape}: not decided");
+                    let fast = probs_candidate_cut(Isa::detect(), &probs, f, &mut cands);
+                    assert_eq!(
+                        fast,
+                        Some(want_p),
+                        "V {vocab} shape {shape}: probs not decided"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Times top-p's cut on peaked rows, step by step (`cargo test --release -p specula --lib --
 /// --ignored --nocapture top_p_cut_timing`), in this thread's CPU time.
 #[test]
