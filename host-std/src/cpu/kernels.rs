@@ -1122,24 +1122,53 @@ mod avx512 {
             *o = scalar(x);
         }
     }
+    /// [`gather`]'s modes for the mass of the keys `≥ hi`: none (`hi = u32::MAX`), summed in
+    /// binary64 (exact where [`super::gather_loop`] says), or in the exact 32-bit pieces.
+    pub(super) const NO_MASS: u8 = 0;
+    pub(super) const BINARY64: u8 = 1;
+    pub(super) const PIECES: u8 = 2;
+
+    /// Adds the 16 u32 lanes of each of `pieces` to the 64-bit lane sums `wide` (two per piece:
+    /// lanes 0–7, then 8–15).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn widen_into(wide: &mut [__m512i; 6], pieces: [__m512i; 3]) {
+        for (i, p) in pieces.into_iter().enumerate() {
+            let lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(p));
+            let hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64::<1>(p));
+            wide[2 * i] = _mm512_add_epi64(wide[2 * i], lo);
+            wide[2 * i + 1] = _mm512_add_epi64(wide[2 * i + 1], hi);
+        }
+    }
+
     /// [`super::gather_range`] with intrinsics: one compare into a lane mask per 16 weights,
     /// the keys in `[lo, hi)` compressed into one register and stored whole (the slots past
     /// the last kept key are overwritten by the next store or left beyond `out.len()`), and the
-    /// mass above `hi` summed per lane in binary64 (`F64`, exact under the conditions of
-    /// [`super::gather_loop`]: every weight `≥ hi ≥ key(2⁻¹⁴)`, at most 2¹⁶ of them per lane)
-    /// or not at all (`hi = u32::MAX`). The lane code builds the mask one lane at a time and
+    /// mass above `hi` summed per lane in binary64 (`BINARY64`, exact under the conditions of
+    /// [`super::gather_loop`]: every weight `≥ hi ≥ key(2⁻¹⁴)`, at most 2¹⁶ of them per lane),
+    /// in [`super::fixed_pieces`] (`PIECES`, the lane code's sums) or not at all (`NO_MASS`,
+    /// `hi = u32::MAX`). The lane code builds the mask one lane at a time and
     /// pushes each kept key with a scalar loop: on a peaked row under top-p, where most blocks
     /// hold a candidate, that pass cost as much as the softmax pass.
     /// `None` as soon as more than `cap` keys are found.
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,popcnt")]
-    pub(super) fn gather<const F64: bool>(
+    pub(super) fn gather<const MASS: u8>(
         w: &[f32],
         lo: u32,
         hi: u32,
         out: &mut Vec<u32>,
         cap: usize,
     ) -> Option<u128> {
-        debug_assert!(lo >= 1 && (F64 || hi == u32::MAX));
+        debug_assert!(lo >= 1 && (MASS != NO_MASS || hi == u32::MAX));
+        let (two24, two16) = (_mm512_set1_ps(super::TWO_24), _mm512_set1_ps(super::TWO_16));
+        // The pieces' 32-bit lane sums, emptied into 64-bit ones every `PIECE_BLOCKS` blocks.
+        let (mut a32, mut b32, mut c32) = (
+            _mm512_setzero_si512(),
+            _mm512_setzero_si512(),
+            _mm512_setzero_si512(),
+        );
+        let mut wide = [_mm512_setzero_si512(); 6];
+        let mut run = 0;
         let cap = out.len() + cap;
         // Room for a whole 16-lane store at any length up to `cap`.
         out.reserve(cap + 16 - out.len());
@@ -1158,10 +1187,33 @@ mod avx512 {
             let k = _mm512_maskz_mov_epi32(pos, _mm512_castps_si512(x));
             let up = _mm512_cmpge_epu32_mask(k, hi_v);
             let inside = _mm512_cmpge_epu32_mask(k, lo_v) & !up;
-            if F64 {
+            if MASS == BINARY64 {
                 let xu = _mm512_maskz_mov_ps(up, x);
                 d0 = _mm512_add_pd(d0, _mm512_cvtps_pd(_mm512_castps512_ps256(xu)));
                 d1 = _mm512_add_pd(d1, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(xu)));
+            } else if MASS == PIECES {
+                // `fixed_pieces` of the lanes `≥ hi` (0 elsewhere), step for step: they are
+                // positive, so only the upper clamp can act.
+                let xu = _mm512_maskz_mov_ps(up, x);
+                let x1 = _mm512_min_ps(_mm512_mul_ps(xu, two24), two24);
+                let a = _mm512_cvttps_epi32(x1);
+                let x2 = _mm512_mul_ps(_mm512_sub_ps(x1, _mm512_cvtepi32_ps(a)), two24);
+                let b = _mm512_cvttps_epi32(x2);
+                let x3 = _mm512_mul_ps(_mm512_sub_ps(x2, _mm512_cvtepi32_ps(b)), two16);
+                let cc = _mm512_cvttps_epi32(x3);
+                a32 = _mm512_add_epi32(a32, a);
+                b32 = _mm512_add_epi32(b32, b);
+                c32 = _mm512_add_epi32(c32, cc);
+                run += 1;
+                if run == super::PIECE_BLOCKS {
+                    widen_into(&mut wide, [a32, b32, c32]);
+                    (a32, b32, c32) = (
+                        _mm512_setzero_si512(),
+                        _mm512_setzero_si512(),
+                        _mm512_setzero_si512(),
+                    );
+                    run = 0;
+                }
             }
             if inside != 0 {
                 // SAFETY: `len ≤ cap` (checked after every store) and the capacity is at least
@@ -1184,7 +1236,20 @@ mod avx512 {
         // not part of the vector).
         unsafe { out.set_len(len) };
         let mut above = 0u128;
-        if F64 {
+        if MASS == PIECES {
+            widen_into(&mut wide, [a32, b32, c32]);
+            let mut lanes = [0u64; 48];
+            for (i, v) in wide.iter().enumerate() {
+                // SAFETY: `lanes` holds 8 u64 slots from `8·i` (i < 6); the store is unaligned.
+                unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().add(8 * i).cast(), *v) };
+            }
+            for l in 0..16 {
+                above += (u128::from(lanes[l]) << 40)
+                    + (u128::from(lanes[16 + l]) << 16)
+                    + u128::from(lanes[32 + l]);
+            }
+        }
+        if MASS == BINARY64 {
             let mut lanes = [0f64; 16];
             // SAFETY: `lanes` holds 16 f64 slots; the stores are unaligned.
             unsafe {
@@ -1354,17 +1419,6 @@ mod x86 {
         super::gather_range::<32>(w, lo, hi, out, cap)
     }
 
-    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn gather_avx512(
-        w: &[f32],
-        lo: u32,
-        hi: u32,
-        out: &mut Vec<u32>,
-        cap: usize,
-    ) -> Option<u128> {
-        super::gather_range::<32>(w, lo, hi, out, cap)
-    }
-
     #[target_feature(enable = "avx2")]
     pub(super) fn softmax_weights_avx2<R: super::LogitRow>(
         row: R,
@@ -1461,20 +1515,21 @@ pub(crate) fn gather_keys(
         // avx512f, avx512dq, avx512bw, avx512vl and popcnt. The keys, their order and the mass
         // are those of `gather_range` (`gather_keys_is_the_filter` checks it).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if hi == u32::MAX => unsafe { avx512::gather::<false>(w, lo, hi, out, cap) },
+        Isa::Avx512 if hi == u32::MAX => unsafe {
+            avx512::gather::<{ avx512::NO_MASS }>(w, lo, hi, out, cap)
+        },
         // SAFETY: as above; the binary64 sums are exact under these conditions (see `gather`).
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if hi >= KEY_2_M14 && w.len() / 16 < (1 << 16) => unsafe {
-            avx512::gather::<true>(w, lo, hi, out, cap)
+            avx512::gather::<{ avx512::BINARY64 }>(w, lo, hi, out, cap)
         },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { avx512::gather::<{ avx512::PIECES }>(w, lo, hi, out, cap) },
         Isa::Portable => gather_range::<8>(w, lo, hi, out, cap),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::gather_avx2(w, lo, hi, out, cap) },
-        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
-        // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::gather_avx512(w, lo, hi, out, cap) },
     }
 }
 

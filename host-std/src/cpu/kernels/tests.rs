@@ -180,7 +180,7 @@ fn gather_keys_is_the_filter() {
         s ^= s << 17;
         s
     };
-    for round in 0..60 {
+    for round in 0..72 {
         let n = 1 + (next() % 140_000) as usize;
         let w: Vec<f32> = (0..n)
             .map(|_| match next() % 20 {
@@ -193,7 +193,17 @@ fn gather_keys_is_the_filter() {
             })
             .collect();
         let lo = [1u32, 0x3E80_0000, 0x3F00_0000, 0x3C00_0000][round % 4];
-        let hi = [u32::MAX, 0x3F40_0000, 0x3F80_0000, 0x3F80_0001][(round / 4) % 4].max(lo + 1);
+        // Every route of the AVX-512 gather: no mass (`u32::MAX`), binary64 sums (`≥ 2⁻¹⁴`),
+        // 32-bit pieces (below).
+        let hi = [
+            u32::MAX,
+            0x3F40_0000,
+            0x3F80_0000,
+            0x3F80_0001,
+            0x3000_0000,
+            0x0100_0000,
+        ][(round / 4) % 6]
+            .max(lo + 1);
         let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
         let want: Vec<u32> = w
             .iter()
