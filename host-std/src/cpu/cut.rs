@@ -59,8 +59,8 @@ pub(crate) fn softmax_cut(
 /// [`softmax_cut`] whenever every value is at most `1` (what that cut needs: no mass wraps,
 /// and each value's mass is read off its key), else the whole-row search. Unlike softmax
 /// weights, the largest value is not known to be `1`: min-p and top-p alone (whose sample is
-/// placed below it) first find it (one vector pass), and top-p alone sums the row's mass (one
-/// more); with top-k the candidates hold the largest value and are checked instead.
+/// placed below it) first find it (one vector pass; top-p alone sums the row's mass in the same
+/// pass); with top-k the candidates hold the largest value and are checked instead.
 pub(crate) fn probs_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
     probs_candidate_cut(isa, p, filter, cands).unwrap_or_else(|| Cut::of(p, filter))
 }
