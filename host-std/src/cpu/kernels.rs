@@ -1170,13 +1170,11 @@ mod avx512 {
         let mut wide = [_mm512_setzero_si512(); 6];
         let mut run = 0;
         let cap = out.len() + cap;
-        // Room for a whole 16-lane store at any length up to `cap`.
-        out.reserve(cap + 16 - out.len());
         let (lo_v, hi_v) = (_mm512_set1_epi32(lo as i32), _mm512_set1_epi32(hi as i32));
         let (mut d0, mut d1) = (_mm512_setzero_pd(), _mm512_setzero_pd());
         // The length kept in a register, not reloaded and stored through `out` per block.
         let mut len = out.len();
-        let base = out.as_mut_ptr();
+        let mut base = out.as_mut_ptr();
         let blocks = w.chunks_exact(16);
         let tail = blocks.remainder();
         for c in blocks {
@@ -1216,8 +1214,16 @@ mod avx512 {
                 }
             }
             if inside != 0 {
-                // SAFETY: `len ≤ cap` (checked after every store) and the capacity is at least
-                // `cap + 16`, so the 16 slots from `len` are allocated.
+                // Room for a whole 16-lane store, grown as the keys come (reserving `cap` up
+                // front allocated a quarter row for every call with a fresh vector).
+                if len + 16 > out.capacity() {
+                    // SAFETY: the slots below `len` were written by the stores below.
+                    unsafe { out.set_len(len) };
+                    out.reserve(len.max(64));
+                    base = out.as_mut_ptr();
+                }
+                // SAFETY: `len + 16 ≤ capacity` (just ensured), so the 16 slots from `len` are
+                // allocated.
                 unsafe {
                     _mm512_storeu_si512(
                         base.add(len).cast(),
