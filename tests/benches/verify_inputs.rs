@@ -1,5 +1,6 @@
 //! The inputs engines hand over (issues 13 and 30), on the CPU backend, in one run: rejection
-//! sampling from target **probabilities** (f32, unfiltered and with top-k 50 / top-p 0.9),
+//! sampling from target **probabilities** (f32, unfiltered, with top-k 50 / top-p 0.9, with
+//! top-p 0.9 alone and with min-p 0.05 alone),
 //! from target **logits** (f32 and bf16, T = 0.8) unfiltered, and from f32 and bf16 logits
 //! with **top-k 50 / top-p 0.9**, **top-p 0.9** alone and **min-p 0.05** alone, each next to
 //! a read-only pass over the same input bytes (the target tensor plus the draft rows): its
@@ -87,6 +88,8 @@ fn main() {
     let names = [
         "probabilities f32",
         "probs top-k/top-p",
+        "probs top-p 0.9",
+        "probs min-p 0.05",
         "logits f32",
         "logits bf16",
         "f32 top-p 0.9",
@@ -132,14 +135,16 @@ fn main() {
                 let cases = [
                     (names[0], base, f32_bytes),
                     (names[1], top_k_p(base, &top_k, &top_p), f32_bytes),
-                    (names[2], f32_logits, f32_bytes),
-                    (names[3], bf16_logits, bf16_bytes),
-                    (names[4], f32_logits.with_top_p(&top_p), f32_bytes),
-                    (names[5], top_k_p(f32_logits, &top_k, &top_p), f32_bytes),
-                    (names[6], f32_logits.with_min_p(&min_p), f32_bytes),
-                    (names[7], bf16_logits.with_top_p(&top_p), bf16_bytes),
-                    (names[8], top_k_p(bf16_logits, &top_k, &top_p), bf16_bytes),
-                    (names[9], bf16_logits.with_min_p(&min_p), bf16_bytes),
+                    (names[2], base.with_top_p(&top_p), f32_bytes),
+                    (names[3], base.with_min_p(&min_p), f32_bytes),
+                    (names[4], f32_logits, f32_bytes),
+                    (names[5], bf16_logits, bf16_bytes),
+                    (names[6], f32_logits.with_top_p(&top_p), f32_bytes),
+                    (names[7], top_k_p(f32_logits, &top_k, &top_p), f32_bytes),
+                    (names[8], f32_logits.with_min_p(&min_p), f32_bytes),
+                    (names[9], bf16_logits.with_top_p(&top_p), bf16_bytes),
+                    (names[10], top_k_p(bf16_logits, &top_k, &top_p), bf16_bytes),
+                    (names[11], bf16_logits.with_min_p(&min_p), bf16_bytes),
                 ];
                 // The read-only pass reads the same number of bytes from one buffer.
                 let reader = ReadPool::new(f32_bytes / 2, threads);

@@ -59,8 +59,8 @@ pub(crate) fn softmax_cut(
 /// [`softmax_cut`] whenever every value is at most `1` (what that cut needs: no mass wraps,
 /// and each value's mass is read off its key), else the whole-row search. Unlike softmax
 /// weights, the largest value is not known to be `1`: min-p and top-p alone (whose sample is
-/// placed below it) first find it (one vector pass), and top-p alone sums the row's mass (one
-/// more); with top-k the candidates hold the largest value and are checked instead.
+/// placed below it) first find it (one vector pass; top-p alone sums the row's mass in the same
+/// pass); with top-k the candidates hold the largest value and are checked instead.
 pub(crate) fn probs_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
     probs_candidate_cut(isa, p, filter, cands).unwrap_or_else(|| Cut::of(p, filter))
 }
@@ -68,18 +68,22 @@ pub(crate) fn probs_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32
 /// [`probs_cut`] from candidates, if they decide it.
 fn probs_candidate_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Option<Cut> {
     let top_p_alone = filter.top_p < 1.0 && !top_k_binds(filter, p.len());
-    let max_key = if filter.min_p > 0.0 || top_p_alone {
-        // The largest value (NaN never wins); a row with none positive, or any above 1, is left
-        // to the whole-row search.
-        let key = weight_key(kernels::softmax_max(isa, p, 1.0));
-        if key == 0 || key > ONE_KEY {
-            return None;
-        }
-        key
+    let needs_total = top_p_alone && filter.min_p <= 0.0;
+    let (max_key, total) = if needs_total {
+        // The largest key and the row's mass in one pass (the mass is meaningful only when
+        // that key is at most 1's, checked below).
+        let (key, total) = kernels::max_mass(isa, p);
+        (key, Some(total))
+    } else if filter.min_p > 0.0 || top_p_alone {
+        // The largest value (NaN never wins).
+        (weight_key(kernels::softmax_max(isa, p, 1.0)), None)
     } else {
-        ONE_KEY
+        (ONE_KEY, None)
     };
-    let total = (top_p_alone && filter.min_p <= 0.0).then(|| kernels::weights_fixed(isa, p, 1));
+    // None positive, or any above 1: the whole-row search.
+    if max_key == 0 || max_key > ONE_KEY {
+        return None;
+    }
     candidate_cut(isa, p, filter, max_key, total, cands)
 }
 
@@ -239,7 +243,9 @@ fn top_p_cut(
         return None;
     }
     cands.clear();
-    let above = kernels::gather_keys(isa, w, lo, hi, cands, w.len() / MAX_SHARE)?;
+    // No key lies above `max_key`: a bracket reaching past it has no mass above `hi` to sum.
+    let top = if hi > max_key { u32::MAX } else { hi };
+    let above = kernels::gather_keys(isa, w, lo, top, cands, w.len() / MAX_SHARE)?;
     // The keys ≥ hi must not reach the target yet (else θ ≥ hi, outside the bracket).
     if (above as f64) >= target {
         return None;
@@ -253,11 +259,13 @@ fn top_p_cut(
     let bits = (cands.len() / 8).clamp(16, MAX_BINS).ilog2();
     let shift = (32 - span.leading_zeros()).saturating_sub(bits);
     let bins = ((span - 1) >> shift) as usize + 1;
-    let mut mass = [0u128; MAX_BINS];
-    let mass = &mut mass[..bins];
-    for &k in cands.iter() {
-        mass[((k - lo) >> shift) as usize] += fixed_of_key(k);
+    // Four sums per bin, candidate `i` adding to sum `i % 4`: a peaked row's candidates crowd
+    // into a few bins, where one sum per bin made each addition wait for the previous one.
+    let mut lanes = vec![0u128; 4 * bins];
+    for (i, &k) in cands.iter().enumerate() {
+        lanes[4 * ((k - lo) >> shift) as usize + i % 4] += fixed_of_key(k);
     }
+    let mass: Vec<u128> = lanes.chunks_exact(4).map(|l| l.iter().sum()).collect();
     let mut acc = above;
     for b in (0..bins).rev() {
         if ((acc + mass[b]) as f64) >= target {
@@ -332,7 +340,10 @@ fn stride(len: usize) -> usize {
 /// keeps every tenth id, seen through a step of 62, shows the sample nothing but zeros).
 fn sample_id(len: usize, j: usize) -> usize {
     let step = stride(len);
-    j * step + ((j as u32).wrapping_mul(0x9E37_79B9) >> 8) as usize % step
+    // A 24-bit scramble of `j` scaled into `0..step` by a multiply and a shift: a division by
+    // the run-time `step` per sampled id was a third of the sample's time.
+    let h = u64::from((j as u32).wrapping_mul(0x9E37_79B9) >> 8);
+    j * step + ((h * step as u64) >> 24) as usize
 }
 
 /// The sample's keys (one id in each run of [`stride`]: [`sample_id`]).
@@ -377,24 +388,50 @@ fn sample_bracket(
     attempt: u32,
 ) -> Option<(u32, u32)> {
     const SHIFT: u32 = 19;
+    // Bins of 1/16 binade up to the key of 1 (`max_key` is at most that).
+    const BINS: usize = (ONE_KEY >> SHIFT) as usize + 1;
     let mass = (mass as f64) * TWO_M64;
-    let keys = sampled(w);
-    let scale = w.len() as f64 / keys.len().max(1) as f64;
-    let top = (max_key >> SHIFT) as usize;
-    let mut hist = vec![0f64; top + 1];
-    let mut seen = 0.0;
-    for &k in &keys {
-        if k >= floor && k <= max_key {
+    let len = w.len();
+    let n = len / stride(len);
+    let scale = len as f64 / n.max(1) as f64;
+    let top = (max_key.min(ONE_KEY) >> SHIFT) as usize;
+    // Each bin's estimated mass and its count of sampled keys `≥ max(floor, 1)`, in one pass
+    // over the sample: the counts place `lo` below (a bin boundary, not a sampled key found
+    // by a selection, which with the sample's own copy cost a third of this function).
+    // Four of each, sample `j` going to `j % 4`: most of a peaked row's sampled keys fall in a
+    // few bins, and one histogram made each addition wait for the previous one to the same bin
+    // (through memory), most of this function's time.
+    let mut hist = [[0f64; BINS]; 4];
+    let mut count = [[0u32; BINS]; 4];
+    let mut seen = [0f64; 4];
+    let mut above_floor = 0usize;
+    for j in 0..n {
+        let k = weight_key(w[sample_id(len, j)]);
+        let lane = j % 4;
+        if k >= floor.max(1) && k <= max_key {
             let x = f64::from(f32::from_bits(k));
             let x = if scale * x >= mass / 8.0 {
                 x
             } else {
                 scale * x
             };
-            hist[(k >> SHIFT) as usize] += x;
-            seen += x;
+            let b = (k >> SHIFT) as usize;
+            hist[lane][b] += x;
+            count[lane][b] += 1;
+            seen[lane] += x;
+            above_floor += 1;
+        } else if k > max_key {
+            above_floor += 1;
         }
     }
+    let hist: Vec<f64> = (0..=top)
+        .map(|b| (hist[0][b] + hist[1][b]) + (hist[2][b] + hist[3][b]))
+        .collect();
+    let count: Vec<u32> = (0..=top)
+        .map(|b| count[0][b] + count[1][b] + count[2][b] + count[3][b])
+        .collect();
+    let mut hist = hist;
+    let seen = (seen[0] + seen[1]) + (seen[2] + seen[3]);
     let total = if mass - seen > mass / 10.0 {
         hist[top] += mass - seen;
         mass
@@ -405,39 +442,45 @@ fn sample_bracket(
     let p = f64::from(top_p);
     let mut hi = None;
     let mut acc = 0.0;
+    let mut reach = 0usize;
     let mut bracket = None;
-    for b in (0..hist.len()).rev() {
+    for b in (0..=top).rev() {
         acc += hist[b];
+        reach += count[b] as usize;
         if hi.is_none() && acc >= (p - delta) * total {
             // Keys from the next bin up: their estimated mass is below the lower share.
             hi = Some(((b as u32) + 1) << SHIFT);
         }
         if total > 0.0 && acc >= (p + delta).min(1.0) * total {
-            bracket = hi.map(|hi| ((b as u32) << SHIFT, hi));
+            bracket = hi.map(|hi| ((b as u32) << SHIFT, (hi, reach)));
             break;
         }
     }
-    // Few kept ids (a sixteenth of the sample or fewer reach `lo`): there the sample is
-    // coarsest (each sampled weight a large share), and unseen heavy ids may hold the
-    // crossing itself. Gather every key from one that several times as many sampled keys
-    // reach (few ids still) up: only the mass above `lo` must then reach the target.
-    let mut keys: Vec<u32> = keys.into_iter().filter(|&k| k >= floor.max(1)).collect();
-    let reach = |lo: u32| keys.iter().filter(|&&k| k >= lo).count();
+    // Few kept ids (a sixteenth of the sample or fewer reach `lo`, or fewer than 64 sampled
+    // keys: most ids masked): there the sample is coarsest (each sampled weight a large
+    // share; 64 keys place a share to about ±12 %, far wider than `δ`), and unseen heavy ids
+    // may hold the crossing itself. Gather every key from one that several times as many
+    // sampled keys reach (few ids still) up: only the mass above `lo` must then reach the
+    // target.
     let few = match bracket {
-        Some((lo, _)) => reach(lo),
-        None => keys.len() / 16,
+        Some((_, (_, reach))) => reach,
+        None => above_floor / 16,
     };
-    if few * 16 > keys.len() {
-        return bracket;
+    if few * 16 > above_floor && few >= 64 {
+        return bracket.map(|(lo, (hi, _))| (lo, hi));
     }
     let want = (few << (1 + 2 * attempt)) + (16 << (2 * attempt));
-    // Fewer sampled keys than that above `floor`: every key from `floor` up (the cap on the
-    // candidates still applies).
-    let lo = if want < keys.len() {
-        *keys.select_nth_unstable_by(want, |a, b| b.cmp(a)).1
-    } else {
-        floor.max(1)
-    };
+    // The boundary of the bin where the sampled keys from the top reach `want` (fewer sampled
+    // keys than that: every key from `floor` up; the cap on the candidates still applies).
+    let mut reach = 0usize;
+    let mut lo = floor.max(1);
+    for b in (0..=top).rev() {
+        reach += count[b] as usize;
+        if reach > want {
+            lo = lo.max((b as u32) << SHIFT);
+            break;
+        }
+    }
     Some((lo, max_key + 1))
 }
 

@@ -105,6 +105,8 @@ impl Isa {
                 && std::arch::is_x86_feature_detected!("avx512dq")
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx512vl")
+                // Every AVX-512 CPU has it; the candidate gather counts its kept lanes with it.
+                && std::arch::is_x86_feature_detected!("popcnt")
             {
                 return Isa::Avx512;
             }
@@ -871,6 +873,58 @@ fn cut_write_range<const N: usize>(w: &[f32], threshold: u32, sum: f64, out: &mu
     }
 }
 
+/// The largest key of the stored probabilities `p` (`key(x) = bits` for `x > 0`, else 0) and
+/// the exact mass `Σ ⌊x · 2⁶⁴⌋` of the values with key `≥ 1`, in one pass (the pieces of
+/// [`fixed_pieces`] summed per lane). The mass is the row's only when the largest key is at
+/// most that of `1.0` (larger values are clamped by the pieces; the caller then takes the
+/// whole-row search). Top-p alone on probabilities needs both; two passes read the row twice.
+#[inline(always)]
+fn max_mass_range<const N: usize>(p: &[f32]) -> (u32, u128) {
+    let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
+    let len = p.len();
+    let body = len - len % N;
+    let (mut a64, mut b64, mut c64) = ([0u64; N], [0u64; N], [0u64; N]);
+    let mut max = [0u32; N];
+    let mut s = 0;
+    while s < body {
+        let stop = body.min(s + PIECE_BLOCKS * N);
+        let (mut a32, mut b32, mut c32) = ([0u32; N], [0u32; N], [0u32; N]);
+        while s < stop {
+            let c: &[f32; N] = p[s..s + N].try_into().expect("N values");
+            for l in 0..N {
+                let k = key(c[l]);
+                max[l] = max[l].max(k);
+                // NaN and values ≤ 0 have key 0 and add nothing (the pieces of NaN are not 0).
+                let (a, b, cc) = fixed_pieces(c[l]);
+                let on = k >= 1;
+                a32[l] += if on { a } else { 0 };
+                b32[l] += if on { b } else { 0 };
+                c32[l] += if on { cc } else { 0 };
+            }
+            s += N;
+        }
+        for l in 0..N {
+            a64[l] += u64::from(a32[l]);
+            b64[l] += u64::from(b32[l]);
+            c64[l] += u64::from(c32[l]);
+        }
+    }
+    let mut mass = 0u128;
+    let mut top = 0;
+    for l in 0..N {
+        mass += (u128::from(a64[l]) << 40) + (u128::from(b64[l]) << 16) + u128::from(c64[l]);
+        top = top.max(max[l]);
+    }
+    for &x in &p[body..] {
+        let k = key(x);
+        top = top.max(k);
+        if k >= 1 {
+            mass += specula_core::verify::softmax_fixed(x.min(1.0));
+        }
+    }
+    (top, mass)
+}
+
 /// Appends to `out`, in id order, the keys in `[lo, hi)` of the weights `w` (`key(w) = bits`
 /// for `w > 0`, else 0; `lo ≥ 1`), a block of `N` at a time (a block without one costs a
 /// compare and a test), and returns the exact mass `Σ ⌊w · 2⁶⁴⌋` of the weights with key
@@ -1068,6 +1122,161 @@ mod avx512 {
             *o = scalar(x);
         }
     }
+    /// [`gather`]'s modes for the mass of the keys `≥ hi`: none (`hi = u32::MAX`), summed in
+    /// binary64 (exact where [`super::gather_loop`] says), or in the exact 32-bit pieces.
+    pub(super) const NO_MASS: u8 = 0;
+    pub(super) const BINARY64: u8 = 1;
+    pub(super) const PIECES: u8 = 2;
+
+    /// Adds the 16 u32 lanes of each of `pieces` to the 64-bit lane sums `wide` (two per piece:
+    /// lanes 0–7, then 8–15).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn widen_into(wide: &mut [__m512i; 6], pieces: [__m512i; 3]) {
+        for (i, p) in pieces.into_iter().enumerate() {
+            let lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(p));
+            let hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64::<1>(p));
+            wide[2 * i] = _mm512_add_epi64(wide[2 * i], lo);
+            wide[2 * i + 1] = _mm512_add_epi64(wide[2 * i + 1], hi);
+        }
+    }
+
+    /// [`super::gather_range`] with intrinsics: one compare into a lane mask per 16 weights,
+    /// the keys in `[lo, hi)` compressed into one register and stored whole (the slots past
+    /// the last kept key are overwritten by the next store or left beyond `out.len()`), and the
+    /// mass above `hi` summed per lane in binary64 (`BINARY64`, exact under the conditions of
+    /// [`super::gather_loop`]: every weight `≥ hi ≥ key(2⁻¹⁴)`, at most 2¹⁶ of them per lane),
+    /// in [`super::fixed_pieces`] (`PIECES`, the lane code's sums) or not at all (`NO_MASS`,
+    /// `hi = u32::MAX`). The lane code builds the mask one lane at a time and
+    /// pushes each kept key with a scalar loop: on a peaked row under top-p, where most blocks
+    /// hold a candidate, that pass cost as much as the softmax pass.
+    /// `None` as soon as more than `cap` keys are found.
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,popcnt")]
+    pub(super) fn gather<const MASS: u8>(
+        w: &[f32],
+        lo: u32,
+        hi: u32,
+        out: &mut Vec<u32>,
+        cap: usize,
+    ) -> Option<u128> {
+        debug_assert!(lo >= 1 && (MASS != NO_MASS || hi == u32::MAX));
+        let (two24, two16) = (_mm512_set1_ps(super::TWO_24), _mm512_set1_ps(super::TWO_16));
+        // The pieces' 32-bit lane sums, emptied into 64-bit ones every `PIECE_BLOCKS` blocks.
+        let (mut a32, mut b32, mut c32) = (
+            _mm512_setzero_si512(),
+            _mm512_setzero_si512(),
+            _mm512_setzero_si512(),
+        );
+        let mut wide = [_mm512_setzero_si512(); 6];
+        let mut run = 0;
+        let cap = out.len() + cap;
+        let (lo_v, hi_v) = (_mm512_set1_epi32(lo as i32), _mm512_set1_epi32(hi as i32));
+        let (mut d0, mut d1) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+        // The length kept in a register, not reloaded and stored through `out` per block.
+        let mut len = out.len();
+        let mut base = out.as_mut_ptr();
+        let blocks = w.chunks_exact(16);
+        let tail = blocks.remainder();
+        for c in blocks {
+            // SAFETY: `c` holds 16 f32 values; the load is unaligned.
+            let x = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            // key(x) = bits for x > 0, else 0 (NaN included).
+            let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
+            let k = _mm512_maskz_mov_epi32(pos, _mm512_castps_si512(x));
+            let up = _mm512_cmpge_epu32_mask(k, hi_v);
+            let inside = _mm512_cmpge_epu32_mask(k, lo_v) & !up;
+            if MASS == BINARY64 {
+                let xu = _mm512_maskz_mov_ps(up, x);
+                d0 = _mm512_add_pd(d0, _mm512_cvtps_pd(_mm512_castps512_ps256(xu)));
+                d1 = _mm512_add_pd(d1, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(xu)));
+            } else if MASS == PIECES {
+                // `fixed_pieces` of the lanes `≥ hi` (0 elsewhere), step for step: they are
+                // positive, so only the upper clamp can act.
+                let xu = _mm512_maskz_mov_ps(up, x);
+                let x1 = _mm512_min_ps(_mm512_mul_ps(xu, two24), two24);
+                let a = _mm512_cvttps_epi32(x1);
+                let x2 = _mm512_mul_ps(_mm512_sub_ps(x1, _mm512_cvtepi32_ps(a)), two24);
+                let b = _mm512_cvttps_epi32(x2);
+                let x3 = _mm512_mul_ps(_mm512_sub_ps(x2, _mm512_cvtepi32_ps(b)), two16);
+                let cc = _mm512_cvttps_epi32(x3);
+                a32 = _mm512_add_epi32(a32, a);
+                b32 = _mm512_add_epi32(b32, b);
+                c32 = _mm512_add_epi32(c32, cc);
+                run += 1;
+                if run == super::PIECE_BLOCKS {
+                    widen_into(&mut wide, [a32, b32, c32]);
+                    (a32, b32, c32) = (
+                        _mm512_setzero_si512(),
+                        _mm512_setzero_si512(),
+                        _mm512_setzero_si512(),
+                    );
+                    run = 0;
+                }
+            }
+            if inside != 0 {
+                // Room for a whole 16-lane store, grown as the keys come (reserving `cap` up
+                // front allocated a quarter row for every call with a fresh vector).
+                if len + 16 > out.capacity() {
+                    // SAFETY: the slots below `len` were written by the stores below.
+                    unsafe { out.set_len(len) };
+                    out.reserve(len.max(64));
+                    base = out.as_mut_ptr();
+                }
+                // SAFETY: `len + 16 ≤ capacity` (just ensured), so the 16 slots from `len` are
+                // allocated.
+                unsafe {
+                    _mm512_storeu_si512(
+                        base.add(len).cast(),
+                        _mm512_maskz_compress_epi32(inside, k),
+                    );
+                }
+                len += inside.count_ones() as usize;
+                if len > cap {
+                    // SAFETY: the slots below `len` were written by the stores above.
+                    unsafe { out.set_len(len) };
+                    return None;
+                }
+            }
+        }
+        // SAFETY: every slot below `len` was written by a store above (the ones past it are
+        // not part of the vector).
+        unsafe { out.set_len(len) };
+        let mut above = 0u128;
+        if MASS == PIECES {
+            widen_into(&mut wide, [a32, b32, c32]);
+            let mut lanes = [0u64; 48];
+            for (i, v) in wide.iter().enumerate() {
+                // SAFETY: `lanes` holds 8 u64 slots from `8·i` (i < 6); the store is unaligned.
+                unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().add(8 * i).cast(), *v) };
+            }
+            for l in 0..16 {
+                above += (u128::from(lanes[l]) << 40)
+                    + (u128::from(lanes[16 + l]) << 16)
+                    + u128::from(lanes[32 + l]);
+            }
+        }
+        if MASS == BINARY64 {
+            let mut lanes = [0f64; 16];
+            // SAFETY: `lanes` holds 16 f64 slots; the stores are unaligned.
+            unsafe {
+                _mm512_storeu_pd(lanes.as_mut_ptr(), d0);
+                _mm512_storeu_pd(lanes.as_mut_ptr().add(8), d1);
+            }
+            for d in lanes {
+                // An exact integer below 2⁸⁰.
+                above += (d * 18_446_744_073_709_551_616.0) as u128;
+            }
+        }
+        for &x in tail {
+            let k = if x > 0.0 { x.to_bits() } else { 0 };
+            if k >= lo && k < hi {
+                out.push(k);
+            } else if k >= hi {
+                above += specula_core::verify::softmax_fixed(x);
+            }
+        }
+        (out.len() <= cap).then_some(above)
+    }
 }
 
 /// The cut write-out for AVX2, with intrinsics for the same reason as [`avx512`]: the
@@ -1186,6 +1395,16 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
+    pub(super) fn max_mass_avx2(p: &[f32]) -> (u32, u128) {
+        super::max_mass_range::<32>(p)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn max_mass_avx512(p: &[f32]) -> (u32, u128) {
+        super::max_mass_range::<32>(p)
+    }
+
+    #[target_feature(enable = "avx2")]
     pub(super) fn logit_max_avx2<R: super::LogitRow>(row: R) -> f32 {
         super::logit_max_range::<R, 32>(row)
     }
@@ -1197,17 +1416,6 @@ mod x86 {
 
     #[target_feature(enable = "avx2")]
     pub(super) fn gather_avx2(
-        w: &[f32],
-        lo: u32,
-        hi: u32,
-        out: &mut Vec<u32>,
-        cap: usize,
-    ) -> Option<u128> {
-        super::gather_range::<32>(w, lo, hi, out, cap)
-    }
-
-    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn gather_avx512(
         w: &[f32],
         lo: u32,
         hi: u32,
@@ -1278,6 +1486,23 @@ pub(crate) fn softmax_max<R: LogitRow>(isa: Isa, row: R, t: f32) -> f32 {
     max / t
 }
 
+/// The largest key of the probabilities `p` and the exact mass of their positive values, in one
+/// pass with `isa` ([`max_mass_range`]; the mass is the row's only when that key is at most the
+/// key of `1.0`).
+#[inline]
+pub(crate) fn max_mass(isa: Isa, p: &[f32]) -> (u32, u128) {
+    match isa {
+        Isa::Portable => max_mass_range::<8>(p),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::max_mass_avx2(p) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::max_mass_avx512(p) },
+    }
+}
+
 /// Appends to `out` the keys in `[lo, hi)` (`lo ≥ 1`) of the weights `w` (in `[0, 1]`) in id
 /// order, and returns the exact mass of the weights with key `≥ hi`, with `isa`; `None` if
 /// there are more than `cap` keys (`hi = u32::MAX`: every key `≥ lo`, mass 0, not computed).
@@ -1292,14 +1517,25 @@ pub(crate) fn gather_keys(
 ) -> Option<u128> {
     debug_assert!(lo >= 1);
     match isa {
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw, avx512vl and popcnt. The keys, their order and the mass
+        // are those of `gather_range` (`gather_keys_is_the_filter` checks it).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if hi == u32::MAX => unsafe {
+            avx512::gather::<{ avx512::NO_MASS }>(w, lo, hi, out, cap)
+        },
+        // SAFETY: as above; the binary64 sums are exact under these conditions (see `gather`).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if hi >= KEY_2_M14 && w.len() / 16 < (1 << 16) => unsafe {
+            avx512::gather::<{ avx512::BINARY64 }>(w, lo, hi, out, cap)
+        },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { avx512::gather::<{ avx512::PIECES }>(w, lo, hi, out, cap) },
         Isa::Portable => gather_range::<8>(w, lo, hi, out, cap),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::gather_avx2(w, lo, hi, out, cap) },
-        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
-        // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::gather_avx512(w, lo, hi, out, cap) },
     }
 }
 

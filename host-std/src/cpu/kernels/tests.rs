@@ -180,7 +180,7 @@ fn gather_keys_is_the_filter() {
         s ^= s << 17;
         s
     };
-    for round in 0..60 {
+    for round in 0..72 {
         let n = 1 + (next() % 140_000) as usize;
         let w: Vec<f32> = (0..n)
             .map(|_| match next() % 20 {
@@ -193,7 +193,17 @@ fn gather_keys_is_the_filter() {
             })
             .collect();
         let lo = [1u32, 0x3E80_0000, 0x3F00_0000, 0x3C00_0000][round % 4];
-        let hi = [u32::MAX, 0x3F40_0000, 0x3F80_0000, 0x3F80_0001][(round / 4) % 4].max(lo + 1);
+        // Every route of the AVX-512 gather: no mass (`u32::MAX`), binary64 sums (`≥ 2⁻¹⁴`),
+        // 32-bit pieces (below).
+        let hi = [
+            u32::MAX,
+            0x3F40_0000,
+            0x3F80_0000,
+            0x3F80_0001,
+            0x3000_0000,
+            0x0100_0000,
+        ][(round / 4) % 6]
+            .max(lo + 1);
         let key = |x: f32| if x > 0.0 { x.to_bits() } else { 0 };
         let want: Vec<u32> = w
             .iter()
@@ -219,6 +229,58 @@ fn gather_keys_is_the_filter() {
             if !want.is_empty() {
                 let mut got = Vec::new();
                 assert_eq!(gather_keys(isa, &w, lo, hi, &mut got, want.len() - 1), None);
+            }
+        }
+    }
+}
+
+/// `max_mass` gives the largest key of every row and, for rows with no value above 1, the
+/// exact mass of the positive values (NaN, zeros, negatives and subnormals among them), on
+/// every instruction set and at lengths that leave a tail.
+#[test]
+fn max_mass_is_the_key_and_the_mass() {
+    use specula_core::verify::{weight_fixed, weight_key};
+    let mut s = 0x3A5_5EEDu64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for round in 0..40 {
+        let n = [1usize, 7, 31, 32, 33, 4_095, 32_000, 128_256][round % 8] + (round / 8) * 3;
+        let mut w: Vec<f32> = (0..n)
+            .map(|_| match next() % 20 {
+                0 => f32::NAN,
+                1 => -0.25,
+                2 => 0.0,
+                3 => -0.0,
+                4 => f32::from_bits(1 + (next() % 1000) as u32),
+                _ => ((next() >> 40) as f32 / 16_777_216.0).powi(8),
+            })
+            .collect();
+        // A row with a 1, one above 1 and one with +∞, on some rounds.
+        match round % 5 {
+            1 => w[n / 2] = 1.0,
+            2 => w[n - 1] = 1.5,
+            3 => w[0] = f32::INFINITY,
+            _ => {}
+        }
+        let top = w.iter().map(|&x| weight_key(x)).max().unwrap_or(0);
+        // Wrapping, as the rules sum masses (`+∞` alone saturates a term).
+        let mass = w
+            .iter()
+            .fold(0u128, |a, &x| a.wrapping_add(weight_fixed(x)));
+        for isa in Isa::available() {
+            let (k, m) = max_mass(isa, &w);
+            assert_eq!(k, top, "{isa:?} round {round}");
+            assert_eq!(
+                k,
+                weight_key(softmax_max(isa, &w[..], 1.0)),
+                "{isa:?} round {round}"
+            );
+            if top <= 0x3F80_0000 {
+                assert_eq!(m, mass, "{isa:?} round {round}");
             }
         }
     }
