@@ -12,8 +12,11 @@
 #                 features), plus only the integration crate the example shows (EXTRA_DEPS).
 #   4. publish    `cargo publish --workspace --dry-run` (packages every published crate, with
 #                 its licence files, and builds each from its package), and the file lists.
-#   5. MSRV       `cargo +<rust-version> check --locked` of the library crates, all features,
-#                 and of the program (`specula-cli`).
+#   5. MSRV       `cargo +<toolchain> check --locked` at each floor docs/RELEASING.md states
+#                 ("MSRV"): the workspace's rust-version (the library crates with every feature
+#                 but `candle` and `cuda`, the program, the core without default features),
+#                 1.87 for `candle` (candle-core 0.9.2), specula-cuda's rust-version for it and
+#                 `cuda`. Missing toolchains are installed (rustup, minimal profile).
 #
 # Each step prints its name and its time; the run fails if any step fails (all steps run).
 # A step whose tool is missing (nightly, the MSRV toolchain, network for the dry run) prints
@@ -73,10 +76,17 @@ for p in m["packages"]:
     docs = ((p.get("metadata") or {}).get("docs") or {}).get("rs") or {}
     print(p["name"], ",".join(docs.get("features", [])) or "-", os.path.dirname(p["manifest_path"]))
 ')" || exit 1
-msrv="$(printf '%s' "$meta" | python3 -c '
+# The lowest rust-version a crate declares (the workspace's), and specula-cuda's.
+read -r msrv cuda_msrv <<<"$(printf '%s' "$meta" | python3 -c '
 import json, sys
-print(sorted({p["rust_version"] for p in json.load(sys.stdin)["packages"] if p["rust_version"]})[0])
+ps = json.load(sys.stdin)["packages"]
+v = lambda s: tuple(int(x) for x in s.split("."))
+print(min((p["rust_version"] for p in ps if p["rust_version"]), key=v),
+      next(p["rust_version"] for p in ps if p["name"] == "specula-cuda"))
 ')" || exit 1
+# The `candle` feature's floor: candle-core 0.9.2 (the first with i32 tensors, which the vLLM
+# outputs are) calls u*::is_multiple_of, stable in 1.87, and declares no rust-version.
+candle_msrv=1.87
 
 # ---------------------------------------------------------------------------------------- 1
 readme_is_a_guide() {
@@ -245,25 +255,38 @@ publish_dry_run() {
 }
 
 # ---------------------------------------------------------------------------------------- 5
+# check_at TOOLCHAIN ARGS...: `cargo check --locked` with that toolchain. --locked: the
+# committed Cargo.lock, which the MSRV-aware resolver (resolver 3) keeps at versions whose
+# declared rust-version is at most the workspace's. A target directory per toolchain: builds by
+# different compilers share nothing.
+check_at() {
+    local t="$1"
+    shift
+    printf -- '--- Rust %s: %s\n' "$t" "$*"
+    CARGO_TARGET_DIR="$scratch/msrv-$t" cargo "+$t" check --locked "$@"
+}
+
 msrv_check() {
-    if ! toolchain "$msrv"; then
-        skip "MSRV check: toolchain $msrv could not be installed"
-        return
-    fi
-    local features=specula/metrics,specula/http,specula/cuda,specula/rocm
-    rustup run "$msrv" rustc --version
-    # --locked: the committed Cargo.lock, as a user building at the MSRV would resolve it with
-    # the MSRV-aware resolver (resolver 3).
-    CARGO_TARGET_DIR="$scratch/msrv" cargo "+$msrv" check --locked \
-        -p specula-core -p specula-cuda -p specula-rocm -p specula -p specula-cli --features "$features" &&
-        CARGO_TARGET_DIR="$scratch/msrv" cargo "+$msrv" check --locked -p specula-core --no-default-features
+    local t
+    for t in "$msrv" "$candle_msrv" "$cuda_msrv"; do
+        if ! toolchain "$t"; then
+            skip "MSRV check: toolchain $t could not be installed"
+            return
+        fi
+    done
+    check_at "$msrv" -p specula-core -p specula-rocm -p specula -p specula-cli \
+        --features specula/metrics,specula/http,specula/axum,specula/rocm &&
+        check_at "$msrv" -p specula-core --no-default-features &&
+        check_at "$candle_msrv" -p specula --features specula/candle &&
+        check_at "$cuda_msrv" -p specula-cuda -p specula -p specula-cli \
+            --features specula/cuda,specula-cli/cuda
 }
 
 run "README is a guide (length, first screen, quick start = docs.rs example)" readme_is_a_guide
 run "docs.rs build of every published crate (nightly, --cfg docsrs, warnings denied)" docs_rs
 run "examples as crates that depend on specula alone" examples_as_crates
 run "cargo publish --workspace --dry-run" publish_dry_run
-run "MSRV $msrv: the library crates, all features" msrv_check
+run "MSRV: Rust $msrv (workspace), $candle_msrv (candle), $cuda_msrv (cuda)" msrv_check
 
 printf '\n=== summary\n'
 printf '%s\n' "${times[@]}"

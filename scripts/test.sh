@@ -18,6 +18,8 @@
 #                                    Debian's ROCm 5.2, needs root + apt-get)
 #   prometheus, promtool             the end-to-end scrape check              (Debian, apt-get)
 #   cargo-mutants                    mutation testing of the core             (cargo install)
+#   Rust 1.86, 1.87, 1.88            the MSRV checks (docs/RELEASING.md)      (rustup, by
+#                                    scripts/package-check.sh when it runs them)
 #
 # Every step prints its wall time when it ends, and the summary lists the steps by time. Steps
 # that share nothing with the main build (Miri, loom, the no_std builds, the candle link check,
@@ -370,7 +372,8 @@ mutants() {
 
 package_check() {
     # Release readiness: the README as a guide, the docs.rs build (nightly, --cfg docsrs),
-    # each example as a crate depending on `specula` alone, the publish dry run, the MSRV build.
+    # each example as a crate depending on `specula` alone, the publish dry run, the MSRV builds
+    # (1.86, and the `candle` and `cuda` floors, 1.87 and 1.88).
     scripts/package-check.sh
 }
 

@@ -138,7 +138,7 @@ impl RocmDriver {
         let end = core::mem::size_of_val(words)
             .checked_add(offset)
             .ok_or(RocmError::TooLarge)?;
-        if end > bytes_in(dst.len()) || !offset.is_multiple_of(4) {
+        if end > bytes_in(dst.len()) || offset % 4 != 0 {
             return Err(RocmError::TooLarge);
         }
         self.device.bind()?;

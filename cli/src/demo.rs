@@ -148,8 +148,9 @@ impl Sampling {
 
     /// Checks the ranges (the verifier would refuse them too, but later and per batch).
     fn check(&self, batch: usize) -> Result<(), String> {
-        if let Some(t) = self.temperature
-            && !(0.0..f32::INFINITY).contains(&t)
+        if let Some(t) = self
+            .temperature
+            .filter(|t| !(0.0..f32::INFINITY).contains(t))
         {
             return Err(format!("temperature must be finite and ≥ 0, got {t}"));
         }

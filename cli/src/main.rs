@@ -517,9 +517,7 @@ fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError
 }
 
 fn run_demo(a: DemoArgs, logger: &LineLogger) -> Result<(), CliError> {
-    if let Some(shape) = a.tree
-        && a.compare
-    {
+    if let (Some(shape), true) = (a.tree, a.compare) {
         return run_tree_demo(&a, shape);
     }
 

@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (i, id) in draft_ids.iter_mut().enumerate() {
             let row = (i / k) * (k + 1) + i % k;
             let best = (row + step as usize) % vocab;
-            *id = if (i as u64 + step).is_multiple_of(4) {
+            *id = if (i as u64 + step) % 4 == 0 {
                 ((best + 1) % vocab) as u32
             } else {
                 best as u32

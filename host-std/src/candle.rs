@@ -703,9 +703,7 @@ impl Step {
         let target_rows = rows(t, role)?;
         let draft_rows = draft_probs.map(|d| rows(d, Role::DraftProbs)).transpose()?;
         let vocab = target_rows.vocab();
-        if let Some(d) = &draft_rows
-            && d.vocab() != vocab
-        {
+        if let Some(d) = draft_rows.as_ref().filter(|d| d.vocab() != vocab) {
             return Err(TensorError::new(
                 Role::DraftProbs,
                 TensorErrorKind::VocabMismatch {

@@ -399,15 +399,14 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
             break;
         }
     }
-    if r == k
-        && batch.bonus.is_none()
-        && let Some(row) = batch.target_values_checked(b, k)
-    {
-        weights.clear();
-        let src = Src::of(row, buf);
-        let mut state = RowState::of(src, t, filter, false, weights, cands);
-        state.write(src, weights, &mut probs[k * v..], wide);
-        full_rows = k..k + 1;
+    if r == k && batch.bonus.is_none() {
+        if let Some(row) = batch.target_values_checked(b, k) {
+            weights.clear();
+            let src = Src::of(row, buf);
+            let mut state = RowState::of(src, t, filter, false, weights, cands);
+            state.write(src, weights, &mut probs[k * v..], wide);
+            full_rows = k..k + 1;
+        }
     }
     let k32 = [k as u32];
     let bonus = batch.bonus.map(|x| [x[b]]);
@@ -439,10 +438,10 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     }
     for j in full_rows {
         probs[j * v..(j + 1) * v].fill(0.0);
-        if let Some(dr) = &mut draft
-            && j < k
-        {
-            dr[j * v..(j + 1) * v].fill(0.0);
+        if j < k {
+            if let Some(dr) = &mut draft {
+                dr[j * v..(j + 1) * v].fill(0.0);
+            }
         }
     }
     acc

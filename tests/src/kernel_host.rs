@@ -185,7 +185,7 @@ impl<const K: usize> KernelHost<K> {
     /// size, at most [`MAX_BLOCK_THREADS`]), with zero counters.
     pub fn new(mode: Mode, block: u32) -> Result<Self, KernelHostError> {
         let warp = mode.warp_size();
-        if block == 0 || block > MAX_BLOCK_THREADS || !block.is_multiple_of(warp) {
+        if block == 0 || block > MAX_BLOCK_THREADS || block % warp != 0 {
             return Err(KernelHostError::BadBlock { block, warp });
         }
         Ok(Self {

@@ -109,10 +109,10 @@ impl Cut {
             row.for_each_weight(|w| max = max.max(weight_key(w)));
             threshold = weight_key(filter.min_p * f32::from_bits(max));
         }
-        if filter.top_k != 0
-            && let Some((t, _)) = descend(row, 0, |_| 1, |c| c >= u128::from(filter.top_k))
-        {
-            threshold = threshold.max(t);
+        if filter.top_k != 0 {
+            if let Some((t, _)) = descend(row, 0, |_| 1, |c| c >= u128::from(filter.top_k)) {
+                threshold = threshold.max(t);
+            }
         }
         if filter.top_p < 1.0 {
             let mass = mass_above(row, threshold);

@@ -313,8 +313,9 @@ pub fn validate_request_with(
             });
         }
     }
-    if let Some(t) = batch.temperature_of(b)
-        && !(0.0..f32::INFINITY).contains(&t)
+    if batch
+        .temperature_of(b)
+        .is_some_and(|t| !(0.0..f32::INFINITY).contains(&t))
     {
         return Err(VerifyError::BadParam {
             request: b,

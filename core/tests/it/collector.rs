@@ -344,21 +344,22 @@ fn tree_counts_reach_every_consumer_exactly_once_a_late_one_included() {
             d.record_tree(1, 1, 1).unwrap();
         }
         collector.tick(clock.now_ns());
-        if step % 130 == 0
-            && let Some(t) = early.take()
-        {
-            early_sum.add(&t.delta);
+        if step % 130 == 0 {
+            if let Some(t) = early.take() {
+                early_sum.add(&t.delta);
+            }
         }
         if step == 777 {
             let c = Cursor::attach(reader);
             let from = c.seen().counters;
             late = Some((c, from, Counters::ZERO));
         }
-        if step % 333 == 0
-            && let Some((c, _, sum)) = late.as_mut()
-            && let Some(t) = c.take()
-        {
-            sum.add(&t.delta);
+        if step % 333 == 0 {
+            if let Some((c, _, sum)) = late.as_mut() {
+                if let Some(t) = c.take() {
+                    sum.add(&t.delta);
+                }
+            }
         }
     }
     collector.flush(clock.now_ns()).unwrap();

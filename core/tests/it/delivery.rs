@@ -117,9 +117,7 @@ proptest! {
             }
             prop_assert!(collector.in_flight_count() <= s.capacity.min(specula_core::MAX_IN_FLIGHT));
             for (interval, cursor, sum, last) in consumers.iter_mut() {
-                if interval.due(clock.now_ns())
-                    && let Some(t) = cursor.take()
-                {
+                if let Some(t) = interval.due(clock.now_ns()).then(|| cursor.take()).flatten() {
                     prop_assert!(t.snapshot.counters.dominates(&last.counters), "never decreases");
                     prop_assert!(t.snapshot.at_ns >= last.at_ns);
                     sum.add(&t.delta);

@@ -203,9 +203,7 @@ impl Fake {
         let Some(op) = s.queue.borrow().front().cloned() else {
             return false;
         };
-        if let Op::Wait(ev, g) = &op
-            && ev.completed.get() < *g
-        {
+        if matches!(&op, Op::Wait(ev, g) if ev.completed.get() < *g) {
             return false;
         }
         s.queue.borrow_mut().pop_front();

@@ -288,9 +288,8 @@ fn open_or_falls_back_only_where_the_first_backend_cannot_run() {
         Backend::<4>::open(&spec(BackendKind::Cuda)),
         Backend::<4>::open(&spec(BackendKind::Rocm)),
     );
-    if let (Err(a), Err(b)) = (&cuda, &rocm)
-        && a.kind().is_unavailable()
-        && b.kind().is_unavailable()
+    if matches!((&cuda, &rocm), (Err(a), Err(b))
+        if a.kind().is_unavailable() && b.kind().is_unavailable())
     {
         let e = Backend::<4>::open_or(&spec(BackendKind::Cuda), &spec(BackendKind::Rocm))
             .expect_err("neither can run");

@@ -309,8 +309,8 @@ async fn held_until_cut(s: &tokio::net::TcpStream, drip: &[u8]) {
             }
             () = tokio::time::sleep_until(next), if !drip.is_empty() => {
                 next += DRIP_EVERY;
-                if let Err(e) = s.try_write(drip)
-                    && e.kind() != ErrorKind::WouldBlock
+                if s.try_write(drip)
+                    .is_err_and(|e| e.kind() != ErrorKind::WouldBlock)
                 {
                     return;
                 }
@@ -453,7 +453,7 @@ fn rst_churn_never_refuses_a_scraper() {
                         continue;
                     };
                     ctx.connects.fetch_add(1, Ordering::Relaxed);
-                    if (n + ctx.index as u64).is_multiple_of(2) {
+                    if (n + ctx.index as u64) % 2 == 0 {
                         let _ = (&s).write(HALF_HEAD);
                     }
                     // Linger 0: closing sends RST, not FIN.

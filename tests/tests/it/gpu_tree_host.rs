@@ -175,9 +175,9 @@ fn logits_trees_through_the_orchestration() {
                     ..spec(n % 2 == 1)
                 },
             );
-            if let Some(t) = &d.temperature
-                && t.contains(&0.0)
-                && t.iter().any(|&x| x > 0.0)
+            if d.temperature
+                .as_ref()
+                .is_some_and(|t| t.contains(&0.0) && t.iter().any(|&x| x > 0.0))
             {
                 mixed += 1;
             }

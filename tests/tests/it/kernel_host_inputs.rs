@@ -119,9 +119,7 @@ fn recovered_tokens_match_the_reference() {
                 });
             }
         }
-        if let Some(h) = &draft_f16
-            && g.chance(1, 2)
-        {
+        if let Some(h) = draft_f16.as_ref().filter(|_| g.chance(1, 2)) {
             batch = batch.with_draft_probs_half(Half::F16(h));
         }
         if g.chance(1, 2) {

@@ -214,9 +214,7 @@ pub fn validate_tree_request(
         }
     }
     let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
-    if let Some(t) = batch.temperature
-        && !ok(t[b])
-    {
+    if batch.temperature.is_some_and(|t| !ok(t[b])) {
         return Err(VerifyError::BadParam {
             request: b,
             param: Param::Temperature,
