@@ -11,7 +11,6 @@
 //! below either line changes speed, never output.
 
 use std::env;
-use std::process::Command;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(specula_avx2_intrinsics)");
@@ -21,23 +20,12 @@ fn main() {
     if env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("x86_64") {
         return;
     }
-    let minor = rustc_minor().unwrap_or(0);
-    if minor >= 87 {
-        println!("cargo::rustc-cfg=specula_avx2_intrinsics");
+    // autocfg asks the compiler Cargo builds the crate with (`RUSTC`, its wrapper and target).
+    let ac = autocfg::new();
+    if ac.probe_rustc_version(1, 87) {
+        autocfg::emit("specula_avx2_intrinsics");
     }
-    if minor >= 89 {
-        println!("cargo::rustc-cfg=specula_avx512");
+    if ac.probe_rustc_version(1, 89) {
+        autocfg::emit("specula_avx512");
     }
-}
-
-/// The minor version of the compiler Cargo builds the crate with (`rustc 1.89.0 (…)` → 89);
-/// `None` if it cannot be run or read, and then neither intrinsic set is used.
-fn rustc_minor() -> Option<u32> {
-    let rustc = env::var_os("RUSTC")?;
-    let out = Command::new(rustc).arg("--version").output().ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let version = text.strip_prefix("rustc ")?;
-    let mut parts = version.split(['.', ' ', '-']);
-    (parts.next()? == "1").then_some(())?;
-    parts.next()?.parse().ok()
 }

@@ -70,7 +70,7 @@ pub(crate) enum Isa {
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// x86-64 with AVX-512 F/DQ/BW/VL: 16 lanes of 32 bits.
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(specula_avx512)]
     Avx512,
 }
 
@@ -86,7 +86,7 @@ impl Isa {
             let best = Self::best();
             match std::env::var("SPECULA_CPU_ISA").as_deref() {
                 Ok("portable") => Isa::Portable,
-                #[cfg(target_arch = "x86_64")]
+                #[cfg(specula_avx512)]
                 Ok("avx2")
                     if best == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx2") =>
                 {
@@ -101,6 +101,7 @@ impl Isa {
     fn best() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
+            #[cfg(specula_avx512)]
             if std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512dq")
                 && std::arch::is_x86_feature_detected!("avx512bw")
@@ -126,6 +127,7 @@ impl Isa {
             if std::arch::is_x86_feature_detected!("avx2") {
                 v.push(Isa::Avx2);
             }
+            #[cfg(specula_avx512)]
             if Isa::best() == Isa::Avx512 {
                 v.push(Isa::Avx512);
             }
@@ -322,7 +324,7 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
     start: usize,
     end: usize,
 ) -> Best {
-    debug_assert!(N == 4 * G && N <= 64 && start.is_multiple_of(4) && end <= w.len());
+    debug_assert!(N == 4 * G && N <= 64 && start % 4 == 0 && end <= w.len());
     let k = key(rng.seed);
     let ctr = [
         (rng.position << 2) | STREAM_RACE,
@@ -569,7 +571,10 @@ fn exp_nonpos(x: f32) -> f32 {
 }
 
 /// `2⁻¹²⁵`, `2¹²⁷`: binary64 values whose binary32 rounding is certainly a normal number.
+/// Read by the intrinsic write-outs (build.rs: not compiled before Rust 1.87) and the tests.
+#[cfg(any(test, specula_avx2_intrinsics))]
 const F32_SAFE_MIN: f64 = f64::from_bits(0x3820_0000_0000_0000);
+#[cfg(any(test, specula_avx2_intrinsics))]
 const F32_SAFE_MAX: f64 = f64::from_bits(0x47E0_0000_0000_0000);
 
 /// Whether rounding the binary64 `q` to binary32 may differ from rounding the value `q`
@@ -1040,7 +1045,8 @@ fn gather_loop<const N: usize, const F64: bool>(
 /// this to well under 1 ns. Same operations, same order, same bits
 /// (`softmax_kernels_match_the_core` runs every instruction set). (The sum pass needs no
 /// intrinsics since its fixed-point terms are summed in 32-bit pieces: [`fixed_pieces`].)
-#[cfg(target_arch = "x86_64")]
+#[cfg(specula_avx512)]
+#[clippy::msrv = "1.89"]
 mod avx512 {
     use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
@@ -1281,7 +1287,7 @@ mod avx512 {
 
 /// The cut write-out for AVX2, with intrinsics for the same reason as [`avx512`]: the
 /// reciprocal product and its boundary test, with the division where a kept lane is flagged.
-#[cfg(target_arch = "x86_64")]
+#[cfg(specula_avx2_intrinsics)]
 mod avx2 {
     use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
@@ -1369,6 +1375,7 @@ mod x86 {
         race_range::<W, 8, 32>(rng, w, start, end)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn race_avx512<W: Weights>(rng: RaceRng, w: W, start: usize, end: usize) -> Best {
         race_range::<W, 16, 64>(rng, w, start, end)
@@ -1379,6 +1386,7 @@ mod x86 {
         argmax_range::<32>(row, start, end)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn argmax_avx512(row: &[f32], start: usize, end: usize) -> Best {
         argmax_range::<64>(row, start, end)
@@ -1389,6 +1397,7 @@ mod x86 {
         entropy_range::<16>(row, start, end)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn entropy_avx512(row: &[f32], start: usize, end: usize) -> i64 {
         entropy_range::<32>(row, start, end)
@@ -1399,6 +1408,7 @@ mod x86 {
         super::max_mass_range::<32>(p)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn max_mass_avx512(p: &[f32]) -> (u32, u128) {
         super::max_mass_range::<32>(p)
@@ -1409,6 +1419,7 @@ mod x86 {
         super::logit_max_range::<R, 32>(row)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn logit_max_avx512<R: super::LogitRow>(row: R) -> f32 {
         super::logit_max_range::<R, 64>(row)
@@ -1436,6 +1447,7 @@ mod x86 {
         super::softmax_weights_range::<R, 16>(row, t, max, floor, out)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn softmax_weights_avx512<R: super::LogitRow>(
         row: R,
@@ -1457,6 +1469,7 @@ mod x86 {
         super::softmax_pass_range::<R, 16>(row, t, max, out)
     }
 
+    #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn softmax_pass_avx512<R: super::LogitRow>(
         row: R,
@@ -1480,7 +1493,7 @@ pub(crate) fn softmax_max<R: LogitRow>(isa: Isa, row: R, t: f32) -> f32 {
         Isa::Avx2 => unsafe { x86::logit_max_avx2(row) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::logit_max_avx512(row) },
     };
     max / t
@@ -1498,7 +1511,7 @@ pub(crate) fn max_mass(isa: Isa, p: &[f32]) -> (u32, u128) {
         Isa::Avx2 => unsafe { x86::max_mass_avx2(p) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::max_mass_avx512(p) },
     }
 }
@@ -1520,17 +1533,17 @@ pub(crate) fn gather_keys(
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw, avx512vl and popcnt. The keys, their order and the mass
         // are those of `gather_range` (`gather_keys_is_the_filter` checks it).
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 if hi == u32::MAX => unsafe {
             avx512::gather::<{ avx512::NO_MASS }>(w, lo, hi, out, cap)
         },
         // SAFETY: as above; the binary64 sums are exact under these conditions (see `gather`).
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 if hi >= KEY_2_M14 && w.len() / 16 < (1 << 16) => unsafe {
             avx512::gather::<{ avx512::BINARY64 }>(w, lo, hi, out, cap)
         },
         // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { avx512::gather::<{ avx512::PIECES }>(w, lo, hi, out, cap) },
         Isa::Portable => gather_range::<8>(w, lo, hi, out, cap),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
@@ -1557,7 +1570,7 @@ pub(crate) fn softmax_pass<R: LogitRow>(
         Isa::Avx2 => unsafe { x86::softmax_pass_avx2(row, t, max, out) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::softmax_pass_avx512(row, t, max, out) },
     }
 }
@@ -1584,7 +1597,7 @@ pub(crate) fn softmax_weights<R: LogitRow>(
         Isa::Avx2 => unsafe { x86::softmax_weights_avx2(row, t, max, floor, out) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::softmax_weights_avx512(row, t, max, floor, out) },
     }
 }
@@ -1617,11 +1630,14 @@ pub(crate) fn cut_write(isa: Isa, w: &[f32], cut: specula_core::verify::Cut, out
     match isa {
         Isa::Portable => cut_write_range::<4>(w, cut.threshold, sum, out),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx2_intrinsics)]
         Isa::Avx2 => unsafe { avx2::cut_write(w, cut.threshold, sum, out) },
+        // Before Rust 1.87 the AVX2 write-out is not compiled (build.rs): the portable one.
+        #[cfg(all(target_arch = "x86_64", not(specula_avx2_intrinsics)))]
+        Isa::Avx2 => cut_write_range::<4>(w, cut.threshold, sum, out),
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { avx512::cut_write(w, cut.threshold, sum, out) },
     }
 }
@@ -1636,7 +1652,7 @@ pub(crate) fn race<W: Weights>(isa: Isa, rng: RaceRng, w: W, start: usize, end: 
         Isa::Avx2 => unsafe { x86::race_avx2(rng, w, start, end) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::race_avx512(rng, w, start, end) },
     }
 }
@@ -1651,7 +1667,7 @@ pub(crate) fn argmax(isa: Isa, row: &[f32], start: usize, end: usize) -> Best {
         Isa::Avx2 => unsafe { x86::argmax_avx2(row, start, end) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::argmax_avx512(row, start, end) },
     }
 }
@@ -1666,7 +1682,7 @@ pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i6
         Isa::Avx2 => unsafe { x86::entropy_avx2(row, start, end) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::entropy_avx512(row, start, end) },
     }
 }

@@ -216,7 +216,7 @@ mod tests {
                         4 => f32::from_bits(x >> 9) * 0.5,
                         // Normalised, mostly zero: blocks without a candidate.
                         _ => {
-                            if x.is_multiple_of(16) {
+                            if x % 16 == 0 {
                                 (x >> 8) as f32 / 16_777_216.0 / len as f32
                             } else {
                                 0.0
