@@ -107,3 +107,96 @@ fn half_rows_are_seen_in_the_target_or_the_draft() {
     let half_draft = batch(&target).with_draft_probs_half(Half::Bf16(&bits[..2]));
     assert!(half_draft.has_half(), "half draft rows only");
 }
+
+/// Mixed drafters: each request's draft rows where `first_row` says (packed in any order),
+/// none for [`NO_DRAFT_ROWS`]; every request verified exactly as in a batch of its own drafter
+/// (with the same rows, or one-hot), the counts summed.
+#[test]
+fn mixed_drafters_read_each_request_s_own_rows() {
+    use specula_core::Counters;
+    use specula_core::verify::{
+        AcceptedOut, Check, Method, NO_DRAFT_ROWS, Outputs, TokensOut, verify_batch,
+    };
+    const V: usize = 4;
+    let (k, ids) = ([2u32, 2, 1], [1u32, 2, 3, 0, 2, 0]);
+    // Target rows: request b's rows b·3 .. b·3 + 2 (k_max + 1 = 3 each).
+    let target: Vec<f32> = (0..9)
+        .flat_map(|r| {
+            let a = 0.1 + 0.05 * (r % 4) as f32;
+            [a, 0.5 - a, 0.3, 0.2]
+        })
+        .collect();
+    // Full rows for the three requests, padded: request b's row j at b·2 + j.
+    let full: Vec<f32> = (0..6)
+        .flat_map(|r| {
+            let a = 0.6 - 0.1 * (r % 3) as f32;
+            [a, 0.1, 0.9 - a, 0.0]
+        })
+        .collect();
+    // Packed: request 2's row first, then request 0's two; request 1 has none.
+    let packed: Vec<f32> = [&full[4 * V..5 * V], &full[..2 * V]].concat();
+    let first = [1u32, NO_DRAFT_ROWS, 0];
+    let streams = |o: &'static [u64]| Streams {
+        seed: &[7, 8, 9],
+        offset: o,
+    };
+    let dims = Dims { vocab: V, k_max: 2 };
+    for (step, offset) in [&[0u64, 0, 0], &[1, 1, 1], &[5, 9, 2]]
+        .into_iter()
+        .enumerate()
+    {
+        let base = Batch::dense(dims, Drafts { k: &k, ids: &ids }, &target, streams(offset));
+        let mixed = base.with_mixed_drafters(Rows::f32(&packed, V), &first);
+        assert_eq!(
+            [0, 1, 2].map(|b| mixed.has_draft_rows(b)),
+            [true, false, true]
+        );
+        let all = base.with_draft_probs(&full);
+        assert!([0, 1, 2].map(|b| all.has_draft_rows(b)) == [true; 3]);
+        assert!(!base.has_draft_rows(0), "no draft rows at all");
+        for (b, j) in [(0, 0), (0, 1), (2, 0)] {
+            assert_eq!(
+                mixed.draft_row_checked(b, j),
+                all.draft_row_checked(b, j),
+                "row ({b}, {j})"
+            );
+        }
+        assert_eq!(mixed.draft_values_checked(1, 0).map(|_| ()), None);
+        assert_eq!(mixed.draft_row_checked(1, 1), None);
+        let run = |batch: &Batch<'_>| {
+            let (mut acc, mut tok) = ([0u32; 3], [0u32; 9]);
+            let mut c = Counters::<4>::ZERO;
+            verify_batch(
+                Method::Rejection,
+                Check::STRICT,
+                batch,
+                &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)),
+                &mut c,
+            )
+            .unwrap();
+            (acc, tok, c)
+        };
+        let (got_acc, got_tok, got_c) = run(&mixed);
+        let (all_acc, all_tok, _) = run(&all);
+        let (none_acc, none_tok, _) = run(&base);
+        let pick = |b: usize| {
+            if b == 1 {
+                (&none_acc, &none_tok)
+            } else {
+                (&all_acc, &all_tok)
+            }
+        };
+        let mut want_c = Counters::<4>::ZERO;
+        for b in 0..3 {
+            let (acc, tok) = pick(b);
+            assert_eq!(got_acc[b], acc[b], "step {step} request {b}");
+            assert_eq!(
+                got_tok[b * 3..b * 3 + 3],
+                tok[b * 3..b * 3 + 3],
+                "step {step} {b}"
+            );
+            want_c.record(k[b] as usize, acc[b] as usize).unwrap();
+        }
+        assert_eq!(got_c, want_c, "step {step}");
+    }
+}

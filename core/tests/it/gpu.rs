@@ -6,13 +6,11 @@
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
-    MAX_SLICES, OutOfBounds, SUPPORT, Staging, View, ViewMut,
+    MAX_SLICES, OutOfBounds, SUPPORT, Staging, VerifyArgs, View, ViewMut,
 };
-use specula_core::verify::Draft;
-use specula_core::verify::{AcceptedOut, Produce, TokensOut};
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, Rows, Streams, Target,
-    Verifier, VerifyError,
+    AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Draft, Drafts, Method,
+    NO_DRAFT_ROWS, Outputs, Produce, Rows, Streams, Target, TokensOut, Verifier, VerifyError,
 };
 use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
 use std::rc::Rc;
@@ -1847,4 +1845,76 @@ fn recovered_output_is_staged_passed_and_downloaded() {
         Err(GpuError::ViewTooShort),
         "no recovered view to download from"
     );
+}
+
+/// Mixed drafters: the batch's first rows staged as their own view (B values), passed in the
+/// argument block to the logits entries; the draft rows staged as given (only the requests
+/// that have them). A first-row view without draft rows, or shorter than the capacity, and a
+/// sampling view of fewer than `SAMPLING_WORDS` words per request, are refused at launch.
+#[test]
+fn mixed_drafters_are_staged_and_passed() {
+    let drv = Fake::new(1);
+    let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let b = 5;
+    let d = Owned::new(b);
+    // Requests 0, 2 and 4 have rows (2 each, packed), 1 and 3 are one-hot drafters.
+    let rows: Vec<f32> = (0..6).flat_map(|_| [1.0f32, 0.0, 0.0]).collect();
+    let first = [0u32, NO_DRAFT_ROWS, 2, NO_DRAFT_ROWS, 4];
+    let batch = d
+        .view()
+        .with_mixed_drafters(Rows::f32(&rows, 3), &first)
+        .with_top_k(&[1; 5]);
+    let mut staging = Staging::<Fake>::new();
+    staging.reserve(&drv, &batch, Produce::TOKENS).unwrap();
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
+        .unwrap();
+    drv.run();
+    assert!(a.inputs().draft_first_row && a.inputs().draft_probs);
+    assert_eq!(a.inputs().family(), Family::Logits);
+    let words = |view: View<'_, Fake, u32>| -> Vec<u32> {
+        let data = view.buffer().data.borrow();
+        (0..view.len())
+            .map(|i| u32::read_ne(&data[view.byte_offset() + i * 4..]))
+            .collect()
+    };
+    assert_eq!(a.draft_first_row.map(words), Some(first.to_vec()));
+    assert_eq!(a.draft_probs.map(|v| v.len()), Some(rows.len()));
+    // SAFETY: staged views; nothing else writes the staging buffers.
+    unsafe { v.launch_staged(&a) }.unwrap();
+    drv.run();
+    let l = drv.launches();
+    let p = l.last().unwrap().args;
+    assert_eq!(
+        at(p.draft_first_row),
+        a.draft_first_row.map(|v| (v.buffer().id, v.byte_offset()))
+    );
+    let refused = |args: &VerifyArgs<'_, Fake>, what: &str| {
+        let before = drv.launches().len();
+        // SAFETY: refused before anything is enqueued.
+        let r = unsafe { v.launch(args) };
+        assert_eq!(r, Err(GpuError::ViewTooShort), "{what}");
+        assert_eq!(drv.pending_ops(), 0, "{what}");
+        assert_eq!(drv.launches().len(), before, "{what}");
+    };
+    let staged = || {
+        let a = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
+            .unwrap()
+            .into_args();
+        drv.run();
+        a
+    };
+    let mut x = staged();
+    x.draft_probs = None;
+    refused(&x, "first rows without draft rows");
+    let mut x = staged();
+    x.draft_first_row = x.draft_first_row.map(short);
+    refused(&x, "first rows for fewer requests than the capacity");
+    // Sampling words: one short of SAMPLING_WORDS per request is refused.
+    let mut x = staged();
+    x.sampling = x
+        .sampling
+        .map(|s| View::range(s.buffer(), 0, b * kernels::SAMPLING_WORDS - 1).unwrap());
+    refused(&x, "sampling words short by one");
 }
