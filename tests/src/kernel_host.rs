@@ -103,16 +103,6 @@ unsafe extern "C" {
 /// [`ENTRY_NAMES`]).
 pub const TREE_ENTRY_INDEX: u32 = ENTRY_NAMES.len() as u32;
 
-/// The index in [`ENTRY_NAMES`] of the chain entry `entry` of `family` (what the launcher takes).
-#[must_use]
-pub fn entry_index(entry: Entry, family: Family) -> u32 {
-    let name = entry.name(family);
-    ENTRY_NAMES
-        .iter()
-        .position(|n| *n == name)
-        .unwrap_or(usize::MAX) as u32
-}
-
 /// A host slice's address as the argument block holds it.
 #[must_use]
 pub fn at<T>(s: &[T]) -> u64 {
@@ -271,7 +261,7 @@ impl<const K: usize> KernelHost<K> {
                 self.mode,
                 blocks,
                 self.block,
-                entry_index(entry, family),
+                entry.index(family) as u32, // < ENTRY_NAMES.len()
                 &a,
             )
         }
@@ -402,22 +392,7 @@ impl<const K: usize> KernelHost<K> {
             ..ArgBlock::default()
         };
         // The entry the GPU orchestration would pick for the same inputs.
-        let family = Inputs {
-            draft_probs: a.draft_probs != 0,
-            ragged: a.cu_num_draft_tokens != 0,
-            bonus: a.bonus != 0,
-            logits: a.target_logits != 0,
-            sampling: a.sampling != 0,
-            logits_half: shape[kernels::SHAPE_FLAGS]
-                & (kernels::FLAG_TARGET_BF16 | kernels::FLAG_TARGET_F16)
-                != 0,
-            draft_probs_half: shape[kernels::SHAPE_FLAGS]
-                & (kernels::FLAG_DRAFT_BF16 | kernels::FLAG_DRAFT_F16)
-                != 0,
-            recovered: a.recovered != 0,
-            draft_first_row: a.draft_first_row != 0,
-        }
-        .family();
+        let family = Inputs::of_block(&a, shape[kernels::SHAPE_FLAGS]).family();
         // SAFETY: `validate` checked every slice length against the shape and the layout (ids
         // B·k_max or num_tokens, probs rows × stride, seeds/offsets/eps/delta/cu/bonus B,
         // outputs B and B·(k_max+1)), the logits (binary32 or half, in the target layout) and

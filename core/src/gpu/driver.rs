@@ -36,7 +36,22 @@ impl Entry {
     /// The kernel entry point this block layout runs for `family` (one of [`ENTRY_NAMES`]).
     #[must_use]
     pub const fn name(self, family: Family) -> &'static str {
-        ENTRY_NAMES[entry_index(self, family)]
+        ENTRY_NAMES[self.index(family)]
+    }
+
+    /// The index in [`ENTRY_NAMES`] of the entry point this block layout runs for `family`:
+    /// what a driver (or the host shim's launcher) loads the entries by.
+    #[must_use]
+    pub const fn index(self, family: Family) -> usize {
+        let split = match self {
+            Self::Single => 0,
+            Self::Split { .. } => 1,
+        };
+        let f = match family {
+            Family::Plain => 0,
+            Family::Logits => 1,
+        };
+        2 * f + split
     }
 }
 
@@ -67,18 +82,6 @@ pub const ENTRY_NAMES: [&str; 4] = [
     crate::gpu::kernels::VERIFY_LOGITS_ENTRY,
     crate::gpu::kernels::VERIFY_SPLIT_LOGITS_ENTRY,
 ];
-
-const fn entry_index(entry: Entry, family: Family) -> usize {
-    let split = match entry {
-        Entry::Single => 0,
-        Entry::Split { .. } => 1,
-    };
-    let f = match family {
-        Family::Plain => 0,
-        Family::Logits => 1,
-    };
-    2 * f + split
-}
 
 /// Which optional inputs a launch passes: what a captured graph was captured with, so a
 /// replay can check that the batch written for it has the same ones
@@ -121,6 +124,32 @@ impl Inputs {
             Family::Logits
         } else {
             Family::Plain
+        }
+    }
+
+    /// The optional inputs an argument block passes: its non-null fields, with the half
+    /// formats read from the shape's `flags` word
+    /// ([`SHAPE_FLAGS`](crate::gpu::kernels::SHAPE_FLAGS)), the same answer
+    /// [`VerifyArgs::inputs`] gives for the views the block was filled from. For a block built
+    /// without views (the host shim's), so that its entry is chosen by [`family`](Self::family)
+    /// as the orchestration's is.
+    #[must_use]
+    pub const fn of_block(block: &ArgBlock, flags: u32) -> Self {
+        use crate::gpu::kernels::{
+            FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_TARGET_BF16, FLAG_TARGET_F16,
+        };
+        let target_half = flags & (FLAG_TARGET_BF16 | FLAG_TARGET_F16) != 0;
+        let draft_half = flags & (FLAG_DRAFT_BF16 | FLAG_DRAFT_F16) != 0;
+        Self {
+            draft_probs: block.draft_probs != 0 && !draft_half,
+            ragged: block.cu_num_draft_tokens != 0,
+            bonus: block.bonus != 0,
+            logits: block.target_logits != 0 && !target_half,
+            sampling: block.sampling != 0,
+            logits_half: block.target_logits != 0 && target_half,
+            draft_probs_half: block.draft_probs != 0 && draft_half,
+            recovered: block.recovered != 0,
+            draft_first_row: block.draft_first_row != 0,
         }
     }
 }
@@ -240,7 +269,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
     /// The index of the entry point in [`ENTRY_NAMES`] (what a driver loaded them by).
     #[must_use]
     pub const fn entry_index(&self) -> usize {
-        entry_index(self.entry, self.family)
+        self.entry.index(self.family)
     }
 
     /// The name of the entry point this launch runs.

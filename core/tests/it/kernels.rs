@@ -185,3 +185,62 @@ fn the_argument_block_is_one_layout() {
         assert!(step == 8 || (w[1].0 == "reserved" && step == 4), "{w:?}");
     }
 }
+
+/// A block filled from views that pass some optional inputs names exactly those inputs
+/// (`Inputs::of_block`), so the host shim's launches pick the orchestration's entry, and each
+/// entry index is the position of its name.
+#[test]
+fn a_block_names_the_inputs_it_was_filled_from() {
+    use specula_core::gpu::kernels::{
+        FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_TARGET_BF16, FLAG_TARGET_F16,
+    };
+    use specula_core::gpu::{ArgBlock, ENTRY_NAMES, Entry, Family, Inputs};
+    let mut seen = 0;
+    for bits in 0u32..1 << 9 {
+        let on = |i: u32| bits & (1 << i) != 0;
+        let x = Inputs {
+            draft_probs: on(0),
+            ragged: on(1),
+            bonus: on(2),
+            logits: on(3),
+            sampling: on(4),
+            logits_half: on(5),
+            draft_probs_half: on(6),
+            recovered: on(7),
+            draft_first_row: on(8),
+        };
+        // One view each: f32 and half rows exclude each other.
+        if (x.logits && x.logits_half) || (x.draft_probs && x.draft_probs_half) {
+            continue;
+        }
+        let addr = |set: bool, a: u64| if set { a } else { 0 };
+        let block = ArgBlock {
+            draft_probs: addr(x.draft_probs || x.draft_probs_half, 0x100),
+            cu_num_draft_tokens: addr(x.ragged, 0x200),
+            bonus: addr(x.bonus, 0x300),
+            target_logits: addr(x.logits || x.logits_half, 0x400),
+            sampling: addr(x.sampling, 0x500),
+            recovered: addr(x.recovered, 0x600),
+            draft_first_row: addr(x.draft_first_row, 0x700),
+            ..ArgBlock::default()
+        };
+        for (target, draft) in [
+            (FLAG_TARGET_BF16, FLAG_DRAFT_F16),
+            (FLAG_TARGET_F16, FLAG_DRAFT_BF16),
+        ] {
+            let flags = addr(x.logits_half, u64::from(target)) as u32
+                | addr(x.draft_probs_half, u64::from(draft)) as u32
+                | FLAG_DRAFT_PROBS;
+            assert_eq!(Inputs::of_block(&block, flags), x, "{bits:09b}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 2 * 2 * 2 * 2 * 2 * 3 * 3);
+    for (family, first) in [(Family::Plain, 0), (Family::Logits, 2)] {
+        assert_eq!(Entry::Single.index(family), first);
+        assert_eq!(Entry::Split { slices: 2 }.index(family), first + 1);
+        for e in [Entry::Single, Entry::Split { slices: 5 }] {
+            assert_eq!(ENTRY_NAMES[e.index(family)], e.name(family));
+        }
+    }
+}
