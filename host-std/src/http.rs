@@ -23,7 +23,7 @@
 //! # Ok::<(), std::fmt::Error>(())
 //! ```
 //!
-//! [`scrape`] does both for any server; with the `axum` feature, [`axum::metrics`](mod@axum) is
+//! [`scrape`] does both for any server; with the `axum` feature, `axum::metrics` is
 //! the route ready to mount: `Router::new().route("/metrics", specula::http::axum::metrics(registry))`.
 //!
 //! With the `http` feature, `MetricsServer` serves `/metrics` on its own thread (hyper 1 on a
@@ -46,7 +46,7 @@ pub mod axum;
 pub const PATH: &str = "/metrics";
 
 /// The answer to one `GET /metrics`, whatever serves it: [`scrape`]'s result, which the
-/// `http` server and the axum route ([`axum::metrics`](mod@axum), `axum` feature) send as is.
+/// `http` server and the axum route (`axum::metrics`, `axum` feature) send as is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scrape {
     /// The status code: `200`, `400` (an `Accept` value that is not visible ASCII), `406`
