@@ -193,25 +193,35 @@ fn print_table() {
         "/read",
         "/copy"
     );
+    // A case filter may leave out a row's read or copy pass (or its verify): print what ran,
+    // "-" for the rest, and say why the ratios are missing.
+    let rate = |s: f64, x: f64| if s == 0.0 { None } else { Some(x / s) };
+    let cell =
+        |x: Option<f64>, prec: usize| x.map_or_else(|| "-".to_string(), |x| format!("{x:.prec$}"));
+    let mut partial = false;
     for (&(v, b, k), r) in table.iter() {
-        if r.verify_s == 0.0 || r.copy_s == 0.0 || r.read_s == 0.0 {
-            continue;
-        }
-        let gbs = r.bytes as f64 / r.verify_s / 1e9;
-        let copy = r.bytes as f64 / r.copy_s / 1e9;
-        let read = r.bytes as f64 / r.read_s / 1e9;
+        let gbs = rate(r.verify_s, r.bytes as f64 / 1e9);
+        let copy = rate(r.copy_s, r.bytes as f64 / 1e9);
+        let read = rate(r.read_s, r.bytes as f64 / 1e9);
+        let ratio = |base: Option<f64>| gbs.zip(base).map(|(g, x)| g / x);
+        partial |= gbs.is_none() || copy.is_none() || read.is_none();
         println!(
-            "{:>6} {:>5} {:>3} {:>12.0} {:>12.0} {:>8.2} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",
+            "{:>6} {:>5} {:>3} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7} {:>7}",
             format!("{}k", v / 1024),
             b,
             k,
-            b as f64 / r.verify_s,
-            r.tokens as f64 / r.verify_s,
-            gbs,
-            read,
-            copy,
-            gbs / read,
-            gbs / copy
+            cell(rate(r.verify_s, b as f64), 0),
+            cell(rate(r.verify_s, r.tokens as f64), 0),
+            cell(gbs, 2),
+            cell(read, 2),
+            cell(copy, 2),
+            cell(ratio(read), 3),
+            cell(ratio(copy), 3),
+        );
+    }
+    if partial {
+        println!(
+            "(-: not measured in this run; a ratio needs its row's verify, read and copy passes, so filter on the row, e.g. 'b16_k4', not on the pass)"
         );
     }
 }
