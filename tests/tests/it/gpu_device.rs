@@ -503,3 +503,45 @@ fn gpu_device_tensors_are_refused_by_host_verifiers() {
         assert_eq!(v.totals().unwrap(), specula_core::Counters::ZERO, "counted");
     }
 }
+
+/// Device rows with host outputs (copied down: the one wait of the host outputs), and host
+/// rows with device outputs (no wait): the host-slice path's bits either way.
+#[test]
+fn gpu_device_rows_or_outputs_alone_match_the_host_path() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let mut g = Gen(0x31_0004);
+    for i in 0..8 {
+        let spec = RandomSpec {
+            garbage: false,
+            ..RandomSpec::default()
+        };
+        let (d, _) = c::random_batch(&mut g, spec);
+        let (logits, temps) = c::random_logits(&mut g, &d);
+        let host = d.view().with_target(Target::Logits {
+            rows: Rows::f32(&logits, d.target_stride),
+            temperature: &temps,
+        });
+        let method = METHODS[i % 3];
+        let mut want = OutData::new(host.requests(), host.k_max);
+        verifier(&drv)
+            .verify(method, Check::Cheap, &host, &mut want.view())
+            .unwrap();
+        // Device rows, host outputs.
+        let rows = DevRows(drv.buffer_from(&logits), Fmt::F32);
+        let dev = with_rows(host, Values::Device(rows.device()), None);
+        let mut v = verifier(&drv);
+        let mut got = OutData::new(host.requests(), host.k_max);
+        v.verify(method, Check::Cheap, &dev, &mut got.view())
+            .unwrap();
+        assert_eq!(got, want);
+        assert_eq!(v.sync_calls(), 1, "host outputs are waited for once");
+        // Host rows, device outputs.
+        let mut w = verifier(&drv);
+        let mut outs = DevOut::new(&drv, &host, false);
+        w.verify(method, Check::Cheap, &host, &mut outs.outputs())
+            .unwrap();
+        assert_eq!(w.sync_calls(), 0, "device outputs are not waited for");
+        let (a, t, _) = outs.read(&drv, w.stream());
+        assert_eq!((&a, &t), (&want.accepted, &want.tokens));
+    }
+}
