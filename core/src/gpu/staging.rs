@@ -445,6 +445,7 @@ impl<D: Driver> Staging<D> {
             shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
                 | match f {
                     Format::Bf16 => kernels::FLAG_DRAFT_BF16,
+                    // `Arg::Half` only holds the half formats.
                     Format::F16 | Format::F32 => kernels::FLAG_DRAFT_F16,
                 };
         }

@@ -58,8 +58,11 @@ pub fn validate_shape<const K: usize>(
 
 /// The batch-wide checks for a backend that supports `support`: the layout features, sizes,
 /// strides and every slice length (inputs, then outputs: `accepted`, `tokens`, and
-/// `recovered` when set, which needs [`Support::recovered`]). `O(B)` for the ragged layout, `O(1)`
-/// otherwise; afterwards every row index the verifier computes is in bounds and cannot overflow.
+/// `recovered` when set, which needs [`Support::recovered`]; outputs on the device
+/// ([`Outputs::on_device`]) need [`Support::device`] and are checked the same way, the host
+/// slices beside them empty). Tensors in device memory ([`Values::Device`]) need
+/// [`Support::device`]. `O(B)` for the ragged layout, `O(1)` otherwise; afterwards every row
+/// index the verifier computes is in bounds and cannot overflow.
 pub fn validate_shape_with<const K: usize>(
     support: Support,
     batch: &Batch<'_>,
