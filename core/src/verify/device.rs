@@ -44,6 +44,28 @@ type Erased = dyn Any + Send + Sync;
 /// buffer, borrowed for `'a`. Built from a [`View`] ([`Device::f32`], [`Device::bf16`],
 /// [`Device::f16`]; a backend crate builds it from its API's tensors), read only by the GPU
 /// verifier of that buffer's driver and device.
+///
+/// ```
+/// use specula_core::gpu::{Memory, View};
+/// use specula_core::verify::{Device, Format, Rows};
+/// use std::sync::Arc;
+/// // A driver's memory (here plain bytes; a GPU backend's buffer handle in practice).
+/// struct Mem;
+/// impl Memory for Mem {
+///     type Buffer = Arc<Vec<u8>>;
+///     fn bytes(b: &Arc<Vec<u8>>) -> usize {
+///         b.len()
+///     }
+/// }
+/// let buf = Arc::new(vec![0u8; 64]);
+/// let logits = Device::bf16(View::<Mem, u16>::new(&buf));
+/// assert_eq!((logits.len(), logits.format()), (32, Format::Bf16));
+/// let rows = Rows::device(logits, 8); // 4 rows of V = 8, for a `Target`
+/// // What the GPU verifier of `Mem` reads; anything else sees no view.
+/// assert!(logits.view::<Mem, u16>().is_some());
+/// assert!(logits.view::<Mem, f32>().is_none());
+/// # let _ = rows;
+/// ```
 #[derive(Clone, Copy)]
 pub struct Device<'a> {
     buffer: &'a Erased,
