@@ -18,6 +18,7 @@ use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch, View, ViewMut,
 };
+use specula_core::verify::{Device, DeviceOut, Format, Rows};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -347,6 +348,12 @@ impl Driver for CudaDriver {
         })
     }
 
+    /// Memory of this driver's device (its CUDA context): the caller's memory borrowed from
+    /// another device's cudarc tensor is refused.
+    fn owns(&self, buf: &Arc<CudaDeviceBuffer>) -> bool {
+        buf.in_context(self.dev.context())
+    }
+
     fn multiprocessors(&self) -> u32 {
         self.dev.multiprocessors()
     }
@@ -439,20 +446,103 @@ impl<T: Element> CudaForeignMut<'_, T> {
     }
 }
 
+impl CudaForeignMut<'_, u32> {
+    /// The whole borrowed memory as an output of [`Outputs::on_device`](specula_core::verify::Outputs::on_device)
+    /// (accepted counts, tokens or recovered tokens), written in place by the launch.
+    pub fn output(&mut self) -> DeviceOut<'_> {
+        DeviceOut::new(self.view_mut())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
+}
+
+/// An element type of the caller's cudarc rows that the kernel reads in place: `f32`,
+/// [`half::bf16`], [`half::f16`] (what candle's CUDA storage holds), with no transmute.
+pub trait RowElement: sealed::Sealed {
+    /// Its format.
+    const FORMAT: Format;
+}
+
+impl RowElement for f32 {
+    const FORMAT: Format = Format::F32;
+}
+impl RowElement for half::bf16 {
+    const FORMAT: Format = Format::Bf16;
+}
+impl RowElement for half::f16 {
+    const FORMAT: Format = Format::F16;
+}
+
+/// The caller's cudarc rows (target logits or probabilities, draft probabilities), borrowed
+/// for `'a` by [`CudaDriver::borrow_rows`]: [`rows`](Self::rows) is what a
+/// [`Batch`](specula_core::verify::Batch)'s [`Target`](specula_core::verify::Target) or draft
+/// takes.
+pub struct CudaRows<'a> {
+    buf: Arc<CudaDeviceBuffer>,
+    format: Format,
+    _use: SyncOnDrop<'a>,
+}
+
+impl core::fmt::Debug for CudaRows<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CudaRows")
+            .field("format", &self.format)
+            .field("bytes", &self.buf.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaRows<'_> {
+    /// The whole borrowed tensor, in its format.
+    #[must_use]
+    pub fn values(&self) -> Device<'_> {
+        match self.format {
+            Format::F32 => Device::f32(View::<CudaDriver, f32>::new(&self.buf)),
+            Format::Bf16 => Device::bf16(View::<CudaDriver, u16>::new(&self.buf)),
+            Format::F16 => Device::f16(View::<CudaDriver, u16>::new(&self.buf)),
+        }
+    }
+
+    /// The tensor as rows of stride `stride` (`≥ V`; the row length of a `[rows, V]` tensor).
+    #[must_use]
+    pub fn rows(&self, stride: usize) -> Rows<'_> {
+        Rows::device(self.values(), stride)
+    }
+}
+
 impl CudaDriver {
     /// Borrows the caller's `slice` (its elements `T` are what the kernel reads: `u32`, `u64`
     /// or `f32`) for a launch on the device's compute stream.
     pub fn borrow<'a, T: Element, S: DevicePtr<T>>(&'a self, slice: &'a S) -> CudaForeign<'a, T> {
         let bytes = slice.num_bytes();
+        // The slice's own context, so that `owns` sees another device's memory.
+        let ctx = slice.stream().context().clone();
         let (ptr, guard) = slice.device_ptr(self.device().stream());
         CudaForeign {
-            buf: Arc::new(CudaDeviceBuffer::borrowed(
-                self.device().context(),
-                ptr,
-                bytes,
-            )),
+            buf: Arc::new(CudaDeviceBuffer::borrowed(&ctx, ptr, bytes)),
             _use: guard,
             _t: PhantomData,
+        }
+    }
+
+    /// Borrows the caller's rows (`CudaSlice` / `CudaView` / `CudaViewMut` of `f32`,
+    /// [`half::bf16`] or [`half::f16`]) for a batch ([`CudaRows::rows`]), as
+    /// [`borrow`](Self::borrow) does: the device's compute stream waits for the slice's last
+    /// write, and cudarc records this use when the borrow ends. Memory of another device is
+    /// refused when verified ([`GpuError::ForeignMemory`](specula_core::gpu::GpuError::ForeignMemory)).
+    pub fn borrow_rows<'a, T: RowElement, S: DevicePtr<T>>(&'a self, slice: &'a S) -> CudaRows<'a> {
+        let bytes = slice.num_bytes();
+        let ctx = slice.stream().context().clone();
+        let (ptr, guard) = slice.device_ptr(self.device().stream());
+        CudaRows {
+            buf: Arc::new(CudaDeviceBuffer::borrowed(&ctx, ptr, bytes)),
+            format: T::FORMAT,
+            _use: guard,
         }
     }
 
@@ -462,13 +552,10 @@ impl CudaDriver {
         slice: &'a mut S,
     ) -> CudaForeignMut<'a, T> {
         let bytes = slice.num_bytes();
+        let ctx = slice.stream().context().clone();
         let (ptr, guard) = slice.device_ptr_mut(self.device().stream());
         CudaForeignMut {
-            buf: Arc::new(CudaDeviceBuffer::borrowed(
-                self.device().context(),
-                ptr,
-                bytes,
-            )),
+            buf: Arc::new(CudaDeviceBuffer::borrowed(&ctx, ptr, bytes)),
             _use: guard,
             _t: PhantomData,
         }

@@ -39,6 +39,12 @@ pub enum CudaError {
     /// A graph replay on views whose optional inputs (ragged layout, bonus tokens, logits,
     /// draft probabilities) or capacity do not match the graph's; nothing was enqueued.
     GraphMismatch,
+    /// A device tensor of the batch or outputs is not memory of this verifier's device (or
+    /// of this GPU API); nothing was enqueued, written or counted.
+    ForeignMemory {
+        /// Which tensor.
+        param: specula_core::verify::Param,
+    },
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
@@ -55,9 +61,11 @@ impl CudaError {
             Self::NoDevice => ErrorKind::NoDevice,
             Self::NoNvrtc => ErrorKind::NoCompiler,
             Self::Nvrtc { .. } => ErrorKind::Compile,
-            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort | Self::GraphMismatch => {
-                ErrorKind::InvalidInput
-            }
+            Self::Verify(_)
+            | Self::TooLarge
+            | Self::ViewTooShort
+            | Self::GraphMismatch
+            | Self::ForeignMemory { .. } => ErrorKind::InvalidInput,
             Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
@@ -79,6 +87,7 @@ impl From<GpuError<CudaError>> for CudaError {
             GpuError::TooLarge => Self::TooLarge,
             GpuError::ViewTooShort => Self::ViewTooShort,
             GpuError::GraphMismatch => Self::GraphMismatch,
+            GpuError::ForeignMemory { param } => Self::ForeignMemory { param },
             GpuError::DeviceFlags(bits) => Self::DeviceFlags(bits),
             GpuError::Misuse(m) => Self::Misuse(m),
             // `GpuError` is non-exhaustive; today this is `Stalled`.
@@ -117,6 +126,10 @@ impl core::fmt::Display for CudaError {
             Self::GraphMismatch => {
                 f.write_str("the views differ from the ones the graph was captured with")
             }
+            Self::ForeignMemory { param } => write!(
+                f,
+                "{param:?} is not device memory of this verifier's device"
+            ),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
         }
     }

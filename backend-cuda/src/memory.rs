@@ -69,6 +69,14 @@ impl CudaDeviceBuffer {
     }
 }
 
+impl CudaDeviceBuffer {
+    /// Whether it is memory of `ctx`'s device: the same CUDA context handle (primary contexts
+    /// of one device share it, whichever `Arc<CudaContext>` holds them, candle's included).
+    pub(crate) fn in_context(&self, ctx: &CudaContext) -> bool {
+        self.ctx.cu_ctx() == ctx.cu_ctx()
+    }
+}
+
 impl Drop for CudaDeviceBuffer {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; a failed free leaks device memory at worst.

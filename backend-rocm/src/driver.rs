@@ -8,12 +8,14 @@
 use crate::device::{Module, RocmDevice, RocmEvent, RocmStream};
 use crate::error::RocmError;
 use crate::ffi::{self, RawFunction, RawGraph, RawGraphExec};
-use crate::memory::{RocmDeviceBuffer, RocmPinnedBuffer};
+use crate::memory::{DeviceCopy, RocmDeviceBuffer, RocmPinnedBuffer};
 use core::ffi::c_void;
+use core::marker::PhantomData;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch,
+    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch, View, ViewMut,
 };
+use specula_core::verify::{Device, DeviceOut, Format, Rows};
 use std::sync::Arc;
 
 /// The compute units the split launch plans for: below this many requests each request's rows
@@ -211,7 +213,7 @@ impl Memory for RocmDriver {
     type Buffer = Arc<RocmDeviceBuffer<u64>>;
 
     fn bytes(buf: &Arc<RocmDeviceBuffer<u64>>) -> usize {
-        bytes_in(buf.len())
+        buf.byte_len()
     }
 }
 
@@ -464,6 +466,12 @@ impl Driver for RocmDriver {
         })
     }
 
+    /// Memory of this driver's device (its ordinal): the caller's buffer of another device is
+    /// refused.
+    fn owns(&self, buf: &Arc<RocmDeviceBuffer<u64>>) -> bool {
+        buf.device().ordinal() == self.device.ordinal()
+    }
+
     fn multiprocessors(&self) -> u32 {
         SPLIT_BELOW
     }
@@ -520,5 +528,105 @@ impl Driver for RocmDriver {
                 core::ptr::null_mut(),
             )
         })
+    }
+}
+
+// ------------------------------------------------------------------ the caller's memory
+//
+// The caller's HIP buffers ([`RocmDeviceBuffer`]) as device tensors of a batch
+// ([`Values::Device`](specula_core::verify::Values::Device)) and device outputs
+// ([`Outputs::on_device`](specula_core::verify::Outputs::on_device)): an alias of the same
+// memory, never freed by it, for as long as the borrow of the caller's buffer. HIP has no
+// per-buffer events (cudarc's borrow has): the caller orders the writes of the buffer before
+// the verifier's stream runs, as for any HIP kernel on another stream.
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
+}
+
+/// An element type of the caller's HIP rows that the kernel reads in place: `f32`,
+/// [`half::bf16`], [`half::f16`].
+pub trait RowElement: DeviceCopy + sealed::Sealed {
+    /// Its format.
+    const FORMAT: Format;
+}
+
+impl RowElement for f32 {
+    const FORMAT: Format = Format::F32;
+}
+impl RowElement for half::bf16 {
+    const FORMAT: Format = Format::Bf16;
+}
+impl RowElement for half::f16 {
+    const FORMAT: Format = Format::F16;
+}
+
+/// The caller's rows in a [`RocmDeviceBuffer`], borrowed for `'a` by
+/// [`RocmDriver::borrow_rows`]: [`rows`](Self::rows) is what a batch's target or draft takes.
+#[derive(Debug)]
+pub struct RocmRows<'a> {
+    buf: Arc<RocmDeviceBuffer<u64>>,
+    format: Format,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl RocmRows<'_> {
+    /// The whole borrowed buffer, in its format.
+    #[must_use]
+    pub fn values(&self) -> Device<'_> {
+        match self.format {
+            Format::F32 => Device::f32(View::<RocmDriver, f32>::new(&self.buf)),
+            Format::Bf16 => Device::bf16(View::<RocmDriver, u16>::new(&self.buf)),
+            Format::F16 => Device::f16(View::<RocmDriver, u16>::new(&self.buf)),
+        }
+    }
+
+    /// The buffer as rows of stride `stride` (`≥ V`).
+    #[must_use]
+    pub fn rows(&self, stride: usize) -> Rows<'_> {
+        Rows::device(self.values(), stride)
+    }
+}
+
+/// The caller's `u32` outputs in a [`RocmDeviceBuffer`], borrowed exclusively for `'a` by
+/// [`RocmDriver::borrow_out`].
+#[derive(Debug)]
+pub struct RocmOut<'a> {
+    buf: Arc<RocmDeviceBuffer<u64>>,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl RocmOut<'_> {
+    /// The whole borrowed buffer as an output of
+    /// [`Outputs::on_device`](specula_core::verify::Outputs::on_device), written in place.
+    pub fn output(&mut self) -> DeviceOut<'_> {
+        DeviceOut::new(ViewMut::<RocmDriver, u32>::new(&mut self.buf))
+    }
+}
+
+impl RocmDriver {
+    /// Borrows the caller's rows (`f32`, [`half::bf16`] or [`half::f16`]) for a batch
+    /// ([`RocmRows::rows`]). A buffer of another device is refused when verified
+    /// ([`GpuError::ForeignMemory`](specula_core::gpu::GpuError::ForeignMemory)).
+    #[must_use]
+    pub fn borrow_rows<'a, T: RowElement>(&self, buf: &'a RocmDeviceBuffer<T>) -> RocmRows<'a> {
+        RocmRows {
+            buf: Arc::new(RocmDeviceBuffer::alias(buf)),
+            format: T::FORMAT,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Borrows the caller's `u32` buffer for the kernel to write (accepted counts, tokens,
+    /// recovered tokens: [`RocmOut::output`]).
+    #[must_use]
+    pub fn borrow_out<'a>(&self, buf: &'a mut RocmDeviceBuffer<u32>) -> RocmOut<'a> {
+        RocmOut {
+            buf: Arc::new(RocmDeviceBuffer::alias(buf)),
+            _borrow: PhantomData,
+        }
     }
 }

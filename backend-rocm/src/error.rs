@@ -85,6 +85,12 @@ pub enum RocmError {
     /// A graph replay on views whose optional inputs (ragged layout, bonus tokens, logits,
     /// draft probabilities) or capacity do not match the graph's; nothing was enqueued.
     GraphMismatch,
+    /// A device tensor of the batch or outputs is not memory of this verifier's device (or
+    /// of this GPU API); nothing was enqueued, written or counted.
+    ForeignMemory {
+        /// Which tensor.
+        param: specula_core::verify::Param,
+    },
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
     /// A readback was misused (poll with none in flight, start with too many): the answer
@@ -138,6 +144,10 @@ impl fmt::Display for RocmError {
             Self::GraphMismatch => {
                 f.write_str("the views differ from the ones the graph was captured with")
             }
+            Self::ForeignMemory { param } => write!(
+                f,
+                "{param:?} is not device memory of this verifier's device"
+            ),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
         }
     }
@@ -166,7 +176,9 @@ impl RocmError {
             | Self::LengthMismatch { .. }
             | Self::Verify(_) => ErrorKind::InvalidInput,
             Self::Misuse(_) | Self::Unsupported(_) => ErrorKind::Misuse,
-            Self::ViewTooShort | Self::GraphMismatch => ErrorKind::InvalidInput,
+            Self::ViewTooShort | Self::GraphMismatch | Self::ForeignMemory { .. } => {
+                ErrorKind::InvalidInput
+            }
             Self::Stalled => ErrorKind::Device,
             Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
@@ -187,6 +199,7 @@ impl From<GpuError<RocmError>> for RocmError {
             GpuError::TooLarge => Self::TooLarge,
             GpuError::ViewTooShort => Self::ViewTooShort,
             GpuError::GraphMismatch => Self::GraphMismatch,
+            GpuError::ForeignMemory { param } => Self::ForeignMemory { param },
             GpuError::DeviceFlags(bits) => Self::Hip {
                 call: "specula_verify (kernel error flags)",
                 code: i32::try_from(bits).unwrap_or(i32::MAX),

@@ -19,7 +19,7 @@ macro_rules! device_copy {
         impl DeviceCopy for $t {}
     )*};
 }
-device_copy!(u8, u32, i32, u64, i64, f32);
+device_copy!(u8, u32, i32, u64, i64, f32, half::bf16, half::f16);
 
 fn bytes_of<T>(len: usize) -> Result<usize, RocmError> {
     len.checked_mul(size_of::<T>()).ok_or(RocmError::TooLarge)
@@ -29,7 +29,11 @@ fn bytes_of<T>(len: usize) -> Result<usize, RocmError> {
 pub struct RocmDeviceBuffer<T: DeviceCopy> {
     ptr: *mut c_void,
     len: usize,
+    /// Its size in bytes (`len · size_of::<T>()`, or a borrowed buffer's exact size).
+    bytes: usize,
     device: RocmDevice,
+    /// False for an alias of the caller's memory ([`alias`](Self::alias)): never freed here.
+    owned: bool,
     _t: PhantomData<T>,
 }
 
@@ -65,7 +69,9 @@ impl<T: DeviceCopy> RocmDeviceBuffer<T> {
         let buf = Self {
             ptr,
             len,
+            bytes,
             device: device.clone(),
+            owned: true,
             _t: PhantomData,
         };
         let stream = RocmStream::new(device)?;
@@ -175,13 +181,32 @@ impl<T: DeviceCopy> RocmDeviceBuffer<T> {
     pub fn as_device_ptr(&self) -> *mut c_void {
         self.ptr
     }
+
+    /// Its size in bytes.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.bytes
+    }
+
+    /// The memory of `src`, as whole `T`s (its exact byte size kept), never freed by the alias:
+    /// for a view the kernel reads or writes while the caller's borrow of `src` lasts.
+    pub(crate) fn alias<U: DeviceCopy>(src: &RocmDeviceBuffer<U>) -> Self {
+        Self {
+            ptr: src.ptr,
+            len: src.bytes / size_of::<T>(),
+            bytes: src.bytes,
+            device: src.device.clone(),
+            owned: false,
+            _t: PhantomData,
+        }
+    }
 }
 
 impl<T: DeviceCopy> Drop for RocmDeviceBuffer<T> {
     fn drop(&mut self) {
         let hip = self.device.hip();
-        if self.device.bind().is_ok() {
-            // SAFETY: `ptr` came from `hipMalloc` on this device and is freed exactly once.
+        if self.owned && self.device.bind().is_ok() {
+            // SAFETY: `ptr` came from `hipMalloc` on this device (an owned buffer, not an alias)
+            // and is freed exactly once.
             let _ = unsafe { (hip.api.hipFree)(self.ptr) };
         }
     }

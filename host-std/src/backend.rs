@@ -300,9 +300,54 @@ pub enum Backend<const K: usize> {
     /// The CPU backend, or the reference ([`CpuVerifier::reference`]).
     Cpu(CpuVerifier<K>),
     /// The CUDA backend.
+    ///
+    /// Its [`verify`](Verifier::verify) takes the engine's device tensors as they are: rows
+    /// borrowed from cudarc memory ([`CudaDriver::borrow_rows`](specula_cuda::CudaDriver::borrow_rows):
+    /// `f32`, `bf16`, `f16`) and outputs written in place
+    /// ([`Outputs::on_device`](specula_core::verify::Outputs::on_device)): no host copy of the
+    /// rows, no copy down, no wait (the small per-request values are still copied up). The
+    /// results are ordered on the device's compute stream, before the engine's next use of the
+    /// borrowed tensors.
+    ///
+    /// ```no_run
+    /// use specula::backend::Backend;
+    /// use specula::cuda::cudarc::driver::CudaSlice;
+    /// use specula::half::bf16;
+    /// use specula::specula_core::verify::{
+    ///     Batch, Check, DeviceOutputs, Dims, Drafts, Method, Outputs, Streams, Target, Verifier,
+    /// };
+    ///
+    /// /// One step: `logits` is `[B · (k_max+1), V]` bf16 on the GPU; `accepted` (`B`) and
+    /// /// `tokens` (`B · (k_max+1)`) are written there.
+    /// fn step(
+    ///     backend: &mut Backend<8>,
+    ///     logits: &CudaSlice<bf16>,
+    ///     accepted: &mut CudaSlice<u32>,
+    ///     tokens: &mut CudaSlice<u32>,
+    ///     (k, ids, temperature): (&[u32], &[u32], &[f32]),
+    ///     (seed, offset): (&[u64], &[u64]),
+    ///     dims: Dims,
+    /// ) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let Backend::Cuda(gpu) = &*backend else { return Err("not CUDA".into()) };
+    ///     let drv = gpu.driver().clone();
+    ///     let rows = drv.borrow_rows(logits);
+    ///     let (mut acc, mut tok) = (drv.borrow_mut(accepted), drv.borrow_mut(tokens));
+    ///     let batch = Batch::dense(dims, Drafts { k, ids }, &[], Streams { seed, offset })
+    ///         .with_target(Target::Logits { rows: rows.rows(dims.vocab), temperature });
+    ///     let mut out = Outputs::on_device(DeviceOutputs {
+    ///         accepted: acc.output(),
+    ///         tokens: tok.output(),
+    ///         recovered: None,
+    ///     });
+    ///     backend.verify(Method::Rejection, Check::Cheap, &batch, &mut out)?;
+    ///     Ok(())
+    /// }
+    /// ```
     #[cfg(feature = "cuda")]
     Cuda(specula_cuda::CudaVerifier<K>),
-    /// The ROCm backend.
+    /// The ROCm backend; its [`verify`](Verifier::verify) takes the caller's HIP buffers as
+    /// they are ([`RocmDriver::borrow_rows`](specula_rocm::RocmDriver::borrow_rows),
+    /// [`borrow_out`](specula_rocm::RocmDriver::borrow_out)), as the CUDA backend's does.
     #[cfg(feature = "rocm")]
     Rocm(specula_rocm::RocmVerifier<K>),
 }

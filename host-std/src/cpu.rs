@@ -144,7 +144,8 @@ impl<'a> Src<'a> {
 fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
     match row {
         Values::F32(x) => x,
-        Values::Half(_) => {
+        // Device rows never get here: `Support::ALL` refuses them.
+        Values::Half(_) | Values::Device(_) => {
             buf.resize(row.len(), 0.0);
             row.widen_into(buf);
             buf
@@ -455,7 +456,8 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
     let widened;
     let src: &[f32] = match row {
         Values::F32(x) => x,
-        Values::Half(_) => {
+        // Device rows never get here: `Support::ALL` refuses them.
+        Values::Half(_) | Values::Device(_) => {
             let mut w = vec![0f32; row.len()];
             row.widen_into(&mut w);
             widened = w;

@@ -71,6 +71,8 @@ const TICK: Duration = Duration::from_millis(5);
 pub struct Mem {
     words: Box<[UnsafeCell<u64>]>,
     bytes: usize,
+    /// The driver (the "device") that allocated it ([`Driver::owns`]).
+    device: u64,
 }
 
 // SAFETY: the memory is only accessed through raw pointers, by operations ordered by streams
@@ -86,9 +88,13 @@ impl std::fmt::Debug for Mem {
 }
 
 impl Mem {
-    fn zeroed(bytes: usize) -> Arc<Self> {
+    fn zeroed(bytes: usize, device: u64) -> Arc<Self> {
         let words = (0..bytes.div_ceil(8)).map(|_| UnsafeCell::new(0)).collect();
-        Arc::new(Self { words, bytes })
+        Arc::new(Self {
+            words,
+            bytes,
+            device,
+        })
     }
 
     fn ptr(&self) -> *mut u8 {
@@ -311,7 +317,12 @@ struct Inner {
     /// Launches run per entry point, indexed as `ENTRY_NAMES`.
     by_entry: [AtomicU64; ENTRY_NAMES.len()],
     streams: AtomicU64,
+    /// This driver's "device": every [`HostDriver::new`] is another one.
+    device: u64,
 }
+
+/// The next [`HostDriver::new`]'s device number.
+static DEVICES: AtomicU64 = AtomicU64::new(0);
 
 /// The host driver (a shared handle).
 #[derive(Clone, Debug)]
@@ -372,6 +383,7 @@ impl HostDriver {
                 launches: AtomicU64::new(0),
                 by_entry: Default::default(),
                 streams: AtomicU64::new(0),
+                device: DEVICES.fetch_add(1, Ordering::Relaxed),
             }),
         }
     }
@@ -421,6 +433,33 @@ impl HostDriver {
         stream.id
     }
 
+    /// A buffer of this driver's "device" holding `data` (what an engine's tensor in device
+    /// memory is to the orchestration), written directly: nothing else refers to it yet.
+    #[must_use]
+    pub fn buffer_from<T: Element>(&self, data: &[T]) -> Buf {
+        let bytes = as_bytes(data);
+        let mem = Mem::zeroed(bytes.len(), self.inner.device);
+        // SAFETY: a fresh allocation of `bytes.len()` bytes that no one else refers to yet.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), mem.ptr(), bytes.len()) };
+        mem
+    }
+
+    /// The first `len` elements of `buf` once everything queued on `stream` has run (one
+    /// synchronising call, counted in [`sync_calls`](Self::sync_calls)).
+    ///
+    /// # Panics
+    /// If the stream's work failed or `buf` holds fewer than `len` elements.
+    #[must_use]
+    pub fn read_after<T: Element>(&self, stream: &Stream, buf: &Buf, len: usize) -> Vec<T> {
+        self.sync_stream(stream).expect("stream work failed");
+        let bytes = len * T::BYTES;
+        let p = buf.at(0, bytes).expect("buffer too short");
+        // SAFETY: in bounds (checked by `at`); the stream that writes it has drained and the
+        // caller enqueues nothing on it meanwhile.
+        let raw = unsafe { std::slice::from_raw_parts(p.cast_const(), bytes) };
+        raw.chunks_exact(T::BYTES).map(T::read_ne).collect()
+    }
+
     fn enqueue(&self, stream: &Stream, op: Op) -> Result<(), HostDriverError> {
         if let Some(c) = lock(&stream.capture).as_mut() {
             c.push(op);
@@ -439,7 +478,8 @@ impl HostDriver {
 }
 
 fn as_bytes<T: Element>(src: &[T]) -> &[u8] {
-    // SAFETY: `Element` is sealed to u32, u64, f32 and i32: no padding, every byte initialised.
+    // SAFETY: `Element` is sealed to u32, u64, f32, i32 and u16: no padding, every byte
+    // initialised.
     unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), size_of_val(src)) }
 }
 
@@ -489,11 +529,11 @@ impl Driver for HostDriver {
     }
 
     fn alloc(&self, bytes: usize) -> Result<Buf, HostDriverError> {
-        Ok(Mem::zeroed(bytes))
+        Ok(Mem::zeroed(bytes, self.inner.device))
     }
 
     fn alloc_host(&self, bytes: usize) -> Result<Buf, HostDriverError> {
-        Ok(Mem::zeroed(bytes))
+        Ok(Mem::zeroed(bytes, self.inner.device))
     }
 
     fn upload<T: Element>(
@@ -668,6 +708,11 @@ impl Driver for HostDriver {
             stream,
             Arc::new(move |closing| ops.iter().try_for_each(|op| op(closing))),
         )
+    }
+
+    /// Only its own allocations: another [`HostDriver::new`] is another device.
+    fn owns(&self, buf: &Buf) -> bool {
+        buf.device == self.inner.device
     }
 
     fn multiprocessors(&self) -> u32 {

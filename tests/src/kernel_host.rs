@@ -344,6 +344,8 @@ impl<const K: usize> KernelHost<K> {
                         shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16;
                         at(h)
                     }
+                    // Refused by validation (`Support::ALL`: host memory only).
+                    Values::Device(_) => 0,
                 },
             ),
         };
@@ -364,7 +366,12 @@ impl<const K: usize> KernelHost<K> {
                 shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS | flag;
                 ptr
             }
-            None => 0,
+            // Device rows: refused by validation (`Support::ALL`: host memory only).
+            Some(Rows {
+                values: Values::Device(_),
+                ..
+            })
+            | None => 0,
         };
         let sampling: Option<Vec<u32>> = kernels::has_sampling(batch).then(|| {
             (0..b)

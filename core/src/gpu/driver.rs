@@ -418,6 +418,15 @@ pub trait Driver: Memory + Clone {
     fn end_capture(&self, stream: &Self::Stream) -> Result<Self::Graph, Self::Error>;
     /// Enqueues one replay of `graph` on `stream`.
     fn replay(&self, graph: &Self::Graph, stream: &Self::Stream) -> Result<(), Self::Error>;
+    /// Whether `buf` is memory of this driver's device (context), so its launches may read and
+    /// write it: checked for the device tensors a batch brings
+    /// ([`Values::Device`](crate::verify::Values::Device), [`DeviceOut`](crate::verify::DeviceOut)),
+    /// refused otherwise ([`GpuError::ForeignMemory`](super::GpuError::ForeignMemory)). Default:
+    /// every buffer of this type (a driver of one device per process).
+    fn owns(&self, buf: &Self::Buffer) -> bool {
+        let _ = buf;
+        true
+    }
     /// Multiprocessors (compute units): below one request per multiprocessor, launches split
     /// each request's rows over several blocks.
     fn multiprocessors(&self) -> u32;

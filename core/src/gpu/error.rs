@@ -3,7 +3,7 @@
 
 use crate::error_kind::{ErrorKind, HasKind};
 use crate::metrics::Misuse;
-use crate::verify::VerifyError;
+use crate::verify::{Param, VerifyError};
 
 /// Why a GPU verification or readback failed; `E` is the driver's error.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +19,14 @@ pub enum GpuError<E> {
     /// A device view is shorter than the launch's capacity needs (an absent view the launch
     /// needs counts as empty: target logits without temperatures, or the reverse).
     ViewTooShort,
+    /// A device tensor of the batch or outputs ([`Values::Device`](crate::verify::Values::Device),
+    /// [`DeviceOut`](crate::verify::DeviceOut)) is not memory of this verifier's driver and
+    /// device (another GPU API's buffer, or another device's): nothing was enqueued, written or
+    /// counted.
+    ForeignMemory {
+        /// Which tensor.
+        param: Param,
+    },
     /// A graph replay on views whose optional inputs (draft probabilities, ragged layout, bonus
     /// tokens, logits) differ from the ones it was captured with, or whose batch exceeds its
     /// capacity: nothing was enqueued.
@@ -48,9 +56,11 @@ impl<E: HasKind> HasKind for GpuError<E> {
     fn kind(&self) -> ErrorKind {
         match self {
             Self::Driver(e) => e.kind(),
-            Self::Verify(_) | Self::TooLarge | Self::ViewTooShort | Self::GraphMismatch => {
-                ErrorKind::InvalidInput
-            }
+            Self::Verify(_)
+            | Self::TooLarge
+            | Self::ViewTooShort
+            | Self::GraphMismatch
+            | Self::ForeignMemory { .. } => ErrorKind::InvalidInput,
             Self::DeviceFlags(_) | Self::Stalled => ErrorKind::Device,
             Self::Misuse(_) => ErrorKind::Misuse,
         }
@@ -72,6 +82,10 @@ impl<E: core::fmt::Display> core::fmt::Display for GpuError<E> {
             Self::Verify(e) => write!(f, "invalid batch: {e:?}"),
             Self::TooLarge => f.write_str("a size does not fit the kernel's 32-bit shape words"),
             Self::ViewTooShort => f.write_str("a device view is shorter than the launch needs"),
+            Self::ForeignMemory { param } => write!(
+                f,
+                "{param:?} is not device memory of this verifier's driver and device"
+            ),
             Self::GraphMismatch => {
                 f.write_str("the views differ from the ones the graph was captured with")
             }

@@ -311,7 +311,7 @@ pub fn batch_shape<const K: usize>(
     let w = |x: usize| u32::try_from(x).map_err(|_| ShapeTooLarge);
     // Half draft rows set their stride with their format flag (the staging does).
     let draft_stride = match batch.draft {
-        Some(d) if d.rows.as_f32().is_some() => Some(w(d.rows.stride)?),
+        Some(d) if d.rows.format() == crate::verify::Format::F32 => Some(w(d.rows.stride)?),
         _ => None,
     };
     Ok(shape_words(

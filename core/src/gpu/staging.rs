@@ -2,11 +2,12 @@
 
 use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
+use super::view::Memory;
 use super::view::{Element, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
-    Batch, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Produce, Support, Target, Values, draft_slots,
-    validate_inputs_with,
+    Batch, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Feature, Format, Half,
+    Method, Param, Produce, Support, Values, VerifyError, draft_slots, validate_inputs_with,
 };
 
 /// What the shared GPU path verifies (every [`GpuVerifier`](super::GpuVerifier), so the CUDA and ROCm backends):
@@ -27,6 +28,7 @@ pub const SUPPORT: Support = Support {
     methods: true,
     recovered: true,
     trees: true,
+    device: true,
 };
 
 /// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
@@ -85,40 +87,115 @@ fn patterns(h: Half<'_>) -> &[u16] {
     }
 }
 
-/// A batch's tensors by kernel argument: the kernel takes each element format of the target
-/// and draft rows through a pointer of its own.
-struct Split<'a> {
-    draft_probs: Option<&'a [f32]>,
-    draft_probs_half: Option<Half<'a>>,
-    target_probs: &'a [f32],
-    target_logits: Option<&'a [f32]>,
-    target_logits_half: Option<Half<'a>>,
-    temperature: Option<&'a [f32]>,
+/// Where a tensor argument of the kernel comes from: host values (`'h`) the staging uploads
+/// into its own buffer, or the caller's device memory (`'d`), read in place (no copy).
+enum Src<'h, 'd, D: Memory, T: Element> {
+    Host(&'h [T]),
+    Device(View<'d, D, T>),
 }
 
-impl<'a> Split<'a> {
-    fn of(batch: &Batch<'a>) -> Self {
-        let (draft_probs, draft_probs_half) = match batch.draft.map(|d| d.rows.values) {
-            Some(Values::F32(x)) => (Some(x), None),
-            Some(Values::Half(h)) => (None, Some(h)),
+impl<D: Memory, T: Element> Src<'_, '_, D, T> {
+    /// Elements the staging copies (none for device memory).
+    fn staged_len(&self) -> usize {
+        match self {
+            Self::Host(x) => x.len(),
+            Self::Device(_) => 0,
+        }
+    }
+}
+
+/// One row tensor by its kernel argument: binary32, or 16-bit patterns of a half format.
+enum Arg<'h, 'd, D: Memory> {
+    F32(Src<'h, 'd, D, f32>),
+    Half(Src<'h, 'd, D, u16>, Format),
+}
+
+/// A batch's row tensors by kernel argument: the kernel takes each element format of the
+/// target and draft rows through a pointer of its own.
+pub(super) struct Split<'h, 'd, D: Memory> {
+    draft_probs: Option<Src<'h, 'd, D, f32>>,
+    draft_probs_half: Option<(Src<'h, 'd, D, u16>, Format)>,
+    target_probs: Src<'h, 'd, D, f32>,
+    target_logits: Option<Src<'h, 'd, D, f32>>,
+    target_logits_half: Option<(Src<'h, 'd, D, u16>, Format)>,
+}
+
+impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
+    /// The tensors of `batch`; `device` makes the views of its device tensors (or refuses them).
+    fn with(
+        batch: &Batch<'h>,
+        device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
+    ) -> Result<Self, GpuError<D::Error>> {
+        let arg = |v: Values<'h>, param: Param| match v {
+            Values::F32(x) => Ok(Arg::F32(Src::Host(x))),
+            Values::Half(h) => Ok(Arg::Half(
+                Src::Host(patterns(h)),
+                match h {
+                    Half::Bf16(_) => Format::Bf16,
+                    Half::F16(_) => Format::F16,
+                },
+            )),
+            Values::Device(d) => device(d, param),
+        };
+        let (draft_probs, draft_probs_half) = match batch.draft {
+            Some(d) => match arg(d.rows.values, Param::DraftProbs)? {
+                Arg::F32(x) => (Some(x), None),
+                Arg::Half(h, f) => (None, Some((h, f))),
+            },
             None => (None, None),
         };
+        let logits = batch.has_logits();
+        let param = if logits {
+            Param::TargetLogits
+        } else {
+            Param::TargetProbs
+        };
+        let none = Src::Host(&[][..]);
         let (target_probs, target_logits, target_logits_half) =
-            match (batch.target, batch.target.rows().values) {
-                (Target::Probs(_), Values::F32(x)) => (x, None, None),
+            match (logits, arg(batch.target.rows().values, param)?) {
+                (false, Arg::F32(x)) => (x, None, None),
                 // Half probabilities: refused by `SUPPORT` (no kernel entry reads them).
-                (Target::Probs(_), Values::Half(_)) => (&[][..], None, None),
-                (Target::Logits { .. }, Values::F32(x)) => (&[][..], Some(x), None),
-                (Target::Logits { .. }, Values::Half(h)) => (&[][..], None, Some(h)),
+                (false, Arg::Half(..)) => (none, None, None),
+                (true, Arg::F32(x)) => (none, Some(x), None),
+                (true, Arg::Half(h, f)) => (none, None, Some((h, f))),
             };
-        Self {
+        Ok(Self {
             draft_probs,
             draft_probs_half,
             target_probs,
             target_logits,
             target_logits_half,
-            temperature: batch.target.temperature(),
-        }
+        })
+    }
+
+    /// The tensors of a batch in host memory ([`Feature::Device`] refused: the caller's device
+    /// memory is borrowed for as long as the views, which this split's callers cannot say).
+    fn host(batch: &Batch<'h>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(batch, |_, _| {
+            Err(GpuError::Verify(VerifyError::Unsupported {
+                feature: Feature::Device,
+            }))
+        })
+    }
+}
+
+impl<'b, D: Driver> Split<'b, 'b, D> {
+    /// The tensors of `batch`, its device tensors as views of `drv`'s memory:
+    /// [`GpuError::ForeignMemory`] for another driver's or device's buffer.
+    pub(super) fn of(drv: &D, batch: &Batch<'b>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(batch, |d, param| {
+            let foreign = GpuError::ForeignMemory { param };
+            match d.format() {
+                Format::F32 => match d.view::<D, f32>() {
+                    Some(v) if drv.owns(v.buffer()) => Ok(Arg::F32(Src::Device(v))),
+                    _ => Err(foreign),
+                },
+                f => match d.view::<D, u16>() {
+                    Some(v) if drv.owns(v.buffer()) => Ok(Arg::Half(Src::Device(v), f)),
+                    _ => Err(foreign),
+                },
+            }
+        })
     }
 }
 
@@ -127,9 +204,45 @@ fn first_row<'a>(batch: &Batch<'a>) -> Option<&'a [u32]> {
     batch.draft.and_then(|d| d.first_row)
 }
 
+/// The caller's device outputs as views of the verifier's driver (see
+/// [`Outputs::on_device`](crate::verify::Outputs::on_device)).
+pub(super) struct OutViews<'d, D: Memory> {
+    pub(super) accepted: ViewMut<'d, D, u32>,
+    pub(super) tokens: ViewMut<'d, D, u32>,
+    pub(super) recovered: Option<ViewMut<'d, D, u32>>,
+}
+
+impl<'d, D: Driver> OutViews<'d, D> {
+    /// `out` as views of `drv`'s memory: [`GpuError::ForeignMemory`] for another driver's or
+    /// device's buffer.
+    pub(super) fn of(drv: &D, out: &'d mut DeviceOutputs<'_>) -> Result<Self, GpuError<D::Error>> {
+        fn one<'d, D: Driver>(
+            drv: &D,
+            out: &'d mut DeviceOut<'_>,
+            param: Param,
+        ) -> Result<ViewMut<'d, D, u32>, GpuError<D::Error>> {
+            match out.view_mut::<D>() {
+                Some(v) if drv.owns(v.buffer()) => Ok(v),
+                _ => Err(GpuError::ForeignMemory { param }),
+            }
+        }
+        Ok(Self {
+            accepted: one(drv, &mut out.accepted, Param::Accepted)?,
+            tokens: one(drv, &mut out.tokens, Param::Tokens)?,
+            recovered: match out.recovered.as_mut() {
+                Some(r) => Some(one(drv, r, Param::Recovered)?),
+                None => None,
+            },
+        })
+    }
+}
+
 /// The byte sizes a batch needs in each buffer (`recovered`: with the recovered-token output).
-fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
-    let t = Split::of(batch);
+fn needs<D: Memory>(
+    batch: &Batch<'_>,
+    t: &Split<'_, '_, D>,
+    recovered: bool,
+) -> Option<[usize; SLOTS]> {
     let b = batch.requests();
     let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
     let w4 = |n: usize| n.checked_mul(4);
@@ -138,8 +251,8 @@ fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
         kernels::SHAPE_WORDS * 4,
         w4(batch.k().len())?,
         w4(batch.draft_ids.len())?,
-        w4(t.draft_probs.map_or(0, <[f32]>::len))?,
-        w4(t.target_probs.len())?,
+        w4(t.draft_probs.as_ref().map_or(0, Src::staged_len))?,
+        w4(t.target_probs.staged_len())?,
         w8(batch.seed.len())?,
         w8(batch.offset.len())?,
         w4(b)?,
@@ -148,15 +261,21 @@ fn needs(batch: &Batch<'_>, recovered: bool) -> Option<[usize; SLOTS]> {
         w4(tokens)?,
         w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
         w4(batch.bonus.map_or(0, <[u32]>::len))?,
-        w4(t.target_logits.map_or(0, <[f32]>::len))?,
-        w4(t.temperature.map_or(0, <[f32]>::len))?,
+        w4(t.target_logits.as_ref().map_or(0, Src::staged_len))?,
+        w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
         if kernels::has_sampling(batch) {
             w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
         } else {
             0
         },
-        t.target_logits_half.map_or(0, |h| h.len()).checked_mul(2)?,
-        t.draft_probs_half.map_or(0, |h| h.len()).checked_mul(2)?,
+        t.target_logits_half
+            .as_ref()
+            .map_or(0, |(h, _)| h.staged_len())
+            .checked_mul(2)?,
+        t.draft_probs_half
+            .as_ref()
+            .map_or(0, |(h, _)| h.staged_len())
+            .checked_mul(2)?,
         // One value per draft slot, as the draft ids are laid out.
         if recovered {
             w4(draft_slots(batch))?
@@ -244,15 +363,16 @@ impl<D: Driver> Staging<D> {
     }
 
     /// Grows the buffers to hold `batch` and the outputs `produce` names (set-up: allocates;
-    /// does not synchronise).
+    /// does not synchronise). A batch's device tensors ([`Values::Device`]) need no buffer;
+    /// one of another driver or device is [`GpuError::ForeignMemory`] (nothing allocated).
     pub fn reserve(
         &mut self,
         drv: &D,
         batch: &Batch<'_>,
         produce: Produce,
     ) -> Result<(), GpuError<D::Error>> {
-        let recovered = produce.recovered;
-        let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
+        let split = Split::of(drv, batch)?;
+        let needs = needs(batch, &split, produce.recovered).ok_or(GpuError::TooLarge)?;
         self.bufs.reserve(drv, needs, &OPTIONAL)
     }
 
@@ -265,6 +385,15 @@ impl<D: Driver> Staging<D> {
     ///
     /// With [`Produce::recovered`] the views' `recovered` is the staging's buffer for it, one
     /// value per draft slot, which the launch (the logits entries) writes.
+    ///
+    /// Host tensors only: a batch with device tensors ([`Values::Device`]) is
+    /// [`VerifyError::Unsupported`] with [`Feature::Device`] here (the views this returns
+    /// outlive the batch; [`Verifier::verify`](crate::verify::Verifier::verify) on a
+    /// [`GpuVerifier`](super::GpuVerifier) takes them, or the caller's own [`VerifyArgs`]).
+    ///
+    /// Reusing the buffers needs no wait: every copy into them and every launch reading them
+    /// is enqueued on the one `stream`, which runs them in order, so this step's copies start
+    /// after the previous launch has read the previous step's values.
     pub fn write<const K: usize>(
         &self,
         drv: &D,
@@ -273,12 +402,31 @@ impl<D: Driver> Staging<D> {
         batch: &Batch<'_>,
         produce: Produce,
     ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
-        let recovered = produce.recovered;
+        validate_inputs_with::<K>(SUPPORT, batch)?;
+        let split = Split::host(batch)?;
+        self.write_split::<K>(drv, stream, method, batch, split, None, produce)
+    }
+
+    /// [`write`](Self::write) of a batch whose row tensors are `split` (device ones read in
+    /// place) into outputs on the device (`out`, written in place) or in the staging's buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn write_split<'s, const K: usize>(
+        &'s self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &Batch<'_>,
+        t: Split<'_, 's, D>,
+        out: Option<OutViews<'s, D>>,
+        produce: Produce,
+    ) -> Result<Staged<'s, D>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.
         validate_inputs_with::<K>(SUPPORT, batch)?;
-        let needs = needs(batch, recovered).ok_or(GpuError::TooLarge)?;
+        let recovered = produce.recovered;
+        // Device outputs need no staging buffer for the recovered tokens.
+        let needs = needs(batch, &t, recovered && out.is_none()).ok_or(GpuError::TooLarge)?;
         let bufs = self.bufs.take(needs, &OPTIONAL)?;
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
@@ -286,69 +434,94 @@ impl<D: Driver> Staging<D> {
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        let t = Split::of(batch);
         match t.target_logits_half {
-            Some(Half::Bf16(_)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
-            Some(Half::F16(_)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
-            None => {}
+            Some((_, Format::Bf16)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
+            Some((_, Format::F16)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
+            Some((_, Format::F32)) | None => {}
         }
-        if let (Some(h), Some(d)) = (t.draft_probs_half, batch.draft) {
+        if let (Some((_, f)), Some(d)) = (&t.draft_probs_half, batch.draft) {
             shape[kernels::SHAPE_DRAFT_STRIDE] =
                 u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
             shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
-                | match h {
-                    Half::Bf16(_) => kernels::FLAG_DRAFT_BF16,
-                    Half::F16(_) => kernels::FLAG_DRAFT_F16,
+                | match f {
+                    Format::Bf16 => kernels::FLAG_DRAFT_BF16,
+                    // `Arg::Half` only holds the half formats.
+                    Format::F16 | Format::F32 => kernels::FLAG_DRAFT_F16,
                 };
         }
+        // Every check is done and every view made before the first copy is enqueued, so an
+        // error leaves the stream as it was.
+        let outputs = match out {
+            Some(o) => o,
+            None => OutViews {
+                accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
+                tokens: ViewMut::shared(
+                    View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?,
+                ),
+                recovered: if recovered {
+                    let slots = needs[RECOVERED] / 4;
+                    Some(ViewMut::shared(
+                        View::range(buf(RECOVERED)?, 0, slots).map_err(oob)?,
+                    ))
+                } else {
+                    None
+                },
+            },
+        };
         let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
         Ok(Staged(VerifyArgs {
             capacity,
             shape,
             k: up_u32(drv, stream, buf(KS)?, batch.k())?,
             draft_ids: up_u32(drv, stream, buf(IDS)?, batch.draft_ids)?,
-            draft_probs: match t.draft_probs {
-                Some(d) => Some(upload(drv, stream, buf(DPROBS)?, d)?),
-                None => None,
-            },
-            target_probs: upload(drv, stream, buf(TPROBS)?, t.target_probs)?,
+            draft_probs: tensor(drv, stream, bufs[DPROBS], t.draft_probs)?,
+            target_probs: tensor(drv, stream, bufs[TPROBS], Some(t.target_probs))?
+                .ok_or(GpuError::ViewTooShort)?,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-            tokens: ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
+            accepted: outputs.accepted,
+            tokens: outputs.tokens,
             cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens())?,
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
-            target_logits: optional(drv, stream, bufs[TLOGITS], t.target_logits)?,
-            temperature: optional(drv, stream, bufs[TEMP], t.temperature)?,
+            target_logits: tensor(drv, stream, bufs[TLOGITS], t.target_logits)?,
+            temperature: optional(drv, stream, bufs[TEMP], batch.target.temperature())?,
             sampling: if kernels::has_sampling(batch) {
                 Some(sampling(drv, stream, buf(SAMPLING)?, batch, method)?)
             } else {
                 None
             },
-            target_logits_half: optional(
+            target_logits_half: tensor(
                 drv,
                 stream,
                 bufs[TLOGITS_HALF],
-                t.target_logits_half.map(patterns),
+                t.target_logits_half.map(|(h, _)| h),
             )?,
-            draft_probs_half: optional(
+            draft_probs_half: tensor(
                 drv,
                 stream,
                 bufs[DPROBS_HALF],
-                t.draft_probs_half.map(patterns),
+                t.draft_probs_half.map(|(h, _)| h),
             )?,
             draft_first_row: optional(drv, stream, bufs[FIRST_ROW], first_row(batch))?,
-            recovered: if recovered {
-                let slots = needs[RECOVERED] / 4;
-                Some(ViewMut::shared(
-                    View::range(buf(RECOVERED)?, 0, slots).map_err(oob)?,
-                ))
-            } else {
-                None
-            },
+            recovered: outputs.recovered,
         }))
+    }
+}
+
+/// A row tensor's view: the caller's device memory as it is, or host values uploaded into
+/// `dst` (`None`: the kernel gets a null pointer).
+fn tensor<'a, D: Driver, T: Element>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: Option<&'a D::Buffer>,
+    src: Option<Src<'_, 'a, D, T>>,
+) -> Result<Option<View<'a, D, T>>, GpuError<D::Error>> {
+    match src {
+        Some(Src::Device(v)) => Ok(Some(v)),
+        Some(Src::Host(x)) => optional(drv, stream, dst, Some(x)),
+        None => Ok(None),
     }
 }
 

@@ -3,7 +3,7 @@
 use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::{SUPPORT, Staged, Staging, grow_host};
+use super::staging::{OutViews, SUPPORT, Split, Staged, Staging, grow_host};
 use super::tree::staging::TreeStaging;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
@@ -447,7 +447,15 @@ fn enqueue_launch<D: Driver, const K: usize>(
 impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     type Error = GpuError<D::Error>;
 
-    /// Host-slice convenience: stage, launch, copy down, wait (one synchronising call).
+    /// Stage, launch, copy down, wait (one synchronising call): the host-slice convenience.
+    /// Device tensors ([`Values::Device`](crate::verify::Values::Device) rows) are read in
+    /// place, and outputs on the device ([`Outputs::on_device`]) are written in place with
+    /// neither the copy down nor the wait: then the call only enqueues (the small per-request
+    /// values, `k`, ids, seeds, offsets, temperatures, are still copied from the host), and
+    /// the results are ready for the caller's next work on this verifier's stream. Device
+    /// memory of another driver or device is [`GpuError::ForeignMemory`], and
+    /// [`Check::Strict`] over device rows is refused ([`Feature::DeviceCheck`](crate::verify::Feature::DeviceCheck)):
+    /// nothing enqueued, written or counted.
     fn verify(
         &mut self,
         method: Method,
@@ -515,10 +523,38 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
         let produce = out.produce();
+        // The caller's device memory is checked before anything is allocated or enqueued
+        // (the inputs by `reserve`, the outputs here).
+        if let Some(d) = out.device.as_mut() {
+            OutViews::of(&self.drv, d)?;
+        }
         staging.reserve(&self.drv, batch, produce)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
-        let args = staging.write::<K>(&self.drv, &self.stream, method, batch, produce)?;
-        // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
+        let split = Split::of(&self.drv, batch)?;
+        if let Some(d) = out.device.as_mut() {
+            // Outputs on the device: the launch writes them in place; no copy down, no wait.
+            // The kernel's error flags stay in the counters buffer: a validated batch raises
+            // none (every input they flag is checked on the host first).
+            let views = OutViews::of(&self.drv, d)?;
+            let (drv, stream) = (&self.drv, &self.stream);
+            let args = staging.write_split::<K>(
+                drv,
+                stream,
+                method,
+                batch,
+                split,
+                Some(views),
+                produce,
+            )?;
+            // SAFETY: written just above by `write_split`, whose shape words describe exactly
+            // these views (the device ones checked against the batch by validation);
+            // nothing else touches this verifier's staging.
+            return unsafe { self.launch_staged(&args) };
+        }
+        let (drv, stream) = (&self.drv, &self.stream);
+        let args = staging.write_split::<K>(drv, stream, method, batch, split, None, produce)?;
+        // SAFETY: written just above by `write_split`; nothing else touches this verifier's
+        // staging.
         unsafe { self.launch_staged(&args)? };
         let flags = self.download_outputs(&args, out)?;
         if flags != self.flags_seen {

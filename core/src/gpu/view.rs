@@ -49,8 +49,9 @@ element!(u16, 2);
 /// [`Driver`](super::Driver), apart from it so that views (which [`VerifyArgs`](super::VerifyArgs)
 /// hold) need nothing of the driver's calls.
 pub trait Memory {
-    /// Device memory (a shared handle: clones refer to the same memory).
-    type Buffer: Clone + fmt::Debug;
+    /// Device memory (a shared handle: clones refer to the same memory). `'static`: a handle,
+    /// not a borrow, so a batch can carry it type-erased ([`Device`](crate::verify::Device)).
+    type Buffer: Clone + fmt::Debug + 'static;
     /// The size of `buf` in bytes.
     fn bytes(buf: &Self::Buffer) -> usize;
 }
@@ -183,6 +184,12 @@ impl<'a, D: Memory, T: Element> ViewMut<'a, D, T> {
             inner,
             _excl: PhantomData,
         }
+    }
+
+    /// The view itself, for a type-erased output ([`DeviceOut`](crate::verify::DeviceOut)),
+    /// which keeps the exclusive borrow.
+    pub(crate) fn into_view(self) -> View<'a, D, T> {
+        self.inner
     }
 
     /// The same elements, read-only (for instance to copy the outputs down).

@@ -1,7 +1,7 @@
 //! [`Batch`]: one verification step's inputs, borrowed, typed so that what excludes each other
 //! cannot be written together (the [`Layout`], the [`Target`] rows, the optional draft [`Rows`]).
 
-use super::{DEFAULT_DELTA, DEFAULT_EPS, Filter, Half, Method, Param, Values};
+use super::{DEFAULT_DELTA, DEFAULT_EPS, Device, Filter, Format, Half, Method, Param, Values};
 
 /// The vocabulary size and the number of draft slots per request of a padded [`Batch`]
 /// (named fields: the two sizes cannot be swapped silently).
@@ -108,22 +108,47 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// The binary32 values, `None` for half-precision rows.
+    /// Rows in device memory, of stride `stride`, in the values' format (read in place by the
+    /// GPU verifier of their driver and device; host verifiers refuse them).
+    #[must_use]
+    pub const fn device(values: Device<'a>, stride: usize) -> Self {
+        Self {
+            values: Values::Device(values),
+            stride,
+        }
+    }
+
+    /// The binary32 host values, `None` for half-precision or device rows.
     #[must_use]
     pub const fn as_f32(&self) -> Option<&'a [f32]> {
         match self.values {
             Values::F32(x) => Some(x),
-            Values::Half(_) => None,
+            Values::Half(_) | Values::Device(_) => None,
         }
     }
 
-    /// The half-precision values, `None` for binary32 rows.
+    /// The half-precision host values, `None` for binary32 or device rows.
     #[must_use]
     pub const fn as_half(&self) -> Option<Half<'a>> {
         match self.values {
-            Values::F32(_) => None,
             Values::Half(h) => Some(h),
+            Values::F32(_) | Values::Device(_) => None,
         }
+    }
+
+    /// The device values, `None` for host rows.
+    #[must_use]
+    pub const fn as_device(&self) -> Option<Device<'a>> {
+        match self.values {
+            Values::Device(d) => Some(d),
+            Values::F32(_) | Values::Half(_) => None,
+        }
+    }
+
+    /// The element format (host or device).
+    #[must_use]
+    pub const fn format(&self) -> Format {
+        self.values.format()
     }
 
     /// Row `r` (`vocab` values), `None` if outside the tensor or the offset overflows.
@@ -720,7 +745,7 @@ impl<'a> Batch<'a> {
     pub fn target_row_checked(&self, b: usize, j: usize) -> Option<&'a [f32]> {
         match self.target_values_checked(b, j)? {
             Values::F32(x) => Some(x),
-            Values::Half(_) => None,
+            Values::Half(_) | Values::Device(_) => None,
         }
     }
 
@@ -738,7 +763,7 @@ impl<'a> Batch<'a> {
     pub fn draft_row_checked(&self, b: usize, j: usize) -> Option<&'a [f32]> {
         match self.draft_values_checked(b, j)? {
             Values::F32(x) => Some(x),
-            Values::Half(_) => None,
+            Values::Half(_) | Values::Device(_) => None,
         }
     }
 
@@ -817,18 +842,26 @@ impl<'a> Batch<'a> {
         self.filter_lens().next().is_some()
     }
 
-    /// Whether the batch holds a half-precision tensor (target or draft rows).
+    /// Whether the batch holds a half-precision tensor (target or draft rows, in host or device
+    /// memory).
     #[must_use]
     pub fn has_half(&self) -> bool {
-        self.target.rows().as_half().is_some()
-            || self.draft.is_some_and(|d| d.rows.as_half().is_some())
+        self.target.rows().format() != Format::F32
+            || self.draft.is_some_and(|d| d.rows.format() != Format::F32)
+    }
+
+    /// Whether the batch holds a tensor in device memory (target or draft rows).
+    #[must_use]
+    pub fn has_device(&self) -> bool {
+        self.target.rows().values.is_device()
+            || self.draft.is_some_and(|d| d.rows.values.is_device())
     }
 
     /// Whether request `b` of a validated batch is verified on its stored binary32 rows as
     /// they are (no softmax, no filter, no widening): then any [`RowOps`](super::RowOps) may reduce them.
     #[must_use]
     pub fn is_plain(&self, b: usize) -> bool {
-        if self.has_half() {
+        if self.has_half() || self.has_device() {
             return false;
         }
         match self.temperature_of(b) {

@@ -35,6 +35,12 @@ pub enum Feature {
     Recovered,
     /// Token trees ([`Verifier::verify_tree`](super::Verifier::verify_tree)).
     Trees,
+    /// Tensors in device memory ([`Values::Device`](super::Values::Device) rows,
+    /// [`Outputs::on_device`](super::Outputs::on_device)): only the GPU verifiers read them.
+    Device,
+    /// [`Check::Strict`](super::Check::Strict) over rows in device memory: the host cannot
+    /// read them without a copy and a wait (use [`Check::Cheap`](super::Check::Cheap)).
+    DeviceCheck,
 }
 
 /// A per-request slice or parameter of a [`Batch`](super::Batch) or

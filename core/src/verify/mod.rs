@@ -34,6 +34,7 @@
 //! ```
 
 mod batch;
+mod device;
 mod error;
 mod filter;
 mod outputs;
@@ -56,6 +57,7 @@ pub use batch::{
     Batch, Dims, Draft, Drafts, HalfLogits, Layout, Logits, NO_DRAFT_ROWS, RaggedDrafts, Rows,
     Streams, Strides, Target, advance_offsets,
 };
+pub use device::{Device, DeviceOut, DeviceOutputs, Format};
 pub use error::{Feature, Param, Tensor, VerifyError};
 pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};
 pub use reference::{
@@ -156,6 +158,9 @@ pub struct Support {
     pub recovered: bool,
     /// Token trees ([`Verifier::verify_tree`]).
     pub trees: bool,
+    /// Tensors in device memory: [`Values::Device`] rows and [`Outputs::on_device`] (the GPU
+    /// verifiers; a host verifier cannot read them).
+    pub device: bool,
 }
 
 impl Support {
@@ -172,6 +177,7 @@ impl Support {
         methods: false,
         recovered: false,
         trees: false,
+        device: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens. (The GPU backends take more:
     /// `specula_core::gpu::SUPPORT`.)
@@ -186,8 +192,10 @@ impl Support {
         methods: false,
         recovered: false,
         trees: false,
+        device: false,
     };
-    /// Everything: the reference and the CPU backend.
+    /// Everything in host memory: the reference and the CPU backend (which cannot read
+    /// [`device`](Self::device) tensors).
     pub const ALL: Self = Self {
         empty_drafts: true,
         ragged: true,
@@ -199,6 +207,8 @@ impl Support {
         methods: true,
         recovered: true,
         trees: true,
+        // The reference reads every value on the host.
+        device: false,
     };
 }
 

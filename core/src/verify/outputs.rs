@@ -1,7 +1,7 @@
 //! [`Outputs`]: the caller's output buffers of one verification step, and their adapters to
 //! vLLM's layout.
 
-use super::{Batch, Param, SENTINEL, VerifyError, draft_slots};
+use super::{Batch, DeviceOutputs, Param, SENTINEL, VerifyError, draft_slots};
 
 /// The caller's output buffers for a [`Batch`] of `B` requests. Built with [`Outputs::new`]
 /// (`#[non_exhaustive]`: outputs can be added without breaking callers).
@@ -17,6 +17,10 @@ pub struct Outputs<'a> {
     /// ([`with_recovered`](Self::with_recovered)): one value per draft slot ([`draft_slots`]),
     /// laid out and computed exactly as [`recovered_tokens`](super::recovered_tokens) writes them. `None`: not wanted.
     pub recovered: Option<&'a mut [u32]>,
+    /// Outputs in device memory ([`on_device`](Self::on_device)), written in place by the
+    /// launch (no copy down, no wait); then the host slices above are empty. Only the GPU
+    /// verifiers take them ([`Support::device`](super::Support::device)).
+    pub device: Option<DeviceOutputs<'a>>,
 }
 
 /// The `accepted` slice of [`Outputs::new`], named so it cannot be passed as the tokens.
@@ -43,6 +47,23 @@ impl<'a> Outputs<'a> {
             accepted: accepted.0,
             tokens: tokens.0,
             recovered: None,
+            device: None,
+        }
+    }
+
+    /// Outputs in device memory, in the host outputs' layout (`accepted`, `tokens`, and vLLM's
+    /// recovered tokens when [`DeviceOutputs::recovered`] is set): a GPU verifier's launch
+    /// writes them in place, so the step makes no copy down and no synchronising call
+    /// (the kernel's error flags are then not read back: a batch that passed validation raises
+    /// none). Validation checks their lengths as the host ones'; host verifiers refuse them
+    /// ([`VerifyError::Unsupported`] with [`Feature::Device`](super::Feature::Device)).
+    #[must_use]
+    pub fn on_device(device: DeviceOutputs<'a>) -> Self {
+        Self {
+            accepted: &mut [],
+            tokens: &mut [],
+            recovered: None,
+            device: Some(device),
         }
     }
 
@@ -92,7 +113,8 @@ impl<'a> Outputs<'a> {
     #[must_use]
     pub fn produce(&self) -> Produce {
         Produce {
-            recovered: self.recovered.is_some(),
+            recovered: self.recovered.is_some()
+                || self.device.as_ref().is_some_and(|d| d.recovered.is_some()),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
 use super::{
-    Batch, Check, Feature, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs, Param, Support, Target,
-    Tensor, Values, VerifyError,
+    Batch, Check, Feature, Format, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs, Param, Support,
+    Target, Tensor, Values, VerifyError,
 };
 
 /// Mixed drafters: every request with rows has its `k_b` rows inside the tensor (`len` values
@@ -58,8 +58,11 @@ pub fn validate_shape<const K: usize>(
 
 /// The batch-wide checks for a backend that supports `support`: the layout features, sizes,
 /// strides and every slice length (inputs, then outputs: `accepted`, `tokens`, and
-/// `recovered` when set, which needs [`Support::recovered`]). `O(B)` for the ragged layout, `O(1)`
-/// otherwise; afterwards every row index the verifier computes is in bounds and cannot overflow.
+/// `recovered` when set, which needs [`Support::recovered`]; outputs on the device
+/// ([`Outputs::on_device`]) need [`Support::device`] and are checked the same way, the host
+/// slices beside them empty). Tensors in device memory ([`Values::Device`]) need
+/// [`Support::device`]. `O(B)` for the ragged layout, `O(1)` otherwise; afterwards every row
+/// index the verifier computes is in bounds and cannot overflow.
 pub fn validate_shape_with<const K: usize>(
     support: Support,
     batch: &Batch<'_>,
@@ -68,17 +71,45 @@ pub fn validate_shape_with<const K: usize>(
     validate_inputs_with::<K>(support, batch)?;
     let b = batch.requests();
     let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
-    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
-    expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
-    if let Some(r) = out.recovered.as_deref() {
-        if !support.recovered {
-            return Err(VerifyError::Unsupported {
-                feature: Feature::Recovered,
-            });
+    let Some(device) = &out.device else {
+        expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
+        expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
+        if let Some(r) = out.recovered.as_deref() {
+            recovered_supported(support)?;
+            expect_len(Param::Recovered, r.len(), Some(draft_slots(batch)))?;
         }
+        return Ok(());
+    };
+    if !support.device {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Device,
+        });
+    }
+    // Device outputs replace the host ones, which stay empty (`Outputs::on_device`).
+    expect_len(Param::Accepted, out.accepted.len(), Some(0))?;
+    expect_len(Param::Tokens, out.tokens.len(), Some(0))?;
+    expect_len(
+        Param::Recovered,
+        out.recovered.as_deref().map_or(0, <[u32]>::len),
+        Some(0),
+    )?;
+    expect_len(Param::Accepted, device.accepted.len(), Some(b))?;
+    expect_len(Param::Tokens, device.tokens.len(), out_slots)?;
+    if let Some(r) = &device.recovered {
+        recovered_supported(support)?;
         expect_len(Param::Recovered, r.len(), Some(draft_slots(batch)))?;
     }
     Ok(())
+}
+
+fn recovered_supported(support: Support) -> Result<(), VerifyError> {
+    if support.recovered {
+        Ok(())
+    } else {
+        Err(VerifyError::Unsupported {
+            feature: Feature::Recovered,
+        })
+    }
 }
 
 /// The number of draft slots of `batch` (`B · k_max` padded, `num_tokens` ragged), for a
@@ -116,9 +147,14 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             feature: Feature::Half,
         });
     }
-    if !batch.has_logits() && batch.target.rows().as_half().is_some() && !support.half_probs {
+    if !batch.has_logits() && batch.target.rows().format() != Format::F32 && !support.half_probs {
         return Err(VerifyError::Unsupported {
             feature: Feature::HalfProbs,
+        });
+    }
+    if batch.has_device() && !support.device {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Device,
         });
     }
     if batch.methods.is_some() && !support.methods {
@@ -341,6 +377,12 @@ pub fn validate_request_with(
         }
     }
     if let Check::Strict { sum_tolerance } = check {
+        if batch.has_device() {
+            // Reading them would need a copy down and a wait: refused, not skipped.
+            return Err(VerifyError::Unsupported {
+                feature: Feature::DeviceCheck,
+            });
+        }
         // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding;
         // row k only when the bonus is sampled).
         for j in 0..k {

@@ -6,6 +6,8 @@
 //! implementation gives the same bits, and these few lines are the specification the kernel
 //! follows (`core/DETERMINISM.md`, "Half-precision inputs").
 
+use super::{Device, Format};
+
 /// A half-precision tensor, as the raw 16-bit patterns the engine holds (a `&[half::bf16]`
 /// or `&[half::f16]` reinterpreted; `specula` has helpers). The variant names the format, so
 /// the two cannot be confused.
@@ -50,6 +52,18 @@ pub enum Values<'a> {
     F32(&'a [f32]),
     /// bf16 or f16, widened exactly on read.
     Half(Half<'a>),
+    /// Any of the formats in device memory, read in place by the GPU verifier of its driver and
+    /// device (no host copy); host verifiers refuse it ([`Support::device`](super::Support::device)),
+    /// and the readers below ([`at`](Self::at), [`for_each`](Self::for_each),
+    /// [`widen_into`](Self::widen_into)) panic on it: validate first.
+    Device(Device<'a>),
+}
+
+/// Device values cannot be read on the host (validation refuses them before any read).
+#[cold]
+#[track_caller]
+fn on_device() -> ! {
+    panic!("device values are not readable on the host (refused by validation)")
 }
 
 impl<'a> Values<'a> {
@@ -59,6 +73,7 @@ impl<'a> Values<'a> {
         match self {
             Self::F32(x) => x.len(),
             Self::Half(h) => h.len(),
+            Self::Device(d) => d.len(),
         }
     }
 
@@ -68,7 +83,8 @@ impl<'a> Values<'a> {
         self.len() == 0
     }
 
-    /// Value `i` as binary32 (exact). Panics if `i` is out of range.
+    /// Value `i` as binary32 (exact). Panics if `i` is out of range or the values are in device
+    /// memory.
     #[inline(always)]
     #[must_use]
     pub fn at(&self, i: usize) -> f32 {
@@ -76,6 +92,7 @@ impl<'a> Values<'a> {
             Self::F32(x) => x[i],
             Self::Half(Half::Bf16(x)) => bf16_to_f32(x[i]),
             Self::Half(Half::F16(x)) => f16_to_f32(x[i]),
+            Self::Device(_) => on_device(),
         }
     }
 
@@ -85,20 +102,23 @@ impl<'a> Values<'a> {
         match self {
             Self::F32(x) => Some(Self::F32(x.get(start..start.checked_add(len)?)?)),
             Self::Half(h) => h.get(start, len).map(Self::Half),
+            Self::Device(d) => d.get(start, len).map(Self::Device),
         }
     }
 
-    /// Calls `f` with every value in order, widened.
+    /// Calls `f` with every value in order, widened. Panics for values in device memory.
     #[inline]
     pub fn for_each(&self, mut f: impl FnMut(f32)) {
         match self {
             Self::F32(x) => x.iter().for_each(|&v| f(v)),
             Self::Half(Half::Bf16(x)) => x.iter().for_each(|&v| f(bf16_to_f32(v))),
             Self::Half(Half::F16(x)) => x.iter().for_each(|&v| f(f16_to_f32(v))),
+            Self::Device(_) => on_device(),
         }
     }
 
-    /// Writes the values, widened, into `out` (as long as `self`).
+    /// Writes the values, widened, into `out` (as long as `self`). Panics for values in device
+    /// memory.
     pub fn widen_into(&self, out: &mut [f32]) {
         match self {
             Self::F32(x) => out.copy_from_slice(x),
@@ -112,7 +132,25 @@ impl<'a> Values<'a> {
                     *o = f16_to_f32(v);
                 }
             }
+            Self::Device(_) => on_device(),
         }
+    }
+
+    /// The element format.
+    #[must_use]
+    pub const fn format(&self) -> Format {
+        match self {
+            Self::F32(_) => Format::F32,
+            Self::Half(Half::Bf16(_)) => Format::Bf16,
+            Self::Half(Half::F16(_)) => Format::F16,
+            Self::Device(d) => d.format(),
+        }
+    }
+
+    /// Whether the values are in device memory ([`Values::Device`]).
+    #[must_use]
+    pub const fn is_device(&self) -> bool {
+        matches!(self, Self::Device(_))
     }
 }
 

@@ -15,6 +15,7 @@ mod batch;
 mod clock;
 mod collector;
 mod delivery;
+mod device;
 mod errors;
 mod fake_driver;
 mod gpu;

@@ -5,6 +5,7 @@
 //! bit-for-bit checks of logits and sampling filters. The sampling laws are the `statistics`
 //! binary's.
 
+mod gpu_device;
 mod gpu_host;
 mod gpu_host_inputs;
 mod gpu_tree_host;

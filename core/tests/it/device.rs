@@ -1,0 +1,210 @@
+//! Device tensors in the batch and outputs (`verify::Device`, `DeviceOut`, `Outputs::on_device`):
+//! their windows and downcasts, and validation (host verifiers refuse them, strict checks over
+//! them are refused, lengths are checked as the host ones').
+
+use specula_core::Counters;
+use specula_core::gpu::{Memory, SUPPORT, View, ViewMut};
+use specula_core::verify::{
+    AcceptedOut, Batch, Check, Device, DeviceOut, DeviceOutputs, Dims, Drafts, Feature, Format,
+    Method, Outputs, Param, Rows, Streams, Support, Target, TokensOut, Values, VerifyError,
+    validate_with, verify_batch,
+};
+use std::sync::Arc;
+
+/// A driver's memory: plain bytes.
+struct Mem;
+impl Memory for Mem {
+    type Buffer = Arc<Vec<u8>>;
+    fn bytes(buf: &Arc<Vec<u8>>) -> usize {
+        buf.len()
+    }
+}
+
+/// Another API's memory, of another buffer type.
+struct Other;
+impl Memory for Other {
+    type Buffer = Arc<Vec<u32>>;
+    fn bytes(buf: &Arc<Vec<u32>>) -> usize {
+        buf.len() * 4
+    }
+}
+
+fn bytes(n: usize) -> Arc<Vec<u8>> {
+    Arc::new(vec![0; n])
+}
+
+#[test]
+fn device_values_keep_their_window_and_downcast_only_to_their_driver() {
+    let buf = bytes(40); // 10 f32
+    let d = Device::f32(View::<Mem, f32>::range(&buf, 2, 5).unwrap());
+    assert_eq!((d.len(), d.format()), (5, Format::F32));
+    let sub = d.get(1, 3).unwrap();
+    let v = sub.view::<Mem, f32>().unwrap();
+    assert_eq!((v.byte_offset(), v.len()), (12, 3));
+    assert!(core::ptr::eq(v.buffer(), &buf));
+    assert!(d.get(3, 3).is_none(), "past the window");
+    assert!(d.get(usize::MAX, 2).is_none(), "overflow");
+    assert!(
+        d.view::<Mem, u16>().is_none(),
+        "f32 values read as 16-bit patterns"
+    );
+    assert!(d.view::<Other, f32>().is_none(), "another API's buffer");
+    // Half formats: 16-bit views only, the format kept.
+    let h = Device::bf16(View::<Mem, u16>::new(&buf));
+    assert_eq!((h.len(), h.format()), (20, Format::Bf16));
+    assert!(h.view::<Mem, u16>().is_some() && h.view::<Mem, f32>().is_none());
+    assert_eq!(
+        Device::f16(View::<Mem, u16>::new(&buf)).format(),
+        Format::F16
+    );
+    // Through `Values` and `Rows`.
+    let values = Values::Device(d);
+    assert!(values.is_device());
+    assert_eq!((values.len(), values.format()), (5, Format::F32));
+    assert!(matches!(values.get(4, 1), Some(Values::Device(x)) if x.len() == 1));
+    let rows = Rows::device(h, 4);
+    assert!(rows.as_f32().is_none() && rows.as_half().is_none());
+    assert_eq!(rows.as_device().map(|x| x.len()), Some(20));
+    assert_eq!(rows.format(), Format::Bf16);
+}
+
+#[test]
+#[should_panic(expected = "device values are not readable on the host")]
+fn device_values_are_not_read_on_the_host() {
+    let buf = bytes(8);
+    let _ = Values::Device(Device::f32(View::<Mem, f32>::new(&buf))).at(0);
+}
+
+#[test]
+fn device_outputs_keep_their_window_and_downcast_only_to_their_driver() {
+    let mut buf = bytes(24); // 6 u32
+    let mut out = DeviceOut::new(ViewMut::<Mem, u32>::range(&mut buf, 1, 4).unwrap());
+    assert_eq!(out.len(), 4);
+    assert!(out.view_mut::<Other>().is_none());
+    let v = out.view_mut::<Mem>().unwrap();
+    assert_eq!((v.byte_offset(), v.len()), (4, 4));
+}
+
+/// One valid batch: V = 4, two requests, `k = [2, 1]`, logits at 12 rows of stride 4.
+fn batch<'a>(target: Values<'a>) -> Batch<'a> {
+    Batch::dense(
+        Dims { vocab: 4, k_max: 2 },
+        Drafts {
+            k: &[2, 1],
+            ids: &[1, 2, 3, 0],
+        },
+        &[],
+        Streams {
+            seed: &[1, 2],
+            offset: &[0, 0],
+        },
+    )
+    .with_target(Target::Logits {
+        rows: Rows {
+            values: target,
+            stride: 4,
+        },
+        temperature: &[0.5, 0.0],
+    })
+}
+
+#[test]
+fn validation_of_device_rows_and_outputs() {
+    let logits = bytes(2 * 3 * 4 * 4);
+    let dev = batch(Values::Device(Device::f32(View::<Mem, f32>::new(&logits))));
+    assert!(dev.has_device() && !dev.has_half());
+    let (mut accepted, mut tokens) = ([7u32; 2], [7u32; 6]);
+    let host_out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
+    let unsupported = |feature| Err(VerifyError::Unsupported { feature });
+    // A host verifier refuses them; the GPU support takes them with the cheap checks only.
+    const { assert!(!Support::ALL.device && SUPPORT.device) };
+    let cheap = Check::Cheap;
+    let got = validate_with::<4>(Support::ALL, Method::Rejection, cheap, &dev, &host_out);
+    assert_eq!(got, unsupported(Feature::Device));
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Rejection, cheap, &dev, &host_out),
+        Ok(())
+    );
+    let strict = Check::STRICT;
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Rejection, strict, &dev, &host_out),
+        unsupported(Feature::DeviceCheck)
+    );
+    // Their length is checked as host rows' are.
+    let short = batch(Values::Device(Device::f32(
+        View::<Mem, f32>::range(&logits, 0, 20).unwrap(),
+    )));
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Rejection, cheap, &short, &host_out),
+        Err(VerifyError::Length {
+            param: Param::TargetLogits,
+            len: 20,
+            expected: 24
+        })
+    );
+    // The reference writes and counts nothing.
+    let mut counters = Counters::<4>::ZERO;
+    let mut out = host_out;
+    let got = verify_batch(Method::Greedy, cheap, &dev, &mut out, &mut counters);
+    assert_eq!(got, unsupported(Feature::Device));
+    assert_eq!(
+        (accepted, tokens, counters),
+        ([7; 2], [7; 6], Counters::ZERO)
+    );
+
+    // Device outputs: lengths as the host ones', host slices left empty, host verifiers refuse.
+    let host_logits = [0.0f32; 24];
+    let host = batch(Values::F32(&host_logits));
+    let (mut a, mut t, mut r) = (bytes(8), bytes(24), bytes(16));
+    let mut outs = |acc: usize, tok: usize, rec: Option<usize>| {
+        let a = DeviceOut::new(ViewMut::<Mem, u32>::range(&mut a, 0, acc).unwrap());
+        let t = DeviceOut::new(ViewMut::<Mem, u32>::range(&mut t, 0, tok).unwrap());
+        let r = rec.map(|n| DeviceOut::new(ViewMut::<Mem, u32>::range(&mut r, 0, n).unwrap()));
+        let out = Outputs::on_device(DeviceOutputs {
+            accepted: a,
+            tokens: t,
+            recovered: r,
+        });
+        let got = [
+            validate_with::<4>(SUPPORT, Method::Greedy, cheap, &host, &out),
+            validate_with::<4>(Support::ALL, Method::Greedy, cheap, &host, &out),
+        ];
+        (got, out.produce().recovered)
+    };
+    assert_eq!(
+        outs(2, 6, None),
+        ([Ok(()), unsupported(Feature::Device)], false)
+    );
+    assert_eq!(outs(2, 6, Some(4)).0[0], Ok(())); // padded: B · k_max slots
+    assert!(outs(2, 6, Some(4)).1, "recovered on the device is produced");
+    let len = |param, len, expected| {
+        Err(VerifyError::Length {
+            param,
+            len,
+            expected,
+        })
+    };
+    assert_eq!(outs(1, 6, None).0[0], len(Param::Accepted, 1, 2));
+    assert_eq!(outs(2, 5, None).0[0], len(Param::Tokens, 5, 6));
+    assert_eq!(outs(2, 6, Some(3)).0[0], len(Param::Recovered, 3, 4));
+
+    // Host slices next to device outputs: refused, not silently ignored.
+    let (mut d1, mut d2) = (bytes(8), bytes(24));
+    let (mut acc, mut tok) = ([0u32; 2], [0u32; 6]);
+    let mut both = Outputs::on_device(DeviceOutputs {
+        accepted: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d1, 0, 2).unwrap()),
+        tokens: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d2, 0, 6).unwrap()),
+        recovered: None,
+    });
+    both.accepted = &mut acc;
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &host, &both),
+        len(Param::Accepted, 2, 0)
+    );
+    both.accepted = &mut [];
+    both.recovered = Some(&mut tok);
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &host, &both),
+        len(Param::Recovered, 6, 0)
+    );
+}
