@@ -12,11 +12,14 @@
 //!   (candle keeps it behind a lock) for as long as the returned view lives, and lends its data
 //!   as the [`Rows`] / `&[u32]` a [`Batch`] takes. Drop the views after the verify call.
 //!
-//! Tensors must be on the CPU, in f32, bf16 or f16 (ids: u32), row-major with any row stride
-//! (`[rows, V]`, or `[B, k_max + 1, V]` and other shapes whose leading dimensions merge into
-//! rows of one stride). A tensor on a CUDA or Metal device is refused with
-//! [`TensorErrorKind::NotOnCpu`]: device tensors are not yet supported through this path (the
-//! CUDA backend verifies host slices); copy them with `to_device(&Device::Cpu)`.
+//! Tensors are in f32, bf16 or f16 (ids: u32), row-major with any row stride (`[rows, V]`, or
+//! `[B, k_max + 1, V]` and other shapes whose leading dimensions merge into rows of one stride),
+//! on the CPU, or, with the `candle-cuda` feature, a step's target and draft rows on the CUDA
+//! device of a CUDA verifier ([`TensorVerifier::cuda_driver`]: `Backend::Cuda`, a
+//! `CudaVerifier`), which reads them in place: no host copy of the rows; the outputs (a few
+//! words per request) come back to the host as with CPU tensors, one wait per step. Any other
+//! placement (Metal, a CUDA tensor for a host verifier or without that feature) is refused with
+//! [`TensorErrorKind::NotOnCpu`]; copy such a tensor with `to_device(&Device::Cpu)`.
 //!
 //! ```
 //! use specula::candle::{Request, Sampling, Step, TargetTensor};
@@ -46,6 +49,8 @@
 //! ```
 
 use crate::OutputBuffers;
+use crate::backend::Backend;
+use crate::cpu::CpuVerifier;
 use crate::half_tensors;
 use candle_core::{CpuStorage, DType, Device, DeviceLocation, Storage, Tensor};
 use specula_core::verify::{
@@ -96,8 +101,10 @@ impl fmt::Display for Role {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TensorErrorKind {
-    /// The tensor lives on a CUDA or Metal device. Device tensors are not yet supported through
-    /// this path: copy the tensor to the CPU first (`to_device(&Device::Cpu)`).
+    /// The tensor lives where this call cannot read it in place: on a Metal device, or on a
+    /// CUDA device for a [`rows`] view, a host verifier or a build without the `candle-cuda`
+    /// feature ([`Step::verify`] reads CUDA rows with a CUDA verifier of that device). Copy the
+    /// tensor to the CPU first (`to_device(&Device::Cpu)`).
     NotOnCpu(DeviceLocation),
     /// The element type is not one this input takes (rows: f32, bf16, f16; ids: u32).
     DType {
@@ -177,8 +184,9 @@ impl fmt::Display for TensorError {
         match &self.kind {
             TensorErrorKind::NotOnCpu(at) => write!(
                 f,
-                "the tensor is on {at:?}; device tensors are not yet supported through this \
-                 path, copy it with to_device(&Device::Cpu)"
+                "the tensor is on {at:?}, which this call does not read in place (CUDA rows: \
+                 Step::verify with a CUDA verifier and the candle-cuda feature); copy it with \
+                 to_device(&Device::Cpu)"
             ),
             TensorErrorKind::DType { got, expected } => {
                 write!(f, "element type {got:?}, expected one of {expected:?}")
@@ -217,11 +225,13 @@ impl std::error::Error for TensorError {
 
 const FLOATS: &[DType] = &[DType::F32, DType::BF16, DType::F16];
 
-/// Refuses a tensor that is not on the CPU (checked first: where a tensor lives is the first
-/// thing to fix, and a device tensor's storage is never locked).
-fn on_cpu(t: &Tensor, role: Role) -> Result<(), TensorError> {
+/// Refuses a tensor that is not on the CPU, or (`cuda`) on a CUDA device (checked first:
+/// where a tensor lives is the first thing to fix, and a refused tensor's storage is never
+/// locked).
+fn placed(t: &Tensor, role: Role, cuda: bool) -> Result<(), TensorError> {
     match t.device() {
         Device::Cpu => Ok(()),
+        Device::Cuda(_) if cuda => Ok(()),
         d => Err(TensorError::new(
             role,
             TensorErrorKind::NotOnCpu(d.location()),
@@ -229,12 +239,14 @@ fn on_cpu(t: &Tensor, role: Role) -> Result<(), TensorError> {
     }
 }
 
-/// Number of values in a CPU storage of a float type this module reads (0 for any other).
+/// Number of values in a storage of a float type this module reads (0 for any other).
 fn float_len(s: &Storage) -> usize {
     match s {
         Storage::Cpu(CpuStorage::F32(v)) => v.len(),
         Storage::Cpu(CpuStorage::BF16(v)) => v.len(),
         Storage::Cpu(CpuStorage::F16(v)) => v.len(),
+        #[cfg(feature = "candle-cuda")]
+        Storage::Cuda(c) => cuda::float_len(c),
         _ => 0,
     }
 }
@@ -333,8 +345,14 @@ impl TensorRows<'_> {
 /// A [`TensorError`] naming `role`: not on the CPU, another dtype, no dimension, not
 /// row-major, or rows whose span runs past the storage.
 pub fn rows(t: &Tensor, role: Role) -> Result<TensorRows<'_>, TensorError> {
+    rows_on(t, role, false)
+}
+
+/// [`rows`], also of a CUDA tensor with `cuda` (whose [`TensorRows::rows`] are then empty: a
+/// CUDA verifier reads them in place, `cuda::Placed`).
+fn rows_on(t: &Tensor, role: Role, cuda: bool) -> Result<TensorRows<'_>, TensorError> {
     let err = |kind| TensorError::new(role, kind);
-    on_cpu(t, role)?;
+    placed(t, role, cuda)?;
     if !FLOATS.contains(&t.dtype()) {
         return Err(err(TensorErrorKind::DType {
             got: t.dtype(),
@@ -440,7 +458,7 @@ impl TensorIds<'_> {
 /// A [`TensorError`] naming `role`: not on the CPU, not u32, not one-dimensional, or strided.
 pub fn ids(t: &Tensor, role: Role) -> Result<TensorIds<'_>, TensorError> {
     let err = |kind| TensorError::new(role, kind);
-    on_cpu(t, role)?;
+    placed(t, role, false)?;
     if t.dtype() != DType::U32 {
         return Err(err(TensorErrorKind::DType {
             got: t.dtype(),
@@ -578,6 +596,107 @@ impl<E: std::error::Error + 'static> std::error::Error for StepError<E> {
     }
 }
 
+/// A verifier a [`Step`] hands candle tensors to: any host verifier (the CPU backend, and the
+/// GPU backends, which copy host rows up), and with the `candle-cuda` feature the CUDA ones,
+/// which read a CUDA tensor's rows in place.
+pub trait TensorVerifier<const K: usize>: Verifier<K> {
+    /// The CUDA driver whose device's tensors this verifier reads in place (`None`: CPU
+    /// tensors only, the default).
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_driver(&self) -> Option<&specula_cuda::CudaDriver> {
+        None
+    }
+}
+
+impl<const K: usize> TensorVerifier<K> for CpuVerifier<K> {}
+
+impl<const K: usize> TensorVerifier<K> for Backend<K> {
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_driver(&self) -> Option<&specula_cuda::CudaDriver> {
+        match self {
+            Self::Cuda(v) => Some(v.driver()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<const K: usize> TensorVerifier<K> for specula_cuda::CudaVerifier<K> {
+    #[cfg(feature = "candle-cuda")]
+    fn cuda_driver(&self) -> Option<&specula_cuda::CudaDriver> {
+        Some(self.driver())
+    }
+}
+
+#[cfg(feature = "rocm")]
+impl<const K: usize> TensorVerifier<K> for specula_rocm::RocmVerifier<K> {}
+
+/// candle's CUDA storage, read in place by a CUDA verifier (feature `candle-cuda`).
+#[cfg(feature = "candle-cuda")]
+mod cuda {
+    use super::TensorRows;
+    use candle_core::cuda_backend::CudaStorageSlice;
+    use candle_core::{CudaStorage, Storage};
+    use specula_core::verify::Rows;
+    use specula_cuda::cudarc::driver::CudaView;
+    use specula_cuda::{CudaDriver, CudaRows};
+
+    /// Values in a CUDA storage of a float type this module reads (0 for any other).
+    pub(super) fn float_len(c: &CudaStorage) -> usize {
+        match &c.slice {
+            CudaStorageSlice::F32(v) => v.len(),
+            CudaStorageSlice::BF16(v) => v.len(),
+            CudaStorageSlice::F16(v) => v.len(),
+            _ => 0,
+        }
+    }
+
+    /// The span of a [`TensorRows`] in its CUDA storage, typed.
+    pub(super) enum Span<'s> {
+        F32(CudaView<'s, f32>),
+        Bf16(CudaView<'s, half::bf16>),
+        F16(CudaView<'s, half::f16>),
+    }
+
+    impl TensorRows<'_> {
+        /// The rows' span when they live in CUDA memory (`None` on the CPU). `rows_on`
+        /// checked the span against the storage, so the window is inside it.
+        pub(super) fn cuda_span(&self) -> Option<Span<'_>> {
+            let Storage::Cuda(c) = &*self.storage else {
+                return None;
+            };
+            let span = self.start..self.start + self.rows * self.stride;
+            match &c.slice {
+                CudaStorageSlice::F32(v) => v.try_slice(span).map(Span::F32),
+                CudaStorageSlice::BF16(v) => v.try_slice(span).map(Span::Bf16),
+                CudaStorageSlice::F16(v) => v.try_slice(span).map(Span::F16),
+                _ => None,
+            }
+        }
+    }
+
+    /// The span borrowed for `drv`'s stream (which waits for the tensor's last write).
+    pub(super) fn borrow<'a>(
+        span: Option<&'a Span<'_>>,
+        drv: Option<&'a CudaDriver>,
+    ) -> Option<CudaRows<'a>> {
+        Some(match (span?, drv?) {
+            (Span::F32(v), d) => d.borrow_rows(v),
+            (Span::Bf16(v), d) => d.borrow_rows(v),
+            (Span::F16(v), d) => d.borrow_rows(v),
+        })
+    }
+
+    /// The rows a batch takes: the borrowed CUDA span, else the host rows.
+    pub(super) fn rows<'a>(
+        host: Rows<'a>,
+        device: Option<&'a CudaRows<'_>>,
+        stride: usize,
+    ) -> Rows<'a> {
+        device.map_or(host, |d| d.rows(stride))
+    }
+}
+
 /// One decode step in vLLM's ragged layout, owned: the per-request inputs gathered by
 /// [`push`](Self::push), verified against candle tensors by [`verify`](Self::verify), and the
 /// outputs. Keep one in the engine and [`clear`](Self::clear) it each step: its buffers only
@@ -693,15 +812,25 @@ impl Step {
         draft_probs: Option<&Tensor>,
     ) -> Result<(), StepError<V::Error>>
     where
-        V: Verifier<K>,
+        V: TensorVerifier<K>,
     {
         self.width = None;
         let (t, role) = match target {
             TargetTensor::Logits(t) => (t, Role::TargetLogits),
             TargetTensor::Probs(t) => (t, Role::TargetProbs),
         };
-        let target_rows = rows(t, role)?;
-        let draft_rows = draft_probs.map(|d| rows(d, Role::DraftProbs)).transpose()?;
+        // A CUDA verifier reads CUDA rows in place (a clone of its driver: the verify call
+        // below borrows the verifier mutably).
+        #[cfg(feature = "candle-cuda")]
+        let drv = verifier.cuda_driver().cloned();
+        #[cfg(feature = "candle-cuda")]
+        let cuda = drv.is_some();
+        #[cfg(not(feature = "candle-cuda"))]
+        let cuda = false;
+        let target_rows = rows_on(t, role, cuda)?;
+        let draft_rows = draft_probs
+            .map(|d| rows_on(d, Role::DraftProbs, cuda))
+            .transpose()?;
         let vocab = target_rows.vocab();
         if let Some(d) = draft_rows.as_ref().filter(|d| d.vocab() != vocab) {
             return Err(TensorError::new(
@@ -713,12 +842,33 @@ impl Step {
             )
             .into());
         }
+        let (t_rows, d_rows) = (
+            target_rows.rows(),
+            draft_rows.as_ref().map(TensorRows::rows),
+        );
+        #[cfg(feature = "candle-cuda")]
+        let spans = (
+            target_rows.cuda_span(),
+            draft_rows.as_ref().and_then(TensorRows::cuda_span),
+        );
+        #[cfg(feature = "candle-cuda")]
+        let borrowed = (
+            cuda::borrow(spans.0.as_ref(), drv.as_ref()),
+            cuda::borrow(spans.1.as_ref(), drv.as_ref()),
+        );
+        #[cfg(feature = "candle-cuda")]
+        let (t_rows, d_rows) = (
+            cuda::rows(t_rows, borrowed.0.as_ref(), target_rows.stride()),
+            d_rows
+                .zip(draft_rows.as_ref())
+                .map(|(r, d)| cuda::rows(r, borrowed.1.as_ref(), d.stride())),
+        );
         let target = match target {
             TargetTensor::Logits(_) => Target::Logits {
-                rows: target_rows.rows(),
+                rows: t_rows,
                 temperature: &self.temperature,
             },
-            TargetTensor::Probs(_) => Target::Probs(target_rows.rows()),
+            TargetTensor::Probs(_) => Target::Probs(t_rows),
         };
         let mut batch = Batch::ragged(
             vocab,
@@ -736,11 +886,11 @@ impl Step {
         .with_top_k(&self.top_k)
         .with_top_p(&self.top_p)
         .with_min_p(&self.min_p);
-        if let Some(d) = &draft_rows {
+        if let Some(d) = d_rows {
             batch = if self.first_row.contains(&NO_DRAFT_ROWS) {
-                batch.with_mixed_drafters(d.rows(), &self.first_row)
+                batch.with_mixed_drafters(d, &self.first_row)
             } else {
-                batch.with_draft(d.rows())
+                batch.with_draft(d)
             };
         }
         verifier
@@ -860,7 +1010,11 @@ mod tests {
         );
         let text = e.to_string();
         assert!(text.starts_with("target logits: the tensor is on Cuda { gpu_id: 1 }"));
-        assert!(text.contains("not yet supported") && text.contains("to_device(&Device::Cpu)"));
+        assert!(
+            text.contains("does not read in place")
+                && text.contains("candle-cuda")
+                && text.contains("to_device(&Device::Cpu)")
+        );
         assert!(std::error::Error::source(&e).is_none());
     }
 }
