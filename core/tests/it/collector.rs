@@ -246,6 +246,7 @@ fn deadlines_put_one_publication_before_each_log_tick() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "thousands of simulated steps; too slow under Miri")]
 fn a_coarser_deadline_grid_still_collects_every_period() {
     let clock = VirtualClock::new(0);
     let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
@@ -266,6 +267,7 @@ fn a_coarser_deadline_grid_still_collects_every_period() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "thousands of simulated steps; too slow under Miri")]
 fn after_a_pause_in_the_steps_each_log_interval_still_gets_its_publication() {
     // 30 ms steps, then no step for 10 minutes (an idle engine), then 30 ms steps again: the
     // step-gap estimate is huge for a while, yet readbacks are not all started at once for
@@ -298,6 +300,7 @@ fn after_a_pause_in_the_steps_each_log_interval_still_gets_its_publication() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "thousands of simulated steps; too slow under Miri")]
 fn a_backend_that_cannot_start_is_retried_on_the_schedule_not_every_step() {
     for deadlines in [false, true] {
         let clock = VirtualClock::new(0);
