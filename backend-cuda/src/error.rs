@@ -47,6 +47,14 @@ pub enum CudaError {
     },
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
+    /// A failure of the shared GPU orchestration that this crate does not name yet (a newer
+    /// `GpuError` variant), with its kind and text, rather than a guess.
+    Unmapped {
+        /// Its kind.
+        kind: ErrorKind,
+        /// Its text.
+        message: String,
+    },
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
@@ -67,6 +75,7 @@ impl CudaError {
             | Self::GraphMismatch
             | Self::ForeignMemory { .. } => ErrorKind::InvalidInput,
             Self::Stalled => ErrorKind::Device,
+            Self::Unmapped { kind, .. } => *kind,
             Self::Misuse(_) => ErrorKind::Misuse,
             Self::Driver { .. } | Self::DeviceFlags(_) => ErrorKind::Device,
         }
@@ -90,8 +99,13 @@ impl From<GpuError<CudaError>> for CudaError {
             GpuError::ForeignMemory { param } => Self::ForeignMemory { param },
             GpuError::DeviceFlags(bits) => Self::DeviceFlags(bits),
             GpuError::Misuse(m) => Self::Misuse(m),
-            // `GpuError` is non-exhaustive; today this is `Stalled`.
-            _ => Self::Stalled,
+            GpuError::Stalled => Self::Stalled,
+            // `GpuError` is non-exhaustive: a variant added after this match keeps its kind
+            // and text.
+            other => Self::Unmapped {
+                kind: other.kind(),
+                message: other.to_string(),
+            },
         }
     }
 }
@@ -131,6 +145,7 @@ impl core::fmt::Display for CudaError {
                 "{param:?} is not device memory of this verifier's device"
             ),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
+            Self::Unmapped { message, .. } => f.write_str(message),
         }
     }
 }

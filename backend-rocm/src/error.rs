@@ -93,6 +93,14 @@ pub enum RocmError {
     },
     /// Every readback slot is held by an abandoned copy that has not completed.
     Stalled,
+    /// A failure of the shared GPU orchestration that this crate does not name yet (a newer
+    /// `GpuError` variant), with its kind and text, rather than a guess.
+    Unmapped {
+        /// Its kind.
+        kind: ErrorKind,
+        /// Its text.
+        message: String,
+    },
     /// A readback was misused (poll with none in flight, start with too many): the answer
     /// every [`Readback`](specula_core::Readback) gives.
     Misuse(Misuse),
@@ -149,6 +157,7 @@ impl fmt::Display for RocmError {
                 "{param:?} is not device memory of this verifier's device"
             ),
             Self::Stalled => f.write_str("every readback slot is held by a stalled copy"),
+            Self::Unmapped { message, .. } => f.write_str(message),
         }
     }
 }
@@ -180,6 +189,7 @@ impl RocmError {
                 ErrorKind::InvalidInput
             }
             Self::Stalled => ErrorKind::Device,
+            Self::Unmapped { kind, .. } => *kind,
             Self::Hip { .. } | Self::HiprtcCall { .. } => ErrorKind::Device,
         }
     }
@@ -206,8 +216,13 @@ impl From<GpuError<RocmError>> for RocmError {
                 message: format!("kernel error flags {bits:#x}"),
             },
             GpuError::Misuse(m) => Self::Misuse(m),
-            // `GpuError` is non-exhaustive; today this is `Stalled`.
-            _ => Self::Stalled,
+            GpuError::Stalled => Self::Stalled,
+            // `GpuError` is non-exhaustive: a variant added after this match keeps its kind
+            // and text.
+            other => Self::Unmapped {
+                kind: other.kind(),
+                message: other.to_string(),
+            },
         }
     }
 }
