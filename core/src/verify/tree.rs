@@ -104,42 +104,25 @@ impl Dist<'_> {
         }
     }
 
-    fn argmax<O: RowOps + ?Sized>(&self, ops: &O) -> u32 {
+    fn argmax<O: TreeOps + ?Sized>(&self, ops: &O) -> u32 {
         match self {
             Self::Probs(r) => ops.argmax(r),
-            Self::Soft(..) => {
-                let mut best = 0u32;
-                let mut best_key = f32::NEG_INFINITY;
-                for v in 0..self.len() {
-                    let x = self.p(v);
-                    if x > best_key {
-                        best_key = x;
-                        best = v as u32;
-                    }
-                }
-                best
-            }
+            Self::Soft(r, sm) => ops.softmax_argmax(r, sm),
         }
     }
 
-    fn entropy<O: RowOps + ?Sized>(&self, ops: &O) -> f32 {
+    fn entropy<O: TreeOps + ?Sized>(&self, ops: &O) -> f32 {
         match self {
             Self::Probs(r) => ops.entropy(r),
-            Self::Soft(..) => {
-                let mut fixed = 0i64;
-                for v in 0..self.len() {
-                    fixed = fixed.wrapping_add(entropy_term(self.p(v)));
-                }
-                entropy_from_fixed(fixed)
-            }
+            Self::Soft(r, sm) => ops.softmax_entropy(r, sm),
         }
     }
 
     /// The plain race over the distribution, `0` when no value is `> 0`.
-    fn sample<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
+    fn sample<O: TreeOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
         match self {
             Self::Probs(r) => ops.race(rng, r),
-            Self::Soft(..) => race(rng, self.len(), |v| f64::from(self.p(v))),
+            Self::Soft(r, sm) => ops.softmax_race(rng, r, sm, &[]),
         }
         .unwrap_or(0)
     }
@@ -170,9 +153,15 @@ pub fn sibling_draw(seed: u64, offset: u64, node: u32, rank: u32) -> u64 {
     (u64::from(w[0]) << 32) | u64::from(w[1])
 }
 
-/// The row reductions of tree verification: the chain path's four ([`RowOps`]) plus the
-/// residual race of the target-only rule over several tried tokens. Every implementation must
-/// return the same values as the default (for every input, NaN and values above 1 included).
+/// The row reductions of tree verification: the chain path's four ([`RowOps`]), the residual
+/// race of the target-only rule over several tried tokens, and the same reductions over the
+/// softmax of a logits row. Every implementation must return the same values as the default
+/// (for every input, NaN and values above 1 included); the defaults are the reference's plain
+/// loops.
+///
+/// Verification reduces each logits row it reads once with [`softmax`](Self::softmax) and hands
+/// that state to the `softmax_*` reductions of the same row, so an implementation may keep
+/// what it computed for the state (the row's weights) for the reductions that follow.
 pub trait TreeOps: RowOps {
     /// The race over `w_v = (row[v] as f64) − (1.0 if v is one of `tried` else 0.0)` (each
     /// token subtracted once, however often it appears in `tried`).
@@ -180,6 +169,47 @@ pub trait TreeOps: RowOps {
         race(rng, row.len(), |v| {
             let hit = tried.iter().any(|&t| t as usize == v);
             f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
+        })
+    }
+
+    /// The softmax of the logits `row` at temperature `t > 0`: [`Softmax::of`].
+    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
+        Softmax::of(row, t)
+    }
+
+    /// The argmax of the probabilities `p_v = sm.p(row[v])` (`sm`: this row's
+    /// [`softmax`](Self::softmax)), NaN as `−∞`, ties to the lowest id; 0 for a row with no
+    /// value above `−∞`.
+    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
+        let mut best = 0u32;
+        let mut best_key = f32::NEG_INFINITY;
+        for (v, &l) in row.iter().enumerate() {
+            let x = sm.p(l);
+            if x > best_key {
+                best_key = x;
+                best = v as u32;
+            }
+        }
+        best
+    }
+
+    /// The entropy of the probabilities `p_v = sm.p(row[v])`, as [`RowOps::entropy`] of that
+    /// row.
+    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
+        let mut fixed = 0i64;
+        for &l in row {
+            fixed = fixed.wrapping_add(entropy_term(sm.p(l)));
+        }
+        entropy_from_fixed(fixed)
+    }
+
+    /// The race over `w_v = (sm.p(row[v]) as f64) − (1.0 if v is one of `tried` else 0.0)`, as
+    /// [`race_excluding`](Self::race_excluding) of the probability row (`tried` empty: the
+    /// plain race).
+    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            let hit = tried.iter().any(|&t| t as usize == v);
+            f64::from(sm.p(row[v])) - if hit { 1.0 } else { 0.0 }
         })
     }
 }
@@ -204,10 +234,23 @@ struct Ctx<'r, 'a, O: ?Sized> {
 }
 
 impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
+    /// Node `u`'s distribution (a logits row's softmax reduced now).
     fn dist(&self, u: usize) -> Dist<'_> {
         let row = self.batch.target_row(self.b, u);
         match self.t {
-            Some(t) => Dist::Soft(row, Softmax::of(row, t)),
+            Some(t) => Dist::Soft(row, self.ops.softmax(row, t)),
+            None => Dist::Probs(row),
+        }
+    }
+
+    /// Node `u`'s distribution, a logits row's softmax reduced once and kept in `states[u]`.
+    fn dist_kept(&self, u: usize, states: &mut [Option<Softmax>]) -> Dist<'_> {
+        let row = self.batch.target_row(self.b, u);
+        match self.t {
+            Some(t) => Dist::Soft(
+                row,
+                *states[u].get_or_insert_with(|| self.ops.softmax(row, t)),
+            ),
             None => Dist::Probs(row),
         }
     }
@@ -280,10 +323,7 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
                         self.ops.race_residual(self.rng(u), row, None, tried[0])
                     }
                     Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
-                    Dist::Soft(..) => race(self.rng(u), d.len(), |v| {
-                        let hit = tried.iter().any(|&t| t as usize == v);
-                        f64::from(d.p(v)) - if hit { 1.0 } else { 0.0 }
-                    }),
+                    Dist::Soft(row, sm) => self.ops.softmax_race(self.rng(u), row, &sm, tried),
                 }
             }
             Some(_) => {
@@ -333,10 +373,13 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
     }
 
     /// Medusa's typical acceptance on the tree: the deepest node whose path passes, ties to the
-    /// first in pre-order. Writes the path and returns (accepted length, stopping node).
-    fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> usize {
+    /// first in pre-order. Writes the path and returns (accepted length, the token sampled at
+    /// the stopping node).
+    fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> (usize, u32) {
         let (eps, delta) = (eps_of(self.batch, self.b), delta_of(self.batch, self.b));
         let mut thr: [Option<f32>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
+        // Each parent's softmax, reduced once for all its children's tests.
+        let mut states: [Option<Softmax>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
         let mut parent = [0u16; MAX_TREE_NODES];
         // (node, its parent, its depth): nodes still to test, in pre-order.
         let mut stack = [(0u16, 0u16, 0u16); MAX_TREE_NODES];
@@ -354,7 +397,7 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
                 stack[top] = (s as u16, p as u16, dep);
                 top += 1;
             }
-            let d = self.dist(p);
+            let d = self.dist_kept(p, &mut states);
             let t = *thr[p].get_or_insert_with(|| {
                 let scaled = delta * exp_p(-d.entropy(self.ops));
                 if eps < scaled { eps } else { scaled }
@@ -381,15 +424,17 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
             tokens[j - 1] = self.batch.token(self.b, x);
             x = parent[x] as usize;
         }
-        n
+        let d = self.dist_kept(best, &mut states);
+        (n, d.sample(self.ops, self.rng(best)))
     }
 }
 
 /// Verifies request `b` of a batch that passed [`validate_tree`]: writes its `max_depth + 1`
 /// path and token slots and returns the accepted length. `ops` supplies the row reductions
 /// (argmax, entropy, race, single-residual race); the control flow is shared by every CPU-side
-/// backend. With target logits at temperature `> 0` the softmax rows use the plain loops;
-/// at temperature 0 the method is greedy on the logits.
+/// backend. With target logits at temperature `> 0` each row read is reduced once by
+/// [`TreeOps::softmax`] and then read through `ops`' softmax reductions; at temperature 0 the
+/// method is greedy on the logits.
 pub fn verify_tree_request<O: TreeOps + ?Sized>(
     ops: &O,
     method: Method,
@@ -406,9 +451,7 @@ pub fn verify_tree_request<O: TreeOps + ?Sized>(
     let cx = Ctx { ops, batch, b, t };
     path[0] = 0;
     let (accepted, last) = if method == Method::Typical {
-        let n = cx.typical(path, tokens);
-        let s = path[n] as usize;
-        (n, cx.dist(s).sample(ops, cx.rng(s)))
+        cx.typical(path, tokens)
     } else {
         let mut u = 0usize;
         let mut n = 0usize;
