@@ -228,7 +228,8 @@ impl TreeOps for TreeRows<'_> {
     }
 }
 
-/// [`TreeRows`] on the calling thread, a fresh one per call (no row is kept between calls).
+/// The vectorised tree reductions on the calling thread; a logits row's softmax is reduced anew
+/// by each call (no row is kept between calls).
 impl TreeOps for ChunkedOps {
     fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
         TreeRows::new(SplitOps::single()).race_excluding(rng, row, tried)
