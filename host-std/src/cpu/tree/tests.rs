@@ -342,3 +342,24 @@ fn the_kept_row_is_only_reused_for_the_same_row() {
         );
     }
 }
+
+/// A row changed in place between two verifications (same address, same temperature) is
+/// reduced anew: a new `TreeRows` trusts nothing it kept before.
+#[test]
+fn a_row_changed_between_verifications_is_reduced_anew() {
+    let mut g = Rng(0xA11A5);
+    let mut row = logits_row(&mut g, 1, 500);
+    let t = 0.8;
+    {
+        let ops = TreeRows::new(SplitOps::single());
+        assert_eq!(ops.softmax(&row, t), ScalarOps.softmax(&row, t));
+    }
+    row.iter_mut().for_each(|x| *x = -*x);
+    let ops = TreeRows::new(SplitOps::single());
+    let sm = ScalarOps.softmax(&row, t);
+    assert_eq!(ops.softmax(&row, t), sm);
+    assert_eq!(
+        ops.softmax_argmax(&row, &sm),
+        ScalarOps.softmax_argmax(&row, &sm)
+    );
+}
