@@ -292,7 +292,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
     let verifier = CpuVerifier::<K>::new(0).expect("pool");
     let mut g = Gen(0x7EE_1A9);
     let (parents, fc, ns) = beam(IN_WIDTH, IN_DEPTH);
-    let inputs = ["probs", "logits"];
+    let inputs = ["probs", "logits", "probs+q", "logits+q"];
     let methods = [Method::Greedy, Method::Rejection];
     let mut header = false;
     for shape in ["flat", "peaked"] {
@@ -363,18 +363,74 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                     values: &step.logits,
                     temperature: &step.temps,
                 });
-                // Sized for the whole target tensor; the path rows are a prefix of it.
-                let reader = ReadPool::new(b * IN_NODES * vocab * 2, threads);
+                // SpecInfer's inputs: node i's draft row its parent's probabilities times
+                // 0.7..1.3 (renormalised), its token drawn from that row.
+                let with_q = ["probs+q", "logits+q"]
+                    .iter()
+                    .any(|i| wanted(&id(i, Method::Rejection)));
+                let (mut q, mut q_tokens) = (Vec::new(), tokens.clone());
+                if with_q {
+                    q = vec![0f32; b * IN_NODES * vocab];
+                    for r in 0..b {
+                        for i in 1..IN_NODES {
+                            let p = parents[i] as usize;
+                            let parent = &step.probs[(r * IN_NODES + p) * vocab..][..vocab];
+                            let row = &mut q[(r * IN_NODES + i) * vocab..][..vocab];
+                            for (o, &x) in row.iter_mut().zip(parent) {
+                                *o = x * (0.7 + 0.6 * g.unit());
+                            }
+                            let s: f32 = row.iter().sum();
+                            row.iter_mut().for_each(|x| *x /= s);
+                            q_tokens[r * IN_NODES + i] = sample(&mut g, row);
+                        }
+                    }
+                }
+                let probs_q = TreeBatch::new(
+                    TreeDims {
+                        vocab,
+                        max_nodes: IN_NODES,
+                        max_depth: IN_DEPTH,
+                    },
+                    Tree {
+                        tokens: &q_tokens,
+                        ..probs.tree
+                    },
+                    &step.probs,
+                    Streams {
+                        seed: &step.seed,
+                        offset: &step.offset,
+                    },
+                )
+                .with_draft_probs(&q);
+                let logits_q = probs_q.with_target_logits(Logits {
+                    values: &step.logits,
+                    temperature: &step.temps,
+                });
+                // Sized for the whole target tensor and as many draft rows; the path rows are
+                // a prefix of it.
+                let tensor = b * IN_NODES * vocab * 2;
+                let reader = ReadPool::new(2 * tensor, threads);
                 let whole = median(15, || {
-                    black_box(reader.read(b * IN_NODES * vocab * 2));
+                    black_box(reader.read(tensor));
+                })
+                .as_secs_f64();
+                let whole_q = median(15, || {
+                    black_box(reader.read(2 * tensor));
                 })
                 .as_secs_f64();
                 for method in methods {
                     let mut probs_s = f64::NAN;
-                    for (input, batch) in [("probs", &probs), ("logits", &logits)] {
-                        if !wanted(&id(input, method)) {
+                    for (input, batch) in [
+                        ("probs", &probs),
+                        ("logits", &logits),
+                        ("probs+q", &probs_q),
+                        ("logits+q", &logits_q),
+                    ] {
+                        let drafts = input.ends_with("+q");
+                        if !wanted(&id(input, method)) || (drafts && method == Method::Greedy) {
                             continue;
                         }
+                        let whole = if drafts { whole_q } else { whole };
                         let (mut acc, mut path, mut emitted) = (
                             vec![0u32; b],
                             vec![0u32; b * (IN_DEPTH + 1)],
@@ -397,7 +453,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                             black_box(reader.read(rows * vocab * 2));
                         })
                         .as_secs_f64();
-                        if input == "probs" {
+                        if input.starts_with("probs") {
                             probs_s = s;
                         }
                         let mean_acc = (rows - b) as f64 / b as f64;

@@ -203,6 +203,14 @@ pub trait TreeOps: RowOps {
         entropy_from_fixed(fixed)
     }
 
+    /// Calls `f` with the probability row `p_v = sm.p(row[v])` (`sm`: this row's
+    /// [`softmax`](Self::softmax)) where the implementation keeps one, for the reductions that
+    /// have no hook of their own (SpecInfer's residuals); the default keeps none and does not
+    /// call `f`, and the caller then reads each `p_v` through `sm`.
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        let _ = (row, sm, f);
+    }
+
     /// The race over `w_v = (sm.p(row[v]) as f64) − (1.0 if v is one of `tried` else 0.0)`, as
     /// [`race_excluding`](Self::race_excluding) of the probability row (`tried` empty: the
     /// plain race).
@@ -295,79 +303,111 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
         if m == 0 {
             return Step::Emit(d.sample(self.ops, self.rng(u)));
         }
+        if self.batch.draft_probs.is_some() {
+            return self.speculative(u, kids, d);
+        }
+        // The target-only rule: one uniform against the cumulative mass of the siblings'
+        // distinct tokens.
         let (seed, offset) = (self.batch.seed[self.b], self.batch.offset[self.b]);
         let token = |i: usize| self.batch.token(self.b, kids[i] as usize);
-        let residual = match self.batch.draft_probs {
-            None => {
-                // The target-only rule: one uniform against the cumulative mass of the
-                // siblings' distinct tokens.
-                let u01 = uniform53(sibling_draw(seed, offset, u as u32, 0));
-                let mut cum = 0f64;
-                for (i, &kid) in kids.iter().enumerate() {
-                    let x = token(i);
-                    if (0..i).any(|j| token(j) == x) {
-                        continue;
-                    }
-                    cum += f64::from(d.p(x as usize));
-                    if u01 < cum {
-                        return Step::Accept(kid as usize);
-                    }
-                }
-                let mut tried = [0u32; MAX_TREE_NODES];
-                for (t, &c) in tried.iter_mut().zip(kids) {
-                    *t = self.batch.token(self.b, c as usize);
-                }
-                let tried = &tried[..m];
-                match d {
-                    Dist::Probs(row) if m == 1 => {
-                        self.ops.race_residual(self.rng(u), row, None, tried[0])
-                    }
-                    Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
-                    Dist::Soft(row, sm) => self.ops.softmax_race(self.rng(u), row, &sm, tried),
-                }
+        let u01 = uniform53(sibling_draw(seed, offset, u as u32, 0));
+        let mut cum = 0f64;
+        for (i, &kid) in kids.iter().enumerate() {
+            let x = token(i);
+            if (0..i).any(|j| token(j) == x) {
+                continue;
             }
-            Some(_) => {
-                // SpecInfer's multi-step speculative sampling.
-                let mut z = [0f64; MAX_TREE_NODES];
-                z[0] = 1.0;
-                let q = |i: usize| {
-                    self.batch
-                        .draft_row(self.b, kids[i] as usize)
-                        .unwrap_or(&[])
-                };
-                // R_i(v): the residual weight of v after siblings 0..i were rejected.
-                let r = |i: usize, z: &[f64], v: usize| {
-                    let mut r = f64::from(d.p(v));
-                    for (j, &zj) in z.iter().enumerate().take(i) {
-                        r -= zj * f64::from(q(j)[v]);
-                        // NaN and non-positive weights leave nothing.
-                        r = if r > 0.0 { r } else { 0.0 };
-                    }
-                    r
-                };
-                for i in 0..m {
-                    let x = token(i) as usize;
-                    let den = z[i] * f64::from(q(i)[x]);
-                    let u01 = uniform53(sibling_draw(seed, offset, u as u32, i as u32));
-                    if u01 * den < r(i, &z, x) {
-                        return Step::Accept(kids[i] as usize);
-                    }
-                    if i + 1 < m {
-                        let mut fixed = 0u128;
-                        for v in 0..d.len() {
-                            fixed = fixed.wrapping_add(residual_fixed(r(i + 1, &z, v)));
-                        }
-                        z[i + 1] = (fixed as f64) * TWO_M64;
-                    }
-                }
-                match d {
-                    Dist::Probs(row) if m == 1 => {
-                        self.ops
-                            .race_residual(self.rng(u), row, Some(q(0)), token(0))
-                    }
-                    _ => race(self.rng(u), d.len(), |v| r(m, &z, v)),
-                }
+            cum += f64::from(d.p(x as usize));
+            if u01 < cum {
+                return Step::Accept(kid as usize);
             }
+        }
+        let mut tried = [0u32; MAX_TREE_NODES];
+        for (t, &c) in tried.iter_mut().zip(kids) {
+            *t = self.batch.token(self.b, c as usize);
+        }
+        let tried = &tried[..m];
+        let residual = match d {
+            Dist::Probs(row) if m == 1 => self.ops.race_residual(self.rng(u), row, None, tried[0]),
+            Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
+            Dist::Soft(row, sm) => self.ops.softmax_race(self.rng(u), row, &sm, tried),
+        };
+        Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
+    }
+
+    /// SpecInfer's multi-step speculative sampling at node `u` over its children `kids`.
+    /// Accepting a sibling reads single values of the row; a rejection reads whole rows (the
+    /// next sibling's residual mass, the residual race), which for logits come from the
+    /// probability row where `ops` keeps one ([`TreeOps::with_softmax_probs`]).
+    fn speculative(&self, u: usize, kids: &[u16], d: Dist<'_>) -> Step {
+        if let Dist::Soft(row, sm) = d {
+            if self.sibling_accepts(u, kids, 0, &[1.0], &d) {
+                return Step::Accept(kids[0] as usize);
+            }
+            let mut step = None;
+            self.ops.with_softmax_probs(row, &sm, &mut |p| {
+                step = Some(self.speculative_steps(u, kids, Dist::Probs(p)));
+            });
+            if let Some(step) = step {
+                return step;
+            }
+        }
+        self.speculative_steps(u, kids, d)
+    }
+
+    /// Draft row of sibling `i` (`kids[i]`).
+    fn q(&self, kids: &[u16], i: usize) -> &[f32] {
+        self.batch
+            .draft_row(self.b, kids[i] as usize)
+            .unwrap_or(&[])
+    }
+
+    /// `R_i(v)`: the residual weight of `v` after siblings `0..i` were rejected (`z`: their
+    /// masses, `z[0] = 1`).
+    fn residual(&self, kids: &[u16], i: usize, z: &[f64], d: &Dist<'_>, v: usize) -> f64 {
+        let mut r = f64::from(d.p(v));
+        for (j, &zj) in z.iter().enumerate().take(i) {
+            r -= zj * f64::from(self.q(kids, j)[v]);
+            // NaN and non-positive weights leave nothing.
+            r = if r > 0.0 { r } else { 0.0 };
+        }
+        r
+    }
+
+    /// Whether sibling `i` passes its test after siblings `0..i` were rejected.
+    fn sibling_accepts(&self, u: usize, kids: &[u16], i: usize, z: &[f64], d: &Dist<'_>) -> bool {
+        let (seed, offset) = (self.batch.seed[self.b], self.batch.offset[self.b]);
+        let x = self.batch.token(self.b, kids[i] as usize) as usize;
+        let den = z[i] * f64::from(self.q(kids, i)[x]);
+        let u01 = uniform53(sibling_draw(seed, offset, u as u32, i as u32));
+        u01 * den < self.residual(kids, i, z, d, x)
+    }
+
+    /// The siblings' tests in order, then the residual race (or the plain one).
+    fn speculative_steps(&self, u: usize, kids: &[u16], d: Dist<'_>) -> Step {
+        let m = kids.len();
+        let mut z = [0f64; MAX_TREE_NODES];
+        z[0] = 1.0;
+        for i in 0..m {
+            if self.sibling_accepts(u, kids, i, &z, &d) {
+                return Step::Accept(kids[i] as usize);
+            }
+            if i + 1 < m {
+                let mut fixed = 0u128;
+                for v in 0..d.len() {
+                    fixed =
+                        fixed.wrapping_add(residual_fixed(self.residual(kids, i + 1, &z, &d, v)));
+                }
+                z[i + 1] = (fixed as f64) * TWO_M64;
+            }
+        }
+        let residual = match d {
+            Dist::Probs(row) if m == 1 => {
+                let token = self.batch.token(self.b, kids[0] as usize);
+                self.ops
+                    .race_residual(self.rng(u), row, Some(self.q(kids, 0)), token)
+            }
+            _ => race(self.rng(u), d.len(), |v| self.residual(kids, m, &z, &d, v)),
         };
         Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
     }

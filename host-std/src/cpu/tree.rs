@@ -213,6 +213,10 @@ impl TreeOps for TreeRows<'_> {
         self.with_probs(row, sm, |p| self.split.argmax(p))
     }
 
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        self.with_probs(row, sm, f);
+    }
+
     fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
         self.with_probs(row, sm, |p| self.split.entropy(p))
     }
@@ -239,6 +243,9 @@ impl TreeOps for ChunkedOps {
     }
     fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
         TreeRows::new(SplitOps::single()).softmax_argmax(row, sm)
+    }
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        TreeRows::new(SplitOps::single()).with_softmax_probs(row, sm, f);
     }
     fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
         TreeRows::new(SplitOps::single()).softmax_entropy(row, sm)
