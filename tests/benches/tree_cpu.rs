@@ -15,18 +15,19 @@
 //!
 //! A second table, **the inputs engines send** (issue 30): a 16-node tree (a 4×4 beam: 4 nodes
 //! per depth, depth 4) from target **probabilities** and from target **logits** (f32, T = 0.8),
-//! greedy and rejection sampling (target-only rule), V = 32000 and 128256, batch 1 and 16, two
-//! row shapes: **flat** (logits `3·ln u`) and **peaked**, shaped like a language model's output
-//! (one id holding p ≈ 0.7 at T over a `2·N(0, 1)` background); the probabilities are the
-//! logits' softmax (f64), each node's token drawn from its parent's row. Printed per point: ms
-//! per batch; the read-only pass over the rows the verifier must read (every node of the
-//! accepted paths, the stopping node included, in full: a softmax reads the whole row) and the
-//! ratio to it (`/read`, the strict floor: those rows stay in the cache between calls at batch
-//! 1); the read-only pass over the whole target tensor the engine sends (`B·17` rows) and the
-//! ratio to it (`/input`, issue 30's measure, as `verify_inputs` prints it; its target is ≤ 2
-//! at batch ≥ 16); the mean accepted length; logits against probabilities. Greedy at T = 0.8
-//! is the argmax of the softmax (at T = 0 it is the argmax of the logits, the probability
-//! path's cost).
+//! greedy and rejection sampling (target-only rule; `+q`: with draft rows, SpecInfer's rule, each
+//! node's draft row its parent's probabilities times 0.7..1.3, renormalised, its token drawn from
+//! it), V = 32000 and 128256, batch 1 and 16, two row shapes: **flat** (logits `3·ln u`) and
+//! **peaked**, shaped like a language model's output (one id holding p ≈ 0.7 at T over a
+//! `2·N(0, 1)` background); the probabilities are the logits' softmax (f64), each node's token
+//! drawn from its parent's row. Printed per point: ms per batch; the read-only pass over the rows
+//! the verifier must read (every node of the accepted paths, the stopping node included, in
+//! full: a softmax reads the whole row) and the ratio to it (`/read`, the strict floor: those
+//! rows stay in the cache between calls at batch 1); the read-only pass over the whole input the
+//! engine sends (`B·17` target rows, and as many draft rows with `+q`) and the ratio to it
+//! (`/input`, issue 30's measure, as `verify_inputs` prints it; its target is ≤ 2 at batch
+//! ≥ 16); the mean accepted length; logits against probabilities. Greedy at T = 0.8 is the
+//! argmax of the softmax (at T = 0 it is the argmax of the logits, the probability path's cost).
 //!
 //! `cargo bench -p specula-tests --bench tree_cpu` (a few minutes on 2 cores). A plain argument
 //! runs only the points whose `table/shape/V/batch/input/method` contains it (tables `chain`
