@@ -143,6 +143,21 @@ pub fn residual_fixed(w: f64) -> u128 {
     (w * TWO_64) as u128
 }
 
+/// SpecInfer's residual weight of id `v` whose target probability is `p`, after the siblings
+/// whose draft rows are `drafts` were rejected with masses `z` (`z[0] = 1`, one per row):
+/// `p` in binary64, less `z[j]·drafts[j][v]` for each `j` in order, a result that is not `> 0`
+/// (NaN included) becoming 0 after each step.
+#[inline]
+#[must_use]
+pub fn speculative_residual(p: f32, drafts: &[&[f32]], z: &[f64], v: usize) -> f64 {
+    let mut r = f64::from(p);
+    for (q, &zj) in drafts.iter().zip(z) {
+        r -= zj * f64::from(q[v]);
+        r = if r > 0.0 { r } else { 0.0 };
+    }
+    r
+}
+
 /// The 64-bit acceptance draw of the sibling of rank `rank` among the children of `node`:
 /// Philox stream 0, counter `[rank, node << 2, offset]`, words 0 (high) and 1 (low). Rank 0 is
 /// the chain path's acceptance draw at position `node`.
@@ -169,6 +184,21 @@ pub trait TreeOps: RowOps {
         race(rng, row.len(), |v| {
             let hit = tried.iter().any(|&t| t as usize == v);
             f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
+        })
+    }
+
+    /// SpecInfer's residual race after every sibling was rejected: over
+    /// `w_v = `[`speculative_residual`]`(row[v], drafts, z, v)` (`drafts`: the siblings' draft
+    /// rows, `z`: their masses, as many).
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            speculative_residual(row[v], drafts, z, v)
         })
     }
 
@@ -340,63 +370,59 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
     /// next sibling's residual mass, the residual race), which for logits come from the
     /// probability row where `ops` keeps one ([`TreeOps::with_softmax_probs`]).
     fn speculative(&self, u: usize, kids: &[u16], d: Dist<'_>) -> Step {
+        let mut drafts: [&[f32]; MAX_TREE_NODES] = [&[]; MAX_TREE_NODES];
+        for (q, &c) in drafts.iter_mut().zip(kids) {
+            *q = self.batch.draft_row(self.b, c as usize).unwrap_or(&[]);
+        }
+        let drafts = &drafts[..kids.len()];
         if let Dist::Soft(row, sm) = d {
-            if self.sibling_accepts(u, kids, 0, &[1.0], &d) {
+            if self.sibling_accepts(u, kids, drafts, &[1.0], &d) {
                 return Step::Accept(kids[0] as usize);
             }
             let mut step = None;
             self.ops.with_softmax_probs(row, &sm, &mut |p| {
-                step = Some(self.speculative_steps(u, kids, Dist::Probs(p)));
+                step = Some(self.speculative_steps(u, kids, drafts, Dist::Probs(p)));
             });
             if let Some(step) = step {
                 return step;
             }
         }
-        self.speculative_steps(u, kids, d)
+        self.speculative_steps(u, kids, drafts, d)
     }
 
-    /// Draft row of sibling `i` (`kids[i]`).
-    fn q(&self, kids: &[u16], i: usize) -> &[f32] {
-        self.batch
-            .draft_row(self.b, kids[i] as usize)
-            .unwrap_or(&[])
-    }
-
-    /// `R_i(v)`: the residual weight of `v` after siblings `0..i` were rejected (`z`: their
-    /// masses, `z[0] = 1`).
-    fn residual(&self, kids: &[u16], i: usize, z: &[f64], d: &Dist<'_>, v: usize) -> f64 {
-        let mut r = f64::from(d.p(v));
-        for (j, &zj) in z.iter().enumerate().take(i) {
-            r -= zj * f64::from(self.q(kids, j)[v]);
-            // NaN and non-positive weights leave nothing.
-            r = if r > 0.0 { r } else { 0.0 };
-        }
-        r
-    }
-
-    /// Whether sibling `i` passes its test after siblings `0..i` were rejected.
-    fn sibling_accepts(&self, u: usize, kids: &[u16], i: usize, z: &[f64], d: &Dist<'_>) -> bool {
+    /// Whether sibling `i = z.len() − 1` passes its test after siblings `0..i` were rejected
+    /// (`z`: their masses, `z[0] = 1`; `drafts`: the siblings' draft rows).
+    fn sibling_accepts(
+        &self,
+        u: usize,
+        kids: &[u16],
+        drafts: &[&[f32]],
+        z: &[f64],
+        d: &Dist<'_>,
+    ) -> bool {
+        let i = z.len() - 1;
         let (seed, offset) = (self.batch.seed[self.b], self.batch.offset[self.b]);
         let x = self.batch.token(self.b, kids[i] as usize) as usize;
-        let den = z[i] * f64::from(self.q(kids, i)[x]);
+        let den = z[i] * f64::from(drafts[i][x]);
         let u01 = uniform53(sibling_draw(seed, offset, u as u32, i as u32));
-        u01 * den < self.residual(kids, i, z, d, x)
+        u01 * den < speculative_residual(d.p(x), &drafts[..i], &z[..i], x)
     }
 
     /// The siblings' tests in order, then the residual race (or the plain one).
-    fn speculative_steps(&self, u: usize, kids: &[u16], d: Dist<'_>) -> Step {
+    fn speculative_steps(&self, u: usize, kids: &[u16], drafts: &[&[f32]], d: Dist<'_>) -> Step {
         let m = kids.len();
         let mut z = [0f64; MAX_TREE_NODES];
         z[0] = 1.0;
         for i in 0..m {
-            if self.sibling_accepts(u, kids, i, &z, &d) {
+            if self.sibling_accepts(u, kids, drafts, &z[..=i], &d) {
                 return Step::Accept(kids[i] as usize);
             }
             if i + 1 < m {
+                let (q, zs) = (&drafts[..=i], &z[..=i]);
                 let mut fixed = 0u128;
                 for v in 0..d.len() {
                     fixed =
-                        fixed.wrapping_add(residual_fixed(self.residual(kids, i + 1, &z, &d, v)));
+                        fixed.wrapping_add(residual_fixed(speculative_residual(d.p(v), q, zs, v)));
                 }
                 z[i + 1] = (fixed as f64) * TWO_M64;
             }
@@ -405,9 +431,12 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
             Dist::Probs(row) if m == 1 => {
                 let token = self.batch.token(self.b, kids[0] as usize);
                 self.ops
-                    .race_residual(self.rng(u), row, Some(self.q(kids, 0)), token)
+                    .race_residual(self.rng(u), row, Some(drafts[0]), token)
             }
-            _ => race(self.rng(u), d.len(), |v| self.residual(kids, m, &z, &d, v)),
+            Dist::Probs(row) => self.ops.race_speculative(self.rng(u), row, drafts, &z[..m]),
+            Dist::Soft(..) => race(self.rng(u), d.len(), |v| {
+                speculative_residual(d.p(v), drafts, &z[..m], v)
+            }),
         };
         Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
     }

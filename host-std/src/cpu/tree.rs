@@ -7,8 +7,8 @@ use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    TreeBatch, TreeOps, TreeOutputs, validate_tree_request, validate_tree_shape,
-    verify_tree_request,
+    TreeBatch, TreeOps, TreeOutputs, speculative_residual, validate_tree_request,
+    validate_tree_shape, verify_tree_request,
 };
 use specula_core::verify::{Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, VerifyError};
 use std::cell::Cell;
@@ -44,6 +44,42 @@ impl Weights for Excluding<'_> {
     fn exact(&self, v: usize) -> f64 {
         let hit = self.tried.iter().any(|&t| t as usize == v);
         f64::from(self.target[v]) - if hit { 1.0 } else { 0.0 }
+    }
+}
+
+/// SpecInfer's residual after every sibling was rejected:
+/// [`speculative_residual`] of each id.
+#[derive(Clone, Copy)]
+struct Speculative<'a> {
+    target: &'a [f32],
+    drafts: &'a [&'a [f32]],
+    z: &'a [f64],
+}
+
+impl Weights for Speculative<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.target.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        let n = (end - start).min(N);
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            let r = self.exact(start + i);
+            // Rounded up, never below the exact weight: positive exactly when it is (a tiny
+            // weight does not flush to 0), and the skip test's bound stays conservative.
+            let f = r as f32;
+            *o = if f64::from(f) < r {
+                f32::from_bits(f.to_bits() + 1)
+            } else {
+                f
+            };
+        }
+        out[n..].fill(0.0);
+    }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        speculative_residual(self.target[v], self.drafts, self.z, v)
     }
 }
 
@@ -202,6 +238,21 @@ impl TreeOps for TreeRows<'_> {
         self.split.race_with(rng, Excluding { target: row, tried })
     }
 
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        let w = Speculative {
+            target: row,
+            drafts,
+            z,
+        };
+        self.split.race_with(rng, w)
+    }
+
     fn softmax(&self, row: &[f32], t: f32) -> Softmax {
         let mut soft = self.soft.take();
         let sm = soft.reduce(self.split.isa(), row, t);
@@ -237,6 +288,15 @@ impl TreeOps for TreeRows<'_> {
 impl TreeOps for ChunkedOps {
     fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
         TreeRows::new(SplitOps::single()).race_excluding(rng, row, tried)
+    }
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        TreeRows::new(SplitOps::single()).race_speculative(rng, row, drafts, z)
     }
     fn softmax(&self, row: &[f32], t: f32) -> Softmax {
         TreeRows::new(SplitOps::single()).softmax(row, t)

@@ -363,3 +363,79 @@ fn a_row_changed_between_verifications_is_reduced_anew() {
         ScalarOps.softmax_argmax(&row, &sm)
     );
 }
+
+/// SpecInfer's residual race ([`TreeOps::race_speculative`]) gives the reference's id on every
+/// instruction set, one thread or rows cut over a pool: normalised rows, garbage (NaN, negative,
+/// above 1), and residuals below the smallest binary32 value (`p` just above `z·q` for tiny
+/// `q`), which the kernels' binary32 block must not flush to 0.
+#[test]
+fn speculative_race_matches_the_reference_on_every_instruction_set() {
+    let mut g = Rng(0x5BEC_u64);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let mut variants = vec![];
+    for isa in Isa::available() {
+        variants.push(TreeRows::new(SplitOps::for_test(isa, 1, None)));
+        variants.push(TreeRows::new(SplitOps::for_test(isa, 3, Some(&pool))));
+    }
+    let mut tiny_cases = 0;
+    for case in 0..120 {
+        let len = [1usize, 3, 17, 64, 65, 300, 5000][case % 7];
+        let m = 2 + g.below(3);
+        let mode = case % 3;
+        let mut drafts: Vec<Vec<f32>> = (0..m)
+            .map(|_| (0..len).map(|_| g.unit() / len as f32).collect())
+            .collect();
+        let mut z: Vec<f64> = (0..m)
+            .map(|j| {
+                if j == 0 {
+                    1.0
+                } else {
+                    0.3 + f64::from(g.unit())
+                }
+            })
+            .collect();
+        let target: Vec<f32> = match mode {
+            0 => (0..len).map(|_| 2.0 * g.unit() / len as f32).collect(),
+            1 => (0..len)
+                .map(|_| [f32::NAN, -0.5, 3.0, f32::INFINITY, 0.0, 0.25][g.below(6)])
+                .collect(),
+            _ => {
+                // p = q₀ for tiny q₀ and z₀ just below 1: residuals around 1e-46, the only
+                // positive weights (the later drafts are 0).
+                tiny_cases += 1;
+                z[0] = 1.0 - f64::EPSILON;
+                for q in drafts.iter_mut().skip(1) {
+                    q.fill(0.0);
+                }
+                drafts[0] = (0..len).map(|_| 1e-30 * (1.0 + g.unit())).collect();
+                drafts[0].clone()
+            }
+        };
+        let q: Vec<&[f32]> = drafts.iter().map(Vec::as_slice).collect();
+        for position in 0..3 {
+            let rng = RaceRng {
+                seed: g.next(),
+                offset: g.next() >> 30,
+                position,
+            };
+            let want = ScalarOps.race_speculative(rng, &target, &q, &z);
+            if mode == 2 {
+                assert!(
+                    want.is_some(),
+                    "case {case}: the tiny residuals are candidates"
+                );
+            }
+            for (i, ops) in variants.iter().enumerate() {
+                let got = ops.race_speculative(rng, &target, &q, &z);
+                assert_eq!(
+                    got, want,
+                    "case {case} (len {len}, mode {mode}) variant {i}"
+                );
+            }
+        }
+    }
+    assert!(tiny_cases > 0);
+}
