@@ -13,12 +13,31 @@
 //! by construction, its cost the most a chain of 8 pays), and µs per emitted token (accepted
 //! plus the one sampled after them) of each.
 //!
-//! `cargo bench -p specula-tests --bench tree_cpu` (under a minute on 2 cores).
+//! A second table, **the inputs engines send** (issue 30): a 16-node tree (a 4×4 beam: 4 nodes
+//! per depth, depth 4) from target **probabilities** and from target **logits** (f32, T = 0.8),
+//! greedy and rejection sampling (target-only rule; `+q`: with draft rows, SpecInfer's rule, each
+//! node's draft row its parent's probabilities times 0.7..1.3, renormalised, its token drawn from
+//! it), V = 32000 and 128256, batch 1 and 16, two row shapes: **flat** (logits `3·ln u`) and
+//! **peaked**, shaped like a language model's output (one id holding p ≈ 0.7 at T over a
+//! `2·N(0, 1)` background); the probabilities are the logits' softmax (f64), each node's token
+//! drawn from its parent's row. Printed per point: ms per batch; the read-only pass over the rows
+//! the verifier must read (every node of the accepted paths, the stopping node included, in
+//! full: a softmax reads the whole row) and the ratio to it (`/read`, the strict floor: those
+//! rows stay in the cache between calls at batch 1); the read-only pass over the whole input the
+//! engine sends (`B·17` target rows, and as many draft rows with `+q`) and the ratio to it
+//! (`/input`, issue 30's measure, as `verify_inputs` prints it; its target is ≤ 2 at batch
+//! ≥ 16); the mean accepted length; logits against probabilities. Greedy at T = 0.8 is the
+//! argmax of the softmax (at T = 0 it is the argmax of the logits, the probability path's cost).
+//!
+//! `cargo bench -p specula-tests --bench tree_cpu` (a few minutes on 2 cores). A plain argument
+//! runs only the points whose `table/shape/V/batch/input/method` contains it (tables `chain`
+//! and `inputs`; e.g. `-- inputs/peaked/128256/16/`).
 
 use specula::cpu::CpuVerifier;
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
-use specula_core::verify::{Batch, Check, Dims, Drafts, Method, Outputs, Streams};
+use specula_core::verify::{Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams};
 use specula_tests::bench_read::ReadPool;
+use specula_tests::bench_step::Step;
 use specula_tests::conformance::{Gen, sample};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -73,24 +92,46 @@ fn row(g: &mut Gen, out: &mut [f32]) {
     out.iter_mut().for_each(|x| *x /= s);
 }
 
-fn main() {
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let verifier = CpuVerifier::<K>::new(0).expect("pool");
-    let mut g = Gen(0xBE7C);
-    // The beam shape: 8 nodes per depth, each the child of one node of the depth above.
+/// A beam of `width` nodes per depth, `depth` deep, each node the child of one node of the
+/// depth above: its parent array and its first-child / next-sibling links.
+fn beam(width: usize, depth: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
     let mut parents = vec![-1i32];
-    for d in 0..DEPTH {
-        for i in 0..WIDTH {
+    for d in 0..depth {
+        for i in 0..width {
             let p = if d == 0 {
                 0
             } else {
-                1 + (d - 1) * WIDTH + (i * 7 + d) % WIDTH
+                1 + (d - 1) * width + (i * 7 + d) % width
             };
             parents.push(p as i32);
         }
     }
-    let (mut fc, mut ns) = (vec![0i32; NODES], vec![0i32; NODES]);
+    let n = parents.len();
+    let (mut fc, mut ns) = (vec![0i32; n], vec![0i32; n]);
     links_from_parents(&parents, &mut fc, &mut ns).expect("a tree");
+    (parents, fc, ns)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`: only a plain argument filters.
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wanted = |id: &str| filter.as_deref().is_none_or(|f| id.contains(f));
+    versus_chain(&wanted);
+    inputs(&wanted);
+}
+
+/// The first table: the 8×8 tree against the chain (module docs).
+fn versus_chain(wanted: &dyn Fn(&str) -> bool) {
+    if !["greedy", "rejection"]
+        .iter()
+        .any(|m| [1, 8].iter().any(|b| wanted(&format!("chain/{b}/{m}"))))
+    {
+        return;
+    }
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let verifier = CpuVerifier::<K>::new(0).expect("pool");
+    let mut g = Gen(0xBE7C);
+    let (parents, fc, ns) = beam(WIDTH, DEPTH);
     println!(
         "{:>9} {:>5} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6} {:>9} {:>9} {:>12} {:>12}",
         "method",
@@ -108,6 +149,10 @@ fn main() {
     );
     for method in [Method::Greedy, Method::Rejection] {
         for b in [1usize, 8] {
+            let name = format!("{method:?}").to_lowercase();
+            if !wanted(&format!("chain/{b}/{name}")) {
+                continue;
+            }
             let mut target = vec![0f32; b * NODES * V];
             for r in target.chunks_exact_mut(V) {
                 row(&mut g, r);
@@ -231,6 +276,206 @@ fn main() {
                 us(tree_t) / (accepted + 1.0),
                 us(chain_t) / (chain_accepted + 1.0)
             );
+        }
+    }
+}
+
+/// Nodes of the inputs table's tree: a 4×4 beam plus the root.
+const IN_WIDTH: usize = 4;
+const IN_DEPTH: usize = 4;
+const IN_NODES: usize = IN_WIDTH * IN_DEPTH + 1;
+const T: f32 = 0.8;
+
+/// The second table: trees from probabilities and from logits against the read-only pass
+/// (module docs).
+fn inputs(wanted: &dyn Fn(&str) -> bool) {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let verifier = CpuVerifier::<K>::new(0).expect("pool");
+    let mut g = Gen(0x7EE_1A9);
+    let (parents, fc, ns) = beam(IN_WIDTH, IN_DEPTH);
+    let inputs = ["probs", "logits", "probs+q", "logits+q"];
+    let methods = [Method::Greedy, Method::Rejection];
+    let mut header = false;
+    for shape in ["flat", "peaked"] {
+        for vocab in [32_000usize, 128_256] {
+            for b in [1usize, 16] {
+                let id = |input: &str, m: Method| {
+                    format!("inputs/{shape}/{vocab}/{b}/{input}/{m:?}").to_lowercase()
+                };
+                if !inputs
+                    .iter()
+                    .any(|i| methods.iter().any(|&m| wanted(&id(i, m))))
+                {
+                    continue;
+                }
+                if !header {
+                    println!(
+                        "\n{:<6} {:>6} {:>5} {:<7} {:<9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>5} {:>8}",
+                        "shape",
+                        "V",
+                        "batch",
+                        "input",
+                        "method",
+                        "ms",
+                        "read ms",
+                        "/read",
+                        "input ms",
+                        "/input",
+                        "acc",
+                        "/probs"
+                    );
+                    header = true;
+                }
+                // One row per node: `k + 1 = IN_NODES` rows per request.
+                let step = if shape == "flat" {
+                    Step::new(&mut g, b, vocab, IN_NODES - 1, T)
+                } else {
+                    Step::peaked(&mut g, b, vocab, IN_NODES - 1, T)
+                };
+                let mut tokens = vec![0u32; b * IN_NODES];
+                for r in 0..b {
+                    for i in 1..IN_NODES {
+                        let p = parents[i] as usize;
+                        let row = &step.probs[(r * IN_NODES + p) * vocab..][..vocab];
+                        tokens[r * IN_NODES + i] = sample(&mut g, row);
+                    }
+                }
+                let nodes = vec![IN_NODES as u32; b];
+                let (fcs, nss) = (fc.repeat(b), ns.repeat(b));
+                let probs = TreeBatch::new(
+                    TreeDims {
+                        vocab,
+                        max_nodes: IN_NODES,
+                        max_depth: IN_DEPTH,
+                    },
+                    Tree {
+                        nodes: &nodes,
+                        tokens: &tokens,
+                        first_child: &fcs,
+                        next_sibling: &nss,
+                    },
+                    &step.probs,
+                    Streams {
+                        seed: &step.seed,
+                        offset: &step.offset,
+                    },
+                );
+                let logits = probs.with_target_logits(Logits {
+                    values: &step.logits,
+                    temperature: &step.temps,
+                });
+                // SpecInfer's inputs: node i's draft row its parent's probabilities times
+                // 0.7..1.3 (renormalised), its token drawn from that row.
+                let with_q = ["probs+q", "logits+q"]
+                    .iter()
+                    .any(|i| wanted(&id(i, Method::Rejection)));
+                let (mut q, mut q_tokens) = (Vec::new(), tokens.clone());
+                if with_q {
+                    q = vec![0f32; b * IN_NODES * vocab];
+                    for r in 0..b {
+                        for i in 1..IN_NODES {
+                            let p = parents[i] as usize;
+                            let parent = &step.probs[(r * IN_NODES + p) * vocab..][..vocab];
+                            let row = &mut q[(r * IN_NODES + i) * vocab..][..vocab];
+                            for (o, &x) in row.iter_mut().zip(parent) {
+                                *o = x * (0.7 + 0.6 * g.unit());
+                            }
+                            let s: f32 = row.iter().sum();
+                            row.iter_mut().for_each(|x| *x /= s);
+                            q_tokens[r * IN_NODES + i] = sample(&mut g, row);
+                        }
+                    }
+                }
+                let probs_q = TreeBatch::new(
+                    TreeDims {
+                        vocab,
+                        max_nodes: IN_NODES,
+                        max_depth: IN_DEPTH,
+                    },
+                    Tree {
+                        tokens: &q_tokens,
+                        ..probs.tree
+                    },
+                    &step.probs,
+                    Streams {
+                        seed: &step.seed,
+                        offset: &step.offset,
+                    },
+                )
+                .with_draft_probs(&q);
+                let logits_q = probs_q.with_target_logits(Logits {
+                    values: &step.logits,
+                    temperature: &step.temps,
+                });
+                // Sized for the whole target tensor and as many draft rows; the path rows are
+                // a prefix of it.
+                let tensor = b * IN_NODES * vocab * 2;
+                let reader = ReadPool::new(2 * tensor, threads);
+                let whole = median(15, || {
+                    black_box(reader.read(tensor));
+                })
+                .as_secs_f64();
+                let whole_q = median(15, || {
+                    black_box(reader.read(2 * tensor));
+                })
+                .as_secs_f64();
+                for method in methods {
+                    let mut probs_s = f64::NAN;
+                    for (input, batch) in [
+                        ("probs", &probs),
+                        ("logits", &logits),
+                        ("probs+q", &probs_q),
+                        ("logits+q", &logits_q),
+                    ] {
+                        let drafts = input.ends_with("+q");
+                        if !wanted(&id(input, method)) || (drafts && method == Method::Greedy) {
+                            continue;
+                        }
+                        let whole = if drafts { whole_q } else { whole };
+                        let (mut acc, mut path, mut emitted) = (
+                            vec![0u32; b],
+                            vec![0u32; b * (IN_DEPTH + 1)],
+                            vec![0u32; b * (IN_DEPTH + 1)],
+                        );
+                        let s = median(15, || {
+                            let mut out = TreeOutputs {
+                                accepted: &mut acc,
+                                path: &mut path,
+                                tokens: &mut emitted,
+                            };
+                            verifier
+                                .verify_tree(method, Check::Cheap, black_box(batch), &mut out)
+                                .expect("valid");
+                        })
+                        .as_secs_f64();
+                        // Every path node's row, the stopping node's included.
+                        let rows: usize = acc.iter().map(|&a| a as usize + 1).sum();
+                        let read = median(15, || {
+                            black_box(reader.read(rows * vocab * 2));
+                        })
+                        .as_secs_f64();
+                        if input.starts_with("probs") {
+                            probs_s = s;
+                        }
+                        let mean_acc = (rows - b) as f64 / b as f64;
+                        println!(
+                            "{:<6} {:>6} {:>5} {:<7} {:<9} {:>9.3} {:>9.3} {:>7.2} {:>9.3} {:>7.2} {:>5.2} {:>8.2}",
+                            shape,
+                            vocab,
+                            b,
+                            input,
+                            format!("{method:?}").to_lowercase(),
+                            s * 1e3,
+                            read * 1e3,
+                            s / read,
+                            whole * 1e3,
+                            s / whole,
+                            mean_acc,
+                            s / probs_s
+                        );
+                    }
+                }
+            }
         }
     }
 }

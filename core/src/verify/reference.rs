@@ -151,6 +151,12 @@ impl Softmax {
         }
     }
 
+    /// The temperature `t` this state is of.
+    #[must_use]
+    pub const fn temperature(&self) -> f32 {
+        self.t
+    }
+
     /// `p` of the id whose logit is `l`.
     #[inline]
     #[must_use]

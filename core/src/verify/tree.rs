@@ -104,42 +104,25 @@ impl Dist<'_> {
         }
     }
 
-    fn argmax<O: RowOps + ?Sized>(&self, ops: &O) -> u32 {
+    fn argmax<O: TreeOps + ?Sized>(&self, ops: &O) -> u32 {
         match self {
             Self::Probs(r) => ops.argmax(r),
-            Self::Soft(..) => {
-                let mut best = 0u32;
-                let mut best_key = f32::NEG_INFINITY;
-                for v in 0..self.len() {
-                    let x = self.p(v);
-                    if x > best_key {
-                        best_key = x;
-                        best = v as u32;
-                    }
-                }
-                best
-            }
+            Self::Soft(r, sm) => ops.softmax_argmax(r, sm),
         }
     }
 
-    fn entropy<O: RowOps + ?Sized>(&self, ops: &O) -> f32 {
+    fn entropy<O: TreeOps + ?Sized>(&self, ops: &O) -> f32 {
         match self {
             Self::Probs(r) => ops.entropy(r),
-            Self::Soft(..) => {
-                let mut fixed = 0i64;
-                for v in 0..self.len() {
-                    fixed = fixed.wrapping_add(entropy_term(self.p(v)));
-                }
-                entropy_from_fixed(fixed)
-            }
+            Self::Soft(r, sm) => ops.softmax_entropy(r, sm),
         }
     }
 
     /// The plain race over the distribution, `0` when no value is `> 0`.
-    fn sample<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
+    fn sample<O: TreeOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
         match self {
             Self::Probs(r) => ops.race(rng, r),
-            Self::Soft(..) => race(rng, self.len(), |v| f64::from(self.p(v))),
+            Self::Soft(r, sm) => ops.softmax_race(rng, r, sm, &[]),
         }
         .unwrap_or(0)
     }
@@ -160,6 +143,21 @@ pub fn residual_fixed(w: f64) -> u128 {
     (w * TWO_64) as u128
 }
 
+/// SpecInfer's residual weight of id `v` whose target probability is `p`, after the siblings
+/// whose draft rows are `drafts` were rejected with masses `z` (`z[0] = 1`, one per row):
+/// `p` in binary64, less `z[j]·drafts[j][v]` for each `j` in order, a result that is not `> 0`
+/// (NaN included) becoming 0 after each step.
+#[inline]
+#[must_use]
+pub fn speculative_residual(p: f32, drafts: &[&[f32]], z: &[f64], v: usize) -> f64 {
+    let mut r = f64::from(p);
+    for (q, &zj) in drafts.iter().zip(z) {
+        r -= zj * f64::from(q[v]);
+        r = if r > 0.0 { r } else { 0.0 };
+    }
+    r
+}
+
 /// The 64-bit acceptance draw of the sibling of rank `rank` among the children of `node`:
 /// Philox stream 0, counter `[rank, node << 2, offset]`, words 0 (high) and 1 (low). Rank 0 is
 /// the chain path's acceptance draw at position `node`.
@@ -170,9 +168,15 @@ pub fn sibling_draw(seed: u64, offset: u64, node: u32, rank: u32) -> u64 {
     (u64::from(w[0]) << 32) | u64::from(w[1])
 }
 
-/// The row reductions of tree verification: the chain path's four ([`RowOps`]) plus the
-/// residual race of the target-only rule over several tried tokens. Every implementation must
-/// return the same values as the default (for every input, NaN and values above 1 included).
+/// The row reductions of tree verification: the chain path's four ([`RowOps`]), the residual
+/// race of the target-only rule over several tried tokens, and the same reductions over the
+/// softmax of a logits row. Every implementation must return the same values as the default
+/// (for every input, NaN and values above 1 included); the defaults are the reference's plain
+/// loops.
+///
+/// Verification reduces each logits row it reads once with [`softmax`](Self::softmax) and hands
+/// that state to the `softmax_*` reductions of the same row, so an implementation may keep
+/// what it computed for the state (the row's weights) for the reductions that follow.
 pub trait TreeOps: RowOps {
     /// The race over `w_v = (row[v] as f64) − (1.0 if v is one of `tried` else 0.0)` (each
     /// token subtracted once, however often it appears in `tried`).
@@ -180,6 +184,70 @@ pub trait TreeOps: RowOps {
         race(rng, row.len(), |v| {
             let hit = tried.iter().any(|&t| t as usize == v);
             f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
+        })
+    }
+
+    /// SpecInfer's residual race after every sibling was rejected: over
+    /// `w_v = `[`speculative_residual`]`(row[v], drafts, z, v)` (`drafts`: the siblings' draft
+    /// rows, `z`: their masses, as many).
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            speculative_residual(row[v], drafts, z, v)
+        })
+    }
+
+    /// The softmax of the logits `row` at temperature `t > 0`: [`Softmax::of`].
+    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
+        Softmax::of(row, t)
+    }
+
+    /// The argmax of the probabilities `p_v = sm.p(row[v])` (`sm`: this row's
+    /// [`softmax`](Self::softmax)), NaN as `−∞`, ties to the lowest id; 0 for a row with no
+    /// value above `−∞`.
+    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
+        let mut best = 0u32;
+        let mut best_key = f32::NEG_INFINITY;
+        for (v, &l) in row.iter().enumerate() {
+            let x = sm.p(l);
+            if x > best_key {
+                best_key = x;
+                best = v as u32;
+            }
+        }
+        best
+    }
+
+    /// The entropy of the probabilities `p_v = sm.p(row[v])`, as [`RowOps::entropy`] of that
+    /// row.
+    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
+        let mut fixed = 0i64;
+        for &l in row {
+            fixed = fixed.wrapping_add(entropy_term(sm.p(l)));
+        }
+        entropy_from_fixed(fixed)
+    }
+
+    /// Calls `f` with the probability row `p_v = sm.p(row[v])` (`sm`: this row's
+    /// [`softmax`](Self::softmax)) where the implementation keeps one, for the reductions that
+    /// have no hook of their own (SpecInfer's residuals); the default keeps none and does not
+    /// call `f`, and the caller then reads each `p_v` through `sm`.
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        let _ = (row, sm, f);
+    }
+
+    /// The race over `w_v = (sm.p(row[v]) as f64) − (1.0 if v is one of `tried` else 0.0)`, as
+    /// [`race_excluding`](Self::race_excluding) of the probability row (`tried` empty: the
+    /// plain race).
+    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            let hit = tried.iter().any(|&t| t as usize == v);
+            f64::from(sm.p(row[v])) - if hit { 1.0 } else { 0.0 }
         })
     }
 }
@@ -204,10 +272,23 @@ struct Ctx<'r, 'a, O: ?Sized> {
 }
 
 impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
+    /// Node `u`'s distribution (a logits row's softmax reduced now).
     fn dist(&self, u: usize) -> Dist<'_> {
         let row = self.batch.target_row(self.b, u);
         match self.t {
-            Some(t) => Dist::Soft(row, Softmax::of(row, t)),
+            Some(t) => Dist::Soft(row, self.ops.softmax(row, t)),
+            None => Dist::Probs(row),
+        }
+    }
+
+    /// Node `u`'s distribution, a logits row's softmax reduced once and kept in `states[u]`.
+    fn dist_kept(&self, u: usize, states: &mut [Option<Softmax>]) -> Dist<'_> {
+        let row = self.batch.target_row(self.b, u);
+        match self.t {
+            Some(t) => Dist::Soft(
+                row,
+                *states[u].get_or_insert_with(|| self.ops.softmax(row, t)),
+            ),
             None => Dist::Probs(row),
         }
     }
@@ -252,91 +333,122 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
         if m == 0 {
             return Step::Emit(d.sample(self.ops, self.rng(u)));
         }
+        if self.batch.draft_probs.is_some() {
+            return self.speculative(u, kids, d);
+        }
+        // The target-only rule: one uniform against the cumulative mass of the siblings'
+        // distinct tokens.
         let (seed, offset) = (self.batch.seed[self.b], self.batch.offset[self.b]);
         let token = |i: usize| self.batch.token(self.b, kids[i] as usize);
-        let residual = match self.batch.draft_probs {
-            None => {
-                // The target-only rule: one uniform against the cumulative mass of the
-                // siblings' distinct tokens.
-                let u01 = uniform53(sibling_draw(seed, offset, u as u32, 0));
-                let mut cum = 0f64;
-                for (i, &kid) in kids.iter().enumerate() {
-                    let x = token(i);
-                    if (0..i).any(|j| token(j) == x) {
-                        continue;
-                    }
-                    cum += f64::from(d.p(x as usize));
-                    if u01 < cum {
-                        return Step::Accept(kid as usize);
-                    }
-                }
-                let mut tried = [0u32; MAX_TREE_NODES];
-                for (t, &c) in tried.iter_mut().zip(kids) {
-                    *t = self.batch.token(self.b, c as usize);
-                }
-                let tried = &tried[..m];
-                match d {
-                    Dist::Probs(row) if m == 1 => {
-                        self.ops.race_residual(self.rng(u), row, None, tried[0])
-                    }
-                    Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
-                    Dist::Soft(..) => race(self.rng(u), d.len(), |v| {
-                        let hit = tried.iter().any(|&t| t as usize == v);
-                        f64::from(d.p(v)) - if hit { 1.0 } else { 0.0 }
-                    }),
-                }
+        let u01 = uniform53(sibling_draw(seed, offset, u as u32, 0));
+        let mut cum = 0f64;
+        for (i, &kid) in kids.iter().enumerate() {
+            let x = token(i);
+            if (0..i).any(|j| token(j) == x) {
+                continue;
             }
-            Some(_) => {
-                // SpecInfer's multi-step speculative sampling.
-                let mut z = [0f64; MAX_TREE_NODES];
-                z[0] = 1.0;
-                let q = |i: usize| {
-                    self.batch
-                        .draft_row(self.b, kids[i] as usize)
-                        .unwrap_or(&[])
-                };
-                // R_i(v): the residual weight of v after siblings 0..i were rejected.
-                let r = |i: usize, z: &[f64], v: usize| {
-                    let mut r = f64::from(d.p(v));
-                    for (j, &zj) in z.iter().enumerate().take(i) {
-                        r -= zj * f64::from(q(j)[v]);
-                        // NaN and non-positive weights leave nothing.
-                        r = if r > 0.0 { r } else { 0.0 };
-                    }
-                    r
-                };
-                for i in 0..m {
-                    let x = token(i) as usize;
-                    let den = z[i] * f64::from(q(i)[x]);
-                    let u01 = uniform53(sibling_draw(seed, offset, u as u32, i as u32));
-                    if u01 * den < r(i, &z, x) {
-                        return Step::Accept(kids[i] as usize);
-                    }
-                    if i + 1 < m {
-                        let mut fixed = 0u128;
-                        for v in 0..d.len() {
-                            fixed = fixed.wrapping_add(residual_fixed(r(i + 1, &z, v)));
-                        }
-                        z[i + 1] = (fixed as f64) * TWO_M64;
-                    }
-                }
-                match d {
-                    Dist::Probs(row) if m == 1 => {
-                        self.ops
-                            .race_residual(self.rng(u), row, Some(q(0)), token(0))
-                    }
-                    _ => race(self.rng(u), d.len(), |v| r(m, &z, v)),
-                }
+            cum += f64::from(d.p(x as usize));
+            if u01 < cum {
+                return Step::Accept(kid as usize);
             }
+        }
+        let mut tried = [0u32; MAX_TREE_NODES];
+        for (t, &c) in tried.iter_mut().zip(kids) {
+            *t = self.batch.token(self.b, c as usize);
+        }
+        let tried = &tried[..m];
+        let residual = match d {
+            Dist::Probs(row) if m == 1 => self.ops.race_residual(self.rng(u), row, None, tried[0]),
+            Dist::Probs(row) => self.ops.race_excluding(self.rng(u), row, tried),
+            Dist::Soft(row, sm) => self.ops.softmax_race(self.rng(u), row, &sm, tried),
+        };
+        Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
+    }
+
+    /// SpecInfer's multi-step speculative sampling at node `u` over its children `kids`.
+    /// Accepting a sibling reads single values of the row; a rejection reads whole rows (the
+    /// next sibling's residual mass, the residual race), which for logits come from the
+    /// probability row where `ops` keeps one ([`TreeOps::with_softmax_probs`]).
+    fn speculative(&self, u: usize, kids: &[u16], d: Dist<'_>) -> Step {
+        let mut drafts: [&[f32]; MAX_TREE_NODES] = [&[]; MAX_TREE_NODES];
+        for (q, &c) in drafts.iter_mut().zip(kids) {
+            *q = self.batch.draft_row(self.b, c as usize).unwrap_or(&[]);
+        }
+        let drafts = &drafts[..kids.len()];
+        if let Dist::Soft(row, sm) = d {
+            if self.sibling_accepts(u, kids, drafts, &[1.0], &d) {
+                return Step::Accept(kids[0] as usize);
+            }
+            let mut step = None;
+            self.ops.with_softmax_probs(row, &sm, &mut |p| {
+                step = Some(self.speculative_steps(u, kids, drafts, Dist::Probs(p)));
+            });
+            if let Some(step) = step {
+                return step;
+            }
+        }
+        self.speculative_steps(u, kids, drafts, d)
+    }
+
+    /// Whether sibling `i = z.len() − 1` passes its test after siblings `0..i` were rejected
+    /// (`z`: their masses, `z[0] = 1`; `drafts`: the siblings' draft rows).
+    fn sibling_accepts(
+        &self,
+        u: usize,
+        kids: &[u16],
+        drafts: &[&[f32]],
+        z: &[f64],
+        d: &Dist<'_>,
+    ) -> bool {
+        let i = z.len() - 1;
+        let (seed, offset) = (self.batch.seed[self.b], self.batch.offset[self.b]);
+        let x = self.batch.token(self.b, kids[i] as usize) as usize;
+        let den = z[i] * f64::from(drafts[i][x]);
+        let u01 = uniform53(sibling_draw(seed, offset, u as u32, i as u32));
+        u01 * den < speculative_residual(d.p(x), &drafts[..i], &z[..i], x)
+    }
+
+    /// The siblings' tests in order, then the residual race (or the plain one).
+    fn speculative_steps(&self, u: usize, kids: &[u16], drafts: &[&[f32]], d: Dist<'_>) -> Step {
+        let m = kids.len();
+        let mut z = [0f64; MAX_TREE_NODES];
+        z[0] = 1.0;
+        for i in 0..m {
+            if self.sibling_accepts(u, kids, drafts, &z[..=i], &d) {
+                return Step::Accept(kids[i] as usize);
+            }
+            if i + 1 < m {
+                let (q, zs) = (&drafts[..=i], &z[..=i]);
+                let mut fixed = 0u128;
+                for v in 0..d.len() {
+                    fixed =
+                        fixed.wrapping_add(residual_fixed(speculative_residual(d.p(v), q, zs, v)));
+                }
+                z[i + 1] = (fixed as f64) * TWO_M64;
+            }
+        }
+        let residual = match d {
+            Dist::Probs(row) if m == 1 => {
+                let token = self.batch.token(self.b, kids[0] as usize);
+                self.ops
+                    .race_residual(self.rng(u), row, Some(drafts[0]), token)
+            }
+            Dist::Probs(row) => self.ops.race_speculative(self.rng(u), row, drafts, &z[..m]),
+            Dist::Soft(..) => race(self.rng(u), d.len(), |v| {
+                speculative_residual(d.p(v), drafts, &z[..m], v)
+            }),
         };
         Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
     }
 
     /// Medusa's typical acceptance on the tree: the deepest node whose path passes, ties to the
-    /// first in pre-order. Writes the path and returns (accepted length, stopping node).
-    fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> usize {
+    /// first in pre-order. Writes the path and returns (accepted length, the token sampled at
+    /// the stopping node).
+    fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> (usize, u32) {
         let (eps, delta) = (eps_of(self.batch, self.b), delta_of(self.batch, self.b));
         let mut thr: [Option<f32>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
+        // Each parent's softmax, reduced once for all its children's tests.
+        let mut states: [Option<Softmax>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
         let mut parent = [0u16; MAX_TREE_NODES];
         // (node, its parent, its depth): nodes still to test, in pre-order.
         let mut stack = [(0u16, 0u16, 0u16); MAX_TREE_NODES];
@@ -354,7 +466,7 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
                 stack[top] = (s as u16, p as u16, dep);
                 top += 1;
             }
-            let d = self.dist(p);
+            let d = self.dist_kept(p, &mut states);
             let t = *thr[p].get_or_insert_with(|| {
                 let scaled = delta * exp_p(-d.entropy(self.ops));
                 if eps < scaled { eps } else { scaled }
@@ -381,15 +493,17 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
             tokens[j - 1] = self.batch.token(self.b, x);
             x = parent[x] as usize;
         }
-        n
+        let d = self.dist_kept(best, &mut states);
+        (n, d.sample(self.ops, self.rng(best)))
     }
 }
 
 /// Verifies request `b` of a batch that passed [`validate_tree`]: writes its `max_depth + 1`
 /// path and token slots and returns the accepted length. `ops` supplies the row reductions
 /// (argmax, entropy, race, single-residual race); the control flow is shared by every CPU-side
-/// backend. With target logits at temperature `> 0` the softmax rows use the plain loops;
-/// at temperature 0 the method is greedy on the logits.
+/// backend. With target logits at temperature `> 0` each row read is reduced once by
+/// [`TreeOps::softmax`] and then read through `ops`' softmax reductions; at temperature 0 the
+/// method is greedy on the logits.
 pub fn verify_tree_request<O: TreeOps + ?Sized>(
     ops: &O,
     method: Method,
@@ -406,9 +520,7 @@ pub fn verify_tree_request<O: TreeOps + ?Sized>(
     let cx = Ctx { ops, batch, b, t };
     path[0] = 0;
     let (accepted, last) = if method == Method::Typical {
-        let n = cx.typical(path, tokens);
-        let s = path[n] as usize;
-        (n, cx.dist(s).sample(ops, cx.rng(s)))
+        cx.typical(path, tokens)
     } else {
         let mut u = 0usize;
         let mut n = 0usize;

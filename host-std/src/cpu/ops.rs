@@ -72,8 +72,26 @@ impl<'p> SplitOps<'p> {
         }
     }
 
-    fn single() -> Self {
+    /// Rows on the calling thread alone.
+    pub(crate) fn single() -> Self {
         Self::new(1, None)
+    }
+
+    /// The instruction set the kernels run with.
+    pub(crate) fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Kernels of `isa`; with `threads > 1`, rows cut into ranges as small as the kernels
+    /// allow, so that even short test rows are shared.
+    #[cfg(test)]
+    pub(crate) fn for_test(isa: Isa, threads: usize, pool: Option<&'p rayon::ThreadPool>) -> Self {
+        Self {
+            isa,
+            threads,
+            min_piece: ALIGN,
+            pool,
+        }
     }
 
     /// The range length for a row of `len` ids, or `None` to run it in one range.

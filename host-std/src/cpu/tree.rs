@@ -1,16 +1,17 @@
 //! Tree verification on the CPU backend ([`CpuVerifier::verify_tree`]): the core's tree control
-//! flow ([`verify_tree_request`]) with this backend's row reductions, requests spread over the
-//! pool, counted once per batch like chains.
+//! flow ([`verify_tree_request`]) with this backend's row reductions ([`TreeRows`]), requests
+//! spread over the pool, counted once per batch like chains.
 
-use super::kernels::Weights;
+use super::kernels::{self, Isa, Weights};
 use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    TreeBatch, TreeOps, TreeOutputs, validate_tree_request, validate_tree_shape,
-    verify_tree_request,
+    TreeBatch, TreeOps, TreeOutputs, speculative_residual, validate_tree_request,
+    validate_tree_shape, verify_tree_request,
 };
-use specula_core::verify::{Check, Method, RaceRng, ScalarOps, VerifyError};
+use specula_core::verify::{Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, VerifyError};
+use std::cell::Cell;
 
 /// `target − 1` at the tried tokens (once each), `target` elsewhere: the residual of the
 /// target-only rule after several siblings were rejected.
@@ -46,15 +47,271 @@ impl Weights for Excluding<'_> {
     }
 }
 
-impl TreeOps for SplitOps<'_> {
-    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
-        self.race_with(rng, Excluding { target: row, tried })
+/// SpecInfer's residual after every sibling was rejected:
+/// [`speculative_residual`] of each id.
+#[derive(Clone, Copy)]
+struct Speculative<'a> {
+    target: &'a [f32],
+    drafts: &'a [&'a [f32]],
+    z: &'a [f64],
+}
+
+impl Weights for Speculative<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.target.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        let n = (end - start).min(N);
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            let r = self.exact(start + i);
+            // Rounded up, never below the exact weight: positive exactly when it is (a tiny
+            // weight does not flush to 0), and the skip test's bound stays conservative.
+            let f = r as f32;
+            *o = if f64::from(f) < r {
+                f32::from_bits(f.to_bits() + 1)
+            } else {
+                f
+            };
+        }
+        out[n..].fill(0.0);
+    }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        speculative_residual(self.target[v], self.drafts, self.z, v)
     }
 }
 
+/// The logits row a request reduced last, as [`TreeRows`] keeps it: the softmax weights `e_v`
+/// its state was summed from, turned into the probabilities `p_v` in place when a full-row
+/// reduction first asks for them.
+#[derive(Default)]
+struct SoftRow {
+    /// The row `buf` holds (its address and length) and its softmax state; `None`: none.
+    of: Option<(usize, usize, Softmax)>,
+    /// That row's exact fixed-point softmax sum.
+    fixed: u128,
+    /// `buf` holds the probabilities (else the weights).
+    probs: bool,
+    buf: Vec<f32>,
+}
+
+thread_local! {
+    /// Each thread's [`SoftRow`] buffer, kept between requests: allocating and zeroing a row
+    /// per request would cost about as much as a softmax pass.
+    static SOFT_ROW: Cell<SoftRow> = Cell::new(SoftRow::default());
+}
+
+/// Ids per block of [`cut_in_place`]'s copy (16 KiB on the stack).
+const CUT_BLOCK: usize = 4096;
+
+/// `buf[v] = cut.p(buf[v])` ([`kernels::cut_write`], a block at a time through a copy: the
+/// write-out reads and writes distinct slices).
+fn cut_in_place(isa: Isa, buf: &mut [f32], cut: Cut) {
+    let mut w = [0f32; CUT_BLOCK];
+    for block in buf.chunks_mut(CUT_BLOCK) {
+        let w = &mut w[..block.len()];
+        w.copy_from_slice(block);
+        kernels::cut_write(isa, w, cut, block);
+    }
+}
+
+impl SoftRow {
+    /// Whether `buf` holds `row`'s values at `t`.
+    fn holds(&self, row: &[f32], t: f32) -> Option<Softmax> {
+        match self.of {
+            Some((at, len, sm))
+                if at == row.as_ptr() as usize
+                    && len == row.len()
+                    && sm.temperature().to_bits() == t.to_bits() =>
+            {
+                Some(sm)
+            }
+            _ => None,
+        }
+    }
+
+    /// The softmax of `row` at `t` with the chain's kernels (its maximum, then the weights
+    /// into `buf` and their exact sum in one pass), kept for the row's full-row reductions.
+    fn reduce(&mut self, isa: Isa, row: &[f32], t: f32) -> Softmax {
+        if let Some(sm) = self.holds(row, t) {
+            return sm;
+        }
+        let max = kernels::softmax_max(isa, row, t);
+        if self.buf.len() < row.len() {
+            self.buf.resize(row.len(), 0.0);
+        }
+        let fixed = kernels::softmax_pass(isa, row, t, max, Some(&mut self.buf[..row.len()]));
+        let sm = Softmax::from_parts(t, max, fixed);
+        self.of = Some((row.as_ptr() as usize, row.len(), sm));
+        self.fixed = fixed;
+        self.probs = false;
+        sm
+    }
+
+    /// `row`'s probabilities `p_v = sm.p(row[v])` (`sm`: its softmax): the weights of
+    /// [`reduce`](Self::reduce) divided by the sum. Without a filter the cut keeps every id
+    /// and its mass is the softmax's sum, so `Cut::p(e_v)` is `p_v`, bit for bit (as the
+    /// chain's logits path writes its rows).
+    fn probs(&mut self, isa: Isa, row: &[f32], sm: &Softmax) -> &[f32] {
+        if self.holds(row, sm.temperature()) != Some(*sm) {
+            self.of = None;
+            self.reduce(isa, row, sm.temperature());
+        }
+        let buf = &mut self.buf[..row.len()];
+        if !self.probs {
+            let cut = Cut {
+                threshold: 0,
+                fixed: self.fixed,
+            };
+            cut_in_place(isa, buf, cut);
+            self.probs = true;
+        }
+        buf
+    }
+}
+
+/// The tree reductions of this backend: the chain's vectorised kernels ([`SplitOps`]) for
+/// probability rows, and for logits rows the chain's softmax kernels, each row's softmax
+/// reduced once: the weights its state was summed from are kept ([`SoftRow`], one row: the
+/// one a request reduced last, the row its next full-row reduction reads) and turned into the
+/// probability row the same kernels then reduce.
+pub(crate) struct TreeRows<'p> {
+    split: SplitOps<'p>,
+    soft: Cell<SoftRow>,
+}
+
+impl<'p> TreeRows<'p> {
+    /// Reductions with `split`'s kernels and cut, holding this thread's row buffer until
+    /// dropped.
+    pub(crate) fn new(split: SplitOps<'p>) -> Self {
+        let mut soft = SOFT_ROW.with(Cell::take);
+        // Addresses identify rows only within one verification.
+        soft.of = None;
+        Self {
+            split,
+            soft: Cell::new(soft),
+        }
+    }
+
+    /// `f` of the probability row of `row` (softmax `sm`).
+    fn with_probs<R>(&self, row: &[f32], sm: &Softmax, f: impl FnOnce(&[f32]) -> R) -> R {
+        // Taken out and put back: no borrow is held while `f` runs.
+        let mut soft = self.soft.take();
+        let r = f(soft.probs(self.split.isa(), row, sm));
+        self.soft.set(soft);
+        r
+    }
+}
+
+impl Drop for TreeRows<'_> {
+    fn drop(&mut self) {
+        let soft = self.soft.take();
+        SOFT_ROW.with(|c| c.set(soft));
+    }
+}
+
+impl RowOps for TreeRows<'_> {
+    fn argmax(&self, row: &[f32]) -> u32 {
+        self.split.argmax(row)
+    }
+    fn entropy(&self, row: &[f32]) -> f32 {
+        self.split.entropy(row)
+    }
+    fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
+        self.split.race(rng, row)
+    }
+    fn race_residual(
+        &self,
+        rng: RaceRng,
+        target: &[f32],
+        draft: Option<&[f32]>,
+        token: u32,
+    ) -> Option<u32> {
+        self.split.race_residual(rng, target, draft, token)
+    }
+}
+
+impl TreeOps for TreeRows<'_> {
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        self.split.race_with(rng, Excluding { target: row, tried })
+    }
+
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        let w = Speculative {
+            target: row,
+            drafts,
+            z,
+        };
+        self.split.race_with(rng, w)
+    }
+
+    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
+        let mut soft = self.soft.take();
+        let sm = soft.reduce(self.split.isa(), row, t);
+        self.soft.set(soft);
+        sm
+    }
+
+    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
+        self.with_probs(row, sm, |p| self.split.argmax(p))
+    }
+
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        self.with_probs(row, sm, f);
+    }
+
+    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
+        self.with_probs(row, sm, |p| self.split.entropy(p))
+    }
+
+    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
+        self.with_probs(row, sm, |p| {
+            if tried.is_empty() {
+                self.split.race(rng, p)
+            } else {
+                self.race_excluding(rng, p, tried)
+            }
+        })
+    }
+}
+
+/// The vectorised tree reductions on the calling thread; a logits row's softmax is reduced anew
+/// by each call (no row is kept between calls).
 impl TreeOps for ChunkedOps {
     fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
-        SplitOps::new(1, None).race_with(rng, Excluding { target: row, tried })
+        TreeRows::new(SplitOps::single()).race_excluding(rng, row, tried)
+    }
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        TreeRows::new(SplitOps::single()).race_speculative(rng, row, drafts, z)
+    }
+    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
+        TreeRows::new(SplitOps::single()).softmax(row, t)
+    }
+    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
+        TreeRows::new(SplitOps::single()).softmax_argmax(row, sm)
+    }
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        TreeRows::new(SplitOps::single()).with_softmax_probs(row, sm, f);
+    }
+    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
+        TreeRows::new(SplitOps::single()).softmax_entropy(row, sm)
+    }
+    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
+        TreeRows::new(SplitOps::single()).softmax_race(rng, row, sm, tried)
     }
 }
 
@@ -122,28 +379,26 @@ impl<const K: usize> CpuVerifier<K> {
                     .zip(out.path.par_chunks_exact_mut(width))
                     .zip(out.tokens.par_chunks_exact_mut(width))
                     .enumerate()
-                    .for_each(|(b, ((acc, path), tokens))| {
-                        *acc = verify_tree_request(&ChunkedOps, method, batch, b, path, tokens);
-                    });
+                    .for_each_init(
+                        || TreeRows::new(SplitOps::single()),
+                        |ops, (b, ((acc, path), tokens))| {
+                            *acc = verify_tree_request(ops, method, batch, b, path, tokens);
+                        },
+                    );
                 Ok(())
             })?,
             pool => {
                 for (b, d) in depths.iter_mut().enumerate() {
                     *d = validate_tree_request(method, check, batch, b)?;
                 }
-                // Fewer requests than threads: one by one, each row cut over the pool.
-                let split = SplitOps::new(self.threads, pool.as_ref());
+                // Fewer requests than threads: one by one, each row cut over the pool (without
+                // a pool, on the calling thread).
+                let ops = TreeRows::new(SplitOps::new(self.threads, pool.as_ref()));
                 for (b, ((acc, path), tokens)) in rows.enumerate() {
-                    *acc = match (self.reference, pool) {
-                        (true, _) => {
-                            verify_tree_request(&ScalarOps, method, batch, b, path, tokens)
-                        }
-                        (false, None) => {
-                            verify_tree_request(&ChunkedOps, method, batch, b, path, tokens)
-                        }
-                        (false, Some(_)) => {
-                            verify_tree_request(&split, method, batch, b, path, tokens)
-                        }
+                    *acc = if self.reference {
+                        verify_tree_request(&ScalarOps, method, batch, b, path, tokens)
+                    } else {
+                        verify_tree_request(&ops, method, batch, b, path, tokens)
                     };
                 }
             }
@@ -162,3 +417,6 @@ impl<const K: usize> CpuVerifier<K> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,11 @@
 //! Tree verification conformance: the CPU backend (1 thread, a pool with more and fewer
 //! requests than threads, the reference reductions) gives the core reference's bits, errors
 //! and counts on random trees, every method, with and without draft probabilities, with
-//! target logits, with garbage values, and at vocabulary sizes users run.
+//! target logits, with garbage values, and at vocabulary sizes users run (probabilities, and
+//! logits shaped like models' outputs: peaked, flat, `−∞` masks, exact ties; temperatures 0,
+//! 0.8 and others). The CPU kernels' instruction sets are compared one by one in the backend's
+//! own tests (`cpu::tree::tests`); here the widest this CPU has runs (`SPECULA_CPU_ISA=avx2` /
+//! `portable` select a narrower one for the whole run).
 
 use specula::cpu::CpuVerifier;
 use specula_core::verify::tree::verify_tree_batch;
@@ -125,6 +129,91 @@ fn cpu_matches_reference_at_user_vocabularies() {
                 assert_matches(m, Check::Cheap, &d, &format!("V={vocab} draft={draft} {i}"));
             }
         }
+    }
+}
+
+/// Logits rows of the shapes models give, at the vocabularies users run: the CPU backend
+/// reduces each row's softmax with the chain's vectorised kernels, the reference with plain
+/// loops; same outputs and counts.
+#[test]
+fn cpu_matches_reference_on_logits_at_user_vocabularies() {
+    let mut g = Gen(0x10_6175);
+    let mut accepted = 0;
+    for (i, &vocab) in [32_000usize, 128_256].iter().enumerate() {
+        for draft in [false, true] {
+            let mut d = random_tree_batch(
+                &mut g,
+                TreeSpec {
+                    max_requests: 3,
+                    max_nodes: 10,
+                    max_depth: 4,
+                    vocab,
+                    draft,
+                    logits: true,
+                    garbage: false,
+                },
+            );
+            let temps = d.temperature.as_mut().expect("logits");
+            for t in temps.iter_mut() {
+                *t = [0.0, 0.8, 0.8, 1.3][g.below(4)];
+            }
+            for b in 0..d.requests() {
+                let parents = d.parents(b);
+                let base = b * d.max_nodes;
+                for u in 0..parents.len() {
+                    let row = &mut d.target[(base + u) * vocab..][..vocab];
+                    shaped_logits(&mut g, row);
+                }
+                // Children on the parent's argmax half the time: accepted paths.
+                for (c, &p) in parents.iter().enumerate().skip(1) {
+                    if g.chance(1, 2) {
+                        let row = &d.target[(base + p as usize) * vocab..][..vocab];
+                        d.tokens[base + c] = specula_core::verify::argmax(row);
+                    }
+                }
+            }
+            for m in METHODS {
+                assert_matches(
+                    m,
+                    Check::Cheap,
+                    &d,
+                    &format!("logits V={vocab} draft={draft} {i}"),
+                );
+            }
+            let (r, out, _) = reference(Method::Greedy, Check::Cheap, &d);
+            r.unwrap();
+            accepted += out.accepted.iter().sum::<u32>();
+        }
+    }
+    // The inputs reach past the root (the reductions of accepted rows are compared too).
+    assert!(accepted > 0);
+}
+
+/// A logits row of a random shape: peaked like a language model's output (one id with p ≈ 0.7
+/// at T = 0.8 over a `2·N(0, 1)` background at V = 128256), flat (`3·ln u`), peaked with most
+/// ids masked (`−∞`), or few distinct values (exact ties, the largest shared).
+fn shaped_logits(g: &mut Gen, row: &mut [f32]) {
+    let v = row.len();
+    match g.below(4) {
+        0 | 2 => {
+            for x in row.iter_mut() {
+                // A normal draw (Box–Muller).
+                let (u, w) = (f64::from(g.unit()) + 1e-9, f64::from(g.unit()));
+                *x = 2.0 * ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * w).cos()) as f32;
+            }
+            row[g.below(v)] = 19.0;
+            if g.chance(1, 2) {
+                for x in row.iter_mut() {
+                    if g.chance(3, 4) {
+                        *x = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+        1 => row
+            .iter_mut()
+            .for_each(|x| *x = 3.0 * (g.unit() + 1e-6).ln()),
+        _ => row.iter_mut().for_each(|x| *x = g.below(4) as f32 * 0.5),
     }
 }
 
