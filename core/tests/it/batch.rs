@@ -155,10 +155,17 @@ fn mixed_drafters_read_each_request_s_own_rows() {
         assert!([0, 1, 2].map(|b| all.has_draft_rows(b)) == [true; 3]);
         assert!(!base.has_draft_rows(0), "no draft rows at all");
         for (b, j) in [(0, 0), (0, 1), (2, 0)] {
+            assert!(all.draft_row_checked(b, j).is_some(), "row ({b}, {j})");
             assert_eq!(
                 mixed.draft_row_checked(b, j),
                 all.draft_row_checked(b, j),
                 "row ({b}, {j})"
+            );
+            // The target rows do not move with the draft's.
+            assert!(mixed.target_row_checked(b, j).is_some(), "row ({b}, {j})");
+            assert_eq!(
+                mixed.target_row_checked(b, j),
+                base.target_row_checked(b, j)
             );
         }
         assert_eq!(mixed.draft_values_checked(1, 0).map(|_| ()), None);
