@@ -208,3 +208,49 @@ fn validation_of_device_rows_and_outputs() {
         len(Param::Recovered, 6, 0)
     );
 }
+
+/// Emptiness and the debug text of device values and outputs: what they say of their window,
+/// never of the memory (which the host cannot read).
+#[test]
+fn device_values_and_outputs_say_their_size() {
+    let mut buf = bytes(16); // 4 f32 / u32
+    let d = Device::f32(View::<Mem, f32>::range(&buf, 1, 2).unwrap());
+    assert!(!d.is_empty());
+    assert!(d.get(2, 0).is_some_and(|e| e.is_empty() && e.len() == 0));
+    let text = format!("{d:?}");
+    assert!(
+        text.contains("F32") && text.contains("offset: 1") && text.contains("len: 2"),
+        "{text}"
+    );
+    let empty = DeviceOut::new(ViewMut::<Mem, u32>::range(&mut buf, 4, 0).unwrap());
+    assert!(empty.is_empty());
+    let out = DeviceOut::new(ViewMut::<Mem, u32>::range(&mut buf, 1, 3).unwrap());
+    assert!(!out.is_empty());
+    let text = format!("{out:?}");
+    assert!(
+        text.contains("offset: 1") && text.contains("len: 3"),
+        "{text}"
+    );
+}
+
+/// `Batch::is_plain`: only binary32 host rows verified as stored (probabilities without a
+/// filter, logits at T = 0) are plain; half rows and device rows never are.
+#[test]
+fn only_binary32_host_rows_are_plain() {
+    let host = [0.25f32; 48];
+    let f32_batch = batch(Values::F32(&host)); // temperatures [0.5, 0.0]
+    assert_eq!([0, 1].map(|b| f32_batch.is_plain(b)), [false, true]);
+    let probs = f32_batch.with_target(Target::Probs(Rows::f32(&host, 4)));
+    assert_eq!([0, 1].map(|b| probs.is_plain(b)), [true, true]);
+    let half = [0u16; 48];
+    let half_batch = batch(Values::Half(specula_core::verify::Half::Bf16(&half)));
+    assert_eq!([0, 1].map(|b| half_batch.is_plain(b)), [false, false]);
+    let buf = bytes(48 * 4);
+    let on_device = batch(Values::Device(Device::f32(View::<Mem, f32>::new(&buf))));
+    assert_eq!([0, 1].map(|b| on_device.is_plain(b)), [false, false]);
+    let device_probs = probs.with_target(Target::Probs(Rows::device(
+        Device::f32(View::<Mem, f32>::new(&buf)),
+        4,
+    )));
+    assert_eq!([0, 1].map(|b| device_probs.is_plain(b)), [false, false]);
+}
