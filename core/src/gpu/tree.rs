@@ -11,7 +11,8 @@
 //! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
 //!   CPU backend (the reference's validation first, with the same
 //!   [`VerifyError`](crate::verify::VerifyError)s; one
-//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]).
+//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]); binary32 rows in
+//!   device memory ([`Values::Device`](crate::verify::Values::Device)) are read in place.
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
 //! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,

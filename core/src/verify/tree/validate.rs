@@ -242,7 +242,8 @@ fn check_row(
 /// The checks of request `b` of a batch that passed [`validate_tree_shape`]: its tree
 /// ([`VerifyError::NodeCount`], [`VerifyError::LinkOutOfRange`], [`VerifyError::Cycle`],
 /// [`VerifyError::Unreachable`], [`VerifyError::Depth`]), its tokens, its parameters and, for
-/// [`Check::Strict`], every row it may read. Returns the tree's depth.
+/// [`Check::Strict`], every row it may read (rows in device memory cannot be read here:
+/// [`VerifyError::Unsupported`] with [`Feature::DeviceCheck`]). Returns the tree's depth.
 pub fn validate_tree_request(
     method: Method,
     check: Check,
