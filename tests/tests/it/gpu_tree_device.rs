@@ -81,7 +81,19 @@ fn same_as_host_rows(drv: &HostDriver, method: Method, d: &TreeData, what: &str)
     let draft_dev = draft.as_ref().map(f32_device);
     let host_target = host.target.rows().values;
     let host_draft = host.draft.map(|r| r.values);
-    let mut cases = vec![("target and draft", f32_device(&target), draft_dev)];
+    // The target rows 5 values into a larger buffer (NaN around them): the view's offset is
+    // what the launch reads from.
+    let padded: Vec<f32> = [&[f32::NAN; 5][..], &d.target, &[f32::NAN; 3]].concat();
+    let padded = drv.buffer_from(&padded);
+    let inner = View::<HostDriver, f32>::range(&padded, 5, d.target.len()).unwrap();
+    let mut cases = vec![
+        ("target and draft", f32_device(&target), draft_dev),
+        (
+            "target at an offset",
+            Values::Device(Device::f32(inner)),
+            host_draft,
+        ),
+    ];
     if draft_dev.is_some() {
         cases.push(("target", f32_device(&target), host_draft));
         cases.push(("draft", host_target, draft_dev));
