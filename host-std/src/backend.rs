@@ -459,8 +459,9 @@ impl<const K: usize> Verifier<K> for Backend<K> {
     /// to [`verify_tree_batch`](specula_core::verify::tree::verify_tree_batch) on every
     /// backend) and counts every tree in this backend's counters
     /// (`Counters::record_tree`), read back like the chain counts. The CPU backend and the
-    /// reference take probabilities or logits; CUDA and ROCm launch the tree entry through
-    /// `specula_core::gpu` (probabilities or logits too). A refused batch is an error of kind
+    /// reference take f32 probabilities or logits in host memory; CUDA and ROCm launch the
+    /// tree entry through `specula_core::gpu` (f32 probabilities or logits too, host rows or
+    /// device rows of their own device, read in place). A refused batch is an error of kind
     /// [`ErrorKind::InvalidInput`] (the reference's `VerifyError` in the message), with
     /// nothing written or counted.
     fn verify_tree(

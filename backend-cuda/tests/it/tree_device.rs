@@ -1,7 +1,8 @@
 //! Token trees on a real CUDA device: the tree entry (`specula_verify_tree`) compiled and loaded
 //! on first use only, the shared tree conformance (bit-equal to `verify_tree_batch`, a 64-node
 //! tree at V = 32000 among the cases) and the shared tree step path (graph capture and replay of
-//! changing trees, no synchronising driver call, malformed trees flagged and skipped). The same
+//! changing trees, no synchronising driver call, malformed trees flagged and skipped), and tree
+//! rows in the caller's cudarc memory read in place. The same
 //! shared routines run in CI over the host driver (`tests/tests/it/gpu_tree_host.rs`). Every test
 //! prints SKIPPED and passes when the machine has no CUDA driver or device (CI), unless
 //! `SPECULA_REQUIRE_DEVICE` is set.
@@ -45,4 +46,47 @@ fn tree_step_path_and_graph_replay_on_device() {
     let Some(dev) = device() else { return };
     let mut v = dev.verifier::<K>().unwrap();
     tree_step_path_conformance(&mut v, |_| call_counts().synchronizing, |_| false, 0xC57E);
+}
+
+/// Tree rows in the caller's cudarc memory (`CudaDriver::borrow_rows`, issues 28 and 31): the
+/// target rows, and the draft rows where the drafter gave them, read in place; the outputs and
+/// counters of the same tree from host rows.
+#[test]
+fn tree_rows_in_the_callers_cudarc_memory() {
+    use specula_core::gpu::GpuVerifier;
+    use specula_core::verify::Target;
+    use specula_cuda::CudaDriver;
+    let Some(dev) = device() else { return };
+    let s = dev.stream().clone();
+    let drv = CudaDriver::new(dev.clone());
+    let verifier = || GpuVerifier::<CudaDriver, K>::with_stream(drv.clone(), s.clone()).unwrap();
+    let mut g = conformance::Gen(0x28_C0DA);
+    for draft in [false, true] {
+        let t = full_tree(&mut g, 64, 7, 32_000, draft);
+        let tp = s.clone_htod(&t.target).unwrap();
+        let dp = t.draft.as_ref().map(|p| s.clone_htod(p).unwrap());
+        for m in [Method::Greedy, Method::Rejection, Method::Typical] {
+            let mut host = verifier();
+            let mut want = TreeOut::new(t.requests(), t.max_depth);
+            host.verify_tree(m, Check::Cheap, &t.view(), &mut want.view())
+                .unwrap();
+            let mut v = verifier();
+            let mut got = TreeOut::new(t.requests(), t.max_depth);
+            {
+                let rows = drv.borrow_rows(&tp);
+                let draft_rows = dp.as_ref().map(|p| drv.borrow_rows(p));
+                let mut b = t.view().with_target(Target::Probs(rows.rows(t.vocab)));
+                if let Some(d) = &draft_rows {
+                    b = b.with_draft(d.rows(t.vocab));
+                }
+                v.verify_tree(m, Check::Cheap, &b, &mut got.view()).unwrap();
+            }
+            assert_eq!(got, want, "draft={draft} {m:?}");
+            assert_eq!(
+                v.totals().unwrap(),
+                host.totals().unwrap(),
+                "draft={draft} {m:?}"
+            );
+        }
+    }
 }

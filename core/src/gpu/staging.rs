@@ -89,14 +89,14 @@ fn patterns(h: Half<'_>) -> &[u16] {
 
 /// Where a tensor argument of the kernel comes from: host values (`'h`) the staging uploads
 /// into its own buffer, or the caller's device memory (`'d`), read in place (no copy).
-enum Src<'h, 'd, D: Memory, T: Element> {
+pub(super) enum Src<'h, 'd, D: Memory, T: Element> {
     Host(&'h [T]),
     Device(View<'d, D, T>),
 }
 
 impl<D: Memory, T: Element> Src<'_, '_, D, T> {
     /// Elements the staging copies (none for device memory).
-    fn staged_len(&self) -> usize {
+    pub(super) fn staged_len(&self) -> usize {
         match self {
             Self::Host(x) => x.len(),
             Self::Device(_) => 0,
@@ -196,6 +196,35 @@ impl<'b, D: Driver> Split<'b, 'b, D> {
                 },
             }
         })
+    }
+}
+
+/// A binary32 row tensor of a kernel that reads binary32 only (the tree entry): host values, or
+/// device values as `device` makes their view (or refuses them). Half values, on the host or
+/// the device, are [`Feature::Half`] (validation refuses them first).
+pub(super) fn f32_rows<'h, 'd, D: Driver>(
+    values: Values<'h>,
+    device: impl FnOnce(Device<'h>) -> Result<View<'d, D, f32>, GpuError<D::Error>>,
+) -> Result<Src<'h, 'd, D, f32>, GpuError<D::Error>> {
+    match values {
+        Values::F32(x) => Ok(Src::Host(x)),
+        Values::Device(d) if d.format() == Format::F32 => device(d).map(Src::Device),
+        Values::Half(_) | Values::Device(_) => Err(GpuError::Verify(VerifyError::Unsupported {
+            feature: Feature::Half,
+        })),
+    }
+}
+
+/// Binary32 device values as a view of `drv`'s memory: [`GpuError::ForeignMemory`] for
+/// another driver's or device's buffer.
+pub(super) fn owned_f32<'b, D: Driver>(
+    drv: &D,
+    d: Device<'b>,
+    param: Param,
+) -> Result<View<'b, D, f32>, GpuError<D::Error>> {
+    match d.view::<D, f32>() {
+        Some(v) if drv.owns(v.buffer()) => Ok(v),
+        _ => Err(GpuError::ForeignMemory { param }),
     }
 }
 
@@ -512,7 +541,7 @@ impl<D: Driver> Staging<D> {
 
 /// A row tensor's view: the caller's device memory as it is, or host values uploaded into
 /// `dst` (`None`: the kernel gets a null pointer).
-fn tensor<'a, D: Driver, T: Element>(
+pub(super) fn tensor<'a, D: Driver, T: Element>(
     drv: &D,
     stream: &D::Stream,
     dst: Option<&'a D::Buffer>,

@@ -11,7 +11,8 @@
 //! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
 //!   CPU backend (the reference's validation first, with the same
 //!   [`VerifyError`](crate::verify::VerifyError)s; one
-//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]).
+//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]); binary32 rows in
+//!   device memory ([`Values::Device`](crate::verify::Values::Device)) are read in place.
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
 //! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
@@ -23,13 +24,15 @@ pub(super) mod staging;
 pub use args::{TreeArgs, TreeLaunch};
 pub use staging::{TreeStaged, TreeStaging, tree_shape};
 
+use staging::TreeRows;
+
 use super::driver::Driver;
 use super::error::GpuError;
 use super::readback::read_stats;
-use super::staging::grow_host;
+use super::staging::{SUPPORT, grow_host};
 use super::verifier::GpuVerifier;
 use crate::gpu::kernels;
-use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree};
+use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree_with};
 use crate::verify::{Check, Method};
 use core::marker::PhantomData;
 
@@ -66,8 +69,8 @@ fn enqueue<D: Driver>(
 }
 
 impl<D: Driver, const K: usize> GpuVerifier<D, K> {
-    /// Set-up for the tree paths: validates `batch` like the reference ([`validate_tree`], with
-    /// `out`, the host outputs its results will be copied to), refuses target logits, makes the
+    /// Set-up for the tree paths: validates `batch` like the reference ([`validate_tree_with`]
+    /// with [`SUPPORT`], with `out`, the host outputs its results will be copied to), makes the
     /// tree entry ready ([`Driver::prepare_tree`]: a run-time compiled driver compiles it
     /// here, not on the step path) and grows `staging` for it. Then [`TreeStaging::write`] enqueues the
     /// copies and gives the views for [`launch_tree_staged`](GpuVerifier::launch_tree_staged)
@@ -246,7 +249,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     ) -> Result<(), GpuError<D::Error>> {
         let drv = self.drv_ref();
         staging.reserve(&drv, batch)?;
-        let args = staging.write::<K>(&drv, self.stream(), method, batch)?;
+        // Device rows are read in place: the views borrow them only for this call.
+        let rows = TreeRows::of(&drv, batch)?;
+        let args = staging.write_rows::<K>(&drv, self.stream(), method, batch, rows)?;
         // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
         unsafe { self.launch_tree_staged(&args)? };
         let flags = self.download_tree_outputs(&args, out.accepted, out.path, out.tokens)?;
@@ -264,12 +269,13 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     }
 }
 
-/// The reference's validation.
+/// The reference's validation, with what the tree entry reads ([`SUPPORT`]: binary32 rows, in
+/// host or device memory).
 fn check_tree<const K: usize, E>(
     method: Method,
     check: Check,
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
 ) -> Result<(), GpuError<E>> {
-    validate_tree::<K>(method, check, batch, out).map_err(GpuError::Verify)
+    validate_tree_with::<K>(SUPPORT, method, check, batch, out).map_err(GpuError::Verify)
 }

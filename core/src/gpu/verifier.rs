@@ -497,9 +497,11 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     /// Verifies a batch of token trees from host slices, as the CPU backend's `verify_tree`
     /// does (`core/DETERMINISM.md`, "Token trees"; bit-identical to
     /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)): validates it like the
-    /// reference ([`GpuError::Verify`] with the reference's error), stages it (probabilities, or
-    /// target logits with their temperatures), launches the tree entry, copies the
-    /// outputs down and waits (one synchronising call). Each request is counted as a chain of
+    /// reference ([`GpuError::Verify`] with the reference's error, [`SUPPORT`]'s rows: binary32,
+    /// on the host or the device), stages it (probabilities, or target logits with their
+    /// temperatures; rows in device memory are read in place, another device's or driver's
+    /// are [`GpuError::ForeignMemory`], [`Check::Strict`] over them is refused), launches the
+    /// tree entry, copies the outputs (host slices) down and waits (one synchronising call). Each request is counted as a chain of
     /// its tree's depth in this verifier's counters (the chain launches' buffer). On a
     /// validation error nothing is launched, written or counted. A new kernel error flag is
     /// [`GpuError::DeviceFlags`] (reported once).

@@ -156,7 +156,9 @@ pub struct Support {
     /// The recovered-token output filled by the verification itself
     /// ([`Outputs::with_recovered`]).
     pub recovered: bool,
-    /// Token trees ([`Verifier::verify_tree`]).
+    /// Token trees ([`Verifier::verify_tree`]), of binary32 rows (no tree verifier reads half
+    /// rows yet, whatever [`half`](Self::half) says); rows in device memory with
+    /// [`device`](Self::device).
     pub trees: bool,
     /// Tensors in device memory: [`Values::Device`] rows and [`Outputs::on_device`] (the GPU
     /// verifiers; a host verifier cannot read them).

@@ -55,11 +55,16 @@ mod batch;
 mod validate;
 
 pub use batch::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
-pub use validate::{tree_depth, validate_tree, validate_tree_request, validate_tree_shape};
+pub(crate) use validate::validate_tree_inputs_with;
+pub use validate::{
+    tree_depth, validate_tree, validate_tree_request, validate_tree_shape,
+    validate_tree_shape_with, validate_tree_with,
+};
 
 use super::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, RaceRng, RowOps, SENTINEL, ScalarOps,
-    Softmax, Streams, Strides, Tensor, VerifyError, race,
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Format, Logits, Method, Param, RaceRng, RowOps,
+    Rows, SENTINEL, ScalarOps, Softmax, Streams, Strides, Support, Target, Tensor, Values,
+    VerifyError, race,
 };
 use crate::metrics::Counters;
 use crate::verify::exponential::uniform53;
@@ -333,7 +338,7 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
         if m == 0 {
             return Step::Emit(d.sample(self.ops, self.rng(u)));
         }
-        if self.batch.draft_probs.is_some() {
+        if self.batch.draft.is_some() {
             return self.speculative(u, kids, d);
         }
         // The target-only rule: one uniform against the cumulative mass of the siblings'
@@ -512,7 +517,7 @@ pub fn verify_tree_request<O: TreeOps + ?Sized>(
     path: &mut [u32],
     tokens: &mut [u32],
 ) -> u32 {
-    let (method, t) = match batch.temperature.map(|t| t[b]) {
+    let (method, t) = match batch.target.temperature().map(|t| t[b]) {
         Some(t) if t > 0.0 => (method, Some(t)),
         Some(_) => (Method::Greedy, None),
         None => (method, None),

@@ -4,9 +4,12 @@
 
 use specula_core::Counters;
 use specula_core::gpu::{Memory, SUPPORT, View, ViewMut};
+use specula_core::verify::tree::{
+    Tree, TreeBatch, TreeDims, TreeOutputs, validate_tree, validate_tree_with, verify_tree_batch,
+};
 use specula_core::verify::{
     AcceptedOut, Batch, Check, Device, DeviceOut, DeviceOutputs, Dims, Drafts, Feature, Format,
-    Method, Outputs, Param, Rows, Streams, Support, Target, TokensOut, Values, VerifyError,
+    Half, Method, Outputs, Param, Rows, Streams, Support, Target, TokensOut, Values, VerifyError,
     validate_with, verify_batch,
 };
 use std::sync::Arc;
@@ -253,4 +256,123 @@ fn only_binary32_host_rows_are_plain() {
         4,
     )));
     assert_eq!([0, 1].map(|b| device_probs.is_plain(b)), [false, false]);
+}
+
+/// A tree batch (two requests of a root and one child, V = 4) whose target and draft rows are
+/// `target` and `draft`.
+fn tree_batch<'a>(target: Values<'a>, draft: Values<'a>) -> TreeBatch<'a> {
+    TreeBatch::new(
+        TreeDims {
+            vocab: 4,
+            max_nodes: 2,
+            max_depth: 1,
+        },
+        Tree {
+            nodes: &[2, 2],
+            tokens: &[0, 1, 0, 2],
+            first_child: &[1, -1, 1, -1],
+            next_sibling: &[-1, -1, -1, -1],
+        },
+        &[],
+        Streams {
+            seed: &[1, 2],
+            offset: &[0, 0],
+        },
+    )
+    .with_target(Target::Probs(Rows {
+        values: target,
+        stride: 4,
+    }))
+    .with_draft(Rows {
+        values: draft,
+        stride: 4,
+    })
+}
+
+#[test]
+fn tree_validation_of_device_and_half_rows() {
+    let (rows, draft) = (bytes(4 * 4 * 4), bytes(4 * 4 * 4));
+    let device = |b| Values::Device(Device::f32(View::<Mem, f32>::new(b)));
+    let host = [0.25f32; 16];
+    let dev = tree_batch(device(&rows), device(&draft));
+    assert!(dev.has_device());
+    let (mut accepted, mut path, mut tokens) = ([7u32; 2], [7u32; 4], [7u32; 4]);
+    let out = TreeOutputs {
+        accepted: &mut accepted,
+        path: &mut path,
+        tokens: &mut tokens,
+    };
+    let unsupported = |feature| Err(VerifyError::Unsupported { feature });
+    let (cheap, strict, m) = (Check::Cheap, Check::STRICT, Method::Rejection);
+    // Host verifiers refuse device rows (target or draft); the GPU support takes them with the
+    // cheap checks only.
+    assert_eq!(
+        validate_tree::<4>(m, cheap, &dev, &out),
+        unsupported(Feature::Device)
+    );
+    let dev_draft = tree_batch(Values::F32(&host), device(&draft));
+    assert_eq!(
+        validate_tree::<4>(m, cheap, &dev_draft, &out),
+        unsupported(Feature::Device)
+    );
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, cheap, &dev, &out),
+        Ok(())
+    );
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, strict, &dev, &out),
+        unsupported(Feature::DeviceCheck)
+    );
+    // Lengths through `Values::len`, on the device as on the host.
+    let short = View::<Mem, f32>::range(&rows, 0, 15).unwrap();
+    let short = tree_batch(Values::Device(Device::f32(short)), device(&draft));
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, cheap, &short, &out),
+        Err(VerifyError::Length {
+            param: Param::TargetProbs,
+            len: 15,
+            expected: 16
+        })
+    );
+    // Half rows, host or device: no tree verifier reads them.
+    let bits = [0x3E80u16; 16]; // bf16 0.25
+    let half = Values::Half(Half::Bf16(&bits));
+    let dev_half = Values::Device(Device::bf16(View::<Mem, u16>::new(&rows)));
+    for support in [Support::ALL, SUPPORT] {
+        for (target, draft, feature) in [
+            (half, Values::F32(&host), Feature::HalfProbs),
+            (dev_half, Values::F32(&host), Feature::HalfProbs),
+            (Values::F32(&host), half, Feature::Half),
+        ] {
+            let b = tree_batch(target, draft);
+            assert_eq!(
+                validate_tree_with::<4>(support, m, cheap, &b, &out),
+                unsupported(feature)
+            );
+        }
+        let logits =
+            tree_batch(Values::F32(&host), Values::F32(&host)).with_target(Target::Logits {
+                rows: Rows {
+                    values: half,
+                    stride: 4,
+                },
+                temperature: &[0.5, 0.5],
+            });
+        assert_eq!(
+            validate_tree_with::<4>(support, m, cheap, &logits, &out),
+            unsupported(Feature::Half)
+        );
+    }
+    // The reference writes and counts nothing; the host rows verify.
+    let mut counters = Counters::<4>::ZERO;
+    let mut out = out;
+    let got = verify_tree_batch(m, cheap, &dev, &mut out, &mut counters);
+    assert_eq!(got, unsupported(Feature::Device));
+    assert_eq!(
+        (&out.accepted[..], &out.path[..], counters),
+        (&[7u32; 2][..], &[7u32; 4][..], Counters::ZERO)
+    );
+    let ok = tree_batch(Values::F32(&host), Values::F32(&host));
+    verify_tree_batch(m, strict, &ok, &mut out, &mut counters).unwrap();
+    assert_eq!(counters.tree_drafts, 2);
 }

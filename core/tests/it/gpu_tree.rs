@@ -11,7 +11,8 @@ use specula_core::gpu::{
 };
 use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs};
 use specula_core::verify::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, Streams, Verifier, VerifyError,
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, Rows, Streams, Target, Verifier,
+    VerifyError,
 };
 
 use crate::fake_driver::*;
@@ -651,7 +652,6 @@ fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
 /// past `V` (strides above the vocabulary).
 #[test]
 fn tree_staging_accepts_the_boundary_shapes() {
-    use specula_core::verify::Strides;
     use specula_core::verify::tree::MAX_TREE_NODES;
     let drv = Fake::immediate(1);
     let v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
@@ -679,12 +679,10 @@ fn tree_staging_accepts_the_boundary_shapes() {
     let mut deepest = d.view();
     deepest.max_depth = K;
     let padded_rows = [0.25f32, 0.75, 9.0].repeat(6);
-    let mut padded = d.view().with_strides(Strides {
-        draft: 3,
-        target: 3,
-    });
-    padded.target = &padded_rows;
-    let padded = padded.with_draft_probs(&padded_rows);
+    let padded = d
+        .view()
+        .with_target(Target::Probs(Rows::f32(&padded_rows, 3)))
+        .with_draft(Rows::f32(&padded_rows, 3));
     for (what, b, out) in [
         ("512 node slots", widest, 2),
         ("max_depth = K", deepest, 2 * (K + 1)),

@@ -8,6 +8,7 @@
 mod gpu_device;
 mod gpu_host;
 mod gpu_host_inputs;
+mod gpu_tree_device;
 mod gpu_tree_host;
 mod kernel_host;
 mod kernel_host_inputs;

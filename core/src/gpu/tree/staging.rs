@@ -3,12 +3,14 @@
 
 use super::super::driver::Driver;
 use super::super::error::GpuError;
-use super::super::staging::{Buffers, oob, per_request, upload};
-use super::super::view::{View, ViewMut};
+use super::super::staging::{
+    Buffers, SUPPORT, Src, f32_rows, oob, owned_f32, per_request, tensor, upload,
+};
+use super::super::view::{Memory, View, ViewMut};
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
-use crate::verify::tree::{MAX_TREE_NODES, TreeBatch};
-use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Method, Param, Tensor, VerifyError};
+use crate::verify::tree::{TreeBatch, validate_tree_inputs_with};
+use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Device, Feature, Method, Param, VerifyError};
 
 /// Buffers, in the order of [`TreeArgs`]' fields.
 const SLOTS: usize = 15;
@@ -37,8 +39,8 @@ pub fn tree_shape<const K: usize>(
     batch: &TreeBatch<'_>,
 ) -> Result<[u32; kernels::TREE_SHAPE_WORDS], ShapeTooLarge> {
     let w = |x: usize| u32::try_from(x).map_err(|_| ShapeTooLarge);
-    let draft_stride = match batch.draft_probs {
-        Some(_) => Some(w(batch.draft_stride)?),
+    let draft_stride = match batch.draft {
+        Some(d) => Some(w(d.stride)?),
         None => None,
     };
     let chain = kernels::shape_words(
@@ -46,7 +48,7 @@ pub fn tree_shape<const K: usize>(
         w(batch.max_depth)?,
         w(batch.vocab)?,
         draft_stride,
-        w(batch.target_stride)?,
+        w(batch.target.rows().stride)?,
         kernels::method_code(method),
         w(K)?,
     );
@@ -56,93 +58,54 @@ pub fn tree_shape<const K: usize>(
     Ok(shape)
 }
 
-fn length(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
-    let expected = expected.unwrap_or(usize::MAX);
-    if len == expected {
-        Ok(())
-    } else {
-        Err(VerifyError::Length {
-            param,
-            len,
-            expected,
+/// The row tensors of a tree batch, binary32 (the tree entry reads nothing else): host values
+/// the staging uploads, or the caller's device memory read in place.
+pub(in crate::gpu) struct TreeRows<'h, 'd, D: Memory> {
+    draft: Option<Src<'h, 'd, D, f32>>,
+    target: Src<'h, 'd, D, f32>,
+}
+
+impl<'h, 'd, D: Driver> TreeRows<'h, 'd, D> {
+    /// The rows of `batch`; `device` makes the views of its device rows (or refuses them).
+    fn with(
+        batch: &TreeBatch<'h>,
+        device: impl Fn(Device<'h>, Param) -> Result<View<'d, D, f32>, GpuError<D::Error>>,
+    ) -> Result<Self, GpuError<D::Error>> {
+        let param = if batch.target.temperature().is_some() {
+            Param::TargetLogits
+        } else {
+            Param::TargetProbs
+        };
+        Ok(Self {
+            draft: match batch.draft {
+                Some(d) => Some(f32_rows(d.values, |x| device(x, Param::DraftProbs))?),
+                None => None,
+            },
+            target: f32_rows(batch.target.rows().values, |x| device(x, param))?,
+        })
+    }
+
+    /// The rows of a batch in host memory ([`Feature::Device`] refused: the caller's device
+    /// memory is borrowed for as long as the views, which this staging's callers cannot say).
+    fn host(batch: &TreeBatch<'h>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(batch, |_, _| {
+            Err(GpuError::Verify(VerifyError::Unsupported {
+                feature: Feature::Device,
+            }))
         })
     }
 }
 
-/// The input checks of [`validate_tree_shape`](crate::verify::tree::validate_tree_shape) (the
-/// same errors, in the same order; the outputs are this staging's own): what makes the views [`TreeStaging::write`] returns hold every extent its shape
-/// words give.
-fn check_inputs<const K: usize, E>(batch: &TreeBatch<'_>) -> Result<(), GpuError<E>> {
-    let b = batch.requests();
-    let v = batch.vocab;
-    if b == 0 {
-        return Err(VerifyError::EmptyBatch.into());
+impl<'b, D: Driver> TreeRows<'b, 'b, D> {
+    /// The rows of `batch`, its device rows as views of `drv`'s memory
+    /// ([`GpuError::ForeignMemory`] for another driver's or device's buffer).
+    pub(in crate::gpu) fn of(drv: &D, batch: &TreeBatch<'b>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(batch, |d, param| owned_f32(drv, d, param))
     }
-    if batch.max_nodes == 0 || batch.max_nodes > MAX_TREE_NODES {
-        return Err(VerifyError::MaxNodesOutOfRange {
-            max_nodes: batch.max_nodes,
-            max: MAX_TREE_NODES,
-        }
-        .into());
-    }
-    if batch.max_depth > K {
-        return Err(VerifyError::MaxDepthOutOfRange {
-            max_depth: batch.max_depth,
-            max: K,
-        }
-        .into());
-    }
-    if v == 0 || v > u32::MAX as usize {
-        return Err(VerifyError::VocabOutOfRange { vocab: v }.into());
-    }
-    let slots = b.checked_mul(batch.max_nodes);
-    length(Param::TreeTokens, batch.tree.tokens.len(), slots)?;
-    length(Param::FirstChild, batch.tree.first_child.len(), slots)?;
-    length(Param::NextSibling, batch.tree.next_sibling.len(), slots)?;
-    let rows = |tensor, stride: usize, len, param| {
-        if stride < v {
-            return Err(VerifyError::StrideTooSmall {
-                tensor,
-                stride,
-                vocab: v,
-            });
-        }
-        length(param, len, slots.and_then(|s| s.checked_mul(stride)))
-    };
-    if let Some(d) = batch.draft_probs {
-        rows(
-            Tensor::Draft,
-            batch.draft_stride,
-            d.len(),
-            Param::DraftProbs,
-        )?;
-    }
-    rows(
-        Tensor::Target,
-        batch.target_stride,
-        batch.target.len(),
-        if batch.temperature.is_some() {
-            Param::TargetLogits
-        } else {
-            Param::TargetProbs
-        },
-    )?;
-    if let Some(t) = batch.temperature {
-        length(Param::Temperature, t.len(), Some(b))?;
-    }
-    length(Param::Seed, batch.seed.len(), Some(b))?;
-    length(Param::Offset, batch.offset.len(), Some(b))?;
-    if let Some(e) = batch.eps {
-        length(Param::Eps, e.len(), Some(b))?;
-    }
-    if let Some(d) = batch.delta {
-        length(Param::Delta, d.len(), Some(b))?;
-    }
-    Ok(())
 }
 
-/// The byte sizes a (checked) batch needs in each buffer.
-fn needs(batch: &TreeBatch<'_>) -> Option<[usize; SLOTS]> {
+/// The byte sizes a (checked) batch needs in each buffer (device rows need none).
+fn needs<D: Memory>(batch: &TreeBatch<'_>, rows: &TreeRows<'_, '_, D>) -> Option<[usize; SLOTS]> {
     let b = batch.requests();
     let out = b.checked_mul(batch.max_depth.checked_add(1)?)?;
     let w4 = |n: usize| n.checked_mul(4);
@@ -153,8 +116,8 @@ fn needs(batch: &TreeBatch<'_>) -> Option<[usize; SLOTS]> {
         w4(batch.tree.tokens.len())?,
         w4(batch.tree.first_child.len())?,
         w4(batch.tree.next_sibling.len())?,
-        w4(batch.draft_probs.map_or(0, <[f32]>::len))?,
-        w4(batch.target.len())?,
+        w4(rows.draft.as_ref().map_or(0, Src::staged_len))?,
+        w4(rows.target.staged_len())?,
         w8(b)?,
         w8(b)?,
         w4(b)?,
@@ -162,7 +125,7 @@ fn needs(batch: &TreeBatch<'_>) -> Option<[usize; SLOTS]> {
         w4(b)?,
         w4(out)?,
         w4(out)?,
-        w4(batch.temperature.map_or(0, <[f32]>::len))?,
+        w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
     ])
 }
 
@@ -190,9 +153,12 @@ impl<D: Driver> TreeStaging<D> {
         Self::default()
     }
 
-    /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise).
+    /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise). Rows in
+    /// device memory ([`Values::Device`](crate::verify::Values::Device)) need no buffer; rows of
+    /// another driver or device are [`GpuError::ForeignMemory`] (nothing allocated).
     pub fn reserve(&mut self, drv: &D, batch: &TreeBatch<'_>) -> Result<(), GpuError<D::Error>> {
-        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        let rows = TreeRows::of(drv, batch)?;
+        let needs = needs(batch, &rows).ok_or(GpuError::TooLarge)?;
         self.bufs.reserve(drv, needs, &[])
     }
 
@@ -206,6 +172,11 @@ impl<D: Driver> TreeStaging<D> {
     /// validated here: the kernel flags a malformed one ([`ERR_TREE`](kernels::ERR_TREE)) and
     /// skips it, and [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree)
     /// validates before it stages.
+    ///
+    /// Host rows only: a batch with rows in device memory is [`VerifyError::Unsupported`]
+    /// with [`Feature::Device`] here (the views this returns
+    /// outlive the batch; [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree) on a
+    /// [`GpuVerifier`](super::super::GpuVerifier) reads them in place).
     pub fn write<const K: usize>(
         &self,
         drv: &D,
@@ -213,8 +184,26 @@ impl<D: Driver> TreeStaging<D> {
         method: Method,
         batch: &TreeBatch<'_>,
     ) -> Result<TreeStaged<'_, D>, GpuError<D::Error>> {
-        check_inputs::<K, D::Error>(batch)?;
-        let needs = needs(batch).ok_or(GpuError::TooLarge)?;
+        validate_tree_inputs_with::<K>(SUPPORT, batch)?;
+        let rows = TreeRows::host(batch)?;
+        self.write_rows::<K>(drv, stream, method, batch, rows)
+    }
+
+    /// [`write`](Self::write) of a batch whose row tensors are `rows` (device ones read in
+    /// place, for as long as the views).
+    pub(in crate::gpu) fn write_rows<'s, const K: usize>(
+        &'s self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &TreeBatch<'_>,
+        rows: TreeRows<'_, 's, D>,
+    ) -> Result<TreeStaged<'s, D>, GpuError<D::Error>> {
+        // The views are sized from the slices, the kernel reads by the shape words: refuse a
+        // batch whose slices do not match its shape, so a launch on what this returns stays in
+        // bounds.
+        validate_tree_inputs_with::<K>(SUPPORT, batch)?;
+        let needs = needs(batch, &rows).ok_or(GpuError::TooLarge)?;
         let bufs = self.bufs.take(needs, &[])?;
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
@@ -222,15 +211,17 @@ impl<D: Driver> TreeStaging<D> {
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         let out = needs[PATH] / 4;
         let tree = &batch.tree;
-        // Target logits: the rows go to the target buffer as `target_logits`, and
-        // `target_probs` is an empty view of it (not read).
-        let (target_probs, target_logits, temperature) = match batch.temperature {
+        let target = tensor(drv, stream, bufs[TPROBS], Some(rows.target))?;
+        let target = target.ok_or(GpuError::ViewTooShort)?;
+        // Target logits: the rows are `target_logits`, and `target_probs` is an empty view of
+        // the target buffer (not read).
+        let (target_probs, target_logits, temperature) = match batch.target.temperature() {
             Some(t) => (
                 View::range(buf(TPROBS)?, 0, 0).map_err(oob)?,
-                Some(upload(drv, stream, buf(TPROBS)?, batch.target)?),
+                Some(target),
                 Some(upload(drv, stream, buf(TEMP)?, t)?),
             ),
-            None => (upload(drv, stream, buf(TPROBS)?, batch.target)?, None, None),
+            None => (target, None, None),
         };
         Ok(TreeStaged(TreeArgs {
             capacity,
@@ -239,10 +230,7 @@ impl<D: Driver> TreeStaging<D> {
             tree_tokens: upload(drv, stream, buf(TOKENS)?, tree.tokens)?,
             first_child: upload(drv, stream, buf(FIRST)?, tree.first_child)?,
             next_sibling: upload(drv, stream, buf(NEXT)?, tree.next_sibling)?,
-            draft_probs: match batch.draft_probs {
-                Some(d) => Some(upload(drv, stream, buf(DPROBS)?, d)?),
-                None => None,
-            },
+            draft_probs: tensor(drv, stream, bufs[DPROBS], rows.draft)?,
             target_probs,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,

@@ -34,7 +34,17 @@ pub struct Tree<'a> {
 
 /// A borrowed view of one tree-verification step of `B` requests (layout:
 /// `core/DETERMINISM.md`, "Token trees"). Build it with [`TreeBatch::new`] and the `with_*`
-/// methods.
+/// methods. The rows are described as the chain's [`Batch`](crate::verify::Batch) describes
+/// them: a [`Target`] (probabilities, or logits with a temperature per request) and optional
+/// draft [`Rows`], each in one element format ([`Values`]) with one stride.
+///
+/// What a verifier reads is its [`Support`](crate::verify::Support): every tree verifier reads
+/// binary32 rows; host verifiers (the reference, the CPU backend) refuse rows in device memory
+/// ([`Feature::Device`](crate::verify::Feature::Device)), and the GPU verifiers read binary32
+/// device rows in place. No tree verifier reads bf16 / f16 rows yet:
+/// [`VerifyError::Unsupported`] with [`Feature::Half`](crate::verify::Feature::Half) (logits or
+/// draft rows) or [`Feature::HalfProbs`](crate::verify::Feature::HalfProbs) (target
+/// probabilities).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct TreeBatch<'a> {
@@ -46,20 +56,14 @@ pub struct TreeBatch<'a> {
     pub max_depth: usize,
     /// The trees.
     pub tree: Tree<'a>,
-    /// Draft probabilities: row of node `i ≥ 1` at `(b·N + i) · draft_stride`, the distribution
-    /// node `i`'s token was drawn from (given its parent's path). `None`: the drafter gave no
+    /// Draft probabilities: node `i ≥ 1`'s row is row `b·N + i`, the distribution node `i`'s
+    /// token was drawn from (given its parent's path). `None`: the drafter gave no
     /// probabilities (the target-only rule).
-    pub draft_probs: Option<&'a [f32]>,
-    /// Row stride of `draft_probs` (`≥ V`).
-    pub draft_stride: usize,
+    pub draft: Option<Rows<'a>>,
     /// Target rows: node `i`'s row (the target's next-token distribution after the path to node
-    /// `i`) at `(b·N + i) · target_stride`, `B · N` rows; probabilities, or logits when
-    /// `temperature` is given.
-    pub target: &'a [f32],
-    /// Row stride of `target` (`≥ V`).
-    pub target_stride: usize,
-    /// Per-request temperature when `target` holds logits (`0`: greedy on the logits).
-    pub temperature: Option<&'a [f32]>,
+    /// `i`) is row `b·N + i`, `B · N` rows; probabilities, or logits with a temperature per
+    /// request.
+    pub target: Target<'a>,
     /// Per-request random seed.
     pub seed: &'a [u64],
     /// Per-request random offset (advance it every step).
@@ -71,7 +75,7 @@ pub struct TreeBatch<'a> {
 }
 
 impl<'a> TreeBatch<'a> {
-    /// A batch of trees with target probabilities, packed rows (strides `= V`), no draft
+    /// A batch of trees with binary32 target probabilities, packed rows (stride `V`), no draft
     /// probabilities.
     #[must_use]
     pub const fn new(
@@ -85,11 +89,8 @@ impl<'a> TreeBatch<'a> {
             max_nodes: dims.max_nodes,
             max_depth: dims.max_depth,
             tree,
-            draft_probs: None,
-            draft_stride: dims.vocab,
-            target,
-            target_stride: dims.vocab,
-            temperature: None,
+            draft: None,
+            target: Target::Probs(Rows::f32(target, dims.vocab)),
             seed: streams.seed,
             offset: streams.offset,
             eps: None,
@@ -97,25 +98,43 @@ impl<'a> TreeBatch<'a> {
         }
     }
 
-    /// The same batch with the drafter's probabilities (one row per node, see
-    /// [`draft_probs`](Self::draft_probs)).
+    /// The same batch with these target rows (probabilities or logits, any format and stride;
+    /// what a verifier reads is its [`Support`](crate::verify::Support)).
     #[must_use]
-    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+    pub const fn with_target(self, target: Target<'a>) -> Self {
+        Self { target, ..self }
+    }
+
+    /// The same batch with the drafter's probabilities in any format and stride (one row per
+    /// node, see [`draft`](Self::draft)).
+    #[must_use]
+    pub const fn with_draft(self, draft: Rows<'a>) -> Self {
         Self {
-            draft_probs: Some(draft_probs),
+            draft: Some(draft),
             ..self
         }
     }
 
-    /// The same batch with target logits and a temperature per request instead of
-    /// probabilities (the chain path's softmax, `core/DETERMINISM.md`).
+    /// The same batch with binary32 draft probabilities, at the stride of the draft rows they
+    /// replace, or packed (stride `V`) if there were none.
+    #[must_use]
+    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+        let stride = match self.draft {
+            Some(d) => d.stride,
+            None => self.vocab,
+        };
+        self.with_draft(Rows::f32(draft_probs, stride))
+    }
+
+    /// The same batch with binary32 target logits and a temperature per request instead of
+    /// probabilities (the chain path's softmax, `core/DETERMINISM.md`), at the target rows'
+    /// stride.
     #[must_use]
     pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
-        Self {
-            target: logits.values,
-            temperature: Some(logits.temperature),
-            ..self
-        }
+        self.with_target(Target::Logits {
+            rows: Rows::f32(logits.values, self.target.rows().stride),
+            temperature: logits.temperature,
+        })
     }
 
     /// The same batch with typical-acceptance parameters (`B` values each).
@@ -128,12 +147,19 @@ impl<'a> TreeBatch<'a> {
         }
     }
 
-    /// The same batch with explicit row strides (`≥ V`).
+    /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the batch
+    /// has them, the draft rows (call it after [`with_draft_probs`](Self::with_draft_probs)).
     #[must_use]
     pub const fn with_strides(self, strides: Strides) -> Self {
         Self {
-            draft_stride: strides.draft,
-            target_stride: strides.target,
+            target: self.target.with_stride(strides.target),
+            draft: match self.draft {
+                Some(d) => Some(Rows {
+                    stride: strides.draft,
+                    ..d
+                }),
+                None => None,
+            },
             ..self
         }
     }
@@ -148,6 +174,13 @@ impl<'a> TreeBatch<'a> {
     #[must_use]
     pub fn node_count(&self, b: usize) -> usize {
         self.tree.nodes[b] as usize
+    }
+
+    /// Whether any row is in device memory.
+    #[must_use]
+    pub fn has_device(&self) -> bool {
+        self.target.rows().as_device().is_some()
+            || self.draft.is_some_and(|d| d.as_device().is_some())
     }
 
     /// Node `i`'s token. Only for a validated batch.
@@ -173,20 +206,36 @@ impl<'a> TreeBatch<'a> {
         Self::link(self.tree.next_sibling, b * self.max_nodes + i)
     }
 
-    /// Node `i`'s target row, `V` values. Only for a validated batch.
+    /// Node `i`'s target row, `V` values. Only for a validated batch on the host (binary32
+    /// rows: validation refuses the others).
     #[inline]
     pub(super) fn target_row(&self, b: usize, i: usize) -> &'a [f32] {
-        let start = (b * self.max_nodes + i) * self.target_stride;
-        &self.target[start..start + self.vocab]
+        host_row(self.target.rows(), b * self.max_nodes + i, self.vocab)
     }
 
-    /// Node `i`'s draft row, if the drafter gave probabilities. Only for a validated batch.
+    /// Node `i`'s draft row, if the drafter gave probabilities. Only for a validated batch on
+    /// the host.
     #[inline]
     pub(super) fn draft_row(&self, b: usize, i: usize) -> Option<&'a [f32]> {
-        self.draft_probs.map(|d| {
-            let start = (b * self.max_nodes + i) * self.draft_stride;
-            &d[start..start + self.vocab]
-        })
+        self.draft
+            .map(|d| host_row(d, b * self.max_nodes + i, self.vocab))
+    }
+}
+
+/// Row `r` of binary32 host rows. Validation refuses every other format before a row is read
+/// ([`validate_tree_shape_with`](super::validate_tree_shape_with)), so the empty row of another
+/// format is never read.
+#[inline]
+fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
+    match rows.values {
+        Values::F32(x) => {
+            let start = r * rows.stride;
+            &x[start..start + vocab]
+        }
+        Values::Half(_) | Values::Device(_) => {
+            debug_assert!(false, "tree rows read on the host are binary32 (validated)");
+            &[]
+        }
     }
 }
 

@@ -1168,7 +1168,11 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
         len(Param::TargetProbs, 4, 6)
     );
     let t6 = [0.5f32; 6];
-    let wide = TreeBatch { target: &t6, ..ok }.with_strides(Strides {
+    let wide = TreeBatch {
+        target: Target::Probs(Rows::f32(&t6, 2)),
+        ..ok
+    }
+    .with_strides(Strides {
         draft: 2,
         target: 3,
     });
@@ -1176,10 +1180,10 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
     let temps = [0.5f32, 0.5];
     assert_eq!(
         check(
-            TreeBatch {
-                temperature: Some(&temps),
-                ..ok
-            },
+            ok.with_target(Target::Logits {
+                rows: ok.target.rows(),
+                temperature: &temps,
+            }),
             outs
         ),
         len(Param::Temperature, 2, 1)

@@ -3,11 +3,85 @@
 
 use super::*;
 
-/// The batch-wide checks: sizes, strides, every slice length (inputs, then outputs).
+/// The batch-wide checks of a host verifier ([`Support::ALL`]: binary32 rows in host memory):
+/// [`validate_tree_shape_with`].
 pub fn validate_tree_shape<const K: usize>(
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
 ) -> Result<(), VerifyError> {
+    validate_tree_shape_with::<K>(Support::ALL, batch, out)
+}
+
+/// Which rows a tree verifier reads: binary32 only (the tree's row reductions and the tree
+/// kernel read binary32; no tree verifier widens bf16 / f16 rows yet), in device memory only
+/// with [`Support::device`]. The chain's errors: [`Feature::Half`] for half logits or draft
+/// rows, [`Feature::HalfProbs`] for half target probabilities, [`Feature::Device`].
+fn rows_supported(support: Support, batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
+    let half = |r: Rows<'_>| r.format() != Format::F32;
+    let logits = batch.target.temperature().is_some();
+    if batch.draft.is_some_and(half) || (logits && half(batch.target.rows())) {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Half,
+        });
+    }
+    if half(batch.target.rows()) {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::HalfProbs,
+        });
+    }
+    if batch.has_device() && !support.device {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Device,
+        });
+    }
+    Ok(())
+}
+
+/// The rows of `rows` hold `slots` rows of stride `≥ V` ([`Values::len`], any memory).
+fn rows_fit(
+    rows: Rows<'_>,
+    vocab: usize,
+    slots: Option<usize>,
+    tensor: Tensor,
+    param: Param,
+) -> Result<(), VerifyError> {
+    if rows.stride < vocab {
+        return Err(VerifyError::StrideTooSmall {
+            tensor,
+            stride: rows.stride,
+            vocab,
+        });
+    }
+    let need = slots.and_then(|s| s.checked_mul(rows.stride));
+    expect_len(param, rows.values.len(), need)
+}
+
+/// The batch-wide checks for a tree verifier that supports `support`: the rows it reads
+/// (binary32; in device memory only with [`Support::device`]), sizes, strides, every slice
+/// length (inputs, then outputs). Lengths are [`Values::len`], wherever the values are.
+pub fn validate_tree_shape_with<const K: usize>(
+    support: Support,
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), VerifyError> {
+    validate_tree_inputs_with::<K>(support, batch)?;
+    let b = batch.requests();
+    let width = batch
+        .max_depth
+        .checked_add(1)
+        .and_then(|w| w.checked_mul(b));
+    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
+    expect_len(Param::Path, out.path.len(), width)?;
+    expect_len(Param::Tokens, out.tokens.len(), width)?;
+    Ok(())
+}
+
+/// [`validate_tree_shape_with`] without the outputs (the GPU staging's outputs are its own).
+pub(crate) fn validate_tree_inputs_with<const K: usize>(
+    support: Support,
+    batch: &TreeBatch<'_>,
+) -> Result<(), VerifyError> {
+    rows_supported(support, batch)?;
     let b = batch.requests();
     if b == 0 {
         return Err(VerifyError::EmptyBatch);
@@ -32,35 +106,17 @@ pub fn validate_tree_shape<const K: usize>(
     expect_len(Param::TreeTokens, batch.tree.tokens.len(), slots)?;
     expect_len(Param::FirstChild, batch.tree.first_child.len(), slots)?;
     expect_len(Param::NextSibling, batch.tree.next_sibling.len(), slots)?;
-    if let Some(d) = batch.draft_probs {
-        if batch.draft_stride < v {
-            return Err(VerifyError::StrideTooSmall {
-                tensor: Tensor::Draft,
-                stride: batch.draft_stride,
-                vocab: v,
-            });
-        }
-        let need = slots.and_then(|s| s.checked_mul(batch.draft_stride));
-        expect_len(Param::DraftProbs, d.len(), need)?;
+    if let Some(d) = batch.draft {
+        rows_fit(d, v, slots, Tensor::Draft, Param::DraftProbs)?;
     }
-    if batch.target_stride < v {
-        return Err(VerifyError::StrideTooSmall {
-            tensor: Tensor::Target,
-            stride: batch.target_stride,
-            vocab: v,
-        });
-    }
-    let need = slots.and_then(|s| s.checked_mul(batch.target_stride));
-    expect_len(
-        if batch.temperature.is_some() {
-            Param::TargetLogits
-        } else {
-            Param::TargetProbs
-        },
-        batch.target.len(),
-        need,
-    )?;
-    if let Some(t) = batch.temperature {
+    let temperature = batch.target.temperature();
+    let param = if temperature.is_some() {
+        Param::TargetLogits
+    } else {
+        Param::TargetProbs
+    };
+    rows_fit(batch.target.rows(), v, slots, Tensor::Target, param)?;
+    if let Some(t) = temperature {
         expect_len(Param::Temperature, t.len(), Some(b))?;
     }
     expect_len(Param::Seed, batch.seed.len(), Some(b))?;
@@ -71,13 +127,6 @@ pub fn validate_tree_shape<const K: usize>(
     if let Some(d) = batch.delta {
         expect_len(Param::Delta, d.len(), Some(b))?;
     }
-    let width = batch
-        .max_depth
-        .checked_add(1)
-        .and_then(|w| w.checked_mul(b));
-    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
-    expect_len(Param::Path, out.path.len(), width)?;
-    expect_len(Param::Tokens, out.tokens.len(), width)?;
     Ok(())
 }
 
@@ -193,7 +242,8 @@ fn check_row(
 /// The checks of request `b` of a batch that passed [`validate_tree_shape`]: its tree
 /// ([`VerifyError::NodeCount`], [`VerifyError::LinkOutOfRange`], [`VerifyError::Cycle`],
 /// [`VerifyError::Unreachable`], [`VerifyError::Depth`]), its tokens, its parameters and, for
-/// [`Check::Strict`], every row it may read. Returns the tree's depth.
+/// [`Check::Strict`], every row it may read (rows in device memory cannot be read here:
+/// [`VerifyError::Unsupported`] with [`Feature::DeviceCheck`]). Returns the tree's depth.
 pub fn validate_tree_request(
     method: Method,
     check: Check,
@@ -214,7 +264,7 @@ pub fn validate_tree_request(
         }
     }
     let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
-    if batch.temperature.is_some_and(|t| !ok(t[b])) {
+    if batch.target.temperature().is_some_and(|t| !ok(t[b])) {
         return Err(VerifyError::BadParam {
             request: b,
             param: Param::Temperature,
@@ -235,7 +285,14 @@ pub fn validate_tree_request(
         }
     }
     if let Check::Strict { sum_tolerance } = check {
-        if batch.draft_probs.is_some() {
+        if batch.has_device() {
+            // Reading them would need a copy down and a wait: refused, not skipped (as the
+            // chain's validation does).
+            return Err(VerifyError::Unsupported {
+                feature: Feature::DeviceCheck,
+            });
+        }
+        if batch.draft.is_some() {
             for node in 1..n {
                 if let Some(row) = batch.draft_row(b, node) {
                     check_row(row, sum_tolerance, b, Tensor::Draft, node)?;
@@ -244,7 +301,7 @@ pub fn validate_tree_request(
         }
         for node in 0..n {
             let row = batch.target_row(b, node);
-            if batch.temperature.is_some() {
+            if batch.target.temperature().is_some() {
                 if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
                     return Err(VerifyError::BadLogit {
                         request: b,
@@ -260,15 +317,28 @@ pub fn validate_tree_request(
     Ok(depth)
 }
 
-/// Every check, in the documented order: [`validate_tree_shape`], then
-/// [`validate_tree_request`] for each request in batch order.
+/// Every check of a host verifier, in the documented order: [`validate_tree_with`] with
+/// [`Support::ALL`].
 pub fn validate_tree<const K: usize>(
     method: Method,
     check: Check,
     batch: &TreeBatch<'_>,
     out: &TreeOutputs<'_>,
 ) -> Result<(), VerifyError> {
-    validate_tree_shape::<K>(batch, out)?;
+    validate_tree_with::<K>(Support::ALL, method, check, batch, out)
+}
+
+/// Every check for a tree verifier that supports `support`, in the documented order:
+/// [`validate_tree_shape_with`], then [`validate_tree_request`] for each request in batch
+/// order.
+pub fn validate_tree_with<const K: usize>(
+    support: Support,
+    method: Method,
+    check: Check,
+    batch: &TreeBatch<'_>,
+    out: &TreeOutputs<'_>,
+) -> Result<(), VerifyError> {
+    validate_tree_shape_with::<K>(support, batch, out)?;
     for b in 0..batch.requests() {
         validate_tree_request(method, check, batch, b)?;
     }

@@ -1,0 +1,327 @@
+//! Token trees whose target and draft rows live in device memory ([`Values::Device`], issues 28
+//! and 31), through [`Verifier::verify_tree`] of the shared GPU orchestration over the host
+//! driver (whose "device" memory is host memory it allocated): the host rows' outputs and
+//! counters, bit for bit, with the one wait of the host outputs; and the refusals, each a typed
+//! error with nothing launched, written or counted: another device's or API's memory, strict
+//! checks over device rows, half rows (no tree verifier reads them), device rows on the host
+//! verifiers and in `TreeStaging::write`.
+
+use specula::cpu::CpuVerifier;
+use specula_core::Counters;
+use specula_core::gpu::{Driver, GpuError, GpuVerifier, Memory, TreeStaging, View};
+use specula_core::verify::tree::TreeBatch;
+use specula_core::verify::{
+    Check, Device, Feature, Half, Method, Param, Reference, Rows, Target, Values, Verifier,
+    VerifyError,
+};
+use specula_tests::conformance::{Gen, K, METHODS};
+use specula_tests::host_driver::{Buf, HostDriver};
+use specula_tests::kernel_host::Mode;
+use specula_tests::tree::{TreeData, TreeOut, TreeSpec, random_tree_batch};
+use std::sync::Arc;
+
+fn verifier(drv: &HostDriver) -> GpuVerifier<HostDriver, K> {
+    GpuVerifier::new(drv.clone()).unwrap()
+}
+
+fn spec(draft: bool, logits: bool) -> TreeSpec {
+    TreeSpec {
+        max_requests: 5,
+        max_nodes: 12,
+        max_depth: 5,
+        vocab: 37,
+        draft,
+        logits,
+        garbage: false,
+    }
+}
+
+/// `host` with its target (and, if it has them, draft) rows' values replaced, same strides.
+fn with_values<'a>(
+    host: TreeBatch<'a>,
+    target: Values<'a>,
+    draft: Option<Values<'a>>,
+) -> TreeBatch<'a> {
+    let t = match host.target {
+        Target::Probs(r) => Target::Probs(Rows {
+            values: target,
+            ..r
+        }),
+        Target::Logits { rows, temperature } => Target::Logits {
+            rows: Rows {
+                values: target,
+                ..rows
+            },
+            temperature,
+        },
+    };
+    let mut b = host.with_target(t);
+    if let (Some(d), Some(values)) = (host.draft, draft) {
+        b = b.with_draft(Rows { values, ..d });
+    }
+    b
+}
+
+fn f32_device(buf: &Buf) -> Values<'_> {
+    Values::Device(Device::f32(View::<HostDriver, f32>::new(buf)))
+}
+
+/// `d` verified from host rows on one fresh verifier and from the same rows in `drv`'s memory
+/// (the target's, the draft's, or both) on another: the same outputs and counters, and one
+/// synchronising call each (the tree outputs are host slices, copied down once).
+fn same_as_host_rows(drv: &HostDriver, method: Method, d: &TreeData, what: &str) -> TreeOut {
+    let host = d.view();
+    let mut a = verifier(drv);
+    let mut want = TreeOut::new(d.requests(), d.max_depth);
+    a.verify_tree(method, Check::Cheap, &host, &mut want.view())
+        .unwrap_or_else(|e| panic!("{what}: host rows: {e}"));
+    assert_eq!(a.sync_calls(), 1, "{what}: host rows");
+    let target = drv.buffer_from(&d.target);
+    let draft = d.draft.as_ref().map(|x| drv.buffer_from(x));
+    let draft_dev = draft.as_ref().map(f32_device);
+    let host_target = host.target.rows().values;
+    let host_draft = host.draft.map(|r| r.values);
+    // The target rows 5 values into a larger buffer (NaN around them): the view's offset is
+    // what the launch reads from.
+    let padded: Vec<f32> = [&[f32::NAN; 5][..], &d.target, &[f32::NAN; 3]].concat();
+    let padded = drv.buffer_from(&padded);
+    let inner = View::<HostDriver, f32>::range(&padded, 5, d.target.len()).unwrap();
+    let mut cases = vec![
+        ("target and draft", f32_device(&target), draft_dev),
+        (
+            "target at an offset",
+            Values::Device(Device::f32(inner)),
+            host_draft,
+        ),
+    ];
+    if draft_dev.is_some() {
+        cases.push(("target", f32_device(&target), host_draft));
+        cases.push(("draft", host_target, draft_dev));
+    }
+    for (rows, t, q) in cases {
+        let dev = with_values(host, t, q);
+        assert!(dev.has_device());
+        let mut v = verifier(drv);
+        let launches = drv.launches();
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        v.verify_tree(method, Check::Cheap, &dev, &mut got.view())
+            .unwrap_or_else(|e| panic!("{what}: device {rows}: {e}"));
+        assert_eq!(drv.launches(), launches + 1, "{what}: device {rows}");
+        assert_eq!(v.sync_calls(), 1, "{what}: device {rows}: one wait");
+        assert_eq!(got, want, "{what} {method:?}: device {rows}: outputs");
+        assert_eq!(
+            v.totals().unwrap(),
+            a.totals().unwrap(),
+            "{what} {method:?}: device {rows}: counters"
+        );
+    }
+    want
+}
+
+/// Random trees, probabilities and logits (T = 0 and T > 0), with and without draft rows,
+/// every method, both macro forms: device rows give the host rows' bits and counts.
+#[test]
+fn tree_device_rows_match_the_host_rows() {
+    let mut accepted = 0;
+    for (i, mode) in [Mode::Cuda, Mode::Hip].into_iter().enumerate() {
+        let drv = HostDriver::new(mode, 64, 1);
+        let mut g = Gen(0x28_3100 + i as u64);
+        for n in 0..8 {
+            let d = random_tree_batch(&mut g, spec(n % 2 == 1, n % 4 >= 2));
+            for m in METHODS {
+                let out = same_as_host_rows(&drv, m, &d, &format!("{mode:?} batch {n}"));
+                accepted += out.accepted.iter().filter(|&&a| a > 0).count();
+            }
+        }
+    }
+    assert!(accepted > 10, "{accepted} accepted paths: a weak test");
+}
+
+/// A GPU API that is not the host driver: its buffers downcast to nothing else.
+struct Other;
+
+impl Memory for Other {
+    type Buffer = Arc<Vec<u8>>;
+    fn bytes(buf: &Arc<Vec<u8>>) -> usize {
+        buf.len()
+    }
+}
+
+/// Asserts `v` refused `batch` with `want`: nothing launched, written or counted.
+fn refused(
+    drv: &HostDriver,
+    v: &mut GpuVerifier<HostDriver, K>,
+    batch: &TreeBatch<'_>,
+    check: Check,
+    want: GpuError<<HostDriver as Driver>::Error>,
+) {
+    let launches = drv.launches();
+    let mut out = TreeOut::new(batch.requests(), batch.max_depth);
+    let got = v.verify_tree(Method::Rejection, check, batch, &mut out.view());
+    assert_eq!(got, Err(want.clone()));
+    assert_eq!(drv.launches(), launches, "{want:?}: launched");
+    assert_eq!(
+        out,
+        TreeOut::new(batch.requests(), batch.max_depth),
+        "{want:?}: written"
+    );
+    assert_eq!(v.totals().unwrap(), Counters::ZERO, "{want:?}: counted");
+}
+
+/// The 16-bit patterns of `x` in bf16.
+fn bf16(x: &[f32]) -> Vec<u16> {
+    x.iter()
+        .map(|&v| half::bf16::from_f32(v).to_bits())
+        .collect()
+}
+
+/// On the GPU tree path: another device's memory, another API's memory (target and draft
+/// rows), strict checks over device rows, half rows on the host or the device: typed errors,
+/// nothing launched, written or counted. `TreeStaging::write` (whose views outlive the batch)
+/// takes host rows only. The same device rows, valid, then verify.
+#[test]
+fn tree_device_rows_refusals_on_the_gpu_path() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let other_device = HostDriver::new(Mode::Cuda, 64, 1);
+    let mut g = Gen(0x28_3101);
+    let probs = random_tree_batch(&mut g, spec(true, false));
+    let logits = random_tree_batch(&mut g, spec(true, true));
+    let mut v = verifier(&drv);
+    let foreign = |param| GpuError::ForeignMemory { param };
+    let unsupported = |feature| GpuError::Verify(VerifyError::Unsupported { feature });
+    for (d, target_param) in [(&probs, Param::TargetProbs), (&logits, Param::TargetLogits)] {
+        let host = d.view();
+        let draft = d.draft.as_deref().unwrap();
+        let (mine, mine_draft) = (drv.buffer_from(&d.target), drv.buffer_from(draft));
+        let theirs = other_device.buffer_from(&d.target);
+        let theirs_draft = other_device.buffer_from(draft);
+        let alien: Arc<Vec<u8>> = Arc::new(vec![0; d.target.len() * 4]);
+        let alien_rows = Values::Device(Device::f32(View::<Other, f32>::new(&alien)));
+        let good = with_values(host, f32_device(&mine), Some(f32_device(&mine_draft)));
+
+        let b = with_values(host, f32_device(&theirs), None);
+        refused(&drv, &mut v, &b, Check::Cheap, foreign(target_param));
+        let b = with_values(host, alien_rows, None);
+        refused(&drv, &mut v, &b, Check::Cheap, foreign(target_param));
+        let b = with_values(host, f32_device(&mine), Some(f32_device(&theirs_draft)));
+        refused(&drv, &mut v, &b, Check::Cheap, foreign(Param::DraftProbs));
+        let strict = unsupported(Feature::DeviceCheck);
+        refused(&drv, &mut v, &good, Check::STRICT, strict);
+
+        // Half rows: the tree entry reads binary32 only.
+        let half_target = bf16(&d.target);
+        let half_draft = bf16(draft);
+        let dev_half = drv.buffer_from(&half_target);
+        let dev_half = Values::Device(Device::bf16(View::<HostDriver, u16>::new(&dev_half)));
+        let target_half = if d.temperature.is_some() {
+            Feature::Half
+        } else {
+            Feature::HalfProbs
+        };
+        let b = with_values(host, Values::Half(Half::Bf16(&half_target)), None);
+        refused(&drv, &mut v, &b, Check::Cheap, unsupported(target_half));
+        let b = with_values(host, dev_half, None);
+        refused(&drv, &mut v, &b, Check::Cheap, unsupported(target_half));
+        let b = with_values(
+            host,
+            f32_device(&mine),
+            Some(Values::Half(Half::Bf16(&half_draft))),
+        );
+        refused(&drv, &mut v, &b, Check::Cheap, unsupported(Feature::Half));
+
+        // `TreeStaging::write` returns views that outlive the batch: host rows only.
+        let mut staging = TreeStaging::<HostDriver>::new();
+        staging.reserve(&drv, &good).unwrap();
+        let got = staging.write::<K>(&drv, v.stream(), Method::Greedy, &good);
+        assert_eq!(got.err(), Some(unsupported(Feature::Device)));
+
+        // The same device rows, valid: the step runs, with the host rows' bits.
+        let mut want = TreeOut::new(d.requests(), d.max_depth);
+        verifier(&drv)
+            .verify_tree(Method::Rejection, Check::Cheap, &host, &mut want.view())
+            .unwrap();
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        let mut w = verifier(&drv);
+        w.verify_tree(Method::Rejection, Check::Cheap, &good, &mut got.view())
+            .unwrap();
+        assert_eq!(got, want);
+    }
+}
+
+/// Host verifiers (the reference, the CPU backend) refuse device rows and half rows of a tree
+/// batch as unsupported (device rows before anything else is read), writing and counting
+/// nothing; the host rows then verify.
+#[test]
+fn tree_device_and_half_rows_are_refused_by_host_verifiers() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let mut g = Gen(0x28_3102);
+    let d = random_tree_batch(&mut g, spec(true, false));
+    let host = d.view();
+    let draft = d.draft.as_deref().unwrap();
+    let dev_target = drv.buffer_from(&d.target);
+    let dev_draft = drv.buffer_from(draft);
+    let (half_target, half_draft) = (bf16(&d.target), bf16(draft));
+    let temperature = vec![0.5; d.requests()];
+    let logits = host.with_target(Target::Logits {
+        rows: Rows::half(Half::Bf16(&half_target), d.vocab),
+        temperature: &temperature,
+    });
+    let cases: [(&str, TreeBatch<'_>, Feature); 5] = [
+        (
+            "device target",
+            with_values(host, f32_device(&dev_target), None),
+            Feature::Device,
+        ),
+        (
+            "device draft",
+            with_values(
+                host,
+                host.target.rows().values,
+                Some(f32_device(&dev_draft)),
+            ),
+            Feature::Device,
+        ),
+        (
+            "half target probabilities",
+            with_values(host, Values::Half(Half::Bf16(&half_target)), None),
+            Feature::HalfProbs,
+        ),
+        ("half target logits", logits, Feature::Half),
+        (
+            "half draft",
+            with_values(
+                host,
+                host.target.rows().values,
+                Some(Values::Half(Half::F16(&half_draft))),
+            ),
+            Feature::Half,
+        ),
+    ];
+    let mut cpu = CpuVerifier::<K>::new(2).unwrap();
+    let mut reference = Reference::<K>::new();
+    let verifiers: [&mut dyn Verifier<K, Error = VerifyError>; 2] = [&mut cpu, &mut reference];
+    for v in verifiers {
+        assert!(v.support().trees && !v.support().device);
+        for (what, b, feature) in &cases {
+            for check in [Check::Cheap, Check::STRICT] {
+                let mut out = TreeOut::new(d.requests(), d.max_depth);
+                let got = v.verify_tree(Method::Rejection, check, b, &mut out.view());
+                assert_eq!(
+                    got,
+                    Err(VerifyError::Unsupported { feature: *feature }),
+                    "{what}"
+                );
+                assert_eq!(
+                    out,
+                    TreeOut::new(d.requests(), d.max_depth),
+                    "{what}: written"
+                );
+            }
+        }
+        assert_eq!(v.totals().unwrap(), Counters::ZERO, "counted");
+        let mut out = TreeOut::new(d.requests(), d.max_depth);
+        v.verify_tree(Method::Rejection, Check::STRICT, &host, &mut out.view())
+            .unwrap();
+        assert_ne!(v.totals().unwrap(), Counters::ZERO);
+    }
+}
