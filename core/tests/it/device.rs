@@ -380,3 +380,35 @@ fn tree_validation_of_device_and_half_rows() {
     verify_tree_batch(m, strict, &ok, &mut out, &mut counters).unwrap();
     assert_eq!(counters.tree_drafts, 2);
 }
+
+/// The GPU support verifies half logits but not half probabilities (`Feature::HalfProbs`), and
+/// host rows widen exactly (`Values::widen_into`, what the CPU backend reads half rows with).
+#[test]
+fn half_logits_pass_the_gpu_support_and_half_rows_widen_exactly() {
+    use specula_core::verify::Half;
+    let half = [0u16; 24];
+    let logits = batch(Values::Half(Half::Bf16(&half)));
+    let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 6]);
+    let out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
+    let cheap = Check::Cheap;
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &logits, &out),
+        Ok(())
+    );
+    let probs = logits.with_target(Target::Probs(Rows::half(Half::Bf16(&half), 4)));
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &probs, &out),
+        Err(VerifyError::Unsupported {
+            feature: Feature::HalfProbs
+        })
+    );
+    // 1.0, -2.0 and 0.5 in bf16 and f16; binary32 copied as is.
+    let mut w = [9.0f32; 3];
+    Values::Half(Half::Bf16(&[0x3F80, 0xC000, 0x3F00])).widen_into(&mut w);
+    assert_eq!(w, [1.0, -2.0, 0.5]);
+    w = [9.0; 3];
+    Values::Half(Half::F16(&[0x3C00, 0xC000, 0x3800])).widen_into(&mut w);
+    assert_eq!(w, [1.0, -2.0, 0.5]);
+    Values::F32(&[3.0, 4.0, 5.0]).widen_into(&mut w);
+    assert_eq!(w, [3.0, 4.0, 5.0]);
+}
