@@ -612,7 +612,10 @@ fn a_request_gives_the_same_bits_alone_and_in_a_batch() {
     // Request 1 has another shape: two children, the second with three (other links).
     links_from_parents(&[-1, 0, 0, 2, 2, 2], &mut b.fc, &mut b.ns).unwrap();
     let mut b_target = b.target.clone();
-    b_target[..4].copy_from_slice(&[0.1, 0.1, 0.1, 0.7]);
+    // Request 1's first child (token 3) has target probability 0.1: its own draft row (0.1)
+    // accepts it, request 0's (0.4) would reject it 3 times in 4, so reading the wrong
+    // request's draft rows shows.
+    b_target[..4].copy_from_slice(&[0.1, 0.1, 0.7, 0.1]);
     let b_draft: std::vec::Vec<f32> = b.draft.iter().map(|&q| 1.0 - q * 2.0).collect();
     let b_draft: std::vec::Vec<f32> = b_draft
         .chunks(4)
