@@ -203,6 +203,15 @@ __device__ __forceinline__ sp_i32 sp_f2i32(float x) {
     if (x < -2147483648.0f) return (sp_i32)(-2147483647 - 1);
     return (sp_i32)x;
 }
+// sp_f2i32 in one instruction on CUDA devices: PTX cvt.rzi.s32.f32 is exactly Rust's `as`
+// (truncation, saturation, NaN -> 0; see sp_f2i64). Elsewhere sp_f2i32 itself.
+__device__ __forceinline__ sp_i32 sp_f2i32_fast(float x) {
+#if defined(__CUDA_ARCH__)
+    return __float2int_rz(x);
+#else
+    return sp_f2i32(x);
+#endif
+}
 __device__ __forceinline__ sp_i64 sp_f2i64(float x) {
 #if defined(__CUDA_ARCH__)
     // PTX cvt.rzi.s64.f32 is exactly Rust's `as`: truncation, saturation to the i64 range, and
@@ -241,18 +250,19 @@ __device__ __forceinline__ float sp_ln(float x) {
 }
 
 // exp_p(x) for x <= 0 (DETERMINISM.md). Integer steps wrap like Rust release builds.
+// Written without branches, the same value as the rules' early returns: every step is computed
+// for any x (float operations and the saturating conversion are defined for every input, and
+// the power of two's integer steps wrap), then the three range cases select their results in
+// the rules' order of precedence (!(x > -87) first, then x > 88, then n < -126). The rules'
+// `t - 0.5` is `t + (-0.5)` exactly (IEEE subtraction is the addition of the negation). With the
+// early returns ptxas branched six times per element (the range tests and sp_f2i32's).
 __device__ __forceinline__ float sp_exp(float x) {
-    if (!(x > -87.0f)) return 0.0f;
-    // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
-    // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
-    // target rows that are not probabilities.
-    if (x > 88.0f) return sp_f(0x7F800000u);
-    float t = x * sp_f(0x3FB8AA3Bu);
-    sp_i32 n = (t < 0.0f) ? sp_f2i32(t - 0.5f) : sp_f2i32(t + 0.5f);
-    float nf = (float)n;
-    float r1 = nf * sp_f(0x3F317200u);
-    float r2 = nf * sp_f(0x35BFBE8Eu);
-    float r = (x - r1) - r2;
+    const float t = x * sp_f(0x3FB8AA3Bu);
+    const sp_i32 n = sp_f2i32_fast(t + (t < 0.0f ? -0.5f : 0.5f));
+    const float nf = (float)n;
+    const float r1 = nf * sp_f(0x3F317200u);
+    const float r2 = nf * sp_f(0x35BFBE8Eu);
+    const float r = (x - r1) - r2;
     float p = sp_f(0x3AB60B61u);
     float t2;
     t2 = r * p; p = sp_f(0x3C088889u) + t2;
@@ -261,8 +271,13 @@ __device__ __forceinline__ float sp_exp(float x) {
     t2 = r * p; p = 0.5f + t2;
     t2 = r * p; p = 1.0f + t2;
     t2 = r * p; p = 1.0f + t2;
-    if (n < -126) return 0.0f;
-    return p * __uint_as_float(((sp_u32)n + 127u) << 23);
+    float v = p * __uint_as_float(((sp_u32)n + 127u) << 23);
+    v = n < -126 ? 0.0f : v;
+    // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
+    // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
+    // target rows that are not probabilities.
+    v = x > 88.0f ? sp_f(0x7F800000u) : v;
+    return x > -87.0f ? v : 0.0f; // also NaN -> 0
 }
 
 // An empty asm that takes x and gives it back: the compiler can no longer recompute x from what
