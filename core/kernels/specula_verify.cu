@@ -989,37 +989,107 @@ __device__ __forceinline__ float sp_skip_key(double key) {
     return (float)c;
 }
 
+// The race over processed rows (P != SP_P_RAW) without the binary64 division e / S per id on the
+// hot path: the row loop holds each id's weight before that division (sp_weight: e, or the stored
+// value; 0 when cut) and the skip test reads the f32 product weight x sinv, which is never below
+// the exact p = sp_scale(weight) (an upper bound), so it rules out no id the exact test would
+// keep. The ids it keeps get their exact p (in the cold region, where the keys are computed) and
+// the exact test. Same winner, same key: a skipped id still provably has the smaller key.
+//
+// sp_weight then sp_scale is sp_proc, except that a cut id's p is (float)(0.0 / S) instead of
+// +0: -0 when S < 0, which only ever enters `w > 0` (false either way) and w - d (a zero of
+// either sign minus d: the same value unless d is a zero too, and then a zero, never > 0).
+template <sp_u32 P>
+__device__ __forceinline__ float sp_weight(float x, const sp_soft& st) {
+    if (P == SP_P_RAW) return x;
+    if (P == SP_P_SOFT) return sp_soft_e(x, st.t, st.m);
+    const sp_u32 kind = P == SP_P_ANY ? st.kind : P;
+    if (kind == SP_P_RAW) return x;
+    const bool lg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT;
+    const float w = lg ? sp_soft_e(x, st.t, st.m) : x;
+    return (lg ? __float_as_uint(w) : sp_wkey(w)) < st.theta ? 0.0f : w;
+}
+template <sp_u32 P>
+__device__ __forceinline__ float sp_scale(float w, const sp_soft& st) {
+    if (P == SP_P_RAW || (P == SP_P_ANY && st.kind == SP_P_RAW)) return w;
+    return st.s == 0.0 ? 0.0f : (float)((double)w / st.s);
+}
+// The row's sinv, so that for every weight w of the row RN32(w x sinv) >= p = sp_scale(w) (or
+// NaN: "unknown", every such id goes to the exact test). Proof, for rows whose weights are all
+// in [0, +inf] (logits: e = exp_p(..) is never NaN; stored values with a threshold: a value
+// <= 0 or NaN has key 0 and is cut) and 0 < S with d below in [2^-126, FLT_MAX): each of the
+// three roundings to d and sinv is within 2^-53, 2^-53, 2^-24 (relative, normal ranges), so
+// sinv >= (1 / S)(1 + 2^-16)(1 - 2^-53)^2 (1 - 2^-24) >= (1 / S)(1 + 2^-17). For w in (0, inf)
+// the exact x = w / S is a normal binary64 (2^-149 / 2^127 and up), RN64(x) <= x (1 + 2^-53) <=
+// w x sinv, and RN32 is monotone: RN32(w x sinv) >= RN32(RN64(x)) = p. w = 0 gives +0 both ways,
+// w = +inf +inf both ways. S == 0: p = 0 and sinv = 0 (a product 0, or NaN for w = +inf).
+// Raw rows: sinv = 1 (w x 1 is w). Any other row (stored values without a threshold, which may
+// be negative, or S out of that range): NaN. For the residual, RN32(pu - d) >= RN32(p - d)
+// likewise (or NaN), so the race's test `w > 0 && !(w < bound)` on the upper value, with NaN
+// counted as passing, keeps every id the exact test keeps.
+template <sp_u32 P>
+__device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
+    if (P == SP_P_RAW) return 1.0f;
+    const sp_u32 kind = P == SP_P_ANY ? st->kind : P;
+    if (kind == SP_P_RAW) return 1.0f;
+    const bool nonneg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT || st->theta != 0u;
+    const double s = st->s;
+    if (nonneg && s == 0.0) return 0.0f;
+    if (!nonneg || !(s > 0.0)) return sp_f(0x7FC00000u);
+    const double d = (1.0 / s) * sp_d(0x3FF0001000000000ull); // 1 + 2^-16
+    return d >= sp_d(0x3810000000000000ull) && d < 3.4028234663852886e38 ? (float)d : sp_f(0x7FC00000u);
+}
+
 // One group of 4 ids (g*4 .. g*4+3) of the race, visited in increasing order; updates the thread's
-// best (key, f32 skip bound, id). d holds zeros for the plain race.
+// best (key, f32 skip bound, id). d holds zeros for the plain race. P != SP_P_RAW: t holds the
+// weights (sp_weight) and sinv the row's (sp_race_sinv).
+template <sp_u32 P>
 __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4], bool residual,
                                               sp_u32 g, sp_u32 position, sp_u32 off_lo,
                                               sp_u32 off_hi, const sp_keys& ks, double& best,
-                                              float& best_skip, sp_u32& best_id) {
+                                              float& best_skip, sp_u32& best_id,
+                                              const sp_soft* st, float sinv) {
     float w[4];
     bool any = false;
     for (sp_u32 i = 0; i < 4u; ++i) {
-        w[i] = residual ? t[i] - d[i] : t[i];
-        any = any || w[i] > 0.0f;
+        const float pu = P == SP_P_RAW ? t[i] : t[i] * sinv;
+        w[i] = residual ? pu - d[i] : pu;
+        any = any || (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f));
     }
     if (!any) return; // no candidate here: the random words are not needed
     sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
     sp_philox_ks(c, ks);
     bool open[4];
+    float bound[4];
     bool need = false;
     for (sp_u32 i = 0; i < 4u; ++i) {
         const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
         const float p = best_skip * floor_e;
-        const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
-        open[i] = w[i] > 0.0f && !(w[i] < bound);
+        bound[i] = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
+        open[i] = (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f)) && !(w[i] < bound[i]);
         need = need || open[i];
     }
     if (!need) return;
     SP_COLD_MARK();
+    float tp[4];
+    for (sp_u32 i = 0; i < 4u; ++i) tp[i] = t[i];
+    if (P != SP_P_RAW) {
+        // The exact p of the ids the upper bound kept, and the exact test.
+        need = false;
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            if (!open[i]) continue;
+            tp[i] = sp_scale<P>(t[i], *st);
+            const float wi = residual ? tp[i] - d[i] : tp[i];
+            open[i] = wi > 0.0f && !(wi < bound[i]);
+            need = need || open[i];
+        }
+        if (!need) return;
+    }
     sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
     sp_philox_ks(c2, ks);
     for (sp_u32 i = 0; i < 4u; ++i) {
         if (!open[i]) continue;
-        const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
+        const double wx = residual ? (double)tp[i] - (double)d[i] : (double)tp[i];
         const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
         const double key = wx / e;
         if (key > best) {
@@ -1054,6 +1124,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     const sp_u32 full = FX == 0u ? (sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u)
                                  : (ROW && sp_full(drow, vocab, df) == 0u ? 0u : sp_full(trow, vocab, tf));
     const sp_u32 step = g_step * SP_UNROLL_RACE;
+    const float sinv = sp_race_sinv<P>(st);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
@@ -1071,11 +1142,15 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
                     d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
-        sp_soft_tile<P, SP_UNROLL_RACE>(t, st);
+        if (P != SP_P_RAW) {
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u)
+                for (sp_u32 i = 0; i < 4u; ++i) t[u][i] = sp_weight<P>(t[u][i], *st);
+        }
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
-            sp_race_group(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
-                          best, best_skip, best_id);
+            sp_race_group<P>(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
+                             best, best_skip, best_id, st, sinv);
         }
     }
 }
