@@ -252,13 +252,18 @@ __device__ __forceinline__ float sp_ln(float x) {
 // exp_p(x) for x <= 0 (DETERMINISM.md). Integer steps wrap like Rust release builds.
 // Written without branches, the same value as the rules' early returns: every step is computed
 // for any x (float operations and the saturating conversion are defined for every input, and
-// the power of two's integer steps wrap), then the three range cases select their results in
-// the rules' order of precedence (!(x > -87) first, then x > 88, then n < -126). The rules'
-// `t - 0.5` is `t + (-0.5)` exactly (IEEE subtraction is the addition of the negation). With the
-// early returns ptxas branched six times per element (the range tests and sp_f2i32's).
+// the power of two's integer steps wrap), then the range cases select their results in the
+// rules' order of precedence (!(x > -87) first, then x > 88). The rules' third case, n < -126,
+// needs no select: x > -87 (so x >= -86.999992) gives t >= -125.5145, t - 0.5 >= -126.0145 and
+// n >= -126, so n < -126 only where !(x > -87) already gives 0. The rules' `t - 0.5` is
+// `t + (-0.5)` exactly (IEEE subtraction is the addition of the negation), and the sign of +-0.5
+// is t's sign bit (one bit operation): the two differ from `t < 0` only at t = -0, where both
+// sums truncate to n = 0. With the early returns ptxas branched six times per element (the
+// range tests and sp_f2i32's).
 __device__ __forceinline__ float sp_exp(float x) {
     const float t = x * sp_f(0x3FB8AA3Bu);
-    const sp_i32 n = sp_f2i32_fast(t + (t < 0.0f ? -0.5f : 0.5f));
+    const float half = __uint_as_float(0x3F000000u | (__float_as_uint(t) & 0x80000000u)); // +-0.5
+    const sp_i32 n = sp_f2i32_fast(t + half);
     const float nf = (float)n;
     const float r1 = nf * sp_f(0x3F317200u);
     const float r2 = nf * sp_f(0x35BFBE8Eu);
@@ -272,7 +277,6 @@ __device__ __forceinline__ float sp_exp(float x) {
     t2 = r * p; p = 1.0f + t2;
     t2 = r * p; p = 1.0f + t2;
     float v = p * __uint_as_float(((sp_u32)n + 127u) << 23);
-    v = n < -126 ? 0.0f : v;
     // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
     // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
     // target rows that are not probabilities.
