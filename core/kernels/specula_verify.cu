@@ -1276,24 +1276,43 @@ __device__ __forceinline__ double sp_u128_f64(sp_u128 x) {
                                       ((x.lo & ((1ull << n) - 1ull)) != 0ull ? 1ull : 0ull);
     return (double)top * sp_d((sp_u64)(1023u + n) << 52);
 }
-// The 32-bit limbs of fix(w): w = M 2^(E) (M the integer significand), fix(w) = floor(M 2^sh),
-// sh = E + 64; limb i is bits 32 i .. 32 i + 31 of it. w >= 2^64 (+inf included) saturates.
-__device__ __forceinline__ void sp_fix_limbs(float w, sp_u32 l[4]) {
-    l[0] = l[1] = l[2] = l[3] = 0u;
-    if (!(w > 0.0f)) return;
+// fix(w) = floor(w 2^64) of a weight, as its 32-bit limbs: w = M 2^(E) (M the integer
+// significand, below 2^24), fix(w) = floor(M 2^sh), sh = E + 64. For sh < 105 it has at most two
+// nonzero limbs, j and j + 1: sh >= 0 gives M << (sh % 32) (below 2^55) at limb j = sh / 32
+// (j = 3 only for sh <= 104: the shifted M is then below 2^32 and hi is 0); sh < 0 gives
+// M >> -sh in limb 0 (0 for sh <= -32, M having 24 bits). w >= 2^64 (+inf included): sat, every
+// limb 0xFFFFFFFF (saturation at 2^128 - 1). w <= 0 or NaN: no limb (lo = hi = 0, not sat).
+// The same limbs as the four shifts of each limb this replaced (limb i = t >= 32 or t <= -32 ?
+// 0 : t >= 0 ? M << t : M >> -t, t = sh - 32 i): for i < j, t >= 32; i = j, t = sh % 32; i = j + 1,
+// t = sh % 32 - 32 and M >> (32 - sh % 32) is the high word of M << (sh % 32) (0 when sh % 32 = 0);
+// i > j + 1, t <= -32.
+struct sp_fix {
+    sp_u32 j, lo, hi;
+    bool sat;
+};
+__device__ __forceinline__ sp_fix sp_fix_of(float w) {
     const sp_u32 bits = __float_as_uint(w);
     const sp_u32 e = bits >> 23;
     const sp_i32 sh = (sp_i32)(e == 0u ? 1u : e) - 86;
-    if (sh >= 105) {
-        l[0] = l[1] = l[2] = l[3] = 0xFFFFFFFFu;
-        return;
-    }
     const sp_u64 m = (sp_u64)((bits & 0x007FFFFFu) | (e == 0u ? 0u : 0x00800000u));
-    SP_UNROLLED
-    for (sp_u32 i = 0; i < 4u; ++i) {
-        const sp_i32 t = sh - 32 * (sp_i32)i;
-        l[i] = (t >= 32 || t <= -32) ? 0u : t >= 0 ? (sp_u32)(m << t) : (sp_u32)(m >> (-t));
-    }
+    const sp_u64 v = sh < 0 ? (sh <= -32 ? 0ull : m >> (sp_u32)(-sh)) : m << ((sp_u32)sh & 31u);
+    const bool pos = w > 0.0f;
+    sp_fix f;
+    f.j = sh < 0 ? 0u : (sp_u32)sh >> 5;
+    f.lo = pos ? (sp_u32)v : 0u;
+    f.hi = pos ? (sp_u32)(v >> 32) : 0u;
+    f.sat = pos && sh >= 105;
+    return f;
+}
+// Adds v to a u64 limb sum of the histogram in shared memory, as 32-bit atomics: the low word
+// (little-endian: at the u64's address), and 1 to the high word when that addition wrapped. The
+// final u64 is the exact sum whatever the order (each wrap of the low word is counted once, by
+// the addition that made it). A u64 atomicAdd on shared memory is a compare-and-swap loop in
+// SASS (no 64-bit ATOMS.ADD); this is one ATOMS.ADD and a compare.
+__device__ __forceinline__ void sp_hist_add(sp_u64* bin, sp_u32 v) {
+    unsigned int* w = reinterpret_cast<unsigned int*>(bin);
+    const sp_u32 old = atomicAdd(w, v);
+    if (old + v < old) atomicAdd(w + 1, 1u);
 }
 
 // The filters' shared memory: 256 bins of 4 limb sums, then 6 words the deciding thread hands
@@ -1341,22 +1360,27 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
                 }
                 if (key < floor_) continue;
                 if (mode == SP_FP_MASS) {
-                    sp_u32 l[4];
-                    sp_fix_limbs(w, l);
+                    const sp_fix f = sp_fix_of(w);
                     SP_UNROLLED
-                    for (sp_u32 q = 0; q < 4u; ++q) acc[q] += l[q];
+                    for (sp_u32 q = 0; q < 4u; ++q)
+                        acc[q] += f.sat ? 0xFFFFFFFFull
+                                        : (sp_u64)(q == f.j ? f.lo : q == f.j + 1u ? f.hi : 0u);
                     continue;
                 }
                 if (level != 0u && (key >> (shift + 8u)) != (prefix >> (shift + 8u))) continue;
                 sp_u64* bin = hist + 4u * ((key >> shift) & 0xFFu);
                 if (mode == SP_FP_COUNT) {
-                    atomicAdd(bin, 1ull);
+                    sp_hist_add(bin, 1u); // a count: below 2^32 (V < 2^32), never wraps
                 } else {
-                    sp_u32 l[4];
-                    sp_fix_limbs(w, l);
-                    SP_UNROLLED
-                    for (sp_u32 q = 0; q < 4u; ++q)
-                        if (l[q] != 0u) atomicAdd(bin + q, (sp_u64)l[q]);
+                    const sp_fix f = sp_fix_of(w);
+                    if (f.sat) {
+                        SP_COLD_MARK(); // w >= 2^64: stored values that are not probabilities
+                        SP_UNROLLED
+                        for (sp_u32 q = 0; q < 4u; ++q) sp_hist_add(bin + q, 0xFFFFFFFFu);
+                    } else {
+                        if (f.lo != 0u) sp_hist_add(bin + f.j, f.lo);
+                        if (f.hi != 0u) sp_hist_add(bin + f.j + 1u, f.hi);
+                    }
                 }
             }
         }
