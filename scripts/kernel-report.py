@@ -36,37 +36,44 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ---------------------------------------------------------------- budgets (CI fails above them)
-# Instructions per element on each pass's hot path, sm_90 and sm_80 alike. The issue's target
-# is ~30 for every pass: every budget is at most that, and close to what the kernel does today
-# (a little slack for compiler-version noise), so a change that makes a pass slower fails CI.
-# Lower them as the kernel improves.
+# Instructions per element on each pass's hot path, sm_90 and sm_80 alike. Issue 17's target
+# is ~30 for every pass (the four probability passes' budgets are at most that), issue 30's
+# ~40 for the logits and filter passes (not met: see their budgets below). Every budget is
+# close to what the kernel does today (a little slack for compiler-version noise), so a change
+# that makes a pass slower fails CI. Lower them as the kernel improves.
 BUDGET = {
     "argmax": 7.0,
     "entropy": 30.0,
     "race": 28.0,
     "residual": 29.0,
-    # Target logits (T > 0). Above the 30 target, honestly: every element pays an IEEE binary32
-    # division l / T (the rules' z; ~10 instructions with its range check) in each pass, the sum
-    # an exp_p and the fixed-point split, and the race a binary64 division e / S per id on top
-    # of the plain race. Budgets at today's figures (sm_80 20.5 / 72.6 / 105.5, sm_90 19.4 /
-    # 71.4 / 102.2), to be lowered.
-    "softmax_max": 21.0,
-    "softmax_sum": 74.0,
-    "race_logits": 107.0,
-    # The logits entries' engine inputs (issue 13): the bf16 / f16 half paths (8-byte loads of 4
-    # values, widened exactly: f16 needs its exponent cases), the race over a filtered row (the
-    # threshold test on top of race_logits), and the filters' histogram pass (sp_filter_pass,
+    # Target logits (T > 0) and the logits entries' engine inputs (issue 13): above the 30
+    # target, honestly. Every element pays an IEEE binary32 division l / T (the rules' z; ~10
+    # instructions with its range check) and an exp_p (~22); the sum the fixed-point split; the
+    # race the plain race's Philox and skip test; the half paths their widening (f16 needs its
+    # exponent cases); race_cut the threshold test; the filters' histogram pass (sp_filter_pass,
     # compiled once with its mode chosen at run time: both filter probes measure the longest
-    # path through it, the mass histogram's shared-memory atomics on four limbs). First
-    # measured 2026-12-02 (sm_80 / sm_90): 73.8 / 72.6, 118.2 / 114.8, 110.9 / 107.8,
-    # ~84 / 85.4, ~174 / 176.1; budgets a little above.
-    "softmax_sum_bf16": 75.0,
-    "race_logits_f16": 120.0,
-    "race_cut": 112.0,
-    "filter_count": 88.0,
-    "filter_mass": 180.0,
+    # path through it, the mass histogram's two 32-bit shared atomics with carries) the limb
+    # split and a bounds test per element.
+    # sm_90 (sm_80), first measured 2026-12-02 -> 2026-12-06 (exp_p without branches, the
+    # races without e / S per id on the hot path, the filters' limbs and 32-bit atomics):
+    # softmax_max 19.7 (20.8) unchanged; softmax_sum 71.7 (72.8) -> 53.8 (55.0); race_logits
+    # 102.6 (105.8) -> 69.1 (69.4); softmax_sum_bf16 72.6 (73.8) -> 54.6 (55.8);
+    # race_logits_f16 114.8 (118.2) -> 81.8 (80.9); race_cut 107.8 (110.9) -> 71.8 (72.2);
+    # filter_count 85.4 (83.2) -> 62.9 (63.9); filter_mass 176.1 (173.2) -> 98.9 (99.9).
+    # Budgets a little above the larger of the two.
+    "softmax_max": 21.0,
+    "softmax_sum": 56.0,
+    "race_logits": 71.0,
+    "softmax_sum_bf16": 57.0,
+    "race_logits_f16": 83.0,
+    "race_cut": 74.0,
+    "filter_count": 65.0,
+    "filter_mass": 101.0,
 }
 TARGET_INSTR = 30.0  # the issue's target, per element, every pass
+TARGET_INSTR_LOGITS = 40.0  # issue 30's target, per element, the logits and filter passes
+LOGITS_PASSES = ("softmax_max", "softmax_sum", "race_logits", "softmax_sum_bf16",
+                 "race_logits_f16", "race_cut", "filter_count", "filter_mass")
 TARGET_INFLIGHT = 32 * 1024  # bytes in flight per SM (issue 17)
 
 # ---------------------------------------------------------------- the machine model (H200 SXM)
@@ -661,6 +668,13 @@ def main():
                   f"{'MET' if worst <= TARGET_INSTR else 'NOT MET'} (worst {worst:.1f}); "
                   f">= {TARGET_INFLIGHT // 1024} KB in flight per SM: "
                   f"{'MET' if kb >= TARGET_INFLIGHT else 'NOT MET'} (least {kb / 1024:.1f} KB)")
+            worst_lg = max(figs[n]["per_elem"] for n in LOGITS_PASSES)
+            hot_local = sum(e["row_local"] for e in kern["ex"].values())
+            print(f"issue 30 targets: <= {TARGET_INSTR_LOGITS:.0f} instr/element in the logits and "
+                  f"filter passes: {'MET' if worst_lg <= TARGET_INSTR_LOGITS else 'NOT MET'} "
+                  f"(worst {worst_lg:.1f}); no spill in a row loop's hot path of the logits "
+                  f"entries: {'MET' if hot_local == 0 else 'NOT MET'} ({hot_local} local-memory "
+                  f"instructions)")
 
         arch = "sm_90" if "sm_90" in results else archs[-1]
         figs, kern = results[arch]

@@ -203,6 +203,15 @@ __device__ __forceinline__ sp_i32 sp_f2i32(float x) {
     if (x < -2147483648.0f) return (sp_i32)(-2147483647 - 1);
     return (sp_i32)x;
 }
+// sp_f2i32 in one instruction on CUDA devices: PTX cvt.rzi.s32.f32 is exactly Rust's `as`
+// (truncation, saturation, NaN -> 0; see sp_f2i64). Elsewhere sp_f2i32 itself.
+__device__ __forceinline__ sp_i32 sp_f2i32_fast(float x) {
+#if defined(__CUDA_ARCH__)
+    return __float2int_rz(x);
+#else
+    return sp_f2i32(x);
+#endif
+}
 __device__ __forceinline__ sp_i64 sp_f2i64(float x) {
 #if defined(__CUDA_ARCH__)
     // PTX cvt.rzi.s64.f32 is exactly Rust's `as`: truncation, saturation to the i64 range, and
@@ -241,18 +250,24 @@ __device__ __forceinline__ float sp_ln(float x) {
 }
 
 // exp_p(x) for x <= 0 (DETERMINISM.md). Integer steps wrap like Rust release builds.
+// Written without branches, the same value as the rules' early returns: every step is computed
+// for any x (float operations and the saturating conversion are defined for every input, and
+// the power of two's integer steps wrap), then the range cases select their results in the
+// rules' order of precedence (!(x > -87) first, then x > 88). The rules' third case, n < -126,
+// needs no select: x > -87 (so x >= -86.999992) gives t >= -125.5145, t - 0.5 >= -126.0145 and
+// n >= -126, so n < -126 only where !(x > -87) already gives 0. The rules' `t - 0.5` is
+// `t + (-0.5)` exactly (IEEE subtraction is the addition of the negation), and the sign of +-0.5
+// is t's sign bit (one bit operation): the two differ from `t < 0` only at t = -0, where both
+// sums truncate to n = 0. With the early returns ptxas branched six times per element (the
+// range tests and sp_f2i32's).
 __device__ __forceinline__ float sp_exp(float x) {
-    if (!(x > -87.0f)) return 0.0f;
-    // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
-    // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
-    // target rows that are not probabilities.
-    if (x > 88.0f) return sp_f(0x7F800000u);
-    float t = x * sp_f(0x3FB8AA3Bu);
-    sp_i32 n = (t < 0.0f) ? sp_f2i32(t - 0.5f) : sp_f2i32(t + 0.5f);
-    float nf = (float)n;
-    float r1 = nf * sp_f(0x3F317200u);
-    float r2 = nf * sp_f(0x35BFBE8Eu);
-    float r = (x - r1) - r2;
+    const float t = x * sp_f(0x3FB8AA3Bu);
+    const float half = __uint_as_float(0x3F000000u | (__float_as_uint(t) & 0x80000000u)); // +-0.5
+    const sp_i32 n = sp_f2i32_fast(t + half);
+    const float nf = (float)n;
+    const float r1 = nf * sp_f(0x3F317200u);
+    const float r2 = nf * sp_f(0x35BFBE8Eu);
+    const float r = (x - r1) - r2;
     float p = sp_f(0x3AB60B61u);
     float t2;
     t2 = r * p; p = sp_f(0x3C088889u) + t2;
@@ -261,8 +276,12 @@ __device__ __forceinline__ float sp_exp(float x) {
     t2 = r * p; p = 0.5f + t2;
     t2 = r * p; p = 1.0f + t2;
     t2 = r * p; p = 1.0f + t2;
-    if (n < -126) return 0.0f;
-    return p * __uint_as_float(((sp_u32)n + 127u) << 23);
+    float v = p * __uint_as_float(((sp_u32)n + 127u) << 23);
+    // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
+    // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
+    // target rows that are not probabilities.
+    v = x > 88.0f ? sp_f(0x7F800000u) : v;
+    return x > -87.0f ? v : 0.0f; // also NaN -> 0
 }
 
 // An empty asm that takes x and gives it back: the compiler can no longer recompute x from what
@@ -974,37 +993,107 @@ __device__ __forceinline__ float sp_skip_key(double key) {
     return (float)c;
 }
 
+// The race over processed rows (P != SP_P_RAW) without the binary64 division e / S per id on the
+// hot path: the row loop holds each id's weight before that division (sp_weight: e, or the stored
+// value; 0 when cut) and the skip test reads the f32 product weight x sinv, which is never below
+// the exact p = sp_scale(weight) (an upper bound), so it rules out no id the exact test would
+// keep. The ids it keeps get their exact p (in the cold region, where the keys are computed) and
+// the exact test. Same winner, same key: a skipped id still provably has the smaller key.
+//
+// sp_weight then sp_scale is sp_proc, except that a cut id's p is (float)(0.0 / S) instead of
+// +0: -0 when S < 0, which only ever enters `w > 0` (false either way) and w - d (a zero of
+// either sign minus d: the same value unless d is a zero too, and then a zero, never > 0).
+template <sp_u32 P>
+__device__ __forceinline__ float sp_weight(float x, const sp_soft& st) {
+    if (P == SP_P_RAW) return x;
+    if (P == SP_P_SOFT) return sp_soft_e(x, st.t, st.m);
+    const sp_u32 kind = P == SP_P_ANY ? st.kind : P;
+    if (kind == SP_P_RAW) return x;
+    const bool lg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT;
+    const float w = lg ? sp_soft_e(x, st.t, st.m) : x;
+    return (lg ? __float_as_uint(w) : sp_wkey(w)) < st.theta ? 0.0f : w;
+}
+template <sp_u32 P>
+__device__ __forceinline__ float sp_scale(float w, const sp_soft& st) {
+    if (P == SP_P_RAW || (P == SP_P_ANY && st.kind == SP_P_RAW)) return w;
+    return st.s == 0.0 ? 0.0f : (float)((double)w / st.s);
+}
+// The row's sinv, so that for every weight w of the row RN32(w x sinv) >= p = sp_scale(w) (or
+// NaN: "unknown", every such id goes to the exact test). Proof, for rows whose weights are all
+// in [0, +inf] (logits: e = exp_p(..) is never NaN; stored values with a threshold: a value
+// <= 0 or NaN has key 0 and is cut) and 0 < S with d below in [2^-126, FLT_MAX): each of the
+// three roundings to d and sinv is within 2^-53, 2^-53, 2^-24 (relative, normal ranges), so
+// sinv >= (1 / S)(1 + 2^-16)(1 - 2^-53)^2 (1 - 2^-24) >= (1 / S)(1 + 2^-17). For w in (0, inf)
+// the exact x = w / S is a normal binary64 (2^-149 / 2^127 and up), RN64(x) <= x (1 + 2^-53) <=
+// w x sinv, and RN32 is monotone: RN32(w x sinv) >= RN32(RN64(x)) = p. w = 0 gives +0 both ways,
+// w = +inf +inf both ways. S == 0: p = 0 and sinv = 0 (a product 0, or NaN for w = +inf).
+// Raw rows: sinv = 1 (w x 1 is w). Any other row (stored values without a threshold, which may
+// be negative, or S out of that range): NaN. For the residual, RN32(pu - d) >= RN32(p - d)
+// likewise (or NaN), so the race's test `w > 0 && !(w < bound)` on the upper value, with NaN
+// counted as passing, keeps every id the exact test keeps.
+template <sp_u32 P>
+__device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
+    if (P == SP_P_RAW) return 1.0f;
+    const sp_u32 kind = P == SP_P_ANY ? st->kind : P;
+    if (kind == SP_P_RAW) return 1.0f;
+    const bool nonneg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT || st->theta != 0u;
+    const double s = st->s;
+    if (nonneg && s == 0.0) return 0.0f;
+    if (!nonneg || !(s > 0.0)) return sp_f(0x7FC00000u);
+    const double d = (1.0 / s) * sp_d(0x3FF0001000000000ull); // 1 + 2^-16
+    return d >= sp_d(0x3810000000000000ull) && d < 3.4028234663852886e38 ? (float)d : sp_f(0x7FC00000u);
+}
+
 // One group of 4 ids (g*4 .. g*4+3) of the race, visited in increasing order; updates the thread's
-// best (key, f32 skip bound, id). d holds zeros for the plain race.
+// best (key, f32 skip bound, id). d holds zeros for the plain race. P != SP_P_RAW: t holds the
+// weights (sp_weight) and sinv the row's (sp_race_sinv).
+template <sp_u32 P>
 __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4], bool residual,
                                               sp_u32 g, sp_u32 position, sp_u32 off_lo,
                                               sp_u32 off_hi, const sp_keys& ks, double& best,
-                                              float& best_skip, sp_u32& best_id) {
+                                              float& best_skip, sp_u32& best_id,
+                                              const sp_soft* st, float sinv) {
     float w[4];
     bool any = false;
     for (sp_u32 i = 0; i < 4u; ++i) {
-        w[i] = residual ? t[i] - d[i] : t[i];
-        any = any || w[i] > 0.0f;
+        const float pu = P == SP_P_RAW ? t[i] : t[i] * sinv;
+        w[i] = residual ? pu - d[i] : pu;
+        any = any || (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f));
     }
     if (!any) return; // no candidate here: the random words are not needed
     sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
     sp_philox_ks(c, ks);
     bool open[4];
+    float bound[4];
     bool need = false;
     for (sp_u32 i = 0; i < 4u; ++i) {
         const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
         const float p = best_skip * floor_e;
-        const float bound = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
-        open[i] = w[i] > 0.0f && !(w[i] < bound);
+        bound[i] = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
+        open[i] = (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f)) && !(w[i] < bound[i]);
         need = need || open[i];
     }
     if (!need) return;
     SP_COLD_MARK();
+    float tp[4];
+    for (sp_u32 i = 0; i < 4u; ++i) tp[i] = t[i];
+    if (P != SP_P_RAW) {
+        // The exact p of the ids the upper bound kept, and the exact test.
+        need = false;
+        for (sp_u32 i = 0; i < 4u; ++i) {
+            if (!open[i]) continue;
+            tp[i] = sp_scale<P>(t[i], *st);
+            const float wi = residual ? tp[i] - d[i] : tp[i];
+            open[i] = wi > 0.0f && !(wi < bound[i]);
+            need = need || open[i];
+        }
+        if (!need) return;
+    }
     sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
     sp_philox_ks(c2, ks);
     for (sp_u32 i = 0; i < 4u; ++i) {
         if (!open[i]) continue;
-        const double wx = residual ? (double)t[i] - (double)d[i] : (double)t[i];
+        const double wx = residual ? (double)tp[i] - (double)d[i] : (double)tp[i];
         const double e = sp_exponential(((sp_u64)c[i] << 32) | (sp_u64)c2[i]);
         const double key = wx / e;
         if (key > best) {
@@ -1039,6 +1128,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     const sp_u32 full = FX == 0u ? (sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u)
                                  : (ROW && sp_full(drow, vocab, df) == 0u ? 0u : sp_full(trow, vocab, tf));
     const sp_u32 step = g_step * SP_UNROLL_RACE;
+    const float sinv = sp_race_sinv<P>(st);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
@@ -1056,11 +1146,15 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
                     d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
-        sp_soft_tile<P, SP_UNROLL_RACE>(t, st);
+        if (P != SP_P_RAW) {
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u)
+                for (sp_u32 i = 0; i < 4u; ++i) t[u][i] = sp_weight<P>(t[u][i], *st);
+        }
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
-            sp_race_group(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
-                          best, best_skip, best_id);
+            sp_race_group<P>(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
+                             best, best_skip, best_id, st, sinv);
         }
     }
 }
@@ -1182,24 +1276,43 @@ __device__ __forceinline__ double sp_u128_f64(sp_u128 x) {
                                       ((x.lo & ((1ull << n) - 1ull)) != 0ull ? 1ull : 0ull);
     return (double)top * sp_d((sp_u64)(1023u + n) << 52);
 }
-// The 32-bit limbs of fix(w): w = M 2^(E) (M the integer significand), fix(w) = floor(M 2^sh),
-// sh = E + 64; limb i is bits 32 i .. 32 i + 31 of it. w >= 2^64 (+inf included) saturates.
-__device__ __forceinline__ void sp_fix_limbs(float w, sp_u32 l[4]) {
-    l[0] = l[1] = l[2] = l[3] = 0u;
-    if (!(w > 0.0f)) return;
+// fix(w) = floor(w 2^64) of a weight, as its 32-bit limbs: w = M 2^(E) (M the integer
+// significand, below 2^24), fix(w) = floor(M 2^sh), sh = E + 64. For sh < 105 it has at most two
+// nonzero limbs, j and j + 1: sh >= 0 gives M << (sh % 32) (below 2^55) at limb j = sh / 32
+// (j = 3 only for sh <= 104: the shifted M is then below 2^32 and hi is 0); sh < 0 gives
+// M >> -sh in limb 0 (0 for sh <= -32, M having 24 bits). w >= 2^64 (+inf included): sat, every
+// limb 0xFFFFFFFF (saturation at 2^128 - 1). w <= 0 or NaN: no limb (lo = hi = 0, not sat).
+// The same limbs as the four shifts of each limb this replaced (limb i = t >= 32 or t <= -32 ?
+// 0 : t >= 0 ? M << t : M >> -t, t = sh - 32 i): for i < j, t >= 32; i = j, t = sh % 32; i = j + 1,
+// t = sh % 32 - 32 and M >> (32 - sh % 32) is the high word of M << (sh % 32) (0 when sh % 32 = 0);
+// i > j + 1, t <= -32.
+struct sp_fix {
+    sp_u32 j, lo, hi;
+    bool sat;
+};
+__device__ __forceinline__ sp_fix sp_fix_of(float w) {
     const sp_u32 bits = __float_as_uint(w);
     const sp_u32 e = bits >> 23;
     const sp_i32 sh = (sp_i32)(e == 0u ? 1u : e) - 86;
-    if (sh >= 105) {
-        l[0] = l[1] = l[2] = l[3] = 0xFFFFFFFFu;
-        return;
-    }
     const sp_u64 m = (sp_u64)((bits & 0x007FFFFFu) | (e == 0u ? 0u : 0x00800000u));
-    SP_UNROLLED
-    for (sp_u32 i = 0; i < 4u; ++i) {
-        const sp_i32 t = sh - 32 * (sp_i32)i;
-        l[i] = (t >= 32 || t <= -32) ? 0u : t >= 0 ? (sp_u32)(m << t) : (sp_u32)(m >> (-t));
-    }
+    const sp_u64 v = sh < 0 ? (sh <= -32 ? 0ull : m >> (sp_u32)(-sh)) : m << ((sp_u32)sh & 31u);
+    const bool pos = w > 0.0f;
+    sp_fix f;
+    f.j = sh < 0 ? 0u : (sp_u32)sh >> 5;
+    f.lo = pos ? (sp_u32)v : 0u;
+    f.hi = pos ? (sp_u32)(v >> 32) : 0u;
+    f.sat = pos && sh >= 105;
+    return f;
+}
+// Adds v to a u64 limb sum of the histogram in shared memory, as 32-bit atomics: the low word
+// (little-endian: at the u64's address), and 1 to the high word when that addition wrapped. The
+// final u64 is the exact sum whatever the order (each wrap of the low word is counted once, by
+// the addition that made it). A u64 atomicAdd on shared memory is a compare-and-swap loop in
+// SASS (no 64-bit ATOMS.ADD); this is one ATOMS.ADD and a compare.
+__device__ __forceinline__ void sp_hist_add(sp_u64* bin, sp_u32 v) {
+    unsigned int* w = reinterpret_cast<unsigned int*>(bin);
+    const sp_u32 old = atomicAdd(w, v);
+    if (old + v < old) atomicAdd(w + 1, 1u);
 }
 
 // The filters' shared memory: 256 bins of 4 limb sums, then 6 words the deciding thread hands
@@ -1247,22 +1360,27 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
                 }
                 if (key < floor_) continue;
                 if (mode == SP_FP_MASS) {
-                    sp_u32 l[4];
-                    sp_fix_limbs(w, l);
+                    const sp_fix f = sp_fix_of(w);
                     SP_UNROLLED
-                    for (sp_u32 q = 0; q < 4u; ++q) acc[q] += l[q];
+                    for (sp_u32 q = 0; q < 4u; ++q)
+                        acc[q] += f.sat ? 0xFFFFFFFFull
+                                        : (sp_u64)(q == f.j ? f.lo : q == f.j + 1u ? f.hi : 0u);
                     continue;
                 }
                 if (level != 0u && (key >> (shift + 8u)) != (prefix >> (shift + 8u))) continue;
                 sp_u64* bin = hist + 4u * ((key >> shift) & 0xFFu);
                 if (mode == SP_FP_COUNT) {
-                    atomicAdd(bin, 1ull);
+                    sp_hist_add(bin, 1u); // a count: below 2^32 (V < 2^32), never wraps
                 } else {
-                    sp_u32 l[4];
-                    sp_fix_limbs(w, l);
-                    SP_UNROLLED
-                    for (sp_u32 q = 0; q < 4u; ++q)
-                        if (l[q] != 0u) atomicAdd(bin + q, (sp_u64)l[q]);
+                    const sp_fix f = sp_fix_of(w);
+                    if (f.sat) {
+                        SP_COLD_MARK(); // w >= 2^64: stored values that are not probabilities
+                        SP_UNROLLED
+                        for (sp_u32 q = 0; q < 4u; ++q) sp_hist_add(bin + q, 0xFFFFFFFFu);
+                    } else {
+                        if (f.lo != 0u) sp_hist_add(bin + f.j, f.lo);
+                        if (f.hi != 0u) sp_hist_add(bin + f.j + 1u, f.hi);
+                    }
                 }
             }
         }

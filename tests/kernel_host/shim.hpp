@@ -351,6 +351,9 @@ static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
     return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
 }
+static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
+    return std::atomic_ref<unsigned int>(*p).fetch_add(v);
+}
 static inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
     std::atomic_ref<unsigned long long> a(*p);
     unsigned long long old = a.load();
