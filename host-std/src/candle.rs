@@ -15,7 +15,7 @@
 //! Tensors are in f32, bf16 or f16 (ids: u32), row-major with any row stride (`[rows, V]`, or
 //! `[B, k_max + 1, V]` and other shapes whose leading dimensions merge into rows of one stride),
 //! on the CPU, or, with the `candle-cuda` feature, a step's target and draft rows on the CUDA
-//! device of a CUDA verifier ([`TensorVerifier::cuda_driver`]: `Backend::Cuda`, a
+//! device of a CUDA verifier (`TensorVerifier::cuda_driver`: `Backend::Cuda`, a
 //! `CudaVerifier`), which reads them in place: no host copy of the rows; the outputs (a few
 //! words per request) come back to the host as with CPU tensors, one wait per step. Any other
 //! placement (Metal, a CUDA tensor for a host verifier or without that feature) is refused with

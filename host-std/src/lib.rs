@@ -27,9 +27,9 @@ mod shutdown_request;
 pub mod ticker;
 pub mod wiring;
 
-/// The `candle-core` crate (feature `candle`), whose CPU [`Tensor`](candle_core::Tensor)s
-/// [`candle`] verifies, re-exported so that an engine's tensors are of the version this crate
-/// reads (0.9).
+/// The `candle-core` crate (feature `candle`), whose [`Tensor`](candle_core::Tensor)s (on the
+/// CPU, and on CUDA with `candle-cuda`) [`candle`] verifies, re-exported so that an engine's
+/// tensors are of the version this crate reads (0.9).
 #[cfg(feature = "candle")]
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub use candle_core;
