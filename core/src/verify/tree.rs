@@ -163,6 +163,17 @@ pub fn speculative_residual(p: f32, drafts: &[&[f32]], z: &[f64], v: usize) -> f
     r
 }
 
+/// The weight of id `v` in the target-only rule's residual race after the siblings `tried` were
+/// rejected: `(row[v] as f64) − 1.0` if `v` is one of `tried` (once, however often it appears),
+/// else `row[v] as f64`. [`TreeOps::race_excluding`] races over it; an implementation that
+/// computes the weights another way uses this for the exact value of one id.
+#[inline]
+#[must_use]
+pub fn excluding_weight(row: &[f32], tried: &[u32], v: usize) -> f64 {
+    let hit = tried.iter().any(|&t| t as usize == v);
+    f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
+}
+
 /// The 64-bit acceptance draw of the sibling of rank `rank` among the children of `node`:
 /// Philox stream 0, counter `[rank, node << 2, offset]`, words 0 (high) and 1 (low). Rank 0 is
 /// the chain path's acceptance draw at position `node`.
@@ -186,10 +197,7 @@ pub trait TreeOps: RowOps {
     /// The race over `w_v = (row[v] as f64) − (1.0 if v is one of `tried` else 0.0)` (each
     /// token subtracted once, however often it appears in `tried`).
     fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
-        race(rng, row.len(), |v| {
-            let hit = tried.iter().any(|&t| t as usize == v);
-            f64::from(row[v]) - if hit { 1.0 } else { 0.0 }
-        })
+        race(rng, row.len(), |v| excluding_weight(row, tried, v))
     }
 
     /// SpecInfer's residual race after every sibling was rejected: over

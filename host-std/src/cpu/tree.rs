@@ -7,7 +7,7 @@ use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    TreeBatch, TreeOps, TreeOutputs, speculative_residual, validate_tree_request,
+    TreeBatch, TreeOps, TreeOutputs, excluding_weight, speculative_residual, validate_tree_request,
     validate_tree_shape, verify_tree_request,
 };
 use specula_core::verify::{Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, VerifyError};
@@ -42,8 +42,7 @@ impl Weights for Excluding<'_> {
     }
     #[inline(always)]
     fn exact(&self, v: usize) -> f64 {
-        let hit = self.tried.iter().any(|&t| t as usize == v);
-        f64::from(self.target[v]) - if hit { 1.0 } else { 0.0 }
+        excluding_weight(self.target, self.tried, v)
     }
 }
 

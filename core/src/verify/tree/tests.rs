@@ -1581,3 +1581,25 @@ fn trees_go_through_the_verifier_seam() {
     assert_eq!((a, p, t), ([7], [7; 3], [7; 3]), "nothing written");
     assert_eq!(chains.totals(), Ok(Counters::ZERO));
 }
+
+#[test]
+fn excluding_weight_subtracts_one_once_per_tried_token() {
+    let row = [0.5f32, 0.25, 1.5, 0.0];
+    // Token 2 tried twice still loses 1.0 once; untried ids keep their value exactly.
+    let tried = [2u32, 2, 0];
+    assert_eq!(excluding_weight(&row, &tried, 0), -0.5);
+    assert_eq!(excluding_weight(&row, &tried, 1), 0.25);
+    assert_eq!(excluding_weight(&row, &tried, 2), 0.5);
+    assert_eq!(excluding_weight(&row, &[], 3), 0.0);
+    // The default race uses it: with ids 0 and 2 tried, only ids 1 and 2 keep a weight > 0.
+    let hit = ScalarOps.race_excluding(
+        RaceRng {
+            seed: 7,
+            offset: 0,
+            position: 0,
+        },
+        &row,
+        &tried,
+    );
+    assert!(matches!(hit, Some(1 | 2)), "{hit:?}");
+}
