@@ -17,6 +17,7 @@ use specula_core::{ErrorKind, HasKind};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 /// The counters' `K` of every verifier the tests build on the fake.
 pub const K: usize = 4;
@@ -39,9 +40,10 @@ impl std::fmt::Display for FakeError {
 #[derive(Debug)]
 pub struct Mem {
     pub id: usize,
-    pub data: RefCell<Vec<u8>>,
+    pub data: Mutex<Vec<u8>>,
 }
-pub type Buf = Rc<Mem>;
+// Arc + Mutex, not Rc + RefCell: `verify::Device` views need `Send + Sync` buffers.
+pub type Buf = Arc<Mem>;
 
 #[derive(Debug, Default)]
 pub struct Ev {
@@ -147,6 +149,8 @@ pub struct State {
     pub prepared_while_capturing: Cell<u32>,
     /// `prepare_tree` fails.
     pub fail_prepare: Cell<bool>,
+    /// `owns` answers false for this buffer id (memory of another device).
+    pub foreign: Cell<Option<usize>>,
 }
 
 #[derive(Clone, Debug)]
@@ -214,11 +218,11 @@ impl Fake {
     pub fn exec(&self, s: &Stream, op: &Op) {
         match op {
             Op::Upload(dst, off, data) => {
-                dst.data.borrow_mut()[*off..off + data.len()].copy_from_slice(data);
+                dst.data.lock().unwrap()[*off..off + data.len()].copy_from_slice(data);
             }
             Op::Copy(dst, src, n) => {
-                let v = src.data.borrow()[..*n].to_vec();
-                dst.data.borrow_mut()[..*n].copy_from_slice(&v);
+                let v = src.data.lock().unwrap()[..*n].to_vec();
+                dst.data.lock().unwrap()[..*n].copy_from_slice(&v);
             }
             Op::Download(dst, doff, src, soff, n) => {
                 let f = self.st.fail_downloads.get();
@@ -227,8 +231,8 @@ impl Fake {
                     s.failed.set(true);
                     return;
                 }
-                let v = src.data.borrow()[*soff..soff + n].to_vec();
-                dst.data.borrow_mut()[*doff..doff + n].copy_from_slice(&v);
+                let v = src.data.lock().unwrap()[*soff..soff + n].to_vec();
+                dst.data.lock().unwrap()[*doff..doff + n].copy_from_slice(&v);
             }
             Op::Record(ev, g) => {
                 ev.completed.set(ev.completed.get().max(*g));
@@ -243,29 +247,30 @@ impl Fake {
                 // The fake kernel: drafts += batch word; accepted[b] = k[b] + 100 (k[b] from
                 // the cumulative counts when given); tokens[i] = 200 + i over B · (k_max + 1).
                 let [shape, k, accepted, stats, tokens] = bufs;
-                let batch = u32::read_ne(&shape.data.borrow()[offs[0]..]) as usize;
-                let k_max = u32::read_ne(&shape.data.borrow()[offs[0] + 4..]) as usize;
+                let batch = u32::read_ne(&shape.data.lock().unwrap()[offs[0]..]) as usize;
+                let k_max = u32::read_ne(&shape.data.lock().unwrap()[offs[0] + 4..]) as usize;
                 for i in 0..batch * (k_max + 1) {
-                    (200 + i as u32).write_ne(&mut tokens.data.borrow_mut()[offs[4] + 4 * i..]);
+                    (200 + i as u32).write_ne(&mut tokens.data.lock().unwrap()[offs[4] + 4 * i..]);
                 }
-                let mut st = stats.data.borrow_mut();
+                let mut st = stats.data.lock().unwrap();
                 let drafts = u64::read_ne(&st[..]) + batch as u64;
                 drafts.write_ne(&mut st[..8]);
                 drop(st);
                 for b in 0..batch {
                     let kb = match cu {
                         Some((c, at)) => {
-                            let word = |i: usize| u32::read_ne(&c.data.borrow()[at + 4 * i..]);
+                            let word =
+                                |i: usize| u32::read_ne(&c.data.lock().unwrap()[at + 4 * i..]);
                             word(b) - if b == 0 { 0 } else { word(b - 1) }
                         }
-                        None => u32::read_ne(&k.data.borrow()[offs[1] + 4 * b..]),
+                        None => u32::read_ne(&k.data.lock().unwrap()[offs[1] + 4 * b..]),
                     };
-                    (kb + 100).write_ne(&mut accepted.data.borrow_mut()[offs[2] + 4 * b..]);
+                    (kb + 100).write_ne(&mut accepted.data.lock().unwrap()[offs[2] + 4 * b..]);
                 }
                 // recovered[i] = 300 + i over the view.
                 if let Some((r, at, len)) = rec_out {
                     for i in 0..*len {
-                        (300 + i as u32).write_ne(&mut r.data.borrow_mut()[at + 4 * i..]);
+                        (300 + i as u32).write_ne(&mut r.data.lock().unwrap()[at + 4 * i..]);
                     }
                 }
             }
@@ -307,7 +312,7 @@ impl Memory for Fake {
     type Buffer = Buf;
 
     fn bytes(buf: &Buf) -> usize {
-        buf.data.borrow().len()
+        buf.data.lock().unwrap().len()
     }
 }
 
@@ -330,9 +335,9 @@ impl Driver for Fake {
         if self.st.fail_calls.get() {
             return Err(FakeError(ErrorKind::Resource));
         }
-        Ok(Rc::new(Mem {
+        Ok(Arc::new(Mem {
             id: self.id(),
-            data: RefCell::new(vec![0; bytes]),
+            data: Mutex::new(vec![0; bytes]),
         }))
     }
     fn alloc_host(&self, bytes: usize) -> Result<Buf, FakeError> {
@@ -367,7 +372,7 @@ impl Driver for Fake {
         self.push(s, op)
     }
     unsafe fn read_host<T: Element>(&self, buf: &Buf, offset: usize, out: &mut [T]) {
-        let d = buf.data.borrow();
+        let d = buf.data.lock().unwrap();
         for (i, x) in out.iter_mut().enumerate() {
             *x = T::read_ne(&d[offset + i * T::BYTES..]);
         }
@@ -463,6 +468,9 @@ impl Driver for Fake {
     fn replay(&self, g: &Rc<Vec<Op>>, s: &Stream) -> Result<(), FakeError> {
         self.push(s, Op::Replay(g.clone()))
     }
+    fn owns(&self, buf: &Buf) -> bool {
+        self.st.foreign.get() != Some(buf.id)
+    }
     fn multiprocessors(&self) -> u32 {
         self.sms
     }
@@ -550,11 +558,11 @@ pub struct TreeRec {
 }
 
 pub fn read<T: Element>(b: &Buf, byte: usize) -> T {
-    T::read_ne(&b.data.borrow()[byte..])
+    T::read_ne(&b.data.lock().unwrap()[byte..])
 }
 
 pub fn write<T: Element>(b: &Buf, byte: usize, x: T) {
-    x.write_ne(&mut b.data.borrow_mut()[byte..]);
+    x.write_ne(&mut b.data.lock().unwrap()[byte..]);
 }
 
 /// A device buffer's elements `at..at + n` of a view.

@@ -9,8 +9,9 @@ use specula_core::gpu::{
     MAX_SLICES, OutOfBounds, SUPPORT, Staging, VerifyArgs, View, ViewMut,
 };
 use specula_core::verify::{
-    AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Draft, Drafts, Method,
-    NO_DRAFT_ROWS, Outputs, Produce, Rows, Streams, Target, TokensOut, Verifier, VerifyError,
+    AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Dims,
+    Draft, Drafts, Method, NO_DRAFT_ROWS, Outputs, Produce, Rows, Streams, Target, TokensOut,
+    Verifier, VerifyError,
 };
 use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
 use std::rc::Rc;
@@ -169,7 +170,7 @@ fn totals_read_every_counter_word_on_a_fresh_verifier() {
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     let mut want = Counters::<K>::ZERO;
     for i in 0..4 + 2 * K {
-        (1000 + i as u64).write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+        (1000 + i as u64).write_ne(&mut v.stats().data.lock().unwrap()[i * 8..]);
     }
     want.drafts = 1000;
     want.draft_tokens = 1001;
@@ -215,7 +216,7 @@ fn device_flags_are_reported_once() {
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
     // The fake kernel does not set flags; poke the error word as a kernel would.
     let w = kernels::error_word(K) * 8;
-    kernels::ERR_TOKEN.write_ne(&mut v.stats().data.borrow_mut()[w..]);
+    kernels::ERR_TOKEN.write_ne(&mut v.stats().data.lock().unwrap()[w..]);
     let d = Owned::new(1);
     let run = |v: &mut GpuVerifier<Fake, K>| {
         let (mut acc, mut tok) = outputs(1);
@@ -355,14 +356,14 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
     assert_eq!(args.accepted.len(), b);
     assert_eq!(args.draft_probs.map(|p| p.len()), Some(b * 6));
     let read_f32 = |view: View<'_, Fake, f32>, i: usize| {
-        f32::read_ne(&view.buffer().data.borrow()[view.byte_offset() + 4 * i..])
+        f32::read_ne(&view.buffer().data.lock().unwrap()[view.byte_offset() + 4 * i..])
     };
     for i in [0, 63, 64, 69] {
         assert_eq!(read_f32(args.eps, i), DEFAULT_EPS);
         assert_eq!(read_f32(args.delta, i), DEFAULT_DELTA);
     }
     let shape: Vec<u32> = (0..kernels::SHAPE_WORDS)
-        .map(|i| u32::read_ne(&args.shape.buffer().data.borrow()[4 * i..]))
+        .map(|i| u32::read_ne(&args.shape.buffer().data.lock().unwrap()[4 * i..]))
         .collect();
     assert_eq!(
         shape,
@@ -717,18 +718,18 @@ fn the_error_word_comes_back_with_the_counters() {
     step(&v, &s, &d);
     let w = kernels::error_word(K) * 8;
     drv.run();
-    kernels::ERR_DRAFT_LEN.write_ne(&mut v.stats().data.borrow_mut()[w..]);
+    kernels::ERR_DRAFT_LEN.write_ne(&mut v.stats().data.lock().unwrap()[w..]);
     let mut c = Counters::<K>::ZERO;
     c.drafts = 1;
     for j in 0..K {
         let (a, dr) = (4 + j, 4 + K + j);
-        (10 + j as u64).write_ne(&mut v.stats().data.borrow_mut()[a * 8..]);
-        (20 + j as u64).write_ne(&mut v.stats().data.borrow_mut()[dr * 8..]);
+        (10 + j as u64).write_ne(&mut v.stats().data.lock().unwrap()[a * 8..]);
+        (20 + j as u64).write_ne(&mut v.stats().data.lock().unwrap()[dr * 8..]);
         c.accepted_per_position[j] = 10 + j as u64;
         c.drafted_per_position[j] = 20 + j as u64;
     }
     for (i, x) in [(1, 5u64), (2, 6), (3, 7)] {
-        x.write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+        x.write_ne(&mut v.stats().data.lock().unwrap()[i * 8..]);
     }
     c.draft_tokens = 5;
     c.accepted_tokens = 6;
@@ -738,7 +739,7 @@ fn the_error_word_comes_back_with_the_counters() {
         (kernels::tree_drafts_word(K), 30u64),
         (kernels::tree_draft_tokens_word(K), 31),
     ] {
-        x.write_ne(&mut v.stats().data.borrow_mut()[i * 8..]);
+        x.write_ne(&mut v.stats().data.lock().unwrap()[i * 8..]);
     }
     c.tree_drafts = 30;
     c.tree_draft_tokens = 31;
@@ -1150,7 +1151,7 @@ fn staging_writes_the_optional_inputs() {
         .unwrap();
     drv.run();
     fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
-        let data = view.buffer().data.borrow();
+        let data = view.buffer().data.lock().unwrap();
         (0..view.len())
             .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
             .collect()
@@ -1372,7 +1373,7 @@ fn replay_staged_checks_the_inputs_and_the_capacity() {
 fn half_inputs_are_staged_with_their_flags() {
     use specula_core::verify::{Half, HalfLogits};
     fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
-        let data = view.buffer().data.borrow();
+        let data = view.buffer().data.lock().unwrap();
         (0..view.len())
             .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
             .collect()
@@ -1557,7 +1558,7 @@ impl Filtered {
 #[test]
 fn methods_and_filters_are_staged_and_passed() {
     fn words<T: Element>(view: View<'_, Fake, T>) -> Vec<T> {
-        let data = view.buffer().data.borrow();
+        let data = view.buffer().data.lock().unwrap();
         (0..view.len())
             .map(|i| T::read_ne(&data[view.byte_offset() + i * T::BYTES..]))
             .collect()
@@ -1873,7 +1874,7 @@ fn mixed_drafters_are_staged_and_passed() {
     assert!(a.inputs().draft_first_row && a.inputs().draft_probs);
     assert_eq!(a.inputs().family(), Family::Logits);
     let words = |view: View<'_, Fake, u32>| -> Vec<u32> {
-        let data = view.buffer().data.borrow();
+        let data = view.buffer().data.lock().unwrap();
         (0..view.len())
             .map(|i| u32::read_ne(&data[view.byte_offset() + i * 4..]))
             .collect()
@@ -1917,4 +1918,94 @@ fn mixed_drafters_are_staged_and_passed() {
         .sampling
         .map(|s| View::range(s.buffer(), 0, b * kernels::SAMPLING_WORDS - 1).unwrap());
     refused(&x, "sampling words short by one");
+}
+
+/// A fake device buffer holding `values` after `pad` zero elements.
+fn device_f32(drv: &Fake, pad: usize, values: &[f32]) -> Buf {
+    let buf = drv.alloc(4 * (pad + values.len())).unwrap();
+    for (i, &x) in values.iter().enumerate() {
+        write(&buf, 4 * (pad + i), x);
+    }
+    buf
+}
+
+#[test]
+fn device_rows_and_outputs_are_launched_in_place_without_a_wait() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let mut d = Owned::new(4);
+    d.draft = Some(vec![0.5; 4 * 2 * 3]); // B · k_max rows of V = 3
+    // Target and draft rows at an offset inside larger buffers: the launch takes their addresses.
+    let target = device_f32(&drv, 3, &d.target);
+    let draft = device_f32(&drv, 5, d.draft.as_deref().unwrap());
+    let n = d.target.len();
+    let m = d.draft.as_ref().unwrap().len();
+    let mut batch = d.view();
+    batch.target = Target::Probs(Rows::device(
+        Device::f32(View::<Fake, f32>::range(&target, 3, n).unwrap()),
+        3,
+    ));
+    batch.draft = Some(
+        Rows::device(
+            Device::f32(View::<Fake, f32>::range(&draft, 5, m).unwrap()),
+            3,
+        )
+        .into(),
+    );
+    let (mut acc_buf, mut tok_buf) = (drv.alloc(4 * 6).unwrap(), drv.alloc(4 * 12).unwrap());
+    let (acc_id, tok_id) = (acc_buf.id, tok_buf.id);
+    let mut out = Outputs::on_device(DeviceOutputs {
+        accepted: DeviceOut::new(ViewMut::<Fake, u32>::range(&mut acc_buf, 2, 4).unwrap()),
+        tokens: DeviceOut::new(ViewMut::<Fake, u32>::new(&mut tok_buf)),
+        recovered: None,
+    });
+    v.verify(Method::Rejection, Check::Cheap, &batch, &mut out)
+        .unwrap();
+    // Nothing waited and nothing downloaded: the outputs are in the caller's buffers once the
+    // stream runs.
+    assert_eq!((v.sync_calls(), drv.st.syncs.get()), (0, 0));
+    drv.run();
+    let l = drv.launches();
+    assert_eq!(l.len(), 1);
+    let a = l[0].args;
+    assert_eq!(
+        at(a.target_probs),
+        Some((target.id, 12)),
+        "rows read in place"
+    );
+    assert_eq!(at(a.draft_probs), Some((draft.id, 20)));
+    assert!(l[0].draft_probs);
+    assert_eq!(l[0].accepted, (acc_id, 8), "outputs written in place");
+    assert_eq!(at(a.tokens), Some((tok_id, 0)));
+    let acc: Vec<u32> = (0..4).map(|i| read(&acc_buf, 8 + 4 * i)).collect();
+    assert_eq!(acc, vec![101, 102, 101, 102]);
+    assert_eq!(read::<u32>(&acc_buf, 0), 0, "before the window: untouched");
+    assert_eq!(v.totals().unwrap().drafts, 4);
+}
+
+#[test]
+fn device_rows_of_another_device_or_a_half_draft_are_refused_before_any_work() {
+    let drv = Fake::new(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(2);
+    let target = device_f32(&drv, 0, &d.target);
+    let n = d.target.len();
+    let (mut acc, mut tok) = outputs(2);
+    let mut batch = d.view();
+    batch.target = Target::Probs(Rows::device(
+        Device::f32(View::<Fake, f32>::range(&target, 0, n).unwrap()),
+        3,
+    ));
+    drv.st.foreign.set(Some(target.id));
+    let e = v
+        .verify(
+            Method::Greedy,
+            Check::Cheap,
+            &batch,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)),
+        )
+        .unwrap_err();
+    assert!(matches!(e, GpuError::ForeignMemory { .. }), "{e:?}");
+    assert!(drv.launches().is_empty() && acc == vec![0; 2]);
+    assert_eq!(v.totals().unwrap().drafts, 0, "nothing counted");
 }
