@@ -448,7 +448,9 @@ impl<T: Element> CudaForeignMut<'_, T> {
 
 impl CudaForeignMut<'_, u32> {
     /// The whole borrowed memory as an output of [`Outputs::on_device`](specula_core::verify::Outputs::on_device)
-    /// (accepted counts, tokens or recovered tokens), written in place by the launch.
+    /// (accepted counts, tokens or recovered tokens) or
+    /// [`TreeOutputs::on_device`](specula_core::verify::tree::TreeOutputs::on_device) (accepted
+    /// lengths, path or tokens), written in place by the launch.
     pub fn output(&mut self) -> DeviceOut<'_> {
         DeviceOut::new(self.view_mut())
     }

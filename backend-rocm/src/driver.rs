@@ -601,7 +601,9 @@ pub struct RocmOut<'a> {
 
 impl RocmOut<'_> {
     /// The whole borrowed buffer as an output of
-    /// [`Outputs::on_device`](specula_core::verify::Outputs::on_device), written in place.
+    /// [`Outputs::on_device`](specula_core::verify::Outputs::on_device) or
+    /// [`TreeOutputs::on_device`](specula_core::verify::tree::TreeOutputs::on_device), written
+    /// in place.
     pub fn output(&mut self) -> DeviceOut<'_> {
         DeviceOut::new(ViewMut::<RocmDriver, u32>::new(&mut self.buf))
     }

@@ -16,10 +16,10 @@ use specula::backend::Backend;
 use specula::cpu::CpuVerifier;
 use specula::specula_core::Counters;
 use specula::specula_core::verify::tree::{
-    Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
+    PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
 };
 use specula::specula_core::verify::{
-    Batch, Check, Dims, Drafts, Method, Outputs, Streams, Verifier,
+    AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut, Verifier,
 };
 
 /// The counters' maximum depth (and the chain's maximum length) of the comparison.
@@ -383,11 +383,11 @@ impl Step for TreeStep {
         if sampled {
             batch = batch.with_draft_probs(&self.draft_rows);
         }
-        let mut out = TreeOutputs {
-            accepted: &mut self.accepted,
-            path: &mut self.path,
-            tokens: &mut self.emitted,
-        };
+        let mut out = TreeOutputs::new(
+            AcceptedOut(&mut self.accepted),
+            PathOut(&mut self.path),
+            TokensOut(&mut self.emitted),
+        );
         self.verifier
             .verify_tree(self.method, Check::Cheap, &batch, &mut out)
             .map_err(|e| verr(e.to_string()))
@@ -501,11 +501,11 @@ pub fn compare(corpus: &str, cfg: &TreeDemoConfig) -> Result<TreeReport, DemoErr
         if sampled {
             batch = batch.with_draft_probs(&tree_draft);
         }
-        let mut out = TreeOutputs {
-            accepted: &mut acc,
-            path: &mut path,
-            tokens: &mut emitted,
-        };
+        let mut out = TreeOutputs::new(
+            AcceptedOut(&mut acc),
+            PathOut(&mut path),
+            TokensOut(&mut emitted),
+        );
         tree_v
             .verify_tree(cfg.method, Check::Cheap, &batch, &mut out)
             .map_err(|e| verr(e.to_string()))?;

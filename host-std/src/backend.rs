@@ -461,7 +461,9 @@ impl<const K: usize> Verifier<K> for Backend<K> {
     /// (`Counters::record_tree`), read back like the chain counts. The CPU backend and the
     /// reference take f32 probabilities or logits in host memory; CUDA and ROCm launch the
     /// tree entry through `specula_core::gpu` (f32 probabilities or logits too, host rows or
-    /// device rows of their own device, read in place). A refused batch is an error of kind
+    /// device rows of their own device, read in place; outputs on their device,
+    /// [`TreeOutputs::on_device`], written in place with no copy down and no wait). A refused
+    /// batch is an error of kind
     /// [`ErrorKind::InvalidInput`] (the reference's `VerifyError` in the message), with
     /// nothing written or counted.
     fn verify_tree(

@@ -34,8 +34,12 @@
 //! and `inputs`; e.g. `-- inputs/peaked/128256/16/`).
 
 use specula::cpu::CpuVerifier;
-use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
-use specula_core::verify::{Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams};
+use specula_core::verify::tree::{
+    PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
+};
+use specula_core::verify::{
+    AcceptedOut, Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, TokensOut,
+};
 use specula_tests::bench_read::ReadPool;
 use specula_tests::bench_step::Step;
 use specula_tests::conformance::{Gen, sample};
@@ -193,11 +197,11 @@ fn versus_chain(wanted: &dyn Fn(&str) -> bool) {
                 vec![0u32; b * (DEPTH + 1)],
             );
             let tree_t = median(15, || {
-                let mut out = TreeOutputs {
-                    accepted: &mut acc,
-                    path: &mut path,
-                    tokens: &mut emitted,
-                };
+                let mut out = TreeOutputs::new(
+                    AcceptedOut(&mut acc),
+                    PathOut(&mut path),
+                    TokensOut(&mut emitted),
+                );
                 verifier
                     .verify_tree(method, Check::Cheap, black_box(&tree), &mut out)
                     .expect("valid");
@@ -438,11 +442,11 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                             vec![0u32; b * (IN_DEPTH + 1)],
                         );
                         let s = median(15, || {
-                            let mut out = TreeOutputs {
-                                accepted: &mut acc,
-                                path: &mut path,
-                                tokens: &mut emitted,
-                            };
+                            let mut out = TreeOutputs::new(
+                                AcceptedOut(&mut acc),
+                                PathOut(&mut path),
+                                TokensOut(&mut emitted),
+                            );
                             verifier
                                 .verify_tree(method, Check::Cheap, black_box(batch), &mut out)
                                 .expect("valid");

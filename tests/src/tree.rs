@@ -4,9 +4,11 @@
 use crate::conformance::{Gen, K, METHODS};
 use specula_core::gpu::{Driver, GpuError, GpuVerifier, TreeStaging};
 use specula_core::verify::tree::{
-    NO_NODE, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
+    NO_NODE, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
 };
-use specula_core::verify::{Check, Logits, Method, SENTINEL, Streams, Verifier};
+use specula_core::verify::{
+    AcceptedOut, Check, Logits, Method, SENTINEL, Streams, TokensOut, Verifier,
+};
 use specula_core::{Counters, Readback};
 
 /// An owned tree batch; [`TreeData::view`] makes the [`TreeBatch`].
@@ -106,11 +108,11 @@ impl TreeOut {
 
     /// The borrowed outputs.
     pub fn view(&mut self) -> TreeOutputs<'_> {
-        TreeOutputs {
-            accepted: &mut self.accepted,
-            path: &mut self.path,
-            tokens: &mut self.tokens,
-        }
+        TreeOutputs::new(
+            AcceptedOut(&mut self.accepted),
+            PathOut(&mut self.path),
+            TokensOut(&mut self.tokens),
+        )
     }
 }
 

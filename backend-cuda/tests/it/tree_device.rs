@@ -2,7 +2,7 @@
 //! on first use only, the shared tree conformance (bit-equal to `verify_tree_batch`, a 64-node
 //! tree at V = 32000 among the cases) and the shared tree step path (graph capture and replay of
 //! changing trees, no synchronising driver call, malformed trees flagged and skipped), and tree
-//! rows in the caller's cudarc memory read in place. The same
+//! rows and outputs in the caller's cudarc memory, read and written in place. The same
 //! shared routines run in CI over the host driver (`tests/tests/it/gpu_tree_host.rs`). Every test
 //! prints SKIPPED and passes when the machine has no CUDA driver or device (CI), unless
 //! `SPECULA_REQUIRE_DEVICE` is set.
@@ -81,6 +81,73 @@ fn tree_rows_in_the_callers_cudarc_memory() {
                 }
                 v.verify_tree(m, Check::Cheap, &b, &mut got.view()).unwrap();
             }
+            assert_eq!(got, want, "draft={draft} {m:?}");
+            assert_eq!(
+                v.totals().unwrap(),
+                host.totals().unwrap(),
+                "draft={draft} {m:?}"
+            );
+        }
+    }
+}
+
+/// Tree outputs in the caller's cudarc memory (`TreeOutputs::on_device`, issue 31), from rows
+/// there too: written in place by the launch with no synchronising driver call; the outputs and
+/// counters of the same tree from host rows into host outputs.
+#[test]
+fn tree_outputs_in_the_callers_cudarc_memory() {
+    use specula_core::gpu::GpuVerifier;
+    use specula_core::verify::Target;
+    use specula_core::verify::tree::{DeviceTreeOutputs, TreeOutputs};
+    use specula_cuda::CudaDriver;
+    let Some(dev) = device() else { return };
+    let s = dev.stream().clone();
+    let drv = CudaDriver::new(dev.clone());
+    let verifier = || GpuVerifier::<CudaDriver, K>::with_stream(drv.clone(), s.clone()).unwrap();
+    let mut g = conformance::Gen(0x31_C0DA);
+    for draft in [false, true] {
+        let t = full_tree(&mut g, 64, 7, 32_000, draft);
+        let tp = s.clone_htod(&t.target).unwrap();
+        let dp = t.draft.as_ref().map(|p| s.clone_htod(p).unwrap());
+        let (b, w) = (t.requests(), t.requests() * (t.max_depth + 1));
+        for m in [Method::Greedy, Method::Rejection, Method::Typical] {
+            let mut host = verifier();
+            let mut want = TreeOut::new(b, t.max_depth);
+            host.verify_tree(m, Check::Cheap, &t.view(), &mut want.view())
+                .unwrap();
+            let mut accepted = s.clone_htod(&vec![u32::MAX; b]).unwrap();
+            let mut path = s.clone_htod(&vec![u32::MAX; w]).unwrap();
+            let mut tokens = s.clone_htod(&vec![u32::MAX; w]).unwrap();
+            let mut v = verifier();
+            {
+                let rows = drv.borrow_rows(&tp);
+                let draft_rows = dp.as_ref().map(|p| drv.borrow_rows(p));
+                let mut batch = t.view().with_target(Target::Probs(rows.rows(t.vocab)));
+                if let Some(d) = &draft_rows {
+                    batch = batch.with_draft(d.rows(t.vocab));
+                }
+                let mut acc = drv.borrow_mut(&mut accepted);
+                let mut pa = drv.borrow_mut(&mut path);
+                let mut tok = drv.borrow_mut(&mut tokens);
+                let mut out = TreeOutputs::on_device(DeviceTreeOutputs {
+                    accepted: acc.output(),
+                    path: pa.output(),
+                    tokens: tok.output(),
+                });
+                let before = call_counts();
+                v.verify_tree(m, Check::Cheap, &batch, &mut out).unwrap();
+                assert_eq!(
+                    call_counts().synchronizing,
+                    before.synchronizing,
+                    "draft={draft} {m:?}: the step waited"
+                );
+                assert_eq!(v.sync_calls(), 0);
+            }
+            let got = TreeOut {
+                accepted: s.clone_dtoh(&accepted).unwrap(),
+                path: s.clone_dtoh(&path).unwrap(),
+                tokens: s.clone_dtoh(&tokens).unwrap(),
+            };
             assert_eq!(got, want, "draft={draft} {m:?}");
             assert_eq!(
                 v.totals().unwrap(),

@@ -228,6 +228,19 @@ pub(super) fn owned_f32<'b, D: Driver>(
     }
 }
 
+/// Device outputs as a view of `drv`'s memory the kernel writes: [`GpuError::ForeignMemory`]
+/// for another driver's or device's buffer.
+pub(super) fn owned_out<'d, D: Driver>(
+    drv: &D,
+    out: &'d mut DeviceOut<'_>,
+    param: Param,
+) -> Result<ViewMut<'d, D, u32>, GpuError<D::Error>> {
+    match out.view_mut::<D>() {
+        Some(v) if drv.owns(v.buffer()) => Ok(v),
+        _ => Err(GpuError::ForeignMemory { param }),
+    }
+}
+
 /// Mixed drafters' first rows, if the batch has them.
 fn first_row<'a>(batch: &Batch<'a>) -> Option<&'a [u32]> {
     batch.draft.and_then(|d| d.first_row)
@@ -245,21 +258,11 @@ impl<'d, D: Driver> OutViews<'d, D> {
     /// `out` as views of `drv`'s memory: [`GpuError::ForeignMemory`] for another driver's or
     /// device's buffer.
     pub(super) fn of(drv: &D, out: &'d mut DeviceOutputs<'_>) -> Result<Self, GpuError<D::Error>> {
-        fn one<'d, D: Driver>(
-            drv: &D,
-            out: &'d mut DeviceOut<'_>,
-            param: Param,
-        ) -> Result<ViewMut<'d, D, u32>, GpuError<D::Error>> {
-            match out.view_mut::<D>() {
-                Some(v) if drv.owns(v.buffer()) => Ok(v),
-                _ => Err(GpuError::ForeignMemory { param }),
-            }
-        }
         Ok(Self {
-            accepted: one(drv, &mut out.accepted, Param::Accepted)?,
-            tokens: one(drv, &mut out.tokens, Param::Tokens)?,
+            accepted: owned_out(drv, &mut out.accepted, Param::Accepted)?,
+            tokens: owned_out(drv, &mut out.tokens, Param::Tokens)?,
             recovered: match out.recovered.as_mut() {
-                Some(r) => Some(one(drv, r, Param::Recovered)?),
+                Some(r) => Some(owned_out(drv, r, Param::Recovered)?),
                 None => None,
             },
         })

@@ -12,7 +12,9 @@
 //!   CPU backend (the reference's validation first, with the same
 //!   [`VerifyError`](crate::verify::VerifyError)s; one
 //!   synchronising call), staged in grow-only buffers ([`TreeStaging`]); binary32 rows in
-//!   device memory ([`Values::Device`](crate::verify::Values::Device)) are read in place.
+//!   device memory ([`Values::Device`](crate::verify::Values::Device)) are read in place, and
+//!   outputs in device memory ([`TreeOutputs::on_device`]) are written in place, with no copy
+//!   down and no synchronising call.
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
 //! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
@@ -29,11 +31,12 @@ use staging::TreeRows;
 use super::driver::Driver;
 use super::error::GpuError;
 use super::readback::read_stats;
-use super::staging::{SUPPORT, grow_host};
+use super::staging::{SUPPORT, grow_host, owned_out};
 use super::verifier::GpuVerifier;
+use super::view::{Memory, ViewMut};
 use crate::gpu::kernels;
-use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree_with};
-use crate::verify::{Check, Method};
+use crate::verify::tree::{DeviceTreeOutputs, TreeBatch, TreeOutputs, validate_tree_with};
+use crate::verify::{Check, Method, Param};
 use core::marker::PhantomData;
 
 /// A captured tree launch, replayable with new trees in the same buffers. It borrows the
@@ -50,6 +53,26 @@ impl<D: Driver> TreeGraph<'_, D> {
     /// The capacity (blocks) it launches.
     pub fn capacity(&self) -> u32 {
         self.capacity
+    }
+}
+
+/// The caller's device tree outputs as views of the verifier's driver (see
+/// [`TreeOutputs::on_device`]).
+pub(in crate::gpu) struct TreeOutViews<'d, D: Memory> {
+    pub(in crate::gpu) accepted: ViewMut<'d, D, u32>,
+    pub(in crate::gpu) path: ViewMut<'d, D, u32>,
+    pub(in crate::gpu) tokens: ViewMut<'d, D, u32>,
+}
+
+impl<'d, D: Driver> TreeOutViews<'d, D> {
+    /// `out` as views of `drv`'s memory: [`GpuError::ForeignMemory`] for another driver's or
+    /// device's buffer.
+    fn of(drv: &D, out: &'d mut DeviceTreeOutputs<'_>) -> Result<Self, GpuError<D::Error>> {
+        Ok(Self {
+            accepted: owned_out(drv, &mut out.accepted, Param::Accepted)?,
+            path: owned_out(drv, &mut out.path, Param::Path)?,
+            tokens: owned_out(drv, &mut out.tokens, Param::Tokens)?,
+        })
     }
 }
 
@@ -225,7 +248,8 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         Ok(flags)
     }
 
-    /// The host-slice tree path of [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
+    /// The tree path of [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree): host
+    /// slices, or outputs on the device.
     pub(super) fn verify_tree_host(
         &mut self,
         method: Method,
@@ -248,10 +272,27 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
         let drv = self.drv_ref();
+        // The caller's device memory is checked before anything is allocated or enqueued (the
+        // rows by `reserve`, the outputs here).
+        if let Some(d) = out.device.as_mut() {
+            TreeOutViews::of(&drv, d)?;
+        }
         staging.reserve(&drv, batch)?;
         // Device rows are read in place: the views borrow them only for this call.
         let rows = TreeRows::of(&drv, batch)?;
-        let args = staging.write_rows::<K>(&drv, self.stream(), method, batch, rows)?;
+        if let Some(d) = out.device.as_mut() {
+            // Outputs on the device: the launch writes them in place; no copy down, no wait.
+            // The kernel's error flags stay in the counters buffer: a validated batch raises
+            // none (every input they flag is checked on the host first).
+            let views = TreeOutViews::of(&drv, d)?;
+            let stream = self.stream();
+            let args = staging.write_rows::<K>(&drv, stream, method, batch, rows, Some(views))?;
+            // SAFETY: written just above by `write_rows`, whose shape words describe exactly
+            // these views (the device outputs checked against the batch by validation and
+            // `write_rows`); nothing else touches this verifier's staging.
+            return unsafe { self.launch_tree_staged(&args) };
+        }
+        let args = staging.write_rows::<K>(&drv, self.stream(), method, batch, rows, None)?;
         // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
         unsafe { self.launch_tree_staged(&args)? };
         let flags = self.download_tree_outputs(&args, out.accepted, out.path, out.tokens)?;

@@ -501,7 +501,10 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     /// on the host or the device), stages it (probabilities, or target logits with their
     /// temperatures; rows in device memory are read in place, another device's or driver's
     /// are [`GpuError::ForeignMemory`], [`Check::Strict`] over them is refused), launches the
-    /// tree entry, copies the outputs (host slices) down and waits (one synchronising call). Each request is counted as a chain of
+    /// tree entry, copies the outputs (host slices) down and waits (one synchronising call).
+    /// Outputs on the device ([`TreeOutputs::on_device`]) are written in place by the launch,
+    /// with neither the copy down nor the wait (as [`verify`](Verifier::verify)'s; another
+    /// device's are [`GpuError::ForeignMemory`]). Each request is counted as a chain of
     /// its tree's depth in this verifier's counters (the chain launches' buffer). On a
     /// validation error nothing is launched, written or counted. A new kernel error flag is
     /// [`GpuError::DeviceFlags`] (reported once).

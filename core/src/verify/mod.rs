@@ -157,11 +157,12 @@ pub struct Support {
     /// ([`Outputs::with_recovered`]).
     pub recovered: bool,
     /// Token trees ([`Verifier::verify_tree`]), of binary32 rows (no tree verifier reads half
-    /// rows yet, whatever [`half`](Self::half) says); rows in device memory with
+    /// rows yet, whatever [`half`](Self::half) says); rows and outputs in device memory with
     /// [`device`](Self::device).
     pub trees: bool,
-    /// Tensors in device memory: [`Values::Device`] rows and [`Outputs::on_device`] (the GPU
-    /// verifiers; a host verifier cannot read them).
+    /// Tensors in device memory: [`Values::Device`] rows, [`Outputs::on_device`] and
+    /// [`TreeOutputs::on_device`](tree::TreeOutputs::on_device) (the GPU verifiers; a host
+    /// verifier cannot read them).
     pub device: bool,
 }
 

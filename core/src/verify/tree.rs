@@ -22,8 +22,8 @@
 //! draws are keyed by the node whose row is sampled, which is the draft position in a chain.
 //!
 //! ```
-//! use specula_core::verify::tree::{verify_tree_batch, Tree, TreeBatch, TreeDims, TreeOutputs};
-//! use specula_core::verify::{Check, Method, Streams};
+//! use specula_core::verify::tree::{verify_tree_batch, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs};
+//! use specula_core::verify::{AcceptedOut, Check, Method, Streams, TokensOut};
 //! use specula_core::Counters;
 //!
 //! // Root 0 with two candidates (tokens 1 and 2); node 2 has a child (token 3). V = 4.
@@ -44,7 +44,7 @@
 //!     Streams { seed: &[1], offset: &[0] },
 //! );
 //! let (mut accepted, mut path, mut emitted) = ([0u32; 1], [0u32; 3], [0u32; 3]);
-//! let mut out = TreeOutputs { accepted: &mut accepted, path: &mut path, tokens: &mut emitted };
+//! let mut out = TreeOutputs::new(AcceptedOut(&mut accepted), PathOut(&mut path), TokensOut(&mut emitted));
 //! let mut counters = Counters::<4>::ZERO;
 //! verify_tree_batch(Method::Greedy, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
 //! assert_eq!((accepted, path, emitted), ([2], [0, 2, 3], [2, 3, 1]));
@@ -54,7 +54,9 @@
 mod batch;
 mod validate;
 
-pub use batch::{Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents};
+pub use batch::{
+    DeviceTreeOutputs, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
+};
 pub(crate) use validate::validate_tree_inputs_with;
 pub use validate::{
     tree_depth, validate_tree, validate_tree_request, validate_tree_shape,

@@ -5,7 +5,8 @@
 use specula_core::Counters;
 use specula_core::gpu::{Memory, SUPPORT, View, ViewMut};
 use specula_core::verify::tree::{
-    Tree, TreeBatch, TreeDims, TreeOutputs, validate_tree, validate_tree_with, verify_tree_batch,
+    DeviceTreeOutputs, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, validate_tree,
+    validate_tree_with, verify_tree_batch,
 };
 use specula_core::verify::{
     AcceptedOut, Batch, Check, Device, DeviceOut, DeviceOutputs, Dims, Drafts, Feature, Format,
@@ -301,11 +302,11 @@ fn tree_validation_of_device_and_half_rows() {
     let dev = tree_batch(device(&rows), device(&draft));
     assert!(dev.has_device());
     let (mut accepted, mut path, mut tokens) = ([7u32; 2], [7u32; 4], [7u32; 4]);
-    let out = TreeOutputs {
-        accepted: &mut accepted,
-        path: &mut path,
-        tokens: &mut tokens,
-    };
+    let out = TreeOutputs::new(
+        AcceptedOut(&mut accepted),
+        PathOut(&mut path),
+        TokensOut(&mut tokens),
+    );
     let unsupported = |feature| Err(VerifyError::Unsupported { feature });
     let (cheap, strict, m) = (Check::Cheap, Check::STRICT, Method::Rejection);
     // Host verifiers refuse device rows (target or draft); the GPU support takes them with the
@@ -379,6 +380,83 @@ fn tree_validation_of_device_and_half_rows() {
     let ok = tree_batch(Values::F32(&host), Values::F32(&host));
     verify_tree_batch(m, strict, &ok, &mut out, &mut counters).unwrap();
     assert_eq!(counters.tree_drafts, 2);
+}
+
+/// Tree outputs on the device (`TreeOutputs::on_device`): lengths checked as the host ones',
+/// host slices beside them refused, host verifiers (the reference) refuse them with nothing
+/// written or counted.
+#[test]
+fn tree_validation_of_device_outputs() {
+    let host = [0.25f32; 16];
+    let batch = tree_batch(Values::F32(&host), Values::F32(&host));
+    let (cheap, m) = (Check::Cheap, Method::Rejection);
+    let unsupported = |feature| Err(VerifyError::Unsupported { feature });
+    let (mut a, mut p, mut t) = (bytes(16), bytes(16), bytes(16));
+    // B = 2, max_depth = 1: 2 counts, 4 path and 4 token slots.
+    let mut outs = |acc: usize, path: usize, tok: usize| {
+        let out = TreeOutputs::on_device(DeviceTreeOutputs {
+            accepted: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut a, 0, acc).unwrap()),
+            path: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut p, 0, path).unwrap()),
+            tokens: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut t, 0, tok).unwrap()),
+        });
+        [
+            validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &out),
+            validate_tree::<4>(m, cheap, &batch, &out),
+        ]
+    };
+    assert_eq!(outs(2, 4, 4), [Ok(()), unsupported(Feature::Device)]);
+    let len = |param, len, expected| {
+        Err(VerifyError::Length {
+            param,
+            len,
+            expected,
+        })
+    };
+    assert_eq!(outs(1, 4, 4)[0], len(Param::Accepted, 1, 2));
+    assert_eq!(outs(2, 3, 4)[0], len(Param::Path, 3, 4));
+    assert_eq!(outs(2, 4, 3)[0], len(Param::Tokens, 3, 4));
+    assert_eq!(outs(3, 4, 4)[0], len(Param::Accepted, 3, 2), "too long");
+
+    // Host slices next to device outputs: refused, not silently ignored.
+    let (mut d1, mut d2, mut d3) = (bytes(8), bytes(16), bytes(16));
+    let (mut acc, mut path, mut tok) = ([7u32; 2], [7u32; 4], [7u32; 4]);
+    let mut both = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d1)),
+        path: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d2)),
+        tokens: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d3)),
+    });
+    both.path = &mut path;
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &both),
+        len(Param::Path, 4, 0)
+    );
+    both.path = &mut [];
+    both.tokens = &mut tok;
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &both),
+        len(Param::Tokens, 4, 0)
+    );
+    both.tokens = &mut [];
+    both.accepted = &mut acc;
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &both),
+        len(Param::Accepted, 2, 0)
+    );
+    // The reference refuses them (nothing counted; its host slices untouched).
+    let mut counters = Counters::<4>::ZERO;
+    let got = verify_tree_batch(m, cheap, &batch, &mut both, &mut counters);
+    assert_eq!(got, unsupported(Feature::Device));
+    assert_eq!((acc, counters), ([7; 2], Counters::ZERO));
+    // Device outputs say their size, never their memory.
+    let mut buf = bytes(16);
+    let out = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut buf, 0, 1).unwrap()),
+        path: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d2, 1, 2).unwrap()),
+        tokens: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d3, 0, 0).unwrap()),
+    });
+    let text = format!("{out:?}");
+    assert!(text.contains("device: Some(DeviceTreeOutputs"), "{text}");
+    assert!(text.contains("offset: 1, len: 2"), "{text}");
 }
 
 /// The GPU support verifies half logits but not half probabilities (`Feature::HalfProbs`), and

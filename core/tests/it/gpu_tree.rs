@@ -9,10 +9,10 @@ use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, Element, GpuError, GpuVerifier, TreeArgs, TreeStaging, View, ViewMut, tree_shape,
 };
-use specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs};
+use specula_core::verify::tree::{PathOut, Tree, TreeBatch, TreeDims, TreeOutputs};
 use specula_core::verify::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, Rows, Streams, Target, Verifier,
-    VerifyError,
+    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, Rows, Streams, Target,
+    TokensOut, Verifier, VerifyError,
 };
 
 use crate::fake_driver::*;
@@ -86,11 +86,11 @@ impl Outs {
         }
     }
     fn view(&mut self) -> TreeOutputs<'_> {
-        TreeOutputs {
-            accepted: &mut self.accepted,
-            path: &mut self.path,
-            tokens: &mut self.tokens,
-        }
+        TreeOutputs::new(
+            AcceptedOut(&mut self.accepted),
+            PathOut(&mut self.path),
+            TokensOut(&mut self.tokens),
+        )
     }
 }
 
@@ -634,11 +634,11 @@ fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
         let w = b.max_depth.saturating_add(1).min(64);
         let r = b.requests();
         let (mut acc, mut path, mut tok) = (vec![0; r], vec![0; r * w], vec![0; r * w]);
-        let out = TreeOutputs {
-            accepted: &mut acc,
-            path: &mut path,
-            tokens: &mut tok,
-        };
+        let out = TreeOutputs::new(
+            AcceptedOut(&mut acc),
+            PathOut(&mut path),
+            TokensOut(&mut tok),
+        );
         let want = validate_tree_shape::<K>(&b, &out).unwrap_err();
         let got = staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &b)

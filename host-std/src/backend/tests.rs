@@ -1,5 +1,6 @@
 use super::*;
-use specula_core::verify::{Dims, Drafts, Streams};
+use specula_core::verify::tree::PathOut;
+use specula_core::verify::{AcceptedOut, Dims, Drafts, Streams, TokensOut};
 
 #[test]
 fn trees_verify_and_count_on_the_cpu_and_the_reference_alike() {
@@ -30,11 +31,11 @@ fn trees_verify_and_count_on_the_cpu_and_the_reference_alike() {
         Method::Rejection,
         Check::STRICT,
         &batch,
-        &mut TreeOutputs {
-            accepted: &mut want.0,
-            path: &mut want.1,
-            tokens: &mut want.2,
-        },
+        &mut TreeOutputs::new(
+            AcceptedOut(&mut want.0),
+            PathOut(&mut want.1),
+            TokensOut(&mut want.2),
+        ),
         &mut want_c,
     )
     .unwrap();
@@ -46,11 +47,11 @@ fn trees_verify_and_count_on_the_cpu_and_the_reference_alike() {
             Method::Rejection,
             Check::STRICT,
             &batch,
-            &mut TreeOutputs {
-                accepted: &mut got.0,
-                path: &mut got.1,
-                tokens: &mut got.2,
-            },
+            &mut TreeOutputs::new(
+                AcceptedOut(&mut got.0),
+                PathOut(&mut got.1),
+                TokensOut(&mut got.2),
+            ),
         )
         .unwrap();
         assert_eq!(got, want, "{spec}");
@@ -74,11 +75,11 @@ fn trees_verify_and_count_on_the_cpu_and_the_reference_alike() {
                 Method::Rejection,
                 Check::STRICT,
                 &bad,
-                &mut TreeOutputs {
-                    accepted: &mut got.0,
-                    path: &mut got.1[..2],
-                    tokens: &mut got.2[..2],
-                },
+                &mut TreeOutputs::new(
+                    AcceptedOut(&mut got.0),
+                    PathOut(&mut got.1[..2]),
+                    TokensOut(&mut got.2[..2]),
+                ),
             )
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{spec}: {e}");
@@ -205,7 +206,7 @@ fn cpu_and_reference_agree_and_count_through_their_readbacks() {
 /// wrong length is the typed error with its kind, nothing written.
 #[test]
 fn recovered_tokens_come_back_from_the_verify_call() {
-    use specula_core::verify::{AcceptedOut, Param, TokensOut, recovered_tokens};
+    use specula_core::verify::{Param, recovered_tokens};
     // V = 4, k_max = 2; request 0 drafts [1, 0], request 1 drafts [3].
     let mut target = Vec::new();
     for i in 0..6 {

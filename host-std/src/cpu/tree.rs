@@ -326,8 +326,8 @@ impl<const K: usize> CpuVerifier<K> {
     ///
     /// ```
     /// use specula::cpu::CpuVerifier;
-    /// use specula::specula_core::verify::tree::{Tree, TreeBatch, TreeDims, TreeOutputs};
-    /// use specula::specula_core::verify::{Check, Method, Streams};
+    /// use specula::specula_core::verify::tree::{PathOut, Tree, TreeBatch, TreeDims, TreeOutputs};
+    /// use specula::specula_core::verify::{AcceptedOut, Check, Method, Streams, TokensOut};
     ///
     /// let verifier = CpuVerifier::<8>::new(2).unwrap();
     /// // Root with two candidates, tokens 1 and 0; V = 2; the target puts 0.9 on token 0.
@@ -339,7 +339,7 @@ impl<const K: usize> CpuVerifier<K> {
     ///     Streams { seed: &[7], offset: &[0] },
     /// );
     /// let (mut accepted, mut path, mut tokens) = ([0u32; 1], [0u32; 2], [0u32; 2]);
-    /// let mut out = TreeOutputs { accepted: &mut accepted, path: &mut path, tokens: &mut tokens };
+    /// let mut out = TreeOutputs::new(AcceptedOut(&mut accepted), PathOut(&mut path), TokensOut(&mut tokens));
     /// verifier.verify_tree(Method::Greedy, Check::STRICT, &batch, &mut out).unwrap();
     /// assert_eq!((accepted, path, tokens), ([1], [0, 2], [1, 0]));
     /// assert_eq!(verifier.totals().accepted_tokens, 1);

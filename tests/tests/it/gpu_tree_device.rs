@@ -1,18 +1,20 @@
 //! Token trees whose target and draft rows live in device memory ([`Values::Device`], issues 28
-//! and 31), through [`Verifier::verify_tree`] of the shared GPU orchestration over the host
-//! driver (whose "device" memory is host memory it allocated): the host rows' outputs and
-//! counters, bit for bit, with the one wait of the host outputs; and the refusals, each a typed
-//! error with nothing launched, written or counted: another device's or API's memory, strict
-//! checks over device rows, half rows (no tree verifier reads them), device rows on the host
-//! verifiers and in `TreeStaging::write`.
+//! and 31), and whose outputs do ([`TreeOutputs::on_device`], issue 31), through
+//! [`Verifier::verify_tree`] of the shared GPU orchestration over the host driver (whose
+//! "device" memory is host memory it allocated): the host rows' outputs and counters, bit for
+//! bit, with the one wait of the host outputs and none with device outputs; and the refusals,
+//! each a typed error with nothing launched, written or counted: another device's or API's
+//! memory (rows or outputs), strict checks over device rows, half rows (no tree verifier reads
+//! them), device outputs of the wrong length, device rows or outputs on the host verifiers, and
+//! device rows in `TreeStaging::write`.
 
 use specula::cpu::CpuVerifier;
 use specula_core::Counters;
-use specula_core::gpu::{Driver, GpuError, GpuVerifier, Memory, TreeStaging, View};
-use specula_core::verify::tree::TreeBatch;
+use specula_core::gpu::{Driver, GpuError, GpuVerifier, Memory, TreeStaging, View, ViewMut};
+use specula_core::verify::tree::{DeviceTreeOutputs, TreeBatch, TreeOutputs};
 use specula_core::verify::{
-    Check, Device, Feature, Half, Method, Param, Reference, Rows, Target, Values, Verifier,
-    VerifyError,
+    Check, Device, DeviceOut, Feature, Half, Method, Param, Reference, Rows, Target, Values,
+    Verifier, VerifyError,
 };
 use specula_tests::conformance::{Gen, K, METHODS};
 use specula_tests::host_driver::{Buf, HostDriver};
@@ -323,5 +325,275 @@ fn tree_device_and_half_rows_are_refused_by_host_verifiers() {
         v.verify_tree(Method::Rejection, Check::STRICT, &host, &mut out.view())
             .unwrap();
         assert_ne!(v.totals().unwrap(), Counters::ZERO);
+    }
+}
+
+/// Device tree outputs of `drv` for `b` requests of `max_depth`, filled with a marker no
+/// verifier writes.
+struct DevTreeOut {
+    accepted: Buf,
+    path: Buf,
+    tokens: Buf,
+}
+
+const MARK: u32 = 0xDEAD_BEEF;
+
+impl DevTreeOut {
+    fn new(drv: &HostDriver, b: usize, max_depth: usize) -> Self {
+        let w = b * (max_depth + 1);
+        Self {
+            accepted: drv.buffer_from(&vec![MARK; b]),
+            path: drv.buffer_from(&vec![MARK; w]),
+            tokens: drv.buffer_from(&vec![MARK; w]),
+        }
+    }
+
+    fn outputs(&mut self) -> TreeOutputs<'_> {
+        TreeOutputs::on_device(DeviceTreeOutputs {
+            accepted: DeviceOut::new(ViewMut::<HostDriver, u32>::new(&mut self.accepted)),
+            path: DeviceOut::new(ViewMut::<HostDriver, u32>::new(&mut self.path)),
+            tokens: DeviceOut::new(ViewMut::<HostDriver, u32>::new(&mut self.tokens)),
+        })
+    }
+
+    /// The outputs (whole buffers) once `stream` has drained (synchronising calls of the
+    /// driver's).
+    fn read(&self, drv: &HostDriver, stream: &<HostDriver as Driver>::Stream) -> TreeOut {
+        let all = |buf: &Buf| drv.read_after(stream, buf, HostDriver::bytes(buf) / 4);
+        TreeOut {
+            accepted: all(&self.accepted),
+            path: all(&self.path),
+            tokens: all(&self.tokens),
+        }
+    }
+
+    /// Whether every value still holds the marker (nothing written).
+    fn untouched(&self, drv: &HostDriver, stream: &<HostDriver as Driver>::Stream) -> bool {
+        let o = self.read(drv, stream);
+        o.accepted
+            .iter()
+            .chain(&o.path)
+            .chain(&o.tokens)
+            .all(|&x| x == MARK)
+    }
+}
+
+/// `d` verified from host rows into host outputs on one fresh verifier, then into device
+/// outputs on others, from host rows and from the same rows on the device: the same outputs
+/// and counters, one launch each, and no synchronising call on the device-output steps (the
+/// driver's own count unchanged until the test reads the outputs back).
+fn device_outputs_same_as_host(drv: &HostDriver, method: Method, d: &TreeData, what: &str) {
+    let host = d.view();
+    let mut a = verifier(drv);
+    let mut want = TreeOut::new(d.requests(), d.max_depth);
+    a.verify_tree(method, Check::Cheap, &host, &mut want.view())
+        .unwrap_or_else(|e| panic!("{what}: host outputs: {e}"));
+    let want_counters = a.totals().unwrap();
+    let target = drv.buffer_from(&d.target);
+    let draft = d.draft.as_ref().map(|x| drv.buffer_from(x));
+    let dev_rows = with_values(host, f32_device(&target), draft.as_ref().map(f32_device));
+    for (rows, batch) in [("host rows", host), ("device rows", dev_rows)] {
+        let mut v = verifier(drv);
+        let mut outs = DevTreeOut::new(drv, d.requests(), d.max_depth);
+        let (syncs, launches) = (drv.sync_calls(), drv.launches());
+        v.verify_tree(method, Check::Cheap, &batch, &mut outs.outputs())
+            .unwrap_or_else(|e| panic!("{what}: {rows}, device outputs: {e}"));
+        assert_eq!(v.sync_calls(), 0, "{what}: {rows}: the device step waited");
+        assert_eq!(
+            drv.sync_calls(),
+            syncs,
+            "{what}: {rows}: the device step waited"
+        );
+        let got = outs.read(drv, v.stream());
+        // Counted as it runs: after the read, which drains the stream.
+        assert_eq!(drv.launches(), launches + 1, "{what}: {rows}: one launch");
+        assert_eq!(got, want, "{what} {method:?}: {rows}, device outputs");
+        assert_eq!(
+            v.totals().unwrap(),
+            want_counters,
+            "{what} {method:?}: {rows}, device outputs: counters"
+        );
+    }
+}
+
+/// Random trees, probabilities and logits (T = 0 and T > 0), with and without draft rows,
+/// every method, both macro forms: outputs on the device, from host rows or device rows, hold
+/// the host outputs' bits, with the same counts and no wait.
+#[test]
+fn tree_device_outputs_match_the_host_outputs() {
+    for (i, mode) in [Mode::Cuda, Mode::Hip].into_iter().enumerate() {
+        let drv = HostDriver::new(mode, 64, 1);
+        let mut g = Gen(0x31_3100 + i as u64);
+        let mut accepted = 0;
+        for n in 0..8 {
+            let d = random_tree_batch(&mut g, spec(n % 2 == 1, n % 4 >= 2));
+            for m in METHODS {
+                device_outputs_same_as_host(&drv, m, &d, &format!("{mode:?} batch {n}"));
+            }
+            let mut out = TreeOut::new(d.requests(), d.max_depth);
+            verifier(&drv)
+                .verify_tree(Method::Rejection, Check::Cheap, &d.view(), &mut out.view())
+                .unwrap();
+            accepted += out.accepted.iter().filter(|&&a| a > 0).count();
+        }
+        assert!(
+            accepted > 5,
+            "{mode:?}: {accepted} accepted paths: a weak test"
+        );
+    }
+}
+
+/// Device tree outputs refused on the GPU path: too short or too long (each of the three),
+/// another device's or another API's buffer (each of the three), strict checks over device
+/// rows into device outputs: typed errors, nothing launched, written or counted. The same
+/// outputs, valid, then take the step.
+#[test]
+fn tree_device_outputs_refusals_on_the_gpu_path() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let other_device = HostDriver::new(Mode::Cuda, 64, 1);
+    let mut g = Gen(0x31_3101);
+    let d = random_tree_batch(&mut g, spec(true, false));
+    let host = d.view();
+    let (b, depth) = (d.requests(), d.max_depth);
+    let w = b * (depth + 1);
+    let mut v = verifier(&drv);
+    let nothing_happened = |v: &mut GpuVerifier<HostDriver, K>, outs: &DevTreeOut, what: &str| {
+        assert!(outs.untouched(&drv, v.stream()), "{what}: written");
+        assert_eq!(v.totals().unwrap(), Counters::ZERO, "{what}: counted");
+    };
+    let launches = drv.launches();
+
+    // Lengths: one value short or one too many, in each output.
+    let len = |param, len, expected| {
+        GpuError::Verify(VerifyError::Length {
+            param,
+            len,
+            expected,
+        })
+    };
+    for (param, want, pick) in [
+        (Param::Accepted, b, 0),
+        (Param::Path, w, 1),
+        (Param::Tokens, w, 2),
+    ] {
+        for n in [want - 1, want + 1] {
+            let mut outs = DevTreeOut::new(&drv, b, depth);
+            let wrong = drv.buffer_from(&vec![MARK; n]);
+            match pick {
+                0 => outs.accepted = wrong,
+                1 => outs.path = wrong,
+                _ => outs.tokens = wrong,
+            }
+            let got = v.verify_tree(Method::Rejection, Check::Cheap, &host, &mut outs.outputs());
+            assert_eq!(got, Err(len(param, n, want)), "{param:?} of {n}");
+            nothing_happened(&mut v, &outs, &format!("{param:?} of {n}"));
+        }
+    }
+
+    // Another device's buffer, or another API's: each of the three.
+    let alien: Arc<Vec<u8>> = Arc::new(vec![0; w * 4]);
+    for (param, pick) in [(Param::Accepted, 0), (Param::Path, 1), (Param::Tokens, 2)] {
+        let mut outs = DevTreeOut::new(&drv, b, depth);
+        let theirs = DevTreeOut::new(&other_device, b, depth);
+        let mut mixed = DevTreeOut::new(&drv, b, depth);
+        let swapped = match pick {
+            0 => std::mem::replace(&mut mixed.accepted, theirs.accepted),
+            1 => std::mem::replace(&mut mixed.path, theirs.path),
+            _ => std::mem::replace(&mut mixed.tokens, theirs.tokens),
+        };
+        let got = v.verify_tree(Method::Rejection, Check::Cheap, &host, &mut mixed.outputs());
+        assert_eq!(got, Err(GpuError::ForeignMemory { param }), "{param:?}");
+        // Put this device's buffer back to read every output (the other device's is unwritten:
+        // it still holds its marker, read through its own driver).
+        let foreign = match pick {
+            0 => std::mem::replace(&mut mixed.accepted, swapped),
+            1 => std::mem::replace(&mut mixed.path, swapped),
+            _ => std::mem::replace(&mut mixed.tokens, swapped),
+        };
+        nothing_happened(&mut v, &mixed, &format!("{param:?} of another device"));
+        let len = if pick == 0 { b } else { w };
+        let s = other_device.stream().unwrap();
+        let theirs_now: Vec<u32> = other_device.read_after(&s, &foreign, len);
+        assert!(theirs_now.iter().all(|&x| x == MARK), "{param:?}: written");
+
+        // Another API's memory (its buffer type is not the host driver's).
+        let mut alien_buf = alien.clone();
+        let alien_out =
+            DeviceOut::new(ViewMut::<Other, u32>::range(&mut alien_buf, 0, len).unwrap());
+        let mut dev = outs.outputs();
+        let device = dev.device.as_mut().unwrap();
+        match pick {
+            0 => device.accepted = alien_out,
+            1 => device.path = alien_out,
+            _ => device.tokens = alien_out,
+        }
+        let got = v.verify_tree(Method::Rejection, Check::Cheap, &host, &mut dev);
+        assert_eq!(
+            got,
+            Err(GpuError::ForeignMemory { param }),
+            "{param:?}: another API"
+        );
+        nothing_happened(&mut v, &outs, &format!("{param:?} of another API"));
+    }
+
+    // Strict checks over device rows, into device outputs.
+    let target = drv.buffer_from(&d.target);
+    let dev_rows = with_values(host, f32_device(&target), None);
+    let mut outs = DevTreeOut::new(&drv, b, depth);
+    let got = v.verify_tree(
+        Method::Rejection,
+        Check::STRICT,
+        &dev_rows,
+        &mut outs.outputs(),
+    );
+    assert_eq!(
+        got,
+        Err(GpuError::Verify(VerifyError::Unsupported {
+            feature: Feature::DeviceCheck
+        }))
+    );
+    nothing_happened(&mut v, &outs, "strict");
+    assert_eq!(drv.launches(), launches, "a refused step launched");
+
+    // The same outputs, valid: the step runs, with the host outputs' bits.
+    let mut want = TreeOut::new(b, depth);
+    verifier(&drv)
+        .verify_tree(Method::Rejection, Check::Cheap, &host, &mut want.view())
+        .unwrap();
+    v.verify_tree(
+        Method::Rejection,
+        Check::Cheap,
+        &dev_rows,
+        &mut outs.outputs(),
+    )
+    .unwrap();
+    assert_eq!(outs.read(&drv, v.stream()), want);
+}
+
+/// Host verifiers (the reference, the CPU backend) refuse tree outputs on the device, whatever
+/// the rows, with `Unsupported { Device }`: nothing written or counted.
+#[test]
+fn tree_device_outputs_are_refused_by_host_verifiers() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let stream = drv.stream().unwrap();
+    let mut g = Gen(0x31_3102);
+    let d = random_tree_batch(&mut g, spec(true, true));
+    let host = d.view();
+    let mut cpu = CpuVerifier::<K>::new(2).unwrap();
+    let mut reference = Reference::<K>::new();
+    let verifiers: [&mut dyn Verifier<K, Error = VerifyError>; 2] = [&mut cpu, &mut reference];
+    for v in verifiers {
+        for check in [Check::Cheap, Check::STRICT] {
+            let mut outs = DevTreeOut::new(&drv, d.requests(), d.max_depth);
+            let got = v.verify_tree(Method::Rejection, check, &host, &mut outs.outputs());
+            assert_eq!(
+                got,
+                Err(VerifyError::Unsupported {
+                    feature: Feature::Device
+                })
+            );
+            assert!(outs.untouched(&drv, &stream), "written");
+        }
+        assert_eq!(v.totals().unwrap(), Counters::ZERO, "counted");
     }
 }

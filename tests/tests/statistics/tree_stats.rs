@@ -28,8 +28,8 @@
 use crate::tree_model::{chi2_critical, contexts, model_row, mss_ranks, shape, top};
 use specula::cpu::CpuVerifier;
 use specula_core::Counters;
-use specula_core::verify::tree::{TreeOutputs, links_from_parents, verify_tree_batch};
-use specula_core::verify::{Check, Method};
+use specula_core::verify::tree::{PathOut, TreeOutputs, links_from_parents, verify_tree_batch};
+use specula_core::verify::{AcceptedOut, Check, Method, TokensOut};
 use specula_tests::conformance::{Gen, sample};
 use specula_tests::kernel_host::{KernelHost, Mode};
 use specula_tests::tree::{TreeData, TreeOut};
@@ -156,11 +156,11 @@ fn verify(d: &TreeData) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
         Method::Rejection,
         Check::STRICT,
         &d.view(),
-        &mut TreeOutputs {
-            accepted: &mut acc,
-            path: &mut path,
-            tokens: &mut tokens,
-        },
+        &mut TreeOutputs::new(
+            AcceptedOut(&mut acc),
+            PathOut(&mut path),
+            TokensOut(&mut tokens),
+        ),
         &mut c,
     )
     .unwrap();
@@ -465,11 +465,11 @@ fn kernel_text_gives_the_statistical_batches_bits() {
                 Method::Rejection,
                 Check::STRICT,
                 &d.view(),
-                &mut TreeOutputs {
-                    accepted: &mut acc,
-                    path: &mut path,
-                    tokens: &mut tokens,
-                },
+                &mut TreeOutputs::new(
+                    AcceptedOut(&mut acc),
+                    PathOut(&mut path),
+                    TokensOut(&mut tokens),
+                ),
                 &mut c,
             )
             .unwrap();

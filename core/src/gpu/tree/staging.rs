@@ -7,6 +7,7 @@ use super::super::staging::{
     Buffers, SUPPORT, Src, f32_rows, oob, owned_f32, per_request, tensor, upload,
 };
 use super::super::view::{Memory, View, ViewMut};
+use super::TreeOutViews;
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{TreeBatch, validate_tree_inputs_with};
@@ -186,11 +187,12 @@ impl<D: Driver> TreeStaging<D> {
     ) -> Result<TreeStaged<'_, D>, GpuError<D::Error>> {
         validate_tree_inputs_with::<K>(SUPPORT, batch)?;
         let rows = TreeRows::host(batch)?;
-        self.write_rows::<K>(drv, stream, method, batch, rows)
+        self.write_rows::<K>(drv, stream, method, batch, rows, None)
     }
 
     /// [`write`](Self::write) of a batch whose row tensors are `rows` (device ones read in
-    /// place, for as long as the views).
+    /// place, for as long as the views), into outputs on the device (`out_views`, written in
+    /// place) or in the staging's buffers.
     pub(in crate::gpu) fn write_rows<'s, const K: usize>(
         &'s self,
         drv: &D,
@@ -198,6 +200,7 @@ impl<D: Driver> TreeStaging<D> {
         method: Method,
         batch: &TreeBatch<'_>,
         rows: TreeRows<'_, 's, D>,
+        out_views: Option<TreeOutViews<'s, D>>,
     ) -> Result<TreeStaged<'s, D>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices do not match its shape, so a launch on what this returns stays in
@@ -210,6 +213,18 @@ impl<D: Driver> TreeStaging<D> {
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         let out = needs[PATH] / 4;
+        let outputs = match out_views {
+            // The launch writes `b` counts and `out` path and token slots: refuse shorter views.
+            Some(o) if o.accepted.len() < b || o.path.len() < out || o.tokens.len() < out => {
+                return Err(GpuError::ViewTooShort);
+            }
+            Some(o) => o,
+            None => TreeOutViews {
+                accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
+                path: ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
+                tokens: ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
+            },
+        };
         let tree = &batch.tree;
         let target = tensor(drv, stream, bufs[TPROBS], Some(rows.target))?;
         let target = target.ok_or(GpuError::ViewTooShort)?;
@@ -236,9 +251,9 @@ impl<D: Driver> TreeStaging<D> {
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-            path: ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
-            tokens: ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
+            accepted: outputs.accepted,
+            path: outputs.path,
+            tokens: outputs.tokens,
             target_logits,
             temperature,
         }))

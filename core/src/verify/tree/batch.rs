@@ -2,6 +2,7 @@
 
 use super::validate::expect_len;
 use super::*;
+use crate::verify::{AcceptedOut, DeviceOut, TokensOut};
 
 /// The sizes of a [`TreeBatch`] (named fields: they cannot be swapped silently).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,7 +42,7 @@ pub struct Tree<'a> {
 /// What a verifier reads is its [`Support`](crate::verify::Support): every tree verifier reads
 /// binary32 rows; host verifiers (the reference, the CPU backend) refuse rows in device memory
 /// ([`Feature::Device`](crate::verify::Feature::Device)), and the GPU verifiers read binary32
-/// device rows in place. No tree verifier reads bf16 / f16 rows yet:
+/// device rows in place (and write [`TreeOutputs::on_device`] in place). No tree verifier reads bf16 / f16 rows yet:
 /// [`VerifyError::Unsupported`] with [`Feature::Half`](crate::verify::Feature::Half) (logits or
 /// draft rows) or [`Feature::HalfProbs`](crate::verify::Feature::HalfProbs) (target
 /// probabilities).
@@ -240,7 +241,10 @@ fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
 }
 
 /// The caller's output buffers for a [`TreeBatch`]: `W = max_depth + 1` slots per request.
+/// Built with [`TreeOutputs::new`] (host slices) or [`TreeOutputs::on_device`] (device memory);
+/// `#[non_exhaustive]`: outputs can be added without breaking callers.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct TreeOutputs<'a> {
     /// `accepted[b]`: the accepted path's length (draft nodes, root excluded), `B` values.
     pub accepted: &'a mut [u32],
@@ -250,6 +254,69 @@ pub struct TreeOutputs<'a> {
     /// `tokens[b·W + j]`: the accepted nodes' tokens, then the one token sampled at the stopping
     /// node, then [`SENTINEL`] (the chain path's [`Outputs::tokens`](crate::verify::Outputs::tokens)).
     pub tokens: &'a mut [u32],
+    /// Outputs in device memory ([`on_device`](Self::on_device)), written in place by the
+    /// launch (no copy down, no wait); then the host slices above are empty. Only the GPU
+    /// verifiers take them ([`Support::device`](crate::verify::Support::device)).
+    pub device: Option<DeviceTreeOutputs<'a>>,
+}
+
+/// The `path` slice of [`TreeOutputs::new`], named so it cannot be passed as the tokens (both
+/// have `B · (max_depth + 1)` values: a swap would pass every length check).
+#[derive(Debug)]
+pub struct PathOut<'a>(pub &'a mut [u32]);
+
+impl<'a> TreeOutputs<'a> {
+    /// Outputs in three named host slices, which cannot be swapped without a compile error.
+    ///
+    /// ```
+    /// use specula_core::verify::tree::{PathOut, TreeOutputs};
+    /// use specula_core::verify::{AcceptedOut, TokensOut};
+    /// let (mut accepted, mut path, mut tokens) = ([0u32; 2], [0u32; 6], [0u32; 6]);
+    /// let out = TreeOutputs::new(
+    ///     AcceptedOut(&mut accepted),
+    ///     PathOut(&mut path),
+    ///     TokensOut(&mut tokens),
+    /// );
+    /// assert_eq!((out.accepted.len(), out.path.len(), out.tokens.len()), (2, 6, 6));
+    /// ```
+    #[must_use]
+    pub fn new(accepted: AcceptedOut<'a>, path: PathOut<'a>, tokens: TokensOut<'a>) -> Self {
+        Self {
+            accepted: accepted.0,
+            path: path.0,
+            tokens: tokens.0,
+            device: None,
+        }
+    }
+
+    /// Outputs in device memory, in the host outputs' layout: a GPU verifier's launch writes
+    /// them in place, so the step makes no copy down and no synchronising call (the kernel's
+    /// error flags are then not read back: a batch that passed validation raises none), as
+    /// [`Outputs::on_device`](crate::verify::Outputs::on_device) for chains. Validation checks
+    /// their lengths as the host ones' and that the host slices are empty; host verifiers
+    /// refuse them ([`VerifyError::Unsupported`] with
+    /// [`Feature::Device`](crate::verify::Feature::Device)).
+    #[must_use]
+    pub fn on_device(device: DeviceTreeOutputs<'a>) -> Self {
+        Self {
+            accepted: &mut [],
+            path: &mut [],
+            tokens: &mut [],
+            device: Some(device),
+        }
+    }
+}
+
+/// Tree outputs in device memory, for [`TreeOutputs::on_device`]: named fields, so the path and
+/// the tokens cannot be swapped. Laid out as the host outputs ([`TreeOutputs`]).
+#[derive(Debug)]
+pub struct DeviceTreeOutputs<'a> {
+    /// `accepted[b]` (`B` values).
+    pub accepted: DeviceOut<'a>,
+    /// The accepted node indices (`B · (max_depth + 1)` values).
+    pub path: DeviceOut<'a>,
+    /// The emitted tokens (`B · (max_depth + 1)` values).
+    pub tokens: DeviceOut<'a>,
 }
 
 /// Builds the first-child / next-sibling links of one tree from its parent array

@@ -1,7 +1,7 @@
 extern crate std;
 use super::*;
 use crate::error_kind::HasKind;
-use crate::verify::{Batch, Dims, Drafts, Outputs, verify_batch};
+use crate::verify::{AcceptedOut, Batch, Dims, Drafts, Outputs, TokensOut, verify_batch};
 
 fn chain_links(k: usize) -> ([i32; 8], [i32; 8]) {
     let mut fc = [NO_NODE; 8];
@@ -109,11 +109,11 @@ fn a_chain_shaped_tree_gives_the_chain_bits() {
                     method,
                     Check::STRICT,
                     &tree,
-                    &mut TreeOutputs {
-                        accepted: &mut a2,
-                        path: &mut p2,
-                        tokens: &mut t2,
-                    },
+                    &mut TreeOutputs::new(
+                        AcceptedOut(&mut a2),
+                        PathOut(&mut p2),
+                        TokensOut(&mut t2),
+                    ),
                     &mut c2,
                 )
                 .unwrap();
@@ -207,11 +207,7 @@ fn run_small(s: &Small, method: Method, with_draft: bool, n: usize) -> std::vec:
             method,
             Check::STRICT,
             &batch,
-            &mut TreeOutputs {
-                accepted: &mut a,
-                path: &mut p,
-                tokens: &mut t,
-            },
+            &mut TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t)),
             &mut c,
         )
         .unwrap();
@@ -332,11 +328,7 @@ fn typical_takes_the_deepest_passing_path_first_in_pre_order() {
     .with_typical(&eps, &delta);
     let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
     let mut c = Counters::<4>::ZERO;
-    let mut out = TreeOutputs {
-        accepted: &mut a,
-        path: &mut p,
-        tokens: &mut t,
-    };
+    let mut out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
     verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
     // Node 1's row [0.25, 0.5, 0.125, 0.125]: token 0 (node 4) 0.25 > 0.15 passes, token 1
     // (node 5) 0.5 passes: the first in pre-order, node 4, wins the tie at depth 2.
@@ -404,11 +396,7 @@ fn a_root_alone_emits_its_token_and_is_not_counted() {
         Method::Greedy,
         Check::STRICT,
         &batch,
-        &mut TreeOutputs {
-            accepted: &mut a,
-            path: &mut p,
-            tokens: &mut t,
-        },
+        &mut TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t)),
         &mut c,
     )
     .unwrap();
@@ -475,11 +463,7 @@ fn greedy_on_softmax_rows_breaks_ties_to_the_lowest_id() {
         });
         let (mut a, mut p, mut tk) = ([0u32; 1], [0u32; 2], [0u32; 2]);
         let mut c = Counters::<4>::ZERO;
-        let mut out = TreeOutputs {
-            accepted: &mut a,
-            path: &mut p,
-            tokens: &mut tk,
-        };
+        let mut out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut tk));
         verify_tree_batch(Method::Greedy, Check::STRICT, &batch, &mut out, &mut c).unwrap();
         // Node 2's softmax argmax is id 0: the bonus.
         assert_eq!((a, p, tk), ([1], [0, 2], [1, 0]), "T = {t}");
@@ -542,11 +526,11 @@ fn logits_give_the_bits_of_their_softmax_rows() {
                             method,
                             Check::Cheap,
                             &batch,
-                            &mut TreeOutputs {
-                                accepted: core::slice::from_mut(&mut r.0),
-                                path: &mut r.1,
-                                tokens: &mut r.2,
-                            },
+                            &mut TreeOutputs::new(
+                                AcceptedOut(core::slice::from_mut(&mut r.0)),
+                                PathOut(&mut r.1),
+                                TokensOut(&mut r.2),
+                            ),
                             &mut c,
                         )
                         .unwrap();
@@ -594,11 +578,7 @@ fn a_token_both_models_rule_out_is_never_accepted() {
         };
         let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 2], [0u32; 2]);
         let mut c = Counters::<4>::ZERO;
-        let mut out = TreeOutputs {
-            accepted: &mut a,
-            path: &mut p,
-            tokens: &mut t,
-        };
+        let mut out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
         verify_tree_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut c).unwrap();
         assert_eq!((a, p, t), ([0], [0, SENTINEL], [1, SENTINEL]));
     }
@@ -667,11 +647,11 @@ fn a_request_gives_the_same_bits_alone_and_in_a_batch() {
                     method,
                     Check::STRICT,
                     &both,
-                    &mut TreeOutputs {
-                        accepted: &mut acc,
-                        path: &mut path,
-                        tokens: &mut tok,
-                    },
+                    &mut TreeOutputs::new(
+                        AcceptedOut(&mut acc),
+                        PathOut(&mut path),
+                        TokensOut(&mut tok),
+                    ),
                     &mut c,
                 )
                 .unwrap();
@@ -699,11 +679,11 @@ fn a_request_gives_the_same_bits_alone_and_in_a_batch() {
                         method,
                         Check::STRICT,
                         &one,
-                        &mut TreeOutputs {
-                            accepted: &mut a1,
-                            path: &mut p1,
-                            tokens: &mut t1,
-                        },
+                        &mut TreeOutputs::new(
+                            AcceptedOut(&mut a1),
+                            PathOut(&mut p1),
+                            TokensOut(&mut t1),
+                        ),
                         &mut alone_c,
                     )
                     .unwrap();
@@ -778,11 +758,7 @@ fn strict_checks_and_parameters_are_refused_with_their_kind() {
             });
         }
         let (mut a, mut p, mut tk) = ([0u32; 1], [0u32; 2], [0u32; 2]);
-        let out = TreeOutputs {
-            accepted: &mut a,
-            path: &mut p,
-            tokens: &mut tk,
-        };
+        let out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut tk));
         validate_tree::<4>(method, Check::STRICT, &batch, &out)
     };
     let good = [0.5f32, 0.5, 0.25, 0.75];
@@ -1012,11 +988,11 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
     );
     let check = |batch: TreeBatch<'_>, outs: [usize; 3]| {
         let (mut a, mut p, mut t) = ([0u32; 3], [0u32; 3], [0u32; 3]);
-        let out = TreeOutputs {
-            accepted: &mut a[..outs[0]],
-            path: &mut p[..outs[1]],
-            tokens: &mut t[..outs[2]],
-        };
+        let out = TreeOutputs::new(
+            AcceptedOut(&mut a[..outs[0]]),
+            PathOut(&mut p[..outs[1]]),
+            TokensOut(&mut t[..outs[2]]),
+        );
         validate_tree::<4>(Method::Typical, Check::Cheap, &batch, &out)
     };
     let len = |param, len, expected| {
@@ -1257,11 +1233,7 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
     // Depth ≤ K: 4 is fine, 5 is not.
     let depth_ok = TreeBatch { max_depth: 4, ..ok };
     let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 5], [0u32; 5]);
-    let out = TreeOutputs {
-        accepted: &mut a,
-        path: &mut p,
-        tokens: &mut t,
-    };
+    let out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
     assert_eq!(
         validate_tree::<4>(Method::Greedy, Check::Cheap, &depth_ok, &out),
         Ok(())
@@ -1300,11 +1272,11 @@ fn malformed_trees_are_refused_with_their_kind() {
             },
         );
         let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 8], [0u32; 8]);
-        let out = TreeOutputs {
-            accepted: &mut a,
-            path: &mut p[..depth + 1],
-            tokens: &mut t[..depth + 1],
-        };
+        let out = TreeOutputs::new(
+            AcceptedOut(&mut a),
+            PathOut(&mut p[..depth + 1]),
+            TokensOut(&mut t[..depth + 1]),
+        );
         validate_tree::<4>(Method::Greedy, Check::Cheap, &batch, &out)
     };
     let n = NO_NODE;
@@ -1410,11 +1382,7 @@ fn malformed_trees_are_refused_with_their_kind() {
         },
     );
     let (mut a, mut p, mut t) = ([0u32; 2], [0u32; 8], [0u32; 8]);
-    let out = TreeOutputs {
-        accepted: &mut a,
-        path: &mut p,
-        tokens: &mut t,
-    };
+    let out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
     assert_eq!(
         validate_tree::<4>(Method::Greedy, Check::Cheap, &batch, &out),
         Err(VerifyError::Cycle {
@@ -1527,11 +1495,11 @@ fn trees_go_through_the_verifier_seam() {
     .with_draft_probs(&s.draft);
     let run = |v: &mut dyn FnMut(&mut TreeOutputs<'_>) -> Result<(), VerifyError>| {
         let (mut a, mut p, mut t) = ([7u32; 1], [7u32; 3], [7u32; 3]);
-        let r = v(&mut TreeOutputs {
-            accepted: &mut a,
-            path: &mut p,
-            tokens: &mut t,
-        });
+        let r = v(&mut TreeOutputs::new(
+            AcceptedOut(&mut a),
+            PathOut(&mut p),
+            TokensOut(&mut t),
+        ));
         (r, a, p, t)
     };
     // The reference through the seam: the bits and counts of verify_tree_batch.

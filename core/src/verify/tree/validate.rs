@@ -58,7 +58,9 @@ fn rows_fit(
 
 /// The batch-wide checks for a tree verifier that supports `support`: the rows it reads
 /// (binary32; in device memory only with [`Support::device`]), sizes, strides, every slice
-/// length (inputs, then outputs). Lengths are [`Values::len`], wherever the values are.
+/// length (inputs, then outputs: `accepted`, `path`, `tokens`; outputs on the device
+/// ([`TreeOutputs::on_device`]) need [`Support::device`] and are checked the same way, the host
+/// slices beside them empty). Lengths are [`Values::len`], wherever the values are.
 pub fn validate_tree_shape_with<const K: usize>(
     support: Support,
     batch: &TreeBatch<'_>,
@@ -70,9 +72,28 @@ pub fn validate_tree_shape_with<const K: usize>(
         .max_depth
         .checked_add(1)
         .and_then(|w| w.checked_mul(b));
-    expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
-    expect_len(Param::Path, out.path.len(), width)?;
-    expect_len(Param::Tokens, out.tokens.len(), width)?;
+    let host = [out.accepted.len(), out.path.len(), out.tokens.len()];
+    let lens = match &out.device {
+        None => host,
+        Some(_) if !support.device => {
+            return Err(VerifyError::Unsupported {
+                feature: Feature::Device,
+            });
+        }
+        Some(d) => {
+            // Device outputs replace the host ones, which stay empty (`TreeOutputs::on_device`).
+            for (param, len) in [Param::Accepted, Param::Path, Param::Tokens]
+                .into_iter()
+                .zip(host)
+            {
+                expect_len(param, len, Some(0))?;
+            }
+            [d.accepted.len(), d.path.len(), d.tokens.len()]
+        }
+    };
+    expect_len(Param::Accepted, lens[0], Some(b))?;
+    expect_len(Param::Path, lens[1], width)?;
+    expect_len(Param::Tokens, lens[2], width)?;
     Ok(())
 }
 

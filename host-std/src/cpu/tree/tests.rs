@@ -5,9 +5,9 @@
 
 use super::*;
 use specula_core::verify::tree::{
-    Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
+    PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
 };
-use specula_core::verify::{Logits, Streams};
+use specula_core::verify::{AcceptedOut, Logits, Streams, TokensOut};
 
 const K: usize = 6;
 
@@ -243,11 +243,11 @@ fn assert_same_bits(d: &Data, what: &str) {
             vec![0u32; requests * w],
             vec![0u32; requests * w],
         );
-        let mut out = TreeOutputs {
-            accepted: &mut acc,
-            path: &mut path,
-            tokens: &mut tokens,
-        };
+        let mut out = TreeOutputs::new(
+            AcceptedOut(&mut acc),
+            PathOut(&mut path),
+            TokensOut(&mut tokens),
+        );
         let mut c = Counters::<K>::ZERO;
         validate_tree::<K>(method, Check::Cheap, &batch, &out).unwrap();
         verify_tree_batch(method, Check::Cheap, &batch, &mut out, &mut c).unwrap();
