@@ -9,10 +9,12 @@ use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, Element, GpuError, GpuVerifier, TreeArgs, TreeStaging, View, ViewMut, tree_shape,
 };
-use specula_core::verify::tree::{PathOut, Tree, TreeBatch, TreeDims, TreeOutputs};
+use specula_core::verify::tree::{
+    DeviceTreeOutputs, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs,
+};
 use specula_core::verify::{
-    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Logits, Method, Param, Rows, Streams, Target,
-    TokensOut, Verifier, VerifyError,
+    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Logits, Method, Param, Rows,
+    Streams, Target, TokensOut, Verifier, VerifyError,
 };
 
 use crate::fake_driver::*;
@@ -755,4 +757,79 @@ fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
     );
     assert_eq!(e, Err(GpuError::Driver(FakeError(ErrorKind::Compile))));
     assert_eq!(drv2.st.ops.get(), 0, "nothing staged");
+}
+
+#[test]
+fn device_tree_rows_and_outputs_are_launched_in_place_without_a_wait() {
+    let drv = Fake::immediate(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(3);
+    // Target rows at an offset in a larger device buffer; outputs in the caller's buffers, the
+    // accepted counts at an offset.
+    let target = drv.alloc(4 * (2 + d.target.len())).unwrap();
+    for (i, &x) in d.target.iter().enumerate() {
+        write(&target, 4 * (2 + i), x);
+    }
+    let mut batch = d.view();
+    batch.target = Target::Probs(Rows::device(
+        Device::f32(View::<Fake, f32>::range(&target, 2, d.target.len()).unwrap()),
+        2,
+    ));
+    let (mut acc, mut path, mut tok) = (
+        drv.alloc(4 * 5).unwrap(),
+        drv.alloc(4 * 6).unwrap(),
+        drv.alloc(4 * 6).unwrap(),
+    );
+    let ids = (acc.id, path.id, tok.id);
+    let mut out = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Fake, u32>::range(&mut acc, 2, 3).unwrap()),
+        path: DeviceOut::new(ViewMut::<Fake, u32>::new(&mut path)),
+        tokens: DeviceOut::new(ViewMut::<Fake, u32>::new(&mut tok)),
+    });
+    v.verify_tree(Method::Greedy, Check::Cheap, &batch, &mut out)
+        .unwrap();
+    assert_eq!((v.sync_calls(), drv.st.syncs.get()), (0, 0), "no wait");
+    let a = drv.tree_launches()[0].args;
+    assert_eq!(
+        at(a.target_probs),
+        Some((target.id, 8)),
+        "rows read in place"
+    );
+    assert_eq!(
+        (at(a.accepted), at(a.path), at(a.tokens)),
+        (Some((ids.0, 8)), Some((ids.1, 0)), Some((ids.2, 0))),
+        "outputs written in place"
+    );
+    let acc_vals: Vec<u32> = (0..5).map(|i| read(&acc, 4 * i)).collect();
+    assert_eq!(acc_vals, [0, 0, 102, 103, 102], "only the window written");
+    let path_vals: Vec<u32> = (0..6).map(|i| read(&path, 4 * i)).collect();
+    assert_eq!(path_vals, [300, 301, 302, 303, 304, 305]);
+    assert_eq!(v.totals().unwrap().drafts, 3);
+}
+
+#[test]
+fn device_tree_outputs_of_another_device_are_refused_before_any_work() {
+    let drv = Fake::immediate(1);
+    let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+    let d = Owned::new(2);
+    let (mut acc, mut path, mut tok) = (
+        drv.alloc(4 * 2).unwrap(),
+        drv.alloc(4 * 4).unwrap(),
+        drv.alloc(4 * 4).unwrap(),
+    );
+    drv.st.foreign.set(Some(path.id));
+    let mut out = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Fake, u32>::new(&mut acc)),
+        path: DeviceOut::new(ViewMut::<Fake, u32>::new(&mut path)),
+        tokens: DeviceOut::new(ViewMut::<Fake, u32>::new(&mut tok)),
+    });
+    let e = v
+        .verify_tree(Method::Greedy, Check::Cheap, &d.view(), &mut out)
+        .unwrap_err();
+    assert!(
+        matches!(e, GpuError::ForeignMemory { param: Param::Path }),
+        "{e:?}"
+    );
+    assert!(drv.tree_launches().is_empty());
+    assert_eq!(v.totals().unwrap().drafts, 0, "nothing counted");
 }
