@@ -8,6 +8,9 @@
 #                                        then that no major and two majors are refused (CI:
 #                                        scripts/test.sh runs this)
 #     scripts/cudarc-majors.sh clippy    the same checks as clippy with warnings denied
+#     scripts/cudarc-majors.sh test      the tests that need no GPU (nextest profile quick) per
+#                                        major: the driver checks (a partial libcuda is a typed
+#                                        error on every major), the NVRTC and error tests
 #     scripts/cudarc-majors.sh oldest    cargo check against the oldest release of each major
 #                                        that the workspace allows (the lower bounds in the
 #                                        root Cargo.toml): rewrites Cargo.lock for the run and
@@ -34,7 +37,7 @@ features() {
 
 # check_major NN [--locked]: the library, tests and bench against cudarc 0.NN.
 check_major() {
-    local m="$1" t0
+    local m="$1" t0 what
     shift
     t0=$(date +%s)
     case "$mode" in
@@ -42,13 +45,22 @@ check_major() {
         cargo clippy -q "$@" -p specula-cuda --all-targets --no-default-features \
             --features "$(features "$m")" -- -D warnings
         ;;
+    test)
+        cargo nextest run "$@" -p specula-cuda --profile quick --no-default-features \
+            --features "$(features "$m")" --cargo-quiet --status-level fail \
+            --final-status-level fail
+        ;;
     *)
         cargo check -q "$@" -p specula-cuda --all-targets --no-default-features \
             --features "$(features "$m")"
         ;;
     esac
-    printf 'cudarc 0.%s (%s): %s clean in %d s\n' "$m" "$(locked_version "$m")" \
-        "$([ "$mode" = clippy ] && echo "clippy -D warnings" || echo "cargo check")" \
+    what="cargo check clean"
+    case "$mode" in
+    clippy) what="clippy -D warnings clean" ;;
+    test) what="quick tests pass" ;;
+    esac
+    printf 'cudarc 0.%s (%s): %s in %d s\n' "$m" "$(locked_version "$m")" "$what" \
         $(($(date +%s) - t0))
 }
 
@@ -73,6 +85,11 @@ refused() {
 }
 
 case "$mode" in
+test)
+    for m in 16 17 18 19; do
+        check_major "$m" --locked
+    done
+    ;;
 check | clippy)
     for m in 16 17 18 19; do
         check_major "$m" --locked
@@ -95,7 +112,7 @@ oldest)
     done
     ;;
 *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
