@@ -14,9 +14,10 @@
 #                 its licence files, and builds each from its package), and the file lists.
 #   5. MSRV       `cargo +<toolchain> check --locked` at each floor docs/RELEASING.md states
 #                 ("MSRV"): the workspace's rust-version (the library crates with every feature
-#                 but `candle` and `cuda`, the program, the core without default features),
-#                 1.87 for `candle` (candle-core 0.9.2), specula-cuda's rust-version for it and
-#                 `cuda`. Missing toolchains are installed (rustup, minimal profile).
+#                 but `candle` and `cuda`, the program, the core without default features;
+#                 specula-cuda and `cuda` on cudarc 0.16 to 0.18), 1.87 for `candle`
+#                 (candle-core 0.9.2), 1.88 for specula-cuda and `cuda` on cudarc 0.19 (the
+#                 default). Missing toolchains are installed (rustup, minimal profile).
 #
 # Each step prints its name and its time; the run fails if any step fails (all steps run).
 # A step whose tool is missing (nightly, the MSRV toolchain, network for the dry run) prints
@@ -76,14 +77,17 @@ for p in m["packages"]:
     docs = ((p.get("metadata") or {}).get("docs") or {}).get("rs") or {}
     print(p["name"], ",".join(docs.get("features", [])) or "-", os.path.dirname(p["manifest_path"]))
 ')" || exit 1
-# The lowest rust-version a crate declares (the workspace's), and specula-cuda's.
-read -r msrv cuda_msrv <<<"$(printf '%s' "$meta" | python3 -c '
+# The lowest rust-version a crate declares (the workspace's).
+msrv="$(printf '%s' "$meta" | python3 -c '
 import json, sys
 ps = json.load(sys.stdin)["packages"]
 v = lambda s: tuple(int(x) for x in s.split("."))
-print(min((p["rust_version"] for p in ps if p["rust_version"]), key=v),
-      next(p["rust_version"] for p in ps if p["name"] == "specula-cuda"))
+print(min((p["rust_version"] for p in ps if p["rust_version"]), key=v))
 ')" || exit 1
+# The `cuda` feature's floor on its default cudarc major: cudarc 0.19.1 and later depend on
+# libloading 0.9, which declares 1.88 (specula-cuda's own code and cudarc 0.16 to 0.18 need
+# the workspace's, checked below with it).
+cuda_msrv=1.88
 # The `candle` feature's floor: candle-core 0.9.2 (the first with i32 tensors, which the vLLM
 # outputs are) calls u*::is_multiple_of, stable in 1.87, and declares no rust-version.
 candle_msrv=1.87
@@ -277,6 +281,12 @@ msrv_check() {
     check_at "$msrv" -p specula-core -p specula-rocm -p specula -p specula-cli \
         --features specula/metrics,specula/http,specula/axum,specula/rocm &&
         check_at "$msrv" -p specula-core --no-default-features &&
+        check_at "$msrv" -p specula-cuda -p specula --no-default-features \
+            --features specula/cuda,specula/cuda-version,specula/cudarc-0-16,specula/cuda-dynamic-loading &&
+        check_at "$msrv" -p specula-cuda --no-default-features \
+            --features cudarc-0-17,cuda-12060,dynamic-loading &&
+        check_at "$msrv" -p specula-cuda --no-default-features \
+            --features cudarc-0-18,cuda-12060,dynamic-loading &&
         check_at "$candle_msrv" -p specula --features specula/candle &&
         check_at "$cuda_msrv" -p specula-cuda -p specula -p specula-cli \
             --features specula/cuda,specula-cli/cuda

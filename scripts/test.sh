@@ -23,9 +23,9 @@
 #
 # Every step prints its wall time when it ends, and the summary lists the steps by time. Steps
 # that share nothing with the main build (Miri, loom, the no_std builds, the candle link check,
-# the candle feature's checks, scripts/package-check.sh, mutation testing, each in a target
-# directory of its own) run in a second lane beside it; their output is printed whole when they
-# end, so it never interleaves.
+# the cudarc majors, the candle feature's checks, scripts/package-check.sh, mutation testing,
+# each in a target directory of its own) run in a second lane beside it; their output is
+# printed whole when they end, so it never interleaves.
 # The kernel is compiled once per toolchain and target: the NVRTC 12.9 test keeps its ptxas
 # report of the kernel in target/kernel-cache, and the kernel report reads it from there.
 #
@@ -282,17 +282,32 @@ pick_backend() {
 
 link_candle() {
     # tests/link-candle depends on cudarc as candle-core's `cuda` feature does and on specula
-    # with `cuda`; with Specula's default version, and with the application naming its own
-    # version (default features off). Negative control: both versions at once must not build.
+    # with `cuda`, handing its own cudarc slice to Specula (which type-checks only where both
+    # name one cudarc major); with Specula's default version, and with the application naming
+    # its own version (default features off); on cudarc 0.19 (candle-core 0.9.2) and 0.16
+    # (candle-core 0.9.1). Negative controls: two CUDA versions at once, and two cudarc majors
+    # in Specula at once, must not build.
     cd tests/link-candle
     export CARGO_TARGET_DIR="$target/link-candle"
     cargo check -q
-    cargo check -q --no-default-features --features own-version
+    cargo check -q --no-default-features --features own-version,major-19
+    cargo check -q --no-default-features --features pinned,major-16
+    cargo check -q --no-default-features --features own-version,major-16
     if cargo check -q --features own-version 2>/dev/null; then
         echo "negative control built: the check cannot see a version conflict" >&2
         return 1
     fi
-    echo "links with candle's cudarc features; two CUDA versions refused as expected"
+    if cargo check -q --features major-16 2>/dev/null; then
+        echo "negative control built: two cudarc majors were not refused" >&2
+        return 1
+    fi
+    echo "links with candle's cudarc features on cudarc 0.19 and 0.16; two CUDA versions and two cudarc majors refused as expected"
+}
+
+cudarc_majors() {
+    # specula-cuda against each cudarc major it supports (0.16 to 0.19, a feature each), and
+    # no major or two refused: cargo check only, in its own target directory.
+    CARGO_TARGET_DIR="$target/cudarc-majors" scripts/cudarc-majors.sh
 }
 
 candle_engine() {
@@ -398,7 +413,7 @@ second=()
 [ "$have_miri" = 1 ] && second+=(miri)
 second+=(loom)
 [ "$have_targets" = 1 ] && second+=(no_std_builds)
-second+=(link_candle candle_engine package_check)
+second+=(link_candle cudarc_majors candle_engine package_check)
 [ "$have_mutants" = 1 ] && second+=(mutants)
 lane "${second[@]}"
 

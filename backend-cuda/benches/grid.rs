@@ -22,12 +22,14 @@
 //!
 //! Without a device it prints SKIPPED and exits 0 (1 when `SPECULA_REQUIRE_DEVICE` is set).
 
-use cudarc::driver::result;
-use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstream};
 use specula_core::gpu::kernels;
 use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
 use specula_core::verify::Method;
 use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
+use specula_cuda::cudarc::driver::result;
+use specula_cuda::cudarc::driver::sys::{
+    CUdeviceptr, CUevent, CUevent_flags, CUfunction, CUstream,
+};
 use specula_cuda::{CudaDevice, CudaDeviceBuffer, CudaDriver};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
@@ -97,7 +99,7 @@ fn free(p: CUdeviceptr) {
 fn fill(p: CUdeviceptr, first: usize, step: usize, count: usize, value: f32) {
     // SAFETY: the caller's buffer holds at least first + step * count floats.
     unsafe {
-        cudarc::driver::sys::cuMemsetD2D32_v2(
+        specula_cuda::cudarc::driver::sys::cuMemsetD2D32_v2(
             p + (first * 4) as u64,
             step * 4,
             value.to_bits(),
@@ -314,9 +316,14 @@ fn main() {
     let mut flush_l2 = || {
         // SAFETY: `flush` holds L2_FLUSH_BYTES bytes; enqueued on the timed stream.
         unsafe {
-            cudarc::driver::sys::cuMemsetD32Async(flush, 0, L2_FLUSH_BYTES / 4, stream)
-                .result()
-                .expect("flush memset");
+            specula_cuda::cudarc::driver::sys::cuMemsetD32Async(
+                flush,
+                0,
+                L2_FLUSH_BYTES / 4,
+                stream,
+            )
+            .result()
+            .expect("flush memset");
         }
     };
     let read_bytes = |bytes: usize| {

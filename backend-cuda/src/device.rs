@@ -5,10 +5,10 @@ use crate::compile::{compile_ptx, compile_tree_ptx};
 use crate::error::CudaError;
 use crate::ffi::{Blocking, call, driver_present};
 use cudarc::driver::result;
-use cudarc::driver::sys::{CUevent, CUfunction};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
-use cudarc::nvrtc::Ptx;
+use cudarc::driver::sys::{CUdevice_attribute, CUevent, CUfunction, CUmodule};
+use cudarc::driver::{CudaContext, CudaStream};
 use specula_core::gpu::ENTRY_NAMES;
+use std::ffi::CString;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// A CUDA context with the verification kernel loaded and the stream it runs on.
@@ -20,25 +20,81 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    // Keeps the module loaded while the functions are used.
-    _module: Arc<CudaModule>,
-    /// Every chain entry point, in the order of `specula_core::gpu::ENTRY_NAMES` (plain,
-    /// split; `_logits`): a launch picks one by `Launch::entry_index`.
-    functions: [CudaFunction; ENTRY_NAMES.len()],
+    /// The chain module: every chain entry point, in the order of
+    /// `specula_core::gpu::ENTRY_NAMES` (plain, split; `_logits`): a launch picks one by
+    /// `Launch::entry_index`.
+    chain: Module,
     arch: String,
     sms: u32,
-    /// The tree entry, compiled and loaded on first tree use (`tree_function`).
-    tree: OnceLock<TreeKernel>,
+    /// The tree module (`kernels::TREE_SOURCE`) with its one entry, compiled and loaded on
+    /// first tree use (`tree_function`).
+    tree: OnceLock<Module>,
     /// Serialises that first compile.
     tree_init: Mutex<()>,
 }
 
-/// The tree module (`kernels::TREE_SOURCE`) and its entry point.
+/// A module loaded into a context and the entry points taken from it, unloaded on drop.
+///
+/// Raw driver handles rather than cudarc's `CudaModule`/`CudaFunction`: the launches need the
+/// `CUfunction`, which cudarc's safe API hands out only from 0.19.10
+/// (`CudaFunction::cu_function`), while `result::module` is the same in 0.16 to 0.19, so one
+/// path serves every supported major.
 #[derive(Debug)]
-struct TreeKernel {
-    // Keeps the module loaded while `function` is used.
-    _module: Arc<CudaModule>,
-    function: CudaFunction,
+struct Module {
+    raw: CUmodule,
+    /// The entry points, in the order of the names they were loaded by.
+    functions: Vec<CUfunction>,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the module and function handles are owned by this value (the functions live as long
+// as the module, unloaded only in `drop`); the driver API may use them from any thread with
+// the context current, which every use binds.
+unsafe impl Send for Module {}
+// SAFETY: as for `Send`: shared access only copies the handles out (`cuLaunchKernel` on one
+// function from several threads is allowed).
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads `ptx` into `ctx` and takes the entry points `names` from it.
+    fn load(ctx: &Arc<CudaContext>, ptx: String, names: &[&str]) -> Result<Self, CudaError> {
+        let no_nul = |what: &str| CudaError::Nvrtc {
+            log: format!("{what} holds a NUL byte: it cannot be passed to the driver"),
+        };
+        let image = CString::new(ptx).map_err(|_| no_nul("the PTX"))?;
+        call("cuCtxSetCurrent", Blocking::No, || ctx.bind_to_thread())?;
+        // SAFETY: the context is current; `image` is a NUL-terminated PTX text that lives
+        // until the call returns (the driver copies what it keeps).
+        let raw = call("cuModuleLoadData", Blocking::Yes, || unsafe {
+            result::module::load_data(image.as_ptr().cast())
+        })?;
+        // Owned from here: an error below unloads it.
+        let mut module = Self {
+            raw,
+            functions: Vec::with_capacity(names.len()),
+            ctx: ctx.clone(),
+        };
+        for name in names {
+            let name = CString::new(*name).map_err(|_| no_nul("an entry name"))?;
+            // SAFETY: `raw` is the live module just loaded in the current context.
+            let f = call("cuModuleGetFunction", Blocking::No, || unsafe {
+                result::module::get_function(raw, name)
+            })?;
+            module.functions.push(f);
+        }
+        Ok(module)
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; a failed unload leaks the module at worst.
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: loaded by `Module::load` and unloaded once, here; no launch can use its
+            // functions afterwards (they are only reachable through this value).
+            let _ = unsafe { result::module::unload(self.raw) };
+        }
+    }
 }
 
 impl CudaDevice {
@@ -64,32 +120,17 @@ impl CudaDevice {
     /// device's architecture (once per process) and loaded into the context.
     pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self, CudaError> {
         let ctx = stream.context().clone();
-        let (major, minor) = call("cuDeviceGetAttribute", Blocking::No, || {
-            ctx.compute_capability()
-        })?;
+        // Two attributes, not `compute_capability` (cudarc 0.17 and later only).
+        let attribute = |a| call("cuDeviceGetAttribute", Blocking::No, || ctx.attribute(a));
+        let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let arch = format!("compute_{major}{minor}");
-        let ptx = compile_ptx(&arch)?;
-        let module = call("cuModuleLoadData", Blocking::Yes, || {
-            ctx.load_module(Ptx::from_src(ptx))
-        })?;
-        let mut loaded = Vec::with_capacity(ENTRY_NAMES.len());
-        for name in ENTRY_NAMES {
-            loaded.push(call("cuModuleGetFunction", Blocking::No, || {
-                module.load_function(name)
-            })?);
-        }
-        let functions: [CudaFunction; ENTRY_NAMES.len()] =
-            loaded.try_into().map_err(|_| CudaError::TooLarge)?; // one per name: never taken
-        let sms = call("cuDeviceGetAttribute", Blocking::No, || {
-            ctx.attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )
-        })?;
+        let chain = Module::load(&ctx, compile_ptx(&arch)?, &ENTRY_NAMES)?;
+        let sms = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(Self {
             ctx,
             stream,
-            _module: module,
-            functions,
+            chain,
             arch,
             sms: u32::try_from(sms).unwrap_or(1).max(1),
             tree: OnceLock::new(),
@@ -117,7 +158,7 @@ impl CudaDevice {
 
     /// The entry point at `index` of `specula_core::gpu::ENTRY_NAMES`, if there is one.
     pub(crate) fn cu_entry(&self, index: usize) -> Option<CUfunction> {
-        self.functions.get(index).map(CudaFunction::cu_function)
+        self.chain.functions.get(index).copied()
     }
 
     /// The tree entry point (`specula_verify_tree`): on the first call the tree text
@@ -126,28 +167,20 @@ impl CudaDevice {
     /// that verifies chains alone pays nothing for it. A failure (no NVRTC, a refused compile, a
     /// failed load) is returned as a typed error and not cached: a later call tries again.
     pub(crate) fn tree_function(&self) -> Result<CUfunction, CudaError> {
+        let entry = |m: &Module| m.functions.first().copied().ok_or(CudaError::TooLarge); // one name: never taken
         if let Some(t) = self.tree.get() {
-            return Ok(t.function.cu_function());
+            return entry(t);
         }
         let _first = self
             .tree_init
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(t) = self.tree.get() {
-            return Ok(t.function.cu_function());
+            return entry(t);
         }
         let ptx = compile_tree_ptx(&self.arch)?;
-        let module = call("cuModuleLoadData", Blocking::Yes, || {
-            self.ctx.load_module(Ptx::from_src(ptx))
-        })?;
-        let function = call("cuModuleGetFunction", Blocking::No, || {
-            module.load_function(specula_core::gpu::kernels::TREE_ENTRY)
-        })?;
-        let t = self.tree.get_or_init(|| TreeKernel {
-            _module: module,
-            function,
-        });
-        Ok(t.function.cu_function())
+        let module = Module::load(&self.ctx, ptx, &[specula_core::gpu::kernels::TREE_ENTRY])?;
+        entry(self.tree.get_or_init(|| module))
     }
 
     /// Whether the tree module is loaded (after the first tree use).

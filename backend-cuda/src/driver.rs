@@ -10,8 +10,7 @@ use crate::ffi::{Blocking, call};
 use crate::memory::{CudaDeviceBuffer, CudaPinnedBuffer};
 use cudarc::driver::result;
 use cudarc::driver::sys::{
-    CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUgraphInstantiate_flags, CUresult,
-    CUstreamCaptureMode,
+    self, CUevent_flags, CUevent_wait_flags, CUgraph, CUgraphExec, CUresult, CUstreamCaptureMode,
 };
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::kernels;
@@ -321,10 +320,17 @@ impl Driver for CudaDriver {
         let graph = call("cuStreamEndCapture", Blocking::No, || unsafe {
             result::stream::end_capture(s)
         })?;
-        // SAFETY: `graph` is the live graph just captured.
-        match call("cuGraphInstantiateWithFlags", Blocking::Yes, || unsafe {
-            result::graph::instantiate(graph, CUgraphInstantiate_flags(0))
-        }) {
+        // The driver function itself, not `result::graph::instantiate`: its flags type is an
+        // enum before cudarc 0.19.10 and a bit set from it; no flags is 0 in both.
+        let mut exec = core::mem::MaybeUninit::<CUgraphExec>::uninit();
+        // SAFETY: `graph` is the live graph just captured; `exec` is written on success only,
+        // and read only then.
+        let instantiated = call("cuGraphInstantiateWithFlags", Blocking::Yes, || unsafe {
+            sys::cuGraphInstantiateWithFlags(exec.as_mut_ptr(), graph, 0)
+                .result()
+                .map(|()| exec.assume_init())
+        });
+        match instantiated {
             Ok(exec) => Ok(CudaGraph {
                 graph,
                 exec,

@@ -75,21 +75,43 @@ pub(crate) fn call<T>(
 // ------------------------------------------------------------------ the driver library
 
 /// True if the CUDA driver library loads **and** exports every entry point this crate's path
-/// calls through cudarc ([`DRIVER_SYMBOLS`]). cudarc resolves a driver function on its first
-/// call and panics when the library or the symbol is missing; a stub or partial `libcuda` (a
-/// container's compat shim, a driver older than the API) must give
+/// calls through cudarc ([`DRIVER_SYMBOLS`]) **and** cudarc's own loader accepts it. cudarc
+/// panics when the library or a symbol is missing; a stub or partial `libcuda` (a container's
+/// compat shim, a driver older than the API) must give
 /// [`CudaError::NoDriver`](crate::CudaError::NoDriver) instead, so the check runs before cudarc
 /// touches the driver. Checked once per process.
+///
+/// cudarc 0.19.5 and later resolve a driver function on its first call, so the symbol check
+/// is the whole answer. Earlier releases (every 0.16 to 0.18 one, 0.19.0 to 0.19.4) resolve
+/// the whole driver API of their CUDA version feature on their first call and panic if the
+/// library lacks any one function (a driver older than the bindings); that first call is made
+/// here, once, with the panic caught (`cudarc_loads`): its message is printed by the panic
+/// hook, and a build with `panic = "abort"` aborts there instead.
 #[must_use]
 pub fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    *PRESENT.get_or_init(|| driver_library_complete(&driver_candidates()))
+    *PRESENT.get_or_init(|| driver_library_complete(&driver_candidates()) && cudarc_loads())
+}
+
+/// Whether cudarc's first driver call returns rather than panics: `cuDriverGetVersion` (in
+/// [`DRIVER_SYMBOLS`]; its result does not matter). With cudarc's dynamic loading that first
+/// call loads the library (all of its API before 0.19.5, this one function from then); with
+/// dynamic or static linking it is a plain call.
+fn cudarc_loads() -> bool {
+    let mut version = 0;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `version` is a valid out-pointer for the call's duration; the function only
+        // writes the driver's version there.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+    }))
+    .is_ok()
 }
 
 /// The driver entry points (CUDA ≥ 12.0 names) that opening a device, compiling, launching,
 /// graph capture and the readback reach through cudarc.
 pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuInit",
+    "cuDriverGetVersion",
     "cuGetErrorName",
     "cuGetErrorString",
     "cuDeviceGetCount",

@@ -69,6 +69,73 @@ fn a_driver_library_without_its_symbols_is_no_driver() {
     assert!(text.contains("1 passed"), "the child ran the check: {text}");
 }
 
+const PARTIAL: &str = "SPECULA_PARTIAL_DRIVER_CHILD";
+
+/// A `libcuda` that exports exactly [`specula_cuda::DRIVER_SYMBOLS`] (each a stub returning
+/// `CUDA_ERROR_NO_DEVICE`) and nothing else of the driver API: what a driver older than the
+/// bindings looks like to cudarc. cudarc before 0.19.5 (0.16 to 0.18) loads its whole API on
+/// the first call and panics on the first function missing; later releases load what is
+/// called. Either way the answer is a typed error, never a panic: `NoDriver` where cudarc's
+/// loader refuses the library, `NoDevice` where the stubs answer.
+#[test]
+fn a_driver_with_only_the_crates_symbols_is_a_typed_error() {
+    if std::env::var_os(PARTIAL).is_some() {
+        let present = specula_cuda::driver_present();
+        let got = CudaDevice::new(0).map(|_| ());
+        println!("driver_present {present}, CudaDevice::new {got:?}");
+        match got {
+            Err(CudaError::NoDriver) => assert!(!present),
+            Err(CudaError::NoDevice) => assert!(present),
+            other => panic!("expected NoDriver or NoDevice, got {other:?}"),
+        }
+        return;
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let dir = std::env::temp_dir().join(format!("specula-partial-libcuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stubs: String = specula_cuda::DRIVER_SYMBOLS
+        .iter()
+        .map(|name| format!("int {name}(void) {{ return 100; }}\n"))
+        .collect();
+    std::fs::write(dir.join("stub.c"), stubs).unwrap();
+    let built = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(dir.join("libcuda.so"))
+        .arg(dir.join("stub.c"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("SKIPPED: no C compiler ({cc}) to build a partial libcuda");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: C compiler missing"
+        );
+        return;
+    }
+    std::fs::copy(dir.join("libcuda.so"), dir.join("libcuda.so.1")).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "broken_driver::a_driver_with_only_the_crates_symbols_is_a_typed_error",
+            "--nocapture",
+        ])
+        .env(PARTIAL, "1")
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed: {text}");
+    assert!(text.contains("1 passed"), "the child ran the check: {text}");
+    let seen = text.lines().find(|l| l.starts_with("driver_present"));
+    println!("partial libcuda: {}", seen.unwrap_or("?"));
+}
+
 #[test]
 fn the_symbol_list_has_no_duplicates_and_names_the_entry_points() {
     let mut names = specula_cuda::DRIVER_SYMBOLS.to_vec();

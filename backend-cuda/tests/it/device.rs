@@ -3,7 +3,7 @@
 //! has no CUDA driver or device (CI), unless `SPECULA_REQUIRE_DEVICE` is set, as
 //! `scripts/gpu-check.sh` does when it runs them on a GPU host.
 
-use crate::support::device;
+use crate::support::{device, download, upload};
 use specula_core::Readback;
 use specula_core::gpu::Staging;
 use specula_core::verify::Produce;
@@ -269,15 +269,15 @@ fn step_path_on_the_callers_cudarc_buffers() {
     let s = dev.stream().clone();
     // The caller's buffers, made the way an engine makes them.
     let shape = kernels::batch_shape::<K>(Method::Rejection, &d.view()).unwrap();
-    let shape = s.clone_htod(&shape).unwrap();
-    let k = s.clone_htod(&d.k).unwrap();
-    let ids = s.clone_htod(&d.draft_ids).unwrap();
-    let dp = d.draft_probs.as_ref().map(|p| s.clone_htod(p).unwrap());
-    let tp = s.clone_htod(&d.target_probs).unwrap();
-    let seed = s.clone_htod(&d.seed).unwrap();
-    let offset = s.clone_htod(&d.offset).unwrap();
-    let eps = s.clone_htod(&vec![DEFAULT_EPS; b]).unwrap();
-    let delta = s.clone_htod(&vec![DEFAULT_DELTA; b]).unwrap();
+    let shape = upload(&s, &shape);
+    let k = upload(&s, &d.k);
+    let ids = upload(&s, &d.draft_ids);
+    let dp = d.draft_probs.as_ref().map(|p| upload(&s, p));
+    let tp = upload(&s, &d.target_probs);
+    let seed = upload(&s, &d.seed);
+    let offset = upload(&s, &d.offset);
+    let eps = upload(&s, &vec![DEFAULT_EPS; b]);
+    let delta = upload(&s, &vec![DEFAULT_DELTA; b]);
     let mut accepted = s.alloc_zeros::<u32>(b).unwrap();
     let mut tokens = s.alloc_zeros::<u32>(b * (d.k_max + 1)).unwrap();
     let drv = CudaDriver::new(dev.clone());
@@ -327,8 +327,8 @@ fn step_path_on_the_callers_cudarc_buffers() {
             "no synchronising call"
         );
     }
-    assert_eq!(s.clone_dtoh(&accepted).unwrap(), want.accepted);
-    assert_eq!(s.clone_dtoh(&tokens).unwrap(), want.tokens);
+    assert_eq!(download(&s, &accepted), want.accepted);
+    assert_eq!(download(&s, &tokens), want.tokens);
     assert_eq!(v.totals().unwrap(), counted);
 }
 

@@ -7,7 +7,7 @@
 //! prints SKIPPED and passes when the machine has no CUDA driver or device (CI), unless
 //! `SPECULA_REQUIRE_DEVICE` is set.
 
-use crate::support::device;
+use crate::support::{device, upload};
 use specula_core::verify::{Check, Method, Verifier};
 use specula_cuda::call_counts;
 use specula_tests::conformance::{self, K};
@@ -63,8 +63,8 @@ fn tree_rows_in_the_callers_cudarc_memory() {
     let mut g = conformance::Gen(0x28_C0DA);
     for draft in [false, true] {
         let t = full_tree(&mut g, 64, 7, 32_000, draft);
-        let tp = s.clone_htod(&t.target).unwrap();
-        let dp = t.draft.as_ref().map(|p| s.clone_htod(p).unwrap());
+        let tp = upload(&s, &t.target);
+        let dp = t.draft.as_ref().map(|p| upload(&s, p));
         for m in [Method::Greedy, Method::Rejection, Method::Typical] {
             let mut host = verifier();
             let mut want = TreeOut::new(t.requests(), t.max_depth);
