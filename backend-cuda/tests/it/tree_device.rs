@@ -7,7 +7,7 @@
 //! prints SKIPPED and passes when the machine has no CUDA driver or device (CI), unless
 //! `SPECULA_REQUIRE_DEVICE` is set.
 
-use crate::support::{device, upload};
+use crate::support::{device, download, upload};
 use specula_core::verify::{Check, Method, Verifier};
 use specula_cuda::call_counts;
 use specula_tests::conformance::{self, K};
@@ -107,17 +107,17 @@ fn tree_outputs_in_the_callers_cudarc_memory() {
     let mut g = conformance::Gen(0x31_C0DA);
     for draft in [false, true] {
         let t = full_tree(&mut g, 64, 7, 32_000, draft);
-        let tp = s.clone_htod(&t.target).unwrap();
-        let dp = t.draft.as_ref().map(|p| s.clone_htod(p).unwrap());
+        let tp = upload(&s, &t.target);
+        let dp = t.draft.as_ref().map(|p| upload(&s, p));
         let (b, w) = (t.requests(), t.requests() * (t.max_depth + 1));
         for m in [Method::Greedy, Method::Rejection, Method::Typical] {
             let mut host = verifier();
             let mut want = TreeOut::new(b, t.max_depth);
             host.verify_tree(m, Check::Cheap, &t.view(), &mut want.view())
                 .unwrap();
-            let mut accepted = s.clone_htod(&vec![u32::MAX; b]).unwrap();
-            let mut path = s.clone_htod(&vec![u32::MAX; w]).unwrap();
-            let mut tokens = s.clone_htod(&vec![u32::MAX; w]).unwrap();
+            let mut accepted = upload(&s, &vec![u32::MAX; b]);
+            let mut path = upload(&s, &vec![u32::MAX; w]);
+            let mut tokens = upload(&s, &vec![u32::MAX; w]);
             let mut v = verifier();
             {
                 let rows = drv.borrow_rows(&tp);
@@ -144,9 +144,9 @@ fn tree_outputs_in_the_callers_cudarc_memory() {
                 assert_eq!(v.sync_calls(), 0);
             }
             let got = TreeOut {
-                accepted: s.clone_dtoh(&accepted).unwrap(),
-                path: s.clone_dtoh(&path).unwrap(),
-                tokens: s.clone_dtoh(&tokens).unwrap(),
+                accepted: download(&s, &accepted),
+                path: download(&s, &path),
+                tokens: download(&s, &tokens),
             };
             assert_eq!(got, want, "draft={draft} {m:?}");
             assert_eq!(
