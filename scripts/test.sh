@@ -371,7 +371,15 @@ no_std_builds() {
     echo "built for $targets (and defmt, critical-section)"
 }
 
-miri() { cargo +nightly miri test -p specula-core; }
+# Miri finds undefined behaviour, which only unsafe code (gpu/) can cause, and runs the metrics'
+# atomics under its weak-memory model. Verification has neither (`#![forbid(unsafe_code)]` in
+# core/src/verify/mod.rs, no atomics), so its tests, which would take about 40 % of this step,
+# run in the debug and statistics steps only: the lib's `verify::` modules and doc examples, and
+# the `it` files whose subject is the reference arithmetic (none of them reaches gpu/).
+miri() {
+    cargo +nightly miri test -p specula-core -- --skip verify:: --skip reference:: \
+        --skip validate:: --skip numerics:: --skip batch:: --skip recovered::
+}
 
 loom() {
     RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$target/loom" \

@@ -33,6 +33,10 @@
 //! assert_eq!(counters.accepted_tokens, 1);
 //! ```
 
+// Checked, not promised: no unsafe code anywhere in verification (so Miri in CI runs the
+// modules that have some, gpu/, and the shared-memory metrics; scripts/test.sh says why).
+#![forbid(unsafe_code)]
+
 mod batch;
 mod device;
 mod error;
