@@ -13,7 +13,14 @@
 //   One parameter, specula_verify.cu's argument block `sp_args`: node counts in `k`, node
 //   tokens in `draft_ids`, the links in `first_child` / `next_sibling`, the output `path`.
 //   shape = SP_TREE_SHAPE_WORDS u32 words: batch, max_depth, vocab, draft stride, target stride,
-//           method, counters K, flags (SP_FLAG_DRAFT_PROBS), node slots N per request.
+//           method, counters K, flags (SP_FLAG_DRAFT_PROBS; SP_FLAG_TARGET_BF16 / _F16: the
+//           target rows, probabilities or logits, hold bf16 / f16 patterns; SP_FLAG_DRAFT_BF16 /
+//           _F16 with SP_FLAG_DRAFT_PROBS: the draft rows do; at most one per tensor, strides in
+//           elements), node slots N per request.
+//   Half rows are read as the logits entries read them (sp_widen: exact), so the outputs and
+//   counters are those of the binary32 rows they widen to; the row passes run the chain's
+//   any-format instances (FX = SP_FX_ANY) only when a row is half, its binary32 instances (the
+//   code binary32 trees always ran) otherwise.
 //   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
 //           read; temperature (f32 x B, read only with logits): 0 greedy on the logit rows,
 //           > 0 every target value through the row's softmax (sp_softmax_state, sp_soft_p:
@@ -75,10 +82,46 @@ __device__ sp_u64 sp_tree_race(const W& wf, sp_u32 vocab, sp_u32 position, sp_u3
     return (1ull << 32) | (sp_u64)(~(sp_u32)lowest);
 }
 
-// A node row's target value p(v): the stored value, or its softmax probability when st is set
-// (target logits at T > 0).
-__device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, sp_u32 v) {
-    return st != 0 ? sp_soft_p(row[v], *st) : row[v];
+// A node row's target value p(v): the stored value (of format fmt, widened), or its softmax
+// probability when st is set (target logits at T > 0).
+__device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, sp_u32 v, sp_u32 fmt) {
+    const float x = sp_rd(row, v, fmt);
+    return st != 0 ? sp_soft_p(x, *st) : x;
+}
+
+// The row passes over a node row (every thread of the block; block-uniform calls): the chain's
+// binary32 instances (FX = 0) when every row is binary32 (`half` false), else its any-format
+// ones (FX = SP_FX_ANY), which read each row's format from st.tf / st.df. P as for the chain.
+template <sp_u32 P>
+__device__ __forceinline__ sp_u32 sp_tree_argmax(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool half) {
+    return half ? sp_argmax<P, SP_FX_ANY>(row, vocab, s_red, &st) : sp_argmax<P>(row, vocab, s_red, &st);
+}
+template <sp_u32 P>
+__device__ __forceinline__ float sp_tree_entropy(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool half) {
+    return half ? sp_entropy<P, SP_FX_ANY>(row, vocab, s_red, &st) : sp_entropy<P>(row, vocab, s_red, &st);
+}
+template <sp_u32 P>
+__device__ __forceinline__ sp_u64 sp_tree_race_row(const float* trow, const float* drow, bool residual,
+                                                   sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                                   sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
+                                                   sp_u64* s_red, const sp_soft& st, bool half) {
+    return half ? sp_race<P, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                        off_lo, off_hi, s_red, &st)
+                : sp_race<P>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo,
+                             off_hi, s_red, &st);
+}
+// The softmax state of a node row at t > 0, with the row formats kept in it (st.tf, st.df).
+__device__ __forceinline__ sp_soft sp_tree_state(const float* row, sp_u32 vocab, float t,
+                                                 sp_u64* s_red, sp_u32 tf, sp_u32 df, bool half) {
+    sp_soft st = half ? sp_softmax_state<SP_FX_ANY>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf)
+                      : sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
+    st.theta = 0u;
+    st.kind = SP_P_SOFT;
+    st.tf = tf;
+    st.df = df;
+    return st;
 }
 
 // Target-only rule's residual: w_v = (p(v) as f64) - (1.0 if v is a tried token).
@@ -87,12 +130,13 @@ struct sp_tree_excl {
     const sp_soft* st; // null: probabilities
     const sp_u32* tried;
     sp_u32 m;
+    sp_u32 tf; // the row's format (SP_FMT_*)
 };
 // (Free functions, not members: the host shim makes every __device__ function static.)
 __device__ __forceinline__ double sp_tree_w(const sp_tree_excl& f, sp_u32 v) {
     bool hit = false;
     for (sp_u32 r = 0; r < f.m; ++r) hit = hit || f.tried[r] == v;
-    return (double)sp_tree_p(f.row, f.st, v) - (hit ? 1.0 : 0.0);
+    return (double)sp_tree_p(f.row, f.st, v, f.tf) - (hit ? 1.0 : 0.0);
 }
 
 // SpecInfer's residual R_i(v) (DETERMINISM.md): p(v), then for each rejected sibling j < i
@@ -105,12 +149,13 @@ struct sp_tree_resid {
     const double* z;      // Z_0 ... Z_{i-1}
     sp_u64 dstride;
     sp_u32 i;
+    sp_u32 tf, df; // the target's and the draft rows' formats (SP_FMT_*)
 };
 __device__ __forceinline__ double sp_tree_w(const sp_tree_resid& f, sp_u32 v) {
-    double r = (double)sp_tree_p(f.row, f.st, v);
+    double r = (double)sp_tree_p(f.row, f.st, v, f.tf);
     for (sp_u32 j = 0; j < f.i; ++j) {
-        const float* q = f.draft + (sp_u64)f.kids[j] * f.dstride;
-        r = r - f.z[j] * (double)q[v];
+        const float* q = sp_at(f.draft, (sp_u64)f.kids[j] * f.dstride, f.df);
+        r = r - f.z[j] * (double)sp_rd(q, v, f.df);
         r = r > 0.0 ? r : 0.0;
     }
     return r;
@@ -227,13 +272,23 @@ specula_verify_tree(const sp_args a) {
     const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
     const sp_u32 method = shape[SP_SHAPE_METHOD];
     const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
-    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    const sp_u32 flags = shape[SP_SHAPE_FLAGS];
+    const bool has_draft = (flags & SP_FLAG_DRAFT_PROBS) != 0u;
     const sp_u32 nslots = shape[SP_TREE_SHAPE_NODES];
+    // Row formats (SP_FMT_*): half rows only through the any-format passes (`half`).
+    const sp_u32 tf = sp_target_fmt(flags);
+    const sp_u32 df = sp_draft_fmt(flags);
+    const bool half = (tf | df) != SP_FMT_F32;
+    const sp_u32 both_t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
+    const sp_u32 both_d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    const bool flags_ok = (flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
+                          (flags & both_t) != both_t && (flags & both_d) != both_d &&
+                          (has_draft || (flags & both_d) == 0u);
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     const bool shape_ok = batch <= gridDim.x && max_depth <= ck && vocab >= 1u &&
                           tstride >= vocab && (!has_draft || dstride >= vocab) &&
-                          method <= SP_METHOD_TYPICAL && nslots >= 1u &&
+                          method <= SP_METHOD_TYPICAL && nslots >= 1u && flags_ok &&
                           nslots <= SP_TREE_MAX_NODES && blockDim.x <= SPECULA_BLOCK_THREADS &&
                           blockDim.x % SPECULA_WARP_SIZE == 0u;
     if (!shape_ok) {
@@ -308,13 +363,22 @@ specula_verify_tree(const sp_args a) {
     const float temp = lg ? temperature[b] : 0.0f;
     const bool soft = lg && temp > 0.0f;
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
-    const float* const tbase = (lg ? target_logits : target_probs) + base * tstride;
-    const float* const dbase = has_draft ? draft_probs + base * dstride : 0;
-#define SP_TROW(u) (tbase + (sp_u64)(u) * tstride)
+    const float* const tbase = sp_at(lg ? target_logits : target_probs, base * tstride, tf);
+    const float* const dbase = has_draft ? sp_at(draft_probs, base * dstride, df) : 0;
+#define SP_TROW(u) sp_at(tbase, (sp_u64)(u) * tstride, tf)
     // The softmax state of a node row (every thread of the block; block-uniform call).
     auto row_state = [&](const float* row) {
-        return sp_softmax_state(row, vocab, temp, threadIdx.x, blockDim.x, s_red);
+        return sp_tree_state(row, vocab, temp, s_red, tf, df, half);
     };
+    // The state the passes of a stored row (P = SP_P_RAW) read: only its formats.
+    sp_soft st_raw;
+    st_raw.t = 1.0f;
+    st_raw.m = 0.0f;
+    st_raw.s = 0.0;
+    st_raw.theta = 0u;
+    st_raw.kind = SP_P_RAW;
+    st_raw.tf = tf;
+    st_raw.df = df;
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
@@ -358,9 +422,9 @@ specula_verify_tree(const sp_args a) {
                 sp_soft st;
                 if (soft) {
                     st = row_state(prow);
-                    h = sp_entropy<SP_P_SOFT>(prow, vocab, s_red, &st);
+                    h = sp_tree_entropy<SP_P_SOFT>(prow, vocab, s_red, st, half);
                 } else {
-                    h = sp_entropy(prow, vocab, s_red);
+                    h = sp_tree_entropy<SP_P_RAW>(prow, vocab, s_red, st_raw, half);
                 }
                 const float e = sp_exp(-h);
                 const float bb = dl * e;
@@ -375,7 +439,7 @@ specula_verify_tree(const sp_args a) {
             __syncthreads();
             if (threadIdx.x == 0u) {
                 const sp_u32 x = tree_tokens[base + c];
-                float px = prow[x];
+                float px = sp_rd(prow, x, tf);
                 if (soft) {
                     sp_soft st;
                     st.t = temp;
@@ -409,9 +473,11 @@ specula_verify_tree(const sp_args a) {
         sp_u64 win;
         if (soft) {
             const sp_soft st = row_state(SP_TROW(best));
-            win = sp_race<SP_P_SOFT>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red, &st);
+            win = sp_tree_race_row<SP_P_SOFT>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo,
+                                              off_hi, s_red, st, half);
         } else {
-            win = sp_race(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red);
+            win = sp_tree_race_row<SP_P_RAW>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo,
+                                             off_hi, s_red, st_raw, half);
         }
         emitted = (sp_u32)win;
     } else {
@@ -430,18 +496,20 @@ specula_verify_tree(const sp_args a) {
             __syncthreads();
             const sp_u32 m = s_word[0];
             const float* trow = SP_TROW(u);
-            sp_soft st_u;
+            sp_soft st_u = st_raw;
             if (soft) st_u = row_state(trow);
             const sp_soft* const st = soft ? &st_u : 0;
             // The plain race over p_u (no candidate: 0).
             auto plain_race = [&]() {
-                return soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red, st)
-                            : sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                return soft ? sp_tree_race_row<SP_P_SOFT>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo,
+                                                          off_hi, s_red, st_u, half)
+                            : sp_tree_race_row<SP_P_RAW>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo,
+                                                         off_hi, s_red, st_u, half);
             };
             sp_u32 next = SP_SENTINEL; // the accepted child, or none
             if (meth == SP_METHOD_GREEDY) {
-                const sp_u32 am = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, st)
-                                       : sp_argmax(trow, vocab, s_red);
+                const sp_u32 am = soft ? sp_tree_argmax<SP_P_SOFT>(trow, vocab, s_red, st_u, half)
+                                       : sp_tree_argmax<SP_P_RAW>(trow, vocab, s_red, st_u, half);
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
                     if (s_tried[r] == am) next = s_kids[r];
                 emitted = am;
@@ -456,13 +524,14 @@ specula_verify_tree(const sp_args a) {
                     bool dup = false;
                     for (sp_u32 j = 0; j < r; ++j) dup = dup || s_tried[j] == x;
                     if (dup) continue;
-                    cum = cum + (double)sp_tree_p(trow, st, x);
+                    cum = cum + (double)sp_tree_p(trow, st, x, tf);
                     if (u01 < cum) next = s_kids[r];
                 }
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_race(trow, 0, true, s_tried[0], vocab, u, k0, k1, off_lo, off_hi, s_red);
+                        win = sp_tree_race_row<SP_P_RAW>(trow, 0, true, s_tried[0], vocab, u, k0, k1,
+                                                         off_lo, off_hi, s_red, st_u, half);
                     } else {
                         // (Softmax rows: the reference's generic race, whatever m.)
                         sp_tree_excl wf;
@@ -470,6 +539,7 @@ specula_verify_tree(const sp_args a) {
                         wf.st = st;
                         wf.tried = s_tried;
                         wf.m = m;
+                        wf.tf = tf;
                         win = sp_tree_race(wf, vocab, u, k0, k1, off_lo, off_hi, s_red);
                     }
                     if (win == 0ull) win = plain_race();
@@ -484,12 +554,14 @@ specula_verify_tree(const sp_args a) {
                 rf.kids = s_kids;
                 rf.z = s_z;
                 rf.dstride = dstride;
+                rf.tf = tf;
+                rf.df = df;
                 if (threadIdx.x == 0u) s_z[0] = 1.0;
                 __syncthreads();
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r) {
                     const sp_u32 x = s_tried[r];
-                    const float* q = dbase + (sp_u64)s_kids[r] * dstride;
-                    const double den = s_z[r] * (double)q[x];
+                    const float* q = sp_at(dbase, (sp_u64)s_kids[r] * dstride, df);
+                    const double den = s_z[r] * (double)sp_rd(q, x, df);
                     const double u01 = sp_sibling_uniform(u, r, k0, k1, off_lo, off_hi);
                     rf.i = r;
                     if (u01 * den < sp_tree_w(rf, x)) {
@@ -504,8 +576,9 @@ specula_verify_tree(const sp_args a) {
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_race(trow, dbase + (sp_u64)s_kids[0] * dstride, true, s_tried[0],
-                                      vocab, u, k0, k1, off_lo, off_hi, s_red);
+                        win = sp_tree_race_row<SP_P_RAW>(trow, sp_at(dbase, (sp_u64)s_kids[0] * dstride, df),
+                                                         true, s_tried[0], vocab, u, k0, k1, off_lo,
+                                                         off_hi, s_red, st_u, half);
                     } else {
                         rf.i = m;
                         win = sp_tree_race(rf, vocab, u, k0, k1, off_lo, off_hi, s_red);

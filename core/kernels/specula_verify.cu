@@ -819,14 +819,16 @@ __device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, flo
 }
 
 // The softmax state of a logit row at temperature t > 0 over the whole row (every thread of the
-// block takes part; every thread gets the state): the maximum pass, then the sum pass.
+// block takes part; every thread gets the state): the maximum pass, then the sum pass. FX and
+// fmt as for the passes (the tree entry's half rows: FX = SP_FX_ANY).
+template <sp_u32 FX = 0u>
 __device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
-                                    sp_u32 g_step, sp_u64* s_red) {
+                                    sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
     sp_soft st;
     st.t = t;
-    st.m = sp_max_of_key(sp_softmax_max_part(row, vocab, t, g_first, g_step, s_red));
+    st.m = sp_max_of_key(sp_softmax_max_part<FX>(row, vocab, t, g_first, g_step, s_red, fmt));
     sp_u64 h, l;
-    sp_softmax_sum_part(row, vocab, t, st.m, g_first, g_step, s_red, h, l);
+    sp_softmax_sum_part<FX>(row, vocab, t, st.m, g_first, g_step, s_red, h, l, fmt);
     st.s = sp_soft_sum(h, l);
     return st;
 }
