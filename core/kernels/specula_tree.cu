@@ -18,9 +18,9 @@
 //           _F16 with SP_FLAG_DRAFT_PROBS: the draft rows do; at most one per tensor, strides in
 //           elements), node slots N per request.
 //   Half rows are read as the logits entries read them (sp_widen: exact), so the outputs and
-//   counters are those of the binary32 rows they widen to; the row passes run the chain's
-//   any-format instances (FX = SP_FX_ANY) only when a row is half, its binary32 instances (the
-//   code binary32 trees always ran) otherwise.
+//   counters are those of the binary32 rows they widen to; the row passes run the logits
+//   entries' any-format passes (sp_argmax_any, ...) only when a row is half, the binary32
+//   instances (the code binary32 trees always ran) otherwise.
 //   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
 //           read; temperature (f32 x B, read only with logits): 0 greedy on the logit rows,
 //           > 0 every target value through the row's softmax (sp_softmax_state, sp_soft_p:
@@ -90,33 +90,44 @@ __device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, 
 }
 
 // The row passes over a node row (every thread of the block; block-uniform calls): the chain's
-// binary32 instances (FX = 0) when every row is binary32 (`half` false), else its any-format
-// ones (FX = SP_FX_ANY), which read each row's format from st.tf / st.df. P as for the chain.
+// binary32 instances (P, FX = 0: the code binary32 trees always ran, inlined) when every row is
+// binary32 (`half` false), else the logits entries' any-format passes (SP_NOINLINE, compiled
+// once: the kind and the formats read from st, `kind` SP_P_RAW or SP_P_SOFT as P says, the same
+// operations as P's instance).
 template <sp_u32 P>
 __device__ __forceinline__ sp_u32 sp_tree_argmax(const float* row, sp_u32 vocab, sp_u64* s_red,
                                                  const sp_soft& st, bool half) {
-    return half ? sp_argmax<P, SP_FX_ANY>(row, vocab, s_red, &st) : sp_argmax<P>(row, vocab, s_red, &st);
+    if (half) return sp_unpack_id(sp_argmax_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return sp_argmax<P>(row, vocab, s_red, P == SP_P_RAW ? 0 : &st); // raw rows read no state
 }
 template <sp_u32 P>
 __device__ __forceinline__ float sp_tree_entropy(const float* row, sp_u32 vocab, sp_u64* s_red,
                                                  const sp_soft& st, bool half) {
-    return half ? sp_entropy<P, SP_FX_ANY>(row, vocab, s_red, &st) : sp_entropy<P>(row, vocab, s_red, &st);
+    if (half) return sp_entropy_of_sum(sp_entropy_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return sp_entropy<P>(row, vocab, s_red, P == SP_P_RAW ? 0 : &st);
 }
 template <sp_u32 P>
 __device__ __forceinline__ sp_u64 sp_tree_race_row(const float* trow, const float* drow, bool residual,
                                                    sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                                    sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
                                                    sp_u64* s_red, const sp_soft& st, bool half) {
-    return half ? sp_race<P, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                        off_lo, off_hi, s_red, &st)
-                : sp_race<P>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo,
-                             off_hi, s_red, &st);
+    if (half)
+        return sp_race_any(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                           s_red, st);
+    return sp_race<P>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi, s_red,
+                      P == SP_P_RAW ? 0 : &st);
 }
-// The softmax state of a node row at t > 0, with the row formats kept in it (st.tf, st.df).
+// The softmax state of a half logit row (the chain's two passes of format tf), compiled once.
+SP_NOINLINE __device__ sp_soft sp_tree_state_any(const float* row, sp_u32 vocab, float t,
+                                                 sp_u64* s_red, sp_u32 tf) {
+    return sp_softmax_state<SP_FX_ANY>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf);
+}
+// The softmax state of a node row at t > 0, with what the any-format passes read of it for a
+// half row (kind SP_P_SOFT, no threshold, the row formats).
 __device__ __forceinline__ sp_soft sp_tree_state(const float* row, sp_u32 vocab, float t,
                                                  sp_u64* s_red, sp_u32 tf, sp_u32 df, bool half) {
-    sp_soft st = half ? sp_softmax_state<SP_FX_ANY>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf)
-                      : sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
+    if (!half) return sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
+    sp_soft st = sp_tree_state_any(row, vocab, t, s_red, tf);
     st.theta = 0u;
     st.kind = SP_P_SOFT;
     st.tf = tf;
@@ -230,8 +241,29 @@ __device__ __forceinline__ double sp_sibling_uniform(sp_u32 u, sp_u32 rank, sp_u
 }
 
 // ---------------------------------------------------------------- the kernel
-extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_tree(const sp_args a) {
+// The block's shared arrays, declared once in the entry (an instance of the body declaring its
+// own would double them).
+struct sp_tree_smem {
+    sp_u64* red;
+    sp_u16* stack;
+    sp_u16* sdep;
+    sp_u16* spar;
+    unsigned char* seen;
+    sp_u16* kids;
+    sp_u32* tried;
+    sp_u16* parent;
+    float* thr;
+    double* z;
+    float* tm;
+    sp_u32* word;
+};
+
+// The whole verification of block b's request. H: the rows may be half (the shape's half
+// flags), read through the any-format passes; !H: binary32 rows only, the formats constant,
+// inlined into the entry as the code binary32 trees always ran (H's instance is compiled apart,
+// sp_tree_half, so it changes neither the binary32 instance's code nor its registers).
+template <bool H>
+__device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_smem& sm) {
     // The chain's argument block: `k` holds the node counts, `draft_ids` the node tokens.
     const sp_u32* __restrict__ const shape = a.shape;
     const sp_u32* __restrict__ const nodes = a.k;
@@ -250,18 +282,18 @@ specula_verify_tree(const sp_args a) {
     sp_u64* __restrict__ const stats = a.stats;
     const float* __restrict__ const target_logits = a.target_logits;
     const float* __restrict__ const temperature = a.temperature;
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
-    __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
-    __shared__ sp_u16 s_spar[SP_TREE_MAX_NODES + 2u];  // its parent (typical)
-    __shared__ unsigned char s_seen[SP_TREE_MAX_NODES];
-    __shared__ sp_u16 s_kids[SP_TREE_MAX_NODES];
-    __shared__ sp_u32 s_tried[SP_TREE_MAX_NODES];
-    __shared__ sp_u16 s_parent[SP_TREE_MAX_NODES];
-    __shared__ float s_thr[SP_TREE_MAX_NODES];
-    __shared__ double s_z[SP_TREE_MAX_NODES]; // SpecInfer's Z; typical with logits: rows' S
-    __shared__ float s_tm[SP_TREE_MAX_NODES];  // typical with logits: rows' softmax maximum
-    __shared__ sp_u32 s_word[4]; // thread 0's answers: error / depth, child count, ...
+    sp_u64* const s_red = sm.red;
+    sp_u16* const s_stack = sm.stack;
+    sp_u16* const s_sdep = sm.sdep;
+    sp_u16* const s_spar = sm.spar;
+    unsigned char* const s_seen = sm.seen;
+    sp_u16* const s_kids = sm.kids;
+    sp_u32* const s_tried = sm.tried;
+    sp_u16* const s_parent = sm.parent;
+    float* const s_thr = sm.thr;
+    double* const s_z = sm.z;
+    float* const s_tm = sm.tm;
+    sp_u32* const s_word = sm.word;
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 b = blockIdx.x;
@@ -276,9 +308,9 @@ specula_verify_tree(const sp_args a) {
     const bool has_draft = (flags & SP_FLAG_DRAFT_PROBS) != 0u;
     const sp_u32 nslots = shape[SP_TREE_SHAPE_NODES];
     // Row formats (SP_FMT_*): half rows only through the any-format passes (`half`).
-    const sp_u32 tf = sp_target_fmt(flags);
-    const sp_u32 df = sp_draft_fmt(flags);
-    const bool half = (tf | df) != SP_FMT_F32;
+    const sp_u32 tf = H ? sp_target_fmt(flags) : SP_FMT_F32;
+    const sp_u32 df = H ? sp_draft_fmt(flags) : SP_FMT_F32;
+    const bool half = H;
     const sp_u32 both_t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
     const sp_u32 both_d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
     const bool flags_ok = (flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
@@ -625,4 +657,42 @@ specula_verify_tree(const sp_args a) {
         atomicAdd(drafted_pos + j, 1ull);
         if (j < acc) atomicAdd(acc_pos + j, 1ull);
     }
+}
+
+// The half-row instance, compiled once apart from the entry (its own registers).
+SP_NOINLINE __device__ void sp_tree_half(const sp_args a, const sp_tree_smem sm) { sp_tree_body<true>(a, sm); }
+
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_tree(const sp_args a) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
+    __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
+    __shared__ sp_u16 s_spar[SP_TREE_MAX_NODES + 2u];  // its parent (typical)
+    __shared__ unsigned char s_seen[SP_TREE_MAX_NODES];
+    __shared__ sp_u16 s_kids[SP_TREE_MAX_NODES];
+    __shared__ sp_u32 s_tried[SP_TREE_MAX_NODES];
+    __shared__ sp_u16 s_parent[SP_TREE_MAX_NODES];
+    __shared__ float s_thr[SP_TREE_MAX_NODES];
+    __shared__ double s_z[SP_TREE_MAX_NODES]; // SpecInfer's Z; typical with logits: rows' S
+    __shared__ float s_tm[SP_TREE_MAX_NODES];  // typical with logits: rows' softmax maximum
+    __shared__ sp_u32 s_word[4]; // thread 0's answers: error / depth, child count, ...
+    sp_tree_smem sm;
+    sm.red = s_red;
+    sm.stack = s_stack;
+    sm.sdep = s_sdep;
+    sm.spar = s_spar;
+    sm.seen = s_seen;
+    sm.kids = s_kids;
+    sm.tried = s_tried;
+    sm.parent = s_parent;
+    sm.thr = s_thr;
+    sm.z = s_z;
+    sm.tm = s_tm;
+    sm.word = s_word;
+    const sp_u32 half_flags =
+        SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16 | SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    if ((a.shape[SP_SHAPE_FLAGS] & half_flags) != 0u)
+        sp_tree_half(a, sm);
+    else
+        sp_tree_body<false>(a, sm);
 }

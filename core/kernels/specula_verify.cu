@@ -1198,17 +1198,10 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
-// Everything below is the chain kernel's own (its entry points and what only they call). The
-// tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
-// and leaves it out: compiling the chain's four entries again there doubled the tree module's
-// compile time for nothing.
-#ifndef SPECULA_TREE_MODULE
-// ---------------------------------------------------------------- the logits entries' rows
-// Everything below up to "the kernel" is used by specula_verify_logits and
-// specula_verify_split_logits only (sp_verify_body<true>, sp_verify_split_body<true>).
-
+// ---------------------------------------------------------------- the any-format passes
 // The passes with the row's processing (st.kind) and formats chosen at run time, compiled once
-// each (SP_NOINLINE) and called from every site of both logits entries.
+// each (SP_NOINLINE) and called from every site of both logits entries
+// (sp_verify_body<true>, sp_verify_split_body<true>) and, for its half rows, of the tree entry.
 SP_NOINLINE __device__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                 sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
     const sp_soft l = st; // in registers (see sp_race_part_any)
@@ -1241,6 +1234,14 @@ __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* dr
                      threadIdx.x, blockDim.x, s_red, top, id, st);
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
+
+// Everything below is the chain kernel's own (its entry points and what only they call). The
+// tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
+// and leaves it out: compiling the chain's four entries again there doubled the tree module's
+// compile time for nothing.
+#ifndef SPECULA_TREE_MODULE
+// Everything below up to "the kernel" is used by specula_verify_logits and
+// specula_verify_split_logits only.
 
 // ---------------------------------------------------------------- sampling filters
 // top-k, top-p, min-p as DETERMINISM.md defines them ("Sampling filters"): the kept ids are

@@ -15,7 +15,8 @@ use crate::verify::{
 /// logits with per-request temperature, a method per request and the sampling filters
 /// (top-k, top-p, min-p), bf16 / f16 target logits and draft probabilities, and the
 /// recovered-token output ([`Outputs::with_recovered`](crate::verify::Outputs::with_recovered),
-/// written by the same launch), through the kernel text's plain and `_logits` entries.
+/// written by the same launch), through the kernel text's plain and `_logits` entries; token
+/// trees of binary32, bf16 or f16 rows through the tree entry.
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
