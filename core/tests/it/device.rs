@@ -365,7 +365,7 @@ fn tree_validation_of_device_and_half_rows() {
         (logits(half), Feature::Half, false),
         (logits(dev_half), Feature::Half, true),
     ];
-    assert!(!Support::ALL.tree_half && Support::CPU.tree_half && SUPPORT.tree_half);
+    const { assert!(!Support::ALL.tree_half && Support::CPU.tree_half && SUPPORT.tree_half) };
     for (b, feature, on_device) in cases {
         assert_eq!(
             validate_tree_with::<4>(Support::ALL, m, cheap, &b, &out),

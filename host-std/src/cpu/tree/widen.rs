@@ -2,9 +2,9 @@
 //! tree is walked, so the control flow and its reductions read binary32 rows and give the bits
 //! of the tree of the widened rows (the widening is exact, `core/DETERMINISM.md`).
 //!
-//! Every row is widened, not only those the walk reads: the walk decides which rows it reads
-//! as it goes, and one pass over the batch (spread over the pool) is the cost of a read-only
-//! pass over the same bytes, where the walk reduces each row it reads at least once.
+//! Every row is widened, not only those the walk reads (the walk decides which rows it reads as
+//! it goes): one pass over the batch's half rows, spread over the pool, and `B · N · stride`
+//! binary32 values of scratch per half tensor. (Not measured against a read-only pass yet.)
 
 use rayon::prelude::*;
 use specula_core::verify::tree::TreeBatch;
