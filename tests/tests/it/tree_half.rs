@@ -7,7 +7,11 @@
 
 use specula::cpu::CpuVerifier;
 use specula_core::Counters;
-use specula_core::gpu::{GpuVerifier, TreeStaging, View};
+use specula_core::gpu::kernels::{
+    self, ERR_SHAPE, FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_DRAFT_PROBS, FLAG_TARGET_BF16,
+    FLAG_TARGET_F16,
+};
+use specula_core::gpu::{GpuVerifier, TreeStaging, View, tree_shape};
 use specula_core::verify::tree::{TreeBatch, verify_tree_batch};
 use specula_core::verify::{
     Check, Device, Feature, Format, Half, Method, Reference, Values, Verifier, VerifyError,
@@ -364,5 +368,60 @@ fn tree_half_rows_refused_by_the_reference_only() {
             ..ALL_PATHS
         };
         same_as_widened(&drv, &cpu, d, formats, paths, "accepted elsewhere");
+    }
+}
+
+/// The tree entry's half flags, read from the shape words at run time: two formats for one
+/// tensor, a draft format without draft rows, or an unknown flag is `ERR_SHAPE`, with nothing
+/// written or counted (on the raw launch, where the shape words are the caller's).
+#[test]
+fn tree_entry_refuses_bad_half_flags() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let mut g = Gen(0x31_f1a6);
+    let d = random_tree_batch(&mut g, spec(true, false));
+    let r = Rounded::of(&d, Format::Bf16, Format::F16);
+    let host = r.host();
+    let m = Method::Rejection;
+    let words = tree_shape::<K>(m, &host).unwrap();
+    let flags = words[kernels::SHAPE_FLAGS];
+    assert_eq!(
+        flags,
+        FLAG_DRAFT_PROBS | FLAG_TARGET_BF16 | FLAG_DRAFT_F16,
+        "the staged flags"
+    );
+    for bad in [
+        flags | FLAG_TARGET_F16,
+        flags | FLAG_DRAFT_BF16,
+        (flags & !FLAG_DRAFT_PROBS),
+        flags | 32,
+    ] {
+        let mut shape = words;
+        shape[kernels::SHAPE_FLAGS] = bad;
+        let shape = drv.buffer_from(&shape);
+        let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
+        let mut staging = TreeStaging::<HostDriver>::new();
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
+            .unwrap();
+        let mut args = staging
+            .write::<K>(&drv, v.stream(), m, &host)
+            .unwrap()
+            .into_args();
+        args.shape = View::new(&shape);
+        // SAFETY: the staged views of this batch; only the flags differ from its shape words.
+        unsafe { v.launch_tree(&args) }.unwrap();
+        let err = v
+            .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+            .unwrap();
+        assert_eq!(err & ERR_SHAPE, ERR_SHAPE, "flags {bad:#x}");
+        // The staging's output buffers as allocated (zeros): a run writes sentinels past each
+        // accepted path.
+        let mut outputs = got.accepted.iter().chain(&got.path).chain(&got.tokens);
+        assert!(outputs.all(|&x| x == 0), "flags {bad:#x}: written");
+        assert_eq!(
+            v.totals().unwrap(),
+            Counters::ZERO,
+            "flags {bad:#x}: counted"
+        );
     }
 }
