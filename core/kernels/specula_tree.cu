@@ -13,7 +13,14 @@
 //   One parameter, specula_verify.cu's argument block `sp_args`: node counts in `k`, node
 //   tokens in `draft_ids`, the links in `first_child` / `next_sibling`, the output `path`.
 //   shape = SP_TREE_SHAPE_WORDS u32 words: batch, max_depth, vocab, draft stride, target stride,
-//           method, counters K, flags (SP_FLAG_DRAFT_PROBS), node slots N per request.
+//           method, counters K, flags (SP_FLAG_DRAFT_PROBS; SP_FLAG_TARGET_BF16 / _F16: the
+//           target rows, probabilities or logits, hold bf16 / f16 patterns; SP_FLAG_DRAFT_BF16 /
+//           _F16 with SP_FLAG_DRAFT_PROBS: the draft rows do; at most one per tensor, strides in
+//           elements), node slots N per request.
+//   Half rows are read as the logits entries read them (sp_widen: exact), so the outputs and
+//   counters are those of the binary32 rows they widen to; the row passes run the logits
+//   entries' any-format passes (sp_argmax_any, ...) only when a row is half, the binary32
+//   instances (the code binary32 trees always ran) otherwise.
 //   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
 //           read; temperature (f32 x B, read only with logits): 0 greedy on the logit rows,
 //           > 0 every target value through the row's softmax (sp_softmax_state, sp_soft_p:
@@ -75,10 +82,57 @@ __device__ sp_u64 sp_tree_race(const W& wf, sp_u32 vocab, sp_u32 position, sp_u3
     return (1ull << 32) | (sp_u64)(~(sp_u32)lowest);
 }
 
-// A node row's target value p(v): the stored value, or its softmax probability when st is set
-// (target logits at T > 0).
-__device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, sp_u32 v) {
-    return st != 0 ? sp_soft_p(row[v], *st) : row[v];
+// A node row's target value p(v): the stored value (of format fmt, widened), or its softmax
+// probability when st is set (target logits at T > 0).
+__device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, sp_u32 v, sp_u32 fmt) {
+    const float x = sp_rd(row, v, fmt);
+    return st != 0 ? sp_soft_p(x, *st) : x;
+}
+
+// The row passes over a node row (every thread of the block; block-uniform calls): the chain's
+// binary32 instances (P, FX = 0: the code binary32 trees always ran, inlined) when every row is
+// binary32 (`half` false), else the logits entries' any-format passes (SP_NOINLINE, compiled
+// once: the kind and the formats read from st, `kind` SP_P_RAW or SP_P_SOFT as P says, the same
+// operations as P's instance).
+template <sp_u32 P>
+__device__ __forceinline__ sp_u32 sp_tree_argmax(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool half) {
+    if (half) return sp_unpack_id(sp_argmax_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return sp_argmax<P>(row, vocab, s_red, P == SP_P_RAW ? 0 : &st); // raw rows read no state
+}
+template <sp_u32 P>
+__device__ __forceinline__ float sp_tree_entropy(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool half) {
+    if (half) return sp_entropy_of_sum(sp_entropy_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return sp_entropy<P>(row, vocab, s_red, P == SP_P_RAW ? 0 : &st);
+}
+template <sp_u32 P>
+__device__ __forceinline__ sp_u64 sp_tree_race_row(const float* trow, const float* drow, bool residual,
+                                                   sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                                   sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
+                                                   sp_u64* s_red, const sp_soft& st, bool half) {
+    if (half)
+        return sp_race_any(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                           s_red, st);
+    return sp_race<P>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi, s_red,
+                      P == SP_P_RAW ? 0 : &st);
+}
+// The softmax state of a half logit row (the chain's two passes of format tf), compiled once.
+SP_NOINLINE __device__ sp_soft sp_tree_state_any(const float* row, sp_u32 vocab, float t,
+                                                 sp_u64* s_red, sp_u32 tf) {
+    return sp_softmax_state<SP_FX_ANY>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf);
+}
+// The softmax state of a node row at t > 0, with what the any-format passes read of it for a
+// half row (kind SP_P_SOFT, no threshold, the row formats).
+__device__ __forceinline__ sp_soft sp_tree_state(const float* row, sp_u32 vocab, float t,
+                                                 sp_u64* s_red, sp_u32 tf, sp_u32 df, bool half) {
+    if (!half) return sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
+    sp_soft st = sp_tree_state_any(row, vocab, t, s_red, tf);
+    st.theta = 0u;
+    st.kind = SP_P_SOFT;
+    st.tf = tf;
+    st.df = df;
+    return st;
 }
 
 // Target-only rule's residual: w_v = (p(v) as f64) - (1.0 if v is a tried token).
@@ -87,12 +141,13 @@ struct sp_tree_excl {
     const sp_soft* st; // null: probabilities
     const sp_u32* tried;
     sp_u32 m;
+    sp_u32 tf; // the row's format (SP_FMT_*)
 };
 // (Free functions, not members: the host shim makes every __device__ function static.)
 __device__ __forceinline__ double sp_tree_w(const sp_tree_excl& f, sp_u32 v) {
     bool hit = false;
     for (sp_u32 r = 0; r < f.m; ++r) hit = hit || f.tried[r] == v;
-    return (double)sp_tree_p(f.row, f.st, v) - (hit ? 1.0 : 0.0);
+    return (double)sp_tree_p(f.row, f.st, v, f.tf) - (hit ? 1.0 : 0.0);
 }
 
 // SpecInfer's residual R_i(v) (DETERMINISM.md): p(v), then for each rejected sibling j < i
@@ -105,12 +160,13 @@ struct sp_tree_resid {
     const double* z;      // Z_0 ... Z_{i-1}
     sp_u64 dstride;
     sp_u32 i;
+    sp_u32 tf, df; // the target's and the draft rows' formats (SP_FMT_*)
 };
 __device__ __forceinline__ double sp_tree_w(const sp_tree_resid& f, sp_u32 v) {
-    double r = (double)sp_tree_p(f.row, f.st, v);
+    double r = (double)sp_tree_p(f.row, f.st, v, f.tf);
     for (sp_u32 j = 0; j < f.i; ++j) {
-        const float* q = f.draft + (sp_u64)f.kids[j] * f.dstride;
-        r = r - f.z[j] * (double)q[v];
+        const float* q = sp_at(f.draft, (sp_u64)f.kids[j] * f.dstride, f.df);
+        r = r - f.z[j] * (double)sp_rd(q, v, f.df);
         r = r > 0.0 ? r : 0.0;
     }
     return r;
@@ -185,8 +241,29 @@ __device__ __forceinline__ double sp_sibling_uniform(sp_u32 u, sp_u32 rank, sp_u
 }
 
 // ---------------------------------------------------------------- the kernel
-extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_tree(const sp_args a) {
+// The block's shared arrays, declared once in the entry (an instance of the body declaring its
+// own would double them).
+struct sp_tree_smem {
+    sp_u64* red;
+    sp_u16* stack;
+    sp_u16* sdep;
+    sp_u16* spar;
+    unsigned char* seen;
+    sp_u16* kids;
+    sp_u32* tried;
+    sp_u16* parent;
+    float* thr;
+    double* z;
+    float* tm;
+    sp_u32* word;
+};
+
+// The whole verification of block b's request. H: the rows may be half (the shape's half
+// flags), read through the any-format passes; !H: binary32 rows only, the formats constant,
+// inlined into the entry as the code binary32 trees always ran (H's instance is compiled apart,
+// sp_tree_half, so it changes neither the binary32 instance's code nor its registers).
+template <bool H>
+__device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_smem& sm) {
     // The chain's argument block: `k` holds the node counts, `draft_ids` the node tokens.
     const sp_u32* __restrict__ const shape = a.shape;
     const sp_u32* __restrict__ const nodes = a.k;
@@ -205,18 +282,18 @@ specula_verify_tree(const sp_args a) {
     sp_u64* __restrict__ const stats = a.stats;
     const float* __restrict__ const target_logits = a.target_logits;
     const float* __restrict__ const temperature = a.temperature;
-    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
-    __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
-    __shared__ sp_u16 s_spar[SP_TREE_MAX_NODES + 2u];  // its parent (typical)
-    __shared__ unsigned char s_seen[SP_TREE_MAX_NODES];
-    __shared__ sp_u16 s_kids[SP_TREE_MAX_NODES];
-    __shared__ sp_u32 s_tried[SP_TREE_MAX_NODES];
-    __shared__ sp_u16 s_parent[SP_TREE_MAX_NODES];
-    __shared__ float s_thr[SP_TREE_MAX_NODES];
-    __shared__ double s_z[SP_TREE_MAX_NODES]; // SpecInfer's Z; typical with logits: rows' S
-    __shared__ float s_tm[SP_TREE_MAX_NODES];  // typical with logits: rows' softmax maximum
-    __shared__ sp_u32 s_word[4]; // thread 0's answers: error / depth, child count, ...
+    sp_u64* const s_red = sm.red;
+    sp_u16* const s_stack = sm.stack;
+    sp_u16* const s_sdep = sm.sdep;
+    sp_u16* const s_spar = sm.spar;
+    unsigned char* const s_seen = sm.seen;
+    sp_u16* const s_kids = sm.kids;
+    sp_u32* const s_tried = sm.tried;
+    sp_u16* const s_parent = sm.parent;
+    float* const s_thr = sm.thr;
+    double* const s_z = sm.z;
+    float* const s_tm = sm.tm;
+    sp_u32* const s_word = sm.word;
 
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 b = blockIdx.x;
@@ -227,13 +304,23 @@ specula_verify_tree(const sp_args a) {
     const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
     const sp_u32 method = shape[SP_SHAPE_METHOD];
     const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
-    const bool has_draft = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
+    const sp_u32 flags = shape[SP_SHAPE_FLAGS];
+    const bool has_draft = (flags & SP_FLAG_DRAFT_PROBS) != 0u;
     const sp_u32 nslots = shape[SP_TREE_SHAPE_NODES];
+    // Row formats (SP_FMT_*): half rows only through the any-format passes (`half`).
+    const sp_u32 tf = H ? sp_target_fmt(flags) : SP_FMT_F32;
+    const sp_u32 df = H ? sp_draft_fmt(flags) : SP_FMT_F32;
+    const bool half = H;
+    const sp_u32 both_t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
+    const sp_u32 both_d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    const bool flags_ok = (flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
+                          (flags & both_t) != both_t && (flags & both_d) != both_d &&
+                          (has_draft || (flags & both_d) == 0u);
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     const bool shape_ok = batch <= gridDim.x && max_depth <= ck && vocab >= 1u &&
                           tstride >= vocab && (!has_draft || dstride >= vocab) &&
-                          method <= SP_METHOD_TYPICAL && nslots >= 1u &&
+                          method <= SP_METHOD_TYPICAL && nslots >= 1u && flags_ok &&
                           nslots <= SP_TREE_MAX_NODES && blockDim.x <= SPECULA_BLOCK_THREADS &&
                           blockDim.x % SPECULA_WARP_SIZE == 0u;
     if (!shape_ok) {
@@ -308,13 +395,22 @@ specula_verify_tree(const sp_args a) {
     const float temp = lg ? temperature[b] : 0.0f;
     const bool soft = lg && temp > 0.0f;
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
-    const float* const tbase = (lg ? target_logits : target_probs) + base * tstride;
-    const float* const dbase = has_draft ? draft_probs + base * dstride : 0;
-#define SP_TROW(u) (tbase + (sp_u64)(u) * tstride)
+    const float* const tbase = sp_at(lg ? target_logits : target_probs, base * tstride, tf);
+    const float* const dbase = has_draft ? sp_at(draft_probs, base * dstride, df) : 0;
+#define SP_TROW(u) sp_at(tbase, (sp_u64)(u) * tstride, tf)
     // The softmax state of a node row (every thread of the block; block-uniform call).
     auto row_state = [&](const float* row) {
-        return sp_softmax_state(row, vocab, temp, threadIdx.x, blockDim.x, s_red);
+        return sp_tree_state(row, vocab, temp, s_red, tf, df, half);
     };
+    // The state the passes of a stored row (P = SP_P_RAW) read: only its formats.
+    sp_soft st_raw;
+    st_raw.t = 1.0f;
+    st_raw.m = 0.0f;
+    st_raw.s = 0.0;
+    st_raw.theta = 0u;
+    st_raw.kind = SP_P_RAW;
+    st_raw.tf = tf;
+    st_raw.df = df;
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
@@ -358,9 +454,9 @@ specula_verify_tree(const sp_args a) {
                 sp_soft st;
                 if (soft) {
                     st = row_state(prow);
-                    h = sp_entropy<SP_P_SOFT>(prow, vocab, s_red, &st);
+                    h = sp_tree_entropy<SP_P_SOFT>(prow, vocab, s_red, st, half);
                 } else {
-                    h = sp_entropy(prow, vocab, s_red);
+                    h = sp_tree_entropy<SP_P_RAW>(prow, vocab, s_red, st_raw, half);
                 }
                 const float e = sp_exp(-h);
                 const float bb = dl * e;
@@ -375,7 +471,7 @@ specula_verify_tree(const sp_args a) {
             __syncthreads();
             if (threadIdx.x == 0u) {
                 const sp_u32 x = tree_tokens[base + c];
-                float px = prow[x];
+                float px = sp_rd(prow, x, tf);
                 if (soft) {
                     sp_soft st;
                     st.t = temp;
@@ -409,9 +505,11 @@ specula_verify_tree(const sp_args a) {
         sp_u64 win;
         if (soft) {
             const sp_soft st = row_state(SP_TROW(best));
-            win = sp_race<SP_P_SOFT>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red, &st);
+            win = sp_tree_race_row<SP_P_SOFT>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo,
+                                              off_hi, s_red, st, half);
         } else {
-            win = sp_race(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo, off_hi, s_red);
+            win = sp_tree_race_row<SP_P_RAW>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo,
+                                             off_hi, s_red, st_raw, half);
         }
         emitted = (sp_u32)win;
     } else {
@@ -430,18 +528,20 @@ specula_verify_tree(const sp_args a) {
             __syncthreads();
             const sp_u32 m = s_word[0];
             const float* trow = SP_TROW(u);
-            sp_soft st_u;
+            sp_soft st_u = st_raw;
             if (soft) st_u = row_state(trow);
             const sp_soft* const st = soft ? &st_u : 0;
             // The plain race over p_u (no candidate: 0).
             auto plain_race = [&]() {
-                return soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red, st)
-                            : sp_race(trow, 0, false, 0u, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                return soft ? sp_tree_race_row<SP_P_SOFT>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo,
+                                                          off_hi, s_red, st_u, half)
+                            : sp_tree_race_row<SP_P_RAW>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo,
+                                                         off_hi, s_red, st_u, half);
             };
             sp_u32 next = SP_SENTINEL; // the accepted child, or none
             if (meth == SP_METHOD_GREEDY) {
-                const sp_u32 am = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, st)
-                                       : sp_argmax(trow, vocab, s_red);
+                const sp_u32 am = soft ? sp_tree_argmax<SP_P_SOFT>(trow, vocab, s_red, st_u, half)
+                                       : sp_tree_argmax<SP_P_RAW>(trow, vocab, s_red, st_u, half);
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
                     if (s_tried[r] == am) next = s_kids[r];
                 emitted = am;
@@ -456,13 +556,14 @@ specula_verify_tree(const sp_args a) {
                     bool dup = false;
                     for (sp_u32 j = 0; j < r; ++j) dup = dup || s_tried[j] == x;
                     if (dup) continue;
-                    cum = cum + (double)sp_tree_p(trow, st, x);
+                    cum = cum + (double)sp_tree_p(trow, st, x, tf);
                     if (u01 < cum) next = s_kids[r];
                 }
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_race(trow, 0, true, s_tried[0], vocab, u, k0, k1, off_lo, off_hi, s_red);
+                        win = sp_tree_race_row<SP_P_RAW>(trow, 0, true, s_tried[0], vocab, u, k0, k1,
+                                                         off_lo, off_hi, s_red, st_u, half);
                     } else {
                         // (Softmax rows: the reference's generic race, whatever m.)
                         sp_tree_excl wf;
@@ -470,6 +571,7 @@ specula_verify_tree(const sp_args a) {
                         wf.st = st;
                         wf.tried = s_tried;
                         wf.m = m;
+                        wf.tf = tf;
                         win = sp_tree_race(wf, vocab, u, k0, k1, off_lo, off_hi, s_red);
                     }
                     if (win == 0ull) win = plain_race();
@@ -484,12 +586,14 @@ specula_verify_tree(const sp_args a) {
                 rf.kids = s_kids;
                 rf.z = s_z;
                 rf.dstride = dstride;
+                rf.tf = tf;
+                rf.df = df;
                 if (threadIdx.x == 0u) s_z[0] = 1.0;
                 __syncthreads();
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r) {
                     const sp_u32 x = s_tried[r];
-                    const float* q = dbase + (sp_u64)s_kids[r] * dstride;
-                    const double den = s_z[r] * (double)q[x];
+                    const float* q = sp_at(dbase, (sp_u64)s_kids[r] * dstride, df);
+                    const double den = s_z[r] * (double)sp_rd(q, x, df);
                     const double u01 = sp_sibling_uniform(u, r, k0, k1, off_lo, off_hi);
                     rf.i = r;
                     if (u01 * den < sp_tree_w(rf, x)) {
@@ -504,8 +608,9 @@ specula_verify_tree(const sp_args a) {
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_race(trow, dbase + (sp_u64)s_kids[0] * dstride, true, s_tried[0],
-                                      vocab, u, k0, k1, off_lo, off_hi, s_red);
+                        win = sp_tree_race_row<SP_P_RAW>(trow, sp_at(dbase, (sp_u64)s_kids[0] * dstride, df),
+                                                         true, s_tried[0], vocab, u, k0, k1, off_lo,
+                                                         off_hi, s_red, st_u, half);
                     } else {
                         rf.i = m;
                         win = sp_tree_race(rf, vocab, u, k0, k1, off_lo, off_hi, s_red);
@@ -552,4 +657,42 @@ specula_verify_tree(const sp_args a) {
         atomicAdd(drafted_pos + j, 1ull);
         if (j < acc) atomicAdd(acc_pos + j, 1ull);
     }
+}
+
+// The half-row instance, compiled once apart from the entry (its own registers).
+SP_NOINLINE __device__ void sp_tree_half(const sp_args a, const sp_tree_smem sm) { sp_tree_body<true>(a, sm); }
+
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_tree(const sp_args a) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
+    __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
+    __shared__ sp_u16 s_spar[SP_TREE_MAX_NODES + 2u];  // its parent (typical)
+    __shared__ unsigned char s_seen[SP_TREE_MAX_NODES];
+    __shared__ sp_u16 s_kids[SP_TREE_MAX_NODES];
+    __shared__ sp_u32 s_tried[SP_TREE_MAX_NODES];
+    __shared__ sp_u16 s_parent[SP_TREE_MAX_NODES];
+    __shared__ float s_thr[SP_TREE_MAX_NODES];
+    __shared__ double s_z[SP_TREE_MAX_NODES]; // SpecInfer's Z; typical with logits: rows' S
+    __shared__ float s_tm[SP_TREE_MAX_NODES];  // typical with logits: rows' softmax maximum
+    __shared__ sp_u32 s_word[4]; // thread 0's answers: error / depth, child count, ...
+    sp_tree_smem sm;
+    sm.red = s_red;
+    sm.stack = s_stack;
+    sm.sdep = s_sdep;
+    sm.spar = s_spar;
+    sm.seen = s_seen;
+    sm.kids = s_kids;
+    sm.tried = s_tried;
+    sm.parent = s_parent;
+    sm.thr = s_thr;
+    sm.z = s_z;
+    sm.tm = s_tm;
+    sm.word = s_word;
+    const sp_u32 half_flags =
+        SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16 | SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    if ((a.shape[SP_SHAPE_FLAGS] & half_flags) != 0u)
+        sp_tree_half(a, sm);
+    else
+        sp_tree_body<false>(a, sm);
 }

@@ -819,14 +819,16 @@ __device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, flo
 }
 
 // The softmax state of a logit row at temperature t > 0 over the whole row (every thread of the
-// block takes part; every thread gets the state): the maximum pass, then the sum pass.
+// block takes part; every thread gets the state): the maximum pass, then the sum pass. FX and
+// fmt as for the passes (the tree entry's half rows: FX = SP_FX_ANY).
+template <sp_u32 FX = 0u>
 __device__ sp_soft sp_softmax_state(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
-                                    sp_u32 g_step, sp_u64* s_red) {
+                                    sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
     sp_soft st;
     st.t = t;
-    st.m = sp_max_of_key(sp_softmax_max_part(row, vocab, t, g_first, g_step, s_red));
+    st.m = sp_max_of_key(sp_softmax_max_part<FX>(row, vocab, t, g_first, g_step, s_red, fmt));
     sp_u64 h, l;
-    sp_softmax_sum_part(row, vocab, t, st.m, g_first, g_step, s_red, h, l);
+    sp_softmax_sum_part<FX>(row, vocab, t, st.m, g_first, g_step, s_red, h, l, fmt);
     st.s = sp_soft_sum(h, l);
     return st;
 }
@@ -1196,17 +1198,10 @@ __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, s
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
-// Everything below is the chain kernel's own (its entry points and what only they call). The
-// tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
-// and leaves it out: compiling the chain's four entries again there doubled the tree module's
-// compile time for nothing.
-#ifndef SPECULA_TREE_MODULE
-// ---------------------------------------------------------------- the logits entries' rows
-// Everything below up to "the kernel" is used by specula_verify_logits and
-// specula_verify_split_logits only (sp_verify_body<true>, sp_verify_split_body<true>).
-
+// ---------------------------------------------------------------- the any-format passes
 // The passes with the row's processing (st.kind) and formats chosen at run time, compiled once
-// each (SP_NOINLINE) and called from every site of both logits entries.
+// each (SP_NOINLINE) and called from every site of both logits entries
+// (sp_verify_body<true>, sp_verify_split_body<true>) and, for its half rows, of the tree entry.
 SP_NOINLINE __device__ sp_u64 sp_argmax_any(const float* row, sp_u32 vocab, sp_u32 g_first,
                                                 sp_u32 g_step, sp_u64* s_red, const sp_soft& st) {
     const sp_soft l = st; // in registers (see sp_race_part_any)
@@ -1239,6 +1234,14 @@ __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* dr
                      threadIdx.x, blockDim.x, s_red, top, id, st);
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
+
+// Everything below is the chain kernel's own (its entry points and what only they call). The
+// tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
+// and leaves it out: compiling the chain's four entries again there doubled the tree module's
+// compile time for nothing.
+#ifndef SPECULA_TREE_MODULE
+// Everything below up to "the kernel" is used by specula_verify_logits and
+// specula_verify_split_logits only.
 
 // ---------------------------------------------------------------- sampling filters
 // top-k, top-p, min-p as DETERMINISM.md defines them ("Sampling filters"): the kept ids are

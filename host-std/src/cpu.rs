@@ -890,7 +890,7 @@ impl<const K: usize> Verifier<K> for CpuVerifier<K> {
     }
 
     fn support(&self) -> Support {
-        Support::ALL
+        Support::CPU
     }
 
     fn verify_tree(

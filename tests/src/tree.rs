@@ -7,7 +7,8 @@ use specula_core::verify::tree::{
     NO_NODE, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
 };
 use specula_core::verify::{
-    AcceptedOut, Check, Logits, Method, SENTINEL, Streams, TokensOut, Verifier,
+    AcceptedOut, Check, Logits, Method, Rows, SENTINEL, Streams, Target, TokensOut, Values,
+    Verifier,
 };
 use specula_core::{Counters, Readback};
 
@@ -578,4 +579,30 @@ pub fn tree_step_path_conformance<D: Driver>(
     assert_eq!(rb.flush().expect("flush"), expected, "the exact totals");
     assert_eq!(rb.error_flags(), specula_core::gpu::kernels::ERR_TREE);
     let _ = out.view();
+}
+
+/// `host` with its target (and, if it has them, draft) rows' values replaced, same strides.
+pub fn with_values<'a>(
+    host: TreeBatch<'a>,
+    target: Values<'a>,
+    draft: Option<Values<'a>>,
+) -> TreeBatch<'a> {
+    let t = match host.target {
+        Target::Probs(r) => Target::Probs(Rows {
+            values: target,
+            ..r
+        }),
+        Target::Logits { rows, temperature } => Target::Logits {
+            rows: Rows {
+                values: target,
+                ..rows
+            },
+            temperature,
+        },
+    };
+    let mut b = host.with_target(t);
+    if let (Some(d), Some(values)) = (host.draft, draft) {
+        b = b.with_draft(Rows { values, ..d });
+    }
+    b
 }

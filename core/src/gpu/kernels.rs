@@ -110,7 +110,10 @@ pub const TREE_SOURCE: &str = concat!(
 /// layout of `target_probs`, which is then not read; null: probabilities) and `temperature` (B
 /// values, read only with logits; `0`: greedy on the logit rows whatever the method, `> 0`:
 /// each node row's softmax of `core/DETERMINISM.md`, computed on the fly as in
-/// [`VERIFY_LOGITS_ENTRY`]); the chain's other fields are null.
+/// [`VERIFY_LOGITS_ENTRY`]); the chain's other fields are null. The half flags
+/// ([`FLAG_TARGET_BF16`], [`FLAG_TARGET_F16`], [`FLAG_DRAFT_BF16`], [`FLAG_DRAFT_F16`]) make it
+/// read the target rows (probabilities or logits) or the draft rows as bf16 / f16 patterns,
+/// widened exactly as the logits entries widen them.
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
 /// rule with draft rows, typical acceptance) and records
@@ -160,7 +163,7 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 ///   with the sentinel for `j ≥ k[b]`, ragged `cu[b−1] + j`; null: not written).
 ///
 /// The shape flags [`FLAG_TARGET_BF16`] / [`FLAG_TARGET_F16`] and [`FLAG_DRAFT_BF16`] /
-/// [`FLAG_DRAFT_F16`] (these entries only) make the target tensor read (the logits, else the
+/// [`FLAG_DRAFT_F16`] (these entries and [`TREE_ENTRY`] only) make the target tensor read (the logits, else the
 /// probabilities) or the draft probabilities hold u16 bf16 / f16 patterns, strides in elements,
 /// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
 /// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
@@ -231,15 +234,18 @@ pub const SHAPE_COUNTERS_K: usize = 6;
 pub const SHAPE_FLAGS: usize = 7;
 /// Flag: `draft_probs` is present (otherwise the drafter is one-hot).
 pub const FLAG_DRAFT_PROBS: u32 = 1;
-/// Flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`] only; the other entries refuse
-/// it with [`ERR_SHAPE`]): the target tensor the entry reads holds bf16 patterns (u16).
+/// Flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`] and [`TREE_ENTRY`] only; the
+/// other entries refuse it with [`ERR_SHAPE`]): the target tensor the entry reads holds bf16
+/// patterns (u16).
 pub const FLAG_TARGET_BF16: u32 = 2;
-/// Flag (logits entries only): the target tensor holds f16 patterns (u16). Not with
+/// Flag (logits and tree entries only): the target tensor holds f16 patterns (u16). Not with
 /// [`FLAG_TARGET_BF16`] ([`ERR_SHAPE`]).
 pub const FLAG_TARGET_F16: u32 = 4;
-/// Flag (logits entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds bf16 patterns.
+/// Flag (logits and tree entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds bf16
+/// patterns.
 pub const FLAG_DRAFT_BF16: u32 = 8;
-/// Flag (logits entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds f16 patterns.
+/// Flag (logits and tree entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds f16
+/// patterns.
 /// Not with [`FLAG_DRAFT_BF16`] ([`ERR_SHAPE`]).
 pub const FLAG_DRAFT_F16: u32 = 16;
 

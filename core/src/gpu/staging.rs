@@ -15,7 +15,8 @@ use crate::verify::{
 /// logits with per-request temperature, a method per request and the sampling filters
 /// (top-k, top-p, min-p), bf16 / f16 target logits and draft probabilities, and the
 /// recovered-token output ([`Outputs::with_recovered`](crate::verify::Outputs::with_recovered),
-/// written by the same launch), through the kernel text's plain and `_logits` entries.
+/// written by the same launch), through the kernel text's plain and `_logits` entries; token
+/// trees of binary32, bf16 or f16 rows through the tree entry.
 pub const SUPPORT: Support = Support {
     empty_drafts: true,
     ragged: true,
@@ -28,6 +29,8 @@ pub const SUPPORT: Support = Support {
     methods: true,
     recovered: true,
     trees: true,
+    // Tree rows of any format: the tree entry reads them as the logits entries do.
+    tree_half: true,
     device: true,
 };
 
@@ -105,9 +108,58 @@ impl<D: Memory, T: Element> Src<'_, '_, D, T> {
 }
 
 /// One row tensor by its kernel argument: binary32, or 16-bit patterns of a half format.
-enum Arg<'h, 'd, D: Memory> {
+pub(super) enum Arg<'h, 'd, D: Memory> {
     F32(Src<'h, 'd, D, f32>),
     Half(Src<'h, 'd, D, u16>, Format),
+}
+
+impl<D: Memory> Arg<'_, '_, D> {
+    /// Bytes the staging copies (none for device memory).
+    pub(super) fn staged_bytes(&self) -> Option<usize> {
+        match self {
+            Self::F32(x) => x.staged_len().checked_mul(4),
+            Self::Half(x, _) => x.staged_len().checked_mul(2),
+        }
+    }
+}
+
+impl<'h, 'd, D: Driver> Arg<'h, 'd, D> {
+    /// Host values as they are (a half tensor as its patterns), device values as `device` makes
+    /// their view (or refuses them).
+    pub(super) fn of(
+        v: Values<'h>,
+        device: impl FnOnce(Device<'h>) -> Result<Self, GpuError<D::Error>>,
+    ) -> Result<Self, GpuError<D::Error>> {
+        match v {
+            Values::F32(x) => Ok(Self::F32(Src::Host(x))),
+            Values::Half(h) => Ok(Self::Half(
+                Src::Host(patterns(h)),
+                match h {
+                    Half::Bf16(_) => Format::Bf16,
+                    Half::F16(_) => Format::F16,
+                },
+            )),
+            Values::Device(d) => device(d),
+        }
+    }
+}
+
+impl<'b, D: Driver> Arg<'b, 'b, D> {
+    /// Device values as a view of `drv`'s memory, in their format: [`GpuError::ForeignMemory`]
+    /// for another driver's or device's buffer.
+    pub(super) fn owned(drv: &D, d: Device<'b>, param: Param) -> Result<Self, GpuError<D::Error>> {
+        let foreign = GpuError::ForeignMemory { param };
+        match d.format() {
+            Format::F32 => match d.view::<D, f32>() {
+                Some(v) if drv.owns(v.buffer()) => Ok(Self::F32(Src::Device(v))),
+                _ => Err(foreign),
+            },
+            f => match d.view::<D, u16>() {
+                Some(v) if drv.owns(v.buffer()) => Ok(Self::Half(Src::Device(v), f)),
+                _ => Err(foreign),
+            },
+        }
+    }
 }
 
 /// A batch's row tensors by kernel argument: the kernel takes each element format of the
@@ -126,17 +178,7 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
         batch: &Batch<'h>,
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
-        let arg = |v: Values<'h>, param: Param| match v {
-            Values::F32(x) => Ok(Arg::F32(Src::Host(x))),
-            Values::Half(h) => Ok(Arg::Half(
-                Src::Host(patterns(h)),
-                match h {
-                    Half::Bf16(_) => Format::Bf16,
-                    Half::F16(_) => Format::F16,
-                },
-            )),
-            Values::Device(d) => device(d, param),
-        };
+        let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
         let (draft_probs, draft_probs_half) = match batch.draft {
             Some(d) => match arg(d.rows.values, Param::DraftProbs)? {
                 Arg::F32(x) => (Some(x), None),
@@ -183,48 +225,7 @@ impl<'b, D: Driver> Split<'b, 'b, D> {
     /// The tensors of `batch`, its device tensors as views of `drv`'s memory:
     /// [`GpuError::ForeignMemory`] for another driver's or device's buffer.
     pub(super) fn of(drv: &D, batch: &Batch<'b>) -> Result<Self, GpuError<D::Error>> {
-        Self::with(batch, |d, param| {
-            let foreign = GpuError::ForeignMemory { param };
-            match d.format() {
-                Format::F32 => match d.view::<D, f32>() {
-                    Some(v) if drv.owns(v.buffer()) => Ok(Arg::F32(Src::Device(v))),
-                    _ => Err(foreign),
-                },
-                f => match d.view::<D, u16>() {
-                    Some(v) if drv.owns(v.buffer()) => Ok(Arg::Half(Src::Device(v), f)),
-                    _ => Err(foreign),
-                },
-            }
-        })
-    }
-}
-
-/// A binary32 row tensor of a kernel that reads binary32 only (the tree entry): host values, or
-/// device values as `device` makes their view (or refuses them). Half values, on the host or
-/// the device, are [`Feature::Half`] (validation refuses them first).
-pub(super) fn f32_rows<'h, 'd, D: Driver>(
-    values: Values<'h>,
-    device: impl FnOnce(Device<'h>) -> Result<View<'d, D, f32>, GpuError<D::Error>>,
-) -> Result<Src<'h, 'd, D, f32>, GpuError<D::Error>> {
-    match values {
-        Values::F32(x) => Ok(Src::Host(x)),
-        Values::Device(d) if d.format() == Format::F32 => device(d).map(Src::Device),
-        Values::Half(_) | Values::Device(_) => Err(GpuError::Verify(VerifyError::Unsupported {
-            feature: Feature::Half,
-        })),
-    }
-}
-
-/// Binary32 device values as a view of `drv`'s memory: [`GpuError::ForeignMemory`] for
-/// another driver's or device's buffer.
-pub(super) fn owned_f32<'b, D: Driver>(
-    drv: &D,
-    d: Device<'b>,
-    param: Param,
-) -> Result<View<'b, D, f32>, GpuError<D::Error>> {
-    match d.view::<D, f32>() {
-        Some(v) if drv.owns(v.buffer()) => Ok(v),
-        _ => Err(GpuError::ForeignMemory { param }),
+        Self::with(batch, |d, param| Arg::owned(drv, d, param))
     }
 }
 

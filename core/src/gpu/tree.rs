@@ -11,10 +11,14 @@
 //! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
 //!   CPU backend (the reference's validation first, with the same
 //!   [`VerifyError`](crate::verify::VerifyError)s; one
-//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]); binary32 rows in
-//!   device memory ([`Values::Device`](crate::verify::Values::Device)) are read in place, and
-//!   outputs in device memory ([`TreeOutputs::on_device`]) are written in place, with no copy
-//!   down and no synchronising call.
+//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]); rows in device memory
+//!   ([`Values::Device`](crate::verify::Values::Device)) are read in place, and outputs in
+//!   device memory ([`TreeOutputs::on_device`]) are written in place, with no copy down and no
+//!   synchronising call.
+//!
+//! Rows may be binary32, bf16 or f16 (host or device; [`TreeArgs::target_half`],
+//! [`TreeArgs::draft_half`] and the shape's half flags): the tree entry widens each value
+//! exactly as it reads it, so half rows give the bits of the tree of their widened values.
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
 //! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
@@ -310,8 +314,8 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     }
 }
 
-/// The reference's validation, with what the tree entry reads ([`SUPPORT`]: binary32 rows, in
-/// host or device memory).
+/// The reference's validation, with what the tree entry reads ([`SUPPORT`]: binary32, bf16 or
+/// f16 rows, in host or device memory).
 fn check_tree<const K: usize, E>(
     method: Method,
     check: Check,

@@ -498,7 +498,8 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
     /// does (`core/DETERMINISM.md`, "Token trees"; bit-identical to
     /// [`verify_tree_batch`](crate::verify::tree::verify_tree_batch)): validates it like the
     /// reference ([`GpuError::Verify`] with the reference's error, [`SUPPORT`]'s rows: binary32,
-    /// on the host or the device), stages it (probabilities, or target logits with their
+    /// bf16 or f16, on the host or the device; half rows give the bits of the tree of their
+    /// widened values), stages it (probabilities, or target logits with their
     /// temperatures; rows in device memory are read in place, another device's or driver's
     /// are [`GpuError::ForeignMemory`], [`Check::Strict`] over them is refused), launches the
     /// tree entry, copies the outputs (host slices) down and waits (one synchronising call).

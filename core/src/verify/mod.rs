@@ -160,10 +160,15 @@ pub struct Support {
     /// The recovered-token output filled by the verification itself
     /// ([`Outputs::with_recovered`]).
     pub recovered: bool,
-    /// Token trees ([`Verifier::verify_tree`]), of binary32 rows (no tree verifier reads half
-    /// rows yet, whatever [`half`](Self::half) says); rows and outputs in device memory with
+    /// Token trees ([`Verifier::verify_tree`]): binary32 rows, bf16 / f16 ones with
+    /// [`tree_half`](Self::tree_half), rows and outputs in device memory with
     /// [`device`](Self::device).
     pub trees: bool,
+    /// bf16 / f16 rows in token trees (target logits or probabilities, draft rows), read as
+    /// their exact binary32 widening (the tree of the widened rows, bit for bit): the CPU
+    /// backend and the GPU verifiers. The reference reads binary32 tree rows only (it has no
+    /// scratch to widen into): [`Feature::Half`] / [`Feature::HalfProbs`], as without this.
+    pub tree_half: bool,
     /// Tensors in device memory: [`Values::Device`] rows, [`Outputs::on_device`] and
     /// [`TreeOutputs::on_device`](tree::TreeOutputs::on_device) (the GPU verifiers; a host
     /// verifier cannot read them).
@@ -184,6 +189,7 @@ impl Support {
         methods: false,
         recovered: false,
         trees: false,
+        tree_half: false,
         device: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens. (The GPU backends take more:
@@ -199,10 +205,11 @@ impl Support {
         methods: false,
         recovered: false,
         trees: false,
+        tree_half: false,
         device: false,
     };
-    /// Everything in host memory: the reference and the CPU backend (which cannot read
-    /// [`device`](Self::device) tensors).
+    /// Everything in host memory the reference verifies (it cannot read
+    /// [`device`](Self::device) tensors, nor [`tree_half`](Self::tree_half) rows).
     pub const ALL: Self = Self {
         empty_drafts: true,
         ragged: true,
@@ -214,8 +221,16 @@ impl Support {
         methods: true,
         recovered: true,
         trees: true,
+        // The reference's tree rows are binary32 (no scratch to widen half rows into).
+        tree_half: false,
         // The reference reads every value on the host.
         device: false,
+    };
+    /// What the CPU backend verifies: [`ALL`](Self::ALL), and bf16 / f16 tree rows
+    /// ([`tree_half`](Self::tree_half), widened exactly into binary32 scratch).
+    pub const CPU: Self = Self {
+        tree_half: true,
+        ..Self::ALL
     };
 }
 

@@ -339,34 +339,49 @@ fn tree_validation_of_device_and_half_rows() {
             expected: 16
         })
     );
-    // Half rows, host or device: no tree verifier reads them.
+    // Half rows, host or device: the reference refuses them (Support::ALL: no tree_half),
+    // the CPU backend (Support::CPU, host rows) and the GPU support (device rows too) take them.
     let bits = [0x3E80u16; 16]; // bf16 0.25
     let half = Values::Half(Half::Bf16(&bits));
-    let dev_half = Values::Device(Device::bf16(View::<Mem, u16>::new(&rows)));
-    for support in [Support::ALL, SUPPORT] {
-        for (target, draft, feature) in [
-            (half, Values::F32(&host), Feature::HalfProbs),
-            (dev_half, Values::F32(&host), Feature::HalfProbs),
-            (Values::F32(&host), half, Feature::Half),
-        ] {
-            let b = tree_batch(target, draft);
-            assert_eq!(
-                validate_tree_with::<4>(support, m, cheap, &b, &out),
-                unsupported(feature)
-            );
-        }
-        let logits =
-            tree_batch(Values::F32(&host), Values::F32(&host)).with_target(Target::Logits {
-                rows: Rows {
-                    values: half,
-                    stride: 4,
-                },
-                temperature: &[0.5, 0.5],
-            });
+    let dev_half = View::<Mem, u16>::range(&rows, 0, 16).unwrap();
+    let dev_half = Values::Device(Device::bf16(dev_half));
+    let logits = |values| {
+        tree_batch(Values::F32(&host), Values::F32(&host)).with_target(Target::Logits {
+            rows: Rows { values, stride: 4 },
+            temperature: &[0.5, 0.5],
+        })
+    };
+    let cases = [
+        (
+            tree_batch(half, Values::F32(&host)),
+            Feature::HalfProbs,
+            false,
+        ),
+        (
+            tree_batch(dev_half, Values::F32(&host)),
+            Feature::HalfProbs,
+            true,
+        ),
+        (tree_batch(Values::F32(&host), half), Feature::Half, false),
+        (logits(half), Feature::Half, false),
+        (logits(dev_half), Feature::Half, true),
+    ];
+    const { assert!(!Support::ALL.tree_half && Support::CPU.tree_half && SUPPORT.tree_half) };
+    for (b, feature, on_device) in cases {
         assert_eq!(
-            validate_tree_with::<4>(support, m, cheap, &logits, &out),
-            unsupported(Feature::Half)
+            validate_tree_with::<4>(Support::ALL, m, cheap, &b, &out),
+            unsupported(feature)
         );
+        let cpu = if on_device {
+            unsupported(Feature::Device)
+        } else {
+            Ok(())
+        };
+        assert_eq!(
+            validate_tree_with::<4>(Support::CPU, m, cheap, &b, &out),
+            cpu
+        );
+        assert_eq!(validate_tree_with::<4>(SUPPORT, m, cheap, &b, &out), Ok(()));
     }
     // The reference writes and counts nothing; the host rows verify.
     let mut counters = Counters::<4>::ZERO;

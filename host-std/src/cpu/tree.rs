@@ -2,16 +2,21 @@
 //! flow ([`verify_tree_request`]) with this backend's row reductions ([`TreeRows`]), requests
 //! spread over the pool, counted once per batch like chains.
 
+mod widen;
+
 use super::kernels::{self, Isa, Weights};
 use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
     TreeBatch, TreeOps, TreeOutputs, excluding_weight, speculative_residual, validate_tree_request,
-    validate_tree_shape, verify_tree_request,
+    validate_tree_shape_with, verify_tree_request,
 };
-use specula_core::verify::{Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, VerifyError};
+use specula_core::verify::{
+    Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, VerifyError,
+};
 use std::cell::Cell;
+use widen::Widened;
 
 /// `target − 1` at the tried tokens (once each), `target` elsewhere: the residual of the
 /// target-only rule after several siblings were rejected.
@@ -321,8 +326,12 @@ impl<const K: usize> CpuVerifier<K> {
     /// request in this verifier's counters as the reference does
     /// (`record_tree(depth, nodes − 1, accepted)`: a chain of the tree's depth plus the tree
     /// counts), so tree steps flow through the same readback, slot, log line and Prometheus
-    /// exporter. On error nothing is
-    /// written or counted, and the error is the one the reference reports.
+    /// exporter. On error nothing is written or counted, and the error is the one
+    /// [`validate_tree_with`](specula_core::verify::tree::validate_tree_with) reports with
+    /// [`Support::CPU`]: the reference's, except that bf16 / f16 rows (target logits or
+    /// probabilities, draft rows) are taken: widened exactly into binary32 scratch (one pass
+    /// over the batch's rows, `B · N · stride` binary32 values each), they give the bits of the
+    /// tree of the widened rows.
     ///
     /// ```
     /// use specula::cpu::CpuVerifier;
@@ -352,7 +361,16 @@ impl<const K: usize> CpuVerifier<K> {
         batch: &TreeBatch<'_>,
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), VerifyError> {
-        validate_tree_shape::<K>(batch, out)?;
+        validate_tree_shape_with::<K>(Support::CPU, batch, out)?;
+        let widened = Widened::of(batch, self.pool.as_ref());
+        let wide;
+        let batch = match &widened {
+            Some(w) => {
+                wide = w.batch(batch);
+                &wide
+            }
+            None => batch,
+        };
         let n = batch.requests();
         let width = batch.max_depth + 1;
         let mut depths = vec![0usize; n];

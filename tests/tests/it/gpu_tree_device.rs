@@ -4,9 +4,9 @@
 //! "device" memory is host memory it allocated): the host rows' outputs and counters, bit for
 //! bit, with the one wait of the host outputs and none with device outputs; and the refusals,
 //! each a typed error with nothing launched, written or counted: another device's or API's
-//! memory (rows or outputs), strict checks over device rows, half rows (no tree verifier reads
-//! them), device outputs of the wrong length, device rows or outputs on the host verifiers, and
-//! device rows in `TreeStaging::write`.
+//! memory (rows, binary32 or half, or outputs), strict checks over device rows, device outputs
+//! of the wrong length, device rows or outputs on the host verifiers, device rows in
+//! `TreeStaging::write`, half rows on the reference. (Half rows that verify: `tree_half.rs`.)
 
 use specula::cpu::CpuVerifier;
 use specula_core::Counters;
@@ -19,7 +19,7 @@ use specula_core::verify::{
 use specula_tests::conformance::{Gen, K, METHODS};
 use specula_tests::host_driver::{Buf, HostDriver};
 use specula_tests::kernel_host::Mode;
-use specula_tests::tree::{TreeData, TreeOut, TreeSpec, random_tree_batch};
+use specula_tests::tree::{TreeData, TreeOut, TreeSpec, random_tree_batch, with_values};
 use std::sync::Arc;
 
 fn verifier(drv: &HostDriver) -> GpuVerifier<HostDriver, K> {
@@ -36,32 +36,6 @@ fn spec(draft: bool, logits: bool) -> TreeSpec {
         logits,
         garbage: false,
     }
-}
-
-/// `host` with its target (and, if it has them, draft) rows' values replaced, same strides.
-fn with_values<'a>(
-    host: TreeBatch<'a>,
-    target: Values<'a>,
-    draft: Option<Values<'a>>,
-) -> TreeBatch<'a> {
-    let t = match host.target {
-        Target::Probs(r) => Target::Probs(Rows {
-            values: target,
-            ..r
-        }),
-        Target::Logits { rows, temperature } => Target::Logits {
-            rows: Rows {
-                values: target,
-                ..rows
-            },
-            temperature,
-        },
-    };
-    let mut b = host.with_target(t);
-    if let (Some(d), Some(values)) = (host.draft, draft) {
-        b = b.with_draft(Rows { values, ..d });
-    }
-    b
 }
 
 fn f32_device(buf: &Buf) -> Values<'_> {
@@ -177,9 +151,9 @@ fn bf16(x: &[f32]) -> Vec<u16> {
         .collect()
 }
 
-/// On the GPU tree path: another device's memory, another API's memory (target and draft
-/// rows), strict checks over device rows, half rows on the host or the device: typed errors,
-/// nothing launched, written or counted. `TreeStaging::write` (whose views outlive the batch)
+/// On the GPU tree path: another device's memory (binary32 or half rows), another API's memory
+/// (target and draft rows), strict checks over device rows: typed errors, nothing launched,
+/// written or counted. `TreeStaging::write` (whose views outlive the batch)
 /// takes host rows only. The same device rows, valid, then verify.
 #[test]
 fn tree_device_rows_refusals_on_the_gpu_path() {
@@ -210,26 +184,19 @@ fn tree_device_rows_refusals_on_the_gpu_path() {
         let strict = unsupported(Feature::DeviceCheck);
         refused(&drv, &mut v, &good, Check::STRICT, strict);
 
-        // Half rows: the tree entry reads binary32 only.
+        // Half rows of another device: the same refusal as binary32 ones.
         let half_target = bf16(&d.target);
         let half_draft = bf16(draft);
-        let dev_half = drv.buffer_from(&half_target);
-        let dev_half = Values::Device(Device::bf16(View::<HostDriver, u16>::new(&dev_half)));
-        let target_half = if d.temperature.is_some() {
-            Feature::Half
-        } else {
-            Feature::HalfProbs
-        };
-        let b = with_values(host, Values::Half(Half::Bf16(&half_target)), None);
-        refused(&drv, &mut v, &b, Check::Cheap, unsupported(target_half));
-        let b = with_values(host, dev_half, None);
-        refused(&drv, &mut v, &b, Check::Cheap, unsupported(target_half));
-        let b = with_values(
-            host,
-            f32_device(&mine),
-            Some(Values::Half(Half::Bf16(&half_draft))),
-        );
-        refused(&drv, &mut v, &b, Check::Cheap, unsupported(Feature::Half));
+        let theirs_half = other_device.buffer_from(&half_target);
+        let theirs_half = Values::Device(Device::bf16(View::<HostDriver, u16>::new(&theirs_half)));
+        let b = with_values(host, theirs_half, None);
+        refused(&drv, &mut v, &b, Check::Cheap, foreign(target_param));
+        let theirs_draft_half = other_device.buffer_from(&half_draft);
+        let theirs_draft_half = Values::Device(Device::f16(View::<HostDriver, u16>::new(
+            &theirs_draft_half,
+        )));
+        let b = with_values(host, f32_device(&mine), Some(theirs_draft_half));
+        refused(&drv, &mut v, &b, Check::Cheap, foreign(Param::DraftProbs));
 
         // `TreeStaging::write` returns views that outlive the batch: host rows only.
         let mut staging = TreeStaging::<HostDriver>::new();
@@ -250,9 +217,10 @@ fn tree_device_rows_refusals_on_the_gpu_path() {
     }
 }
 
-/// Host verifiers (the reference, the CPU backend) refuse device rows and half rows of a tree
-/// batch as unsupported (device rows before anything else is read), writing and counting
-/// nothing; the host rows then verify.
+/// Host verifiers (the reference, the CPU backend) refuse device rows of a tree batch as
+/// unsupported (before anything else is read), and the reference half rows too (the CPU
+/// backend widens them: `tree_half.rs`), writing and counting nothing; the host rows then
+/// verify.
 #[test]
 fn tree_device_and_half_rows_are_refused_by_host_verifiers() {
     let drv = HostDriver::new(Mode::Cuda, 64, 1);
@@ -268,11 +236,13 @@ fn tree_device_and_half_rows_are_refused_by_host_verifiers() {
         rows: Rows::half(Half::Bf16(&half_target), d.vocab),
         temperature: &temperature,
     });
-    let cases: [(&str, TreeBatch<'_>, Feature); 5] = [
+    // (what, batch, refusal, whether the CPU backend refuses it too)
+    let cases: [(&str, TreeBatch<'_>, Feature, bool); 5] = [
         (
             "device target",
             with_values(host, f32_device(&dev_target), None),
             Feature::Device,
+            true,
         ),
         (
             "device draft",
@@ -282,13 +252,15 @@ fn tree_device_and_half_rows_are_refused_by_host_verifiers() {
                 Some(f32_device(&dev_draft)),
             ),
             Feature::Device,
+            true,
         ),
         (
             "half target probabilities",
             with_values(host, Values::Half(Half::Bf16(&half_target)), None),
             Feature::HalfProbs,
+            false,
         ),
-        ("half target logits", logits, Feature::Half),
+        ("half target logits", logits, Feature::Half, false),
         (
             "half draft",
             with_values(
@@ -297,14 +269,20 @@ fn tree_device_and_half_rows_are_refused_by_host_verifiers() {
                 Some(Values::Half(Half::F16(&half_draft))),
             ),
             Feature::Half,
+            false,
         ),
     ];
     let mut cpu = CpuVerifier::<K>::new(2).unwrap();
     let mut reference = Reference::<K>::new();
     let verifiers: [&mut dyn Verifier<K, Error = VerifyError>; 2] = [&mut cpu, &mut reference];
-    for v in verifiers {
+    for (i, v) in verifiers.into_iter().enumerate() {
+        let is_reference = i == 1;
         assert!(v.support().trees && !v.support().device);
-        for (what, b, feature) in &cases {
+        assert_eq!(v.support().tree_half, !is_reference);
+        for (what, b, feature, cpu_refuses) in &cases {
+            if !is_reference && !cpu_refuses {
+                continue;
+            }
             for check in [Check::Cheap, Check::STRICT] {
                 let mut out = TreeOut::new(d.requests(), d.max_depth);
                 let got = v.verify_tree(Method::Rejection, check, b, &mut out.view());

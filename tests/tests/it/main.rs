@@ -15,6 +15,7 @@ mod kernel_host_inputs;
 mod kernel_host_shim;
 mod readback_conformance;
 mod recovered;
+mod tree_half;
 mod tree_kernel_host;
 mod tree_verify;
 mod verify_cpu;

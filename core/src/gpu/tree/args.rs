@@ -26,10 +26,12 @@ pub struct TreeArgs<'a, D: Memory> {
     pub first_child: View<'a, D, i32>,
     /// Next-sibling links, `B · N` (`-1`: none).
     pub next_sibling: View<'a, D, i32>,
-    /// Draft rows, one per node slot; `None` for the target-only rule.
+    /// Draft rows, one per node slot; `None` for the target-only rule (or with
+    /// [`draft_half`](Self::draft_half)).
     pub draft_probs: Option<View<'a, D, f32>>,
     /// Target probability rows, one per node slot (not read with
-    /// [`target_logits`](Self::target_logits): then empty).
+    /// [`target_logits`](Self::target_logits) or [`target_half`](Self::target_half): then
+    /// empty).
     pub target_probs: View<'a, D, f32>,
     /// Seeds.
     pub seed: View<'a, D, u64>,
@@ -50,27 +52,45 @@ pub struct TreeArgs<'a, D: Memory> {
     pub target_logits: Option<View<'a, D, f32>>,
     /// Per-request temperature of the logits (B values; `0`: greedy on the logit rows, `> 0`:
     /// each row's softmax, `core/DETERMINISM.md`). Only with
-    /// [`target_logits`](Self::target_logits).
+    /// [`target_logits`](Self::target_logits), or [`target_half`](Self::target_half) holding
+    /// logits.
     pub temperature: Option<View<'a, D, f32>>,
+    /// Draft rows of bf16 / f16 patterns instead of [`draft_probs`](Self::draft_probs) (the
+    /// format: the shape words' [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
+    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16), strides in elements).
+    pub draft_half: Option<View<'a, D, u16>>,
+    /// Target rows of bf16 / f16 patterns (the format: the shape words'
+    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
+    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16)): logits with
+    /// [`temperature`](Self::temperature), probabilities without; then
+    /// [`target_probs`](Self::target_probs) is not read and
+    /// [`target_logits`](Self::target_logits) is `None`.
+    pub target_half: Option<View<'a, D, u16>>,
 }
 
 impl<D: Memory> TreeArgs<'_, D> {
     /// The lengths the orchestration can check without reading device memory: the shape words,
     /// and at least `capacity` elements in every per-request buffer and in every per-node or
     /// per-slot one (each request has at least one node slot and one output slot), the target
-    /// rows in `target_logits` when given (with a temperature per request) and in
-    /// `target_probs` otherwise. The extents the shape words give are the caller's promise (the
-    /// unsafe launch).
+    /// rows in `target_half` or `target_logits` when given (logits with a temperature per
+    /// request) and in `target_probs` otherwise, the draft rows in one format at most. The
+    /// extents and formats the shape words give are the caller's promise (the unsafe launch).
     pub(crate) fn views_fit(&self) -> bool {
         let b = self.capacity as usize;
+        let target = match (self.target_half, self.target_logits) {
+            (Some(h), None) => h.len(),
+            (None, Some(l)) => l.len(),
+            (None, None) => self.target_probs.len(),
+            (Some(_), Some(_)) => return false,
+        };
+        let logits = self.target_logits.is_some() || self.target_half.is_some();
         self.shape.len() >= crate::gpu::kernels::TREE_SHAPE_WORDS
             && [
                 self.nodes.len(),
                 self.tree_tokens.len(),
                 self.first_child.len(),
                 self.next_sibling.len(),
-                self.target_logits
-                    .map_or(self.target_probs.len(), |l| l.len()),
+                target,
                 self.seed.len(),
                 self.offset.len(),
                 self.eps.len(),
@@ -82,7 +102,10 @@ impl<D: Memory> TreeArgs<'_, D> {
             .iter()
             .all(|&n| n >= b)
             && self.draft_probs.is_none_or(|d| d.len() >= b)
-            && self.target_logits.is_some() == self.temperature.is_some()
+            && self.draft_half.is_none_or(|d| d.len() >= b)
+            && !(self.draft_probs.is_some() && self.draft_half.is_some())
+            && (self.target_logits.is_none() || self.temperature.is_some())
+            && (self.temperature.is_none() || logits)
             && self.temperature.is_none_or(|t| t.len() >= b)
     }
 }
@@ -105,7 +128,8 @@ pub struct TreeLaunch<'l, 'a, D: Memory> {
 impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
     /// The launch's only parameter, the kernel's argument block as the chain entries take it:
     /// node counts in [`k`](ArgBlock::k), node tokens in [`draft_ids`](ArgBlock::draft_ids), the
-    /// links and the path in their own fields, every field the tree entry does not read null.
+    /// links and the path in their own fields, half rows in the field of their binary32 kind
+    /// (as the logits entries take them), every field the tree entry does not read null.
     /// `address` gives a buffer's base address, as in [`Launch::arg_block`](super::super::Launch::arg_block).
     pub fn arg_block(&self, mut address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
         let a = self.args;
@@ -121,8 +145,15 @@ impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
             draft_ids: at!(a.tree_tokens),
             first_child: at!(a.first_child),
             next_sibling: at!(a.next_sibling),
-            draft_probs: a.draft_probs.map_or(0, |v| at!(v)),
-            target_probs: at!(a.target_probs),
+            draft_probs: match (a.draft_probs, a.draft_half) {
+                (Some(v), _) => at!(v),
+                (None, Some(v)) => at!(v),
+                (None, None) => 0,
+            },
+            target_probs: match a.target_half {
+                Some(v) if a.temperature.is_none() => at!(v),
+                _ => at!(a.target_probs),
+            },
             seed: at!(a.seed),
             offset: at!(a.offset),
             eps: at!(a.eps),
@@ -131,7 +162,11 @@ impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
             path: at!(a.path),
             tokens: at!(a.tokens),
             stats: at(self.stats, 0),
-            target_logits: a.target_logits.map_or(0, |v| at!(v)),
+            target_logits: match (a.target_logits, a.target_half) {
+                (Some(v), _) => at!(v),
+                (None, Some(v)) if a.temperature.is_some() => at!(v),
+                _ => 0,
+            },
             temperature: a.temperature.map_or(0, |v| at!(v)),
             slices: 1,
             ..ArgBlock::default()

@@ -3,15 +3,15 @@
 
 use super::super::driver::Driver;
 use super::super::error::GpuError;
-use super::super::staging::{
-    Buffers, SUPPORT, Src, f32_rows, oob, owned_f32, per_request, tensor, upload,
-};
+use super::super::staging::{Arg, Buffers, SUPPORT, oob, per_request, tensor, upload};
 use super::super::view::{Memory, View, ViewMut};
 use super::TreeOutViews;
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{TreeBatch, validate_tree_inputs_with};
-use crate::verify::{DEFAULT_DELTA, DEFAULT_EPS, Device, Feature, Method, Param, VerifyError};
+use crate::verify::{
+    DEFAULT_DELTA, DEFAULT_EPS, Device, Feature, Format, Method, Param, Rows, VerifyError,
+};
 
 /// Buffers, in the order of [`TreeArgs`]' fields.
 const SLOTS: usize = 15;
@@ -33,8 +33,9 @@ const OUT_TOKENS: usize = 13;
 const TEMP: usize = 14;
 
 /// The shape words of launching `method` over `batch` with `Counters<K>`: the chain's
-/// [`shape_words`](kernels::shape_words) (`k_max` = the tree's `max_depth`), then the node
-/// slots per request ([`TREE_SHAPE_NODES`](kernels::TREE_SHAPE_NODES)).
+/// [`shape_words`](kernels::shape_words) (`k_max` = the tree's `max_depth`) with the half
+/// flags of the rows' formats ([`FLAG_TARGET_BF16`](kernels::FLAG_TARGET_BF16), ...), then the
+/// node slots per request ([`TREE_SHAPE_NODES`](kernels::TREE_SHAPE_NODES)).
 pub fn tree_shape<const K: usize>(
     method: Method,
     batch: &TreeBatch<'_>,
@@ -55,22 +56,35 @@ pub fn tree_shape<const K: usize>(
     );
     let mut shape = [0u32; kernels::TREE_SHAPE_WORDS];
     shape[..kernels::SHAPE_WORDS].copy_from_slice(&chain);
+    let flag = |rows: Rows<'_>, bf16: u32, f16: u32| match rows.format() {
+        Format::F32 => 0,
+        Format::Bf16 => bf16,
+        Format::F16 => f16,
+    };
+    shape[kernels::SHAPE_FLAGS] |= flag(
+        batch.target.rows(),
+        kernels::FLAG_TARGET_BF16,
+        kernels::FLAG_TARGET_F16,
+    ) | batch.draft.map_or(0, |d| {
+        flag(d, kernels::FLAG_DRAFT_BF16, kernels::FLAG_DRAFT_F16)
+    });
     shape[kernels::TREE_SHAPE_NODES] = w(batch.max_nodes)?;
     Ok(shape)
 }
 
-/// The row tensors of a tree batch, binary32 (the tree entry reads nothing else): host values
-/// the staging uploads, or the caller's device memory read in place.
+/// The row tensors of a tree batch, binary32 or bf16 / f16 patterns (the format goes into the
+/// shape flags, [`tree_shape`]): host values the staging uploads, or the caller's device memory
+/// read in place.
 pub(in crate::gpu) struct TreeRows<'h, 'd, D: Memory> {
-    draft: Option<Src<'h, 'd, D, f32>>,
-    target: Src<'h, 'd, D, f32>,
+    draft: Option<Arg<'h, 'd, D>>,
+    target: Arg<'h, 'd, D>,
 }
 
 impl<'h, 'd, D: Driver> TreeRows<'h, 'd, D> {
     /// The rows of `batch`; `device` makes the views of its device rows (or refuses them).
     fn with(
         batch: &TreeBatch<'h>,
-        device: impl Fn(Device<'h>, Param) -> Result<View<'d, D, f32>, GpuError<D::Error>>,
+        device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
         let param = if batch.target.temperature().is_some() {
             Param::TargetLogits
@@ -79,10 +93,10 @@ impl<'h, 'd, D: Driver> TreeRows<'h, 'd, D> {
         };
         Ok(Self {
             draft: match batch.draft {
-                Some(d) => Some(f32_rows(d.values, |x| device(x, Param::DraftProbs))?),
+                Some(d) => Some(Arg::of(d.values, |x| device(x, Param::DraftProbs))?),
                 None => None,
             },
-            target: f32_rows(batch.target.rows().values, |x| device(x, param))?,
+            target: Arg::of(batch.target.rows().values, |x| device(x, param))?,
         })
     }
 
@@ -101,7 +115,7 @@ impl<'b, D: Driver> TreeRows<'b, 'b, D> {
     /// The rows of `batch`, its device rows as views of `drv`'s memory
     /// ([`GpuError::ForeignMemory`] for another driver's or device's buffer).
     pub(in crate::gpu) fn of(drv: &D, batch: &TreeBatch<'b>) -> Result<Self, GpuError<D::Error>> {
-        Self::with(batch, |d, param| owned_f32(drv, d, param))
+        Self::with(batch, |d, param| Arg::owned(drv, d, param))
     }
 }
 
@@ -117,8 +131,8 @@ fn needs<D: Memory>(batch: &TreeBatch<'_>, rows: &TreeRows<'_, '_, D>) -> Option
         w4(batch.tree.tokens.len())?,
         w4(batch.tree.first_child.len())?,
         w4(batch.tree.next_sibling.len())?,
-        w4(rows.draft.as_ref().map_or(0, Src::staged_len))?,
-        w4(rows.target.staged_len())?,
+        rows.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+        rows.target.staged_bytes()?,
         w8(b)?,
         w8(b)?,
         w4(b)?,
@@ -226,17 +240,19 @@ impl<D: Driver> TreeStaging<D> {
             },
         };
         let tree = &batch.tree;
-        let target = tensor(drv, stream, bufs[TPROBS], Some(rows.target))?;
-        let target = target.ok_or(GpuError::ViewTooShort)?;
-        // Target logits: the rows are `target_logits`, and `target_probs` is an empty view of
-        // the target buffer (not read).
-        let (target_probs, target_logits, temperature) = match batch.target.temperature() {
-            Some(t) => (
-                View::range(buf(TPROBS)?, 0, 0).map_err(oob)?,
-                Some(target),
-                Some(upload(drv, stream, buf(TEMP)?, t)?),
-            ),
-            None => (target, None, None),
+        let (target, target_half) = views(drv, stream, bufs[TPROBS], Some(rows.target))?;
+        let (draft_probs, draft_half) = views(drv, stream, bufs[DPROBS], rows.draft)?;
+        if target.is_none() && target_half.is_none() {
+            return Err(GpuError::ViewTooShort);
+        }
+        // Target logits or half rows: the rows are `target_logits` (binary32 logits) or
+        // `target_half`, and `target_probs` is an empty view of the target buffer (not read).
+        let empty = || View::range(buf(TPROBS)?, 0, 0).map_err(oob);
+        let (target_probs, target_logits, temperature) = match (batch.target.temperature(), target)
+        {
+            (Some(t), target) => (empty()?, target, Some(upload(drv, stream, buf(TEMP)?, t)?)),
+            (None, Some(target)) => (target, None, None),
+            (None, None) => (empty()?, None, None),
         };
         Ok(TreeStaged(TreeArgs {
             capacity,
@@ -245,7 +261,7 @@ impl<D: Driver> TreeStaging<D> {
             tree_tokens: upload(drv, stream, buf(TOKENS)?, tree.tokens)?,
             first_child: upload(drv, stream, buf(FIRST)?, tree.first_child)?,
             next_sibling: upload(drv, stream, buf(NEXT)?, tree.next_sibling)?,
-            draft_probs: tensor(drv, stream, bufs[DPROBS], rows.draft)?,
+            draft_probs,
             target_probs,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
@@ -256,8 +272,26 @@ impl<D: Driver> TreeStaging<D> {
             tokens: outputs.tokens,
             target_logits,
             temperature,
+            draft_half,
+            target_half,
         }))
     }
+}
+
+/// The view of a row tensor by its element format: binary32, or bf16 / f16 patterns (the caller's
+/// device memory as it is, or host values uploaded into `dst`).
+#[allow(clippy::type_complexity)]
+fn views<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: Option<&'a D::Buffer>,
+    arg: Option<Arg<'_, 'a, D>>,
+) -> Result<(Option<View<'a, D, f32>>, Option<View<'a, D, u16>>), GpuError<D::Error>> {
+    Ok(match arg {
+        Some(Arg::F32(x)) => (tensor(drv, stream, dst, Some(x))?, None),
+        Some(Arg::Half(h, _)) => (None, tensor(drv, stream, dst, Some(h))?),
+        None => (None, None),
+    })
 }
 
 /// Views [`TreeStaging::write`] returned: the shape words it wrote describe exactly these

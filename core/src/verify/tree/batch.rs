@@ -41,11 +41,15 @@ pub struct Tree<'a> {
 ///
 /// What a verifier reads is its [`Support`](crate::verify::Support): every tree verifier reads
 /// binary32 rows; host verifiers (the reference, the CPU backend) refuse rows in device memory
-/// ([`Feature::Device`](crate::verify::Feature::Device)), and the GPU verifiers read binary32
-/// device rows in place (and write [`TreeOutputs::on_device`] in place). No tree verifier reads bf16 / f16 rows yet:
-/// [`VerifyError::Unsupported`] with [`Feature::Half`](crate::verify::Feature::Half) (logits or
-/// draft rows) or [`Feature::HalfProbs`](crate::verify::Feature::HalfProbs) (target
-/// probabilities).
+/// ([`Feature::Device`](crate::verify::Feature::Device)), and the GPU verifiers read device
+/// rows in place (and write [`TreeOutputs::on_device`] in place). bf16 / f16 rows (target
+/// logits or probabilities, draft rows;
+/// [`Support::tree_half`](crate::verify::Support::tree_half)) are read as their exact binary32
+/// widening, the same bits as the tree of the widened rows: the CPU backend widens host rows
+/// into scratch, the GPU verifiers read host or device rows as the chain's logits entries do.
+/// The reference (no allocation) reads binary32 only: [`VerifyError::Unsupported`] with
+/// [`Feature::Half`](crate::verify::Feature::Half) (logits or draft rows) or
+/// [`Feature::HalfProbs`](crate::verify::Feature::HalfProbs) (target probabilities).
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct TreeBatch<'a> {
@@ -223,9 +227,10 @@ impl<'a> TreeBatch<'a> {
     }
 }
 
-/// Row `r` of binary32 host rows. Validation refuses every other format before a row is read
-/// ([`validate_tree_shape_with`](super::validate_tree_shape_with)), so the empty row of another
-/// format is never read.
+/// Row `r` of binary32 host rows. The reference's validation refuses every other format before
+/// a row is read ([`validate_tree_shape_with`](super::validate_tree_shape_with)), and the CPU
+/// backend hands the control flow binary32 rows (half ones widened), so the empty row of
+/// another format is never read.
 #[inline]
 fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
     match rows.values {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// The batch-wide checks of a host verifier ([`Support::ALL`]: binary32 rows in host memory):
+/// The batch-wide checks of the reference ([`Support::ALL`]: binary32 rows in host memory):
 /// [`validate_tree_shape_with`].
 pub fn validate_tree_shape<const K: usize>(
     batch: &TreeBatch<'_>,
@@ -12,12 +12,12 @@ pub fn validate_tree_shape<const K: usize>(
     validate_tree_shape_with::<K>(Support::ALL, batch, out)
 }
 
-/// Which rows a tree verifier reads: binary32 only (the tree's row reductions and the tree
-/// kernel read binary32; no tree verifier widens bf16 / f16 rows yet), in device memory only
-/// with [`Support::device`]. The chain's errors: [`Feature::Half`] for half logits or draft
-/// rows, [`Feature::HalfProbs`] for half target probabilities, [`Feature::Device`].
+/// Which rows a tree verifier reads: binary32, bf16 / f16 only with [`Support::tree_half`] (the
+/// reference has no scratch to widen them into), in device memory only with
+/// [`Support::device`]. The chain's errors: [`Feature::Half`] for half logits or draft rows,
+/// [`Feature::HalfProbs`] for half target probabilities, [`Feature::Device`].
 fn rows_supported(support: Support, batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
-    let half = |r: Rows<'_>| r.format() != Format::F32;
+    let half = |r: Rows<'_>| r.format() != Format::F32 && !support.tree_half;
     let logits = batch.target.temperature().is_some();
     if batch.draft.is_some_and(half) || (logits && half(batch.target.rows())) {
         return Err(VerifyError::Unsupported {
@@ -57,10 +57,11 @@ fn rows_fit(
 }
 
 /// The batch-wide checks for a tree verifier that supports `support`: the rows it reads
-/// (binary32; in device memory only with [`Support::device`]), sizes, strides, every slice
-/// length (inputs, then outputs: `accepted`, `path`, `tokens`; outputs on the device
-/// ([`TreeOutputs::on_device`]) need [`Support::device`] and are checked the same way, the host
-/// slices beside them empty). Lengths are [`Values::len`], wherever the values are.
+/// (binary32; bf16 / f16 with [`Support::tree_half`]; in device memory only with
+/// [`Support::device`]), sizes, strides, every slice length (inputs, then outputs: `accepted`,
+/// `path`, `tokens`; outputs on the device ([`TreeOutputs::on_device`]) need
+/// [`Support::device`] and are checked the same way, the host slices beside them empty).
+/// Lengths are [`Values::len`], wherever the values are.
 pub fn validate_tree_shape_with<const K: usize>(
     support: Support,
     batch: &TreeBatch<'_>,

@@ -1,0 +1,427 @@
+//! Token trees of bf16 / f16 rows (issue 31): target logits, target probabilities and draft
+//! rows, in host or device memory, through the shared GPU orchestration over the host driver
+//! (the tree entry of the kernel text, executed by the C++ shim) and through the CPU backend:
+//! exactly the outputs and counters of the binary32 tree over the widened rows (the
+//! reference), at small vocabularies and at V = 32000. The reference itself reads binary32
+//! rows only: a typed refusal, nothing written or counted.
+
+use specula::cpu::CpuVerifier;
+use specula_core::Counters;
+use specula_core::gpu::kernels::{
+    self, ERR_SHAPE, FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_DRAFT_PROBS, FLAG_TARGET_BF16,
+    FLAG_TARGET_F16,
+};
+use specula_core::gpu::{GpuVerifier, TreeStaging, View, tree_shape};
+use specula_core::verify::tree::{TreeBatch, verify_tree_batch};
+use specula_core::verify::{
+    Check, Device, Feature, Format, Half, Method, Reference, Values, Verifier, VerifyError,
+    bf16_to_f32, f16_to_f32,
+};
+use specula_tests::conformance::{Gen, K, METHODS};
+use specula_tests::host_driver::{Buf, HostDriver};
+use specula_tests::kernel_host::Mode;
+use specula_tests::tree::{TreeData, TreeOut, TreeSpec, full_tree, random_tree_batch, with_values};
+
+/// `x` rounded to `f`: its patterns (empty for binary32) and the binary32 values they widen to.
+fn round(x: &[f32], f: Format) -> (Vec<u16>, Vec<f32>) {
+    let bits: Vec<u16> = match f {
+        Format::F32 => return (Vec::new(), x.to_vec()),
+        Format::Bf16 => x
+            .iter()
+            .map(|&v| half::bf16::from_f32(v).to_bits())
+            .collect(),
+        Format::F16 => x
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect(),
+    };
+    let wide = bits
+        .iter()
+        .map(|&b| match f {
+            Format::Bf16 => bf16_to_f32(b),
+            _ => f16_to_f32(b),
+        })
+        .collect();
+    (bits, wide)
+}
+
+/// Host values of `f`: the patterns, or the binary32 rows.
+fn host_values<'a>(bits: &'a [u16], wide: &'a [f32], f: Format) -> Values<'a> {
+    match f {
+        Format::F32 => Values::F32(wide),
+        Format::Bf16 => Values::Half(Half::Bf16(bits)),
+        Format::F16 => Values::Half(Half::F16(bits)),
+    }
+}
+
+/// The same values in `buf`, the host driver's memory.
+fn device_values(buf: &Buf, f: Format) -> Values<'_> {
+    Values::Device(match f {
+        Format::F32 => Device::f32(View::<HostDriver, f32>::new(buf)),
+        Format::Bf16 => Device::bf16(View::<HostDriver, u16>::new(buf)),
+        Format::F16 => Device::f16(View::<HostDriver, u16>::new(buf)),
+    })
+}
+
+/// `d`'s rows rounded: the target's to `tf`, the draft's (if any) to `df`.
+struct Rounded {
+    /// `d` with the widened rows: the reference's batch.
+    wide: TreeData,
+    target: Vec<u16>,
+    draft: Vec<u16>,
+    formats: (Format, Format),
+}
+
+impl Rounded {
+    fn of(d: &TreeData, tf: Format, df: Format) -> Self {
+        let (target, tw) = round(&d.target, tf);
+        let (draft, dw) = match &d.draft {
+            Some(q) => {
+                let (b, w) = round(q, df);
+                (b, Some(w))
+            }
+            None => (Vec::new(), None),
+        };
+        let wide = TreeData {
+            target: tw,
+            draft: dw,
+            ..d.clone()
+        };
+        Self {
+            wide,
+            target,
+            draft,
+            formats: (tf, df),
+        }
+    }
+
+    /// The batch with the rows in their formats, on the host.
+    fn host(&self) -> TreeBatch<'_> {
+        let (tf, df) = self.formats;
+        let w = &self.wide;
+        let draft = w.draft.as_deref().map(|q| host_values(&self.draft, q, df));
+        with_values(w.view(), host_values(&self.target, &w.target, tf), draft)
+    }
+
+    /// The rows in `drv`'s memory (target, draft).
+    fn buffers(&self, drv: &HostDriver) -> (Buf, Option<Buf>) {
+        let (tf, df) = self.formats;
+        let w = &self.wide;
+        let buf = |bits: &[u16], wide: &[f32], f: Format| match f {
+            Format::F32 => drv.buffer_from(wide),
+            _ => drv.buffer_from(bits),
+        };
+        let target = buf(&self.target, &w.target, tf);
+        let draft = w.draft.as_deref().map(|q| buf(&self.draft, q, df));
+        (target, draft)
+    }
+
+    /// The reference over the widened rows: outputs and counts.
+    fn reference(&self, method: Method) -> (TreeOut, Counters<K>) {
+        let w = &self.wide;
+        let mut out = TreeOut::new(w.requests(), w.max_depth);
+        let mut counted = Counters::ZERO;
+        verify_tree_batch(
+            method,
+            Check::Cheap,
+            &w.view(),
+            &mut out.view(),
+            &mut counted,
+        )
+        .unwrap();
+        (out, counted)
+    }
+}
+
+/// Which of the three paths a case runs.
+#[derive(Clone, Copy)]
+struct Paths {
+    gpu_host: bool,
+    gpu_device: bool,
+    cpu: bool,
+}
+
+const ALL_PATHS: Paths = Paths {
+    gpu_host: true,
+    gpu_device: true,
+    cpu: true,
+};
+
+/// `d`'s rows rounded to `(tf, df)` verified on each path of `paths`, each on a fresh verifier:
+/// the reference's outputs over the widened rows, and its counts. Returns the accepted paths.
+fn same_as_widened(
+    drv: &HostDriver,
+    cpu: &CpuVerifier<K>,
+    d: &TreeData,
+    (tf, df): (Format, Format),
+    paths: Paths,
+    what: &str,
+) -> usize {
+    let r = Rounded::of(d, tf, df);
+    let host = r.host();
+    let (target, draft) = r.buffers(drv);
+    let device = with_values(
+        r.wide.view(),
+        device_values(&target, tf),
+        draft.as_ref().map(|q| device_values(q, df)),
+    );
+    let mut accepted = 0;
+    for m in METHODS {
+        let (want, counted) = r.reference(m);
+        accepted += want.accepted.iter().filter(|&&a| a > 0).count();
+        let what = format!("{what} {m:?} target {tf:?} draft {df:?}");
+        let mut batches = Vec::new();
+        if paths.gpu_host {
+            batches.push(("host rows", &host));
+        }
+        if paths.gpu_device {
+            batches.push(("device rows", &device));
+        }
+        for (rows, b) in batches {
+            let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
+            let launches = drv.launches();
+            let mut got = TreeOut::new(d.requests(), d.max_depth);
+            v.verify_tree(m, Check::Cheap, b, &mut got.view())
+                .unwrap_or_else(|e| panic!("{what}: GPU {rows}: {e}"));
+            assert_eq!(drv.launches(), launches + 1, "{what}: GPU {rows}");
+            assert_eq!(got, want, "{what}: GPU {rows}: outputs");
+            assert_eq!(v.totals().unwrap(), counted, "{what}: GPU {rows}: counters");
+        }
+        if paths.cpu {
+            let before = cpu.totals();
+            let mut got = TreeOut::new(d.requests(), d.max_depth);
+            cpu.verify_tree(m, Check::Cheap, &host, &mut got.view())
+                .unwrap_or_else(|e| panic!("{what}: CPU: {e}"));
+            assert_eq!(got, want, "{what}: CPU: outputs");
+            let mut expected = before;
+            expected.add(&counted);
+            assert_eq!(cpu.totals(), expected, "{what}: CPU: counters");
+        }
+    }
+    accepted
+}
+
+/// Every pairing of a target format with a draft format in which some row is half.
+const FORMATS: [(Format, Format); 5] = [
+    (Format::Bf16, Format::F32),
+    (Format::F16, Format::F32),
+    (Format::F32, Format::Bf16),
+    (Format::Bf16, Format::F16),
+    (Format::F16, Format::Bf16),
+];
+
+fn spec(draft: bool, logits: bool) -> TreeSpec {
+    TreeSpec {
+        max_requests: 5,
+        max_nodes: 12,
+        max_depth: 5,
+        vocab: 37,
+        draft,
+        logits,
+        garbage: false,
+    }
+}
+
+/// Random trees (probabilities, logits at T = 0 and T > 0; with and without draft rows), every
+/// method, every half pairing, both macro forms of the kernel text, host and device rows, and
+/// the CPU backend (on the calling thread and over a pool): the widened rows' bits and counts.
+#[test]
+fn tree_half_rows_match_the_widened_tree() {
+    let mut accepted = 0;
+    for (i, mode) in [Mode::Cuda, Mode::Hip].into_iter().enumerate() {
+        let drv = HostDriver::new(mode, 64, 1);
+        let cpu = CpuVerifier::<K>::new(1 + i).unwrap();
+        let mut g = Gen(0x31_4a1f + i as u64);
+        for n in 0..8 {
+            let d = random_tree_batch(&mut g, spec(n % 2 == 1, n % 4 >= 2));
+            for formats in FORMATS {
+                if d.draft.is_none() && formats.0 == Format::F32 {
+                    continue; // nothing half
+                }
+                let what = format!("{mode:?} batch {n}");
+                accepted += same_as_widened(&drv, &cpu, &d, formats, ALL_PATHS, &what);
+            }
+        }
+    }
+    assert!(accepted > 20, "{accepted} accepted paths: a weak test");
+}
+
+/// A 64-node tree at V = 32000 (EAGLE-2's budget at a Llama vocabulary): probabilities with
+/// and without draft rows, and logits at T = 0 and T = 0.8 with draft rows; bf16 and f16.
+#[test]
+fn tree_half_rows_at_v_32000() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let cpu = CpuVerifier::<K>::new(2).unwrap();
+    let mut g = Gen(0x31_3200);
+    let mut accepted = 0;
+    for draft in [false, true] {
+        let d = full_tree(&mut g, 64, 7, 32_000, draft);
+        let (tf, df) = if draft {
+            (Format::F16, Format::Bf16)
+        } else {
+            (Format::Bf16, Format::F32)
+        };
+        let what = format!("V=32000 draft={draft}");
+        accepted += same_as_widened(&drv, &cpu, &d, (tf, df), ALL_PATHS, &what);
+    }
+    // Logits: the same tree twice, request 0 at T = 0, request 1 at T = 0.8.
+    let one = full_tree(&mut g, 64, 7, 32_000, true);
+    let two = |x: &[f32]| [x, x].concat();
+    let d = TreeData {
+        nodes: [&one.nodes[..], &one.nodes[..]].concat(),
+        tokens: [&one.tokens[..], &one.tokens[..]].concat(),
+        first_child: two_i32(&one.first_child),
+        next_sibling: two_i32(&one.next_sibling),
+        draft: one.draft.as_deref().map(two),
+        target: two(&one.target).iter().map(|&p| (p + 1e-6).ln()).collect(),
+        temperature: Some(vec![0.0, 0.8]),
+        seed: vec![one.seed[0], one.seed[0] ^ 0x5EED],
+        offset: vec![one.offset[0]; 2],
+        eps: two(&one.eps),
+        delta: two(&one.delta),
+        ..one
+    };
+    let paths = Paths {
+        gpu_device: false,
+        ..ALL_PATHS
+    };
+    accepted += same_as_widened(
+        &drv,
+        &cpu,
+        &d,
+        (Format::Bf16, Format::F16),
+        paths,
+        "V=32000 logits",
+    );
+    assert!(accepted > 0, "no accepted path at V = 32000: a weak test");
+}
+
+fn two_i32(x: &[i32]) -> Vec<i32> {
+    [x, x].concat()
+}
+
+/// The staging's views of half host rows launch as the host-slice path does: the step path
+/// (`TreeStaging::write`, `launch_tree_staged`) gives the widened rows' bits.
+#[test]
+fn tree_half_rows_on_the_step_path() {
+    let drv = HostDriver::new(Mode::Hip, 64, 1);
+    let mut g = Gen(0x31_57e9);
+    let d = random_tree_batch(&mut g, spec(true, true));
+    for formats in [(Format::Bf16, Format::F16), (Format::F16, Format::F32)] {
+        let r = Rounded::of(&d, formats.0, formats.1);
+        let host = r.host();
+        for m in METHODS {
+            let (want, counted) = r.reference(m);
+            let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
+            let mut staging = TreeStaging::<HostDriver>::new();
+            let mut got = TreeOut::new(d.requests(), d.max_depth);
+            v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
+                .unwrap();
+            let args = staging.write::<K>(&drv, v.stream(), m, &host).unwrap();
+            // SAFETY: the views `write` returned for this batch, launched as they are.
+            unsafe { v.launch_tree_staged(&args) }.unwrap();
+            let flags = v
+                .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+                .unwrap();
+            assert_eq!(flags, 0, "{m:?} {formats:?}: error flags");
+            assert_eq!(got, want, "{m:?} {formats:?}: outputs");
+            assert_eq!(v.totals().unwrap(), counted, "{m:?} {formats:?}: counters");
+        }
+    }
+}
+
+/// The reference reads binary32 tree rows only: half target probabilities, target logits and
+/// draft rows are refused with the chain's typed errors, nothing written or counted; the CPU
+/// backend and the GPU path take the same batches.
+#[test]
+fn tree_half_rows_refused_by_the_reference_only() {
+    let mut g = Gen(0x31_0ef0);
+    let probs = random_tree_batch(&mut g, spec(true, false));
+    let logits = random_tree_batch(&mut g, spec(true, true));
+    let cases = [
+        (&probs, (Format::Bf16, Format::F32), Feature::HalfProbs),
+        (&probs, (Format::F32, Format::F16), Feature::Half),
+        (&logits, (Format::F16, Format::F32), Feature::Half),
+        (&logits, (Format::F32, Format::Bf16), Feature::Half),
+    ];
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let cpu = CpuVerifier::<K>::new(2).unwrap();
+    assert!(!Reference::<K>::new().support().tree_half);
+    assert!(Verifier::<K>::support(&cpu).tree_half);
+    for (d, formats, feature) in cases {
+        let r = Rounded::of(d, formats.0, formats.1);
+        let b = r.host();
+        let mut reference = Reference::<K>::new();
+        for check in [Check::Cheap, Check::STRICT] {
+            let mut out = TreeOut::new(d.requests(), d.max_depth);
+            let got = reference.verify_tree(Method::Rejection, check, &b, &mut out.view());
+            assert_eq!(
+                got,
+                Err(VerifyError::Unsupported { feature }),
+                "{formats:?}"
+            );
+            assert_eq!(out, TreeOut::new(d.requests(), d.max_depth), "written");
+        }
+        assert_eq!(reference.totals().unwrap(), Counters::ZERO, "counted");
+        let paths = Paths {
+            gpu_device: false,
+            ..ALL_PATHS
+        };
+        same_as_widened(&drv, &cpu, d, formats, paths, "accepted elsewhere");
+    }
+}
+
+/// The tree entry's half flags, read from the shape words at run time: two formats for one
+/// tensor, a draft format without draft rows, or an unknown flag is `ERR_SHAPE`, with nothing
+/// written or counted (on the raw launch, where the shape words are the caller's).
+#[test]
+fn tree_entry_refuses_bad_half_flags() {
+    let drv = HostDriver::new(Mode::Cuda, 64, 1);
+    let mut g = Gen(0x31_f1a6);
+    let d = random_tree_batch(&mut g, spec(true, false));
+    let r = Rounded::of(&d, Format::Bf16, Format::F16);
+    let host = r.host();
+    let m = Method::Rejection;
+    let words = tree_shape::<K>(m, &host).unwrap();
+    let flags = words[kernels::SHAPE_FLAGS];
+    assert_eq!(
+        flags,
+        FLAG_DRAFT_PROBS | FLAG_TARGET_BF16 | FLAG_DRAFT_F16,
+        "the staged flags"
+    );
+    for bad in [
+        flags | FLAG_TARGET_F16,
+        flags | FLAG_DRAFT_BF16,
+        (flags & !FLAG_DRAFT_PROBS),
+        flags | 32,
+    ] {
+        let mut shape = words;
+        shape[kernels::SHAPE_FLAGS] = bad;
+        let shape = drv.buffer_from(&shape);
+        let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
+        let mut staging = TreeStaging::<HostDriver>::new();
+        let mut got = TreeOut::new(d.requests(), d.max_depth);
+        v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
+            .unwrap();
+        let mut args = staging
+            .write::<K>(&drv, v.stream(), m, &host)
+            .unwrap()
+            .into_args();
+        args.shape = View::new(&shape);
+        // SAFETY: the staged views of this batch; only the flags differ from its shape words.
+        unsafe { v.launch_tree(&args) }.unwrap();
+        let err = v
+            .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+            .unwrap();
+        assert_eq!(err & ERR_SHAPE, ERR_SHAPE, "flags {bad:#x}");
+        // The staging's output buffers as allocated (zeros): a run writes sentinels past each
+        // accepted path.
+        let mut outputs = got.accepted.iter().chain(&got.path).chain(&got.tokens);
+        assert!(outputs.all(|&x| x == 0), "flags {bad:#x}: written");
+        assert_eq!(
+            v.totals().unwrap(),
+            Counters::ZERO,
+            "flags {bad:#x}: counted"
+        );
+    }
+}
