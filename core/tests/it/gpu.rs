@@ -10,8 +10,8 @@ use specula_core::gpu::{
 };
 use specula_core::verify::{
     AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Dims,
-    Draft, Drafts, Method, NO_DRAFT_ROWS, Outputs, Produce, Rows, Streams, Target, TokensOut,
-    Verifier, VerifyError,
+    Draft, Drafts, Method, NO_DRAFT_ROWS, Outputs, Param, Produce, Rows, Streams, Target,
+    TokensOut, Verifier, VerifyError,
 };
 use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
 use std::rc::Rc;
@@ -2008,4 +2008,52 @@ fn device_rows_of_another_device_or_a_half_draft_are_refused_before_any_work() {
     assert!(matches!(e, GpuError::ForeignMemory { .. }), "{e:?}");
     assert!(drv.launches().is_empty() && acc == vec![0; 2]);
     assert_eq!(v.totals().unwrap().drafts, 0, "nothing counted");
+}
+
+#[test]
+fn half_device_rows_are_launched_in_place_and_another_device_s_are_refused() {
+    let drv = Fake::new(1);
+    let d = Owned::new(2);
+    // bf16 draft rows (B · k_max rows of V = 3) at an offset of 1 pattern in a device buffer.
+    let draft = drv.alloc(2 * (1 + 12)).unwrap();
+    for i in 0..12 {
+        write(&draft, 2 * (1 + i), 0x3f00u16); // 0.5 in bf16
+    }
+    let run = |foreign: Option<usize>| {
+        drv.st.foreign.set(foreign);
+        let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+        let mut batch = d.view();
+        batch.draft = Some(
+            Rows::device(
+                Device::bf16(View::<Fake, u16>::range(&draft, 1, 12).unwrap()),
+                3,
+            )
+            .into(),
+        );
+        let (mut acc, mut tok) = outputs(2);
+        let r = v.verify(
+            Method::Rejection,
+            Check::Cheap,
+            &batch,
+            &mut Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)),
+        );
+        (r, acc, v.totals().unwrap().drafts)
+    };
+    let (r, acc, drafts) = run(None);
+    r.unwrap();
+    assert_eq!((acc, drafts), (vec![101, 102], 2));
+    let a = drv.launches()[0].args;
+    assert_eq!(at(a.draft_probs), Some((draft.id, 2)), "read in place");
+    let (r, acc, drafts) = run(Some(draft.id));
+    assert!(
+        matches!(
+            r,
+            Err(GpuError::ForeignMemory {
+                param: Param::DraftProbs
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!((acc, drafts), (vec![0, 0], 0), "nothing written or counted");
+    assert_eq!(drv.launches().len(), 1, "no second launch");
 }
