@@ -13,8 +13,8 @@ use specula_core::verify::tree::{
     DeviceTreeOutputs, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs,
 };
 use specula_core::verify::{
-    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Logits, Method, Param, Rows,
-    Streams, Target, TokensOut, Verifier, VerifyError,
+    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Half, Logits, Method, Param,
+    Rows, Streams, Target, TokensOut, Verifier, VerifyError,
 };
 
 use crate::fake_driver::*;
@@ -832,4 +832,33 @@ fn device_tree_outputs_of_another_device_are_refused_before_any_work() {
     );
     assert!(drv.tree_launches().is_empty());
     assert_eq!(v.totals().unwrap().drafts, 0, "nothing counted");
+}
+
+#[test]
+fn tree_launch_checks_the_half_row_views() {
+    let (drv, v, mut staging, d) = rig(2);
+    // bf16 draft rows (0.5 each), N · V per request; then every half view must hold a request.
+    let draft = vec![0x3f00u16; 2 * 3 * 2];
+    let batch = d.view().with_draft(Rows::half(Half::Bf16(&draft), 2));
+    staging.reserve(&drv, &batch).unwrap();
+    for case in 0..3 {
+        let mut a: TreeArgs<'_, Fake> = staging
+            .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+            .unwrap()
+            .into_args();
+        assert!(a.draft_half.is_some() && a.draft_probs.is_none());
+        match case {
+            0 => a.draft_half = a.draft_half.map(|h| View::range(h.buffer(), 0, 1).unwrap()),
+            1 => a.draft_probs = Some(a.target_probs), // two formats for one tensor
+            _ => {}                                    // the control
+        }
+        // SAFETY: refused before anything is enqueued, or the staged views of a valid batch.
+        let launched = unsafe { v.launch_tree(&a) };
+        if case == 2 {
+            launched.unwrap();
+        } else {
+            assert_eq!(launched, Err(GpuError::ViewTooShort), "case {case}");
+        }
+    }
+    assert_eq!(drv.tree_launches().len(), 1);
 }
