@@ -14,7 +14,8 @@
 //! plus the one sampled after them) of each.
 //!
 //! A second table, **the inputs engines send** (issue 30): a 16-node tree (a 4×4 beam: 4 nodes
-//! per depth, depth 4) from target **probabilities** and from target **logits** (f32, T = 0.8),
+//! per depth, depth 4) from target **probabilities** and from target **logits** (f32, T = 0.8;
+//! `bf16`: the same logits as bf16, which the CPU backend widens into binary32 scratch first),
 //! greedy and rejection sampling (target-only rule; `+q`: with draft rows, SpecInfer's rule, each
 //! node's draft row its parent's probabilities times 0.7..1.3, renormalised, its token drawn from
 //! it), V = 32000 and 128256, batch 1 and 16, two row shapes: **flat** (logits `3·ln u`) and
@@ -38,7 +39,8 @@ use specula_core::verify::tree::{
     PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents,
 };
 use specula_core::verify::{
-    AcceptedOut, Batch, Check, Dims, Drafts, Logits, Method, Outputs, Streams, TokensOut,
+    AcceptedOut, Batch, Check, Dims, Drafts, Half, Logits, Method, Outputs, Rows, Streams, Target,
+    TokensOut,
 };
 use specula_tests::bench_read::ReadPool;
 use specula_tests::bench_step::Step;
@@ -297,7 +299,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
     let verifier = CpuVerifier::<K>::new(0).expect("pool");
     let mut g = Gen(0x7EE_1A9);
     let (parents, fc, ns) = beam(IN_WIDTH, IN_DEPTH);
-    let inputs = ["probs", "logits", "probs+q", "logits+q"];
+    let inputs = ["probs", "logits", "bf16", "probs+q", "logits+q"];
     let methods = [Method::Greedy, Method::Rejection];
     let mut header = false;
     for shape in ["flat", "peaked"] {
@@ -368,6 +370,11 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                     values: &step.logits,
                     temperature: &step.temps,
                 });
+                // The same logits as bf16 (the CPU backend widens them into scratch first).
+                let bf16 = probs.with_target(Target::Logits {
+                    rows: Rows::half(Half::Bf16(&step.logits_bf16), vocab),
+                    temperature: &step.temps,
+                });
                 // SpecInfer's inputs: node i's draft row its parent's probabilities times
                 // 0.7..1.3 (renormalised), its token drawn from that row.
                 let with_q = ["probs+q", "logits+q"]
@@ -419,6 +426,10 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                     black_box(reader.read(tensor));
                 })
                 .as_secs_f64();
+                let whole_bf16 = median(15, || {
+                    black_box(reader.read(tensor / 2));
+                })
+                .as_secs_f64();
                 let whole_q = median(15, || {
                     black_box(reader.read(2 * tensor));
                 })
@@ -428,6 +439,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                     for (input, batch) in [
                         ("probs", &probs),
                         ("logits", &logits),
+                        ("bf16", &bf16),
                         ("probs+q", &probs_q),
                         ("logits+q", &logits_q),
                     ] {
@@ -435,7 +447,15 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                         if !wanted(&id(input, method)) || (drafts && method == Method::Greedy) {
                             continue;
                         }
-                        let whole = if drafts { whole_q } else { whole };
+                        // bf16 rows are half the bytes of the f32 ones the reads below assume.
+                        let words = if input == "bf16" { 1 } else { 2 };
+                        let whole = if drafts {
+                            whole_q
+                        } else if words == 1 {
+                            whole_bf16
+                        } else {
+                            whole
+                        };
                         let (mut acc, mut path, mut emitted) = (
                             vec![0u32; b],
                             vec![0u32; b * (IN_DEPTH + 1)],
@@ -455,7 +475,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                         // Every path node's row, the stopping node's included.
                         let rows: usize = acc.iter().map(|&a| a as usize + 1).sum();
                         let read = median(15, || {
-                            black_box(reader.read(rows * vocab * 2));
+                            black_box(reader.read(rows * vocab * words));
                         })
                         .as_secs_f64();
                         if input.starts_with("probs") {
