@@ -26,8 +26,9 @@ pub struct CudaDevice {
     chain: Module,
     arch: String,
     sms: u32,
-    /// The tree module (`kernels::TREE_SOURCE`) with its one entry, compiled and loaded on
-    /// first tree use (`tree_function`).
+    /// The tree module (`kernels::TREE_SOURCE`) with its entries, in the order of
+    /// `kernels::TREE_ENTRY_NAMES` (binary32 rows, half rows: a launch picks one by
+    /// `TreeLaunch::entry_index`), compiled and loaded on first tree use (`tree_function`).
     tree: OnceLock<Module>,
     /// Serialises that first compile.
     tree_init: Mutex<()>,
@@ -161,13 +162,16 @@ impl CudaDevice {
         self.chain.functions.get(index).copied()
     }
 
-    /// The tree entry point (`specula_verify_tree`): on the first call the tree text
-    /// ([`TREE_SOURCE`](specula_core::gpu::kernels::TREE_SOURCE)) is compiled with NVRTC for this
-    /// device (once per process and architecture) and loaded as a second module, so a runtime
-    /// that verifies chains alone pays nothing for it. A failure (no NVRTC, a refused compile, a
-    /// failed load) is returned as a typed error and not cached: a later call tries again.
-    pub(crate) fn tree_function(&self) -> Result<CUfunction, CudaError> {
-        let entry = |m: &Module| m.functions.first().copied().ok_or(CudaError::TooLarge); // one name: never taken
+    /// The tree entry point at `index` of
+    /// [`TREE_ENTRY_NAMES`](specula_core::gpu::kernels::TREE_ENTRY_NAMES): on the first call the
+    /// tree text ([`TREE_SOURCE`](specula_core::gpu::kernels::TREE_SOURCE)) is compiled with
+    /// NVRTC for this device (once per process and architecture) and loaded as a second module,
+    /// so a runtime that verifies chains alone pays nothing for it. A failure (no NVRTC, a
+    /// refused compile, a failed load) is returned as a typed error and not cached: a later
+    /// call tries again.
+    pub(crate) fn tree_function(&self, index: usize) -> Result<CUfunction, CudaError> {
+        // An index past the list is never asked for (`TreeLaunch::entry_index` is < 2).
+        let entry = |m: &Module| m.functions.get(index).copied().ok_or(CudaError::TooLarge);
         if let Some(t) = self.tree.get() {
             return entry(t);
         }
@@ -179,7 +183,11 @@ impl CudaDevice {
             return entry(t);
         }
         let ptx = compile_tree_ptx(&self.arch)?;
-        let module = Module::load(&self.ctx, ptx, &[specula_core::gpu::kernels::TREE_ENTRY])?;
+        let module = Module::load(
+            &self.ctx,
+            ptx,
+            &specula_core::gpu::kernels::TREE_ENTRY_NAMES,
+        )?;
         entry(self.tree.get_or_init(|| module))
     }
 

@@ -371,23 +371,25 @@ impl Driver for CudaDriver {
     /// Compiles (NVRTC) and loads the tree module on the first call, once per device.
     fn prepare_tree(&self) -> Result<(), CudaError> {
         self.bind()?;
-        self.dev.tree_function().map(|_| ())
+        self.dev.tree_function(0).map(|_| ())
     }
 
-    /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
-    /// ([`CudaDevice`]: once per device; a missing NVRTC is [`CudaError::NoNvrtc`]).
+    /// Launches the tree entry the views ask for ([`TreeLaunch::entry_name`]:
+    /// `specula_verify_tree` or `specula_verify_tree_half`), compiling and loading the tree
+    /// module on the first call ([`CudaDevice`]: once per device; a missing NVRTC is
+    /// [`CudaError::NoNvrtc`]).
     fn launch_tree(
         &self,
         stream: &Arc<CudaStream>,
         l: &TreeLaunch<'_, '_, Self>,
     ) -> Result<(), CudaError> {
         self.bind()?;
-        let f = self.dev.tree_function()?;
+        let f = self.dev.tree_function(l.entry_index())?;
         let mut arg = l.arg_block(|b| b.ptr);
         let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
         let s = stream.cu_stream();
         let (grid, block) = (l.grid, l.block);
-        // SAFETY: `f` is the loaded `specula_verify_tree`, whose one parameter is the argument
+        // SAFETY: `f` is the loaded tree entry `l.entry_name()`, whose one parameter is the argument
         // block (`TreeLaunch::arg_block`), `params[0]` pointing to it; the orchestration sized stats and checked the views against the capacity;
         // the caller of its tree launch vouched for the shape words in device memory.
         call("cuLaunchKernel", Blocking::No, || unsafe {

@@ -5,7 +5,7 @@ use crate::compile::{CodeObject, c_string, compile, valid_target_id};
 use crate::error::RocmError;
 use crate::ffi::{self, Hip, RawEvent, RawFunction, RawModule, RawStream};
 use core::ffi::c_int;
-use specula_core::gpu::kernels::{self, TREE_ENTRY};
+use specula_core::gpu::kernels::{self, TREE_ENTRY_NAMES};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Options the kernel text is compiled with beyond [`crate::COMPILE_OPTIONS`].
@@ -155,20 +155,28 @@ impl RocmDevice {
             .clone()
     }
 
-    /// The tree entry point (`specula_verify_tree`): compiled with hiprtc and loaded on the
-    /// first call (once per device and process, so chain-only runtimes never compile it); a
+    /// The tree entry point at `index` of `kernels::TREE_ENTRY_NAMES` (binary32 rows, half
+    /// rows; `TreeLaunch::entry_index`): the tree module is compiled with hiprtc and loaded on
+    /// the first call (once per device and process, so chain-only runtimes never compile it); a
     /// failure is returned, not kept, so a later call tries again.
-    pub(crate) fn tree_function(&self) -> Result<RawFunction, RocmError> {
+    pub(crate) fn tree_function(&self, index: usize) -> Result<RawFunction, RocmError> {
         let inner = &self.inner;
+        // An index past the list is never asked for (`TreeLaunch::entry_index` is < 2).
+        let entry = |t: &TreeKernel| {
+            t.functions
+                .get(index)
+                .copied()
+                .ok_or(RocmError::Unsupported("no such tree entry point"))
+        };
         if let Some(t) = inner.tree.get() {
-            return Ok(t.function);
+            return entry(t);
         }
         let _first = inner
             .tree_init
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(t) = inner.tree.get() {
-            return Ok(t.function);
+            return entry(t);
         }
         let code = compile(
             kernels::TREE_SOURCE,
@@ -177,12 +185,15 @@ impl RocmDevice {
             KERNEL_OPTIONS,
         )?;
         let module = Module::load(self, &code)?;
-        let function = module.function(TREE_ENTRY)?;
+        let mut functions = [core::ptr::null_mut(); TREE_ENTRY_NAMES.len()];
+        for (f, name) in functions.iter_mut().zip(TREE_ENTRY_NAMES) {
+            *f = module.function(name)?;
+        }
         let t = inner.tree.get_or_init(|| TreeKernel {
             _module: module,
-            function,
+            functions,
         });
-        Ok(t.function)
+        entry(t)
     }
 }
 
@@ -236,11 +247,12 @@ impl Drop for Module {
     }
 }
 
-/// The tree module of a device and its entry point, the handle valid while the module is
+/// The tree module of a device and its entry points, the handles valid while the module is
 /// loaded (kept here).
 struct TreeKernel {
     _module: Module,
-    function: RawFunction,
+    /// The module's entry points, in the order of `kernels::TREE_ENTRY_NAMES`.
+    functions: [RawFunction; TREE_ENTRY_NAMES.len()],
 }
 
 // SAFETY: a function handle may be launched from any thread (the runtime locks internally);

@@ -487,10 +487,12 @@ impl Driver for RocmDriver {
                 "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         }
-        self.device.tree_function().map(|_| ())
+        self.device.tree_function(0).map(|_| ())
     }
 
-    /// Launches `specula_verify_tree`, compiling and loading the tree module on the first call
+    /// Launches the tree entry the views ask for ([`TreeLaunch::entry_name`]:
+    /// `specula_verify_tree` or `specula_verify_tree_half`), compiling and loading the tree
+    /// module on the first call
     /// (once per device; no hiprtc is [`RocmError::NoHiprtc`]). A driver made without the
     /// kernel ([`RocmDriver::new`]) answers [`RocmError::Unsupported`], as for chains.
     fn launch_tree(
@@ -503,12 +505,12 @@ impl Driver for RocmDriver {
                 "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
             ));
         }
-        let function = self.device.tree_function()?;
+        let function = self.device.tree_function(l.entry_index())?;
         let mut arg = l.arg_block(address);
         let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
         self.device.bind()?;
         let hip = self.device.hip();
-        // SAFETY: `function` is `specula_verify_tree` of the loaded tree module, whose one
+        // SAFETY: `function` is the tree entry `l.entry_name()` of the loaded tree module, whose one
         // parameter is the argument block (`TreeLaunch::arg_block`); `params[0]` points to it
         // (copied at launch); the orchestration sized stats and checked
         // the views against the capacity, and the caller of its tree launch vouched for the

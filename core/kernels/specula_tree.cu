@@ -6,7 +6,7 @@
 // compiled on its own; core/src/kernels.rs (`TREE_SOURCE`) and the host shim place the two texts
 // in one translation unit instead, and the guard below then skips the include.
 //
-// Launch contract (core/src/kernels.rs, `TREE_ENTRY`, has the same text):
+// Launch contract (core/src/gpu/kernels.rs, `TREE_ENTRY`, has the same text):
 //   grid  = (capacity, 1, 1), capacity >= shape[0]; one block per request, blocks past the batch
 //           exit at once (graph capturable: every per-call value is read from device memory).
 //   block = (SPECULA_BLOCK_THREADS or fewer, a multiple of the warp size).
@@ -17,10 +17,11 @@
 //           target rows, probabilities or logits, hold bf16 / f16 patterns; SP_FLAG_DRAFT_BF16 /
 //           _F16 with SP_FLAG_DRAFT_PROBS: the draft rows do; at most one per tensor, strides in
 //           elements), node slots N per request.
-//   Half rows are read as the logits entries read them (sp_widen: exact), so the outputs and
-//   counters are those of the binary32 rows they widen to; the row passes run the logits
-//   entries' any-format passes (sp_argmax_any, ...) only when a row is half, the binary32
-//   instances (the code binary32 trees always ran) otherwise.
+//   Two entry points, one contract: specula_verify_tree (binary32 rows; a half flag sets
+//   SP_ERR_SHAPE) and specula_verify_tree_half (rows of the flags' formats). Half rows are read
+//   as the logits entries read them (sp_widen: exact), so the outputs and counters are those of
+//   the binary32 rows they widen to; the half entry runs the logits entries' any-format passes
+//   (sp_argmax_any, ...), the binary32 entry the binary32 passes only (no call).
 //   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
 //           read; temperature (f32 x B, read only with logits): 0 greedy on the logit rows,
 //           > 0 every target value through the row's softmax (sp_softmax_state, sp_soft_p:
@@ -259,9 +260,10 @@ struct sp_tree_smem {
 };
 
 // The whole verification of block b's request. H: the rows may be half (the shape's half
-// flags), read through the any-format passes; !H: binary32 rows only, the formats constant,
-// inlined into the entry as the code binary32 trees always ran (H's instance is compiled apart,
-// sp_tree_half, so it changes neither the binary32 instance's code nor its registers).
+// flags), read through the any-format passes (entry specula_verify_tree_half); !H: binary32
+// rows only, the formats constant, the binary32 passes inlined (entry specula_verify_tree).
+// Each instance has its own entry point: a call from one entry to the other instance would
+// force the call ABI (and spills) on the binary32 entry.
 template <bool H>
 __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_smem& sm) {
     // The chain's argument block: `k` holds the node counts, `draft_ids` the node tokens.
@@ -313,9 +315,11 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
     const bool half = H;
     const sp_u32 both_t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
     const sp_u32 both_d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
-    const bool flags_ok = (flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
-                          (flags & both_t) != both_t && (flags & both_d) != both_d &&
-                          (has_draft || (flags & both_d) == 0u);
+    // The binary32 entry takes no half flag (its instance reads every row as binary32): one test.
+    const bool flags_ok = H ? (flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
+                                  (flags & both_t) != both_t && (flags & both_d) != both_d &&
+                                  (has_draft || (flags & both_d) == 0u)
+                            : (flags & ~SP_FLAG_DRAFT_PROBS) == 0u;
     sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
 
     const bool shape_ok = batch <= gridDim.x && max_depth <= ck && vocab >= 1u &&
@@ -528,7 +532,10 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             __syncthreads();
             const sp_u32 m = s_word[0];
             const float* trow = SP_TROW(u);
-            sp_soft st_u = st_raw;
+            // Read only with logits, or by the half instance's raw passes (the binary32 raw
+            // passes read no state): the binary32 instance leaves it unset, as it always did.
+            sp_soft st_u;
+            if (H) st_u = st_raw;
             if (soft) st_u = row_state(trow);
             const sp_soft* const st = soft ? &st_u : 0;
             // The plain race over p_u (no candidate: 0).
@@ -659,11 +666,12 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
     }
 }
 
-// The half-row instance, compiled once apart from the entry (its own registers).
-SP_NOINLINE __device__ void sp_tree_half(const sp_args a, const sp_tree_smem sm) { sp_tree_body<true>(a, sm); }
-
-extern "C" __global__ void SP_LAUNCH_BOUNDS
-specula_verify_tree(const sp_args a) {
+// One entry's block: its shared memory, then instance H of the body. Each entry point inlines
+// exactly one instance, so the binary32 entry has no call in it (a call to the half instance
+// put the call ABI, and spills, on its row loops) and the half instance's registers are its
+// own entry's.
+template <bool H>
+__device__ __forceinline__ void sp_tree_entry(const sp_args& a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u16 s_stack[SP_TREE_MAX_NODES + 2u]; // node (validation, typical)
     __shared__ sp_u16 s_sdep[SP_TREE_MAX_NODES + 2u];  // its depth
@@ -689,10 +697,14 @@ specula_verify_tree(const sp_args a) {
     sm.z = s_z;
     sm.tm = s_tm;
     sm.word = s_word;
-    const sp_u32 half_flags =
-        SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16 | SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
-    if ((a.shape[SP_SHAPE_FLAGS] & half_flags) != 0u)
-        sp_tree_half(a, sm);
-    else
-        sp_tree_body<false>(a, sm);
+    sp_tree_body<H>(a, sm);
 }
+
+// Binary32 rows (a half flag in the shape words sets SP_ERR_SHAPE: half rows take the next entry).
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_tree(const sp_args a) { sp_tree_entry<false>(a); }
+
+// Rows of any format the shape's flags name (bf16 / f16 or binary32), through the any-format
+// passes: the same launch contract and argument block as specula_verify_tree.
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_verify_tree_half(const sp_args a) { sp_tree_entry<true>(a); }

@@ -79,8 +79,8 @@ typedef unsigned long long sp_u64;
 typedef long long sp_i64;
 
 // ---------------------------------------------------------------- the argument block
-// Every entry point (the four chain entries below, specula_verify_tree) takes this one struct by
-// value: its definition in Rust is `specula_core::gpu::ArgBlock` (core/src/gpu/block.rs), field
+// Every entry point (the four chain entries below, specula_tree.cu's specula_verify_tree and
+// specula_verify_tree_half) takes this one struct by value: its definition in Rust is `specula_core::gpu::ArgBlock` (core/src/gpu/block.rs), field
 // for field, and a test there reads the SP_ARGS_AT lines below and checks them against the Rust
 // offsets. Every field is 8 bytes wide and 8-aligned (pointers; the two u32 at the end share one
 // word), so no target pads between them; the static_asserts check that on every compile (NVRTC,

@@ -12,6 +12,7 @@
 #define specula_verify_logits specula_kernel_logits_hip
 #define specula_verify_split_logits specula_kernel_split_logits_hip
 #define specula_verify_tree specula_kernel_tree_hip
+#define specula_verify_tree_half specula_kernel_tree_half_hip
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_hip
 #else
 #define specula_verify specula_kernel_body_cuda
@@ -20,6 +21,7 @@
 #define specula_verify_logits specula_kernel_logits_cuda
 #define specula_verify_split_logits specula_kernel_split_logits_cuda
 #define specula_verify_tree specula_kernel_tree_cuda
+#define specula_verify_tree_half specula_kernel_tree_half_cuda
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_cuda
 #endif
 
@@ -39,7 +41,8 @@ extern "C" void SPECULA_HOST_SKIP_BARRIER(unsigned int n, bool ascending_only) {
 
 // Launches entry point `entry` on `grid` blocks of `block` threads with the argument block `a`:
 // 0 to 3 the chain entries in the order of specula_core::gpu::ENTRY_NAMES (specula_verify,
-// specula_verify_split, then the _logits pair), 4 specula_verify_tree. A split
+// specula_verify_split, then the _logits pair), 4 and 5 the tree entries in the order of
+// specula_core::gpu::kernels::TREE_ENTRY_NAMES (specula_verify_tree, _tree_half). A split
 // entry's grid is capacity x slices blocks, run one after another (so the last ticket is the
 // last block). Returns 0 on success, 1 when `block` is 0, above SPECULA_BLOCK_THREADS or not a
 // multiple of the warp size, or `entry` is none of these (nothing ran).
@@ -55,6 +58,7 @@ extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block, unsi
     case 2: return specula_shim::launch(grid, block, [&] { specula_verify_logits(args); });
     case 3: return specula_shim::launch(grid, block, [&] { specula_verify_split_logits(args); });
     case 4: return specula_shim::launch(grid, block, [&] { specula_verify_tree(args); });
+    case 5: return specula_shim::launch(grid, block, [&] { specula_verify_tree_half(args); });
     default: return 1;
     }
 }

@@ -9,7 +9,7 @@
 //! * Device and page-locked memory are reference-counted word arrays: work in flight keeps what
 //!   it touches alive, as the [`Driver`] contract asks.
 //! * A launch runs the kernel text through the C++ shim ([`crate::kernel_host`]); a tree launch
-//!   ([`Driver::launch_tree`]) its tree entry, through the shim's tree launcher.
+//!   ([`Driver::launch_tree`]) the tree entry its views ask for, through the shim's launcher.
 //! * Graph capture records a stream's operations instead of running them; a replay enqueues
 //!   them again.
 //! * [`Faults`] inject slow, failing and never-completing downloads (the readback's copy).
@@ -17,12 +17,10 @@
 //! Dropping the last handle of a stream stops its worker (releasing an injected hang), so
 //! shutdown never waits for ever.
 
-use crate::kernel_host::{Mode, TREE_ENTRY_INDEX, launch_block};
+use crate::kernel_host::{LAUNCHER_ENTRY_NAMES, Mode, TREE_ENTRY_INDEX, launch_block};
 use specula_core::ErrorKind;
 use specula_core::HasKind;
-use specula_core::gpu::{
-    ArgBlock, Driver, ENTRY_NAMES, Element, Launch, Memory, Status, TreeLaunch,
-};
+use specula_core::gpu::{ArgBlock, Driver, Element, Launch, Memory, Status, TreeLaunch};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
@@ -314,8 +312,8 @@ struct Inner {
     faults: Arc<Faults>,
     syncs: AtomicU64,
     launches: AtomicU64,
-    /// Launches run per entry point, indexed as `ENTRY_NAMES`.
-    by_entry: [AtomicU64; ENTRY_NAMES.len()],
+    /// Launches run per entry point, indexed as `LAUNCHER_ENTRY_NAMES` (the chain's, the tree's).
+    by_entry: [AtomicU64; LAUNCHER_ENTRY_NAMES.len()],
     streams: AtomicU64,
     /// This driver's "device": every [`HostDriver::new`] is another one.
     device: u64,
@@ -331,7 +329,7 @@ pub struct HostDriver {
 }
 
 impl HostDriver {
-    /// Enqueues one launch of entry point `index` (of [`ENTRY_NAMES`], or the tree's) with the
+    /// Enqueues one launch of entry point `index` (of [`LAUNCHER_ENTRY_NAMES`]) with the
     /// argument block `args`, whose buffers `keep` holds alive until it has run.
     #[allow(clippy::too_many_arguments)]
     fn run_block(
@@ -407,18 +405,20 @@ impl HostDriver {
     }
 
     /// Launches run so far per entry point, as `(name, count)` in the order of
-    /// [`ENTRY_NAMES`] (so a test sees which entry the orchestration picked).
+    /// [`LAUNCHER_ENTRY_NAMES`] (the chain's, then the tree's), so a test sees which entry the
+    /// orchestration picked.
     #[must_use]
-    pub fn launches_by_entry(&self) -> [(&'static str, u64); ENTRY_NAMES.len()] {
+    pub fn launches_by_entry(&self) -> [(&'static str, u64); LAUNCHER_ENTRY_NAMES.len()] {
         core::array::from_fn(|i| {
             (
-                ENTRY_NAMES[i],
+                LAUNCHER_ENTRY_NAMES[i],
                 self.inner.by_entry[i].load(Ordering::Acquire),
             )
         })
     }
 
-    /// Launches run so far of the entry point `name` (one of [`ENTRY_NAMES`]; 0 for another).
+    /// Launches run so far of the entry point `name` (one of [`LAUNCHER_ENTRY_NAMES`]; 0 for
+    /// another).
     #[must_use]
     pub fn launches_of(&self, name: &str) -> u64 {
         self.launches_by_entry()
@@ -734,7 +734,8 @@ impl Driver for HostDriver {
             b.ptr() as usize as u64
         });
         let (grid, block) = (l.grid, l.block);
-        let index = TREE_ENTRY_INDEX as usize;
+        // The entry the views ask for (binary32 or half rows), as the launcher indexes it.
+        let index = TREE_ENTRY_INDEX as usize + l.entry_index();
         self.run_block(
             stream,
             grid,

@@ -99,9 +99,26 @@ unsafe extern "C" {
     fn specula_host_verify_hip(grid: u32, block: u32, entry: u32, args: *const ArgBlock) -> i32;
 }
 
-/// The launcher's index of the tree entry (after the chain entries, indexed as
-/// [`ENTRY_NAMES`]).
+/// The launcher's index of the first tree entry (after the chain entries, indexed as
+/// [`ENTRY_NAMES`]): tree entry `i` of [`kernels::TREE_ENTRY_NAMES`] (binary32 rows, half rows;
+/// `TreeLaunch::entry_index`) is `TREE_ENTRY_INDEX + i`.
 pub const TREE_ENTRY_INDEX: u32 = ENTRY_NAMES.len() as u32;
+
+/// Every entry point the launcher runs, indexed as it takes them: [`ENTRY_NAMES`], then
+/// [`kernels::TREE_ENTRY_NAMES`] from [`TREE_ENTRY_INDEX`] on.
+pub const LAUNCHER_ENTRY_NAMES: [&str; ENTRY_NAMES.len() + kernels::TREE_ENTRY_NAMES.len()] = {
+    let mut names = [""; ENTRY_NAMES.len() + kernels::TREE_ENTRY_NAMES.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = if i < ENTRY_NAMES.len() {
+            ENTRY_NAMES[i]
+        } else {
+            kernels::TREE_ENTRY_NAMES[i - ENTRY_NAMES.len()]
+        };
+        i += 1;
+    }
+    names
+};
 
 /// A host slice's address as the argument block holds it.
 #[must_use]
@@ -115,8 +132,8 @@ pub fn at_mut<T>(s: &mut [T]) -> u64 {
     s.as_mut_ptr() as usize as u64
 }
 
-/// Runs `grid` blocks of `block` threads of entry point `entry` (an index of [`ENTRY_NAMES`],
-/// or [`TREE_ENTRY_INDEX`]) of the kernel text compiled in `mode`, with the argument block `a`.
+/// Runs `grid` blocks of `block` threads of entry point `entry` (an index of
+/// [`LAUNCHER_ENTRY_NAMES`]) of the kernel text compiled in `mode`, with the argument block `a`.
 /// Returns the launcher's status (0: ran; 1: a block size or entry the launcher refuses).
 ///
 /// # Safety
@@ -470,7 +487,7 @@ pub enum TreeHostError {
 }
 
 impl<const K: usize> KernelHost<K> {
-    /// Launches `specula_verify_tree` on `d` WITHOUT host validation, exactly as the raw device
+    /// Launches `specula_verify_tree` (binary32 rows) on `d` WITHOUT host validation, exactly as the raw device
     /// path reads it (malformed trees reach the kernel's own checks), one block per request.
     /// Returns the error-flag word after the launch. The vectors' lengths are checked first
     /// (so the launch cannot read or write out of bounds whatever the links say).

@@ -64,7 +64,8 @@ fn hiprtc_compiles_the_kernel_for_gfx90a() {
 }
 
 /// The tree kernel text (`TREE_SOURCE`: the chain text, then `core/kernels/specula_tree.cu`)
-/// compiles with hiprtc for gfx90a in HIP mode and holds the `specula_verify_tree` entry.
+/// compiles with hiprtc for gfx90a in HIP mode and holds both tree entries
+/// (`specula_verify_tree`, `specula_verify_tree_half`).
 #[test]
 fn hiprtc_compiles_the_tree_kernel_for_gfx90a() {
     if !hiprtc_available("hiprtc_compiles_the_tree_kernel_for_gfx90a") {
@@ -79,10 +80,12 @@ fn hiprtc_compiles_the_tree_kernel_for_gfx90a() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code.elf_machine(), Some(EM_AMDGPU));
     assert_eq!(code.processor(), Some("gfx90a"));
-    assert!(contains(
-        code.as_bytes(),
-        specula_core::gpu::kernels::TREE_ENTRY.as_bytes()
-    ));
+    for entry in specula_core::gpu::kernels::TREE_ENTRY_NAMES {
+        // The symbol name as the string table holds it, NUL-terminated (one is a prefix of the
+        // other).
+        let name = format!("{entry}\0");
+        assert!(contains(code.as_bytes(), name.as_bytes()), "{entry}");
+    }
 }
 
 #[test]

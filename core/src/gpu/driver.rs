@@ -433,7 +433,7 @@ pub trait Driver: Memory + Clone {
     /// Threads per block the kernel text was compiled for.
     fn block_threads(&self) -> u32;
 
-    /// Makes the tree entry ready to launch (a driver that compiles kernels at run time
+    /// Makes the tree entries ready to launch (a driver that compiles kernels at run time
     /// compiles and loads the tree module here, once). Set-up, never the step path: the
     /// orchestration calls it from [`stage_tree`](super::GpuVerifier::stage_tree) and
     /// [`capture_tree`](super::GpuVerifier::capture_tree) (before the capture begins: no
@@ -443,7 +443,10 @@ pub trait Driver: Memory + Clone {
         Ok(())
     }
 
-    /// Enqueues one launch of [`TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY). Like
+    /// Enqueues one launch of the tree entry point
+    /// [`launch.entry_name()`](TreeLaunch::entry_name) (binary32 or half rows; a driver loads
+    /// both, [`TREE_ENTRY_NAMES`](crate::gpu::kernels::TREE_ENTRY_NAMES), and picks by
+    /// [`entry_index`](TreeLaunch::entry_index)). Like
     /// [`launch`](Self::launch), the call only enqueues (and is recorded in a capture like any
     /// other stream work). A driver that compiles kernels at run time compiles the tree module
     /// in [`prepare_tree`](Self::prepare_tree), or here on the first launch if nothing prepared

@@ -5,7 +5,7 @@
 //! exactly, so its outputs are bit-identical to [`crate::verify::verify_batch`].
 //!
 //! # Launch contract
-//! * Every entry point (`extern "C"`: [`VERIFY_ENTRY`] and the others, [`TREE_ENTRY`]) takes one
+//! * Every entry point (`extern "C"`: [`VERIFY_ENTRY`] and the others, [`TREE_ENTRY_NAMES`]) takes one
 //!   parameter, the argument block [`ArgBlock`](crate::gpu::ArgBlock) (`sp_args` in the text) by
 //!   value: `shape` ([`SHAPE_WORDS`] words, see [`shape_words`]), `k`, `draft_ids`,
 //!   `draft_probs` (null when the shape says "one-hot drafter"), `target_probs`, `seed`,
@@ -26,7 +26,7 @@
 //!   order (`drafts, draft_tokens, accepted_tokens, emitted_tokens, accepted_per_position[K],
 //!   drafted_per_position[K]`), then one error-flag word ([`error_word`]), then the tree fields
 //!   `tree_drafts, tree_draft_tokens` ([`tree_drafts_word`], [`tree_draft_tokens_word`]; only
-//!   the tree entry [`TREE_ENTRY`] adds to them). The kernel adds to the counters with
+//!   the tree entries [`TREE_ENTRY_NAMES`] add to them). The kernel adds to the counters with
 //!   64-bit atomics (`Counters::record(k, accepted)` per request with `k ≥ 1`, in the same
 //!   launch; a request with `k = 0` emits only its bonus token and is not counted) and ORs
 //!   [`ERR_SHAPE`], [`ERR_DRAFT_LEN`] or [`ERR_TOKEN`] into the flag word. A request with
@@ -90,7 +90,7 @@ pub const SOURCE: &str = include_str!("../../kernels/specula_verify.cu");
 
 /// The tree-verification kernel text (`core/kernels/specula_tree.cu`) after the chain kernel's
 /// device functions (its entry points left out, `SPECULA_TREE_MODULE`), in one self-contained source (the tree file's `#include "specula_verify.cu"` is then
-/// skipped by its guard, so NVRTC and hipRTC need no header). Entry point [`TREE_ENTRY`].
+/// skipped by its guard, so NVRTC and hipRTC need no header). Entry points [`TREE_ENTRY_NAMES`].
 pub const TREE_SOURCE: &str = concat!(
     // The chain kernel's entry points (and what only they call) are left out of this module.
     "#define SPECULA_TREE_MODULE 1\n",
@@ -110,10 +110,10 @@ pub const TREE_SOURCE: &str = concat!(
 /// layout of `target_probs`, which is then not read; null: probabilities) and `temperature` (B
 /// values, read only with logits; `0`: greedy on the logit rows whatever the method, `> 0`:
 /// each node row's softmax of `core/DETERMINISM.md`, computed on the fly as in
-/// [`VERIFY_LOGITS_ENTRY`]); the chain's other fields are null. The half flags
-/// ([`FLAG_TARGET_BF16`], [`FLAG_TARGET_F16`], [`FLAG_DRAFT_BF16`], [`FLAG_DRAFT_F16`]) make it
-/// read the target rows (probabilities or logits) or the draft rows as bf16 / f16 patterns,
-/// widened exactly as the logits entries widen them.
+/// [`VERIFY_LOGITS_ENTRY`]); the chain's other fields are null. Binary32 rows only: a half flag
+/// ([`FLAG_TARGET_BF16`], [`FLAG_TARGET_F16`], [`FLAG_DRAFT_BF16`], [`FLAG_DRAFT_F16`]) sets
+/// [`ERR_SHAPE`]; half rows take [`TREE_HALF_ENTRY`] (same contract), so this entry's code is
+/// the binary32 instance alone, with no call in it.
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
 /// rule with draft rows, typical acceptance) and records
@@ -124,6 +124,20 @@ pub const TREE_SOURCE: &str = concat!(
 /// orchestration, [`GpuVerifier::launch_tree`](crate::gpu::GpuVerifier::launch_tree), over a
 /// [`Driver::launch_tree`](crate::gpu::Driver::launch_tree); shape words: [`tree_shape`](crate::gpu::tree_shape).)
 pub const TREE_ENTRY: &str = "specula_verify_tree";
+
+/// Name of the tree entry point for half rows (`extern "C"`, in [`TREE_SOURCE`]): exactly
+/// [`TREE_ENTRY`]'s argument block, launch and outputs, and the half flags ([`FLAG_TARGET_BF16`],
+/// [`FLAG_TARGET_F16`], [`FLAG_DRAFT_BF16`], [`FLAG_DRAFT_F16`]) make it read the target rows
+/// (probabilities or logits) or the draft rows as bf16 / f16 patterns, widened exactly as the
+/// logits entries widen them (binary32 rows give [`TREE_ENTRY`]'s results too, through the
+/// any-format passes). Its own entry point, not a call from [`TREE_ENTRY`]: a call to the
+/// half instance forced the call ABI, and spills, on the binary32 entry's row loops.
+/// [`TreeLaunch::entry_name`](crate::gpu::TreeLaunch::entry_name) picks between the two.
+pub const TREE_HALF_ENTRY: &str = "specula_verify_tree_half";
+
+/// The tree entry points, indexed by
+/// [`TreeLaunch::entry_index`](crate::gpu::TreeLaunch::entry_index): binary32 rows, half rows.
+pub const TREE_ENTRY_NAMES: [&str; 2] = [TREE_ENTRY, TREE_HALF_ENTRY];
 
 /// Number of `u32` shape words of [`TREE_ENTRY`].
 pub const TREE_SHAPE_WORDS: usize = 9;
@@ -163,7 +177,7 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 ///   with the sentinel for `j ≥ k[b]`, ragged `cu[b−1] + j`; null: not written).
 ///
 /// The shape flags [`FLAG_TARGET_BF16`] / [`FLAG_TARGET_F16`] and [`FLAG_DRAFT_BF16`] /
-/// [`FLAG_DRAFT_F16`] (these entries and [`TREE_ENTRY`] only) make the target tensor read (the logits, else the
+/// [`FLAG_DRAFT_F16`] (these entries and [`TREE_HALF_ENTRY`] only) make the target tensor read (the logits, else the
 /// probabilities) or the draft probabilities hold u16 bf16 / f16 patterns, strides in elements,
 /// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
 /// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
@@ -234,17 +248,17 @@ pub const SHAPE_COUNTERS_K: usize = 6;
 pub const SHAPE_FLAGS: usize = 7;
 /// Flag: `draft_probs` is present (otherwise the drafter is one-hot).
 pub const FLAG_DRAFT_PROBS: u32 = 1;
-/// Flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`] and [`TREE_ENTRY`] only; the
+/// Flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`] and [`TREE_HALF_ENTRY`] only; the
 /// other entries refuse it with [`ERR_SHAPE`]): the target tensor the entry reads holds bf16
 /// patterns (u16).
 pub const FLAG_TARGET_BF16: u32 = 2;
-/// Flag (logits and tree entries only): the target tensor holds f16 patterns (u16). Not with
+/// Flag (logits and half tree entries only): the target tensor holds f16 patterns (u16). Not with
 /// [`FLAG_TARGET_BF16`] ([`ERR_SHAPE`]).
 pub const FLAG_TARGET_F16: u32 = 4;
-/// Flag (logits and tree entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds bf16
+/// Flag (logits and half tree entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds bf16
 /// patterns.
 pub const FLAG_DRAFT_BF16: u32 = 8;
-/// Flag (logits and tree entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds f16
+/// Flag (logits and half tree entries only, with [`FLAG_DRAFT_PROBS`]): `draft_probs` holds f16
 /// patterns.
 /// Not with [`FLAG_DRAFT_BF16`] ([`ERR_SHAPE`]).
 pub const FLAG_DRAFT_F16: u32 = 16;
@@ -257,8 +271,9 @@ pub const ERR_SHAPE: u64 = 1;
 pub const ERR_DRAFT_LEN: u64 = 2;
 /// Error flag: some request had a draft id `≥ V`; it was skipped and not counted.
 pub const ERR_TOKEN: u64 = 4;
-/// Error flag ([`TREE_ENTRY`]): some request's tree was malformed (node count, a link out of
-/// range, a cycle, an unreachable node, depth above `max_depth`); it was skipped, not counted.
+/// Error flag (the tree entries [`TREE_ENTRY_NAMES`]): some request's tree was malformed (node
+/// count, a link out of range, a cycle, an unreachable node, depth above `max_depth`); it was
+/// skipped, not counted.
 pub const ERR_TREE: u64 = 8;
 /// Error flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`]): some request had a
 /// per-request input the kernel refuses (a method code above 2, `top_p` outside `(0, 1]`,
@@ -348,7 +363,7 @@ pub const fn error_word(k: usize) -> usize {
 }
 
 /// Index of [`Counters::tree_drafts`] in a `stats` buffer for `Counters<K>` (after the flag
-/// word; added to by the tree entry [`TREE_ENTRY`] only).
+/// word; added to by the tree entries [`TREE_ENTRY_NAMES`] only).
 #[must_use]
 pub const fn tree_drafts_word(k: usize) -> usize {
     4 + 2 * k + 1

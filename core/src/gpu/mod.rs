@@ -4,7 +4,7 @@
 //! `specula-tests` (which runs the kernel text on CPU threads, so CI executes this code end to
 //! end) are driver glue.
 //!
-//! Token trees (`kernels::TREE_ENTRY`) go through the same verifier, driver
+//! Token trees (`kernels::TREE_ENTRY`, `kernels::TREE_HALF_ENTRY` for half rows) go through the same verifier, driver
 //! ([`Driver::launch_tree`]) and counters: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
 //! [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
 //!

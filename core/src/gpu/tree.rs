@@ -1,5 +1,6 @@
-//! Token trees on the GPU: the tree entry point of the kernel text
-//! ([`kernels::TREE_ENTRY`], `core/kernels/specula_tree.cu`) launched by [`GpuVerifier`] over
+//! Token trees on the GPU: the tree entry points of the kernel text
+//! ([`kernels::TREE_ENTRY`] for binary32 rows, [`kernels::TREE_HALF_ENTRY`] when the views hold
+//! half rows: [`TreeLaunch::entry_name`]; `core/kernels/specula_tree.cu`) launched by [`GpuVerifier`] over
 //! any [`Driver`](super::Driver), with the same counters buffer as chain launches (so tree counts flow
 //! through the same [`GpuReadback`](super::GpuReadback), slot and exporters).
 //!

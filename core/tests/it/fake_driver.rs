@@ -509,6 +509,7 @@ impl Driver for Fake {
             block: l.block,
             stats: l.stats.id,
             draft: a.draft_probs.is_some(),
+            entry: l.entry_name(),
             args: l.arg_block(address),
         };
         let view = |b: &Buf, o: usize| (b.clone(), o);
@@ -553,6 +554,8 @@ pub struct TreeRec {
     pub block: u32,
     pub stats: usize,
     pub draft: bool,
+    /// The tree entry point the launch named (`TreeLaunch::entry_name`).
+    pub entry: &'static str,
     /// `TreeLaunch::arg_block` with the fake's addresses.
     pub args: ArgBlock,
 }

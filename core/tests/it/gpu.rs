@@ -993,7 +993,19 @@ fn entry_names_and_families() {
             "{name}"
         );
     }
-    assert!(TREE_SOURCE.contains(&format!("\n{TREE_ENTRY}(const sp_args a) {{")));
+    // The tree entries: binary32 rows, then half rows (`TreeLaunch::entry_index`), each
+    // defined by the tree text with the same one argument block.
+    assert_eq!(TREE_ENTRY_NAMES, [TREE_ENTRY, TREE_HALF_ENTRY]);
+    for name in TREE_ENTRY_NAMES {
+        assert!(
+            TREE_SOURCE.contains(&format!("\n{name}(const sp_args a) {{")),
+            "{name}"
+        );
+        assert!(
+            !SOURCE.contains(&format!("\n{name}(")),
+            "{name} in the chain text"
+        );
+    }
     let none = Inputs::default();
     assert_eq!(none.family(), Family::Plain);
     let with = |f: fn(&mut Inputs)| {

@@ -128,9 +128,11 @@ fn verify_tree_stages_launches_and_downloads_with_one_sync() {
         block,
         stats,
         draft,
+        entry,
         args: a,
     } = l[0].clone();
     assert_eq!((grid, block, stats, draft), (3, 96, v.stats().id, false));
+    assert_eq!(entry, kernels::TREE_ENTRY, "binary32 rows");
     // The chain entries' argument block: node counts in `k`, node tokens in `draft_ids`, the
     // links and the path in their own fields, each its own view; the chain's own fields null.
     let set = [
@@ -805,6 +807,80 @@ fn device_tree_rows_and_outputs_are_launched_in_place_without_a_wait() {
     let path_vals: Vec<u32> = (0..6).map(|i| read(&path, 4 * i)).collect();
     assert_eq!(path_vals, [300, 301, 302, 303, 304, 305]);
     assert_eq!(v.totals().unwrap().drafts, 3);
+}
+
+/// The entry a tree launch names follows its rows: the binary32 entry for binary32 rows, the
+/// half entry as soon as the target or the draft rows are bf16 / f16 (device views here), the
+/// same argument block either way.
+#[test]
+fn half_tree_rows_launch_the_half_entry_and_binary32_rows_the_binary32_one() {
+    let drv = Fake::immediate(1);
+    let plain = Owned::new(3);
+    let drafted = Owned {
+        draft: Some([0.5, 0.5].repeat(3 * 3)),
+        ..Owned::new(3)
+    };
+    // The rows as bf16 patterns (0.25, 0.5 and 0.75 are exact in bf16).
+    let bf16 = |x: &[f32]| {
+        let b = drv.alloc(2 * x.len()).unwrap();
+        for (i, &v) in x.iter().enumerate() {
+            write(&b, 2 * i, (v.to_bits() >> 16) as u16);
+        }
+        b
+    };
+    let (target, draft) = (bf16(&plain.target), bf16(drafted.draft.as_deref().unwrap()));
+    let half_rows = |b| Rows::device(Device::bf16(View::<Fake, u16>::new(b)), 2);
+    // (what, draft rows, bf16 target, bf16 draft, the entry)
+    let cases = [
+        ("binary32 rows", false, false, false, kernels::TREE_ENTRY),
+        (
+            "binary32 rows, draft",
+            true,
+            false,
+            false,
+            kernels::TREE_ENTRY,
+        ),
+        ("bf16 target", false, true, false, kernels::TREE_HALF_ENTRY),
+        ("bf16 draft", true, false, true, kernels::TREE_HALF_ENTRY),
+        (
+            "bf16 target and draft",
+            true,
+            true,
+            true,
+            kernels::TREE_HALF_ENTRY,
+        ),
+    ];
+    for (what, with_draft, half_target, half_draft, entry) in cases {
+        let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+        let mut batch = if with_draft {
+            drafted.view()
+        } else {
+            plain.view()
+        };
+        if half_target {
+            batch.target = Target::Probs(half_rows(&target));
+        }
+        if half_draft {
+            batch = batch.with_draft(half_rows(&draft));
+        }
+        let m = if with_draft {
+            Method::Rejection
+        } else {
+            Method::Greedy
+        };
+        let mut o = Outs::new(3);
+        v.verify_tree(m, Check::Cheap, &batch, &mut o.view())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let rec = drv.tree_launches().last().cloned().unwrap();
+        assert_eq!(rec.entry, entry, "{what}");
+        assert_eq!(
+            rec.draft,
+            with_draft && !half_draft,
+            "{what}: binary32 draft rows"
+        );
+        assert_eq!(o.accepted, [102, 103, 102], "{what}: the launch ran");
+    }
+    assert_eq!(drv.tree_launches().len(), cases.len());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use specula::cpu::CpuVerifier;
 use specula_core::Counters;
 use specula_core::gpu::kernels::{
     self, ERR_SHAPE, FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_DRAFT_PROBS, FLAG_TARGET_BF16,
-    FLAG_TARGET_F16,
+    FLAG_TARGET_F16, TREE_ENTRY, TREE_HALF_ENTRY,
 };
 use specula_core::gpu::{GpuVerifier, TreeStaging, View, tree_shape};
 use specula_core::verify::tree::{TreeBatch, verify_tree_batch};
@@ -177,13 +177,28 @@ fn same_as_widened(
         if paths.gpu_device {
             batches.push(("device rows", &device));
         }
+        // Half rows launch the half entry, binary32 rows (a draft format without draft rows
+        // included) the binary32 one.
+        let half = tf != Format::F32 || (df != Format::F32 && draft.is_some());
+        let (entry, other) = if half {
+            (TREE_HALF_ENTRY, TREE_ENTRY)
+        } else {
+            (TREE_ENTRY, TREE_HALF_ENTRY)
+        };
         for (rows, b) in batches {
             let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
             let launches = drv.launches();
+            let (ran, not) = (drv.launches_of(entry), drv.launches_of(other));
             let mut got = TreeOut::new(d.requests(), d.max_depth);
             v.verify_tree(m, Check::Cheap, b, &mut got.view())
                 .unwrap_or_else(|e| panic!("{what}: GPU {rows}: {e}"));
             assert_eq!(drv.launches(), launches + 1, "{what}: GPU {rows}");
+            assert_eq!(
+                drv.launches_of(entry),
+                ran + 1,
+                "{what}: GPU {rows}: {entry}"
+            );
+            assert_eq!(drv.launches_of(other), not, "{what}: GPU {rows}: {other}");
             assert_eq!(got, want, "{what}: GPU {rows}: outputs");
             assert_eq!(v.totals().unwrap(), counted, "{what}: GPU {rows}: counters");
         }
@@ -224,7 +239,8 @@ fn spec(draft: bool, logits: bool) -> TreeSpec {
 
 /// Random trees (probabilities, logits at T = 0 and T > 0; with and without draft rows), every
 /// method, every half pairing, both macro forms of the kernel text, host and device rows, and
-/// the CPU backend (on the calling thread and over a pool): the widened rows' bits and counts.
+/// the CPU backend (on the calling thread and over a pool): the widened rows' bits and counts,
+/// half rows through the half tree entry, binary32 rows through the binary32 one.
 #[test]
 fn tree_half_rows_match_the_widened_tree() {
     let mut accepted = 0;
@@ -234,10 +250,9 @@ fn tree_half_rows_match_the_widened_tree() {
         let mut g = Gen(0x31_4a1f + i as u64);
         for n in 0..8 {
             let d = random_tree_batch(&mut g, spec(n % 2 == 1, n % 4 >= 2));
-            for formats in FORMATS {
-                if d.draft.is_none() && formats.0 == Format::F32 {
-                    continue; // nothing half
-                }
+            // Binary32 rows too (and a half draft format without draft rows): the control,
+            // through the binary32 entry.
+            for formats in [(Format::F32, Format::F32)].into_iter().chain(FORMATS) {
                 let what = format!("{mode:?} batch {n}");
                 accepted += same_as_widened(&drv, &cpu, &d, formats, ALL_PATHS, &what);
             }
@@ -371,57 +386,81 @@ fn tree_half_rows_refused_by_the_reference_only() {
     }
 }
 
-/// The tree entry's half flags, read from the shape words at run time: two formats for one
-/// tensor, a draft format without draft rows, or an unknown flag is `ERR_SHAPE`, with nothing
-/// written or counted (on the raw launch, where the shape words are the caller's).
+/// The tree entries' half flags, read from the shape words at run time: two formats for one
+/// tensor, a draft format without draft rows, or an unknown flag is `ERR_SHAPE` (the half
+/// entry), and so is any half flag on binary32 rows (the binary32 entry), with nothing written
+/// or counted (on the raw launch, where the shape words are the caller's).
 #[test]
 fn tree_entry_refuses_bad_half_flags() {
     let drv = HostDriver::new(Mode::Cuda, 64, 1);
     let mut g = Gen(0x31_f1a6);
     let d = random_tree_batch(&mut g, spec(true, false));
-    let r = Rounded::of(&d, Format::Bf16, Format::F16);
-    let host = r.host();
     let m = Method::Rejection;
-    let words = tree_shape::<K>(m, &host).unwrap();
-    let flags = words[kernels::SHAPE_FLAGS];
-    assert_eq!(
-        flags,
-        FLAG_DRAFT_PROBS | FLAG_TARGET_BF16 | FLAG_DRAFT_F16,
-        "the staged flags"
-    );
-    for bad in [
-        flags | FLAG_TARGET_F16,
-        flags | FLAG_DRAFT_BF16,
-        (flags & !FLAG_DRAFT_PROBS),
-        flags | 32,
-    ] {
-        let mut shape = words;
-        shape[kernels::SHAPE_FLAGS] = bad;
-        let shape = drv.buffer_from(&shape);
-        let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
-        let mut staging = TreeStaging::<HostDriver>::new();
-        let mut got = TreeOut::new(d.requests(), d.max_depth);
-        v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
-            .unwrap();
-        let mut args = staging
-            .write::<K>(&drv, v.stream(), m, &host)
-            .unwrap()
-            .into_args();
-        args.shape = View::new(&shape);
-        // SAFETY: the staged views of this batch; only the flags differ from its shape words.
-        unsafe { v.launch_tree(&args) }.unwrap();
-        let err = v
-            .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
-            .unwrap();
-        assert_eq!(err & ERR_SHAPE, ERR_SHAPE, "flags {bad:#x}");
-        // The staging's output buffers as allocated (zeros): a run writes sentinels past each
-        // accepted path.
-        let mut outputs = got.accepted.iter().chain(&got.path).chain(&got.tokens);
-        assert!(outputs.all(|&x| x == 0), "flags {bad:#x}: written");
-        assert_eq!(
-            v.totals().unwrap(),
-            Counters::ZERO,
-            "flags {bad:#x}: counted"
-        );
+    type Bad = fn(u32) -> u32;
+    let half_bad: [Bad; 4] = [
+        |f| f | FLAG_TARGET_F16,
+        |f| f | FLAG_DRAFT_BF16,
+        |f| f & !FLAG_DRAFT_PROBS,
+        |f| f | 32,
+    ];
+    let f32_bad: [Bad; 3] = [
+        |f| f | FLAG_TARGET_BF16,
+        |f| f | FLAG_TARGET_F16,
+        |f| f | FLAG_DRAFT_F16,
+    ];
+    let cases: [(Format, Format, u32, &str, &[Bad]); 2] = [
+        (
+            Format::Bf16,
+            Format::F16,
+            FLAG_DRAFT_PROBS | FLAG_TARGET_BF16 | FLAG_DRAFT_F16,
+            TREE_HALF_ENTRY,
+            &half_bad,
+        ),
+        (
+            Format::F32,
+            Format::F32,
+            FLAG_DRAFT_PROBS,
+            TREE_ENTRY,
+            &f32_bad,
+        ),
+    ];
+    for (tf, df, staged, entry, bads) in cases {
+        let r = Rounded::of(&d, tf, df);
+        let host = r.host();
+        let words = tree_shape::<K>(m, &host).unwrap();
+        let flags = words[kernels::SHAPE_FLAGS];
+        assert_eq!(flags, staged, "the staged flags");
+        for bad in bads.iter().map(|b| b(flags)) {
+            let mut shape = words;
+            shape[kernels::SHAPE_FLAGS] = bad;
+            let shape = drv.buffer_from(&shape);
+            let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
+            let mut staging = TreeStaging::<HostDriver>::new();
+            let mut got = TreeOut::new(d.requests(), d.max_depth);
+            v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
+                .unwrap();
+            let mut args = staging
+                .write::<K>(&drv, v.stream(), m, &host)
+                .unwrap()
+                .into_args();
+            args.shape = View::new(&shape);
+            let ran = drv.launches_of(entry);
+            // SAFETY: the staged views of this batch; only the flags differ from its shape words.
+            unsafe { v.launch_tree(&args) }.unwrap();
+            let err = v
+                .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+                .unwrap();
+            assert_eq!(drv.launches_of(entry), ran + 1, "flags {bad:#x}: {entry}");
+            assert_eq!(err & ERR_SHAPE, ERR_SHAPE, "flags {bad:#x}");
+            // The staging's output buffers as allocated (zeros): a run writes sentinels past
+            // each accepted path.
+            let mut outputs = got.accepted.iter().chain(&got.path).chain(&got.tokens);
+            assert!(outputs.all(|&x| x == 0), "flags {bad:#x}: written");
+            assert_eq!(
+                v.totals().unwrap(),
+                Counters::ZERO,
+                "flags {bad:#x}: counted"
+            );
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! The typed views of one launch of the tree entry point
-//! ([`kernels::TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY)): [`TreeArgs`], [`TreeLaunch`],
+//! The typed views of one launch of a tree entry point
+//! ([`kernels::TREE_ENTRY_NAMES`](crate::gpu::kernels::TREE_ENTRY_NAMES)): [`TreeArgs`], [`TreeLaunch`],
 //! which [`Driver::launch_tree`](super::super::Driver::launch_tree) takes. They need only the
 //! driver's [`Memory`] (views into its buffers), so this file sits below the driver.
 
@@ -126,6 +126,25 @@ pub struct TreeLaunch<'l, 'a, D: Memory> {
 }
 
 impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
+    /// The index in [`TREE_ENTRY_NAMES`](crate::gpu::kernels::TREE_ENTRY_NAMES) of the entry
+    /// point this launch runs (what a driver loaded them by): `1`, the half entry, when the
+    /// args have a half view ([`draft_half`](TreeArgs::draft_half),
+    /// [`target_half`](TreeArgs::target_half)), else `0`, the binary32 entry. (The shape
+    /// words' half flags must agree, the caller's promise; the binary32 entry refuses them
+    /// with [`ERR_SHAPE`](crate::gpu::kernels::ERR_SHAPE).)
+    #[must_use]
+    pub const fn entry_index(&self) -> usize {
+        (self.args.draft_half.is_some() || self.args.target_half.is_some()) as usize
+    }
+
+    /// The name of the tree entry point this launch runs
+    /// ([`TREE_ENTRY`](crate::gpu::kernels::TREE_ENTRY) or
+    /// [`TREE_HALF_ENTRY`](crate::gpu::kernels::TREE_HALF_ENTRY)).
+    #[must_use]
+    pub const fn entry_name(&self) -> &'static str {
+        crate::gpu::kernels::TREE_ENTRY_NAMES[self.entry_index()]
+    }
+
     /// The launch's only parameter, the kernel's argument block as the chain entries take it:
     /// node counts in [`k`](ArgBlock::k), node tokens in [`draft_ids`](ArgBlock::draft_ids), the
     /// links and the path in their own fields, half rows in the field of their binary32 kind
