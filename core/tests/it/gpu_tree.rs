@@ -879,8 +879,44 @@ fn half_tree_rows_launch_the_half_entry_and_binary32_rows_the_binary32_one() {
             "{what}: binary32 draft rows"
         );
         assert_eq!(o.accepted, [102, 103, 102], "{what}: the launch ran");
+        // Half rows go in the field of their binary32 kind, read in place.
+        let a = rec.args;
+        match (with_draft, half_draft) {
+            (false, _) => assert_eq!(a.draft_probs, 0, "{what}"),
+            (true, true) => assert_eq!(at(a.draft_probs), Some((draft.id, 0)), "{what}"),
+            (true, false) => assert!(at(a.draft_probs).is_some_and(|(id, _)| id != draft.id)),
+        }
+        let probs = at(a.target_probs).unwrap();
+        assert_eq!(probs.0 == target.id, half_target, "{what}: target rows");
+        assert_eq!((a.target_logits, a.temperature), (0, 0), "{what}");
     }
     assert_eq!(drv.tree_launches().len(), cases.len());
+    // Logits: bf16 logit rows in the logits field with the temperatures, the binary32
+    // probabilities field then not the rows'.
+    let temps = [0.0f32, 0.7, 1.0];
+    for half in [false, true] {
+        let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
+        let rows = if half {
+            half_rows(&target)
+        } else {
+            Rows::f32(&plain.target, 2)
+        };
+        let batch = plain.view().with_target(Target::Logits {
+            rows,
+            temperature: &temps,
+        });
+        let mut o = Outs::new(3);
+        v.verify_tree(Method::Greedy, Check::Cheap, &batch, &mut o.view())
+            .unwrap();
+        let a = drv.tree_launches().last().unwrap().args;
+        let logits = at(a.target_logits).expect("logits passed");
+        assert_eq!(
+            logits.0 == target.id,
+            half,
+            "half {half}: logit rows in place"
+        );
+        assert!(a.temperature != 0 && at(a.target_probs) != Some((target.id, 0)));
+    }
 }
 
 #[test]
