@@ -278,18 +278,18 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     ) -> Result<(), GpuError<D::Error>> {
         let drv = self.drv_ref();
         // The caller's device memory is checked before anything is allocated or enqueued (the
-        // rows by `reserve`, the outputs here).
-        if let Some(d) = out.device.as_mut() {
-            TreeOutViews::of(&drv, d)?;
-        }
+        // rows by `reserve`, the outputs here), once: the views are the launch's.
+        let views = match out.device.as_mut() {
+            Some(d) => Some(TreeOutViews::of(&drv, d)?),
+            None => None,
+        };
         staging.reserve(&drv, batch)?;
         // Device rows are read in place: the views borrow them only for this call.
         let rows = TreeRows::of(&drv, batch)?;
-        if let Some(d) = out.device.as_mut() {
+        if let Some(views) = views {
             // Outputs on the device: the launch writes them in place; no copy down, no wait.
             // The kernel's error flags stay in the counters buffer: a validated batch raises
             // none (every input they flag is checked on the host first).
-            let views = TreeOutViews::of(&drv, d)?;
             let stream = self.stream();
             let args = staging.write_rows::<K>(&drv, stream, method, batch, rows, Some(views))?;
             // SAFETY: written just above by `write_rows`, whose shape words describe exactly

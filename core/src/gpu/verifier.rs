@@ -530,18 +530,18 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     ) -> Result<(), GpuError<D::Error>> {
         let produce = out.produce();
         // The caller's device memory is checked before anything is allocated or enqueued
-        // (the inputs by `reserve`, the outputs here).
-        if let Some(d) = out.device.as_mut() {
-            OutViews::of(&self.drv, d)?;
-        }
+        // (the inputs by `reserve`, the outputs here), once: the views are the launch's.
+        let views = match out.device.as_mut() {
+            Some(d) => Some(OutViews::of(&self.drv, d)?),
+            None => None,
+        };
         staging.reserve(&self.drv, batch, produce)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
         let split = Split::of(&self.drv, batch)?;
-        if let Some(d) = out.device.as_mut() {
+        if let Some(views) = views {
             // Outputs on the device: the launch writes them in place; no copy down, no wait.
             // The kernel's error flags stay in the counters buffer: a validated batch raises
             // none (every input they flag is checked on the host first).
-            let views = OutViews::of(&self.drv, d)?;
             let (drv, stream) = (&self.drv, &self.stream);
             let args = staging.write_split::<K>(
                 drv,
