@@ -7,8 +7,7 @@ use specula_core::verify::tree::{
     NO_NODE, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
 };
 use specula_core::verify::{
-    AcceptedOut, Check, Logits, Method, Rows, SENTINEL, Streams, Target, TokensOut, Values,
-    Verifier,
+    AcceptedOut, Check, Logits, Method, Rows, SENTINEL, Streams, TokensOut, Values, Verifier,
 };
 use specula_core::{Counters, Readback};
 
@@ -587,19 +586,10 @@ pub fn with_values<'a>(
     target: Values<'a>,
     draft: Option<Values<'a>>,
 ) -> TreeBatch<'a> {
-    let t = match host.target {
-        Target::Probs(r) => Target::Probs(Rows {
-            values: target,
-            ..r
-        }),
-        Target::Logits { rows, temperature } => Target::Logits {
-            rows: Rows {
-                values: target,
-                ..rows
-            },
-            temperature,
-        },
-    };
+    let t = host.target.with_rows(Rows {
+        values: target,
+        ..host.target.rows()
+    });
     let mut b = host.with_target(t);
     if let (Some(d), Some(values)) = (host.draft, draft) {
         b = b.with_draft(Rows { values, ..d });

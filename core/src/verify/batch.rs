@@ -195,12 +195,17 @@ impl<'a> Target<'a> {
     /// The same target with row stride `stride`.
     #[must_use]
     pub const fn with_stride(self, stride: usize) -> Self {
+        let rows = self.rows();
+        self.with_rows(Rows { stride, ..rows })
+    }
+
+    /// The same kind of target (probabilities, or logits with the same temperatures) over
+    /// `rows`: e.g. the same rows in another format or memory.
+    #[must_use]
+    pub const fn with_rows(self, rows: Rows<'a>) -> Self {
         match self {
-            Self::Probs(r) => Self::Probs(Rows { stride, ..r }),
-            Self::Logits { rows, temperature } => Self::Logits {
-                rows: Rows { stride, ..rows },
-                temperature,
-            },
+            Self::Probs(_) => Self::Probs(rows),
+            Self::Logits { temperature, .. } => Self::Logits { rows, temperature },
         }
     }
 }

@@ -58,6 +58,17 @@ fn a_target_takes_a_new_stride_and_keeps_the_rest() {
     assert_eq!(logits.rows().stride, 3);
     assert_eq!(logits.rows().as_f32(), Some(&values[..]));
     assert_eq!(logits.temperature(), Some(&temperature[..]));
+    // Other rows, the kind and the temperatures kept.
+    let other = [0.5f32; 4];
+    let moved = logits.with_rows(Rows::f32(&other, 2));
+    assert_eq!(moved.rows().as_f32(), Some(&other[..]));
+    assert_eq!(
+        (moved.rows().stride, moved.temperature()),
+        (2, Some(&temperature[..]))
+    );
+    let moved = probs.with_rows(Rows::f32(&other, 1));
+    assert_eq!(moved.rows().stride, 1);
+    assert!(matches!(moved, Target::Probs(_)));
 }
 
 #[test]

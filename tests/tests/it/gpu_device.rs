@@ -82,19 +82,10 @@ impl DevRows {
 
 /// `host` with its target (and draft) rows replaced by `target` (and `draft`), same strides.
 fn with_rows<'a>(host: Batch<'a>, target: Values<'a>, draft: Option<Values<'a>>) -> Batch<'a> {
-    let t = match host.target {
-        Target::Probs(r) => Target::Probs(Rows {
-            values: target,
-            ..r
-        }),
-        Target::Logits { rows, temperature } => Target::Logits {
-            rows: Rows {
-                values: target,
-                ..rows
-            },
-            temperature,
-        },
-    };
+    let t = host.target.with_rows(Rows {
+        values: target,
+        ..host.target.rows()
+    });
     let mut b = host.with_target(t);
     if let (Some(d), Some(values)) = (host.draft, draft) {
         b.draft = Some(Draft {

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 use specula_core::verify::tree::TreeBatch;
-use specula_core::verify::{Format, Rows, Target};
+use specula_core::verify::{Format, Rows};
 
 /// Values per piece of the parallel widening.
 const PIECE: usize = 1 << 16;
@@ -35,11 +35,9 @@ impl Widened {
     pub(super) fn batch<'s>(&'s self, batch: &TreeBatch<'s>) -> TreeBatch<'s> {
         let mut out = *batch;
         if let Some(t) = &self.target {
-            let rows = Rows::f32(t, batch.target.rows().stride);
-            out.target = match batch.target {
-                Target::Probs(_) => Target::Probs(rows),
-                Target::Logits { temperature, .. } => Target::Logits { rows, temperature },
-            };
+            out.target = batch
+                .target
+                .with_rows(Rows::f32(t, batch.target.rows().stride));
         }
         if let (Some(d), Some(r)) = (&self.draft, batch.draft) {
             out.draft = Some(Rows::f32(d, r.stride));
