@@ -23,7 +23,7 @@
 //! Without a device it prints SKIPPED and exits 0 (1 when `SPECULA_REQUIRE_DEVICE` is set).
 
 use specula_core::gpu::kernels;
-use specula_core::gpu::{Driver, VerifyArgs, View, ViewMut};
+use specula_core::gpu::{Driver, RowsView, VerifyArgs, View, ViewMut};
 use specula_core::verify::Method;
 use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
 use specula_cuda::cudarc::driver::result;
@@ -231,8 +231,8 @@ impl Case {
             shape: View::new(&bufs[0]),
             k: View::new(&bufs[1]),
             draft_ids: View::new(&bufs[2]),
-            draft_probs: self.with_draft.then(|| View::new(draft)),
-            target_probs: View::new(target),
+            draft_probs: self.with_draft.then(|| RowsView::F32(View::new(draft))),
+            target: RowsView::F32(View::new(target)),
             seed: View::new(&bufs[3]),
             offset: View::new(&bufs[4]),
             eps: View::new(&bufs[5]),
@@ -241,11 +241,8 @@ impl Case {
             tokens: ViewMut::new(tok),
             cu_num_draft_tokens: None,
             bonus: None,
-            target_logits: None,
             temperature: None,
             sampling: None,
-            target_logits_half: None,
-            draft_probs_half: None,
             recovered: None,
             draft_first_row: None,
         }

@@ -258,7 +258,7 @@ fn readback_conformance_on_device() {
 #[test]
 fn step_path_on_the_callers_cudarc_buffers() {
     use specula_core::gpu::kernels;
-    use specula_core::gpu::{GpuVerifier, VerifyArgs};
+    use specula_core::gpu::{GpuVerifier, RowsView, VerifyArgs};
     use specula_core::verify::{DEFAULT_DELTA, DEFAULT_EPS};
     use specula_cuda::CudaDriver;
     let Some(dev) = device() else { return };
@@ -300,8 +300,8 @@ fn step_path_on_the_callers_cudarc_buffers() {
             shape: sh.view(),
             k: kk.view(),
             draft_ids: ii.view(),
-            draft_probs: dd.as_ref().map(|x| x.view()),
-            target_probs: tt.view(),
+            draft_probs: dd.as_ref().map(|x| RowsView::F32(x.view())),
+            target: RowsView::F32(tt.view()),
             seed: se.view(),
             offset: of.view(),
             eps: ep.view(),
@@ -310,11 +310,8 @@ fn step_path_on_the_callers_cudarc_buffers() {
             tokens: tok.view_mut(),
             cu_num_draft_tokens: None,
             bonus: None,
-            target_logits: None,
             temperature: None,
             sampling: None,
-            target_logits_half: None,
-            draft_probs_half: None,
             recovered: None,
             draft_first_row: None,
         };

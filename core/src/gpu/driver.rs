@@ -4,7 +4,7 @@
 
 use super::block::ArgBlock;
 use super::tree::args::TreeLaunch;
-use super::view::{Element, Memory, View, ViewMut};
+use super::view::{Element, Memory, RowsView, View, ViewMut};
 use crate::error_kind::HasKind;
 use core::fmt::Debug;
 
@@ -170,10 +170,17 @@ pub struct VerifyArgs<'a, D: Driver> {
     pub k: View<'a, D, u32>,
     /// Draft ids.
     pub draft_ids: View<'a, D, u32>,
-    /// Draft probabilities; `None` with a one-hot drafter.
-    pub draft_probs: Option<View<'a, D, f32>>,
-    /// Target probabilities.
-    pub target_probs: View<'a, D, f32>,
+    /// Draft probabilities, binary32 or bf16 / f16 (the shape's
+    /// [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
+    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16) say which; half rows take the
+    /// logits entries); `None` with a one-hot drafter.
+    pub draft_probs: Option<RowsView<'a, D>>,
+    /// Target rows: probabilities, or logits when [`temperature`](Self::temperature) is given
+    /// (the logits entries; then binary32 or bf16 / f16, the shape's
+    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
+    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16) say which). Probabilities are
+    /// binary32: no chain entry reads half ones (refused at launch).
+    pub target: RowsView<'a, D>,
     /// Seeds.
     pub seed: View<'a, D, u64>,
     /// Offsets.
@@ -192,28 +199,14 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// Caller-supplied bonus tokens (B values; each request's target row `k` is then not read,
     /// and absent from a ragged target). `None`: sampled.
     pub bonus: Option<View<'a, D, u32>>,
-    /// Target logits in `target_probs`' layout (which is then not read): the logits entries.
-    /// Needs [`temperature`](Self::temperature). `None`: probabilities.
-    pub target_logits: Option<View<'a, D, f32>>,
-    /// Per-request temperature of the logits (B values; `0`: greedy on the logits). Only with
-    /// [`target_logits`](Self::target_logits).
+    /// Per-request temperature (B values; `0`: greedy on the logits): with it,
+    /// [`target`](Self::target) holds logits and the logits entries run. `None`: probabilities.
     pub temperature: Option<View<'a, D, f32>>,
     /// Per-request sampling words, [`SAMPLING_WORDS`](crate::gpu::kernels::SAMPLING_WORDS) per
     /// request ([`sampling_words`](crate::gpu::kernels::sampling_words): method code, top-k,
     /// top-p, min-p), overriding the shape word's method: the logits entries. `None`: the shape
     /// word's method and no filter for every request.
     pub sampling: Option<View<'a, D, u32>>,
-    /// bf16 / f16 target logits (u16 patterns, the shape word's
-    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
-    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16) says which), passed as
-    /// `target_logits` instead of [`target_logits`](Self::target_logits) (then `None`): the
-    /// logits entries. Needs [`temperature`](Self::temperature).
-    pub target_logits_half: Option<View<'a, D, u16>>,
-    /// bf16 / f16 draft probabilities (u16 patterns, flagged likewise with
-    /// [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
-    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16)), passed as `draft_probs` instead of
-    /// [`draft_probs`](Self::draft_probs) (then `None`): the logits entries.
-    pub draft_probs_half: Option<View<'a, D, u16>>,
     /// Output: vLLM's recovered tokens, one per draft slot as
     /// [`recovered_tokens`](crate::verify::recovered_tokens) lays them out (padded
     /// `b·k_max + j`, [`SENTINEL`](crate::verify::SENTINEL) for `j ≥ k[b]`; ragged
@@ -232,13 +225,13 @@ impl<D: Driver> VerifyArgs<'_, D> {
     #[must_use]
     pub fn inputs(&self) -> Inputs {
         Inputs {
-            draft_probs: self.draft_probs.is_some(),
+            draft_probs: self.draft_probs.is_some_and(|d| !d.is_half()),
             ragged: self.cu_num_draft_tokens.is_some(),
             bonus: self.bonus.is_some(),
-            logits: self.target_logits.is_some(),
+            logits: self.temperature.is_some() && !self.target.is_half(),
             sampling: self.sampling.is_some(),
-            logits_half: self.target_logits_half.is_some(),
-            draft_probs_half: self.draft_probs_half.is_some(),
+            logits_half: self.temperature.is_some() && self.target.is_half(),
+            draft_probs_half: self.draft_probs.is_some_and(|d| d.is_half()),
             recovered: self.recovered.is_some(),
             draft_first_row: self.draft_first_row.is_some(),
         }
@@ -294,6 +287,9 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
         ) -> Option<(&'l D::Buffer, usize)> {
             v.map(|v| (v.buffer(), v.byte_offset()))
         }
+        fn rows<'l, D: Driver>(v: RowsView<'l, D>) -> (&'l D::Buffer, usize) {
+            (v.buffer(), v.byte_offset())
+        }
         fn out<'l, D: Driver>(v: &'l ViewMut<'_, D, u32>) -> Option<(&'l D::Buffer, usize)> {
             Some((v.buffer(), v.byte_offset()))
         }
@@ -301,8 +297,8 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             shape: at(of(Some(a.shape))),
             k: at(of(Some(a.k))),
             draft_ids: at(of(Some(a.draft_ids))),
-            draft_probs: at(of(a.draft_probs).or(of(a.draft_probs_half))),
-            target_probs: at(of(Some(a.target_probs))),
+            draft_probs: at(a.draft_probs.map(rows)),
+            target_probs: at(a.temperature.is_none().then(|| rows(a.target))),
             seed: at(of(Some(a.seed))),
             offset: at(of(Some(a.offset))),
             eps: at(of(Some(a.eps))),
@@ -313,7 +309,7 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
             scratch: at(self.scratch.map(|b| (b, 0))),
             cu_num_draft_tokens: at(of(a.cu_num_draft_tokens)),
             bonus: at(of(a.bonus)),
-            target_logits: at(of(a.target_logits).or(of(a.target_logits_half))),
+            target_logits: at(a.temperature.is_some().then(|| rows(a.target))),
             temperature: at(of(a.temperature)),
             sampling: at(of(a.sampling)),
             recovered: at(a.recovered.as_ref().and_then(out)),

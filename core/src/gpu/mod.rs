@@ -28,4 +28,4 @@ pub use readback::GpuReadback;
 pub use staging::{SUPPORT, Staged, Staging};
 pub use tree::{TreeArgs, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
 pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
-pub use view::{Element, Memory, OutOfBounds, View, ViewMut};
+pub use view::{Element, Memory, OutOfBounds, RowsView, View, ViewMut};

@@ -3,7 +3,7 @@
 use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
 use super::view::Memory;
-use super::view::{Element, View, ViewMut};
+use super::view::{Element, RowsView, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
     Batch, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Feature, Format, Half,
@@ -48,13 +48,14 @@ pub(super) fn grow_host<D: Driver>(
     Ok(())
 }
 
-/// Buffers, in the order of [`VerifyArgs`]' fields.
-const SLOTS: usize = 20;
+/// Buffers, in the order of [`VerifyArgs`]' fields (a row tensor's buffer holds it in its
+/// format, binary32 or half).
+const SLOTS: usize = 17;
 const SHAPE: usize = 0;
 const KS: usize = 1;
 const IDS: usize = 2;
 const DPROBS: usize = 3;
-const TPROBS: usize = 4;
+const TARGET: usize = 4;
 const SEED: usize = 5;
 const OFFSET: usize = 6;
 const EPS: usize = 7;
@@ -63,25 +64,12 @@ const ACCEPTED: usize = 9;
 const TOKENS: usize = 10;
 const CU: usize = 11;
 const BONUS: usize = 12;
-const TLOGITS: usize = 13;
-const TEMP: usize = 14;
-const SAMPLING: usize = 15;
-const TLOGITS_HALF: usize = 16;
-const DPROBS_HALF: usize = 17;
-const RECOVERED: usize = 18;
-const FIRST_ROW: usize = 19;
+const TEMP: usize = 13;
+const SAMPLING: usize = 14;
+const RECOVERED: usize = 15;
+const FIRST_ROW: usize = 16;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 9] = [
-    CU,
-    BONUS,
-    TLOGITS,
-    TEMP,
-    SAMPLING,
-    TLOGITS_HALF,
-    DPROBS_HALF,
-    RECOVERED,
-    FIRST_ROW,
-];
+const OPTIONAL: [usize; 6] = [CU, BONUS, TEMP, SAMPLING, RECOVERED, FIRST_ROW];
 
 /// The 16-bit patterns of a half tensor (its format goes into the shape flags).
 fn patterns(h: Half<'_>) -> &[u16] {
@@ -119,6 +107,16 @@ impl<D: Memory> Arg<'_, '_, D> {
         match self {
             Self::F32(x) => x.staged_len().checked_mul(4),
             Self::Half(x, _) => x.staged_len().checked_mul(2),
+        }
+    }
+}
+
+impl<D: Memory> Arg<'_, '_, D> {
+    /// The element format.
+    pub(super) fn format(&self) -> Format {
+        match self {
+            Self::F32(_) => Format::F32,
+            Self::Half(_, f) => *f,
         }
     }
 }
@@ -162,14 +160,11 @@ impl<'b, D: Driver> Arg<'b, 'b, D> {
     }
 }
 
-/// A batch's row tensors by kernel argument: the kernel takes each element format of the
-/// target and draft rows through a pointer of its own.
+/// A batch's row tensors by kernel argument (each in its format): the target rows
+/// (probabilities or logits, as the batch says) and the draft rows.
 pub(super) struct Split<'h, 'd, D: Memory> {
-    draft_probs: Option<Src<'h, 'd, D, f32>>,
-    draft_probs_half: Option<(Src<'h, 'd, D, u16>, Format)>,
-    target_probs: Src<'h, 'd, D, f32>,
-    target_logits: Option<Src<'h, 'd, D, f32>>,
-    target_logits_half: Option<(Src<'h, 'd, D, u16>, Format)>,
+    draft: Option<Arg<'h, 'd, D>>,
+    target: Arg<'h, 'd, D>,
 }
 
 impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
@@ -179,34 +174,17 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
         let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
-        let (draft_probs, draft_probs_half) = match batch.draft {
-            Some(d) => match arg(d.rows.values, Param::DraftProbs)? {
-                Arg::F32(x) => (Some(x), None),
-                Arg::Half(h, f) => (None, Some((h, f))),
-            },
-            None => (None, None),
-        };
-        let logits = batch.has_logits();
-        let param = if logits {
+        let param = if batch.has_logits() {
             Param::TargetLogits
         } else {
             Param::TargetProbs
         };
-        let none = Src::Host(&[][..]);
-        let (target_probs, target_logits, target_logits_half) =
-            match (logits, arg(batch.target.rows().values, param)?) {
-                (false, Arg::F32(x)) => (x, None, None),
-                // Half probabilities: refused by `SUPPORT` (no kernel entry reads them).
-                (false, Arg::Half(..)) => (none, None, None),
-                (true, Arg::F32(x)) => (none, Some(x), None),
-                (true, Arg::Half(h, f)) => (none, None, Some((h, f))),
-            };
         Ok(Self {
-            draft_probs,
-            draft_probs_half,
-            target_probs,
-            target_logits,
-            target_logits_half,
+            draft: match batch.draft {
+                Some(d) => Some(arg(d.rows.values, Param::DraftProbs)?),
+                None => None,
+            },
+            target: arg(batch.target.rows().values, param)?,
         })
     }
 
@@ -284,8 +262,8 @@ fn needs<D: Memory>(
         kernels::SHAPE_WORDS * 4,
         w4(batch.k().len())?,
         w4(batch.draft_ids.len())?,
-        w4(t.draft_probs.as_ref().map_or(0, Src::staged_len))?,
-        w4(t.target_probs.staged_len())?,
+        t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+        t.target.staged_bytes()?,
         w8(batch.seed.len())?,
         w8(batch.offset.len())?,
         w4(b)?,
@@ -294,21 +272,12 @@ fn needs<D: Memory>(
         w4(tokens)?,
         w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
         w4(batch.bonus.map_or(0, <[u32]>::len))?,
-        w4(t.target_logits.as_ref().map_or(0, Src::staged_len))?,
         w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
         if kernels::has_sampling(batch) {
             w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
         } else {
             0
         },
-        t.target_logits_half
-            .as_ref()
-            .map_or(0, |(h, _)| h.staged_len())
-            .checked_mul(2)?,
-        t.draft_probs_half
-            .as_ref()
-            .map_or(0, |(h, _)| h.staged_len())
-            .checked_mul(2)?,
         // One value per draft slot, as the draft ids are laid out.
         if recovered {
             w4(draft_slots(batch))?
@@ -467,20 +436,22 @@ impl<D: Driver> Staging<D> {
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        match t.target_logits_half {
-            Some((_, Format::Bf16)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
-            Some((_, Format::F16)) => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
-            Some((_, Format::F32)) | None => {}
+        match t.target.format() {
+            Format::Bf16 => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
+            Format::F16 => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
+            Format::F32 => {}
         }
-        if let (Some((_, f)), Some(d)) = (&t.draft_probs_half, batch.draft) {
-            shape[kernels::SHAPE_DRAFT_STRIDE] =
-                u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
-            shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
-                | match f {
-                    Format::Bf16 => kernels::FLAG_DRAFT_BF16,
-                    // `Arg::Half` only holds the half formats.
-                    Format::F16 | Format::F32 => kernels::FLAG_DRAFT_F16,
-                };
+        if let (Some(f), Some(d)) = (t.draft.as_ref().map(Arg::format), batch.draft) {
+            if f != Format::F32 {
+                shape[kernels::SHAPE_DRAFT_STRIDE] =
+                    u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
+                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
+                    | if f == Format::Bf16 {
+                        kernels::FLAG_DRAFT_BF16
+                    } else {
+                        kernels::FLAG_DRAFT_F16
+                    };
+            }
         }
         // Every check is done and every view made before the first copy is enqueued, so an
         // error leaves the stream as it was.
@@ -507,9 +478,11 @@ impl<D: Driver> Staging<D> {
             shape,
             k: up_u32(drv, stream, buf(KS)?, batch.k())?,
             draft_ids: up_u32(drv, stream, buf(IDS)?, batch.draft_ids)?,
-            draft_probs: tensor(drv, stream, bufs[DPROBS], t.draft_probs)?,
-            target_probs: tensor(drv, stream, bufs[TPROBS], Some(t.target_probs))?
-                .ok_or(GpuError::ViewTooShort)?,
+            draft_probs: match t.draft {
+                Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
+                None => None,
+            },
+            target: rows(drv, stream, bufs[TARGET], t.target)?,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
@@ -518,25 +491,12 @@ impl<D: Driver> Staging<D> {
             tokens: outputs.tokens,
             cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens())?,
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
-            target_logits: tensor(drv, stream, bufs[TLOGITS], t.target_logits)?,
             temperature: optional(drv, stream, bufs[TEMP], batch.target.temperature())?,
             sampling: if kernels::has_sampling(batch) {
                 Some(sampling(drv, stream, buf(SAMPLING)?, batch, method)?)
             } else {
                 None
             },
-            target_logits_half: tensor(
-                drv,
-                stream,
-                bufs[TLOGITS_HALF],
-                t.target_logits_half.map(|(h, _)| h),
-            )?,
-            draft_probs_half: tensor(
-                drv,
-                stream,
-                bufs[DPROBS_HALF],
-                t.draft_probs_half.map(|(h, _)| h),
-            )?,
             draft_first_row: optional(drv, stream, bufs[FIRST_ROW], first_row(batch))?,
             recovered: outputs.recovered,
         }))
@@ -556,6 +516,21 @@ pub(super) fn tensor<'a, D: Driver, T: Element>(
         Some(Src::Host(x)) => optional(drv, stream, dst, Some(x)),
         None => Ok(None),
     }
+}
+
+/// A row tensor's view in its format: the caller's device memory as it is, or host values
+/// uploaded into `dst`.
+pub(super) fn rows<'a, D: Driver>(
+    drv: &D,
+    stream: &D::Stream,
+    dst: Option<&'a D::Buffer>,
+    arg: Arg<'_, 'a, D>,
+) -> Result<RowsView<'a, D>, GpuError<D::Error>> {
+    let short = GpuError::ViewTooShort;
+    Ok(match arg {
+        Arg::F32(x) => RowsView::F32(tensor(drv, stream, dst, Some(x))?.ok_or(short)?),
+        Arg::Half(h, _) => RowsView::Half(tensor(drv, stream, dst, Some(h))?.ok_or(short)?),
+    })
 }
 
 /// Views [`Staging::write`] returned: the shape words it wrote describe exactly these views,

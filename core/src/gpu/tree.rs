@@ -17,12 +17,12 @@
 //!   device memory ([`TreeOutputs::on_device`]) are written in place, with no copy down and no
 //!   synchronising call.
 //!
-//! Rows may be binary32, bf16 or f16 (host or device; [`TreeArgs::target_half`],
-//! [`TreeArgs::draft_half`] and the shape's half flags): the tree entry widens each value
+//! Rows may be binary32, bf16 or f16 (host or device; [`RowsView`](super::RowsView) in
+//! [`TreeArgs::target`] and [`TreeArgs::draft_probs`], and the shape's half flags): the tree entry widens each value
 //! exactly as it reads it, so half rows give the bits of the tree of their widened values.
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
-//! ([`TreeArgs::target_logits`], [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
+//! ([`TreeArgs::target`] with [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
 //! `> 0`: each node row's softmax computed on the fly, `core/DETERMINISM.md`).
 
 pub(super) mod args;

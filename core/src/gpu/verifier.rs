@@ -172,7 +172,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// shape words).
     ///
     /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
-    /// none of `target_logits`, `sampling`, `recovered`, `draft_first_row` (nor a half tensor)
+    /// none of `temperature` (logits), `sampling`, `recovered`, `draft_first_row` (nor a half tensor)
     /// is set (the ragged layout and bonus tokens included), the `_logits` one otherwise.
     ///
     /// # Safety
@@ -379,19 +379,12 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
     let b = args.capacity as usize;
     let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
     let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-    let logits = match (
-        args.target_logits,
-        args.target_logits_half,
-        args.temperature,
-    ) {
-        (Some(_), None, Some(t)) | (None, Some(_), Some(t)) => t.len() >= b,
-        (None, None, None) => true,
-        // Logits without temperatures (or the reverse), or both logits: the missing view
-        // counts as empty.
-        _ => false,
+    // Logits come with their temperatures; probabilities are binary32 (no chain entry reads
+    // half ones).
+    let target = match args.temperature {
+        Some(t) => t.len() >= b,
+        None => !args.target.is_half(),
     };
-    // One draft-probability pointer: f32 or half, not both.
-    let drafts = args.draft_probs.is_none() || args.draft_probs_half.is_none();
     args.shape.len() >= kernels::SHAPE_WORDS
         // The ragged layout never reads `k`.
         && (args.cu_num_draft_tokens.is_some() || args.k.len() >= b)
@@ -408,11 +401,8 @@ fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
             .is_none_or(|v| v.len() / kernels::SAMPLING_WORDS >= b)
         && per_request(len(args.draft_first_row))
         // First rows index draft rows: none without them.
-        && (args.draft_first_row.is_none()
-            || args.draft_probs.is_some()
-            || args.draft_probs_half.is_some())
-        && drafts
-        && logits
+        && (args.draft_first_row.is_none() || args.draft_probs.is_some())
+        && target
 }
 
 fn enqueue_launch<D: Driver, const K: usize>(

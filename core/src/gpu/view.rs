@@ -142,6 +142,69 @@ impl<'a, D: Memory, T: Element> View<'a, D, T> {
     }
 }
 
+/// Row tensor a kernel reads through one pointer, in one element format: binary32 values, or
+/// bf16 / f16 patterns (which of the two, the launch's shape words say:
+/// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16), ...). One value per tensor, so
+/// a launch cannot pass a tensor in two formats at once.
+pub enum RowsView<'a, D: Memory> {
+    /// Binary32 rows.
+    F32(View<'a, D, f32>),
+    /// bf16 / f16 rows as their 16-bit patterns.
+    Half(View<'a, D, u16>),
+}
+
+impl<D: Memory> Clone for RowsView<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<D: Memory> Copy for RowsView<'_, D> {}
+
+impl<D: Memory> fmt::Debug for RowsView<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::F32(v) => f.debug_tuple("F32").field(v).finish(),
+            Self::Half(v) => f.debug_tuple("Half").field(v).finish(),
+        }
+    }
+}
+
+impl<'a, D: Memory> RowsView<'a, D> {
+    /// The buffer viewed.
+    pub fn buffer(&self) -> &'a D::Buffer {
+        match self {
+            Self::F32(v) => v.buffer(),
+            Self::Half(v) => v.buffer(),
+        }
+    }
+
+    /// The first element's byte offset in the buffer.
+    pub fn byte_offset(&self) -> usize {
+        match self {
+            Self::F32(v) => v.byte_offset(),
+            Self::Half(v) => v.byte_offset(),
+        }
+    }
+
+    /// Elements viewed.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::Half(v) => v.len(),
+        }
+    }
+
+    /// True if no element is viewed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True for bf16 / f16 rows.
+    pub const fn is_half(&self) -> bool {
+        matches!(self, Self::Half(_))
+    }
+}
+
 /// `len` elements of type `T` written by the kernel: the buffer is borrowed exclusively for
 /// `'a`, so nothing else reads or writes it through this orchestration meanwhile.
 pub struct ViewMut<'a, D: Memory, T: Element> {

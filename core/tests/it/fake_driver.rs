@@ -11,7 +11,7 @@
 
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    ArgBlock, Driver, Element, Entry, Family, Launch, Memory, Status, TreeLaunch, View,
+    ArgBlock, Driver, Element, Entry, Family, Launch, Memory, RowsView, Status, TreeLaunch, View,
 };
 use specula_core::{ErrorKind, HasKind};
 use std::cell::{Cell, RefCell};
@@ -423,7 +423,7 @@ impl Driver for Fake {
             accepted: at(a.accepted.buffer(), a.accepted.byte_offset()),
             stats: l.stats.id,
             scratch: l.scratch.map(|b| (b.id, Self::bytes(b))),
-            draft_probs: a.draft_probs.is_some(),
+            draft_probs: a.draft_probs.is_some_and(|d| !d.is_half()),
             family: l.family,
             name: l.entry_name(),
             args: l.arg_block(address),
@@ -508,7 +508,7 @@ impl Driver for Fake {
             grid: l.grid,
             block: l.block,
             stats: l.stats.id,
-            draft: a.draft_probs.is_some(),
+            draft: a.draft_probs.is_some_and(|d| !d.is_half()),
             entry: l.entry_name(),
             args: l.arg_block(address),
         };
@@ -566,6 +566,30 @@ pub fn read<T: Element>(b: &Buf, byte: usize) -> T {
 
 pub fn write<T: Element>(b: &Buf, byte: usize, x: T) {
     x.write_ne(&mut b.data.lock().unwrap()[byte..]);
+}
+
+/// Rows' binary32 view (`None` for half rows).
+pub fn f32_rows(r: RowsView<'_, Fake>) -> Option<View<'_, Fake, f32>> {
+    match r {
+        RowsView::F32(v) => Some(v),
+        RowsView::Half(_) => None,
+    }
+}
+
+/// Rows' bf16 / f16 view (`None` for binary32 rows).
+pub fn half_rows(r: RowsView<'_, Fake>) -> Option<View<'_, Fake, u16>> {
+    match r {
+        RowsView::Half(v) => Some(v),
+        RowsView::F32(_) => None,
+    }
+}
+
+/// Rows one element shorter, in their format.
+pub fn short_rows(r: RowsView<'_, Fake>) -> RowsView<'_, Fake> {
+    match r {
+        RowsView::F32(v) => RowsView::F32(View::range(v.buffer(), 0, v.len() - 1).unwrap()),
+        RowsView::Half(v) => RowsView::Half(View::range(v.buffer(), 0, v.len() - 1).unwrap()),
+    }
 }
 
 /// A device buffer's elements `at..at + n` of a view.

@@ -1171,13 +1171,9 @@ fn staging_writes_the_optional_inputs() {
     assert_eq!(a.inputs(), x.inputs());
     assert_eq!(words(a.cu_num_draft_tokens.unwrap()), x.cu);
     assert_eq!(Some(words(a.bonus.unwrap())), x.bonus);
-    assert_eq!(words(a.target_logits.unwrap()), x.rows);
+    assert_eq!(words(f32_rows(a.target).unwrap()), x.rows);
     assert_eq!(Some(words(a.temperature.unwrap())), x.temps);
     assert!(a.k.is_empty(), "the ragged layout has no k");
-    assert!(
-        a.target_probs.is_empty(),
-        "logits replace the probabilities"
-    );
     assert_eq!(words(a.draft_ids), x.ids);
     assert_eq!(
         words(a.shape).as_slice(),
@@ -1210,7 +1206,7 @@ fn staging_writes_the_optional_inputs() {
         .unwrap();
     assert_eq!(a.inputs(), Inputs::default());
     assert!(a.cu_num_draft_tokens.is_none() && a.bonus.is_none());
-    assert!(a.target_logits.is_none() && a.temperature.is_none());
+    assert!(a.temperature.is_none(), "probabilities");
     assert_eq!(a.k.len(), 4);
     // A runtime that never passes the optional inputs never allocates their buffers.
     let mut fresh = Staging::<Fake>::new();
@@ -1239,8 +1235,8 @@ fn staging_writes_the_optional_inputs() {
     fresh.reserve(&drv, &x.view(), Produce::TOKENS).unwrap();
     assert_eq!(
         drv.st.next_id.get() - ids,
-        15,
-        "then the four optional ones"
+        14,
+        "then the three optional ones (the logits go to the target rows' buffer)"
     );
     let a = fresh
         .write::<K>(
@@ -1267,7 +1263,7 @@ fn launch_checks_the_optional_views() {
     );
     v.stage(&mut staging, Method::Greedy, Check::Cheap, &x.view(), &o)
         .unwrap();
-    for field in 0..5 {
+    for field in 0..3 {
         let mut a = staging
             .write::<K>(&drv, v.stream(), Method::Greedy, &x.view(), Produce::TOKENS)
             .unwrap()
@@ -1275,9 +1271,7 @@ fn launch_checks_the_optional_views() {
         match field {
             0 => a.cu_num_draft_tokens = a.cu_num_draft_tokens.map(short),
             1 => a.bonus = a.bonus.map(short),
-            2 => a.temperature = a.temperature.map(short),
-            3 => a.temperature = None,   // logits without temperatures
-            _ => a.target_logits = None, // temperatures without logits
+            _ => a.temperature = a.temperature.map(short),
         }
         // SAFETY: refused before anything is enqueued.
         let e = unsafe { v.launch(&a) }.unwrap_err();
@@ -1433,14 +1427,15 @@ fn half_inputs_are_staged_with_their_flags() {
         let what = format!("target {t} draft {dr}");
         assert_eq!(a.inputs().family(), Family::Logits, "{what}");
         assert_eq!(
-            a.target_logits_half.map(words),
+            half_rows(a.target).map(words),
             (t < 2).then(|| logits.clone())
         );
         assert_eq!(
-            a.draft_probs_half.map(words),
+            a.draft_probs.and_then(half_rows).map(words),
             (dr < 2).then(|| drafts.clone())
         );
-        assert!(a.target_logits.is_none() && a.draft_probs.is_none());
+        assert_eq!(a.temperature.is_some(), t < 2, "{what}");
+        assert_eq!(a.draft_probs.is_some(), dr < 2, "{what}");
         let shape = words(a.shape);
         let want_t = [kernels::FLAG_TARGET_BF16, kernels::FLAG_TARGET_F16, 0][usize::from(t)];
         let want_d = [
@@ -1460,45 +1455,21 @@ fn half_inputs_are_staged_with_their_flags() {
         let view_at = |p: Option<View<'_, Fake, u16>>| p.map(|v| (v.buffer().id, v.byte_offset()));
         assert_eq!(
             at(last.args.target_logits),
-            view_at(a.target_logits_half),
+            view_at(half_rows(a.target)),
             "{what}"
         );
         assert_eq!(
             at(last.args.draft_probs),
-            view_at(a.draft_probs_half),
+            view_at(a.draft_probs.and_then(half_rows)),
             "{what}"
         );
     }
     assert_eq!(
         drv.st.next_id.get() - ids,
-        14,
-        "then the two half ones (and temperatures)"
+        13,
+        "then the temperatures' and the draft rows' (grown for the half drafts; half rows go to \
+         the buffer of their tensor)"
     );
-    // Both logits, or both draft tensors, in one set of views: refused at launch.
-    let mut batch = d.view().with_target_logits_half(HalfLogits {
-        values: Half::Bf16(&logits),
-        temperature: &temps,
-    });
-    batch = batch.with_draft_probs_half(Half::F16(&drafts));
-    batch.draft = batch.draft.map(|d| Draft {
-        rows: Rows {
-            stride: 3,
-            ..d.rows
-        },
-        ..d
-    });
-    let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &batch, Produce::TOKENS)
-        .unwrap()
-        .into_args();
-    drv.run();
-    let mut both = a;
-    both.target_logits = Some(View::range(both.temperature.unwrap().buffer(), 0, 2).unwrap());
-    // SAFETY: refused before anything is enqueued.
-    let r = unsafe { v.launch(&both) };
-    assert_eq!(r, Err(GpuError::ViewTooShort));
-    assert_eq!(drv.pending_ops(), 0);
-    assert_eq!(v.sync_calls(), 0);
 }
 
 /// `d`'s batch with a method per request and each filter, as the GPU path takes them.

@@ -7,7 +7,8 @@
 use specula_core::ErrorKind;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuError, GpuVerifier, TreeArgs, TreeStaging, View, ViewMut, tree_shape,
+    Driver, Element, GpuError, GpuVerifier, RowsView, TreeArgs, TreeStaging, View, ViewMut,
+    tree_shape,
 };
 use specula_core::verify::tree::{
     DeviceTreeOutputs, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs,
@@ -279,7 +280,7 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     assert_eq!(elems(&a.tree_tokens), d.tokens);
     assert_eq!(elems(&a.first_child), d.first_child);
     assert_eq!(elems(&a.next_sibling), d.next_sibling);
-    assert_eq!(elems(&a.target_probs), d.target);
+    assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
     assert_eq!(elems(&a.seed), d.seed);
     assert_eq!(elems(&a.offset), d.offset);
     assert_eq!(elems(&a.eps), [DEFAULT_EPS; 2]);
@@ -300,7 +301,7 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
         .unwrap();
-    assert_eq!(elems(&a.draft_probs.unwrap()), [0.5; 12]);
+    assert_eq!(elems(&a.draft_probs.and_then(f32_rows).unwrap()), [0.5; 12]);
     let shape = elems(&a.shape);
     assert_eq!(
         (
@@ -349,15 +350,14 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &logits)
         .unwrap();
-    assert!(a.target_probs.is_empty());
-    assert_eq!(elems(&a.target_logits.unwrap()), d.target);
+    assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
     assert_eq!(elems(&a.temperature.unwrap()), temps);
     // Probabilities again in the same staging: no logits views.
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
         .unwrap();
-    assert!(a.target_logits.is_none() && a.temperature.is_none());
-    assert_eq!(elems(&a.target_probs), d.target);
+    assert!(a.temperature.is_none());
+    assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
 }
 
 fn short<T: Element>(view: View<'_, Fake, T>) -> View<'_, Fake, T> {
@@ -409,9 +409,9 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         drv.alloc(8).unwrap(),
         drv.alloc(8).unwrap(),
     );
-    for field in 0..20 {
-        // Fields 14 to 17 and the second control: the batch as logits.
-        let batch = if (14..18).contains(&field) || field == 19 {
+    for field in 0..18 {
+        // Fields 14 and 15 and the second control: the batch as logits.
+        let batch = if (14..16).contains(&field) || field == 17 {
             &one_logits
         } else {
             &one_batch
@@ -426,8 +426,8 @@ fn tree_launch_checks_every_view_against_the_capacity() {
             2 => a.tree_tokens = short(a.tree_tokens),
             3 => a.first_child = short(a.first_child),
             4 => a.next_sibling = short(a.next_sibling),
-            5 => a.draft_probs = a.draft_probs.map(short),
-            6 => a.target_probs = short(a.target_probs),
+            5 => a.draft_probs = a.draft_probs.map(short_rows),
+            6 => a.target = short_rows(a.target),
             7 => a.seed = short(a.seed),
             8 => a.offset = short(a.offset),
             9 => a.eps = short(a.eps),
@@ -435,19 +435,17 @@ fn tree_launch_checks_every_view_against_the_capacity() {
             11 => a.accepted = ViewMut::range(&mut acc1, 0, 1).unwrap(),
             12 => a.path = ViewMut::range(&mut path1, 0, 1).unwrap(),
             13 => a.tokens = ViewMut::range(&mut tok1, 0, 1).unwrap(),
-            14 => a.target_logits = a.target_logits.map(short),
+            14 => a.target = short_rows(a.target),
             15 => a.temperature = a.temperature.map(short),
-            16 => a.temperature = None,   // logits without temperatures
-            17 => a.target_logits = None, // temperatures without logits (target_probs empty)
-            _ => a.capacity = 2,          // fits: the controls
+            _ => a.capacity = 2, // fits: the controls
         }
         let ops = drv.st.ops.get();
         // SAFETY: refused before anything is enqueued (or, for the control, staged views of a
         // valid batch).
         let launched = unsafe { v.launch_tree(&a) };
-        if field >= 18 {
+        if field >= 16 {
             launched.unwrap();
-            assert_eq!(drv.tree_launches().len(), field as usize - 17);
+            assert_eq!(drv.tree_launches().len(), field as usize - 15);
             continue;
         }
         assert_eq!(launched, Err(GpuError::ViewTooShort), "field {field}");
@@ -953,21 +951,20 @@ fn tree_launch_checks_the_half_row_views() {
     let draft = vec![0x3f00u16; 2 * 3 * 2];
     let batch = d.view().with_draft(Rows::half(Half::Bf16(&draft), 2));
     staging.reserve(&drv, &batch).unwrap();
-    for case in 0..3 {
+    for case in 0..2 {
         let mut a: TreeArgs<'_, Fake> = staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
             .unwrap()
             .into_args();
-        assert!(a.draft_half.is_some() && a.draft_probs.is_none());
-        match case {
-            0 => a.draft_half = a.draft_half.map(|h| View::range(h.buffer(), 0, 1).unwrap()),
-            1 => a.draft_probs = Some(a.target_probs), // two formats for one tensor
-            _ => {}                                    // the control
+        assert!(a.draft_probs.is_some_and(|d| d.is_half()));
+        if case == 0 {
+            let h = a.draft_probs.and_then(half_rows).unwrap();
+            a.draft_probs = Some(RowsView::Half(View::range(h.buffer(), 0, 1).unwrap()));
         }
         // SAFETY: refused before anything is enqueued, or the staged views of a valid batch.
         let launched = unsafe { v.launch_tree(&a) };
-        if case == 2 {
-            launched.unwrap();
+        if case == 1 {
+            launched.unwrap(); // the control
         } else {
             assert_eq!(launched, Err(GpuError::ViewTooShort), "case {case}");
         }

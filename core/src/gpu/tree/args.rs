@@ -4,7 +4,7 @@
 //! driver's [`Memory`] (views into its buffers), so this file sits below the driver.
 
 use super::super::block::ArgBlock;
-use super::super::view::{Memory, View, ViewMut};
+use super::super::view::{Memory, RowsView, View, ViewMut};
 
 /// The device buffers of one tree-verification step, typed and borrowed like
 /// [`VerifyArgs`](super::super::VerifyArgs): the compiler checks that they outlive every launch
@@ -26,13 +26,16 @@ pub struct TreeArgs<'a, D: Memory> {
     pub first_child: View<'a, D, i32>,
     /// Next-sibling links, `B · N` (`-1`: none).
     pub next_sibling: View<'a, D, i32>,
-    /// Draft rows, one per node slot; `None` for the target-only rule (or with
-    /// [`draft_half`](Self::draft_half)).
-    pub draft_probs: Option<View<'a, D, f32>>,
-    /// Target probability rows, one per node slot (not read with
-    /// [`target_logits`](Self::target_logits) or [`target_half`](Self::target_half): then
-    /// empty).
-    pub target_probs: View<'a, D, f32>,
+    /// Draft rows, one per node slot, binary32 or bf16 / f16 (the shape words'
+    /// [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
+    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16) say which, strides in
+    /// elements); `None` for the target-only rule.
+    pub draft_probs: Option<RowsView<'a, D>>,
+    /// Target rows, one per node slot: probabilities, or logits when
+    /// [`temperature`](Self::temperature) is given; binary32 or bf16 / f16 (the shape words'
+    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
+    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16) say which).
+    pub target: RowsView<'a, D>,
     /// Seeds.
     pub seed: View<'a, D, u64>,
     /// Offsets.
@@ -47,50 +50,27 @@ pub struct TreeArgs<'a, D: Memory> {
     pub path: ViewMut<'a, D, u32>,
     /// Output: emitted tokens, `B · (max_depth + 1)`.
     pub tokens: ViewMut<'a, D, u32>,
-    /// Target logits in `target_probs`' layout (which is then not read), one row per node slot.
-    /// Needs [`temperature`](Self::temperature). `None`: probabilities.
-    pub target_logits: Option<View<'a, D, f32>>,
-    /// Per-request temperature of the logits (B values; `0`: greedy on the logit rows, `> 0`:
-    /// each row's softmax, `core/DETERMINISM.md`). Only with
-    /// [`target_logits`](Self::target_logits), or [`target_half`](Self::target_half) holding
-    /// logits.
+    /// Per-request temperature (B values; `0`: greedy on the logit rows, `> 0`: each row's
+    /// softmax, `core/DETERMINISM.md`): with it, [`target`](Self::target) holds logits.
+    /// `None`: probabilities.
     pub temperature: Option<View<'a, D, f32>>,
-    /// Draft rows of bf16 / f16 patterns instead of [`draft_probs`](Self::draft_probs) (the
-    /// format: the shape words' [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
-    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16), strides in elements).
-    pub draft_half: Option<View<'a, D, u16>>,
-    /// Target rows of bf16 / f16 patterns (the format: the shape words'
-    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
-    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16)): logits with
-    /// [`temperature`](Self::temperature), probabilities without; then
-    /// [`target_probs`](Self::target_probs) is not read and
-    /// [`target_logits`](Self::target_logits) is `None`.
-    pub target_half: Option<View<'a, D, u16>>,
 }
 
 impl<D: Memory> TreeArgs<'_, D> {
     /// The lengths the orchestration can check without reading device memory: the shape words,
     /// and at least `capacity` elements in every per-request buffer and in every per-node or
-    /// per-slot one (each request has at least one node slot and one output slot), the target
-    /// rows in `target_half` or `target_logits` when given (logits with a temperature per
-    /// request) and in `target_probs` otherwise, the draft rows in one format at most. The
-    /// extents and formats the shape words give are the caller's promise (the unsafe launch).
+    /// per-slot one (each request has at least one node slot and one output slot), the
+    /// temperatures included when given. The extents and formats the shape words give are the
+    /// caller's promise (the unsafe launch).
     pub(crate) fn views_fit(&self) -> bool {
         let b = self.capacity as usize;
-        let target = match (self.target_half, self.target_logits) {
-            (Some(h), None) => h.len(),
-            (None, Some(l)) => l.len(),
-            (None, None) => self.target_probs.len(),
-            (Some(_), Some(_)) => return false,
-        };
-        let logits = self.target_logits.is_some() || self.target_half.is_some();
         self.shape.len() >= crate::gpu::kernels::TREE_SHAPE_WORDS
             && [
                 self.nodes.len(),
                 self.tree_tokens.len(),
                 self.first_child.len(),
                 self.next_sibling.len(),
-                target,
+                self.target.len(),
                 self.seed.len(),
                 self.offset.len(),
                 self.eps.len(),
@@ -102,10 +82,6 @@ impl<D: Memory> TreeArgs<'_, D> {
             .iter()
             .all(|&n| n >= b)
             && self.draft_probs.is_none_or(|d| d.len() >= b)
-            && self.draft_half.is_none_or(|d| d.len() >= b)
-            && !(self.draft_probs.is_some() && self.draft_half.is_some())
-            && (self.target_logits.is_none() || self.temperature.is_some())
-            && (self.temperature.is_none() || logits)
             && self.temperature.is_none_or(|t| t.len() >= b)
     }
 }
@@ -128,13 +104,17 @@ pub struct TreeLaunch<'l, 'a, D: Memory> {
 impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
     /// The index in [`TREE_ENTRY_NAMES`](crate::gpu::kernels::TREE_ENTRY_NAMES) of the entry
     /// point this launch runs (what a driver loaded them by): `1`, the half entry, when the
-    /// args have a half view ([`draft_half`](TreeArgs::draft_half),
-    /// [`target_half`](TreeArgs::target_half)), else `0`, the binary32 entry. (The shape
+    /// args have half rows ([`RowsView::Half`] in [`target`](TreeArgs::target) or
+    /// [`draft_probs`](TreeArgs::draft_probs)), else `0`, the binary32 entry. (The shape
     /// words' half flags must agree, the caller's promise; the binary32 entry refuses them
     /// with [`ERR_SHAPE`](crate::gpu::kernels::ERR_SHAPE).)
     #[must_use]
     pub const fn entry_index(&self) -> usize {
-        (self.args.draft_half.is_some() || self.args.target_half.is_some()) as usize
+        let draft = match &self.args.draft_probs {
+            Some(d) => d.is_half(),
+            None => false,
+        };
+        (draft || self.args.target.is_half()) as usize
     }
 
     /// The name of the tree entry point this launch runs
@@ -164,14 +144,10 @@ impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
             draft_ids: at!(a.tree_tokens),
             first_child: at!(a.first_child),
             next_sibling: at!(a.next_sibling),
-            draft_probs: match (a.draft_probs, a.draft_half) {
-                (Some(v), _) => at!(v),
-                (None, Some(v)) => at!(v),
-                (None, None) => 0,
-            },
-            target_probs: match a.target_half {
-                Some(v) if a.temperature.is_none() => at!(v),
-                _ => at!(a.target_probs),
+            draft_probs: a.draft_probs.map_or(0, |v| at!(v)),
+            target_probs: match a.temperature {
+                None => at!(a.target),
+                Some(_) => 0,
             },
             seed: at!(a.seed),
             offset: at!(a.offset),
@@ -181,10 +157,9 @@ impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
             path: at!(a.path),
             tokens: at!(a.tokens),
             stats: at(self.stats, 0),
-            target_logits: match (a.target_logits, a.target_half) {
-                (Some(v), _) => at!(v),
-                (None, Some(v)) if a.temperature.is_some() => at!(v),
-                _ => 0,
+            target_logits: match a.temperature {
+                Some(_) => at!(a.target),
+                None => 0,
             },
             temperature: a.temperature.map_or(0, |v| at!(v)),
             slices: 1,

@@ -3,7 +3,7 @@
 
 use super::super::driver::Driver;
 use super::super::error::GpuError;
-use super::super::staging::{Arg, Buffers, SUPPORT, oob, per_request, tensor, upload};
+use super::super::staging::{Arg, Buffers, SUPPORT, oob, per_request, rows, upload};
 use super::super::view::{Memory, View, ViewMut};
 use super::TreeOutViews;
 use super::args::TreeArgs;
@@ -213,14 +213,14 @@ impl<D: Driver> TreeStaging<D> {
         stream: &D::Stream,
         method: Method,
         batch: &TreeBatch<'_>,
-        rows: TreeRows<'_, 's, D>,
+        rows_in: TreeRows<'_, 's, D>,
         out_views: Option<TreeOutViews<'s, D>>,
     ) -> Result<TreeStaged<'s, D>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices do not match its shape, so a launch on what this returns stays in
         // bounds.
         validate_tree_inputs_with::<K>(SUPPORT, batch)?;
-        let needs = needs(batch, &rows).ok_or(GpuError::TooLarge)?;
+        let needs = needs(batch, &rows_in).ok_or(GpuError::TooLarge)?;
         let bufs = self.bufs.take(needs, &[])?;
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
@@ -240,19 +240,14 @@ impl<D: Driver> TreeStaging<D> {
             },
         };
         let tree = &batch.tree;
-        let (target, target_half) = views(drv, stream, bufs[TPROBS], Some(rows.target))?;
-        let (draft_probs, draft_half) = views(drv, stream, bufs[DPROBS], rows.draft)?;
-        if target.is_none() && target_half.is_none() {
-            return Err(GpuError::ViewTooShort);
-        }
-        // Target logits or half rows: the rows are `target_logits` (binary32 logits) or
-        // `target_half`, and `target_probs` is an empty view of the target buffer (not read).
-        let empty = || View::range(buf(TPROBS)?, 0, 0).map_err(oob);
-        let (target_probs, target_logits, temperature) = match (batch.target.temperature(), target)
-        {
-            (Some(t), target) => (empty()?, target, Some(upload(drv, stream, buf(TEMP)?, t)?)),
-            (None, Some(target)) => (target, None, None),
-            (None, None) => (empty()?, None, None),
+        let target = rows(drv, stream, bufs[TPROBS], rows_in.target)?;
+        let draft_probs = match rows_in.draft {
+            Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
+            None => None,
+        };
+        let temperature = match batch.target.temperature() {
+            Some(t) => Some(upload(drv, stream, buf(TEMP)?, t)?),
+            None => None,
         };
         Ok(TreeStaged(TreeArgs {
             capacity,
@@ -262,7 +257,7 @@ impl<D: Driver> TreeStaging<D> {
             first_child: upload(drv, stream, buf(FIRST)?, tree.first_child)?,
             next_sibling: upload(drv, stream, buf(NEXT)?, tree.next_sibling)?,
             draft_probs,
-            target_probs,
+            target,
             seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
@@ -270,28 +265,9 @@ impl<D: Driver> TreeStaging<D> {
             accepted: outputs.accepted,
             path: outputs.path,
             tokens: outputs.tokens,
-            target_logits,
             temperature,
-            draft_half,
-            target_half,
         }))
     }
-}
-
-/// The view of a row tensor by its element format: binary32, or bf16 / f16 patterns (the caller's
-/// device memory as it is, or host values uploaded into `dst`).
-#[allow(clippy::type_complexity)]
-fn views<'a, D: Driver>(
-    drv: &D,
-    stream: &D::Stream,
-    dst: Option<&'a D::Buffer>,
-    arg: Option<Arg<'_, 'a, D>>,
-) -> Result<(Option<View<'a, D, f32>>, Option<View<'a, D, u16>>), GpuError<D::Error>> {
-    Ok(match arg {
-        Some(Arg::F32(x)) => (tensor(drv, stream, dst, Some(x))?, None),
-        Some(Arg::Half(h, _)) => (None, tensor(drv, stream, dst, Some(h))?),
-        None => (None, None),
-    })
 }
 
 /// Views [`TreeStaging::write`] returned: the shape words it wrote describe exactly these
