@@ -6,7 +6,7 @@
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
     Driver, ENTRY_NAMES, Element, Entry, Family, GpuError, GpuReadback, GpuVerifier, Inputs,
-    MAX_SLICES, OutOfBounds, SUPPORT, Staging, VerifyArgs, View, ViewMut,
+    MAX_SLICES, OutOfBounds, RowsView, SUPPORT, Staging, VerifyArgs, View, ViewMut,
 };
 use specula_core::verify::{
     AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Dims,
@@ -1090,6 +1090,12 @@ fn the_entry_follows_the_optional_inputs() {
             assert_eq!(at(p.accepted), Some(last.accepted));
             assert_eq!(at(p.stats), Some((last.stats, 0)));
             assert_eq!(p.draft_probs, 0, "one-hot drafter: null draft_probs");
+            assert_ne!(p.draft_ids, 0, "{bits:03b}");
+            assert_eq!(
+                (p.target_probs != 0, p.target_logits != 0),
+                (!logits, logits),
+                "the target rows in the field of their kind, the other null: {bits:03b}"
+            );
             assert_eq!(
                 (p.cu_num_draft_tokens != 0, p.bonus != 0),
                 (ragged, bonus),
@@ -2039,4 +2045,19 @@ fn half_device_rows_are_launched_in_place_and_another_device_s_are_refused() {
     );
     assert_eq!((acc, drafts), (vec![0, 0], 0), "nothing written or counted");
     assert_eq!(drv.launches().len(), 1, "no second launch");
+}
+
+#[test]
+fn rows_view_reads_as_the_view_it_holds() {
+    let drv = Fake::new(1);
+    let buf = drv.alloc(64).unwrap();
+    let f = View::<Fake, f32>::range(&buf, 2, 3).unwrap();
+    let h = View::<Fake, u16>::range(&buf, 6, 0).unwrap();
+    let (rf, rh) = (RowsView::F32(f), RowsView::Half(h));
+    assert_eq!((rf.len(), rf.is_empty(), rf.is_half()), (3, false, false));
+    assert_eq!((rh.len(), rh.is_empty(), rh.is_half()), (0, true, true));
+    assert_eq!((rf.byte_offset(), rh.byte_offset()), (8, 12));
+    assert_eq!((rf.buffer().id, rh.buffer().id), (buf.id, buf.id));
+    assert_eq!(format!("{rf:?}"), format!("F32({f:?})"));
+    assert_eq!(format!("{rh:?}"), format!("Half({h:?})"));
 }
