@@ -15,7 +15,7 @@
 //!
 //! A second table, **the inputs engines send** (issue 30): a 16-node tree (a 4×4 beam: 4 nodes
 //! per depth, depth 4) from target **probabilities** and from target **logits** (f32, T = 0.8;
-//! `bf16`: the same logits as bf16, which the CPU backend widens into binary32 scratch first),
+//! `bf16`: the same logits as bf16, whose rows the CPU backend widens as its walk reads them),
 //! greedy and rejection sampling (target-only rule; `+q`: with draft rows, SpecInfer's rule, each
 //! node's draft row its parent's probabilities times 0.7..1.3, renormalised, its token drawn from
 //! it), V = 32000 and 128256, batch 1 and 16, two row shapes: **flat** (logits `3·ln u`) and
@@ -370,7 +370,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                     values: &step.logits,
                     temperature: &step.temps,
                 });
-                // The same logits as bf16 (the CPU backend widens them into scratch first).
+                // The same logits as bf16 (the CPU backend widens the rows its walk reads).
                 let bf16 = probs.with_target(Target::Logits {
                     rows: Rows::half(Half::Bf16(&step.logits_bf16), vocab),
                     temperature: &step.temps,

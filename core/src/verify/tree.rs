@@ -269,6 +269,35 @@ pub trait TreeOps: RowOps {
 
 impl TreeOps for ScalarOps {}
 
+/// Where the tree walk reads request `b`'s rows: node `node`'s target row and, with draft
+/// probabilities, its draft row, `V` binary32 values each. The walk asks for a row when it
+/// reads it, and only then (greedy and the target-only rule: the visited nodes' rows;
+/// SpecInfer: also the draft row of each sibling whose test comes; typical acceptance: the
+/// tested nodes' parents and the stopping node), so a source may produce a row on its first
+/// read, e.g. widen a bf16 / f16 row into scratch. A source must return the batch's row: the
+/// binary32 values, or the exact widening of half ones (`core/DETERMINISM.md`), so that the
+/// walk gives the bits of the binary32 tree.
+///
+/// The defaults read the batch's binary32 host rows as given ([`F32Rows`]); a batch they read
+/// must have passed [`validate_tree`] (which refuses every other format).
+pub trait NodeRows {
+    /// Request `b`'s node `node`'s target row.
+    fn target<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> &'s [f32] {
+        batch.target_row(b, node)
+    }
+
+    /// Request `b`'s node `node`'s draft row, `None` without draft probabilities.
+    fn draft<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Option<&'s [f32]> {
+        batch.draft_row(b, node)
+    }
+}
+
+/// The batch's binary32 host rows as given: the reference's [`NodeRows`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct F32Rows;
+
+impl NodeRows for F32Rows {}
+
 /// What one node's test decided.
 enum Step {
     /// Move to this child.
@@ -278,18 +307,29 @@ enum Step {
 }
 
 /// Request-local context of one verification.
-struct Ctx<'r, 'a, O: ?Sized> {
+struct Ctx<'r, 'a, O: ?Sized, R: ?Sized> {
     ops: &'r O,
+    rows: &'r R,
     batch: &'r TreeBatch<'a>,
     b: usize,
     /// `Some(t)` with `t > 0`: softmax rows.
     t: Option<f32>,
 }
 
-impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
+impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
+    /// Node `u`'s target row.
+    fn target(&self, u: usize) -> &'r [f32] {
+        self.rows.target(self.batch, self.b, u)
+    }
+
+    /// Node `u`'s draft row (empty without draft probabilities: not read then).
+    fn draft(&self, u: usize) -> &'r [f32] {
+        self.rows.draft(self.batch, self.b, u).unwrap_or(&[])
+    }
+
     /// Node `u`'s distribution (a logits row's softmax reduced now).
-    fn dist(&self, u: usize) -> Dist<'_> {
-        let row = self.batch.target_row(self.b, u);
+    fn dist(&self, u: usize) -> Dist<'r> {
+        let row = self.target(u);
         match self.t {
             Some(t) => Dist::Soft(row, self.ops.softmax(row, t)),
             None => Dist::Probs(row),
@@ -297,8 +337,8 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
     }
 
     /// Node `u`'s distribution, a logits row's softmax reduced once and kept in `states[u]`.
-    fn dist_kept(&self, u: usize, states: &mut [Option<Softmax>]) -> Dist<'_> {
-        let row = self.batch.target_row(self.b, u);
+    fn dist_kept(&self, u: usize, states: &mut [Option<Softmax>]) -> Dist<'r> {
+        let row = self.target(u);
         match self.t {
             Some(t) => Dist::Soft(
                 row,
@@ -383,26 +423,24 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
     /// SpecInfer's multi-step speculative sampling at node `u` over its children `kids`.
     /// Accepting a sibling reads single values of the row; a rejection reads whole rows (the
     /// next sibling's residual mass, the residual race), which for logits come from the
-    /// probability row where `ops` keeps one ([`TreeOps::with_softmax_probs`]).
+    /// probability row where `ops` keeps one ([`TreeOps::with_softmax_probs`]). A sibling's
+    /// draft row is asked for when its test comes ([`NodeRows`]).
     fn speculative(&self, u: usize, kids: &[u16], d: Dist<'_>) -> Step {
         let mut drafts: [&[f32]; MAX_TREE_NODES] = [&[]; MAX_TREE_NODES];
-        for (q, &c) in drafts.iter_mut().zip(kids) {
-            *q = self.batch.draft_row(self.b, c as usize).unwrap_or(&[]);
-        }
-        let drafts = &drafts[..kids.len()];
+        drafts[0] = self.draft(kids[0] as usize);
         if let Dist::Soft(row, sm) = d {
-            if self.sibling_accepts(u, kids, drafts, &[1.0], &d) {
+            if self.sibling_accepts(u, kids, &drafts[..1], &[1.0], &d) {
                 return Step::Accept(kids[0] as usize);
             }
             let mut step = None;
             self.ops.with_softmax_probs(row, &sm, &mut |p| {
-                step = Some(self.speculative_steps(u, kids, drafts, Dist::Probs(p)));
+                step = Some(self.speculative_steps(u, kids, &mut drafts, Dist::Probs(p)));
             });
             if let Some(step) = step {
                 return step;
             }
         }
-        self.speculative_steps(u, kids, drafts, d)
+        self.speculative_steps(u, kids, &mut drafts, d)
     }
 
     /// Whether sibling `i = z.len() − 1` passes its test after siblings `0..i` were rejected
@@ -423,13 +461,23 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
         u01 * den < speculative_residual(d.p(x), &drafts[..i], &z[..i], x)
     }
 
-    /// The siblings' tests in order, then the residual race (or the plain one).
-    fn speculative_steps(&self, u: usize, kids: &[u16], drafts: &[&[f32]], d: Dist<'_>) -> Step {
+    /// The siblings' tests in order, then the residual race (or the plain one). `drafts[i]`
+    /// is filled before sibling `i`'s test (`drafts[0]` may be already).
+    fn speculative_steps(
+        &self,
+        u: usize,
+        kids: &[u16],
+        drafts: &mut [&'r [f32]; MAX_TREE_NODES],
+        d: Dist<'_>,
+    ) -> Step {
         let m = kids.len();
         let mut z = [0f64; MAX_TREE_NODES];
         z[0] = 1.0;
         for i in 0..m {
-            if self.sibling_accepts(u, kids, drafts, &z[..=i], &d) {
+            if i > 0 {
+                drafts[i] = self.draft(kids[i] as usize);
+            }
+            if self.sibling_accepts(u, kids, &drafts[..=i], &z[..=i], &d) {
                 return Step::Accept(kids[i] as usize);
             }
             if i + 1 < m {
@@ -442,6 +490,7 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
                 z[i + 1] = (fixed as f64) * TWO_M64;
             }
         }
+        let drafts = &drafts[..m];
         let residual = match d {
             Dist::Probs(row) if m == 1 => {
                 let token = self.batch.token(self.b, kids[0] as usize);
@@ -513,14 +562,16 @@ impl<O: TreeOps + ?Sized> Ctx<'_, '_, O> {
     }
 }
 
-/// Verifies request `b` of a batch that passed [`validate_tree`]: writes its `max_depth + 1`
-/// path and token slots and returns the accepted length. `ops` supplies the row reductions
-/// (argmax, entropy, race, single-residual race); the control flow is shared by every CPU-side
-/// backend. With target logits at temperature `> 0` each row read is reduced once by
-/// [`TreeOps::softmax`] and then read through `ops`' softmax reductions; at temperature 0 the
-/// method is greedy on the logits.
-pub fn verify_tree_request<O: TreeOps + ?Sized>(
+/// Verifies request `b` of a batch that passed [`validate_tree`] (or [`validate_tree_with`]
+/// the support of `rows`): writes its `max_depth + 1` path and token slots and returns the
+/// accepted length. `ops` supplies the row reductions (argmax, entropy, race, single-residual
+/// race), `rows` the rows, each when the walk first needs it ([`F32Rows`]: the binary32 rows
+/// as given); the control flow is shared by every CPU-side backend. With target logits at
+/// temperature `> 0` each row read is reduced once by [`TreeOps::softmax`] and then read
+/// through `ops`' softmax reductions; at temperature 0 the method is greedy on the logits.
+pub fn verify_tree_request<O: TreeOps + ?Sized, R: NodeRows + ?Sized>(
     ops: &O,
+    rows: &R,
     method: Method,
     batch: &TreeBatch<'_>,
     b: usize,
@@ -532,7 +583,13 @@ pub fn verify_tree_request<O: TreeOps + ?Sized>(
         Some(_) => (Method::Greedy, None),
         None => (method, None),
     };
-    let cx = Ctx { ops, batch, b, t };
+    let cx = Ctx {
+        ops,
+        rows,
+        batch,
+        b,
+        t,
+    };
     path[0] = 0;
     let (accepted, last) = if method == Method::Typical {
         cx.typical(path, tokens)
@@ -589,7 +646,7 @@ pub fn verify_tree_batch<const K: usize>(
         .zip(out.tokens.chunks_exact_mut(width))
         .enumerate()
     {
-        *acc = verify_tree_request(&ScalarOps, method, batch, b, path, tokens);
+        *acc = verify_tree_request(&ScalarOps, &F32Rows, method, batch, b, path, tokens);
         let depth = tree_depth(batch, b);
         if depth > 0 {
             let nodes = batch.node_count(b) - 1;

@@ -1,6 +1,7 @@
 //! Tree verification on the CPU backend ([`CpuVerifier::verify_tree`]): the core's tree control
-//! flow ([`verify_tree_request`]) with this backend's row reductions ([`TreeRows`]), requests
-//! spread over the pool, counted once per batch like chains.
+//! flow ([`verify_tree_request`]) with this backend's row reductions ([`TreeRows`]) and rows
+//! (half ones widened as the walk reads them, [`Widening`]), requests spread over the pool,
+//! counted once per batch like chains.
 
 mod widen;
 
@@ -16,7 +17,7 @@ use specula_core::verify::{
     Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, VerifyError,
 };
 use std::cell::Cell;
-use widen::Widened;
+use widen::Widening;
 
 /// `target − 1` at the tried tokens (once each), `target` elsewhere: the residual of the
 /// target-only rule after several siblings were rejected.
@@ -101,10 +102,17 @@ struct SoftRow {
     buf: Vec<f32>,
 }
 
+/// A thread's row scratch, kept between requests and calls: allocating and zeroing a row per
+/// request would cost about as much as a softmax pass.
+#[derive(Default)]
+struct Scratch {
+    soft: SoftRow,
+    wide: Widening,
+}
+
 thread_local! {
-    /// Each thread's [`SoftRow`] buffer, kept between requests: allocating and zeroing a row
-    /// per request would cost about as much as a softmax pass.
-    static SOFT_ROW: Cell<SoftRow> = Cell::new(SoftRow::default());
+    /// Each thread's [`Scratch`].
+    static SCRATCH: Cell<Scratch> = Cell::new(Scratch::default());
 }
 
 /// Ids per block of [`cut_in_place`]'s copy (16 KiB on the stack).
@@ -180,22 +188,47 @@ impl SoftRow {
 /// probability rows, and for logits rows the chain's softmax kernels, each row's softmax
 /// reduced once: the weights its state was summed from are kept ([`SoftRow`], one row: the
 /// one a request reduced last, the row its next full-row reduction reads) and turned into the
-/// probability row the same kernels then reduce.
+/// probability row the same kernels then reduce. With them, the rows the walk reads
+/// ([`Widening`]: half ones widened on first read).
 pub(crate) struct TreeRows<'p> {
     split: SplitOps<'p>,
     soft: Cell<SoftRow>,
+    wide: Widening,
 }
 
 impl<'p> TreeRows<'p> {
-    /// Reductions with `split`'s kernels and cut, holding this thread's row buffer until
+    /// Reductions with `split`'s kernels and cut, holding this thread's row scratch until
     /// dropped.
     pub(crate) fn new(split: SplitOps<'p>) -> Self {
-        let mut soft = SOFT_ROW.with(Cell::take);
+        let Scratch { mut soft, wide } = SCRATCH.with(Cell::take);
         // Addresses identify rows only within one verification.
         soft.of = None;
         Self {
             split,
             soft: Cell::new(soft),
+            wide,
+        }
+    }
+
+    /// Verifies request `b` ([`verify_tree_request`]) with these reductions (`reference`: the
+    /// plain loops, [`ScalarOps`]), reading its rows through this thread's [`Widening`].
+    fn verify(
+        &mut self,
+        reference: bool,
+        method: Method,
+        batch: &TreeBatch<'_>,
+        b: usize,
+        path: &mut [u32],
+        tokens: &mut [u32],
+    ) -> u32 {
+        // Within one request, in fact: the widened rows' buffers are reused by the next.
+        self.soft.get_mut().of = None;
+        self.wide.begin(batch, b);
+        let rows = &self.wide;
+        if reference {
+            verify_tree_request(&ScalarOps, rows, method, batch, b, path, tokens)
+        } else {
+            verify_tree_request(self, rows, method, batch, b, path, tokens)
         }
     }
 
@@ -211,8 +244,11 @@ impl<'p> TreeRows<'p> {
 
 impl Drop for TreeRows<'_> {
     fn drop(&mut self) {
-        let soft = self.soft.take();
-        SOFT_ROW.with(|c| c.set(soft));
+        let scratch = Scratch {
+            soft: self.soft.take(),
+            wide: std::mem::take(&mut self.wide),
+        };
+        SCRATCH.with(|c| c.set(scratch));
     }
 }
 
@@ -329,9 +365,9 @@ impl<const K: usize> CpuVerifier<K> {
     /// exporter. On error nothing is written or counted, and the error is the one
     /// [`validate_tree_with`](specula_core::verify::tree::validate_tree_with) reports with
     /// [`Support::CPU`]: the reference's, except that bf16 / f16 rows (target logits or
-    /// probabilities, draft rows) are taken: widened exactly into binary32 scratch (one pass
-    /// over the batch's rows, `B · N · stride` binary32 values each), they give the bits of the
-    /// tree of the widened rows.
+    /// probabilities, draft rows) are taken: each row the walk reads is widened exactly into
+    /// binary32 scratch when it first reads it (the thread's buffers, kept between calls), and
+    /// they give the bits of the tree of the widened rows.
     ///
     /// ```
     /// use specula::cpu::CpuVerifier;
@@ -362,15 +398,6 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_tree_shape_with::<K>(Support::CPU, batch, out)?;
-        let widened = Widened::of(batch, self.pool.as_ref());
-        let wide;
-        let batch = match &widened {
-            Some(w) => {
-                wide = w.batch(batch);
-                &wide
-            }
-            None => batch,
-        };
         let n = batch.requests();
         let width = batch.max_depth + 1;
         let mut depths = vec![0usize; n];
@@ -399,7 +426,7 @@ impl<const K: usize> CpuVerifier<K> {
                     .for_each_init(
                         || TreeRows::new(SplitOps::single()),
                         |ops, (b, ((acc, path), tokens))| {
-                            *acc = verify_tree_request(ops, method, batch, b, path, tokens);
+                            *acc = ops.verify(false, method, batch, b, path, tokens);
                         },
                     );
                 Ok(())
@@ -410,13 +437,9 @@ impl<const K: usize> CpuVerifier<K> {
                 }
                 // Fewer requests than threads: one by one, each row cut over the pool (without
                 // a pool, on the calling thread).
-                let ops = TreeRows::new(SplitOps::new(self.threads, pool.as_ref()));
+                let mut ops = TreeRows::new(SplitOps::new(self.threads, pool.as_ref()));
                 for (b, ((acc, path), tokens)) in rows.enumerate() {
-                    *acc = if self.reference {
-                        verify_tree_request(&ScalarOps, method, batch, b, path, tokens)
-                    } else {
-                        verify_tree_request(&ops, method, batch, b, path, tokens)
-                    };
+                    *acc = ops.verify(self.reference, method, batch, b, path, tokens);
                 }
             }
         }

@@ -386,6 +386,57 @@ fn tree_half_rows_refused_by_the_reference_only() {
     }
 }
 
+/// Strict validation on the CPU reads the half rows themselves (the walk widens only the rows
+/// it reads): the reference's verdict over the widened rows, on valid rows (the same outputs
+/// and counts) and on rows with NaN, negative, oversized or infinite values (the same error,
+/// the first bad value's, and nothing written or counted), target and draft rows, every half
+/// pairing, one thread and a pool.
+#[test]
+fn tree_half_rows_strict_check_on_the_cpu() {
+    let mut g = Gen(0x31_5791);
+    let (mut ok, mut refused) = (0usize, 0usize);
+    for n in 0..24 {
+        let d = random_tree_batch(
+            &mut g,
+            TreeSpec {
+                garbage: n % 3 != 0,
+                ..spec(n % 2 == 1, n % 4 >= 2)
+            },
+        );
+        let cpu = CpuVerifier::<K>::new(1 + n % 2).unwrap();
+        for formats in FORMATS {
+            let r = Rounded::of(&d, formats.0, formats.1);
+            // Loose enough that some rounded rows pass.
+            let check = Check::Strict {
+                sum_tolerance: 0.05,
+            };
+            for m in METHODS {
+                let what = format!("batch {n} {m:?} {formats:?}");
+                let mut want = TreeOut::new(d.requests(), d.max_depth);
+                let mut counted = Counters::<K>::ZERO;
+                let want_r =
+                    verify_tree_batch(m, check, &r.wide.view(), &mut want.view(), &mut counted);
+                let before = cpu.totals();
+                let mut got = TreeOut::new(d.requests(), d.max_depth);
+                let got_r = cpu.verify_tree(m, check, &r.host(), &mut got.view());
+                assert_eq!(got_r, want_r, "{what}");
+                assert_eq!(got, want, "{what}: outputs");
+                let mut expected = before;
+                expected.add(&counted);
+                assert_eq!(cpu.totals(), expected, "{what}: counters");
+                match got_r {
+                    Ok(()) => ok += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+    }
+    assert!(
+        ok > 20 && refused > 20,
+        "{ok} passed, {refused} refused: a weak test"
+    );
+}
+
 /// The tree entries' half flags, read from the shape words at run time: two formats for one
 /// tensor, a draft format without draft rows, or an unknown flag is `ERR_SHAPE` (the half
 /// entry), and so is any half flag on binary32 rows (the binary32 entry), with nothing written

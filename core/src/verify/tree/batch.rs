@@ -45,8 +45,8 @@ pub struct Tree<'a> {
 /// rows in place (and write [`TreeOutputs::on_device`] in place). bf16 / f16 rows (target
 /// logits or probabilities, draft rows;
 /// [`Support::tree_half`](crate::verify::Support::tree_half)) are read as their exact binary32
-/// widening, the same bits as the tree of the widened rows: the CPU backend widens host rows
-/// into scratch, the GPU verifiers read host or device rows as the chain's logits entries do.
+/// widening, the same bits as the tree of the widened rows: the CPU backend widens the host rows
+/// its walk reads into scratch ([`NodeRows`]), the GPU verifiers read host or device rows as the chain's logits entries do.
 /// The reference (no allocation) reads binary32 only: [`VerifyError::Unsupported`] with
 /// [`Feature::Half`](crate::verify::Feature::Half) (logits or draft rows) or
 /// [`Feature::HalfProbs`](crate::verify::Feature::HalfProbs) (target probabilities).
@@ -211,15 +211,37 @@ impl<'a> TreeBatch<'a> {
         Self::link(self.tree.next_sibling, b * self.max_nodes + i)
     }
 
+    /// Request `b`'s node `i`'s target row (slot `b·N + i`), `V` values in the batch's format
+    /// and memory, `None` if outside the tensor (or `i ≥ N`).
+    #[must_use]
+    pub fn target_values_checked(&self, b: usize, i: usize) -> Option<Values<'a>> {
+        self.target.rows().row(self.slot(b, i)?, self.vocab)
+    }
+
+    /// Request `b`'s node `i`'s draft row in the batch's format and memory, if the drafter
+    /// gave probabilities and it is inside the tensor (and `i < N`).
+    #[must_use]
+    pub fn draft_values_checked(&self, b: usize, i: usize) -> Option<Values<'a>> {
+        self.draft?.row(self.slot(b, i)?, self.vocab)
+    }
+
+    /// Slot `b·N + i`, `None` if `i ≥ N` or it overflows.
+    fn slot(&self, b: usize, i: usize) -> Option<usize> {
+        if i >= self.max_nodes {
+            return None;
+        }
+        b.checked_mul(self.max_nodes)?.checked_add(i)
+    }
+
     /// Node `i`'s target row, `V` values. Only for a validated batch on the host (binary32
-    /// rows: validation refuses the others).
+    /// rows: every other format is empty; [`F32Rows`] reads it).
     #[inline]
     pub(super) fn target_row(&self, b: usize, i: usize) -> &'a [f32] {
         host_row(self.target.rows(), b * self.max_nodes + i, self.vocab)
     }
 
     /// Node `i`'s draft row, if the drafter gave probabilities. Only for a validated batch on
-    /// the host.
+    /// the host (as [`target_row`](Self::target_row)).
     #[inline]
     pub(super) fn draft_row(&self, b: usize, i: usize) -> Option<&'a [f32]> {
         self.draft
@@ -228,9 +250,9 @@ impl<'a> TreeBatch<'a> {
 }
 
 /// Row `r` of binary32 host rows. The reference's validation refuses every other format before
-/// a row is read ([`validate_tree_shape_with`](super::validate_tree_shape_with)), and the CPU
-/// backend hands the control flow binary32 rows (half ones widened), so the empty row of
-/// another format is never read.
+/// a row is read ([`validate_tree_shape_with`](super::validate_tree_shape_with)); a verifier
+/// that takes half rows reads them through its own [`NodeRows`], so the empty row of another
+/// format is never read.
 #[inline]
 fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
     match rows.values {
@@ -239,7 +261,7 @@ fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
             &x[start..start + vocab]
         }
         Values::Half(_) | Values::Device(_) => {
-            debug_assert!(false, "tree rows read on the host are binary32 (validated)");
+            debug_assert!(false, "F32Rows reads binary32 host rows only (validated)");
             &[]
         }
     }

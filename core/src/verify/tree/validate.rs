@@ -2,6 +2,7 @@
 //! parameters, in the order [`VerifyError`]'s documentation gives.
 
 use super::*;
+use crate::verify::{Half, bf16_to_f32, f16_to_f32};
 
 /// The batch-wide checks of the reference ([`Support::ALL`]: binary32 rows in host memory):
 /// [`validate_tree_shape_with`].
@@ -230,15 +231,53 @@ pub fn tree_depth(batch: &TreeBatch<'_>, b: usize) -> usize {
     check_links(batch, b).unwrap_or(0)
 }
 
-fn check_row(
-    row: &[f32],
-    tolerance: f32,
+/// Where a checked row lies, for its error.
+#[derive(Clone, Copy)]
+struct RowAt {
     request: usize,
     tensor: Tensor,
     node: usize,
+}
+
+/// The strict check of one host row in any format, read as its exact binary32 widening (the
+/// values a verifier reads): probabilities (`Some(tolerance)`), or logits (`None`).
+fn check_row(row: Values<'_>, tolerance: Option<f32>, at: RowAt) -> Result<(), VerifyError> {
+    // One loop per format (monomorphised): the binary32 check stays a plain slice loop.
+    match row {
+        Values::F32(x) => check_values(x.iter().copied(), tolerance, at),
+        Values::Half(Half::Bf16(x)) => {
+            check_values(x.iter().map(|&v| bf16_to_f32(v)), tolerance, at)
+        }
+        Values::Half(Half::F16(x)) => check_values(x.iter().map(|&v| f16_to_f32(v)), tolerance, at),
+        // Refused before any row is read.
+        Values::Device(_) => Err(VerifyError::Unsupported {
+            feature: Feature::DeviceCheck,
+        }),
+    }
+}
+
+fn check_values(
+    mut row: impl Iterator<Item = f32>,
+    tolerance: Option<f32>,
+    at: RowAt,
 ) -> Result<(), VerifyError> {
+    let RowAt {
+        request,
+        tensor,
+        node,
+    } = at;
+    let Some(tolerance) = tolerance else {
+        return match row.position(|l| l.is_nan() || l == f32::INFINITY) {
+            Some(index) => Err(VerifyError::BadLogit {
+                request,
+                position: node,
+                index,
+            }),
+            None => Ok(()),
+        };
+    };
     let mut sum = 0f64;
-    for (index, &p) in row.iter().enumerate() {
+    for (index, p) in row.enumerate() {
         if !(0.0..f32::INFINITY).contains(&p) {
             return Err(VerifyError::BadProbability {
                 request,
@@ -314,25 +353,26 @@ pub fn validate_tree_request(
                 feature: Feature::DeviceCheck,
             });
         }
+        let at = |tensor, node| RowAt {
+            request: b,
+            tensor,
+            node,
+        };
         if batch.draft.is_some() {
             for node in 1..n {
-                if let Some(row) = batch.draft_row(b, node) {
-                    check_row(row, sum_tolerance, b, Tensor::Draft, node)?;
+                if let Some(row) = batch.draft_values_checked(b, node) {
+                    check_row(row, Some(sum_tolerance), at(Tensor::Draft, node))?;
                 }
             }
         }
+        let tolerance = match batch.target {
+            Target::Logits { .. } => None,
+            Target::Probs(_) => Some(sum_tolerance),
+        };
         for node in 0..n {
-            let row = batch.target_row(b, node);
-            if batch.target.temperature().is_some() {
-                if let Some(index) = row.iter().position(|&l| l.is_nan() || l == f32::INFINITY) {
-                    return Err(VerifyError::BadLogit {
-                        request: b,
-                        position: node,
-                        index,
-                    });
-                }
-            } else {
-                check_row(row, sum_tolerance, b, Tensor::Target, node)?;
+            // Validated shape: every node slot's row is inside the tensor.
+            if let Some(row) = batch.target_values_checked(b, node) {
+                check_row(row, tolerance, at(Tensor::Target, node))?;
             }
         }
     }

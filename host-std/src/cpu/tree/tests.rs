@@ -5,9 +5,9 @@
 
 use super::*;
 use specula_core::verify::tree::{
-    PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
+    F32Rows, PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
 };
-use specula_core::verify::{AcceptedOut, Logits, Streams, TokensOut};
+use specula_core::verify::{AcceptedOut, Half, Logits, Rows, Streams, Target, TokensOut};
 
 const K: usize = 6;
 
@@ -265,7 +265,7 @@ fn assert_same_bits(d: &Data, what: &str) {
         for (name, ops) in &variants {
             for b in 0..requests {
                 let (mut p, mut t) = (vec![0u32; w], vec![0u32; w]);
-                let a = verify_tree_request(ops, method, &batch, b, &mut p, &mut t);
+                let a = verify_tree_request(ops, &F32Rows, method, &batch, b, &mut p, &mut t);
                 let ctx = format!("{what} {name} {method:?} request {b} T {}", d.temps[b]);
                 assert_eq!(a, acc[b], "{ctx}: accepted");
                 assert_eq!(p, path[b * w..][..w], "{ctx}: path");
@@ -275,7 +275,7 @@ fn assert_same_bits(d: &Data, what: &str) {
         // The public vectorised reductions, a fresh row buffer per call.
         for b in 0..requests {
             let (mut p, mut t) = (vec![0u32; w], vec![0u32; w]);
-            let a = verify_tree_request(&ChunkedOps, method, &batch, b, &mut p, &mut t);
+            let a = verify_tree_request(&ChunkedOps, &F32Rows, method, &batch, b, &mut p, &mut t);
             assert_eq!(
                 (a, &p[..], &t[..]),
                 (acc[b], &path[b * w..][..w], &tokens[b * w..][..w])
@@ -438,4 +438,147 @@ fn speculative_race_matches_the_reference_on_every_instruction_set() {
         }
     }
     assert!(tiny_cases > 0);
+}
+
+/// `x` rounded to bf16 (`f16: false`) or f16: the patterns and the binary32 values they widen
+/// to.
+fn rounded(x: &[f32], f16: bool) -> (Vec<u16>, Vec<f32>) {
+    let bits: Vec<u16> = if f16 {
+        x.iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect()
+    } else {
+        x.iter()
+            .map(|&v| half::bf16::from_f32(v).to_bits())
+            .collect()
+    };
+    let wide = bits
+        .iter()
+        .map(|&b| {
+            if f16 {
+                specula_core::verify::f16_to_f32(b)
+            } else {
+                specula_core::verify::bf16_to_f32(b)
+            }
+        })
+        .collect();
+    (bits, wide)
+}
+
+/// The filled cells of a [`Widening`]: node and row.
+fn filled(cells: &[std::cell::OnceCell<Vec<f32>>]) -> Vec<(usize, &[f32])> {
+    cells
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.get().map(|r| (i, &r[..])))
+        .collect()
+}
+
+/// Half rows are widened when the walk reads them, and only those: request by request on one
+/// thread's reused buffers (so a buffer holds another request's row before it is widened
+/// again), every method, bf16 and f16 logits (T = 0 included) with and without half draft rows.
+/// Each request's outputs are the reference's over the widened rows; every widened row is its
+/// node's widening; greedy and the target-only rule widen exactly the rows of the visited nodes
+/// (the path, the stopping node included) and SpecInfer those and the draft rows of the
+/// siblings it tested, at least the accepted ones'. Typical acceptance reads each tested
+/// node's parent (a row it reads again for each child): those rows, and the stopping node's.
+#[test]
+fn half_rows_are_widened_when_read_and_only_then() {
+    let mut g = Rng(0x1A2E);
+    let (mut visited_rows, mut rows_in_trees) = (0usize, 0usize);
+    // Requests where SpecInfer rejected a sibling (a draft row read beyond the path's), and
+    // where typical acceptance read rows off its path.
+    let (mut rejected, mut off_path) = (0usize, 0usize);
+    for case in 0..24 {
+        let (f16, draft) = (case % 2 == 1, case % 4 >= 2);
+        let v = [37, 300][case % 3 / 2];
+        let d = random_data(&mut g, 6, 9, 4, v, draft);
+        let (t_bits, t_wide) = rounded(&d.target, f16);
+        let (q_bits, q_wide) = match &d.draft {
+            Some(q) => {
+                let (b, w) = rounded(q, !f16);
+                (b, Some(w))
+            }
+            None => (Vec::new(), None),
+        };
+        let wide = Data {
+            target: t_wide,
+            draft: q_wide,
+            ..d
+        };
+        let reference = wide.view();
+        fn half(bits: &[u16], f16: bool) -> Half<'_> {
+            if f16 {
+                Half::F16(bits)
+            } else {
+                Half::Bf16(bits)
+            }
+        }
+        let mut batch = reference.with_target(Target::Logits {
+            rows: Rows::half(half(&t_bits, f16), v),
+            temperature: &wide.temps,
+        });
+        if draft {
+            batch = batch.with_draft(Rows::half(half(&q_bits, !f16), v));
+        }
+        let w = wide.depth + 1;
+        let mut ops = TreeRows::new(SplitOps::single());
+        for method in [Method::Greedy, Method::Rejection, Method::Typical] {
+            for b in 0..wide.nodes.len() {
+                let what = format!("case {case} {method:?} request {b}");
+                let (mut p, mut t) = (vec![0u32; w], vec![0u32; w]);
+                let (mut wp, mut wt) = (vec![0u32; w], vec![0u32; w]);
+                let a = ops.verify(false, method, &batch, b, &mut p, &mut t);
+                let want = verify_tree_request(
+                    &ScalarOps, &F32Rows, method, &reference, b, &mut wp, &mut wt,
+                );
+                assert_eq!((a, &p, &t), (want, &wp, &wt), "{what}");
+                let row = |x: &[f32], i: usize| x[(b * wide.n + i) * v..][..v].to_vec();
+                let targets = filled(&ops.wide.target);
+                let drafts = filled(&ops.wide.draft);
+                for &(i, r) in &targets {
+                    assert_eq!(r, row(&wide.target, i), "{what}: target row {i}");
+                }
+                for &(i, r) in &drafts {
+                    assert_eq!(
+                        r,
+                        row(wide.draft.as_ref().unwrap(), i),
+                        "{what}: draft row {i}"
+                    );
+                }
+                let path = &p[..=a as usize];
+                let nodes: Vec<usize> = targets.iter().map(|&(i, _)| i).collect();
+                let greedy = method == Method::Greedy || wide.temps[b] == 0.0;
+                if method != Method::Typical || greedy {
+                    let mut want: Vec<usize> = path.iter().map(|&x| x as usize).collect();
+                    want.sort_unstable();
+                    assert_eq!(nodes, want, "{what}: target rows widened");
+                } else if nodes.iter().any(|&i| !path.contains(&(i as u32))) {
+                    off_path += 1;
+                }
+                let tested: Vec<usize> = drafts.iter().map(|&(i, _)| i).collect();
+                if greedy || method == Method::Typical || !draft {
+                    assert!(tested.is_empty(), "{what}: draft rows widened: {tested:?}");
+                } else {
+                    for &x in &path[1..] {
+                        assert!(tested.contains(&(x as usize)), "{what}: draft row {x}");
+                    }
+                    if tested.len() > path.len() - 1 {
+                        rejected += 1;
+                    }
+                }
+                visited_rows += targets.len();
+                rows_in_trees += wide.nodes[b] as usize;
+            }
+        }
+    }
+    assert!(
+        rejected > 10 && off_path > 10,
+        "{rejected} / {off_path}: a weak test"
+    );
+    // The walk reads fewer rows than the trees have: a test of laziness, not of a full pass.
+    assert!(
+        visited_rows * 2 < rows_in_trees,
+        "{visited_rows} of {rows_in_trees} rows widened"
+    );
 }

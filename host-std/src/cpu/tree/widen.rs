@@ -1,67 +1,86 @@
-//! bf16 / f16 tree rows on the CPU backend: widened exactly into binary32 scratch before the
-//! tree is walked, so the control flow and its reductions read binary32 rows and give the bits
-//! of the tree of the widened rows (the widening is exact, `core/DETERMINISM.md`).
+//! bf16 / f16 tree rows on the CPU backend: a [`NodeRows`] that widens a half row exactly into
+//! binary32 scratch when the walk first reads it, so the control flow and its reductions read
+//! binary32 rows and give the bits of the tree of the widened rows (the widening is exact,
+//! `core/DETERMINISM.md`).
 //!
-//! Every row is widened, not only those the walk reads (the walk decides which rows it reads as
-//! it goes): one pass over the batch's half rows, spread over the pool, and `B · N · stride`
-//! binary32 values of scratch per half tensor. (Not measured against a read-only pass yet.)
+//! Only the rows the walk reads are widened (2–4 of a 17-node request's rows for greedy and
+//! rejection sampling), each once per request, on the thread that verifies the request, into
+//! buffers each thread keeps between requests and calls. Binary32 rows are read in place, as
+//! [`F32Rows`] reads them.
 
-use rayon::prelude::*;
-use specula_core::verify::tree::TreeBatch;
-use specula_core::verify::{Format, Rows};
+use specula_core::verify::Values;
+use specula_core::verify::tree::{F32Rows, NodeRows, TreeBatch};
+use std::cell::{OnceCell, RefCell};
 
-/// Values per piece of the parallel widening.
-const PIECE: usize = 1 << 16;
+/// Spare row buffers a thread keeps between requests, at most: at V = 128256 each is 0.5 MB,
+/// and a typical-acceptance walk over a wide tree may read hundreds of rows once.
+const KEEP: usize = 32;
 
-/// The binary32 widening of a batch's half rows (`None`: that tensor is binary32 already).
-pub(super) struct Widened {
-    target: Option<Vec<f32>>,
-    draft: Option<Vec<f32>>,
+/// One request's widened rows, a cell per node slot, filled on first read; the buffers are
+/// taken back for the next request ([`begin`](Self::begin)).
+#[derive(Default)]
+pub(super) struct Widening {
+    /// The request whose rows the cells hold.
+    request: usize,
+    pub(super) target: Vec<OnceCell<Vec<f32>>>,
+    pub(super) draft: Vec<OnceCell<Vec<f32>>>,
+    /// Buffers of earlier requests' rows, reused before any is allocated.
+    spare: RefCell<Vec<Vec<f32>>>,
 }
 
-impl Widened {
-    /// The widened rows of a validated host batch, or `None` when every row is binary32.
-    pub(super) fn of(batch: &TreeBatch<'_>, pool: Option<&rayon::ThreadPool>) -> Option<Self> {
-        let target = widen(batch.target.rows(), pool);
-        let draft = batch.draft.and_then(|d| widen(d, pool));
-        if target.is_none() && draft.is_none() {
-            None
-        } else {
-            Some(Self { target, draft })
+impl Widening {
+    /// Empties the cells (their buffers become spare) for request `b` of `batch`.
+    pub(super) fn begin(&mut self, batch: &TreeBatch<'_>, b: usize) {
+        let spare = self.spare.get_mut();
+        for cell in self.target.iter_mut().chain(self.draft.iter_mut()) {
+            spare.extend(cell.take());
         }
+        spare.truncate(KEEP);
+        self.request = b;
+        // A cell per node for half rows only: binary32 rows are read in place.
+        let slots = |v: Option<Values<'_>>| match v {
+            Some(Values::Half(_)) => batch.max_nodes,
+            _ => 0,
+        };
+        self.target
+            .resize_with(slots(Some(batch.target.rows().values)), OnceCell::new);
+        self.draft
+            .resize_with(slots(batch.draft.map(|d| d.values)), OnceCell::new);
     }
 
-    /// `batch` with its half rows replaced by the widened ones (same strides).
-    pub(super) fn batch<'s>(&'s self, batch: &TreeBatch<'s>) -> TreeBatch<'s> {
-        let mut out = *batch;
-        if let Some(t) = &self.target {
-            out.target = batch
-                .target
-                .with_rows(Rows::f32(t, batch.target.rows().stride));
-        }
-        if let (Some(d), Some(r)) = (&self.draft, batch.draft) {
-            out.draft = Some(Rows::f32(d, r.stride));
-        }
-        out
+    /// `row` widened into `cell` (on the first read; a spare buffer when there is one).
+    fn widened<'s>(&'s self, cell: &'s OnceCell<Vec<f32>>, row: Values<'_>) -> &'s [f32] {
+        cell.get_or_init(|| {
+            let mut buf = self.spare.borrow_mut().pop().unwrap_or_default();
+            // Every value is overwritten: resized (zeroed) only when the length changes.
+            if buf.len() != row.len() {
+                buf.clear();
+                buf.resize(row.len(), 0.0);
+            }
+            row.widen_into(&mut buf);
+            buf
+        })
     }
 }
 
-/// Every value of `rows` widened (padding between rows included, so the stride stays), or
-/// `None` for binary32 rows. Host values only (validated: device rows were refused).
-fn widen(rows: Rows<'_>, pool: Option<&rayon::ThreadPool>) -> Option<Vec<f32>> {
-    if rows.format() == Format::F32 {
-        return None;
-    }
-    let values = rows.values;
-    let mut out = vec![0f32; values.len()];
-    let piece = |(i, o): (usize, &mut [f32])| {
-        if let Some(v) = values.get(i * PIECE, o.len()) {
-            v.widen_into(o);
+impl NodeRows for Widening {
+    fn target<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> &'s [f32] {
+        match (self.target.get(node), batch.target_values_checked(b, node)) {
+            (Some(cell), Some(row)) => {
+                debug_assert_eq!(b, self.request, "rows of another request");
+                self.widened(cell, row)
+            }
+            _ => F32Rows.target(batch, b, node),
         }
-    };
-    match pool {
-        Some(pool) => pool.install(|| out.par_chunks_mut(PIECE).enumerate().for_each(piece)),
-        None => out.chunks_mut(PIECE).enumerate().for_each(piece),
     }
-    Some(out)
+
+    fn draft<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Option<&'s [f32]> {
+        match (self.draft.get(node), batch.draft_values_checked(b, node)) {
+            (Some(cell), Some(row)) => {
+                debug_assert_eq!(b, self.request, "rows of another request");
+                Some(self.widened(cell, row))
+            }
+            _ => F32Rows.draft(batch, b, node),
+        }
+    }
 }
