@@ -43,9 +43,9 @@ use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
 use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
-    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method, Outputs,
-    RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError, bf16_to_f32,
-    validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Feature, Filter, Half, Method,
+    Outputs, RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError,
+    bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -494,7 +494,7 @@ fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
 /// binary32 probability batch with the same seed, offset, drafts and parameters (the random
 /// streams do not depend on the batch slot, so the bits are those of the whole batch).
 ///
-/// With `rec` (the request's slots of [`Outputs::recovered`]), its recovered tokens are written
+/// With `rec` (the request's slots of the outputs' `recovered`), its recovered tokens are written
 /// too ([`fill_recovered_one`]), from the rows verification used.
 fn verify_one<O: RowOps + ?Sized>(
     ops: &O,
@@ -708,7 +708,7 @@ impl<const K: usize> CpuVerifier<K> {
     /// counted, and the error is the one the core reference would report. Everything the
     /// reference verifies is supported ([`Support::ALL`]: `k = 0`, the ragged layout, bonus
     /// tokens, the recovered-token output); a request with `k = 0` is not counted. With
-    /// [`Outputs::recovered`] set, each request's recovered tokens are written by the thread
+    /// `recovered` set ([`Outputs::with_recovered`]), each request's recovered tokens are written by the thread
     /// that verified it, right after it (see [`Outputs::with_recovered`]).
     pub fn verify(
         &self,
@@ -718,12 +718,18 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_shape_with::<K>(Support::ALL, batch, out)?;
-        let Outputs {
+        let Outputs::Host {
             accepted,
             tokens,
             recovered,
             ..
-        } = out;
+        } = out
+        else {
+            // Refused by the validation above (`Support::ALL` reads no device memory).
+            return Err(VerifyError::Unsupported {
+                feature: Feature::Device,
+            });
+        };
         self.verify_requests(
             method,
             check,

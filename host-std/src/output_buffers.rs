@@ -123,9 +123,17 @@ mod tests {
         );
         let mut out = OutputBuffers::new().with_recovered();
         {
-            let o = out.fit(&padded);
-            assert_eq!((o.accepted.len(), o.tokens.len()), (2, 6));
-            assert_eq!(o.recovered.as_deref().map(<[u32]>::len), Some(4));
+            let Outputs::Host {
+                accepted,
+                tokens,
+                recovered,
+                ..
+            } = out.fit(&padded)
+            else {
+                panic!("host outputs")
+            };
+            assert_eq!((accepted.len(), tokens.len()), (2, 6));
+            assert_eq!(recovered.as_deref().map(<[u32]>::len), Some(4));
         }
         let grown = out.tokens.capacity();
         // A ragged batch: one request with 1 draft, one with none: 1 draft slot.
@@ -165,7 +173,7 @@ mod tests {
         );
         // Without the recovered output the verifier is not asked for it.
         let mut plain = OutputBuffers::new();
-        assert!(plain.fit(&padded).recovered.is_none());
+        assert!(!plain.fit(&padded).produce().recovered);
         assert_eq!(plain.recovered(), None);
         let mut r = specula_core::verify::Reference::<4>::new();
         r.verify(

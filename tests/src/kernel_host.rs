@@ -14,8 +14,8 @@
 use specula_core::Counters;
 use specula_core::gpu::{ArgBlock, ENTRY_NAMES, Entry, Family, Inputs, kernels};
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Rows, Support, Target, Values,
-    Verifier, VerifyError, validate_recovered, validate_with,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Half, Method, Outputs, Rows, Support,
+    Target, Values, Verifier, VerifyError, validate_recovered, validate_with,
 };
 
 /// Which macro set the kernel text was compiled with.
@@ -333,6 +333,16 @@ impl<const K: usize> KernelHost<K> {
         recovered: u64,
     ) -> Result<(), KernelHostError> {
         validate_with::<K>(self.support(), method, check, batch, out)?;
+        let Outputs::Host {
+            accepted, tokens, ..
+        } = out
+        else {
+            // Refused by the validation above (`Support::ALL` reads no device memory).
+            return Err(VerifyError::Unsupported {
+                feature: Feature::Device,
+            }
+            .into());
+        };
         let b = batch.requests();
         let mut shape =
             kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;
@@ -404,8 +414,8 @@ impl<const K: usize> KernelHost<K> {
             offset: at(batch.offset),
             eps: at(&eps),
             delta: at(&delta),
-            accepted: at_mut(out.accepted),
-            tokens: at_mut(out.tokens),
+            accepted: at_mut(accepted),
+            tokens: at_mut(tokens),
             cu_num_draft_tokens: opt(batch.cu_num_draft_tokens()),
             bonus: opt(batch.bonus),
             target_logits,
@@ -453,7 +463,12 @@ impl<const K: usize> Verifier<K> for KernelHost<K> {
     ) -> Result<(), KernelHostError> {
         // The recovered-token output (`Outputs::with_recovered`) goes to the logits entries'
         // `recovered` parameter; its length is checked by `launch_verify`'s validation.
-        let recovered = out.recovered.as_deref_mut().map_or(0, at_mut);
+        let recovered = match out {
+            Outputs::Host {
+                recovered: Some(r), ..
+            } => at_mut(r),
+            _ => 0,
+        };
         self.launch_verify(method, check, batch, out, recovered)
     }
 

@@ -277,30 +277,38 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
         let drv = self.drv_ref();
-        // The caller's device memory is checked before anything is allocated or enqueued (the
-        // rows by `reserve`, the outputs here), once: the views are the launch's.
-        let views = match out.device.as_mut() {
-            Some(d) => Some(TreeOutViews::of(&drv, d)?),
-            None => None,
+        let (accepted, path, tokens) = match out {
+            TreeOutputs::Device { outputs } => {
+                // The caller's device memory is checked before anything is allocated or
+                // enqueued (the rows by `reserve`, the outputs here), once: the views are the
+                // launch's.
+                let views = TreeOutViews::of(&drv, outputs)?;
+                staging.reserve(&drv, batch)?;
+                // Device rows are read in place: the views borrow them only for this call.
+                let rows = TreeRows::of(&drv, batch)?;
+                // Outputs on the device: the launch writes them in place; no copy down, no
+                // wait. The kernel's error flags stay in the counters buffer: a validated
+                // batch raises none (every input they flag is checked on the host first).
+                let stream = self.stream();
+                let args =
+                    staging.write_rows::<K>(&drv, stream, method, batch, rows, Some(views))?;
+                // SAFETY: written just above by `write_rows`, whose shape words describe
+                // exactly these views (the device outputs checked against the batch by
+                // validation); nothing else touches this verifier's staging.
+                return unsafe { self.launch_tree_staged(&args) };
+            }
+            TreeOutputs::Host {
+                accepted,
+                path,
+                tokens,
+            } => (accepted, path, tokens),
         };
         staging.reserve(&drv, batch)?;
-        // Device rows are read in place: the views borrow them only for this call.
         let rows = TreeRows::of(&drv, batch)?;
-        if let Some(views) = views {
-            // Outputs on the device: the launch writes them in place; no copy down, no wait.
-            // The kernel's error flags stay in the counters buffer: a validated batch raises
-            // none (every input they flag is checked on the host first).
-            let stream = self.stream();
-            let args = staging.write_rows::<K>(&drv, stream, method, batch, rows, Some(views))?;
-            // SAFETY: written just above by `write_rows`, whose shape words describe exactly
-            // these views (the device outputs checked against the batch by validation and
-            // `write_rows`); nothing else touches this verifier's staging.
-            return unsafe { self.launch_tree_staged(&args) };
-        }
         let args = staging.write_rows::<K>(&drv, self.stream(), method, batch, rows, None)?;
         // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
         unsafe { self.launch_tree_staged(&args)? };
-        let flags = self.download_tree_outputs(&args, out.accepted, out.path, out.tokens)?;
+        let flags = self.download_tree_outputs(&args, accepted, path, tokens)?;
         if flags != self.flags_seen {
             self.flags_seen = flags;
             return Err(GpuError::DeviceFlags(flags));

@@ -285,14 +285,22 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// Copies the outputs of the work enqueued so far to `out` (accepted counts, tokens, and
     /// the recovered tokens when `out` has them: `args.recovered`, staged with
     /// [`Produce::recovered`](crate::verify::Produce::recovered)) and waits (one synchronising
-    /// call). Not the step path.
+    /// call); outputs on the device ([`Outputs::on_device`]) are written in place, so then
+    /// only the counters' words are. Not the step path.
     pub fn download_outputs(
         &mut self,
         args: &VerifyArgs<'_, D>,
         out: &mut Outputs<'_>,
     ) -> Result<u64, GpuError<D::Error>> {
-        let (accepted, tokens) = (&mut *out.accepted, &mut *out.tokens);
-        let recovered = out.recovered.as_deref_mut();
+        let (accepted, tokens, recovered) = match out {
+            Outputs::Host {
+                accepted,
+                tokens,
+                recovered,
+            } => (&mut **accepted, &mut **tokens, recovered.as_deref_mut()),
+            // The launch wrote them in place: only the stats words are copied.
+            Outputs::Device { .. } => (&mut [][..], &mut [][..], None),
+        };
         let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
         let r_view = match (&args.recovered, recovered.is_some()) {
             (Some(v), true) if v.len() >= r_len => Some(v),
@@ -521,9 +529,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         let produce = out.produce();
         // The caller's device memory is checked before anything is allocated or enqueued
         // (the inputs by `reserve`, the outputs here), once: the views are the launch's.
-        let views = match out.device.as_mut() {
-            Some(d) => Some(OutViews::of(&self.drv, d)?),
-            None => None,
+        let views = match out {
+            Outputs::Device { outputs } => Some(OutViews::of(&self.drv, outputs)?),
+            Outputs::Host { .. } => None,
         };
         staging.reserve(&self.drv, batch, produce)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;

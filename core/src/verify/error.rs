@@ -81,12 +81,12 @@ pub enum Param {
     MinP,
     /// `methods` (a method per request).
     Methods,
-    /// The recovered-token output: [`Outputs::recovered`](super::Outputs::recovered) or the
-    /// slice of [`recovered_tokens`](super::recovered_tokens).
+    /// The recovered-token output: `recovered` of the [`Outputs`](super::Outputs) (host or
+    /// device) or the slice of [`recovered_tokens`](super::recovered_tokens).
     Recovered,
-    /// `Outputs::accepted`.
+    /// The accepted counts of the [`Outputs`](super::Outputs) or tree outputs.
     Accepted,
-    /// `Outputs::tokens`.
+    /// The emitted tokens of the [`Outputs`](super::Outputs) or tree outputs.
     Tokens,
     /// A tree batch's node count per request (`Tree::nodes`).
     Nodes,
@@ -96,7 +96,7 @@ pub enum Param {
     FirstChild,
     /// A tree's `next_sibling` links.
     NextSibling,
-    /// `TreeOutputs::path`.
+    /// The accepted path of the tree outputs ([`TreeOutputs`](super::tree::TreeOutputs)).
     Path,
     /// The `parents` array of [`links_from_parents`](super::tree::links_from_parents).
     Parents,

@@ -293,8 +293,8 @@ pub trait Verifier<const K: usize> {
 /// The reference verifier: validates everything ([`validate_with`] and [`Support::ALL`]), then
 /// verifies each request in order with the plain-loop [`ScalarOps`] and records it in
 /// `counters` — except a request with `k = 0`, which is not counted (as vLLM counts no draft
-/// for it) — and, if [`Outputs::recovered`] is set, fills it as [`recovered_tokens`] does.
-/// Nothing is counted (and `out` is untouched) when it returns an error.
+/// for it) — and, if its outputs have `recovered` ([`Outputs::with_recovered`]), fills it as
+/// [`recovered_tokens`] does. Nothing is counted (and `out` is untouched) when it returns an error.
 pub fn verify_batch<const K: usize>(
     method: Method,
     check: Check,
@@ -303,11 +303,21 @@ pub fn verify_batch<const K: usize>(
     counters: &mut Counters<K>,
 ) -> Result<(), VerifyError> {
     validate_with::<K>(Support::ALL, method, check, batch, out)?;
+    let Outputs::Host {
+        accepted,
+        tokens,
+        recovered,
+    } = out
+    else {
+        // Refused by the validation above (`Support::ALL` reads no device memory).
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Device,
+        });
+    };
     let width = batch.k_max + 1;
-    for (b, (acc, row)) in out
-        .accepted
+    for (b, (acc, row)) in accepted
         .iter_mut()
-        .zip(out.tokens.chunks_exact_mut(width))
+        .zip(tokens.chunks_exact_mut(width))
         .enumerate()
     {
         *acc = verify_request(&ScalarOps, method, batch, b, row);
@@ -318,7 +328,7 @@ pub fn verify_batch<const K: usize>(
             debug_assert!(recorded.is_ok());
         }
     }
-    if let Some(recovered) = out.recovered.as_deref_mut() {
+    if let Some(recovered) = recovered.as_deref_mut() {
         // The reference recomputes every slot with `recovered_at` (the definition itself);
         // backends may reuse what verification already reduced.
         fill_recovered(&ScalarOps, method, batch, recovered);

@@ -3,24 +3,34 @@
 
 use super::{Batch, DeviceOutputs, Param, SENTINEL, VerifyError, draft_slots};
 
-/// The caller's output buffers for a [`Batch`] of `B` requests. Built with [`Outputs::new`]
-/// (`#[non_exhaustive]`: outputs can be added without breaking callers).
+/// The caller's output buffers for a [`Batch`] of `B` requests: host slices
+/// ([`Outputs::new`], with [`with_recovered`](Outputs::with_recovered)) or device memory
+/// ([`Outputs::on_device`]), never both. Its variants are built by those constructors only
+/// (`#[non_exhaustive]`: outputs can be added without breaking callers); a verifier matches
+/// them.
 #[derive(Debug)]
-#[non_exhaustive]
-pub struct Outputs<'a> {
-    /// `accepted[b]`: how many draft tokens request `b` accepted (`B` values).
-    pub accepted: &'a mut [u32],
-    /// `tokens[b·(k_max+1) + j]`: the accepted draft tokens, then the one recovered or bonus
-    /// token, then [`SENTINEL`] up to `k_max + 1` slots (`B · (k_max+1)` values).
-    pub tokens: &'a mut [u32],
-    /// vLLM's `recovered_token_ids`, filled by the same call when set
-    /// ([`with_recovered`](Self::with_recovered)): one value per draft slot ([`draft_slots`]),
-    /// laid out and computed exactly as [`recovered_tokens`](super::recovered_tokens) writes them. `None`: not wanted.
-    pub recovered: Option<&'a mut [u32]>,
-    /// Outputs in device memory ([`on_device`](Self::on_device)), written in place by the
-    /// launch (no copy down, no wait); then the host slices above are empty. Only the GPU
-    /// verifiers take them ([`Support::device`](super::Support::device)).
-    pub device: Option<DeviceOutputs<'a>>,
+pub enum Outputs<'a> {
+    /// Host slices ([`Outputs::new`]): the verifier writes them before it returns.
+    #[non_exhaustive]
+    Host {
+        /// `accepted[b]`: how many draft tokens request `b` accepted (`B` values).
+        accepted: &'a mut [u32],
+        /// `tokens[b·(k_max+1) + j]`: the accepted draft tokens, then the one recovered or
+        /// bonus token, then [`SENTINEL`] up to `k_max + 1` slots (`B · (k_max+1)` values).
+        tokens: &'a mut [u32],
+        /// vLLM's `recovered_token_ids`, filled by the same call when set
+        /// ([`with_recovered`](Outputs::with_recovered)): one value per draft slot
+        /// ([`draft_slots`]), laid out and computed exactly as
+        /// [`recovered_tokens`](super::recovered_tokens) writes them. `None`: not wanted.
+        recovered: Option<&'a mut [u32]>,
+    },
+    /// Device memory ([`Outputs::on_device`]), written in place by the launch (no copy down,
+    /// no wait). Only the GPU verifiers take them ([`Support::device`](super::Support::device)).
+    #[non_exhaustive]
+    Device {
+        /// The views the launch writes, in the host outputs' layout.
+        outputs: DeviceOutputs<'a>,
+    },
 }
 
 /// The `accepted` slice of [`Outputs::new`], named so it cannot be passed as the tokens.
@@ -39,15 +49,15 @@ impl<'a> Outputs<'a> {
     /// use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
     /// let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 6]);
     /// let out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
-    /// assert_eq!((out.accepted.len(), out.tokens.len()), (2, 6));
+    /// let Outputs::Host { accepted, tokens, .. } = out else { unreachable!() };
+    /// assert_eq!((accepted.len(), tokens.len()), (2, 6));
     /// ```
     #[must_use]
     pub fn new(accepted: AcceptedOut<'a>, tokens: TokensOut<'a>) -> Self {
-        Self {
+        Self::Host {
             accepted: accepted.0,
             tokens: tokens.0,
             recovered: None,
-            device: None,
         }
     }
 
@@ -59,12 +69,7 @@ impl<'a> Outputs<'a> {
     /// ([`VerifyError::Unsupported`] with [`Feature::Device`](super::Feature::Device)).
     #[must_use]
     pub fn on_device(device: DeviceOutputs<'a>) -> Self {
-        Self {
-            accepted: &mut [],
-            tokens: &mut [],
-            recovered: None,
-            device: Some(device),
-        }
+        Self::Device { outputs: device }
     }
 
     /// Also writes vLLM's `recovered_token_ids` into `recovered`, in the same verification
@@ -78,6 +83,12 @@ impl<'a> Outputs<'a> {
     /// Validation checks its length ([`VerifyError::Length`] with [`Param::Recovered`], after
     /// the other outputs) and that the backend fills it ([`Support::recovered`](super::Support::recovered), else
     /// [`VerifyError::Unsupported`] with [`Feature::Recovered`](super::Feature::Recovered)); on error nothing is written.
+    ///
+    /// For host outputs: outputs on the device name theirs in [`DeviceOutputs::recovered`].
+    /// Called on them, this gives host outputs that hold `recovered` alone (the device views
+    /// are let go), which validation refuses as any host outputs of the wrong lengths
+    /// ([`VerifyError::Length`] with [`Param::Accepted`]): host and device outputs are never
+    /// mixed.
     ///
     /// ```
     /// use specula_core::verify::{verify_batch, AcceptedOut, Batch, Check, Dims, Drafts, Method, Outputs, Streams, TokensOut, SENTINEL};
@@ -104,17 +115,28 @@ impl<'a> Outputs<'a> {
     /// # Ok::<(), specula_core::verify::VerifyError>(())
     /// ```
     #[must_use]
-    pub fn with_recovered(mut self, recovered: &'a mut [u32]) -> Self {
-        self.recovered = Some(recovered);
-        self
+    pub fn with_recovered(self, recovered: &'a mut [u32]) -> Self {
+        let (accepted, tokens) = match self {
+            Self::Host {
+                accepted, tokens, ..
+            } => (accepted, tokens),
+            Self::Device { .. } => (&mut [][..], &mut [][..]),
+        };
+        Self::Host {
+            accepted,
+            tokens,
+            recovered: Some(recovered),
+        }
     }
 
     /// What these buffers ask a step to produce.
     #[must_use]
     pub fn produce(&self) -> Produce {
         Produce {
-            recovered: self.recovered.is_some()
-                || self.device.as_ref().is_some_and(|d| d.recovered.is_some()),
+            recovered: match self {
+                Self::Host { recovered, .. } => recovered.is_some(),
+                Self::Device { outputs } => outputs.recovered.is_some(),
+            },
         }
     }
 }
@@ -139,7 +161,8 @@ impl Produce {
 }
 
 /// Converts emitted tokens (`B · (k_max+1)` values, [`SENTINEL`]-padded, as in
-/// [`Outputs::tokens`]) into vLLM's `output_token_ids` layout: `[B, k_max+1]` `i32`, `-1`-padded.
+/// [`Outputs::Host`]'s `tokens`) into vLLM's `output_token_ids` layout: `[B, k_max+1]` `i32`,
+/// `-1`-padded.
 ///
 /// Errors: [`VerifyError::Length`] ([`Param::Tokens`]) if `vllm` is not as long as `tokens`;
 /// [`VerifyError::VllmTokenRange`] if a token does not fit an `i32` (nothing is written then).

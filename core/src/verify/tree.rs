@@ -638,12 +638,22 @@ pub fn verify_tree_batch<const K: usize>(
     counters: &mut Counters<K>,
 ) -> Result<(), VerifyError> {
     validate_tree::<K>(method, check, batch, out)?;
+    let TreeOutputs::Host {
+        accepted,
+        path,
+        tokens,
+    } = out
+    else {
+        // Refused by the validation above (the reference reads no device memory).
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Device,
+        });
+    };
     let width = batch.max_depth + 1;
-    for (b, ((acc, path), tokens)) in out
-        .accepted
+    for (b, ((acc, path), tokens)) in accepted
         .iter_mut()
-        .zip(out.path.chunks_exact_mut(width))
-        .zip(out.tokens.chunks_exact_mut(width))
+        .zip(path.chunks_exact_mut(width))
+        .zip(tokens.chunks_exact_mut(width))
         .enumerate()
     {
         *acc = verify_tree_request(&ScalarOps, &F32Rows, method, batch, b, path, tokens);

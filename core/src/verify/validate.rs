@@ -1,8 +1,8 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
 use super::{
-    Batch, Check, Feature, Format, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs, Param, Support,
-    Target, Tensor, Values, VerifyError,
+    Batch, Check, DeviceOut, Feature, Format, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs, Param,
+    Support, Target, Tensor, Values, VerifyError,
 };
 
 /// Mixed drafters: every request with rows has its `k_b` rows inside the tensor (`len` values
@@ -59,10 +59,10 @@ pub fn validate_shape<const K: usize>(
 /// The batch-wide checks for a backend that supports `support`: the layout features, sizes,
 /// strides and every slice length (inputs, then outputs: `accepted`, `tokens`, and
 /// `recovered` when set, which needs [`Support::recovered`]; outputs on the device
-/// ([`Outputs::on_device`]) need [`Support::device`] and are checked the same way, the host
-/// slices beside them empty). Tensors in device memory ([`Values::Device`]) need
-/// [`Support::device`]. `O(B)` for the ragged layout, `O(1)` otherwise; afterwards every row
-/// index the verifier computes is in bounds and cannot overflow.
+/// ([`Outputs::on_device`]) need [`Support::device`] and are checked the same way). Tensors
+/// in device memory ([`Values::Device`]) need [`Support::device`]. `O(B)` for the ragged
+/// layout, `O(1)` otherwise; afterwards every row index the verifier computes is in bounds and
+/// cannot overflow.
 pub fn validate_shape_with<const K: usize>(
     support: Support,
     batch: &Batch<'_>,
@@ -71,33 +71,31 @@ pub fn validate_shape_with<const K: usize>(
     validate_inputs_with::<K>(support, batch)?;
     let b = batch.requests();
     let out_slots = batch.k_max.checked_add(1).and_then(|w| w.checked_mul(b));
-    let Some(device) = &out.device else {
-        expect_len(Param::Accepted, out.accepted.len(), Some(b))?;
-        expect_len(Param::Tokens, out.tokens.len(), out_slots)?;
-        if let Some(r) = out.recovered.as_deref() {
-            recovered_supported(support)?;
-            expect_len(Param::Recovered, r.len(), Some(draft_slots(batch)))?;
+    let (accepted, tokens, recovered) = match out {
+        Outputs::Host {
+            accepted,
+            tokens,
+            recovered,
+        } => (
+            accepted.len(),
+            tokens.len(),
+            recovered.as_deref().map(<[u32]>::len),
+        ),
+        Outputs::Device { outputs } => {
+            if !support.device {
+                return Err(VerifyError::Unsupported {
+                    feature: Feature::Device,
+                });
+            }
+            let recovered = outputs.recovered.as_ref().map(DeviceOut::len);
+            (outputs.accepted.len(), outputs.tokens.len(), recovered)
         }
-        return Ok(());
     };
-    if !support.device {
-        return Err(VerifyError::Unsupported {
-            feature: Feature::Device,
-        });
-    }
-    // Device outputs replace the host ones, which stay empty (`Outputs::on_device`).
-    expect_len(Param::Accepted, out.accepted.len(), Some(0))?;
-    expect_len(Param::Tokens, out.tokens.len(), Some(0))?;
-    expect_len(
-        Param::Recovered,
-        out.recovered.as_deref().map_or(0, <[u32]>::len),
-        Some(0),
-    )?;
-    expect_len(Param::Accepted, device.accepted.len(), Some(b))?;
-    expect_len(Param::Tokens, device.tokens.len(), out_slots)?;
-    if let Some(r) = &device.recovered {
+    expect_len(Param::Accepted, accepted, Some(b))?;
+    expect_len(Param::Tokens, tokens, out_slots)?;
+    if let Some(r) = recovered {
         recovered_supported(support)?;
-        expect_len(Param::Recovered, r.len(), Some(draft_slots(batch)))?;
+        expect_len(Param::Recovered, r, Some(draft_slots(batch)))?;
     }
     Ok(())
 }

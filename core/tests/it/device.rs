@@ -156,7 +156,7 @@ fn validation_of_device_rows_and_outputs() {
         ([7; 2], [7; 6], Counters::ZERO)
     );
 
-    // Device outputs: lengths as the host ones', host slices left empty, host verifiers refuse.
+    // Device outputs: lengths as the host ones', host verifiers refuse.
     let host_logits = [0.0f32; 24];
     let host = batch(Values::F32(&host_logits));
     let (mut a, mut t, mut r) = (bytes(8), bytes(24), bytes(16));
@@ -192,24 +192,20 @@ fn validation_of_device_rows_and_outputs() {
     assert_eq!(outs(2, 5, None).0[0], len(Param::Tokens, 5, 6));
     assert_eq!(outs(2, 6, Some(3)).0[0], len(Param::Recovered, 3, 4));
 
-    // Host slices next to device outputs: refused, not silently ignored.
+    // `with_recovered` on device outputs gives host outputs holding `recovered` alone (host
+    // and device outputs never mix): refused as host outputs of the wrong lengths.
     let (mut d1, mut d2) = (bytes(8), bytes(24));
-    let (mut acc, mut tok) = ([0u32; 2], [0u32; 6]);
-    let mut both = Outputs::on_device(DeviceOutputs {
+    let mut rec = [0u32; 4];
+    let mixed = Outputs::on_device(DeviceOutputs {
         accepted: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d1, 0, 2).unwrap()),
         tokens: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d2, 0, 6).unwrap()),
         recovered: None,
-    });
-    both.accepted = &mut acc;
+    })
+    .with_recovered(&mut rec);
+    assert!(matches!(mixed, Outputs::Host { .. }));
     assert_eq!(
-        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &host, &both),
-        len(Param::Accepted, 2, 0)
-    );
-    both.accepted = &mut [];
-    both.recovered = Some(&mut tok);
-    assert_eq!(
-        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &host, &both),
-        len(Param::Recovered, 6, 0)
+        validate_with::<4>(SUPPORT, Method::Greedy, cheap, &host, &mixed),
+        len(Param::Accepted, 0, 2)
     );
 }
 
@@ -388,8 +384,11 @@ fn tree_validation_of_device_and_half_rows() {
     let mut out = out;
     let got = verify_tree_batch(m, cheap, &dev, &mut out, &mut counters);
     assert_eq!(got, unsupported(Feature::Device));
+    let TreeOutputs::Host { accepted, path, .. } = &out else {
+        panic!("host outputs")
+    };
     assert_eq!(
-        (&out.accepted[..], &out.path[..], counters),
+        (&accepted[..], &path[..], counters),
         (&[7u32; 2][..], &[7u32; 4][..], Counters::ZERO)
     );
     let ok = tree_batch(Values::F32(&host), Values::F32(&host));
@@ -398,8 +397,7 @@ fn tree_validation_of_device_and_half_rows() {
 }
 
 /// Tree outputs on the device (`TreeOutputs::on_device`): lengths checked as the host ones',
-/// host slices beside them refused, host verifiers (the reference) refuse them with nothing
-/// written or counted.
+/// host verifiers (the reference) refuse them with nothing written or counted.
 #[test]
 fn tree_validation_of_device_outputs() {
     let host = [0.25f32; 16];
@@ -432,36 +430,17 @@ fn tree_validation_of_device_outputs() {
     assert_eq!(outs(2, 4, 3)[0], len(Param::Tokens, 3, 4));
     assert_eq!(outs(3, 4, 4)[0], len(Param::Accepted, 3, 2), "too long");
 
-    // Host slices next to device outputs: refused, not silently ignored.
+    // The reference refuses them (nothing counted).
     let (mut d1, mut d2, mut d3) = (bytes(8), bytes(16), bytes(16));
-    let (mut acc, mut path, mut tok) = ([7u32; 2], [7u32; 4], [7u32; 4]);
-    let mut both = TreeOutputs::on_device(DeviceTreeOutputs {
+    let mut counters = Counters::<4>::ZERO;
+    let mut dev = TreeOutputs::on_device(DeviceTreeOutputs {
         accepted: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d1)),
         path: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d2)),
         tokens: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d3)),
     });
-    both.path = &mut path;
-    assert_eq!(
-        validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &both),
-        len(Param::Path, 4, 0)
-    );
-    both.path = &mut [];
-    both.tokens = &mut tok;
-    assert_eq!(
-        validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &both),
-        len(Param::Tokens, 4, 0)
-    );
-    both.tokens = &mut [];
-    both.accepted = &mut acc;
-    assert_eq!(
-        validate_tree_with::<4>(SUPPORT, m, cheap, &batch, &both),
-        len(Param::Accepted, 2, 0)
-    );
-    // The reference refuses them (nothing counted; its host slices untouched).
-    let mut counters = Counters::<4>::ZERO;
-    let got = verify_tree_batch(m, cheap, &batch, &mut both, &mut counters);
+    let got = verify_tree_batch(m, cheap, &batch, &mut dev, &mut counters);
     assert_eq!(got, unsupported(Feature::Device));
-    assert_eq!((acc, counters), ([7; 2], Counters::ZERO));
+    assert_eq!(counters, Counters::ZERO);
     // Device outputs say their size, never their memory.
     let mut buf = bytes(16);
     let out = TreeOutputs::on_device(DeviceTreeOutputs {
@@ -470,7 +449,10 @@ fn tree_validation_of_device_outputs() {
         tokens: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d3, 0, 0).unwrap()),
     });
     let text = format!("{out:?}");
-    assert!(text.contains("device: Some(DeviceTreeOutputs"), "{text}");
+    assert!(
+        text.contains("Device { outputs: DeviceTreeOutputs"),
+        "{text}"
+    );
     assert!(text.contains("offset: 1, len: 2"), "{text}");
 }
 

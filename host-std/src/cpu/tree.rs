@@ -14,7 +14,7 @@ use specula_core::verify::tree::{
     validate_tree_shape_with, verify_tree_request,
 };
 use specula_core::verify::{
-    Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, VerifyError,
+    Check, Cut, Feature, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, VerifyError,
 };
 use std::cell::Cell;
 use widen::Widening;
@@ -398,14 +398,25 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_tree_shape_with::<K>(Support::CPU, batch, out)?;
+        let TreeOutputs::Host {
+            accepted,
+            path,
+            tokens,
+            ..
+        } = out
+        else {
+            // Refused by the validation above (`Support::CPU` reads no device memory).
+            return Err(VerifyError::Unsupported {
+                feature: Feature::Device,
+            });
+        };
         let n = batch.requests();
         let width = batch.max_depth + 1;
         let mut depths = vec![0usize; n];
-        let rows = out
-            .accepted
+        let rows = accepted
             .iter_mut()
-            .zip(out.path.chunks_exact_mut(width))
-            .zip(out.tokens.chunks_exact_mut(width));
+            .zip(path.chunks_exact_mut(width))
+            .zip(tokens.chunks_exact_mut(width));
         match &self.pool {
             Some(pool) if n >= self.threads => pool.install(|| {
                 // `try_for_each` may stop at any failing request: report the lowest, as the
@@ -418,10 +429,10 @@ impl<const K: usize> CpuVerifier<K> {
                 if let Some(e) = first {
                     return Err(e);
                 }
-                out.accepted
+                accepted
                     .par_iter_mut()
-                    .zip(out.path.par_chunks_exact_mut(width))
-                    .zip(out.tokens.par_chunks_exact_mut(width))
+                    .zip(path.par_chunks_exact_mut(width))
+                    .zip(tokens.par_chunks_exact_mut(width))
                     .enumerate()
                     .for_each_init(
                         || TreeRows::new(SplitOps::single()),
@@ -444,7 +455,7 @@ impl<const K: usize> CpuVerifier<K> {
             }
         }
         let mut local = Counters::<K>::ZERO;
-        for (b, (&depth, &acc)) in depths.iter().zip(out.accepted.iter()).enumerate() {
+        for (b, (&depth, &acc)) in depths.iter().zip(accepted.iter()).enumerate() {
             if depth > 0 {
                 let nodes = batch.node_count(b) - 1;
                 let recorded = local.record_tree(depth, nodes, acc as usize);

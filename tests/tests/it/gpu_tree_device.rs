@@ -499,7 +499,12 @@ fn tree_device_outputs_refusals_on_the_gpu_path() {
         let alien_out =
             DeviceOut::new(ViewMut::<Other, u32>::range(&mut alien_buf, 0, len).unwrap());
         let mut dev = outs.outputs();
-        let device = dev.device.as_mut().unwrap();
+        let TreeOutputs::Device {
+            outputs: device, ..
+        } = &mut dev
+        else {
+            panic!("device outputs")
+        };
         match pick {
             0 => device.accepted = alien_out,
             1 => device.path = alien_out,

@@ -267,24 +267,33 @@ fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
     }
 }
 
-/// The caller's output buffers for a [`TreeBatch`]: `W = max_depth + 1` slots per request.
-/// Built with [`TreeOutputs::new`] (host slices) or [`TreeOutputs::on_device`] (device memory);
-/// `#[non_exhaustive]`: outputs can be added without breaking callers.
+/// The caller's output buffers for a [`TreeBatch`]: `W = max_depth + 1` slots per request, in
+/// host slices ([`TreeOutputs::new`]) or device memory ([`TreeOutputs::on_device`]), never
+/// both. Its variants are built by those constructors only (`#[non_exhaustive]`: outputs can
+/// be added without breaking callers); a verifier matches them.
 #[derive(Debug)]
-#[non_exhaustive]
-pub struct TreeOutputs<'a> {
-    /// `accepted[b]`: the accepted path's length (draft nodes, root excluded), `B` values.
-    pub accepted: &'a mut [u32],
-    /// `path[b·W + j]`, `j ≤ accepted[b]`: the node indices from the root (`path[b·W] = 0`) to
-    /// the stopping node, then [`SENTINEL`]. SGLang's `accept_index`, request-local.
-    pub path: &'a mut [u32],
-    /// `tokens[b·W + j]`: the accepted nodes' tokens, then the one token sampled at the stopping
-    /// node, then [`SENTINEL`] (the chain path's [`Outputs::tokens`](crate::verify::Outputs::tokens)).
-    pub tokens: &'a mut [u32],
-    /// Outputs in device memory ([`on_device`](Self::on_device)), written in place by the
-    /// launch (no copy down, no wait); then the host slices above are empty. Only the GPU
-    /// verifiers take them ([`Support::device`](crate::verify::Support::device)).
-    pub device: Option<DeviceTreeOutputs<'a>>,
+pub enum TreeOutputs<'a> {
+    /// Host slices ([`TreeOutputs::new`]): the verifier writes them before it returns.
+    #[non_exhaustive]
+    Host {
+        /// `accepted[b]`: the accepted path's length (draft nodes, root excluded), `B` values.
+        accepted: &'a mut [u32],
+        /// `path[b·W + j]`, `j ≤ accepted[b]`: the node indices from the root (`path[b·W] = 0`)
+        /// to the stopping node, then [`SENTINEL`]. SGLang's `accept_index`, request-local.
+        path: &'a mut [u32],
+        /// `tokens[b·W + j]`: the accepted nodes' tokens, then the one token sampled at the
+        /// stopping node, then [`SENTINEL`] (the chain path's `tokens`,
+        /// [`Outputs::Host`](crate::verify::Outputs::Host)).
+        tokens: &'a mut [u32],
+    },
+    /// Device memory ([`TreeOutputs::on_device`]), written in place by the launch (no copy
+    /// down, no wait). Only the GPU verifiers take them
+    /// ([`Support::device`](crate::verify::Support::device)).
+    #[non_exhaustive]
+    Device {
+        /// The views the launch writes, in the host outputs' layout.
+        outputs: DeviceTreeOutputs<'a>,
+    },
 }
 
 /// The `path` slice of [`TreeOutputs::new`], named so it cannot be passed as the tokens (both
@@ -304,15 +313,15 @@ impl<'a> TreeOutputs<'a> {
     ///     PathOut(&mut path),
     ///     TokensOut(&mut tokens),
     /// );
-    /// assert_eq!((out.accepted.len(), out.path.len(), out.tokens.len()), (2, 6, 6));
+    /// let TreeOutputs::Host { accepted, path, tokens, .. } = out else { unreachable!() };
+    /// assert_eq!((accepted.len(), path.len(), tokens.len()), (2, 6, 6));
     /// ```
     #[must_use]
     pub fn new(accepted: AcceptedOut<'a>, path: PathOut<'a>, tokens: TokensOut<'a>) -> Self {
-        Self {
+        Self::Host {
             accepted: accepted.0,
             path: path.0,
             tokens: tokens.0,
-            device: None,
         }
     }
 
@@ -320,17 +329,11 @@ impl<'a> TreeOutputs<'a> {
     /// them in place, so the step makes no copy down and no synchronising call (the kernel's
     /// error flags are then not read back: a batch that passed validation raises none), as
     /// [`Outputs::on_device`](crate::verify::Outputs::on_device) for chains. Validation checks
-    /// their lengths as the host ones' and that the host slices are empty; host verifiers
-    /// refuse them ([`VerifyError::Unsupported`] with
-    /// [`Feature::Device`](crate::verify::Feature::Device)).
+    /// their lengths as the host ones'; host verifiers refuse them
+    /// ([`VerifyError::Unsupported`] with [`Feature::Device`](crate::verify::Feature::Device)).
     #[must_use]
     pub fn on_device(device: DeviceTreeOutputs<'a>) -> Self {
-        Self {
-            accepted: &mut [],
-            path: &mut [],
-            tokens: &mut [],
-            device: Some(device),
-        }
+        Self::Device { outputs: device }
     }
 }
 

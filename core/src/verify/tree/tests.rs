@@ -326,38 +326,42 @@ fn typical_takes_the_deepest_passing_path_first_in_pre_order() {
         },
     )
     .with_typical(&eps, &delta);
-    let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
     let mut c = Counters::<4>::ZERO;
-    let mut out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
-    verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
+    let run = |batch: &TreeBatch<'_>, c: &mut Counters<4>| {
+        let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 3], [0u32; 3]);
+        let mut out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
+        verify_tree_batch(Method::Typical, Check::STRICT, batch, &mut out, c).unwrap();
+        (a, p, t)
+    };
+    let (a, p, t) = run(&batch, &mut c);
     // Node 1's row [0.25, 0.5, 0.125, 0.125]: token 0 (node 4) 0.25 > 0.15 passes, token 1
     // (node 5) 0.5 passes: the first in pre-order, node 4, wins the tie at depth 2.
-    assert_eq!(out.accepted[0], 2);
-    assert_eq!(out.path, [0, 1, 4]);
-    assert_eq!(out.tokens, [2, 0, 3], "node 4's row is one-hot at token 3");
+    assert_eq!(a[0], 2);
+    assert_eq!(p, [0, 1, 4]);
+    assert_eq!(t, [2, 0, 3], "node 4's row is one-hot at token 3");
     assert_eq!(c.accepted_per_position, [1, 1, 0, 0]);
     assert_eq!(c.drafted_per_position, [1, 1, 0, 0]);
     // A higher threshold: only node 2 (token 1, 0.3) passes at the root... and node 1
     // (token 2, 0.2) does not; node 2 is a leaf.
     let eps = [0.25f32];
-    let batch = TreeBatch {
+    let higher = TreeBatch {
         eps: Some(&eps),
         ..batch
     };
-    verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
-    assert_eq!((out.accepted[0], out.path[1], out.tokens[0]), (1, 2, 1));
-    assert_eq!(out.tokens[1], 3);
-    assert_eq!(out.path[2], SENTINEL);
+    let (a, p, t) = run(&higher, &mut c);
+    assert_eq!((a[0], p[1], t[0]), (1, 2, 1));
+    assert_eq!(t[1], 3);
+    assert_eq!(p[2], SENTINEL);
     // Nothing passes (eps 1): the root's row is sampled.
     let eps = [1.0f32];
-    let batch = TreeBatch {
+    let none = TreeBatch {
         eps: Some(&eps),
         ..batch
     };
-    verify_tree_batch(Method::Typical, Check::STRICT, &batch, &mut out, &mut c).unwrap();
-    assert_eq!(out.accepted[0], 0);
-    assert_eq!(out.path[1], SENTINEL);
-    assert!(out.tokens[0] < 4);
+    let (a, p, t) = run(&none, &mut c);
+    assert_eq!(a[0], 0);
+    assert_eq!(p[1], SENTINEL);
+    assert!(t[0] < 4);
 }
 
 #[test]

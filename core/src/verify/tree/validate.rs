@@ -61,7 +61,7 @@ fn rows_fit(
 /// (binary32; bf16 / f16 with [`Support::tree_half`]; in device memory only with
 /// [`Support::device`]), sizes, strides, every slice length (inputs, then outputs: `accepted`,
 /// `path`, `tokens`; outputs on the device ([`TreeOutputs::on_device`]) need
-/// [`Support::device`] and are checked the same way, the host slices beside them empty).
+/// [`Support::device`] and are checked the same way).
 /// Lengths are [`Values::len`], wherever the values are.
 pub fn validate_tree_shape_with<const K: usize>(
     support: Support,
@@ -74,24 +74,18 @@ pub fn validate_tree_shape_with<const K: usize>(
         .max_depth
         .checked_add(1)
         .and_then(|w| w.checked_mul(b));
-    let host = [out.accepted.len(), out.path.len(), out.tokens.len()];
-    let lens = match &out.device {
-        None => host,
-        Some(_) if !support.device => {
+    let lens = match out {
+        TreeOutputs::Host {
+            accepted,
+            path,
+            tokens,
+        } => [accepted.len(), path.len(), tokens.len()],
+        TreeOutputs::Device { .. } if !support.device => {
             return Err(VerifyError::Unsupported {
                 feature: Feature::Device,
             });
         }
-        Some(d) => {
-            // Device outputs replace the host ones, which stay empty (`TreeOutputs::on_device`).
-            for (param, len) in [Param::Accepted, Param::Path, Param::Tokens]
-                .into_iter()
-                .zip(host)
-            {
-                expect_len(param, len, Some(0))?;
-            }
-            [d.accepted.len(), d.path.len(), d.tokens.len()]
-        }
+        TreeOutputs::Device { outputs: d } => [d.accepted.len(), d.path.len(), d.tokens.len()],
     };
     expect_len(Param::Accepted, lens[0], Some(b))?;
     expect_len(Param::Path, lens[1], width)?;
