@@ -44,8 +44,9 @@ use specula_core::verify::recovered_at;
 use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
     Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Feature, Filter, Half, Method,
-    Outputs, RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier, VerifyError,
-    bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    Outputs, RequestPlan, RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier,
+    VerifyError, bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with,
+    verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -504,25 +505,19 @@ fn verify_one<O: RowOps + ?Sized>(
     tokens: &mut [u32],
     rec: Option<&mut [u32]>,
 ) -> u32 {
+    let RequestPlan {
+        method: planned,
+        temperature: t,
+        filter,
+    } = batch.plan(b, method);
     if batch.is_plain(b) {
         let acc = verify_request(ops, method, batch, b, tokens);
         if let Some(rec) = rec {
-            // Plain with a temperature means T = 0: greedy on the logits.
-            let method = if batch.has_logits() {
-                Method::Greedy
-            } else {
-                batch.method_of(b, method)
-            };
-            fill_recovered_one(ops, method, batch, b, tokens, acc, rec);
+            fill_recovered_one(ops, planned, batch, b, tokens, acc, rec);
         }
         return acc;
     }
-    let method = batch.method_of(b, method);
-    let (method, t, filter) = match batch.target.temperature().map(|t| t[b]) {
-        Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
-        Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
-        None => (method, None, batch.filter_of(b)),
-    };
+    let method = planned;
     // The lazy path reduces rows only up to the first rejection; recovered tokens need every
     // draft row processed, so with them every row is processed once, below, and shared by the
     // verification and the recovered tokens.

@@ -636,6 +636,32 @@ impl<'a> Batch<'a> {
         self.methods.map_or(call, |m| m[b])
     }
 
+    /// How request `b` of a validated batch is verified, resolved once from the batch and the
+    /// call's method (`core/DETERMINISM.md`): logits at `T = 0` are greedy on the logits
+    /// themselves, whatever the method and the filter (no filter changes the argmax). Panics
+    /// if a per-request slice is shorter than `b + 1`.
+    #[must_use]
+    pub fn plan(&self, b: usize, call: Method) -> RequestPlan {
+        let method = self.method_of(b, call);
+        match self.temperature_of(b) {
+            Some(t) if t > 0.0 => RequestPlan {
+                method,
+                temperature: Some(t),
+                filter: self.filter_of(b),
+            },
+            Some(_) => RequestPlan {
+                method: Method::Greedy,
+                temperature: Some(0.0),
+                filter: Filter::NONE,
+            },
+            None => RequestPlan {
+                method,
+                temperature: None,
+                filter: self.filter_of(b),
+            },
+        }
+    }
+
     /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the batch
     /// has them, the draft rows (call it after [`with_draft_probs`](Batch::with_draft_probs)).
     #[must_use]
@@ -869,12 +895,7 @@ impl<'a> Batch<'a> {
         if self.has_half() || self.has_device() {
             return false;
         }
-        match self.temperature_of(b) {
-            Some(t) if t > 0.0 => false,
-            // T = 0: greedy on the logits, filters change no argmax.
-            Some(_) => true,
-            None => !self.filter_of(b).is_active(),
-        }
+        self.plan(b, Method::Greedy).reads_stored_rows()
     }
 
     /// Target row `(b, j)` in any format, `None` if outside the tensor (see
@@ -976,4 +997,26 @@ pub struct Strides {
     pub draft: usize,
     /// Row stride of the target probabilities.
     pub target: usize,
+}
+
+/// How one request is verified ([`Batch::plan`]): the rule, and how its target rows are read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestPlan {
+    /// The rule: the request's own method or the call's; [`Method::Greedy`] for logits at
+    /// `T = 0`.
+    pub method: Method,
+    /// `Some(t)` with `t > 0`: logits, read through their softmax at `t`; `Some(0.0)`: logits,
+    /// greedy on them; `None`: probabilities.
+    pub temperature: Option<f32>,
+    /// The sampling filter ([`Filter::NONE`] for logits at `T = 0`).
+    pub filter: Filter,
+}
+
+impl RequestPlan {
+    /// Whether the rows are verified as they are stored (no softmax, no filter): probabilities
+    /// without a filter, or logits at `T = 0`.
+    #[must_use]
+    pub fn reads_stored_rows(&self) -> bool {
+        self.temperature.is_none_or(|t| t == 0.0) && !self.filter.is_active()
+    }
 }

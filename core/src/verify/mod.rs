@@ -58,8 +58,8 @@ pub mod fmath;
 pub mod philox;
 
 pub use batch::{
-    Batch, Dims, Draft, Drafts, HalfLogits, Layout, Logits, NO_DRAFT_ROWS, RaggedDrafts, Rows,
-    Streams, Strides, Target, advance_offsets,
+    Batch, Dims, Draft, Drafts, HalfLogits, Layout, Logits, NO_DRAFT_ROWS, RaggedDrafts,
+    RequestPlan, Rows, Streams, Strides, Target, advance_offsets,
 };
 pub use device::{Device, DeviceOut, DeviceOutputs, Format};
 pub use error::{Feature, Param, Tensor, VerifyError};

@@ -1,7 +1,7 @@
 //! The per-request algorithm ([`verify_request`]) and the plain-loop row reductions
 //! ([`ScalarOps`]) that define the reference bits.
 
-use super::{Batch, Cut, Filter, Method, SENTINEL, Values, WeightRow};
+use super::{Batch, Cut, Filter, Method, RequestPlan, SENTINEL, Values, WeightRow};
 use crate::verify::exponential::{accepts, draw, exponential};
 use crate::verify::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
 use crate::verify::philox::{accept_draw, race_words, race_words_lo};
@@ -313,26 +313,20 @@ fn race_processed(rng: RaceRng, row: Values<'_>, pr: &Processed) -> Option<u32> 
     race(rng, row.len(), |v| f64::from(pr.p(row.at(v))))
 }
 
-/// The request's effective method and processing parameters: logits at `T = 0` are greedy.
-fn effective(batch: &Batch<'_>, method: Method, b: usize) -> (Method, Option<f32>, Filter) {
-    match batch.temperature_of(b) {
-        Some(t) if t > 0.0 => (method, Some(t), batch.filter_of(b)),
-        // T = 0: greedy on the logits themselves (no filter changes the argmax).
-        Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
-        None => (method, None, batch.filter_of(b)),
-    }
-}
-
 /// Verifies request `b` of a validated batch that is not [plain](Batch::is_plain): exactly
 /// [`verify_request`]'s rules on the [`Processed`] rows, computed on the fly with plain loops
 /// (the reference needs no buffer).
 fn verify_request_processed(
-    method: Method,
+    plan: RequestPlan,
     batch: &Batch<'_>,
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
-    let (method, t, filter) = effective(batch, method, b);
+    let RequestPlan {
+        method,
+        temperature: t,
+        filter,
+    } = plan;
     let ids = batch.draft_ids_of(b);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
@@ -423,7 +417,7 @@ pub fn recovered_at<O: RowOps + ?Sized>(
     b: usize,
     j: usize,
 ) -> u32 {
-    let method = batch.method_of(b, method);
+    let plan = batch.plan(b, method);
     let x = batch.draft_ids_of(b)[j];
     let rng = RaceRng {
         seed: batch.seed[b],
@@ -431,13 +425,12 @@ pub fn recovered_at<O: RowOps + ?Sized>(
         position: j as u32,
     };
     if !batch.is_plain(b) {
-        let (method, t, filter) = effective(batch, method, b);
         let row = batch
             .target_values_checked(b, j)
             .unwrap_or(Values::F32(&[]));
-        let pr = Processed::of(row, t, filter);
+        let pr = Processed::of(row, plan.temperature, plan.filter);
         let plain = || race_processed(rng, row, &pr).unwrap_or(0);
-        return match method {
+        return match plan.method {
             Method::Rejection => {
                 residual_processed(rng, row, &pr, batch.draft_values_checked(b, j), x)
                     .unwrap_or_else(plain)
@@ -446,18 +439,15 @@ pub fn recovered_at<O: RowOps + ?Sized>(
             Method::Typical => plain(),
         };
     }
+    // Stored rows: probabilities, or logits at temperature 0 (greedy on them).
     let row = batch.target_row(b, j);
-    match batch.temperature_of(b) {
-        // Temperature 0: greedy on the logits.
-        Some(_) => ops.argmax(row),
-        None => match method {
-            Method::Rejection => ops
-                .race_residual(rng, row, batch.draft_row(b, j), x)
-                .or_else(|| ops.race(rng, row))
-                .unwrap_or(0),
-            Method::Greedy => ops.argmax(row),
-            Method::Typical => ops.race(rng, row).unwrap_or(0),
-        },
+    match plan.method {
+        Method::Rejection => ops
+            .race_residual(rng, row, batch.draft_row(b, j), x)
+            .or_else(|| ops.race(rng, row))
+            .unwrap_or(0),
+        Method::Greedy => ops.argmax(row),
+        Method::Typical => ops.race(rng, row).unwrap_or(0),
     }
 }
 
@@ -524,15 +514,12 @@ pub fn verify_request<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
-    let method = batch.method_of(b, method);
+    let plan = batch.plan(b, method);
     if !batch.is_plain(b) {
-        return verify_request_processed(method, batch, b, tokens);
+        return verify_request_processed(plan, batch, b, tokens);
     }
-    let method = match batch.temperature_of(b) {
-        // 0 (validation refuses negative and NaN temperatures; T > 0 is not plain).
-        Some(_) => Method::Greedy,
-        None => method,
-    };
+    // Stored rows: probabilities, or logits at temperature 0 (greedy on them).
+    let method = plan.method;
     let ids = batch.draft_ids_of(b);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);

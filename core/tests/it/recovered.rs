@@ -370,3 +370,82 @@ fn the_vllm_adapter_checks_its_inputs() {
     to_vllm_recovered(&ragged, &[3, 0, 2], &mut out).unwrap();
     assert_eq!(out, [3, 0, 2]);
 }
+
+/// `recovered_tokens` of logits (at `T > 0`, with and without a filter) are those of the same
+/// rows processed into probabilities (`Processed`, the definition), for every method; greedy
+/// slots are the processed rows' argmax. Independent of `verify_batch`, so a `recovered_at`
+/// that read the stored logits as probabilities, or wrote a constant, fails.
+#[test]
+fn recovered_tokens_of_logits_are_those_of_their_processed_rows() {
+    use specula_core::verify::{Filter, Processed, Values};
+    for seed in 0..20 {
+        let c = Case::new(&mut Gen(seed));
+        // Every request drafts all KM positions, so every slot is written.
+        let k = [KM as u32; 3];
+        let temps = [0.7f32, 1.3, 0.9];
+        for top_k in [None, Some(&c.top_k)] {
+            let logits = Batch::dense(
+                Dims {
+                    vocab: V,
+                    k_max: KM,
+                },
+                Drafts { k: &k, ids: &c.ids },
+                &c.target,
+                Streams {
+                    seed: &[3, 4, 5],
+                    offset: &[9, 0, 1],
+                },
+            )
+            .with_draft_probs(&c.draft)
+            .with_target_logits(Logits {
+                values: &c.logits,
+                temperature: &temps,
+            });
+            let logits = match top_k {
+                Some(t) => logits.with_top_k(t),
+                None => logits,
+            };
+            let mut probs = vec![0f32; c.logits.len()];
+            for (r, (row, out)) in c.logits.chunks(V).zip(probs.chunks_mut(V)).enumerate() {
+                let b = r / (KM + 1);
+                let filter = Filter {
+                    top_k: top_k.map_or(0, |t| t[b]),
+                    ..Filter::NONE
+                };
+                let pr = Processed::of(Values::F32(row), Some(temps[b]), filter);
+                for (o, &l) in out.iter_mut().zip(row) {
+                    *o = pr.p(l);
+                }
+            }
+            let processed = Batch::dense(
+                Dims {
+                    vocab: V,
+                    k_max: KM,
+                },
+                Drafts { k: &k, ids: &c.ids },
+                &probs,
+                Streams {
+                    seed: &[3, 4, 5],
+                    offset: &[9, 0, 1],
+                },
+            )
+            .with_draft_probs(&c.draft);
+            for m in METHODS {
+                let (mut from_logits, mut from_probs) = ([0u32; 3 * KM], [0u32; 3 * KM]);
+                recovered_tokens::<K>(m, Check::STRICT, &logits, &mut from_logits).unwrap();
+                recovered_tokens::<K>(m, Check::STRICT, &processed, &mut from_probs).unwrap();
+                let what = format!("seed {seed} {m:?} top-k {}", top_k.is_some());
+                assert_eq!(from_logits, from_probs, "{what}");
+                if m == Method::Greedy {
+                    for (slot, &x) in from_logits.iter().enumerate() {
+                        let (b, j) = (slot / KM, slot % KM);
+                        let row = &probs[(b * (KM + 1) + j) * V..][..V];
+                        let best =
+                            (0..V).fold(0, |best, v| if row[v] > row[best] { v } else { best });
+                        assert_eq!(x as usize, best, "{what}: slot {slot}");
+                    }
+                }
+            }
+        }
+    }
+}
