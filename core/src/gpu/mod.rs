@@ -26,6 +26,6 @@ pub use driver::{Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, Status, Ver
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{SUPPORT, Staged, Staging};
-pub use tree::{TreeArgs, TreeGraph, TreeLaunch, TreeStaged, TreeStaging, tree_shape};
+pub use tree::{TreeArgs, TreeGraph, TreeLaunch, TreeStaging, tree_shape};
 pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, Memory, OutOfBounds, RowsView, View, ViewMut};

@@ -403,7 +403,7 @@ impl<D: Driver> Staging<D> {
         method: Method,
         batch: &Batch<'_>,
         produce: Produce,
-    ) -> Result<Staged<'_, D>, GpuError<D::Error>> {
+    ) -> Result<Staged<VerifyArgs<'_, D>>, GpuError<D::Error>> {
         validate_inputs_with::<K>(SUPPORT, batch)?;
         let split = Split::host(batch)?;
         self.write_split::<K>(drv, stream, method, batch, split, None, produce)
@@ -421,7 +421,7 @@ impl<D: Driver> Staging<D> {
         t: Split<'_, 's, D>,
         out: Option<OutViews<'s, D>>,
         produce: Produce,
-    ) -> Result<Staged<'s, D>, GpuError<D::Error>> {
+    ) -> Result<Staged<VerifyArgs<'s, D>>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
         // so a launch on what this returns stays in bounds.
@@ -473,7 +473,7 @@ impl<D: Driver> Staging<D> {
             },
         };
         let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
-        Ok(Staged(VerifyArgs {
+        Ok(Staged::new(VerifyArgs {
             capacity,
             shape,
             k: up_u32(drv, stream, buf(KS)?, batch.k())?,
@@ -533,23 +533,32 @@ pub(super) fn rows<'a, D: Driver>(
     })
 }
 
-/// Views [`Staging::write`] returned: the shape words it wrote describe exactly these views,
-/// which is the whole contract of [`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged)
-/// and [`capture_staged`](super::GpuVerifier::capture_staged) (as long as nothing else writes
-/// the buffers). Reads as the [`VerifyArgs`] it holds.
+/// Views a staging's `write` returned ([`Staging::write`]: [`VerifyArgs`];
+/// [`TreeStaging::write`](super::TreeStaging::write): [`TreeArgs`](super::TreeArgs)): the shape
+/// words it wrote describe exactly these views, which is the whole contract of the safe staged
+/// launches and captures ([`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged),
+/// [`capture_staged`](super::GpuVerifier::capture_staged),
+/// [`launch_tree_staged`](super::GpuVerifier::launch_tree_staged),
+/// [`capture_tree_staged`](super::GpuVerifier::capture_tree_staged)), as long as nothing else
+/// writes the buffers. Only a staging makes one; it reads as the args it holds.
 #[derive(Debug)]
-pub struct Staged<'a, D: Driver>(VerifyArgs<'a, D>);
+pub struct Staged<A>(A);
 
-impl<'a, D: Driver> Staged<'a, D> {
+impl<A> Staged<A> {
+    /// Views a staging wrote.
+    pub(super) fn new(args: A) -> Self {
+        Self(args)
+    }
+
     /// The views, to change them (then only the `unsafe` launch takes them).
-    pub fn into_args(self) -> VerifyArgs<'a, D> {
+    pub fn into_args(self) -> A {
         self.0
     }
 }
 
-impl<'a, D: Driver> core::ops::Deref for Staged<'a, D> {
-    type Target = VerifyArgs<'a, D>;
-    fn deref(&self) -> &VerifyArgs<'a, D> {
+impl<A> core::ops::Deref for Staged<A> {
+    type Target = A;
+    fn deref(&self) -> &A {
         &self.0
     }
 }

@@ -29,14 +29,14 @@ pub(super) mod args;
 pub(super) mod staging;
 
 pub use args::{TreeArgs, TreeLaunch};
-pub use staging::{TreeStaged, TreeStaging, tree_shape};
+pub use staging::{TreeStaging, tree_shape};
 
 use staging::TreeRows;
 
 use super::driver::Driver;
 use super::error::GpuError;
 use super::readback::read_stats;
-use super::staging::{SUPPORT, grow_host, owned_out};
+use super::staging::{SUPPORT, Staged, grow_host, owned_out};
 use super::verifier::GpuVerifier;
 use super::view::{Memory, ViewMut};
 use crate::gpu::kernels;
@@ -141,7 +141,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// Nothing but [`TreeStaging::write`] has written the staging buffers since.
     pub unsafe fn launch_tree_staged(
         &self,
-        args: &TreeStaged<'_, D>,
+        args: &Staged<TreeArgs<'_, D>>,
     ) -> Result<(), GpuError<D::Error>> {
         // SAFETY: staged views hold exactly the checked batch the shape words describe (the
         // caller vouches that nothing else wrote them).
@@ -185,7 +185,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// As [`launch_tree_staged`](GpuVerifier::launch_tree_staged), at every replay.
     pub unsafe fn capture_tree_staged<'a>(
         &self,
-        args: &TreeStaged<'a, D>,
+        args: &Staged<TreeArgs<'a, D>>,
     ) -> Result<TreeGraph<'a, D>, GpuError<D::Error>> {
         // SAFETY: as for `launch_tree_staged`, vouched for by the caller.
         unsafe { self.capture_tree(args) }

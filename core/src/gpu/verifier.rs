@@ -201,7 +201,10 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// # Safety
     /// Nothing but [`Staging::write`] has written the staging buffers since (device memory is
     /// reachable through the driver's safe calls, so the compiler cannot rule that out).
-    pub unsafe fn launch_staged(&self, args: &Staged<'_, D>) -> Result<(), GpuError<D::Error>> {
+    pub unsafe fn launch_staged(
+        &self,
+        args: &Staged<VerifyArgs<'_, D>>,
+    ) -> Result<(), GpuError<D::Error>> {
         // SAFETY: staged views hold exactly the checked batch the shape words describe (the
         // caller vouches that nothing else wrote them).
         unsafe { self.launch(args) }
@@ -218,7 +221,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// write of a batch with the graph's inputs (what `replay_staged` checks).
     pub unsafe fn capture_staged<'a>(
         &self,
-        args: &Staged<'a, D>,
+        args: &Staged<VerifyArgs<'a, D>>,
     ) -> Result<VerifyGraph<'a, D>, GpuError<D::Error>> {
         // SAFETY: as for `launch_staged`, vouched for by the caller.
         unsafe { self.capture(args) }
@@ -274,7 +277,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     pub fn replay_staged(
         &self,
         graph: &VerifyGraph<'_, D>,
-        staged: &Staged<'_, D>,
+        staged: &Staged<VerifyArgs<'_, D>>,
     ) -> Result<(), GpuError<D::Error>> {
         if staged.inputs() != graph.inputs || staged.capacity > graph.capacity {
             return Err(GpuError::GraphMismatch);

@@ -3,7 +3,7 @@
 
 use super::super::driver::Driver;
 use super::super::error::GpuError;
-use super::super::staging::{Arg, Buffers, SUPPORT, oob, per_request, rows, upload};
+use super::super::staging::{Arg, Buffers, SUPPORT, Staged, oob, per_request, rows, upload};
 use super::super::view::{Memory, View, ViewMut};
 use super::TreeOutViews;
 use super::args::TreeArgs;
@@ -198,7 +198,7 @@ impl<D: Driver> TreeStaging<D> {
         stream: &D::Stream,
         method: Method,
         batch: &TreeBatch<'_>,
-    ) -> Result<TreeStaged<'_, D>, GpuError<D::Error>> {
+    ) -> Result<Staged<TreeArgs<'_, D>>, GpuError<D::Error>> {
         validate_tree_inputs_with::<K>(SUPPORT, batch)?;
         let rows = TreeRows::host(batch)?;
         self.write_rows::<K>(drv, stream, method, batch, rows, None)
@@ -215,7 +215,7 @@ impl<D: Driver> TreeStaging<D> {
         batch: &TreeBatch<'_>,
         rows_in: TreeRows<'_, 's, D>,
         out_views: Option<TreeOutViews<'s, D>>,
-    ) -> Result<TreeStaged<'s, D>, GpuError<D::Error>> {
+    ) -> Result<Staged<TreeArgs<'s, D>>, GpuError<D::Error>> {
         // The views are sized from the slices, the kernel reads by the shape words: refuse a
         // batch whose slices do not match its shape, so a launch on what this returns stays in
         // bounds.
@@ -247,7 +247,7 @@ impl<D: Driver> TreeStaging<D> {
             Some(t) => Some(upload(drv, stream, buf(TEMP)?, t)?),
             None => None,
         };
-        Ok(TreeStaged(TreeArgs {
+        Ok(Staged::new(TreeArgs {
             capacity,
             shape: upload(drv, stream, buf(SHAPE)?, &shape)?,
             nodes: upload(drv, stream, buf(NODES)?, tree.nodes)?,
@@ -265,27 +265,5 @@ impl<D: Driver> TreeStaging<D> {
             tokens: outputs.tokens,
             temperature,
         }))
-    }
-}
-
-/// Views [`TreeStaging::write`] returned: the shape words it wrote describe exactly these
-/// views, which is the whole contract of
-/// [`GpuVerifier::launch_tree_staged`](super::super::GpuVerifier::launch_tree_staged) and
-/// [`capture_tree_staged`](super::super::GpuVerifier::capture_tree_staged) (as long as nothing
-/// else writes the buffers). Reads as the [`TreeArgs`] it holds.
-#[derive(Debug)]
-pub struct TreeStaged<'a, D: Driver>(TreeArgs<'a, D>);
-
-impl<'a, D: Driver> TreeStaged<'a, D> {
-    /// The views, to change them (then only the `unsafe` launch takes them).
-    pub fn into_args(self) -> TreeArgs<'a, D> {
-        self.0
-    }
-}
-
-impl<'a, D: Driver> core::ops::Deref for TreeStaged<'a, D> {
-    type Target = TreeArgs<'a, D>;
-    fn deref(&self) -> &TreeArgs<'a, D> {
-        &self.0
     }
 }
