@@ -13,6 +13,10 @@ race, acceptance test):
   * bytes each thread has in flight when the loop waits for its first load, and per SM at the real
     kernel's occupancy.
 
+It also compiles the tree module (core/kernels/specula_tree.cu after the chain's device functions)
+and reports its two entries' registers, spills and local-memory instructions in their row loops
+(reported only: no budget or check yet).
+
 Then a small latency/roofline model (documented in `model()` below) turns those into predicted
 microseconds and fractions of a device-to-device copy for batch 1, 64, 256 at V = 128256, k = 4 on an
 H200. The numbers are PREDICTIONS of that model, not measurements.
@@ -180,6 +184,30 @@ def build(arch, work, kernel_cache=None):
             die(f"kernel_ptx {arch}: {r.stderr.strip()}")
         log0 = run([tool("ptxas", "SPECULA_PTXAS"), f"-arch={arch}", "-v", ptx0, "-o", ptx0 + ".cubin"]).stderr
     return parse_ptxas(log), parse_ptxas(log0), parse_sass(sass)
+
+
+def build_tree(arch, work):
+    """The tree module (core/src/gpu/kernels.rs TREE_SOURCE: the chain's device functions, its
+    entries left out, then core/kernels/specula_tree.cu) with the cold-region marks: ptxas -v
+    report and SASS of its entries."""
+    ptx = os.path.join(work, f"{arch}-tree.ptx")
+    pre = os.path.join(work, "tree_pre.cuh")
+    with open(pre, "w") as f:
+        f.write("#define SPECULA_TREE_MODULE 1\n")
+    exe = os.environ.get("SPECULA_KERNEL_PTX")
+    cmd = [exe] if exe else ["cargo", "run", "-q", "-p", "specula-cuda", "--example", "kernel_ptx", "--"]
+    cmd += ["compute_" + arch.split("_")[1], ptx, "--pre", pre, "--pre",
+            os.path.join(ROOT, "core/kernels/specula_probes_pre.cuh"),
+            os.path.join(ROOT, "core/kernels/specula_tree.cu")]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if r.returncode != 0:
+        die(f"kernel_ptx {arch} (tree): {r.stderr.strip()}", 2 if r.returncode == 2 else 1)
+    cubin = ptx + ".cubin"
+    log = run([tool("ptxas", "SPECULA_PTXAS"), f"-arch={arch}", "-v", ptx, "-o", cubin]).stderr
+    cuobjdump = tool("cuobjdump", "SPECULA_CUOBJDUMP")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")
+    return parse_ptxas(log), parse_sass(run([cuobjdump, "-sass", cubin], env=env).stdout)
 
 
 def fnv1a64(data):
@@ -611,6 +639,14 @@ def main():
                 e = dict(kernel_log.get(entry, {}))
                 e["row_loops"], e["row_local"], e["row_local_cold"] = row_loops(sass.get(entry, []))
                 kern["ex"][entry] = e
+            # The tree entries (reported; not held to "no spill" yet: the binary32 entry's
+            # own row loops touch local memory).
+            tree_log, tree_sass = build_tree(arch, work)
+            kern["tree"] = {}
+            for entry in ("specula_verify_tree", "specula_verify_tree_half"):
+                e = dict(tree_log.get(entry, {}))
+                e["row_loops"], e["row_local"], e["row_local_cold"] = row_loops(tree_sass.get(entry, []))
+                kern["tree"][entry] = e
             results[arch] = (figs, kern)
 
         for arch, (figs, kern) in results.items():
@@ -635,14 +671,15 @@ def main():
                       f"{e.get('spill_st', 0)}+{e.get('spill_ld', 0)} spill bytes; "
                       f"{e['row_loops']} row loops, {e['row_local']} local-memory instructions on "
                       f"their hot paths, {e['row_local_cold']} in their cold regions")
-                # The logits entries' row loops are reported, not yet held to "no spill" (their
-                # first report with the engine inputs had not run when those were added).
-                if entry in ("specula_verify_logits", "specula_verify_split_logits"):
-                    continue
                 if not e["row_loops"]:
                     failures.append(f"{arch}: {entry} missing or without row loops")
                 if e["row_local"]:
                     failures.append(f"{arch}: {entry} spills on a row loop's hot path")
+            for entry, e in kern["tree"].items():
+                print(f"   {arch}: {entry} (reported only): {e.get('regs')} registers, "
+                      f"{e.get('spill_st', 0)}+{e.get('spill_ld', 0)} spill bytes; "
+                      f"{e['row_loops']} row loops, {e['row_local']} local-memory instructions on "
+                      f"their hot paths, {e['row_local_cold']} in their cold regions")
             print(f"{'pass':<10}{'instr/elt':>10}{'(path/elts)':>14}{'loop insns':>11}{'regs':>6}"
                   f"{'spill':>7}{'local':>7}{'B/thread':>10}{'KB/SM':>8}  budget")
             for name in PASSES:

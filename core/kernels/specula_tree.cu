@@ -705,6 +705,7 @@ extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_verify_tree(const sp_args a) { sp_tree_entry<false>(a); }
 
 // Rows of any format the shape's flags name (bf16 / f16 or binary32), through the any-format
-// passes: the same launch contract and argument block as specula_verify_tree.
-extern "C" __global__ void SP_LAUNCH_BOUNDS
+// passes: the same launch contract and argument block as specula_verify_tree. Their race needs
+// the logits entries' registers (SP_LAUNCH_BOUNDS_LOGITS, specula_verify.cu says why).
+extern "C" __global__ void SP_LAUNCH_BOUNDS_LOGITS
 specula_verify_tree_half(const sp_args a) { sp_tree_entry<true>(a); }

@@ -47,12 +47,23 @@
 #ifndef SPECULA_SPLIT_MIN_BLOCKS
 #define SPECULA_SPLIT_MIN_BLOCKS 3
 #endif
+// specula_verify_logits too: its race (sp_race_part_any, every row kind and format chosen at run
+// time) needs more than 64 registers; at 64 its row loops reloaded spilled values from local
+// memory on their hot path (scripts/kernel-report.py counts them; docs/PERFORMANCE.md). The cap
+// binds only above 3 requests per SM: specula-cuda launches this entry (one block per request)
+// from one request per SM up and the split entry below, so up to 3 per SM every block is
+// resident at once either way; above, 3 instead of 4 blocks per SM hold loads in flight.
+#ifndef SPECULA_LOGITS_MIN_BLOCKS
+#define SPECULA_LOGITS_MIN_BLOCKS 3
+#endif
 #if SPECULA_IS_HIP
 #define SP_LAUNCH_BOUNDS __launch_bounds__(SPECULA_BLOCK_THREADS)
 #define SP_LAUNCH_BOUNDS_SPLIT __launch_bounds__(SPECULA_BLOCK_THREADS)
+#define SP_LAUNCH_BOUNDS_LOGITS __launch_bounds__(SPECULA_BLOCK_THREADS)
 #else
 #define SP_LAUNCH_BOUNDS __launch_bounds__(SPECULA_BLOCK_THREADS, SPECULA_MIN_BLOCKS)
 #define SP_LAUNCH_BOUNDS_SPLIT __launch_bounds__(SPECULA_BLOCK_THREADS, SPECULA_SPLIT_MIN_BLOCKS)
+#define SP_LAUNCH_BOUNDS_LOGITS __launch_bounds__(SPECULA_BLOCK_THREADS, SPECULA_LOGITS_MIN_BLOCKS)
 #endif
 // Warps per block at the smallest warp size any target has (32); sizes the cross-warp scratch.
 #define SPECULA_MAX_WARPS (SPECULA_BLOCK_THREADS / 32)
@@ -324,6 +335,72 @@ __device__ __forceinline__ void sp_philox_ks(sp_u32 c[4], const sp_keys& ks) {
         sp_u32 n0 = hi1 ^ c[1] ^ ks.k0[round];
         sp_u32 n2 = hi0 ^ c[3] ^ ks.k1[round];
         c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+    }
+}
+
+// The race's draws: Philox4x32-10 on counter (g, (position << 2) | stream, off_lo, off_hi) with
+// the key schedule ks; c receives the output block.
+__device__ __forceinline__ void sp_race_words(sp_u32 c[4], const sp_keys& ks, sp_u32 g,
+                                              sp_u32 position, sp_u32 stream, sp_u32 off_lo,
+                                              sp_u32 off_hi) {
+    c[0] = g;
+    c[1] = (position << 2) | stream;
+    c[2] = off_lo;
+    c[3] = off_hi;
+    sp_philox_ks(c, ks);
+}
+__device__ __forceinline__ void sp_keys_init(sp_keys& ks, sp_u32 k0, sp_u32 k1, sp_u32 position,
+                                             sp_u32 off_lo, sp_u32 off_hi) {
+    (void)position;
+    (void)off_lo;
+    (void)off_hi;
+    ks = sp_key_schedule(k0, k1);
+}
+// The same draws for a row loop without registers to spare (the any-format race,
+// sp_race_part_any, compiled inside each logits entry under its register cap): the words that
+// are the same for every id (key, stream position, offset) in shared memory, read where each draw
+// needs them (volatile: not hoisted out of the loop into registers), and the round keys added on
+// the way. Without this the loop kept the 20 round keys and those words in local memory and
+// reloaded them for every draw (docs/PERFORMANCE.md, "The logits entries' spills").
+struct sp_key_shared {
+    const volatile sp_u32* w; // key k0, k1, position << 2, off_lo, off_hi
+};
+__device__ __forceinline__ void sp_keys_init(sp_key_shared& ks, sp_u32 k0, sp_u32 k1,
+                                             sp_u32 position, sp_u32 off_lo, sp_u32 off_hi) {
+    // Written by thread 0 after every thread's last read of the previous race (the block
+    // reductions that end it have barriers), read after this barrier.
+    __shared__ sp_u32 s_words[5];
+    if (threadIdx.x == 0) {
+        s_words[0] = k0;
+        s_words[1] = k1;
+        s_words[2] = position << 2;
+        s_words[3] = off_lo;
+        s_words[4] = off_hi;
+    }
+    __syncthreads();
+    ks.w = s_words;
+}
+__device__ __forceinline__ void sp_race_words(sp_u32 c[4], const sp_key_shared& ks, sp_u32 g,
+                                              sp_u32 position, sp_u32 stream, sp_u32 off_lo,
+                                              sp_u32 off_hi) {
+    (void)position;
+    (void)off_lo;
+    (void)off_hi;
+    sp_u32 k0 = ks.w[0], k1 = ks.w[1];
+    c[0] = g;
+    c[1] = ks.w[2] | stream;
+    c[2] = ks.w[3];
+    c[3] = ks.w[4];
+    // sp_philox_ks's rounds with the keys added here (its text, not a shared helper: a helper
+    // changed the plain entries' PTX).
+    for (int round = 0; round < 10; ++round) {
+        const sp_u32 hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        const sp_u32 hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        sp_u32 n0 = hi1 ^ c[1] ^ k0;
+        sp_u32 n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
     }
 }
 
@@ -1049,10 +1126,10 @@ __device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
 // One group of 4 ids (g*4 .. g*4+3) of the race, visited in increasing order; updates the thread's
 // best (key, f32 skip bound, id). d holds zeros for the plain race. P != SP_P_RAW: t holds the
 // weights (sp_weight) and sinv the row's (sp_race_sinv).
-template <sp_u32 P>
+template <sp_u32 P, class KS>
 __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4], bool residual,
                                               sp_u32 g, sp_u32 position, sp_u32 off_lo,
-                                              sp_u32 off_hi, const sp_keys& ks, double& best,
+                                              sp_u32 off_hi, const KS& ks, double& best,
                                               float& best_skip, sp_u32& best_id,
                                               const sp_soft* st, float sinv) {
     float w[4];
@@ -1063,8 +1140,8 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
         any = any || (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f));
     }
     if (!any) return; // no candidate here: the random words are not needed
-    sp_u32 c[4] = {g, (position << 2) | 1u, off_lo, off_hi};
-    sp_philox_ks(c, ks);
+    sp_u32 c[4];
+    sp_race_words(c, ks, g, position, 1u, off_lo, off_hi);
     bool open[4];
     float bound[4];
     bool need = false;
@@ -1091,8 +1168,8 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
         }
         if (!need) return;
     }
-    sp_u32 c2[4] = {g, (position << 2) | 2u, off_lo, off_hi};
-    sp_philox_ks(c2, ks);
+    sp_u32 c2[4];
+    sp_race_words(c2, ks, g, position, 2u, off_lo, off_hi);
     for (sp_u32 i = 0; i < 4u; ++i) {
         if (!open[i]) continue;
         const double wx = residual ? (double)tp[i] - (double)d[i] : (double)tp[i];
@@ -1118,10 +1195,10 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
 // the largest key's bits (0: no candidate in the block) and the lowest id holding it.
 // The row loop of the race, for a draft row (ROW: residual t - d) or none (plain, or residual
 // with a one-hot draft): two loops, so that neither branches on the kind of draft per tile.
-template <bool ROW, sp_u32 P, sp_u32 FX>
+template <bool ROW, sp_u32 P, sp_u32 FX, class KS>
 __device__ __forceinline__ void sp_race_scan(const float* trow, const float* drow, bool residual,
                                              sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
-                                             const sp_keys& ks, sp_u32 off_lo, sp_u32 off_hi,
+                                             const KS& ks, sp_u32 off_lo, sp_u32 off_hi,
                                              sp_u32 g_first, sp_u32 g_step, double& best,
                                              float& best_skip, sp_u32& best_id, const sp_soft* st) {
     const sp_u32 groups = (vocab + 3u) / 4u;
@@ -1161,7 +1238,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     }
 }
 
-template <sp_u32 P = 0u, sp_u32 FX = 0u>
+template <sp_u32 P = 0u, sp_u32 FX = 0u, class KS = sp_keys>
 __device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                              sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                              sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
@@ -1169,7 +1246,8 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
     double best = -1.0;
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
-    const sp_keys ks = sp_key_schedule(k0, k1);
+    KS ks;
+    sp_keys_init(ks, k0, k1, position, off_lo, off_hi);
     if (residual && drow != 0)
         sp_race_scan<true, P, FX>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
                                g_first, g_step, best, best_skip, best_id, st);
@@ -1220,8 +1298,9 @@ SP_NOINLINE __device__ void sp_race_part_any(const float* trow, const float* dro
     // A copy the row loop reads from registers: through the caller's reference (its stack, as
     // the state's address leaves the caller) every id would reload the state's fields.
     const sp_soft l = st;
-    sp_race_part<SP_P_ANY, SP_FX_ANY>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
-                                      off_lo, off_hi, g_first, g_step, s_red, top, id, &l);
+    sp_race_part<SP_P_ANY, SP_FX_ANY, sp_key_shared>(trow, drow, residual, onehot_id, vocab,
+                                                   position, k0, k1, off_lo, off_hi, g_first,
+                                                   g_step, s_red, top, id, &l);
 }
 // The whole race in one block (as sp_race): (1 << 32) | winner, or 0.
 __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* drow, bool residual,
@@ -1867,7 +1946,7 @@ specula_verify(const sp_args a) {
 // `sampling` (methods and filters) and `draft_first_row` (mixed drafters), and the output
 // `recovered` (sp_inputs above; each null when not used). The shape's half-precision flags apply here only. With every one of those null and no
 // half flag it is specula_verify. Same launch contract.
-extern "C" __global__ void SP_LAUNCH_BOUNDS
+extern "C" __global__ void SP_LAUNCH_BOUNDS_LOGITS
 specula_verify_logits(const sp_args a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u64 s_hist[SP_HIST_WORDS];
