@@ -43,10 +43,10 @@ use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
 use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
-    Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Feature, Filter, Half, Method,
-    Outputs, RequestPlan, RowOps, SENTINEL, ScalarOps, Streams, Support, Values, Verifier,
-    VerifyError, bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with,
-    verify_request,
+    AcceptedOut, Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method,
+    Outputs, RequestPlan, RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values,
+    Verifier, VerifyError, bf16_to_f32, validate_recovered, validate_request_with,
+    validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -713,26 +713,9 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_shape_with::<K>(Support::ALL, batch, out)?;
-        let Outputs::Host {
-            accepted,
-            tokens,
-            recovered,
-            ..
-        } = out
-        else {
-            // Refused by the validation above (`Support::ALL` reads no device memory).
-            return Err(VerifyError::Unsupported {
-                feature: Feature::Device,
-            });
-        };
-        self.verify_requests(
-            method,
-            check,
-            batch,
-            accepted,
-            tokens,
-            recovered.as_deref_mut(),
-        )?;
+        // Device outputs were refused by the validation above.
+        let (AcceptedOut(accepted), TokensOut(tokens), recovered) = out.host()?;
+        self.verify_requests(method, check, batch, accepted, tokens, recovered)?;
         let mut local = Counters::<K>::ZERO;
         for (b, &acc) in accepted.iter().enumerate() {
             // A request without drafts (k = 0) is not counted, as in the reference.

@@ -14,8 +14,8 @@
 use specula_core::Counters;
 use specula_core::gpu::{ArgBlock, ENTRY_NAMES, Entry, Family, Inputs, kernels};
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Half, Method, Outputs, Rows, Support,
-    Target, Values, Verifier, VerifyError, validate_recovered, validate_with,
+    AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Half, Method, Outputs, Rows, Support,
+    Target, TokensOut, Values, Verifier, VerifyError, validate_recovered, validate_with,
 };
 
 /// Which macro set the kernel text was compiled with.
@@ -333,16 +333,8 @@ impl<const K: usize> KernelHost<K> {
         recovered: u64,
     ) -> Result<(), KernelHostError> {
         validate_with::<K>(self.support(), method, check, batch, out)?;
-        let Outputs::Host {
-            accepted, tokens, ..
-        } = out
-        else {
-            // Refused by the validation above (`Support::ALL` reads no device memory).
-            return Err(VerifyError::Unsupported {
-                feature: Feature::Device,
-            }
-            .into());
-        };
+        // Device outputs were refused by the validation above.
+        let (AcceptedOut(accepted), TokensOut(tokens), _) = out.host()?;
         let b = batch.requests();
         let mut shape =
             kernels::batch_shape::<K>(method, batch).map_err(|_| KernelHostError::TooLarge)?;

@@ -303,17 +303,8 @@ pub fn verify_batch<const K: usize>(
     counters: &mut Counters<K>,
 ) -> Result<(), VerifyError> {
     validate_with::<K>(Support::ALL, method, check, batch, out)?;
-    let Outputs::Host {
-        accepted,
-        tokens,
-        recovered,
-    } = out
-    else {
-        // Refused by the validation above (`Support::ALL` reads no device memory).
-        return Err(VerifyError::Unsupported {
-            feature: Feature::Device,
-        });
-    };
+    // Device outputs were refused by the validation above.
+    let (AcceptedOut(accepted), TokensOut(tokens), recovered) = out.host()?;
     let width = batch.k_max + 1;
     for (b, (acc, row)) in accepted
         .iter_mut()
@@ -328,7 +319,7 @@ pub fn verify_batch<const K: usize>(
             debug_assert!(recorded.is_ok());
         }
     }
-    if let Some(recovered) = recovered.as_deref_mut() {
+    if let Some(recovered) = recovered {
         // The reference recomputes every slot with `recovered_at` (the definition itself);
         // backends may reuse what verification already reduced.
         fill_recovered(&ScalarOps, method, batch, recovered);

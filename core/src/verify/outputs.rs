@@ -129,6 +129,32 @@ impl<'a> Outputs<'a> {
         }
     }
 
+    /// The host slices (`accepted`, `tokens`, `recovered` when asked for), named so they cannot
+    /// be swapped: what a host verifier writes after validation. Device outputs are
+    /// [`VerifyError::Unsupported`] with [`Feature::Device`](super::Feature::Device) (what
+    /// validation without [`Support::device`](super::Support::device) refuses them with).
+    ///
+    /// # Errors
+    /// [`VerifyError::Unsupported`] for outputs on the device.
+    pub fn host(
+        &mut self,
+    ) -> Result<(AcceptedOut<'_>, TokensOut<'_>, Option<&mut [u32]>), VerifyError> {
+        match self {
+            Self::Host {
+                accepted,
+                tokens,
+                recovered,
+            } => Ok((
+                AcceptedOut(accepted),
+                TokensOut(tokens),
+                recovered.as_deref_mut(),
+            )),
+            Self::Device { .. } => Err(VerifyError::Unsupported {
+                feature: super::Feature::Device,
+            }),
+        }
+    }
+
     /// What these buffers ask a step to produce.
     #[must_use]
     pub fn produce(&self) -> Produce {

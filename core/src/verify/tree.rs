@@ -64,9 +64,9 @@ pub use validate::{
 };
 
 use super::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Format, Logits, Method, Param, RaceRng, RowOps,
-    Rows, SENTINEL, ScalarOps, Softmax, Streams, Strides, Support, Target, Tensor, Values,
-    VerifyError, race,
+    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Format, Logits, Method, Param,
+    RaceRng, RowOps, Rows, SENTINEL, ScalarOps, Softmax, Streams, Strides, Support, Target, Tensor,
+    TokensOut, Values, VerifyError, race,
 };
 use crate::metrics::Counters;
 use crate::verify::exponential::uniform53;
@@ -638,17 +638,8 @@ pub fn verify_tree_batch<const K: usize>(
     counters: &mut Counters<K>,
 ) -> Result<(), VerifyError> {
     validate_tree::<K>(method, check, batch, out)?;
-    let TreeOutputs::Host {
-        accepted,
-        path,
-        tokens,
-    } = out
-    else {
-        // Refused by the validation above (the reference reads no device memory).
-        return Err(VerifyError::Unsupported {
-            feature: Feature::Device,
-        });
-    };
+    // Device outputs were refused by the validation above.
+    let (AcceptedOut(accepted), PathOut(path), TokensOut(tokens)) = out.host()?;
     let width = batch.max_depth + 1;
     for (b, ((acc, path), tokens)) in accepted
         .iter_mut()

@@ -487,3 +487,45 @@ fn half_logits_pass_the_gpu_support_and_half_rows_widen_exactly() {
     Values::F32(&[3.0, 4.0, 5.0]).widen_into(&mut w);
     assert_eq!(w, [3.0, 4.0, 5.0]);
 }
+
+/// `host()`: host outputs' slices in their named places, device outputs refused as host
+/// verifiers refuse them (`Unsupported { Device }`), chain and tree.
+#[test]
+fn host_slices_of_outputs_and_the_device_refusal() {
+    let device = Err(VerifyError::Unsupported {
+        feature: Feature::Device,
+    });
+    let (mut acc, mut tok, mut rec) = ([1u32; 2], [2u32; 6], [3u32; 4]);
+    let mut out = Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok)).with_recovered(&mut rec);
+    let (AcceptedOut(a), TokensOut(t), r) = out.host().unwrap();
+    assert_eq!((a.len(), a[0], t.len(), t[0]), (2, 1, 6, 2));
+    assert_eq!(r.map(|r| (r.len(), r[0])), Some((4, 3)));
+    let mut out = Outputs::new(AcceptedOut(&mut acc), TokensOut(&mut tok));
+    assert!(
+        out.host().unwrap().2.is_none(),
+        "no recovered tokens asked for"
+    );
+    let (mut d1, mut d2) = (bytes(8), bytes(24));
+    let mut dev = Outputs::on_device(DeviceOutputs {
+        accepted: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d1, 0, 2).unwrap()),
+        tokens: DeviceOut::new(ViewMut::<Mem, u32>::range(&mut d2, 0, 6).unwrap()),
+        recovered: None,
+    });
+    assert_eq!(dev.host().map(|_| ()), device);
+
+    let (mut path, mut tokens) = ([4u32; 6], [5u32; 6]);
+    let mut out = TreeOutputs::new(
+        AcceptedOut(&mut acc),
+        PathOut(&mut path),
+        TokensOut(&mut tokens),
+    );
+    let (AcceptedOut(a), PathOut(p), TokensOut(t)) = out.host().unwrap();
+    assert_eq!((a[0], p[0], t[0]), (1, 4, 5));
+    let (mut d1, mut d2, mut d3) = (bytes(8), bytes(24), bytes(24));
+    let mut dev = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d1)),
+        path: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d2)),
+        tokens: DeviceOut::new(ViewMut::<Mem, u32>::new(&mut d3)),
+    });
+    assert_eq!(dev.host().map(|_| ()), device);
+}

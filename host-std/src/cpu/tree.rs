@@ -10,11 +10,12 @@ use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    TreeBatch, TreeOps, TreeOutputs, excluding_weight, speculative_residual, validate_tree_request,
-    validate_tree_shape_with, verify_tree_request,
+    PathOut, TreeBatch, TreeOps, TreeOutputs, excluding_weight, speculative_residual,
+    validate_tree_request, validate_tree_shape_with, verify_tree_request,
 };
 use specula_core::verify::{
-    Check, Cut, Feature, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, VerifyError,
+    AcceptedOut, Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, TokensOut,
+    VerifyError,
 };
 use std::cell::Cell;
 use widen::Widening;
@@ -398,18 +399,8 @@ impl<const K: usize> CpuVerifier<K> {
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), VerifyError> {
         validate_tree_shape_with::<K>(Support::CPU, batch, out)?;
-        let TreeOutputs::Host {
-            accepted,
-            path,
-            tokens,
-            ..
-        } = out
-        else {
-            // Refused by the validation above (`Support::CPU` reads no device memory).
-            return Err(VerifyError::Unsupported {
-                feature: Feature::Device,
-            });
-        };
+        // Device outputs were refused by the validation above.
+        let (AcceptedOut(accepted), PathOut(path), TokensOut(tokens)) = out.host()?;
         let n = batch.requests();
         let width = batch.max_depth + 1;
         let mut depths = vec![0usize; n];

@@ -325,6 +325,26 @@ impl<'a> TreeOutputs<'a> {
         }
     }
 
+    /// The host slices, named so they cannot be swapped: what a host verifier writes after
+    /// validation. Device outputs are [`VerifyError::Unsupported`] with
+    /// [`Feature::Device`](crate::verify::Feature::Device) (what validation without
+    /// [`Support::device`](crate::verify::Support::device) refuses them with).
+    ///
+    /// # Errors
+    /// [`VerifyError::Unsupported`] for outputs on the device.
+    pub fn host(&mut self) -> Result<(AcceptedOut<'_>, PathOut<'_>, TokensOut<'_>), VerifyError> {
+        match self {
+            Self::Host {
+                accepted,
+                path,
+                tokens,
+            } => Ok((AcceptedOut(accepted), PathOut(path), TokensOut(tokens))),
+            Self::Device { .. } => Err(VerifyError::Unsupported {
+                feature: crate::verify::Feature::Device,
+            }),
+        }
+    }
+
     /// Outputs in device memory, in the host outputs' layout: a GPU verifier's launch writes
     /// them in place, so the step makes no copy down and no synchronising call (the kernel's
     /// error flags are then not read back: a batch that passed validation raises none), as
