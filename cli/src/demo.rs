@@ -21,7 +21,7 @@ use specula::specula_core::metrics::{
     Advice, AdviceError, CostMeter, CostModel, StepTiming, TreeCostModel, advise, advise_tree,
 };
 use specula::specula_core::verify::{
-    Batch, Check, Dims, Drafts, Logits, Method, Streams, Verifier,
+    Batch, Check, Dims, Drafts, Filter, Logits, Method, Param, Streams, Verifier,
 };
 use specula::specula_core::{
     Clock, Counters, Extremes, FinishedRequests, Readback, RequestAcceptance,
@@ -110,12 +110,8 @@ pub struct Sampling {
     /// Hand the target rows over as logits (`ln p`) with this temperature (`≥ 0`; `0`:
     /// every request greedy). `None`: as probabilities (temperature 1).
     pub temperature: Option<f32>,
-    /// Per-request top-k of every sampled request (`0`: off).
-    pub top_k: u32,
-    /// Per-request top-p (`(0, 1]`; `1`: off).
-    pub top_p: f32,
-    /// Per-request min-p (`[0, 1]`; `0`: off).
-    pub min_p: f32,
+    /// The filter of every request (top-k, top-p, min-p; [`Filter::NONE`]: off).
+    pub filter: Filter,
     /// The first this many requests of the batch are greedy (temperature 0, an argmax
     /// drafter), the others sampled: one batch, one call. Implies logits.
     pub greedy_requests: usize,
@@ -125,9 +121,7 @@ impl Default for Sampling {
     fn default() -> Self {
         Self {
             temperature: None,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
+            filter: Filter::NONE,
             greedy_requests: 0,
         }
     }
@@ -137,7 +131,7 @@ impl Sampling {
     /// Whether a filter is on.
     #[must_use]
     pub fn filters(&self) -> bool {
-        self.top_k != 0 || self.top_p < 1.0 || self.min_p > 0.0
+        self.filter.is_active()
     }
 
     /// Whether the target rows are handed over as logits.
@@ -154,11 +148,12 @@ impl Sampling {
         {
             return Err(format!("temperature must be finite and ≥ 0, got {t}"));
         }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top-p must be in (0, 1], got {}", self.top_p));
-        }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(format!("min-p must be in [0, 1], got {}", self.min_p));
+        let f = self.filter;
+        match f.out_of_range() {
+            None => {}
+            Some(Param::TopP) => return Err(format!("top-p must be in (0, 1], got {}", f.top_p)),
+            Some(Param::MinP) => return Err(format!("min-p must be in [0, 1], got {}", f.min_p)),
+            Some(p) => return Err(format!("{p:?} is out of its range")),
         }
         if self.greedy_requests > batch {
             return Err(format!(
@@ -540,9 +535,7 @@ struct ChainStep<V> {
     target_probs: Vec<f32>,
     target_logits: Vec<f32>,
     temperatures: Vec<f32>,
-    top_k: Vec<u32>,
-    top_p: Vec<f32>,
-    min_p: Vec<f32>,
+    filters: Vec<Filter>,
     /// The step's outputs, sized from its batch.
     out: OutputBuffers,
     ctx: Vec<u32>,
@@ -576,9 +569,7 @@ impl<V: Verifier<MAX_K>> ChainStep<V> {
                     }
                 })
                 .collect(),
-            top_k: vec![sampling.top_k; b],
-            top_p: vec![sampling.top_p; b],
-            min_p: vec![sampling.min_p; b],
+            filters: vec![sampling.filter; b],
             out: OutputBuffers::new(),
             ctx: Vec::new(),
             phases: (0, 0, 0),
@@ -662,10 +653,7 @@ impl<V: Verifier<MAX_K>> Step for ChainStep<V> {
             });
         }
         if sampling.filters() {
-            batch = batch
-                .with_top_k(&self.top_k)
-                .with_top_p(&self.top_p)
-                .with_min_p(&self.min_p);
+            batch = batch.with_filters(&self.filters);
         }
         let verified = self
             .verifier

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use specula::log_sink::{LineLogger, MIN_PERIOD};
 use specula::shutdown::{Reason, Shutdown};
 use specula::specula_core::ErrorKind;
-use specula::specula_core::verify::Method;
+use specula::specula_core::verify::{Filter, Method};
 use specula::{BackendError, BackendKind, BackendSpec};
 use std::io::{IsTerminal, Write as _};
 use std::net::SocketAddr;
@@ -496,9 +496,10 @@ fn demo_config(a: &DemoArgs, shutdown: &Shutdown) -> Result<DemoConfig, CliError
         shutdown: shutdown.clone(),
         sampling: demo::Sampling {
             temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            min_p: a.min_p,
+            filter: Filter::NONE
+                .with_top_k(a.top_k)
+                .with_top_p(a.top_p)
+                .with_min_p(a.min_p),
             greedy_requests: a.greedy_requests.into(),
         },
         tree: a.tree,

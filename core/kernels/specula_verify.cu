@@ -117,7 +117,7 @@ struct sp_args {
     const float* target_logits; // target logits (f32, or bf16 / f16 by the flags); null: probs
     const float* temperature;   // per-request temperature, with target_logits
     const sp_u32* sampling;     // per-request sampling words (SP_SAMPLING_WORDS each: method
-                                // code, top-k, top-p and min-p bits); null: the shape word's
+                                // code, then the filter, sp_filter); null: the shape word's
                                 // method, no filter
     sp_u32* recovered;          // out: vLLM's recovered tokens; null: not written
     const sp_u32* draft_first_row; // mixed drafters: request b's first draft row, SP_SENTINEL
@@ -1541,15 +1541,59 @@ __device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bo
     return true;
 }
 
+// A request's sampling filter (core/src/verify/filter.rs, `Filter`; DETERMINISM.md "Sampling
+// filters"): the one value a sampling parameter lives in, read from the request's sampling
+// words (u32 x SP_SAMPLING_WORDS: the method code, then `Filter::words`: top_k (0 off), top_p's
+// bits (in (0, 1], 1 off), min_p's bits (in [0, 1], 0 off)).
+#define SP_SAMPLING_WORDS 4u
+#define SP_SAMPLING_METHOD 0u
+#define SP_SAMPLING_TOP_K 1u
+#define SP_SAMPLING_TOP_P 2u
+#define SP_SAMPLING_MIN_P 3u
+struct sp_filter {
+    sp_u32 top_k;
+    float top_p;
+    float min_p;
+};
+__device__ __forceinline__ sp_filter sp_filter_none() {
+    sp_filter f;
+    f.top_k = 0u;
+    f.top_p = 1.0f;
+    f.min_p = 0.0f;
+    return f;
+}
+__device__ __forceinline__ sp_filter sp_filter_from(const sp_u32* w) {
+    sp_filter f;
+    f.top_k = w[SP_SAMPLING_TOP_K];
+    f.top_p = sp_f(w[SP_SAMPLING_TOP_P]);
+    f.min_p = sp_f(w[SP_SAMPLING_MIN_P]);
+    return f;
+}
+// Whether any part is on (`Filter::is_active`).
+__device__ __forceinline__ bool sp_filter_on(const sp_filter& f) {
+    return f.top_k != 0u || f.top_p < 1.0f || f.min_p > 0.0f;
+}
+// Whether every part is in its range, NaN failing (`Filter::out_of_range` is none).
+__device__ __forceinline__ bool sp_filter_ok(const sp_filter& f) {
+    return f.top_p > 0.0f && f.top_p <= 1.0f && f.min_p >= 0.0f && f.min_p <= 1.0f;
+}
+
 // The state of one target row as the method reads it (sp_soft, computed over the whole row by
 // every thread of the block, every thread gets it): logits at T > 0, the softmax maximum and
 // either the exact sum (no filter: SP_P_SOFT, the code without filters) or the filter's
 // threshold and kept mass; probabilities with a filter, the threshold and kept mass
 // (SP_P_CUT); otherwise the stored values (SP_P_RAW). lg: logits at T = t > 0.
 template <sp_u32 FX>
-SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool lg, float t, sp_u32 topk,
-                                float topp, float minp, sp_u32 tf, sp_u32 df, sp_u64* hist,
-                                sp_u64* s_red) {
+SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool lg, float t,
+                                sp_u32 top_k, float top_p, float min_p, sp_u32 tf, sp_u32 df,
+                                sp_u64* hist, sp_u64* s_red) {
+    // The filter's parts come as scalars: passed whole (by value, or as the sampling words'
+    // address) ptxas spilled more around this call in specula_verify_split_logits (300+460
+    // spill bytes became 320+660 / 300+624 on sm_90, kernel-report.py).
+    sp_filter flt;
+    flt.top_k = top_k;
+    flt.top_p = top_p;
+    flt.min_p = min_p;
     sp_soft st;
     st.t = lg ? t : 1.0f;
     st.m = 0.0f;
@@ -1558,7 +1602,7 @@ SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool
     st.kind = SP_P_RAW;
     st.tf = tf;
     st.df = df;
-    const bool filt = topk != 0u || topp < 1.0f || minp > 0.0f;
+    const bool filt = sp_filter_on(flt);
     if (!lg && !filt) return st;
     if (lg) {
         st.m = sp_max_of_key(sp_softmax_max_part<FX>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf));
@@ -1571,20 +1615,20 @@ SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool
         }
     }
     sp_u32 theta = 0u;
-    if (minp > 0.0f) {
+    if (flt.min_p > 0.0f) {
         sp_u64 o[4];
         sp_filter_pass<FX>(row, vocab, st, lg, SP_FP_MAX, 0u, 0u, 0u, hist, s_red, o);
-        theta = sp_wkey(minp * __uint_as_float((sp_u32)o[0]));
+        theta = sp_wkey(flt.min_p * __uint_as_float((sp_u32)o[0]));
     }
     sp_u128 f;
-    if (topk != 0u) {
+    if (flt.top_k != 0u) {
         sp_u32 tk = 0u;
-        if (sp_descend<FX>(row, vocab, st, lg, 0u, false, topk, 0.0, hist, s_red, tk, f))
+        if (sp_descend<FX>(row, vocab, st, lg, 0u, false, flt.top_k, 0.0, hist, s_red, tk, f))
             theta = tk > theta ? tk : theta;
     }
     sp_u128 kept = sp_filter_mass<FX>(row, vocab, st, lg, theta, hist, s_red);
-    if (topp < 1.0f && (kept.lo | kept.hi) != 0ull) {
-        const double target = (double)topp * sp_u128_f64(kept);
+    if (flt.top_p < 1.0f && (kept.lo | kept.hi) != 0ull) {
+        const double target = (double)flt.top_p * sp_u128_f64(kept);
         sp_u32 tp = 0u;
         if (sp_descend<FX>(row, vocab, st, lg, theta, true, 0u, target, hist, s_red, tp, f)) {
             theta = tp;
@@ -1601,17 +1645,12 @@ SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool
 // The logits entries' trailing inputs (core/src/kernels.rs, VERIFY_LOGITS_ENTRY), all null in
 // the other entries (the compiler then removes every path that reads them):
 //   sampling  (u32 x SP_SAMPLING_WORDS x B): request b's words at b * SP_SAMPLING_WORDS: its
-//             method code (SP_METHOD_*), top_k (0 off), top_p's bits (in (0, 1], 1 off),
-//             min_p's bits (in [0, 1], 0 off); null: the shape word's method, no filter;
+//             method code (SP_METHOD_*), then its filter (sp_filter); null: the shape word's
+//             method, no filter;
 //   recovered (u32, one per draft slot): vLLM's recovered_token_ids (DETERMINISM.md); null: not
 //             written;
 //   draft_first_row (u32 x B): mixed drafters, request b's first draft row, SP_SENTINEL for a
 //             one-hot drafter's request; null: the layout's rows.
-#define SP_SAMPLING_WORDS 4u
-#define SP_SAMPLING_METHOD 0u
-#define SP_SAMPLING_TOP_K 1u
-#define SP_SAMPLING_TOP_P 2u
-#define SP_SAMPLING_MIN_P 3u
 struct sp_inputs {
     const sp_u32* sampling;
     sp_u32* recovered;
@@ -1651,33 +1690,18 @@ __device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
     const sp_u32 d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
     return (flags & ~SP_FLAGS_ALL) == 0u && (flags & t) != t && (flags & d) != d;
 }
-// A request's error bit from the logits entries' inputs (0: fine): a method code above 2,
-// top_p outside (0, 1] or min_p outside [0, 1] (NaN included) skip the request (SP_ERR_PARAM).
+// A request's error bit from the logits entries' inputs (0: fine): a method code above 2 or a
+// filter out of its range (sp_filter_ok) skip the request (SP_ERR_PARAM).
 __device__ __forceinline__ sp_u32 sp_inputs_error(const sp_inputs& in, sp_u32 b) {
     const sp_u32* const w = sp_sampling_of(in, b);
     if (w == 0) return 0u;
-    const float top_p = sp_f(w[SP_SAMPLING_TOP_P]), min_p = sp_f(w[SP_SAMPLING_MIN_P]);
     if (w[SP_SAMPLING_METHOD] > SP_METHOD_TYPICAL) return SP_ERR_PARAM;
-    if (!(top_p > 0.0f && top_p <= 1.0f)) return SP_ERR_PARAM;
-    if (!(min_p >= 0.0f && min_p <= 1.0f)) return SP_ERR_PARAM;
-    return 0u;
+    return sp_filter_ok(sp_filter_from(w)) ? 0u : SP_ERR_PARAM;
 }
-// Request b's filter (the neutral values where a pointer is null).
-struct sp_filter {
-    sp_u32 top_k;
-    float top_p;
-    float min_p;
-};
+// Request b's filter (none where the entry has no sampling words).
 __device__ __forceinline__ sp_filter sp_filter_of(const sp_inputs& in, sp_u32 b) {
-    sp_filter f;
     const sp_u32* const w = sp_sampling_of(in, b);
-    f.top_k = w != 0 ? w[SP_SAMPLING_TOP_K] : 0u;
-    f.top_p = w != 0 ? sp_f(w[SP_SAMPLING_TOP_P]) : 1.0f;
-    f.min_p = w != 0 ? sp_f(w[SP_SAMPLING_MIN_P]) : 0.0f;
-    return f;
-}
-__device__ __forceinline__ bool sp_filter_on(const sp_filter& f) {
-    return f.top_k != 0u || f.top_p < 1.0f || f.min_p > 0.0f;
+    return w != 0 ? sp_filter_from(w) : sp_filter_none();
 }
 // A skipped request's recovered slots: the sentinel, padded (k_max slots) or ragged (its kb
 // slots, when kb is within k_max: a decreasing cumulative count leaves them alone).
@@ -1773,7 +1797,7 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
     const bool soft = lg && temp > 0.0f;
     // The logits entry: request b's own method, and its filter (not at T = 0: greedy on the
     // logits); `proc`: its rows need a state (softmax and / or filter) before any value.
-    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter{0u, 1.0f, 0.0f};
+    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter_none();
     const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
                                     : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
@@ -2038,7 +2062,7 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     const bool lg = logits != 0;
     const float temp = lg ? temperature[b] : 0.0f;
     const bool soft = lg && temp > 0.0f;
-    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter{0u, 1.0f, 0.0f};
+    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter_none();
     const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
     const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
                                     : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);

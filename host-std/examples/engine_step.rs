@@ -17,7 +17,7 @@ use specula::backend::Backend;
 use specula::candle::{Request, Sampling, Step, TargetTensor};
 use specula::candle_core::{DType, Device, Tensor};
 use specula::prom::{Options, SpecCollector};
-use specula::specula_core::verify::{Check, Method};
+use specula::specula_core::verify::{Check, Filter, Method};
 use specula::{AnyReadback, Slots, StdClock, Ticker, shutdown, wire_ranks};
 use std::error::Error;
 use std::io::{Read, Write};
@@ -117,8 +117,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         draft,
         sampling: Sampling {
             temperature,
-            top_p,
-            ..Sampling::DEFAULT
+            filter: Filter::NONE.with_top_p(top_p),
         },
         seed,
         offset: 0,

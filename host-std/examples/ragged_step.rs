@@ -16,8 +16,8 @@ use specula::cpu::CpuVerifier;
 use specula::half::bf16;
 use specula::half_tensors;
 use specula::specula_core::verify::{
-    Batch, Check, HalfLogits, Method, RaggedDrafts, Streams, advance_offsets, to_vllm_recovered,
-    to_vllm_tokens,
+    Batch, Check, Filter, HalfLogits, Method, RaggedDrafts, Streams, advance_offsets,
+    to_vllm_recovered, to_vllm_tokens,
 };
 
 const V: usize = 8;
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     // Request 0: T = 0.7, top-p 0.9; request 1: greedy (T = 0); request 2: T = 1, no filter.
     let temperature = [0.7f32, 0.0, 1.0];
-    let top_p = [0.9f32, 1.0, 1.0];
+    let filters = [Filter::NONE.with_top_p(0.9), Filter::NONE, Filter::NONE];
     // Draft rows (5, one per draft token): request 0's drafter probabilities (k = 3),
     // request 1's n-gram drafter as one-hot rows (k = 2); request 2 has none (k = 0).
     let mut draft = Vec::new();
@@ -130,7 +130,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         values: half_tensors::bf16(&logits),
         temperature: &temperature,
     })
-    .with_top_p(&top_p)
+    .with_filters(&filters)
     .with_draft_probs(&draft);
     // With vLLM's recovered_token_ids: one per draft token (ragged: num_tokens = cu[B−1] = 5).
     let mut out = OutputBuffers::new().with_recovered();

@@ -54,8 +54,8 @@ use crate::cpu::CpuVerifier;
 use crate::half_tensors;
 use candle_core::{CpuStorage, DType, Device, DeviceLocation, Storage, Tensor};
 use specula_core::verify::{
-    Batch, Check, Method, NO_DRAFT_ROWS, RaggedDrafts, Rows, SENTINEL, Streams, Target, Verifier,
-    VerifyError, to_vllm_tokens,
+    Batch, Check, Filter, Method, NO_DRAFT_ROWS, RaggedDrafts, Rows, SENTINEL, Streams, Target,
+    Verifier, VerifyError, to_vllm_tokens,
 };
 use std::fmt;
 use std::sync::RwLockReadGuard;
@@ -496,27 +496,21 @@ pub fn ids(t: &Tensor, role: Role) -> Result<TensorIds<'_>, TensorError> {
     })
 }
 
-/// A request's sampling parameters (see [`Batch::with_top_k`] and the like). The default
-/// samples at temperature 1 without filters.
+/// A request's sampling parameters: its temperature and its [`Filter`] (top-k, top-p, min-p,
+/// see [`Batch::with_filters`]). The default samples at temperature 1 without a filter.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sampling {
     /// Temperature applied to the target logits (`0`: greedy); ignored for probabilities.
     pub temperature: f32,
-    /// Top-k (`0`: off).
-    pub top_k: u32,
-    /// Top-p in `(0, 1]` (`1`: off).
-    pub top_p: f32,
-    /// Min-p in `[0, 1]` (`0`: off).
-    pub min_p: f32,
+    /// The sampling filter ([`Filter::NONE`]: off).
+    pub filter: Filter,
 }
 
 impl Sampling {
     /// Temperature 1, no filter.
     pub const DEFAULT: Self = Self {
         temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
+        filter: Filter::NONE,
     };
 
     /// Temperature 0: greedy on the logits, whatever the method.
@@ -706,9 +700,7 @@ pub struct Step {
     cu: Vec<u32>,
     ids: Vec<u32>,
     temperature: Vec<f32>,
-    top_k: Vec<u32>,
-    top_p: Vec<f32>,
-    min_p: Vec<f32>,
+    filters: Vec<Filter>,
     seed: Vec<u64>,
     offset: Vec<u64>,
     /// Each request's first row in the draft tensor, [`NO_DRAFT_ROWS`] for none.
@@ -739,12 +731,10 @@ impl Step {
 
     /// Forgets the requests and outputs, keeping the buffers.
     pub fn clear(&mut self) {
-        for v in [&mut self.cu, &mut self.ids, &mut self.top_k] {
-            v.clear();
-        }
-        for v in [&mut self.temperature, &mut self.top_p, &mut self.min_p] {
-            v.clear();
-        }
+        self.cu.clear();
+        self.ids.clear();
+        self.temperature.clear();
+        self.filters.clear();
         self.seed.clear();
         self.offset.clear();
         self.first_row.clear();
@@ -760,9 +750,7 @@ impl Step {
         self.cu
             .push(u32::try_from(self.ids.len()).unwrap_or(u32::MAX));
         self.temperature.push(r.sampling.temperature);
-        self.top_k.push(r.sampling.top_k);
-        self.top_p.push(r.sampling.top_p);
-        self.min_p.push(r.sampling.min_p);
+        self.filters.push(r.sampling.filter);
         self.seed.push(r.seed);
         self.offset.push(r.offset);
         if r.draft_rows {
@@ -883,9 +871,7 @@ impl Step {
             },
         )
         .with_target(target)
-        .with_top_k(&self.top_k)
-        .with_top_p(&self.top_p)
-        .with_min_p(&self.min_p);
+        .with_filters(&self.filters);
         if let Some(d) = d_rows {
             batch = if self.first_row.contains(&NO_DRAFT_ROWS) {
                 batch.with_mixed_drafters(d, &self.first_row)

@@ -947,11 +947,10 @@ mod tests {
                     _ => ((next() >> 40) as f32 / (1u64 << 24) as f32).powi(3),
                 })
                 .collect();
-            let f = Filter {
-                top_k: [0, 1, 5, 50, 2000][(next() % 5) as usize],
-                top_p: [1.0, 0.9, 0.5, 0.01][(next() % 4) as usize],
-                min_p: [0.0, 0.01, 0.3][(next() % 3) as usize],
-            };
+            let f = Filter::NONE
+                .with_top_k([0, 1, 5, 50, 2000][(next() % 5) as usize])
+                .with_top_p([1.0, 0.9, 0.5, 0.01][(next() % 4) as usize])
+                .with_min_p([0.0, 0.01, 0.3][(next() % 3) as usize]);
             assert_eq!(
                 cut_of(&w, f, &mut Vec::new()),
                 Cut::of(&w[..], f),
@@ -973,10 +972,11 @@ mod tests {
             s ^= s << 17;
             ((s >> 40) as f32 + 1.0) / 16_777_216.0
         };
-        let f = |top_k, top_p, min_p| Filter {
-            top_k,
-            top_p,
-            min_p,
+        let f = |top_k, top_p, min_p| {
+            Filter::NONE
+                .with_top_k(top_k)
+                .with_top_p(top_p)
+                .with_min_p(min_p)
         };
         let filters = [
             f(0, 0.9, 0.0),

@@ -19,7 +19,7 @@
 
 use specula::cpu::CpuVerifier;
 use specula_core::verify::{
-    AcceptedOut, Check, Half, HalfLogits, Method, Outputs, TokensOut, draft_slots,
+    AcceptedOut, Check, Filter, Half, HalfLogits, Method, Outputs, TokensOut, draft_slots,
 };
 use specula_tests::bench_step::{Step, per_call_s, thread_cpu_s};
 use specula_tests::conformance::Gen;
@@ -45,15 +45,14 @@ fn main() {
             // tokens of accepted positions cost the most).
             let step = Step::new(&mut g, b, vocab, K, T);
             let (lb, temps) = (&step.logits_bf16, &step.temps);
-            let (top_k, top_p) = (vec![50u32; b], vec![0.9f32; b]);
+            let filters = vec![Filter::NONE.with_top_k(50).with_top_p(0.9); b];
             let base = step.batch();
             let filtered = base
                 .with_target_logits_half(HalfLogits {
                     values: Half::Bf16(lb),
                     temperature: temps,
                 })
-                .with_top_k(&top_k)
-                .with_top_p(&top_p);
+                .with_filters(&filters);
             for (name, batch) in [("probabilities f32", base), ("bf16 top-k/top-p", filtered)] {
                 for method in [Method::Rejection, Method::Greedy] {
                     let mut accepted = vec![0u32; b];

@@ -28,7 +28,7 @@
 //! spawned its threads per call would time the spawns), both timed in wall time.
 
 use specula::cpu::CpuVerifier;
-use specula_core::verify::{Batch, Check, Half, HalfLogits, Logits, Method, Outputs};
+use specula_core::verify::{Check, Filter, Half, HalfLogits, Logits, Method, Outputs};
 use specula_tests::bench_read::ReadPool;
 use specula_tests::bench_step::{Step, per_call_s, thread_cpu_s};
 use specula_tests::conformance::Gen;
@@ -51,11 +51,6 @@ fn per_call_wall_s(mut f: impl FnMut()) -> f64 {
             return spent / n as f64;
         }
     }
-}
-
-/// `x` with top-k and top-p.
-fn top_k_p<'a>(x: Batch<'a>, top_k: &'a [u32], top_p: &'a [f32]) -> Batch<'a> {
-    x.with_top_k(top_k).with_top_p(top_p)
 }
 
 fn main() {
@@ -116,7 +111,10 @@ fn main() {
                 let (logits, probs, draft, temps) =
                     (&step.logits, &step.probs, &step.draft, &step.temps);
                 let lb_bits = &step.logits_bf16;
-                let (top_k, top_p, min_p) = (vec![50u32; b], vec![0.9f32; b], vec![0.05f32; b]);
+                let f = Filter::NONE;
+                let top_k_p = vec![f.with_top_k(50).with_top_p(0.9); b];
+                let top_p = vec![f.with_top_p(0.9); b];
+                let min_p = vec![f.with_min_p(0.05); b];
                 let base = step.batch();
                 let f32_logits = base.with_target_logits(Logits {
                     values: logits,
@@ -134,17 +132,17 @@ fn main() {
                 );
                 let cases = [
                     (names[0], base, f32_bytes),
-                    (names[1], top_k_p(base, &top_k, &top_p), f32_bytes),
-                    (names[2], base.with_top_p(&top_p), f32_bytes),
-                    (names[3], base.with_min_p(&min_p), f32_bytes),
+                    (names[1], base.with_filters(&top_k_p), f32_bytes),
+                    (names[2], base.with_filters(&top_p), f32_bytes),
+                    (names[3], base.with_filters(&min_p), f32_bytes),
                     (names[4], f32_logits, f32_bytes),
                     (names[5], bf16_logits, bf16_bytes),
-                    (names[6], f32_logits.with_top_p(&top_p), f32_bytes),
-                    (names[7], top_k_p(f32_logits, &top_k, &top_p), f32_bytes),
-                    (names[8], f32_logits.with_min_p(&min_p), f32_bytes),
-                    (names[9], bf16_logits.with_top_p(&top_p), bf16_bytes),
-                    (names[10], top_k_p(bf16_logits, &top_k, &top_p), bf16_bytes),
-                    (names[11], bf16_logits.with_min_p(&min_p), bf16_bytes),
+                    (names[6], f32_logits.with_filters(&top_p), f32_bytes),
+                    (names[7], f32_logits.with_filters(&top_k_p), f32_bytes),
+                    (names[8], f32_logits.with_filters(&min_p), f32_bytes),
+                    (names[9], bf16_logits.with_filters(&top_p), bf16_bytes),
+                    (names[10], bf16_logits.with_filters(&top_k_p), bf16_bytes),
+                    (names[11], bf16_logits.with_filters(&min_p), bf16_bytes),
                 ];
                 // The read-only pass reads the same number of bytes from one buffer.
                 let reader = ReadPool::new(f32_bytes / 2, threads);

@@ -2206,6 +2206,30 @@ pub fn random_filters(g: &mut Gen, b: usize, vocab: usize) -> (Vec<u32>, Vec<f32
     (top_k, top_p, min_p)
 }
 
+/// The per-request [`Filter`](specula_core::verify::Filter)s of `n` requests from the parts
+/// given (`None`: that part off for every request), or `None` if no part is given: an
+/// engine's separate per-parameter slices as one batch input.
+pub fn filters_of(
+    n: usize,
+    top_k: Option<&[u32]>,
+    top_p: Option<&[f32]>,
+    min_p: Option<&[f32]>,
+) -> Option<Vec<specula_core::verify::Filter>> {
+    if top_k.is_none() && top_p.is_none() && min_p.is_none() {
+        return None;
+    }
+    let f = specula_core::verify::Filter::NONE;
+    Some(
+        (0..n)
+            .map(|b| {
+                f.with_top_k(top_k.map_or(f.top_k, |x| x[b]))
+                    .with_top_p(top_p.map_or(f.top_p, |x| x[b]))
+                    .with_min_p(min_p.map_or(f.min_p, |x| x[b]))
+            })
+            .collect(),
+    )
+}
+
 /// Sampling inputs (issue 13): per-request top-k / top-p / min-p on the probability and the
 /// logits paths, binary32 / bf16 / f16 logits and draft probabilities, temperatures mixing 0
 /// (greedy) and `> 0`, a method per request: against the reference bit for bit where the backend supports them
@@ -2275,14 +2299,15 @@ pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, b
                 };
             }
         }
-        if g.chance(3, 4) {
-            batch = batch.with_top_k(&top_k);
-        }
-        if g.chance(3, 4) {
-            batch = batch.with_top_p(&top_p);
-        }
-        if g.chance(1, 2) {
-            batch = batch.with_min_p(&min_p);
+        let (k_on, p_on, m_on) = (g.chance(3, 4), g.chance(3, 4), g.chance(1, 2));
+        let filters = filters_of(
+            n,
+            k_on.then_some(&top_k[..]),
+            p_on.then_some(&top_p[..]),
+            m_on.then_some(&min_p[..]),
+        );
+        if let Some(f) = &filters {
+            batch = batch.with_filters(f);
         }
         let methods: Vec<Method> = (0..n).map(|_| METHODS[g.below(3)]).collect();
         if g.chance(1, 3) {

@@ -296,14 +296,14 @@ where
             if bits & 1 != 0 {
                 batch = batch.with_methods(&methods);
             }
-            if bits & 2 != 0 {
-                batch = batch.with_top_k(&top_k);
-            }
-            if bits & 4 != 0 {
-                batch = batch.with_top_p(&top_p);
-            }
-            if bits & 8 != 0 {
-                batch = batch.with_min_p(&min_p);
+            let filters = c::filters_of(
+                b,
+                (bits & 2 != 0).then_some(&top_k[..]),
+                (bits & 4 != 0).then_some(&top_p[..]),
+                (bits & 8 != 0).then_some(&min_p[..]),
+            );
+            if let Some(f) = &filters {
+                batch = batch.with_filters(f);
             }
             let method = c::METHODS[usize::from(bits) % 3];
             let (want, counted) = reference(method, &batch);
@@ -320,13 +320,9 @@ where
     // every filter and a method per request.
     let (lb, dh) = (c::to_bf16(&logits), d.draft_probs.as_deref().map(c::to_f16));
     let db = d.draft_probs.as_deref().map(c::to_bf16);
+    let all = c::filters_of(b, Some(&top_k), Some(&top_p), Some(&min_p)).unwrap_or_default();
     for half_logits in [true, false] {
-        let mut batch = d
-            .view()
-            .with_methods(&methods)
-            .with_top_k(&top_k)
-            .with_top_p(&top_p)
-            .with_min_p(&min_p);
+        let mut batch = d.view().with_methods(&methods).with_filters(&all);
         if half_logits {
             batch = batch
                 .with_target_logits_half(HalfLogits {

@@ -88,7 +88,7 @@ fn check_refuses_every_bad_setting_without_a_corpus() {
         },
         DemoConfig {
             sampling: Sampling {
-                top_p: 0.0,
+                filter: Filter::NONE.with_top_p(0.0),
                 ..Sampling::default()
             },
             ..DemoConfig::default()

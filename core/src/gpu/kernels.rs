@@ -166,10 +166,9 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 /// * `temperature` (B values; `0`: greedy on the logits, `> 0`: the softmax of
 ///   `core/DETERMINISM.md`, computed on the fly, never materialised);
 /// * `sampling` ([`SAMPLING_WORDS`] per request, [`sampling_words`]: request b's
-///   [`method_code`] (logits at `T = 0` stay greedy), its top-k (`0`: off), top-p (in
-///   `(0, 1]`; `1`: off) and min-p (in `[0, 1]`; `0`: off) — the filters of
-///   `core/DETERMINISM.md` ("Sampling filters"), applied to every target row the method reads;
-///   null: the shape word's method and no filter for every request);
+///   [`method_code`] (logits at `T = 0` stay greedy) and its [`Filter`](crate::verify::Filter)
+///   — the filters of `core/DETERMINISM.md` ("Sampling filters"), applied to every target row
+///   the method reads; null: the shape word's method and no filter for every request);
 /// * `draft_first_row` (mixed drafters, B values: request b's first draft row, `u32::MAX` for a
 ///   one-hot drafter's request; null: the layout's rows);
 /// * `recovered` (output, one value per draft slot as
@@ -179,8 +178,8 @@ pub const VERIFY_SPLIT_ENTRY: &str = "specula_verify_split";
 /// The shape flags [`FLAG_TARGET_BF16`] / [`FLAG_TARGET_F16`] and [`FLAG_DRAFT_BF16`] /
 /// [`FLAG_DRAFT_F16`] (these entries and [`TREE_HALF_ENTRY`] only) make the target tensor read (the logits, else the
 /// probabilities) or the draft probabilities hold u16 bf16 / f16 patterns, strides in elements,
-/// widened exactly on read. A request whose method code is above 2, or whose `top_p` / `min_p`
-/// is out of range (NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
+/// widened exactly on read. A request whose method code is above 2, or whose filter is out of
+/// its range ([`Filter::out_of_range`](crate::verify::Filter::out_of_range), NaN included), is skipped with [`ERR_PARAM`] (sentinel outputs, not
 /// counted). Launch as [`VERIFY_ENTRY`]. (Checked bit for bit on the host through
 /// `tests/src/kernel_host.rs`.)
 pub const VERIFY_LOGITS_ENTRY: &str = "specula_verify_logits";
@@ -216,28 +215,24 @@ pub const SHAPE_DRAFT_STRIDE: usize = 3;
 /// Shape word: target-probability row stride.
 pub const SHAPE_TARGET_STRIDE: usize = 4;
 /// `u32` words per request of the logits entries' `sampling` view ([`sampling_words`]).
-pub const SAMPLING_WORDS: usize = 4;
+pub const SAMPLING_WORDS: usize = 1 + crate::verify::FILTER_WORDS;
 
 /// Request `b`'s sampling words as the logits entries read them: its method code (the batch's
-/// [`methods`](Batch::methods), else `call`), top-k, and the bits of top-p and min-p (the
-/// neutral values where the batch has none). The one place a per-request sampling parameter
-/// enters the GPU path.
+/// [`methods`](Batch::methods), else `call`), then its [`Filter`](crate::verify::Filter)'s
+/// words (the neutral filter where the batch has none). The one place a per-request sampling
+/// parameter enters the GPU path.
 #[must_use]
 pub fn sampling_words(batch: &Batch<'_>, b: usize, call: Method) -> [u32; SAMPLING_WORDS] {
-    let f = batch.filter_of(b);
-    [
-        method_code(batch.method_of(b, call)),
-        f.top_k,
-        f.top_p.to_bits(),
-        f.min_p.to_bits(),
-    ]
+    let mut w = [method_code(batch.method_of(b, call)); SAMPLING_WORDS];
+    w[1..].copy_from_slice(&batch.filter_of(b).words());
+    w
 }
 
 /// Whether `batch` has per-request sampling inputs (methods or filters): then the logits
 /// entries read [`sampling_words`].
 #[must_use]
 pub fn has_sampling(batch: &Batch<'_>) -> bool {
-    batch.methods.is_some() || batch.has_filters()
+    batch.methods.is_some() || batch.filters.is_some()
 }
 
 /// Shape word: method code ([`method_code`]).
@@ -276,8 +271,8 @@ pub const ERR_TOKEN: u64 = 4;
 /// skipped, not counted.
 pub const ERR_TREE: u64 = 8;
 /// Error flag ([`VERIFY_LOGITS_ENTRY`], [`VERIFY_SPLIT_LOGITS_ENTRY`]): some request had a
-/// per-request input the kernel refuses (a method code above 2, `top_p` outside `(0, 1]`,
-/// `min_p` outside `[0, 1]`, NaN included); it was skipped, not counted, sentinel outputs
+/// per-request input the kernel refuses (a method code above 2, a filter out of its range,
+/// NaN included: [`Filter::out_of_range`](crate::verify::Filter::out_of_range)); it was skipped, not counted, sentinel outputs
 /// (and sentinel recovered tokens).
 pub const ERR_PARAM: u64 = 16;
 
@@ -398,6 +393,7 @@ pub fn counters_from_stats<const K: usize>(stats: &[u64]) -> Option<Counters<K>>
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::verify::Filter;
 
     #[test]
     #[cfg_attr(miri, ignore = "a scan of the kernel text; too slow under Miri")]
@@ -418,6 +414,7 @@ mod tests {
             ("SP_SHAPE_METHOD", SHAPE_METHOD as u64),
             ("SP_SHAPE_COUNTERS_K", SHAPE_COUNTERS_K as u64),
             ("SP_SHAPE_FLAGS", SHAPE_FLAGS as u64),
+            ("SP_SAMPLING_WORDS", SAMPLING_WORDS as u64),
             ("SP_FLAG_DRAFT_PROBS", u64::from(FLAG_DRAFT_PROBS)),
             ("SP_FLAG_TARGET_BF16", u64::from(FLAG_TARGET_BF16)),
             ("SP_FLAG_TARGET_F16", u64::from(FLAG_TARGET_F16)),
@@ -435,6 +432,36 @@ mod tests {
             ("SP_METHOD_TYPICAL", u64::from(method_code(Method::Typical))),
         ] {
             assert_eq!(define_value(name), Some(value), "{name}");
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "a scan of the kernel text; too slow under Miri")]
+    fn sampling_words_are_where_the_kernel_reads_them() {
+        let f = Filter::NONE
+            .with_top_k(7)
+            .with_top_p(0.25)
+            .with_min_p(0.125);
+        let filters = [f];
+        let batch = Batch::dense(
+            crate::verify::Dims { vocab: 4, k_max: 0 },
+            crate::verify::Drafts { k: &[0], ids: &[] },
+            &[],
+            crate::verify::Streams {
+                seed: &[0],
+                offset: &[0],
+            },
+        )
+        .with_filters(&filters);
+        let w = sampling_words(&batch, 0, Method::Typical);
+        for (name, value) in [
+            ("SP_SAMPLING_METHOD", method_code(Method::Typical)),
+            ("SP_SAMPLING_TOP_K", 7),
+            ("SP_SAMPLING_TOP_P", 0.25f32.to_bits()),
+            ("SP_SAMPLING_MIN_P", 0.125f32.to_bits()),
+        ] {
+            let at = define_value(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(w[usize::try_from(at).unwrap()], value, "{name}");
         }
     }
 

@@ -1,7 +1,7 @@
 //! [`Batch`]: one verification step's inputs, borrowed, typed so that what excludes each other
 //! cannot be written together (the [`Layout`], the [`Target`] rows, the optional draft [`Rows`]).
 
-use super::{DEFAULT_DELTA, DEFAULT_EPS, Device, Filter, Format, Half, Method, Param, Values};
+use super::{DEFAULT_DELTA, DEFAULT_EPS, Device, Filter, Format, Half, Method, Values};
 
 /// The vocabulary size and the number of draft slots per request of a padded [`Batch`]
 /// (named fields: the two sizes cannot be swapped silently).
@@ -276,12 +276,9 @@ pub struct Batch<'a> {
     /// Caller-supplied bonus tokens (`B` values, `< V`): emitted when a request accepts all its
     /// drafts, instead of a sample of target row `k`. `None`: sampled.
     pub bonus: Option<&'a [u32]>,
-    /// Per-request top-k (`B` values; `0`: off), see [`Filter`].
-    pub top_k: Option<&'a [u32]>,
-    /// Per-request top-p (`B` values in `(0, 1]`; `1`: off), see [`Filter`].
-    pub top_p: Option<&'a [f32]>,
-    /// Per-request min-p (`B` values in `[0, 1]`; `0`: off), see [`Filter`].
-    pub min_p: Option<&'a [f32]>,
+    /// Per-request sampling filter (`B` values; [`Filter::NONE`] turns a request's off).
+    /// `None`: no filter.
+    pub filters: Option<&'a [Filter]>,
     /// Per-request method (`B` values), overriding the method of the call. `None`: the call's.
     pub methods: Option<&'a [Method]>,
 }
@@ -325,9 +322,7 @@ impl<'a> Batch<'a> {
             eps: None,
             delta: None,
             bonus: None,
-            top_k: None,
-            top_p: None,
-            min_p: None,
+            filters: None,
             methods: None,
         }
     }
@@ -383,9 +378,7 @@ impl<'a> Batch<'a> {
             eps: None,
             delta: None,
             bonus: None,
-            top_k: None,
-            top_p: None,
-            min_p: None,
+            filters: None,
             methods: None,
         }
     }
@@ -546,22 +539,23 @@ impl<'a> Batch<'a> {
         self.with_draft(Rows::half(draft_probs, self.draft_stride()))
     }
 
-    /// The same batch with per-request top-k (`B` values, `0` = off): each request's target
-    /// rows keep their `top_k` largest probabilities (ties with the `top_k`-th kept) and are
-    /// renormalised before verification (`core/DETERMINISM.md`, "Sampling filters").
+    /// The same batch with a sampling filter per request (`B` values): each request's target
+    /// rows keep what its [`Filter`] keeps (top-k, top-p, min-p) and are renormalised before
+    /// verification (`core/DETERMINISM.md`, "Sampling filters").
     ///
     /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Method, Outputs, AcceptedOut, TokensOut, Streams};
+    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Filter, Method, Outputs, AcceptedOut, TokensOut, Streams};
     /// use specula_core::Counters;
     /// // Draft token 2 has target probability 0.3, but top-k 1 keeps only token 0.
     /// let target = [0.6, 0.1, 0.3, /* bonus row */ 0.2, 0.5, 0.3];
+    /// let filters = [Filter::NONE.with_top_k(1)];
     /// let batch = Batch::dense(
     ///     Dims { vocab: 3, k_max: 1 },
     ///     Drafts { k: &[1], ids: &[2] },
     ///     &target,
     ///     Streams { seed: &[9], offset: &[0] },
     /// )
-    /// .with_top_k(&[1]);
+    /// .with_filters(&filters);
     /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
     /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
     /// let mut counters = Counters::<4>::ZERO;
@@ -569,31 +563,9 @@ impl<'a> Batch<'a> {
     /// assert_eq!((accepted, tokens), ([0], [0, u32::MAX])); // rejected; the only kept id
     /// ```
     #[must_use]
-    pub const fn with_top_k(self, top_k: &'a [u32]) -> Self {
+    pub const fn with_filters(self, filters: &'a [Filter]) -> Self {
         Self {
-            top_k: Some(top_k),
-            ..self
-        }
-    }
-
-    /// The same batch with per-request top-p (`B` values in `(0, 1]`, `1` = off): each
-    /// request's target rows keep the smallest set of largest probabilities whose mass reaches
-    /// `top_p` (the id that crosses it and its ties kept), renormalised.
-    #[must_use]
-    pub const fn with_top_p(self, top_p: &'a [f32]) -> Self {
-        Self {
-            top_p: Some(top_p),
-            ..self
-        }
-    }
-
-    /// The same batch with per-request min-p (`B` values in `[0, 1]`, `0` = off): each
-    /// request's target rows keep the probabilities `≥ min_p ×` the row's largest,
-    /// renormalised.
-    #[must_use]
-    pub const fn with_min_p(self, min_p: &'a [f32]) -> Self {
-        Self {
-            min_p: Some(min_p),
+            filters: Some(filters),
             ..self
         }
     }
@@ -844,33 +816,11 @@ impl<'a> Batch<'a> {
         matches!(self.target, Target::Logits { .. })
     }
 
-    /// Request `b`'s sampling filter ([`Filter::NONE`] where a part is not given). Panics if
-    /// a given slice is shorter than `b + 1`.
+    /// Request `b`'s sampling filter ([`Filter::NONE`] without filters). Panics if the
+    /// filters are fewer than `b + 1`.
     #[must_use]
     pub fn filter_of(&self, b: usize) -> Filter {
-        Filter {
-            top_k: self.top_k.map_or(0, |x| x[b]),
-            top_p: self.top_p.map_or(1.0, |x| x[b]),
-            min_p: self.min_p.map_or(0.0, |x| x[b]),
-        }
-    }
-
-    /// The lengths of the filter slices the batch has, each with its [`Param`]: what validation
-    /// checks against `B` (one list, so a new filter is added here and in [`filter_of`](Batch::filter_of)).
-    pub fn filter_lens(&self) -> impl Iterator<Item = (Param, usize)> {
-        [
-            (Param::TopK, self.top_k.map(<[u32]>::len)),
-            (Param::TopP, self.top_p.map(<[f32]>::len)),
-            (Param::MinP, self.min_p.map(<[f32]>::len)),
-        ]
-        .into_iter()
-        .filter_map(|(p, len)| len.map(|n| (p, n)))
-    }
-
-    /// Whether the batch has a sampling filter slice.
-    #[must_use]
-    pub fn has_filters(&self) -> bool {
-        self.filter_lens().next().is_some()
+        self.filters.map_or(Filter::NONE, |f| f[b])
     }
 
     /// Whether the batch holds a half-precision tensor (target or draft rows, in host or device

@@ -73,11 +73,11 @@ pub enum Param {
     TargetLogits,
     /// `temperature`.
     Temperature,
-    /// `top_k`.
-    TopK,
-    /// `top_p` (in `(0, 1]`).
+    /// `filters` ([`Batch::with_filters`](super::Batch::with_filters)).
+    Filters,
+    /// A filter's `top_p` (in `(0, 1]`).
     TopP,
-    /// `min_p` (in `[0, 1]`).
+    /// A filter's `min_p` (in `[0, 1]`).
     MinP,
     /// `methods` (a method per request).
     Methods,
@@ -235,8 +235,8 @@ pub enum VerifyError {
     BadParam {
         /// The request.
         request: usize,
-        /// [`Param::Eps`], [`Param::Delta`], [`Param::Temperature`], [`Param::TopP`] or
-        /// [`Param::MinP`].
+        /// [`Param::Eps`], [`Param::Delta`], [`Param::Temperature`], or the part of a
+        /// [`Filter`](super::Filter) out of its range ([`Filter::out_of_range`](super::Filter::out_of_range)).
         param: Param,
     },
     /// The backend does not support this input (see [`Support`](super::Support)).
@@ -369,13 +369,12 @@ impl core::fmt::Display for VerifyError {
                 write!(f, "token {token} at {index} does not fit an i32")
             }
             Self::BadParam { request, param } => match param {
-                Param::TopP | Param::MinP => {
-                    write!(f, "request {request}: {param:?} is outside its range")
-                }
-                _ => write!(
+                Param::Eps | Param::Delta | Param::Temperature => write!(
                     f,
                     "request {request}: {param:?} is not finite and non-negative"
                 ),
+                // A filter's part: `Filter::out_of_range` says which.
+                _ => write!(f, "request {request}: {param:?} is outside its range"),
             },
             Self::BadProbability {
                 request,

@@ -9,9 +9,20 @@ use super::reference::softmax_fixed;
 /// `2⁻⁶⁴`.
 const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
-/// One request's sampling filter. The neutral values (`top_k = 0`, `top_p = 1`, `min_p = 0`)
-/// turn each part off; [`Filter::NONE`] has all three.
+/// One request's sampling filter, the one value a sampling parameter lives in: a batch takes
+/// a slice of them ([`Batch::with_filters`](super::Batch::with_filters)), and every backend
+/// reads a request's from the batch's [`plan`](super::Batch::plan). The neutral values
+/// (`top_k = 0`, `top_p = 1`, `min_p = 0`) turn each part off; [`Filter::NONE`] has all three.
+/// Build one from [`Filter::NONE`] with the `with_*` methods (it is `#[non_exhaustive]`, so a
+/// new part is added without breaking callers):
+///
+/// ```
+/// use specula_core::verify::Filter;
+/// let f = Filter::NONE.with_top_k(50).with_top_p(0.9);
+/// assert_eq!((f.top_k, f.top_p, f.min_p, f.is_active()), (50, 0.9, 0.0, true));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Filter {
     /// Keep the `top_k` largest weights (ties with the `top_k`-th all kept); `0` or `≥ V`: off.
     pub top_k: u32,
@@ -22,6 +33,9 @@ pub struct Filter {
     pub min_p: f32,
 }
 
+/// `u32` words of a [`Filter`] in a GPU launch ([`Filter::words`]).
+pub(crate) const FILTER_WORDS: usize = 3;
+
 impl Filter {
     /// No filtering.
     pub const NONE: Self = Self {
@@ -29,6 +43,24 @@ impl Filter {
         top_p: 1.0,
         min_p: 0.0,
     };
+
+    /// The same filter with top-k (`0`: off).
+    #[must_use]
+    pub const fn with_top_k(self, top_k: u32) -> Self {
+        Self { top_k, ..self }
+    }
+
+    /// The same filter with top-p (in `(0, 1]`; `1`: off).
+    #[must_use]
+    pub const fn with_top_p(self, top_p: f32) -> Self {
+        Self { top_p, ..self }
+    }
+
+    /// The same filter with min-p (in `[0, 1]`; `0`: off).
+    #[must_use]
+    pub const fn with_min_p(self, min_p: f32) -> Self {
+        Self { min_p, ..self }
+    }
 
     /// Whether any part is on (a probability row is renormalised only then).
     #[must_use]
@@ -47,6 +79,14 @@ impl Filter {
         } else {
             None
         }
+    }
+
+    /// The filter as the GPU kernels read it after a request's method code
+    /// (`core/kernels/specula_verify.cu`, `SP_SAMPLING_*`): top-k, then the bits of top-p and
+    /// of min-p.
+    #[must_use]
+    pub(crate) const fn words(&self) -> [u32; FILTER_WORDS] {
+        [self.top_k, self.top_p.to_bits(), self.min_p.to_bits()]
     }
 }
 

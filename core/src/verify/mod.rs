@@ -63,6 +63,7 @@ pub use batch::{
 };
 pub use device::{Device, DeviceOut, DeviceOutputs, Format};
 pub use error::{Feature, Param, Tensor, VerifyError};
+pub(crate) use filter::FILTER_WORDS;
 pub use filter::{Cut, Filter, WeightRow, weight_fixed, weight_key};
 pub use reference::{
     Processed, RaceRng, RowOps, ScalarOps, Softmax, argmax, race, race_key, race_residual,
@@ -146,8 +147,7 @@ pub struct Support {
     pub bonus: bool,
     /// Target logits with per-request temperature ([`Batch::with_target_logits`]).
     pub logits: bool,
-    /// Per-request top-k, top-p and min-p ([`Batch::with_top_k`], [`Batch::with_top_p`],
-    /// [`Batch::with_min_p`]).
+    /// Per-request sampling filters: top-k, top-p and min-p ([`Batch::with_filters`]).
     pub filters: bool,
     /// bf16 / f16 target logits and draft probabilities ([`Batch::with_target_logits_half`],
     /// [`Batch::with_draft_probs_half`]).

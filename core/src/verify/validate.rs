@@ -160,7 +160,7 @@ pub(crate) fn validate_inputs_with<const K: usize>(
             feature: Feature::Methods,
         });
     }
-    if batch.has_filters() && !support.filters {
+    if batch.filters.is_some() && !support.filters {
         return Err(VerifyError::Unsupported {
             feature: Feature::Filters,
         });
@@ -253,8 +253,8 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     if let Some(t) = batch.target.temperature() {
         expect_len(Param::Temperature, t.len(), Some(b))?;
     }
-    for (param, len) in batch.filter_lens() {
-        expect_len(param, len, Some(b))?;
+    if let Some(f) = batch.filters {
+        expect_len(Param::Filters, f.len(), Some(b))?;
     }
     if let Some(x) = batch.methods {
         expect_len(Param::Methods, x.len(), Some(b))?;

@@ -10,7 +10,7 @@ use specula_core::gpu::{
 };
 use specula_core::verify::{
     AcceptedOut, Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Dims,
-    Draft, Drafts, Method, NO_DRAFT_ROWS, Outputs, Param, Produce, Rows, Streams, Target,
+    Draft, Drafts, Filter, Method, NO_DRAFT_ROWS, Outputs, Param, Produce, Rows, Streams, Target,
     TokensOut, Verifier, VerifyError,
 };
 use specula_core::{Counters, ErrorKind, HasKind, Misuse, Readback};
@@ -1485,17 +1485,35 @@ struct Filtered {
     top_k: Vec<u32>,
     top_p: Vec<f32>,
     min_p: Vec<f32>,
+    /// The filters with the parts of `bits >> 1` on (index 0: none).
+    filters: Vec<Vec<Filter>>,
 }
 
 impl Filtered {
     fn new(b: usize) -> Self {
         let all = [Method::Rejection, Method::Greedy, Method::Typical];
+        let top_k: Vec<u32> = (0..b as u32).map(|i| i % 3).collect();
+        let top_p: Vec<f32> = (0..b).map(|i| [1.0, 0.5][i % 2]).collect();
+        let min_p: Vec<f32> = (0..b).map(|i| [0.0, 0.25][i % 2]).collect();
+        let filters = (0..8u8)
+            .map(|parts| {
+                (0..b)
+                    .map(|i| {
+                        let f = Filter::NONE;
+                        f.with_top_k(if parts & 1 != 0 { top_k[i] } else { 0 })
+                            .with_top_p(if parts & 2 != 0 { top_p[i] } else { 1.0 })
+                            .with_min_p(if parts & 4 != 0 { min_p[i] } else { 0.0 })
+                    })
+                    .collect()
+            })
+            .collect();
         Self {
             d: Owned::new(b),
             methods: (0..b).map(|i| all[i % 3]).collect(),
-            top_k: (0..b as u32).map(|i| i % 3).collect(),
-            top_p: (0..b).map(|i| [1.0, 0.5][i % 2]).collect(),
-            min_p: (0..b).map(|i| [0.0, 0.25][i % 2]).collect(),
+            top_k,
+            top_p,
+            min_p,
+            filters,
         }
     }
     /// Bits 0..4: methods, top-k, top-p, min-p.
@@ -1504,14 +1522,9 @@ impl Filtered {
         if bits & 1 != 0 {
             b = b.with_methods(&self.methods);
         }
-        if bits & 2 != 0 {
-            b = b.with_top_k(&self.top_k);
-        }
-        if bits & 4 != 0 {
-            b = b.with_top_p(&self.top_p);
-        }
-        if bits & 8 != 0 {
-            b = b.with_min_p(&self.min_p);
+        let parts = usize::from((bits >> 1) & 7);
+        if parts != 0 {
+            b = b.with_filters(&self.filters[parts]);
         }
         b
     }
@@ -1850,10 +1863,11 @@ fn mixed_drafters_are_staged_and_passed() {
     // Requests 0, 2 and 4 have rows (2 each, packed), 1 and 3 are one-hot drafters.
     let rows: Vec<f32> = (0..6).flat_map(|_| [1.0f32, 0.0, 0.0]).collect();
     let first = [0u32, NO_DRAFT_ROWS, 2, NO_DRAFT_ROWS, 4];
+    let filters = [Filter::NONE.with_top_k(1); 5];
     let batch = d
         .view()
         .with_mixed_drafters(Rows::f32(&rows, 3), &first)
-        .with_top_k(&[1; 5]);
+        .with_filters(&filters);
     let mut staging = Staging::<Fake>::new();
     staging.reserve(&drv, &batch, Produce::TOKENS).unwrap();
     let a = staging

@@ -12,8 +12,8 @@
 
 use specula_core::Counters;
 use specula_core::verify::{
-    AcceptedOut, Batch, Check, Dims, Drafts, Feature, Layout, Logits, Method, Outputs, Param,
-    RaggedDrafts, SENTINEL, Streams, Support, TokensOut, VerifyError, draft_slots,
+    AcceptedOut, Batch, Check, Dims, Drafts, Feature, Filter, Layout, Logits, Method, Outputs,
+    Param, RaggedDrafts, SENTINEL, Streams, Support, TokensOut, VerifyError, draft_slots,
     recovered_tokens, to_vllm_recovered, validate_with, verify_batch,
 };
 
@@ -63,7 +63,8 @@ struct Case {
     logits: Vec<f32>,
     temps: [f32; 3],
     methods: [Method; 3],
-    top_k: [u32; 3],
+    /// Top-k 0, 2 and 3.
+    top_k: [Filter; 3],
 }
 
 const KM: usize = 3;
@@ -108,7 +109,7 @@ impl Case {
                 METHODS[g.below(3)],
                 METHODS[g.below(3)],
             ],
-            top_k: [0, 2, 3],
+            top_k: [0, 2, 3].map(|k| Filter::NONE.with_top_k(k)),
         }
     }
 
@@ -243,7 +244,7 @@ fn one_call_gives_what_two_calls_give() {
             });
             one_call_equals_two(
                 m,
-                &lv.with_top_k(&c.top_k).with_methods(&c.methods),
+                &lv.with_filters(&c.top_k).with_methods(&c.methods),
                 &format!("{i} ragged logits"),
             );
         }
@@ -377,7 +378,7 @@ fn the_vllm_adapter_checks_its_inputs() {
 /// that read the stored logits as probabilities, or wrote a constant, fails.
 #[test]
 fn recovered_tokens_of_logits_are_those_of_their_processed_rows() {
-    use specula_core::verify::{Filter, Processed, Values};
+    use specula_core::verify::{Processed, Values};
     for seed in 0..20 {
         let c = Case::new(&mut Gen(seed));
         // Every request drafts all KM positions, so every slot is written.
@@ -402,16 +403,13 @@ fn recovered_tokens_of_logits_are_those_of_their_processed_rows() {
                 temperature: &temps,
             });
             let logits = match top_k {
-                Some(t) => logits.with_top_k(t),
+                Some(t) => logits.with_filters(t),
                 None => logits,
             };
             let mut probs = vec![0f32; c.logits.len()];
             for (r, (row, out)) in c.logits.chunks(V).zip(probs.chunks_mut(V)).enumerate() {
                 let b = r / (KM + 1);
-                let filter = Filter {
-                    top_k: top_k.map_or(0, |t| t[b]),
-                    ..Filter::NONE
-                };
+                let filter = top_k.map_or(Filter::NONE, |t| t[b]);
                 let pr = Processed::of(Values::F32(row), Some(temps[b]), filter);
                 for (o, &l) in out.iter_mut().zip(row) {
                     *o = pr.p(l);

@@ -11,7 +11,7 @@ use specula::cpu::CpuVerifier;
 use specula::half::{bf16, f16};
 use specula::half_tensors;
 use specula::specula_core::verify::{
-    Batch, Check, Method, Param, RaggedDrafts, Rows, SENTINEL, Streams, Target, VerifyError,
+    Batch, Check, Filter, Method, Param, RaggedDrafts, Rows, SENTINEL, Streams, Target, VerifyError,
 };
 
 const V: usize = 6;
@@ -20,9 +20,10 @@ const V: usize = 6;
 fn requests() -> [(Vec<u32>, Sampling, u64); 3] {
     let s = |temperature, top_k, top_p, min_p| Sampling {
         temperature,
-        top_k,
-        top_p,
-        min_p,
+        filter: Filter::NONE
+            .with_top_k(top_k)
+            .with_top_p(top_p)
+            .with_min_p(min_p),
     };
     [
         (vec![1, 2, 3], s(0.8, 0, 0.9, 0.0), 11),
@@ -81,9 +82,7 @@ fn by_hand(target: Rows<'_>, draft: Option<Rows<'_>>, offset: u64) -> Written {
         cu.push(ids.len() as u32);
     }
     let t: Vec<f32> = reqs.iter().map(|r| r.1.temperature).collect();
-    let top_k: Vec<u32> = reqs.iter().map(|r| r.1.top_k).collect();
-    let top_p: Vec<f32> = reqs.iter().map(|r| r.1.top_p).collect();
-    let min_p: Vec<f32> = reqs.iter().map(|r| r.1.min_p).collect();
+    let filters: Vec<Filter> = reqs.iter().map(|r| r.1.filter).collect();
     let seed: Vec<u64> = reqs.iter().map(|r| r.2).collect();
     let offsets = [offset; 3];
     let mut batch = Batch::ragged(
@@ -102,9 +101,7 @@ fn by_hand(target: Rows<'_>, draft: Option<Rows<'_>>, offset: u64) -> Written {
         rows: target,
         temperature: &t,
     })
-    .with_top_k(&top_k)
-    .with_top_p(&top_p)
-    .with_min_p(&min_p);
+    .with_filters(&filters);
     if let Some(d) = draft {
         batch = batch.with_draft(d);
     }
@@ -384,7 +381,7 @@ fn a_refused_step_is_typed_and_leaves_no_outputs() {
     bad.push(Request {
         drafts: &[1],
         sampling: Sampling {
-            top_p: 0.0,
+            filter: Filter::NONE.with_top_p(0.0),
             ..Sampling::DEFAULT
         },
         seed: 1,

@@ -9,11 +9,12 @@ use specula_core::Counters;
 use specula_core::gpu::kernels::{self, ERR_PARAM, ERR_SHAPE};
 use specula_core::gpu::{ArgBlock, Family};
 use specula_core::verify::{
-    Batch, Check, Dims, Drafts, Half, HalfLogits, Logits, Method, RaggedDrafts, SENTINEL, Streams,
-    Strides, Verifier, draft_slots, recovered_tokens, verify_batch,
+    Batch, Check, Dims, Drafts, Filter, Half, HalfLogits, Logits, Method, RaggedDrafts, SENTINEL,
+    Streams, Strides, Verifier, draft_slots, recovered_tokens, verify_batch,
 };
 use specula_tests::conformance::{
-    self as c, Gen, K, METHODS, OutData, RandomSpec, random_batch, random_filters, to_bf16, to_f16,
+    self as c, Gen, K, METHODS, OutData, RandomSpec, filters_of, random_batch, random_filters,
+    to_bf16, to_f16,
 };
 use specula_tests::kernel_host::{KernelHost, Mode, at, at_mut};
 
@@ -122,14 +123,15 @@ fn recovered_tokens_match_the_reference() {
         if let Some(h) = draft_f16.as_ref().filter(|_| g.chance(1, 2)) {
             batch = batch.with_draft_probs_half(Half::F16(h));
         }
-        if g.chance(1, 2) {
-            batch = batch.with_top_k(&top_k);
-        }
-        if g.chance(1, 2) {
-            batch = batch.with_top_p(&top_p);
-        }
-        if g.chance(1, 3) {
-            batch = batch.with_min_p(&min_p);
+        let (k_on, p_on, m_on) = (g.chance(1, 2), g.chance(1, 2), g.chance(1, 3));
+        let filters = filters_of(
+            n,
+            k_on.then_some(&top_k[..]),
+            p_on.then_some(&top_p[..]),
+            m_on.then_some(&min_p[..]),
+        );
+        if let Some(f) = &filters {
+            batch = batch.with_filters(f);
         }
         if g.chance(1, 2) {
             batch = batch.with_methods(&methods);
@@ -161,7 +163,7 @@ fn recovered_tokens_ragged() {
     let bonus = [1u32, 2, 3];
     let seed = [5u64, 6, 7];
     let offset = [0u64, 1, 2];
-    let top_k = [3u32, 0, 7];
+    let filters = [3u32, 0, 7].map(|k| Filter::NONE.with_top_k(k));
     let batch = Batch::ragged(
         vocab,
         RaggedDrafts {
@@ -179,7 +181,7 @@ fn recovered_tokens_ragged() {
         values: &target,
         temperature: &temps,
     })
-    .with_top_k(&top_k);
+    .with_filters(&filters);
     assert_eq!(batch.requests(), b);
     for method in METHODS {
         for h in &mut hosts() {
@@ -215,9 +217,11 @@ fn large_vocabulary_inputs_match() {
         let dh = to_f16(&draft);
         let k = [2u32, 1, 2];
         let temps = [0.7f32, 1.0, 0.0];
-        let top_k = [50u32, 0, 5];
-        let top_p = [0.9f32, 0.5, 1.0];
-        let min_p = [0.0f32, 0.05, 0.1];
+        let filters = [
+            Filter::NONE.with_top_k(50).with_top_p(0.9),
+            Filter::NONE.with_top_p(0.5).with_min_p(0.05),
+            Filter::NONE.with_top_k(5).with_min_p(0.1),
+        ];
         let methods = [Method::Rejection, Method::Typical, Method::Greedy];
         let seed = [1u64, 2, 3];
         let offset = [9u64, 8, 7];
@@ -242,9 +246,7 @@ fn large_vocabulary_inputs_match() {
             },
             temperature: &temps,
         })
-        .with_top_k(&top_k)
-        .with_top_p(&top_p)
-        .with_min_p(&min_p);
+        .with_filters(&filters);
         if half_drafts {
             batch = batch.with_draft_probs_half(Half::F16(&dh));
         } else {

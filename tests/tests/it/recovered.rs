@@ -21,8 +21,8 @@ use specula_core::verify::{
     VerifyError, argmax, draft_slots, recovered_tokens, verify_batch,
 };
 use specula_tests::conformance::{
-    self, Gen, K, METHODS, OutData, RaggedData, RandomSpec, random_filters, random_logits,
-    sized_batch, to_bf16,
+    self, Gen, K, METHODS, OutData, RaggedData, RandomSpec, filters_of, random_filters,
+    random_logits, sized_batch, to_bf16,
 };
 
 #[test]
@@ -183,6 +183,9 @@ fn one_call_gives_the_recovered_tokens_at_real_sizes() {
             }
             let lb = to_bf16(&logits);
             let (top_k, top_p, min_p) = random_filters(&mut g, 4, vocab);
+            let f_k = filters_of(4, Some(&top_k), None, None).expect("a part");
+            let f_kpm = filters_of(4, Some(&top_k), Some(&top_p), Some(&min_p)).expect("a part");
+            let f_pm = filters_of(4, None, Some(&top_p), Some(&min_p)).expect("a part");
             let methods: Vec<Method> = (0..4).map(|_| METHODS[g.below(3)]).collect();
             let bonus: Vec<u32> = (0..4).map(|_| g.below(vocab) as u32).collect();
             let mut as_logits = d.clone();
@@ -192,17 +195,14 @@ fn one_call_gives_the_recovered_tokens_at_real_sizes() {
             let rlb = to_bf16(&rl.target_probs);
             let views: Vec<(&str, Batch<'_>)> = vec![
                 ("probabilities", d.view()),
-                (
-                    "probabilities, top-p, min-p",
-                    d.view().with_top_p(&top_p).with_min_p(&min_p),
-                ),
+                ("probabilities, top-p, min-p", d.view().with_filters(&f_pm)),
                 ("f32 logits, top-k", {
                     d.view()
                         .with_target_logits(Logits {
                             values: &logits,
                             temperature: &temps,
                         })
-                        .with_top_k(&top_k)
+                        .with_filters(&f_k)
                 }),
                 ("bf16 logits, filters", {
                     d.view()
@@ -210,9 +210,7 @@ fn one_call_gives_the_recovered_tokens_at_real_sizes() {
                             values: Half::Bf16(&lb),
                             temperature: &temps,
                         })
-                        .with_top_k(&top_k)
-                        .with_top_p(&top_p)
-                        .with_min_p(&min_p)
+                        .with_filters(&f_kpm)
                 }),
                 ("ragged probabilities", r.view()),
                 ("ragged bf16 logits, bonus, filters, methods", {
@@ -221,9 +219,7 @@ fn one_call_gives_the_recovered_tokens_at_real_sizes() {
                             values: Half::Bf16(&rlb),
                             temperature: &temps,
                         })
-                        .with_top_k(&top_k)
-                        .with_top_p(&top_p)
-                        .with_min_p(&min_p)
+                        .with_filters(&f_kpm)
                         .with_methods(&methods)
                 }),
             ];

@@ -25,8 +25,8 @@ use specula_core::verify::{
     verify_batch,
 };
 use specula_tests::conformance::{
-    self, Gen, K, METHODS, OutData, RaggedData, assert_view_matches_reference, random_filters,
-    random_logits, sized_batch, to_bf16, to_f16,
+    self, Gen, K, METHODS, OutData, RaggedData, assert_view_matches_reference, filters_of,
+    random_filters, random_logits, sized_batch, to_bf16, to_f16,
 };
 
 /// CPU (3 threads, 1 thread) against the reference at V = 32000 and 151936: bf16 logits with
@@ -42,6 +42,9 @@ fn cpu_matches_reference_at_real_sizes() {
             let (logits, temps) = random_logits(&mut g, &d);
             let lb = to_bf16(&logits);
             let (top_k, top_p, min_p) = random_filters(&mut g, 3, vocab);
+            let f_kp = filters_of(3, Some(&top_k), Some(&top_p), None).expect("a part");
+            let f_kpm = filters_of(3, Some(&top_k), Some(&top_p), Some(&min_p)).expect("a part");
+            let f_pm = filters_of(3, None, Some(&top_p), Some(&min_p)).expect("a part");
             // The same requests in the ragged layout: its "probabilities" are the bf16 logits.
             let mut as_logits = d.clone();
             as_logits.target_probs = logits.clone();
@@ -55,18 +58,15 @@ fn cpu_matches_reference_at_real_sizes() {
                             values: Half::Bf16(&lb),
                             temperature: &temps,
                         })
-                        .with_top_k(&top_k)
-                        .with_top_p(&top_p)
-                        .with_min_p(&min_p),
-                    d.view().with_top_p(&top_p).with_min_p(&min_p),
+                        .with_filters(&f_kpm),
+                    d.view().with_filters(&f_pm),
                     {
                         r.view()
                             .with_target_logits_half(HalfLogits {
                                 values: Half::Bf16(&rb),
                                 temperature: &temps,
                             })
-                            .with_top_k(&top_k)
-                            .with_top_p(&top_p)
+                            .with_filters(&f_kp)
                     },
                 ];
                 for (n, batch) in views.iter().enumerate() {
@@ -100,25 +100,19 @@ fn filters_that_are_off_change_nothing() {
         let d = sized_batch(&mut g, 4, vocab, 3, true);
         let (logits, temps) = random_logits(&mut g, &d);
         let m = METHODS[i % 3];
-        let off_k = vec![0u32; 4];
-        let off_p = vec![1.0f32; 4];
-        let off_m = vec![0.0f32; 4];
-        let on_p = vec![0.3f32; 4];
+        // Every part given, each at its neutral value (not `Filter::NONE` itself: the values
+        // as an engine would send them).
+        let f_kpm = vec![Filter::NONE.with_top_k(0).with_top_p(1.0).with_min_p(0.0); 4];
+        let f_p = vec![Filter::NONE.with_top_p(0.3); 4];
         let lv = Logits {
             values: &logits,
             temperature: &temps,
         };
         for base in [d.view(), d.view().with_target_logits(lv)] {
             let plain = run(m, &base);
-            let off = run(
-                m,
-                &base
-                    .with_top_k(&off_k)
-                    .with_top_p(&off_p)
-                    .with_min_p(&off_m),
-            );
+            let off = run(m, &base.with_filters(&f_kpm));
             assert_eq!(plain, off, "batch {i}: filters off changed the outputs");
-            if run(m, &base.with_top_p(&on_p)) != plain {
+            if run(m, &base.with_filters(&f_p)) != plain {
                 changed += 1;
             }
         }
@@ -141,6 +135,8 @@ fn half_inputs_equal_their_widened_values() {
         let (logits, temps) = random_logits(&mut g, &d);
         let dp = d.draft_probs.clone().expect("draft probabilities");
         let (top_k, top_p, min_p) = random_filters(&mut g, 3, d.vocab);
+        let f_km = filters_of(3, Some(&top_k), None, Some(&min_p)).expect("a part");
+        let f_p = filters_of(3, None, Some(&top_p), None).expect("a part");
         let m = METHODS[i % 3];
         for bf in [true, false] {
             let (lh, dh) = if bf {
@@ -176,11 +172,8 @@ fn half_inputs_equal_their_widened_values() {
                 .with_draft_probs_half(half(&dh));
             for (a, b) in [
                 (wide, narrow),
-                (
-                    wide.with_top_k(&top_k).with_min_p(&min_p),
-                    narrow.with_top_k(&top_k).with_min_p(&min_p),
-                ),
-                (wide.with_top_p(&top_p), narrow.with_top_p(&top_p)),
+                (wide.with_filters(&f_km), narrow.with_filters(&f_km)),
+                (wide.with_filters(&f_p), narrow.with_filters(&f_p)),
             ] {
                 let want = run(m, &a);
                 assert_eq!(run(m, &b), want, "batch {i}, bf16 {bf}");
@@ -204,6 +197,8 @@ fn half_probabilities_equal_their_widened_values() {
         let vocab = 32 + g.below(3000);
         let d = sized_batch(&mut g, 3, vocab, 3, true);
         let (top_k, top_p, min_p) = random_filters(&mut g, 3, d.vocab);
+        let f_kp = filters_of(3, Some(&top_k), Some(&top_p), None).expect("a part");
+        let f_m = filters_of(3, None, None, Some(&min_p)).expect("a part");
         let m = METHODS[i % 3];
         let stride = d.view().target.rows().stride;
         for bf in [true, false] {
@@ -233,11 +228,8 @@ fn half_probabilities_equal_their_widened_values() {
             );
             for (n, (a, b)) in [
                 (wide, narrow),
-                (
-                    wide.with_top_k(&top_k).with_top_p(&top_p),
-                    narrow.with_top_k(&top_k).with_top_p(&top_p),
-                ),
-                (wide.with_min_p(&min_p), narrow.with_min_p(&min_p)),
+                (wide.with_filters(&f_kp), narrow.with_filters(&f_kp)),
+                (wide.with_filters(&f_m), narrow.with_filters(&f_m)),
             ]
             .into_iter()
             .enumerate()
@@ -304,23 +296,13 @@ fn kept_set_is_the_sorted_definition_at_32k() {
             })
             .collect();
         for f in [
-            Filter {
-                top_k: 1 + g.below(500) as u32,
-                ..Filter::NONE
-            },
-            Filter {
-                top_p: 0.05 + 0.9 * g.unit(),
-                ..Filter::NONE
-            },
-            Filter {
-                min_p: 0.5 * g.unit(),
-                ..Filter::NONE
-            },
-            Filter {
-                top_k: 1 + g.below(5000) as u32,
-                top_p: 0.1 + 0.85 * g.unit(),
-                min_p: 0.1 * g.unit(),
-            },
+            Filter::NONE.with_top_k(1 + g.below(500) as u32),
+            Filter::NONE.with_top_p(0.05 + 0.9 * g.unit()),
+            Filter::NONE.with_min_p(0.5 * g.unit()),
+            Filter::NONE
+                .with_top_k(1 + g.below(5000) as u32)
+                .with_top_p(0.1 + 0.85 * g.unit())
+                .with_min_p(0.1 * g.unit()),
         ] {
             let pr = Processed::of(Values::F32(&w), None, f);
             let p: Vec<f32> = w.iter().map(|&x| pr.p(x)).collect();
@@ -374,7 +356,8 @@ fn bad_filter_inputs_are_typed_errors() {
     };
     for bad in [0.0, -0.5, 1.5, f32::NAN, f32::INFINITY] {
         check(
-            &d.view().with_top_p(&[0.5, bad]),
+            &d.view()
+                .with_filters(&[Filter::NONE, Filter::NONE.with_top_p(bad)]),
             VerifyError::BadParam {
                 request: 1,
                 param: Param::TopP,
@@ -383,7 +366,8 @@ fn bad_filter_inputs_are_typed_errors() {
     }
     for bad in [-0.1, 1.01, f32::NAN] {
         check(
-            &d.view().with_min_p(&[bad, 0.5]),
+            &d.view()
+                .with_filters(&[Filter::NONE.with_min_p(bad), Filter::NONE.with_min_p(0.5)]),
             VerifyError::BadParam {
                 request: 0,
                 param: Param::MinP,
@@ -391,9 +375,9 @@ fn bad_filter_inputs_are_typed_errors() {
         );
     }
     check(
-        &d.view().with_top_k(&[3]),
+        &d.view().with_filters(&[Filter::NONE.with_top_k(3)]),
         VerifyError::Length {
-            param: Param::TopK,
+            param: Param::Filters,
             len: 1,
             expected: 2,
         },
@@ -419,7 +403,7 @@ fn bad_filter_inputs_are_typed_errors() {
         validate_with::<K>(Support::PADDED, Method::Greedy, Check::Cheap, b, &o.view())
     };
     assert_eq!(
-        v(&d.view().with_top_k(&[1, 2]), &mut o),
+        v(&d.view().with_filters(&[Filter::NONE; 2]), &mut o),
         Err(VerifyError::Unsupported {
             feature: Feature::Filters
         })
@@ -445,6 +429,7 @@ fn greedy_and_filtered_requests_mix() {
         let (logits, mut temps) = random_logits(&mut g, &d);
         temps[1] = 0.0;
         let (top_k, top_p, min_p) = random_filters(&mut g, 4, d.vocab);
+        let f_kpm = filters_of(4, Some(&top_k), Some(&top_p), Some(&min_p)).expect("a part");
         let m = METHODS[i % 3];
         let batch = d
             .view()
@@ -452,9 +437,7 @@ fn greedy_and_filtered_requests_mix() {
                 values: &logits,
                 temperature: &temps,
             })
-            .with_top_k(&top_k)
-            .with_top_p(&top_p)
-            .with_min_p(&min_p);
+            .with_filters(&f_kpm);
         let all = run(m, &batch);
         // Request 1 alone, greedy on its logits, no filter.
         let w = d.k_max + 1;
@@ -568,6 +551,7 @@ fn recovered_tokens_follow_the_filters() {
         let d = sized_batch(&mut g, 4, 700, 3, true);
         let (logits, temps) = random_logits(&mut g, &d);
         let (top_k, top_p, min_p) = random_filters(&mut g, 4, d.vocab);
+        let f_kpm = filters_of(4, Some(&top_k), Some(&top_p), Some(&min_p)).expect("a part");
         let methods: Vec<Method> = (0..4).map(|_| METHODS[g.below(3)]).collect();
         let bonus: Vec<u32> = (0..4).map(|_| g.below(d.vocab) as u32).collect();
         let mut as_logits = d.clone();
@@ -580,9 +564,7 @@ fn recovered_tokens_follow_the_filters() {
                 values: Half::Bf16(&rb),
                 temperature: &temps,
             })
-            .with_top_k(&top_k)
-            .with_top_p(&top_p)
-            .with_min_p(&min_p)
+            .with_filters(&f_kpm)
             .with_methods(&methods);
         let m = Method::Rejection;
         let slots = draft_slots(&batch);

@@ -72,34 +72,15 @@ fn filtered_logits_are_lossless_at_32k() {
     Values::Half(Half::Bf16(&lb)).widen_into(&mut lw);
     let v = CpuVerifier::<K>::new(0).expect("thread pool");
     let cases = [
-        (
-            0.7f32,
-            Filter {
-                top_p: 0.9,
-                ..Filter::NONE
-            },
-        ),
-        (
-            1.0,
-            Filter {
-                top_k: 50,
-                ..Filter::NONE
-            },
-        ),
-        (
-            1.2,
-            Filter {
-                min_p: 0.05,
-                ..Filter::NONE
-            },
-        ),
+        (0.7f32, Filter::NONE.with_top_p(0.9)),
+        (1.0, Filter::NONE.with_top_k(50)),
+        (1.2, Filter::NONE.with_min_p(0.05)),
         (
             0.8,
-            Filter {
-                top_k: 2000,
-                top_p: 0.8,
-                min_p: 0.01,
-            },
+            Filter::NONE
+                .with_top_k(2000)
+                .with_top_p(0.8)
+                .with_min_p(0.01),
         ),
     ];
     for (case, &(t, f)) in cases.iter().enumerate() {
@@ -146,7 +127,7 @@ fn filtered_logits_are_lossless_at_32k() {
         let draft: Vec<f32> = (0..B).flat_map(|_| q.iter().copied()).collect();
         let ks = vec![1u32; B];
         let temps = vec![t; B];
-        let (tk, tp, mp) = (vec![f.top_k; B], vec![f.top_p; B], vec![f.min_p; B]);
+        let filters = vec![f; B];
         let seeds: Vec<u64> = (0..B as u64).map(|b| 0xF11 ^ (b << 32)).collect();
         let mut offsets = vec![0u64; B];
         let mut ids = vec![0u32; B];
@@ -183,9 +164,7 @@ fn filtered_logits_are_lossless_at_32k() {
                 temperature: &temps,
             })
             .with_draft_probs(&draft)
-            .with_top_k(&tk)
-            .with_top_p(&tp)
-            .with_min_p(&mp);
+            .with_filters(&filters);
             let (mut accepted, mut tokens) = (vec![0u32; B], vec![0u32; B * 2]);
             let mut o = Outputs::new(
                 specula_core::verify::AcceptedOut(&mut accepted),

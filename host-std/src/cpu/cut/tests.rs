@@ -29,10 +29,11 @@ fn weights(logits: &[f32], t: f32) -> (Vec<f32>, u128) {
 }
 
 fn filters() -> Vec<Filter> {
-    let f = |top_k, top_p, min_p| Filter {
-        top_k,
-        top_p,
-        min_p,
+    let f = |top_k, top_p, min_p| {
+        Filter::NONE
+            .with_top_k(top_k)
+            .with_top_p(top_p)
+            .with_min_p(min_p)
     };
     vec![
         f(50, 1.0, 0.0),
@@ -250,10 +251,7 @@ fn peaked_rows_take_the_candidate_path() {
             let logits = row(&mut next, vocab, 4 + round % 3);
             let (w, total) = weights(&logits, 0.8);
             for top_p in [0.9f32, 0.8, 0.95] {
-                let f = Filter {
-                    top_p,
-                    ..Filter::NONE
-                };
+                let f = Filter::NONE.with_top_p(top_p);
                 let fast = try_cut(Isa::detect(), &w, f, ONE_KEY, Some(total), &mut cands, 0);
                 assert_eq!(
                     fast,
@@ -311,15 +309,8 @@ fn peaked_rows_with_ties_and_masks_at_real_vocabularies() {
             let sum: f64 = w.iter().map(|&x| f64::from(x)).sum();
             let probs: Vec<f32> = w.iter().map(|&x| (f64::from(x) / sum) as f32).collect();
             for f in [
-                Filter {
-                    top_p: 0.9,
-                    ..Filter::NONE
-                },
-                Filter {
-                    top_p: 0.9,
-                    min_p: 0.001,
-                    ..Filter::NONE
-                },
+                Filter::NONE.with_top_p(0.9),
+                Filter::NONE.with_top_p(0.9).with_min_p(0.001),
             ] {
                 let want = Cut::of(&w[..], f);
                 let want_p = Cut::of(&probs[..], f);
@@ -386,10 +377,7 @@ fn top_p_cut_timing() {
     for vocab in [32_000usize, 128_256] {
         let logits = row(&mut next, vocab, 4);
         let (w, total) = weights(&logits, 0.8);
-        let f = Filter {
-            top_p: 0.9,
-            ..Filter::NONE
-        };
+        let f = Filter::NONE.with_top_p(0.9);
         let mut cands = Vec::new();
         let m = kernels::softmax_max(isa, &logits[..], 0.8);
         let mut out = vec![0f32; vocab];
