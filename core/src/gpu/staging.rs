@@ -348,13 +348,6 @@ pub struct Dst<'s, 'a, D: Driver> {
     pub(super) bufs: [Option<&'s D::Buffer>; MAX_SLOTS],
 }
 
-impl<'s, D: Driver> Dst<'s, '_, D> {
-    /// Slot `i`'s buffer: [`GpuError::ViewTooShort`] if the batch left it unallocated.
-    pub(super) fn buf(&self, i: usize) -> Result<&'s D::Buffer, GpuError<D::Error>> {
-        self.bufs[i].ok_or(GpuError::ViewTooShort)
-    }
-}
-
 /// Device buffers of the host-slice path of one step kind (`S`: [`ChainStep`], the default, or
 /// [`TreeStep`](super::TreeStep)), grown on demand and never shrunk: a batch that needs no
 /// more bytes in any buffer than an earlier one is written into the same buffers, so a graph
@@ -563,7 +556,7 @@ impl sealed::Stage for ChainStep {
         produce: Produce,
     ) -> Result<VerifyArgs<'s, D>, GpuError<D::Error>> {
         let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
-        let buf = |i: usize| dst.buf(i);
+        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let recovered = produce.recovered;
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;

@@ -11,8 +11,8 @@
 //!   `≥ V`: [`kernels::ERR_TOKEN`]) and skips that request only.
 //! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
 //!   CPU backend (the reference's validation first, with the same
-//!   [`VerifyError`](crate::verify::VerifyError)s; one
-//!   synchronising call), staged in grow-only buffers ([`Staging`]`<D, `[`TreeStep`]`>`); rows in device memory
+//!   [`VerifyError`](crate::verify::VerifyError)s; one synchronising call), staged in
+//!   grow-only buffers ([`Staging`]`<D, `[`TreeStep`]`>`); rows in device memory
 //!   ([`Values::Device`](crate::verify::Values::Device)) are read in place, and outputs in
 //!   device memory ([`TreeOutputs::on_device`]) are written in place, with no copy down and no
 //!   synchronising call.

@@ -142,7 +142,7 @@ impl sealed::Stage for TreeStep {
         (): (),
     ) -> Result<TreeArgs<'s, D>, GpuError<D::Error>> {
         let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
-        let buf = |i: usize| dst.buf(i);
+        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
