@@ -2,7 +2,7 @@
 //! statistical tests.
 
 use crate::conformance::{Gen, K, METHODS};
-use specula_core::gpu::{Driver, GpuError, GpuVerifier, TreeStaging};
+use specula_core::gpu::{Driver, GpuError, GpuVerifier, Staging, TreeStep};
 use specula_core::verify::tree::{
     NO_NODE, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs, links_from_parents, verify_tree_batch,
 };
@@ -466,7 +466,7 @@ pub fn tree_step_path_conformance<D: Driver>(
     while cap.requests() < spec.max_requests {
         cap = random_tree_batch(&mut g, spec);
     }
-    let mut staging = TreeStaging::new();
+    let mut staging = Staging::<_, TreeStep>::new();
     let mut out = TreeOut::new(cap.requests(), cap.max_depth);
     v.stage_tree(
         &mut staging,
@@ -477,9 +477,9 @@ pub fn tree_step_path_conformance<D: Driver>(
     )
     .expect("stage");
     let first = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &cap.view())
+        .write::<K>(&drv, v.stream(), Method::Rejection, &cap.view(), ())
         .expect("write");
-    // SAFETY: views `TreeStaging::write` returned; later batches are written by it alone, into
+    // SAFETY: views `Staging::<_, TreeStep>::write` returned; later batches are written by it alone, into
     // the same buffers (the graph borrows them).
     let graph = match unsafe { v.capture_tree_staged(&first) } {
         Ok(graph) => Some(graph),
@@ -501,12 +501,12 @@ pub fn tree_step_path_conformance<D: Driver>(
             .expect("a valid batch");
         expected.add(&counted);
         let args = staging
-            .write::<K>(&drv, v.stream(), m, &d.view())
+            .write::<K>(&drv, v.stream(), m, &d.view(), ())
             .expect("write");
         let before = syncs(v);
         match (&graph, step % 2) {
             (Some(graph), 0) => v.replay_tree(graph).expect("replay"),
-            // SAFETY: views `TreeStaging::write` returned just above.
+            // SAFETY: views `Staging::<_, TreeStep>::write` returned just above.
             _ => unsafe { v.launch_tree_staged(&args) }.expect("launch"),
         }
         if rb.in_flight() < rb.max_in_flight() {
@@ -554,9 +554,9 @@ pub fn tree_step_path_conformance<D: Driver>(
     .expect("the good requests");
     expected.add(&counted);
     let args = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
         .expect("write");
-    // SAFETY: views `TreeStaging::write` returned just above (the trees are the kernel's to
+    // SAFETY: views `Staging::<_, TreeStep>::write` returned just above (the trees are the kernel's to
     // check).
     unsafe { v.launch_tree_staged(&args) }.expect("launch");
     let mut got = TreeOut::new(d.requests(), d.max_depth);

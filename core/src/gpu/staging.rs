@@ -1,4 +1,5 @@
-//! [`Staging`]: grow-only device buffers that host-slice batches are copied into.
+//! [`Staging`]: grow-only device buffers that host-slice batches are copied into, generic over
+//! the [`Step`] kind (chain or tree); the chain step's part ([`ChainStep`]).
 
 use super::driver::{Driver, VerifyArgs};
 use super::error::GpuError;
@@ -7,8 +8,10 @@ use super::view::{Element, RowsView, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
     Batch, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Feature, Format, Half,
-    Method, Param, Produce, Support, Values, VerifyError, draft_slots, validate_inputs_with,
+    Method, Param, Produce, Support, Target, Values, VerifyError, draft_slots,
+    validate_inputs_with,
 };
+use core::marker::PhantomData;
 
 /// What the shared GPU path verifies (every [`GpuVerifier`](super::GpuVerifier), so the CUDA and ROCm backends):
 /// `k = 0` and `k_max = 0`, the ragged layout, caller-supplied bonus tokens, f32 target
@@ -160,38 +163,40 @@ impl<'b, D: Driver> Arg<'b, 'b, D> {
     }
 }
 
-/// A batch's row tensors by kernel argument (each in its format): the target rows
-/// (probabilities or logits, as the batch says) and the draft rows.
-pub(super) struct Split<'h, 'd, D: Memory> {
-    draft: Option<Arg<'h, 'd, D>>,
-    target: Arg<'h, 'd, D>,
+/// A batch's row tensors by kernel argument (each in its format), chain or tree alike: the
+/// target rows (probabilities or logits, as the batch says) and the draft rows.
+pub struct Split<'h, 'd, D: Memory> {
+    pub(super) draft: Option<Arg<'h, 'd, D>>,
+    pub(super) target: Arg<'h, 'd, D>,
 }
 
 impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
-    /// The tensors of `batch`; `device` makes the views of its device tensors (or refuses them).
+    /// The tensors of a batch (its draft rows, if any, and its target, [`Stage::tensors`]);
+    /// `device` makes the views of its device tensors (or refuses them).
     fn with(
-        batch: &Batch<'h>,
+        (draft, target): (Option<Values<'h>>, Target<'h>),
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
         let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
-        let param = if batch.has_logits() {
+        let param = if target.temperature().is_some() {
             Param::TargetLogits
         } else {
             Param::TargetProbs
         };
         Ok(Self {
-            draft: match batch.draft {
-                Some(d) => Some(arg(d.rows.values, Param::DraftProbs)?),
+            draft: match draft {
+                Some(d) => Some(arg(d, Param::DraftProbs)?),
                 None => None,
             },
-            target: arg(batch.target.rows().values, param)?,
+            target: arg(target.rows().values, param)?,
         })
     }
 
     /// The tensors of a batch in host memory ([`Feature::Device`] refused: the caller's device
-    /// memory is borrowed for as long as the views, which this split's callers cannot say).
-    fn host(batch: &Batch<'h>) -> Result<Self, GpuError<D::Error>> {
-        Self::with(batch, |_, _| {
+    /// memory is borrowed for as long as the views, which [`Staging::write`]'s callers cannot
+    /// say).
+    fn host(tensors: (Option<Values<'h>>, Target<'h>)) -> Result<Self, GpuError<D::Error>> {
+        Self::with(tensors, |_, _| {
             Err(GpuError::Verify(VerifyError::Unsupported {
                 feature: Feature::Device,
             }))
@@ -200,10 +205,10 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
 }
 
 impl<'b, D: Driver> Split<'b, 'b, D> {
-    /// The tensors of `batch`, its device tensors as views of `drv`'s memory:
+    /// The tensors of a batch, its device tensors as views of `drv`'s memory:
     /// [`GpuError::ForeignMemory`] for another driver's or device's buffer.
-    pub(super) fn of(drv: &D, batch: &Batch<'b>) -> Result<Self, GpuError<D::Error>> {
-        Self::with(batch, |d, param| Arg::owned(drv, d, param))
+    fn of(drv: &D, tensors: (Option<Values<'b>>, Target<'b>)) -> Result<Self, GpuError<D::Error>> {
+        Self::with(tensors, |d, param| Arg::owned(drv, d, param))
     }
 }
 
@@ -227,7 +232,7 @@ fn first_row<'a>(batch: &Batch<'a>) -> Option<&'a [u32]> {
 
 /// The caller's device outputs as views of the verifier's driver (see
 /// [`Outputs::on_device`](crate::verify::Outputs::on_device)).
-pub(super) struct OutViews<'d, D: Memory> {
+pub struct OutViews<'d, D: Memory> {
     pub(super) accepted: ViewMut<'d, D, u32>,
     pub(super) tokens: ViewMut<'d, D, u32>,
     pub(super) recovered: Option<ViewMut<'d, D, u32>>,
@@ -248,117 +253,127 @@ impl<'d, D: Driver> OutViews<'d, D> {
     }
 }
 
-/// The byte sizes a batch needs in each buffer (`recovered`: with the recovered-token output).
-fn needs<D: Memory>(
-    batch: &Batch<'_>,
-    t: &Split<'_, '_, D>,
-    recovered: bool,
-) -> Option<[usize; SLOTS]> {
-    let b = batch.requests();
-    let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
-    let w4 = |n: usize| n.checked_mul(4);
-    let w8 = |n: usize| n.checked_mul(8);
-    Some([
-        kernels::SHAPE_WORDS * 4,
-        w4(batch.k().len())?,
-        w4(batch.draft_ids.len())?,
-        t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
-        t.target.staged_bytes()?,
-        w8(batch.seed.len())?,
-        w8(batch.offset.len())?,
-        w4(b)?,
-        w4(b)?,
-        w4(b)?,
-        w4(tokens)?,
-        w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
-        w4(batch.bonus.map_or(0, <[u32]>::len))?,
-        w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
-        if kernels::has_sampling(batch) {
-            w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
-        } else {
-            0
-        },
-        // One value per draft slot, as the draft ids are laid out.
-        if recovered {
-            w4(draft_slots(batch))?
-        } else {
-            0
-        },
-        w4(first_row(batch).map_or(0, <[u32]>::len))?,
-    ])
+/// The most buffer slots a step kind has (the chain's).
+pub(super) const MAX_SLOTS: usize = SLOTS;
+
+/// What a step kind stages, hidden from the public API: [`Step`] is sealed by it.
+pub(super) mod sealed {
+    use super::{Dst, Split, Step};
+    use crate::gpu::{Driver, GpuError, Memory};
+    use crate::verify::{Method, Target, Values, VerifyError};
+
+    /// The step-specific part of a [`Staging`](super::Staging): its buffer slots, checks and
+    /// copies.
+    pub trait Stage {
+        /// The bytes a batch needs in each buffer slot, in the order of the args' fields: an
+        /// array of one entry per slot (at most [`MAX_SLOTS`](super::MAX_SLOTS)).
+        type Needs: AsRef<[usize]>;
+        /// The caller's device outputs as views of the verifier's driver, which the launch
+        /// writes in place of the staging's output buffers.
+        type Out<'d, D: Memory>;
+        /// The slots of the optional inputs and outputs (allocated only for a batch that has
+        /// them, never for a runtime that never passes them).
+        const OPTIONAL: &'static [usize];
+
+        /// The reference's checks of the batch's inputs, with what the kernel entries read
+        /// ([`SUPPORT`](super::SUPPORT)).
+        fn validate<const K: usize>(batch: &<Self as Step>::Batch<'_>) -> Result<(), VerifyError>
+        where
+            Self: Step;
+
+        /// The batch's draft rows (if any) and target (the impls spell the batch
+        /// `<Self as Step>::Batch<'h>` too: `'h` is early-bound here).
+        fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>)
+        where
+            Self: Step;
+
+        /// The bytes `batch`, of row tensors `t`, needs in each buffer (`device_out`: its
+        /// outputs are the caller's device memory); `None` if a size overflows.
+        fn needs<D: Memory>(
+            batch: &<Self as Step>::Batch<'_>,
+            t: &Split<'_, '_, D>,
+            produce: <Self as Step>::Produce,
+            device_out: bool,
+        ) -> Option<Self::Needs>
+        where
+            Self: Step;
+
+        /// Enqueues the copies of a checked `batch` into `dst` (sized for `needs`) and returns
+        /// the views, writing into `out` when given.
+        fn write<'s, const K: usize, D: Driver>(
+            dst: &Dst<'s, '_, D>,
+            method: Method,
+            batch: &<Self as Step>::Batch<'_>,
+            t: Split<'_, 's, D>,
+            out: Option<Self::Out<'s, D>>,
+            needs: &Self::Needs,
+            produce: <Self as Step>::Produce,
+        ) -> Result<<Self as Step>::Args<'s, D>, GpuError<D::Error>>
+        where
+            Self: Step;
+    }
 }
 
-/// Device buffers of the host-slice path, grown on demand and never shrunk: a batch that needs
-/// no more bytes in any buffer than an earlier one is written into the same buffers, so a graph
+/// A kind of verification step a [`Staging`] stages: [`ChainStep`] (a [`Batch`] into
+/// [`VerifyArgs`]) or [`TreeStep`](super::TreeStep) (a
+/// [`TreeBatch`](crate::verify::tree::TreeBatch) into [`TreeArgs`](super::TreeArgs)). Sealed:
+/// those two are the only ones.
+pub trait Step: sealed::Stage {
+    /// The host batch it stages.
+    type Batch<'b>;
+    /// The views of its launch, which [`Staging::write`] returns.
+    type Args<'s, D: Driver>;
+    /// Which outputs beyond the fixed ones to stage: [`Produce`] for chains, `()` for trees
+    /// (whose outputs are fixed).
+    type Produce: Copy;
+}
+
+/// The chain step: a [`Batch`] staged into [`VerifyArgs`] for the chain entries
+/// ([`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged)). Only a type argument
+/// ([`Staging<D, ChainStep>`](Staging)): no value of it exists.
+#[derive(Clone, Copy, Debug)]
+pub enum ChainStep {}
+
+impl Step for ChainStep {
+    type Batch<'b> = Batch<'b>;
+    type Args<'s, D: Driver> = VerifyArgs<'s, D>;
+    type Produce = Produce;
+}
+
+/// Where a step's write enqueues its copies: on `stream` of `drv`, into the staging's buffers
+/// (`None`: an optional slot the batch does not use).
+pub struct Dst<'s, 'a, D: Driver> {
+    pub(super) drv: &'a D,
+    pub(super) stream: &'a D::Stream,
+    pub(super) bufs: [Option<&'s D::Buffer>; MAX_SLOTS],
+}
+
+/// Device buffers of the host-slice path of one step kind (`S`: [`ChainStep`], the default, or
+/// [`TreeStep`](super::TreeStep)), grown on demand and never shrunk: a batch that needs no
+/// more bytes in any buffer than an earlier one is written into the same buffers, so a graph
 /// captured on [`write`](Staging::write)'s views of the largest batch replays later, smaller
 /// batches written the same way.
+///
+/// A staging holds one step kind's buffers, and a [`GpuVerifier`](super::GpuVerifier) owns
+/// one of each on purpose: a graph captured on chain views borrows the chain staging, and a
+/// tree batch's [`reserve`](Staging::reserve) must not grow (free and reallocate) a buffer that
+/// graph reads.
 #[derive(Debug)]
-pub struct Staging<D: Driver> {
-    bufs: Buffers<D, SLOTS>,
+pub struct Staging<D: Driver, S: Step = ChainStep> {
+    bufs: [Option<D::Buffer>; MAX_SLOTS],
+    step: PhantomData<S>,
 }
 
-impl<D: Driver> Default for Staging<D> {
+impl<D: Driver, S: Step> Default for Staging<D, S> {
     fn default() -> Self {
         Self {
-            bufs: Buffers::default(),
+            bufs: core::array::from_fn(|_| None),
+            step: PhantomData,
         }
     }
 }
 
-/// The grow-only device buffers of a staging (chain or tree), one per slot of its step's
-/// views: what both stagings share.
-#[derive(Debug)]
-pub(super) struct Buffers<D: Driver, const N: usize>([Option<D::Buffer>; N]);
-
-impl<D: Driver, const N: usize> Default for Buffers<D, N> {
-    fn default() -> Self {
-        Self(core::array::from_fn(|_| None))
-    }
-}
-
-impl<D: Driver, const N: usize> Buffers<D, N> {
-    /// Grows every slot to its `needs` bytes, but the `optional` slots a batch does not use
-    /// (`0` bytes): those exist only once a batch has them (no allocation for a runtime that
-    /// never passes them).
-    pub(super) fn reserve(
-        &mut self,
-        drv: &D,
-        needs: [usize; N],
-        optional: &[usize],
-    ) -> Result<(), GpuError<D::Error>> {
-        for (i, (slot, need)) in self.0.iter_mut().zip(needs).enumerate() {
-            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
-            let absent = optional.contains(&i) && need == 0;
-            if !fits && !absent {
-                *slot = None; // free before allocating the larger one
-                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
-                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
-            }
-        }
-        Ok(())
-    }
-
-    /// The buffers for `needs` (`None` for an unused optional slot), or
-    /// [`GpuError::ViewTooShort`] if one was not [`reserve`](Self::reserve)d large enough.
-    pub(super) fn take(
-        &self,
-        needs: [usize; N],
-        optional: &[usize],
-    ) -> Result<[Option<&D::Buffer>; N], GpuError<D::Error>> {
-        let mut bufs: [Option<&D::Buffer>; N] = [None; N];
-        for (i, ((dst, src), need)) in bufs.iter_mut().zip(&self.0).zip(needs).enumerate() {
-            match src {
-                Some(b) if D::bytes(b) >= need => *dst = Some(b),
-                // An optional input the batch does not have: no view, no buffer needed.
-                _ if optional.contains(&i) && need == 0 => {}
-                _ => return Err(GpuError::ViewTooShort),
-            }
-        }
-        Ok(bufs)
-    }
-}
-
-impl<D: Driver> Staging<D> {
+impl<D: Driver, S: Step> Staging<D, S> {
     /// No buffers yet.
     pub fn new() -> Self {
         Self::default()
@@ -370,28 +385,46 @@ impl<D: Driver> Staging<D> {
     pub fn reserve(
         &mut self,
         drv: &D,
-        batch: &Batch<'_>,
-        produce: Produce,
+        batch: &S::Batch<'_>,
+        produce: S::Produce,
     ) -> Result<(), GpuError<D::Error>> {
-        let split = Split::of(drv, batch)?;
-        let needs = needs(batch, &split, produce.recovered).ok_or(GpuError::TooLarge)?;
-        self.bufs.reserve(drv, needs, &OPTIONAL)
+        let split = Split::of(drv, S::tensors(batch))?;
+        let needs = S::needs(batch, &split, produce, false).ok_or(GpuError::TooLarge)?;
+        for (i, (slot, &need)) in self.bufs.iter_mut().zip(needs.as_ref()).enumerate() {
+            let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
+            // An optional slot the batch does not use exists only once a batch has it.
+            let absent = S::OPTIONAL.contains(&i) && need == 0;
+            if !fits && !absent {
+                *slot = None; // free before allocating the larger one
+                // Never 0 bytes: a view of an empty buffer is still a valid pointer.
+                *slot = Some(drv.alloc(need.max(8)).map_err(GpuError::Driver)?);
+            }
+        }
+        Ok(())
     }
 
     /// Enqueues copies of `batch` on `stream` and returns the views a launch takes. Does not
     /// allocate or synchronise: the copies are ordered on `stream` before whatever is enqueued
-    /// after them, so a launch or a graph replay on the same stream sees this batch. Fails with
-    /// [`GpuError::Verify`] if the batch's inputs fail the reference's checks (slices shorter
-    /// than its shape, a layout the kernel lacks) and [`GpuError::ViewTooShort`] if a buffer is
-    /// too small (not [`reserve`](Staging::reserve)d for this batch); nothing is enqueued then.
+    /// after them, so a launch or a graph replay on the same stream sees this batch. Fails,
+    /// with nothing enqueued, with [`GpuError::Verify`] if the batch's inputs fail the
+    /// reference's checks (slices shorter than its shape, a layout the kernel lacks; for a
+    /// tree the errors of [`validate_tree_shape`](crate::verify::tree::validate_tree_shape))
+    /// and [`GpuError::ViewTooShort`] if a buffer is too small (not
+    /// [`reserve`](Staging::reserve)d for this batch).
     ///
-    /// With [`Produce::recovered`] the views' `recovered` is the staging's buffer for it, one
-    /// value per draft slot, which the launch (the logits entries) writes.
+    /// A chain's [`Produce::recovered`] makes the views' `recovered` the staging's buffer for
+    /// it, one value per draft slot, which the launch (the logits entries) writes. Trees
+    /// themselves are not validated here: the kernel flags a malformed one
+    /// ([`ERR_TREE`](kernels::ERR_TREE)) and skips it, and
+    /// [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree) validates before it
+    /// stages.
     ///
     /// Host tensors only: a batch with device tensors ([`Values::Device`]) is
     /// [`VerifyError::Unsupported`] with [`Feature::Device`] here (the views this returns
-    /// outlive the batch; [`Verifier::verify`](crate::verify::Verifier::verify) on a
-    /// [`GpuVerifier`](super::GpuVerifier) takes them, or the caller's own [`VerifyArgs`]).
+    /// outlive the batch; [`Verifier::verify`](crate::verify::Verifier::verify) and
+    /// [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree) on a
+    /// [`GpuVerifier`](super::GpuVerifier) read them in place, or the caller builds its own
+    /// args).
     ///
     /// Reusing the buffers needs no wait: every copy into them and every launch reading them
     /// is enqueued on the one `stream`, which runs them in order, so this step's copies start
@@ -401,36 +434,130 @@ impl<D: Driver> Staging<D> {
         drv: &D,
         stream: &D::Stream,
         method: Method,
-        batch: &Batch<'_>,
-        produce: Produce,
-    ) -> Result<Staged<VerifyArgs<'_, D>>, GpuError<D::Error>> {
-        validate_inputs_with::<K>(SUPPORT, batch)?;
-        let split = Split::host(batch)?;
+        batch: &S::Batch<'_>,
+        produce: S::Produce,
+    ) -> Result<Staged<S::Args<'_, D>>, GpuError<D::Error>> {
+        S::validate::<K>(batch)?;
+        let split = Split::host(S::tensors(batch))?;
         self.write_split::<K>(drv, stream, method, batch, split, None, produce)
     }
 
-    /// [`write`](Self::write) of a batch whose row tensors are `split` (device ones read in
-    /// place) into outputs on the device (`out`, written in place) or in the staging's buffers.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn write_split<'s, const K: usize>(
+    /// [`write`](Self::write) of a batch whose device tensors are read in place (views of
+    /// `drv`'s memory, for as long as the views: [`GpuError::ForeignMemory`] for another
+    /// driver's or device's) into outputs on the device (`out`, written in place) or in the
+    /// staging's buffers.
+    pub(super) fn write_in_place<'s, const K: usize>(
         &'s self,
         drv: &D,
         stream: &D::Stream,
         method: Method,
+        batch: &S::Batch<'s>,
+        out: Option<S::Out<'s, D>>,
+        produce: S::Produce,
+    ) -> Result<Staged<S::Args<'s, D>>, GpuError<D::Error>> {
+        let split = Split::of(drv, S::tensors(batch))?;
+        self.write_split::<K>(drv, stream, method, batch, split, out, produce)
+    }
+
+    /// [`write`](Self::write) of a batch whose row tensors are `t`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_split<'s, const K: usize>(
+        &'s self,
+        drv: &D,
+        stream: &D::Stream,
+        method: Method,
+        batch: &S::Batch<'_>,
+        t: Split<'_, 's, D>,
+        out: Option<S::Out<'s, D>>,
+        produce: S::Produce,
+    ) -> Result<Staged<S::Args<'s, D>>, GpuError<D::Error>> {
+        // The views are sized from the slices, the kernel reads by the shape words: refuse a
+        // batch whose slices do not match its shape (or a layout the kernel lacks), so a
+        // launch on what this returns stays in bounds.
+        S::validate::<K>(batch)?;
+        let needs = S::needs(batch, &t, produce, out.is_some()).ok_or(GpuError::TooLarge)?;
+        let mut bufs: [Option<&D::Buffer>; MAX_SLOTS] = [None; MAX_SLOTS];
+        let slots = bufs.iter_mut().zip(&self.bufs).zip(needs.as_ref());
+        for (i, ((dst, src), &need)) in slots.enumerate() {
+            match src {
+                Some(b) if D::bytes(b) >= need => *dst = Some(b),
+                // An optional input the batch does not have: no view, no buffer needed.
+                _ if S::OPTIONAL.contains(&i) && need == 0 => {}
+                _ => return Err(GpuError::ViewTooShort),
+            }
+        }
+        let dst = Dst { drv, stream, bufs };
+        S::write::<K, D>(&dst, method, batch, t, out, &needs, produce).map(Staged::new)
+    }
+}
+
+impl sealed::Stage for ChainStep {
+    type Needs = [usize; SLOTS];
+    type Out<'d, D: Memory> = OutViews<'d, D>;
+    const OPTIONAL: &'static [usize] = &OPTIONAL;
+
+    fn validate<const K: usize>(batch: &Batch<'_>) -> Result<(), VerifyError> {
+        validate_inputs_with::<K>(SUPPORT, batch)
+    }
+
+    fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
+        (batch.draft.map(|d| d.rows.values), batch.target)
+    }
+
+    fn needs<D: Memory>(
+        batch: &Batch<'_>,
+        t: &Split<'_, '_, D>,
+        produce: Produce,
+        device_out: bool,
+    ) -> Option<[usize; SLOTS]> {
+        // Device outputs need no staging buffer for the recovered tokens.
+        let recovered = produce.recovered && !device_out;
+        let b = batch.requests();
+        let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
+        let w4 = |n: usize| n.checked_mul(4);
+        let w8 = |n: usize| n.checked_mul(8);
+        Some([
+            kernels::SHAPE_WORDS * 4,
+            w4(batch.k().len())?,
+            w4(batch.draft_ids.len())?,
+            t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+            t.target.staged_bytes()?,
+            w8(batch.seed.len())?,
+            w8(batch.offset.len())?,
+            w4(b)?,
+            w4(b)?,
+            w4(b)?,
+            w4(tokens)?,
+            w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
+            w4(batch.bonus.map_or(0, <[u32]>::len))?,
+            w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
+            if kernels::has_sampling(batch) {
+                w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
+            } else {
+                0
+            },
+            // One value per draft slot, as the draft ids are laid out.
+            if recovered {
+                w4(draft_slots(batch))?
+            } else {
+                0
+            },
+            w4(first_row(batch).map_or(0, <[u32]>::len))?,
+        ])
+    }
+
+    fn write<'s, const K: usize, D: Driver>(
+        dst: &Dst<'s, '_, D>,
+        method: Method,
         batch: &Batch<'_>,
         t: Split<'_, 's, D>,
         out: Option<OutViews<'s, D>>,
+        needs: &[usize; SLOTS],
         produce: Produce,
-    ) -> Result<Staged<VerifyArgs<'s, D>>, GpuError<D::Error>> {
-        // The views are sized from the slices, the kernel reads by the shape words: refuse a
-        // batch whose slices are shorter than its shape says (or a layout the kernel lacks),
-        // so a launch on what this returns stays in bounds.
-        validate_inputs_with::<K>(SUPPORT, batch)?;
-        let recovered = produce.recovered;
-        // Device outputs need no staging buffer for the recovered tokens.
-        let needs = needs(batch, &t, recovered && out.is_none()).ok_or(GpuError::TooLarge)?;
-        let bufs = self.bufs.take(needs, &OPTIONAL)?;
+    ) -> Result<VerifyArgs<'s, D>, GpuError<D::Error>> {
+        let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
+        let recovered = produce.recovered;
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
@@ -472,12 +599,12 @@ impl<D: Driver> Staging<D> {
                 },
             },
         };
-        let shape = up_u32(drv, stream, buf(SHAPE)?, &shape)?;
-        Ok(Staged::new(VerifyArgs {
+        let shape = upload(drv, stream, buf(SHAPE)?, &shape)?;
+        Ok(VerifyArgs {
             capacity,
             shape,
-            k: up_u32(drv, stream, buf(KS)?, batch.k())?,
-            draft_ids: up_u32(drv, stream, buf(IDS)?, batch.draft_ids)?,
+            k: upload(drv, stream, buf(KS)?, batch.k())?,
+            draft_ids: upload(drv, stream, buf(IDS)?, batch.draft_ids)?,
             draft_probs: match t.draft {
                 Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
                 None => None,
@@ -499,7 +626,7 @@ impl<D: Driver> Staging<D> {
             },
             draft_first_row: optional(drv, stream, bufs[FIRST_ROW], first_row(batch))?,
             recovered: outputs.recovered,
-        }))
+        })
     }
 }
 
@@ -533,8 +660,8 @@ pub(super) fn rows<'a, D: Driver>(
     })
 }
 
-/// Views a staging's `write` returned ([`Staging::write`]: [`VerifyArgs`];
-/// [`TreeStaging::write`](super::TreeStaging::write): [`TreeArgs`](super::TreeArgs)): the shape
+/// Views a staging's [`write`](Staging::write) returned ([`VerifyArgs`] for a chain,
+/// [`TreeArgs`](super::TreeArgs) for a tree, [`Step::Args`]): the shape
 /// words it wrote describe exactly these views, which is the whole contract of the safe staged
 /// launches and captures ([`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged),
 /// [`capture_staged`](super::GpuVerifier::capture_staged),
@@ -565,15 +692,6 @@ impl<A> core::ops::Deref for Staged<A> {
 
 pub(super) fn oob<E>(_: super::view::OutOfBounds) -> GpuError<E> {
     GpuError::ViewTooShort
-}
-
-fn up_u32<'a, D: Driver>(
-    drv: &D,
-    stream: &D::Stream,
-    dst: &'a D::Buffer,
-    data: &[u32],
-) -> Result<View<'a, D, u32>, GpuError<D::Error>> {
-    upload(drv, stream, dst, data)
 }
 
 pub(super) fn upload<'a, D: Driver, T: Element>(

@@ -11,8 +11,8 @@
 //!   `≥ V`: [`kernels::ERR_TOKEN`]) and skips that request only.
 //! * The host-slice path: [`GpuVerifier::verify_tree`], as `CpuVerifier::verify_tree` of the
 //!   CPU backend (the reference's validation first, with the same
-//!   [`VerifyError`](crate::verify::VerifyError)s; one
-//!   synchronising call), staged in grow-only buffers ([`TreeStaging`]); rows in device memory
+//!   [`VerifyError`](crate::verify::VerifyError)s; one synchronising call), staged in
+//!   grow-only buffers ([`Staging`]`<D, `[`TreeStep`]`>`); rows in device memory
 //!   ([`Values::Device`](crate::verify::Values::Device)) are read in place, and outputs in
 //!   device memory ([`TreeOutputs::on_device`]) are written in place, with no copy down and no
 //!   synchronising call.
@@ -29,14 +29,12 @@ pub(super) mod args;
 pub(super) mod staging;
 
 pub use args::{TreeArgs, TreeLaunch};
-pub use staging::{TreeStaging, tree_shape};
-
-use staging::TreeRows;
+pub use staging::{TreeStep, tree_shape};
 
 use super::driver::Driver;
 use super::error::GpuError;
 use super::readback::read_stats;
-use super::staging::{SUPPORT, Staged, grow_host, owned_out};
+use super::staging::{SUPPORT, Staged, Staging, grow_host, owned_out};
 use super::verifier::GpuVerifier;
 use super::view::{Memory, ViewMut};
 use crate::gpu::kernels;
@@ -63,7 +61,7 @@ impl<D: Driver> TreeGraph<'_, D> {
 
 /// The caller's device tree outputs as views of the verifier's driver (see
 /// [`TreeOutputs::on_device`]).
-pub(in crate::gpu) struct TreeOutViews<'d, D: Memory> {
+pub struct TreeOutViews<'d, D: Memory> {
     pub(in crate::gpu) accepted: ViewMut<'d, D, u32>,
     pub(in crate::gpu) path: ViewMut<'d, D, u32>,
     pub(in crate::gpu) tokens: ViewMut<'d, D, u32>,
@@ -100,12 +98,12 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// Set-up for the tree paths: validates `batch` like the reference ([`validate_tree_with`]
     /// with [`SUPPORT`], with `out`, the host outputs its results will be copied to), makes the
     /// tree entry ready ([`Driver::prepare_tree`]: a run-time compiled driver compiles it
-    /// here, not on the step path) and grows `staging` for it. Then [`TreeStaging::write`] enqueues the
-    /// copies and gives the views for [`launch_tree_staged`](GpuVerifier::launch_tree_staged)
+    /// here, not on the step path) and grows `staging` for it. Then [`Staging::write`] enqueues
+    /// the copies and gives the views for [`launch_tree_staged`](GpuVerifier::launch_tree_staged)
     /// or [`capture_tree_staged`](GpuVerifier::capture_tree_staged).
     pub fn stage_tree(
         &mut self,
-        staging: &mut TreeStaging<D>,
+        staging: &mut Staging<D, TreeStep>,
         method: Method,
         check: Check,
         batch: &TreeBatch<'_>,
@@ -113,7 +111,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     ) -> Result<(), GpuError<D::Error>> {
         check_tree::<K, D::Error>(method, check, batch, out)?;
         self.driver().prepare_tree().map_err(GpuError::Driver)?;
-        staging.reserve(&self.drv_ref(), batch)
+        staging.reserve(&self.drv_ref(), batch, ())
     }
 
     /// The step path for trees: enqueues one launch of the tree entry (one block per request
@@ -126,7 +124,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// The shape words in device memory (read by the kernel when it runs) must describe
     /// extents within the views: `batch ≤ capacity` node counts, `batch · N` tokens and links,
     /// `batch · N` rows × strides of the probability views, `batch · (max_depth + 1)` path and
-    /// token slots. Views written by [`TreeStaging::write`] meet this.
+    /// token slots. Views written by [`Staging::write`] meet this.
     pub unsafe fn launch_tree(&self, args: &TreeArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
         if !args.views_fit() {
             return Err(GpuError::ViewTooShort);
@@ -134,11 +132,11 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         enqueue(self.driver(), self.stream(), self.stats(), args)
     }
 
-    /// [`launch_tree`](GpuVerifier::launch_tree) on views [`TreeStaging::write`] returned,
+    /// [`launch_tree`](GpuVerifier::launch_tree) on views [`Staging::write`] returned,
     /// whose shape words it wrote to describe exactly those views.
     ///
     /// # Safety
-    /// Nothing but [`TreeStaging::write`] has written the staging buffers since.
+    /// Nothing but [`Staging::write`] has written the staging buffers since.
     pub unsafe fn launch_tree_staged(
         &self,
         args: &Staged<TreeArgs<'_, D>>,
@@ -176,9 +174,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         })
     }
 
-    /// [`capture_tree`](GpuVerifier::capture_tree) on views [`TreeStaging::write`] returned.
+    /// [`capture_tree`](GpuVerifier::capture_tree) on views [`Staging::write`] returned.
     /// Replays stay in bounds while later batches are written into the same staging by
-    /// [`TreeStaging::write`] (which only writes consistent shape words, and cannot grow the
+    /// [`Staging::write`] (which only writes consistent shape words, and cannot grow the
     /// buffers while the graph borrows them).
     ///
     /// # Safety
@@ -271,7 +269,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
 
     fn verify_tree_staged(
         &mut self,
-        staging: &mut TreeStaging<D>,
+        staging: &mut Staging<D, TreeStep>,
         method: Method,
         batch: &TreeBatch<'_>,
         out: &mut TreeOutputs<'_>,
@@ -283,16 +281,15 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
                 // enqueued (the rows by `reserve`, the outputs here), once: the views are the
                 // launch's.
                 let views = TreeOutViews::of(&drv, outputs)?;
-                staging.reserve(&drv, batch)?;
+                staging.reserve(&drv, batch, ())?;
                 // Device rows are read in place: the views borrow them only for this call.
-                let rows = TreeRows::of(&drv, batch)?;
                 // Outputs on the device: the launch writes them in place; no copy down, no
                 // wait. The kernel's error flags stay in the counters buffer: a validated
                 // batch raises none (every input they flag is checked on the host first).
                 let stream = self.stream();
                 let args =
-                    staging.write_rows::<K>(&drv, stream, method, batch, rows, Some(views))?;
-                // SAFETY: written just above by `write_rows`, whose shape words describe
+                    staging.write_in_place::<K>(&drv, stream, method, batch, Some(views), ())?;
+                // SAFETY: written just above by `write_in_place`, whose shape words describe
                 // exactly these views (the device outputs checked against the batch by
                 // validation); nothing else touches this verifier's staging.
                 return unsafe { self.launch_tree_staged(&args) };
@@ -303,10 +300,10 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
                 tokens,
             } => (accepted, path, tokens),
         };
-        staging.reserve(&drv, batch)?;
-        let rows = TreeRows::of(&drv, batch)?;
-        let args = staging.write_rows::<K>(&drv, self.stream(), method, batch, rows, None)?;
-        // SAFETY: written just above by `write`; nothing else touches this verifier's staging.
+        staging.reserve(&drv, batch, ())?;
+        let args = staging.write_in_place::<K>(&drv, self.stream(), method, batch, None, ())?;
+        // SAFETY: written just above by `write_in_place`; nothing else touches this verifier's
+        // staging.
         unsafe { self.launch_tree_staged(&args)? };
         let flags = self.download_tree_outputs(&args, accepted, path, tokens)?;
         if flags != self.flags_seen {

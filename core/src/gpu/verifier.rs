@@ -3,8 +3,8 @@
 use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::{OutViews, SUPPORT, Split, Staged, Staging, grow_host};
-use super::tree::staging::TreeStaging;
+use super::staging::{OutViews, SUPPORT, Staged, Staging, grow_host};
+use super::tree::staging::TreeStep;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::MAX_IN_FLIGHT;
@@ -54,8 +54,9 @@ pub struct GpuVerifier<D: Driver, const K: usize> {
     /// Scratch of the split entry and the capacity it is sized for.
     split: Option<(D::Buffer, u32)>,
     staging: Staging<D>,
-    /// The tree host-slice path's staging (`super::tree`).
-    pub(super) trees: TreeStaging<D>,
+    /// The tree host-slice path's staging (`super::tree`): apart from the chain's on purpose,
+    /// so a tree batch never grows a buffer that a graph captured on chain views reads.
+    pub(super) trees: Staging<D, TreeStep>,
     /// Page-locked outputs of the host-slice path: accepted, tokens, then the stats words.
     pub(super) host: Option<(D::HostBuffer, usize)>,
     pub(super) done: D::Event,
@@ -83,7 +84,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
             stats,
             split: None,
             staging: Staging::new(),
-            trees: TreeStaging::new(),
+            trees: Staging::new(),
             host: None,
             flags_seen: 0,
             syncs: 0,
@@ -538,29 +539,21 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         };
         staging.reserve(&self.drv, batch, produce)?;
         self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
-        let split = Split::of(&self.drv, batch)?;
         if let Some(views) = views {
             // Outputs on the device: the launch writes them in place; no copy down, no wait.
             // The kernel's error flags stay in the counters buffer: a validated batch raises
             // none (every input they flag is checked on the host first).
             let (drv, stream) = (&self.drv, &self.stream);
-            let args = staging.write_split::<K>(
-                drv,
-                stream,
-                method,
-                batch,
-                split,
-                Some(views),
-                produce,
-            )?;
-            // SAFETY: written just above by `write_split`, whose shape words describe exactly
+            let args =
+                staging.write_in_place::<K>(drv, stream, method, batch, Some(views), produce)?;
+            // SAFETY: written just above by `write_in_place`, whose shape words describe exactly
             // these views (the device ones checked against the batch by validation);
             // nothing else touches this verifier's staging.
             return unsafe { self.launch_staged(&args) };
         }
         let (drv, stream) = (&self.drv, &self.stream);
-        let args = staging.write_split::<K>(drv, stream, method, batch, split, None, produce)?;
-        // SAFETY: written just above by `write_split`; nothing else touches this verifier's
+        let args = staging.write_in_place::<K>(drv, stream, method, batch, None, produce)?;
+        // SAFETY: written just above by `write_in_place`; nothing else touches this verifier's
         // staging.
         unsafe { self.launch_staged(&args)? };
         let flags = self.download_outputs(&args, out)?;

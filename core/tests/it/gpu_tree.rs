@@ -7,7 +7,7 @@
 use specula_core::ErrorKind;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuError, GpuVerifier, RowsView, TreeArgs, TreeStaging, View, ViewMut,
+    Driver, Element, GpuError, GpuVerifier, RowsView, Staging, TreeArgs, TreeStep, View, ViewMut,
     tree_shape,
 };
 use specula_core::verify::tree::{
@@ -97,10 +97,10 @@ impl Outs {
     }
 }
 
-fn rig(b: usize) -> (Fake, GpuVerifier<Fake, K>, TreeStaging<Fake>, Owned) {
+fn rig(b: usize) -> (Fake, GpuVerifier<Fake, K>, Staging<Fake, TreeStep>, Owned) {
     let drv = Fake::immediate(1);
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
-    let mut staging = TreeStaging::new();
+    let mut staging = Staging::<_, TreeStep>::new();
     let d = Owned::new(b);
     let mut o = Outs::new(b);
     v.stage_tree(
@@ -258,7 +258,7 @@ fn tree_device_flags_are_reported_once() {
 fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let (drv, v, staging, mut d) = rig(2);
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Typical, &d.view(), ())
         .unwrap();
     let shape = elems(&a.shape);
     assert_eq!(shape, tree_shape::<K>(Method::Typical, &d.view()).unwrap());
@@ -293,13 +293,13 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     // Draft rows need their own buffer: not reserved yet.
     d.draft = Some([0.5, 0.5].repeat(6));
     assert!(matches!(
-        staging.write::<K>(&drv, v.stream(), Method::Rejection, &d.view()),
+        staging.write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ()),
         Err(GpuError::ViewTooShort)
     ));
     let mut staging = staging;
-    staging.reserve(&drv, &d.view()).unwrap();
+    staging.reserve(&drv, &d.view(), ()).unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
         .unwrap();
     assert_eq!(elems(&a.draft_probs.and_then(f32_rows).unwrap()), [0.5; 12]);
     let shape = elems(&a.shape);
@@ -314,7 +314,7 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let ops = drv.st.ops.get();
     let big = Owned::new(3);
     assert!(matches!(
-        staging.write::<K>(&drv, v.stream(), Method::Rejection, &big.view()),
+        staging.write::<K>(&drv, v.stream(), Method::Rejection, &big.view(), ()),
         Err(GpuError::ViewTooShort)
     ));
     // Slices that do not match the sizes: the reference's error.
@@ -322,7 +322,7 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     bad.next_sibling.pop();
     assert_eq!(
         staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &bad.view())
+            .write::<K>(&drv, v.stream(), Method::Rejection, &bad.view(), ())
             .unwrap_err(),
         GpuError::Verify(VerifyError::Length {
             param: Param::NextSibling,
@@ -333,7 +333,7 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let mut bad = Owned::new(2);
     bad.target.pop();
     assert!(matches!(
-        staging.write::<K>(&drv, v.stream(), Method::Rejection, &bad.view()),
+        staging.write::<K>(&drv, v.stream(), Method::Rejection, &bad.view(), ()),
         Err(GpuError::Verify(VerifyError::Length {
             param: Param::TargetProbs,
             ..
@@ -348,13 +348,13 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
         temperature: &temps,
     });
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &logits)
+        .write::<K>(&drv, v.stream(), Method::Rejection, &logits, ())
         .unwrap();
     assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
     assert_eq!(elems(&a.temperature.unwrap()), temps);
     // Probabilities again in the same staging: no logits views.
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
         .unwrap();
     assert!(a.temperature.is_none());
     assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
@@ -368,7 +368,7 @@ fn short<T: Element>(view: View<'_, Fake, T>) -> View<'_, Fake, T> {
 fn tree_launch_checks_every_view_against_the_capacity() {
     let (drv, v, mut staging, mut d) = rig(2);
     d.draft = Some([0.5, 0.5].repeat(6));
-    staging.reserve(&drv, &d.view()).unwrap();
+    staging.reserve(&drv, &d.view(), ()).unwrap();
     // A one-node, depth-0 batch of 2: every per-node and per-slot view holds exactly 2.
     let one = Owned {
         nodes: vec![1, 1],
@@ -417,7 +417,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
             &one_batch
         };
         let mut a: TreeArgs<'_, Fake> = staging
-            .write::<K>(&drv, v.stream(), Method::Greedy, batch)
+            .write::<K>(&drv, v.stream(), Method::Greedy, batch, ())
             .unwrap()
             .into_args();
         match field {
@@ -466,7 +466,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
 fn download_tree_outputs_refuses_host_slices_longer_than_the_views() {
     let (drv, mut v, staging, d) = rig(2);
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
     unsafe { v.launch_tree_staged(&a) }.unwrap();
@@ -494,7 +494,7 @@ fn download_tree_outputs_refuses_host_slices_longer_than_the_views() {
 fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     let (drv, mut v, staging, d) = rig(4);
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; only `write` writes the staging buffers.
     let graph = unsafe { v.capture_tree_staged(&a) }.unwrap();
@@ -504,7 +504,7 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     let mut small = Owned::new(2);
     small.nodes = vec![3, 1];
     let a2 = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &small.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &small.view(), ())
         .unwrap();
     let syncs = v.sync_calls();
     v.replay_tree(&graph).unwrap();
@@ -524,7 +524,7 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
 }
 
-/// `TreeStaging::write` refuses what the reference's shape checks refuse, with the same error
+/// `Staging::<_, TreeStep>::write` refuses what the reference's shape checks refuse, with the same error
 /// (batch size, node slots, depth, vocabulary, strides, every input slice), and nothing is
 /// enqueued.
 #[test]
@@ -643,7 +643,7 @@ fn tree_staging_refuses_malformed_shapes_with_the_references_errors() {
         );
         let want = validate_tree_shape::<K>(&b, &out).unwrap_err();
         let got = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &b)
+            .write::<K>(&drv, v.stream(), Method::Rejection, &b, ())
             .err();
         assert_eq!(got, Some(GpuError::Verify(want)), "{what}");
     }
@@ -690,10 +690,10 @@ fn tree_staging_accepts_the_boundary_shapes() {
         ("max_depth = K", deepest, 2 * (K + 1)),
         ("padded rows", padded, 4),
     ] {
-        let mut staging = TreeStaging::new();
-        staging.reserve(&drv, &b).unwrap();
+        let mut staging = Staging::<_, TreeStep>::new();
+        staging.reserve(&drv, &b, ()).unwrap();
         let a = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &b)
+            .write::<K>(&drv, v.stream(), Method::Rejection, &b, ())
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(a.path.len(), out, "{what}");
         let shape = elems(&a.shape);
@@ -711,9 +711,9 @@ fn tree_staging_accepts_the_boundary_shapes() {
 fn default_typical_parameters_reach_every_request() {
     let (drv, v, mut staging, _) = rig(1);
     let d = Owned::new(130);
-    staging.reserve(&drv, &d.view()).unwrap();
+    staging.reserve(&drv, &d.view(), ()).unwrap();
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Typical, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Typical, &d.view(), ())
         .unwrap();
     assert_eq!(elems(&a.eps), vec![DEFAULT_EPS; 130]);
     assert_eq!(elems(&a.delta), vec![DEFAULT_DELTA; 130]);
@@ -727,7 +727,7 @@ fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
     let (drv, v, staging, d) = rig(2);
     assert_eq!(drv.st.prepared.get(), 1, "stage_tree prepared it");
     let a = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; only `write` writes the staging buffers.
     let graph = unsafe { v.capture_tree_staged(&a) }.ok().unwrap();
@@ -746,7 +746,7 @@ fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
     let drv2 = Fake::immediate(1);
     drv2.st.fail_prepare.set(true);
     let mut fresh = GpuVerifier::<Fake, K>::new(drv2.clone()).unwrap();
-    let mut staging2 = TreeStaging::new();
+    let mut staging2 = Staging::<_, TreeStep>::new();
     let mut o = Outs::new(2);
     let e = fresh.stage_tree(
         &mut staging2,
@@ -950,10 +950,10 @@ fn tree_launch_checks_the_half_row_views() {
     // bf16 draft rows (0.5 each), N · V per request; then every half view must hold a request.
     let draft = vec![0x3f00u16; 2 * 3 * 2];
     let batch = d.view().with_draft(Rows::half(Half::Bf16(&draft), 2));
-    staging.reserve(&drv, &batch).unwrap();
+    staging.reserve(&drv, &batch, ()).unwrap();
     for case in 0..2 {
         let mut a: TreeArgs<'_, Fake> = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &batch)
+            .write::<K>(&drv, v.stream(), Method::Rejection, &batch, ())
             .unwrap()
             .into_args();
         assert!(a.draft_probs.is_some_and(|d| d.is_half()));

@@ -6,11 +6,11 @@
 //! each a typed error with nothing launched, written or counted: another device's or API's
 //! memory (rows, binary32 or half, or outputs), strict checks over device rows, device outputs
 //! of the wrong length, device rows or outputs on the host verifiers, device rows in
-//! `TreeStaging::write`, half rows on the reference. (Half rows that verify: `tree_half.rs`.)
+//! `Staging::<_, TreeStep>::write`, half rows on the reference. (Half rows that verify: `tree_half.rs`.)
 
 use specula::cpu::CpuVerifier;
 use specula_core::Counters;
-use specula_core::gpu::{Driver, GpuError, GpuVerifier, Memory, TreeStaging, View, ViewMut};
+use specula_core::gpu::{Driver, GpuError, GpuVerifier, Memory, Staging, TreeStep, View, ViewMut};
 use specula_core::verify::tree::{DeviceTreeOutputs, TreeBatch, TreeOutputs};
 use specula_core::verify::{
     Check, Device, DeviceOut, Feature, Half, Method, Param, Reference, Rows, Target, Values,
@@ -153,7 +153,7 @@ fn bf16(x: &[f32]) -> Vec<u16> {
 
 /// On the GPU tree path: another device's memory (binary32 or half rows), another API's memory
 /// (target and draft rows), strict checks over device rows: typed errors, nothing launched,
-/// written or counted. `TreeStaging::write` (whose views outlive the batch)
+/// written or counted. `Staging::<_, TreeStep>::write` (whose views outlive the batch)
 /// takes host rows only. The same device rows, valid, then verify.
 #[test]
 fn tree_device_rows_refusals_on_the_gpu_path() {
@@ -198,10 +198,10 @@ fn tree_device_rows_refusals_on_the_gpu_path() {
         let b = with_values(host, f32_device(&mine), Some(theirs_draft_half));
         refused(&drv, &mut v, &b, Check::Cheap, foreign(Param::DraftProbs));
 
-        // `TreeStaging::write` returns views that outlive the batch: host rows only.
-        let mut staging = TreeStaging::<HostDriver>::new();
-        staging.reserve(&drv, &good).unwrap();
-        let got = staging.write::<K>(&drv, v.stream(), Method::Greedy, &good);
+        // `Staging::<_, TreeStep>::write` returns views that outlive the batch: host rows only.
+        let mut staging = Staging::<HostDriver, TreeStep>::new();
+        staging.reserve(&drv, &good, ()).unwrap();
+        let got = staging.write::<K>(&drv, v.stream(), Method::Greedy, &good, ());
         assert_eq!(got.err(), Some(unsupported(Feature::Device)));
 
         // The same device rows, valid: the step runs, with the host rows' bits.

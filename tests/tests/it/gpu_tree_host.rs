@@ -1,4 +1,4 @@
-//! Token trees through the shared GPU orchestration (`specula_core::gpu`: `TreeStaging`,
+//! Token trees through the shared GPU orchestration (`specula_core::gpu`: `Staging<_, TreeStep>`,
 //! `GpuVerifier::{verify_tree, launch_tree, capture_tree, replay_tree}`) executed end to end over
 //! the host driver, whose `Driver::launch_tree` runs the tree entry of the kernel text
 //! (`specula_verify_tree`) through the C++ shim: outputs and counters bit-equal to the reference
@@ -9,7 +9,7 @@
 //! launch flagged (`ERR_TREE`) and skipped alone.
 
 use specula_core::gpu::kernels::{ERR_TOKEN, ERR_TREE};
-use specula_core::gpu::{GpuError, GpuVerifier, TreeStaging};
+use specula_core::gpu::{GpuError, GpuVerifier, Staging, TreeStep};
 use specula_core::verify::tree::verify_tree_batch;
 use specula_core::verify::{Check, Method, SENTINEL, Verifier, VerifyError};
 use specula_core::{Counters, Readback};
@@ -293,7 +293,7 @@ fn tree_graph_replays_changing_trees() {
                 },
             );
         }
-        let mut staging = TreeStaging::new();
+        let mut staging = Staging::<_, TreeStep>::new();
         let mut out = TreeOut::new(cap.requests(), cap.max_depth);
         v.stage_tree(
             &mut staging,
@@ -304,7 +304,7 @@ fn tree_graph_replays_changing_trees() {
         )
         .unwrap();
         let args = staging
-            .write::<K>(&drv, v.stream(), Method::Rejection, &cap.view())
+            .write::<K>(&drv, v.stream(), Method::Rejection, &cap.view(), ())
             .unwrap();
         // SAFETY: staged views of a checked batch; only `write` writes the staging.
         let graph = unsafe { v.capture_tree_staged(&args) }.unwrap();
@@ -324,7 +324,7 @@ fn tree_graph_replays_changing_trees() {
             let (want, counted) = reference(method, Check::Cheap, &d).unwrap();
             expected.add(&counted);
             let step_args = staging
-                .write::<K>(&drv, v.stream(), method, &d.view())
+                .write::<K>(&drv, v.stream(), method, &d.view(), ())
                 .unwrap();
             let syncs = (drv.sync_calls(), v.sync_calls());
             v.replay_tree(&graph).unwrap();
@@ -371,7 +371,7 @@ fn no_synchronising_call_on_the_tree_step_path() {
             ..spec(false)
         },
     );
-    let mut staging = TreeStaging::new();
+    let mut staging = Staging::<_, TreeStep>::new();
     let out = TreeOut::new(d.requests(), d.max_depth);
     let mut o = out.clone();
     v.stage_tree(
@@ -384,7 +384,7 @@ fn no_synchronising_call_on_the_tree_step_path() {
     .unwrap();
     let mut rb = v.readback().unwrap();
     let args = staging
-        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view())
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
     let graph = unsafe { v.capture_tree_staged(&args) }.unwrap();
@@ -429,7 +429,7 @@ fn no_synchronising_call_on_the_tree_step_path() {
     assert_eq!(v.totals().unwrap(), total);
 }
 
-/// The raw device path: a malformed request (written by `TreeStaging::write`, which does not
+/// The raw device path: a malformed request (written by `Staging::<_, TreeStep>::write`, which does not
 /// validate trees) sets its error bit, gets sentinel outputs and is not counted; the others are
 /// verified as the reference verifies them alone. The host-slice path then reports the new
 /// flags once.
@@ -481,10 +481,10 @@ fn malformed_trees_on_the_raw_launch_are_flagged_and_skipped_alone() {
             let (want, want_c) = reference(Method::Rejection, Check::Cheap, &good).unwrap();
             let mut v = verifier(Mode::Hip);
             let drv = v.driver().clone();
-            let mut staging = TreeStaging::new();
-            staging.reserve(&drv, &d.view()).unwrap();
+            let mut staging = Staging::<_, TreeStep>::new();
+            staging.reserve(&drv, &d.view(), ()).unwrap();
             let args = staging
-                .write::<K>(&drv, v.stream(), Method::Rejection, &d.view())
+                .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
                 .unwrap();
             // SAFETY: staged views: the shape words describe them; the trees' contents are
             // the kernel's to check.

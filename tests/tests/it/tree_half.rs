@@ -11,7 +11,7 @@ use specula_core::gpu::kernels::{
     self, ERR_SHAPE, FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_DRAFT_PROBS, FLAG_TARGET_BF16,
     FLAG_TARGET_F16, TREE_ENTRY, TREE_HALF_ENTRY,
 };
-use specula_core::gpu::{GpuVerifier, TreeStaging, View, tree_shape};
+use specula_core::gpu::{GpuVerifier, Staging, TreeStep, View, tree_shape};
 use specula_core::verify::tree::{TreeBatch, verify_tree_batch};
 use specula_core::verify::{
     Check, Device, Feature, Format, Half, Method, Reference, Values, Verifier, VerifyError,
@@ -316,7 +316,7 @@ fn two_i32(x: &[i32]) -> Vec<i32> {
 }
 
 /// The staging's views of half host rows launch as the host-slice path does: the step path
-/// (`TreeStaging::write`, `launch_tree_staged`) gives the widened rows' bits.
+/// (`Staging::<_, TreeStep>::write`, `launch_tree_staged`) gives the widened rows' bits.
 #[test]
 fn tree_half_rows_on_the_step_path() {
     let drv = HostDriver::new(Mode::Hip, 64, 1);
@@ -328,11 +328,11 @@ fn tree_half_rows_on_the_step_path() {
         for m in METHODS {
             let (want, counted) = r.reference(m);
             let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
-            let mut staging = TreeStaging::<HostDriver>::new();
+            let mut staging = Staging::<HostDriver, TreeStep>::new();
             let mut got = TreeOut::new(d.requests(), d.max_depth);
             v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
                 .unwrap();
-            let args = staging.write::<K>(&drv, v.stream(), m, &host).unwrap();
+            let args = staging.write::<K>(&drv, v.stream(), m, &host, ()).unwrap();
             // SAFETY: the views `write` returned for this batch, launched as they are.
             unsafe { v.launch_tree_staged(&args) }.unwrap();
             let flags = v
@@ -486,12 +486,12 @@ fn tree_entry_refuses_bad_half_flags() {
             shape[kernels::SHAPE_FLAGS] = bad;
             let shape = drv.buffer_from(&shape);
             let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
-            let mut staging = TreeStaging::<HostDriver>::new();
+            let mut staging = Staging::<HostDriver, TreeStep>::new();
             let mut got = TreeOut::new(d.requests(), d.max_depth);
             v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
                 .unwrap();
             let mut args = staging
-                .write::<K>(&drv, v.stream(), m, &host)
+                .write::<K>(&drv, v.stream(), m, &host, ())
                 .unwrap()
                 .into_args();
             args.shape = View::new(&shape);

@@ -1,16 +1,18 @@
-//! [`TreeStaging`]: grow-only device buffers that host-slice tree batches are copied into, and
-//! the tree entry's shape words ([`tree_shape`]).
+//! [`TreeStep`]: the tree's part of the [`Staging`](super::super::Staging) of host-slice batches,
+//! and the tree entry's shape words ([`tree_shape`]).
 
 use super::super::driver::Driver;
 use super::super::error::GpuError;
-use super::super::staging::{Arg, Buffers, SUPPORT, Staged, oob, per_request, rows, upload};
+use super::super::staging::{
+    Arg, Dst, MAX_SLOTS, SUPPORT, Split, Step, oob, per_request, rows, sealed, upload,
+};
 use super::super::view::{Memory, View, ViewMut};
 use super::TreeOutViews;
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{TreeBatch, validate_tree_inputs_with};
 use crate::verify::{
-    DEFAULT_DELTA, DEFAULT_EPS, Device, Feature, Format, Method, Param, Rows, VerifyError,
+    DEFAULT_DELTA, DEFAULT_EPS, Format, Method, Rows, Target, Values, VerifyError,
 };
 
 /// Buffers, in the order of [`TreeArgs`]' fields.
@@ -31,6 +33,7 @@ const PATH: usize = 12;
 const OUT_TOKENS: usize = 13;
 /// The temperatures (target logits only; the logits themselves go to `TPROBS`' buffer).
 const TEMP: usize = 14;
+const _: () = assert!(SLOTS <= MAX_SLOTS);
 
 /// The shape words of launching `method` over `batch` with `Counters<K>`: the chain's
 /// [`shape_words`](kernels::shape_words) (`k_max` = the tree's `max_depth`) with the half
@@ -72,156 +75,73 @@ pub fn tree_shape<const K: usize>(
     Ok(shape)
 }
 
-/// The row tensors of a tree batch, binary32 or bf16 / f16 patterns (the format goes into the
-/// shape flags, [`tree_shape`]): host values the staging uploads, or the caller's device memory
-/// read in place.
-pub(in crate::gpu) struct TreeRows<'h, 'd, D: Memory> {
-    draft: Option<Arg<'h, 'd, D>>,
-    target: Arg<'h, 'd, D>,
+/// The tree step: a [`TreeBatch`] staged into [`TreeArgs`] for the tree entries
+/// ([`GpuVerifier::launch_tree_staged`](super::super::GpuVerifier::launch_tree_staged)). Only a
+/// type argument ([`Staging<D, TreeStep>`](super::super::Staging)): no value of it exists.
+#[derive(Clone, Copy, Debug)]
+pub enum TreeStep {}
+
+impl Step for TreeStep {
+    type Batch<'b> = TreeBatch<'b>;
+    type Args<'s, D: Driver> = TreeArgs<'s, D>;
+    type Produce = ();
 }
 
-impl<'h, 'd, D: Driver> TreeRows<'h, 'd, D> {
-    /// The rows of `batch`; `device` makes the views of its device rows (or refuses them).
-    fn with(
-        batch: &TreeBatch<'h>,
-        device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
-    ) -> Result<Self, GpuError<D::Error>> {
-        let param = if batch.target.temperature().is_some() {
-            Param::TargetLogits
-        } else {
-            Param::TargetProbs
-        };
-        Ok(Self {
-            draft: match batch.draft {
-                Some(d) => Some(Arg::of(d.values, |x| device(x, Param::DraftProbs))?),
-                None => None,
-            },
-            target: Arg::of(batch.target.rows().values, |x| device(x, param))?,
-        })
+impl sealed::Stage for TreeStep {
+    type Needs = [usize; SLOTS];
+    type Out<'d, D: Memory> = TreeOutViews<'d, D>;
+    // Every slot is allocated, even for a batch that leaves it unused (probabilities: `TEMP`).
+    const OPTIONAL: &'static [usize] = &[];
+
+    fn validate<const K: usize>(batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
+        validate_tree_inputs_with::<K>(SUPPORT, batch)
     }
 
-    /// The rows of a batch in host memory ([`Feature::Device`] refused: the caller's device
-    /// memory is borrowed for as long as the views, which this staging's callers cannot say).
-    fn host(batch: &TreeBatch<'h>) -> Result<Self, GpuError<D::Error>> {
-        Self::with(batch, |_, _| {
-            Err(GpuError::Verify(VerifyError::Unsupported {
-                feature: Feature::Device,
-            }))
-        })
-    }
-}
-
-impl<'b, D: Driver> TreeRows<'b, 'b, D> {
-    /// The rows of `batch`, its device rows as views of `drv`'s memory
-    /// ([`GpuError::ForeignMemory`] for another driver's or device's buffer).
-    pub(in crate::gpu) fn of(drv: &D, batch: &TreeBatch<'b>) -> Result<Self, GpuError<D::Error>> {
-        Self::with(batch, |d, param| Arg::owned(drv, d, param))
-    }
-}
-
-/// The byte sizes a (checked) batch needs in each buffer (device rows need none).
-fn needs<D: Memory>(batch: &TreeBatch<'_>, rows: &TreeRows<'_, '_, D>) -> Option<[usize; SLOTS]> {
-    let b = batch.requests();
-    let out = b.checked_mul(batch.max_depth.checked_add(1)?)?;
-    let w4 = |n: usize| n.checked_mul(4);
-    let w8 = |n: usize| n.checked_mul(8);
-    Some([
-        kernels::TREE_SHAPE_WORDS * 4,
-        w4(b)?,
-        w4(batch.tree.tokens.len())?,
-        w4(batch.tree.first_child.len())?,
-        w4(batch.tree.next_sibling.len())?,
-        rows.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
-        rows.target.staged_bytes()?,
-        w8(b)?,
-        w8(b)?,
-        w4(b)?,
-        w4(b)?,
-        w4(b)?,
-        w4(out)?,
-        w4(out)?,
-        w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
-    ])
-}
-
-/// Device buffers of the tree host-slice path, grown on demand and never shrunk (as
-/// [`Staging`](super::super::Staging) for chains): a batch that needs no more bytes in any
-/// buffer than an earlier one is written into the same buffers, so a graph captured on
-/// [`write`](TreeStaging::write)'s views of the largest batch replays later, smaller trees
-/// written the same way.
-#[derive(Debug)]
-pub struct TreeStaging<D: Driver> {
-    bufs: Buffers<D, SLOTS>,
-}
-
-impl<D: Driver> Default for TreeStaging<D> {
-    fn default() -> Self {
-        Self {
-            bufs: Buffers::default(),
-        }
-    }
-}
-
-impl<D: Driver> TreeStaging<D> {
-    /// No buffers yet.
-    pub fn new() -> Self {
-        Self::default()
+    fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
+        (batch.draft.map(|d| d.values), batch.target)
     }
 
-    /// Grows the buffers to hold `batch` (set-up: allocates; does not synchronise). Rows in
-    /// device memory ([`Values::Device`](crate::verify::Values::Device)) need no buffer; rows of
-    /// another driver or device are [`GpuError::ForeignMemory`] (nothing allocated).
-    pub fn reserve(&mut self, drv: &D, batch: &TreeBatch<'_>) -> Result<(), GpuError<D::Error>> {
-        let rows = TreeRows::of(drv, batch)?;
-        let needs = needs(batch, &rows).ok_or(GpuError::TooLarge)?;
-        self.bufs.reserve(drv, needs, &[])
+    /// The byte sizes a (checked) batch needs in each buffer (device rows need none; device
+    /// outputs still get the output buffers).
+    fn needs<D: Memory>(
+        batch: &TreeBatch<'_>,
+        rows: &Split<'_, '_, D>,
+        (): (),
+        _device_out: bool,
+    ) -> Option<[usize; SLOTS]> {
+        let b = batch.requests();
+        let out = b.checked_mul(batch.max_depth.checked_add(1)?)?;
+        let w4 = |n: usize| n.checked_mul(4);
+        let w8 = |n: usize| n.checked_mul(8);
+        Some([
+            kernels::TREE_SHAPE_WORDS * 4,
+            w4(b)?,
+            w4(batch.tree.tokens.len())?,
+            w4(batch.tree.first_child.len())?,
+            w4(batch.tree.next_sibling.len())?,
+            rows.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+            rows.target.staged_bytes()?,
+            w8(b)?,
+            w8(b)?,
+            w4(b)?,
+            w4(b)?,
+            w4(b)?,
+            w4(out)?,
+            w4(out)?,
+            w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
+        ])
     }
 
-    /// Enqueues copies of `batch` on `stream` and returns the views a tree launch takes. Does
-    /// not allocate or synchronise: the copies are ordered on `stream` before whatever is
-    /// enqueued after them. Fails, with nothing enqueued, with [`GpuError::Verify`] if the
-    /// batch's slices do not match its sizes (the errors of
-    /// [`validate_tree_shape`](crate::verify::tree::validate_tree_shape)), and
-    /// [`GpuError::ViewTooShort`] if a buffer was not
-    /// [`reserve`](TreeStaging::reserve)d for this batch. The trees themselves are not
-    /// validated here: the kernel flags a malformed one ([`ERR_TREE`](kernels::ERR_TREE)) and
-    /// skips it, and [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree)
-    /// validates before it stages.
-    ///
-    /// Host rows only: a batch with rows in device memory is [`VerifyError::Unsupported`]
-    /// with [`Feature::Device`] here (the views this returns
-    /// outlive the batch; [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree) on a
-    /// [`GpuVerifier`](super::super::GpuVerifier) reads them in place).
-    pub fn write<const K: usize>(
-        &self,
-        drv: &D,
-        stream: &D::Stream,
+    fn write<'s, const K: usize, D: Driver>(
+        dst: &Dst<'s, '_, D>,
         method: Method,
         batch: &TreeBatch<'_>,
-    ) -> Result<Staged<TreeArgs<'_, D>>, GpuError<D::Error>> {
-        validate_tree_inputs_with::<K>(SUPPORT, batch)?;
-        let rows = TreeRows::host(batch)?;
-        self.write_rows::<K>(drv, stream, method, batch, rows, None)
-    }
-
-    /// [`write`](Self::write) of a batch whose row tensors are `rows` (device ones read in
-    /// place, for as long as the views), into outputs on the device (`out_views`, written in
-    /// place) or in the staging's buffers.
-    pub(in crate::gpu) fn write_rows<'s, const K: usize>(
-        &'s self,
-        drv: &D,
-        stream: &D::Stream,
-        method: Method,
-        batch: &TreeBatch<'_>,
-        rows_in: TreeRows<'_, 's, D>,
+        rows_in: Split<'_, 's, D>,
         out_views: Option<TreeOutViews<'s, D>>,
-    ) -> Result<Staged<TreeArgs<'s, D>>, GpuError<D::Error>> {
-        // The views are sized from the slices, the kernel reads by the shape words: refuse a
-        // batch whose slices do not match its shape, so a launch on what this returns stays in
-        // bounds.
-        validate_tree_inputs_with::<K>(SUPPORT, batch)?;
-        let needs = needs(batch, &rows_in).ok_or(GpuError::TooLarge)?;
-        let bufs = self.bufs.take(needs, &[])?;
+        needs: &[usize; SLOTS],
+        (): (),
+    ) -> Result<TreeArgs<'s, D>, GpuError<D::Error>> {
+        let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
         let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
         let b = batch.requests();
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
@@ -247,7 +167,7 @@ impl<D: Driver> TreeStaging<D> {
             Some(t) => Some(upload(drv, stream, buf(TEMP)?, t)?),
             None => None,
         };
-        Ok(Staged::new(TreeArgs {
+        Ok(TreeArgs {
             capacity,
             shape: upload(drv, stream, buf(SHAPE)?, &shape)?,
             nodes: upload(drv, stream, buf(NODES)?, tree.nodes)?,
@@ -264,6 +184,6 @@ impl<D: Driver> TreeStaging<D> {
             path: outputs.path,
             tokens: outputs.tokens,
             temperature,
-        }))
+        })
     }
 }
