@@ -490,7 +490,7 @@ fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
 }
 
 /// Verifies request `b` of a validated batch with `ops`. A request that is not
-/// [plain](Batch::is_plain) (logits at a temperature `> 0`, a sampling filter, bf16 / f16
+/// [plain](RequestPlan::plain) (logits at a temperature `> 0`, a sampling filter, bf16 / f16
 /// inputs) has its rows processed first ([`process_into`]), then is verified as a one-request
 /// binary32 probability batch with the same seed, offset, drafts and parameters (the random
 /// streams do not depend on the batch slot, so the bits are those of the whole batch).
@@ -509,8 +509,10 @@ fn verify_one<O: RowOps + ?Sized>(
         method: planned,
         temperature: t,
         filter,
+        plain,
+        ..
     } = batch.plan(b, method);
-    if batch.is_plain(b) {
+    if plain {
         let acc = verify_request(ops, method, batch, b, tokens);
         if let Some(rec) = rec {
             fill_recovered_one(ops, planned, batch, b, tokens, acc, rec);

@@ -615,22 +615,19 @@ impl<'a> Batch<'a> {
     #[must_use]
     pub fn plan(&self, b: usize, call: Method) -> RequestPlan {
         let method = self.method_of(b, call);
-        match self.temperature_of(b) {
-            Some(t) if t > 0.0 => RequestPlan {
-                method,
-                temperature: Some(t),
-                filter: self.filter_of(b),
-            },
-            Some(_) => RequestPlan {
-                method: Method::Greedy,
-                temperature: Some(0.0),
-                filter: Filter::NONE,
-            },
-            None => RequestPlan {
-                method,
-                temperature: None,
-                filter: self.filter_of(b),
-            },
+        let (method, temperature, filter) = match self.temperature_of(b) {
+            Some(t) if t > 0.0 => (method, Some(t), self.filter_of(b)),
+            Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
+            None => (method, None, self.filter_of(b)),
+        };
+        let stored = temperature.is_none_or(|t| t == 0.0) && !filter.is_active();
+        RequestPlan {
+            method,
+            temperature,
+            filter,
+            eps: self.eps_of(b),
+            delta: self.delta_of(b),
+            plain: stored && !self.has_half() && !self.has_device(),
         }
     }
 
@@ -838,16 +835,6 @@ impl<'a> Batch<'a> {
             || self.draft.is_some_and(|d| d.rows.values.is_device())
     }
 
-    /// Whether request `b` of a validated batch is verified on its stored binary32 rows as
-    /// they are (no softmax, no filter, no widening): then any [`RowOps`](super::RowOps) may reduce them.
-    #[must_use]
-    pub fn is_plain(&self, b: usize) -> bool {
-        if self.has_half() || self.has_device() {
-            return false;
-        }
-        self.plan(b, Method::Greedy).reads_stored_rows()
-    }
-
     /// Target row `(b, j)` in any format, `None` if outside the tensor (see
     /// [`target_row_checked`](Batch::target_row_checked)).
     #[must_use]
@@ -949,8 +936,11 @@ pub struct Strides {
     pub target: usize,
 }
 
-/// How one request is verified ([`Batch::plan`]): the rule, and how its target rows are read.
+/// How one request is verified ([`Batch::plan`]): the rule, its parameters, and how its
+/// target rows are read, resolved once per request (a backend reads it, not the batch, in its
+/// per-row loops).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RequestPlan {
     /// The rule: the request's own method or the call's; [`Method::Greedy`] for logits at
     /// `T = 0`.
@@ -960,13 +950,13 @@ pub struct RequestPlan {
     pub temperature: Option<f32>,
     /// The sampling filter ([`Filter::NONE`] for logits at `T = 0`).
     pub filter: Filter,
-}
-
-impl RequestPlan {
-    /// Whether the rows are verified as they are stored (no softmax, no filter): probabilities
-    /// without a filter, or logits at `T = 0`.
-    #[must_use]
-    pub fn reads_stored_rows(&self) -> bool {
-        self.temperature.is_none_or(|t| t == 0.0) && !self.filter.is_active()
-    }
+    /// Typical acceptance's `ε`: the request's ([`Batch::with_typical`]), else [`DEFAULT_EPS`].
+    pub eps: f32,
+    /// Typical acceptance's `δ`: the request's, else [`DEFAULT_DELTA`].
+    pub delta: f32,
+    /// Whether the request is verified on its stored binary32 host rows as they are (no
+    /// softmax, no filter, no widening: probabilities without a filter, or logits at `T = 0`,
+    /// in a batch without half or device tensors): then any [`RowOps`](super::RowOps) may
+    /// reduce them.
+    pub plain: bool,
 }

@@ -313,7 +313,7 @@ fn race_processed(rng: RaceRng, row: Values<'_>, pr: &Processed) -> Option<u32> 
     race(rng, row.len(), |v| f64::from(pr.p(row.at(v))))
 }
 
-/// Verifies request `b` of a validated batch that is not [plain](Batch::is_plain): exactly
+/// Verifies request `b` of a validated batch that is not [plain](super::RequestPlan::plain): exactly
 /// [`verify_request`]'s rules on the [`Processed`] rows, computed on the fly with plain loops
 /// (the reference needs no buffer).
 fn verify_request_processed(
@@ -326,6 +326,7 @@ fn verify_request_processed(
         method,
         temperature: t,
         filter,
+        ..
     } = plan;
     let ids = batch.draft_ids_of(b);
     let k = ids.len();
@@ -370,8 +371,8 @@ fn verify_request_processed(
                 let mut fixed = 0i64;
                 row.for_each(|l| fixed = fixed.wrapping_add(entropy_term(pr.p(l))));
                 let h = entropy_from_fixed(fixed);
-                let a = batch.eps_of(b);
-                let c = batch.delta_of(b) * exp_p(-h);
+                let a = plan.eps;
+                let c = plan.delta * exp_p(-h);
                 let thr = if a < c { a } else { c };
                 let ok = pt > thr;
                 if !ok {
@@ -424,7 +425,7 @@ pub fn recovered_at<O: RowOps + ?Sized>(
         offset: batch.offset[b],
         position: j as u32,
     };
-    if !batch.is_plain(b) {
+    if !plan.plain {
         let row = batch
             .target_values_checked(b, j)
             .unwrap_or(Values::F32(&[]));
@@ -504,7 +505,7 @@ impl RowOps for ScalarOps {
 /// Calling it on an unvalidated batch may panic on an out-of-bounds index.
 ///
 /// With target logits: temperature 0 verifies greedily on the logit rows (with `ops`).
-/// A request that is not [plain](Batch::is_plain) (temperature `> 0`, a sampling filter,
+/// A request that is not [plain](super::RequestPlan::plain) (temperature `> 0`, a sampling filter,
 /// half-precision inputs) runs its [`Processed`] rows through the plain-loop reductions,
 /// ignoring `ops` (a backend that wants its own reductions materialises the rows first).
 pub fn verify_request<O: RowOps + ?Sized>(
@@ -515,7 +516,7 @@ pub fn verify_request<O: RowOps + ?Sized>(
     tokens: &mut [u32],
 ) -> u32 {
     let plan = batch.plan(b, method);
-    if !batch.is_plain(b) {
+    if !plan.plain {
         return verify_request_processed(plan, batch, b, tokens);
     }
     // Stored rows: probabilities, or logits at temperature 0 (greedy on them).
@@ -556,8 +557,8 @@ pub fn verify_request<O: RowOps + ?Sized>(
             }
             Method::Typical => {
                 let h = ops.entropy(target);
-                let a = batch.eps_of(b);
-                let c = batch.delta_of(b) * exp_p(-h);
+                let a = plan.eps;
+                let c = plan.delta * exp_p(-h);
                 let thr = if a < c { a } else { c };
                 let ok = pt > thr;
                 if !ok {

@@ -237,26 +237,41 @@ fn device_values_and_outputs_say_their_size() {
     );
 }
 
-/// `Batch::is_plain`: only binary32 host rows verified as stored (probabilities without a
+/// `RequestPlan::plain`: only binary32 host rows verified as stored (probabilities without a
 /// filter, logits at T = 0) are plain; half rows and device rows never are.
 #[test]
 fn only_binary32_host_rows_are_plain() {
     let host = [0.25f32; 48];
     let f32_batch = batch(Values::F32(&host)); // temperatures [0.5, 0.0]
-    assert_eq!([0, 1].map(|b| f32_batch.is_plain(b)), [false, true]);
+    assert_eq!(
+        [0, 1].map(|b| f32_batch.plan(b, Method::Greedy).plain),
+        [false, true]
+    );
     let probs = f32_batch.with_target(Target::Probs(Rows::f32(&host, 4)));
-    assert_eq!([0, 1].map(|b| probs.is_plain(b)), [true, true]);
+    assert_eq!(
+        [0, 1].map(|b| probs.plan(b, Method::Greedy).plain),
+        [true, true]
+    );
     let half = [0u16; 48];
     let half_batch = batch(Values::Half(specula_core::verify::Half::Bf16(&half)));
-    assert_eq!([0, 1].map(|b| half_batch.is_plain(b)), [false, false]);
+    assert_eq!(
+        [0, 1].map(|b| half_batch.plan(b, Method::Greedy).plain),
+        [false, false]
+    );
     let buf = bytes(48 * 4);
     let on_device = batch(Values::Device(Device::f32(View::<Mem, f32>::new(&buf))));
-    assert_eq!([0, 1].map(|b| on_device.is_plain(b)), [false, false]);
+    assert_eq!(
+        [0, 1].map(|b| on_device.plan(b, Method::Greedy).plain),
+        [false, false]
+    );
     let device_probs = probs.with_target(Target::Probs(Rows::device(
         Device::f32(View::<Mem, f32>::new(&buf)),
         4,
     )));
-    assert_eq!([0, 1].map(|b| device_probs.is_plain(b)), [false, false]);
+    assert_eq!(
+        [0, 1].map(|b| device_probs.plan(b, Method::Greedy).plain),
+        [false, false]
+    );
 }
 
 /// A tree batch (two requests of a root and one child, V = 4) whose target and draft rows are
