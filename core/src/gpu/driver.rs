@@ -203,8 +203,8 @@ pub struct VerifyArgs<'a, D: Driver> {
     /// [`target`](Self::target) holds logits and the logits entries run. `None`: probabilities.
     pub temperature: Option<View<'a, D, f32>>,
     /// Per-request sampling words, [`SAMPLING_WORDS`](crate::gpu::kernels::SAMPLING_WORDS) per
-    /// request ([`sampling_words`](crate::gpu::kernels::sampling_words): method code, top-k,
-    /// top-p, min-p), overriding the shape word's method: the logits entries. `None`: the shape
+    /// request ([`sampling_words`](crate::gpu::kernels::sampling_words): method code, then the
+    /// filter's words), overriding the shape word's method: the logits entries. `None`: the shape
     /// word's method and no filter for every request.
     pub sampling: Option<View<'a, D, u32>>,
     /// Output: vLLM's recovered tokens, one per draft slot as

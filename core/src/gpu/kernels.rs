@@ -217,14 +217,16 @@ pub const SHAPE_TARGET_STRIDE: usize = 4;
 /// `u32` words per request of the logits entries' `sampling` view ([`sampling_words`]).
 pub const SAMPLING_WORDS: usize = 1 + crate::verify::FILTER_WORDS;
 
-/// Request `b`'s sampling words as the logits entries read them: its method code (the batch's
-/// [`methods`](Batch::methods), else `call`), then its [`Filter`](crate::verify::Filter)'s
-/// words (the neutral filter where the batch has none). The one place a per-request sampling
-/// parameter enters the GPU path.
+/// Request `b`'s sampling words as the logits entries read them, from its
+/// [`plan`](Batch::plan) under `call`: its method code, then its
+/// [`Filter`](crate::verify::Filter)'s words (greedy and no filter for logits at `T = 0`, as
+/// the kernel reads them anyway). The one place a per-request sampling parameter enters the
+/// GPU path.
 #[must_use]
 pub fn sampling_words(batch: &Batch<'_>, b: usize, call: Method) -> [u32; SAMPLING_WORDS] {
-    let mut w = [method_code(batch.method_of(b, call)); SAMPLING_WORDS];
-    w[1..].copy_from_slice(&batch.filter_of(b).words());
+    let plan = batch.plan(b, call);
+    let mut w = [method_code(plan.method); SAMPLING_WORDS];
+    w[1..].copy_from_slice(&plan.filter.words());
     w
 }
 
