@@ -2230,6 +2230,22 @@ pub fn filters_of(
     )
 }
 
+/// [`filters_of`] with each part of `parts` (top-k, top-p, min-p) on with its chance
+/// ([`Gen::chance`]'s numerator and denominator, drawn in that order).
+pub fn some_filters(
+    g: &mut Gen,
+    (top_k, top_p, min_p): (&[u32], &[f32], &[f32]),
+    chances: [(usize, usize); 3],
+) -> Option<Vec<specula_core::verify::Filter>> {
+    let [k, p, m] = chances.map(|(n, d)| g.chance(n, d));
+    filters_of(
+        top_k.len(),
+        k.then_some(top_k),
+        p.then_some(top_p),
+        m.then_some(min_p),
+    )
+}
+
 /// Sampling inputs (issue 13): per-request top-k / top-p / min-p on the probability and the
 /// logits paths, binary32 / bf16 / f16 logits and draft probabilities, temperatures mixing 0
 /// (greedy) and `> 0`, a method per request: against the reference bit for bit where the backend supports them
@@ -2299,13 +2315,7 @@ pub fn sampling_inputs<V: Verifier<K>>(mut make: impl FnMut() -> V, seed: u64, b
                 };
             }
         }
-        let (k_on, p_on, m_on) = (g.chance(3, 4), g.chance(3, 4), g.chance(1, 2));
-        let filters = filters_of(
-            n,
-            k_on.then_some(&top_k[..]),
-            p_on.then_some(&top_p[..]),
-            m_on.then_some(&min_p[..]),
-        );
+        let filters = some_filters(&mut g, (&top_k, &top_p, &min_p), [(3, 4), (3, 4), (1, 2)]);
         if let Some(f) = &filters {
             batch = batch.with_filters(f);
         }

@@ -13,8 +13,7 @@ use specula_core::verify::{
     Streams, Strides, Verifier, draft_slots, recovered_tokens, verify_batch,
 };
 use specula_tests::conformance::{
-    self as c, Gen, K, METHODS, OutData, RandomSpec, filters_of, random_batch, random_filters,
-    to_bf16, to_f16,
+    self as c, Gen, K, METHODS, OutData, RandomSpec, random_batch, random_filters, to_bf16, to_f16,
 };
 use specula_tests::kernel_host::{KernelHost, Mode, at, at_mut};
 
@@ -123,13 +122,7 @@ fn recovered_tokens_match_the_reference() {
         if let Some(h) = draft_f16.as_ref().filter(|_| g.chance(1, 2)) {
             batch = batch.with_draft_probs_half(Half::F16(h));
         }
-        let (k_on, p_on, m_on) = (g.chance(1, 2), g.chance(1, 2), g.chance(1, 3));
-        let filters = filters_of(
-            n,
-            k_on.then_some(&top_k[..]),
-            p_on.then_some(&top_p[..]),
-            m_on.then_some(&min_p[..]),
-        );
+        let filters = c::some_filters(&mut g, (&top_k, &top_p, &min_p), [(1, 2), (1, 2), (1, 3)]);
         if let Some(f) = &filters {
             batch = batch.with_filters(f);
         }
