@@ -500,7 +500,13 @@ fn entropy_range<const N: usize>(row: &[f32], start: usize, end: usize) -> i64 {
 //   `l / t` (one `vdivps` per 8 or 16 ids, cheaper than the reciprocal and its test once the
 //   rest of the pass is 32-bit) and sums the fixed-point terms as three 32-bit pieces
 //   (`fixed_pieces`) instead of binary64 products converted to 64-bit integers: 2.3× faster
-//   with AVX2 and 4× on the baseline, and no slower than the former AVX-512 intrinsics;
+//   with AVX2 and 4× on the baseline, and no slower than the former AVX-512 intrinsics. Its
+//   `l / t` stays a division on purpose: on this machine (Xeon, family 6 model 207) the
+//   divider works beside the ~45 other vector instructions per 16 ids, so even the inexact
+//   product `l × RN(1/t)` in its place made the f32 passes only 8–14% faster and the bf16
+//   ones no faster, and an exact replacement (that product and two Markstein corrections,
+//   five FMAs, plus a per-block range test falling back to the division) was no faster for
+//   f32 and 2× slower for bf16 (issue 30, 2026-12-06, `softmax_pass_timing`);
 // - `exp_p` clamps its input before the float → int conversion, so it is a plain truncation.
 
 const INV_LN2: f32 = f32::from_bits(0x3FB8_AA3B);
