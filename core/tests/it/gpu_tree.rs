@@ -532,6 +532,41 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
 }
 
+/// `replay_staged` of a tree graph (the chain's call): a batch beyond the graph's capacity
+/// (written into another staging) is `GraphMismatch` with nothing enqueued; one within it
+/// replays.
+#[test]
+fn replay_staged_refuses_trees_beyond_the_graphs_capacity() {
+    let (drv, mut v, staging, d) = rig(2);
+    let (_, _, big_staging, big) = rig(3);
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
+        .unwrap();
+    // SAFETY: staged views; only `write` writes the staging buffers.
+    let graph = unsafe { v.capture_staged(&a) }.unwrap();
+    let b = big_staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &big.view(), ())
+        .unwrap();
+    let ops = drv.st.ops.get();
+    assert_eq!(v.replay_staged(&graph, &b), Err(GpuError::GraphMismatch));
+    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+    assert!(drv.tree_launches().is_empty());
+    v.replay_staged(&graph, &a).unwrap();
+    assert_eq!(drv.tree_launches().len(), 1);
+    // Outputs on the device were written in place: only the counters are copied down, with
+    // the one wait.
+    let mut bufs = [(); 3].map(|()| drv.alloc(16).unwrap());
+    let [x, y, z] = &mut bufs;
+    let mut out = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Fake, u32>::new(x)),
+        path: DeviceOut::new(ViewMut::<Fake, u32>::new(y)),
+        tokens: DeviceOut::new(ViewMut::<Fake, u32>::new(z)),
+    });
+    let syncs = v.sync_calls();
+    assert_eq!(v.download_outputs(&a, &mut out), Ok(0));
+    assert_eq!(v.sync_calls(), syncs + 1);
+}
+
 /// `Staging::<_, TreeStep>::write` refuses what the reference's shape checks refuse, with the same error
 /// (batch size, node slots, depth, vocabulary, strides, every input slice), and nothing is
 /// enqueued.
