@@ -7,13 +7,13 @@
 //! * The step path: [`GpuVerifier::launch`] on typed views ([`TreeArgs`]), or a
 //!   [`VerifyGraph`](super::VerifyGraph)`<D, `[`TreeStep`]`>` captured once
 //!   ([`GpuVerifier::capture`]) and replayed ([`GpuVerifier::replay`]): the chain's calls, one
-//!   block per request, nothing synchronises. A malformed
-//!   tree on this path is the kernel's to catch: it sets [`kernels::ERR_TREE`] (a node token
-//!   `≥ V`: [`kernels::ERR_TOKEN`]) and skips that request only.
-//! * The host-slice path: [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree), as `CpuVerifier::verify_tree` of the
-//!   CPU backend (the reference's validation first, with the same
-//!   [`VerifyError`](crate::verify::VerifyError)s; one synchronising call), staged in
-//!   grow-only buffers ([`Staging`]`<D, `[`TreeStep`]`>`); rows in device memory
+//!   block per request, nothing synchronises. A malformed tree on this path is the kernel's to
+//!   catch: it sets [`kernels::ERR_TREE`] (a node token `≥ V`: [`kernels::ERR_TOKEN`]) and
+//!   skips that request only.
+//! * The host-slice path: [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree), as
+//!   `CpuVerifier::verify_tree` of the CPU backend (the reference's validation first, with the
+//!   same [`VerifyError`](crate::verify::VerifyError)s; one synchronising call), staged in
+//!   grow-only buffers ([`Staging`](super::Staging)`<D, `[`TreeStep`]`>`); rows in device memory
 //!   ([`Values::Device`](crate::verify::Values::Device)) are read in place, and outputs in
 //!   device memory ([`TreeOutputs::on_device`]) are written in place, with no copy down and no
 //!   synchronising call.
@@ -34,6 +34,7 @@ pub use staging::{TreeStep, tree_shape};
 
 use super::driver::Driver;
 use super::error::GpuError;
+use super::kernels;
 use super::staging::sealed::Launch;
 use super::verifier::GpuVerifier;
 use crate::verify::tree::TreeOutputs;
@@ -49,8 +50,31 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
 
     fn key(&self) {}
 
+    /// The shape words, and at least `capacity` elements in every per-request buffer and in
+    /// every per-node or per-slot one (each request has at least one node slot and one output
+    /// slot), the temperatures included when given. The extents and formats the shape words
+    /// give are the caller's promise (the unsafe launch).
     fn fits(&self) -> bool {
-        self.views_fit()
+        let b = self.capacity as usize;
+        self.shape.len() >= kernels::TREE_SHAPE_WORDS
+            && [
+                self.nodes.len(),
+                self.tree_tokens.len(),
+                self.first_child.len(),
+                self.next_sibling.len(),
+                self.target.len(),
+                self.seed.len(),
+                self.offset.len(),
+                self.eps.len(),
+                self.delta.len(),
+                self.accepted.len(),
+                self.path.len(),
+                self.tokens.len(),
+            ]
+            .iter()
+            .all(|&n| n >= b)
+            && self.draft_probs.is_none_or(|d| d.len() >= b)
+            && self.temperature.is_none_or(|t| t.len() >= b)
     }
 
     fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
