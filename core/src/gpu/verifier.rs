@@ -20,6 +20,21 @@ pub const MAX_SLICES: u32 = 64;
 /// replayable with new values in the same buffers. It borrows the buffers of the
 /// [`VerifyArgs`] or [`TreeArgs`](super::TreeArgs) it was captured on for `'a`, so none can be
 /// freed or reallocated while it exists. Replay it only on the verifier that captured it.
+///
+/// ```compile_fail,E0502
+/// use specula_core::gpu::{Driver, GpuVerifier, Staging, TreeStep};
+/// use specula_core::verify::{Method, tree::TreeBatch};
+/// fn grow_under_a_graph<D: Driver>(
+///     v: &GpuVerifier<D, 8>,
+///     staging: &mut Staging<D, TreeStep>,
+///     batch: &TreeBatch<'_>,
+/// ) {
+///     let args = staging.write::<8>(v.driver(), v.stream(), Method::Greedy, batch, ()).unwrap();
+///     let graph = unsafe { v.capture_staged(&args) }.unwrap();
+///     staging.reserve(v.driver(), batch, ()).unwrap(); // the graph still reads the buffers
+///     v.replay(&graph).unwrap();
+/// }
+/// ```
 #[derive(Debug)]
 pub struct VerifyGraph<'a, D: Driver, S: Step = ChainStep> {
     graph: D::Graph,
