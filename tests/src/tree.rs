@@ -466,9 +466,9 @@ pub fn tree_step_path_conformance<D: Driver>(
     while cap.requests() < spec.max_requests {
         cap = random_tree_batch(&mut g, spec);
     }
-    let mut staging = Staging::<_, TreeStep>::new();
+    let mut staging = Staging::<_, TreeStep>::default();
     let mut out = TreeOut::new(cap.requests(), cap.max_depth);
-    v.stage_tree(
+    v.stage(
         &mut staging,
         Method::Rejection,
         Check::Cheap,
@@ -481,7 +481,7 @@ pub fn tree_step_path_conformance<D: Driver>(
         .expect("write");
     // SAFETY: views `Staging::<_, TreeStep>::write` returned; later batches are written by it alone, into
     // the same buffers (the graph borrows them).
-    let graph = match unsafe { v.capture_tree_staged(&first) } {
+    let graph = match unsafe { v.capture_staged(&first) } {
         Ok(graph) => Some(graph),
         Err(e) if no_graph(&e) => {
             println!("SKIPPED tree graph replay: {e:?}");
@@ -505,9 +505,9 @@ pub fn tree_step_path_conformance<D: Driver>(
             .expect("write");
         let before = syncs(v);
         match (&graph, step % 2) {
-            (Some(graph), 0) => v.replay_tree(graph).expect("replay"),
+            (Some(graph), 0) => v.replay(graph).expect("replay"),
             // SAFETY: views `Staging::<_, TreeStep>::write` returned just above.
-            _ => unsafe { v.launch_tree_staged(&args) }.expect("launch"),
+            _ => unsafe { v.launch_staged(&args) }.expect("launch"),
         }
         if rb.in_flight() < rb.max_in_flight() {
             rb.start().expect("start");
@@ -518,7 +518,7 @@ pub fn tree_step_path_conformance<D: Driver>(
         assert_eq!(syncs(v), before, "step {step}: the step path synchronised");
         let mut got = TreeOut::new(d.requests(), d.max_depth);
         let flags = v
-            .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+            .download_outputs(&args, &mut got.view())
             .expect("download");
         assert_eq!(flags, 0, "step {step}: kernel error flags");
         assert_eq!(got, want, "step {step} ({m:?})");
@@ -558,10 +558,10 @@ pub fn tree_step_path_conformance<D: Driver>(
         .expect("write");
     // SAFETY: views `Staging::<_, TreeStep>::write` returned just above (the trees are the kernel's to
     // check).
-    unsafe { v.launch_tree_staged(&args) }.expect("launch");
+    unsafe { v.launch_staged(&args) }.expect("launch");
     let mut got = TreeOut::new(d.requests(), d.max_depth);
     let flags = v
-        .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
+        .download_outputs(&args, &mut got.view())
         .expect("download");
     let w = d.max_depth + 1;
     assert_eq!(

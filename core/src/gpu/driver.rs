@@ -431,8 +431,8 @@ pub trait Driver: Memory + Clone {
 
     /// Makes the tree entries ready to launch (a driver that compiles kernels at run time
     /// compiles and loads the tree module here, once). Set-up, never the step path: the
-    /// orchestration calls it from [`stage_tree`](super::GpuVerifier::stage_tree) and
-    /// [`capture_tree`](super::GpuVerifier::capture_tree) (before the capture begins: no
+    /// orchestration calls it from [`stage`](super::GpuVerifier::stage) and
+    /// [`capture`](super::GpuVerifier::capture) of a tree (before the capture begins: no
     /// module is loaded while a stream is capturing). A driver whose tree entry is always ready
     /// keeps the default, which does nothing.
     fn prepare_tree(&self) -> Result<(), Self::Error> {

@@ -121,7 +121,7 @@ pub const TREE_SOURCE: &str = concat!(
 /// as `record(depth, accepted)`, plus the tree words after the flag word). A malformed tree sets [`ERR_TREE`] (a node token `≥ V`:
 /// [`ERR_TOKEN`]); that request is skipped, not counted, and its outputs are the sentinel.
 /// (Checked bit for bit on the host through `tests/src/kernel_host.rs`; launched by the shared
-/// orchestration, [`GpuVerifier::launch_tree`](crate::gpu::GpuVerifier::launch_tree), over a
+/// orchestration, [`GpuVerifier::launch`](crate::gpu::GpuVerifier::launch) of [`TreeArgs`](crate::gpu::TreeArgs), over a
 /// [`Driver::launch_tree`](crate::gpu::Driver::launch_tree); shape words: [`tree_shape`](crate::gpu::tree_shape).)
 pub const TREE_ENTRY: &str = "specula_verify_tree";
 

@@ -4,8 +4,10 @@
 //! `specula-tests` (which runs the kernel text on CPU threads, so CI executes this code end to
 //! end) are driver glue.
 //!
-//! Token trees (`kernels::TREE_ENTRY`, `kernels::TREE_HALF_ENTRY` for half rows) go through the same verifier, driver
-//! ([`Driver::launch_tree`]) and counters: [`TreeArgs`], [`GpuVerifier::launch_tree`], [`TreeGraph`],
+//! Token trees (`kernels::TREE_ENTRY`, `kernels::TREE_HALF_ENTRY` for half rows) are one more
+//! [`Step`] kind ([`TreeStep`]): the same stage / launch / capture / replay / download calls of
+//! [`GpuVerifier`] on [`TreeArgs`] (a [`VerifyGraph`]`<D, TreeStep>`), the same driver
+//! ([`Driver::launch_tree`]) and counters, and
 //! [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
 //!
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
@@ -26,6 +28,6 @@ pub use driver::{Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, Status, Ver
 pub use error::GpuError;
 pub use readback::GpuReadback;
 pub use staging::{ChainStep, SUPPORT, Staged, Staging, Step};
-pub use tree::{TreeArgs, TreeGraph, TreeLaunch, TreeStep, tree_shape};
+pub use tree::{TreeArgs, TreeLaunch, TreeStep, tree_shape};
 pub use verifier::{GpuVerifier, MAX_SLICES, VerifyGraph, split_scratch_bytes};
 pub use view::{Element, Memory, OutOfBounds, RowsView, View, ViewMut};

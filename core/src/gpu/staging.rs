@@ -1,15 +1,16 @@
 //! [`Staging`]: grow-only device buffers that host-slice batches are copied into, generic over
 //! the [`Step`] kind (chain or tree); the chain step's part ([`ChainStep`]).
 
-use super::driver::{Driver, VerifyArgs};
+use super::driver::{Driver, Inputs, VerifyArgs};
 use super::error::GpuError;
+use super::verifier::GpuVerifier;
 use super::view::Memory;
 use super::view::{Element, RowsView, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
-    Batch, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, DeviceOutputs, Feature, Format, Half,
-    Method, Param, Produce, Support, Target, Values, VerifyError, draft_slots,
-    validate_inputs_with,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Feature, Format, Half, Method,
+    Outputs, Param, Produce, Support, Target, Values, VerifyError, draft_slots,
+    validate_inputs_with, validate_with,
 };
 use core::marker::PhantomData;
 
@@ -230,47 +231,27 @@ fn first_row<'a>(batch: &Batch<'a>) -> Option<&'a [u32]> {
     batch.draft.and_then(|d| d.first_row)
 }
 
-/// The caller's device outputs as views of the verifier's driver (see
-/// [`Outputs::on_device`](crate::verify::Outputs::on_device)).
-pub struct OutViews<'d, D: Memory> {
-    pub(super) accepted: ViewMut<'d, D, u32>,
-    pub(super) tokens: ViewMut<'d, D, u32>,
-    pub(super) recovered: Option<ViewMut<'d, D, u32>>,
-}
-
-impl<'d, D: Driver> OutViews<'d, D> {
-    /// `out` as views of `drv`'s memory: [`GpuError::ForeignMemory`] for another driver's or
-    /// device's buffer.
-    pub(super) fn of(drv: &D, out: &'d mut DeviceOutputs<'_>) -> Result<Self, GpuError<D::Error>> {
-        Ok(Self {
-            accepted: owned_out(drv, &mut out.accepted, Param::Accepted)?,
-            tokens: owned_out(drv, &mut out.tokens, Param::Tokens)?,
-            recovered: match out.recovered.as_mut() {
-                Some(r) => Some(owned_out(drv, r, Param::Recovered)?),
-                None => None,
-            },
-        })
-    }
-}
-
 /// The most buffer slots a step kind has (the chain's).
 pub(super) const MAX_SLOTS: usize = SLOTS;
 
-/// What a step kind stages, hidden from the public API: [`Step`] is sealed by it.
+/// What a step kind stages and launches, hidden from the public API: [`Step`] is sealed by it.
 pub(super) mod sealed {
-    use super::{Dst, Split, Step};
-    use crate::gpu::{Driver, GpuError, Memory};
-    use crate::verify::{Method, Target, Values, VerifyError};
+    use super::{Dst, Split, Staging, Step};
+    use crate::gpu::{Driver, GpuError, GpuVerifier, Memory};
+    use crate::verify::{Check, Method, Target, Values, VerifyError};
 
-    /// The step-specific part of a [`Staging`](super::Staging): its buffer slots, checks and
-    /// copies.
-    pub trait Stage {
+    /// The step-specific part of a [`Staging`] and of the verifier's stage / launch /
+    /// download sequence: its buffer slots, checks, copies and set-up.
+    pub trait Stage: Sized {
         /// The bytes a batch needs in each buffer slot, in the order of the args' fields: an
         /// array of one entry per slot (at most [`MAX_SLOTS`](super::MAX_SLOTS)).
         type Needs: AsRef<[usize]>;
         /// The caller's device outputs as views of the verifier's driver, which the launch
         /// writes in place of the staging's output buffers.
         type Out<'d, D: Memory>;
+        /// What a staged batch must share with a graph's to replay it (the chain's optional
+        /// inputs, [`Inputs`](crate::gpu::Inputs): they pick the entry and the views it reads).
+        type Key: Copy + PartialEq + core::fmt::Debug;
         /// The slots of the optional inputs and outputs (allocated only for a batch that has
         /// them, never for a runtime that never passes them).
         const OPTIONAL: &'static [usize];
@@ -280,6 +261,53 @@ pub(super) mod sealed {
         fn validate<const K: usize>(batch: &<Self as Step>::Batch<'_>) -> Result<(), VerifyError>
         where
             Self: Step;
+
+        /// The reference's whole validation of `batch` with its outputs `out`.
+        fn check<const K: usize>(
+            method: Method,
+            check: Check,
+            batch: &<Self as Step>::Batch<'_>,
+            out: &<Self as Step>::Outputs<'_>,
+        ) -> Result<(), VerifyError>
+        where
+            Self: Step;
+
+        /// Which outputs `out` asks for.
+        fn produce(out: &<Self as Step>::Outputs<'_>) -> <Self as Step>::Produce
+        where
+            Self: Step;
+
+        /// `out`'s device outputs as views of `drv`'s memory ([`GpuError::ForeignMemory`] for
+        /// another driver's or device's); `None` for host slices.
+        fn out_views<'d, D: Driver>(
+            drv: &D,
+            out: &'d mut <Self as Step>::Outputs<'_>,
+        ) -> Result<Option<Self::Out<'d, D>>, GpuError<D::Error>>
+        where
+            Self: Step;
+
+        /// The verifier's own staging of this kind.
+        fn staging<D: Driver, const K: usize>(v: &mut GpuVerifier<D, K>) -> &mut Staging<D, Self>
+        where
+            Self: Step;
+
+        /// Makes the step's entry ready before set-up or a capture (a tree: the driver compiles
+        /// the tree module then, not on the step path nor while a stream captures).
+        fn prepare<D: Driver>(_drv: &D) -> Result<(), GpuError<D::Error>> {
+            Ok(())
+        }
+
+        /// Set-up once the staging holds `batch` (a chain: the split entry's scratch; a tree
+        /// launches one block per request and needs none).
+        fn reserved<D: Driver, const K: usize>(
+            _v: &mut GpuVerifier<D, K>,
+            _batch: &<Self as Step>::Batch<'_>,
+        ) -> Result<(), GpuError<D::Error>>
+        where
+            Self: Step,
+        {
+            Ok(())
+        }
 
         /// The batch's draft rows (if any) and target (the impls spell the batch
         /// `<Self as Step>::Batch<'h>` too: `'h` is early-bound here).
@@ -312,6 +340,52 @@ pub(super) mod sealed {
         where
             Self: Step;
     }
+
+    /// The launch views of a step kind ([`Step::Args`], or [`Staged`](super::Staged) ones):
+    /// what [`GpuVerifier`]'s one launch / capture / download sequence asks of them.
+    pub trait Launch<D: Driver> {
+        /// The step kind these views launch.
+        type Step: Step;
+        /// Blocks per slice launched: the largest batch the views hold.
+        fn capacity(&self) -> u32;
+        /// What a graph captured on them must share with a replayed batch.
+        fn key(&self) -> <Self::Step as Stage>::Key;
+        /// The lengths checked without reading device memory.
+        fn fits(&self) -> bool;
+        /// Enqueues the launch on `v`'s stream (no checks).
+        fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>>;
+        /// The output views to copy down into `out`'s host slices, in the order of the host
+        /// staging (buffer, byte offset, slice); [`GpuError::ViewTooShort`] for a slice longer
+        /// than its view.
+        #[allow(clippy::type_complexity)]
+        fn downloads<'x>(
+            &'x self,
+            out: &'x mut <Self::Step as Step>::Outputs<'_>,
+        ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>>;
+    }
+
+    impl<D: Driver, A: Launch<D>> Launch<D> for super::Staged<A> {
+        type Step = A::Step;
+        fn capacity(&self) -> u32 {
+            self.0.capacity()
+        }
+        fn key(&self) -> <A::Step as Stage>::Key {
+            self.0.key()
+        }
+        fn fits(&self) -> bool {
+            self.0.fits()
+        }
+        fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
+            self.0.enqueue(v)
+        }
+        fn downloads<'x>(
+            &'x self,
+            out: &'x mut <A::Step as Step>::Outputs<'_>,
+        ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>>
+        {
+            self.0.downloads(out)
+        }
+    }
 }
 
 /// A kind of verification step a [`Staging`] stages: [`ChainStep`] (a [`Batch`] into
@@ -322,7 +396,10 @@ pub trait Step: sealed::Stage {
     /// The host batch it stages.
     type Batch<'b>;
     /// The views of its launch, which [`Staging::write`] returns.
-    type Args<'s, D: Driver>;
+    type Args<'s, D: Driver>: sealed::Launch<D, Step = Self>;
+    /// The caller's outputs: [`Outputs`] for chains,
+    /// [`TreeOutputs`](crate::verify::tree::TreeOutputs) for trees.
+    type Outputs<'o>;
     /// Which outputs beyond the fixed ones to stage: [`Produce`] for chains, `()` for trees
     /// (whose outputs are fixed).
     type Produce: Copy;
@@ -337,6 +414,7 @@ pub enum ChainStep {}
 impl Step for ChainStep {
     type Batch<'b> = Batch<'b>;
     type Args<'s, D: Driver> = VerifyArgs<'s, D>;
+    type Outputs<'o> = Outputs<'o>;
     type Produce = Produce;
 }
 
@@ -373,12 +451,16 @@ impl<D: Driver, S: Step> Default for Staging<D, S> {
     }
 }
 
-impl<D: Driver, S: Step> Staging<D, S> {
-    /// No buffers yet.
+impl<D: Driver> Staging<D> {
+    /// A chain staging with no buffers yet (a tree's: `Staging::<_, TreeStep>::default()`;
+    /// `new` is the chain's alone so that `Staging::new()` needs no type annotation where
+    /// only the generic stage / launch / download calls use it).
     pub fn new() -> Self {
         Self::default()
     }
+}
 
+impl<D: Driver, S: Step> Staging<D, S> {
     /// Grows the buffers to hold `batch` and the outputs `produce` names (set-up: allocates;
     /// does not synchronise). A batch's device tensors ([`Values::Device`]) need no buffer;
     /// one of another driver or device is [`GpuError::ForeignMemory`] (nothing allocated).
@@ -446,16 +528,16 @@ impl<D: Driver, S: Step> Staging<D, S> {
     /// `drv`'s memory, for as long as the views: [`GpuError::ForeignMemory`] for another
     /// driver's or device's) into outputs on the device (`out`, written in place) or in the
     /// staging's buffers.
-    pub(super) fn write_in_place<'s, const K: usize>(
+    pub(super) fn write_in_place<'s, 'b: 's, const K: usize>(
         &'s self,
         drv: &D,
         stream: &D::Stream,
         method: Method,
-        batch: &S::Batch<'s>,
+        batch: &S::Batch<'b>,
         out: Option<S::Out<'s, D>>,
         produce: S::Produce,
     ) -> Result<Staged<S::Args<'s, D>>, GpuError<D::Error>> {
-        let split = Split::of(drv, S::tensors(batch))?;
+        let split: Split<'s, 's, D> = Split::of(drv, S::tensors(batch))?;
         self.write_split::<K>(drv, stream, method, batch, split, out, produce)
     }
 
@@ -491,13 +573,62 @@ impl<D: Driver, S: Step> Staging<D, S> {
     }
 }
 
+/// The caller's device outputs the launch writes: accepted, tokens, recovered.
+type Out<'d, D> = (
+    ViewMut<'d, D, u32>,
+    ViewMut<'d, D, u32>,
+    Option<ViewMut<'d, D, u32>>,
+);
+
 impl sealed::Stage for ChainStep {
     type Needs = [usize; SLOTS];
-    type Out<'d, D: Memory> = OutViews<'d, D>;
+    type Out<'d, D: Memory> = Out<'d, D>;
+    type Key = Inputs;
     const OPTIONAL: &'static [usize] = &OPTIONAL;
 
     fn validate<const K: usize>(batch: &Batch<'_>) -> Result<(), VerifyError> {
         validate_inputs_with::<K>(SUPPORT, batch)
+    }
+
+    fn check<const K: usize>(
+        method: Method,
+        check: Check,
+        batch: &Batch<'_>,
+        out: &Outputs<'_>,
+    ) -> Result<(), VerifyError> {
+        validate_with::<K>(SUPPORT, method, check, batch, out)
+    }
+
+    fn produce(out: &Outputs<'_>) -> Produce {
+        out.produce()
+    }
+
+    fn out_views<'d, D: Driver>(
+        drv: &D,
+        out: &'d mut Outputs<'_>,
+    ) -> Result<Option<Out<'d, D>>, GpuError<D::Error>> {
+        let Outputs::Device { outputs: out } = out else {
+            return Ok(None);
+        };
+        Ok(Some((
+            owned_out(drv, &mut out.accepted, Param::Accepted)?,
+            owned_out(drv, &mut out.tokens, Param::Tokens)?,
+            match out.recovered.as_mut() {
+                Some(r) => Some(owned_out(drv, r, Param::Recovered)?),
+                None => None,
+            },
+        )))
+    }
+
+    fn staging<D: Driver, const K: usize>(v: &mut GpuVerifier<D, K>) -> &mut Staging<D, Self> {
+        &mut v.staging
+    }
+
+    fn reserved<D: Driver, const K: usize>(
+        v: &mut GpuVerifier<D, K>,
+        batch: &Batch<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        v.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
     }
 
     fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
@@ -551,7 +682,7 @@ impl sealed::Stage for ChainStep {
         method: Method,
         batch: &Batch<'_>,
         t: Split<'_, 's, D>,
-        out: Option<OutViews<'s, D>>,
+        out: Option<Out<'s, D>>,
         needs: &[usize; SLOTS],
         produce: Produce,
     ) -> Result<VerifyArgs<'s, D>, GpuError<D::Error>> {
@@ -582,14 +713,12 @@ impl sealed::Stage for ChainStep {
         }
         // Every check is done and every view made before the first copy is enqueued, so an
         // error leaves the stream as it was.
-        let outputs = match out {
+        let (accepted, tokens, recovered) = match out {
             Some(o) => o,
-            None => OutViews {
-                accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-                tokens: ViewMut::shared(
-                    View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?,
-                ),
-                recovered: if recovered {
+            None => (
+                ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
+                ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
+                if recovered {
                     let slots = needs[RECOVERED] / 4;
                     Some(ViewMut::shared(
                         View::range(buf(RECOVERED)?, 0, slots).map_err(oob)?,
@@ -597,7 +726,7 @@ impl sealed::Stage for ChainStep {
                 } else {
                     None
                 },
-            },
+            ),
         };
         let shape = upload(drv, stream, buf(SHAPE)?, &shape)?;
         Ok(VerifyArgs {
@@ -614,8 +743,8 @@ impl sealed::Stage for ChainStep {
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted: outputs.accepted,
-            tokens: outputs.tokens,
+            accepted,
+            tokens,
             cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens())?,
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
             temperature: optional(drv, stream, bufs[TEMP], batch.target.temperature())?,
@@ -625,7 +754,7 @@ impl sealed::Stage for ChainStep {
                 None
             },
             draft_first_row: optional(drv, stream, bufs[FIRST_ROW], first_row(batch))?,
-            recovered: outputs.recovered,
+            recovered,
         })
     }
 }
@@ -664,9 +793,7 @@ pub(super) fn rows<'a, D: Driver>(
 /// [`TreeArgs`](super::TreeArgs) for a tree, [`Step::Args`]): the shape
 /// words it wrote describe exactly these views, which is the whole contract of the safe staged
 /// launches and captures ([`GpuVerifier::launch_staged`](super::GpuVerifier::launch_staged),
-/// [`capture_staged`](super::GpuVerifier::capture_staged),
-/// [`launch_tree_staged`](super::GpuVerifier::launch_tree_staged),
-/// [`capture_tree_staged`](super::GpuVerifier::capture_tree_staged)), as long as nothing else
+/// [`capture_staged`](super::GpuVerifier::capture_staged)), as long as nothing else
 /// writes the buffers. Only a staging makes one; it reads as the args it holds.
 #[derive(Debug)]
 pub struct Staged<A>(A);

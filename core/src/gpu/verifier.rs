@@ -3,38 +3,57 @@
 use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::{OutViews, SUPPORT, Staged, Staging, grow_host};
+use super::staging::sealed::{Launch as Launches, Stage};
+use super::staging::{ChainStep, SUPPORT, Staged, Staging, Step, grow_host};
 use super::tree::staging::TreeStep;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::MAX_IN_FLIGHT;
 use crate::verify::tree::{TreeBatch, TreeOutputs};
-use crate::verify::{Batch, Check, Method, Outputs, Support, Verifier, validate_with};
+use crate::verify::{Batch, Check, Method, Outputs, Support, Verifier};
 use core::marker::PhantomData;
 
 /// The most blocks one request's rows are split over.
 pub const MAX_SLICES: u32 = 64;
 
-/// A captured launch, replayable with new values in the same buffers. It borrows the buffers
-/// of the [`VerifyArgs`] it was captured on for `'a`, so none can be freed or reallocated
-/// while it exists. Replay it only on the verifier that captured it.
+/// A captured launch of a [`Step`] kind (`S`: [`ChainStep`], the default, or [`TreeStep`]),
+/// replayable with new values in the same buffers. It borrows the buffers of the
+/// [`VerifyArgs`] or [`TreeArgs`](super::TreeArgs) it was captured on for `'a`, so none can be
+/// freed or reallocated while it exists. Replay it only on the verifier that captured it.
+///
+/// ```compile_fail,E0502
+/// use specula_core::gpu::{Driver, GpuVerifier, Staging, TreeStep};
+/// use specula_core::verify::{Method, tree::TreeBatch};
+/// fn grow_under_a_graph<D: Driver>(
+///     v: &GpuVerifier<D, 8>,
+///     staging: &mut Staging<D, TreeStep>,
+///     batch: &TreeBatch<'_>,
+/// ) {
+///     let args = staging.write::<8>(v.driver(), v.stream(), Method::Greedy, batch, ()).unwrap();
+///     let graph = unsafe { v.capture_staged(&args) }.unwrap();
+///     staging.reserve(v.driver(), batch, ()).unwrap(); // the graph still reads the buffers
+///     v.replay(&graph).unwrap();
+/// }
+/// ```
 #[derive(Debug)]
-pub struct VerifyGraph<'a, D: Driver> {
+pub struct VerifyGraph<'a, D: Driver, S: Step = ChainStep> {
     graph: D::Graph,
     capacity: u32,
-    inputs: Inputs,
+    key: S::Key,
     _buffers: PhantomData<&'a D::Buffer>,
 }
 
-impl<D: Driver> VerifyGraph<'_, D> {
+impl<D: Driver, S: Step> VerifyGraph<'_, D, S> {
     /// The capacity (blocks per slice) it launches.
     pub fn capacity(&self) -> u32 {
         self.capacity
     }
+}
 
+impl<D: Driver> VerifyGraph<'_, D> {
     /// The optional inputs it was captured with (and so its entry point).
     pub fn inputs(&self) -> Inputs {
-        self.inputs
+        self.key
     }
 }
 
@@ -53,15 +72,15 @@ pub struct GpuVerifier<D: Driver, const K: usize> {
     stats: D::Buffer,
     /// Scratch of the split entry and the capacity it is sized for.
     split: Option<(D::Buffer, u32)>,
-    staging: Staging<D>,
-    /// The tree host-slice path's staging (`super::tree`): apart from the chain's on purpose,
-    /// so a tree batch never grows a buffer that a graph captured on chain views reads.
+    pub(super) staging: Staging<D>,
+    /// The tree host-slice path's staging: apart from the chain's on purpose, so a tree batch
+    /// never grows a buffer that a graph captured on chain views reads.
     pub(super) trees: Staging<D, TreeStep>,
-    /// Page-locked outputs of the host-slice path: accepted, tokens, then the stats words.
-    pub(super) host: Option<(D::HostBuffer, usize)>,
-    pub(super) done: D::Event,
-    pub(super) flags_seen: u64,
-    pub(super) syncs: u64,
+    /// Page-locked outputs of the host-slice path: the stats words, then the outputs.
+    host: Option<(D::HostBuffer, usize)>,
+    done: D::Event,
+    flags_seen: u64,
+    syncs: u64,
 }
 
 impl<D: Driver, const K: usize> GpuVerifier<D, K> {
@@ -84,7 +103,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
             stats,
             split: None,
             staging: Staging::new(),
-            trees: Staging::new(),
+            trees: Staging::default(),
             host: None,
             flags_seen: 0,
             syncs: 0,
@@ -148,52 +167,66 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         Ok(())
     }
 
-    /// Set-up for the host-slice path: validates `batch` like the reference (with `out`, the host
-    /// outputs its results will be copied to), grows `staging`
-    /// and the split scratch for it. Then [`Staging::write`] enqueues the copies and gives the
-    /// views for [`launch_staged`](GpuVerifier::launch_staged) or
-    /// [`capture`](GpuVerifier::capture).
-    pub fn stage(
+    /// Set-up for the host-slice path of either step kind (chains: `S` = [`ChainStep`], trees:
+    /// [`TreeStep`]): validates `batch` like the reference (with `out`, the host outputs its
+    /// results will be copied to; trees: [`validate_tree_with`](crate::verify::tree::validate_tree_with)
+    /// with [`SUPPORT`]), makes a tree entry ready ([`Driver::prepare_tree`]: a run-time
+    /// compiled driver compiles it here, not on the step path), grows `staging` and a chain's
+    /// split scratch for it. Then [`Staging::write`] enqueues the copies and gives the views
+    /// for [`launch_staged`](GpuVerifier::launch_staged) or
+    /// [`capture_staged`](GpuVerifier::capture_staged).
+    pub fn stage<S: Step>(
         &mut self,
-        staging: &mut Staging<D>,
+        staging: &mut Staging<D, S>,
         method: Method,
         check: Check,
-        batch: &Batch<'_>,
-        out: &Outputs<'_>,
+        batch: &S::Batch<'_>,
+        out: &S::Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
-        validate_with::<K>(SUPPORT, method, check, batch, out)?;
-        staging.reserve(&self.drv, batch, out.produce())?;
-        self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
+        S::check::<K>(method, check, batch, out)?;
+        S::prepare(&self.drv)?;
+        self.reserve(staging, batch, S::produce(out))
+    }
+
+    /// Grows `staging` for `batch`, then what the step kind sets up beside it.
+    fn reserve<S: Step>(
+        &mut self,
+        staging: &mut Staging<D, S>,
+        batch: &S::Batch<'_>,
+        produce: S::Produce,
+    ) -> Result<(), GpuError<D::Error>> {
+        staging.reserve(&self.drv, batch, produce)?;
+        S::reserved(self, batch)
     }
 
     /// The step path: enqueues one launch on the compute stream and returns; no synchronising
-    /// call. Bad requests are skipped by the kernel and flagged in the error word.
+    /// call. Bad requests (malformed trees) are skipped by the kernel and flagged in the error
+    /// word.
     ///
-    /// The views' lengths are checked against `args.capacity` (per-request buffers and the
-    /// shape words).
+    /// The views' lengths are checked against their capacity (per-request buffers and the
+    /// shape words; a tree's per-node buffers too).
     ///
-    /// The entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one when
-    /// none of `temperature` (logits), `sampling`, `recovered`, `draft_first_row` (nor a half tensor)
-    /// is set (the ragged layout and bonus tokens included), the `_logits` one otherwise.
+    /// A chain's entry point follows the optional views ([`VerifyArgs::inputs`]): the plain one
+    /// when none of `temperature` (logits), `sampling`, `recovered`, `draft_first_row` (nor a
+    /// half tensor) is set (the ragged layout and bonus tokens included), the `_logits` one
+    /// otherwise. A tree launches the tree entry ([`Driver::launch_tree`]), one block per
+    /// request.
     ///
     /// # Safety
     /// The shape words in device memory (read by the kernel when it runs) must describe
-    /// extents within the views: rows × strides of the probability (or logit) views,
+    /// extents within the views. A chain: rows × strides of the probability (or logit) views,
     /// `capacity · k_max` draft ids, `capacity · (k_max + 1)` tokens; in the ragged layout the
     /// cumulative counts in device memory too (`cu[B−1]` draft ids and draft rows,
     /// `cu[B−1] + B` target rows, or `cu[B−1]` with bonus tokens), and `recovered`, when set,
-    /// one value per draft slot. Views written by [`Staging::write`] meet this.
-    pub unsafe fn launch(&self, args: &VerifyArgs<'_, D>) -> Result<(), GpuError<D::Error>> {
-        if !views_fit(args) {
+    /// one value per draft slot. A tree: `batch ≤ capacity` node counts, `batch · N` tokens
+    /// and links, `batch · N` rows × strides of the probability views,
+    /// `batch · (max_depth + 1)` path and token slots. Views written by [`Staging::write`]
+    /// meet this.
+    pub unsafe fn launch<A: Launches<D>>(&self, args: &A) -> Result<(), GpuError<D::Error>> {
+        if !args.fits() {
             return Err(GpuError::ViewTooShort);
         }
-        enqueue_launch::<D, K>(
-            &self.drv,
-            &self.stream,
-            &self.stats,
-            self.split.as_ref(),
-            args,
-        )
+        args.enqueue(self)
     }
 
     /// [`launch`](GpuVerifier::launch) on views [`Staging::write`] returned, whose shape words
@@ -202,9 +235,9 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// # Safety
     /// Nothing but [`Staging::write`] has written the staging buffers since (device memory is
     /// reachable through the driver's safe calls, so the compiler cannot rule that out).
-    pub unsafe fn launch_staged(
+    pub unsafe fn launch_staged<A: Launches<D>>(
         &self,
-        args: &Staged<VerifyArgs<'_, D>>,
+        args: &Staged<A>,
     ) -> Result<(), GpuError<D::Error>> {
         // SAFETY: staged views hold exactly the checked batch the shape words describe (the
         // caller vouches that nothing else wrote them).
@@ -212,58 +245,55 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     }
 
     /// [`capture`](GpuVerifier::capture) on views [`Staging::write`] returned. Replays stay in
-    /// bounds while later batches with the same optional inputs ([`VerifyArgs::inputs`]) are
-    /// written into the same staging by [`Staging::write`] (which only writes consistent shape
-    /// words, and cannot grow the buffers while the graph borrows them):
-    /// [`replay_staged`](GpuVerifier::replay_staged) checks the inputs at each replay.
+    /// bounds while later batches (a chain's: with the same optional inputs,
+    /// [`VerifyArgs::inputs`]) are written into the same staging by [`Staging::write`] (which
+    /// only writes consistent shape words, and cannot grow the buffers while the graph
+    /// borrows them): [`replay_staged`](GpuVerifier::replay_staged) checks the inputs at each
+    /// replay.
     ///
     /// # Safety
     /// As [`launch_staged`](GpuVerifier::launch_staged), at every replay; each replay follows a
     /// write of a batch with the graph's inputs (what `replay_staged` checks).
-    pub unsafe fn capture_staged<'a>(
+    pub unsafe fn capture_staged<'a, A: Launches<D> + 'a>(
         &self,
-        args: &Staged<VerifyArgs<'a, D>>,
-    ) -> Result<VerifyGraph<'a, D>, GpuError<D::Error>> {
+        args: &Staged<A>,
+    ) -> Result<VerifyGraph<'a, D, A::Step>, GpuError<D::Error>> {
         // SAFETY: as for `launch_staged`, vouched for by the caller.
         unsafe { self.capture(args) }
     }
 
-    /// Captures one launch on `args` as a graph (no work runs). Set-up; a replay is one
-    /// driver call on the step path.
+    /// Captures one launch on `args` as a graph (no work runs; a tree entry is made ready
+    /// first, [`Driver::prepare_tree`]). Set-up; a replay is one driver call on the step path.
     ///
     /// # Safety
     /// As for [`launch`](GpuVerifier::launch), at every replay.
-    pub unsafe fn capture<'a>(
+    pub unsafe fn capture<'a, A: Launches<D> + 'a>(
         &self,
-        args: &VerifyArgs<'a, D>,
-    ) -> Result<VerifyGraph<'a, D>, GpuError<D::Error>> {
-        if !views_fit(args) {
+        args: &A,
+    ) -> Result<VerifyGraph<'a, D, A::Step>, GpuError<D::Error>> {
+        if !args.fits() {
             return Err(GpuError::ViewTooShort);
         }
+        // Compile / load a tree module now, not while the stream is capturing.
+        A::Step::prepare(&self.drv)?;
         self.drv
             .begin_capture(&self.stream)
             .map_err(GpuError::Driver)?;
-        let launched = enqueue_launch::<D, K>(
-            &self.drv,
-            &self.stream,
-            &self.stats,
-            self.split.as_ref(),
-            args,
-        );
+        let launched = args.enqueue(self);
         // End the capture even when the launch failed, so the stream is usable again.
         let graph = self.drv.end_capture(&self.stream).map_err(GpuError::Driver);
         launched?;
         Ok(VerifyGraph {
             graph: graph?,
-            capacity: args.capacity,
-            inputs: args.inputs(),
+            capacity: args.capacity(),
+            key: args.key(),
             _buffers: PhantomData,
         })
     }
 
     /// Enqueues one replay of `graph` on the compute stream (the step path: no synchronising
     /// call).
-    pub fn replay(&self, graph: &VerifyGraph<'_, D>) -> Result<(), GpuError<D::Error>> {
+    pub fn replay<S: Step>(&self, graph: &VerifyGraph<'_, D, S>) -> Result<(), GpuError<D::Error>> {
         self.drv
             .replay(&graph.graph, &self.stream)
             .map_err(GpuError::Driver)
@@ -275,95 +305,70 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// exceeds its capacity. A graph reads every view it was captured with, so a replay after a
     /// batch of another kind would read stale buffers (a padded batch through a ragged graph,
     /// probabilities through a logits graph), possibly beyond what the new batch wrote.
-    pub fn replay_staged(
+    pub fn replay_staged<A: Launches<D>>(
         &self,
-        graph: &VerifyGraph<'_, D>,
-        staged: &Staged<VerifyArgs<'_, D>>,
+        graph: &VerifyGraph<'_, D, A::Step>,
+        staged: &Staged<A>,
     ) -> Result<(), GpuError<D::Error>> {
-        if staged.inputs() != graph.inputs || staged.capacity > graph.capacity {
+        if staged.key() != graph.key || staged.capacity() > graph.capacity {
             return Err(GpuError::GraphMismatch);
         }
         self.replay(graph)
     }
 
-    /// Copies the outputs of the work enqueued so far to `out` (accepted counts, tokens, and
-    /// the recovered tokens when `out` has them: `args.recovered`, staged with
-    /// [`Produce::recovered`](crate::verify::Produce::recovered)) and waits (one synchronising
-    /// call); outputs on the device ([`Outputs::on_device`]) are written in place, so then
-    /// only the counters' words are. Not the step path.
-    pub fn download_outputs(
+    /// Copies the outputs of the work enqueued so far to `out`'s host slices and waits (one
+    /// synchronising call). A chain's: accepted counts, tokens, and the recovered tokens when
+    /// `out` has them (`args.recovered`, staged with
+    /// [`Produce::recovered`](crate::verify::Produce::recovered)); a tree's: accepted lengths,
+    /// paths, tokens. Outputs on the device ([`Outputs::on_device`],
+    /// [`TreeOutputs::on_device`]) are written in place, so then only the counters' words are.
+    /// Not the step path. Returns the error-flag word; a host slice longer than its view is
+    /// [`GpuError::ViewTooShort`] (nothing copied).
+    pub fn download_outputs<A: Launches<D>>(
         &mut self,
-        args: &VerifyArgs<'_, D>,
-        out: &mut Outputs<'_>,
+        args: &A,
+        out: &mut <A::Step as Step>::Outputs<'_>,
     ) -> Result<u64, GpuError<D::Error>> {
-        let (accepted, tokens, recovered) = match out {
-            Outputs::Host {
-                accepted,
-                tokens,
-                recovered,
-            } => (&mut **accepted, &mut **tokens, recovered.as_deref_mut()),
-            // The launch wrote them in place: only the stats words are copied.
-            Outputs::Device { .. } => (&mut [][..], &mut [][..], None),
-        };
-        let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
-        let r_view = match (&args.recovered, recovered.is_some()) {
-            (Some(v), true) if v.len() >= r_len => Some(v),
-            (_, false) => None,
-            _ => return Err(GpuError::ViewTooShort),
-        };
-        if accepted.len() > args.accepted.len() || tokens.len() > args.tokens.len() {
-            return Err(GpuError::ViewTooShort);
-        }
-        let a_bytes = accepted.len() * 4;
-        let t_bytes = tokens.len() * 4;
-        let r_bytes = r_len * 4;
+        self.download(args.downloads(out)?).map(|(_, flags)| flags)
+    }
+
+    /// Copies the counters' words and then `parts` (device buffer, byte offset, host slice)
+    /// through the page-locked buffer and waits (one synchronising call).
+    #[allow(clippy::type_complexity)]
+    fn download(
+        &mut self,
+        parts: [Option<(&D::Buffer, usize, &mut [u32])>; 3],
+    ) -> Result<(Counters<K>, u64), GpuError<D::Error>> {
         let s_bytes = kernels::stats_words(K) * 8;
-        let total = a_bytes
-            .checked_add(t_bytes)
-            .and_then(|x| x.checked_add(s_bytes))
-            .and_then(|x| x.checked_add(r_bytes))
-            .ok_or(GpuError::TooLarge)?;
+        let mut total = s_bytes;
+        for (_, _, out) in parts.iter().flatten() {
+            total = total.checked_add(out.len() * 4).ok_or(GpuError::TooLarge)?;
+        }
         grow_host(&self.drv, &mut self.host, total)?;
         let Some((host, _)) = self.host.as_ref() else {
             return Err(GpuError::TooLarge);
         };
-        let d = &self.drv;
-        // Stats words first (8-aligned), then accepted, then tokens.
-        let s = &self.stream;
+        let (d, s) = (&self.drv, &self.stream);
+        // Stats words first (8-aligned), then the outputs in order.
         d.download(s, host, 0, &self.stats, 0, s_bytes)
             .map_err(GpuError::Driver)?;
-        let (acc, acc_at) = (args.accepted.buffer(), args.accepted.byte_offset());
-        d.download(s, host, s_bytes, acc, acc_at, a_bytes)
-            .map_err(GpuError::Driver)?;
-        let (tok, tok_at) = (args.tokens.buffer(), args.tokens.byte_offset());
-        d.download(s, host, s_bytes + a_bytes, tok, tok_at, t_bytes)
-            .map_err(GpuError::Driver)?;
-        if let Some(v) = r_view {
-            d.download(
-                s,
-                host,
-                s_bytes + a_bytes + t_bytes,
-                v.buffer(),
-                v.byte_offset(),
-                r_bytes,
-            )
-            .map_err(GpuError::Driver)?;
+        let mut at = s_bytes;
+        for (buf, offset, out) in parts.iter().flatten() {
+            d.download(s, host, at, buf, *offset, out.len() * 4)
+                .map_err(GpuError::Driver)?;
+            at += out.len() * 4;
         }
-        d.record(&self.done, &self.stream)
-            .map_err(GpuError::Driver)?;
+        d.record(&self.done, s).map_err(GpuError::Driver)?;
         self.syncs += 1;
         d.sync_event(&self.done).map_err(GpuError::Driver)?;
-        // SAFETY: the event recorded after every download into `host` has been waited on.
-        unsafe {
-            d.read_host(host, s_bytes, accepted);
-            d.read_host(host, s_bytes + a_bytes, tokens);
-            if let Some(r) = recovered {
-                d.read_host(host, s_bytes + a_bytes + t_bytes, r);
-            }
+        let mut at = s_bytes;
+        for (_, _, out) in parts.into_iter().flatten() {
+            // SAFETY: the event recorded after every download into `host` has been waited on.
+            unsafe { d.read_host(host, at, out) };
+            at += out.len() * 4;
         }
         // SAFETY: as above.
-        let (_, flags) = unsafe { read_stats::<D, K>(d, host) };
-        Ok(flags)
+        Ok(unsafe { read_stats::<D, K>(d, host) })
     }
 }
 
@@ -387,63 +392,103 @@ fn wanted_slices(sms: u32, capacity: u32) -> u32 {
     (2 * sms).div_ceil(capacity).clamp(1, MAX_SLICES)
 }
 
-fn views_fit<D: Driver>(args: &VerifyArgs<'_, D>) -> bool {
-    let b = args.capacity as usize;
-    let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
-    let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-    // Logits come with their temperatures; probabilities are binary32 (no chain entry reads
-    // half ones).
-    let target = match args.temperature {
-        Some(t) => t.len() >= b,
-        None => !args.target.is_half(),
-    };
-    args.shape.len() >= kernels::SHAPE_WORDS
-        // The ragged layout never reads `k`.
-        && (args.cu_num_draft_tokens.is_some() || args.k.len() >= b)
-        && args.seed.len() >= b
-        && args.offset.len() >= b
-        && args.eps.len() >= b
-        && args.delta.len() >= b
-        && args.accepted.len() >= b
-        && args.tokens.len() >= b
-        && per_request(len(args.cu_num_draft_tokens))
-        && per_request(len(args.bonus))
-        && args
-            .sampling
-            .is_none_or(|v| v.len() / kernels::SAMPLING_WORDS >= b)
-        && per_request(len(args.draft_first_row))
-        // First rows index draft rows: none without them.
-        && (args.draft_first_row.is_none() || args.draft_probs.is_some())
-        && target
-}
+/// The chain step's launch: the plain, `_logits` or split entries ([`Driver::launch`]).
+impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
+    type Step = ChainStep;
 
-fn enqueue_launch<D: Driver, const K: usize>(
-    drv: &D,
-    stream: &D::Stream,
-    stats: &D::Buffer,
-    split: Option<&(D::Buffer, u32)>,
-    args: &VerifyArgs<'_, D>,
-) -> Result<(), GpuError<D::Error>> {
-    let capacity = args.capacity.max(1);
-    // Scratch is only ever reserved below one request per multiprocessor, so a launch that
-    // fits it always splits (over ≥ 2 blocks).
-    let (entry, slices, scratch) = match split {
-        Some((buf, c)) if *c >= capacity => {
-            let slices = wanted_slices(drv.multiprocessors(), capacity);
-            (Entry::Split { slices }, slices, Some(buf))
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    fn key(&self) -> Inputs {
+        self.inputs()
+    }
+
+    fn fits(&self) -> bool {
+        let b = self.capacity as usize;
+        let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
+        let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
+        // Logits come with their temperatures; probabilities are binary32 (no chain entry reads
+        // half ones).
+        let target = match self.temperature {
+            Some(t) => t.len() >= b,
+            None => !self.target.is_half(),
+        };
+        self.shape.len() >= kernels::SHAPE_WORDS
+            // The ragged layout never reads `k`.
+            && (self.cu_num_draft_tokens.is_some() || self.k.len() >= b)
+            && self.seed.len() >= b
+            && self.offset.len() >= b
+            && self.eps.len() >= b
+            && self.delta.len() >= b
+            && self.accepted.len() >= b
+            && self.tokens.len() >= b
+            && per_request(len(self.cu_num_draft_tokens))
+            && per_request(len(self.bonus))
+            && self
+                .sampling
+                .is_none_or(|v| v.len() / kernels::SAMPLING_WORDS >= b)
+            && per_request(len(self.draft_first_row))
+            // First rows index draft rows: none without them.
+            && (self.draft_first_row.is_none() || self.draft_probs.is_some())
+            && target
+    }
+
+    fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
+        let capacity = self.capacity.max(1);
+        // Scratch is only ever reserved below one request per multiprocessor, so a launch that
+        // fits it always splits (over ≥ 2 blocks).
+        let (entry, slices, scratch) = match &v.split {
+            Some((buf, c)) if *c >= capacity => {
+                let slices = wanted_slices(v.drv.multiprocessors(), capacity);
+                (Entry::Split { slices }, slices, Some(buf))
+            }
+            _ => (Entry::Single, 1, None),
+        };
+        let launch = Launch {
+            entry,
+            family: self.inputs().family(),
+            grid: capacity.saturating_mul(slices),
+            block: v.drv.block_threads(),
+            args: self,
+            stats: &v.stats,
+            scratch,
+        };
+        v.drv.launch(&v.stream, &launch).map_err(GpuError::Driver)
+    }
+
+    fn downloads<'x>(
+        &'x self,
+        out: &'x mut Outputs<'_>,
+    ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>> {
+        let (accepted, tokens, recovered) = match out {
+            Outputs::Host {
+                accepted,
+                tokens,
+                recovered,
+            } => (&mut **accepted, &mut **tokens, recovered.as_deref_mut()),
+            // The launch wrote them in place: only the stats words are copied.
+            Outputs::Device { .. } => (&mut [][..], &mut [][..], None),
+        };
+        let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
+        let r_view = match (&self.recovered, recovered.is_some()) {
+            (Some(v), true) if v.len() >= r_len => Some(v),
+            (_, false) => None,
+            _ => return Err(GpuError::ViewTooShort),
+        };
+        if accepted.len() > self.accepted.len() || tokens.len() > self.tokens.len() {
+            return Err(GpuError::ViewTooShort);
         }
-        _ => (Entry::Single, 1, None),
-    };
-    let launch = Launch {
-        entry,
-        family: args.inputs().family(),
-        grid: capacity.saturating_mul(slices),
-        block: drv.block_threads(),
-        args,
-        stats,
-        scratch,
-    };
-    drv.launch(stream, &launch).map_err(GpuError::Driver)
+        let at = |v: &'x super::ViewMut<'_, D, u32>| (v.buffer(), v.byte_offset());
+        let ((a, a_at), (t, t_at)) = (at(&self.accepted), at(&self.tokens));
+        Ok([
+            Some((a, a_at, accepted)),
+            Some((t, t_at, tokens)),
+            r_view
+                .zip(recovered)
+                .map(|(v, r)| (v.buffer(), v.byte_offset(), r)),
+        ])
+    }
 }
 
 impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
@@ -465,30 +510,11 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
         batch: &Batch<'_>,
         out: &mut Outputs<'_>,
     ) -> Result<(), Self::Error> {
-        validate_with::<K>(SUPPORT, method, check, batch, out)?;
-        let mut staging = core::mem::take(&mut self.staging);
-        let result = self.verify_staged(&mut staging, method, batch, out);
-        self.staging = staging;
-        result
+        self.verify_host::<ChainStep>(method, check, batch, out)
     }
 
     fn totals(&mut self) -> Result<Counters<K>, Self::Error> {
-        let bytes = kernels::stats_words(K) * 8;
-        grow_host(&self.drv, &mut self.host, bytes)?;
-        let Some((host, _)) = self.host.as_ref() else {
-            return Err(GpuError::TooLarge);
-        };
-        self.drv
-            .download(&self.stream, host, 0, &self.stats, 0, bytes)
-            .map_err(GpuError::Driver)?;
-        self.drv
-            .record(&self.done, &self.stream)
-            .map_err(GpuError::Driver)?;
-        self.syncs += 1;
-        self.drv.sync_event(&self.done).map_err(GpuError::Driver)?;
-        // SAFETY: the download into `host` has been waited on.
-        let (c, _) = unsafe { read_stats::<D, K>(&self.drv, host) };
-        Ok(c)
+        self.download([None, None, None]).map(|(c, _)| c)
     }
 
     /// [`SUPPORT`]: `k = 0`, the ragged layout, bonus tokens and f32 logits with temperature.
@@ -518,40 +544,51 @@ impl<D: Driver, const K: usize> Verifier<K> for GpuVerifier<D, K> {
         batch: &TreeBatch<'_>,
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
-        self.verify_tree_host(method, check, batch, out)
+        self.verify_host::<TreeStep>(method, check, batch, out)
     }
 }
 
 impl<D: Driver, const K: usize> GpuVerifier<D, K> {
-    fn verify_staged(
+    /// [`Verifier::verify`] and [`Verifier::verify_tree`]: validate, stage into this verifier's
+    /// staging of the step kind, launch, and copy host outputs down.
+    fn verify_host<S: Step>(
         &mut self,
-        staging: &mut Staging<D>,
         method: Method,
-        batch: &Batch<'_>,
-        out: &mut Outputs<'_>,
+        check: Check,
+        batch: &S::Batch<'_>,
+        out: &mut S::Outputs<'_>,
     ) -> Result<(), GpuError<D::Error>> {
-        let produce = out.produce();
+        S::check::<K>(method, check, batch, out)?;
+        let mut staging = core::mem::take(S::staging(self));
+        let result = self.verify_staged(&mut staging, method, batch, out);
+        *S::staging(self) = staging;
+        result
+    }
+
+    fn verify_staged<S: Step>(
+        &mut self,
+        staging: &mut Staging<D, S>,
+        method: Method,
+        batch: &S::Batch<'_>,
+        out: &mut S::Outputs<'_>,
+    ) -> Result<(), GpuError<D::Error>> {
+        let produce = S::produce(out);
         // The caller's device memory is checked before anything is allocated or enqueued
         // (the inputs by `reserve`, the outputs here), once: the views are the launch's.
-        let views = match out {
-            Outputs::Device { outputs } => Some(OutViews::of(&self.drv, outputs)?),
-            Outputs::Host { .. } => None,
-        };
-        staging.reserve(&self.drv, batch, produce)?;
-        self.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)?;
-        if let Some(views) = views {
+        let views = S::out_views(&self.drv, out)?;
+        self.reserve(staging, batch, produce)?;
+        let (drv, stream) = (&self.drv, &self.stream);
+        if views.is_some() {
             // Outputs on the device: the launch writes them in place; no copy down, no wait.
             // The kernel's error flags stay in the counters buffer: a validated batch raises
             // none (every input they flag is checked on the host first).
-            let (drv, stream) = (&self.drv, &self.stream);
-            let args =
-                staging.write_in_place::<K>(drv, stream, method, batch, Some(views), produce)?;
+            let args = staging.write_in_place::<K>(drv, stream, method, batch, views, produce)?;
             // SAFETY: written just above by `write_in_place`, whose shape words describe exactly
             // these views (the device ones checked against the batch by validation);
             // nothing else touches this verifier's staging.
             return unsafe { self.launch_staged(&args) };
         }
-        let (drv, stream) = (&self.drv, &self.stream);
+        drop(views); // `None`: ends its borrow of `out`, which the download writes
         let args = staging.write_in_place::<K>(drv, stream, method, batch, None, produce)?;
         // SAFETY: written just above by `write_in_place`; nothing else touches this verifier's
         // staging.

@@ -100,10 +100,10 @@ impl Outs {
 fn rig(b: usize) -> (Fake, GpuVerifier<Fake, K>, Staging<Fake, TreeStep>, Owned) {
     let drv = Fake::immediate(1);
     let mut v = GpuVerifier::<Fake, K>::new(drv.clone()).unwrap();
-    let mut staging = Staging::<_, TreeStep>::new();
+    let mut staging = Staging::<_, TreeStep>::default();
     let d = Owned::new(b);
     let mut o = Outs::new(b);
-    v.stage_tree(
+    v.stage(
         &mut staging,
         Method::Rejection,
         Check::Cheap,
@@ -442,7 +442,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         let ops = drv.st.ops.get();
         // SAFETY: refused before anything is enqueued (or, for the control, staged views of a
         // valid batch).
-        let launched = unsafe { v.launch_tree(&a) };
+        let launched = unsafe { v.launch(&a) };
         if field >= 16 {
             launched.unwrap();
             assert_eq!(drv.tree_launches().len(), field as usize - 15);
@@ -450,7 +450,7 @@ fn tree_launch_checks_every_view_against_the_capacity() {
         }
         assert_eq!(launched, Err(GpuError::ViewTooShort), "field {field}");
         // SAFETY: as above.
-        let captured = unsafe { v.capture_tree(&a) };
+        let captured = unsafe { v.capture(&a) };
         assert_eq!(
             captured.map(|g| g.capacity()),
             Err(GpuError::ViewTooShort),
@@ -462,23 +462,31 @@ fn tree_launch_checks_every_view_against_the_capacity() {
     assert_eq!(drv.tree_launches().len(), 2);
 }
 
+/// Host tree outputs of three slices.
+fn host<'a>(x: &'a mut [u32], y: &'a mut [u32], z: &'a mut [u32]) -> TreeOutputs<'a> {
+    TreeOutputs::new(AcceptedOut(x), PathOut(y), TokensOut(z))
+}
+
 #[test]
-fn download_tree_outputs_refuses_host_slices_longer_than_the_views() {
+fn download_outputs_refuses_tree_slices_longer_than_the_views() {
     let (drv, mut v, staging, d) = rig(2);
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
-    unsafe { v.launch_tree_staged(&a) }.unwrap();
+    unsafe { v.launch_staged(&a) }.unwrap();
     for (acc, path, tok) in [(3, 4, 4), (2, 5, 4), (2, 4, 5)] {
         let (mut x, mut y, mut z) = (vec![0; acc], vec![0; path], vec![0; tok]);
         assert_eq!(
-            v.download_tree_outputs(&a, &mut x, &mut y, &mut z),
+            v.download_outputs(&a, &mut host(&mut x, &mut y, &mut z)),
             Err(GpuError::ViewTooShort)
         );
     }
     let (mut x, mut y, mut z) = (vec![0; 2], vec![0; 4], vec![0; 4]);
-    assert_eq!(v.download_tree_outputs(&a, &mut x, &mut y, &mut z), Ok(0));
+    assert_eq!(
+        v.download_outputs(&a, &mut host(&mut x, &mut y, &mut z)),
+        Ok(0)
+    );
     assert_eq!(
         (x, y, z),
         (
@@ -497,7 +505,7 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
         .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; only `write` writes the staging buffers.
-    let graph = unsafe { v.capture_tree_staged(&a) }.unwrap();
+    let graph = unsafe { v.capture_staged(&a) }.unwrap();
     assert_eq!(graph.capacity(), 4);
     assert!(drv.tree_launches().is_empty(), "capture runs nothing");
     // A smaller batch into the same buffers, then a replay.
@@ -507,21 +515,56 @@ fn a_tree_graph_runs_nothing_until_replayed_and_replays_new_trees() {
         .write::<K>(&drv, v.stream(), Method::Greedy, &small.view(), ())
         .unwrap();
     let syncs = v.sync_calls();
-    v.replay_tree(&graph).unwrap();
+    v.replay(&graph).unwrap();
     assert_eq!(v.sync_calls(), syncs, "a replay never synchronises");
     assert_eq!(drv.tree_launches().len(), 1);
     assert_eq!(drv.tree_launches()[0].grid, 4, "the captured capacity");
     let (mut x, mut y, mut z) = (vec![0; 2], vec![0; 4], vec![0; 4]);
-    v.download_tree_outputs(&a2, &mut x, &mut y, &mut z)
+    v.download_outputs(&a2, &mut host(&mut x, &mut y, &mut z))
         .unwrap();
     assert_eq!(x, [103, 101], "the new node counts");
     assert_eq!(v.totals().unwrap().drafts, 2, "the new batch word");
     // A capture whose launch fails still ends the capture.
     drv.st.fail_launch.set(true);
     // SAFETY: as above.
-    let e = unsafe { v.capture_tree_staged(&a2) }.err();
+    let e = unsafe { v.capture_staged(&a2) }.err();
     assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Device))));
     assert!(v.stream().capture.borrow().is_none(), "capture ended");
+}
+
+/// `replay_staged` of a tree graph (the chain's call): a batch beyond the graph's capacity
+/// (written into another staging) is `GraphMismatch` with nothing enqueued; one within it
+/// replays.
+#[test]
+fn replay_staged_refuses_trees_beyond_the_graphs_capacity() {
+    let (drv, mut v, staging, d) = rig(2);
+    let (_, _, big_staging, big) = rig(3);
+    let a = staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
+        .unwrap();
+    // SAFETY: staged views; only `write` writes the staging buffers.
+    let graph = unsafe { v.capture_staged(&a) }.unwrap();
+    let b = big_staging
+        .write::<K>(&drv, v.stream(), Method::Greedy, &big.view(), ())
+        .unwrap();
+    let ops = drv.st.ops.get();
+    assert_eq!(v.replay_staged(&graph, &b), Err(GpuError::GraphMismatch));
+    assert_eq!(drv.st.ops.get(), ops, "nothing enqueued");
+    assert!(drv.tree_launches().is_empty());
+    v.replay_staged(&graph, &a).unwrap();
+    assert_eq!(drv.tree_launches().len(), 1);
+    // Outputs on the device were written in place: only the counters are copied down, with
+    // the one wait.
+    let mut bufs = [(); 3].map(|()| drv.alloc(16).unwrap());
+    let [x, y, z] = &mut bufs;
+    let mut out = TreeOutputs::on_device(DeviceTreeOutputs {
+        accepted: DeviceOut::new(ViewMut::<Fake, u32>::new(x)),
+        path: DeviceOut::new(ViewMut::<Fake, u32>::new(y)),
+        tokens: DeviceOut::new(ViewMut::<Fake, u32>::new(z)),
+    });
+    let syncs = v.sync_calls();
+    assert_eq!(v.download_outputs(&a, &mut out), Ok(0));
+    assert_eq!(v.sync_calls(), syncs + 1);
 }
 
 /// `Staging::<_, TreeStep>::write` refuses what the reference's shape checks refuse, with the same error
@@ -690,7 +733,7 @@ fn tree_staging_accepts_the_boundary_shapes() {
         ("max_depth = K", deepest, 2 * (K + 1)),
         ("padded rows", padded, 4),
     ] {
-        let mut staging = Staging::<_, TreeStep>::new();
+        let mut staging = Staging::<_, TreeStep>::default();
         staging.reserve(&drv, &b, ()).unwrap();
         let a = staging
             .write::<K>(&drv, v.stream(), Method::Rejection, &b, ())
@@ -719,25 +762,25 @@ fn default_typical_parameters_reach_every_request() {
     assert_eq!(elems(&a.delta), vec![DEFAULT_DELTA; 130]);
 }
 
-/// The tree entry is made ready at set-up (`stage_tree`, and `capture_tree` before its capture
+/// The tree entry is made ready at set-up (`stage`, and `capture` before its capture
 /// begins), never while a stream captures; a failure to prepare is the driver's error, with
 /// nothing captured or staged.
 #[test]
 fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
     let (drv, v, staging, d) = rig(2);
-    assert_eq!(drv.st.prepared.get(), 1, "stage_tree prepared it");
+    assert_eq!(drv.st.prepared.get(), 1, "stage prepared it");
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; only `write` writes the staging buffers.
-    let graph = unsafe { v.capture_tree_staged(&a) }.ok().unwrap();
-    assert_eq!(drv.st.prepared.get(), 2, "capture_tree prepared it");
+    let graph = unsafe { v.capture_staged(&a) }.ok().unwrap();
+    assert_eq!(drv.st.prepared.get(), 2, "capture prepared it");
     assert_eq!(drv.st.prepared_while_capturing.get(), 0);
-    v.replay_tree(&graph).unwrap();
+    v.replay(&graph).unwrap();
     assert_eq!(drv.st.prepared.get(), 2, "a replay does not");
     drv.st.fail_prepare.set(true);
     // SAFETY: as above.
-    let e = unsafe { v.capture_tree_staged(&a) }.err();
+    let e = unsafe { v.capture_staged(&a) }.err();
     assert_eq!(e, Some(GpuError::Driver(FakeError(ErrorKind::Compile))));
     assert!(
         v.stream().capture.borrow().is_none(),
@@ -746,9 +789,9 @@ fn the_tree_entry_is_prepared_at_set_up_outside_any_capture() {
     let drv2 = Fake::immediate(1);
     drv2.st.fail_prepare.set(true);
     let mut fresh = GpuVerifier::<Fake, K>::new(drv2.clone()).unwrap();
-    let mut staging2 = Staging::<_, TreeStep>::new();
+    let mut staging2 = Staging::<_, TreeStep>::default();
     let mut o = Outs::new(2);
-    let e = fresh.stage_tree(
+    let e = fresh.stage(
         &mut staging2,
         Method::Greedy,
         Check::Cheap,
@@ -962,7 +1005,7 @@ fn tree_launch_checks_the_half_row_views() {
             a.draft_probs = Some(RowsView::Half(View::range(h.buffer(), 0, 1).unwrap()));
         }
         // SAFETY: refused before anything is enqueued, or the staged views of a valid batch.
-        let launched = unsafe { v.launch_tree(&a) };
+        let launched = unsafe { v.launch(&a) };
         if case == 1 {
             launched.unwrap(); // the control
         } else {

@@ -199,7 +199,7 @@ fn tree_device_rows_refusals_on_the_gpu_path() {
         refused(&drv, &mut v, &b, Check::Cheap, foreign(Param::DraftProbs));
 
         // `Staging::<_, TreeStep>::write` returns views that outlive the batch: host rows only.
-        let mut staging = Staging::<HostDriver, TreeStep>::new();
+        let mut staging = Staging::<HostDriver, TreeStep>::default();
         staging.reserve(&drv, &good, ()).unwrap();
         let got = staging.write::<K>(&drv, v.stream(), Method::Greedy, &good, ());
         assert_eq!(got.err(), Some(unsupported(Feature::Device)));

@@ -1,5 +1,5 @@
 //! Token trees through the shared GPU orchestration (`specula_core::gpu`: `Staging<_, TreeStep>`,
-//! `GpuVerifier::{verify_tree, launch_tree, capture_tree, replay_tree}`) executed end to end over
+//! `GpuVerifier::{verify_tree, launch, capture, replay}` on `TreeArgs`) executed end to end over
 //! the host driver, whose `Driver::launch_tree` runs the tree entry of the kernel text
 //! (`specula_verify_tree`) through the C++ shim: outputs and counters bit-equal to the reference
 //! (`verify_tree_batch`) for greedy, the target-only rule, SpecInfer's rule with draft rows and
@@ -293,9 +293,9 @@ fn tree_graph_replays_changing_trees() {
                 },
             );
         }
-        let mut staging = Staging::<_, TreeStep>::new();
+        let mut staging = Staging::<_, TreeStep>::default();
         let mut out = TreeOut::new(cap.requests(), cap.max_depth);
-        v.stage_tree(
+        v.stage(
             &mut staging,
             Method::Rejection,
             Check::Cheap,
@@ -307,7 +307,7 @@ fn tree_graph_replays_changing_trees() {
             .write::<K>(&drv, v.stream(), Method::Rejection, &cap.view(), ())
             .unwrap();
         // SAFETY: staged views of a checked batch; only `write` writes the staging.
-        let graph = unsafe { v.capture_tree_staged(&args) }.unwrap();
+        let graph = unsafe { v.capture_staged(&args) }.unwrap();
         assert_eq!(graph.capacity(), 6);
         assert_eq!(drv.launches(), 0, "capturing runs nothing");
         let mut expected = Counters::<K>::ZERO;
@@ -327,21 +327,14 @@ fn tree_graph_replays_changing_trees() {
                 .write::<K>(&drv, v.stream(), method, &d.view(), ())
                 .unwrap();
             let syncs = (drv.sync_calls(), v.sync_calls());
-            v.replay_tree(&graph).unwrap();
+            v.replay(&graph).unwrap();
             assert_eq!(
                 (drv.sync_calls(), v.sync_calls()),
                 syncs,
                 "a replay never waits"
             );
             let mut got = TreeOut::new(d.requests(), d.max_depth);
-            let flags = v
-                .download_tree_outputs(
-                    &step_args,
-                    &mut got.accepted,
-                    &mut got.path,
-                    &mut got.tokens,
-                )
-                .unwrap();
+            let flags = v.download_outputs(&step_args, &mut got.view()).unwrap();
             assert_eq!(flags, 0);
             assert_eq!(got, want, "{mode:?} step {step} {method:?}");
         }
@@ -371,10 +364,10 @@ fn no_synchronising_call_on_the_tree_step_path() {
             ..spec(false)
         },
     );
-    let mut staging = Staging::<_, TreeStep>::new();
+    let mut staging = Staging::<_, TreeStep>::default();
     let out = TreeOut::new(d.requests(), d.max_depth);
     let mut o = out.clone();
-    v.stage_tree(
+    v.stage(
         &mut staging,
         Method::Greedy,
         Check::Cheap,
@@ -387,15 +380,15 @@ fn no_synchronising_call_on_the_tree_step_path() {
         .write::<K>(&drv, v.stream(), Method::Greedy, &d.view(), ())
         .unwrap();
     // SAFETY: staged views; nothing else writes the staging buffers.
-    let graph = unsafe { v.capture_tree_staged(&args) }.unwrap();
+    let graph = unsafe { v.capture_staged(&args) }.unwrap();
     let before = (drv.sync_calls(), v.sync_calls(), rb.sync_calls());
     let mut seen = Counters::<K>::ZERO;
     for step in 0..20 {
         if step % 2 == 0 {
             // SAFETY: staged views; nothing else writes the staging buffers.
-            unsafe { v.launch_tree_staged(&args) }.unwrap();
+            unsafe { v.launch_staged(&args) }.unwrap();
         } else {
-            v.replay_tree(&graph).unwrap();
+            v.replay(&graph).unwrap();
         }
         if rb.in_flight() < rb.max_in_flight() {
             rb.start().unwrap();
@@ -481,18 +474,16 @@ fn malformed_trees_on_the_raw_launch_are_flagged_and_skipped_alone() {
             let (want, want_c) = reference(Method::Rejection, Check::Cheap, &good).unwrap();
             let mut v = verifier(Mode::Hip);
             let drv = v.driver().clone();
-            let mut staging = Staging::<_, TreeStep>::new();
+            let mut staging = Staging::<_, TreeStep>::default();
             staging.reserve(&drv, &d.view(), ()).unwrap();
             let args = staging
                 .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
                 .unwrap();
             // SAFETY: staged views: the shape words describe them; the trees' contents are
             // the kernel's to check.
-            unsafe { v.launch_tree_staged(&args) }.unwrap();
+            unsafe { v.launch_staged(&args) }.unwrap();
             let mut out = TreeOut::new(d.requests(), d.max_depth);
-            let flags = v
-                .download_tree_outputs(&args, &mut out.accepted, &mut out.path, &mut out.tokens)
-                .unwrap();
+            let flags = v.download_outputs(&args, &mut out.view()).unwrap();
             assert_eq!(flags, bit, "{what}");
             let w = d.max_depth + 1;
             assert_eq!(out.accepted[b], SENTINEL, "{what}");

@@ -316,7 +316,7 @@ fn two_i32(x: &[i32]) -> Vec<i32> {
 }
 
 /// The staging's views of half host rows launch as the host-slice path does: the step path
-/// (`Staging::<_, TreeStep>::write`, `launch_tree_staged`) gives the widened rows' bits.
+/// (`Staging::<_, TreeStep>::write`, `launch_staged`) gives the widened rows' bits.
 #[test]
 fn tree_half_rows_on_the_step_path() {
     let drv = HostDriver::new(Mode::Hip, 64, 1);
@@ -328,16 +328,14 @@ fn tree_half_rows_on_the_step_path() {
         for m in METHODS {
             let (want, counted) = r.reference(m);
             let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
-            let mut staging = Staging::<HostDriver, TreeStep>::new();
+            let mut staging = Staging::<HostDriver, TreeStep>::default();
             let mut got = TreeOut::new(d.requests(), d.max_depth);
-            v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
+            v.stage(&mut staging, m, Check::Cheap, &host, &got.view())
                 .unwrap();
             let args = staging.write::<K>(&drv, v.stream(), m, &host, ()).unwrap();
             // SAFETY: the views `write` returned for this batch, launched as they are.
-            unsafe { v.launch_tree_staged(&args) }.unwrap();
-            let flags = v
-                .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
-                .unwrap();
+            unsafe { v.launch_staged(&args) }.unwrap();
+            let flags = v.download_outputs(&args, &mut got.view()).unwrap();
             assert_eq!(flags, 0, "{m:?} {formats:?}: error flags");
             assert_eq!(got, want, "{m:?} {formats:?}: outputs");
             assert_eq!(v.totals().unwrap(), counted, "{m:?} {formats:?}: counters");
@@ -486,9 +484,9 @@ fn tree_entry_refuses_bad_half_flags() {
             shape[kernels::SHAPE_FLAGS] = bad;
             let shape = drv.buffer_from(&shape);
             let mut v = GpuVerifier::<HostDriver, K>::new(drv.clone()).unwrap();
-            let mut staging = Staging::<HostDriver, TreeStep>::new();
+            let mut staging = Staging::<HostDriver, TreeStep>::default();
             let mut got = TreeOut::new(d.requests(), d.max_depth);
-            v.stage_tree(&mut staging, m, Check::Cheap, &host, &got.view())
+            v.stage(&mut staging, m, Check::Cheap, &host, &got.view())
                 .unwrap();
             let mut args = staging
                 .write::<K>(&drv, v.stream(), m, &host, ())
@@ -497,10 +495,8 @@ fn tree_entry_refuses_bad_half_flags() {
             args.shape = View::new(&shape);
             let ran = drv.launches_of(entry);
             // SAFETY: the staged views of this batch; only the flags differ from its shape words.
-            unsafe { v.launch_tree(&args) }.unwrap();
-            let err = v
-                .download_tree_outputs(&args, &mut got.accepted, &mut got.path, &mut got.tokens)
-                .unwrap();
+            unsafe { v.launch(&args) }.unwrap();
+            let err = v.download_outputs(&args, &mut got.view()).unwrap();
             assert_eq!(drv.launches_of(entry), ran + 1, "flags {bad:#x}: {entry}");
             assert_eq!(err & ERR_SHAPE, ERR_SHAPE, "flags {bad:#x}");
             // The staging's output buffers as allocated (zeros): a run writes sentinels past

@@ -56,36 +56,6 @@ pub struct TreeArgs<'a, D: Memory> {
     pub temperature: Option<View<'a, D, f32>>,
 }
 
-impl<D: Memory> TreeArgs<'_, D> {
-    /// The lengths the orchestration can check without reading device memory: the shape words,
-    /// and at least `capacity` elements in every per-request buffer and in every per-node or
-    /// per-slot one (each request has at least one node slot and one output slot), the
-    /// temperatures included when given. The extents and formats the shape words give are the
-    /// caller's promise (the unsafe launch).
-    pub(crate) fn views_fit(&self) -> bool {
-        let b = self.capacity as usize;
-        self.shape.len() >= crate::gpu::kernels::TREE_SHAPE_WORDS
-            && [
-                self.nodes.len(),
-                self.tree_tokens.len(),
-                self.first_child.len(),
-                self.next_sibling.len(),
-                self.target.len(),
-                self.seed.len(),
-                self.offset.len(),
-                self.eps.len(),
-                self.delta.len(),
-                self.accepted.len(),
-                self.path.len(),
-                self.tokens.len(),
-            ]
-            .iter()
-            .all(|&n| n >= b)
-            && self.draft_probs.is_none_or(|d| d.len() >= b)
-            && self.temperature.is_none_or(|t| t.len() >= b)
-    }
-}
-
 /// One launch of the tree entry point as the orchestration asks a driver for it: everything the
 /// driver glue turns into its launch parameters, in the kernel's parameter order.
 #[derive(Debug)]

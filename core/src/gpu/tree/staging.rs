@@ -6,13 +6,14 @@ use super::super::error::GpuError;
 use super::super::staging::{
     Arg, Dst, MAX_SLOTS, SUPPORT, Split, Step, oob, per_request, rows, sealed, upload,
 };
+use super::super::staging::{Staging, owned_out};
+use super::super::verifier::GpuVerifier;
 use super::super::view::{Memory, View, ViewMut};
-use super::TreeOutViews;
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
-use crate::verify::tree::{TreeBatch, validate_tree_inputs_with};
+use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree_inputs_with, validate_tree_with};
 use crate::verify::{
-    DEFAULT_DELTA, DEFAULT_EPS, Format, Method, Rows, Target, Values, VerifyError,
+    Check, DEFAULT_DELTA, DEFAULT_EPS, Format, Method, Param, Rows, Target, Values, VerifyError,
 };
 
 /// Buffers, in the order of [`TreeArgs`]' fields.
@@ -76,7 +77,7 @@ pub fn tree_shape<const K: usize>(
 }
 
 /// The tree step: a [`TreeBatch`] staged into [`TreeArgs`] for the tree entries
-/// ([`GpuVerifier::launch_tree_staged`](super::super::GpuVerifier::launch_tree_staged)). Only a
+/// ([`GpuVerifier::launch_staged`]). Only a
 /// type argument ([`Staging<D, TreeStep>`](super::super::Staging)): no value of it exists.
 #[derive(Clone, Copy, Debug)]
 pub enum TreeStep {}
@@ -84,17 +85,62 @@ pub enum TreeStep {}
 impl Step for TreeStep {
     type Batch<'b> = TreeBatch<'b>;
     type Args<'s, D: Driver> = TreeArgs<'s, D>;
+    type Outputs<'o> = TreeOutputs<'o>;
     type Produce = ();
 }
 
+/// The caller's device outputs the launch writes: accepted, path, tokens.
+type Out<'d, D> = (
+    ViewMut<'d, D, u32>,
+    ViewMut<'d, D, u32>,
+    ViewMut<'d, D, u32>,
+);
+
 impl sealed::Stage for TreeStep {
     type Needs = [usize; SLOTS];
-    type Out<'d, D: Memory> = TreeOutViews<'d, D>;
+    type Out<'d, D: Memory> = Out<'d, D>;
+    // One entry family: any tree batch replays a tree graph of its capacity.
+    type Key = ();
     // Every slot is allocated, even for a batch that leaves it unused (probabilities: `TEMP`).
     const OPTIONAL: &'static [usize] = &[];
 
     fn validate<const K: usize>(batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
         validate_tree_inputs_with::<K>(SUPPORT, batch)
+    }
+
+    /// The reference's validation, with what the tree entry reads ([`SUPPORT`]: binary32,
+    /// bf16 or f16 rows, in host or device memory).
+    fn check<const K: usize>(
+        method: Method,
+        check: Check,
+        batch: &TreeBatch<'_>,
+        out: &TreeOutputs<'_>,
+    ) -> Result<(), VerifyError> {
+        validate_tree_with::<K>(SUPPORT, method, check, batch, out)
+    }
+
+    fn produce(_: &TreeOutputs<'_>) {}
+
+    fn out_views<'d, D: Driver>(
+        drv: &D,
+        out: &'d mut TreeOutputs<'_>,
+    ) -> Result<Option<Out<'d, D>>, GpuError<D::Error>> {
+        let TreeOutputs::Device { outputs: out } = out else {
+            return Ok(None);
+        };
+        Ok(Some((
+            owned_out(drv, &mut out.accepted, Param::Accepted)?,
+            owned_out(drv, &mut out.path, Param::Path)?,
+            owned_out(drv, &mut out.tokens, Param::Tokens)?,
+        )))
+    }
+
+    fn staging<D: Driver, const K: usize>(v: &mut GpuVerifier<D, K>) -> &mut Staging<D, Self> {
+        &mut v.trees
+    }
+
+    fn prepare<D: Driver>(drv: &D) -> Result<(), GpuError<D::Error>> {
+        drv.prepare_tree().map_err(GpuError::Driver)
     }
 
     fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
@@ -137,7 +183,7 @@ impl sealed::Stage for TreeStep {
         method: Method,
         batch: &TreeBatch<'_>,
         rows_in: Split<'_, 's, D>,
-        out_views: Option<TreeOutViews<'s, D>>,
+        out_views: Option<Out<'s, D>>,
         needs: &[usize; SLOTS],
         (): (),
     ) -> Result<TreeArgs<'s, D>, GpuError<D::Error>> {
@@ -147,15 +193,15 @@ impl sealed::Stage for TreeStep {
         let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         let out = needs[PATH] / 4;
-        let outputs = match out_views {
-            // Device outputs: `verify_tree_staged` made them from outputs that validation
-            // checked against this batch (`b` counts, `out` path and token slots).
+        let (accepted, path, tokens) = match out_views {
+            // Device outputs: `verify_staged` made them from outputs that validation checked
+            // against this batch (`b` counts, `out` path and token slots).
             Some(o) => o,
-            None => TreeOutViews {
-                accepted: ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-                path: ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
-                tokens: ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
-            },
+            None => (
+                ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
+                ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
+                ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
+            ),
         };
         let tree = &batch.tree;
         let target = rows(drv, stream, bufs[TPROBS], rows_in.target)?;
@@ -180,9 +226,9 @@ impl sealed::Stage for TreeStep {
             offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
             eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
             delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted: outputs.accepted,
-            path: outputs.path,
-            tokens: outputs.tokens,
+            accepted,
+            path,
+            tokens,
             temperature,
         })
     }
