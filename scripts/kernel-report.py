@@ -65,7 +65,7 @@ BUDGET = {
     # race_logits_f16 114.8 (118.2) -> 81.8 (80.9); race_cut 107.8 (110.9) -> 71.8 (72.2);
     # filter_count 85.4 (83.2) -> 62.9 (63.9); filter_mass 176.1 (173.2) -> 98.9 (99.9).
     # Budgets a little above the larger of the two.
-    "softmax_max": 21.0,
+    "softmax_max": 10.0,
     "softmax_sum": 56.0,
     "race_logits": 71.0,
     "softmax_sum_bf16": 57.0,

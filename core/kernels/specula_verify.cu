@@ -852,7 +852,15 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 
 // The softmax's two row passes, each over groups g_first, g_first + g_step, ... and reduced over
 // the block (every thread gets the block's result). The maximum: the order key (sp_max_key) of
-// the largest l / t; ids past the row's end read as -inf (no effect).
+// the largest l / t; ids past the row's end read as -inf (no effect). Computed as the key of
+// (the largest l) / t, one division per row instead of one per id (as the CPU backend does):
+// for t > 0, x -> RN(x / t) is monotone non-decreasing, sp_max_key orders by value (NaN as
+// -inf, -0 as +0, on both sides: NaN / t is NaN, -inf / t is -inf, +-0 / t is +-0), so the key
+// of the largest quotient is the key of the largest logit's quotient. Only in the any-format
+// instance (SP_NOINLINE in the logits entries, 19.7 -> 9.1 instructions per id on sm_90): the
+// binary32 instance is inlined into the tree entry, where the same change made ptxas spill
+// more in its row loops (31 -> 55 local-memory instructions on their hot paths), so it keeps
+// the division per id (the same bits either way).
 // FX as for sp_load_tile: the row's format is `fmt` (the softmax probes: FX = 0, binary32).
 template <sp_u32 FX = 0u>
 __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
@@ -867,11 +875,13 @@ __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, s
         sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) {
-            const sp_u32 kz = sp_max_key(w[n / 4u][n % 4u] / t);
+            const float z = w[n / 4u][n % 4u];
+            const sp_u32 kz = sp_max_key(FX == SP_FX_ANY ? z : z / t);
             key = kz > key ? kz : key;
         }
     }
-    return (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
+    const sp_u32 top = (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
+    return FX == SP_FX_ANY ? sp_max_key(sp_max_of_key(top) / t) : top;
 }
 // The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
 // row's end read as -inf (e = 0).

@@ -400,3 +400,73 @@ fn mixed_methods_differ_from_a_single_method() {
     let (single, _, _) = reference(Method::Greedy, &plain);
     assert_ne!(mixed, single);
 }
+
+/// The softmax maximum of logit rows whose largest value is a hostile one (NaN, ±0, ±∞,
+/// subnormals, values whose quotient by `t` overflows or underflows), at temperatures from
+/// tiny to huge, with and without a filter: every host gives the reference's bits. (The
+/// logits entries take the largest logit's quotient, not the largest quotient: the same key
+/// by monotonicity, which this attacks.)
+#[test]
+fn hostile_logit_maxima_match_the_reference() {
+    const V: usize = 37;
+    let mut g = Gen(0x13_3A11);
+    let nan = f32::NAN;
+    let neg_nan = f32::from_bits(0xFFC0_0001);
+    let fills: [&[f32]; 9] = [
+        &[nan],
+        &[neg_nan, -1.0],
+        &[-0.0, -3.0],
+        &[0.0, -0.0, -1e-40],
+        &[f32::INFINITY, 2.0],
+        &[f32::NEG_INFINITY],
+        &[3.0e38, -3.0e38],
+        &[1e-45, 3e-45, -1e-45],
+        &[f32::MAX, f32::MIN_POSITIVE],
+    ];
+    let temps = [0.25f32, 1.0, 1e30, 0.7, 3e-39, 2.0, 0.5, 1e38, 1e-3];
+    let b = fills.len();
+    let mut target = vec![0f32; b * 2 * V];
+    for (r, row) in target.chunks_exact_mut(V).enumerate() {
+        let fill = fills[r / 2];
+        for x in row.iter_mut() {
+            // Mostly the hostile values, some ordinary ones below them.
+            *x = if g.chance(2, 3) {
+                fill[g.below(fill.len())]
+            } else {
+                -4.0 - g.unit()
+            };
+        }
+    }
+    let ids: Vec<u32> = (0..b).map(|_| g.below(V) as u32).collect();
+    let k = vec![1u32; b];
+    let (seed, offset) = (vec![3u64; b], vec![1u64; b]);
+    let filters: Vec<Filter> = (0..b)
+        .map(|i| Filter::NONE.with_top_p([1.0, 0.5][i % 2]))
+        .collect();
+    // Every row kind at every temperature: a wrong maximum at a tiny one leaves every weight 0
+    // (or one), which the outputs show.
+    for turn in 0..b {
+        let mut t = temps;
+        t.rotate_left(turn);
+        let batch = Batch::dense(
+            Dims { vocab: V, k_max: 1 },
+            Drafts { k: &k, ids: &ids },
+            &[],
+            Streams {
+                seed: &seed,
+                offset: &offset,
+            },
+        )
+        .with_target_logits(Logits {
+            values: &target,
+            temperature: &t,
+        });
+        let what = format!("hostile maxima, turn {turn}");
+        for method in METHODS {
+            for h in &mut hosts() {
+                check(h, method, &batch, &what);
+                check(h, method, &batch.with_filters(&filters), &what);
+            }
+        }
+    }
+}
