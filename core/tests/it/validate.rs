@@ -653,7 +653,7 @@ fn strict_checks_exactly_the_rows_a_method_reads() {
 
 #[test]
 fn verify_errors_display() {
-    let cases: [(VerifyError, &str); 10] = [
+    let cases: [(VerifyError, &str); 11] = [
         (VerifyError::EmptyBatch, "empty batch"),
         (
             VerifyError::KMaxOutOfRange { k_max: 0, max: 4 },
@@ -702,6 +702,13 @@ fn verify_errors_display() {
                 param: Param::Eps,
             },
             "request 3: Eps is not finite and non-negative",
+        ),
+        (
+            VerifyError::BadParam {
+                request: 1,
+                param: Param::TopP,
+            },
+            "request 1: TopP is outside its range",
         ),
         (
             VerifyError::BadProbability {
