@@ -5,9 +5,9 @@ use specula_core::Counters;
 use specula_core::verify::exponential::exponential;
 use specula_core::verify::philox::{race_words, race_words_lo};
 use specula_core::verify::{
-    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Method, Outputs, RaceRng, Reference,
-    RowOps, SENTINEL, ScalarOps, Streams, Verifier, argmax, race, race_key, race_residual,
-    verify_batch,
+    Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Logits, Method, Outputs, RaceRng,
+    Reference, RowOps, SENTINEL, ScalarOps, Streams, Verifier, argmax, race, race_key,
+    race_residual, verify_batch,
 };
 
 const RNG: RaceRng = RaceRng {
@@ -369,12 +369,17 @@ fn one_request_by_hand() {
     assert_eq!((accepted, tokens), ([2], [2, 3, 3]));
 }
 
+/// Typical acceptance's threshold `min(ε, δ·e^(−H))` with the given or default parameters, on
+/// stored probabilities and on logits at `T = 1` whose softmax is the same row (the processed
+/// path computes the threshold on its own).
 #[test]
 fn typical_uses_the_given_or_default_parameters() {
     assert_eq!((DEFAULT_EPS, DEFAULT_DELTA), (0.09, 0.3));
     // Uniform row over 4: H = ln 4, δ·e^(−H) = 0.3/4 = 0.075 < ε = 0.09: threshold 0.075.
     let target = [0.25f32; 8];
-    let run = |eps: &[f32], delta: &[f32]| {
+    // Equal logits: softmax 1/4 each, exactly.
+    let logits = [0.0f32; 8];
+    let run = |eps: &[f32], delta: &[f32], with_logits: bool| {
         let b = Batch::dense(
             Dims { vocab: 4, k_max: 1 },
             Drafts { k: &[1], ids: &[0] },
@@ -384,6 +389,14 @@ fn typical_uses_the_given_or_default_parameters() {
                 offset: &[0],
             },
         );
+        let b = if with_logits {
+            b.with_target_logits(Logits {
+                values: &logits,
+                temperature: &[1.0],
+            })
+        } else {
+            b
+        };
         let b = if eps.is_empty() {
             b
         } else {
@@ -398,11 +411,29 @@ fn typical_uses_the_given_or_default_parameters() {
         verify_batch(Method::Typical, Check::Cheap, &b, &mut out, &mut c).unwrap();
         accepted[0]
     };
-    assert_eq!(run(&[], &[]), 1, "defaults: 0.25 > 0.075");
-    assert_eq!(run(&[0.3], &[1.1]), 0, "threshold min(0.3, 0.275) = 0.275");
-    assert_eq!(run(&[0.2], &[2.0]), 1, "threshold min(0.2, 0.5) = 0.2");
-    assert_eq!(run(&[0.25], &[2.0]), 0, "0.25 is not above 0.25");
-    assert_eq!(run(&[0.5], &[0.9]), 1, "threshold min(0.5, 0.225) = 0.225");
+    for l in [false, true] {
+        assert_eq!(run(&[], &[], l), 1, "defaults: 0.25 > 0.075 (logits {l})");
+        assert_eq!(
+            run(&[0.3], &[1.1], l),
+            0,
+            "min(0.3, 0.275) = 0.275 (logits {l})"
+        );
+        assert_eq!(
+            run(&[0.2], &[2.0], l),
+            1,
+            "min(0.2, 0.5) = 0.2 (logits {l})"
+        );
+        assert_eq!(
+            run(&[0.25], &[2.0], l),
+            0,
+            "0.25 is not above 0.25 (logits {l})"
+        );
+        assert_eq!(
+            run(&[0.5], &[0.9], l),
+            1,
+            "min(0.5, 0.225) = 0.225 (logits {l})"
+        );
+    }
 }
 
 #[test]
