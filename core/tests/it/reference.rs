@@ -411,28 +411,18 @@ fn typical_uses_the_given_or_default_parameters() {
         verify_batch(Method::Typical, Check::Cheap, &b, &mut out, &mut c).unwrap();
         accepted[0]
     };
+    // (ε, δ) given (empty: the defaults), the accepted count, and why.
+    let cases: [(&[f32], &[f32], u32, &str); 5] = [
+        (&[], &[], 1, "defaults: 0.25 > 0.075"),
+        (&[0.3], &[1.1], 0, "min(0.3, 0.275) = 0.275"),
+        (&[0.2], &[2.0], 1, "min(0.2, 0.5) = 0.2"),
+        (&[0.25], &[2.0], 0, "0.25 is not above 0.25"),
+        (&[0.5], &[0.9], 1, "min(0.5, 0.225) = 0.225"),
+    ];
     for l in [false, true] {
-        assert_eq!(run(&[], &[], l), 1, "defaults: 0.25 > 0.075 (logits {l})");
-        assert_eq!(
-            run(&[0.3], &[1.1], l),
-            0,
-            "min(0.3, 0.275) = 0.275 (logits {l})"
-        );
-        assert_eq!(
-            run(&[0.2], &[2.0], l),
-            1,
-            "min(0.2, 0.5) = 0.2 (logits {l})"
-        );
-        assert_eq!(
-            run(&[0.25], &[2.0], l),
-            0,
-            "0.25 is not above 0.25 (logits {l})"
-        );
-        assert_eq!(
-            run(&[0.5], &[0.9], l),
-            1,
-            "min(0.5, 0.225) = 0.225 (logits {l})"
-        );
+        for (eps, delta, want, why) in cases {
+            assert_eq!(run(eps, delta, l), want, "{why} (logits {l})");
+        }
     }
 }
 
