@@ -1,8 +1,8 @@
 //! Input validation: everything is checked before anything is verified or counted.
 
 use super::{
-    Batch, Check, DeviceOut, Feature, Format, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs, Param,
-    Support, Target, Tensor, Values, VerifyError,
+    Batch, Check, DeviceOut, Feature, Format, Half, MAX_POSITIONS, Method, NO_DRAFT_ROWS, Outputs,
+    Param, Rows, Support, Target, Tensor, Values, VerifyError, bf16_to_f32, f16_to_f32,
 };
 
 /// Mixed drafters: every request with rows has its `k_b` rows inside the tensor (`len` values
@@ -33,8 +33,16 @@ fn mixed_rows_fit(
     Ok(())
 }
 
-fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), VerifyError> {
-    // An overflowing layout size can never match a real slice: report it as usize::MAX.
+// The checks below are shared by chains (this file) and trees (`tree/validate.rs`): one
+// rule, one error, whichever step kind reads the input.
+
+/// `len` is `expected`; `None` (an overflowing layout size, which no real slice matches) is
+/// reported as `usize::MAX`.
+pub(super) fn expect_len(
+    param: Param,
+    len: usize,
+    expected: Option<usize>,
+) -> Result<(), VerifyError> {
     let expected = expected.unwrap_or(usize::MAX);
     if len == expected {
         Ok(())
@@ -45,6 +53,191 @@ fn expect_len(param: Param, len: usize, expected: Option<usize>) -> Result<(), V
             expected,
         })
     }
+}
+
+/// The rows' stride is at least `V`.
+pub(super) fn stride_fits(rows: Rows<'_>, vocab: usize, tensor: Tensor) -> Result<(), VerifyError> {
+    if rows.stride < vocab {
+        return Err(VerifyError::StrideTooSmall {
+            tensor,
+            stride: rows.stride,
+            vocab,
+        });
+    }
+    Ok(())
+}
+
+/// `rows` hold `slots` rows: a stride `≥ V` and `slots · stride` values ([`Values::len`], any
+/// memory).
+pub(super) fn rows_fit(
+    rows: Rows<'_>,
+    vocab: usize,
+    slots: Option<usize>,
+    tensor: Tensor,
+    param: Param,
+) -> Result<(), VerifyError> {
+    stride_fits(rows, vocab, tensor)?;
+    let need = slots.and_then(|s| s.checked_mul(rows.stride));
+    expect_len(param, rows.values.len(), need)
+}
+
+/// The target holds `slots` rows ([`rows_fit`], named as probabilities or logits).
+pub(super) fn target_fits(
+    target: Target<'_>,
+    vocab: usize,
+    slots: Option<usize>,
+) -> Result<(), VerifyError> {
+    let param = match target {
+        Target::Probs(_) => Param::TargetProbs,
+        Target::Logits { .. } => Param::TargetLogits,
+    };
+    rows_fit(target.rows(), vocab, slots, Tensor::Target, param)
+}
+
+/// The per-request streams and typical-acceptance parameters hold `b` values each.
+pub(super) fn streams_fit(
+    b: usize,
+    seed: &[u64],
+    offset: &[u64],
+    eps: Option<&[f32]>,
+    delta: Option<&[f32]>,
+) -> Result<(), VerifyError> {
+    expect_len(Param::Seed, seed.len(), Some(b))?;
+    expect_len(Param::Offset, offset.len(), Some(b))?;
+    if let Some(e) = eps {
+        expect_len(Param::Eps, e.len(), Some(b))?;
+    }
+    if let Some(d) = delta {
+        expect_len(Param::Delta, d.len(), Some(b))?;
+    }
+    Ok(())
+}
+
+/// A token is an id `< V`, else [`VerifyError::TokenOutOfRange`] at `position`.
+pub(super) fn check_token(
+    request: usize,
+    position: usize,
+    token: u32,
+    vocab: usize,
+) -> Result<(), VerifyError> {
+    if token as usize >= vocab {
+        return Err(VerifyError::TokenOutOfRange {
+            request,
+            position,
+            token,
+            vocab,
+        });
+    }
+    Ok(())
+}
+
+/// A parameter in `[0, +∞)` (NaN refused), else [`VerifyError::BadParam`].
+fn check_param(request: usize, param: Param, x: f32) -> Result<(), VerifyError> {
+    if (0.0..f32::INFINITY).contains(&x) {
+        Ok(())
+    } else {
+        Err(VerifyError::BadParam { request, param })
+    }
+}
+
+/// A request's temperature (logits only) in `[0, +∞)`.
+pub(super) fn check_temperature(request: usize, t: Option<f32>) -> Result<(), VerifyError> {
+    t.map_or(Ok(()), |t| check_param(request, Param::Temperature, t))
+}
+
+/// Typical acceptance's `ε` and `δ` in `[0, +∞)` (checked where the request is verified by
+/// [`Method::Typical`] only).
+pub(super) fn check_typical(request: usize, eps: f32, delta: f32) -> Result<(), VerifyError> {
+    check_param(request, Param::Eps, eps)?;
+    check_param(request, Param::Delta, delta)
+}
+
+/// The strict check reads rows on the host: rows in device memory would need a copy down and
+/// a wait, so they are refused ([`Feature::DeviceCheck`]), not skipped.
+pub(super) fn rows_readable(has_device: bool) -> Result<(), VerifyError> {
+    if has_device {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::DeviceCheck,
+        });
+    }
+    Ok(())
+}
+
+/// Where a checked row lies, for its error: request, tensor, and the row's draft position
+/// (chains) or node (trees).
+#[derive(Clone, Copy)]
+pub(super) struct RowAt {
+    pub(super) request: usize,
+    pub(super) tensor: Tensor,
+    pub(super) position: usize,
+}
+
+/// The strict check of one host row in any format, read as its exact binary32 widening (the
+/// values a verifier reads): probabilities (`Some(tolerance)`: each in `[0, +∞)`, the sum
+/// within `tolerance` of 1), or logits (`None`: no NaN, no `+∞`; `−∞` masks a token).
+pub(super) fn check_row(
+    row: Values<'_>,
+    tolerance: Option<f32>,
+    at: RowAt,
+) -> Result<(), VerifyError> {
+    // One loop per format (monomorphised): the binary32 check stays a plain slice loop.
+    match row {
+        Values::F32(x) => check_values(x.iter().copied(), tolerance, at),
+        Values::Half(Half::Bf16(x)) => {
+            check_values(x.iter().map(|&v| bf16_to_f32(v)), tolerance, at)
+        }
+        Values::Half(Half::F16(x)) => check_values(x.iter().map(|&v| f16_to_f32(v)), tolerance, at),
+        // Refused before any row is read (`rows_readable`).
+        Values::Device(_) => Err(VerifyError::Unsupported {
+            feature: Feature::DeviceCheck,
+        }),
+    }
+}
+
+fn check_values(
+    mut row: impl Iterator<Item = f32>,
+    tolerance: Option<f32>,
+    at: RowAt,
+) -> Result<(), VerifyError> {
+    let RowAt {
+        request,
+        tensor,
+        position,
+    } = at;
+    let Some(tolerance) = tolerance else {
+        return match row.position(|l| l.is_nan() || l == f32::INFINITY) {
+            Some(index) => Err(VerifyError::BadLogit {
+                request,
+                position,
+                index,
+            }),
+            None => Ok(()),
+        };
+    };
+    let mut sum = 0f64;
+    for (index, p) in row.enumerate() {
+        // NaN is in no range, so this refuses NaN, negatives and +∞.
+        if !(0.0..f32::INFINITY).contains(&p) {
+            return Err(VerifyError::BadProbability {
+                request,
+                tensor,
+                position,
+                index,
+            });
+        }
+        sum += f64::from(p);
+    }
+    let dev = sum - 1.0;
+    // Written so a NaN tolerance fails every row rather than passing them.
+    if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
+        return Err(VerifyError::RowSum {
+            request,
+            tensor,
+            position,
+            sum,
+        });
+    }
+    Ok(())
 }
 
 /// The batch-wide checks of the padded layout with `k ≥ 1` ([`Support::PADDED`], what every
@@ -205,48 +398,19 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     };
     expect_len(Param::DraftIds, batch.draft_ids.len(), draft_slots)?;
     if let Some(d) = batch.draft {
-        let stride = d.rows.stride;
-        if stride < v {
-            return Err(VerifyError::StrideTooSmall {
-                tensor: Tensor::Draft,
-                stride,
-                vocab: v,
-            });
-        }
         match d.first_row {
-            None => {
-                let need = draft_slots.and_then(|r| r.checked_mul(stride));
-                expect_len(Param::DraftProbs, d.rows.values.len(), need)?;
-            }
+            None => rows_fit(d.rows, v, draft_slots, Tensor::Draft, Param::DraftProbs)?,
             // Mixed drafters: each request's rows inside the tensor (checked per request, as
             // the tensor holds only the rows of the requests that have them).
             Some(first) => {
+                stride_fits(d.rows, v, Tensor::Draft)?;
                 expect_len(Param::DraftFirstRow, first.len(), Some(b))?;
-                mixed_rows_fit(batch, first, stride, d.rows.values.len())?;
+                mixed_rows_fit(batch, first, d.rows.stride, d.rows.values.len())?;
             }
         }
     }
-    let rows = batch.target.rows();
-    if rows.stride < v {
-        return Err(VerifyError::StrideTooSmall {
-            tensor: Tensor::Target,
-            stride: rows.stride,
-            vocab: v,
-        });
-    }
-    let need = target_rows.and_then(|r| r.checked_mul(rows.stride));
-    match batch.target {
-        Target::Probs(_) => expect_len(Param::TargetProbs, rows.values.len(), need)?,
-        Target::Logits { .. } => expect_len(Param::TargetLogits, rows.values.len(), need)?,
-    }
-    expect_len(Param::Seed, batch.seed.len(), Some(b))?;
-    expect_len(Param::Offset, batch.offset.len(), Some(b))?;
-    if let Some(e) = batch.eps {
-        expect_len(Param::Eps, e.len(), Some(b))?;
-    }
-    if let Some(d) = batch.delta {
-        expect_len(Param::Delta, d.len(), Some(b))?;
-    }
+    target_fits(batch.target, v, target_rows)?;
+    streams_fit(b, batch.seed, batch.offset, batch.eps, batch.delta)?;
     if let Some(x) = batch.bonus {
         expect_len(Param::Bonus, x.len(), Some(b))?;
     }
@@ -258,40 +422,6 @@ pub(crate) fn validate_inputs_with<const K: usize>(
     }
     if let Some(x) = batch.methods {
         expect_len(Param::Methods, x.len(), Some(b))?;
-    }
-    Ok(())
-}
-
-fn check_row(
-    row: Values<'_>,
-    tolerance: f32,
-    request: usize,
-    tensor: Tensor,
-    position: usize,
-) -> Result<(), VerifyError> {
-    let mut sum = 0f64;
-    for index in 0..row.len() {
-        let p = row.at(index);
-        // NaN is in no range, so this refuses NaN, negatives and +∞.
-        if !(0.0..f32::INFINITY).contains(&p) {
-            return Err(VerifyError::BadProbability {
-                request,
-                tensor,
-                position,
-                index,
-            });
-        }
-        sum += f64::from(p);
-    }
-    let dev = sum - 1.0;
-    // Written so a NaN tolerance fails every row rather than passing them.
-    if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
-        return Err(VerifyError::RowSum {
-            request,
-            tensor,
-            position,
-            sum,
-        });
     }
     Ok(())
 }
@@ -325,89 +455,39 @@ pub fn validate_request_with(
         });
     }
     let k = k as usize;
-    let ids = batch.draft_ids_of(b);
-    for (position, &token) in ids.iter().enumerate() {
-        if token as usize >= batch.vocab {
-            return Err(VerifyError::TokenOutOfRange {
-                request: b,
-                position,
-                token,
-                vocab: batch.vocab,
-            });
-        }
+    for (position, &token) in batch.draft_ids_of(b).iter().enumerate() {
+        check_token(b, position, token, batch.vocab)?;
     }
     if let Some(bonus) = batch.bonus {
-        let token = bonus[b];
-        if token as usize >= batch.vocab {
-            return Err(VerifyError::TokenOutOfRange {
-                request: b,
-                position: k,
-                token,
-                vocab: batch.vocab,
-            });
-        }
+        check_token(b, k, bonus[b], batch.vocab)?;
     }
-    if batch
-        .temperature_of(b)
-        .is_some_and(|t| !(0.0..f32::INFINITY).contains(&t))
-    {
-        return Err(VerifyError::BadParam {
-            request: b,
-            param: Param::Temperature,
-        });
-    }
+    check_temperature(b, batch.temperature_of(b))?;
     if let Some(param) = batch.filter_of(b).out_of_range() {
         return Err(VerifyError::BadParam { request: b, param });
     }
     if batch.method_of(b, method) == Method::Typical {
-        let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
-        if !ok(batch.eps_of(b)) {
-            return Err(VerifyError::BadParam {
-                request: b,
-                param: Param::Eps,
-            });
-        }
-        if !ok(batch.delta_of(b)) {
-            return Err(VerifyError::BadParam {
-                request: b,
-                param: Param::Delta,
-            });
-        }
+        check_typical(b, batch.eps_of(b), batch.delta_of(b))?;
     }
     if let Check::Strict { sum_tolerance } = check {
-        if batch.has_device() {
-            // Reading them would need a copy down and a wait: refused, not skipped.
-            return Err(VerifyError::Unsupported {
-                feature: Feature::DeviceCheck,
-            });
-        }
+        rows_readable(batch.has_device())?;
+        let at = |tensor, position| RowAt {
+            request: b,
+            tensor,
+            position,
+        };
         // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding;
         // row k only when the bonus is sampled).
         for j in 0..k {
             if let Some(row) = batch.draft_values_checked(b, j) {
-                check_row(row, sum_tolerance, b, Tensor::Draft, j)?;
+                check_row(row, Some(sum_tolerance), at(Tensor::Draft, j))?;
             }
         }
+        let tolerance = (!batch.has_logits()).then_some(sum_tolerance);
         let rows = if batch.bonus.is_some() { k } else { k + 1 };
         for j in 0..rows {
-            let Some(row) = batch.target_values_checked(b, j) else {
-                continue;
-            };
-            if batch.has_logits() {
-                // NaN and +∞ are refused; −∞ masks a token.
-                if let Some(index) = (0..row.len()).position(|i| {
-                    let l = row.at(i);
-                    l.is_nan() || l == f32::INFINITY
-                }) {
-                    return Err(VerifyError::BadLogit {
-                        request: b,
-                        position: j,
-                        index,
-                    });
-                }
-                continue;
+            if let Some(row) = batch.target_values_checked(b, j) {
+                check_row(row, tolerance, at(Tensor::Target, j))?;
             }
-            check_row(row, sum_tolerance, b, Tensor::Target, j)?;
         }
     }
     Ok(())

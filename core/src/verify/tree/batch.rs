@@ -1,7 +1,7 @@
 //! [`TreeBatch`]: one step of token trees (SGLang's layout), and [`TreeOutputs`].
 
-use super::validate::expect_len;
 use super::*;
+use crate::verify::validate::expect_len;
 use crate::verify::{AcceptedOut, DeviceOut, TokensOut};
 
 /// The sizes of a [`TreeBatch`] (named fields: they cannot be swapped silently).

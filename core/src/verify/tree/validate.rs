@@ -2,7 +2,10 @@
 //! parameters, in the order [`VerifyError`]'s documentation gives.
 
 use super::*;
-use crate::verify::{Half, bf16_to_f32, f16_to_f32};
+use crate::verify::validate::{
+    RowAt, check_row, check_temperature, check_token, check_typical, expect_len, rows_fit,
+    rows_readable, streams_fit, target_fits,
+};
 
 /// The batch-wide checks of the reference ([`Support::ALL`]: binary32 rows in host memory):
 /// [`validate_tree_shape_with`].
@@ -36,25 +39,6 @@ fn rows_supported(support: Support, batch: &TreeBatch<'_>) -> Result<(), VerifyE
         });
     }
     Ok(())
-}
-
-/// The rows of `rows` hold `slots` rows of stride `≥ V` ([`Values::len`], any memory).
-fn rows_fit(
-    rows: Rows<'_>,
-    vocab: usize,
-    slots: Option<usize>,
-    tensor: Tensor,
-    param: Param,
-) -> Result<(), VerifyError> {
-    if rows.stride < vocab {
-        return Err(VerifyError::StrideTooSmall {
-            tensor,
-            stride: rows.stride,
-            vocab,
-        });
-    }
-    let need = slots.and_then(|s| s.checked_mul(rows.stride));
-    expect_len(param, rows.values.len(), need)
 }
 
 /// The batch-wide checks for a tree verifier that supports `support`: the rows it reads
@@ -126,25 +110,11 @@ pub(crate) fn validate_tree_inputs_with<const K: usize>(
     if let Some(d) = batch.draft {
         rows_fit(d, v, slots, Tensor::Draft, Param::DraftProbs)?;
     }
-    let temperature = batch.target.temperature();
-    let param = if temperature.is_some() {
-        Param::TargetLogits
-    } else {
-        Param::TargetProbs
-    };
-    rows_fit(batch.target.rows(), v, slots, Tensor::Target, param)?;
-    if let Some(t) = temperature {
+    target_fits(batch.target, v, slots)?;
+    if let Some(t) = batch.target.temperature() {
         expect_len(Param::Temperature, t.len(), Some(b))?;
     }
-    expect_len(Param::Seed, batch.seed.len(), Some(b))?;
-    expect_len(Param::Offset, batch.offset.len(), Some(b))?;
-    if let Some(e) = batch.eps {
-        expect_len(Param::Eps, e.len(), Some(b))?;
-    }
-    if let Some(d) = batch.delta {
-        expect_len(Param::Delta, d.len(), Some(b))?;
-    }
-    Ok(())
+    streams_fit(b, batch.seed, batch.offset, batch.eps, batch.delta)
 }
 
 /// Checks request `b`'s tree shape (node count, links, one parent per node, depth) and returns
@@ -225,75 +195,6 @@ pub fn tree_depth(batch: &TreeBatch<'_>, b: usize) -> usize {
     check_links(batch, b).unwrap_or(0)
 }
 
-/// Where a checked row lies, for its error.
-#[derive(Clone, Copy)]
-struct RowAt {
-    request: usize,
-    tensor: Tensor,
-    node: usize,
-}
-
-/// The strict check of one host row in any format, read as its exact binary32 widening (the
-/// values a verifier reads): probabilities (`Some(tolerance)`), or logits (`None`).
-fn check_row(row: Values<'_>, tolerance: Option<f32>, at: RowAt) -> Result<(), VerifyError> {
-    // One loop per format (monomorphised): the binary32 check stays a plain slice loop.
-    match row {
-        Values::F32(x) => check_values(x.iter().copied(), tolerance, at),
-        Values::Half(Half::Bf16(x)) => {
-            check_values(x.iter().map(|&v| bf16_to_f32(v)), tolerance, at)
-        }
-        Values::Half(Half::F16(x)) => check_values(x.iter().map(|&v| f16_to_f32(v)), tolerance, at),
-        // Refused before any row is read.
-        Values::Device(_) => Err(VerifyError::Unsupported {
-            feature: Feature::DeviceCheck,
-        }),
-    }
-}
-
-fn check_values(
-    mut row: impl Iterator<Item = f32>,
-    tolerance: Option<f32>,
-    at: RowAt,
-) -> Result<(), VerifyError> {
-    let RowAt {
-        request,
-        tensor,
-        node,
-    } = at;
-    let Some(tolerance) = tolerance else {
-        return match row.position(|l| l.is_nan() || l == f32::INFINITY) {
-            Some(index) => Err(VerifyError::BadLogit {
-                request,
-                position: node,
-                index,
-            }),
-            None => Ok(()),
-        };
-    };
-    let mut sum = 0f64;
-    for (index, p) in row.enumerate() {
-        if !(0.0..f32::INFINITY).contains(&p) {
-            return Err(VerifyError::BadProbability {
-                request,
-                tensor,
-                position: node,
-                index,
-            });
-        }
-        sum += f64::from(p);
-    }
-    let dev = sum - 1.0;
-    if !(dev <= f64::from(tolerance) && -dev <= f64::from(tolerance)) {
-        return Err(VerifyError::RowSum {
-            request,
-            tensor,
-            position: node,
-            sum,
-        });
-    }
-    Ok(())
-}
-
 /// The checks of request `b` of a batch that passed [`validate_tree_shape`]: its tree
 /// ([`VerifyError::NodeCount`], [`VerifyError::LinkOutOfRange`], [`VerifyError::Cycle`],
 /// [`VerifyError::Unreachable`], [`VerifyError::Depth`]), its tokens, its parameters and, for
@@ -308,49 +209,18 @@ pub fn validate_tree_request(
     let depth = check_links(batch, b)?;
     let n = batch.node_count(b);
     for node in 1..n {
-        let token = batch.token(b, node);
-        if token as usize >= batch.vocab {
-            return Err(VerifyError::TokenOutOfRange {
-                request: b,
-                position: node,
-                token,
-                vocab: batch.vocab,
-            });
-        }
+        check_token(b, node, batch.token(b, node), batch.vocab)?;
     }
-    let ok = |x: f32| (0.0..f32::INFINITY).contains(&x);
-    if batch.target.temperature().is_some_and(|t| !ok(t[b])) {
-        return Err(VerifyError::BadParam {
-            request: b,
-            param: Param::Temperature,
-        });
-    }
+    check_temperature(b, batch.target.temperature().map(|t| t[b]))?;
     if method == Method::Typical {
-        if !ok(eps_of(batch, b)) {
-            return Err(VerifyError::BadParam {
-                request: b,
-                param: Param::Eps,
-            });
-        }
-        if !ok(delta_of(batch, b)) {
-            return Err(VerifyError::BadParam {
-                request: b,
-                param: Param::Delta,
-            });
-        }
+        check_typical(b, eps_of(batch, b), delta_of(batch, b))?;
     }
     if let Check::Strict { sum_tolerance } = check {
-        if batch.has_device() {
-            // Reading them would need a copy down and a wait: refused, not skipped (as the
-            // chain's validation does).
-            return Err(VerifyError::Unsupported {
-                feature: Feature::DeviceCheck,
-            });
-        }
-        let at = |tensor, node| RowAt {
+        rows_readable(batch.has_device())?;
+        let at = |tensor, position| RowAt {
             request: b,
             tensor,
-            node,
+            position,
         };
         if batch.draft.is_some() {
             for node in 1..n {
@@ -399,21 +269,4 @@ pub fn validate_tree_with<const K: usize>(
         validate_tree_request(method, check, batch, b)?;
     }
     Ok(())
-}
-
-pub(super) fn expect_len(
-    param: Param,
-    len: usize,
-    expected: Option<usize>,
-) -> Result<(), VerifyError> {
-    let expected = expected.unwrap_or(usize::MAX);
-    if len == expected {
-        Ok(())
-    } else {
-        Err(VerifyError::Length {
-            param,
-            len,
-            expected,
-        })
-    }
 }
