@@ -272,138 +272,127 @@ impl WeightRow for Values<'_> {
     }
 }
 
-/// Argmax over the processed row (NaN as −∞, ties to the lowest id).
-fn argmax_processed(row: Values<'_>, pr: &Processed) -> u32 {
-    let mut best = 0u32;
-    let mut best_key = f32::NEG_INFINITY;
-    let mut v = 0u32;
-    row.for_each(|l| {
-        let x = pr.p(l);
-        if x > best_key {
-            best_key = x;
-            best = v;
+/// One draft position's rows as the rules read them, resolved by the request's plan: the stored
+/// binary32 rows of a [plain](super::RequestPlan::plain) request, reduced by the caller's
+/// [`RowOps`], or the [`Processed`] target row (with the draft row in any format), reduced by
+/// plain loops computed on the fly (the reference needs no buffer). Both serve the one control
+/// flow of [`verify_request`] and [`recovered_at`].
+#[derive(Clone, Copy)]
+enum PositionRows<'r> {
+    Stored {
+        target: &'r [f32],
+        draft: Option<&'r [f32]>,
+    },
+    Processed {
+        target: Values<'r>,
+        pr: Processed,
+        draft: Option<Values<'r>>,
+    },
+}
+
+impl<'r> PositionRows<'r> {
+    /// Position `j`'s rows of request `b` (`j ≤ k_b`; the draft row only for `j < k_b`).
+    fn of(plan: &RequestPlan, batch: &Batch<'r>, b: usize, j: usize) -> Self {
+        let with_draft = j < batch.draft_len(b) as usize;
+        if plan.plain {
+            return Self::Stored {
+                target: batch.target_row(b, j),
+                draft: if with_draft {
+                    batch.draft_row(b, j)
+                } else {
+                    None
+                },
+            };
         }
-        v += 1;
-    });
-    best
-}
-
-/// The residual race over the processed target row minus the draft row (one-hot at `x`
-/// without draft probabilities).
-fn residual_processed(
-    rng: RaceRng,
-    row: Values<'_>,
-    pr: &Processed,
-    draft: Option<Values<'_>>,
-    x: u32,
-) -> Option<u32> {
-    let vocab = row.len();
-    match draft {
-        Some(d) => race(rng, vocab, |v| {
-            f64::from(pr.p(row.at(v))) - f64::from(d.at(v))
-        }),
-        None => race(rng, vocab, |v| {
-            f64::from(pr.p(row.at(v))) - if v == x as usize { 1.0 } else { 0.0 }
-        }),
-    }
-}
-
-/// The race over the processed row.
-fn race_processed(rng: RaceRng, row: Values<'_>, pr: &Processed) -> Option<u32> {
-    race(rng, row.len(), |v| f64::from(pr.p(row.at(v))))
-}
-
-/// Verifies request `b` of a validated batch that is not [plain](super::RequestPlan::plain): exactly
-/// [`verify_request`]'s rules on the [`Processed`] rows, computed on the fly with plain loops
-/// (the reference needs no buffer).
-fn verify_request_processed(
-    plan: RequestPlan,
-    batch: &Batch<'_>,
-    b: usize,
-    tokens: &mut [u32],
-) -> u32 {
-    let RequestPlan {
-        method,
-        temperature: t,
-        filter,
-        ..
-    } = plan;
-    let ids = batch.draft_ids_of(b);
-    let k = ids.len();
-    let (seed, offset) = (batch.seed[b], batch.offset[b]);
-    let rng = |j: usize| RaceRng {
-        seed,
-        offset,
-        position: j as u32,
-    };
-    let row_of = |j: usize| {
-        batch
+        let target = batch
             .target_values_checked(b, j)
-            .unwrap_or(Values::F32(&[]))
-    };
-    let plain =
-        |j: usize, row: Values<'_>, pr: &Processed| race_processed(rng(j), row, pr).unwrap_or(0);
-    let mut accepted = 0usize;
-    let mut emitted = None;
-    for (j, &x) in ids.iter().enumerate() {
-        let row = row_of(j);
-        let pr = Processed::of(row, t, filter);
-        let pt = pr.p(row.at(x as usize));
-        let accept = match method {
-            Method::Rejection => {
-                let draft = batch.draft_values_checked(b, j);
-                let pd = draft.map_or(1.0, |d| d.at(x as usize));
-                let ok = accepts(accept_draw(seed, offset, j as u32), pt, pd);
-                if !ok {
-                    let residual = residual_processed(rng(j), row, &pr, draft, x);
-                    emitted = Some(residual.unwrap_or_else(|| plain(j, row, &pr)));
-                }
-                ok
+            .unwrap_or(Values::F32(&[]));
+        Self::Processed {
+            target,
+            pr: Processed::of(target, plan.temperature, plan.filter),
+            draft: if with_draft {
+                batch.draft_values_checked(b, j)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The target's probability of `x`.
+    fn target_p(&self, x: u32) -> f32 {
+        match self {
+            Self::Stored { target, .. } => target[x as usize],
+            Self::Processed { target, pr, .. } => pr.p(target.at(x as usize)),
+        }
+    }
+
+    /// The draft's probability of `x` (`1` for a one-hot drafter).
+    fn draft_p(&self, x: u32) -> f32 {
+        match self {
+            Self::Stored { draft, .. } => draft.map_or(1.0, |d| d[x as usize]),
+            Self::Processed { draft, .. } => draft.map_or(1.0, |d| d.at(x as usize)),
+        }
+    }
+
+    /// The argmax of the target row (NaN as −∞, ties to the lowest id).
+    fn argmax<O: RowOps + ?Sized>(&self, ops: &O) -> u32 {
+        match self {
+            Self::Stored { target, .. } => ops.argmax(target),
+            Self::Processed { target, pr, .. } => {
+                let (mut best, mut best_key, mut v) = (0u32, f32::NEG_INFINITY, 0u32);
+                target.for_each(|l| {
+                    let x = pr.p(l);
+                    if x > best_key {
+                        best_key = x;
+                        best = v;
+                    }
+                    v += 1;
+                });
+                best
             }
-            Method::Greedy => {
-                let best = argmax_processed(row, &pr);
-                if best != x {
-                    emitted = Some(best);
-                }
-                best == x
-            }
-            Method::Typical => {
+        }
+    }
+
+    /// The entropy of the target row.
+    fn entropy<O: RowOps + ?Sized>(&self, ops: &O) -> f32 {
+        match self {
+            Self::Stored { target, .. } => ops.entropy(target),
+            Self::Processed { target, pr, .. } => {
                 let mut fixed = 0i64;
-                row.for_each(|l| fixed = fixed.wrapping_add(entropy_term(pr.p(l))));
-                let h = entropy_from_fixed(fixed);
-                let a = plan.eps;
-                let c = plan.delta * exp_p(-h);
-                let thr = if a < c { a } else { c };
-                let ok = pt > thr;
-                if !ok {
-                    emitted = Some(plain(j, row, &pr));
+                target.for_each(|l| fixed = fixed.wrapping_add(entropy_term(pr.p(l))));
+                entropy_from_fixed(fixed)
+            }
+        }
+    }
+
+    /// The race over the target row, `0` when no value is `> 0`.
+    fn race<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
+        match self {
+            Self::Stored { target, .. } => ops.race(rng, target),
+            Self::Processed { target, pr, .. } => {
+                race(rng, target.len(), |v| f64::from(pr.p(target.at(v))))
+            }
+        }
+        .unwrap_or(0)
+    }
+
+    /// Rejection sampling's token after `x` is rejected: the residual race over the target
+    /// minus the draft (one-hot at `x` without draft rows), else the race over the target.
+    fn recovered<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng, x: u32) -> u32 {
+        let residual = match *self {
+            Self::Stored { target, draft } => ops.race_residual(rng, target, draft, x),
+            Self::Processed { target, pr, draft } => {
+                let p = |v: usize| f64::from(pr.p(target.at(v)));
+                match draft {
+                    Some(d) => race(rng, target.len(), |v| p(v) - f64::from(d.at(v))),
+                    None => race(rng, target.len(), |v| {
+                        p(v) - if v == x as usize { 1.0 } else { 0.0 }
+                    }),
                 }
-                ok
             }
         };
-        if !accept {
-            break;
-        }
-        tokens[j] = x;
-        accepted += 1;
+        residual.unwrap_or_else(|| self.race(ops, rng))
     }
-    let last = match emitted {
-        Some(e) => e,
-        None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
-        None => {
-            let row = row_of(k);
-            let pr = Processed::of(row, t, filter);
-            match method {
-                Method::Greedy => argmax_processed(row, &pr),
-                Method::Rejection | Method::Typical => plain(k, row, &pr),
-            }
-        }
-    };
-    tokens[accepted] = last;
-    for x in &mut tokens[accepted + 1..] {
-        *x = SENTINEL;
-    }
-    accepted as u32
 }
 
 /// The token request `b` emits if its draft position `j < k_b` is the first rejected one
@@ -425,30 +414,11 @@ pub fn recovered_at<O: RowOps + ?Sized>(
         offset: batch.offset[b],
         position: j as u32,
     };
-    if !plan.plain {
-        let row = batch
-            .target_values_checked(b, j)
-            .unwrap_or(Values::F32(&[]));
-        let pr = Processed::of(row, plan.temperature, plan.filter);
-        let plain = || race_processed(rng, row, &pr).unwrap_or(0);
-        return match plan.method {
-            Method::Rejection => {
-                residual_processed(rng, row, &pr, batch.draft_values_checked(b, j), x)
-                    .unwrap_or_else(plain)
-            }
-            Method::Greedy => argmax_processed(row, &pr),
-            Method::Typical => plain(),
-        };
-    }
-    // Stored rows: probabilities, or logits at temperature 0 (greedy on them).
-    let row = batch.target_row(b, j);
+    let rows = PositionRows::of(&plan, batch, b, j);
     match plan.method {
-        Method::Rejection => ops
-            .race_residual(rng, row, batch.draft_row(b, j), x)
-            .or_else(|| ops.race(rng, row))
-            .unwrap_or(0),
-        Method::Greedy => ops.argmax(row),
-        Method::Typical => ops.race(rng, row).unwrap_or(0),
+        Method::Rejection => rows.recovered(ops, rng, x),
+        Method::Greedy => rows.argmax(ops),
+        Method::Typical => rows.race(ops, rng),
     }
 }
 
@@ -516,11 +486,6 @@ pub fn verify_request<O: RowOps + ?Sized>(
     tokens: &mut [u32],
 ) -> u32 {
     let plan = batch.plan(b, method);
-    if !plan.plain {
-        return verify_request_processed(plan, batch, b, tokens);
-    }
-    // Stored rows: probabilities, or logits at temperature 0 (greedy on them).
-    let method = plan.method;
     let ids = batch.draft_ids_of(b);
     let k = ids.len();
     let (seed, offset) = (batch.seed[b], batch.offset[b]);
@@ -532,37 +497,30 @@ pub fn verify_request<O: RowOps + ?Sized>(
     let mut accepted = 0usize;
     let mut emitted = None;
     for (j, &x) in ids.iter().enumerate() {
-        let target = batch.target_row(b, j);
-        let pt = target[x as usize];
-        let accept = match method {
+        let rows = PositionRows::of(&plan, batch, b, j);
+        let pt = rows.target_p(x);
+        let accept = match plan.method {
             Method::Rejection => {
-                let draft = batch.draft_row(b, j);
-                let pd = draft.map_or(1.0, |d| d[x as usize]);
-                let ok = accepts(accept_draw(seed, offset, j as u32), pt, pd);
+                let ok = accepts(accept_draw(seed, offset, j as u32), pt, rows.draft_p(x));
                 if !ok {
-                    emitted = Some(
-                        ops.race_residual(rng(j), target, draft, x)
-                            .or_else(|| ops.race(rng(j), target))
-                            .unwrap_or(0),
-                    );
+                    emitted = Some(rows.recovered(ops, rng(j), x));
                 }
                 ok
             }
             Method::Greedy => {
-                let best = ops.argmax(target);
+                let best = rows.argmax(ops);
                 if best != x {
                     emitted = Some(best);
                 }
                 best == x
             }
             Method::Typical => {
-                let h = ops.entropy(target);
-                let a = plan.eps;
+                let h = rows.entropy(ops);
                 let c = plan.delta * exp_p(-h);
-                let thr = if a < c { a } else { c };
+                let thr = if plan.eps < c { plan.eps } else { c };
                 let ok = pt > thr;
                 if !ok {
-                    emitted = Some(ops.race(rng(j), target).unwrap_or(0));
+                    emitted = Some(rows.race(ops, rng(j)));
                 }
                 ok
             }
@@ -579,10 +537,10 @@ pub fn verify_request<O: RowOps + ?Sized>(
         None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
         None => {
             // All k accepted (or k = 0): the bonus token from target row k.
-            let target = batch.target_row(b, k);
-            match method {
-                Method::Greedy => ops.argmax(target),
-                Method::Rejection | Method::Typical => ops.race(rng(k), target).unwrap_or(0),
+            let rows = PositionRows::of(&plan, batch, b, k);
+            match plan.method {
+                Method::Greedy => rows.argmax(ops),
+                Method::Rejection | Method::Typical => rows.race(ops, rng(k)),
             }
         }
     };
