@@ -614,21 +614,13 @@ impl<'a> Batch<'a> {
     /// if a per-request slice is shorter than `b + 1`.
     #[must_use]
     pub fn plan(&self, b: usize, call: Method) -> RequestPlan {
-        let method = self.method_of(b, call);
-        let (method, temperature, filter) = match self.temperature_of(b) {
-            Some(t) if t > 0.0 => (method, Some(t), self.filter_of(b)),
-            Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
-            None => (method, None, self.filter_of(b)),
-        };
-        let stored = temperature.is_none_or(|t| t == 0.0) && !filter.is_active();
-        RequestPlan {
-            method,
-            temperature,
-            filter,
-            eps: self.eps_of(b),
-            delta: self.delta_of(b),
-            plain: stored && !self.has_half() && !self.has_device(),
-        }
+        RequestPlan::resolve(
+            self.method_of(b, call),
+            self.temperature_of(b),
+            self.filter_of(b),
+            (self.eps_of(b), self.delta_of(b)),
+            !self.has_half() && !self.has_device(),
+        )
     }
 
     /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the batch
@@ -959,4 +951,34 @@ pub struct RequestPlan {
     /// in a batch without half or device tensors): then any [`RowOps`](super::RowOps) may
     /// reduce them.
     pub plain: bool,
+}
+
+impl RequestPlan {
+    /// The plan of a request verified by `method`, whose target rows are logits at
+    /// `temperature` (`None`: probabilities), with `filter` and typical acceptance's
+    /// `(ε, δ)`, in a batch whose rows are all binary32 host rows (`host_f32`): the one rule
+    /// by which chains ([`Batch::plan`]) and trees
+    /// ([`TreeBatch::plan`](super::tree::TreeBatch::plan)) resolve a request.
+    pub(crate) fn resolve(
+        method: Method,
+        temperature: Option<f32>,
+        filter: Filter,
+        (eps, delta): (f32, f32),
+        host_f32: bool,
+    ) -> Self {
+        let (method, temperature, filter) = match temperature {
+            Some(t) if t > 0.0 => (method, Some(t), filter),
+            Some(_) => (Method::Greedy, Some(0.0), Filter::NONE),
+            None => (method, None, filter),
+        };
+        let stored = temperature.is_none_or(|t| t == 0.0) && !filter.is_active();
+        Self {
+            method,
+            temperature,
+            filter,
+            eps,
+            delta,
+            plain: stored && host_f32,
+        }
+    }
 }

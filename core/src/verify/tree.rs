@@ -65,8 +65,8 @@ pub use validate::{
 
 use super::{
     AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Format, Logits, Method, Param,
-    RaceRng, RowOps, Rows, SENTINEL, ScalarOps, Softmax, Streams, Strides, Support, Target, Tensor,
-    TokensOut, Values, VerifyError, race,
+    RaceRng, RequestPlan, RowOps, Rows, SENTINEL, ScalarOps, Softmax, Streams, Strides, Support,
+    Target, Tensor, TokensOut, Values, VerifyError, race,
 };
 use crate::metrics::Counters;
 use crate::verify::exponential::uniform53;
@@ -80,14 +80,6 @@ pub const MAX_TREE_NODES: usize = 512;
 
 /// "No node" in [`Tree::first_child`] and [`Tree::next_sibling`].
 pub const NO_NODE: i32 = -1;
-
-fn eps_of(batch: &TreeBatch<'_>, b: usize) -> f32 {
-    batch.eps.map_or(DEFAULT_EPS, |e| e[b])
-}
-
-fn delta_of(batch: &TreeBatch<'_>, b: usize) -> f32 {
-    batch.delta.map_or(DEFAULT_DELTA, |d| d[b])
-}
 
 /// A node's target distribution: the row as given, or the softmax of a logits row.
 #[derive(Clone, Copy)]
@@ -312,11 +304,16 @@ struct Ctx<'r, 'a, O: ?Sized, R: ?Sized> {
     rows: &'r R,
     batch: &'r TreeBatch<'a>,
     b: usize,
-    /// `Some(t)` with `t > 0`: softmax rows.
-    t: Option<f32>,
+    /// How the request is verified (its rule, temperature, typical parameters).
+    plan: RequestPlan,
 }
 
 impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
+    /// `Some(t)` with `t > 0`: the rows are read through their softmax.
+    fn soft(&self) -> Option<f32> {
+        self.plan.temperature.filter(|&t| t > 0.0)
+    }
+
     /// Node `u`'s target row.
     fn target(&self, u: usize) -> &'r [f32] {
         self.rows.target(self.batch, self.b, u)
@@ -330,7 +327,7 @@ impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
     /// Node `u`'s distribution (a logits row's softmax reduced now).
     fn dist(&self, u: usize) -> Dist<'r> {
         let row = self.target(u);
-        match self.t {
+        match self.soft() {
             Some(t) => Dist::Soft(row, self.ops.softmax(row, t)),
             None => Dist::Probs(row),
         }
@@ -339,7 +336,7 @@ impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
     /// Node `u`'s distribution, a logits row's softmax reduced once and kept in `states[u]`.
     fn dist_kept(&self, u: usize, states: &mut [Option<Softmax>]) -> Dist<'r> {
         let row = self.target(u);
-        match self.t {
+        match self.soft() {
             Some(t) => Dist::Soft(
                 row,
                 *states[u].get_or_insert_with(|| self.ops.softmax(row, t)),
@@ -509,7 +506,7 @@ impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
     /// first in pre-order. Writes the path and returns (accepted length, the token sampled at
     /// the stopping node).
     fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> (usize, u32) {
-        let (eps, delta) = (eps_of(self.batch, self.b), delta_of(self.batch, self.b));
+        let (eps, delta) = (self.plan.eps, self.plan.delta);
         let mut thr: [Option<f32>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
         // Each parent's softmax, reduced once for all its children's tests.
         let mut states: [Option<Softmax>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
@@ -578,17 +575,14 @@ pub fn verify_tree_request<O: TreeOps + ?Sized, R: NodeRows + ?Sized>(
     path: &mut [u32],
     tokens: &mut [u32],
 ) -> u32 {
-    let (method, t) = match batch.target.temperature().map(|t| t[b]) {
-        Some(t) if t > 0.0 => (method, Some(t)),
-        Some(_) => (Method::Greedy, None),
-        None => (method, None),
-    };
+    let plan = batch.plan(b, method);
+    let method = plan.method;
     let cx = Ctx {
         ops,
         rows,
         batch,
         b,
-        t,
+        plan,
     };
     path[0] = 0;
     let (accepted, last) = if method == Method::Typical {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::verify::validate::expect_len;
-use crate::verify::{AcceptedOut, DeviceOut, TokensOut};
+use crate::verify::{AcceptedOut, DeviceOut, Filter, RequestPlan, TokensOut};
 
 /// The sizes of a [`TreeBatch`] (named fields: they cannot be swapped silently).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -179,6 +179,32 @@ impl<'a> TreeBatch<'a> {
     #[must_use]
     pub fn node_count(&self, b: usize) -> usize {
         self.tree.nodes[b] as usize
+    }
+
+    /// How request `b` of a validated batch is verified by `method`, resolved as a chain's
+    /// request is ([`Batch::plan`](crate::verify::Batch::plan)): logits at `T = 0` are greedy
+    /// on the logits; a tree has no sampling filter. Panics if a per-request slice is shorter
+    /// than `b + 1`.
+    #[must_use]
+    pub fn plan(&self, b: usize, method: Method) -> RequestPlan {
+        let half = |r: Rows<'_>| r.format() != Format::F32;
+        RequestPlan::resolve(
+            method,
+            self.target.temperature().map(|t| t[b]),
+            Filter::NONE,
+            (self.eps_of(b), self.delta_of(b)),
+            !self.has_device() && !half(self.target.rows()) && !self.draft.is_some_and(half),
+        )
+    }
+
+    /// Request `b`'s typical-acceptance `ε`: its own, or [`DEFAULT_EPS`].
+    pub(super) fn eps_of(&self, b: usize) -> f32 {
+        self.eps.map_or(DEFAULT_EPS, |e| e[b])
+    }
+
+    /// Request `b`'s typical-acceptance `δ`: its own, or [`DEFAULT_DELTA`].
+    pub(super) fn delta_of(&self, b: usize) -> f32 {
+        self.delta.map_or(DEFAULT_DELTA, |d| d[b])
     }
 
     /// Whether any row is in device memory.

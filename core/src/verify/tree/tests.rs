@@ -1,7 +1,7 @@
 extern crate std;
 use super::*;
 use crate::error_kind::HasKind;
-use crate::verify::{AcceptedOut, Batch, Dims, Drafts, Outputs, TokensOut, verify_batch};
+use crate::verify::{AcceptedOut, Batch, Dims, Drafts, Half, Outputs, TokensOut, verify_batch};
 
 fn chain_links(k: usize) -> ([i32; 8], [i32; 8]) {
     let mut fc = [NO_NODE; 8];
@@ -697,6 +697,79 @@ fn a_request_gives_the_same_bits_alone_and_in_a_batch() {
                     assert_eq!(t1, tok[3 * r..3 * r + 3], "{what:?}");
                 }
                 assert_eq!(c, alone_c);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tree_request_is_resolved_as_a_chain_request_is() {
+    // One root and one child (V = 2) against a chain with k = 1: the same rows, temperatures,
+    // typical parameters and method give the same plan, and bf16 rows make neither plain.
+    let (probs, logits) = ([0.5f32, 0.5, 0.25, 0.75], [1.0f32, -1.0, 0.5, 0.0]);
+    let bf16 = [0x3f00u16; 4];
+    let (eps, delta) = ([0.2f32, 0.1], [0.7f32, 0.4]);
+    let streams = Streams {
+        seed: &[1, 2],
+        offset: &[0, 0],
+    };
+    let (nodes, tokens, fc, ns) = (
+        [2u32, 2],
+        [0u32, 1, 0, 1],
+        [1, NO_NODE, 1, NO_NODE],
+        [NO_NODE; 4],
+    );
+    let tree = Tree {
+        nodes: &nodes,
+        tokens: &tokens,
+        first_child: &fc,
+        next_sibling: &ns,
+    };
+    let dims = TreeDims {
+        vocab: 2,
+        max_nodes: 2,
+        max_depth: 1,
+    };
+    let temperature = [0.0f32, 0.8];
+    for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+        for target in [
+            Target::Probs(Rows::f32(&probs, 2)),
+            Target::Logits {
+                rows: Rows::f32(&logits, 2),
+                temperature: &temperature,
+            },
+            Target::Logits {
+                rows: Rows::half(Half::Bf16(&bf16), 2),
+                temperature: &temperature,
+            },
+        ] {
+            for typical in [false, true] {
+                let mut t = TreeBatch::new(dims, tree, &probs, streams).with_target(target);
+                let mut c = Batch::dense(
+                    Dims { vocab: 2, k_max: 1 },
+                    Drafts {
+                        k: &[1, 1],
+                        ids: &[1, 1],
+                    },
+                    &probs,
+                    streams,
+                )
+                .with_target(target);
+                if typical {
+                    t = t.with_typical(&eps, &delta);
+                    c = c.with_typical(&eps, &delta);
+                }
+                for b in 0..2 {
+                    let plan = t.plan(b, method);
+                    assert_eq!(plan, c.plan(b, method), "{method:?} {target:?} {b}");
+                    let greedy = target.temperature().is_some_and(|_| b == 0);
+                    assert_eq!(plan.method, if greedy { Method::Greedy } else { method });
+                    assert_eq!(plan.eps, if typical { eps[b] } else { DEFAULT_EPS });
+                    assert_eq!(plan.delta, if typical { delta[b] } else { DEFAULT_DELTA });
+                    let f32_rows = target.rows().format() == Format::F32;
+                    let stored = target.temperature().is_none() || b == 0;
+                    assert_eq!(plan.plain, f32_rows && stored, "{target:?} {b}");
+                }
             }
         }
     }

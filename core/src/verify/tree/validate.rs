@@ -213,7 +213,7 @@ pub fn validate_tree_request(
     }
     check_temperature(b, batch.target.temperature().map(|t| t[b]))?;
     if method == Method::Typical {
-        check_typical(b, eps_of(batch, b), delta_of(batch, b))?;
+        check_typical(b, batch.eps_of(b), batch.delta_of(b))?;
     }
     if let Check::Strict { sum_tolerance } = check {
         rows_readable(batch.has_device())?;
