@@ -43,10 +43,9 @@ use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
 use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
-    AcceptedOut, Batch, Check, Cut, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Filter, Half, Method,
-    Outputs, RequestPlan, RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values,
-    Verifier, VerifyError, bf16_to_f32, validate_recovered, validate_request_with,
-    validate_shape_with, verify_request,
+    AcceptedOut, Batch, Check, Cut, Dims, Drafts, Filter, Half, Method, Outputs, RequestPlan,
+    RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values, Verifier, VerifyError,
+    bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -509,6 +508,8 @@ fn verify_one<O: RowOps + ?Sized>(
         method: planned,
         temperature: t,
         filter,
+        eps,
+        delta,
         plain,
         ..
     } = batch.plan(b, method);
@@ -547,8 +548,7 @@ fn verify_one<O: RowOps + ?Sized>(
         d
     });
     let k32 = [k as u32];
-    let eps = [batch.eps.map_or(DEFAULT_EPS, |e| e[b])];
-    let delta = [batch.delta.map_or(DEFAULT_DELTA, |d| d[b])];
+    let (eps, delta) = ([eps], [delta]);
     let bonus = batch.bonus.map(|x| [x[b]]);
     let mut one = Batch::dense(
         Dims { vocab: v, k_max: k },

@@ -2,6 +2,7 @@
 //! cannot be written together (the [`Layout`], the [`Target`] rows, the optional draft [`Rows`]).
 
 use super::{DEFAULT_DELTA, DEFAULT_EPS, Device, Filter, Format, Half, Method, Values};
+use crate::verify::fmath::exp_p;
 
 /// The vocabulary size and the number of draft slots per request of a padded [`Batch`]
 /// (named fields: the two sizes cannot be swapped silently).
@@ -980,5 +981,14 @@ impl RequestPlan {
             delta,
             plain: stored && host_f32,
         }
+    }
+
+    /// Typical acceptance's threshold for a row of entropy `h`: `min(ε, δ·e^(−h))`, the
+    /// minimum written as `ε < c ? ε : c` (`core/DETERMINISM.md`: a NaN `c` is the threshold,
+    /// which no probability passes), for chains and trees alike.
+    #[must_use]
+    pub fn typical_threshold(&self, h: f32) -> f32 {
+        let c = self.delta * exp_p(-h);
+        if self.eps < c { self.eps } else { c }
     }
 }

@@ -196,17 +196,7 @@ impl Support {
     /// `specula_core::gpu::SUPPORT`.)
     pub const EMPTY_DRAFTS: Self = Self {
         empty_drafts: true,
-        ragged: false,
-        bonus: false,
-        logits: false,
-        filters: false,
-        half: false,
-        half_probs: false,
-        methods: false,
-        recovered: false,
-        trees: false,
-        tree_half: false,
-        device: false,
+        ..Self::PADDED
     };
     /// Everything in host memory the reference verifies (it cannot read
     /// [`device`](Self::device) tensors, nor [`tree_half`](Self::tree_half) rows).

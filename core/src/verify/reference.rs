@@ -515,10 +515,7 @@ pub fn verify_request<O: RowOps + ?Sized>(
                 best == x
             }
             Method::Typical => {
-                let h = rows.entropy(ops);
-                let c = plan.delta * exp_p(-h);
-                let thr = if plan.eps < c { plan.eps } else { c };
-                let ok = pt > thr;
+                let ok = pt > plan.typical_threshold(rows.entropy(ops));
                 if !ok {
                     emitted = Some(rows.race(ops, rng(j)));
                 }

@@ -70,7 +70,7 @@ use super::{
 };
 use crate::metrics::Counters;
 use crate::verify::exponential::uniform53;
-use crate::verify::fmath::{entropy_from_fixed, entropy_term, exp_p};
+use crate::verify::fmath::{entropy_from_fixed, entropy_term};
 use crate::verify::philox::{STREAM_ACCEPT, counter, key, philox4x32_10};
 
 /// The most nodes a request's tree may have (root included). SGLang's EAGLE trees use up to 64
@@ -506,7 +506,6 @@ impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
     /// first in pre-order. Writes the path and returns (accepted length, the token sampled at
     /// the stopping node).
     fn typical(&self, path: &mut [u32], tokens: &mut [u32]) -> (usize, u32) {
-        let (eps, delta) = (self.plan.eps, self.plan.delta);
         let mut thr: [Option<f32>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
         // Each parent's softmax, reduced once for all its children's tests.
         let mut states: [Option<Softmax>; MAX_TREE_NODES] = [None; MAX_TREE_NODES];
@@ -528,10 +527,7 @@ impl<'r, O: TreeOps + ?Sized, R: NodeRows + ?Sized> Ctx<'r, '_, O, R> {
                 top += 1;
             }
             let d = self.dist_kept(p, &mut states);
-            let t = *thr[p].get_or_insert_with(|| {
-                let scaled = delta * exp_p(-d.entropy(self.ops));
-                if eps < scaled { eps } else { scaled }
-            });
+            let t = *thr[p].get_or_insert_with(|| self.plan.typical_threshold(d.entropy(self.ops)));
             // NaN never passes.
             let passes = d.p(self.batch.token(self.b, c) as usize) > t;
             if !passes {
