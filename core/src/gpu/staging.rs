@@ -1,6 +1,7 @@
 //! [`Staging`]: grow-only device buffers that host-slice batches are copied into, generic over
 //! the [`Step`] kind (chain or tree); the chain step's part ([`ChainStep`]).
 
+use super::args::StepViews;
 use super::driver::{Driver, Inputs, VerifyArgs};
 use super::error::GpuError;
 use super::verifier::GpuVerifier;
@@ -9,7 +10,7 @@ use super::view::{Element, RowsView, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Feature, Format, Half, Method,
-    Outputs, Param, Produce, Support, Target, Values, VerifyError, draft_slots,
+    Outputs, Param, Produce, Streams, Support, Target, Values, VerifyError, draft_slots,
     validate_inputs_with, validate_with,
 };
 use core::marker::PhantomData;
@@ -52,28 +53,33 @@ pub(super) fn grow_host<D: Driver>(
     Ok(())
 }
 
-/// Buffers, in the order of [`VerifyArgs`]' fields (a row tensor's buffer holds it in its
-/// format, binary32 or half).
-const SLOTS: usize = 17;
+/// The buffer slots of the views every step kind has ([`StepViews`]), the first of every
+/// kind's (a row tensor's buffer holds it in its format, binary32 or half).
 const SHAPE: usize = 0;
-const KS: usize = 1;
-const IDS: usize = 2;
-const DPROBS: usize = 3;
-const TARGET: usize = 4;
-const SEED: usize = 5;
-const OFFSET: usize = 6;
-const EPS: usize = 7;
-const DELTA: usize = 8;
-const ACCEPTED: usize = 9;
-const TOKENS: usize = 10;
-const CU: usize = 11;
-const BONUS: usize = 12;
-const TEMP: usize = 13;
-const SAMPLING: usize = 14;
-const RECOVERED: usize = 15;
-const FIRST_ROW: usize = 16;
+const DPROBS: usize = 1;
+const TARGET: usize = 2;
+const SEED: usize = 3;
+const OFFSET: usize = 4;
+const EPS: usize = 5;
+const DELTA: usize = 6;
+pub(super) const ACCEPTED: usize = 7;
+pub(super) const TOKENS: usize = 8;
+/// The temperatures (target logits only; the logits themselves go to `TARGET`'s buffer).
+const TEMP: usize = 9;
+/// How many: a step kind's own slots follow them.
+pub(super) const COMMON: usize = 10;
+
+/// The chain's own slots, in the order of [`VerifyArgs`]' fields.
+const SLOTS: usize = COMMON + 7;
+const KS: usize = COMMON;
+const IDS: usize = COMMON + 1;
+const CU: usize = COMMON + 2;
+const BONUS: usize = COMMON + 3;
+const SAMPLING: usize = COMMON + 4;
+const RECOVERED: usize = COMMON + 5;
+const FIRST_ROW: usize = COMMON + 6;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 6] = [CU, BONUS, TEMP, SAMPLING, RECOVERED, FIRST_ROW];
+const OPTIONAL: [usize; 6] = [TEMP, CU, BONUS, SAMPLING, RECOVERED, FIRST_ROW];
 
 /// The 16-bit patterns of a half tensor (its format goes into the shape flags).
 fn patterns(h: Half<'_>) -> &[u16] {
@@ -164,18 +170,33 @@ impl<'b, D: Driver> Arg<'b, 'b, D> {
     }
 }
 
-/// A batch's row tensors by kernel argument (each in its format), chain or tree alike: the
-/// target rows (probabilities or logits, as the batch says) and the draft rows.
+/// What every step kind's batch brings for the views they share ([`Stage::common`]): its
+/// draft rows (if any), its target, its random streams, and typical acceptance's `ε` and `δ`.
+pub(super) type Common<'h> = (
+    Option<Values<'h>>,
+    Target<'h>,
+    Streams<'h>,
+    (Option<&'h [f32]>, Option<&'h [f32]>),
+);
+
+/// A batch's inputs to the views every step kind has ([`StepViews`]), chain or tree alike: its
+/// row tensors by kernel argument (each in its format), the target rows (probabilities or
+/// logits, as the batch says) with the logits' temperatures and the draft rows, and its
+/// per-request values.
 pub struct Split<'h, 'd, D: Memory> {
     pub(super) draft: Option<Arg<'h, 'd, D>>,
     pub(super) target: Arg<'h, 'd, D>,
+    pub(super) temperature: Option<&'h [f32]>,
+    pub(super) streams: Streams<'h>,
+    /// Typical acceptance's `ε` and `δ` (the defaults where `None`).
+    pub(super) typical: (Option<&'h [f32]>, Option<&'h [f32]>),
 }
 
 impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
-    /// The tensors of a batch (its draft rows, if any, and its target, [`Stage::tensors`]);
-    /// `device` makes the views of its device tensors (or refuses them).
+    /// The inputs of a batch ([`Stage::common`]); `device` makes the views of its device
+    /// tensors (or refuses them).
     fn with(
-        (draft, target): (Option<Values<'h>>, Target<'h>),
+        (draft, target, streams, typical): Common<'h>,
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
         let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
@@ -190,14 +211,17 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
                 None => None,
             },
             target: arg(target.rows().values, param)?,
+            temperature: target.temperature(),
+            streams,
+            typical,
         })
     }
 
     /// The tensors of a batch in host memory ([`Feature::Device`] refused: the caller's device
     /// memory is borrowed for as long as the views, which [`Staging::write`]'s callers cannot
     /// say).
-    fn host(tensors: (Option<Values<'h>>, Target<'h>)) -> Result<Self, GpuError<D::Error>> {
-        Self::with(tensors, |_, _| {
+    fn host(common: Common<'h>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(common, |_, _| {
             Err(GpuError::Verify(VerifyError::Unsupported {
                 feature: Feature::Device,
             }))
@@ -208,8 +232,8 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
 impl<'b, D: Driver> Split<'b, 'b, D> {
     /// The tensors of a batch, its device tensors as views of `drv`'s memory:
     /// [`GpuError::ForeignMemory`] for another driver's or device's buffer.
-    fn of(drv: &D, tensors: (Option<Values<'b>>, Target<'b>)) -> Result<Self, GpuError<D::Error>> {
-        Self::with(tensors, |d, param| Arg::owned(drv, d, param))
+    fn of(drv: &D, common: Common<'b>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(common, |d, param| Arg::owned(drv, d, param))
     }
 }
 
@@ -236,9 +260,9 @@ pub(super) const MAX_SLOTS: usize = SLOTS;
 
 /// What a step kind stages and launches, hidden from the public API: [`Step`] is sealed by it.
 pub(super) mod sealed {
-    use super::{Dst, Split, Staging, Step};
+    use super::{Common, Dst, Split, Staging, Step};
     use crate::gpu::{Driver, GpuError, GpuVerifier, Memory};
-    use crate::verify::{Check, Method, Target, Values, VerifyError};
+    use crate::verify::{Check, Method, VerifyError};
 
     /// The step-specific part of a [`Staging`] and of the verifier's stage / launch /
     /// download sequence: its buffer slots, checks, copies and set-up.
@@ -309,13 +333,13 @@ pub(super) mod sealed {
             Ok(())
         }
 
-        /// The batch's draft rows (if any) and target (the impls spell the batch
+        /// The batch's inputs to the views every step kind has (the impls spell the batch
         /// `<Self as Step>::Batch<'h>` too: `'h` is early-bound here).
-        fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>)
+        fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h>
         where
             Self: Step;
 
-        /// The bytes `batch`, of row tensors `t`, needs in each buffer (`device_out`: its
+        /// The bytes `batch`, of common inputs `t`, needs in each buffer (`device_out`: its
         /// outputs are the caller's device memory); `None` if a size overflows.
         fn needs<D: Memory>(
             batch: &<Self as Step>::Batch<'_>,
@@ -426,6 +450,85 @@ pub struct Dst<'s, 'a, D: Driver> {
     pub(super) bufs: [Option<&'s D::Buffer>; MAX_SLOTS],
 }
 
+impl<'s, D: Driver> Dst<'s, '_, D> {
+    /// Slot `i`'s buffer ([`GpuError::ViewTooShort`] for an optional one not allocated).
+    pub(super) fn buf(&self, i: usize) -> Result<&'s D::Buffer, GpuError<D::Error>> {
+        self.bufs[i].ok_or(GpuError::ViewTooShort)
+    }
+
+    /// The staging's output buffer of slot `i`, as many values as `needs` sized it for.
+    pub(super) fn out(
+        &self,
+        i: usize,
+        needs: &[usize],
+    ) -> Result<ViewMut<'s, D, u32>, GpuError<D::Error>> {
+        let view = View::range(self.buf(i)?, 0, needs[i] / 4).map_err(oob)?;
+        Ok(ViewMut::shared(view))
+    }
+
+    /// Enqueues the copies of the views every step kind has and returns them: the `shape`
+    /// words and a checked batch's inputs `t` (`b` requests), with the outputs `accepted` and
+    /// `tokens`.
+    pub(super) fn step(
+        &self,
+        shape: &[u32],
+        b: usize,
+        t: Split<'_, 's, D>,
+        (accepted, tokens): (ViewMut<'s, D, u32>, ViewMut<'s, D, u32>),
+    ) -> Result<StepViews<'s, D>, GpuError<D::Error>> {
+        let (drv, stream, bufs) = (self.drv, self.stream, &self.bufs);
+        let (streams, (eps, delta)) = (t.streams, t.typical);
+        Ok(StepViews {
+            capacity: u32::try_from(b).map_err(|_| GpuError::TooLarge)?,
+            shape: upload(drv, stream, self.buf(SHAPE)?, shape)?,
+            draft_probs: match t.draft {
+                Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
+                None => None,
+            },
+            target: rows(drv, stream, bufs[TARGET], t.target)?,
+            seed: upload(drv, stream, self.buf(SEED)?, streams.seed)?,
+            offset: upload(drv, stream, self.buf(OFFSET)?, streams.offset)?,
+            eps: per_request(drv, stream, self.buf(EPS)?, eps, DEFAULT_EPS, b)?,
+            delta: per_request(drv, stream, self.buf(DELTA)?, delta, DEFAULT_DELTA, b)?,
+            accepted,
+            tokens,
+            temperature: optional(drv, stream, bufs[TEMP], t.temperature)?,
+        })
+    }
+}
+
+/// The bytes a batch of `b` requests with inputs `t` needs in each slot of the views every step
+/// kind has (`shape_words` shape words, `tokens` output tokens); `None` if a size overflows.
+pub(super) fn common_needs<D: Memory>(
+    shape_words: usize,
+    b: usize,
+    t: &Split<'_, '_, D>,
+    tokens: usize,
+) -> Option<[usize; COMMON]> {
+    let w4 = |n: usize| n.checked_mul(4);
+    let w8 = |n: usize| n.checked_mul(8);
+    Some([
+        shape_words * 4,
+        t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+        t.target.staged_bytes()?,
+        w8(t.streams.seed.len())?,
+        w8(t.streams.offset.len())?,
+        w4(b)?,
+        w4(b)?,
+        w4(b)?,
+        w4(tokens)?,
+        w4(t.temperature.map_or(0, <[f32]>::len))?,
+    ])
+}
+
+/// A step kind's needs: the common slots' (`common`), then its own (`own`).
+pub(super) fn concat<const N: usize>(common: [usize; COMMON], own: &[usize]) -> [usize; N] {
+    let mut needs = [0; N];
+    needs[..COMMON].copy_from_slice(&common);
+    needs[COMMON..].copy_from_slice(own);
+    needs
+}
+
 /// Device buffers of the host-slice path of one step kind (`S`: [`ChainStep`], the default, or
 /// [`TreeStep`](super::TreeStep)), grown on demand and never shrunk: a batch that needs no
 /// more bytes in any buffer than an earlier one is written into the same buffers, so a graph
@@ -470,7 +573,7 @@ impl<D: Driver, S: Step> Staging<D, S> {
         batch: &S::Batch<'_>,
         produce: S::Produce,
     ) -> Result<(), GpuError<D::Error>> {
-        let split = Split::of(drv, S::tensors(batch))?;
+        let split = Split::of(drv, S::common(batch))?;
         let needs = S::needs(batch, &split, produce, false).ok_or(GpuError::TooLarge)?;
         for (i, (slot, &need)) in self.bufs.iter_mut().zip(needs.as_ref()).enumerate() {
             let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
@@ -520,7 +623,7 @@ impl<D: Driver, S: Step> Staging<D, S> {
         produce: S::Produce,
     ) -> Result<Staged<S::Args<'_, D>>, GpuError<D::Error>> {
         S::validate::<K>(batch)?;
-        let split = Split::host(S::tensors(batch))?;
+        let split = Split::host(S::common(batch))?;
         self.write_split::<K>(drv, stream, method, batch, split, None, produce)
     }
 
@@ -537,7 +640,7 @@ impl<D: Driver, S: Step> Staging<D, S> {
         out: Option<S::Out<'s, D>>,
         produce: S::Produce,
     ) -> Result<Staged<S::Args<'s, D>>, GpuError<D::Error>> {
-        let split: Split<'s, 's, D> = Split::of(drv, S::tensors(batch))?;
+        let split: Split<'s, 's, D> = Split::of(drv, S::common(batch))?;
         self.write_split::<K>(drv, stream, method, batch, split, out, produce)
     }
 
@@ -631,8 +734,13 @@ impl sealed::Stage for ChainStep {
         v.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
     }
 
-    fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
-        (batch.draft.map(|d| d.rows.values), batch.target)
+    fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h> {
+        let streams = Streams {
+            seed: batch.seed,
+            offset: batch.offset,
+        };
+        let draft = batch.draft.map(|d| d.rows.values);
+        (draft, batch.target, streams, (batch.eps, batch.delta))
     }
 
     fn needs<D: Memory>(
@@ -646,35 +754,28 @@ impl sealed::Stage for ChainStep {
         let b = batch.requests();
         let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
         let w4 = |n: usize| n.checked_mul(4);
-        let w8 = |n: usize| n.checked_mul(8);
-        Some([
-            kernels::SHAPE_WORDS * 4,
-            w4(batch.k().len())?,
-            w4(batch.draft_ids.len())?,
-            t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
-            t.target.staged_bytes()?,
-            w8(batch.seed.len())?,
-            w8(batch.offset.len())?,
-            w4(b)?,
-            w4(b)?,
-            w4(b)?,
-            w4(tokens)?,
-            w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
-            w4(batch.bonus.map_or(0, <[u32]>::len))?,
-            w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
-            if kernels::has_sampling(batch) {
-                w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
-            } else {
-                0
-            },
-            // One value per draft slot, as the draft ids are laid out.
-            if recovered {
-                w4(draft_slots(batch))?
-            } else {
-                0
-            },
-            w4(first_row(batch).map_or(0, <[u32]>::len))?,
-        ])
+        let common = common_needs(kernels::SHAPE_WORDS, b, t, tokens)?;
+        Some(concat(
+            common,
+            &[
+                w4(batch.k().len())?,
+                w4(batch.draft_ids.len())?,
+                w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
+                w4(batch.bonus.map_or(0, <[u32]>::len))?,
+                if kernels::has_sampling(batch) {
+                    w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
+                } else {
+                    0
+                },
+                // One value per draft slot, as the draft ids are laid out.
+                if recovered {
+                    w4(draft_slots(batch))?
+                } else {
+                    0
+                },
+                w4(first_row(batch).map_or(0, <[u32]>::len))?,
+            ],
+        ))
     }
 
     fn write<'s, const K: usize, D: Driver>(
@@ -687,10 +788,6 @@ impl sealed::Stage for ChainStep {
         produce: Produce,
     ) -> Result<VerifyArgs<'s, D>, GpuError<D::Error>> {
         let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
-        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
-        let recovered = produce.recovered;
-        let b = batch.requests();
-        let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
@@ -716,40 +813,22 @@ impl sealed::Stage for ChainStep {
         let (accepted, tokens, recovered) = match out {
             Some(o) => o,
             None => (
-                ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-                ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
-                if recovered {
-                    let slots = needs[RECOVERED] / 4;
-                    Some(ViewMut::shared(
-                        View::range(buf(RECOVERED)?, 0, slots).map_err(oob)?,
-                    ))
-                } else {
-                    None
-                },
+                dst.out(ACCEPTED, needs)?,
+                dst.out(TOKENS, needs)?,
+                produce
+                    .recovered
+                    .then(|| dst.out(RECOVERED, needs))
+                    .transpose()?,
             ),
         };
-        let shape = upload(drv, stream, buf(SHAPE)?, &shape)?;
         Ok(VerifyArgs {
-            capacity,
-            shape,
-            k: upload(drv, stream, buf(KS)?, batch.k())?,
-            draft_ids: upload(drv, stream, buf(IDS)?, batch.draft_ids)?,
-            draft_probs: match t.draft {
-                Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
-                None => None,
-            },
-            target: rows(drv, stream, bufs[TARGET], t.target)?,
-            seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
-            offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
-            eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
-            delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted,
-            tokens,
+            step: dst.step(&shape, batch.requests(), t, (accepted, tokens))?,
+            k: upload(drv, stream, dst.buf(KS)?, batch.k())?,
+            draft_ids: upload(drv, stream, dst.buf(IDS)?, batch.draft_ids)?,
             cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens())?,
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
-            temperature: optional(drv, stream, bufs[TEMP], batch.target.temperature())?,
             sampling: if kernels::has_sampling(batch) {
-                Some(sampling(drv, stream, buf(SAMPLING)?, batch, method)?)
+                Some(sampling(drv, stream, dst.buf(SAMPLING)?, batch, method)?)
             } else {
                 None
             },

@@ -397,7 +397,7 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
     type Step = ChainStep;
 
     fn capacity(&self) -> u32 {
-        self.capacity
+        self.step.capacity
     }
 
     fn key(&self) -> Inputs {
@@ -405,24 +405,13 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
     }
 
     fn fits(&self) -> bool {
-        let b = self.capacity as usize;
+        let s = &self.step;
+        let b = s.capacity as usize;
         let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
         let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-        // Logits come with their temperatures; probabilities are binary32 (no chain entry reads
-        // half ones).
-        let target = match self.temperature {
-            Some(t) => t.len() >= b,
-            None => !self.target.is_half(),
-        };
-        self.shape.len() >= kernels::SHAPE_WORDS
+        s.fits(kernels::SHAPE_WORDS)
             // The ragged layout never reads `k`.
             && (self.cu_num_draft_tokens.is_some() || self.k.len() >= b)
-            && self.seed.len() >= b
-            && self.offset.len() >= b
-            && self.eps.len() >= b
-            && self.delta.len() >= b
-            && self.accepted.len() >= b
-            && self.tokens.len() >= b
             && per_request(len(self.cu_num_draft_tokens))
             && per_request(len(self.bonus))
             && self
@@ -430,12 +419,13 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
                 .is_none_or(|v| v.len() / kernels::SAMPLING_WORDS >= b)
             && per_request(len(self.draft_first_row))
             // First rows index draft rows: none without them.
-            && (self.draft_first_row.is_none() || self.draft_probs.is_some())
-            && target
+            && (self.draft_first_row.is_none() || s.draft_probs.is_some())
+            // Probabilities are binary32 (no chain entry reads half ones).
+            && (s.temperature.is_some() || !s.target.is_half())
     }
 
     fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
-        let capacity = self.capacity.max(1);
+        let capacity = self.step.capacity.max(1);
         // Scratch is only ever reserved below one request per multiprocessor, so a launch that
         // fits it always splits (over ≥ 2 blocks).
         let (entry, slices, scratch) = match &v.split {
@@ -476,11 +466,11 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
             (_, false) => None,
             _ => return Err(GpuError::ViewTooShort),
         };
-        if accepted.len() > self.accepted.len() || tokens.len() > self.tokens.len() {
+        if accepted.len() > self.step.accepted.len() || tokens.len() > self.step.tokens.len() {
             return Err(GpuError::ViewTooShort);
         }
         let at = |v: &'x super::ViewMut<'_, D, u32>| (v.buffer(), v.byte_offset());
-        let ((a, a_at), (t, t_at)) = (at(&self.accepted), at(&self.tokens));
+        let ((a, a_at), (t, t_at)) = (at(&self.step.accepted), at(&self.step.tokens));
         Ok([
             Some((a, a_at, accepted)),
             Some((t, t_at, tokens)),
