@@ -1,10 +1,23 @@
 //! [`StepViews`]: the views every step kind's launch has, chain ([`VerifyArgs`](super::VerifyArgs))
 //! or tree ([`TreeArgs`](super::TreeArgs)), and what is made of them the same way for both:
-//! their fields of the argument block and their length checks. They need only the driver's
-//! [`Memory`], so this file sits below the driver.
+//! their fields of the argument block ([`field!`]) and their length checks. They need only the
+//! driver's [`Memory`], so this file sits below the driver.
 
 use super::block::ArgBlock;
-use super::view::{Element, Memory, RowsView, View, ViewMut};
+use super::view::{Memory, RowsView, View, ViewMut};
+
+/// An argument block field: what `$at` (a driver's base address of a buffer plus a byte
+/// offset) gives view `$v`'s buffer and byte offset; `?` before an optional view: null (`0`)
+/// without one.
+macro_rules! field {
+    ($at:ident, ?$v:expr) => {
+        $v.map_or(0, |v| field!($at, v))
+    };
+    ($at:ident, $v:expr) => {
+        $at($v.buffer(), $v.byte_offset())
+    };
+}
+pub(super) use field;
 
 /// The device buffers every verification step has, chain or tree, typed and borrowed: the
 /// compiler checks that they outlive every launch and every graph captured on them. Laid out as
@@ -52,105 +65,53 @@ pub struct StepViews<'a, D: Memory> {
 }
 
 impl<D: Memory> StepViews<'_, D> {
-    /// The argument block's fields these views fill, with the counters `stats` and one slice
-    /// per request, every other field null: the block a launch's `arg_block`
-    /// ([`Launch`](super::Launch::arg_block), [`TreeLaunch`](super::TreeLaunch::arg_block))
-    /// completes with the fields of its step kind, through the same `f`.
-    pub(super) fn arg_block<'l, F: FnMut(&'l D::Buffer) -> u64>(
+    /// The argument block of a launch of these views ([`Launch`](super::Launch::arg_block),
+    /// [`TreeLaunch`](super::TreeLaunch::arg_block)): their fields, the counters `stats` and
+    /// one slice per request, completed by `own` with the fields of the step kind through the
+    /// same `at` (`address` of a buffer plus a byte offset, [`field!`]); every other field
+    /// null.
+    pub(super) fn arg_block<'l>(
         &'l self,
         stats: &'l D::Buffer,
-        f: &mut Fields<F>,
+        mut address: impl FnMut(&'l D::Buffer) -> u64,
+        own: impl FnOnce(&mut dyn FnMut(&'l D::Buffer, usize) -> u64, ArgBlock) -> ArgBlock,
     ) -> ArgBlock {
+        let mut at = |b: &'l D::Buffer, offset: usize| address(b).wrapping_add(offset as u64);
         let logits = self.temperature.is_some();
-        ArgBlock {
-            shape: f.of(self.shape),
-            draft_probs: f.opt(self.draft_probs),
-            target_probs: f.opt((!logits).then_some(self.target)),
-            seed: f.of(self.seed),
-            offset: f.of(self.offset),
-            eps: f.of(self.eps),
-            delta: f.of(self.delta),
-            accepted: f.of(&self.accepted),
-            tokens: f.of(&self.tokens),
-            stats: f.of((stats, 0)),
-            target_logits: f.opt(logits.then_some(self.target)),
-            temperature: f.opt(self.temperature),
+        let step = ArgBlock {
+            shape: field!(at, self.shape),
+            draft_probs: field!(at, ?self.draft_probs),
+            target_probs: field!(at, ?(!logits).then_some(self.target)),
+            seed: field!(at, self.seed),
+            offset: field!(at, self.offset),
+            eps: field!(at, self.eps),
+            delta: field!(at, self.delta),
+            accepted: field!(at, self.accepted),
+            tokens: field!(at, self.tokens),
+            stats: at(stats, 0),
+            target_logits: field!(at, ?logits.then_some(self.target)),
+            temperature: field!(at, ?self.temperature),
             slices: 1,
             ..ArgBlock::default()
-        }
+        };
+        own(&mut at, step)
     }
 
     /// The checks of these views a launch makes without reading device memory: at least
     /// `shape_words` shape words, and at least `capacity` elements in every per-request
-    /// buffer (the temperatures included when given) and in the outputs.
-    pub(super) fn fits(&self, shape_words: usize) -> bool {
+    /// buffer (the temperatures included when given), in the outputs and in the step kind's
+    /// own buffers, of lengths `lens`.
+    pub(super) fn fits(&self, shape_words: usize, lens: &[usize]) -> bool {
         let b = self.capacity as usize;
+        let views = [
+            self.seed.len(),
+            self.offset.len(),
+            self.eps.len(),
+            self.delta.len(),
+        ];
+        let outputs = [self.accepted.len(), self.tokens.len()];
         self.shape.len() >= shape_words
-            && [
-                self.seed.len(),
-                self.offset.len(),
-                self.eps.len(),
-                self.delta.len(),
-                self.accepted.len(),
-                self.tokens.len(),
-            ]
-            .iter()
-            .all(|&n| n >= b)
+            && views.iter().chain(&outputs).chain(lens).all(|&n| n >= b)
             && self.temperature.is_none_or(|t| t.len() >= b)
-    }
-}
-
-/// Where a view starts in device memory: the buffer (borrowed for `'l`) and the byte offset an
-/// argument block's field is made of.
-pub(super) trait Place<'l, B: 'l> {
-    /// The buffer and the byte offset.
-    fn place(self) -> (&'l B, usize);
-}
-
-impl<'l, 'a: 'l, D: Memory, T: Element> Place<'l, D::Buffer> for View<'a, D, T> {
-    fn place(self) -> (&'l D::Buffer, usize) {
-        (self.buffer(), self.byte_offset())
-    }
-}
-
-impl<'l, 'a: 'l, D: Memory> Place<'l, D::Buffer> for RowsView<'a, D> {
-    fn place(self) -> (&'l D::Buffer, usize) {
-        (self.buffer(), self.byte_offset())
-    }
-}
-
-impl<'l, D: Memory, T: Element> Place<'l, D::Buffer> for &'l ViewMut<'_, D, T> {
-    fn place(self) -> (&'l D::Buffer, usize) {
-        (self.buffer(), self.byte_offset())
-    }
-}
-
-impl<'l, B> Place<'l, B> for (&'l B, usize) {
-    fn place(self) -> (&'l B, usize) {
-        self
-    }
-}
-
-/// Argument block fields from a driver's base address of a buffer (`F`, as
-/// [`Launch::arg_block`](super::Launch::arg_block) takes it): a view's field is its buffer's
-/// address plus its byte offset, an absent view's null (`0`).
-pub(super) struct Fields<F>(pub(super) F);
-
-impl<F> Fields<F> {
-    /// The field of view `v`.
-    pub(super) fn of<'l, B: 'l>(&mut self, v: impl Place<'l, B>) -> u64
-    where
-        F: FnMut(&'l B) -> u64,
-    {
-        let (buf, offset) = v.place();
-        (self.0)(buf).wrapping_add(offset as u64)
-    }
-
-    /// The field of view `v`, null without one.
-    pub(super) fn opt<'l, B: 'l>(&mut self, v: Option<impl Place<'l, B>>) -> u64
-    where
-        F: FnMut(&'l B) -> u64,
-    {
-        v.map_or(0, |v| self.of(v))
     }
 }

@@ -2,7 +2,7 @@
 //! the host driver of the tests), in the style of wgpu-hal's `Api`: associated types for the
 //! handles, one method per driver call the orchestration makes, nothing else.
 
-use super::args::{Fields, StepViews};
+use super::args::{StepViews, field};
 use super::block::ArgBlock;
 use super::tree::args::TreeLaunch;
 use super::view::{Element, Memory, View, ViewMut};
@@ -251,22 +251,22 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
     /// called with alive until the launch has run), so which field holds what is decided (and
     /// tested) here once.
     pub fn arg_block(&self, address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
-        let (a, mut f) = (self.args, Fields(address));
-        ArgBlock {
-            k: f.of(a.k),
-            draft_ids: f.of(a.draft_ids),
-            scratch: f.opt(self.scratch.map(|b| (b, 0))),
-            cu_num_draft_tokens: f.opt(a.cu_num_draft_tokens),
-            bonus: f.opt(a.bonus),
-            sampling: f.opt(a.sampling),
-            recovered: f.opt(a.recovered.as_ref()),
-            draft_first_row: f.opt(a.draft_first_row),
+        let a = self.args;
+        a.step.arg_block(self.stats, address, |at, step| ArgBlock {
+            k: field!(at, a.k),
+            draft_ids: field!(at, a.draft_ids),
+            scratch: self.scratch.map_or(0, |b| at(b, 0)),
+            cu_num_draft_tokens: field!(at, ?a.cu_num_draft_tokens),
+            bonus: field!(at, ?a.bonus),
+            sampling: field!(at, ?a.sampling),
+            recovered: field!(at, ?a.recovered.as_ref()),
+            draft_first_row: field!(at, ?a.draft_first_row),
             slices: match self.entry {
                 Entry::Single => 1,
                 Entry::Split { slices } => slices,
             },
-            ..a.step.arg_block(self.stats, &mut f)
-        }
+            ..step
+        })
     }
 }
 

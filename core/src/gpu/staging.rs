@@ -170,13 +170,13 @@ impl<'b, D: Driver> Arg<'b, 'b, D> {
     }
 }
 
-/// What every step kind's batch brings for the views they share ([`Stage::common`]): its
-/// draft rows (if any), its target, its random streams, and typical acceptance's `ε` and `δ`.
+/// What every step kind's batch brings for the views they share ([`Stage::common`](sealed::Stage::common)): its
+/// draft rows (if any), its target, its random streams, and typical acceptance's `[ε, δ]`.
 pub(super) type Common<'h> = (
     Option<Values<'h>>,
     Target<'h>,
     Streams<'h>,
-    (Option<&'h [f32]>, Option<&'h [f32]>),
+    [Option<&'h [f32]>; 2],
 );
 
 /// A batch's inputs to the views every step kind has ([`StepViews`]), chain or tree alike: its
@@ -188,12 +188,12 @@ pub struct Split<'h, 'd, D: Memory> {
     pub(super) target: Arg<'h, 'd, D>,
     pub(super) temperature: Option<&'h [f32]>,
     pub(super) streams: Streams<'h>,
-    /// Typical acceptance's `ε` and `δ` (the defaults where `None`).
-    pub(super) typical: (Option<&'h [f32]>, Option<&'h [f32]>),
+    /// Typical acceptance's `[ε, δ]` (the defaults where `None`).
+    pub(super) typical: [Option<&'h [f32]>; 2],
 }
 
 impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
-    /// The inputs of a batch ([`Stage::common`]); `device` makes the views of its device
+    /// The inputs of a batch ([`Stage::common`](sealed::Stage::common)); `device` makes the views of its device
     /// tensors (or refuses them).
     fn with(
         (draft, target, streams, typical): Common<'h>,
@@ -206,10 +206,7 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
             Param::TargetProbs
         };
         Ok(Self {
-            draft: match draft {
-                Some(d) => Some(arg(d, Param::DraftProbs)?),
-                None => None,
-            },
+            draft: draft.map(|d| arg(d, Param::DraftProbs)).transpose()?,
             target: arg(target.rows().values, param)?,
             temperature: target.temperature(),
             streams,
@@ -226,6 +223,34 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
                 feature: Feature::Device,
             }))
         })
+    }
+}
+
+impl<D: Memory> Split<'_, '_, D> {
+    /// The bytes a batch of `b` requests with these inputs needs in each buffer slot: the
+    /// shared ones' (`shape_words` shape words, `tokens` output tokens), then the step kind's
+    /// `own`; `None` if a size overflows.
+    pub(super) fn needs<const N: usize>(
+        &self,
+        (shape_words, b, tokens): (usize, usize, usize),
+        own: &[usize],
+    ) -> Option<[usize; N]> {
+        let (w4, w8) = (|n: usize| n.checked_mul(4), |n: usize| n.checked_mul(8));
+        let mut needs = [0; N];
+        needs[..COMMON].copy_from_slice(&[
+            shape_words * 4,
+            self.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+            self.target.staged_bytes()?,
+            w8(self.streams.seed.len())?,
+            w8(self.streams.offset.len())?,
+            w4(b)?,
+            w4(b)?,
+            w4(b)?,
+            w4(tokens)?,
+            w4(self.temperature.map_or(0, <[f32]>::len))?,
+        ]);
+        needs[COMMON..].copy_from_slice(own);
+        Some(needs)
     }
 }
 
@@ -261,7 +286,7 @@ pub(super) const MAX_SLOTS: usize = SLOTS;
 /// What a step kind stages and launches, hidden from the public API: [`Step`] is sealed by it.
 pub(super) mod sealed {
     use super::{Common, Dst, Split, Staging, Step};
-    use crate::gpu::{Driver, GpuError, GpuVerifier, Memory};
+    use crate::gpu::{Driver, GpuError, GpuVerifier, Memory, ViewMut};
     use crate::verify::{Check, Method, VerifyError};
 
     /// The step-specific part of a [`Staging`] and of the verifier's stage / launch /
@@ -350,15 +375,14 @@ pub(super) mod sealed {
         where
             Self: Step;
 
-        /// Enqueues the copies of a checked `batch` into `dst` (sized for `needs`) and returns
-        /// the views, writing into `out` when given.
+        /// Enqueues the copies of a checked `batch` into `dst` (sized for it) and returns the
+        /// views, writing into `out` when given.
         fn write<'s, const K: usize, D: Driver>(
             dst: &Dst<'s, '_, D>,
             method: Method,
             batch: &<Self as Step>::Batch<'_>,
             t: Split<'_, 's, D>,
             out: Option<Self::Out<'s, D>>,
-            needs: &Self::Needs,
             produce: <Self as Step>::Produce,
         ) -> Result<<Self as Step>::Args<'s, D>, GpuError<D::Error>>
         where
@@ -379,13 +403,27 @@ pub(super) mod sealed {
         /// Enqueues the launch on `v`'s stream (no checks).
         fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>>;
         /// The output views to copy down into `out`'s host slices, in the order of the host
-        /// staging (buffer, byte offset, slice); [`GpuError::ViewTooShort`] for a slice longer
-        /// than its view.
-        #[allow(clippy::type_complexity)]
+        /// staging ([`download`]s); [`GpuError::ViewTooShort`] for a slice longer than its
+        /// view.
         fn downloads<'x>(
             &'x self,
             out: &'x mut <Self::Step as Step>::Outputs<'_>,
-        ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>>;
+        ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>>;
+    }
+
+    /// One copy down: an output view's buffer and byte offset, and the host slice it fills.
+    pub(crate) type Download<'x, D> = Option<(&'x <D as Memory>::Buffer, usize, &'x mut [u32])>;
+
+    /// The copy down of output view `v` into `out` ([`GpuError::ViewTooShort`] for a slice
+    /// longer than the view).
+    pub(crate) fn download<'x, D: Driver>(
+        v: &'x ViewMut<'_, D, u32>,
+        out: &'x mut [u32],
+    ) -> Result<Download<'x, D>, GpuError<D::Error>> {
+        if out.len() > v.len() {
+            return Err(GpuError::ViewTooShort);
+        }
+        Ok(Some((v.buffer(), v.byte_offset(), out)))
     }
 
     impl<D: Driver, A: Launch<D>> Launch<D> for super::Staged<A> {
@@ -405,8 +443,7 @@ pub(super) mod sealed {
         fn downloads<'x>(
             &'x self,
             out: &'x mut <A::Step as Step>::Outputs<'_>,
-        ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>>
-        {
+        ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>> {
             self.0.downloads(out)
         }
     }
@@ -443,11 +480,12 @@ impl Step for ChainStep {
 }
 
 /// Where a step's write enqueues its copies: on `stream` of `drv`, into the staging's buffers
-/// (`None`: an optional slot the batch does not use).
+/// (`None`: an optional slot the batch does not use), sized for the bytes `needs` in each.
 pub struct Dst<'s, 'a, D: Driver> {
     pub(super) drv: &'a D,
     pub(super) stream: &'a D::Stream,
     pub(super) bufs: [Option<&'s D::Buffer>; MAX_SLOTS],
+    pub(super) needs: &'a [usize],
 }
 
 impl<'s, D: Driver> Dst<'s, '_, D> {
@@ -456,13 +494,9 @@ impl<'s, D: Driver> Dst<'s, '_, D> {
         self.bufs[i].ok_or(GpuError::ViewTooShort)
     }
 
-    /// The staging's output buffer of slot `i`, as many values as `needs` sized it for.
-    pub(super) fn out(
-        &self,
-        i: usize,
-        needs: &[usize],
-    ) -> Result<ViewMut<'s, D, u32>, GpuError<D::Error>> {
-        let view = View::range(self.buf(i)?, 0, needs[i] / 4).map_err(oob)?;
+    /// The staging's output buffer of slot `i`, as many values as it was sized for.
+    pub(super) fn out(&self, i: usize) -> Result<ViewMut<'s, D, u32>, GpuError<D::Error>> {
+        let view = View::range(self.buf(i)?, 0, self.needs[i] / 4).map_err(oob)?;
         Ok(ViewMut::shared(view))
     }
 
@@ -477,14 +511,14 @@ impl<'s, D: Driver> Dst<'s, '_, D> {
         (accepted, tokens): (ViewMut<'s, D, u32>, ViewMut<'s, D, u32>),
     ) -> Result<StepViews<'s, D>, GpuError<D::Error>> {
         let (drv, stream, bufs) = (self.drv, self.stream, &self.bufs);
-        let (streams, (eps, delta)) = (t.streams, t.typical);
+        let (streams, [eps, delta]) = (t.streams, t.typical);
         Ok(StepViews {
             capacity: u32::try_from(b).map_err(|_| GpuError::TooLarge)?,
             shape: upload(drv, stream, self.buf(SHAPE)?, shape)?,
-            draft_probs: match t.draft {
-                Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
-                None => None,
-            },
+            draft_probs: t
+                .draft
+                .map(|d| rows(drv, stream, bufs[DPROBS], d))
+                .transpose()?,
             target: rows(drv, stream, bufs[TARGET], t.target)?,
             seed: upload(drv, stream, self.buf(SEED)?, streams.seed)?,
             offset: upload(drv, stream, self.buf(OFFSET)?, streams.offset)?,
@@ -495,38 +529,6 @@ impl<'s, D: Driver> Dst<'s, '_, D> {
             temperature: optional(drv, stream, bufs[TEMP], t.temperature)?,
         })
     }
-}
-
-/// The bytes a batch of `b` requests with inputs `t` needs in each slot of the views every step
-/// kind has (`shape_words` shape words, `tokens` output tokens); `None` if a size overflows.
-pub(super) fn common_needs<D: Memory>(
-    shape_words: usize,
-    b: usize,
-    t: &Split<'_, '_, D>,
-    tokens: usize,
-) -> Option<[usize; COMMON]> {
-    let w4 = |n: usize| n.checked_mul(4);
-    let w8 = |n: usize| n.checked_mul(8);
-    Some([
-        shape_words * 4,
-        t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
-        t.target.staged_bytes()?,
-        w8(t.streams.seed.len())?,
-        w8(t.streams.offset.len())?,
-        w4(b)?,
-        w4(b)?,
-        w4(b)?,
-        w4(tokens)?,
-        w4(t.temperature.map_or(0, <[f32]>::len))?,
-    ])
-}
-
-/// A step kind's needs: the common slots' (`common`), then its own (`own`).
-pub(super) fn concat<const N: usize>(common: [usize; COMMON], own: &[usize]) -> [usize; N] {
-    let mut needs = [0; N];
-    needs[..COMMON].copy_from_slice(&common);
-    needs[COMMON..].copy_from_slice(own);
-    needs
 }
 
 /// Device buffers of the host-slice path of one step kind (`S`: [`ChainStep`], the default, or
@@ -671,8 +673,13 @@ impl<D: Driver, S: Step> Staging<D, S> {
                 _ => return Err(GpuError::ViewTooShort),
             }
         }
-        let dst = Dst { drv, stream, bufs };
-        S::write::<K, D>(&dst, method, batch, t, out, &needs, produce).map(Staged::new)
+        let dst = Dst {
+            drv,
+            stream,
+            bufs,
+            needs: needs.as_ref(),
+        };
+        S::write::<K, D>(&dst, method, batch, t, out, produce).map(Staged::new)
     }
 }
 
@@ -735,12 +742,9 @@ impl sealed::Stage for ChainStep {
     }
 
     fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h> {
-        let streams = Streams {
-            seed: batch.seed,
-            offset: batch.offset,
-        };
-        let draft = batch.draft.map(|d| d.rows.values);
-        (draft, batch.target, streams, (batch.eps, batch.delta))
+        let (seed, offset, draft) = (batch.seed, batch.offset, batch.draft.map(|d| d.rows.values));
+        let typical = [batch.eps, batch.delta];
+        (draft, batch.target, Streams { seed, offset }, typical)
     }
 
     fn needs<D: Memory>(
@@ -754,9 +758,8 @@ impl sealed::Stage for ChainStep {
         let b = batch.requests();
         let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
         let w4 = |n: usize| n.checked_mul(4);
-        let common = common_needs(kernels::SHAPE_WORDS, b, t, tokens)?;
-        Some(concat(
-            common,
+        t.needs(
+            (kernels::SHAPE_WORDS, b, tokens),
             &[
                 w4(batch.k().len())?,
                 w4(batch.draft_ids.len())?,
@@ -775,7 +778,7 @@ impl sealed::Stage for ChainStep {
                 },
                 w4(first_row(batch).map_or(0, <[u32]>::len))?,
             ],
-        ))
+        )
     }
 
     fn write<'s, const K: usize, D: Driver>(
@@ -784,41 +787,27 @@ impl sealed::Stage for ChainStep {
         batch: &Batch<'_>,
         t: Split<'_, 's, D>,
         out: Option<Out<'s, D>>,
-        needs: &[usize; SLOTS],
         produce: Produce,
     ) -> Result<VerifyArgs<'s, D>, GpuError<D::Error>> {
         let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        match t.target.format() {
-            Format::Bf16 => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
-            Format::F16 => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
-            Format::F32 => {}
-        }
-        if let (Some(f), Some(d)) = (t.draft.as_ref().map(Arg::format), batch.draft) {
-            if f != Format::F32 {
-                shape[kernels::SHAPE_DRAFT_STRIDE] =
-                    u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
-                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
-                    | if f == Format::Bf16 {
-                        kernels::FLAG_DRAFT_BF16
-                    } else {
-                        kernels::FLAG_DRAFT_F16
-                    };
-            }
+        let draft = t.draft.as_ref().map(Arg::format);
+        shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(t.target.format(), draft);
+        if let (Some(Format::Bf16 | Format::F16), Some(d)) = (draft, batch.draft) {
+            shape[kernels::SHAPE_DRAFT_STRIDE] =
+                u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
+            shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS;
         }
         // Every check is done and every view made before the first copy is enqueued, so an
         // error leaves the stream as it was.
         let (accepted, tokens, recovered) = match out {
             Some(o) => o,
             None => (
-                dst.out(ACCEPTED, needs)?,
-                dst.out(TOKENS, needs)?,
-                produce
-                    .recovered
-                    .then(|| dst.out(RECOVERED, needs))
-                    .transpose()?,
+                dst.out(ACCEPTED)?,
+                dst.out(TOKENS)?,
+                produce.recovered.then(|| dst.out(RECOVERED)).transpose()?,
             ),
         };
         Ok(VerifyArgs {

@@ -37,7 +37,7 @@ pub use staging::{TreeStep, tree_shape};
 use super::driver::Driver;
 use super::error::GpuError;
 use super::kernels;
-use super::staging::sealed::Launch;
+use super::staging::sealed::{Download, Launch, download};
 use super::verifier::GpuVerifier;
 use crate::verify::tree::TreeOutputs;
 
@@ -58,19 +58,16 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
     /// words give are the caller's promise (the unsafe launch).
     fn fits(&self) -> bool {
         let s = &self.step;
-        let b = s.capacity as usize;
-        s.fits(kernels::TREE_SHAPE_WORDS)
-            && [
-                self.nodes.len(),
-                self.tree_tokens.len(),
-                self.first_child.len(),
-                self.next_sibling.len(),
-                s.target.len(),
-                self.path.len(),
-            ]
-            .iter()
-            .all(|&n| n >= b)
-            && s.draft_probs.is_none_or(|d| d.len() >= b)
+        let own = [
+            self.nodes.len(),
+            self.tree_tokens.len(),
+            self.first_child.len(),
+            self.next_sibling.len(),
+            self.path.len(),
+            s.target.len(),
+        ];
+        s.fits(kernels::TREE_SHAPE_WORDS, &own)
+            && s.draft_probs.is_none_or(|d| d.len() >= s.capacity as usize)
     }
 
     fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
@@ -88,7 +85,7 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
     fn downloads<'x>(
         &'x self,
         out: &'x mut TreeOutputs<'_>,
-    ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>> {
+    ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>> {
         let (accepted, path, tokens) = match out {
             TreeOutputs::Host {
                 accepted,
@@ -98,18 +95,10 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
             // The launch wrote them in place: only the stats words are copied.
             TreeOutputs::Device { .. } => (&mut [][..], &mut [][..], &mut [][..]),
         };
-        if accepted.len() > self.step.accepted.len()
-            || path.len() > self.path.len()
-            || tokens.len() > self.step.tokens.len()
-        {
-            return Err(GpuError::ViewTooShort);
-        }
-        let part =
-            |v: &'x super::ViewMut<'_, D, u32>, out| Some((v.buffer(), v.byte_offset(), out));
         Ok([
-            part(&self.step.accepted, accepted),
-            part(&self.path, path),
-            part(&self.step.tokens, tokens),
+            download(&self.step.accepted, accepted)?,
+            download(&self.path, path)?,
+            download(&self.step.tokens, tokens)?,
         ])
     }
 }

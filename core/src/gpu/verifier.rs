@@ -3,7 +3,7 @@
 use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::sealed::{Launch as Launches, Stage};
+use super::staging::sealed::{Download, Launch as Launches, Stage, download};
 use super::staging::{ChainStep, SUPPORT, Staged, Staging, Step, grow_host};
 use super::tree::staging::TreeStep;
 use crate::gpu::kernels;
@@ -409,7 +409,7 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
         let b = s.capacity as usize;
         let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
         let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-        s.fits(kernels::SHAPE_WORDS)
+        s.fits(kernels::SHAPE_WORDS, &[])
             // The ragged layout never reads `k`.
             && (self.cu_num_draft_tokens.is_some() || self.k.len() >= b)
             && per_request(len(self.cu_num_draft_tokens))
@@ -450,7 +450,7 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
     fn downloads<'x>(
         &'x self,
         out: &'x mut Outputs<'_>,
-    ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>> {
+    ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>> {
         let (accepted, tokens, recovered) = match out {
             Outputs::Host {
                 accepted,
@@ -460,24 +460,13 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
             // The launch wrote them in place: only the stats words are copied.
             Outputs::Device { .. } => (&mut [][..], &mut [][..], None),
         };
-        let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
-        let r_view = match (&self.recovered, recovered.is_some()) {
-            (Some(v), true) if v.len() >= r_len => Some(v),
-            (_, false) => None,
-            _ => return Err(GpuError::ViewTooShort),
+        let recovered = match (&self.recovered, recovered) {
+            (Some(v), Some(r)) => download(v, r)?,
+            (None, Some(_)) => return Err(GpuError::ViewTooShort),
+            (_, None) => None,
         };
-        if accepted.len() > self.step.accepted.len() || tokens.len() > self.step.tokens.len() {
-            return Err(GpuError::ViewTooShort);
-        }
-        let at = |v: &'x super::ViewMut<'_, D, u32>| (v.buffer(), v.byte_offset());
-        let ((a, a_at), (t, t_at)) = (at(&self.step.accepted), at(&self.step.tokens));
-        Ok([
-            Some((a, a_at, accepted)),
-            Some((t, t_at, tokens)),
-            r_view
-                .zip(recovered)
-                .map(|(v, r)| (v.buffer(), v.byte_offset(), r)),
-        ])
+        let accepted = download(&self.step.accepted, accepted)?;
+        Ok([accepted, download(&self.step.tokens, tokens)?, recovered])
     }
 }
 

@@ -3,7 +3,7 @@
 //! which [`Driver::launch_tree`](super::super::Driver::launch_tree) takes. They need only the
 //! driver's [`Memory`] (views into its buffers), so this file sits below the driver.
 
-use super::super::args::{Fields, StepViews};
+use super::super::args::{StepViews, field};
 use super::super::block::ArgBlock;
 use super::super::view::{Memory, View, ViewMut};
 
@@ -76,14 +76,14 @@ impl<'l, D: Memory> TreeLaunch<'l, '_, D> {
     /// (as the logits entries take them), every field the tree entry does not read null.
     /// `address` gives a buffer's base address, as in [`Launch::arg_block`](super::super::Launch::arg_block).
     pub fn arg_block(&self, address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
-        let (a, mut f) = (self.args, Fields(address));
-        ArgBlock {
-            k: f.of(a.nodes),
-            draft_ids: f.of(a.tree_tokens),
-            first_child: f.of(a.first_child),
-            next_sibling: f.of(a.next_sibling),
-            path: f.of(&a.path),
-            ..a.step.arg_block(self.stats, &mut f)
-        }
+        let a = self.args;
+        a.step.arg_block(self.stats, address, |at, step| ArgBlock {
+            k: field!(at, a.nodes),
+            draft_ids: field!(at, a.tree_tokens),
+            first_child: field!(at, a.first_child),
+            next_sibling: field!(at, a.next_sibling),
+            path: field!(at, a.path),
+            ..step
+        })
     }
 }

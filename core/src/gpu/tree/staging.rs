@@ -4,15 +4,15 @@
 use super::super::driver::Driver;
 use super::super::error::GpuError;
 use super::super::staging::{
-    ACCEPTED, COMMON, Common, Dst, MAX_SLOTS, SUPPORT, Split, Staging, Step, TOKENS, common_needs,
-    concat, owned_out, sealed, upload,
+    ACCEPTED, COMMON, Common, Dst, MAX_SLOTS, SUPPORT, Split, Staging, Step, TOKENS, owned_out,
+    sealed, upload,
 };
 use super::super::verifier::GpuVerifier;
 use super::super::view::{Memory, ViewMut};
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree_inputs_with, validate_tree_with};
-use crate::verify::{Check, Format, Method, Param, Rows, Streams, VerifyError};
+use crate::verify::{Check, Method, Param, Streams, VerifyError};
 
 /// The tree's own buffer slots, after the common ones, in the order of [`TreeArgs`]' fields.
 const SLOTS: usize = COMMON + 5;
@@ -47,18 +47,8 @@ pub fn tree_shape<const K: usize>(
     );
     let mut shape = [0u32; kernels::TREE_SHAPE_WORDS];
     shape[..kernels::SHAPE_WORDS].copy_from_slice(&chain);
-    let flag = |rows: Rows<'_>, bf16: u32, f16: u32| match rows.format() {
-        Format::F32 => 0,
-        Format::Bf16 => bf16,
-        Format::F16 => f16,
-    };
-    shape[kernels::SHAPE_FLAGS] |= flag(
-        batch.target.rows(),
-        kernels::FLAG_TARGET_BF16,
-        kernels::FLAG_TARGET_F16,
-    ) | batch.draft.map_or(0, |d| {
-        flag(d, kernels::FLAG_DRAFT_BF16, kernels::FLAG_DRAFT_F16)
-    });
+    let draft = batch.draft.map(|d| d.format());
+    shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(batch.target.rows().format(), draft);
     shape[kernels::TREE_SHAPE_NODES] = w(batch.max_nodes)?;
     Ok(shape)
 }
@@ -132,12 +122,9 @@ impl sealed::Stage for TreeStep {
     }
 
     fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h> {
-        let streams = Streams {
-            seed: batch.seed,
-            offset: batch.offset,
-        };
-        let draft = batch.draft.map(|d| d.values);
-        (draft, batch.target, streams, (batch.eps, batch.delta))
+        let (seed, offset, draft) = (batch.seed, batch.offset, batch.draft.map(|d| d.values));
+        let typical = [batch.eps, batch.delta];
+        (draft, batch.target, Streams { seed, offset }, typical)
     }
 
     /// The byte sizes a (checked) batch needs in each buffer (device rows need none; device
@@ -151,10 +138,9 @@ impl sealed::Stage for TreeStep {
         let b = batch.requests();
         let out = b.checked_mul(batch.max_depth.checked_add(1)?)?;
         let w4 = |n: usize| n.checked_mul(4);
-        let common = common_needs(kernels::TREE_SHAPE_WORDS, b, rows, out)?;
         let tree = &batch.tree;
-        Some(concat(
-            common,
+        rows.needs(
+            (kernels::TREE_SHAPE_WORDS, b, out),
             &[
                 w4(b)?,
                 w4(tree.tokens.len())?,
@@ -162,7 +148,7 @@ impl sealed::Stage for TreeStep {
                 w4(tree.next_sibling.len())?,
                 w4(out)?,
             ],
-        ))
+        )
     }
 
     fn write<'s, const K: usize, D: Driver>(
@@ -171,7 +157,6 @@ impl sealed::Stage for TreeStep {
         batch: &TreeBatch<'_>,
         rows: Split<'_, 's, D>,
         out_views: Option<Out<'s, D>>,
-        needs: &[usize; SLOTS],
         (): (),
     ) -> Result<TreeArgs<'s, D>, GpuError<D::Error>> {
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
@@ -179,11 +164,7 @@ impl sealed::Stage for TreeStep {
             // Device outputs: `verify_staged` made them from outputs that validation checked
             // against this batch (`b` counts, `out` path and token slots).
             Some(o) => o,
-            None => (
-                dst.out(ACCEPTED, needs)?,
-                dst.out(PATH, needs)?,
-                dst.out(TOKENS, needs)?,
-            ),
+            None => (dst.out(ACCEPTED)?, dst.out(PATH)?, dst.out(TOKENS)?),
         };
         let (drv, stream, tree) = (dst.drv, dst.stream, &batch.tree);
         Ok(TreeArgs {
