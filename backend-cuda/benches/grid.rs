@@ -23,7 +23,7 @@
 //! Without a device it prints SKIPPED and exits 0 (1 when `SPECULA_REQUIRE_DEVICE` is set).
 
 use specula_core::gpu::kernels;
-use specula_core::gpu::{Driver, RowsView, VerifyArgs, View, ViewMut};
+use specula_core::gpu::{Driver, RowsView, StepViews, VerifyArgs, View, ViewMut};
 use specula_core::verify::Method;
 use specula_core::verify::{AcceptedOut, Outputs, TokensOut};
 use specula_cuda::cudarc::driver::result;
@@ -227,21 +227,23 @@ impl Case {
         let [acc, tok] = &mut self.out;
         let bufs = &self.bufs;
         VerifyArgs {
-            capacity: self.b as u32,
-            shape: View::new(&bufs[0]),
+            step: StepViews {
+                capacity: self.b as u32,
+                shape: View::new(&bufs[0]),
+                draft_probs: self.with_draft.then(|| RowsView::F32(View::new(draft))),
+                target: RowsView::F32(View::new(target)),
+                seed: View::new(&bufs[3]),
+                offset: View::new(&bufs[4]),
+                eps: View::new(&bufs[5]),
+                delta: View::new(&bufs[6]),
+                accepted: ViewMut::new(acc),
+                tokens: ViewMut::new(tok),
+                temperature: None,
+            },
             k: View::new(&bufs[1]),
             draft_ids: View::new(&bufs[2]),
-            draft_probs: self.with_draft.then(|| RowsView::F32(View::new(draft))),
-            target: RowsView::F32(View::new(target)),
-            seed: View::new(&bufs[3]),
-            offset: View::new(&bufs[4]),
-            eps: View::new(&bufs[5]),
-            delta: View::new(&bufs[6]),
-            accepted: ViewMut::new(acc),
-            tokens: ViewMut::new(tok),
             cu_num_draft_tokens: None,
             bonus: None,
-            temperature: None,
             sampling: None,
             recovered: None,
             draft_first_row: None,

@@ -258,7 +258,7 @@ fn readback_conformance_on_device() {
 #[test]
 fn step_path_on_the_callers_cudarc_buffers() {
     use specula_core::gpu::kernels;
-    use specula_core::gpu::{GpuVerifier, RowsView, VerifyArgs};
+    use specula_core::gpu::{GpuVerifier, RowsView, StepViews, VerifyArgs};
     use specula_core::verify::{DEFAULT_DELTA, DEFAULT_EPS};
     use specula_cuda::CudaDriver;
     let Some(dev) = device() else { return };
@@ -296,21 +296,23 @@ fn step_path_on_the_callers_cudarc_buffers() {
         let dd = dp.as_ref().map(|p| drv.borrow(p));
         let (mut acc, mut tok) = (drv.borrow_mut(&mut accepted), drv.borrow_mut(&mut tokens));
         let args = VerifyArgs {
-            capacity: u32::try_from(b).unwrap(),
-            shape: sh.view(),
+            step: StepViews {
+                capacity: u32::try_from(b).unwrap(),
+                shape: sh.view(),
+                draft_probs: dd.as_ref().map(|x| RowsView::F32(x.view())),
+                target: RowsView::F32(tt.view()),
+                seed: se.view(),
+                offset: of.view(),
+                eps: ep.view(),
+                delta: de.view(),
+                accepted: acc.view_mut(),
+                tokens: tok.view_mut(),
+                temperature: None,
+            },
             k: kk.view(),
             draft_ids: ii.view(),
-            draft_probs: dd.as_ref().map(|x| RowsView::F32(x.view())),
-            target: RowsView::F32(tt.view()),
-            seed: se.view(),
-            offset: of.view(),
-            eps: ep.view(),
-            delta: de.view(),
-            accepted: acc.view_mut(),
-            tokens: tok.view_mut(),
             cu_num_draft_tokens: None,
             bonus: None,
-            temperature: None,
             sampling: None,
             recovered: None,
             draft_first_row: None,

@@ -2,9 +2,10 @@
 //! the host driver of the tests), in the style of wgpu-hal's `Api`: associated types for the
 //! handles, one method per driver call the orchestration makes, nothing else.
 
+use super::args::{StepViews, field};
 use super::block::ArgBlock;
 use super::tree::args::TreeLaunch;
-use super::view::{Element, Memory, RowsView, View, ViewMut};
+use super::view::{Element, Memory, View, ViewMut};
 use crate::error_kind::HasKind;
 use core::fmt::Debug;
 
@@ -154,54 +155,25 @@ impl Inputs {
     }
 }
 
-/// The device buffers of one verification step, typed and borrowed: the compiler checks that
-/// they outlive every use the orchestration makes of them (a launch, or a captured graph, which
-/// borrows them for its own lifetime). Laid out as `core/DETERMINISM.md` says; the values behind
-/// them (shape words, `k`, seeds, offsets, ...) are read by the kernel at run time, so a graph
-/// replays with new values copied into the same buffers.
+/// The device buffers of one chain verification step, typed and borrowed: the compiler checks
+/// that they outlive every use the orchestration makes of them (a launch, or a captured graph,
+/// which borrows them for its own lifetime). Laid out as `core/DETERMINISM.md` says; the values
+/// behind them (shape words, `k`, seeds, offsets, ...) are read by the kernel at run time, so a
+/// graph replays with new values copied into the same buffers.
 #[derive(Debug)]
 pub struct VerifyArgs<'a, D: Driver> {
-    /// Blocks launched: the largest batch these buffers hold (`≥` the batch shape word).
-    pub capacity: u32,
-    /// [`SHAPE_WORDS`](crate::gpu::kernels::SHAPE_WORDS) shape words
-    /// ([`shape_words`](crate::gpu::kernels::shape_words)); the counters-`K` word must be `K`.
-    pub shape: View<'a, D, u32>,
+    /// The views every step kind has (shape, rows, per-request values, accepted and tokens).
+    pub step: StepViews<'a, D>,
     /// `k[b]`.
     pub k: View<'a, D, u32>,
     /// Draft ids.
     pub draft_ids: View<'a, D, u32>,
-    /// Draft probabilities, binary32 or bf16 / f16 (the shape's
-    /// [`FLAG_DRAFT_BF16`](crate::gpu::kernels::FLAG_DRAFT_BF16) /
-    /// [`FLAG_DRAFT_F16`](crate::gpu::kernels::FLAG_DRAFT_F16) say which; half rows take the
-    /// logits entries); `None` with a one-hot drafter.
-    pub draft_probs: Option<RowsView<'a, D>>,
-    /// Target rows: probabilities, or logits when [`temperature`](Self::temperature) is given
-    /// (the logits entries; then binary32 or bf16 / f16, the shape's
-    /// [`FLAG_TARGET_BF16`](crate::gpu::kernels::FLAG_TARGET_BF16) /
-    /// [`FLAG_TARGET_F16`](crate::gpu::kernels::FLAG_TARGET_F16) say which). Probabilities are
-    /// binary32: no chain entry reads half ones (refused at launch).
-    pub target: RowsView<'a, D>,
-    /// Seeds.
-    pub seed: View<'a, D, u64>,
-    /// Offsets.
-    pub offset: View<'a, D, u64>,
-    /// Typical acceptance `ε` (read only by typical acceptance).
-    pub eps: View<'a, D, f32>,
-    /// Typical acceptance `δ` (read only by typical acceptance).
-    pub delta: View<'a, D, f32>,
-    /// Output: accepted counts.
-    pub accepted: ViewMut<'a, D, u32>,
-    /// Output: tokens.
-    pub tokens: ViewMut<'a, D, u32>,
     /// The ragged layout: vLLM's `cu_num_draft_tokens` (B values; `k` is then not read, and
     /// draft ids and rows are packed as `core/DETERMINISM.md` lays them out). `None`: padded.
     pub cu_num_draft_tokens: Option<View<'a, D, u32>>,
     /// Caller-supplied bonus tokens (B values; each request's target row `k` is then not read,
     /// and absent from a ragged target). `None`: sampled.
     pub bonus: Option<View<'a, D, u32>>,
-    /// Per-request temperature (B values; `0`: greedy on the logits): with it,
-    /// [`target`](Self::target) holds logits and the logits entries run. `None`: probabilities.
-    pub temperature: Option<View<'a, D, f32>>,
     /// Per-request sampling words, [`SAMPLING_WORDS`](crate::gpu::kernels::SAMPLING_WORDS) per
     /// request ([`sampling_words`](crate::gpu::kernels::sampling_words): method code, then the
     /// filter's words), overriding the shape word's method: the logits entries. `None`: the shape
@@ -224,14 +196,15 @@ impl<D: Driver> VerifyArgs<'_, D> {
     /// Which optional inputs these views pass (and so which entry family a launch takes).
     #[must_use]
     pub fn inputs(&self) -> Inputs {
+        let s = &self.step;
         Inputs {
-            draft_probs: self.draft_probs.is_some_and(|d| !d.is_half()),
+            draft_probs: s.draft_probs.is_some_and(|d| !d.is_half()),
             ragged: self.cu_num_draft_tokens.is_some(),
             bonus: self.bonus.is_some(),
-            logits: self.temperature.is_some() && !self.target.is_half(),
+            logits: s.temperature.is_some() && !s.target.is_half(),
             sampling: self.sampling.is_some(),
-            logits_half: self.temperature.is_some() && self.target.is_half(),
-            draft_probs_half: self.draft_probs.is_some_and(|d| d.is_half()),
+            logits_half: s.temperature.is_some() && s.target.is_half(),
+            draft_probs_half: s.draft_probs.is_some_and(|d| d.is_half()),
             recovered: self.recovered.is_some(),
             draft_first_row: self.draft_first_row.is_some(),
         }
@@ -277,49 +250,23 @@ impl<'l, D: Driver> Launch<'l, '_, D> {
     /// once per launch with its buffers' base addresses (and may keep each buffer `address` is
     /// called with alive until the launch has run), so which field holds what is decided (and
     /// tested) here once.
-    pub fn arg_block(&self, mut address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
+    pub fn arg_block(&self, address: impl FnMut(&'l D::Buffer) -> u64) -> ArgBlock {
         let a = self.args;
-        let mut at = |v: Option<(&'l D::Buffer, usize)>| {
-            v.map_or(0, |(b, off)| address(b).wrapping_add(off as u64))
-        };
-        fn of<'l, D: Driver, T: Element>(
-            v: Option<View<'l, D, T>>,
-        ) -> Option<(&'l D::Buffer, usize)> {
-            v.map(|v| (v.buffer(), v.byte_offset()))
-        }
-        fn rows<'l, D: Driver>(v: RowsView<'l, D>) -> (&'l D::Buffer, usize) {
-            (v.buffer(), v.byte_offset())
-        }
-        fn out<'l, D: Driver>(v: &'l ViewMut<'_, D, u32>) -> Option<(&'l D::Buffer, usize)> {
-            Some((v.buffer(), v.byte_offset()))
-        }
-        ArgBlock {
-            shape: at(of(Some(a.shape))),
-            k: at(of(Some(a.k))),
-            draft_ids: at(of(Some(a.draft_ids))),
-            draft_probs: at(a.draft_probs.map(rows)),
-            target_probs: at(a.temperature.is_none().then(|| rows(a.target))),
-            seed: at(of(Some(a.seed))),
-            offset: at(of(Some(a.offset))),
-            eps: at(of(Some(a.eps))),
-            delta: at(of(Some(a.delta))),
-            accepted: at(out(&a.accepted)),
-            tokens: at(out(&a.tokens)),
-            stats: at(Some((self.stats, 0))),
-            scratch: at(self.scratch.map(|b| (b, 0))),
-            cu_num_draft_tokens: at(of(a.cu_num_draft_tokens)),
-            bonus: at(of(a.bonus)),
-            target_logits: at(a.temperature.is_some().then(|| rows(a.target))),
-            temperature: at(of(a.temperature)),
-            sampling: at(of(a.sampling)),
-            recovered: at(a.recovered.as_ref().and_then(out)),
-            draft_first_row: at(of(a.draft_first_row)),
+        a.step.arg_block(self.stats, address, |at, step| ArgBlock {
+            k: field!(at, a.k),
+            draft_ids: field!(at, a.draft_ids),
+            scratch: self.scratch.map_or(0, |b| at(b, 0)),
+            cu_num_draft_tokens: field!(at, ?a.cu_num_draft_tokens),
+            bonus: field!(at, ?a.bonus),
+            sampling: field!(at, ?a.sampling),
+            recovered: field!(at, ?a.recovered.as_ref()),
+            draft_first_row: field!(at, ?a.draft_first_row),
             slices: match self.entry {
                 Entry::Single => 1,
                 Entry::Split { slices } => slices,
             },
-            ..ArgBlock::default()
-        }
+            ..step
+        })
     }
 }
 

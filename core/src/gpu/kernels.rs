@@ -83,7 +83,7 @@
 //!   the chosen row's race) would save the speculative races.
 
 use crate::metrics::Counters;
-use crate::verify::{Batch, Method};
+use crate::verify::{Batch, Format, Method};
 
 /// The kernel source text (CUDA/HIP common subset; no headers needed).
 pub const SOURCE: &str = include_str!("../../kernels/specula_verify.cu");
@@ -259,6 +259,23 @@ pub const FLAG_DRAFT_BF16: u32 = 8;
 /// patterns.
 /// Not with [`FLAG_DRAFT_BF16`] ([`ERR_SHAPE`]).
 pub const FLAG_DRAFT_F16: u32 = 16;
+
+/// The half flags of the rows' formats, chain or tree alike: the target's
+/// ([`FLAG_TARGET_BF16`] / [`FLAG_TARGET_F16`]) and the draft's ([`FLAG_DRAFT_BF16`] /
+/// [`FLAG_DRAFT_F16`]); none for binary32 rows.
+pub(crate) const fn half_flags(target: Format, draft: Option<Format>) -> u32 {
+    let draft = match draft {
+        Some(Format::Bf16) => FLAG_DRAFT_BF16,
+        Some(Format::F16) => FLAG_DRAFT_F16,
+        Some(Format::F32) | None => 0,
+    };
+    draft
+        | match target {
+            Format::Bf16 => FLAG_TARGET_BF16,
+            Format::F16 => FLAG_TARGET_F16,
+            Format::F32 => 0,
+        }
+}
 
 /// Error flag: the shape words were invalid, or the batch exceeded the launch's grid; the launch
 /// did nothing.

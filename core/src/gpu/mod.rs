@@ -11,8 +11,10 @@
 //! [`Verifier::verify_tree`](crate::verify::Verifier::verify_tree).
 //!
 //! The step path takes [`VerifyArgs`]: typed device views ([`View`], [`ViewMut`]) borrowed for a
-//! lifetime the compiler checks, never raw pointers valid "until the next stage".
+//! lifetime the compiler checks, never raw pointers valid "until the next stage". The views
+//! every step kind has are one [`StepViews`], the `step` of [`VerifyArgs`] and of [`TreeArgs`].
 
+mod args;
 mod block;
 mod driver;
 mod error;
@@ -23,6 +25,7 @@ mod tree;
 mod verifier;
 mod view;
 
+pub use args::StepViews;
 pub use block::ArgBlock;
 pub use driver::{Driver, ENTRY_NAMES, Entry, Family, Inputs, Launch, Status, VerifyArgs};
 pub use error::GpuError;

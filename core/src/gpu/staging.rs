@@ -1,6 +1,7 @@
 //! [`Staging`]: grow-only device buffers that host-slice batches are copied into, generic over
 //! the [`Step`] kind (chain or tree); the chain step's part ([`ChainStep`]).
 
+use super::args::StepViews;
 use super::driver::{Driver, Inputs, VerifyArgs};
 use super::error::GpuError;
 use super::verifier::GpuVerifier;
@@ -9,7 +10,7 @@ use super::view::{Element, RowsView, View, ViewMut};
 use crate::gpu::kernels;
 use crate::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Feature, Format, Half, Method,
-    Outputs, Param, Produce, Support, Target, Values, VerifyError, draft_slots,
+    Outputs, Param, Produce, Streams, Support, Target, Values, VerifyError, draft_slots,
     validate_inputs_with, validate_with,
 };
 use core::marker::PhantomData;
@@ -52,28 +53,33 @@ pub(super) fn grow_host<D: Driver>(
     Ok(())
 }
 
-/// Buffers, in the order of [`VerifyArgs`]' fields (a row tensor's buffer holds it in its
-/// format, binary32 or half).
-const SLOTS: usize = 17;
+/// The buffer slots of the views every step kind has ([`StepViews`]), the first of every
+/// kind's (a row tensor's buffer holds it in its format, binary32 or half).
 const SHAPE: usize = 0;
-const KS: usize = 1;
-const IDS: usize = 2;
-const DPROBS: usize = 3;
-const TARGET: usize = 4;
-const SEED: usize = 5;
-const OFFSET: usize = 6;
-const EPS: usize = 7;
-const DELTA: usize = 8;
-const ACCEPTED: usize = 9;
-const TOKENS: usize = 10;
-const CU: usize = 11;
-const BONUS: usize = 12;
-const TEMP: usize = 13;
-const SAMPLING: usize = 14;
-const RECOVERED: usize = 15;
-const FIRST_ROW: usize = 16;
+const DPROBS: usize = 1;
+const TARGET: usize = 2;
+const SEED: usize = 3;
+const OFFSET: usize = 4;
+const EPS: usize = 5;
+const DELTA: usize = 6;
+pub(super) const ACCEPTED: usize = 7;
+pub(super) const TOKENS: usize = 8;
+/// The temperatures (target logits only; the logits themselves go to `TARGET`'s buffer).
+const TEMP: usize = 9;
+/// How many: a step kind's own slots follow them.
+pub(super) const COMMON: usize = 10;
+
+/// The chain's own slots, in the order of [`VerifyArgs`]' fields.
+const SLOTS: usize = COMMON + 7;
+const KS: usize = COMMON;
+const IDS: usize = COMMON + 1;
+const CU: usize = COMMON + 2;
+const BONUS: usize = COMMON + 3;
+const SAMPLING: usize = COMMON + 4;
+const RECOVERED: usize = COMMON + 5;
+const FIRST_ROW: usize = COMMON + 6;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
-const OPTIONAL: [usize; 6] = [CU, BONUS, TEMP, SAMPLING, RECOVERED, FIRST_ROW];
+const OPTIONAL: [usize; 6] = [TEMP, CU, BONUS, SAMPLING, RECOVERED, FIRST_ROW];
 
 /// The 16-bit patterns of a half tensor (its format goes into the shape flags).
 fn patterns(h: Half<'_>) -> &[u16] {
@@ -164,18 +170,33 @@ impl<'b, D: Driver> Arg<'b, 'b, D> {
     }
 }
 
-/// A batch's row tensors by kernel argument (each in its format), chain or tree alike: the
-/// target rows (probabilities or logits, as the batch says) and the draft rows.
+/// What every step kind's batch brings for the views they share ([`Stage::common`](sealed::Stage::common)): its
+/// draft rows (if any), its target, its random streams, and typical acceptance's `[ε, δ]`.
+pub(super) type Common<'h> = (
+    Option<Values<'h>>,
+    Target<'h>,
+    Streams<'h>,
+    [Option<&'h [f32]>; 2],
+);
+
+/// A batch's inputs to the views every step kind has ([`StepViews`]), chain or tree alike: its
+/// row tensors by kernel argument (each in its format), the target rows (probabilities or
+/// logits, as the batch says) with the logits' temperatures and the draft rows, and its
+/// per-request values.
 pub struct Split<'h, 'd, D: Memory> {
     pub(super) draft: Option<Arg<'h, 'd, D>>,
     pub(super) target: Arg<'h, 'd, D>,
+    pub(super) temperature: Option<&'h [f32]>,
+    pub(super) streams: Streams<'h>,
+    /// Typical acceptance's `[ε, δ]` (the defaults where `None`).
+    pub(super) typical: [Option<&'h [f32]>; 2],
 }
 
 impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
-    /// The tensors of a batch (its draft rows, if any, and its target, [`Stage::tensors`]);
-    /// `device` makes the views of its device tensors (or refuses them).
+    /// The inputs of a batch ([`Stage::common`](sealed::Stage::common)); `device` makes the views of its device
+    /// tensors (or refuses them).
     fn with(
-        (draft, target): (Option<Values<'h>>, Target<'h>),
+        (draft, target, streams, typical): Common<'h>,
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
         let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
@@ -185,19 +206,19 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
             Param::TargetProbs
         };
         Ok(Self {
-            draft: match draft {
-                Some(d) => Some(arg(d, Param::DraftProbs)?),
-                None => None,
-            },
+            draft: draft.map(|d| arg(d, Param::DraftProbs)).transpose()?,
             target: arg(target.rows().values, param)?,
+            temperature: target.temperature(),
+            streams,
+            typical,
         })
     }
 
     /// The tensors of a batch in host memory ([`Feature::Device`] refused: the caller's device
     /// memory is borrowed for as long as the views, which [`Staging::write`]'s callers cannot
     /// say).
-    fn host(tensors: (Option<Values<'h>>, Target<'h>)) -> Result<Self, GpuError<D::Error>> {
-        Self::with(tensors, |_, _| {
+    fn host(common: Common<'h>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(common, |_, _| {
             Err(GpuError::Verify(VerifyError::Unsupported {
                 feature: Feature::Device,
             }))
@@ -205,11 +226,39 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
     }
 }
 
+impl<D: Memory> Split<'_, '_, D> {
+    /// The bytes a batch of `b` requests with these inputs needs in each buffer slot: the
+    /// shared ones' (`shape_words` shape words, `tokens` output tokens), then the step kind's
+    /// `own`; `None` if a size overflows.
+    pub(super) fn needs<const N: usize>(
+        &self,
+        (shape_words, b, tokens): (usize, usize, usize),
+        own: &[usize],
+    ) -> Option<[usize; N]> {
+        let (w4, w8) = (|n: usize| n.checked_mul(4), |n: usize| n.checked_mul(8));
+        let mut needs = [0; N];
+        needs[..COMMON].copy_from_slice(&[
+            shape_words * 4,
+            self.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
+            self.target.staged_bytes()?,
+            w8(self.streams.seed.len())?,
+            w8(self.streams.offset.len())?,
+            w4(b)?,
+            w4(b)?,
+            w4(b)?,
+            w4(tokens)?,
+            w4(self.temperature.map_or(0, <[f32]>::len))?,
+        ]);
+        needs[COMMON..].copy_from_slice(own);
+        Some(needs)
+    }
+}
+
 impl<'b, D: Driver> Split<'b, 'b, D> {
     /// The tensors of a batch, its device tensors as views of `drv`'s memory:
     /// [`GpuError::ForeignMemory`] for another driver's or device's buffer.
-    fn of(drv: &D, tensors: (Option<Values<'b>>, Target<'b>)) -> Result<Self, GpuError<D::Error>> {
-        Self::with(tensors, |d, param| Arg::owned(drv, d, param))
+    fn of(drv: &D, common: Common<'b>) -> Result<Self, GpuError<D::Error>> {
+        Self::with(common, |d, param| Arg::owned(drv, d, param))
     }
 }
 
@@ -236,9 +285,9 @@ pub(super) const MAX_SLOTS: usize = SLOTS;
 
 /// What a step kind stages and launches, hidden from the public API: [`Step`] is sealed by it.
 pub(super) mod sealed {
-    use super::{Dst, Split, Staging, Step};
-    use crate::gpu::{Driver, GpuError, GpuVerifier, Memory};
-    use crate::verify::{Check, Method, Target, Values, VerifyError};
+    use super::{Common, Dst, Split, Staging, Step};
+    use crate::gpu::{Driver, GpuError, GpuVerifier, Memory, ViewMut};
+    use crate::verify::{Check, Method, VerifyError};
 
     /// The step-specific part of a [`Staging`] and of the verifier's stage / launch /
     /// download sequence: its buffer slots, checks, copies and set-up.
@@ -309,13 +358,13 @@ pub(super) mod sealed {
             Ok(())
         }
 
-        /// The batch's draft rows (if any) and target (the impls spell the batch
+        /// The batch's inputs to the views every step kind has (the impls spell the batch
         /// `<Self as Step>::Batch<'h>` too: `'h` is early-bound here).
-        fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>)
+        fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h>
         where
             Self: Step;
 
-        /// The bytes `batch`, of row tensors `t`, needs in each buffer (`device_out`: its
+        /// The bytes `batch`, of common inputs `t`, needs in each buffer (`device_out`: its
         /// outputs are the caller's device memory); `None` if a size overflows.
         fn needs<D: Memory>(
             batch: &<Self as Step>::Batch<'_>,
@@ -326,15 +375,14 @@ pub(super) mod sealed {
         where
             Self: Step;
 
-        /// Enqueues the copies of a checked `batch` into `dst` (sized for `needs`) and returns
-        /// the views, writing into `out` when given.
+        /// Enqueues the copies of a checked `batch` into `dst` (sized for it) and returns the
+        /// views, writing into `out` when given.
         fn write<'s, const K: usize, D: Driver>(
             dst: &Dst<'s, '_, D>,
             method: Method,
             batch: &<Self as Step>::Batch<'_>,
             t: Split<'_, 's, D>,
             out: Option<Self::Out<'s, D>>,
-            needs: &Self::Needs,
             produce: <Self as Step>::Produce,
         ) -> Result<<Self as Step>::Args<'s, D>, GpuError<D::Error>>
         where
@@ -355,13 +403,27 @@ pub(super) mod sealed {
         /// Enqueues the launch on `v`'s stream (no checks).
         fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>>;
         /// The output views to copy down into `out`'s host slices, in the order of the host
-        /// staging (buffer, byte offset, slice); [`GpuError::ViewTooShort`] for a slice longer
-        /// than its view.
-        #[allow(clippy::type_complexity)]
+        /// staging ([`download`]s); [`GpuError::ViewTooShort`] for a slice longer than its
+        /// view.
         fn downloads<'x>(
             &'x self,
             out: &'x mut <Self::Step as Step>::Outputs<'_>,
-        ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>>;
+        ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>>;
+    }
+
+    /// One copy down: an output view's buffer and byte offset, and the host slice it fills.
+    pub(crate) type Download<'x, D> = Option<(&'x <D as Memory>::Buffer, usize, &'x mut [u32])>;
+
+    /// The copy down of output view `v` into `out` ([`GpuError::ViewTooShort`] for a slice
+    /// longer than the view).
+    pub(crate) fn download<'x, D: Driver>(
+        v: &'x ViewMut<'_, D, u32>,
+        out: &'x mut [u32],
+    ) -> Result<Download<'x, D>, GpuError<D::Error>> {
+        if out.len() > v.len() {
+            return Err(GpuError::ViewTooShort);
+        }
+        Ok(Some((v.buffer(), v.byte_offset(), out)))
     }
 
     impl<D: Driver, A: Launch<D>> Launch<D> for super::Staged<A> {
@@ -381,8 +443,7 @@ pub(super) mod sealed {
         fn downloads<'x>(
             &'x self,
             out: &'x mut <A::Step as Step>::Outputs<'_>,
-        ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>>
-        {
+        ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>> {
             self.0.downloads(out)
         }
     }
@@ -419,11 +480,55 @@ impl Step for ChainStep {
 }
 
 /// Where a step's write enqueues its copies: on `stream` of `drv`, into the staging's buffers
-/// (`None`: an optional slot the batch does not use).
+/// (`None`: an optional slot the batch does not use), sized for the bytes `needs` in each.
 pub struct Dst<'s, 'a, D: Driver> {
     pub(super) drv: &'a D,
     pub(super) stream: &'a D::Stream,
     pub(super) bufs: [Option<&'s D::Buffer>; MAX_SLOTS],
+    pub(super) needs: &'a [usize],
+}
+
+impl<'s, D: Driver> Dst<'s, '_, D> {
+    /// Slot `i`'s buffer ([`GpuError::ViewTooShort`] for an optional one not allocated).
+    pub(super) fn buf(&self, i: usize) -> Result<&'s D::Buffer, GpuError<D::Error>> {
+        self.bufs[i].ok_or(GpuError::ViewTooShort)
+    }
+
+    /// The staging's output buffer of slot `i`, as many values as it was sized for.
+    pub(super) fn out(&self, i: usize) -> Result<ViewMut<'s, D, u32>, GpuError<D::Error>> {
+        let view = View::range(self.buf(i)?, 0, self.needs[i] / 4).map_err(oob)?;
+        Ok(ViewMut::shared(view))
+    }
+
+    /// Enqueues the copies of the views every step kind has and returns them: the `shape`
+    /// words and a checked batch's inputs `t` (`b` requests), with the outputs `accepted` and
+    /// `tokens`.
+    pub(super) fn step(
+        &self,
+        shape: &[u32],
+        b: usize,
+        t: Split<'_, 's, D>,
+        (accepted, tokens): (ViewMut<'s, D, u32>, ViewMut<'s, D, u32>),
+    ) -> Result<StepViews<'s, D>, GpuError<D::Error>> {
+        let (drv, stream, bufs) = (self.drv, self.stream, &self.bufs);
+        let (streams, [eps, delta]) = (t.streams, t.typical);
+        Ok(StepViews {
+            capacity: u32::try_from(b).map_err(|_| GpuError::TooLarge)?,
+            shape: upload(drv, stream, self.buf(SHAPE)?, shape)?,
+            draft_probs: t
+                .draft
+                .map(|d| rows(drv, stream, bufs[DPROBS], d))
+                .transpose()?,
+            target: rows(drv, stream, bufs[TARGET], t.target)?,
+            seed: upload(drv, stream, self.buf(SEED)?, streams.seed)?,
+            offset: upload(drv, stream, self.buf(OFFSET)?, streams.offset)?,
+            eps: per_request(drv, stream, self.buf(EPS)?, eps, DEFAULT_EPS, b)?,
+            delta: per_request(drv, stream, self.buf(DELTA)?, delta, DEFAULT_DELTA, b)?,
+            accepted,
+            tokens,
+            temperature: optional(drv, stream, bufs[TEMP], t.temperature)?,
+        })
+    }
 }
 
 /// Device buffers of the host-slice path of one step kind (`S`: [`ChainStep`], the default, or
@@ -470,7 +575,7 @@ impl<D: Driver, S: Step> Staging<D, S> {
         batch: &S::Batch<'_>,
         produce: S::Produce,
     ) -> Result<(), GpuError<D::Error>> {
-        let split = Split::of(drv, S::tensors(batch))?;
+        let split = Split::of(drv, S::common(batch))?;
         let needs = S::needs(batch, &split, produce, false).ok_or(GpuError::TooLarge)?;
         for (i, (slot, &need)) in self.bufs.iter_mut().zip(needs.as_ref()).enumerate() {
             let fits = slot.as_ref().is_some_and(|b| D::bytes(b) >= need);
@@ -520,7 +625,7 @@ impl<D: Driver, S: Step> Staging<D, S> {
         produce: S::Produce,
     ) -> Result<Staged<S::Args<'_, D>>, GpuError<D::Error>> {
         S::validate::<K>(batch)?;
-        let split = Split::host(S::tensors(batch))?;
+        let split = Split::host(S::common(batch))?;
         self.write_split::<K>(drv, stream, method, batch, split, None, produce)
     }
 
@@ -537,7 +642,7 @@ impl<D: Driver, S: Step> Staging<D, S> {
         out: Option<S::Out<'s, D>>,
         produce: S::Produce,
     ) -> Result<Staged<S::Args<'s, D>>, GpuError<D::Error>> {
-        let split: Split<'s, 's, D> = Split::of(drv, S::tensors(batch))?;
+        let split: Split<'s, 's, D> = Split::of(drv, S::common(batch))?;
         self.write_split::<K>(drv, stream, method, batch, split, out, produce)
     }
 
@@ -568,8 +673,13 @@ impl<D: Driver, S: Step> Staging<D, S> {
                 _ => return Err(GpuError::ViewTooShort),
             }
         }
-        let dst = Dst { drv, stream, bufs };
-        S::write::<K, D>(&dst, method, batch, t, out, &needs, produce).map(Staged::new)
+        let dst = Dst {
+            drv,
+            stream,
+            bufs,
+            needs: needs.as_ref(),
+        };
+        S::write::<K, D>(&dst, method, batch, t, out, produce).map(Staged::new)
     }
 }
 
@@ -631,8 +741,10 @@ impl sealed::Stage for ChainStep {
         v.reserve_split(u32::try_from(batch.requests()).map_err(|_| GpuError::TooLarge)?)
     }
 
-    fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
-        (batch.draft.map(|d| d.rows.values), batch.target)
+    fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h> {
+        let (seed, offset, draft) = (batch.seed, batch.offset, batch.draft.map(|d| d.rows.values));
+        let typical = [batch.eps, batch.delta];
+        (draft, batch.target, Streams { seed, offset }, typical)
     }
 
     fn needs<D: Memory>(
@@ -646,35 +758,27 @@ impl sealed::Stage for ChainStep {
         let b = batch.requests();
         let tokens = b.checked_mul(batch.k_max.checked_add(1)?)?;
         let w4 = |n: usize| n.checked_mul(4);
-        let w8 = |n: usize| n.checked_mul(8);
-        Some([
-            kernels::SHAPE_WORDS * 4,
-            w4(batch.k().len())?,
-            w4(batch.draft_ids.len())?,
-            t.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
-            t.target.staged_bytes()?,
-            w8(batch.seed.len())?,
-            w8(batch.offset.len())?,
-            w4(b)?,
-            w4(b)?,
-            w4(b)?,
-            w4(tokens)?,
-            w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
-            w4(batch.bonus.map_or(0, <[u32]>::len))?,
-            w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
-            if kernels::has_sampling(batch) {
-                w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
-            } else {
-                0
-            },
-            // One value per draft slot, as the draft ids are laid out.
-            if recovered {
-                w4(draft_slots(batch))?
-            } else {
-                0
-            },
-            w4(first_row(batch).map_or(0, <[u32]>::len))?,
-        ])
+        t.needs(
+            (kernels::SHAPE_WORDS, b, tokens),
+            &[
+                w4(batch.k().len())?,
+                w4(batch.draft_ids.len())?,
+                w4(batch.cu_num_draft_tokens().map_or(0, <[u32]>::len))?,
+                w4(batch.bonus.map_or(0, <[u32]>::len))?,
+                if kernels::has_sampling(batch) {
+                    w4(b.checked_mul(kernels::SAMPLING_WORDS)?)?
+                } else {
+                    0
+                },
+                // One value per draft slot, as the draft ids are laid out.
+                if recovered {
+                    w4(draft_slots(batch))?
+                } else {
+                    0
+                },
+                w4(first_row(batch).map_or(0, <[u32]>::len))?,
+            ],
+        )
     }
 
     fn write<'s, const K: usize, D: Driver>(
@@ -683,73 +787,37 @@ impl sealed::Stage for ChainStep {
         batch: &Batch<'_>,
         t: Split<'_, 's, D>,
         out: Option<Out<'s, D>>,
-        needs: &[usize; SLOTS],
         produce: Produce,
     ) -> Result<VerifyArgs<'s, D>, GpuError<D::Error>> {
         let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
-        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
-        let recovered = produce.recovered;
-        let b = batch.requests();
-        let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        match t.target.format() {
-            Format::Bf16 => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_BF16,
-            Format::F16 => shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_TARGET_F16,
-            Format::F32 => {}
-        }
-        if let (Some(f), Some(d)) = (t.draft.as_ref().map(Arg::format), batch.draft) {
-            if f != Format::F32 {
-                shape[kernels::SHAPE_DRAFT_STRIDE] =
-                    u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
-                shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS
-                    | if f == Format::Bf16 {
-                        kernels::FLAG_DRAFT_BF16
-                    } else {
-                        kernels::FLAG_DRAFT_F16
-                    };
-            }
+        let draft = t.draft.as_ref().map(Arg::format);
+        shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(t.target.format(), draft);
+        if let (Some(Format::Bf16 | Format::F16), Some(d)) = (draft, batch.draft) {
+            shape[kernels::SHAPE_DRAFT_STRIDE] =
+                u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
+            shape[kernels::SHAPE_FLAGS] |= kernels::FLAG_DRAFT_PROBS;
         }
         // Every check is done and every view made before the first copy is enqueued, so an
         // error leaves the stream as it was.
         let (accepted, tokens, recovered) = match out {
             Some(o) => o,
             None => (
-                ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-                ViewMut::shared(View::range(buf(TOKENS)?, 0, needs[TOKENS] / 4).map_err(oob)?),
-                if recovered {
-                    let slots = needs[RECOVERED] / 4;
-                    Some(ViewMut::shared(
-                        View::range(buf(RECOVERED)?, 0, slots).map_err(oob)?,
-                    ))
-                } else {
-                    None
-                },
+                dst.out(ACCEPTED)?,
+                dst.out(TOKENS)?,
+                produce.recovered.then(|| dst.out(RECOVERED)).transpose()?,
             ),
         };
-        let shape = upload(drv, stream, buf(SHAPE)?, &shape)?;
         Ok(VerifyArgs {
-            capacity,
-            shape,
-            k: upload(drv, stream, buf(KS)?, batch.k())?,
-            draft_ids: upload(drv, stream, buf(IDS)?, batch.draft_ids)?,
-            draft_probs: match t.draft {
-                Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
-                None => None,
-            },
-            target: rows(drv, stream, bufs[TARGET], t.target)?,
-            seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
-            offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
-            eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
-            delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted,
-            tokens,
+            step: dst.step(&shape, batch.requests(), t, (accepted, tokens))?,
+            k: upload(drv, stream, dst.buf(KS)?, batch.k())?,
+            draft_ids: upload(drv, stream, dst.buf(IDS)?, batch.draft_ids)?,
             cu_num_draft_tokens: optional(drv, stream, bufs[CU], batch.cu_num_draft_tokens())?,
             bonus: optional(drv, stream, bufs[BONUS], batch.bonus)?,
-            temperature: optional(drv, stream, bufs[TEMP], batch.target.temperature())?,
             sampling: if kernels::has_sampling(batch) {
-                Some(sampling(drv, stream, buf(SAMPLING)?, batch, method)?)
+                Some(sampling(drv, stream, dst.buf(SAMPLING)?, batch, method)?)
             } else {
                 None
             },

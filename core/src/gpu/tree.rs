@@ -18,13 +18,15 @@
 //!   device memory ([`TreeOutputs::on_device`]) are written in place, with no copy down and no
 //!   synchronising call.
 //!
-//! Rows may be binary32, bf16 or f16 (host or device; [`RowsView`](super::RowsView) in
-//! [`TreeArgs::target`] and [`TreeArgs::draft_probs`], and the shape's half flags): the tree entry widens each value
-//! exactly as it reads it, so half rows give the bits of the tree of their widened values.
+//! Rows may be binary32, bf16 or f16 (host or device; [`RowsView`](super::RowsView) in the
+//! [`target`](super::StepViews::target) and [`draft_probs`](super::StepViews::draft_probs) of
+//! [`TreeArgs::step`], and the shape's half flags): the tree entry widens each value exactly as
+//! it reads it, so half rows give the bits of the tree of their widened values.
 //!
 //! The tree entry takes target probabilities, or target logits with a temperature per request
-//! ([`TreeArgs::target`] with [`TreeArgs::temperature`]; `0`: greedy on the logit rows,
-//! `> 0`: each node row's softmax computed on the fly, `core/DETERMINISM.md`).
+//! ([`target`](super::StepViews::target) with [`temperature`](super::StepViews::temperature);
+//! `0`: greedy on the logit rows, `> 0`: each node row's softmax computed on the fly,
+//! `core/DETERMINISM.md`).
 
 pub(super) mod args;
 pub(super) mod staging;
@@ -35,7 +37,7 @@ pub use staging::{TreeStep, tree_shape};
 use super::driver::Driver;
 use super::error::GpuError;
 use super::kernels;
-use super::staging::sealed::Launch;
+use super::staging::sealed::{Download, Launch, download};
 use super::verifier::GpuVerifier;
 use crate::verify::tree::TreeOutputs;
 
@@ -45,41 +47,32 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
     type Step = TreeStep;
 
     fn capacity(&self) -> u32 {
-        self.capacity
+        self.step.capacity
     }
 
     fn key(&self) {}
 
-    /// The shape words, and at least `capacity` elements in every per-request buffer and in
-    /// every per-node or per-slot one (each request has at least one node slot and one output
-    /// slot), the temperatures included when given. The extents and formats the shape words
-    /// give are the caller's promise (the unsafe launch).
+    /// The tree's shape words, and at least `capacity` elements in every per-request buffer
+    /// and in every per-node or per-slot one (each request has at least one node slot and one
+    /// output slot), the temperatures included when given. The extents and formats the shape
+    /// words give are the caller's promise (the unsafe launch).
     fn fits(&self) -> bool {
-        let b = self.capacity as usize;
-        self.shape.len() >= kernels::TREE_SHAPE_WORDS
-            && [
-                self.nodes.len(),
-                self.tree_tokens.len(),
-                self.first_child.len(),
-                self.next_sibling.len(),
-                self.target.len(),
-                self.seed.len(),
-                self.offset.len(),
-                self.eps.len(),
-                self.delta.len(),
-                self.accepted.len(),
-                self.path.len(),
-                self.tokens.len(),
-            ]
-            .iter()
-            .all(|&n| n >= b)
-            && self.draft_probs.is_none_or(|d| d.len() >= b)
-            && self.temperature.is_none_or(|t| t.len() >= b)
+        let s = &self.step;
+        let own = [
+            self.nodes.len(),
+            self.tree_tokens.len(),
+            self.first_child.len(),
+            self.next_sibling.len(),
+            self.path.len(),
+            s.target.len(),
+        ];
+        s.fits(kernels::TREE_SHAPE_WORDS, &own)
+            && s.draft_probs.is_none_or(|d| d.len() >= s.capacity as usize)
     }
 
     fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
         let launch = TreeLaunch {
-            grid: self.capacity.max(1),
+            grid: self.step.capacity.max(1),
             block: v.driver().block_threads(),
             args: self,
             stats: v.stats(),
@@ -92,7 +85,7 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
     fn downloads<'x>(
         &'x self,
         out: &'x mut TreeOutputs<'_>,
-    ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>> {
+    ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>> {
         let (accepted, path, tokens) = match out {
             TreeOutputs::Host {
                 accepted,
@@ -102,18 +95,10 @@ impl<D: Driver> Launch<D> for TreeArgs<'_, D> {
             // The launch wrote them in place: only the stats words are copied.
             TreeOutputs::Device { .. } => (&mut [][..], &mut [][..], &mut [][..]),
         };
-        if accepted.len() > self.accepted.len()
-            || path.len() > self.path.len()
-            || tokens.len() > self.tokens.len()
-        {
-            return Err(GpuError::ViewTooShort);
-        }
-        let part =
-            |v: &'x super::ViewMut<'_, D, u32>, out| Some((v.buffer(), v.byte_offset(), out));
         Ok([
-            part(&self.accepted, accepted),
-            part(&self.path, path),
-            part(&self.tokens, tokens),
+            download(&self.step.accepted, accepted)?,
+            download(&self.path, path)?,
+            download(&self.step.tokens, tokens)?,
         ])
     }
 }

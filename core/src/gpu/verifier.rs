@@ -3,7 +3,7 @@
 use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
-use super::staging::sealed::{Launch as Launches, Stage};
+use super::staging::sealed::{Download, Launch as Launches, Stage, download};
 use super::staging::{ChainStep, SUPPORT, Staged, Staging, Step, grow_host};
 use super::tree::staging::TreeStep;
 use crate::gpu::kernels;
@@ -397,7 +397,7 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
     type Step = ChainStep;
 
     fn capacity(&self) -> u32 {
-        self.capacity
+        self.step.capacity
     }
 
     fn key(&self) -> Inputs {
@@ -405,24 +405,13 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
     }
 
     fn fits(&self) -> bool {
-        let b = self.capacity as usize;
+        let s = &self.step;
+        let b = s.capacity as usize;
         let per_request = |len: Option<usize>| len.is_none_or(|n| n >= b);
         let len = |v: Option<super::View<'_, D, u32>>| v.map(|v| v.len());
-        // Logits come with their temperatures; probabilities are binary32 (no chain entry reads
-        // half ones).
-        let target = match self.temperature {
-            Some(t) => t.len() >= b,
-            None => !self.target.is_half(),
-        };
-        self.shape.len() >= kernels::SHAPE_WORDS
+        s.fits(kernels::SHAPE_WORDS, &[])
             // The ragged layout never reads `k`.
             && (self.cu_num_draft_tokens.is_some() || self.k.len() >= b)
-            && self.seed.len() >= b
-            && self.offset.len() >= b
-            && self.eps.len() >= b
-            && self.delta.len() >= b
-            && self.accepted.len() >= b
-            && self.tokens.len() >= b
             && per_request(len(self.cu_num_draft_tokens))
             && per_request(len(self.bonus))
             && self
@@ -430,12 +419,13 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
                 .is_none_or(|v| v.len() / kernels::SAMPLING_WORDS >= b)
             && per_request(len(self.draft_first_row))
             // First rows index draft rows: none without them.
-            && (self.draft_first_row.is_none() || self.draft_probs.is_some())
-            && target
+            && (self.draft_first_row.is_none() || s.draft_probs.is_some())
+            // Probabilities are binary32 (no chain entry reads half ones).
+            && (s.temperature.is_some() || !s.target.is_half())
     }
 
     fn enqueue<const K: usize>(&self, v: &GpuVerifier<D, K>) -> Result<(), GpuError<D::Error>> {
-        let capacity = self.capacity.max(1);
+        let capacity = self.step.capacity.max(1);
         // Scratch is only ever reserved below one request per multiprocessor, so a launch that
         // fits it always splits (over ≥ 2 blocks).
         let (entry, slices, scratch) = match &v.split {
@@ -460,7 +450,7 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
     fn downloads<'x>(
         &'x self,
         out: &'x mut Outputs<'_>,
-    ) -> Result<[Option<(&'x D::Buffer, usize, &'x mut [u32])>; 3], GpuError<D::Error>> {
+    ) -> Result<[Download<'x, D>; 3], GpuError<D::Error>> {
         let (accepted, tokens, recovered) = match out {
             Outputs::Host {
                 accepted,
@@ -470,24 +460,13 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
             // The launch wrote them in place: only the stats words are copied.
             Outputs::Device { .. } => (&mut [][..], &mut [][..], None),
         };
-        let r_len = recovered.as_deref().map_or(0, <[u32]>::len);
-        let r_view = match (&self.recovered, recovered.is_some()) {
-            (Some(v), true) if v.len() >= r_len => Some(v),
-            (_, false) => None,
-            _ => return Err(GpuError::ViewTooShort),
+        let recovered = match (&self.recovered, recovered) {
+            (Some(v), Some(r)) => download(v, r)?,
+            (None, Some(_)) => return Err(GpuError::ViewTooShort),
+            (_, None) => None,
         };
-        if accepted.len() > self.accepted.len() || tokens.len() > self.tokens.len() {
-            return Err(GpuError::ViewTooShort);
-        }
-        let at = |v: &'x super::ViewMut<'_, D, u32>| (v.buffer(), v.byte_offset());
-        let ((a, a_at), (t, t_at)) = (at(&self.accepted), at(&self.tokens));
-        Ok([
-            Some((a, a_at, accepted)),
-            Some((t, t_at, tokens)),
-            r_view
-                .zip(recovered)
-                .map(|(v, r)| (v.buffer(), v.byte_offset(), r)),
-        ])
+        let accepted = download(&self.step.accepted, accepted)?;
+        Ok([accepted, download(&self.step.tokens, tokens)?, recovered])
     }
 }
 

@@ -418,12 +418,12 @@ impl Driver for Fake {
             entry: l.entry,
             grid: l.grid,
             block: l.block,
-            shape: at(a.shape.buffer(), a.shape.byte_offset()),
+            shape: at(a.step.shape.buffer(), a.step.shape.byte_offset()),
             k: at(a.k.buffer(), a.k.byte_offset()),
-            accepted: at(a.accepted.buffer(), a.accepted.byte_offset()),
+            accepted: at(a.step.accepted.buffer(), a.step.accepted.byte_offset()),
             stats: l.stats.id,
             scratch: l.scratch.map(|b| (b.id, Self::bytes(b))),
-            draft_probs: a.draft_probs.is_some_and(|d| !d.is_half()),
+            draft_probs: a.step.draft_probs.is_some_and(|d| !d.is_half()),
             family: l.family,
             name: l.entry_name(),
             args: l.arg_block(address),
@@ -432,18 +432,18 @@ impl Driver for Fake {
             .cu_num_draft_tokens
             .map(|v| (v.buffer().clone(), v.byte_offset()));
         let bufs = [
-            a.shape.buffer().clone(),
+            a.step.shape.buffer().clone(),
             a.k.buffer().clone(),
-            a.accepted.buffer().clone(),
+            a.step.accepted.buffer().clone(),
             l.stats.clone(),
-            a.tokens.buffer().clone(),
+            a.step.tokens.buffer().clone(),
         ];
         let offs = [
-            a.shape.byte_offset(),
+            a.step.shape.byte_offset(),
             a.k.byte_offset(),
-            a.accepted.byte_offset(),
+            a.step.accepted.byte_offset(),
             0,
-            a.tokens.byte_offset(),
+            a.step.tokens.byte_offset(),
         ];
         let rec_out = a
             .recovered
@@ -508,19 +508,19 @@ impl Driver for Fake {
             grid: l.grid,
             block: l.block,
             stats: l.stats.id,
-            draft: a.draft_probs.is_some_and(|d| !d.is_half()),
+            draft: a.step.draft_probs.is_some_and(|d| !d.is_half()),
             entry: l.entry_name(),
             args: l.arg_block(address),
         };
         let view = |b: &Buf, o: usize| (b.clone(), o);
         let (shape, nodes) = (
-            view(a.shape.buffer(), a.shape.byte_offset()),
+            view(a.step.shape.buffer(), a.step.shape.byte_offset()),
             view(a.nodes.buffer(), a.nodes.byte_offset()),
         );
         let (acc, path, tok) = (
-            view(a.accepted.buffer(), a.accepted.byte_offset()),
+            view(a.step.accepted.buffer(), a.step.accepted.byte_offset()),
             view(a.path.buffer(), a.path.byte_offset()),
-            view(a.tokens.buffer(), a.tokens.byte_offset()),
+            view(a.step.tokens.buffer(), a.step.tokens.byte_offset()),
         );
         let (stats, st) = (l.stats.clone(), self.st.clone());
         self.push(

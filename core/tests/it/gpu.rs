@@ -350,20 +350,20 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
         )
         .unwrap();
     drv.run();
-    assert_eq!(args.capacity, b as u32);
+    assert_eq!(args.step.capacity, b as u32);
     assert_eq!(args.k.len(), b);
-    assert_eq!(args.tokens.len(), b * 3);
-    assert_eq!(args.accepted.len(), b);
-    assert_eq!(args.draft_probs.map(|p| p.len()), Some(b * 6));
+    assert_eq!(args.step.tokens.len(), b * 3);
+    assert_eq!(args.step.accepted.len(), b);
+    assert_eq!(args.step.draft_probs.map(|p| p.len()), Some(b * 6));
     let read_f32 = |view: View<'_, Fake, f32>, i: usize| {
         f32::read_ne(&view.buffer().data.lock().unwrap()[view.byte_offset() + 4 * i..])
     };
     for i in [0, 63, 64, 69] {
-        assert_eq!(read_f32(args.eps, i), DEFAULT_EPS);
-        assert_eq!(read_f32(args.delta, i), DEFAULT_DELTA);
+        assert_eq!(read_f32(args.step.eps, i), DEFAULT_EPS);
+        assert_eq!(read_f32(args.step.delta, i), DEFAULT_DELTA);
     }
     let shape: Vec<u32> = (0..kernels::SHAPE_WORDS)
-        .map(|i| u32::read_ne(&args.shape.buffer().data.lock().unwrap()[4 * i..]))
+        .map(|i| u32::read_ne(&args.step.shape.buffer().data.lock().unwrap()[4 * i..]))
         .collect();
     assert_eq!(
         shape,
@@ -378,8 +378,8 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
         .write::<K>(&drv, v.stream(), Method::Typical, &batch, Produce::TOKENS)
         .unwrap();
     drv.run();
-    assert_eq!(read_f32(args.eps, 69), 0.5);
-    assert_eq!(read_f32(args.delta, 0), 0.5);
+    assert_eq!(read_f32(args.step.eps, 69), 0.5);
+    assert_eq!(read_f32(args.step.delta, 0), 0.5);
     // A batch whose slices are shorter than its shape: refused, nothing enqueued (a launch
     // would read past the views).
     let mut short = Owned::new(b);
@@ -424,7 +424,7 @@ fn staging_writes_defaults_and_draft_probs_and_refuses_unreserved_batches() {
         )
         .unwrap();
     assert_ne!(args.k.buffer().id, old);
-    assert_eq!(args.capacity, b as u32 + 1);
+    assert_eq!(args.step.capacity, b as u32 + 1);
 }
 
 #[test]
@@ -446,14 +446,14 @@ fn launch_checks_every_per_request_view_against_the_capacity() {
             .unwrap()
             .into_args();
         match field {
-            0 => a.shape = View::range(a.shape.buffer(), 0, 7).unwrap(),
+            0 => a.step.shape = View::range(a.step.shape.buffer(), 0, 7).unwrap(),
             1 => a.k = short(a.k),
-            2 => a.seed = short(a.seed),
-            3 => a.offset = short(a.offset),
-            4 => a.eps = short(a.eps),
-            5 => a.delta = short(a.delta),
-            6 => a.capacity = 5,  // accepted holds 4
-            _ => a.capacity = 13, // tokens hold 12
+            2 => a.step.seed = short(a.step.seed),
+            3 => a.step.offset = short(a.step.offset),
+            4 => a.step.eps = short(a.step.eps),
+            5 => a.step.delta = short(a.step.delta),
+            6 => a.step.capacity = 5,  // accepted holds 4
+            _ => a.step.capacity = 13, // tokens hold 12
         }
         // SAFETY: refused before anything is enqueued.
         let e = unsafe { v.launch(&a) }.unwrap_err();
@@ -1177,12 +1177,12 @@ fn staging_writes_the_optional_inputs() {
     assert_eq!(a.inputs(), x.inputs());
     assert_eq!(words(a.cu_num_draft_tokens.unwrap()), x.cu);
     assert_eq!(Some(words(a.bonus.unwrap())), x.bonus);
-    assert_eq!(words(f32_rows(a.target).unwrap()), x.rows);
-    assert_eq!(Some(words(a.temperature.unwrap())), x.temps);
+    assert_eq!(words(f32_rows(a.step.target).unwrap()), x.rows);
+    assert_eq!(Some(words(a.step.temperature.unwrap())), x.temps);
     assert!(a.k.is_empty(), "the ragged layout has no k");
     assert_eq!(words(a.draft_ids), x.ids);
     assert_eq!(
-        words(a.shape).as_slice(),
+        words(a.step.shape).as_slice(),
         kernels::batch_shape::<K>(Method::Rejection, &x.view()).unwrap()
     );
     // A padded batch without them: none set, the plain entry's views (its `k` needs room the
@@ -1212,7 +1212,7 @@ fn staging_writes_the_optional_inputs() {
         .unwrap();
     assert_eq!(a.inputs(), Inputs::default());
     assert!(a.cu_num_draft_tokens.is_none() && a.bonus.is_none());
-    assert!(a.temperature.is_none(), "probabilities");
+    assert!(a.step.temperature.is_none(), "probabilities");
     assert_eq!(a.k.len(), 4);
     // A runtime that never passes the optional inputs never allocates their buffers.
     let mut fresh = Staging::<Fake>::new();
@@ -1277,7 +1277,7 @@ fn launch_checks_the_optional_views() {
         match field {
             0 => a.cu_num_draft_tokens = a.cu_num_draft_tokens.map(short),
             1 => a.bonus = a.bonus.map(short),
-            _ => a.temperature = a.temperature.map(short),
+            _ => a.step.temperature = a.step.temperature.map(short),
         }
         // SAFETY: refused before anything is enqueued.
         let e = unsafe { v.launch(&a) }.unwrap_err();
@@ -1433,16 +1433,16 @@ fn half_inputs_are_staged_with_their_flags() {
         let what = format!("target {t} draft {dr}");
         assert_eq!(a.inputs().family(), Family::Logits, "{what}");
         assert_eq!(
-            half_rows(a.target).map(words),
+            half_rows(a.step.target).map(words),
             (t < 2).then(|| logits.clone())
         );
         assert_eq!(
-            a.draft_probs.and_then(half_rows).map(words),
+            a.step.draft_probs.and_then(half_rows).map(words),
             (dr < 2).then(|| drafts.clone())
         );
-        assert_eq!(a.temperature.is_some(), t < 2, "{what}");
-        assert_eq!(a.draft_probs.is_some(), dr < 2, "{what}");
-        let shape = words(a.shape);
+        assert_eq!(a.step.temperature.is_some(), t < 2, "{what}");
+        assert_eq!(a.step.draft_probs.is_some(), dr < 2, "{what}");
+        let shape = words(a.step.shape);
         let want_t = [kernels::FLAG_TARGET_BF16, kernels::FLAG_TARGET_F16, 0][usize::from(t)];
         let want_d = [
             kernels::FLAG_DRAFT_PROBS | kernels::FLAG_DRAFT_BF16,
@@ -1461,12 +1461,12 @@ fn half_inputs_are_staged_with_their_flags() {
         let view_at = |p: Option<View<'_, Fake, u16>>| p.map(|v| (v.buffer().id, v.byte_offset()));
         assert_eq!(
             at(last.args.target_logits),
-            view_at(half_rows(a.target)),
+            view_at(half_rows(a.step.target)),
             "{what}"
         );
         assert_eq!(
             at(last.args.draft_probs),
-            view_at(a.draft_probs.and_then(half_rows)),
+            view_at(a.step.draft_probs.and_then(half_rows)),
             "{what}"
         );
     }
@@ -1883,7 +1883,7 @@ fn mixed_drafters_are_staged_and_passed() {
             .collect()
     };
     assert_eq!(a.draft_first_row.map(words), Some(first.to_vec()));
-    assert_eq!(a.draft_probs.map(|v| v.len()), Some(rows.len()));
+    assert_eq!(a.step.draft_probs.map(|v| v.len()), Some(rows.len()));
     // SAFETY: staged views; nothing else writes the staging buffers.
     unsafe { v.launch_staged(&a) }.unwrap();
     drv.run();
@@ -1910,7 +1910,7 @@ fn mixed_drafters_are_staged_and_passed() {
         a
     };
     let mut x = staged();
-    x.draft_probs = None;
+    x.step.draft_probs = None;
     refused(&x, "first rows without draft rows");
     let mut x = staged();
     x.draft_first_row = x.draft_first_row.map(short);

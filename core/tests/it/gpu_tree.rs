@@ -260,7 +260,7 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Typical, &d.view(), ())
         .unwrap();
-    let shape = elems(&a.shape);
+    let shape = elems(&a.step.shape);
     assert_eq!(shape, tree_shape::<K>(Method::Typical, &d.view()).unwrap());
     assert_eq!(
         shape,
@@ -280,14 +280,19 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     assert_eq!(elems(&a.tree_tokens), d.tokens);
     assert_eq!(elems(&a.first_child), d.first_child);
     assert_eq!(elems(&a.next_sibling), d.next_sibling);
-    assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
-    assert_eq!(elems(&a.seed), d.seed);
-    assert_eq!(elems(&a.offset), d.offset);
-    assert_eq!(elems(&a.eps), [DEFAULT_EPS; 2]);
-    assert_eq!(elems(&a.delta), [DEFAULT_DELTA; 2]);
-    assert!(a.draft_probs.is_none());
+    assert_eq!(elems(&f32_rows(a.step.target).unwrap()), d.target);
+    assert_eq!(elems(&a.step.seed), d.seed);
+    assert_eq!(elems(&a.step.offset), d.offset);
+    assert_eq!(elems(&a.step.eps), [DEFAULT_EPS; 2]);
+    assert_eq!(elems(&a.step.delta), [DEFAULT_DELTA; 2]);
+    assert!(a.step.draft_probs.is_none());
     assert_eq!(
-        (a.capacity, a.accepted.len(), a.path.len(), a.tokens.len()),
+        (
+            a.step.capacity,
+            a.step.accepted.len(),
+            a.path.len(),
+            a.step.tokens.len()
+        ),
         (2, 2, 4, 4)
     );
     // Draft rows need their own buffer: not reserved yet.
@@ -301,8 +306,11 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
         .unwrap();
-    assert_eq!(elems(&a.draft_probs.and_then(f32_rows).unwrap()), [0.5; 12]);
-    let shape = elems(&a.shape);
+    assert_eq!(
+        elems(&a.step.draft_probs.and_then(f32_rows).unwrap()),
+        [0.5; 12]
+    );
+    let shape = elems(&a.step.shape);
     assert_eq!(
         (
             shape[kernels::SHAPE_DRAFT_STRIDE],
@@ -350,14 +358,14 @@ fn tree_staging_writes_shape_words_defaults_and_draft_rows() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &logits, ())
         .unwrap();
-    assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
-    assert_eq!(elems(&a.temperature.unwrap()), temps);
+    assert_eq!(elems(&f32_rows(a.step.target).unwrap()), d.target);
+    assert_eq!(elems(&a.step.temperature.unwrap()), temps);
     // Probabilities again in the same staging: no logits views.
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Rejection, &d.view(), ())
         .unwrap();
-    assert!(a.temperature.is_none());
-    assert_eq!(elems(&f32_rows(a.target).unwrap()), d.target);
+    assert!(a.step.temperature.is_none());
+    assert_eq!(elems(&f32_rows(a.step.target).unwrap()), d.target);
 }
 
 fn short<T: Element>(view: View<'_, Fake, T>) -> View<'_, Fake, T> {
@@ -421,23 +429,23 @@ fn tree_launch_checks_every_view_against_the_capacity() {
             .unwrap()
             .into_args();
         match field {
-            0 => a.shape = View::range(a.shape.buffer(), 0, 8).unwrap(),
+            0 => a.step.shape = View::range(a.step.shape.buffer(), 0, 8).unwrap(),
             1 => a.nodes = short(a.nodes),
             2 => a.tree_tokens = short(a.tree_tokens),
             3 => a.first_child = short(a.first_child),
             4 => a.next_sibling = short(a.next_sibling),
-            5 => a.draft_probs = a.draft_probs.map(short_rows),
-            6 => a.target = short_rows(a.target),
-            7 => a.seed = short(a.seed),
-            8 => a.offset = short(a.offset),
-            9 => a.eps = short(a.eps),
-            10 => a.delta = short(a.delta),
-            11 => a.accepted = ViewMut::range(&mut acc1, 0, 1).unwrap(),
+            5 => a.step.draft_probs = a.step.draft_probs.map(short_rows),
+            6 => a.step.target = short_rows(a.step.target),
+            7 => a.step.seed = short(a.step.seed),
+            8 => a.step.offset = short(a.step.offset),
+            9 => a.step.eps = short(a.step.eps),
+            10 => a.step.delta = short(a.step.delta),
+            11 => a.step.accepted = ViewMut::range(&mut acc1, 0, 1).unwrap(),
             12 => a.path = ViewMut::range(&mut path1, 0, 1).unwrap(),
-            13 => a.tokens = ViewMut::range(&mut tok1, 0, 1).unwrap(),
-            14 => a.target = short_rows(a.target),
-            15 => a.temperature = a.temperature.map(short),
-            _ => a.capacity = 2, // fits: the controls
+            13 => a.step.tokens = ViewMut::range(&mut tok1, 0, 1).unwrap(),
+            14 => a.step.target = short_rows(a.step.target),
+            15 => a.step.temperature = a.step.temperature.map(short),
+            _ => a.step.capacity = 2, // fits: the controls
         }
         let ops = drv.st.ops.get();
         // SAFETY: refused before anything is enqueued (or, for the control, staged views of a
@@ -739,7 +747,7 @@ fn tree_staging_accepts_the_boundary_shapes() {
             .write::<K>(&drv, v.stream(), Method::Rejection, &b, ())
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(a.path.len(), out, "{what}");
-        let shape = elems(&a.shape);
+        let shape = elems(&a.step.shape);
         assert_eq!(
             shape,
             tree_shape::<K>(Method::Rejection, &b).unwrap(),
@@ -758,8 +766,8 @@ fn default_typical_parameters_reach_every_request() {
     let a = staging
         .write::<K>(&drv, v.stream(), Method::Typical, &d.view(), ())
         .unwrap();
-    assert_eq!(elems(&a.eps), vec![DEFAULT_EPS; 130]);
-    assert_eq!(elems(&a.delta), vec![DEFAULT_DELTA; 130]);
+    assert_eq!(elems(&a.step.eps), vec![DEFAULT_EPS; 130]);
+    assert_eq!(elems(&a.step.delta), vec![DEFAULT_DELTA; 130]);
 }
 
 /// The tree entry is made ready at set-up (`stage`, and `capture` before its capture
@@ -999,10 +1007,10 @@ fn tree_launch_checks_the_half_row_views() {
             .write::<K>(&drv, v.stream(), Method::Rejection, &batch, ())
             .unwrap()
             .into_args();
-        assert!(a.draft_probs.is_some_and(|d| d.is_half()));
+        assert!(a.step.draft_probs.is_some_and(|d| d.is_half()));
         if case == 0 {
-            let h = a.draft_probs.and_then(half_rows).unwrap();
-            a.draft_probs = Some(RowsView::Half(View::range(h.buffer(), 0, 1).unwrap()));
+            let h = a.step.draft_probs.and_then(half_rows).unwrap();
+            a.step.draft_probs = Some(RowsView::Half(View::range(h.buffer(), 0, 1).unwrap()));
         }
         // SAFETY: refused before anything is enqueued, or the staged views of a valid batch.
         let launched = unsafe { v.launch(&a) };

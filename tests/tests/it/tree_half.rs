@@ -492,7 +492,7 @@ fn tree_entry_refuses_bad_half_flags() {
                 .write::<K>(&drv, v.stream(), m, &host, ())
                 .unwrap()
                 .into_args();
-            args.shape = View::new(&shape);
+            args.step.shape = View::new(&shape);
             let ran = drv.launches_of(entry);
             // SAFETY: the staged views of this batch; only the flags differ from its shape words.
             unsafe { v.launch(&args) }.unwrap();

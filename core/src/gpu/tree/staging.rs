@@ -4,36 +4,23 @@
 use super::super::driver::Driver;
 use super::super::error::GpuError;
 use super::super::staging::{
-    Arg, Dst, MAX_SLOTS, SUPPORT, Split, Step, oob, per_request, rows, sealed, upload,
+    ACCEPTED, COMMON, Common, Dst, MAX_SLOTS, SUPPORT, Split, Staging, Step, TOKENS, owned_out,
+    sealed, upload,
 };
-use super::super::staging::{Staging, owned_out};
 use super::super::verifier::GpuVerifier;
-use super::super::view::{Memory, View, ViewMut};
+use super::super::view::{Memory, ViewMut};
 use super::args::TreeArgs;
 use crate::gpu::kernels::{self, ShapeTooLarge};
 use crate::verify::tree::{TreeBatch, TreeOutputs, validate_tree_inputs_with, validate_tree_with};
-use crate::verify::{
-    Check, DEFAULT_DELTA, DEFAULT_EPS, Format, Method, Param, Rows, Target, Values, VerifyError,
-};
+use crate::verify::{Check, Method, Param, Streams, VerifyError};
 
-/// Buffers, in the order of [`TreeArgs`]' fields.
-const SLOTS: usize = 15;
-const SHAPE: usize = 0;
-const NODES: usize = 1;
-const TOKENS: usize = 2;
-const FIRST: usize = 3;
-const NEXT: usize = 4;
-const DPROBS: usize = 5;
-const TPROBS: usize = 6;
-const SEED: usize = 7;
-const OFFSET: usize = 8;
-const EPS: usize = 9;
-const DELTA: usize = 10;
-const ACCEPTED: usize = 11;
-const PATH: usize = 12;
-const OUT_TOKENS: usize = 13;
-/// The temperatures (target logits only; the logits themselves go to `TPROBS`' buffer).
-const TEMP: usize = 14;
+/// The tree's own buffer slots, after the common ones, in the order of [`TreeArgs`]' fields.
+const SLOTS: usize = COMMON + 5;
+const NODES: usize = COMMON;
+const NODE_TOKENS: usize = COMMON + 1;
+const FIRST: usize = COMMON + 2;
+const NEXT: usize = COMMON + 3;
+const PATH: usize = COMMON + 4;
 const _: () = assert!(SLOTS <= MAX_SLOTS);
 
 /// The shape words of launching `method` over `batch` with `Counters<K>`: the chain's
@@ -60,18 +47,8 @@ pub fn tree_shape<const K: usize>(
     );
     let mut shape = [0u32; kernels::TREE_SHAPE_WORDS];
     shape[..kernels::SHAPE_WORDS].copy_from_slice(&chain);
-    let flag = |rows: Rows<'_>, bf16: u32, f16: u32| match rows.format() {
-        Format::F32 => 0,
-        Format::Bf16 => bf16,
-        Format::F16 => f16,
-    };
-    shape[kernels::SHAPE_FLAGS] |= flag(
-        batch.target.rows(),
-        kernels::FLAG_TARGET_BF16,
-        kernels::FLAG_TARGET_F16,
-    ) | batch.draft.map_or(0, |d| {
-        flag(d, kernels::FLAG_DRAFT_BF16, kernels::FLAG_DRAFT_F16)
-    });
+    let draft = batch.draft.map(|d| d.format());
+    shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(batch.target.rows().format(), draft);
     shape[kernels::TREE_SHAPE_NODES] = w(batch.max_nodes)?;
     Ok(shape)
 }
@@ -101,7 +78,8 @@ impl sealed::Stage for TreeStep {
     type Out<'d, D: Memory> = Out<'d, D>;
     // One entry family: any tree batch replays a tree graph of its capacity.
     type Key = ();
-    // Every slot is allocated, even for a batch that leaves it unused (probabilities: `TEMP`).
+    // Every slot is allocated, even for a batch that leaves it unused (probabilities leave the
+    // temperatures' unused).
     const OPTIONAL: &'static [usize] = &[];
 
     fn validate<const K: usize>(batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
@@ -143,8 +121,10 @@ impl sealed::Stage for TreeStep {
         drv.prepare_tree().map_err(GpuError::Driver)
     }
 
-    fn tensors<'h>(batch: &<Self as Step>::Batch<'h>) -> (Option<Values<'h>>, Target<'h>) {
-        (batch.draft.map(|d| d.values), batch.target)
+    fn common<'h>(batch: &<Self as Step>::Batch<'h>) -> Common<'h> {
+        let (seed, offset, draft) = (batch.seed, batch.offset, batch.draft.map(|d| d.values));
+        let typical = [batch.eps, batch.delta];
+        (draft, batch.target, Streams { seed, offset }, typical)
     }
 
     /// The byte sizes a (checked) batch needs in each buffer (device rows need none; device
@@ -158,78 +138,42 @@ impl sealed::Stage for TreeStep {
         let b = batch.requests();
         let out = b.checked_mul(batch.max_depth.checked_add(1)?)?;
         let w4 = |n: usize| n.checked_mul(4);
-        let w8 = |n: usize| n.checked_mul(8);
-        Some([
-            kernels::TREE_SHAPE_WORDS * 4,
-            w4(b)?,
-            w4(batch.tree.tokens.len())?,
-            w4(batch.tree.first_child.len())?,
-            w4(batch.tree.next_sibling.len())?,
-            rows.draft.as_ref().map_or(Some(0), Arg::staged_bytes)?,
-            rows.target.staged_bytes()?,
-            w8(b)?,
-            w8(b)?,
-            w4(b)?,
-            w4(b)?,
-            w4(b)?,
-            w4(out)?,
-            w4(out)?,
-            w4(batch.target.temperature().map_or(0, <[f32]>::len))?,
-        ])
+        let tree = &batch.tree;
+        rows.needs(
+            (kernels::TREE_SHAPE_WORDS, b, out),
+            &[
+                w4(b)?,
+                w4(tree.tokens.len())?,
+                w4(tree.first_child.len())?,
+                w4(tree.next_sibling.len())?,
+                w4(out)?,
+            ],
+        )
     }
 
     fn write<'s, const K: usize, D: Driver>(
         dst: &Dst<'s, '_, D>,
         method: Method,
         batch: &TreeBatch<'_>,
-        rows_in: Split<'_, 's, D>,
+        rows: Split<'_, 's, D>,
         out_views: Option<Out<'s, D>>,
-        needs: &[usize; SLOTS],
         (): (),
     ) -> Result<TreeArgs<'s, D>, GpuError<D::Error>> {
-        let (drv, stream, bufs) = (dst.drv, dst.stream, &dst.bufs);
-        let buf = |i: usize| bufs[i].ok_or(GpuError::ViewTooShort);
-        let b = batch.requests();
-        let capacity = u32::try_from(b).map_err(|_| GpuError::TooLarge)?;
         let shape = tree_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
-        let out = needs[PATH] / 4;
         let (accepted, path, tokens) = match out_views {
             // Device outputs: `verify_staged` made them from outputs that validation checked
             // against this batch (`b` counts, `out` path and token slots).
             Some(o) => o,
-            None => (
-                ViewMut::shared(View::range(buf(ACCEPTED)?, 0, b).map_err(oob)?),
-                ViewMut::shared(View::range(buf(PATH)?, 0, out).map_err(oob)?),
-                ViewMut::shared(View::range(buf(OUT_TOKENS)?, 0, out).map_err(oob)?),
-            ),
+            None => (dst.out(ACCEPTED)?, dst.out(PATH)?, dst.out(TOKENS)?),
         };
-        let tree = &batch.tree;
-        let target = rows(drv, stream, bufs[TPROBS], rows_in.target)?;
-        let draft_probs = match rows_in.draft {
-            Some(d) => Some(rows(drv, stream, bufs[DPROBS], d)?),
-            None => None,
-        };
-        let temperature = match batch.target.temperature() {
-            Some(t) => Some(upload(drv, stream, buf(TEMP)?, t)?),
-            None => None,
-        };
+        let (drv, stream, tree) = (dst.drv, dst.stream, &batch.tree);
         Ok(TreeArgs {
-            capacity,
-            shape: upload(drv, stream, buf(SHAPE)?, &shape)?,
-            nodes: upload(drv, stream, buf(NODES)?, tree.nodes)?,
-            tree_tokens: upload(drv, stream, buf(TOKENS)?, tree.tokens)?,
-            first_child: upload(drv, stream, buf(FIRST)?, tree.first_child)?,
-            next_sibling: upload(drv, stream, buf(NEXT)?, tree.next_sibling)?,
-            draft_probs,
-            target,
-            seed: upload(drv, stream, buf(SEED)?, batch.seed)?,
-            offset: upload(drv, stream, buf(OFFSET)?, batch.offset)?,
-            eps: per_request(drv, stream, buf(EPS)?, batch.eps, DEFAULT_EPS, b)?,
-            delta: per_request(drv, stream, buf(DELTA)?, batch.delta, DEFAULT_DELTA, b)?,
-            accepted,
+            step: dst.step(&shape, batch.requests(), rows, (accepted, tokens))?,
+            nodes: upload(drv, stream, dst.buf(NODES)?, tree.nodes)?,
+            tree_tokens: upload(drv, stream, dst.buf(NODE_TOKENS)?, tree.tokens)?,
+            first_child: upload(drv, stream, dst.buf(FIRST)?, tree.first_child)?,
+            next_sibling: upload(drv, stream, dst.buf(NEXT)?, tree.next_sibling)?,
             path,
-            tokens,
-            temperature,
         })
     }
 }
