@@ -134,6 +134,14 @@ fn validation_of_device_rows_and_outputs() {
         validate_with::<4>(SUPPORT, Method::Rejection, strict, &dev, &host_out),
         unsupported(Feature::DeviceCheck)
     );
+    // Refused before any row is read: failing host draft rows (each sums to 2) next to the
+    // device target rows give the refusal, not the draft rows' error.
+    let bad = [0.5f32; 16];
+    let mixed = dev.with_draft_probs(&bad);
+    assert_eq!(
+        validate_with::<4>(SUPPORT, Method::Rejection, strict, &mixed, &host_out),
+        unsupported(Feature::DeviceCheck)
+    );
     // Their length is checked as host rows' are.
     let short = batch(Values::Device(Device::f32(
         View::<Mem, f32>::range(&logits, 0, 20).unwrap(),
@@ -337,6 +345,14 @@ fn tree_validation_of_device_and_half_rows() {
     );
     assert_eq!(
         validate_tree_with::<4>(SUPPORT, m, strict, &dev, &out),
+        unsupported(Feature::DeviceCheck)
+    );
+    // Refused before any row is read: host draft rows that would fail (each sums to 2) next to
+    // device target rows give the refusal, not the draft rows' error.
+    let bad = [0.5f32; 16];
+    let mixed = tree_batch(device(&rows), Values::F32(&bad));
+    assert_eq!(
+        validate_tree_with::<4>(SUPPORT, m, strict, &mixed, &out),
         unsupported(Feature::DeviceCheck)
     );
     // Lengths through `Values::len`, on the device as on the host.
