@@ -983,9 +983,10 @@ impl RequestPlan {
         }
     }
 
-    /// Typical acceptance's threshold for a row of entropy `h`: `min(ε, δ·e^(−h))`, the
-    /// minimum written as `ε < c ? ε : c` (`core/DETERMINISM.md`: a NaN `c` is the threshold,
-    /// which no probability passes), for chains and trees alike.
+    /// Typical acceptance's threshold for a row of entropy `h`, for chains and trees alike:
+    /// `min(ε, δ·exp_p(−h))` with the minimum as `core/DETERMINISM.md` writes it
+    /// (`if a < b {a} else {b}`: a NaN `δ·exp_p(−h)` is the threshold, and no probability
+    /// passes it).
     #[must_use]
     pub fn typical_threshold(&self, h: f32) -> f32 {
         let c = self.delta * exp_p(-h);

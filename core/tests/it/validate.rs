@@ -733,3 +733,58 @@ fn verify_errors_display() {
         assert_eq!(fmt(&e), text);
     }
 }
+
+#[test]
+fn empty_drafts_are_what_the_padded_support_lacks() {
+    // V = 2, k_max = 1: request 0 drafts one token, request 1 none (k = 0).
+    let target = [0.5f32, 0.5, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0];
+    let batch = Batch::dense(
+        Dims { vocab: 2, k_max: 1 },
+        Drafts {
+            k: &[1, 0],
+            ids: &[1, 0],
+        },
+        &target,
+        Streams {
+            seed: &[1, 2],
+            offset: &[0, 0],
+        },
+    );
+    let (mut accepted, mut tokens) = ([0u32; 2], [0u32; 4]);
+    let out = Outputs::new(
+        specula_core::verify::AcceptedOut(&mut accepted),
+        specula_core::verify::TokensOut(&mut tokens),
+    );
+    let check = |support| {
+        specula_core::verify::validate_with::<4>(
+            support,
+            Method::Greedy,
+            Check::STRICT,
+            &batch,
+            &out,
+        )
+    };
+    use specula_core::verify::Support;
+    assert_eq!(
+        check(Support::PADDED),
+        Err(VerifyError::DraftLength {
+            request: 1,
+            k: 0,
+            k_max: 1
+        })
+    );
+    assert_eq!(check(Support::EMPTY_DRAFTS), Ok(()));
+    // Nothing else: the padded support's other refusals stay (here: a method per request).
+    let methods = [Method::Greedy; 2];
+    let per_request = batch.with_methods(&methods);
+    assert!(matches!(
+        specula_core::verify::validate_with::<4>(
+            Support::EMPTY_DRAFTS,
+            Method::Greedy,
+            Check::STRICT,
+            &per_request,
+            &out
+        ),
+        Err(VerifyError::Unsupported { .. })
+    ));
+}
