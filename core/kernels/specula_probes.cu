@@ -82,14 +82,7 @@ specula_probe_race_logits(const float* __restrict__ rows, sp_u32 vocab, sp_u32 s
                           float m, double s, sp_u32 fmt, sp_u64 seed, sp_u64 offset,
                           sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_soft st;
-    st.t = t;
-    st.m = m;
-    st.s = s;
-    st.theta = 0u;
-    st.kind = SP_P_SOFT;
-    st.tf = fmt;
-    st.df = SP_FMT_F32;
+    const sp_soft st = sp_soft_of(t, m, s, 0u, SP_P_SOFT, fmt, SP_FMT_F32);
     // SP_P_ANY with the kind SP_P_SOFT: what the logits entries run for logits at T > 0.
     const sp_u64 w = sp_race<SP_P_ANY, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false, 0u, vocab, 1u,
                                    (sp_u32)seed, (sp_u32)(seed >> 32), (sp_u32)offset,
@@ -116,14 +109,7 @@ specula_probe_race_logits_f16(const float* __restrict__ rows, sp_u32 vocab, sp_u
                               float t, float m, double s, sp_u64 seed, sp_u64 offset,
                               sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_soft st;
-    st.t = t;
-    st.m = m;
-    st.s = s;
-    st.theta = 0u;
-    st.kind = SP_P_SOFT;
-    st.tf = SP_FMT_F16;
-    st.df = SP_FMT_F16;
+    const sp_soft st = sp_soft_of(t, m, s, 0u, SP_P_SOFT, SP_FMT_F16, SP_FMT_F16);
     const sp_u64 w = sp_race<SP_P_SOFT, SP_FMT_F16>(sp_at(rows, (sp_u64)blockIdx.x * stride, SP_FMT_F16),
                                                     0, false, 0u, vocab, 1u, (sp_u32)seed,
                                                     (sp_u32)(seed >> 32), (sp_u32)offset,
@@ -137,14 +123,7 @@ specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stri
                        float m, double s, sp_u32 theta, sp_u32 fmt, sp_u64 seed, sp_u64 offset,
                        sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
-    sp_soft st;
-    st.t = t;
-    st.m = m;
-    st.s = s;
-    st.theta = theta;
-    st.kind = SP_P_SOFT_CUT;
-    st.tf = fmt;
-    st.df = SP_FMT_F32;
+    const sp_soft st = sp_soft_of(t, m, s, theta, SP_P_SOFT_CUT, fmt, SP_FMT_F32);
     // SP_P_ANY: the instantiation the logits entries run for every row kind.
     const sp_u64 w = sp_race<SP_P_ANY, SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, 0, false,
                                                        0u, vocab, 1u, (sp_u32)seed,
@@ -162,10 +141,7 @@ specula_probe_filter_count(const float* __restrict__ rows, sp_u32 vocab, sp_u32 
                            float m, sp_u32 fmt, sp_u32 prefix, sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u64 s_hist[SP_HIST_WORDS];
-    sp_soft st;
-    st.t = t;
-    st.m = m;
-    st.tf = fmt;
+    const sp_soft st = sp_soft_of(t, m, 0.0, 0u, SP_P_SOFT, fmt, SP_FMT_F32);
     sp_u64 o[4];
     sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_COUNT, 1u,
                               prefix, 0u, s_hist, s_red, o);
@@ -177,10 +153,7 @@ specula_probe_filter_mass(const float* __restrict__ rows, sp_u32 vocab, sp_u32 s
                           sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     __shared__ sp_u64 s_hist[SP_HIST_WORDS];
-    sp_soft st;
-    st.t = t;
-    st.m = m;
-    st.tf = fmt;
+    const sp_soft st = sp_soft_of(t, m, 0.0, 0u, SP_P_SOFT, fmt, SP_FMT_F32);
     sp_u64 o[4];
     sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_MASS_HIST,
                               1u, prefix, floor_, s_hist, s_red, o);

@@ -90,34 +90,6 @@ __device__ __forceinline__ float sp_tree_p(const float* row, const sp_soft* st, 
     return st != 0 ? sp_soft_p(x, *st) : x;
 }
 
-// The row passes over a node row (every thread of the block; block-uniform calls): the chain's
-// binary32 instances (P, FX = 0: the code binary32 trees always ran, inlined) when every row is
-// binary32 (`half` false), else the logits entries' any-format passes (SP_NOINLINE, compiled
-// once: the kind and the formats read from st, `kind` SP_P_RAW or SP_P_SOFT as P says, the same
-// operations as P's instance).
-template <sp_u32 P>
-__device__ __forceinline__ sp_u32 sp_tree_argmax(const float* row, sp_u32 vocab, sp_u64* s_red,
-                                                 const sp_soft& st, bool half) {
-    if (half) return sp_unpack_id(sp_argmax_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
-    return sp_argmax<P>(row, vocab, s_red, P == SP_P_RAW ? 0 : &st); // raw rows read no state
-}
-template <sp_u32 P>
-__device__ __forceinline__ float sp_tree_entropy(const float* row, sp_u32 vocab, sp_u64* s_red,
-                                                 const sp_soft& st, bool half) {
-    if (half) return sp_entropy_of_sum(sp_entropy_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
-    return sp_entropy<P>(row, vocab, s_red, P == SP_P_RAW ? 0 : &st);
-}
-template <sp_u32 P>
-__device__ __forceinline__ sp_u64 sp_tree_race_row(const float* trow, const float* drow, bool residual,
-                                                   sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
-                                                   sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
-                                                   sp_u64* s_red, const sp_soft& st, bool half) {
-    if (half)
-        return sp_race_any(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
-                           s_red, st);
-    return sp_race<P>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi, s_red,
-                      P == SP_P_RAW ? 0 : &st);
-}
 // The softmax state of a half logit row (the chain's two passes of format tf), compiled once.
 SP_NOINLINE __device__ sp_soft sp_tree_state_any(const float* row, sp_u32 vocab, float t,
                                                  sp_u64* s_red, sp_u32 tf) {
@@ -128,12 +100,8 @@ SP_NOINLINE __device__ sp_soft sp_tree_state_any(const float* row, sp_u32 vocab,
 __device__ __forceinline__ sp_soft sp_tree_state(const float* row, sp_u32 vocab, float t,
                                                  sp_u64* s_red, sp_u32 tf, sp_u32 df, bool half) {
     if (!half) return sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
-    sp_soft st = sp_tree_state_any(row, vocab, t, s_red, tf);
-    st.theta = 0u;
-    st.kind = SP_P_SOFT;
-    st.tf = tf;
-    st.df = df;
-    return st;
+    const sp_soft st = sp_tree_state_any(row, vocab, t, s_red, tf);
+    return sp_soft_of(st.t, st.m, st.s, 0u, SP_P_SOFT, tf, df);
 }
 
 // Target-only rule's residual: w_v = (p(v) as f64) - (1.0 if v is a tried token).
@@ -233,10 +201,9 @@ __device__ double sp_tree_mass(const sp_tree_resid& rf, sp_u32 vocab, sp_u64* s_
 }
 
 // The 64-bit acceptance draw of the sibling of rank `rank` of node u (stream 0).
-__device__ __forceinline__ double sp_sibling_uniform(sp_u32 u, sp_u32 rank, sp_u32 k0, sp_u32 k1,
-                                                     sp_u32 off_lo, sp_u32 off_hi) {
-    sp_u32 c[4] = {rank, (u << 2) | 0u, off_lo, off_hi};
-    sp_philox(c, k0, k1);
+__device__ __forceinline__ double sp_sibling_uniform(sp_u32 u, sp_u32 rank, const sp_request& rq) {
+    sp_u32 c[4] = {rank, (u << 2) | 0u, rq.off_lo, rq.off_hi};
+    sp_philox(c, rq.k0, rq.k1);
     const sp_u64 x = ((sp_u64)c[0] << 32) | (sp_u64)c[1];
     return (double)((x >> 11) | 1ull) * sp_d(0x3CA0000000000000ull); // 2^-53
 }
@@ -297,38 +264,35 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
     float* const s_tm = sm.tm;
     sp_u32* const s_word = sm.word;
 
-    const sp_u32 batch = shape[SP_SHAPE_BATCH];
+    const sp_shape sh = sp_shape_of(shape);
     const sp_u32 b = blockIdx.x;
-    if (b >= batch) return;
-    const sp_u32 max_depth = shape[SP_SHAPE_K_MAX];
-    const sp_u32 vocab = shape[SP_SHAPE_VOCAB];
-    const sp_u32 dstride = shape[SP_SHAPE_DRAFT_STRIDE];
-    const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
-    const sp_u32 method = shape[SP_SHAPE_METHOD];
-    const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
-    const sp_u32 flags = shape[SP_SHAPE_FLAGS];
-    const bool has_draft = (flags & SP_FLAG_DRAFT_PROBS) != 0u;
+    if (b >= sh.batch) return;
+    const sp_u32 max_depth = sh.k_max;
+    const sp_u32 vocab = sh.vocab;
+    const sp_u32 dstride = sh.dstride;
+    const sp_u32 tstride = sh.tstride;
+    const bool has_draft = sh.draft;
     const sp_u32 nslots = shape[SP_TREE_SHAPE_NODES];
-    // Row formats (SP_FMT_*): half rows only through the any-format passes (`half`).
-    const sp_u32 tf = H ? sp_target_fmt(flags) : SP_FMT_F32;
-    const sp_u32 df = H ? sp_draft_fmt(flags) : SP_FMT_F32;
-    const bool half = H;
-    const sp_u32 both_t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
+    // Row formats (SP_FMT_*): half rows only through the any-format passes (H).
+    const sp_u32 tf = H ? sp_target_fmt(sh.flags) : SP_FMT_F32;
+    const sp_u32 df = H ? sp_draft_fmt(sh.flags) : SP_FMT_F32;
     const sp_u32 both_d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    sp_u64* const err = sp_err_word(stats, sh.ck);
+    const sp_u32 both_t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
     // The binary32 entry takes no half flag (its instance reads every row as binary32): one test.
-    const bool flags_ok = H ? (flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
-                                  (flags & both_t) != both_t && (flags & both_d) != both_d &&
-                                  (has_draft || (flags & both_d) == 0u)
-                            : (flags & ~SP_FLAG_DRAFT_PROBS) == 0u;
-    sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
-
-    const bool shape_ok = batch <= gridDim.x && max_depth <= ck && vocab >= 1u &&
+    const bool flags_ok = H ? (sh.flags & ~(SP_FLAG_DRAFT_PROBS | both_t | both_d)) == 0u &&
+                                  (sh.flags & both_t) != both_t && (sh.flags & both_d) != both_d &&
+                                  (has_draft || (sh.flags & both_d) == 0u)
+                            : (sh.flags & ~SP_FLAG_DRAFT_PROBS) == 0u;
+    // The chain's tests (sp_shape_ok, sp_flags_ok) but in this order: in theirs ptxas spilled
+    // twice as much in specula_verify_tree (sm_90: 186+776 bytes became 332+1732).
+    const bool shape_ok = sh.batch <= gridDim.x && max_depth <= sh.ck && vocab >= 1u &&
                           tstride >= vocab && (!has_draft || dstride >= vocab) &&
-                          method <= SP_METHOD_TYPICAL && nslots >= 1u && flags_ok &&
+                          sh.method <= SP_METHOD_TYPICAL && nslots >= 1u && flags_ok &&
                           nslots <= SP_TREE_MAX_NODES && blockDim.x <= SPECULA_BLOCK_THREADS &&
                           blockDim.x % SPECULA_WARP_SIZE == 0u;
     if (!shape_ok) {
-        if (threadIdx.x == 0u && b == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
+        sp_refuse_launch(err);
         return;
     }
 
@@ -381,40 +345,26 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             out_path[j] = SP_SENTINEL;
             out_tok[j] = SP_SENTINEL;
         }
-        if (threadIdx.x == 0u) {
-            accepted[b] = SP_SENTINEL;
-            atomicOr(err, (sp_u64)bad);
-        }
+        sp_refuse_request(accepted, b, err, bad);
         return;
     }
 
-    const sp_u64 sd = seed[b];
-    const sp_u64 o = offset[b];
-    const sp_u32 k0 = (sp_u32)sd, k1 = (sp_u32)(sd >> 32);
-    const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
     // Target logits (DETERMINISM.md, as the chain's logits entries): T = 0 is greedy on the
     // logit rows; T > 0 reads every target value of a node row through that row's softmax
     // (`soft`: its state, computed by the whole block before the row's first value is read).
-    const bool lg = target_logits != 0;
-    const float temp = lg ? temperature[b] : 0.0f;
-    const bool soft = lg && temp > 0.0f;
-    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY : method;
-    const float* const tbase = sp_at(lg ? target_logits : target_probs, base * tstride, tf);
+    const sp_request rq = sp_request_of(seed, offset, target_logits, temperature, b, sh.method, 0);
+    const bool soft = rq.soft;
+    const float temp = rq.temp;
+    const sp_u32 meth = rq.meth;
+    const float* const tbase = sp_at(rq.lg ? target_logits : target_probs, base * tstride, tf);
     const float* const dbase = has_draft ? sp_at(draft_probs, base * dstride, df) : 0;
 #define SP_TROW(u) sp_at(tbase, (sp_u64)(u) * tstride, tf)
     // The softmax state of a node row (every thread of the block; block-uniform call).
     auto row_state = [&](const float* row) {
-        return sp_tree_state(row, vocab, temp, s_red, tf, df, half);
+        return sp_tree_state(row, vocab, temp, s_red, tf, df, H);
     };
     // The state the passes of a stored row (P = SP_P_RAW) read: only its formats.
-    sp_soft st_raw;
-    st_raw.t = 1.0f;
-    st_raw.m = 0.0f;
-    st_raw.s = 0.0;
-    st_raw.theta = 0u;
-    st_raw.kind = SP_P_RAW;
-    st_raw.tf = tf;
-    st_raw.df = df;
+    const sp_soft st_raw = sp_soft_raw(tf, df);
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
@@ -454,17 +404,9 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             const sp_u32 c = cur & 0x3FFu, p = (cur >> 10) & 0x3FFu, dep = cur >> 20;
             const float* prow = SP_TROW(p);
             if (s_seen[p] == 0u) { // block-uniform: written before the last barrier
-                float h;
-                sp_soft st;
-                if (soft) {
-                    st = row_state(prow);
-                    h = sp_tree_entropy<SP_P_SOFT>(prow, vocab, s_red, st, half);
-                } else {
-                    h = sp_tree_entropy<SP_P_RAW>(prow, vocab, s_red, st_raw, half);
-                }
-                const float e = sp_exp(-h);
-                const float bb = dl * e;
-                const float thr = a < bb ? a : bb;
+                const sp_soft st = soft ? row_state(prow) : st_raw;
+                const float h = sp_pass_entropy<H>(prow, vocab, s_red, st, soft);
+                const float thr = sp_typical_threshold(h, a, dl);
                 __syncthreads();
                 if (threadIdx.x == 0u) {
                     s_thr[p] = thr;
@@ -476,13 +418,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             if (threadIdx.x == 0u) {
                 const sp_u32 x = tree_tokens[base + c];
                 float px = sp_rd(prow, x, tf);
-                if (soft) {
-                    sp_soft st;
-                    st.t = temp;
-                    st.m = s_tm[p];
-                    st.s = s_z[p];
-                    px = sp_soft_p(px, st);
-                }
+                if (soft) px = sp_soft_p(px, sp_soft_of(temp, s_tm[p], s_z[p], 0u, SP_P_SOFT, tf, df));
                 const bool passes = px > s_thr[p]; // NaN never passes
                 if (passes) {
                     s_parent[c] = (sp_u16)p;
@@ -506,16 +442,8 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                 x = s_parent[x];
             }
         }
-        sp_u64 win;
-        if (soft) {
-            const sp_soft st = row_state(SP_TROW(best));
-            win = sp_tree_race_row<SP_P_SOFT>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo,
-                                              off_hi, s_red, st, half);
-        } else {
-            win = sp_tree_race_row<SP_P_RAW>(SP_TROW(best), 0, false, 0u, vocab, best, k0, k1, off_lo,
-                                             off_hi, s_red, st_raw, half);
-        }
-        emitted = (sp_u32)win;
+        const sp_soft st = soft ? row_state(SP_TROW(best)) : st_raw;
+        emitted = (sp_u32)sp_pass_race<H>(SP_TROW(best), 0, false, 0u, vocab, best, rq, s_red, st, soft);
     } else {
         sp_u32 u = 0u;
         for (;;) {
@@ -540,15 +468,11 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             const sp_soft* const st = soft ? &st_u : 0;
             // The plain race over p_u (no candidate: 0).
             auto plain_race = [&]() {
-                return soft ? sp_tree_race_row<SP_P_SOFT>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo,
-                                                          off_hi, s_red, st_u, half)
-                            : sp_tree_race_row<SP_P_RAW>(trow, 0, false, 0u, vocab, u, k0, k1, off_lo,
-                                                         off_hi, s_red, st_u, half);
+                return sp_pass_race<H>(trow, 0, false, 0u, vocab, u, rq, s_red, st_u, soft);
             };
             sp_u32 next = SP_SENTINEL; // the accepted child, or none
             if (meth == SP_METHOD_GREEDY) {
-                const sp_u32 am = soft ? sp_tree_argmax<SP_P_SOFT>(trow, vocab, s_red, st_u, half)
-                                       : sp_tree_argmax<SP_P_RAW>(trow, vocab, s_red, st_u, half);
+                const sp_u32 am = sp_pass_argmax<H>(trow, vocab, s_red, st_u, soft);
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
                     if (s_tried[r] == am) next = s_kids[r];
                 emitted = am;
@@ -556,7 +480,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                 emitted = (sp_u32)plain_race();
             } else if (!has_draft) {
                 // The target-only rule: one uniform against the siblings' cumulative mass.
-                const double u01 = sp_sibling_uniform(u, 0u, k0, k1, off_lo, off_hi);
+                const double u01 = sp_sibling_uniform(u, 0u, rq);
                 double cum = 0.0;
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r) {
                     const sp_u32 x = s_tried[r];
@@ -569,8 +493,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_tree_race_row<SP_P_RAW>(trow, 0, true, s_tried[0], vocab, u, k0, k1,
-                                                         off_lo, off_hi, s_red, st_u, half);
+                        win = sp_pass_race<H>(trow, 0, true, s_tried[0], vocab, u, rq, s_red, st_u, false);
                     } else {
                         // (Softmax rows: the reference's generic race, whatever m.)
                         sp_tree_excl wf;
@@ -579,7 +502,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                         wf.tried = s_tried;
                         wf.m = m;
                         wf.tf = tf;
-                        win = sp_tree_race(wf, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                        win = sp_tree_race(wf, vocab, u, rq.k0, rq.k1, rq.off_lo, rq.off_hi, s_red);
                     }
                     if (win == 0ull) win = plain_race();
                     emitted = (sp_u32)win;
@@ -601,7 +524,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                     const sp_u32 x = s_tried[r];
                     const float* q = sp_at(dbase, (sp_u64)s_kids[r] * dstride, df);
                     const double den = s_z[r] * (double)sp_rd(q, x, df);
-                    const double u01 = sp_sibling_uniform(u, r, k0, k1, off_lo, off_hi);
+                    const double u01 = sp_sibling_uniform(u, r, rq);
                     rf.i = r;
                     if (u01 * den < sp_tree_w(rf, x)) {
                         next = s_kids[r];
@@ -615,12 +538,11 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_tree_race_row<SP_P_RAW>(trow, sp_at(dbase, (sp_u64)s_kids[0] * dstride, df),
-                                                         true, s_tried[0], vocab, u, k0, k1, off_lo,
-                                                         off_hi, s_red, st_u, half);
+                        win = sp_pass_race<H>(trow, sp_at(dbase, (sp_u64)s_kids[0] * dstride, df), true,
+                                              s_tried[0], vocab, u, rq, s_red, st_u, false);
                     } else {
                         rf.i = m;
-                        win = sp_tree_race(rf, vocab, u, k0, k1, off_lo, off_hi, s_red);
+                        win = sp_tree_race(rf, vocab, u, rq.k0, rq.k1, rq.off_lo, rq.off_hi, s_red);
                     }
                     if (win == 0ull) win = plain_race();
                     emitted = (sp_u32)win;
@@ -649,20 +571,10 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
     // Counters<K>::record_tree(depth, n - 1, acc), fused as in the chain kernel: the chain words
     // as record(depth, acc), then the two tree words after the error word (err + 1: trees,
     // err + 2: draft nodes, the root excluded); depth 0 is not counted.
-    sp_u64* const acc_pos = stats + 4u;
-    sp_u64* const drafted_pos = stats + 4u + ck;
-    if (threadIdx.x == 0u) accepted[b] = acc;
+    sp_count(stats, sh.ck, accepted, b, depth, acc);
     if (threadIdx.x == 0u && depth > 0u) {
-        atomicAdd(stats + 0, 1ull);
-        atomicAdd(stats + 1, (sp_u64)depth);
-        atomicAdd(stats + 2, (sp_u64)acc);
-        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
         atomicAdd(err + 1, 1ull);
         atomicAdd(err + 2, (sp_u64)(n - 1u));
-    }
-    for (sp_u32 j = threadIdx.x; j < depth; j += blockDim.x) {
-        atomicAdd(drafted_pos + j, 1ull);
-        if (j < acc) atomicAdd(acc_pos + j, 1ull);
     }
 }
 

@@ -507,6 +507,23 @@ __device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
 // The numerics are the same either way: SP_P_ANY runs the kind's own operations. The tree
 // kernel and the report's probes still instantiate single kinds.
 #define SP_P_ANY 4u
+// A state with every field given: the one initialiser of sp_soft.
+__device__ __forceinline__ sp_soft sp_soft_of(float t, float m, double s, sp_u32 theta,
+                                              sp_u32 kind, sp_u32 tf, sp_u32 df) {
+    sp_soft st;
+    st.t = t;
+    st.m = m;
+    st.s = s;
+    st.theta = theta;
+    st.kind = kind;
+    st.tf = tf;
+    st.df = df;
+    return st;
+}
+// The state of a stored row (SP_P_RAW): the passes read only its formats.
+__device__ __forceinline__ sp_soft sp_soft_raw(sp_u32 tf, sp_u32 df) {
+    return sp_soft_of(1.0f, 0.0f, 0.0, 0u, SP_P_RAW, tf, df);
+}
 // Whether the row holds logits at T > 0 (its pad past the row's end is -inf, e = 0).
 template <sp_u32 P>
 __device__ __forceinline__ bool sp_lg(const sp_soft* st) {
@@ -1324,6 +1341,180 @@ __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* dr
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
+// ---------------------------------------------------------------- what every entry shares
+// The rules every entry (the chain's four, the tree's two) applies to its shape words and to
+// each request before and after its rows, written once here.
+
+// The shape words (SP_SHAPE_*; for a tree, k_max is its max_depth).
+struct sp_shape {
+    sp_u32 batch, k_max, vocab, dstride, tstride, method, ck, flags;
+    bool draft; // SP_FLAG_DRAFT_PROBS: the request has draft rows
+};
+__device__ __forceinline__ sp_shape sp_shape_of(const sp_u32* shape) {
+    sp_shape sh;
+    sh.batch = shape[SP_SHAPE_BATCH];
+    sh.k_max = shape[SP_SHAPE_K_MAX];
+    sh.vocab = shape[SP_SHAPE_VOCAB];
+    sh.dstride = shape[SP_SHAPE_DRAFT_STRIDE];
+    sh.tstride = shape[SP_SHAPE_TARGET_STRIDE];
+    sh.method = shape[SP_SHAPE_METHOD];
+    sh.ck = shape[SP_SHAPE_COUNTERS_K];
+    sh.flags = shape[SP_SHAPE_FLAGS];
+    sh.draft = (sh.flags & SP_FLAG_DRAFT_PROBS) != 0u;
+    return sh;
+}
+// The checks every entry makes of its shape words and block (each entry adds its own: the batch
+// against its grid, ...). Uniform over the block, so an early return cannot split a barrier.
+__device__ __forceinline__ bool sp_shape_ok(const sp_shape& sh) {
+    return sh.k_max <= sh.ck && sh.vocab >= 1u && sh.tstride >= sh.vocab &&
+           (!sh.draft || sh.dstride >= sh.vocab) && sh.method <= SP_METHOD_TYPICAL &&
+           blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u;
+}
+// The shape's flags an entry takes: the binary32 entries the draft flag only; the others the
+// half-precision flags too, at most one per tensor.
+__device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
+    if (!x) return (flags & ~SP_FLAG_DRAFT_PROBS) == 0u;
+    const sp_u32 t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
+    const sp_u32 d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
+    return (flags & ~SP_FLAGS_ALL) == 0u && (flags & t) != t && (flags & d) != d;
+}
+// The error word, after the 4 + 2 ck counter words.
+__device__ __forceinline__ sp_u64* sp_err_word(sp_u64* stats, sp_u32 ck) {
+    return stats + 4u + 2u * (sp_u64)ck;
+}
+// A launch refused for its shape: SP_ERR_SHAPE, once (block 0, thread 0); nothing else is written.
+__device__ __forceinline__ void sp_refuse_launch(sp_u64* err) {
+    if (threadIdx.x == 0u && blockIdx.x == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
+}
+// A skipped request (error bit bad): "nothing accepted" and the error bit; not counted. The entry
+// writes its token outputs' sentinels.
+__device__ __forceinline__ void sp_refuse_request(sp_u32* accepted, sp_u32 b, sp_u64* err, sp_u32 bad) {
+    if (threadIdx.x == 0u) {
+        accepted[b] = SP_SENTINEL;
+        atomicOr(err, (sp_u64)bad);
+    }
+}
+
+// A request's draws and how its target rows are read (DETERMINISM.md): its Philox key (seed[b])
+// and offset words; `lg`: target logits, `temp` their temperature (0 without logits), `soft`:
+// logits at T > 0, every target value through the row's softmax; `meth`: the method it runs,
+// greedy on logits at T = 0, else the request's own (`own`: its sampling words, whose first is
+// the method code) or the shape's.
+struct sp_request {
+    sp_u32 k0, k1, off_lo, off_hi;
+    bool lg, soft;
+    float temp;
+    sp_u32 meth;
+};
+__device__ __forceinline__ sp_request sp_request_of(const sp_u64* seed, const sp_u64* offset,
+                                                    const float* logits, const float* temperature,
+                                                    sp_u32 b, sp_u32 method, const sp_u32* own) {
+    sp_request rq;
+    const sp_u64 s = seed[b];
+    const sp_u64 o = offset[b];
+    rq.k0 = (sp_u32)s;
+    rq.k1 = (sp_u32)(s >> 32);
+    rq.off_lo = (sp_u32)o;
+    rq.off_hi = (sp_u32)(o >> 32);
+    rq.lg = logits != 0;
+    rq.temp = rq.lg ? temperature[b] : 0.0f;
+    rq.soft = rq.lg && rq.temp > 0.0f;
+    rq.meth = rq.lg && !rq.soft ? SP_METHOD_GREEDY : (own != 0 ? own[0] : method);
+    return rq;
+}
+// Typical acceptance's threshold for a row of entropy h: min(eps, delta exp(-h)).
+__device__ __forceinline__ float sp_typical_threshold(float h, float eps, float delta) {
+    const float e = sp_exp(-h);
+    const float bb = delta * e;
+    return eps < bb ? eps : bb;
+}
+
+// The row passes as an entry's instance runs them (every thread of the block; block-uniform
+// calls): ANY (the logits entries, the tree's half entry) the any-format passes (SP_NOINLINE,
+// compiled once: the kind and formats read from st); otherwise the binary32 instances, inlined,
+// P = SP_P_SOFT for softmax rows (`soft`), else SP_P_RAW (the stored values: no state read).
+// The whole row in one block (argmax: the id; entropy: H; race: (1 << 32) | winner, or 0), or
+// this block's part of it (_part: threads take groups g_first, g_first + g_step, ...). Each
+// calls the pass the entries always called (sp_argmax or sp_argmax_packed, ...): ptxas's
+// inlining, and with it the registers, follow the call sites.
+template <bool ANY>
+__device__ __forceinline__ sp_u32 sp_pass_argmax(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool soft) {
+    if (ANY) return sp_unpack_id(sp_argmax_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return soft ? sp_argmax<SP_P_SOFT>(row, vocab, s_red, &st) : sp_argmax(row, vocab, s_red);
+}
+template <bool ANY>
+__device__ __forceinline__ sp_u64 sp_pass_argmax_part(const float* row, sp_u32 vocab, sp_u32 g_first,
+                                                      sp_u32 g_step, sp_u64* s_red,
+                                                      const sp_soft& st, bool soft) {
+    if (ANY) return sp_argmax_any(row, vocab, g_first, g_step, s_red, st);
+    return soft ? sp_argmax_packed<SP_P_SOFT>(row, vocab, g_first, g_step, s_red, &st)
+                : sp_argmax_packed(row, vocab, g_first, g_step, s_red);
+}
+template <bool ANY>
+__device__ __forceinline__ float sp_pass_entropy(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool soft) {
+    if (ANY) return sp_entropy_of_sum(sp_entropy_any(row, vocab, threadIdx.x, blockDim.x, s_red, st));
+    return soft ? sp_entropy<SP_P_SOFT>(row, vocab, s_red, &st) : sp_entropy(row, vocab, s_red);
+}
+template <bool ANY>
+__device__ __forceinline__ sp_u64 sp_pass_entropy_part(const float* row, sp_u32 vocab, sp_u32 g_first,
+                                                       sp_u32 g_step, sp_u64* s_red,
+                                                       const sp_soft& st, bool soft) {
+    if (ANY) return sp_entropy_any(row, vocab, g_first, g_step, s_red, st);
+    return soft ? sp_entropy_sum<SP_P_SOFT>(row, vocab, g_first, g_step, s_red, &st)
+                : sp_entropy_sum(row, vocab, g_first, g_step, s_red);
+}
+template <bool ANY>
+__device__ __forceinline__ void sp_pass_race_part(const float* trow, const float* drow, bool residual,
+                                                  sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                                  const sp_request& rq, sp_u32 g_first, sp_u32 g_step,
+                                                  sp_u64* s_red, sp_u64& top, sp_u32& id,
+                                                  const sp_soft& st, bool soft) {
+    if (ANY)
+        sp_race_part_any(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1, rq.off_lo,
+                         rq.off_hi, g_first, g_step, s_red, top, id, st);
+    else if (soft)
+        sp_race_part<SP_P_SOFT>(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1,
+                                rq.off_lo, rq.off_hi, g_first, g_step, s_red, top, id, &st);
+    else
+        sp_race_part(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1, rq.off_lo,
+                     rq.off_hi, g_first, g_step, s_red, top, id);
+}
+template <bool ANY>
+__device__ __forceinline__ sp_u64 sp_pass_race(const float* trow, const float* drow, bool residual,
+                                               sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                               const sp_request& rq, sp_u64* s_red,
+                                               const sp_soft& st, bool soft) {
+    if (ANY)
+        return sp_race_any(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1,
+                           rq.off_lo, rq.off_hi, s_red, st);
+    return soft ? sp_race<SP_P_SOFT>(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1,
+                                     rq.off_lo, rq.off_hi, s_red, &st)
+                : sp_race(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1, rq.off_lo,
+                          rq.off_hi, s_red);
+}
+
+// Counters<K>::record(drafted, acc), fused, and accepted[b]: the head words, then the
+// per-position words; a request with nothing drafted is not counted (vLLM counts no draft for a
+// request without draft tokens).
+__device__ __forceinline__ void sp_count(sp_u64* stats, sp_u32 ck, sp_u32* accepted, sp_u32 b,
+                                         sp_u32 drafted, sp_u32 acc) {
+    sp_u64* const acc_pos = stats + 4u;
+    sp_u64* const drafted_pos = stats + 4u + ck;
+    if (threadIdx.x == 0u) accepted[b] = acc;
+    if (threadIdx.x == 0u && drafted > 0u) {
+        atomicAdd(stats + 0, 1ull);
+        atomicAdd(stats + 1, (sp_u64)drafted);
+        atomicAdd(stats + 2, (sp_u64)acc);
+        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
+    }
+    for (sp_u32 j = threadIdx.x; j < drafted; j += blockDim.x) {
+        atomicAdd(drafted_pos + j, 1ull);
+        if (j < acc) atomicAdd(acc_pos + j, 1ull);
+    }
+}
+
 // Everything below is the chain kernel's own (its entry points and what only they call). The
 // tree module (kernels::TREE_SOURCE, compiled on first tree use) defines SPECULA_TREE_MODULE
 // and leaves it out: compiling the chain's four entries again there doubled the tree module's
@@ -1604,14 +1795,7 @@ SP_NOINLINE __device__ sp_soft sp_row_state(const float* row, sp_u32 vocab, bool
     flt.top_k = top_k;
     flt.top_p = top_p;
     flt.min_p = min_p;
-    sp_soft st;
-    st.t = lg ? t : 1.0f;
-    st.m = 0.0f;
-    st.s = 0.0;
-    st.theta = 0u;
-    st.kind = SP_P_RAW;
-    st.tf = tf;
-    st.df = df;
+    sp_soft st = sp_soft_of(lg ? t : 1.0f, 0.0f, 0.0, 0u, SP_P_RAW, tf, df);
     const bool filt = sp_filter_on(flt);
     if (!lg && !filt) return st;
     if (lg) {
@@ -1692,14 +1876,6 @@ __device__ __forceinline__ const sp_u32* sp_sampling_of(const sp_inputs& in, sp_
 #define SP_COMMON(a)                                                                              \
     (a).shape, (a).k, (a).draft_ids, (a).draft_probs, (a).target_probs, (a).seed, (a).offset,    \
         (a).eps, (a).delta, (a).accepted, (a).tokens, (a).stats
-// The shape's flags an entry takes: the plain entries the draft flag only; the logits entries
-// the half-precision flags too, at most one per tensor.
-__device__ __forceinline__ bool sp_flags_ok(sp_u32 flags, bool x) {
-    if (!x) return (flags & ~SP_FLAG_DRAFT_PROBS) == 0u;
-    const sp_u32 t = SP_FLAG_TARGET_BF16 | SP_FLAG_TARGET_F16;
-    const sp_u32 d = SP_FLAG_DRAFT_BF16 | SP_FLAG_DRAFT_F16;
-    return (flags & ~SP_FLAGS_ALL) == 0u && (flags & t) != t && (flags & d) != d;
-}
 // A request's error bit from the logits entries' inputs (0: fine): a method code above 2 or a
 // filter out of its range (sp_filter_ok) skip the request (SP_ERR_PARAM).
 __device__ __forceinline__ sp_u32 sp_inputs_error(const sp_inputs& in, sp_u32 b) {
@@ -1735,6 +1911,109 @@ __device__ __forceinline__ bool sp_draft_rows(const sp_inputs& in, const sp_layo
     return draft_flag && f != SP_SENTINEL;
 }
 
+// Request b of a chain entry before its rows (both bodies): its layout, the caller's bonus token
+// (null: sampled), its token outputs (k_max + 1 words), its error bit (0: valid; the logits
+// entries add sp_inputs_error's).
+struct sp_chain_req {
+    sp_layout lay;
+    const sp_u32* bon;
+    sp_u32* out;
+    sp_u32 bad;
+};
+template <bool X>
+__device__ __forceinline__ sp_chain_req sp_chain_req_of(const sp_shape& sh, const sp_u32* k,
+                                                        const sp_u32* cu, const sp_u32* bonus,
+                                                        const sp_u32* draft_ids, sp_u32* tokens,
+                                                        const sp_inputs& in, sp_u32 b) {
+    sp_chain_req cr;
+    cr.lay = sp_layout_of(k, cu, bonus, b, sh.k_max);
+    cr.bon = bonus != 0 ? bonus + b : 0;
+    cr.bad = sp_request_error(draft_ids + sp_slot(cr.lay, b, sh.k_max), cr.lay.kb, sh.k_max,
+                              sh.vocab, cr.bon);
+    if (X && cr.bad == 0u) cr.bad = sp_inputs_error(in, b);
+    cr.out = tokens + (sp_u64)b * (sh.k_max + 1u);
+    return cr;
+}
+// A skipped request: its outputs read "nothing accepted, nothing emitted"; not counted.
+template <bool X>
+__device__ __forceinline__ void sp_chain_skip(const sp_chain_req& cr, sp_u32 k_max,
+                                              const sp_inputs& in, sp_u32 b, sp_u32* accepted,
+                                              sp_u64* err) {
+    for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) cr.out[j] = SP_SENTINEL;
+    if (X) sp_recovered_skip(in.recovered, cr.lay, b, k_max);
+    sp_refuse_request(accepted, b, err, cr.bad);
+}
+
+// How a chain entry reads request b's rows: the first target row (the logits when given) and
+// draft row (null without draft rows), strides and element formats (binary32 unless the logits
+// entry's flags say otherwise); the logits entry's filter (none at T = 0: greedy on the logits);
+// `proc`: the rows need a state (softmax and / or filter) before any value.
+struct sp_chain_rows {
+    const float* tbase;
+    const float* dbase;
+    sp_u32 tstride, dstride, tf, df;
+    bool has_draft, proc;
+    sp_filter flt;
+};
+template <bool X>
+__device__ __forceinline__ sp_chain_rows sp_chain_rows_of(const sp_shape& sh, const sp_chain_req& cr,
+                                                          const sp_request& rq, const sp_inputs& in,
+                                                          sp_u32 b, const float* target_probs,
+                                                          const float* logits,
+                                                          const float* draft_probs) {
+    sp_chain_rows rw;
+    rw.tstride = sh.tstride;
+    rw.dstride = sh.dstride;
+    rw.tf = X ? sp_target_fmt(sh.flags) : SP_FMT_F32;
+    rw.df = X ? sp_draft_fmt(sh.flags) : SP_FMT_F32;
+    rw.flt = X ? sp_filter_of(in, b) : sp_filter_none();
+    rw.proc = X ? rq.soft || (!rq.lg && sp_filter_on(rw.flt)) : rq.soft;
+    rw.tbase = sp_at(rq.lg ? logits : target_probs, cr.lay.trow * sh.tstride, rw.tf);
+    sp_u64 frow = 0;
+    rw.has_draft = sp_draft_rows<X>(in, cr.lay, b, sh.k_max, sh.draft, &frow);
+    rw.dbase = rw.has_draft ? sp_at(draft_probs, frow * sh.dstride, rw.df) : 0;
+    return rw;
+}
+// Target row j, and draft row j (null without draft rows).
+__device__ __forceinline__ const float* sp_trow(const sp_chain_rows& rw, sp_u32 j) {
+    return sp_at(rw.tbase, (sp_u64)j * rw.tstride, rw.tf);
+}
+__device__ __forceinline__ const float* sp_drow(const sp_chain_rows& rw, sp_u32 j) {
+    return rw.has_draft ? sp_at(rw.dbase, (sp_u64)j * rw.dstride, rw.df) : 0;
+}
+// The state of target row trow, in every thread (block-uniform call): the logits entries'
+// sp_row_state (softmax and / or filter), else the softmax (softmax rows only).
+template <bool X>
+__device__ __forceinline__ sp_soft sp_chain_state(const float* trow, sp_u32 vocab,
+                                                  const sp_request& rq, const sp_chain_rows& rw,
+                                                  const sp_inputs& in, sp_u64* s_red) {
+    if (X)
+        return sp_row_state<SP_FX_ANY>(trow, vocab, rq.soft, rq.temp, rw.flt.top_k, rw.flt.top_p,
+                                       rw.flt.min_p, rw.tf, rw.df, in.hist, s_red);
+    return sp_softmax_state(trow, vocab, rq.temp, threadIdx.x, blockDim.x, s_red);
+}
+// The target probability of id x in row trow (state st): the logits entries' any kind, else
+// the softmax's (soft) or the stored value.
+template <bool X>
+__device__ __forceinline__ float sp_chain_p(const float* trow, sp_u32 x, const sp_chain_rows& rw,
+                                            const sp_soft& st, bool soft) {
+    if (X) return sp_proc_any(sp_rd(trow, x, rw.tf), st);
+    return soft ? sp_soft_p(trow[x], st) : trow[x];
+}
+// Rejection sampling's acceptance test of draft position j (stream 0, one Philox block).
+__device__ __forceinline__ bool sp_accept_at(const sp_request& rq, sp_u32 j, float pt, float pd) {
+    sp_u32 c[4] = {0u, (j << 2) | 0u, rq.off_lo, rq.off_hi};
+    sp_philox(c, rq.k0, rq.k1);
+    return sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
+}
+// The request's token outputs: the accepted draft ids (ids: its first), the emitted token, then
+// sentinels (k_max + 1 words).
+__device__ __forceinline__ void sp_chain_outputs(sp_u32* out, const sp_u32* ids, sp_u32 k_max,
+                                                 sp_u32 acc, sp_u32 emitted) {
+    for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x)
+        out[j] = j < acc ? ids[j] : (j == acc ? emitted : SP_SENTINEL);
+}
+
 // The body of specula_verify (X = false: cu (ragged layout) and bonus (caller's bonus tokens)
 // null for the padded layout with sampled bonus tokens; logits and `in` null) and of
 // specula_verify_logits (X = true: every input of the logits entry). The X paths are separate
@@ -1751,214 +2030,98 @@ sp_verify_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict__ k,
                const float* __restrict__ logits, const float* __restrict__ temperature,
                const sp_inputs& in, sp_u64* s_red) {
 
-    const sp_u32 batch = shape[SP_SHAPE_BATCH];
+    const sp_shape sh = sp_shape_of(shape);
     const sp_u32 b = blockIdx.x;
-    if (b >= batch) return;
-    const sp_u32 k_max = shape[SP_SHAPE_K_MAX];
-    const sp_u32 vocab = shape[SP_SHAPE_VOCAB];
-    const sp_u32 dstride = shape[SP_SHAPE_DRAFT_STRIDE];
-    const sp_u32 tstride = shape[SP_SHAPE_TARGET_STRIDE];
-    const sp_u32 method = shape[SP_SHAPE_METHOD];
-    const sp_u32 ck = shape[SP_SHAPE_COUNTERS_K];
-    const bool draft_flag = (shape[SP_SHAPE_FLAGS] & SP_FLAG_DRAFT_PROBS) != 0u;
-    sp_u64* const err = stats + 4u + 2u * (sp_u64)ck;
-
-    // Shape checks: uniform over the block, so an early return cannot split a barrier.
+    if (b >= sh.batch) return;
+    sp_u64* const err = sp_err_word(stats, sh.ck);
     // batch <= gridDim.x: a batch above the launch's capacity would leave requests without a
     // block, silently; the whole launch refuses it instead.
-    const bool shape_ok = batch <= gridDim.x && k_max <= ck && vocab >= 1u &&
-                          tstride >= vocab &&
-                          (!draft_flag || dstride >= vocab) && method <= SP_METHOD_TYPICAL &&
-                          blockDim.x <= SPECULA_BLOCK_THREADS && blockDim.x % SPECULA_WARP_SIZE == 0u &&
-                          sp_flags_ok(shape[SP_SHAPE_FLAGS], X);
-    if (!shape_ok) {
-        if (threadIdx.x == 0u && b == 0u) atomicOr(err, (sp_u64)SP_ERR_SHAPE);
+    if (!(sh.batch <= gridDim.x && sp_shape_ok(sh) && sp_flags_ok(sh.flags, X))) {
+        sp_refuse_launch(err);
         return;
     }
-    // Element formats (binary32 unless the logits entry's flags say otherwise).
-    const sp_u32 tf = X ? sp_target_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
-    const sp_u32 df = X ? sp_draft_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
-
-    const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
-    const sp_u32 kb = lay.kb;
-    const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
-    sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
-    if (X && bad == 0u) bad = sp_inputs_error(in, b);
-    sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
-    if (bad != 0u) {
-        // Skipped and not counted: the request's outputs read "nothing accepted, nothing emitted".
-        for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) out[j] = SP_SENTINEL;
-        if (X) sp_recovered_skip(in.recovered, lay, b, k_max);
-        if (threadIdx.x == 0u) {
-            accepted[b] = SP_SENTINEL;
-            atomicOr(err, (sp_u64)bad);
-        }
+    const sp_chain_req cr = sp_chain_req_of<X>(sh, k, cu, bonus, draft_ids, tokens, in, b);
+    if (cr.bad != 0u) {
+        sp_chain_skip<X>(cr, sh.k_max, in, b, accepted, err);
         return;
     }
-
-    const sp_u64 s = seed[b];
-    const sp_u64 o = offset[b];
-    const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
-    const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
     // Target logits (DETERMINISM.md): T = 0 is greedy on the logit rows; T > 0 reads every
-    // target value through the row's softmax (sp_soft_p), computed on the fly.
-    const bool lg = logits != 0;
-    const float temp = lg ? temperature[b] : 0.0f;
-    const bool soft = lg && temp > 0.0f;
-    // The logits entry: request b's own method, and its filter (not at T = 0: greedy on the
-    // logits); `proc`: its rows need a state (softmax and / or filter) before any value.
-    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter_none();
-    const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
-    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
-                                    : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
-    const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
-    sp_u64 frow = 0;
-    const bool has_draft = sp_draft_rows<X>(in, lay, b, k_max, draft_flag, &frow);
-    const float* const dbase = has_draft ? sp_at(draft_probs, frow * dstride, df) : 0;
-    sp_soft st;
-    st.t = 1.0f;
-    st.m = 0.0f;
-    st.s = 0.0;
-    st.theta = 0u;
-    st.kind = SP_P_RAW;
-    st.tf = tf;
-    st.df = df;
-    // Row j's state, in every thread (block-uniform call).
-    auto row_state = [&](const float* trow) {
-        if (X)
-            st = sp_row_state<SP_FX_ANY>(trow, vocab, soft, temp, flt.top_k, flt.top_p, flt.min_p,
-                                          tf, df, in.hist, s_red);
-        else
-            st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
-    };
+    // target value through the row's softmax (sp_soft_p), computed on the fly. The logits entry:
+    // request b's own method and filter.
+    const sp_request rq = sp_request_of(seed, offset, logits, temperature, b, sh.method,
+                                        X ? sp_sampling_of(in, b) : 0);
+    const sp_chain_rows rw = sp_chain_rows_of<X>(sh, cr, rq, in, b, target_probs, logits, draft_probs);
+    const sp_u32 kb = cr.lay.kb;
+    const sp_u32 vocab = sh.vocab;
+    // Draft id j (the slot recomputed where used: no more live registers).
+    auto id_at = [&](sp_u32 j) { return draft_ids[sp_slot(cr.lay, b, sh.k_max) + j]; };
+    sp_soft st = sp_soft_raw(rw.tf, rw.df);
+    // Row trow's state, in every thread (block-uniform call).
+    auto row_state = [&](const float* trow) { st = sp_chain_state<X>(trow, vocab, rq, rw, in, s_red); };
     // The token emitted if position j (row trow) is the first rejected one (state of the row
     // in st): the method's rule at j (rejection: the residual race, then the plain race).
     auto recover = [&](sp_u32 j, const float* trow, sp_u32 x) -> sp_u32 {
-        if (meth == SP_METHOD_REJECTION) {
-            const float* drow = has_draft ? sp_at(dbase, (sp_u64)j * dstride, df) : 0;
-            sp_u64 win = sp_race_any(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
-            if (win == 0ull) win = sp_race_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
-            return (sp_u32)win;
-        }
-        if (meth == SP_METHOD_GREEDY)
-            return sp_unpack_id(sp_argmax_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st));
-        return (sp_u32)sp_race_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
+        if (rq.meth == SP_METHOD_GREEDY)
+            return sp_pass_argmax<X>(trow, vocab, s_red, st, rq.soft);
+        sp_u64 win = 0ull;
+        if (rq.meth == SP_METHOD_REJECTION)
+            win = sp_pass_race<X>(trow, sp_drow(rw, j), true, x, vocab, j, rq, s_red, st, rq.soft);
+        if (win == 0ull) win = sp_pass_race<X>(trow, 0, false, 0u, vocab, j, rq, s_red, st, rq.soft);
+        return (sp_u32)win; // 0 when none
     };
 
     sp_u32 acc = 0u;
     sp_u32 emitted = 0u;
     bool rejected = false;
     for (sp_u32 j = 0; j < kb && !rejected; ++j) {
-        const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
-        const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
-        const float* drow = has_draft ? sp_at(dbase, (sp_u64)j * dstride, df) : 0;
-        if (proc) row_state(trow);
-        const float pt = X ? sp_proc_any(sp_rd(trow, x, tf), st) : soft ? sp_soft_p(trow[x], st) : trow[x];
+        const sp_u32 x = id_at(j);
+        const float* trow = sp_trow(rw, j);
+        if (rw.proc) row_state(trow);
+        const float pt = sp_chain_p<X>(trow, x, rw, st, rq.soft);
         bool accept;
-        if (X) {
-            if (meth == SP_METHOD_REJECTION) {
-                const float pd = has_draft ? sp_rd(drow, x, df) : 1.0f;
-                sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
-                sp_philox(c, k0, k1);
-                accept = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
-            } else if (meth == SP_METHOD_GREEDY) {
-                const sp_u32 am = sp_unpack_id(sp_argmax_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st));
-                accept = x == am;
-                emitted = am;
-            } else {
-                const float h = sp_entropy_of_sum(sp_entropy_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st));
-                const float a = eps[b];
-                const float e = sp_exp(-h);
-                const float bb = delta[b] * e;
-                const float thr = a < bb ? a : bb;
-                accept = pt > thr;
-            }
-            if (!accept && meth != SP_METHOD_GREEDY) emitted = recover(j, trow, x);
-        } else if (meth == SP_METHOD_REJECTION) {
-            const float pd = has_draft ? drow[x] : 1.0f;
-            sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
-            sp_philox(c, k0, k1);
-            accept = sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd);
-            if (!accept) {
-                sp_u64 win =
-                    soft ? sp_race<SP_P_SOFT>(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
-                         : sp_race(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, s_red);
-                if (win == 0ull)
-                    win = soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
-                               : sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
-                emitted = (sp_u32)win; // 0 when none
-            }
-        } else if (meth == SP_METHOD_GREEDY) {
-            const sp_u32 am = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
+        if (rq.meth == SP_METHOD_REJECTION) {
+            const float pd = rw.has_draft ? sp_rd(sp_drow(rw, j), x, rw.df) : 1.0f;
+            accept = sp_accept_at(rq, j, pt, pd);
+            if (!accept) emitted = recover(j, trow, x);
+        } else if (rq.meth == SP_METHOD_GREEDY) {
+            const sp_u32 am = sp_pass_argmax<X>(trow, vocab, s_red, st, rq.soft);
             accept = x == am;
-            if (!accept) emitted = am;
+            emitted = am;
         } else {
-            const float h = soft ? sp_entropy<SP_P_SOFT>(trow, vocab, s_red, &st) : sp_entropy(trow, vocab, s_red);
-            const float a = eps[b];
-            const float e = sp_exp(-h);
-            const float bb = delta[b] * e;
-            const float thr = a < bb ? a : bb;
-            accept = pt > thr;
-            if (!accept) {
-                sp_u64 win = soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, &st)
-                                  : sp_race(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red);
-                emitted = (sp_u32)win; // 0 when none
-            }
+            const float h = sp_pass_entropy<X>(trow, vocab, s_red, st, rq.soft);
+            accept = pt > sp_typical_threshold(h, eps[b], delta[b]);
+            if (!accept) emitted = recover(j, trow, x);
         }
         if (accept) ++acc; else rejected = true;
     }
-    if (!rejected && bon != 0) {
-        emitted = *bon; // the caller's bonus token: row kb is never read
+    if (!rejected && cr.bon != 0) {
+        emitted = *cr.bon; // the caller's bonus token: row kb is never read
     } else if (!rejected) {
-        const float* trow = sp_at(tbase, (sp_u64)kb * tstride, tf);
-        if (proc) row_state(trow);
-        if (X) {
-            emitted = meth == SP_METHOD_GREEDY
-                          ? sp_unpack_id(sp_argmax_any(trow, vocab, threadIdx.x, blockDim.x, s_red, st))
-                          : (sp_u32)sp_race_any(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red, st);
-        } else if (meth == SP_METHOD_GREEDY) {
-            emitted = soft ? sp_argmax<SP_P_SOFT>(trow, vocab, s_red, &st) : sp_argmax(trow, vocab, s_red);
-        } else {
-            sp_u64 win = soft ? sp_race<SP_P_SOFT>(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red, &st)
-                              : sp_race(trow, 0, false, 0u, vocab, kb, k0, k1, off_lo, off_hi, s_red);
-            emitted = (sp_u32)win; // 0 when none
-        }
+        const float* trow = sp_trow(rw, kb);
+        if (rw.proc) row_state(trow);
+        emitted = rq.meth == SP_METHOD_GREEDY
+                      ? sp_pass_argmax<X>(trow, vocab, s_red, st, rq.soft)
+                      : (sp_u32)sp_pass_race<X>(trow, 0, false, 0u, vocab, kb, rq, s_red, st, rq.soft);
     }
     // vLLM's recovered tokens (the logits entry): every draft slot's token at a first rejection
     // there; the rejected position's is the emitted token, the others are computed here.
     if (X && in.recovered != 0) {
-        sp_u32* const rec = in.recovered + sp_slot(lay, b, k_max);
+        sp_u32* const rec = in.recovered + sp_slot(cr.lay, b, sh.k_max);
         for (sp_u32 j = 0; j < kb; ++j) {
             sp_u32 r = emitted;
             if (!(rejected && j == acc)) {
-                const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
-                if (proc) row_state(trow);
-                r = recover(j, trow, draft_ids[sp_slot(lay, b, k_max) + j]);
+                const float* trow = sp_trow(rw, j);
+                if (rw.proc) row_state(trow);
+                r = recover(j, trow, id_at(j));
             }
             if (threadIdx.x == 0u) rec[j] = r;
         }
-        if (!lay.ragged)
-            for (sp_u32 j = kb + threadIdx.x; j < k_max; j += blockDim.x) rec[j] = SP_SENTINEL;
+        if (!cr.lay.ragged)
+            for (sp_u32 j = kb + threadIdx.x; j < sh.k_max; j += blockDim.x) rec[j] = SP_SENTINEL;
     }
 
-    for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
-        out[j] = j < acc ? draft_ids[sp_slot(lay, b, k_max) + j] : (j == acc ? emitted : SP_SENTINEL);
-    }
-    // Counters<K>::record(kb, acc), fused: head words, then the per-position words.
-    sp_u64* const acc_pos = stats + 4u;
-    sp_u64* const drafted_pos = stats + 4u + ck;
-    if (threadIdx.x == 0u) accepted[b] = acc;
-    // k = 0 is not counted (vLLM counts no draft for a request without draft tokens).
-    if (threadIdx.x == 0u && kb > 0u) {
-        atomicAdd(stats + 0, 1ull);
-        atomicAdd(stats + 1, (sp_u64)kb);
-        atomicAdd(stats + 2, (sp_u64)acc);
-        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
-    }
-    for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
-        atomicAdd(drafted_pos + j, 1ull);
-        if (j < acc) atomicAdd(acc_pos + j, 1ull);
-    }
+    sp_chain_outputs(cr.out, draft_ids + sp_slot(cr.lay, b, sh.k_max), sh.k_max, acc, emitted);
+    sp_count(stats, sh.ck, accepted, b, kb, acc);
 }
 
 // specula_verify reads `cu_num_draft_tokens` (u32 x B: the ragged layout, `k` is then not read;
@@ -2018,6 +2181,9 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                      sp_u64* s_red, sp_u32* s_last_p) {
     sp_u32& s_last = *s_last_p;
 
+    // The shape words read and tested here, not through sp_shape_of / sp_shape_ok (the same
+    // tests): with them ptxas spilled in both split entries (sm_90: specula_verify_split 0+0
+    // bytes became 28+84, specula_verify_split_logits 300+460 became 376+1044).
     const sp_u32 batch = shape[SP_SHAPE_BATCH];
     const sp_u32 nsl = slices == 0u ? 1u : slices; // 0 is refused below
     const sp_u32 b = blockIdx.x / nsl;
@@ -2044,57 +2210,32 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
 
     const sp_u32 tf = X ? sp_target_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
     const sp_u32 df = X ? sp_draft_fmt(shape[SP_SHAPE_FLAGS]) : SP_FMT_F32;
-    const sp_layout lay = sp_layout_of(k, cu, bonus, b, k_max);
-    const sp_u32 kb = lay.kb;
-    const sp_u32* const bon = bonus != 0 ? bonus + b : 0;
-    sp_u32 bad = sp_request_error(draft_ids + sp_slot(lay, b, k_max), kb, k_max, vocab, bon);
-    if (X && bad == 0u) bad = sp_inputs_error(in, b);
-    sp_u32* const out = tokens + (sp_u64)b * (k_max + 1u);
-    if (bad != 0u) {
-        if (sl != 0u) return; // one block of the request writes "skipped"
-        for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) out[j] = SP_SENTINEL;
-        if (X) sp_recovered_skip(in.recovered, lay, b, k_max);
-        if (threadIdx.x == 0u) {
-            accepted[b] = SP_SENTINEL;
-            atomicOr(err, (sp_u64)bad);
-        }
+    const sp_shape sh = sp_shape_of(shape);
+    const sp_chain_req cr = sp_chain_req_of<X>(sh, k, cu, bonus, draft_ids, tokens, in, b);
+    if (cr.bad != 0u) {
+        if (sl == 0u) sp_chain_skip<X>(cr, sh.k_max, in, b, accepted, err); // one block of the request
         return;
     }
+    const sp_layout& lay = cr.lay;
+    const sp_u32 kb = lay.kb;
+    const sp_u32* const bon = cr.bon;
+    sp_u32* const out = cr.out;
 
-    const sp_u64 s = seed[b];
-    const sp_u64 o = offset[b];
-    const sp_u32 k0 = (sp_u32)s, k1 = (sp_u32)(s >> 32);
-    const sp_u32 off_lo = (sp_u32)o, off_hi = (sp_u32)(o >> 32);
+    const sp_request rq = sp_request_of(seed, offset, logits, temperature, b, method,
+                                        X ? sp_sampling_of(in, b) : 0);
     // Target logits: T = 0 greedy on the logits; T > 0 through the softmax. The softmax state
     // (row maximum, then the exact sum; with a filter its threshold and kept mass) needs the
     // whole row before any probability, so every block computes it for the rows it works on
     // over the whole row (the same integers in every block), and splits only the passes after it.
-    const bool lg = logits != 0;
-    const float temp = lg ? temperature[b] : 0.0f;
-    const bool soft = lg && temp > 0.0f;
-    const sp_filter flt = X ? sp_filter_of(in, b) : sp_filter_none();
-    const bool proc = X ? soft || (!lg && sp_filter_on(flt)) : soft;
-    const sp_u32 meth = lg && !soft ? SP_METHOD_GREEDY
-                                    : (X && in.sampling != 0 ? sp_sampling_of(in, b)[SP_SAMPLING_METHOD] : method);
-    const float* const tbase = sp_at(lg ? logits : target_probs, lay.trow * tstride, tf);
-    sp_u64 frow = 0;
-    const bool has_draft = sp_draft_rows<X>(in, lay, b, k_max, draft_flag, &frow);
-    const float* const dbase = has_draft ? sp_at(draft_probs, frow * dstride, df) : 0;
-    sp_soft st;
-    st.t = 1.0f;
-    st.m = 0.0f;
-    st.s = 0.0;
-    st.theta = 0u;
-    st.kind = SP_P_RAW;
-    st.tf = tf;
-    st.df = df;
-    auto row_state = [&](const float* trow) {
-        if (X)
-            st = sp_row_state<SP_FX_ANY>(trow, vocab, soft, temp, flt.top_k, flt.top_p, flt.min_p,
-                                          tf, df, in.hist, s_red);
-        else
-            st = sp_softmax_state(trow, vocab, temp, threadIdx.x, blockDim.x, s_red);
-    };
+    const sp_chain_rows rw = sp_chain_rows_of<X>(sh, cr, rq, in, b, target_probs, logits, draft_probs);
+    const bool soft = rq.soft;
+    const bool proc = rw.proc;
+    const sp_u32 meth = rq.meth;
+    const float* const tbase = rw.tbase;
+    const bool has_draft = rw.has_draft;
+    const float* const dbase = rw.dbase;
+    sp_soft st = sp_soft_raw(tf, df);
+    auto row_state = [&](const float* trow) { st = sp_chain_state<X>(trow, vocab, rq, rw, in, s_red); };
     // Rows read: 0..kb, or 0..kb-1 when the caller gives the bonus token (row kb is absent).
     const sp_u32 rows = bon != 0 ? kb : kb + 1u;
     // Recovered tokens (the logits entry) with rejection sampling: the residual race of every
@@ -2112,14 +2253,19 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     sp_u64* const scr = scratch + (sp_u64)b * words;
     const sp_u32 g_first = sl * blockDim.x + threadIdx.x;
     const sp_u32 g_step = nsl * blockDim.x;
+    // This block's part of race slot r: its key and its id word.
+    auto race_slot = [&](sp_u32 r, sp_u64 top, sp_u64 id) {
+        if (threadIdx.x == 0u) {
+            scr[base + 2u * r * nsl + sl] = top;
+            scr[base + (2u * r + 1u) * nsl + sl] = id;
+        }
+    };
     sp_u32 jr = kb; // rejection sampling: the first rejected position (kb: none)
     if (meth == SP_METHOD_GREEDY) {
         for (sp_u32 j = 0; j < rows; ++j) {
             const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
             if (proc) row_state(trow);
-            const sp_u64 p = X ? sp_argmax_any(trow, vocab, g_first, g_step, s_red, st)
-                           : soft ? sp_argmax_packed<SP_P_SOFT>(trow, vocab, g_first, g_step, s_red, &st)
-                                  : sp_argmax_packed(trow, vocab, g_first, g_step, s_red);
+            const sp_u64 p = sp_pass_argmax_part<X>(trow, vocab, g_first, g_step, s_red, st, soft);
             if (threadIdx.x == 0u) atomicMax(scr + 1u + j, p);
         }
     } else if (meth == SP_METHOD_TYPICAL) {
@@ -2129,33 +2275,21 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
             if (proc) row_state(trow);
             if (j < kb) {
-                const sp_u64 h = X ? sp_entropy_any(trow, vocab, g_first, g_step, s_red, st)
-                               : soft ? sp_entropy_sum<SP_P_SOFT>(trow, vocab, g_first, g_step, s_red, &st)
-                                      : sp_entropy_sum(trow, vocab, g_first, g_step, s_red);
+                const sp_u64 h = sp_pass_entropy_part<X>(trow, vocab, g_first, g_step, s_red, st, soft);
                 if (threadIdx.x == 0u) atomicAdd(scr + 1u + j, h);
             }
             sp_u64 top;
             sp_u32 id;
-            if (X)
-                sp_race_part_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                                 g_step, s_red, top, id, st);
-            else if (soft)
-                sp_race_part<SP_P_SOFT>(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                                        g_step, s_red, top, id, &st);
-            else
-                sp_race_part(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                             g_step, s_red, top, id);
+            sp_pass_race_part<X>(trow, 0, false, 0u, vocab, j, rq, g_first, g_step, s_red, top, id,
+                                 st, soft);
             // With logits (or a filter) the deciding block needs p of the draft id, which only
             // the row's state gives: its bits ride in the high word of the race's id slots
             // (race_winner reads the low word only).
             const sp_u32 xj = j < kb ? draft_ids[sp_slot(lay, b, k_max) + j] : 0u;
             const sp_u64 ptw = proc && j < kb
-                ? (sp_u64)__float_as_uint(X ? sp_proc_any(sp_rd(trow, xj, tf), st) : sp_soft_p(trow[xj], st)) << 32
+                ? (sp_u64)__float_as_uint(sp_chain_p<X>(trow, xj, rw, st, soft)) << 32
                 : 0ull;
-            if (threadIdx.x == 0u) {
-                scr[base + 2u * j * nsl + sl] = top;
-                scr[base + (2u * j + 1u) * nsl + sl] = ptw | id;
-            }
+            race_slot(j, top, ptw | id);
         }
     } else {
         // The k acceptance tests at once, one per thread (each a Philox block and two loads),
@@ -2167,20 +2301,16 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
             const float pt = sp_rd(tbase, (sp_u64)j * tstride + x, tf);
             const float pd = has_draft ? sp_rd(dbase, (sp_u64)j * dstride + x, df) : 1.0f;
-            sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
-            sp_philox(c, k0, k1);
-            if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd) && j < jr) jr = j;
+            if (!sp_accept_at(rq, j, pt, pd) && j < jr) jr = j;
         }
         for (sp_u32 j = 0; proc && j < rows; ++j) {
             const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
             row_state(trow);
             if (j == kb) break; // all accepted: row kb's state for the plain race
             const sp_u32 x = draft_ids[sp_slot(lay, b, k_max) + j];
-            const float pt = X ? sp_proc_any(sp_rd(trow, x, tf), st) : sp_soft_p(trow[x], st);
+            const float pt = sp_chain_p<X>(trow, x, rw, st, soft);
             const float pd = has_draft ? sp_rd(dbase, (sp_u64)j * dstride + x, df) : 1.0f;
-            sp_u32 c[4] = {0u, (j << 2) | 0u, off_lo, off_hi};
-            sp_philox(c, k0, k1);
-            if (!sp_accepts(((sp_u64)c[0] << 32) | (sp_u64)c[1], pt, pd)) {
+            if (!sp_accept_at(rq, j, pt, pd)) {
                 jr = j;
                 break;
             }
@@ -2195,39 +2325,18 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
             const float* drow = has_draft ? sp_at(dbase, (sp_u64)j * dstride, df) : 0;
             sp_u64 top;
             sp_u32 id;
-            if (X)
-                sp_race_part_any(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                                 g_step, s_red, top, id, st);
-            else if (soft)
-                sp_race_part<SP_P_SOFT>(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                                        g_step, s_red, top, id, &st);
-            else
-                sp_race_part(trow, drow, true, x, vocab, j, k0, k1, off_lo, off_hi, g_first,
-                             g_step, s_red, top, id);
-            const sp_u32 r = rec ? j : 0u;
-            if (threadIdx.x == 0u) {
-                scr[base + 2u * r * nsl + sl] = top;
-                scr[base + (2u * r + 1u) * nsl + sl] = id;
-            }
+            sp_pass_race_part<X>(trow, drow, true, x, vocab, j, rq, g_first, g_step, s_red, top, id,
+                                 st, soft);
+            race_slot(rec ? j : 0u, top, id);
         }
         if (jr < rows) { // the plain race (not needed after all accepted with a bonus given)
             const float* trow = sp_at(tbase, (sp_u64)jr * tstride, tf);
             if (rec && proc && kb > 0u) row_state(trow);
             sp_u64 top;
             sp_u32 id;
-            if (X)
-                sp_race_part_any(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
-                                 g_step, s_red, top, id, st);
-            else if (soft)
-                sp_race_part<SP_P_SOFT>(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
-                                        g_step, s_red, top, id, &st);
-            else
-                sp_race_part(trow, 0, false, 0u, vocab, jr, k0, k1, off_lo, off_hi, g_first,
-                             g_step, s_red, top, id);
-            if (threadIdx.x == 0u) {
-                scr[base + 2u * pr_slot * nsl + sl] = top;
-                scr[base + (2u * pr_slot + 1u) * nsl + sl] = id;
-            }
+            sp_pass_race_part<X>(trow, 0, false, 0u, vocab, jr, rq, g_first, g_step, s_red, top, id,
+                                 st, soft);
+            race_slot(pr_slot, top, id);
         }
     }
 
@@ -2275,11 +2384,7 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                 const float pt = proc ? __uint_as_float((sp_u32)(parts[base + (2u * j + 1u) * nsl] >> 32))
                                       : sp_rd(tbase, (sp_u64)j * tstride + x, tf);
                 const float h = sp_entropy_of_sum(parts[1u + j]);
-                const float a = eps[b];
-                const float e = sp_exp(-h);
-                const float bb = delta[b] * e;
-                const float thr = a < bb ? a : bb;
-                rejected = !(pt > thr);
+                rejected = !(pt > sp_typical_threshold(h, eps[b], delta[b]));
                 if (rejected) emitted = (sp_u32)race_winner(j);
             }
             if (!rejected) ++acc;
@@ -2309,7 +2414,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
                 if (win == 0ull && j != jr) {
                     const float* trow = sp_at(tbase, (sp_u64)j * tstride, tf);
                     if (proc) row_state(trow);
-                    win = sp_race_any(trow, 0, false, 0u, vocab, j, k0, k1, off_lo, off_hi, s_red, st);
+                    win = sp_race_any(trow, 0, false, 0u, vocab, j, rq.k0, rq.k1, rq.off_lo, rq.off_hi,
+                                      s_red, st);
                 }
                 r = (sp_u32)win;
             }
@@ -2321,23 +2427,8 @@ sp_verify_split_body(const sp_u32* __restrict__ shape, const sp_u32* __restrict_
     __syncthreads(); // every thread has read the parts: clear them for the next launch
     for (sp_u64 w = threadIdx.x; w < words; w += blockDim.x) scr[w] = 0ull;
 
-    for (sp_u32 j = threadIdx.x; j <= k_max; j += blockDim.x) {
-        out[j] = j < acc ? draft_ids[sp_slot(lay, b, k_max) + j] : (j == acc ? emitted : SP_SENTINEL);
-    }
-    sp_u64* const acc_pos = stats + 4u;
-    sp_u64* const drafted_pos = stats + 4u + ck;
-    if (threadIdx.x == 0u) accepted[b] = acc;
-    // k = 0 is not counted (vLLM counts no draft for a request without draft tokens).
-    if (threadIdx.x == 0u && kb > 0u) {
-        atomicAdd(stats + 0, 1ull);
-        atomicAdd(stats + 1, (sp_u64)kb);
-        atomicAdd(stats + 2, (sp_u64)acc);
-        atomicAdd(stats + 3, (sp_u64)acc + 1ull);
-    }
-    for (sp_u32 j = threadIdx.x; j < kb; j += blockDim.x) {
-        atomicAdd(drafted_pos + j, 1ull);
-        if (j < acc) atomicAdd(acc_pos + j, 1ull);
-    }
+    sp_chain_outputs(out, draft_ids + sp_slot(lay, b, k_max), k_max, acc, emitted);
+    sp_count(stats, ck, accepted, b, kb, acc);
 }
 
 extern "C" __global__ void SP_LAUNCH_BOUNDS_SPLIT
