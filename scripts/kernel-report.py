@@ -15,7 +15,7 @@ race, acceptance test):
 
 It also compiles the tree module (core/kernels/specula_tree.cu after the chain's device functions)
 and reports its two entries' registers, spills and local-memory instructions in their row loops
-(reported only: no budget or check yet).
+(no spill on a row loop's hot path, as for the chain's entries).
 
 Then a small latency/roofline model (documented in `model()` below) turns those into predicted
 microseconds and fractions of a device-to-device copy for batch 1, 64, 256 at V = 128256, k = 4 on an
@@ -639,8 +639,7 @@ def main():
                 e = dict(kernel_log.get(entry, {}))
                 e["row_loops"], e["row_local"], e["row_local_cold"] = row_loops(sass.get(entry, []))
                 kern["ex"][entry] = e
-            # The tree entries (reported; not held to "no spill" yet: the binary32 entry's
-            # own row loops touch local memory).
+            # The tree entries, held to no spill on a row loop's hot path as the chain's are.
             tree_log, tree_sass = build_tree(arch, work)
             kern["tree"] = {}
             for entry in ("specula_verify_tree", "specula_verify_tree_half"):
@@ -676,10 +675,14 @@ def main():
                 if e["row_local"]:
                     failures.append(f"{arch}: {entry} spills on a row loop's hot path")
             for entry, e in kern["tree"].items():
-                print(f"   {arch}: {entry} (reported only): {e.get('regs')} registers, "
+                print(f"   {arch}: {entry}: {e.get('regs')} registers, "
                       f"{e.get('spill_st', 0)}+{e.get('spill_ld', 0)} spill bytes; "
                       f"{e['row_loops']} row loops, {e['row_local']} local-memory instructions on "
                       f"their hot paths, {e['row_local_cold']} in their cold regions")
+                if not e["row_loops"]:
+                    failures.append(f"{arch}: {entry} missing or without row loops")
+                if e["row_local"]:
+                    failures.append(f"{arch}: {entry} spills on a row loop's hot path")
             # The logits and filter passes run in the one-block logits entry, at its own
             # occupancy (its launch bounds allow fewer blocks per SM than specula_verify's).
             lg = kern["ex"].get("specula_verify_logits", {})

@@ -21,7 +21,7 @@
 //   SP_ERR_SHAPE) and specula_verify_tree_half (rows of the flags' formats). Half rows are read
 //   as the logits entries read them (sp_widen: exact), so the outputs and counters are those of
 //   the binary32 rows they widen to; the half entry runs the logits entries' any-format passes
-//   (sp_argmax_any, ...), the binary32 entry the binary32 passes only (no call).
+//   (sp_argmax_any, ...), the binary32 entry the binary32 passes only (sp_tree_*_f32).
 //   target_logits (f32, null: probabilities): the layout of target_probs, which is then not
 //           read; temperature (f32 x B, read only with logits): 0 greedy on the logit rows,
 //           > 0 every target value through the row's softmax (sp_softmax_state, sp_soft_p:
@@ -95,13 +95,97 @@ SP_NOINLINE __device__ sp_soft sp_tree_state_any(const float* row, sp_u32 vocab,
                                                  sp_u64* s_red, sp_u32 tf) {
     return sp_softmax_state<SP_FX_ANY>(row, vocab, t, threadIdx.x, blockDim.x, s_red, tf);
 }
+
+// The binary32 entry's row passes, each compiled once in that entry and called (SP_NOINLINE), as
+// the half entry calls the any-format passes. Inlined into the tree body (21 row loops), their
+// loops shared the entry's 64 registers with the body's own state, and ptxas reloaded some of it
+// from local memory on their hot paths (30 local-memory instructions, sm_80 and sm_90); a
+// callee's loops hold only its own values (none left: docs/PERFORMANCE.md, "The binary32 tree
+// entry's spills"). Under that cap the races draw through sp_key_shared, as the any-format race
+// does (with sp_keys the callee reloaded the round keys for every draw), and the argmax and the
+// race are one function per row kind (softmax, stored values): one function for both kept the
+// softmax loops' tiles in local memory. The softmax state travels as its words (t, m, s: what the
+// binary32 passes read of it), not by reference (through the caller's stack).
+SP_NOINLINE __device__ sp_soft sp_tree_state_f32(const float* row, sp_u32 vocab, float t,
+                                                 sp_u64* s_red) {
+    return sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
+}
+__device__ __forceinline__ sp_soft sp_tree_soft_f32(float t, float m, double s) {
+    return sp_soft_of(t, m, s, 0u, SP_P_SOFT, SP_FMT_F32, SP_FMT_F32);
+}
+SP_NOINLINE __device__ sp_u32 sp_tree_argmax_soft_f32(const float* row, sp_u32 vocab,
+                                                      sp_u64* s_red, float t, float m, double s) {
+    const sp_soft st = sp_tree_soft_f32(t, m, s);
+    return sp_argmax<SP_P_SOFT>(row, vocab, s_red, &st);
+}
+SP_NOINLINE __device__ sp_u32 sp_tree_argmax_raw_f32(const float* row, sp_u32 vocab, sp_u64* s_red) {
+    return sp_argmax(row, vocab, s_red);
+}
+SP_NOINLINE __device__ float sp_tree_entropy_f32(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 float t, float m, double s, bool soft) {
+    return sp_pass_entropy<false>(row, vocab, s_red, sp_tree_soft_f32(t, m, s), soft);
+}
+// The race over a softmax row (P = SP_P_SOFT) and over stored values (P = SP_P_RAW).
+SP_NOINLINE __device__ sp_u64 sp_tree_race_soft_f32(const float* trow, const float* drow,
+                                                    bool residual, sp_u32 onehot_id, sp_u32 vocab,
+                                                    sp_u32 position, sp_u32 k0, sp_u32 k1,
+                                                    sp_u32 off_lo, sp_u32 off_hi, sp_u64* s_red,
+                                                    float t, float m, double s) {
+    const sp_soft st = sp_tree_soft_f32(t, m, s);
+    sp_u64 top;
+    sp_u32 id;
+    sp_race_part<SP_P_SOFT, 0u, sp_key_shared>(trow, drow, residual, onehot_id, vocab, position,
+                                                k0, k1, off_lo, off_hi, threadIdx.x, blockDim.x,
+                                                s_red, top, id, &st);
+    return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
+}
+SP_NOINLINE __device__ sp_u64 sp_tree_race_raw_f32(const float* trow, const float* drow,
+                                                   bool residual, sp_u32 onehot_id, sp_u32 vocab,
+                                                   sp_u32 position, sp_u32 k0, sp_u32 k1,
+                                                   sp_u32 off_lo, sp_u32 off_hi, sp_u64* s_red) {
+    sp_u64 top;
+    sp_u32 id;
+    sp_race_part<SP_P_RAW, 0u, sp_key_shared>(trow, drow, residual, onehot_id, vocab, position,
+                                               k0, k1, off_lo, off_hi, threadIdx.x, blockDim.x,
+                                               s_red, top, id);
+    return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
+}
+
 // The softmax state of a node row at t > 0, with what the any-format passes read of it for a
 // half row (kind SP_P_SOFT, no threshold, the row formats).
 __device__ __forceinline__ sp_soft sp_tree_state(const float* row, sp_u32 vocab, float t,
                                                  sp_u64* s_red, sp_u32 tf, sp_u32 df, bool half) {
-    if (!half) return sp_softmax_state(row, vocab, t, threadIdx.x, blockDim.x, s_red);
+    if (!half) return sp_tree_state_f32(row, vocab, t, s_red);
     const sp_soft st = sp_tree_state_any(row, vocab, t, s_red, tf);
     return sp_soft_of(st.t, st.m, st.s, 0u, SP_P_SOFT, tf, df);
+}
+// The row passes as instance H of the tree body runs them (block-uniform calls): the half
+// instance the chain's any-format passes (sp_pass_*<true>), the binary32 one the calls above.
+// st: the row's state (read only with soft in the binary32 instance).
+template <bool H>
+__device__ __forceinline__ sp_u32 sp_tree_argmax(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool soft) {
+    if (H) return sp_pass_argmax<true>(row, vocab, s_red, st, soft);
+    return soft ? sp_tree_argmax_soft_f32(row, vocab, s_red, st.t, st.m, st.s)
+                : sp_tree_argmax_raw_f32(row, vocab, s_red);
+}
+template <bool H>
+__device__ __forceinline__ float sp_tree_entropy(const float* row, sp_u32 vocab, sp_u64* s_red,
+                                                 const sp_soft& st, bool soft) {
+    if (H) return sp_pass_entropy<true>(row, vocab, s_red, st, soft);
+    return sp_tree_entropy_f32(row, vocab, s_red, st.t, st.m, st.s, soft);
+}
+template <bool H>
+__device__ __forceinline__ sp_u64 sp_tree_pass_race(const float* trow, const float* drow,
+                                                    bool residual, sp_u32 onehot_id, sp_u32 vocab,
+                                                    sp_u32 position, const sp_request& rq,
+                                                    sp_u64* s_red, const sp_soft& st, bool soft) {
+    if (H) return sp_pass_race<true>(trow, drow, residual, onehot_id, vocab, position, rq, s_red, st, soft);
+    if (soft)
+        return sp_tree_race_soft_f32(trow, drow, residual, onehot_id, vocab, position, rq.k0,
+                                     rq.k1, rq.off_lo, rq.off_hi, s_red, st.t, st.m, st.s);
+    return sp_tree_race_raw_f32(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1,
+                                rq.off_lo, rq.off_hi, s_red);
 }
 
 // Target-only rule's residual: w_v = (p(v) as f64) - (1.0 if v is a tried token).
@@ -228,9 +312,9 @@ struct sp_tree_smem {
 
 // The whole verification of block b's request. H: the rows may be half (the shape's half
 // flags), read through the any-format passes (entry specula_verify_tree_half); !H: binary32
-// rows only, the formats constant, the binary32 passes inlined (entry specula_verify_tree).
-// Each instance has its own entry point: a call from one entry to the other instance would
-// force the call ABI (and spills) on the binary32 entry.
+// rows only, the formats constant, the binary32 passes called (sp_tree_*_f32; entry
+// specula_verify_tree). Each instance has its own entry point: a call from one entry to the
+// other instance forced the call ABI (and spills) on the binary32 entry's row loops.
 template <bool H>
 __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_smem& sm) {
     // The chain's argument block: `k` holds the node counts, `draft_ids` the node tokens.
@@ -405,7 +489,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             const float* prow = SP_TROW(p);
             if (s_seen[p] == 0u) { // block-uniform: written before the last barrier
                 const sp_soft st = soft ? row_state(prow) : st_raw;
-                const float h = sp_pass_entropy<H>(prow, vocab, s_red, st, soft);
+                const float h = sp_tree_entropy<H>(prow, vocab, s_red, st, soft);
                 const float thr = sp_typical_threshold(h, a, dl);
                 __syncthreads();
                 if (threadIdx.x == 0u) {
@@ -443,7 +527,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             }
         }
         const sp_soft st = soft ? row_state(SP_TROW(best)) : st_raw;
-        emitted = (sp_u32)sp_pass_race<H>(SP_TROW(best), 0, false, 0u, vocab, best, rq, s_red, st, soft);
+        emitted = (sp_u32)sp_tree_pass_race<H>(SP_TROW(best), 0, false, 0u, vocab, best, rq, s_red, st, soft);
     } else {
         sp_u32 u = 0u;
         for (;;) {
@@ -461,18 +545,17 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
             const sp_u32 m = s_word[0];
             const float* trow = SP_TROW(u);
             // Read only with logits, or by the half instance's raw passes (the binary32 raw
-            // passes read no state): the binary32 instance leaves it unset, as it always did.
-            sp_soft st_u;
-            if (H) st_u = st_raw;
+            // passes read no state, but their calls take its words).
+            sp_soft st_u = st_raw;
             if (soft) st_u = row_state(trow);
             const sp_soft* const st = soft ? &st_u : 0;
             // The plain race over p_u (no candidate: 0).
             auto plain_race = [&]() {
-                return sp_pass_race<H>(trow, 0, false, 0u, vocab, u, rq, s_red, st_u, soft);
+                return sp_tree_pass_race<H>(trow, 0, false, 0u, vocab, u, rq, s_red, st_u, soft);
             };
             sp_u32 next = SP_SENTINEL; // the accepted child, or none
             if (meth == SP_METHOD_GREEDY) {
-                const sp_u32 am = sp_pass_argmax<H>(trow, vocab, s_red, st_u, soft);
+                const sp_u32 am = sp_tree_argmax<H>(trow, vocab, s_red, st_u, soft);
                 for (sp_u32 r = 0; r < m && next == SP_SENTINEL; ++r)
                     if (s_tried[r] == am) next = s_kids[r];
                 emitted = am;
@@ -493,7 +576,7 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_pass_race<H>(trow, 0, true, s_tried[0], vocab, u, rq, s_red, st_u, false);
+                        win = sp_tree_pass_race<H>(trow, 0, true, s_tried[0], vocab, u, rq, s_red, st_u, false);
                     } else {
                         // (Softmax rows: the reference's generic race, whatever m.)
                         sp_tree_excl wf;
@@ -538,8 +621,8 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
                 if (next == SP_SENTINEL) {
                     sp_u64 win;
                     if (m == 1u && !soft) {
-                        win = sp_pass_race<H>(trow, sp_at(dbase, (sp_u64)s_kids[0] * dstride, df), true,
-                                              s_tried[0], vocab, u, rq, s_red, st_u, false);
+                        win = sp_tree_pass_race<H>(trow, sp_at(dbase, (sp_u64)s_kids[0] * dstride, df), true,
+                                                   s_tried[0], vocab, u, rq, s_red, st_u, false);
                     } else {
                         rf.i = m;
                         win = sp_tree_race(rf, vocab, u, rq.k0, rq.k1, rq.off_lo, rq.off_hi, s_red);
@@ -579,9 +662,9 @@ __device__ __forceinline__ void sp_tree_body(const sp_args& a, const sp_tree_sme
 }
 
 // One entry's block: its shared memory, then instance H of the body. Each entry point inlines
-// exactly one instance, so the binary32 entry has no call in it (a call to the half instance
-// put the call ABI, and spills, on its row loops) and the half instance's registers are its
-// own entry's.
+// exactly one instance, so the binary32 entry calls none of the half instance's code (a call to
+// the half instance put the call ABI, and spills, on its row loops) and the half instance's
+// registers are its own entry's.
 template <bool H>
 __device__ __forceinline__ void sp_tree_entry(const sp_args& a) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];

@@ -875,9 +875,10 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 // -inf, -0 as +0, on both sides: NaN / t is NaN, -inf / t is -inf, +-0 / t is +-0), so the key
 // of the largest quotient is the key of the largest logit's quotient. Only in the any-format
 // instance (SP_NOINLINE in the logits entries, 19.7 -> 9.1 instructions per id on sm_90): the
-// binary32 instance is inlined into the tree entry, where the same change made ptxas spill
+// binary32 instance was inlined into the tree entry, where the same change made ptxas spill
 // more in its row loops (31 -> 55 local-memory instructions on their hot paths), so it keeps
-// the division per id (the same bits either way).
+// the division per id (the same bits either way; not retried since the tree entry calls it,
+// sp_tree_state_f32).
 // FX as for sp_load_tile: the row's format is `fmt` (the softmax probes: FX = 0, binary32).
 template <sp_u32 FX = 0u>
 __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,

@@ -165,9 +165,10 @@ fn chain_kernel(arch: &str, sm: &str) {
 /// The tree kernel text (`specula_core::gpu::kernels::TREE_SOURCE`: the chain text, then
 /// `core/kernels/specula_tree.cu`) compiles with the kernel's NVRTC options for compute_80 and
 /// compute_90, has both tree entries (`specula_verify_tree`, `specula_verify_tree_half`), the
-/// binary32 one with no call in it (a call to the half instance forced the call ABI, and spills,
-/// on its row loops), no contracted multiply-add or fast-math instruction outside the series
-/// division's inline asm, and assembles with ptxas.
+/// binary32 one calling its own binary32 row passes only (`sp_tree_*_f32`: no any-format pass
+/// and not the half instance, whose call forced the call ABI, and spills, on its row loops), no
+/// contracted multiply-add or fast-math instruction outside the series division's inline asm,
+/// and assembles with ptxas.
 #[test]
 fn tree_kernel_compiles_and_assembles_for_ampere() {
     tree_kernel("compute_80", "sm_80");
@@ -206,10 +207,23 @@ fn tree_kernel(arch: &str, sm: &str) {
     let body = ptx.split(&format!(".entry {entry}(")).nth(1).unwrap();
     let body = body.split("\n.func").next().unwrap();
     let body = body.split("\n.visible .entry").next().unwrap();
+    // The functions it calls, by their mangled names (`_Z<length><name><parameters>`; its
+    // shared arrays are `_ZZ...`, names local to a function).
+    let callees: Vec<&str> = body
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.len() > 2 && w.starts_with("_Z") && w.as_bytes()[2].is_ascii_digit())
+        .collect();
     assert!(
-        !body.lines().any(|l| l.trim_start().starts_with("call")),
-        "{arch}: {entry} calls a function"
+        !callees.is_empty(),
+        "{arch}: {entry} calls none of its row passes"
     );
+    for callee in callees {
+        let name = callee[2..].trim_start_matches(|c: char| c.is_ascii_digit());
+        assert!(
+            name.starts_with("sp_tree_") && name.contains("_f32"),
+            "{arch}: {entry} calls {callee}, not one of its binary32 passes"
+        );
+    }
     let (compiled, _) = split_inline_asm(&ptx);
     for bad in ["fma.rn.f32", "fma.rn.f64", "div.approx", ".ftz.f32"] {
         assert!(!compiled.contains(bad), "{arch}: {bad} in the tree PTX");

@@ -113,7 +113,7 @@ pub const TREE_SOURCE: &str = concat!(
 /// [`VERIFY_LOGITS_ENTRY`]); the chain's other fields are null. Binary32 rows only: a half flag
 /// ([`FLAG_TARGET_BF16`], [`FLAG_TARGET_F16`], [`FLAG_DRAFT_BF16`], [`FLAG_DRAFT_F16`]) sets
 /// [`ERR_SHAPE`]; half rows take [`TREE_HALF_ENTRY`] (same contract), so this entry's code is
-/// the binary32 instance alone, with no call in it.
+/// the binary32 instance alone, calling only its binary32 row passes.
 /// Grid `(capacity, 1, 1)`, one block per request, block as for [`VERIFY_ENTRY`]. It follows
 /// `core/DETERMINISM.md` "Token trees" bit for bit (greedy, the target-only rule, SpecInfer's
 /// rule with draft rows, typical acceptance) and records
