@@ -291,9 +291,9 @@ enum PositionRows<'r> {
 }
 
 impl<'r> PositionRows<'r> {
-    /// Position `j`'s rows of request `b` (`j ≤ k_b`; the draft row only for `j < k_b`).
-    fn of(plan: &RequestPlan, batch: &Batch<'r>, b: usize, j: usize) -> Self {
-        let with_draft = j < batch.draft_len(b) as usize;
+    /// Position `j`'s rows of request `b` (`j ≤ k_b`), the draft row only `with_draft` (the
+    /// caller knows: `j < k_b`; row `k_b` has none).
+    fn of(plan: &RequestPlan, batch: &Batch<'r>, b: usize, j: usize, with_draft: bool) -> Self {
         if plan.plain {
             return Self::Stored {
                 target: batch.target_row(b, j),
@@ -414,7 +414,8 @@ pub fn recovered_at<O: RowOps + ?Sized>(
         offset: batch.offset[b],
         position: j as u32,
     };
-    let rows = PositionRows::of(&plan, batch, b, j);
+    // `j < k_b`: the position has a draft row.
+    let rows = PositionRows::of(&plan, batch, b, j, true);
     match plan.method {
         Method::Rejection => rows.recovered(ops, rng, x),
         Method::Greedy => rows.argmax(ops),
@@ -497,7 +498,7 @@ pub fn verify_request<O: RowOps + ?Sized>(
     let mut accepted = 0usize;
     let mut emitted = None;
     for (j, &x) in ids.iter().enumerate() {
-        let rows = PositionRows::of(&plan, batch, b, j);
+        let rows = PositionRows::of(&plan, batch, b, j, true);
         let pt = rows.target_p(x);
         let accept = match plan.method {
             Method::Rejection => {
@@ -534,7 +535,7 @@ pub fn verify_request<O: RowOps + ?Sized>(
         None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
         None => {
             // All k accepted (or k = 0): the bonus token from target row k.
-            let rows = PositionRows::of(&plan, batch, b, k);
+            let rows = PositionRows::of(&plan, batch, b, k, false);
             match plan.method {
                 Method::Greedy => rows.argmax(ops),
                 Method::Rejection | Method::Typical => rows.race(ops, rng(k)),
