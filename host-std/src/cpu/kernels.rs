@@ -654,6 +654,31 @@ pub(crate) trait LogitRow: Copy {
     fn block<const N: usize>(&self, start: usize) -> [f32; N];
     /// The binary32 value of id `i`.
     fn at(&self, i: usize) -> f32;
+
+    /// The softmax weights `e_v = exp_p(l_v / t − max)` of ids `start .. start + N` (`max` the
+    /// row's softmax maximum, so `l_v / t − max ≤ 0` or NaN).
+    #[inline(always)]
+    fn weights<const N: usize>(&self, start: usize, t: f32, max: f32) -> [f32; N] {
+        let l: [f32; N] = self.block(start);
+        let mut e = [0f32; N];
+        for i in 0..N {
+            e[i] = exp_nonpos(l[i] / t - max);
+        }
+        e
+    }
+
+    /// The softmax weight of id `i` (as [`weights`](Self::weights)).
+    #[inline(always)]
+    fn weight_at(&self, i: usize, t: f32, max: f32) -> f32 {
+        exp_p(self.at(i) / t - max)
+    }
+
+    /// The row's bf16 bit patterns, when it is one: its weights can then be looked up in a
+    /// table of the patterns it holds ([`weight_table`]).
+    #[inline(always)]
+    fn bf16_bits(&self) -> Option<&[u16]> {
+        None
+    }
 }
 
 impl LogitRow for &[f32] {
@@ -692,6 +717,10 @@ impl LogitRow for Bf16Row<'_> {
     #[inline(always)]
     fn at(&self, i: usize) -> f32 {
         f32::from_bits(u32::from(self.0[i]) << 16)
+    }
+    #[inline(always)]
+    fn bf16_bits(&self) -> Option<&[u16]> {
+        Some(self.0)
     }
 }
 
@@ -747,10 +776,8 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
         let stop = body.min(s + PIECE_BLOCKS * N);
         let (mut a32, mut b32, mut c32) = ([0u32; N], [0u32; N], [0u32; N]);
         while s < stop {
-            let l: [f32; N] = row.block(s);
-            let mut e = [0f32; N];
+            let e: [f32; N] = row.weights(s, t, max);
             for i in 0..N {
-                e[i] = exp_nonpos(l[i] / t - max);
                 let (a, b, c) = fixed_pieces(e[i]);
                 a32[i] += a;
                 b32[i] += b;
@@ -772,7 +799,7 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
         total += (u128::from(a64[i]) << 40) + (u128::from(b64[i]) << 16) + u128::from(c64[i]);
     }
     for i in body..len {
-        let e = exp_p(row.at(i) / t - max);
+        let e = row.weight_at(i, t, max);
         if let Some(o) = out.as_deref_mut() {
             o[i] = e;
         }
@@ -801,11 +828,7 @@ fn softmax_weights_range<R: LogitRow, const N: usize>(
     let mut acc = [0f64; N];
     let mut s = 0;
     while s < body {
-        let l: [f32; N] = row.block(s);
-        let mut e = [0f32; N];
-        for i in 0..N {
-            e[i] = exp_nonpos(l[i] / t - max);
-        }
+        let e: [f32; N] = row.weights(s, t, max);
         // A loop of its own: in one loop with the binary32 work, LLVM vectorises both at the
         // width of the binary64 lanes (half the binary32 width), which cost as much as the
         // exact pieces saved.
@@ -820,7 +843,7 @@ fn softmax_weights_range<R: LogitRow, const N: usize>(
         total += a;
     }
     for i in body..len {
-        let e = exp_p(row.at(i) / t - max);
+        let e = row.weight_at(i, t, max);
         out[i] = e;
         total += f64::from(if e >= floor { e } else { 0.0 });
     }
@@ -1056,6 +1079,21 @@ fn gather_loop<const N: usize, const F64: bool>(
 mod avx512 {
     use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
+
+    /// The table entries of 16 bf16 patterns, in one gather.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn lookup16(bits: &[u16; 16], table: &super::weight_table::Table) -> [f32; 16] {
+        // SAFETY: `bits` is 32 readable bytes (an unaligned load).
+        let idx = _mm512_cvtepu16_epi32(unsafe { _mm256_loadu_si256(bits.as_ptr().cast()) });
+        // SAFETY: every index is a 16-bit pattern, below the table's 2¹⁶ entries; scale 4 is
+        // the entry size.
+        let v = unsafe { _mm512_i32gather_ps::<4>(idx, table.as_ptr().cast()) };
+        let mut out = [0f32; 16];
+        // SAFETY: `out` is 64 writable bytes (an unaligned store).
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), v) };
+        out
+    }
 
     /// Lanes whose binary64 value may round differently from the value it approximates
     /// (`near_boundary`'s first test: within 16 ulps of a binary32 midpoint).
@@ -1298,6 +1336,21 @@ mod avx2 {
     use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
 
+    /// The table entries of 8 bf16 patterns, in one gather.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn lookup8(bits: &[u16; 8], table: &super::weight_table::Table) -> [f32; 8] {
+        // SAFETY: `bits` is 16 readable bytes (an unaligned load).
+        let idx = _mm256_cvtepu16_epi32(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) });
+        // SAFETY: every index is a 16-bit pattern, below the table's 2¹⁶ entries; scale 4 is
+        // the entry size.
+        let v = unsafe { _mm256_i32gather_ps::<4>(table.as_ptr().cast(), idx) };
+        let mut out = [0f32; 8];
+        // SAFETY: `out` is 32 writable bytes (an unaligned store).
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        out
+    }
+
     /// Lanes (bits 0–3) of 4 binary64 values within 16 ulps of a binary32 midpoint
     /// (`super::near_boundary`'s first test).
     #[inline]
@@ -1421,6 +1474,17 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
+    pub(super) fn bf16_span_avx2(row: &[u16]) -> (u32, u32) {
+        super::weight_table::span_range::<32>(row)
+    }
+
+    #[cfg(specula_avx512)]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn bf16_span_avx512(row: &[u16]) -> (u32, u32) {
+        super::weight_table::span_range::<64>(row)
+    }
+
+    #[target_feature(enable = "avx2")]
     pub(super) fn logit_max_avx2<R: super::LogitRow>(row: R) -> f32 {
         super::logit_max_range::<R, 32>(row)
     }
@@ -1505,6 +1569,21 @@ pub(crate) fn softmax_max<R: LogitRow>(isa: Isa, row: R, t: f32) -> f32 {
     max / t
 }
 
+/// `(pos_top, neg_top)` of a bf16 row with `isa` ([`weight_table::span_range`]).
+#[inline]
+fn bf16_span(isa: Isa, row: &[u16]) -> (u32, u32) {
+    match isa {
+        Isa::Portable => weight_table::span_range::<16>(row),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::bf16_span_avx2(row) },
+        // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
+        // avx512f, avx512dq, avx512bw and avx512vl.
+        #[cfg(specula_avx512)]
+        Isa::Avx512 => unsafe { x86::bf16_span_avx512(row) },
+    }
+}
+
 /// The largest key of the probabilities `p` and the exact mass of their positive values, in one
 /// pass with `isa` ([`max_mass_range`]; the mass is the row's only when that key is at most the
 /// key of `1.0`).
@@ -1561,8 +1640,28 @@ pub(crate) fn gather_keys(
 /// The exact fixed-point softmax sum `F` of `row` at `t` with maximum `max` (the row's
 /// [`softmax_max`]), with `isa`; with `out`, also writes every weight `e_v` there (same
 /// length).
+///
+/// A bf16 row takes its weights from a table of the patterns it holds where that pays
+/// ([`weight_table`]): the same bits.
 #[inline]
 pub(crate) fn softmax_pass<R: LogitRow>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    max: f32,
+    out: Option<&mut [f32]>,
+) -> u128 {
+    match row.bf16_bits() {
+        Some(bits) => weight_table::with_table(isa, bits, t, max, false, |lookup| {
+            weight_table::on_lookup!(lookup, row, |r| softmax_pass_plain(isa, r, t, max, out))
+        }),
+        None => softmax_pass_plain(isa, row, t, max, out),
+    }
+}
+
+/// [`softmax_pass`] with each weight computed as the row's kernel does.
+#[inline]
+fn softmax_pass_plain<R: LogitRow>(
     isa: Isa,
     row: R,
     t: f32,
@@ -1583,9 +1682,29 @@ pub(crate) fn softmax_pass<R: LogitRow>(
 
 /// The softmax weights of `row` at `t` with maximum `max` (the row's [`softmax_max`]) into
 /// `out` (same length), and the approximate binary64 sum of those with key `≥ threshold` for
-/// [`approx_p`], with `isa`.
+/// [`approx_p`], with `isa` (a bf16 row as in [`softmax_pass`]).
 #[inline]
 pub(crate) fn softmax_weights<R: LogitRow>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    max: f32,
+    threshold: u32,
+    out: &mut [f32],
+) -> f64 {
+    match row.bf16_bits() {
+        Some(bits) => weight_table::with_table(isa, bits, t, max, false, |lookup| {
+            weight_table::on_lookup!(lookup, row, |r| softmax_weights_plain(
+                isa, r, t, max, threshold, out
+            ))
+        }),
+        None => softmax_weights_plain(isa, row, t, max, threshold, out),
+    }
+}
+
+/// [`softmax_weights`] with each weight computed as the row's kernel does.
+#[inline]
+fn softmax_weights_plain<R: LogitRow>(
     isa: Isa,
     row: R,
     t: f32,
@@ -1692,6 +1811,8 @@ pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i6
         Isa::Avx512 => unsafe { x86::entropy_avx512(row, start, end) },
     }
 }
+
+mod weight_table;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,297 @@
+//! The softmax weights of a bf16 row looked up per id in a table of the bit patterns it holds.
+//!
+//! A bf16 logit is one of 2¹⁶ bit patterns, and its softmax weight `exp_p(l / t − max)` is a
+//! function of the pattern alone for a given row (`t` and `max` are the row's). A row of a
+//! language model's logits holds a few thousand distinct patterns (a few dozen binades of 128
+//! values each), far fewer than its 32 000 – 256 000 ids, and `exp_p` with its division is
+//! what makes the softmax pass compute-bound (`docs/PERFORMANCE.md`). So the pass computes the
+//! weight of each pattern the row can hold once, into a table, and then only looks each id's
+//! weight up. Every table entry is computed by the very kernel the row pass runs
+//! ([`LogitRow::weights`] over the patterns in order), so each id's weight has the bits it had.
+//!
+//! Which patterns: those of `[0, pos_top)` (`+0` up to the row's largest positive pattern)
+//! and of `[0x8000, 0x8000 + neg_top)` (likewise for the negative ones), found in one pass over
+//! the row's bits ([`span_range`]). Most of them are tiny logits, every one of which gives the
+//! same weight: `x(l) = RN(RN(l / t) − max)` is non-decreasing in `l` (correctly rounded
+//! division by `t > 0` and subtraction of a constant are monotone), so if `x` has the same
+//! value at `−a` and at `a`, it has that value at every `l ∈ [−a, a]`, and the weights there
+//! are all `exp_p` of that value (`±0` give the same bits). The largest such `a` among the
+//! patterns is found by bisection ([`collapse`]: the test is monotone in `a`); the patterns of
+//! magnitude below it share one entry's value. A row whose patterns are not few (a flat
+//! random row, NaN payloads, huge ranges) is left to the plain pass.
+
+use super::{Isa, LogitRow, exp_p};
+use std::cell::RefCell;
+
+/// The number of bf16 bit patterns.
+const PATTERNS: usize = 1 << 16;
+
+/// The sign bit of a bf16 pattern.
+const SIGN: u32 = 0x8000;
+
+/// The pattern of `+∞`: patterns of magnitude below it are finite.
+const INF: u32 = 0x7F80;
+
+/// A table of one weight per bf16 pattern.
+pub(crate) type Table = [f32; PATTERNS];
+
+thread_local! {
+    /// This thread's table (256 KiB): filled anew for each row that uses it.
+    static TABLE: RefCell<Box<Table>> = RefCell::new(
+        vec![0f32; PATTERNS].into_boxed_slice().try_into().expect("PATTERNS entries"),
+    );
+}
+
+/// The binary32 value of bf16 pattern `p` (`core/DETERMINISM.md`: the bits, shifted).
+#[inline(always)]
+fn value(p: u32) -> f32 {
+    f32::from_bits(p << 16)
+}
+
+/// The consecutive patterns `first .. first + len` as a row of logits: the table's entries
+/// are this row's weights, computed by the same kernel as a bf16 row's.
+#[derive(Clone, Copy)]
+struct Patterns {
+    first: u32,
+    len: usize,
+}
+
+impl LogitRow for Patterns {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize) -> [f32; N] {
+        let mut out = [0f32; N];
+        for (l, o) in out.iter_mut().enumerate() {
+            *o = value(self.first + (start + l) as u32);
+        }
+        out
+    }
+    #[inline(always)]
+    fn at(&self, i: usize) -> f32 {
+        value(self.first + i as u32)
+    }
+}
+
+/// How a [`Tabled`] row looks its weights up: plain loads, or a gather instruction. LLVM does
+/// not emit gathers for the lane code, and on AVX-512 its lane-by-lane lookups into 32 lanes
+/// cost more than the `exp_p` they replace (`softmax_pass_timing`: 185 µs against the plain
+/// pass's 114 µs for a 128k row; 60 µs with the gather).
+pub(crate) const SCALAR: u8 = 0;
+/// 16 weights per AVX-512 gather; a row of this kind is only made on AVX-512.
+#[cfg(specula_avx512)]
+pub(crate) const GATHER16: u8 = 1;
+/// 8 weights per AVX2 gather; a row of this kind is only made on AVX2.
+#[cfg(specula_avx2_intrinsics)]
+pub(crate) const GATHER8: u8 = 2;
+
+/// A bf16 row whose weights are read from a filled table (`G`: how, [`SCALAR`] or a gather).
+#[derive(Clone, Copy)]
+pub(crate) struct Tabled<'a, const G: u8> {
+    row: &'a [u16],
+    table: &'a Table,
+}
+
+impl<const G: u8> LogitRow for Tabled<'_, G> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.row.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize) -> [f32; N] {
+        let src: &[u16; N] = self.row[start..start + N].try_into().expect("N values");
+        src.map(|b| value(u32::from(b)))
+    }
+    #[inline(always)]
+    fn at(&self, i: usize) -> f32 {
+        value(u32::from(self.row[i]))
+    }
+    #[inline(always)]
+    fn weights<const N: usize>(&self, start: usize, _t: f32, _max: f32) -> [f32; N] {
+        let src: &[u16; N] = self.row[start..start + N].try_into().expect("N values");
+        #[cfg(specula_avx512)]
+        if G == GATHER16 && N % 16 == 0 {
+            let mut out = [0f32; N];
+            for (o, b) in out.chunks_exact_mut(16).zip(src.chunks_exact(16)) {
+                let b: &[u16; 16] = b.try_into().expect("16 values");
+                // SAFETY: a `Tabled` row of kind `GATHER16` is only made after `Isa::detect`
+                // said AVX-512 (`with_table`).
+                o.copy_from_slice(&unsafe { super::avx512::lookup16(b, self.table) });
+            }
+            return out;
+        }
+        #[cfg(specula_avx2_intrinsics)]
+        if G == GATHER8 && N % 8 == 0 {
+            let mut out = [0f32; N];
+            for (o, b) in out.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+                let b: &[u16; 8] = b.try_into().expect("8 values");
+                // SAFETY: a `Tabled` row of kind `GATHER8` is only made after `Isa::detect`
+                // said AVX2 (`with_table`).
+                o.copy_from_slice(&unsafe { super::avx2::lookup8(b, self.table) });
+            }
+            return out;
+        }
+        // A pattern indexes the table: always in bounds.
+        src.map(|b| self.table[usize::from(b)])
+    }
+    #[inline(always)]
+    fn weight_at(&self, i: usize, _t: f32, _max: f32) -> f32 {
+        self.table[usize::from(self.row[i])]
+    }
+}
+
+/// `(pos_top, neg_top)` of a row's bits, each lane's: one more than the largest positive
+/// pattern (`0` without one), one more than the largest magnitude of a negative one.
+#[inline(always)]
+pub(super) fn span_range<const N: usize>(row: &[u16]) -> (u32, u32) {
+    let (mut pos, mut neg) = ([0u16; N], [0u16; N]);
+    let mut chunks = row.chunks_exact(N);
+    for c in &mut chunks {
+        let c: &[u16; N] = c.try_into().expect("N values");
+        for l in 0..N {
+            let b = c[l];
+            // Both fit 16 bits: `b + 1 ≤ 0x8000` for a positive pattern, `b − 0x7FFF ≤ 0x8000`.
+            let p = if b < 0x8000 { b.wrapping_add(1) } else { 0 };
+            let n = if b >= 0x8000 {
+                b.wrapping_sub(0x7FFF)
+            } else {
+                0
+            };
+            pos[l] = pos[l].max(p);
+            neg[l] = neg[l].max(n);
+        }
+    }
+    let (mut p, mut n) = (0u32, 0u32);
+    for l in 0..N {
+        p = p.max(u32::from(pos[l]));
+        n = n.max(u32::from(neg[l]));
+    }
+    for &b in chunks.remainder() {
+        let b = u32::from(b);
+        if b < SIGN {
+            p = p.max(b + 1);
+        } else {
+            n = n.max(b - SIGN + 1);
+        }
+    }
+    (p, n)
+}
+
+/// The largest `c ≤ top` (`top ≤ INF`) such that every pattern of magnitude below `c`, of
+/// either sign, has the same `x = l / t − max`: the largest with `x(value(c − 1)) ==
+/// x(−value(c − 1))` (`c = 0`: none), by bisection (the test holds for every smaller `c` once it
+/// holds for one: see the module's text).
+fn collapse(top: u32, t: f32, max: f32) -> u32 {
+    let x = |p: u32| value(p) / t - max;
+    // NaN is never equal: such a `c` fails.
+    let same = |c: u32| x(c - 1) == x(SIGN | (c - 1));
+    // `same(lo)` holds (vacuously for 0); the answer lies in `lo ..= hi`.
+    let (mut lo, mut hi) = (0u32, top);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if same(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+/// How many patterns a table costs at most, relative to the row: above `len / 2` computed
+/// weights the plain pass is cheaper (a table entry costs what a row id does, plus the lookup).
+fn worth_it(computed: u32, len: usize) -> bool {
+    (computed as usize) * 2 <= len
+}
+
+/// Fills `table` with the weights at `t` and `max` of every pattern `row` may hold, with `isa`;
+/// `false` (nothing written) where the row holds too many patterns for that to pay
+/// ([`worth_it`]), unless `force`.
+fn fill(isa: Isa, row: &[u16], t: f32, max: f32, table: &mut Table, force: bool) -> bool {
+    let (pos_top, neg_top) = super::bf16_span(isa, row);
+    let c = collapse(pos_top.max(neg_top).min(INF), t, max);
+    let computed = pos_top.saturating_sub(c) + neg_top.saturating_sub(c);
+    if !(force || worth_it(computed, row.len())) {
+        return false;
+    }
+    // The shared weight of the patterns below `c` (`x(+0)`'s).
+    let shared = exp_p(value(0) / t - max);
+    for (first, top) in [(0, pos_top), (SIGN, neg_top)] {
+        let (start, end) = ((first + c.min(top)) as usize, (first + top) as usize);
+        table[first as usize..start].fill(shared);
+        let n = end - start;
+        if n > 0 {
+            let patterns = Patterns {
+                first: start as u32,
+                len: n,
+            };
+            // The threshold's floor is NaN: no sum, only the weights.
+            super::softmax_weights(isa, patterns, t, max, u32::MAX, &mut table[start..end]);
+        }
+    }
+    true
+}
+
+/// What [`with_table`] hands over: the row with its table, in the lookup `isa` wants, or
+/// nothing.
+pub(crate) enum Lookup<'a> {
+    /// Too many patterns: the plain pass.
+    Plain,
+    /// Plain loads (the portable kernels).
+    Scalar(Tabled<'a, SCALAR>),
+    /// AVX-512 gathers.
+    #[cfg(specula_avx512)]
+    Gather16(Tabled<'a, GATHER16>),
+    /// AVX2 gathers.
+    #[cfg(specula_avx2_intrinsics)]
+    Gather8(Tabled<'a, GATHER8>),
+}
+
+/// Calls `$f` with the row of a [`Lookup`] (one arm per kind, each its own instance), or with
+/// `$plain` for [`Lookup::Plain`].
+macro_rules! on_lookup {
+    ($lookup:expr, $plain:expr, |$r:ident| $f:expr) => {
+        match $lookup {
+            $crate::cpu::kernels::weight_table::Lookup::Plain => {
+                let $r = $plain;
+                $f
+            }
+            $crate::cpu::kernels::weight_table::Lookup::Scalar($r) => $f,
+            #[cfg(specula_avx512)]
+            $crate::cpu::kernels::weight_table::Lookup::Gather16($r) => $f,
+            #[cfg(specula_avx2_intrinsics)]
+            $crate::cpu::kernels::weight_table::Lookup::Gather8($r) => $f,
+        }
+    };
+}
+pub(crate) use on_lookup;
+
+/// Runs `f` with `row` as a [`Tabled`] row at `t` and `max` where a table pays for itself
+/// (`force`: always), else with [`Lookup::Plain`].
+pub(crate) fn with_table<T>(
+    isa: Isa,
+    row: &[u16],
+    t: f32,
+    max: f32,
+    force: bool,
+    f: impl FnOnce(Lookup<'_>) -> T,
+) -> T {
+    TABLE.with_borrow_mut(|table| {
+        if !fill(isa, row, t, max, table, force) {
+            return f(Lookup::Plain);
+        }
+        let table = &**table;
+        match isa {
+            #[cfg(specula_avx512)]
+            Isa::Avx512 => f(Lookup::Gather16(Tabled { row, table })),
+            #[cfg(specula_avx2_intrinsics)]
+            Isa::Avx2 => f(Lookup::Gather8(Tabled { row, table })),
+            _ => f(Lookup::Scalar(Tabled { row, table })),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
