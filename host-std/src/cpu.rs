@@ -185,9 +185,11 @@ fn softmax_weights_cut(
 /// How one target row of a request that is not plain becomes probabilities, reduced once:
 /// `p(x)` of any id is then cheap, and the full row can be written on demand.
 enum RowState {
-    /// Weights (softmax `e_v`, or the stored probabilities) and their [`Cut`] (for logits
-    /// without a filter, one that keeps every id: the plain softmax).
-    Cut(Cut),
+    /// The softmax weights `e_v` (in the caller's `weights`) and their [`Cut`] (without a
+    /// filter, one that keeps every id: the plain softmax).
+    Softmax(Cut),
+    /// The stored probabilities and their [`Cut`] by a filter (`weights` not used).
+    Probs(Cut),
     /// The softmax weights of logits with min-p alone (the cut's key threshold), with only an
     /// approximate binary64 sum of the kept weights ([`kernels::approx_p`]): enough for
     /// `p(x)` of an accepted position almost always; the exact mass (a second pass over the
@@ -200,7 +202,9 @@ enum RowState {
 
 impl RowState {
     /// Reduces the row `src` (logits at `t > 0`, or probabilities for `None`);
-    /// `weights` receives the softmax weights when a filter needs them (`cands`: scratch).
+    /// `weights` receives the softmax weights (`cands`: scratch). Its length is set to the
+    /// row's, not cleared first: every weight is written, so zeroing it cost a pass of stores
+    /// per row for nothing (a third of the `memset` time of `verify_inputs`' logits rows).
     /// `approx`: a softmax cut by min-p alone may keep an approximate sum
     /// ([`RowState::Approx`]), worth it for rows that will likely only be asked for one
     /// `p(x)`.
@@ -227,16 +231,16 @@ impl RowState {
                         threshold,
                     }
                 } else {
-                    Self::Cut(softmax_weights_cut(src, t, filter, weights, cands))
+                    Self::Softmax(softmax_weights_cut(src, t, filter, weights, cands))
                 }
             }
-            (Some(t), _) => Self::Cut(softmax_weights_cut(src, t, filter, weights, cands)),
-            (None, Src::F32(p)) if filter.is_active() => Self::Cut(cut_of(p, filter, cands)),
+            (Some(t), _) => Self::Softmax(softmax_weights_cut(src, t, filter, weights, cands)),
+            (None, Src::F32(p)) if filter.is_active() => Self::Probs(cut_of(p, filter, cands)),
             // bf16 probabilities (rare: engines hand over half logits) are cut on their widened
             // values; the widening buffer is local because only this case needs it.
             (None, src) if filter.is_active() => {
                 let mut wide = Vec::new();
-                Self::Cut(cut_of(src.as_f32(&mut wide), filter, cands))
+                Self::Probs(cut_of(src.as_f32(&mut wide), filter, cands))
             }
             (None, _) => Self::Identity,
         }
@@ -245,7 +249,7 @@ impl RowState {
     /// Replaces an approximate sum by the exact one (from the stored `weights`).
     fn exact(&mut self, weights: &[f32]) {
         if let Self::Approx { threshold, .. } = *self {
-            *self = Self::Cut(Cut {
+            *self = Self::Softmax(Cut {
                 threshold,
                 fixed: kernels::weights_fixed(kernels::Isa::detect(), weights, threshold),
             });
@@ -261,8 +265,8 @@ impl RowState {
             self.exact(weights);
         }
         match self {
-            Self::Cut(c) if !weights.is_empty() => c.p(weights[x]),
-            Self::Cut(c) => c.p(src.at(x)),
+            Self::Softmax(c) => c.p(weights[x]),
+            Self::Probs(c) => c.p(src.at(x)),
             Self::Identity | Self::Approx { .. } => src.at(x),
         }
     }
@@ -271,14 +275,8 @@ impl RowState {
     fn write(&mut self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
         self.exact(weights);
         match self {
-            Self::Cut(c) => {
-                let w = if weights.is_empty() {
-                    src.as_f32(wide)
-                } else {
-                    weights
-                };
-                kernels::cut_write(kernels::Isa::detect(), w, *c, out);
-            }
+            Self::Softmax(c) => kernels::cut_write(kernels::Isa::detect(), weights, *c, out),
+            Self::Probs(c) => kernels::cut_write(kernels::Isa::detect(), src.as_f32(wide), *c, out),
             Self::Identity | Self::Approx { .. } => out.copy_from_slice(src.as_f32(wide)),
         }
     }
@@ -379,7 +377,6 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         let Some(row) = batch.target_values_checked(b, j) else {
             break;
         };
-        weights.clear();
         let src = Src::of(row, buf);
         let mut state = RowState::of(src, t, filter, true, weights, cands);
         let pt = state.p(src, weights, x);
@@ -402,7 +399,6 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     }
     if r == k && batch.bonus.is_none() {
         if let Some(row) = batch.target_values_checked(b, k) {
-            weights.clear();
             let src = Src::of(row, buf);
             let mut state = RowState::of(src, t, filter, false, weights, cands);
             state.write(src, weights, &mut probs[k * v..], wide);
