@@ -873,12 +873,10 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 // (the largest l) / t, one division per row instead of one per id (as the CPU backend does):
 // for t > 0, x -> RN(x / t) is monotone non-decreasing, sp_max_key orders by value (NaN as
 // -inf, -0 as +0, on both sides: NaN / t is NaN, -inf / t is -inf, +-0 / t is +-0), so the key
-// of the largest quotient is the key of the largest logit's quotient. Only in the any-format
-// instance (SP_NOINLINE in the logits entries, 19.7 -> 9.1 instructions per id on sm_90): the
-// binary32 instance was inlined into the tree entry, where the same change made ptxas spill
-// more in its row loops (31 -> 55 local-memory instructions on their hot paths), so it keeps
-// the division per id (the same bits either way; not retried since the tree entry calls it,
-// sp_tree_state_f32).
+// of the largest quotient is the key of the largest logit's quotient (19.7 -> 9.1 instructions
+// per id on sm_90 in the logits entries). The binary32 instance, once inlined into the tree
+// entry, kept the division per id there (ptxas spilled more with it); since the tree entry calls
+// its softmax state out of line (sp_tree_state_f32) it takes the same one division per row.
 // FX as for sp_load_tile: the row's format is `fmt` (the softmax probes: FX = 0, binary32).
 template <sp_u32 FX = 0u>
 __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
@@ -894,12 +892,12 @@ __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, s
         SP_UNROLLED
         for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) {
             const float z = w[n / 4u][n % 4u];
-            const sp_u32 kz = sp_max_key(FX == SP_FX_ANY ? z : z / t);
+            const sp_u32 kz = sp_max_key(z);
             key = kz > key ? kz : key;
         }
     }
     const sp_u32 top = (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
-    return FX == SP_FX_ANY ? sp_max_key(sp_max_of_key(top) / t) : top;
+    return sp_max_key(sp_max_of_key(top) / t);
 }
 // The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
 // row's end read as -inf (e = 0).
