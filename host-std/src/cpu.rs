@@ -57,12 +57,12 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Writes the softmax of the logits `row` at temperature `t > 0`, cut by `filter`, into `out`
+/// Writes the softmax of the logits `src` at temperature `t > 0`, cut by `filter`, into `out`
 /// (the rules of `core/DETERMINISM.md`): maximum, then the weights and their exact
 /// fixed-point sum in one pass (the reductions are order-independent), the cut, then each `p`.
-fn softmax_into(row: &[f32], t: f32, filter: Filter, out: &mut [f32]) {
+fn softmax_into(src: Src<'_>, t: f32, filter: Filter, out: &mut [f32]) {
     let mut weights = Vec::new();
-    let cut = softmax_weights_cut(Src::F32(row), t, filter, &mut weights, &mut Vec::new());
+    let cut = softmax_weights_cut(src, t, filter, &mut weights, &mut Vec::new());
     kernels::cut_write(kernels::Isa::detect(), &weights, cut, out);
 }
 
@@ -465,21 +465,15 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
 /// Writes target row `row` as the probabilities request processing gives
 /// ([`Processed`](specula_core::verify::Processed), bit for bit): the softmax at `t > 0`
 /// (pieces reduced, then combined), then the sampling filter's [`Cut`] of those weights, or of
-/// the stored probabilities when `t` is `None`. `scratch` holds a widened half-precision row.
+/// the stored probabilities when `t` is `None`. Half logits are read in place ([`Src`]); half
+/// probabilities are widened into a buffer first.
 fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]) {
-    let widened;
-    let src: &[f32] = match row {
-        Values::F32(x) => x,
-        // Device rows never get here: `Support::ALL` refuses them.
-        Values::Half(_) | Values::Device(_) => {
-            let mut w = vec![0f32; row.len()];
-            kernels::widen_into(row, &mut w);
-            widened = w;
-            &widened
-        }
-    };
+    let mut buf = Vec::new();
+    if let Some(t) = t.filter(|&t| t > 0.0) {
+        return softmax_into(Src::of(row, &mut buf), t, filter, out);
+    }
+    let src = f32_row(row, &mut buf);
     match t {
-        Some(t) if t > 0.0 => softmax_into(src, t, filter, out),
         None if filter.is_active() => cut_into(src, filter, out),
         // T = 0 (greedy on the logits) or unfiltered probabilities: the values themselves.
         _ => out.copy_from_slice(src),
