@@ -57,28 +57,31 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Writes the softmax of the logits `row` at temperature `t > 0`, cut by `filter`, into `out`
+/// Writes the softmax of the logits `src` at temperature `t > 0`, cut by `filter`, into `out`
 /// (the rules of `core/DETERMINISM.md`): maximum, then the weights and their exact
 /// fixed-point sum in one pass (the reductions are order-independent), the cut, then each `p`.
-fn softmax_into(row: &[f32], t: f32, filter: Filter, out: &mut [f32]) {
+fn softmax_into(src: Src<'_>, t: f32, filter: Filter, out: &mut [f32]) {
     let mut weights = Vec::new();
-    let cut = softmax_weights_cut(Src::F32(row), t, filter, &mut weights, &mut Vec::new());
+    let cut = softmax_weights_cut(src, t, filter, &mut weights, &mut Vec::new());
     kernels::cut_write(kernels::Isa::detect(), &weights, cut, out);
 }
 
-/// A target row as the softmax kernels read it: binary32 (f16 rows are widened into a buffer
-/// first), or bf16 bit patterns read in place and widened in registers (no copy of the row).
+/// A target row as the softmax kernels read it: binary32, or bf16 / f16 bit patterns read in
+/// place and widened in registers (no copy of the row).
 #[derive(Clone, Copy)]
 enum Src<'a> {
     F32(&'a [f32]),
     Bf16(kernels::Bf16Row<'a>),
+    F16(kernels::F16Row<'a>),
 }
 
 impl<'a> Src<'a> {
-    /// `row` for the kernels: bf16 in place, f16 widened into `buf`.
+    /// `row` for the kernels: half rows in place, binary32 ones borrowed (`buf`: for the
+    /// device rows that never get here).
     fn of(row: Values<'a>, buf: &'a mut Vec<f32>) -> Self {
         match row {
             Values::Half(Half::Bf16(x)) => Self::Bf16(kernels::Bf16Row(x)),
+            Values::Half(Half::F16(x)) => Self::F16(kernels::F16Row(x)),
             _ => Self::F32(f32_row(row, buf)),
         }
     }
@@ -88,6 +91,7 @@ impl<'a> Src<'a> {
         match self {
             Self::F32(x) => x[i],
             Self::Bf16(x) => kernels::LogitRow::at(x, i),
+            Self::F16(x) => kernels::LogitRow::at(x, i),
         }
     }
 
@@ -103,6 +107,12 @@ impl<'a> Src<'a> {
                 wide.extend(x.0.iter().map(|&b| bf16_to_f32(b)));
                 wide
             }
+            Self::F16(x) => {
+                wide.clear();
+                wide.resize(x.0.len(), 0.0);
+                kernels::widen_into(Values::Half(Half::F16(x.0)), wide);
+                wide
+            }
         }
     }
 
@@ -111,6 +121,7 @@ impl<'a> Src<'a> {
         match *self {
             Self::F32(x) => kernels::softmax_max(isa, x, t),
             Self::Bf16(x) => kernels::softmax_max(isa, x, t),
+            Self::F16(x) => kernels::softmax_max(isa, x, t),
         }
     }
 
@@ -120,6 +131,7 @@ impl<'a> Src<'a> {
         match *self {
             Self::F32(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
             Self::Bf16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
+            Self::F16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
         }
     }
 
@@ -128,6 +140,7 @@ impl<'a> Src<'a> {
         match self {
             Self::F32(x) => x.len(),
             Self::Bf16(x) => x.0.len(),
+            Self::F16(x) => x.0.len(),
         }
     }
 
@@ -136,6 +149,7 @@ impl<'a> Src<'a> {
         match *self {
             Self::F32(x) => kernels::softmax_pass(isa, x, t, max, out),
             Self::Bf16(x) => kernels::softmax_pass(isa, x, t, max, out),
+            Self::F16(x) => kernels::softmax_pass(isa, x, t, max, out),
         }
     }
 }
@@ -147,7 +161,7 @@ fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
         // Device rows never get here: `Support::ALL` refuses them.
         Values::Half(_) | Values::Device(_) => {
             buf.resize(row.len(), 0.0);
-            row.widen_into(buf);
+            kernels::widen_into(row, buf);
             buf
         }
     }
@@ -236,7 +250,7 @@ impl RowState {
             }
             (Some(t), _) => Self::Softmax(softmax_weights_cut(src, t, filter, weights, cands)),
             (None, Src::F32(p)) if filter.is_active() => Self::Probs(cut_of(p, filter, cands)),
-            // bf16 probabilities (rare: engines hand over half logits) are cut on their widened
+            // Half probabilities (rare: engines hand over half logits) are cut on their widened
             // values; the widening buffer is local because only this case needs it.
             (None, src) if filter.is_active() => {
                 let mut wide = Vec::new();
@@ -391,7 +405,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
             state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
             full_rows = j..j + 1;
             if let (Some(dr), Some(d)) = (&mut draft, d) {
-                d.widen_into(&mut dr[j * v..(j + 1) * v]);
+                kernels::widen_into(d, &mut dr[j * v..(j + 1) * v]);
             }
             r = j;
             break;
@@ -447,21 +461,15 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
 /// Writes target row `row` as the probabilities request processing gives
 /// ([`Processed`](specula_core::verify::Processed), bit for bit): the softmax at `t > 0`
 /// (pieces reduced, then combined), then the sampling filter's [`Cut`] of those weights, or of
-/// the stored probabilities when `t` is `None`. `scratch` holds a widened half-precision row.
+/// the stored probabilities when `t` is `None`. Half logits are read in place ([`Src`]); half
+/// probabilities are widened into a buffer first.
 fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]) {
-    let widened;
-    let src: &[f32] = match row {
-        Values::F32(x) => x,
-        // Device rows never get here: `Support::ALL` refuses them.
-        Values::Half(_) | Values::Device(_) => {
-            let mut w = vec![0f32; row.len()];
-            row.widen_into(&mut w);
-            widened = w;
-            &widened
-        }
-    };
+    let mut buf = Vec::new();
+    if let Some(t) = t.filter(|&t| t > 0.0) {
+        return softmax_into(Src::of(row, &mut buf), t, filter, out);
+    }
+    let src = f32_row(row, &mut buf);
     match t {
-        Some(t) if t > 0.0 => softmax_into(src, t, filter, out),
         None if filter.is_active() => cut_into(src, filter, out),
         // T = 0 (greedy on the logits) or unfiltered probabilities: the values themselves.
         _ => out.copy_from_slice(src),
@@ -538,7 +546,7 @@ fn verify_one<O: RowOps + ?Sized>(
         let mut d = vec![0f32; k * v];
         for (j, out) in d.chunks_exact_mut(v).enumerate() {
             if let Some(row) = batch.draft_values_checked(b, j) {
-                row.widen_into(out);
+                kernels::widen_into(row, out);
             }
         }
         d
@@ -923,7 +931,7 @@ impl<const K: usize> Readback<K> for CpuReadback<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use specula_core::verify::{Dims, Drafts, Streams};
+    use specula_core::verify::{Dims, Drafts, Streams, f16_to_f32};
 
     /// [`cut_of`] gives [`Cut::of`]'s result (threshold and kept mass) for every filter mix,
     /// with ties and zeros, whether or not it takes the gathered path.
@@ -958,7 +966,7 @@ mod tests {
     }
 
     /// The softmax weights and their cut ([`softmax_weights_cut`]) are the core's
-    /// (`softmax_exp`, [`Cut::of`]) at the vocabularies users run, f32 and bf16 rows read in
+    /// (`softmax_exp`, [`Cut::of`]) at the vocabularies users run, f32, bf16 and f16 rows read in
     /// place, for the filter mixes (top-p alone above all: the path with the most steps).
     #[test]
     fn softmax_weights_cut_is_the_cut() {
@@ -1004,25 +1012,29 @@ mod tests {
                     })
                     .collect();
                 let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+                let hf: Vec<u16> = row
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect();
                 let t = [0.8f32, 1.0, 0.37][kind];
-                for half in [false, true] {
-                    let l: Vec<f32> = if half {
-                        bf.iter().map(|&b| bf16_to_f32(b)).collect()
-                    } else {
-                        row.clone()
+                for half in ["f32", "bf16", "f16"] {
+                    let l: Vec<f32> = match half {
+                        "bf16" => bf.iter().map(|&b| bf16_to_f32(b)).collect(),
+                        "f16" => hf.iter().map(|&b| f16_to_f32(b)).collect(),
+                        _ => row.clone(),
                     };
                     let m = l
                         .iter()
                         .fold(f32::NEG_INFINITY, |m, &x| softmax_max(m, x / t));
                     let want_w: Vec<f32> = l.iter().map(|&x| softmax_exp(x, t, m)).collect();
-                    let src = if half {
-                        Src::Bf16(kernels::Bf16Row(&bf))
-                    } else {
-                        Src::F32(&row)
+                    let src = match half {
+                        "bf16" => Src::Bf16(kernels::Bf16Row(&bf)),
+                        "f16" => Src::F16(kernels::F16Row(&hf)),
+                        _ => Src::F32(&row),
                     };
                     for filter in filters {
                         let got = softmax_weights_cut(src, t, filter, &mut weights, &mut cands);
-                        let what = format!("V {vocab} kind {kind} bf16 {half} {filter:?}");
+                        let what = format!("V {vocab} kind {kind} {half} {filter:?}");
                         assert_eq!(got, Cut::of(&want_w[..], filter), "{what}");
                         assert!(
                             weights

@@ -15,7 +15,8 @@
 //!
 //! A second table, **the inputs engines send** (issue 30): a 16-node tree (a 4×4 beam: 4 nodes
 //! per depth, depth 4) from target **probabilities** and from target **logits** (f32, T = 0.8;
-//! `bf16`: the same logits as bf16, whose rows the CPU backend widens as its walk reads them),
+//! `bf16` / `f16`: the same logits as bf16 / f16, whose rows the CPU backend widens as its walk
+//! reads them),
 //! greedy and rejection sampling (target-only rule; `+q`: with draft rows, SpecInfer's rule, each
 //! node's draft row its parent's probabilities times 0.7..1.3, renormalised, its token drawn from
 //! it), V = 32000 and 128256, batch 1 and 16, two row shapes: **flat** (logits `3·ln u`) and
@@ -299,7 +300,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
     let verifier = CpuVerifier::<K>::new(0).expect("pool");
     let mut g = Gen(0x7EE_1A9);
     let (parents, fc, ns) = beam(IN_WIDTH, IN_DEPTH);
-    let inputs = ["probs", "logits", "bf16", "probs+q", "logits+q"];
+    let inputs = ["probs", "logits", "bf16", "f16", "probs+q", "logits+q"];
     let methods = [Method::Greedy, Method::Rejection];
     let mut header = false;
     for shape in ["flat", "peaked"] {
@@ -375,6 +376,10 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                     rows: Rows::half(Half::Bf16(&step.logits_bf16), vocab),
                     temperature: &step.temps,
                 });
+                let f16 = probs.with_target(Target::Logits {
+                    rows: Rows::half(Half::F16(&step.logits_f16), vocab),
+                    temperature: &step.temps,
+                });
                 // SpecInfer's inputs: node i's draft row its parent's probabilities times
                 // 0.7..1.3 (renormalised), its token drawn from that row.
                 let with_q = ["probs+q", "logits+q"]
@@ -440,6 +445,7 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                         ("probs", &probs),
                         ("logits", &logits),
                         ("bf16", &bf16),
+                        ("f16", &f16),
                         ("probs+q", &probs_q),
                         ("logits+q", &logits_q),
                     ] {
@@ -447,8 +453,12 @@ fn inputs(wanted: &dyn Fn(&str) -> bool) {
                         if !wanted(&id(input, method)) || (drafts && method == Method::Greedy) {
                             continue;
                         }
-                        // bf16 rows are half the bytes of the f32 ones the reads below assume.
-                        let words = if input == "bf16" { 1 } else { 2 };
+                        // Half rows are half the bytes of the f32 ones the reads below assume.
+                        let words = if input == "bf16" || input == "f16" {
+                            1
+                        } else {
+                            2
+                        };
                         let whole = if drafts {
                             whole_q
                         } else if words == 1 {

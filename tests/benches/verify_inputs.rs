@@ -1,12 +1,13 @@
 //! The inputs engines hand over (issues 13 and 30), on the CPU backend, in one run: rejection
 //! sampling from target **probabilities** (f32, unfiltered, with top-k 50 / top-p 0.9, with
 //! top-p 0.9 alone and with min-p 0.05 alone),
-//! from target **logits** (f32 and bf16, T = 0.8) unfiltered, and from f32 and bf16 logits
-//! with **top-k 50 / top-p 0.9**, **top-p 0.9** alone and **min-p 0.05** alone, each next to
+//! from target **logits** (f32, bf16 and f16, T = 0.8) unfiltered, from f32 and bf16 logits
+//! with **top-k 50 / top-p 0.9**, from f32, bf16 and f16 logits with **top-p 0.9** alone and
+//! **min-p 0.05** alone, each next to
 //! a read-only pass over the same input bytes (the target tensor plus the draft rows): its
 //! physical floor. The probability path reads few of its bytes (8 per accepted position,
 //! whole rows only at the rejection and the bonus); the logits paths must read every row once
-//! for the softmax, and bf16 halves those bytes.
+//! for the softmax, and bf16 or f16 halves those bytes.
 //!
 //! Two row shapes: **flat** (logits `3·ln u`, a long tail: top-p 0.9 keeps most ids) and
 //! **peaked**, shaped like a language model's output (one id with p ≈ 0.7 at T over a
@@ -96,6 +97,9 @@ fn main() {
         "bf16 top-p 0.9",
         "bf16 top-k/top-p",
         "bf16 min-p 0.05",
+        "logits f16",
+        "f16 top-p 0.9",
+        "f16 min-p 0.05",
     ];
     for shape in ["flat", "peaked"] {
         for vocab in [32_000usize, 128_256] {
@@ -113,7 +117,7 @@ fn main() {
                 };
                 let (logits, probs, draft, temps) =
                     (&step.logits, &step.probs, &step.draft, &step.temps);
-                let lb_bits = &step.logits_bf16;
+                let (lb_bits, lh_bits) = (&step.logits_bf16, &step.logits_f16);
                 let f = Filter::NONE;
                 let top_k_p = vec![f.with_top_k(50).with_top_p(0.9); b];
                 let top_p = vec![f.with_top_p(0.9); b];
@@ -125,6 +129,10 @@ fn main() {
                 });
                 let bf16_logits = base.with_target_logits_half(HalfLogits {
                     values: Half::Bf16(lb_bits),
+                    temperature: temps,
+                });
+                let f16_logits = base.with_target_logits_half(HalfLogits {
+                    values: Half::F16(lh_bits),
                     temperature: temps,
                 });
                 // Input bytes: the target tensor plus the draft rows.
@@ -146,6 +154,9 @@ fn main() {
                     (names[9], bf16_logits.with_filters(&top_p), bf16_bytes),
                     (names[10], bf16_logits.with_filters(&top_k_p), bf16_bytes),
                     (names[11], bf16_logits.with_filters(&min_p), bf16_bytes),
+                    (names[12], f16_logits, bf16_bytes),
+                    (names[13], f16_logits.with_filters(&top_p), bf16_bytes),
+                    (names[14], f16_logits.with_filters(&min_p), bf16_bytes),
                 ];
                 // The read-only pass reads the same number of bytes from one buffer.
                 let reader = ReadPool::new(f32_bytes / 2, threads);

@@ -3,7 +3,7 @@
 //! time.
 
 use crate::conformance::{Gen, sample};
-use half::bf16;
+use half::{bf16, f16};
 use specula_core::verify::{Batch, Dims, Drafts, Streams};
 use std::time::Instant;
 
@@ -21,6 +21,8 @@ pub struct Step {
     pub logits: Vec<f32>,
     /// The same logits as bf16 patterns.
     pub logits_bf16: Vec<u16>,
+    /// The same logits as f16 (binary16) patterns.
+    pub logits_f16: Vec<u16>,
     /// Target probabilities (softmax of the logits at `t`).
     pub probs: Vec<f32>,
     /// Draft probabilities, `b·k` rows.
@@ -83,6 +85,7 @@ impl Step {
             .iter()
             .map(|&x| bf16::from_f32(x).to_bits())
             .collect();
+        let logits_f16 = logits.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
         let mut probs = vec![0f32; rows * vocab];
         for (p, l) in probs
             .chunks_exact_mut(vocab)
@@ -118,6 +121,7 @@ impl Step {
             k,
             logits,
             logits_bf16,
+            logits_f16,
             probs,
             draft,
             ids,

@@ -643,10 +643,10 @@ fn logit_max_range<R: LogitRow, const N: usize>(row: R) -> f32 {
     best
 }
 
-/// A row of logits as the softmax kernels read it: binary32, or bf16 bit patterns widened
-/// exactly (`core/DETERMINISM.md`: `from_bits(bits << 16)`) as they are loaded, so a bf16 row
-/// is never copied out to binary32 first (that copy cost a write and a read of four bytes per
-/// id, while the row itself is two).
+/// A row of logits as the softmax kernels read it: binary32, or bf16 / f16 bit patterns
+/// widened exactly ([`Half16::value`]) as they are loaded, so a half row is never copied out
+/// to binary32 first (that copy cost a write and a read of four bytes per id, while the row
+/// itself is two).
 pub(crate) trait LogitRow: Copy {
     /// The row length `V`.
     fn len(&self) -> usize;
@@ -673,10 +673,10 @@ pub(crate) trait LogitRow: Copy {
         exp_p(self.at(i) / t - max)
     }
 
-    /// The row's bf16 bit patterns, when it is one: its weights can then be looked up in a
-    /// table of the patterns it holds ([`weight_table`]).
+    /// The row's 16-bit patterns and their format, when it is a half row: its weights can
+    /// then be looked up in a table of the patterns it holds ([`weight_table`]).
     #[inline(always)]
-    fn bf16_bits(&self) -> Option<&[u16]> {
+    fn half_bits(&self) -> Option<(Half16, &[u16])> {
         None
     }
 }
@@ -696,31 +696,136 @@ impl LogitRow for &[f32] {
     }
 }
 
+/// The two 16-bit logit formats, both sign-magnitude: within a sign, patterns order as their
+/// values (exponent above mantissa, the widening exact and monotone), which the weight table's
+/// collapse of tiny patterns relies on ([`weight_table`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Half16 {
+    /// bfloat16: the high half of a binary32.
+    Bf16,
+    /// IEEE-754 binary16.
+    F16,
+}
+
+impl Half16 {
+    /// The binary32 value of pattern `p`, exact (`core/DETERMINISM.md`).
+    #[inline(always)]
+    pub(crate) fn value(self, p: u16) -> f32 {
+        match self {
+            Self::Bf16 => f32::from_bits(u32::from(p) << 16),
+            Self::F16 => f16_value(p),
+        }
+    }
+
+    /// The binary32 values of `N` patterns (one test of the format per block, not per lane).
+    #[inline(always)]
+    pub(crate) fn widen<const N: usize>(self, src: &[u16; N]) -> [f32; N] {
+        let mut out = [0f32; N];
+        match self {
+            Self::Bf16 => {
+                for l in 0..N {
+                    out[l] = Self::Bf16.value(src[l]);
+                }
+            }
+            Self::F16 => {
+                for l in 0..N {
+                    out[l] = f16_value(src[l]);
+                }
+            }
+        }
+        out
+    }
+
+    /// The pattern of `+∞`: the patterns of smaller magnitude are the finite ones, those of
+    /// larger magnitude NaN.
+    #[inline(always)]
+    pub(crate) const fn inf(self) -> u32 {
+        match self {
+            Self::Bf16 => 0x7F80,
+            Self::F16 => 0x7C00,
+        }
+    }
+}
+
+/// The binary32 value of f16 pattern `b`: the core's `f16_to_f32` (tested equal on every
+/// pattern), without its branches and leading-zero count, so that the lane code vectorises.
+/// Normals rebias the exponent (15 → 127); infinities and NaNs map exponent 31 to 255 with the
+/// payload kept; a subnormal or zero `m·2⁻²⁴` is `(2⁻¹⁴ + m·2⁻²⁴) − 2⁻¹⁴`, two binary32 normals
+/// whose difference is representable, hence exact (no subnormal operand either).
+#[inline(always)]
+fn f16_value(b: u16) -> f32 {
+    let b = u32::from(b);
+    let sign = (b & 0x8000) << 16;
+    // Exponent and mantissa at their binary32 places, the exponent still biased by 15.
+    let em = (b & 0x7FFF) << 13;
+    let exp = em & 0x0F80_0000;
+    let normal = em + (112 << 23);
+    let mag = if exp == 0x0F80_0000 {
+        normal + (112 << 23)
+    } else if exp == 0 {
+        (f32::from_bits(em + (113 << 23)) - f32::from_bits(113 << 23)).to_bits()
+    } else {
+        normal
+    };
+    f32::from_bits(sign | mag)
+}
+
 /// A bf16 row (bit patterns), widened exactly on load.
 #[derive(Clone, Copy)]
 pub(crate) struct Bf16Row<'a>(pub &'a [u16]);
 
-impl LogitRow for Bf16Row<'_> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    #[inline(always)]
-    fn block<const N: usize>(&self, start: usize) -> [f32; N] {
-        let src: &[u16; N] = self.0[start..start + N].try_into().expect("N values");
-        let mut out = [0f32; N];
-        for l in 0..N {
-            out[l] = f32::from_bits(u32::from(src[l]) << 16);
+/// An f16 row (binary16 bit patterns), widened exactly on load.
+#[derive(Clone, Copy)]
+pub(crate) struct F16Row<'a>(pub &'a [u16]);
+
+/// `LogitRow` for a half row type: the format's widening on load, its patterns for the table.
+macro_rules! half_row {
+    ($row:ident, $format:expr) => {
+        impl LogitRow for $row<'_> {
+            #[inline(always)]
+            fn len(&self) -> usize {
+                self.0.len()
+            }
+            #[inline(always)]
+            fn block<const N: usize>(&self, start: usize) -> [f32; N] {
+                let src: &[u16; N] = self.0[start..start + N].try_into().expect("N values");
+                $format.widen(src)
+            }
+            #[inline(always)]
+            fn at(&self, i: usize) -> f32 {
+                $format.value(self.0[i])
+            }
+            #[inline(always)]
+            fn half_bits(&self) -> Option<(Half16, &[u16])> {
+                Some(($format, self.0))
+            }
         }
-        out
-    }
-    #[inline(always)]
-    fn at(&self, i: usize) -> f32 {
-        f32::from_bits(u32::from(self.0[i]) << 16)
-    }
-    #[inline(always)]
-    fn bf16_bits(&self) -> Option<&[u16]> {
-        Some(self.0)
+    };
+}
+half_row!(Bf16Row, Half16::Bf16);
+half_row!(F16Row, Half16::F16);
+
+/// Writes `values` widened into `out` (same length), exactly: the row's values as the core's
+/// `Values::widen_into` gives them (`core/DETERMINISM.md`), but f16 ones with the lane code's
+/// widening, which vectorises (the core's, with its branches, took 173 µs for a 128k row on
+/// AVX-512, `softmax_pass_timing`'s `f16 widen`). Panics for values in device memory, as the
+/// core's.
+pub(crate) fn widen_into(values: specula_core::verify::Values<'_>, out: &mut [f32]) {
+    use specula_core::verify::{Half, Values};
+    match values {
+        Values::Half(Half::F16(bits)) => {
+            assert_eq!(bits.len(), out.len(), "as many values as slots");
+            let mut o = out.chunks_exact_mut(16);
+            let mut b = bits.chunks_exact(16);
+            for (o, b) in (&mut o).zip(&mut b) {
+                let b: &[u16; 16] = b.try_into().expect("16 values");
+                o.copy_from_slice(&Half16::F16.widen(b));
+            }
+            for (o, &b) in o.into_remainder().iter_mut().zip(b.remainder()) {
+                *o = f16_value(b);
+            }
+        }
+        _ => values.widen_into(out),
     }
 }
 
@@ -1080,7 +1185,7 @@ mod avx512 {
     use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
 
-    /// The table entries of 16 bf16 patterns, in one gather.
+    /// The table entries of 16 half patterns, in one gather.
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn lookup16(bits: &[u16; 16], table: &super::weight_table::Table) -> [f32; 16] {
@@ -1336,7 +1441,7 @@ mod avx2 {
     use super::{F32_SAFE_MAX, F32_SAFE_MIN};
     use std::arch::x86_64::*;
 
-    /// The table entries of 8 bf16 patterns, in one gather.
+    /// The table entries of 8 half patterns, in one gather.
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn lookup8(bits: &[u16; 8], table: &super::weight_table::Table) -> [f32; 8] {
@@ -1474,13 +1579,13 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) fn bf16_span_avx2(row: &[u16]) -> (u32, u32) {
+    pub(super) fn half_span_avx2(row: &[u16]) -> (u32, u32) {
         super::weight_table::span_range::<32>(row)
     }
 
     #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn bf16_span_avx512(row: &[u16]) -> (u32, u32) {
+    pub(super) fn half_span_avx512(row: &[u16]) -> (u32, u32) {
         super::weight_table::span_range::<64>(row)
     }
 
@@ -1569,18 +1674,18 @@ pub(crate) fn softmax_max<R: LogitRow>(isa: Isa, row: R, t: f32) -> f32 {
     max / t
 }
 
-/// `(pos_top, neg_top)` of a bf16 row with `isa` ([`weight_table::span_range`]).
+/// `(pos_top, neg_top)` of a half row's patterns with `isa` ([`weight_table::span_range`]).
 #[inline]
-fn bf16_span(isa: Isa, row: &[u16]) -> (u32, u32) {
+fn half_span(isa: Isa, row: &[u16]) -> (u32, u32) {
     match isa {
         Isa::Portable => weight_table::span_range::<16>(row),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::bf16_span_avx2(row) },
+        Isa::Avx2 => unsafe { x86::half_span_avx2(row) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
-        Isa::Avx512 => unsafe { x86::bf16_span_avx512(row) },
+        Isa::Avx512 => unsafe { x86::half_span_avx512(row) },
     }
 }
 
@@ -1641,7 +1746,7 @@ pub(crate) fn gather_keys(
 /// [`softmax_max`]), with `isa`; with `out`, also writes every weight `e_v` there (same
 /// length).
 ///
-/// A bf16 row takes its weights from a table of the patterns it holds where that pays
+/// A half row takes its weights from a table of the patterns it holds where that pays
 /// ([`weight_table`]): the same bits.
 #[inline]
 pub(crate) fn softmax_pass<R: LogitRow>(
@@ -1651,10 +1756,12 @@ pub(crate) fn softmax_pass<R: LogitRow>(
     max: f32,
     out: Option<&mut [f32]>,
 ) -> u128 {
-    match row.bf16_bits() {
-        Some(bits) => weight_table::with_table(isa, bits, t, max, false, |lookup| {
-            weight_table::on_lookup!(lookup, row, |r| softmax_pass_plain(isa, r, t, max, out))
-        }),
+    match row.half_bits() {
+        Some((format, bits)) => {
+            weight_table::with_table(isa, format, bits, t, max, false, |lookup| {
+                weight_table::on_lookup!(lookup, row, |r| softmax_pass_plain(isa, r, t, max, out))
+            })
+        }
         None => softmax_pass_plain(isa, row, t, max, out),
     }
 }
@@ -1682,7 +1789,7 @@ fn softmax_pass_plain<R: LogitRow>(
 
 /// The softmax weights of `row` at `t` with maximum `max` (the row's [`softmax_max`]) into
 /// `out` (same length), and the approximate binary64 sum of those with key `≥ threshold` for
-/// [`approx_p`], with `isa` (a bf16 row as in [`softmax_pass`]).
+/// [`approx_p`], with `isa` (a half row as in [`softmax_pass`]).
 #[inline]
 pub(crate) fn softmax_weights<R: LogitRow>(
     isa: Isa,
@@ -1692,12 +1799,14 @@ pub(crate) fn softmax_weights<R: LogitRow>(
     threshold: u32,
     out: &mut [f32],
 ) -> f64 {
-    match row.bf16_bits() {
-        Some(bits) => weight_table::with_table(isa, bits, t, max, false, |lookup| {
-            weight_table::on_lookup!(lookup, row, |r| softmax_weights_plain(
-                isa, r, t, max, threshold, out
-            ))
-        }),
+    match row.half_bits() {
+        Some((format, bits)) => {
+            weight_table::with_table(isa, format, bits, t, max, false, |lookup| {
+                weight_table::on_lookup!(lookup, row, |r| softmax_weights_plain(
+                    isa, r, t, max, threshold, out
+                ))
+            })
+        }
         None => softmax_weights_plain(isa, row, t, max, threshold, out),
     }
 }

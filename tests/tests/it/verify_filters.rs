@@ -29,8 +29,8 @@ use specula_tests::conformance::{
     random_filters, random_logits, sized_batch, to_bf16, to_f16,
 };
 
-/// CPU (3 threads, 1 thread) against the reference at V = 32000 and 151936: bf16 logits with
-/// filters, f32 probabilities with filters, padded and ragged; every method.
+/// CPU (3 threads, 1 thread) against the reference at V = 32000 and 151936: bf16 and f16 logits
+/// with and without filters, f32 probabilities with filters, padded and ragged; every method.
 #[test]
 fn cpu_matches_reference_at_real_sizes() {
     let mut g = Gen(0xF117_0001);
@@ -40,7 +40,7 @@ fn cpu_matches_reference_at_real_sizes() {
         for i in 0..batches {
             let d = sized_batch(&mut g, 3, vocab, 2, true);
             let (logits, temps) = random_logits(&mut g, &d);
-            let lb = to_bf16(&logits);
+            let (lb, lh) = (to_bf16(&logits), to_f16(&logits));
             let (top_k, top_p, min_p) = random_filters(&mut g, 3, vocab);
             let f_kp = filters_of(3, Some(&top_k), Some(&top_p), None).expect("a part");
             let f_kpm = filters_of(3, Some(&top_k), Some(&top_p), Some(&min_p)).expect("a part");
@@ -68,6 +68,16 @@ fn cpu_matches_reference_at_real_sizes() {
                             })
                             .with_filters(&f_kp)
                     },
+                    d.view().with_target_logits_half(HalfLogits {
+                        values: Half::F16(&lh),
+                        temperature: &temps,
+                    }),
+                    d.view()
+                        .with_target_logits_half(HalfLogits {
+                            values: Half::F16(&lh),
+                            temperature: &temps,
+                        })
+                        .with_filters(&f_pm),
                 ];
                 for (n, batch) in views.iter().enumerate() {
                     let what = format!("{what}, view {n}");

@@ -122,8 +122,16 @@ fn softmax_pass_matches_the_core_at_real_sizes() {
                 .iter()
                 .map(|&b| f32::from_bits(u32::from(b) << 16))
                 .collect();
+            let hf: Vec<u16> = row
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect();
+            let widened16: Vec<f32> = hf
+                .iter()
+                .map(|&b| half::f16::from_bits(b).to_f32())
+                .collect();
             let t = [0.8f32, 1.0, 0.37][(case + kind) % 3];
-            for (name, want_row) in [("f32", &row), ("bf16", &widened)] {
+            for (name, want_row) in [("f32", &row), ("bf16", &widened), ("f16", &widened16)] {
                 let mut m = f32::NEG_INFINITY;
                 for &l in want_row.iter() {
                     m = specula_core::verify::softmax_max(m, l / t);
@@ -138,9 +146,19 @@ fn softmax_pass_matches_the_core_at_real_sizes() {
                     let (got_m, got_f) = if name == "f32" {
                         let gm = softmax_max(isa, &row[..], t);
                         (gm, softmax_pass(isa, &row[..], t, m, Some(&mut w)))
-                    } else {
+                    } else if name == "bf16" {
                         let gm = softmax_max(isa, Bf16Row(&bf), t);
                         (gm, softmax_pass(isa, Bf16Row(&bf), t, m, Some(&mut w)))
+                    } else {
+                        let gm = softmax_max(isa, F16Row(&hf), t);
+                        // The maximum read in place is the widened row's, to the bit.
+                        let wide = softmax_max(isa, &widened16[..], t);
+                        assert_eq!(
+                            gm.to_bits(),
+                            wide.to_bits(),
+                            "{isa:?} V {vocab} kind {kind}"
+                        );
+                        (gm, softmax_pass(isa, F16Row(&hf), t, m, Some(&mut w)))
                     };
                     assert_eq!(
                         got_m.to_bits() & 0x7FFF_FFFF,
@@ -713,6 +731,65 @@ fn softmax_pass_timing() {
             cut_write(isa, std::hint::black_box(&w), all, &mut out);
             std::hint::black_box(&out);
         });
+        // f16: read in place (the maximum widened on load, the weights from the table) against
+        // widening into a binary32 buffer first, as rows were before (`f16 widen` + the f32
+        // lines above).
+        let hf: Vec<u16> = row
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
+        let hm = softmax_max(isa, F16Row(&hf), t);
+        let mut wide = vec![0f32; v];
+        time(&format!("{isa:?} f16 widen"), || {
+            let half = specula_core::verify::Half::F16(std::hint::black_box(&hf));
+            specula_core::verify::Values::Half(half).widen_into(&mut wide);
+            std::hint::black_box(&wide);
+        });
+        time(&format!("{isa:?} f16 widen (lanes)"), || {
+            let half = specula_core::verify::Half::F16(std::hint::black_box(&hf));
+            widen_into(specula_core::verify::Values::Half(half), &mut wide);
+            std::hint::black_box(&wide);
+        });
+        time(&format!("{isa:?} f16 max"), || {
+            std::hint::black_box(softmax_max(isa, F16Row(std::hint::black_box(&hf)), t));
+        });
+        time(&format!("{isa:?} f16 pass (sum)"), || {
+            std::hint::black_box(softmax_pass(
+                isa,
+                F16Row(std::hint::black_box(&hf)),
+                t,
+                hm,
+                None,
+            ));
+        });
+        time(&format!("{isa:?} f16 plain pass (sum)"), || {
+            std::hint::black_box(softmax_pass_plain(
+                isa,
+                F16Row(std::hint::black_box(&hf)),
+                t,
+                hm,
+                None,
+            ));
+        });
+        time(&format!("{isa:?} f16 weights + approx"), || {
+            std::hint::black_box(softmax_weights(
+                isa,
+                F16Row(std::hint::black_box(&hf)),
+                t,
+                hm,
+                0,
+                &mut out,
+            ));
+        });
+        time(&format!("{isa:?} f16 pass (sum + weights)"), || {
+            std::hint::black_box(softmax_pass(
+                isa,
+                F16Row(std::hint::black_box(&hf)),
+                t,
+                hm,
+                Some(&mut out),
+            ));
+        });
     }
 }
 
@@ -760,5 +837,41 @@ fn entropy_term_matches_core() {
             specula_core::verify::fmath::entropy_term(p),
             "{p:e}"
         );
+    }
+}
+
+/// The lane code's f16 widening is the core's `f16_to_f32`, for every pattern, one at a time
+/// and in blocks (as the kernels load them).
+#[test]
+fn f16_widening_is_the_cores_for_every_pattern() {
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    for (c, block) in all.chunks_exact(32).enumerate() {
+        let block: &[u16; 32] = block.try_into().unwrap();
+        let wide = Half16::F16.widen(block);
+        for (l, (&b, w)) in block.iter().zip(wide).enumerate() {
+            let want = specula_core::verify::f16_to_f32(b).to_bits();
+            assert_eq!(Half16::F16.value(b).to_bits(), want, "pattern {b:#06x}");
+            assert_eq!(w.to_bits(), want, "pattern {b:#06x} in block {c} lane {l}");
+            assert_eq!(
+                F16Row(&all).at(usize::from(b)).to_bits(),
+                want,
+                "pattern {b:#06x}"
+            );
+        }
+    }
+    // The row widening, at lengths with tails, and for both formats.
+    use specula_core::verify::{Half, Values};
+    for len in [0usize, 5, 16, 1000, 65_536 - 3] {
+        for half in [Half::F16(&all[3..3 + len]), Half::Bf16(&all[..len])] {
+            let (mut got, mut want) = (vec![7f32; len], vec![8f32; len]);
+            widen_into(Values::Half(half), &mut got);
+            Values::Half(half).widen_into(&mut want);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "len {len}"
+            );
+        }
     }
 }

@@ -1,38 +1,42 @@
-//! The softmax weights of a bf16 row looked up per id in a table of the bit patterns it holds.
+//! The softmax weights of a half row (bf16 or f16) looked up per id in a table of the bit
+//! patterns it holds.
 //!
-//! A bf16 logit is one of 2¹⁶ bit patterns, and its softmax weight `exp_p(l / t − max)` is a
+//! A half logit is one of 2¹⁶ bit patterns, and its softmax weight `exp_p(l / t − max)` is a
 //! function of the pattern alone for a given row (`t` and `max` are the row's). A row of a
-//! language model's logits holds a few thousand distinct patterns (a few dozen binades of 128
-//! values each), far fewer than its 32 000 – 256 000 ids, and `exp_p` with its division is
-//! what makes the softmax pass compute-bound (`docs/PERFORMANCE.md`). So the pass computes the
-//! weight of each pattern the row can hold once, into a table, and then only looks each id's
-//! weight up. Every table entry is computed by the very kernel the row pass runs
-//! ([`LogitRow::weights`] over the patterns in order), so each id's weight has the bits it had.
+//! language model's logits holds a few thousand distinct bf16 patterns (a few dozen binades of
+//! 128 values each; f16 has 1024 per binade), far fewer than its 32 000 – 256 000 ids, and
+//! `exp_p` with its division is what makes the softmax pass compute-bound
+//! (`docs/PERFORMANCE.md`). So the pass computes the weight of each pattern the row can hold
+//! once, into a table, and then only looks each id's weight up. Every table entry is computed
+//! by the very kernel the row pass runs ([`LogitRow::weights`] over the patterns in order,
+//! widened as the row's format widens them), so each id's weight has the bits it had.
 //!
 //! Which patterns: those of `[0, pos_top)` (`+0` up to the row's largest positive pattern)
 //! and of `[0x8000, 0x8000 + neg_top)` (likewise for the negative ones), found in one pass over
 //! the row's bits ([`span_range`]). Most of them are tiny logits, every one of which gives the
-//! same weight: `x(l) = RN(RN(l / t) − max)` is non-decreasing in `l` (correctly rounded
-//! division by `t > 0` and subtraction of a constant are monotone), so if `x` has the same
-//! value at `−a` and at `a`, it has that value at every `l ∈ [−a, a]`, and the weights there
-//! are all `exp_p` of that value (`±0` give the same bits). The largest such `a` among the
-//! patterns is found by bisection ([`collapse`]: the test is monotone in `a`); the patterns of
-//! magnitude below it share one entry's value. A row whose patterns are not few (a flat
-//! random row, NaN payloads, huge ranges) is left to the plain pass.
+//! same weight. Both formats are sign-magnitude with the exponent above the mantissa, and
+//! their widening to binary32 is exact ([`Half16::value`]), so within a sign the patterns
+//! order as their values, and pattern `0x8000 | p` is `−value(p)`. `x(l) = RN(RN(l / t) − max)`
+//! is non-decreasing in `l` (correctly rounded division by `t > 0` and subtraction of a
+//! constant are monotone), so if `x` has the same value at `−a` and at `a`, it has that value
+//! at every `l ∈ [−a, a]`, and the weights there are all `exp_p` of that value (`±0` give the
+//! same bits). The largest such `a` among the patterns is found by bisection ([`collapse`]: the
+//! test is monotone in `a`); the patterns of magnitude below it share one entry's value. That
+//! argument needs only the monotone exact widening, so it holds for f16 as for bf16 (finite
+//! magnitudes below `0x7C00` there, `0x7F80` for bf16; NaN patterns never collapse). A row
+//! whose patterns are not few (a flat random row, NaN payloads, huge ranges; f16 rows at small
+//! vocabularies, whose binades hold 8 times the patterns) is left to the plain pass.
 
-use super::{Isa, LogitRow, exp_p};
+use super::{Half16, Isa, LogitRow, exp_p};
 use std::cell::RefCell;
 
-/// The number of bf16 bit patterns.
+/// The number of 16-bit patterns.
 const PATTERNS: usize = 1 << 16;
 
-/// The sign bit of a bf16 pattern.
+/// The sign bit of a half pattern (either format).
 const SIGN: u32 = 0x8000;
 
-/// The pattern of `+∞`: patterns of magnitude below it are finite.
-const INF: u32 = 0x7F80;
-
-/// A table of one weight per bf16 pattern.
+/// A table of one weight per 16-bit pattern.
 pub(crate) type Table = [f32; PATTERNS];
 
 thread_local! {
@@ -42,16 +46,11 @@ thread_local! {
     );
 }
 
-/// The binary32 value of bf16 pattern `p` (`core/DETERMINISM.md`: the bits, shifted).
-#[inline(always)]
-fn value(p: u32) -> f32 {
-    f32::from_bits(p << 16)
-}
-
-/// The consecutive patterns `first .. first + len` as a row of logits: the table's entries
-/// are this row's weights, computed by the same kernel as a bf16 row's.
+/// The consecutive patterns `first .. first + len` of `format` as a row of logits: the
+/// table's entries are this row's weights, computed by the same kernel as a half row's.
 #[derive(Clone, Copy)]
 struct Patterns {
+    format: Half16,
     first: u32,
     len: usize,
 }
@@ -63,15 +62,16 @@ impl LogitRow for Patterns {
     }
     #[inline(always)]
     fn block<const N: usize>(&self, start: usize) -> [f32; N] {
-        let mut out = [0f32; N];
-        for (l, o) in out.iter_mut().enumerate() {
-            *o = value(self.first + (start + l) as u32);
+        // Patterns stay below `2¹⁶` (`first + len ≤ 0x8000 + 0x8000`).
+        let mut p = [0u16; N];
+        for (l, o) in p.iter_mut().enumerate() {
+            *o = (self.first as usize + start + l) as u16;
         }
-        out
+        self.format.widen(&p)
     }
     #[inline(always)]
     fn at(&self, i: usize) -> f32 {
-        value(self.first + i as u32)
+        self.format.value((self.first as usize + i) as u16)
     }
 }
 
@@ -87,9 +87,10 @@ pub(crate) const GATHER16: u8 = 1;
 #[cfg(specula_avx2_intrinsics)]
 pub(crate) const GATHER8: u8 = 2;
 
-/// A bf16 row whose weights are read from a filled table (`G`: how, [`SCALAR`] or a gather).
+/// A half row whose weights are read from a filled table (`G`: how, [`SCALAR`] or a gather).
 #[derive(Clone, Copy)]
 pub(crate) struct Tabled<'a, const G: u8> {
+    format: Half16,
     row: &'a [u16],
     table: &'a Table,
 }
@@ -102,11 +103,11 @@ impl<const G: u8> LogitRow for Tabled<'_, G> {
     #[inline(always)]
     fn block<const N: usize>(&self, start: usize) -> [f32; N] {
         let src: &[u16; N] = self.row[start..start + N].try_into().expect("N values");
-        src.map(|b| value(u32::from(b)))
+        self.format.widen(src)
     }
     #[inline(always)]
     fn at(&self, i: usize) -> f32 {
-        value(u32::from(self.row[i]))
+        self.format.value(self.row[i])
     }
     #[inline(always)]
     fn weights<const N: usize>(&self, start: usize, _t: f32, _max: f32) -> [f32; N] {
@@ -179,12 +180,13 @@ pub(super) fn span_range<const N: usize>(row: &[u16]) -> (u32, u32) {
     (p, n)
 }
 
-/// The largest `c ≤ top` (`top ≤ INF`) such that every pattern of magnitude below `c`, of
-/// either sign, has the same `x = l / t − max`: the largest with `x(value(c − 1)) ==
-/// x(−value(c − 1))` (`c = 0`: none), by bisection (the test holds for every smaller `c` once it
-/// holds for one: see the module's text).
-fn collapse(top: u32, t: f32, max: f32) -> u32 {
-    let x = |p: u32| value(p) / t - max;
+/// The largest `c ≤ top` (`top ≤ format.inf()`) such that every pattern of `format` of
+/// magnitude below `c`, of either sign, has the same `x = l / t − max`: the largest with
+/// `x(value(c − 1)) == x(−value(c − 1))` (`c = 0`: none), by bisection (the test holds for every
+/// smaller `c` once it holds for one: see the module's text).
+fn collapse(format: Half16, top: u32, t: f32, max: f32) -> u32 {
+    // `p < 2¹⁶`: a pattern.
+    let x = |p: u32| format.value(p as u16) / t - max;
     // NaN is never equal: such a `c` fails.
     let same = |c: u32| x(c - 1) == x(SIGN | (c - 1));
     // `same(lo)` holds (vacuously for 0); the answer lies in `lo ..= hi`.
@@ -206,24 +208,33 @@ fn worth_it(computed: u32, len: usize) -> bool {
     (computed as usize) * 2 <= len
 }
 
-/// Fills `table` with the weights at `t` and `max` of every pattern `row` may hold, with `isa`;
-/// `false` (nothing written) where the row holds too many patterns for that to pay
-/// ([`worth_it`]), unless `force`.
-fn fill(isa: Isa, row: &[u16], t: f32, max: f32, table: &mut Table, force: bool) -> bool {
-    let (pos_top, neg_top) = super::bf16_span(isa, row);
-    let c = collapse(pos_top.max(neg_top).min(INF), t, max);
+/// Fills `table` with the weights at `t` and `max` of every pattern the `format` row `row`
+/// may hold, with `isa`; `false` (nothing written) where the row holds too many patterns for
+/// that to pay ([`worth_it`]), unless `force`.
+fn fill(
+    isa: Isa,
+    format: Half16,
+    row: &[u16],
+    t: f32,
+    max: f32,
+    table: &mut Table,
+    force: bool,
+) -> bool {
+    let (pos_top, neg_top) = super::half_span(isa, row);
+    let c = collapse(format, pos_top.max(neg_top).min(format.inf()), t, max);
     let computed = pos_top.saturating_sub(c) + neg_top.saturating_sub(c);
     if !(force || worth_it(computed, row.len())) {
         return false;
     }
     // The shared weight of the patterns below `c` (`x(+0)`'s).
-    let shared = exp_p(value(0) / t - max);
+    let shared = exp_p(format.value(0) / t - max);
     for (first, top) in [(0, pos_top), (SIGN, neg_top)] {
         let (start, end) = ((first + c.min(top)) as usize, (first + top) as usize);
         table[first as usize..start].fill(shared);
         let n = end - start;
         if n > 0 {
             let patterns = Patterns {
+                format,
                 first: start as u32,
                 len: n,
             };
@@ -268,10 +279,11 @@ macro_rules! on_lookup {
 }
 pub(crate) use on_lookup;
 
-/// Runs `f` with `row` as a [`Tabled`] row at `t` and `max` where a table pays for itself
-/// (`force`: always), else with [`Lookup::Plain`].
+/// Runs `f` with the `format` row `row` as a [`Tabled`] row at `t` and `max` where a table
+/// pays for itself (`force`: always), else with [`Lookup::Plain`].
 pub(crate) fn with_table<T>(
     isa: Isa,
+    format: Half16,
     row: &[u16],
     t: f32,
     max: f32,
@@ -279,16 +291,16 @@ pub(crate) fn with_table<T>(
     f: impl FnOnce(Lookup<'_>) -> T,
 ) -> T {
     TABLE.with_borrow_mut(|table| {
-        if !fill(isa, row, t, max, table, force) {
+        if !fill(isa, format, row, t, max, table, force) {
             return f(Lookup::Plain);
         }
         let table = &**table;
         match isa {
             #[cfg(specula_avx512)]
-            Isa::Avx512 => f(Lookup::Gather16(Tabled { row, table })),
+            Isa::Avx512 => f(Lookup::Gather16(Tabled { format, row, table })),
             #[cfg(specula_avx2_intrinsics)]
-            Isa::Avx2 => f(Lookup::Gather8(Tabled { row, table })),
-            _ => f(Lookup::Scalar(Tabled { row, table })),
+            Isa::Avx2 => f(Lookup::Gather8(Tabled { format, row, table })),
+            _ => f(Lookup::Scalar(Tabled { format, row, table })),
         }
     })
 }

@@ -1,7 +1,8 @@
 //! bf16 / f16 tree rows on the CPU backend: a [`NodeRows`] that widens a half row exactly into
 //! binary32 scratch when the walk first reads it, so the control flow and its reductions read
 //! binary32 rows and give the bits of the tree of the widened rows (the widening is exact,
-//! `core/DETERMINISM.md`).
+//! `core/DETERMINISM.md`; f16 rows with the vectorising widening of the softmax kernels,
+//! [`widen_into`](super::super::kernels::widen_into), the core's bits at half its cost).
 //!
 //! Only the rows the walk reads are widened (2–4 of a 17-node request's rows for greedy and
 //! rejection sampling), each once per request, on the thread that verifies the request, into
@@ -57,7 +58,7 @@ impl Widening {
                 buf.clear();
                 buf.resize(row.len(), 0.0);
             }
-            row.widen_into(&mut buf);
+            super::super::kernels::widen_into(row, &mut buf);
             buf
         })
     }

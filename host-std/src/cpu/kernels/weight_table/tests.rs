@@ -1,6 +1,45 @@
 use super::*;
-use crate::cpu::kernels::{softmax_max, softmax_pass, softmax_weights};
+use crate::cpu::kernels::{Bf16Row, F16Row, softmax_max, softmax_pass, softmax_weights};
 use specula_core::verify::{softmax_exp, softmax_fixed};
+
+/// Both formats.
+const FORMATS: [Half16; 2] = [Half16::Bf16, Half16::F16];
+
+/// The pattern of `format` nearest below `x` in magnitude (truncated; `x` finite, tiny values
+/// to zero): enough to build rows of a given shape.
+fn pattern(format: Half16, x: f32) -> u16 {
+    match format {
+        Half16::Bf16 => (x.to_bits() >> 16) as u16,
+        Half16::F16 => {
+            let b = x.to_bits();
+            let sign = ((b >> 16) & 0x8000) as u16;
+            let exp = ((b >> 23) & 0xFF) as i32 - 127 + 15;
+            if exp <= 0 {
+                sign
+            } else if exp >= 31 {
+                sign | 0x7BFF
+            } else {
+                sign | ((exp as u16) << 10) | ((b >> 13) & 0x3FF) as u16
+            }
+        }
+    }
+}
+
+/// The core's widening of pattern `b` of `format`.
+fn core_value(format: Half16, b: u16) -> f32 {
+    match format {
+        Half16::Bf16 => specula_core::verify::bf16_to_f32(b),
+        Half16::F16 => specula_core::verify::f16_to_f32(b),
+    }
+}
+
+/// [`softmax_max`] of `bits` as a `format` row.
+fn row_max(isa: Isa, format: Half16, bits: &[u16], t: f32) -> f32 {
+    match format {
+        Half16::Bf16 => softmax_max(isa, Bf16Row(bits), t),
+        Half16::F16 => softmax_max(isa, F16Row(bits), t),
+    }
+}
 
 fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
     move || {
@@ -11,16 +50,15 @@ fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
     }
 }
 
-/// The core's weights and exact sum of the bf16 row `bits` at `t` (`max` the core's maximum).
-fn core_weights(bits: &[u16], t: f32) -> (f32, Vec<f32>, u128) {
+/// The core's weights and exact sum of the `format` row `bits` at `t` (`max` the core's
+/// maximum), widened by the core.
+fn core_weights(format: Half16, bits: &[u16], t: f32) -> (f32, Vec<f32>, u128) {
+    let value = |b: u16| core_value(format, b);
     let mut m = f32::NEG_INFINITY;
     for &b in bits {
-        m = specula_core::verify::softmax_max(m, value(u32::from(b)) / t);
+        m = specula_core::verify::softmax_max(m, value(b) / t);
     }
-    let w: Vec<f32> = bits
-        .iter()
-        .map(|&b| softmax_exp(value(u32::from(b)), t, m))
-        .collect();
+    let w: Vec<f32> = bits.iter().map(|&b| softmax_exp(value(b), t, m)).collect();
     let f = w
         .iter()
         .map(|&e| softmax_fixed(e))
@@ -30,28 +68,51 @@ fn core_weights(bits: &[u16], t: f32) -> (f32, Vec<f32>, u128) {
 
 /// The sum and weights of `bits` through a table filled whatever the cost (`force`), with
 /// `isa`'s lookup.
-fn tabled_pass(isa: Isa, bits: &[u16], t: f32, max: f32) -> (u128, Vec<f32>) {
+fn tabled_pass(isa: Isa, format: Half16, bits: &[u16], t: f32, max: f32) -> (u128, Vec<f32>) {
     let mut w = vec![7f32; bits.len()];
-    let f = with_table(isa, bits, t, max, true, |lookup| {
+    let f = with_table(isa, format, bits, t, max, true, |lookup| {
         assert!(!matches!(lookup, Lookup::Plain), "forced");
-        on_lookup!(lookup, super::super::Bf16Row(bits), |r| {
+        // The plain row is never run: any row of the right type.
+        on_lookup!(lookup, Bf16Row(bits), |r| {
             super::super::softmax_pass_plain(isa, r, t, max, Some(&mut w))
         })
     });
     (f, w)
 }
 
-/// Rows built to break the table: NaN payloads of both signs, ±∞, ±0, subnormals, the
-/// largest finite values, rows whose maximum is 0, −0 or negative, all-equal rows, only
-/// tiny values, at temperatures from subnormal to huge, at lengths with tails. Forced through
-/// the table on every instruction set, each weight and the sum are the core's.
+/// Rows built to break the table, in both formats: NaN payloads of both signs, ±∞, ±0,
+/// subnormals (1023 of each sign in f16), the largest finite values, rows whose maximum is 0,
+/// −0 or negative, all-equal rows, only tiny values, at temperatures from subnormal to huge, at
+/// lengths with tails. Forced through the table on every instruction set, each weight and the
+/// sum are the core's (of the core's widening).
 #[test]
 fn forced_tables_give_the_core_weights_on_hostile_rows() {
+    for format in FORMATS {
+        forced_tables_on_hostile_rows(format);
+    }
+}
+
+fn forced_tables_on_hostile_rows(format: Half16) {
     let mut next = xorshift(0x7AB1_E5EE_D000_0001);
-    let specials: [u16; 14] = [
-        0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0,
-        0xFFC1, 0x7F81, 0x3F80,
-    ];
+    // Zeros, the smallest and largest subnormals, the largest finite values, infinities, quiet
+    // and signalling NaNs of both signs, 1.
+    let specials: [u16; 14] = match format {
+        Half16::Bf16 => [
+            0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0,
+            0xFFC1, 0x7F81, 0x3F80,
+        ],
+        Half16::F16 => [
+            0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00,
+            0xFE01, 0x7C01, 0x3C00,
+        ],
+    };
+    // Patterns of magnitude below `big` are below 128; below `tiny`, subnormals and the
+    // smallest binade of normals.
+    let (big, tiny) = match format {
+        Half16::Bf16 => (0x4300u16, 0x0200u16),
+        Half16::F16 => (0x5800, 0x0800),
+    };
+    let (ten, minus_five) = (pattern(format, 10.0), pattern(format, -5.0));
     let temps = [
         f32::from_bits(1),
         3e-39,
@@ -79,38 +140,38 @@ fn forced_tables_give_the_core_weights_on_hostile_rows() {
                         }
                     }
                     // Logits with the maximum at 0: only non-positive values.
-                    1 => 0x8000 | ((r >> 20) as u16 % 0x4300),
+                    1 => 0x8000 | ((r >> 20) as u16 % big),
                     // Tiny values only (subnormals and the smallest normals), both signs.
-                    2 => ((r >> 20) as u16 & 0x8000) | ((r >> 24) as u16 % 0x0200),
+                    2 => ((r >> 20) as u16 & 0x8000) | ((r >> 24) as u16 % tiny),
                     // A few distinct values.
-                    3 => [0x4120u16, 0xC0A0, 0x0000, 0x8000][(r >> 30) as usize % 4],
+                    3 => [ten, minus_five, 0x0000, 0x8000][(r >> 30) as usize % 4],
                     // A model-like row: logits in [−20, 12].
                     4 => {
                         let u = (r >> 40) as f32 / (1u64 << 24) as f32;
-                        ((-20.0 + 32.0 * u).to_bits() >> 16) as u16
+                        pattern(format, -20.0 + 32.0 * u)
                     }
                     // −∞ everywhere but a few.
                     _ => {
                         if r % 9 == 0 {
                             (r >> 20) as u16 & 0xBFFF
                         } else {
-                            0xFF80
+                            0x8000 | format.inf() as u16
                         }
                     }
                 }
             })
             .collect();
         let t = temps[(next() % temps.len() as u64) as usize];
-        let (m, want_w, want_f) = core_weights(&bits, t);
+        let (m, want_w, want_f) = core_weights(format, &bits, t);
         for isa in Isa::available() {
-            let what = format!("{isa:?} round {round} kind {kind} n {n} t {t:e}");
-            let gm = softmax_max(isa, super::super::Bf16Row(&bits), t);
+            let what = format!("{format:?} {isa:?} round {round} kind {kind} n {n} t {t:e}");
+            let gm = row_max(isa, format, &bits, t);
             assert_eq!(
                 gm.to_bits() & 0x7FFF_FFFF,
                 m.to_bits() & 0x7FFF_FFFF,
                 "{what}"
             );
-            let (f, w) = tabled_pass(isa, &bits, t, m);
+            let (f, w) = tabled_pass(isa, format, &bits, t, m);
             assert_eq!(f, want_f, "{what}");
             for (i, (a, b)) in w.iter().zip(&want_w).enumerate() {
                 assert_eq!(
@@ -124,12 +185,18 @@ fn forced_tables_give_the_core_weights_on_hostile_rows() {
     }
 }
 
-/// [`collapse`] attacked by brute force: for maxima and temperatures of every kind, every
-/// pattern of magnitude below `c` has the `x` of `+0` (so one weight), and `c` is the largest
-/// such bound among the patterns below `top` (the pattern at `c`, when below `top`, differs at
-/// one sign or the other).
+/// [`collapse`] attacked by brute force, in both formats: for maxima and temperatures of
+/// every kind, every pattern of magnitude below `c` has the `x` of `+0` (so one weight), and
+/// `c` is the largest such bound among the patterns below `top` (the pattern at `c`, when below
+/// `top`, differs at one sign or the other).
 #[test]
 fn collapse_is_the_widest_equal_span() {
+    for format in FORMATS {
+        collapse_widest(format);
+    }
+}
+
+fn collapse_widest(format: Half16) {
     let mut next = xorshift(0xC011_A95E);
     let maxima = [
         0.0f32,
@@ -152,78 +219,94 @@ fn collapse_is_the_widest_equal_span() {
         } else {
             f32::from_bits(next() as u32 & 0xFF7F_FFFF)
         };
-        let t = [0.8f32, 1.0, 1e-38, 1e38, 0.37][round % 5];
-        let top = [INF, 0x4200, 0x0100, 1, 0][round % 5];
-        let c = collapse(top, t, max);
-        assert!(c <= top, "round {round}");
-        let x = |p: u32| value(p) / t - max;
+        let t = [0.8f32, 1.0, 1e-38, 1e38, 0.37, f32::from_bits(1), f32::MAX][round % 7];
+        let top = [format.inf(), 0x4200, 0x0100, 1, 0, 0x0400][round % 6];
+        let c = collapse(format, top, t, max);
+        assert!(c <= top, "{format:?} round {round}");
+        let x = |p: u32| core_value(format, p as u16) / t - max;
         let x0 = x(0);
         for p in 0..c {
             for q in [p, SIGN | p] {
                 let xq = x(q);
                 assert!(
                     xq == x0 && exp_p(xq).to_bits() == exp_p(x0).to_bits(),
-                    "round {round} max {max:e} t {t:e} pattern {q:#06x} below c {c:#06x}"
+                    "{format:?} round {round} max {max:e} t {t:e} pattern {q:#06x} below c {c:#06x}"
                 );
             }
         }
         if c < top {
             assert!(
                 x(c) != x(SIGN | c),
-                "round {round}: c {c:#06x} is not the widest"
+                "{format:?} round {round}: c {c:#06x} is not the widest"
             );
         }
     }
 }
 
 /// Rows shaped like a model's output take the table at the vocabularies users run (so the
-/// conformance suites run it); a row with maximum 0 whose other values spread over every
-/// negative pattern (no tiny values collapse then) does not at `V = 32000`.
+/// conformance suites run it): bf16 ones from `V = 32000`, f16 ones (8 times the patterns per
+/// binade: about 40 000 to compute for this row) from `V = 128256`; a row with maximum 0 whose
+/// other values spread over every negative pattern (no tiny values collapse then) does not at
+/// `V = 32000`. Whichever way, the pass and the weights are the core's.
 #[test]
 fn model_rows_take_the_table() {
     let mut next = xorshift(0x5EED);
     for vocab in [32_000usize, 128_256, 151_936, 262_144] {
-        let peaked: Vec<u16> = (0..vocab)
+        let logits: Vec<f32> = (0..vocab)
             .map(|i| {
                 let u = ((next() >> 40) as f32 + 1.0) / (1u64 << 24) as f32;
                 // A `2·N(0, 1)`-like background (the log of a uniform) and one large logit.
-                let l = if i == 7 { 25.0 } else { 2.0 * u.ln() + 1.0 };
-                (l.to_bits() >> 16) as u16
+                if i == 7 { 25.0 } else { 2.0 * u.ln() + 1.0 }
             })
             .collect();
-        let spread: Vec<u16> = (0..vocab)
-            .map(|i| {
-                if i == 0 {
-                    0
-                } else {
-                    0x8000 | ((next() >> 20) as u16 % 0x7F80)
+        let spread_r: Vec<u64> = (0..vocab).map(|_| next()).collect();
+        for format in FORMATS {
+            let peaked: Vec<u16> = logits.iter().map(|&l| pattern(format, l)).collect();
+            let spread: Vec<u16> = spread_r
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| {
+                    if i == 0 {
+                        0
+                    } else {
+                        0x8000 | ((r >> 20) as u16 % format.inf() as u16)
+                    }
+                })
+                .collect();
+            let peaked_takes = format == Half16::Bf16 || vocab > 65_536;
+            for isa in Isa::available() {
+                for (bits, want) in [(&peaked, peaked_takes), (&spread, vocab > 65_536)] {
+                    let what = format!("{format:?} {isa:?} V {vocab} table {want}");
+                    let t = 0.8;
+                    let max = row_max(isa, format, bits, t);
+                    let took = with_table(isa, format, bits, t, max, false, |l| {
+                        !matches!(l, Lookup::Plain)
+                    });
+                    assert_eq!(took, want, "{what}");
+                    let (m, want_w, want_f) = core_weights(format, bits, t);
+                    assert_eq!(m.to_bits(), max.to_bits(), "{what}");
+                    let mut w = vec![0f32; vocab];
+                    let mut w2 = vec![0f32; vocab];
+                    let f = match format {
+                        Half16::Bf16 => {
+                            softmax_weights(isa, Bf16Row(bits), t, max, 0, &mut w2);
+                            softmax_pass(isa, Bf16Row(bits), t, max, Some(&mut w))
+                        }
+                        Half16::F16 => {
+                            softmax_weights(isa, F16Row(bits), t, max, 0, &mut w2);
+                            softmax_pass(isa, F16Row(bits), t, max, Some(&mut w))
+                        }
+                    };
+                    assert_eq!(f, want_f, "{what}");
+                    for got in [&w, &w2] {
+                        assert!(
+                            got.iter()
+                                .zip(&want_w)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}"
+                        );
+                    }
                 }
-            })
-            .collect();
-        for isa in Isa::available() {
-            for (bits, want) in [(&peaked, true), (&spread, vocab > 65_536)] {
-                let t = 0.8;
-                let max = softmax_max(isa, super::super::Bf16Row(bits), t);
-                let took = with_table(isa, bits, t, max, false, |l| !matches!(l, Lookup::Plain));
-                assert_eq!(took, want, "{isa:?} V {vocab}");
-                // Whichever way, the pass is the core's.
-                let (m, want_w, want_f) = core_weights(bits, t);
-                assert_eq!(m.to_bits(), max.to_bits());
-                let mut w = vec![0f32; vocab];
-                let f = softmax_pass(isa, super::super::Bf16Row(bits), t, max, Some(&mut w));
-                assert_eq!(f, want_f, "{isa:?} V {vocab} table {want}");
-                assert!(
-                    w.iter()
-                        .zip(&want_w)
-                        .all(|(a, b)| a.to_bits() == b.to_bits())
-                );
-                let mut w2 = vec![0f32; vocab];
-                softmax_weights(isa, super::super::Bf16Row(bits), t, max, 0, &mut w2);
-                assert!(
-                    w2.iter()
-                        .zip(&want_w)
-                        .all(|(a, b)| a.to_bits() == b.to_bits())
-                );
             }
         }
     }
