@@ -116,18 +116,25 @@ impl<'a> Src<'a> {
         }
     }
 
-    /// The softmax maximum at `t`.
-    fn max(&self, isa: kernels::Isa, t: f32) -> f32 {
+    /// The softmax maximum at `t` (with a half row's pattern span, for its weight table).
+    fn max(&self, isa: kernels::Isa, t: f32) -> kernels::Max {
         match *self {
-            Self::F32(x) => kernels::softmax_max(isa, x, t),
-            Self::Bf16(x) => kernels::softmax_max(isa, x, t),
-            Self::F16(x) => kernels::softmax_max(isa, x, t),
+            Self::F32(x) => kernels::softmax_max_of(isa, x, t),
+            Self::Bf16(x) => kernels::softmax_max_of(isa, x, t),
+            Self::F16(x) => kernels::softmax_max_of(isa, x, t),
         }
     }
 
     /// The weights at `t` and `max` into `out` and the approximate sum of those with key
     /// `≥ threshold` ([`kernels::approx_p`]).
-    fn weights(&self, isa: kernels::Isa, t: f32, max: f32, threshold: u32, out: &mut [f32]) -> f64 {
+    fn weights(
+        &self,
+        isa: kernels::Isa,
+        t: f32,
+        max: kernels::Max,
+        threshold: u32,
+        out: &mut [f32],
+    ) -> f64 {
         match *self {
             Self::F32(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
             Self::Bf16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
@@ -145,7 +152,7 @@ impl<'a> Src<'a> {
     }
 
     /// The exact fixed-point sum at `t` and `max`, and the weights into `out` when given.
-    fn pass(&self, isa: kernels::Isa, t: f32, max: f32, out: Option<&mut [f32]>) -> u128 {
+    fn pass(&self, isa: kernels::Isa, t: f32, max: kernels::Max, out: Option<&mut [f32]>) -> u128 {
         match *self {
             Self::F32(x) => kernels::softmax_pass(isa, x, t, max, out),
             Self::Bf16(x) => kernels::softmax_pass(isa, x, t, max, out),
@@ -188,7 +195,7 @@ fn softmax_weights_cut(
             threshold: 0,
             fixed: total,
         }
-    } else if max.is_finite() {
+    } else if max.m.is_finite() {
         cut::softmax_cut(isa, weights, filter, Some(total), cands)
     } else {
         // Every weight is 0 (`core/DETERMINISM.md`): the plain search, which is cheap here.
@@ -238,7 +245,7 @@ impl RowState {
                 let threshold = cut::plain_threshold(filter, src.len()).unwrap_or(0);
                 let isa = kernels::Isa::detect();
                 let max = src.max(isa, t);
-                if max.is_finite() {
+                if max.m.is_finite() {
                     weights.resize(src.len(), 0.0);
                     Self::Approx {
                         sum: src.weights(isa, t, max, threshold, weights),

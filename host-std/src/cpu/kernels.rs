@@ -1579,14 +1579,14 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) fn half_span_avx2(row: &[u16]) -> (u32, u32) {
-        super::weight_table::span_range::<32>(row)
+    pub(super) fn half_span_avx2(row: &[u16], inf: u16) -> super::weight_table::Span {
+        super::weight_table::span_range::<32>(row, inf)
     }
 
     #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    pub(super) fn half_span_avx512(row: &[u16]) -> (u32, u32) {
-        super::weight_table::span_range::<64>(row)
+    pub(super) fn half_span_avx512(row: &[u16], inf: u16) -> super::weight_table::Span {
+        super::weight_table::span_range::<64>(row, inf)
     }
 
     #[target_feature(enable = "avx2")]
@@ -1661,6 +1661,37 @@ mod x86 {
 /// logit above `−∞` gives `−∞ / t = −∞`, as the rules' start value).
 #[inline]
 pub(crate) fn softmax_max<R: LogitRow>(isa: Isa, row: R, t: f32) -> f32 {
+    softmax_max_of(isa, row, t).m
+}
+
+/// A row's softmax maximum `m`, and for a half row the [`Span`](weight_table::Span) of its
+/// patterns, which the same pass finds: a half row's maximum is read off its patterns (integer
+/// lanes, no widening), and the weight table then needs no pass of its own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Max {
+    /// The softmax maximum (the rules' `m`).
+    pub m: f32,
+    /// The half row's span, `None` for a binary32 row (or one not known).
+    pub span: Option<weight_table::Span>,
+}
+
+impl From<f32> for Max {
+    fn from(m: f32) -> Self {
+        Self { m, span: None }
+    }
+}
+
+/// [`softmax_max`], with a half row's [`Span`](weight_table::Span) (its maximum up to the
+/// sign of a zero, which no weight depends on: [`weight_table::Span::max_logit`]).
+#[inline]
+pub(crate) fn softmax_max_of<R: LogitRow>(isa: Isa, row: R, t: f32) -> Max {
+    if let Some((format, bits)) = row.half_bits() {
+        let span = half_span(isa, format, bits);
+        return Max {
+            m: span.max_logit(format) / t,
+            span: Some(span),
+        };
+    }
     let max = match isa {
         Isa::Portable => logit_max_range::<R, 16>(row),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
@@ -1671,21 +1702,24 @@ pub(crate) fn softmax_max<R: LogitRow>(isa: Isa, row: R, t: f32) -> f32 {
         #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { x86::logit_max_avx512(row) },
     };
-    max / t
+    (max / t).into()
 }
 
-/// `(pos_top, neg_top)` of a half row's patterns with `isa` ([`weight_table::span_range`]).
+/// The [`Span`](weight_table::Span) of a `format` row's patterns with `isa`
+/// ([`weight_table::span_range`]).
 #[inline]
-fn half_span(isa: Isa, row: &[u16]) -> (u32, u32) {
+fn half_span(isa: Isa, format: Half16, row: &[u16]) -> weight_table::Span {
+    // Below 2¹⁵.
+    let inf = format.inf() as u16;
     match isa {
-        Isa::Portable => weight_table::span_range::<16>(row),
+        Isa::Portable => weight_table::span_range::<16>(row, inf),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::half_span_avx2(row) },
+        Isa::Avx2 => unsafe { x86::half_span_avx2(row, inf) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
-        Isa::Avx512 => unsafe { x86::half_span_avx512(row) },
+        Isa::Avx512 => unsafe { x86::half_span_avx512(row, inf) },
     }
 }
 
@@ -1753,12 +1787,13 @@ pub(crate) fn softmax_pass<R: LogitRow>(
     isa: Isa,
     row: R,
     t: f32,
-    max: f32,
+    max: impl Into<Max>,
     out: Option<&mut [f32]>,
 ) -> u128 {
+    let Max { m: max, span } = max.into();
     match row.half_bits() {
         Some((format, bits)) => {
-            weight_table::with_table(isa, format, bits, t, max, false, |lookup| {
+            weight_table::with_table(isa, format, bits, t, max, span, false, |lookup| {
                 weight_table::on_lookup!(lookup, row, |r| softmax_pass_plain(isa, r, t, max, out))
             })
         }
@@ -1795,13 +1830,14 @@ pub(crate) fn softmax_weights<R: LogitRow>(
     isa: Isa,
     row: R,
     t: f32,
-    max: f32,
+    max: impl Into<Max>,
     threshold: u32,
     out: &mut [f32],
 ) -> f64 {
+    let Max { m: max, span } = max.into();
     match row.half_bits() {
         Some((format, bits)) => {
-            weight_table::with_table(isa, format, bits, t, max, false, |lookup| {
+            weight_table::with_table(isa, format, bits, t, max, span, false, |lookup| {
                 weight_table::on_lookup!(lookup, row, |r| softmax_weights_plain(
                     isa, r, t, max, threshold, out
                 ))

@@ -143,41 +143,90 @@ impl<const G: u8> LogitRow for Tabled<'_, G> {
     }
 }
 
-/// `(pos_top, neg_top)` of a row's bits, each lane's: one more than the largest positive
-/// pattern (`0` without one), one more than the largest magnitude of a negative one.
+/// What one pass over a half row's patterns finds: the span of patterns the table must hold,
+/// and the row's largest logit (which makes it the row's softmax maximum pass too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    /// One more than the largest positive pattern (`0` without one).
+    pub pos_top: u32,
+    /// One more than the largest magnitude of a negative pattern (`0` without one).
+    pub neg_top: u32,
+    /// One more than the largest positive pattern that is not NaN (`0` without one).
+    pos_value_top: u32,
+    /// The smallest magnitude of a negative pattern that is not NaN (`0x8000` without one).
+    neg_value_min: u32,
+}
+
+impl Span {
+    /// The row's largest logit, NaN never winning (`−∞` for a row of NaN or no ids): the
+    /// largest positive pattern that is not NaN, else the negative one of smallest magnitude.
+    /// The same value as the float kernels' maximum (`logit_max_range`), up to the sign of a
+    /// zero maximum, which no weight depends on (`±0 − m` and `x − ±0` are the same values).
+    pub(crate) fn max_logit(&self, format: Half16) -> f32 {
+        if self.pos_value_top > 0 {
+            format.value((self.pos_value_top - 1) as u16)
+        } else if self.neg_value_min < SIGN {
+            format.value((SIGN | self.neg_value_min) as u16)
+        } else {
+            f32::NEG_INFINITY
+        }
+    }
+}
+
+/// The [`Span`] of a row's bits, `inf` the format's pattern of `+∞` (larger magnitudes NaN).
 #[inline(always)]
-pub(super) fn span_range<const N: usize>(row: &[u16]) -> (u32, u32) {
+pub(super) fn span_range<const N: usize>(row: &[u16], inf: u16) -> Span {
     let (mut pos, mut neg) = ([0u16; N], [0u16; N]);
+    let (mut pos_v, mut neg_v) = ([0u16; N], [0x8000u16; N]);
     let mut chunks = row.chunks_exact(N);
     for c in &mut chunks {
         let c: &[u16; N] = c.try_into().expect("N values");
         for l in 0..N {
             let b = c[l];
-            // Both fit 16 bits: `b + 1 ≤ 0x8000` for a positive pattern, `b − 0x7FFF ≤ 0x8000`.
-            let p = if b < 0x8000 { b.wrapping_add(1) } else { 0 };
-            let n = if b >= 0x8000 {
-                b.wrapping_sub(0x7FFF)
+            let mag = b & 0x7FFF;
+            let negative = b >= 0x8000;
+            let value = mag <= inf;
+            // Each fits 16 bits: `b + 1 ≤ 0x8000` for a positive pattern, `mag + 1 ≤ 0x8000`.
+            let p = if negative { 0 } else { b.wrapping_add(1) };
+            let n = if negative { mag.wrapping_add(1) } else { 0 };
+            let pv = if !negative && value {
+                b.wrapping_add(1)
             } else {
                 0
             };
+            let nv = if negative && value { mag } else { 0x8000 };
             pos[l] = pos[l].max(p);
             neg[l] = neg[l].max(n);
+            pos_v[l] = pos_v[l].max(pv);
+            neg_v[l] = neg_v[l].min(nv);
         }
     }
-    let (mut p, mut n) = (0u32, 0u32);
+    let mut span = Span {
+        pos_top: 0,
+        neg_top: 0,
+        pos_value_top: 0,
+        neg_value_min: SIGN,
+    };
+    let mut add = |p: u16, n: u16, pv: u16, nv: u16| {
+        span.pos_top = span.pos_top.max(u32::from(p));
+        span.neg_top = span.neg_top.max(u32::from(n));
+        span.pos_value_top = span.pos_value_top.max(u32::from(pv));
+        span.neg_value_min = span.neg_value_min.min(u32::from(nv));
+    };
     for l in 0..N {
-        p = p.max(u32::from(pos[l]));
-        n = n.max(u32::from(neg[l]));
+        add(pos[l], neg[l], pos_v[l], neg_v[l]);
     }
     for &b in chunks.remainder() {
-        let b = u32::from(b);
-        if b < SIGN {
-            p = p.max(b + 1);
-        } else {
-            n = n.max(b - SIGN + 1);
-        }
+        let mag = b & 0x7FFF;
+        let (negative, value) = (b >= 0x8000, mag <= inf);
+        add(
+            if negative { 0 } else { b + 1 },
+            if negative { mag + 1 } else { 0 },
+            if !negative && value { b + 1 } else { 0 },
+            if negative && value { mag } else { 0x8000 },
+        );
     }
-    (p, n)
+    span
 }
 
 /// The largest `c ≤ top` (`top ≤ format.inf()`) such that every pattern of `format` of
@@ -211,16 +260,20 @@ fn worth_it(computed: u32, len: usize) -> bool {
 /// Fills `table` with the weights at `t` and `max` of every pattern the `format` row `row`
 /// may hold, with `isa`; `false` (nothing written) where the row holds too many patterns for
 /// that to pay ([`worth_it`]), unless `force`.
+#[allow(clippy::too_many_arguments)] // the row, its softmax state, the table and the choice
 fn fill(
     isa: Isa,
     format: Half16,
     row: &[u16],
     t: f32,
     max: f32,
+    span: Option<Span>,
     table: &mut Table,
     force: bool,
 ) -> bool {
-    let (pos_top, neg_top) = super::half_span(isa, row);
+    let Span {
+        pos_top, neg_top, ..
+    } = span.unwrap_or_else(|| super::half_span(isa, format, row));
     let c = collapse(format, pos_top.max(neg_top).min(format.inf()), t, max);
     let computed = pos_top.saturating_sub(c) + neg_top.saturating_sub(c);
     if !(force || worth_it(computed, row.len())) {
@@ -280,18 +333,21 @@ macro_rules! on_lookup {
 pub(crate) use on_lookup;
 
 /// Runs `f` with the `format` row `row` as a [`Tabled`] row at `t` and `max` where a table
-/// pays for itself (`force`: always), else with [`Lookup::Plain`].
+/// pays for itself (`force`: always), else with [`Lookup::Plain`]. `span`: the row's
+/// [`Span`] if its maximum pass found it (else one more pass finds it).
+#[allow(clippy::too_many_arguments)] // the row, its softmax state, the choice and the callee
 pub(crate) fn with_table<T>(
     isa: Isa,
     format: Half16,
     row: &[u16],
     t: f32,
     max: f32,
+    span: Option<Span>,
     force: bool,
     f: impl FnOnce(Lookup<'_>) -> T,
 ) -> T {
     TABLE.with_borrow_mut(|table| {
-        if !fill(isa, format, row, t, max, table, force) {
+        if !fill(isa, format, row, t, max, span, table, force) {
             return f(Lookup::Plain);
         }
         let table = &**table;

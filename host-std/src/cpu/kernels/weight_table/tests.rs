@@ -1,5 +1,7 @@
 use super::*;
-use crate::cpu::kernels::{Bf16Row, F16Row, softmax_max, softmax_pass, softmax_weights};
+use crate::cpu::kernels::{
+    Bf16Row, F16Row, half_span, softmax_max, softmax_max_of, softmax_pass, softmax_weights,
+};
 use specula_core::verify::{softmax_exp, softmax_fixed};
 
 /// Both formats.
@@ -70,7 +72,7 @@ fn core_weights(format: Half16, bits: &[u16], t: f32) -> (f32, Vec<f32>, u128) {
 /// `isa`'s lookup.
 fn tabled_pass(isa: Isa, format: Half16, bits: &[u16], t: f32, max: f32) -> (u128, Vec<f32>) {
     let mut w = vec![7f32; bits.len()];
-    let f = with_table(isa, format, bits, t, max, true, |lookup| {
+    let f = with_table(isa, format, bits, t, max, None, true, |lookup| {
         assert!(!matches!(lookup, Lookup::Plain), "forced");
         // The plain row is never run: any row of the right type.
         on_lookup!(lookup, Bf16Row(bits), |r| {
@@ -279,7 +281,7 @@ fn model_rows_take_the_table() {
                     let what = format!("{format:?} {isa:?} V {vocab} table {want}");
                     let t = 0.8;
                     let max = row_max(isa, format, bits, t);
-                    let took = with_table(isa, format, bits, t, max, false, |l| {
+                    let took = with_table(isa, format, bits, t, max, None, false, |l| {
                         !matches!(l, Lookup::Plain)
                     });
                     assert_eq!(took, want, "{what}");
@@ -287,14 +289,18 @@ fn model_rows_take_the_table() {
                     assert_eq!(m.to_bits(), max.to_bits(), "{what}");
                     let mut w = vec![0f32; vocab];
                     let mut w2 = vec![0f32; vocab];
+                    // As the backend runs them: the span found by the maximum pass.
                     let f = match format {
                         Half16::Bf16 => {
-                            softmax_weights(isa, Bf16Row(bits), t, max, 0, &mut w2);
-                            softmax_pass(isa, Bf16Row(bits), t, max, Some(&mut w))
+                            let mx = softmax_max_of(isa, Bf16Row(bits), t);
+                            assert_eq!(mx.span, Some(half_span(isa, format, bits)));
+                            softmax_weights(isa, Bf16Row(bits), t, mx, 0, &mut w2);
+                            softmax_pass(isa, Bf16Row(bits), t, mx, Some(&mut w))
                         }
                         Half16::F16 => {
-                            softmax_weights(isa, F16Row(bits), t, max, 0, &mut w2);
-                            softmax_pass(isa, F16Row(bits), t, max, Some(&mut w))
+                            let mx = softmax_max_of(isa, F16Row(bits), t);
+                            softmax_weights(isa, F16Row(bits), t, mx, 0, &mut w2);
+                            softmax_pass(isa, F16Row(bits), t, mx, Some(&mut w))
                         }
                     };
                     assert_eq!(f, want_f, "{what}");
@@ -306,6 +312,52 @@ fn model_rows_take_the_table() {
                             "{what}"
                         );
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The maximum read off the patterns ([`Span::max_logit`]) is the core's on rows made of the
+/// cases its selects tell apart: no ids, NaN only (either sign, both formats' payloads), ±∞,
+/// ±0 alone or together, negatives only, NaN above every value, lengths below and above the
+/// lane count (the tail's code and the lanes').
+#[test]
+fn the_pattern_maximum_is_the_cores() {
+    for format in FORMATS {
+        let inf = format.inf() as u16;
+        let nan = inf + 1;
+        let cases: [&[u16]; 10] = [
+            &[],
+            &[nan],
+            &[nan | 0x8000, 0x7FFF, 0xFFFF],
+            &[inf | 0x8000, nan],
+            &[0x0000, 0x8000],
+            &[0x8000],
+            &[0x8000 | 0x3C00, 0x8000 | 0x3800, nan],
+            &[inf, 0x3C00, nan],
+            &[0x0001, 0x8001],
+            &[0x8000 | inf, 0x8000 | inf],
+        ];
+        for case in cases {
+            for copies in [1usize, 40] {
+                let bits: Vec<u16> = case
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take(case.len() * copies)
+                    .collect();
+                let mut want = f32::NEG_INFINITY;
+                for &b in &bits {
+                    want = specula_core::verify::softmax_max(want, format.value(b));
+                }
+                for isa in Isa::available() {
+                    let got = half_span(isa, format, &bits).max_logit(format);
+                    assert_eq!(
+                        got.to_bits() & 0x7FFF_FFFF,
+                        want.to_bits() & 0x7FFF_FFFF,
+                        "{format:?} {isa:?} {bits:04x?}"
+                    );
                 }
             }
         }
