@@ -114,25 +114,15 @@ impl<const G: u8> LogitRow for Tabled<'_, G> {
         let src: &[u16; N] = self.row[start..start + N].try_into().expect("N values");
         #[cfg(specula_avx512)]
         if G == GATHER16 && N % 16 == 0 {
-            let mut out = [0f32; N];
-            for (o, b) in out.chunks_exact_mut(16).zip(src.chunks_exact(16)) {
-                let b: &[u16; 16] = b.try_into().expect("16 values");
-                // SAFETY: a `Tabled` row of kind `GATHER16` is only made after `Isa::detect`
-                // said AVX-512 (`with_table`).
-                o.copy_from_slice(&unsafe { super::avx512::lookup16(b, self.table) });
-            }
-            return out;
+            // SAFETY: a `Tabled` row of kind `GATHER16` is only made after `Isa::detect` said
+            // AVX-512 (`with_table`).
+            return by_blocks(src, |b| unsafe { super::avx512::lookup16(b, self.table) });
         }
         #[cfg(specula_avx2_intrinsics)]
         if G == GATHER8 && N % 8 == 0 {
-            let mut out = [0f32; N];
-            for (o, b) in out.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-                let b: &[u16; 8] = b.try_into().expect("8 values");
-                // SAFETY: a `Tabled` row of kind `GATHER8` is only made after `Isa::detect`
-                // said AVX2 (`with_table`).
-                o.copy_from_slice(&unsafe { super::avx2::lookup8(b, self.table) });
-            }
-            return out;
+            // SAFETY: a `Tabled` row of kind `GATHER8` is only made after `Isa::detect` said
+            // AVX2 (`with_table`).
+            return by_blocks(src, |b| unsafe { super::avx2::lookup8(b, self.table) });
         }
         // A pattern indexes the table: always in bounds.
         src.map(|b| self.table[usize::from(b)])
@@ -141,6 +131,19 @@ impl<const G: u8> LogitRow for Tabled<'_, G> {
     fn weight_at(&self, i: usize, _t: f32, _max: f32) -> f32 {
         self.table[usize::from(self.row[i])]
     }
+}
+
+/// The weights of the patterns `src`, `W` at a time by `lookup` (`N` a multiple of `W`).
+#[inline(always)]
+fn by_blocks<const N: usize, const W: usize>(
+    src: &[u16; N],
+    lookup: impl Fn(&[u16; W]) -> [f32; W],
+) -> [f32; N] {
+    let mut out = [0f32; N];
+    for (o, b) in out.chunks_exact_mut(W).zip(src.chunks_exact(W)) {
+        o.copy_from_slice(&lookup(b.try_into().expect("W values")));
+    }
+    out
 }
 
 /// What one pass over a half row's patterns finds: the span of patterns the table must hold,
