@@ -214,15 +214,30 @@ fn collapse_widest(format: Half16) {
         f32::NEG_INFINITY,
         f32::NAN,
         f32::from_bits(1),
+        // Powers of two: the spacing below them is half the spacing above, so `x − max` and
+        // `x + max` absorb different spans (a sign slip in `collapse` shows only there).
+        2.0,
+        0.5,
+        -4.0,
     ];
-    for round in 0..60 {
-        let max = if round < maxima.len() {
-            maxima[round]
+    let temps = [0.8f32, 1.0, 1e-38, 1e38, 0.37, f32::from_bits(1), f32::MAX];
+    let tops = [format.inf(), 0x4200, 0x0100, 1, 0, 0x0400];
+    // Every listed maximum at every temperature with the widest span, then random ones.
+    let listed = maxima.len() * temps.len();
+    for round in 0..listed + 60 {
+        let (max, t, top) = if round < listed {
+            (
+                maxima[round / temps.len()],
+                temps[round % temps.len()],
+                format.inf(),
+            )
         } else {
-            f32::from_bits(next() as u32 & 0xFF7F_FFFF)
+            (
+                f32::from_bits(next() as u32 & 0xFF7F_FFFF),
+                temps[round % temps.len()],
+                tops[round % tops.len()],
+            )
         };
-        let t = [0.8f32, 1.0, 1e-38, 1e38, 0.37, f32::from_bits(1), f32::MAX][round % 7];
-        let top = [format.inf(), 0x4200, 0x0100, 1, 0, 0x0400][round % 6];
         let c = collapse(format, top, t, max);
         assert!(c <= top, "{format:?} round {round}");
         let x = |p: u32| core_value(format, p as u16) / t - max;
