@@ -45,6 +45,7 @@ mod outputs;
 mod reference;
 mod validate;
 mod values;
+mod walk;
 
 pub mod tree;
 

@@ -1,10 +1,11 @@
-//! The per-request algorithm ([`verify_request`]) and the plain-loop row reductions
-//! ([`ScalarOps`]) that define the reference bits.
+//! A chain request's walk ([`verify_request`], [`recovered_at`]), the softmax and processing
+//! of a row, and the plain-loop row reductions ([`ScalarOps`]) that define the reference bits.
 
+use super::walk::{Dist, Shape, Walk, excluding_weight, speculative_residual};
 use super::{Batch, Cut, Filter, Method, RequestPlan, SENTINEL, Values, WeightRow};
-use crate::verify::exponential::{accepts, draw, exponential};
+use crate::verify::exponential::{draw, exponential};
 use crate::verify::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
-use crate::verify::philox::{accept_draw, race_words, race_words_lo};
+use crate::verify::philox::{race_words, race_words_lo};
 
 /// Where a row's race draws its uniforms: the request's stream at a draft position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -272,126 +273,83 @@ impl WeightRow for Values<'_> {
     }
 }
 
-/// One draft position's rows as the rules read them, resolved by the request's plan: the stored
-/// binary32 rows of a [plain](super::RequestPlan::plain) request, reduced by the caller's
-/// [`RowOps`], or the [`Processed`] target row (with the draft row in any format), reduced by
-/// plain loops computed on the fly (the reference needs no buffer). Both serve the one control
-/// flow of [`verify_request`] and [`recovered_at`].
-#[derive(Clone, Copy)]
-enum PositionRows<'r> {
-    Stored {
-        target: &'r [f32],
-        draft: Option<&'r [f32]>,
-    },
-    Processed {
-        target: Values<'r>,
-        pr: Processed,
-        draft: Option<Values<'r>>,
-    },
+/// A chain request as the [`Walk`] reads it: node `j` is draft position `j` (target row `j`),
+/// its one child `j + 1` holds draft token `x_j`, proposed from draft row `j`. A
+/// [plain](super::RequestPlan::plain) request's stored binary32 rows go to the caller's
+/// [`RowOps`]; any other request's [`Processed`] rows (the draft rows in any format) to plain
+/// loops.
+struct Chain<'a, 'r> {
+    batch: &'a Batch<'r>,
+    b: usize,
+    ids: &'a [u32],
+    plan: RequestPlan,
 }
 
-impl<'r> PositionRows<'r> {
-    /// Position `j`'s rows of request `b` (`j ≤ k_b`), the draft row only `with_draft` (the
-    /// caller knows: `j < k_b`; row `k_b` has none).
-    fn of(plan: &RequestPlan, batch: &Batch<'r>, b: usize, j: usize, with_draft: bool) -> Self {
-        if plan.plain {
-            return Self::Stored {
-                target: batch.target_row(b, j),
-                draft: if with_draft {
-                    batch.draft_row(b, j)
-                } else {
-                    None
-                },
-            };
+impl<'r> Shape<'r> for Chain<'_, 'r> {
+    type Draft = Values<'r>;
+
+    fn first_child(&self, u: usize) -> Option<usize> {
+        (u < self.ids.len()).then_some(u + 1)
+    }
+
+    fn next_sibling(&self, _: usize) -> Option<usize> {
+        None
+    }
+
+    fn parent(&self, c: usize) -> usize {
+        c - 1
+    }
+
+    fn token(&self, c: usize) -> u32 {
+        self.ids[c - 1]
+    }
+
+    fn dist<O: RowOps + ?Sized>(&self, _: &O, u: usize) -> Dist<'r> {
+        if self.plan.plain {
+            return Dist::Probs(self.batch.target_row(self.b, u));
         }
-        let target = batch
-            .target_values_checked(b, j)
+        let row = self
+            .batch
+            .target_values_checked(self.b, u)
             .unwrap_or(Values::F32(&[]));
-        Self::Processed {
-            target,
-            pr: Processed::of(target, plan.temperature, plan.filter),
-            draft: if with_draft {
-                batch.draft_values_checked(b, j)
-            } else {
-                None
-            },
+        Dist::Processed(
+            row,
+            Processed::of(row, self.plan.temperature, self.plan.filter),
+        )
+    }
+
+    fn draft(&self, c: usize) -> Option<Values<'r>> {
+        if self.plan.plain {
+            self.batch.draft_row(self.b, c - 1).map(Values::F32)
+        } else {
+            self.batch.draft_values_checked(self.b, c - 1)
         }
     }
 
-    /// The target's probability of `x`.
-    fn target_p(&self, x: u32) -> f32 {
-        match self {
-            Self::Stored { target, .. } => target[x as usize],
-            Self::Processed { target, pr, .. } => pr.p(target.at(x as usize)),
-        }
+    fn bonus(&self) -> Option<u32> {
+        self.batch.bonus.map(|x| x[self.b])
     }
+}
 
-    /// The draft's probability of `x` (`1` for a one-hot drafter).
-    fn draft_p(&self, x: u32) -> f32 {
-        match self {
-            Self::Stored { draft, .. } => draft.map_or(1.0, |d| d[x as usize]),
-            Self::Processed { draft, .. } => draft.map_or(1.0, |d| d.at(x as usize)),
-        }
-    }
-
-    /// The argmax of the target row (NaN as −∞, ties to the lowest id).
-    fn argmax<O: RowOps + ?Sized>(&self, ops: &O) -> u32 {
-        match self {
-            Self::Stored { target, .. } => ops.argmax(target),
-            Self::Processed { target, pr, .. } => {
-                let (mut best, mut best_key, mut v) = (0u32, f32::NEG_INFINITY, 0u32);
-                target.for_each(|l| {
-                    let x = pr.p(l);
-                    if x > best_key {
-                        best_key = x;
-                        best = v;
-                    }
-                    v += 1;
-                });
-                best
-            }
-        }
-    }
-
-    /// The entropy of the target row.
-    fn entropy<O: RowOps + ?Sized>(&self, ops: &O) -> f32 {
-        match self {
-            Self::Stored { target, .. } => ops.entropy(target),
-            Self::Processed { target, pr, .. } => {
-                let mut fixed = 0i64;
-                target.for_each(|l| fixed = fixed.wrapping_add(entropy_term(pr.p(l))));
-                entropy_from_fixed(fixed)
-            }
-        }
-    }
-
-    /// The race over the target row, `0` when no value is `> 0`.
-    fn race<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng) -> u32 {
-        match self {
-            Self::Stored { target, .. } => ops.race(rng, target),
-            Self::Processed { target, pr, .. } => {
-                race(rng, target.len(), |v| f64::from(pr.p(target.at(v))))
-            }
-        }
-        .unwrap_or(0)
-    }
-
-    /// Rejection sampling's token after `x` is rejected: the residual race over the target
-    /// minus the draft (one-hot at `x` without draft rows), else the race over the target.
-    fn recovered<O: RowOps + ?Sized>(&self, ops: &O, rng: RaceRng, x: u32) -> u32 {
-        let residual = match *self {
-            Self::Stored { target, draft } => ops.race_residual(rng, target, draft, x),
-            Self::Processed { target, pr, draft } => {
-                let p = |v: usize| f64::from(pr.p(target.at(v)));
-                match draft {
-                    Some(d) => race(rng, target.len(), |v| p(v) - f64::from(d.at(v))),
-                    None => race(rng, target.len(), |v| {
-                        p(v) - if v == x as usize { 1.0 } else { 0.0 }
-                    }),
-                }
-            }
-        };
-        residual.unwrap_or_else(|| self.race(ops, rng))
+/// Request `b`'s walk.
+fn chain<'a, 'r, O: RowOps + ?Sized>(
+    ops: &'a O,
+    method: Method,
+    batch: &'a Batch<'r>,
+    b: usize,
+) -> Walk<'a, O, Chain<'a, 'r>> {
+    let plan = batch.plan(b, method);
+    Walk {
+        ops,
+        shape: Chain {
+            batch,
+            b,
+            ids: batch.draft_ids_of(b),
+            plan,
+        },
+        plan,
+        seed: batch.seed[b],
+        offset: batch.offset[b],
     }
 }
 
@@ -407,26 +365,16 @@ pub fn recovered_at<O: RowOps + ?Sized>(
     b: usize,
     j: usize,
 ) -> u32 {
-    let plan = batch.plan(b, method);
-    let x = batch.draft_ids_of(b)[j];
-    let rng = RaceRng {
-        seed: batch.seed[b],
-        offset: batch.offset[b],
-        position: j as u32,
-    };
-    // `j < k_b`: the position has a draft row.
-    let rows = PositionRows::of(&plan, batch, b, j, true);
-    match plan.method {
-        Method::Rejection => rows.recovered(ops, rng, x),
-        Method::Greedy => rows.argmax(ops),
-        Method::Typical => rows.race(ops, rng),
-    }
+    chain(ops, method, batch, b).recovered(j)
 }
 
-/// The four row reductions of the verification rules. Every implementation must return the same
-/// values as [`ScalarOps`] for every input (NaN, infinities and negative values included); the
-/// rules make each reduction independent of evaluation order, so chunked, vectorised or
-/// parallel versions can.
+/// The row reductions of the verification rules: the four every walk uses (argmax, entropy,
+/// race, residual race), the residual races after several siblings of a tree were rejected,
+/// and the same reductions over the softmax of a binary32 logits row. Every implementation must
+/// return the same values as [`ScalarOps`] (the required four) and the defaults (the rest)
+/// for every input (NaN, infinities, negative values and values above 1 included); the rules
+/// make each reduction independent of evaluation order, so chunked, vectorised or parallel
+/// versions can.
 pub trait RowOps {
     /// [`argmax`] of `row` (exactly `V` values).
     fn argmax(&self, row: &[f32]) -> u32;
@@ -442,6 +390,80 @@ pub trait RowOps {
         draft: Option<&[f32]>,
         token: u32,
     ) -> Option<u32>;
+
+    /// The race over `w_v = (row[v] as f64) − (1.0 if v is one of `tried` else 0.0)` (each
+    /// token subtracted once, however often it appears in `tried`): the target-only rule's
+    /// residual race after several siblings of a tree were rejected.
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        race(rng, row.len(), |v| excluding_weight(row, tried, v))
+    }
+
+    /// SpecInfer's residual race after every sibling was rejected: over
+    /// `w_v = `[`speculative_residual`]`(row[v], drafts, z, v)` (`drafts`: the siblings' draft
+    /// rows, `z`: their masses, as many).
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            speculative_residual(row[v], drafts, z, v)
+        })
+    }
+
+    /// The softmax of the logits `row` at temperature `t > 0`: [`Softmax::of`]. Verification
+    /// reduces each binary32 logits row it reads once with this and hands that state to the
+    /// `softmax_*` reductions of the same row, so an implementation may keep what it computed
+    /// for the state (the row's weights) for the reductions that follow.
+    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
+        Softmax::of(row, t)
+    }
+
+    /// The argmax of the probabilities `p_v = sm.p(row[v])` (`sm`: this row's
+    /// [`softmax`](Self::softmax)), NaN as `−∞`, ties to the lowest id; 0 for a row with no
+    /// value above `−∞`.
+    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
+        let mut best = 0u32;
+        let mut best_key = f32::NEG_INFINITY;
+        for (v, &l) in row.iter().enumerate() {
+            let x = sm.p(l);
+            if x > best_key {
+                best_key = x;
+                best = v as u32;
+            }
+        }
+        best
+    }
+
+    /// The entropy of the probabilities `p_v = sm.p(row[v])`, as [`entropy`](Self::entropy)
+    /// of that row.
+    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
+        let mut fixed = 0i64;
+        for &l in row {
+            fixed = fixed.wrapping_add(entropy_term(sm.p(l)));
+        }
+        entropy_from_fixed(fixed)
+    }
+
+    /// Calls `f` with the probability row `p_v = sm.p(row[v])` (`sm`: this row's
+    /// [`softmax`](Self::softmax)) where the implementation keeps one, for the reductions that
+    /// have no hook of their own (SpecInfer's residuals); the default keeps none and does not
+    /// call `f`, and the caller then reads each `p_v` through `sm`.
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        let _ = (row, sm, f);
+    }
+
+    /// The race over `w_v = (sm.p(row[v]) as f64) − (1.0 if v is one of `tried` else 0.0)`, as
+    /// [`race_excluding`](Self::race_excluding) of the probability row (`tried` empty: the
+    /// plain race).
+    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
+        race(rng, row.len(), |v| {
+            let hit = tried.iter().any(|&t| t as usize == v);
+            f64::from(sm.p(row[v])) - if hit { 1.0 } else { 0.0 }
+        })
+    }
 }
 
 /// The reference reductions: plain sequential loops.
@@ -472,8 +494,9 @@ impl RowOps for ScalarOps {
 /// Verifies request `b` of a batch that passed [`validate`](super::validate): writes its
 /// `k_max + 1` token slots into `tokens` and returns the accepted count.
 ///
-/// This is the control flow every CPU-side backend shares; `ops` supplies the row reductions.
-/// Calling it on an unvalidated batch may panic on an out-of-bounds index.
+/// This is the walk every CPU-side backend shares (the tree's: a chain is a tree whose nodes
+/// each have one child); `ops` supplies the row reductions. Calling it on an unvalidated batch
+/// may panic on an out-of-bounds index.
 ///
 /// With target logits: temperature 0 verifies greedily on the logit rows (with `ops`).
 /// A request that is not [plain](super::RequestPlan::plain) (temperature `> 0`, a sampling filter,
@@ -486,62 +509,8 @@ pub fn verify_request<O: RowOps + ?Sized>(
     b: usize,
     tokens: &mut [u32],
 ) -> u32 {
-    let plan = batch.plan(b, method);
-    let ids = batch.draft_ids_of(b);
-    let k = ids.len();
-    let (seed, offset) = (batch.seed[b], batch.offset[b]);
-    let rng = |j: usize| RaceRng {
-        seed,
-        offset,
-        position: j as u32,
-    };
-    let mut accepted = 0usize;
-    let mut emitted = None;
-    for (j, &x) in ids.iter().enumerate() {
-        let rows = PositionRows::of(&plan, batch, b, j, true);
-        let pt = rows.target_p(x);
-        let accept = match plan.method {
-            Method::Rejection => {
-                let ok = accepts(accept_draw(seed, offset, j as u32), pt, rows.draft_p(x));
-                if !ok {
-                    emitted = Some(rows.recovered(ops, rng(j), x));
-                }
-                ok
-            }
-            Method::Greedy => {
-                let best = rows.argmax(ops);
-                if best != x {
-                    emitted = Some(best);
-                }
-                best == x
-            }
-            Method::Typical => {
-                let ok = pt > plan.typical_threshold(rows.entropy(ops));
-                if !ok {
-                    emitted = Some(rows.race(ops, rng(j)));
-                }
-                ok
-            }
-        };
-        if !accept {
-            break;
-        }
-        tokens[j] = x;
-        accepted += 1;
-    }
-    let last = match emitted {
-        Some(t) => t,
-        // All k accepted (or k = 0): the caller's bonus token, if given.
-        None if batch.bonus.is_some() => batch.bonus.map_or(0, |x| x[b]),
-        None => {
-            // All k accepted (or k = 0): the bonus token from target row k.
-            let rows = PositionRows::of(&plan, batch, b, k, false);
-            match plan.method {
-                Method::Greedy => rows.argmax(ops),
-                Method::Rejection | Method::Typical => rows.race(ops, rng(k)),
-            }
-        }
-    };
+    let walk = chain(ops, method, batch, b);
+    let (accepted, last) = walk.run(|n, c| tokens[n - 1] = walk.shape.token(c));
     tokens[accepted] = last;
     for t in &mut tokens[accepted + 1..] {
         *t = SENTINEL;

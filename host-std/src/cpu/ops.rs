@@ -7,8 +7,9 @@
 //! same property lets [`SplitOps`] cut one row into ranges for several threads.
 
 use super::kernels::{self, Best, Isa, OneHot, Residual, Row, Weights};
+use super::tree::TreeRows;
 use specula_core::verify::fmath::entropy_from_fixed;
-use specula_core::verify::{RaceRng, RowOps};
+use specula_core::verify::{RaceRng, RowOps, Softmax};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Vectorisable row reductions, bit-identical to the reference, on the calling thread.
@@ -36,6 +37,36 @@ impl RowOps for ChunkedOps {
         token: u32,
     ) -> Option<u32> {
         SplitOps::single().race_residual(rng, target, draft, token)
+    }
+
+    // The vectorised tree reductions on the calling thread; a logits row's softmax is reduced
+    // anew by each call (no row is kept between calls).
+    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
+        TreeRows::new(SplitOps::single()).race_excluding(rng, row, tried)
+    }
+    fn race_speculative(
+        &self,
+        rng: RaceRng,
+        row: &[f32],
+        drafts: &[&[f32]],
+        z: &[f64],
+    ) -> Option<u32> {
+        TreeRows::new(SplitOps::single()).race_speculative(rng, row, drafts, z)
+    }
+    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
+        TreeRows::new(SplitOps::single()).softmax(row, t)
+    }
+    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
+        TreeRows::new(SplitOps::single()).softmax_argmax(row, sm)
+    }
+    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
+        TreeRows::new(SplitOps::single()).with_softmax_probs(row, sm, f);
+    }
+    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
+        TreeRows::new(SplitOps::single()).softmax_entropy(row, sm)
+    }
+    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
+        TreeRows::new(SplitOps::single()).softmax_race(rng, row, sm, tried)
     }
 }
 

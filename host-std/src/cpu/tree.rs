@@ -6,12 +6,12 @@
 mod widen;
 
 use super::kernels::{self, Isa, Weights};
-use super::{ChunkedOps, CpuVerifier, SplitOps, lock};
+use super::{CpuVerifier, SplitOps, lock};
 use rayon::prelude::*;
 use specula_core::Counters;
 use specula_core::verify::tree::{
-    PathOut, TreeBatch, TreeOps, TreeOutputs, excluding_weight, speculative_residual,
-    validate_tree_request, validate_tree_shape_with, verify_tree_request,
+    PathOut, TreeBatch, TreeOutputs, excluding_weight, speculative_residual, validate_tree_request,
+    validate_tree_shape_with, verify_tree_request,
 };
 use specula_core::verify::{
     AcceptedOut, Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, TokensOut,
@@ -272,9 +272,7 @@ impl RowOps for TreeRows<'_> {
     ) -> Option<u32> {
         self.split.race_residual(rng, target, draft, token)
     }
-}
 
-impl TreeOps for TreeRows<'_> {
     fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
         self.split.race_with(rng, Excluding { target: row, tried })
     }
@@ -321,38 +319,6 @@ impl TreeOps for TreeRows<'_> {
                 self.race_excluding(rng, p, tried)
             }
         })
-    }
-}
-
-/// The vectorised tree reductions on the calling thread; a logits row's softmax is reduced anew
-/// by each call (no row is kept between calls).
-impl TreeOps for ChunkedOps {
-    fn race_excluding(&self, rng: RaceRng, row: &[f32], tried: &[u32]) -> Option<u32> {
-        TreeRows::new(SplitOps::single()).race_excluding(rng, row, tried)
-    }
-    fn race_speculative(
-        &self,
-        rng: RaceRng,
-        row: &[f32],
-        drafts: &[&[f32]],
-        z: &[f64],
-    ) -> Option<u32> {
-        TreeRows::new(SplitOps::single()).race_speculative(rng, row, drafts, z)
-    }
-    fn softmax(&self, row: &[f32], t: f32) -> Softmax {
-        TreeRows::new(SplitOps::single()).softmax(row, t)
-    }
-    fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
-        TreeRows::new(SplitOps::single()).softmax_argmax(row, sm)
-    }
-    fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
-        TreeRows::new(SplitOps::single()).with_softmax_probs(row, sm, f);
-    }
-    fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
-        TreeRows::new(SplitOps::single()).softmax_entropy(row, sm)
-    }
-    fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
-        TreeRows::new(SplitOps::single()).softmax_race(rng, row, sm, tried)
     }
 }
 

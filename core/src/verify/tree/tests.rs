@@ -1,7 +1,9 @@
 extern crate std;
 use super::*;
 use crate::error_kind::HasKind;
-use crate::verify::{AcceptedOut, Batch, Dims, Drafts, Half, Outputs, TokensOut, verify_batch};
+use crate::verify::{
+    AcceptedOut, Batch, Dims, Drafts, Half, Outputs, RaceRng, Softmax, TokensOut, verify_batch,
+};
 
 fn chain_links(k: usize) -> ([i32; 8], [i32; 8]) {
     let mut fc = [NO_NODE; 8];

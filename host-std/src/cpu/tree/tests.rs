@@ -4,6 +4,7 @@
 //! (peaked, flat, −∞ masks, exact ties, every id masked) and draft probabilities or none.
 
 use super::*;
+use crate::cpu::ChunkedOps;
 use specula_core::verify::tree::{
     F32Rows, PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
 };
@@ -364,7 +365,7 @@ fn a_row_changed_between_verifications_is_reduced_anew() {
     );
 }
 
-/// SpecInfer's residual race ([`TreeOps::race_speculative`]) gives the reference's id on every
+/// SpecInfer's residual race ([`RowOps::race_speculative`]) gives the reference's id on every
 /// instruction set, one thread or rows cut over a pool: normalised rows, garbage (NaN, negative,
 /// above 1), and residuals below the smallest binary32 value (`p` just above `z·q` for tiny
 /// `q`), which the kernels' binary32 block must not flush to 0.
