@@ -17,7 +17,8 @@
 //!   tokens). Either way the emitted sequence follows the target distribution exactly.
 //! * [`Method::Typical`]: Medusa's rule, the deepest path whose tokens all pass the threshold.
 //!
-//! A tree that is a chain (one child per node) gives the chain verifier's bits exactly
+//! Chains and trees are one walk: a chain is a tree whose node `j` has the one child `j + 1`,
+//! so a tree that is a chain gives the chain verifier's bits exactly
 //! ([`verify_batch`](super::verify_batch) with the same rows, seed and offset): the random
 //! draws are keyed by the node whose row is sampled, which is the draft position in a chain.
 //!

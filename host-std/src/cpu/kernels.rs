@@ -1790,14 +1790,12 @@ pub(crate) fn softmax_pass<R: LogitRow>(
     max: impl Into<Max>,
     out: Option<&mut [f32]>,
 ) -> u128 {
-    let Max { m: max, span } = max.into();
+    let max: Max = max.into();
     match row.half_bits() {
-        Some((format, bits)) => {
-            weight_table::with_table(isa, format, bits, t, max, span, false, |lookup| {
-                weight_table::on_lookup!(lookup, row, |r| softmax_pass_plain(isa, r, t, max, out))
-            })
-        }
-        None => softmax_pass_plain(isa, row, t, max, out),
+        Some((format, bits)) => weight_table::with_table(isa, format, bits, t, max, false, |l| {
+            weight_table::on_lookup!(l, row, |r| softmax_pass_plain(isa, r, t, max.m, out))
+        }),
+        None => softmax_pass_plain(isa, row, t, max.m, out),
     }
 }
 
@@ -1834,16 +1832,14 @@ pub(crate) fn softmax_weights<R: LogitRow>(
     threshold: u32,
     out: &mut [f32],
 ) -> f64 {
-    let Max { m: max, span } = max.into();
+    let max: Max = max.into();
     match row.half_bits() {
-        Some((format, bits)) => {
-            weight_table::with_table(isa, format, bits, t, max, span, false, |lookup| {
-                weight_table::on_lookup!(lookup, row, |r| softmax_weights_plain(
-                    isa, r, t, max, threshold, out
-                ))
-            })
-        }
-        None => softmax_weights_plain(isa, row, t, max, threshold, out),
+        Some((format, bits)) => weight_table::with_table(isa, format, bits, t, max, false, |l| {
+            weight_table::on_lookup!(l, row, |r| softmax_weights_plain(
+                isa, r, t, max.m, threshold, out
+            ))
+        }),
+        None => softmax_weights_plain(isa, row, t, max.m, threshold, out),
     }
 }
 

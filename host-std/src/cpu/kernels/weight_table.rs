@@ -27,7 +27,7 @@
 //! whose patterns are not few (a flat random row, NaN payloads, huge ranges; f16 rows at small
 //! vocabularies, whose binades hold 8 times the patterns) is left to the plain pass.
 
-use super::{Half16, Isa, LogitRow, exp_p};
+use super::{Half16, Isa, LogitRow, Max, exp_p};
 use std::cell::RefCell;
 
 /// The number of 16-bit patterns.
@@ -262,15 +262,14 @@ fn worth_it(computed: u32, len: usize) -> bool {
 
 /// Fills `table` with the weights at `t` and `max` of every pattern the `format` row `row`
 /// may hold, with `isa`; `false` (nothing written) where the row holds too many patterns for
-/// that to pay ([`worth_it`]), unless `force`.
-#[allow(clippy::too_many_arguments)] // the row, its softmax state, the table and the choice
+/// that to pay ([`worth_it`]), unless `force`. `max`'s span: the row's [`Span`] if its maximum
+/// pass found it (else one more pass finds it).
 fn fill(
     isa: Isa,
     format: Half16,
     row: &[u16],
     t: f32,
-    max: f32,
-    span: Option<Span>,
+    Max { m: max, span }: Max,
     table: &mut Table,
     force: bool,
 ) -> bool {
@@ -336,21 +335,19 @@ macro_rules! on_lookup {
 pub(crate) use on_lookup;
 
 /// Runs `f` with the `format` row `row` as a [`Tabled`] row at `t` and `max` where a table
-/// pays for itself (`force`: always), else with [`Lookup::Plain`]. `span`: the row's
-/// [`Span`] if its maximum pass found it (else one more pass finds it).
-#[allow(clippy::too_many_arguments)] // the row, its softmax state, the choice and the callee
+/// pays for itself (`force`: always), else with [`Lookup::Plain`] (`max` as [`fill`] takes
+/// it).
 pub(crate) fn with_table<T>(
     isa: Isa,
     format: Half16,
     row: &[u16],
     t: f32,
-    max: f32,
-    span: Option<Span>,
+    max: Max,
     force: bool,
     f: impl FnOnce(Lookup<'_>) -> T,
 ) -> T {
     TABLE.with_borrow_mut(|table| {
-        if !fill(isa, format, row, t, max, span, table, force) {
+        if !fill(isa, format, row, t, max, table, force) {
             return f(Lookup::Plain);
         }
         let table = &**table;

@@ -72,7 +72,7 @@ fn core_weights(format: Half16, bits: &[u16], t: f32) -> (f32, Vec<f32>, u128) {
 /// `isa`'s lookup.
 fn tabled_pass(isa: Isa, format: Half16, bits: &[u16], t: f32, max: f32) -> (u128, Vec<f32>) {
     let mut w = vec![7f32; bits.len()];
-    let f = with_table(isa, format, bits, t, max, None, true, |lookup| {
+    let f = with_table(isa, format, bits, t, max.into(), true, |lookup| {
         assert!(!matches!(lookup, Lookup::Plain), "forced");
         // The plain row is never run: any row of the right type.
         on_lookup!(lookup, Bf16Row(bits), |r| {
@@ -296,7 +296,7 @@ fn model_rows_take_the_table() {
                     let what = format!("{format:?} {isa:?} V {vocab} table {want}");
                     let t = 0.8;
                     let max = row_max(isa, format, bits, t);
-                    let took = with_table(isa, format, bits, t, max, None, false, |l| {
+                    let took = with_table(isa, format, bits, t, max.into(), false, |l| {
                         !matches!(l, Lookup::Plain)
                     });
                     assert_eq!(took, want, "{what}");
