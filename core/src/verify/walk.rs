@@ -34,6 +34,9 @@ pub fn residual_fixed(w: f64) -> u128 {
 /// A draft row as the walk reads it: binary32 (a tree's, and a plain chain request's), or
 /// [`Values`] in any format (a processed chain request's).
 pub(super) trait DraftRow: Copy {
+    /// No row: what the walk's scratch holds before a sibling's row is asked for (a read of
+    /// it is out of bounds).
+    const EMPTY: Self;
     /// The draft probability of id `v`.
     fn at(&self, v: usize) -> f32;
     /// The row as binary32 values, for the caller's reductions.
@@ -41,6 +44,7 @@ pub(super) trait DraftRow: Copy {
 }
 
 impl DraftRow for &[f32] {
+    const EMPTY: Self = &[];
     #[inline]
     fn at(&self, v: usize) -> f32 {
         self[v]
@@ -51,6 +55,7 @@ impl DraftRow for &[f32] {
 }
 
 impl DraftRow for Values<'_> {
+    const EMPTY: Self = Values::F32(&[]);
     #[inline]
     fn at(&self, v: usize) -> f32 {
         Values::at(self, v)
@@ -412,13 +417,17 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
             return Step::Emit(self.speculative_race(u, kids, &[q0], &[1.0], &d));
         }
         let m = kids.len();
-        let mut drafts = [q0; MAX_TREE_NODES];
+        let mut drafts = [S::Draft::EMPTY; MAX_TREE_NODES];
+        drafts[0] = q0;
         let mut z = [0f64; MAX_TREE_NODES];
         z[0] = 1.0;
         for i in 0..m {
             if i > 0 {
                 // Validated: every node of a batch with draft rows has one.
-                drafts[i] = self.shape.draft(kids[i] as usize).unwrap_or(q0);
+                drafts[i] = self
+                    .shape
+                    .draft(kids[i] as usize)
+                    .unwrap_or(S::Draft::EMPTY);
             }
             if test && self.sibling_accepts(u, kids, &drafts[..=i], &z[..=i], &d) {
                 return Step::Accept(kids[i] as usize);

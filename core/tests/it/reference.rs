@@ -369,6 +369,66 @@ fn one_request_by_hand() {
     assert_eq!((accepted, tokens), ([2], [2, 3, 3]));
 }
 
+/// Caller-supplied bonus tokens: emitted (in place of a sample of row `k`, which the ragged
+/// layout then does not hold) by a request that accepts every draft, and never by one that
+/// rejects, for every method, on stored rows and on logits.
+#[test]
+fn bonus_tokens_are_emitted_after_every_draft_is_accepted() {
+    // Ragged, V = 3, no bonus rows: request 0 drafts [2, 0] (rows 0, 1), request 1 drafts [1]
+    // (row 2). Each row is one-hot at its draft, except row 1 (one-hot at 1: rejects 0).
+    let probs = [
+        0.0, 0.0, 1.0, // request 0, position 0: accepts 2
+        0.0, 1.0, 0.0, // request 0, position 1: rejects 0, emits 1
+        0.0, 1.0, 0.0, // request 1, position 0: accepts 1, then the bonus
+    ];
+    let logits: std::vec::Vec<f32> = probs
+        .iter()
+        .map(|&p| if p > 0.0 { 0.0 } else { -1e30 })
+        .collect();
+    let temps = [1.0f32, 1.0];
+    for method in [Method::Rejection, Method::Greedy, Method::Typical] {
+        for with_logits in [false, true] {
+            let batch = Batch::ragged(
+                3,
+                specula_core::verify::RaggedDrafts {
+                    cu_num_draft_tokens: &[2, 3],
+                    ids: &[2, 0, 1],
+                },
+                &probs,
+                Streams {
+                    seed: &[1, 2],
+                    offset: &[0, 0],
+                },
+            )
+            .with_bonus(&[0, 2]);
+            let batch = if with_logits {
+                batch.with_target_logits(Logits {
+                    values: &logits,
+                    temperature: &temps,
+                })
+            } else {
+                batch
+            };
+            let (mut accepted, mut tokens) = ([9u32; 2], [9u32; 6]);
+            let mut out = Outputs::new(
+                specula_core::verify::AcceptedOut(&mut accepted),
+                specula_core::verify::TokensOut(&mut tokens),
+            );
+            verify_batch(
+                method,
+                Check::STRICT,
+                &batch,
+                &mut out,
+                &mut Counters::<2>::ZERO,
+            )
+            .unwrap();
+            let what = format!("{method:?} logits {with_logits}");
+            assert_eq!(accepted, [1, 1], "{what}");
+            assert_eq!(tokens, [2, 1, SENTINEL, 1, 2, SENTINEL], "{what}");
+        }
+    }
+}
+
 /// Typical acceptance's threshold `min(ε, δ·e^(−H))` with the given or default parameters, on
 /// stored probabilities and on logits at `T = 1` whose softmax is the same row (the processed
 /// path computes the threshold on its own).

@@ -521,6 +521,13 @@ fn logits_give_the_bits_of_their_softmax_rows() {
                     } else {
                         base
                     };
+                    // Every other offset, typical acceptance's threshold is `δ·e^(−H)`: the
+                    // row's entropy decides.
+                    let base = if off % 2 == 1 {
+                        base.with_typical(&[1.0], &[0.6])
+                    } else {
+                        base
+                    };
                     let soft = base.with_target_logits(Logits {
                         values: &logits_rows,
                         temperature: &temps,
