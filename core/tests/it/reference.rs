@@ -414,15 +414,10 @@ fn bonus_tokens_are_emitted_after_every_draft_is_accepted() {
                 specula_core::verify::AcceptedOut(&mut accepted),
                 specula_core::verify::TokensOut(&mut tokens),
             );
-            verify_batch(
-                method,
-                Check::STRICT,
-                &batch,
-                &mut out,
-                &mut Counters::<2>::ZERO,
-            )
-            .unwrap();
+            let mut counters = Counters::<2>::ZERO;
+            verify_batch(method, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
             let what = format!("{method:?} logits {with_logits}");
+            assert_eq!((counters.drafts, counters.emitted_tokens), (2, 4), "{what}");
             assert_eq!(accepted, [1, 1], "{what}");
             assert_eq!(tokens, [2, 1, SENTINEL, 1, 2, SENTINEL], "{what}");
         }
