@@ -166,9 +166,10 @@ pub struct Support {
     /// [`device`](Self::device).
     pub trees: bool,
     /// bf16 / f16 rows in token trees (target logits or probabilities, draft rows), read as
-    /// their exact binary32 widening (the tree of the widened rows, bit for bit): the CPU
-    /// backend and the GPU verifiers. The reference reads binary32 tree rows only (it has no
-    /// scratch to widen into): [`Feature::Half`] / [`Feature::HalfProbs`], as without this.
+    /// their exact binary32 widening (the tree of the widened rows, bit for bit): every
+    /// verifier (the reference and the CPU backend as chains read them; the GPU verifiers'
+    /// tree entry also reads half target probabilities, which their chain entries do not).
+    /// Without it: [`Feature::Half`] / [`Feature::HalfProbs`].
     pub tree_half: bool,
     /// Tensors in device memory: [`Values::Device`] rows, [`Outputs::on_device`] and
     /// [`TreeOutputs::on_device`](tree::TreeOutputs::on_device) (the GPU verifiers; a host
@@ -212,17 +213,12 @@ impl Support {
         methods: true,
         recovered: true,
         trees: true,
-        // The reference's tree rows are binary32 (no scratch to widen half rows into).
-        tree_half: false,
+        tree_half: true,
         // The reference reads every value on the host.
         device: false,
     };
-    /// What the CPU backend verifies: [`ALL`](Self::ALL), and bf16 / f16 tree rows
-    /// ([`tree_half`](Self::tree_half), widened exactly into binary32 scratch).
-    pub const CPU: Self = Self {
-        tree_half: true,
-        ..Self::ALL
-    };
+    /// What the CPU backend verifies: all the reference does ([`ALL`](Self::ALL)).
+    pub const CPU: Self = Self::ALL;
 }
 
 /// A verification backend: verifies a [`Batch`] and counts it, as one operation.

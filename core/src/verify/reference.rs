@@ -286,8 +286,6 @@ struct Chain<'a, 'r> {
 }
 
 impl<'r> Shape<'r> for Chain<'_, 'r> {
-    type Draft = Values<'r>;
-
     fn first_child(&self, u: usize) -> Option<usize> {
         (u < self.ids.len()).then_some(u + 1)
     }

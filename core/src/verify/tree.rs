@@ -70,9 +70,9 @@ pub use super::walk::{
 
 use super::walk::{Dist, Shape, Walk};
 use super::{
-    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Format, Logits, Method, Param, RowOps,
-    Rows, SENTINEL, ScalarOps, Streams, Strides, Support, Target, Tensor, TokensOut, Values,
-    VerifyError,
+    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Feature, Filter, Format, Logits, Method, Param,
+    Processed, RowOps, Rows, SENTINEL, ScalarOps, Streams, Strides, Support, Target, Tensor,
+    TokensOut, Values, VerifyError,
 };
 use crate::metrics::Counters;
 
@@ -80,49 +80,51 @@ use crate::metrics::Counters;
 pub const NO_NODE: i32 = -1;
 
 /// Where the tree walk reads request `b`'s rows: node `node`'s target row and, with draft
-/// probabilities, its draft row, `V` binary32 values each. The walk asks for a row when it
-/// reads it, and only then (greedy and the target-only rule: the visited nodes' rows;
-/// SpecInfer: also the draft row of each sibling whose test comes; typical acceptance: the
-/// tested nodes' parents and the stopping node), so a source may produce a row on its first
-/// read, e.g. widen a bf16 / f16 row into scratch. A source must return the batch's row: the
-/// binary32 values, or the exact widening of half ones (`core/DETERMINISM.md`), so that the
-/// walk gives the bits of the binary32 tree.
+/// probabilities, its draft row, `V` values each. The walk asks for a row when it reads it,
+/// and only then (greedy and the target-only rule: the visited nodes' rows; SpecInfer: also
+/// the draft row of each sibling whose test comes; typical acceptance: the tested nodes'
+/// parents and the stopping node), so a source may produce a row on its first read, e.g. widen
+/// a bf16 / f16 row into binary32 scratch. A source must return the batch's row or its exact
+/// widening (`core/DETERMINISM.md`), so that the walk gives the same bits either way.
 ///
-/// The defaults read the batch's binary32 host rows as given ([`F32Rows`]); a batch they read
-/// must have passed [`validate_tree`] (which refuses every other format).
+/// Binary32 rows go to the walk's [`RowOps`] (a logits row through
+/// [`RowOps::softmax`]); half ones are read in place by plain loops, as a chain's are. The
+/// defaults read the batch's host rows as given ([`BatchRows`]); a batch they read must have
+/// passed [`validate_tree`].
 pub trait NodeRows {
     /// Request `b`'s node `node`'s target row.
-    fn target<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> &'s [f32] {
-        batch.target_row(b, node)
+    fn target<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Values<'s> {
+        batch
+            .target_values_checked(b, node)
+            .unwrap_or(Values::F32(&[]))
     }
 
     /// Request `b`'s node `node`'s draft row, `None` without draft probabilities.
-    fn draft<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Option<&'s [f32]> {
-        batch.draft_row(b, node)
+    fn draft<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Option<Values<'s>> {
+        batch.draft_values_checked(b, node)
     }
 }
 
-/// The batch's binary32 host rows as given: the reference's [`NodeRows`].
+/// The batch's host rows as given, in their format: the reference's [`NodeRows`].
 #[derive(Clone, Copy, Debug, Default)]
-pub struct F32Rows;
+pub struct BatchRows;
 
-impl NodeRows for F32Rows {}
+impl NodeRows for BatchRows {}
 
 /// A tree request as the [`Walk`] reads it: its links and tokens from the batch, its rows
-/// from `rows` (a binary32 logits row through its softmax, reduced by the ops), its parents
-/// (for typical acceptance's path) found once from the links.
+/// from `rows` (binary32 ones reduced by the ops, a logits row through their softmax; half
+/// ones through their [`Processed`] form), its parents (for typical acceptance's path) found
+/// once from the links.
 struct TreeShape<'a, 'r, R: ?Sized> {
     rows: &'a R,
     batch: &'a TreeBatch<'r>,
     b: usize,
-    /// `Some(t)` with `t > 0`: the rows are read through their softmax.
-    soft: Option<f32>,
+    /// The plan's temperature: `Some(t)` with `t > 0`, the rows are read through their softmax.
+    temperature: Option<f32>,
     parent: [u16; MAX_TREE_NODES],
 }
 
 impl<'a, R: NodeRows + ?Sized> Shape<'a> for TreeShape<'a, '_, R> {
-    type Draft = &'a [f32];
-
     fn first_child(&self, u: usize) -> Option<usize> {
         self.batch.first_child(self.b, u)
     }
@@ -140,14 +142,14 @@ impl<'a, R: NodeRows + ?Sized> Shape<'a> for TreeShape<'a, '_, R> {
     }
 
     fn dist<O: RowOps + ?Sized>(&self, ops: &O, u: usize) -> Dist<'a> {
-        let row = self.rows.target(self.batch, self.b, u);
-        match self.soft {
-            Some(t) => Dist::Soft(row, ops.softmax(row, t)),
-            None => Dist::Probs(row),
+        match (self.rows.target(self.batch, self.b, u), self.temperature) {
+            (Values::F32(row), Some(t)) if t > 0.0 => Dist::Soft(row, ops.softmax(row, t)),
+            (Values::F32(row), _) => Dist::Probs(row),
+            (row, t) => Dist::Processed(row, Processed::of(row, t, Filter::NONE)),
         }
     }
 
-    fn draft(&self, c: usize) -> Option<&'a [f32]> {
+    fn draft(&self, c: usize) -> Option<Values<'a>> {
         self.rows.draft(self.batch, self.b, c)
     }
 
@@ -159,12 +161,12 @@ impl<'a, R: NodeRows + ?Sized> Shape<'a> for TreeShape<'a, '_, R> {
 /// Verifies request `b` of a batch that passed [`validate_tree`] (or [`validate_tree_with`]
 /// the support of `rows`): writes its `max_depth + 1` path and token slots and returns the
 /// accepted length. `ops` supplies the row reductions (argmax, entropy, race, single-residual
-/// race), `rows` the rows, each when the walk first needs it ([`F32Rows`]: the binary32 rows
-/// as given). The walk is the one of chains ([`verify_request`](super::verify_request): a
-/// chain is a tree whose nodes each have one child), shared by every CPU-side backend. With
-/// target logits at
-/// temperature `> 0` each row read is reduced once by [`RowOps::softmax`] and then read
-/// through `ops`' softmax reductions; at temperature 0 the method is greedy on the logits.
+/// race), `rows` the rows, each when the walk first needs it ([`BatchRows`]: the rows as
+/// given, in their format). The walk is the one of chains
+/// ([`verify_request`](super::verify_request): a chain is a tree whose nodes each have one
+/// child), shared by every CPU-side backend. With binary32 target logits at temperature `> 0`
+/// each row read is reduced once by [`RowOps::softmax`] and then read through `ops`' softmax
+/// reductions; half rows by plain loops; at temperature 0 the method is greedy on the logits.
 pub fn verify_tree_request<O: RowOps + ?Sized, R: NodeRows + ?Sized>(
     ops: &O,
     rows: &R,
@@ -192,7 +194,7 @@ pub fn verify_tree_request<O: RowOps + ?Sized, R: NodeRows + ?Sized>(
             rows,
             batch,
             b,
-            soft: plan.temperature.filter(|&t| t > 0.0),
+            temperature: plan.temperature,
             parent,
         },
         plan,
@@ -238,7 +240,7 @@ pub fn verify_tree_batch<const K: usize>(
         .zip(tokens.chunks_exact_mut(width))
         .enumerate()
     {
-        *acc = verify_tree_request(&ScalarOps, &F32Rows, method, batch, b, path, tokens);
+        *acc = verify_tree_request(&ScalarOps, &BatchRows, method, batch, b, path, tokens);
         let depth = tree_depth(batch, b);
         if depth > 0 {
             let nodes = batch.node_count(b) - 1;

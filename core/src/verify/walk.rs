@@ -31,41 +31,42 @@ pub fn residual_fixed(w: f64) -> u128 {
     (w * TWO_64) as u128
 }
 
-/// A draft row as the walk reads it: binary32 (a tree's, and a plain chain request's), or
-/// [`Values`] in any format (a processed chain request's).
-pub(super) trait DraftRow: Copy {
-    /// No row: what the walk's scratch holds before a sibling's row is asked for (a read of
-    /// it is out of bounds).
-    const EMPTY: Self;
+/// A draft row as the residuals read it: [`Values`] in any format, or the binary32 slices of
+/// rows that all are (the loops over them then index slices).
+trait DraftRow: Copy {
     /// The draft probability of id `v`.
     fn at(&self, v: usize) -> f32;
-    /// The row as binary32 values, for the caller's reductions.
-    fn as_f32(&self) -> Option<&[f32]>;
 }
 
 impl DraftRow for &[f32] {
-    const EMPTY: Self = &[];
     #[inline]
     fn at(&self, v: usize) -> f32 {
         self[v]
     }
-    fn as_f32(&self) -> Option<&[f32]> {
-        Some(self)
-    }
 }
 
 impl DraftRow for Values<'_> {
-    const EMPTY: Self = Values::F32(&[]);
     #[inline]
     fn at(&self, v: usize) -> f32 {
         Values::at(self, v)
     }
-    fn as_f32(&self) -> Option<&[f32]> {
-        match self {
-            Values::F32(x) => Some(x),
-            Values::Half(_) | Values::Device(_) => None,
-        }
+}
+
+/// No draft row: what the walk's scratch holds before a sibling's row is asked for (a read of
+/// it is out of bounds).
+const NO_ROW: Values<'static> = Values::F32(&[]);
+
+/// Writes the binary32 slices of `drafts` into `out` and returns them, `None` if one is not
+/// binary32.
+fn binary32<'q, 'o>(
+    drafts: &[Values<'q>],
+    out: &'o mut [&'q [f32]; MAX_TREE_NODES],
+) -> Option<&'o [&'q [f32]]> {
+    for (q, o) in drafts.iter().zip(out.iter_mut()) {
+        let Values::F32(q) = *q else { return None };
+        *o = q;
     }
+    Some(&out[..drafts.len()])
 }
 
 /// SpecInfer's residual weight of id `v` whose target probability is `p`, after the siblings
@@ -116,6 +117,22 @@ fn hit(tried: &[u32], v: usize) -> f64 {
 pub fn sibling_draw(seed: u64, offset: u64, node: u32, rank: u32) -> u64 {
     let w = philox4x32_10(counter(rank, node, STREAM_ACCEPT, offset), key(seed));
     (u64::from(w[0]) << 32) | u64::from(w[1])
+}
+
+/// The fixed-point residual mass `Σ_v residual_fixed(w_v)` (times `2⁻⁶⁴`) after the siblings
+/// with draft rows `q` and masses `z` were rejected: the next sibling's `z`.
+fn residual_mass(d: &Dist<'_>, q: &[Values<'_>], z: &[f64]) -> f64 {
+    fn sum<D: DraftRow>(d: &Dist<'_>, q: &[D], z: &[f64]) -> f64 {
+        let mut fixed = 0u128;
+        for v in 0..d.len() {
+            fixed = fixed.wrapping_add(residual_fixed(residual(d.p(v), q, z, v)));
+        }
+        (fixed as f64) * TWO_M64
+    }
+    match binary32(q, &mut [&[]; MAX_TREE_NODES]) {
+        Some(rows) => sum(d, rows, z),
+        None => sum(d, q, z),
+    }
 }
 
 /// A node's target distribution, as the rules read it.
@@ -211,8 +228,6 @@ impl Dist<'_> {
 /// Where the walk reads one request: its links, tokens and rows. Node 0 is the root; every
 /// other node holds a draft token and was proposed from its parent's row.
 pub(super) trait Shape<'r> {
-    /// The request's draft rows.
-    type Draft: DraftRow;
     /// Node `u`'s first child.
     fn first_child(&self, u: usize) -> Option<usize>;
     /// Node `c`'s next sibling.
@@ -224,7 +239,7 @@ pub(super) trait Shape<'r> {
     /// Node `u`'s target distribution, reduced now (its softmax, its filter).
     fn dist<O: RowOps + ?Sized>(&self, ops: &O, u: usize) -> Dist<'r>;
     /// The draft row that proposed node `c`'s token (`c ≥ 1`), `None` for a one-hot drafter.
-    fn draft(&self, c: usize) -> Option<Self::Draft>;
+    fn draft(&self, c: usize) -> Option<Values<'r>>;
     /// The caller's token for a walk that stops at a leaf (a chain's bonus tokens), if any.
     fn bonus(&self) -> Option<u32>;
 }
@@ -367,7 +382,7 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
     /// a rejection reads whole rows (the next sibling's residual mass, the residual race),
     /// which for logits come from the probability row where `ops` keeps one
     /// ([`RowOps::with_softmax_probs`]). A sibling's draft row is asked for when its test comes.
-    fn speculative(&self, u: usize, kids: &[u32], d: Dist<'_>, q0: S::Draft, test: bool) -> Step {
+    fn speculative(&self, u: usize, kids: &[u32], d: Dist<'_>, q0: Values<'r>, test: bool) -> Step {
         if let Dist::Soft(row, sm) = d {
             if test && self.sibling_accepts(u, kids, &[q0], &[1.0], &d) {
                 return Step::Accept(kids[0] as usize);
@@ -389,7 +404,7 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
         &self,
         u: usize,
         kids: &[u32],
-        drafts: &[S::Draft],
+        drafts: &[Values<'r>],
         z: &[f64],
         d: &Dist<'_>,
     ) -> bool {
@@ -405,7 +420,7 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
         &self,
         u: usize,
         kids: &[u32],
-        q0: S::Draft,
+        q0: Values<'r>,
         d: Dist<'_>,
         test: bool,
     ) -> Step {
@@ -417,28 +432,20 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
             return Step::Emit(self.speculative_race(u, kids, &[q0], &[1.0], &d));
         }
         let m = kids.len();
-        let mut drafts = [S::Draft::EMPTY; MAX_TREE_NODES];
+        let mut drafts = [NO_ROW; MAX_TREE_NODES];
         drafts[0] = q0;
         let mut z = [0f64; MAX_TREE_NODES];
         z[0] = 1.0;
         for i in 0..m {
             if i > 0 {
                 // Validated: every node of a batch with draft rows has one.
-                drafts[i] = self
-                    .shape
-                    .draft(kids[i] as usize)
-                    .unwrap_or(S::Draft::EMPTY);
+                drafts[i] = self.shape.draft(kids[i] as usize).unwrap_or(NO_ROW);
             }
             if test && self.sibling_accepts(u, kids, &drafts[..=i], &z[..=i], &d) {
                 return Step::Accept(kids[i] as usize);
             }
             if i + 1 < m {
-                let (q, zs) = (&drafts[..=i], &z[..=i]);
-                let mut fixed = 0u128;
-                for v in 0..d.len() {
-                    fixed = fixed.wrapping_add(residual_fixed(residual(d.p(v), q, zs, v)));
-                }
-                z[i + 1] = (fixed as f64) * TWO_M64;
+                z[i + 1] = residual_mass(&d, &drafts[..=i], &z[..=i]);
             }
         }
         Step::Emit(self.speculative_race(u, kids, &drafts[..m], &z[..m], &d))
@@ -449,33 +456,21 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
         &self,
         u: usize,
         kids: &[u32],
-        drafts: &[S::Draft],
+        drafts: &[Values<'r>],
         z: &[f64],
         d: &Dist<'_>,
     ) -> u32 {
         let rng = self.rng(u);
         let plain = || race(rng, d.len(), |v| residual(d.p(v), drafts, z, v));
         let residual = match (*d, drafts) {
-            (Dist::Probs(row), [q]) => match q.as_f32() {
-                Some(q) => {
-                    let token = self.shape.token(kids[0] as usize);
-                    self.ops.race_residual(rng, row, Some(q), token)
-                }
+            (Dist::Probs(row), [Values::F32(q)]) => {
+                let token = self.shape.token(kids[0] as usize);
+                self.ops.race_residual(rng, row, Some(q), token)
+            }
+            (Dist::Probs(row), _) => match binary32(drafts, &mut [&[]; MAX_TREE_NODES]) {
+                Some(q) => self.ops.race_speculative(rng, row, q, z),
                 None => plain(),
             },
-            (Dist::Probs(row), _) => {
-                let mut rows: [&[f32]; MAX_TREE_NODES] = [&[]; MAX_TREE_NODES];
-                let binary32 = drafts
-                    .iter()
-                    .zip(&mut rows)
-                    .all(|(q, r)| q.as_f32().map(|q| *r = q).is_some());
-                if binary32 {
-                    self.ops
-                        .race_speculative(rng, row, &rows[..drafts.len()], z)
-                } else {
-                    plain()
-                }
-            }
             _ => plain(),
         };
         residual.unwrap_or_else(|| d.sample(self.ops, rng))

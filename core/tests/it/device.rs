@@ -366,8 +366,9 @@ fn tree_validation_of_device_and_half_rows() {
             expected: 16
         })
     );
-    // Half rows, host or device: the reference refuses them (Support::ALL: no tree_half),
-    // the CPU backend (Support::CPU, host rows) and the GPU support (device rows too) take them.
+    // Half rows, host or device: a support without tree_half refuses them with their feature;
+    // the reference and the CPU backend (Support::ALL, host rows) and the GPU support (device
+    // rows too) take them.
     let bits = [0x3E80u16; 16]; // bf16 0.25
     let half = Values::Half(Half::Bf16(&bits));
     let dev_half = View::<Mem, u16>::range(&rows, 0, 16).unwrap();
@@ -393,21 +394,22 @@ fn tree_validation_of_device_and_half_rows() {
         (logits(half), Feature::Half, false),
         (logits(dev_half), Feature::Half, true),
     ];
-    const { assert!(!Support::ALL.tree_half && Support::CPU.tree_half && SUPPORT.tree_half) };
+    const { assert!(Support::ALL.tree_half && Support::CPU.tree_half && SUPPORT.tree_half) };
+    let mut no_half = Support::ALL;
+    no_half.tree_half = false;
     for (b, feature, on_device) in cases {
         assert_eq!(
-            validate_tree_with::<4>(Support::ALL, m, cheap, &b, &out),
+            validate_tree_with::<4>(no_half, m, cheap, &b, &out),
             unsupported(feature)
         );
-        let cpu = if on_device {
+        let host = if on_device {
             unsupported(Feature::Device)
         } else {
             Ok(())
         };
-        assert_eq!(
-            validate_tree_with::<4>(Support::CPU, m, cheap, &b, &out),
-            cpu
-        );
+        for support in [Support::ALL, Support::CPU] {
+            assert_eq!(validate_tree_with::<4>(support, m, cheap, &b, &out), host);
+        }
         assert_eq!(validate_tree_with::<4>(SUPPORT, m, cheap, &b, &out), Ok(()));
     }
     // The reference writes and counts nothing; the host rows verify.

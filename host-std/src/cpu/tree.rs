@@ -331,10 +331,10 @@ impl<const K: usize> CpuVerifier<K> {
     /// counts), so tree steps flow through the same readback, slot, log line and Prometheus
     /// exporter. On error nothing is written or counted, and the error is the one
     /// [`validate_tree_with`](specula_core::verify::tree::validate_tree_with) reports with
-    /// [`Support::CPU`]: the reference's, except that bf16 / f16 rows (target logits or
-    /// probabilities, draft rows) are taken: each row the walk reads is widened exactly into
-    /// binary32 scratch when it first reads it (the thread's buffers, kept between calls), and
-    /// they give the bits of the tree of the widened rows.
+    /// [`Support::CPU`], the reference's. bf16 / f16 rows (target logits or probabilities,
+    /// draft rows): each row the walk reads is widened exactly into binary32 scratch when it
+    /// first reads it (the thread's buffers, kept between calls) for the vectorised
+    /// reductions; they give the bits of the tree of the widened rows, as the reference's.
     ///
     /// ```
     /// use specula::cpu::CpuVerifier;

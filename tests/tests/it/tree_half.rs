@@ -12,10 +12,10 @@ use specula_core::gpu::kernels::{
     FLAG_TARGET_F16, TREE_ENTRY, TREE_HALF_ENTRY,
 };
 use specula_core::gpu::{GpuVerifier, Staging, TreeStep, View, tree_shape};
-use specula_core::verify::tree::{TreeBatch, verify_tree_batch};
+use specula_core::verify::tree::{TreeBatch, validate_tree_with, verify_tree_batch};
 use specula_core::verify::{
-    Check, Device, Feature, Format, Half, Method, Reference, Values, Verifier, VerifyError,
-    bf16_to_f32, f16_to_f32,
+    Check, Device, Feature, Format, Half, Method, Reference, Support, Values, Verifier,
+    VerifyError, bf16_to_f32, f16_to_f32,
 };
 use specula_tests::conformance::{Gen, K, METHODS};
 use specula_tests::host_driver::{Buf, HostDriver};
@@ -139,12 +139,15 @@ struct Paths {
     gpu_host: bool,
     gpu_device: bool,
     cpu: bool,
+    /// The reference on the half rows themselves (read in place by its walk).
+    reference: bool,
 }
 
 const ALL_PATHS: Paths = Paths {
     gpu_host: true,
     gpu_device: true,
     cpu: true,
+    reference: true,
 };
 
 /// `d`'s rows rounded to `(tf, df)` verified on each path of `paths`, each on a fresh verifier:
@@ -211,6 +214,21 @@ fn same_as_widened(
             let mut expected = before;
             expected.add(&counted);
             assert_eq!(cpu.totals(), expected, "{what}: CPU: counters");
+        }
+        if paths.reference {
+            // Cheap, as the other paths: rounded rows need not sum to 1 within the strict
+            // tolerance (the strict checks of half rows: `tree_half_rows_strict_check_on_the_cpu`).
+            let mut reference = Reference::<K>::new();
+            let mut got = TreeOut::new(d.requests(), d.max_depth);
+            reference
+                .verify_tree(m, Check::Cheap, &host, &mut got.view())
+                .unwrap_or_else(|e| panic!("{what}: reference: {e}"));
+            assert_eq!(got, want, "{what}: reference: outputs");
+            assert_eq!(
+                reference.totals().unwrap(),
+                counted,
+                "{what}: reference: counters"
+            );
         }
     }
     accepted
@@ -343,11 +361,11 @@ fn tree_half_rows_on_the_step_path() {
     }
 }
 
-/// The reference reads binary32 tree rows only: half target probabilities, target logits and
-/// draft rows are refused with the chain's typed errors, nothing written or counted; the CPU
-/// backend and the GPU path take the same batches.
+/// Every verifier takes half tree rows (`Support::tree_half`): the reference reads them in
+/// place, as a chain's, and gives the bits of the widened tree (`same_as_widened`'s reference
+/// path); a verifier without the flag refuses them with the chain's typed errors.
 #[test]
-fn tree_half_rows_refused_by_the_reference_only() {
+fn tree_half_rows_taken_by_every_verifier() {
     let mut g = Gen(0x31_0ef0);
     let probs = random_tree_batch(&mut g, spec(true, false));
     let logits = random_tree_batch(&mut g, spec(true, true));
@@ -359,36 +377,34 @@ fn tree_half_rows_refused_by_the_reference_only() {
     ];
     let drv = HostDriver::new(Mode::Cuda, 64, 1);
     let cpu = CpuVerifier::<K>::new(2).unwrap();
-    assert!(!Reference::<K>::new().support().tree_half);
+    assert!(Reference::<K>::new().support().tree_half);
     assert!(Verifier::<K>::support(&cpu).tree_half);
+    let mut no_half = Support::ALL;
+    no_half.tree_half = false;
     for (d, formats, feature) in cases {
         let r = Rounded::of(d, formats.0, formats.1);
         let b = r.host();
-        let mut reference = Reference::<K>::new();
+        let mut out = TreeOut::new(d.requests(), d.max_depth);
         for check in [Check::Cheap, Check::STRICT] {
-            let mut out = TreeOut::new(d.requests(), d.max_depth);
-            let got = reference.verify_tree(Method::Rejection, check, &b, &mut out.view());
             assert_eq!(
-                got,
+                validate_tree_with::<K>(no_half, Method::Rejection, check, &b, &out.view()),
                 Err(VerifyError::Unsupported { feature }),
                 "{formats:?}"
             );
-            assert_eq!(out, TreeOut::new(d.requests(), d.max_depth), "written");
         }
-        assert_eq!(reference.totals().unwrap(), Counters::ZERO, "counted");
         let paths = Paths {
             gpu_device: false,
             ..ALL_PATHS
         };
-        same_as_widened(&drv, &cpu, d, formats, paths, "accepted elsewhere");
+        same_as_widened(&drv, &cpu, d, formats, paths, "every verifier");
     }
 }
 
 /// Strict validation on the CPU reads the half rows themselves (the walk widens only the rows
-/// it reads): the reference's verdict over the widened rows, on valid rows (the same outputs
-/// and counts) and on rows with NaN, negative, oversized or infinite values (the same error,
-/// the first bad value's, and nothing written or counted), target and draft rows, every half
-/// pairing, one thread and a pool.
+/// it reads): the reference's verdict over the widened rows (and the reference's over the half
+/// rows), on valid rows (the same outputs and counts) and on rows with NaN, negative, oversized
+/// or infinite values (the same error, the first bad value's, and nothing written or counted),
+/// target and draft rows, every half pairing, one thread and a pool.
 #[test]
 fn tree_half_rows_strict_check_on_the_cpu() {
     let mut g = Gen(0x31_5791);
@@ -422,6 +438,17 @@ fn tree_half_rows_strict_check_on_the_cpu() {
                 let mut expected = before;
                 expected.add(&counted);
                 assert_eq!(cpu.totals(), expected, "{what}: counters");
+                // The reference on the half rows themselves: the same verdict.
+                let mut half = TreeOut::new(d.requests(), d.max_depth);
+                let mut half_counted = Counters::<K>::ZERO;
+                let half_r =
+                    verify_tree_batch(m, check, &r.host(), &mut half.view(), &mut half_counted);
+                assert_eq!(half_r, want_r, "{what}: reference on half rows");
+                assert_eq!(half, want, "{what}: reference on half rows: outputs");
+                assert_eq!(
+                    half_counted, counted,
+                    "{what}: reference on half rows: counters"
+                );
                 match got_r {
                     Ok(()) => ok += 1,
                     Err(_) => refused += 1,

@@ -45,11 +45,10 @@ pub struct Tree<'a> {
 /// rows in place (and write [`TreeOutputs::on_device`] in place). bf16 / f16 rows (target
 /// logits or probabilities, draft rows;
 /// [`Support::tree_half`](crate::verify::Support::tree_half)) are read as their exact binary32
-/// widening, the same bits as the tree of the widened rows: the CPU backend widens the host rows
-/// its walk reads into scratch ([`NodeRows`]), the GPU verifiers read host or device rows as the chain's logits entries do.
-/// The reference (no allocation) reads binary32 only: [`VerifyError::Unsupported`] with
-/// [`Feature::Half`](crate::verify::Feature::Half) (logits or draft rows) or
-/// [`Feature::HalfProbs`](crate::verify::Feature::HalfProbs) (target probabilities).
+/// widening, the same bits as the tree of the widened rows: the reference reads them in place
+/// as a chain's (no allocation), the CPU backend widens the host rows its walk reads into
+/// scratch ([`NodeRows`]) for its vectorised reductions, the GPU verifiers read host or device
+/// rows as the chain's logits entries do.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct TreeBatch<'a> {
@@ -257,39 +256,6 @@ impl<'a> TreeBatch<'a> {
             return None;
         }
         b.checked_mul(self.max_nodes)?.checked_add(i)
-    }
-
-    /// Node `i`'s target row, `V` values. Only for a validated batch on the host (binary32
-    /// rows: every other format is empty; [`F32Rows`] reads it).
-    #[inline]
-    pub(super) fn target_row(&self, b: usize, i: usize) -> &'a [f32] {
-        host_row(self.target.rows(), b * self.max_nodes + i, self.vocab)
-    }
-
-    /// Node `i`'s draft row, if the drafter gave probabilities. Only for a validated batch on
-    /// the host (as [`target_row`](Self::target_row)).
-    #[inline]
-    pub(super) fn draft_row(&self, b: usize, i: usize) -> Option<&'a [f32]> {
-        self.draft
-            .map(|d| host_row(d, b * self.max_nodes + i, self.vocab))
-    }
-}
-
-/// Row `r` of binary32 host rows. The reference's validation refuses every other format before
-/// a row is read ([`validate_tree_shape_with`](super::validate_tree_shape_with)); a verifier
-/// that takes half rows reads them through its own [`NodeRows`], so the empty row of another
-/// format is never read.
-#[inline]
-fn host_row<'a>(rows: Rows<'a>, r: usize, vocab: usize) -> &'a [f32] {
-    match rows.values {
-        Values::F32(x) => {
-            let start = r * rows.stride;
-            &x[start..start + vocab]
-        }
-        Values::Half(_) | Values::Device(_) => {
-            debug_assert!(false, "F32Rows reads binary32 host rows only (validated)");
-            &[]
-        }
     }
 }
 

@@ -16,9 +16,8 @@ pub fn validate_tree_shape<const K: usize>(
     validate_tree_shape_with::<K>(Support::ALL, batch, out)
 }
 
-/// Which rows a tree verifier reads: binary32, bf16 / f16 only with [`Support::tree_half`] (the
-/// reference has no scratch to widen them into), in device memory only with
-/// [`Support::device`]. The chain's errors: [`Feature::Half`] for half logits or draft rows,
+/// Which rows a tree verifier reads: binary32, bf16 / f16 only with [`Support::tree_half`]
+/// (every verifier of this workspace), in device memory only with [`Support::device`]. The chain's errors: [`Feature::Half`] for half logits or draft rows,
 /// [`Feature::HalfProbs`] for half target probabilities, [`Feature::Device`].
 fn rows_supported(support: Support, batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
     let half = |r: Rows<'_>| r.format() != Format::F32 && !support.tree_half;

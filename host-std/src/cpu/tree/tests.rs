@@ -6,7 +6,7 @@
 use super::*;
 use crate::cpu::ChunkedOps;
 use specula_core::verify::tree::{
-    F32Rows, PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
+    BatchRows, PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
 };
 use specula_core::verify::{AcceptedOut, Half, Logits, Rows, Streams, Target, TokensOut};
 
@@ -266,7 +266,7 @@ fn assert_same_bits(d: &Data, what: &str) {
         for (name, ops) in &variants {
             for b in 0..requests {
                 let (mut p, mut t) = (vec![0u32; w], vec![0u32; w]);
-                let a = verify_tree_request(ops, &F32Rows, method, &batch, b, &mut p, &mut t);
+                let a = verify_tree_request(ops, &BatchRows, method, &batch, b, &mut p, &mut t);
                 let ctx = format!("{what} {name} {method:?} request {b} T {}", d.temps[b]);
                 assert_eq!(a, acc[b], "{ctx}: accepted");
                 assert_eq!(p, path[b * w..][..w], "{ctx}: path");
@@ -276,7 +276,7 @@ fn assert_same_bits(d: &Data, what: &str) {
         // The public vectorised reductions, a fresh row buffer per call.
         for b in 0..requests {
             let (mut p, mut t) = (vec![0u32; w], vec![0u32; w]);
-            let a = verify_tree_request(&ChunkedOps, &F32Rows, method, &batch, b, &mut p, &mut t);
+            let a = verify_tree_request(&ChunkedOps, &BatchRows, method, &batch, b, &mut p, &mut t);
             assert_eq!(
                 (a, &p[..], &t[..]),
                 (acc[b], &path[b * w..][..w], &tokens[b * w..][..w])
@@ -531,7 +531,7 @@ fn half_rows_are_widened_when_read_and_only_then() {
                 let (mut wp, mut wt) = (vec![0u32; w], vec![0u32; w]);
                 let a = ops.verify(false, method, &batch, b, &mut p, &mut t);
                 let want = verify_tree_request(
-                    &ScalarOps, &F32Rows, method, &reference, b, &mut wp, &mut wt,
+                    &ScalarOps, &BatchRows, method, &reference, b, &mut wp, &mut wt,
                 );
                 assert_eq!((a, &p, &t), (want, &wp, &wt), "{what}");
                 let row = |x: &[f32], i: usize| x[(b * wide.n + i) * v..][..v].to_vec();

@@ -1,16 +1,17 @@
 //! bf16 / f16 tree rows on the CPU backend: a [`NodeRows`] that widens a half row exactly into
-//! binary32 scratch when the walk first reads it, so the control flow and its reductions read
-//! binary32 rows and give the bits of the tree of the widened rows (the widening is exact,
+//! binary32 scratch when the walk first reads it, so the walk hands binary32 rows to this
+//! backend's vectorised reductions (the reference reads half rows in place, by plain loops)
+//! and gives the bits of the tree of the widened rows (the widening is exact,
 //! `core/DETERMINISM.md`; f16 rows with the vectorising widening of the softmax kernels,
 //! [`widen_into`](super::super::kernels::widen_into), the core's bits at half its cost).
 //!
 //! Only the rows the walk reads are widened (2–4 of a 17-node request's rows for greedy and
 //! rejection sampling), each once per request, on the thread that verifies the request, into
 //! buffers each thread keeps between requests and calls. Binary32 rows are read in place, as
-//! [`F32Rows`] reads them.
+//! [`BatchRows`] reads them.
 
 use specula_core::verify::Values;
-use specula_core::verify::tree::{F32Rows, NodeRows, TreeBatch};
+use specula_core::verify::tree::{BatchRows, NodeRows, TreeBatch};
 use std::cell::{OnceCell, RefCell};
 
 /// Spare row buffers a thread keeps between requests, at most: at V = 128256 each is 0.5 MB,
@@ -65,23 +66,23 @@ impl Widening {
 }
 
 impl NodeRows for Widening {
-    fn target<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> &'s [f32] {
+    fn target<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Values<'s> {
         match (self.target.get(node), batch.target_values_checked(b, node)) {
             (Some(cell), Some(row)) => {
                 debug_assert_eq!(b, self.request, "rows of another request");
-                self.widened(cell, row)
+                Values::F32(self.widened(cell, row))
             }
-            _ => F32Rows.target(batch, b, node),
+            _ => BatchRows.target(batch, b, node),
         }
     }
 
-    fn draft<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Option<&'s [f32]> {
+    fn draft<'s>(&'s self, batch: &'s TreeBatch<'_>, b: usize, node: usize) -> Option<Values<'s>> {
         match (self.draft.get(node), batch.draft_values_checked(b, node)) {
             (Some(cell), Some(row)) => {
                 debug_assert_eq!(b, self.request, "rows of another request");
-                Some(self.widened(cell, row))
+                Some(Values::F32(self.widened(cell, row)))
             }
-            _ => F32Rows.draft(batch, b, node),
+            _ => BatchRows.draft(batch, b, node),
         }
     }
 }
