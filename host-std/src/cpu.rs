@@ -45,7 +45,7 @@ use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
     AcceptedOut, Batch, Check, Cut, Dims, Drafts, Filter, Half, Method, Outputs, RequestPlan,
     RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values, Verifier, VerifyError,
-    bf16_to_f32, validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -100,20 +100,15 @@ impl<'a> Src<'a> {
     where
         'a: 'b,
     {
-        match *self {
-            Self::F32(x) => x,
-            Self::Bf16(x) => {
-                wide.clear();
-                wide.extend(x.0.iter().map(|&b| bf16_to_f32(b)));
-                wide
-            }
-            Self::F16(x) => {
-                wide.clear();
-                wide.resize(x.0.len(), 0.0);
-                kernels::widen_into(Values::Half(Half::F16(x.0)), wide);
-                wide
-            }
-        }
+        let half = match *self {
+            Self::F32(x) => return x,
+            Self::Bf16(x) => Half::Bf16(x.0),
+            Self::F16(x) => Half::F16(x.0),
+        };
+        wide.clear();
+        wide.resize(half.len(), 0.0);
+        kernels::widen_into(Values::Half(half), wide);
+        wide
     }
 
     /// The softmax maximum at `t` (with a half row's pattern span, for its weight table).
@@ -1026,7 +1021,10 @@ mod tests {
                 let t = [0.8f32, 1.0, 0.37][kind];
                 for half in ["f32", "bf16", "f16"] {
                     let l: Vec<f32> = match half {
-                        "bf16" => bf.iter().map(|&b| bf16_to_f32(b)).collect(),
+                        "bf16" => bf
+                            .iter()
+                            .map(|&b| specula_core::verify::bf16_to_f32(b))
+                            .collect(),
                         "f16" => hf.iter().map(|&b| f16_to_f32(b)).collect(),
                         _ => row.clone(),
                     };

@@ -112,9 +112,15 @@ pub fn entropy_from_fixed(sum: i64) -> f32 {
 /// wrapping integers, so any summation order, split or thread count gives the same bits.
 #[must_use]
 pub fn entropy(row: &[f32]) -> f32 {
+    entropy_by(row.len(), |v| row[v])
+}
+
+/// [`entropy`] of the row whose value at `v < len` is `p(v)` (a row computed on the fly).
+#[inline]
+pub(crate) fn entropy_by(len: usize, mut p: impl FnMut(usize) -> f32) -> f32 {
     let mut sum = 0i64;
-    for &p in row {
-        sum = sum.wrapping_add(entropy_term(p));
+    for v in 0..len {
+        sum = sum.wrapping_add(entropy_term(p(v)));
     }
     entropy_from_fixed(sum)
 }

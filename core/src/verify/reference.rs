@@ -1,10 +1,10 @@
 //! A chain request's walk ([`verify_request`], [`recovered_at`]), the softmax and processing
 //! of a row, and the plain-loop row reductions ([`ScalarOps`]) that define the reference bits.
 
-use super::walk::{Dist, Shape, Walk, excluding_weight, speculative_residual};
+use super::walk::{Dist, Shape, Walk, excluding_weight, hit, speculative_residual};
 use super::{Batch, Cut, Filter, Method, RequestPlan, SENTINEL, Values, WeightRow};
 use crate::verify::exponential::{draw, exponential};
-use crate::verify::fmath::{entropy, entropy_from_fixed, entropy_term, exp_p};
+use crate::verify::fmath::{entropy, entropy_by, exp_p};
 use crate::verify::philox::{race_words, race_words_lo};
 
 /// Where a row's race draws its uniforms: the request's stream at a draft position.
@@ -78,9 +78,16 @@ pub fn race(rng: RaceRng, vocab: usize, mut w: impl FnMut(usize) -> f64) -> Opti
 #[inline]
 #[must_use]
 pub fn argmax(row: &[f32]) -> u32 {
+    argmax_by(row.len(), |v| row[v])
+}
+
+/// [`argmax`] of the row whose value at `v < len` is `p(v)` (a row computed on the fly).
+#[inline]
+pub(crate) fn argmax_by(len: usize, mut p: impl FnMut(usize) -> f32) -> u32 {
     let mut best = 0u32;
     let mut best_key = f32::NEG_INFINITY;
-    for (v, &x) in row.iter().enumerate() {
+    for v in 0..len {
+        let x = p(v);
         // NaN compares false, so it never wins: it acts as −∞.
         if x > best_key {
             best_key = x;
@@ -423,26 +430,13 @@ pub trait RowOps {
     /// [`softmax`](Self::softmax)), NaN as `−∞`, ties to the lowest id; 0 for a row with no
     /// value above `−∞`.
     fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
-        let mut best = 0u32;
-        let mut best_key = f32::NEG_INFINITY;
-        for (v, &l) in row.iter().enumerate() {
-            let x = sm.p(l);
-            if x > best_key {
-                best_key = x;
-                best = v as u32;
-            }
-        }
-        best
+        argmax_by(row.len(), |v| sm.p(row[v]))
     }
 
     /// The entropy of the probabilities `p_v = sm.p(row[v])`, as [`entropy`](Self::entropy)
     /// of that row.
     fn softmax_entropy(&self, row: &[f32], sm: &Softmax) -> f32 {
-        let mut fixed = 0i64;
-        for &l in row {
-            fixed = fixed.wrapping_add(entropy_term(sm.p(l)));
-        }
-        entropy_from_fixed(fixed)
+        entropy_by(row.len(), |v| sm.p(row[v]))
     }
 
     /// Calls `f` with the probability row `p_v = sm.p(row[v])` (`sm`: this row's
@@ -457,10 +451,7 @@ pub trait RowOps {
     /// [`race_excluding`](Self::race_excluding) of the probability row (`tried` empty: the
     /// plain race).
     fn softmax_race(&self, rng: RaceRng, row: &[f32], sm: &Softmax, tried: &[u32]) -> Option<u32> {
-        race(rng, row.len(), |v| {
-            let hit = tried.iter().any(|&t| t as usize == v);
-            f64::from(sm.p(row[v])) - if hit { 1.0 } else { 0.0 }
-        })
+        race(rng, row.len(), |v| f64::from(sm.p(row[v])) - hit(tried, v))
     }
 }
 

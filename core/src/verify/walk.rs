@@ -5,9 +5,10 @@
 //! [`verify_tree_request`](super::tree::verify_tree_request) only say, through [`Shape`], where
 //! a request's links, tokens and rows are.
 
+use super::reference::argmax_by;
 use super::{Method, Processed, RaceRng, RequestPlan, RowOps, Softmax, Values, race};
 use crate::verify::exponential::uniform53;
-use crate::verify::fmath::{entropy_from_fixed, entropy_term};
+use crate::verify::fmath::entropy_by;
 use crate::verify::philox::{STREAM_ACCEPT, counter, key, philox4x32_10};
 
 /// The most children a node may have, and the most nodes of a tree (root included). SGLang's
@@ -101,7 +102,7 @@ pub fn excluding_weight(row: &[f32], tried: &[u32], v: usize) -> f64 {
 
 /// `1.0` if `v` is one of `tried`, else `0.0`.
 #[inline]
-fn hit(tried: &[u32], v: usize) -> f64 {
+pub(super) fn hit(tried: &[u32], v: usize) -> f64 {
     if tried.iter().any(|&t| t as usize == v) {
         1.0
     } else {
@@ -171,16 +172,7 @@ impl Dist<'_> {
         match self {
             Self::Probs(r) => ops.argmax(r),
             Self::Soft(r, sm) => ops.softmax_argmax(r, sm),
-            Self::Processed(..) => {
-                let (mut best, mut best_key) = (0u32, f32::NEG_INFINITY);
-                for v in 0..self.len() {
-                    let x = self.p(v);
-                    if x > best_key {
-                        (best, best_key) = (v as u32, x);
-                    }
-                }
-                best
-            }
+            Self::Processed(..) => argmax_by(self.len(), |v| self.p(v)),
         }
     }
 
@@ -188,13 +180,7 @@ impl Dist<'_> {
         match self {
             Self::Probs(r) => ops.entropy(r),
             Self::Soft(r, sm) => ops.softmax_entropy(r, sm),
-            Self::Processed(..) => {
-                let mut fixed = 0i64;
-                for v in 0..self.len() {
-                    fixed = fixed.wrapping_add(entropy_term(self.p(v)));
-                }
-                entropy_from_fixed(fixed)
-            }
+            Self::Processed(..) => entropy_by(self.len(), |v| self.p(v)),
         }
     }
 
