@@ -45,7 +45,7 @@ use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
     AcceptedOut, Batch, Check, Cut, Dims, Drafts, Filter, Half, Method, Outputs, RequestPlan,
     RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values, Verifier, VerifyError,
-    validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    softmax_exp, validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,7 +62,7 @@ fn lock<const K: usize>(m: &Mutex<Counters<K>>) -> MutexGuard<'_, Counters<K>> {
 /// fixed-point sum in one pass (the reductions are order-independent), the cut, then each `p`.
 fn softmax_into(src: Src<'_>, t: f32, filter: Filter, out: &mut [f32]) {
     let mut weights = Vec::new();
-    let cut = softmax_weights_cut(src, t, filter, &mut weights, &mut Vec::new());
+    let cut = softmax_weights_cut(src, t, filter, None, &mut weights, &mut Vec::new());
     kernels::cut_write(kernels::Isa::detect(), &weights, cut, out);
 }
 
@@ -177,11 +177,12 @@ fn softmax_weights_cut(
     src: Src<'_>,
     t: f32,
     filter: Filter,
+    known: Option<kernels::Max>,
     weights: &mut Vec<f32>,
     cands: &mut Vec<u32>,
 ) -> Cut {
     let isa = kernels::Isa::detect();
-    let max = src.max(isa, t);
+    let max = known.unwrap_or_else(|| src.max(isa, t));
     let len = src.len();
     weights.resize(len, 0.0);
     let total = src.pass(isa, t, max, Some(weights));
@@ -223,12 +224,13 @@ impl RowState {
     /// per row for nothing (a third of the `memset` time of `verify_inputs`' logits rows).
     /// `approx`: a softmax cut by min-p alone may keep an approximate sum
     /// ([`RowState::Approx`]), worth it for rows that will likely only be asked for one
-    /// `p(x)`.
+    /// `p(x)`. `known`: the row's softmax maximum at `t` when a pass already found it.
     fn of(
         src: Src<'_>,
         t: Option<f32>,
         filter: Filter,
         approx: bool,
+        known: Option<kernels::Max>,
         weights: &mut Vec<f32>,
         cands: &mut Vec<u32>,
     ) -> Self {
@@ -239,7 +241,7 @@ impl RowState {
             (Some(t), _) if approx && cut::plain_threshold(filter, src.len()) > Some(0) => {
                 let threshold = cut::plain_threshold(filter, src.len()).unwrap_or(0);
                 let isa = kernels::Isa::detect();
-                let max = src.max(isa, t);
+                let max = known.unwrap_or_else(|| src.max(isa, t));
                 if max.m.is_finite() {
                     weights.resize(src.len(), 0.0);
                     Self::Approx {
@@ -247,10 +249,19 @@ impl RowState {
                         threshold,
                     }
                 } else {
-                    Self::Softmax(softmax_weights_cut(src, t, filter, weights, cands))
+                    Self::Softmax(softmax_weights_cut(
+                        src,
+                        t,
+                        filter,
+                        Some(max),
+                        weights,
+                        cands,
+                    ))
                 }
             }
-            (Some(t), _) => Self::Softmax(softmax_weights_cut(src, t, filter, weights, cands)),
+            (Some(t), _) => {
+                Self::Softmax(softmax_weights_cut(src, t, filter, known, weights, cands))
+            }
             (None, Src::F32(p)) if filter.is_active() => Self::Probs(cut_of(p, filter, cands)),
             // Half probabilities (rare: engines hand over half logits) are cut on their widened
             // values; the widening buffer is local because only this case needs it.
@@ -388,22 +399,42 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     // Rows written in full (zeroed again before the buffers are handed back).
     let mut full_rows = 0..0;
     let mut r = k;
+    let isa = kernels::Isa::detect();
     for (j, &x) in ids.iter().enumerate() {
         let x = x as usize;
         let Some(row) = batch.target_values_checked(b, j) else {
             break;
         };
         let src = Src::of(row, buf);
-        let mut state = RowState::of(src, t, filter, true, weights, cands);
-        let pt = state.p(src, weights, x);
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
-        if accepts(accept_draw(seed, offset, j as u32), pt, pd) {
+        let u = accept_draw(seed, offset, j as u32);
+        // An unfiltered binary32 logits row: the test decided from a bound on the softmax sum
+        // where it can be (`kernels::SumBound`), a lower bound of `p(x)` that passes it stored
+        // for the one-request batch's test; the exact pass only for the other rows, reusing
+        // the maximum the bound's pass found.
+        let (mut pt, mut known) = (None, None);
+        if let (Some(t), Src::F32(l), false) = (t, src, filter.is_active()) {
+            if let Some(bound) = kernels::sum_bound(isa, l, t) {
+                known = Some(kernels::Max::from(bound.m));
+                pt = bound
+                    .p_range(softmax_exp(l[x], t, bound.m))
+                    .map(|(lo, _)| lo)
+                    .filter(|&lo| accepts(u, lo, pd));
+            }
+        }
+        let mut state = None;
+        let pt = pt.unwrap_or_else(|| {
+            let s = state.insert(RowState::of(src, t, filter, true, known, weights, cands));
+            s.p(src, weights, x)
+        });
+        if accepts(u, pt, pd) {
             probs[j * v + x] = pt;
             if let Some(dr) = &mut draft {
                 dr[j * v + x] = pd;
             }
-        } else {
+        } else if let Some(mut state) = state {
+            // (`state` is `None` only where the bound's `p` passed the test.)
             state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
             full_rows = j..j + 1;
             if let (Some(dr), Some(d)) = (&mut draft, d) {
@@ -416,7 +447,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     if r == k && batch.bonus.is_none() {
         if let Some(row) = batch.target_values_checked(b, k) {
             let src = Src::of(row, buf);
-            let mut state = RowState::of(src, t, filter, false, weights, cands);
+            let mut state = RowState::of(src, t, filter, false, None, weights, cands);
             state.write(src, weights, &mut probs[k * v..], wide);
             full_rows = k..k + 1;
         }
@@ -935,6 +966,90 @@ mod tests {
     use super::*;
     use specula_core::verify::{Dims, Drafts, Streams, f16_to_f32};
 
+    /// The sum bound's acceptance (`verify_rejection_lazy_in`) is the exact test's, attacked
+    /// where it is closest: at the seeds whose `U·q(x)` lies inside the bound's range of
+    /// `p(x)` (the exact pass decides there, on both sides of `p(x)`), and at others, the CPU
+    /// backend's tokens are the core reference's on the logits themselves.
+    #[test]
+    fn sum_bound_decides_as_the_exact_test() {
+        use specula_core::verify::{Logits, Softmax, softmax_exp};
+        let (v, k, t) = (32_000, 2, 0.8f32);
+        let mut x = 0x5EED_u64;
+        let mut unif = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 + 0.5) / 16_777_216.0
+        };
+        let mut logits: Vec<f32> = (0..(k + 1) * v).map(|_| 6.0 * unif() - 3.0).collect();
+        let ids = [17u32, 4242];
+        // The drafted tokens hold a good part of their rows' mass.
+        logits[17] = 9.0;
+        logits[v + 4242] = 9.5;
+        let draft: Vec<f32> = (0..k * v)
+            .map(|i| {
+                if i == 17 || i == v + 4242 {
+                    0.5
+                } else {
+                    0.5 / (v - 1) as f32
+                }
+            })
+            .collect();
+        let isa = kernels::Isa::detect();
+        let row = &logits[..v];
+        let bound = kernels::sum_bound(isa, row, t).expect("finite");
+        let e = softmax_exp(row[17], t, bound.m);
+        let (lo, hi) = bound.p_range(e).expect("narrow");
+        let exact = Softmax::of(row, t).p(row[17]);
+        assert!(lo <= exact && exact <= hi && lo < hi, "{lo} {exact} {hi}");
+        let verifier = CpuVerifier::<8>::new(1).expect("pool");
+        let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
+        for seed in 0..60_000u64 {
+            let u = accept_draw(seed, 0, 0);
+            if accepts(u, lo, 0.5) == accepts(u, hi, 0.5) {
+                outside += 1;
+                if outside > 40 {
+                    continue;
+                }
+            } else if accepts(u, exact, 0.5) {
+                inside_accepted += 1;
+            } else {
+                inside_rejected += 1;
+            }
+            let (ks, seeds, temps) = ([k as u32], [seed], [t]);
+            let batch = Batch::dense(
+                Dims { vocab: v, k_max: k },
+                Drafts { k: &ks, ids: &ids },
+                &[],
+                Streams {
+                    seed: &seeds,
+                    offset: &[0],
+                },
+            )
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            })
+            .with_draft_probs(&draft);
+            let mut want = [0u32; 3];
+            let acc = verify_request(&ScalarOps, Method::Rejection, &batch, 0, &mut want);
+            let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 3]);
+            verifier
+                .verify(
+                    Method::Rejection,
+                    Check::STRICT,
+                    &batch,
+                    &mut Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens)),
+                )
+                .expect("valid");
+            assert_eq!((accepted[0], tokens), (acc, want), "seed {seed}");
+        }
+        assert!(
+            inside_accepted >= 3 && inside_rejected >= 3,
+            "{inside_accepted} {inside_rejected}"
+        );
+    }
+
     /// [`cut_of`] gives [`Cut::of`]'s result (threshold and kept mass) for every filter mix,
     /// with ties and zeros, whether or not it takes the gathered path.
     #[test]
@@ -1038,7 +1153,8 @@ mod tests {
                         _ => Src::F32(&row),
                     };
                     for filter in filters {
-                        let got = softmax_weights_cut(src, t, filter, &mut weights, &mut cands);
+                        let got =
+                            softmax_weights_cut(src, t, filter, None, &mut weights, &mut cands);
                         let what = format!("V {vocab} kind {kind} {half} {filter:?}");
                         assert_eq!(got, Cut::of(&want_w[..], filter), "{what}");
                         assert!(

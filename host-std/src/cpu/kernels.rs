@@ -1953,7 +1953,10 @@ pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i6
     }
 }
 
+mod sum_bound;
 mod weight_table;
+
+pub(crate) use sum_bound::sum_bound;
 
 #[cfg(test)]
 mod tests;

@@ -674,6 +674,9 @@ fn softmax_pass_timing() {
                 None,
             ));
         });
+        time(&format!("{isa:?} max + sum bound"), || {
+            std::hint::black_box(sum_bound(isa, std::hint::black_box(&row[..]), t));
+        });
         let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
         time(&format!("{isa:?} pass bf16 (sum)"), || {
             std::hint::black_box(softmax_pass(

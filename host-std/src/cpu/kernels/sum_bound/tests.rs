@@ -1,0 +1,165 @@
+use super::*;
+use crate::cpu::kernels::{softmax_max, softmax_pass};
+use rayon::prelude::*;
+use specula_core::verify::fmath::exp_p;
+use specula_core::verify::{Cut, softmax_exp};
+
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+
+/// The largest relative distance of `f(x)` from `eˣ` (binary64 `exp`, within an ulp of the real
+/// value: far inside the bounds checked) over the binary32 `x ∈ (−87, 0]` whose bits are
+/// `step` apart (1: every one).
+fn worst(step: usize, f: fn(f32) -> f32) -> f64 {
+    // −0 … the last pattern above −87 (negative values order as their bits).
+    let last = (-87.0f32).to_bits();
+    (0x8000_0000u32..last)
+        .into_par_iter()
+        .step_by(step)
+        .map(|b| {
+            let x = f32::from_bits(b);
+            let want = f64::from(x).exp();
+            (f64::from(f(x)) - want).abs() / want
+        })
+        .reduce(|| 0.0, f64::max)
+}
+
+/// The two bounds the module's argument reads, on every binary32 `x ∈ (−87, 0]` where the
+/// tests run optimised (`cargo test --release -p specula --lib -- sum_bound`, about 10 s on
+/// 2 cores), every 241st otherwise: `exp_rough` within `2⁻¹³` of `eˣ`, the rules' `exp_p`
+/// within `2⁻²⁰`; and `exp_rough` is 0 where `exp_p` is (`x ≤ −87`, NaN).
+#[test]
+fn exp_rough_is_within_its_bound() {
+    let step = if cfg!(debug_assertions) { 241 } else { 1 };
+    let rough = worst(step, exp_rough);
+    let rules = worst(step, exp_p);
+    println!(
+        "exp_rough {rough:e} (2^{:.2}), exp_p {rules:e} (2^{:.2})",
+        rough.log2(),
+        rules.log2()
+    );
+    assert!(
+        rough <= f64::from(f32::from_bits(0x3900_0000)),
+        "exp_rough: {rough:e}"
+    ); // 2⁻¹³
+    assert!(
+        rules <= f64::from(f32::from_bits(0x3580_0000)),
+        "exp_p: {rules:e}"
+    ); // 2⁻²⁰
+    assert_eq!(exp_rough(0.0), 1.0);
+    assert_eq!(exp_rough(-0.0), 1.0);
+    for x in [-87.0, -87.5, -1e30, f32::NEG_INFINITY, f32::NAN, -f32::NAN] {
+        assert_eq!(exp_rough(x).to_bits(), 0, "{x}");
+        assert_eq!(exp_p(x).to_bits(), 0, "{x}");
+    }
+}
+
+/// A reproducible stream of uniforms in `(0, 1)`.
+fn uniforms(seed: u64) -> impl FnMut() -> f32 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 40) as f32 + 0.5) / 16_777_216.0
+    }
+}
+
+/// Rows of the shapes users have and of shapes that attack the bound, each with a temperature.
+fn rows() -> Vec<(&'static str, Vec<f32>, f32)> {
+    let mut rows = Vec::new();
+    for &v in &[31, 32000, 128_256, 151_936] {
+        let mut u = uniforms(v as u64);
+        // A model's output: one id near p = 0.7 at T = 0.8 over a 2·N(0, 1) background.
+        let mut normal = || {
+            let (a, b) = (u(), u());
+            (-2.0 * a.ln()).sqrt() * (std::f32::consts::TAU * b).cos()
+        };
+        let mut peaked: Vec<f32> = (0..v).map(|_| 2.0 * normal()).collect();
+        peaked[v / 3] = 16.0;
+        rows.push(("peaked", peaked, 0.8));
+        let flat: Vec<f32> = (0..v).map(|_| 0.01 * normal()).collect();
+        rows.push(("flat", flat, 1.0));
+        // The maximum rises in every chunk: a rescale each time.
+        let rising: Vec<f32> = (0..v).map(|i| i as f32 * 1e-3).collect();
+        rows.push(("rising", rising, 1.0));
+        let rising_far: Vec<f32> = (0..v).map(|i| i as f32 * 0.5).collect();
+        rows.push(("rising far", rising_far, 0.7));
+        // Large magnitudes at a small temperature: every argument's rounding is as large as
+        // it gets, most weights flush to 0.
+        let wide: Vec<f32> = (0..v).map(|_| 3.0e4 * (u() - 0.5)).collect();
+        rows.push(("wide", wide, 0.01));
+        let mut hostile: Vec<f32> = (0..v).map(|_| 40.0 * (u() - 0.5)).collect();
+        for (i, x) in hostile.iter_mut().enumerate().step_by(7) {
+            *x = match i % 3 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                _ => -f32::NAN,
+            };
+        }
+        rows.push(("NaN and -inf", hostile, 1.3));
+        // Every weight 1 (the sum is V), and ties at the maximum.
+        rows.push(("ties", vec![2.5; v], 0.9));
+    }
+    rows
+}
+
+/// On every row of [`rows`] and every instruction set: the bound's maximum is the rules' `m`
+/// (bit for bit), the exact sum `S` lies within `S̃(1 ± E)` (with room: within half of it,
+/// the bound before `width`'s factor 2), and `p_range` brackets `Cut::p` of the row's weights.
+#[test]
+fn sum_bound_holds() {
+    for isa in Isa::available() {
+        for (name, row, t) in rows() {
+            let m = softmax_max(isa, &row[..], t);
+            let b = sum_bound(isa, &row, t).unwrap_or_else(|| panic!("{name}: a finite maximum"));
+            assert_eq!(b.m.to_bits(), m.to_bits(), "{isa:?} {name}: maximum");
+            let fixed = softmax_pass(isa, &row[..], t, m, None);
+            let s = (fixed as f64) * TWO_M64;
+            let err = (s - b.sum()).abs() / b.sum();
+            assert!(
+                err <= b.width() / 2.0,
+                "{isa:?} {name} V {}: S {s} S~ {} error {err:e} width {:e}",
+                row.len(),
+                b.sum(),
+                b.width()
+            );
+            let cut = Cut {
+                threshold: 0,
+                fixed,
+            };
+            for i in (0..row.len())
+                .step_by(row.len() / 29 + 1)
+                .chain([row.len() / 3])
+            {
+                let e = softmax_exp(row[i], t, m);
+                let (lo, hi) = b.p_range(e).expect("a narrow bound");
+                let p = cut.p(e);
+                assert!(lo <= p && p <= hi, "{isa:?} {name} id {i}: {lo} {p} {hi}");
+            }
+        }
+    }
+}
+
+/// Rows with no finite maximum have no bound (the exact pass handles them), and a rising row's
+/// rescales widen it.
+#[test]
+fn sum_bound_refuses_and_widens() {
+    for isa in Isa::available() {
+        for row in [
+            vec![f32::NEG_INFINITY; 100],
+            vec![f32::NAN; 100],
+            vec![],
+            [1.0, f32::INFINITY, 2.0].repeat(40),
+        ] {
+            assert!(sum_bound(isa, &row, 1.0).is_none(), "{isa:?} {row:?}");
+        }
+        let flat = sum_bound(isa, &[0.5; 4096], 1.0).expect("finite");
+        assert_eq!(flat.width(), 3.0 * f64::from(f32::from_bits(0x3980_0000)));
+        let rising: Vec<f32> = (0..4096).map(|i| i as f32).collect();
+        let b = sum_bound(isa, &rising, 1.0).expect("finite");
+        assert!(b.width() > flat.width(), "{isa:?}: {b:?}");
+        // A tiny temperature overflows `l / t` to +inf: no bound.
+        assert!(sum_bound(isa, &[1.0, 3.0e38], 1e-3).is_none(), "{isa:?}");
+    }
+}
