@@ -409,13 +409,24 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
         let u = accept_draw(seed, offset, j as u32);
-        // An unfiltered binary32 logits row: the test decided from a bound on the softmax sum
-        // where it can be (`kernels::SumBound`), a lower bound of `p(x)` that passes it stored
-        // for the one-request batch's test; the exact pass only for the other rows, reusing
-        // the maximum the bound's pass found.
+        // A binary32 logits row: the test decided from a bound on the softmax sum where it can
+        // be (`kernels::SumBound`), a lower bound of `p(x)` that passes it stored for the
+        // one-request batch's test; the exact pass only for the other rows, reusing the
+        // maximum already found. With a filter, only for the row's largest weight (1): every
+        // filter keeps it (its threshold is at most the key of 1) and keeps at most the whole
+        // sum, so its `p` is at least the plain softmax's.
         let (mut pt, mut known) = (None, None);
-        if let (Some(t), Src::F32(l), false) = (t, src, filter.is_active()) {
-            if let Some(bound) = kernels::sum_bound(isa, l, t) {
+        if let (Some(t), Src::F32(l)) = (t, src) {
+            let bound = if filter.is_active() {
+                let m = kernels::softmax_max(isa, l, t);
+                known = Some(kernels::Max::from(m));
+                let top = m.is_finite() && softmax_exp(l[x], t, m) == 1.0;
+                top.then(|| kernels::sum_bound(isa, l, t, Some(m)))
+                    .flatten()
+            } else {
+                kernels::sum_bound(isa, l, t, None)
+            };
+            if let Some(bound) = bound {
                 known = Some(kernels::Max::from(bound.m));
                 pt = bound
                     .p_range(softmax_exp(l[x], t, bound.m))
@@ -967,12 +978,14 @@ mod tests {
     use specula_core::verify::{Dims, Drafts, Streams, f16_to_f32};
 
     /// The sum bound's acceptance (`verify_rejection_lazy_in`) is the exact test's, attacked
-    /// where it is closest: at the seeds whose `U·q(x)` lies inside the bound's range of
-    /// `p(x)` (the exact pass decides there, on both sides of `p(x)`), and at others, the CPU
-    /// backend's tokens are the core reference's on the logits themselves.
+    /// where it is closest: at the seeds whose `U·q(x)` lies between the bound's lower bound of
+    /// `p(x)` and its upper bound or the filtered `p(x)` (the exact pass decides there, on
+    /// both sides of `p(x)` where `p(x) < q(x)`), and at others, the CPU backend's tokens are
+    /// the core reference's on the logits themselves, without a filter and with each filter
+    /// (the drafted token the row's largest weight, as the filtered rows' bound needs).
     #[test]
     fn sum_bound_decides_as_the_exact_test() {
-        use specula_core::verify::{Logits, Softmax, softmax_exp};
+        use specula_core::verify::{Logits, Processed, softmax_exp};
         let (v, k, t) = (32_000, 2, 0.8f32);
         let mut x = 0x5EED_u64;
         let mut unif = || {
@@ -982,72 +995,98 @@ mod tests {
             ((x >> 40) as f32 + 0.5) / 16_777_216.0
         };
         let mut logits: Vec<f32> = (0..(k + 1) * v).map(|_| 6.0 * unif() - 3.0).collect();
-        let ids = [17u32, 4242];
         // The drafted tokens hold a good part of their rows' mass.
         logits[17] = 9.0;
         logits[v + 4242] = 9.5;
         let draft: Vec<f32> = (0..k * v)
-            .map(|i| {
-                if i == 17 || i == v + 4242 {
-                    0.5
-                } else {
-                    0.5 / (v - 1) as f32
-                }
+            .map(|i| match (i / v, i % v) {
+                (0, 17) => 0.4,
+                // Below its plain softmax `p`: a cut token the bound must not accept.
+                (0, 18) => 1e-6,
+                (0, _) => 0.6 / (v - 2) as f32,
+                (_, 4242) => 0.5,
+                _ => 0.5 / (v - 1) as f32,
             })
             .collect();
+        let pd = draft[17];
         let isa = kernels::Isa::detect();
         let row = &logits[..v];
-        let bound = kernels::sum_bound(isa, row, t).expect("finite");
+        let bound = kernels::sum_bound(isa, row, t, None).expect("finite");
         let e = softmax_exp(row[17], t, bound.m);
         let (lo, hi) = bound.p_range(e).expect("narrow");
-        let exact = Softmax::of(row, t).p(row[17]);
-        assert!(lo <= exact && exact <= hi && lo < hi, "{lo} {exact} {hi}");
         let verifier = CpuVerifier::<8>::new(1).expect("pool");
-        let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
-        for seed in 0..60_000u64 {
-            let u = accept_draw(seed, 0, 0);
-            if accepts(u, lo, 0.5) == accepts(u, hi, 0.5) {
-                outside += 1;
-                if outside > 40 {
+        for filter in [
+            Filter::NONE,
+            Filter::NONE.with_top_p(0.9),
+            Filter::NONE.with_top_k(50).with_top_p(0.9),
+            Filter::NONE.with_min_p(0.05),
+            Filter::NONE.with_top_k(1),
+        ] {
+            let exact = Processed::of(Values::F32(row), Some(t), filter).p(row[17]);
+            assert!(lo <= exact && lo < hi, "{filter:?}: {lo} {exact} {hi}");
+            let top = exact.max(hi);
+            let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
+            for seed in 0..60_000u64 {
+                let u = accept_draw(seed, 0, 0);
+                let class = if accepts(u, lo, pd) || !accepts(u, top, pd) {
+                    &mut outside
+                } else if accepts(u, exact, pd) {
+                    &mut inside_accepted
+                } else {
+                    &mut inside_rejected
+                };
+                *class += 1;
+                if *class > 30 {
                     continue;
                 }
-            } else if accepts(u, exact, 0.5) {
-                inside_accepted += 1;
-            } else {
-                inside_rejected += 1;
+                // And a drafted token that is not its row's largest (a filter may cut it).
+                for ids in [[17u32, 4242], [18, 4242]] {
+                    if ids[0] == 18 && seed >= 40 {
+                        continue;
+                    }
+                    let (ks, seeds, temps, filters) = ([k as u32], [seed], [t], [filter]);
+                    let batch = Batch::dense(
+                        Dims { vocab: v, k_max: k },
+                        Drafts { k: &ks, ids: &ids },
+                        &[],
+                        Streams {
+                            seed: &seeds,
+                            offset: &[0],
+                        },
+                    )
+                    .with_target_logits(Logits {
+                        values: &logits,
+                        temperature: &temps,
+                    })
+                    .with_draft_probs(&draft)
+                    .with_filters(&filters);
+                    let mut want = [0u32; 3];
+                    let acc = verify_request(&ScalarOps, Method::Rejection, &batch, 0, &mut want);
+                    let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 3]);
+                    verifier
+                        .verify(
+                            Method::Rejection,
+                            Check::STRICT,
+                            &batch,
+                            &mut Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens)),
+                        )
+                        .expect("valid");
+                    assert_eq!(
+                        (accepted[0], tokens),
+                        (acc, want),
+                        "{filter:?} {ids:?} seed {seed}"
+                    );
+                }
             }
-            let (ks, seeds, temps) = ([k as u32], [seed], [t]);
-            let batch = Batch::dense(
-                Dims { vocab: v, k_max: k },
-                Drafts { k: &ks, ids: &ids },
-                &[],
-                Streams {
-                    seed: &seeds,
-                    offset: &[0],
-                },
-            )
-            .with_target_logits(Logits {
-                values: &logits,
-                temperature: &temps,
-            })
-            .with_draft_probs(&draft);
-            let mut want = [0u32; 3];
-            let acc = verify_request(&ScalarOps, Method::Rejection, &batch, 0, &mut want);
-            let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 3]);
-            verifier
-                .verify(
-                    Method::Rejection,
-                    Check::STRICT,
-                    &batch,
-                    &mut Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens)),
-                )
-                .expect("valid");
-            assert_eq!((accepted[0], tokens), (acc, want), "seed {seed}");
+            // Seeds the bound leaves to the exact test and it rejects, where there are: none
+            // when a filter's `p(x)` lies above the bound's range (rejected rows always take
+            // the exact pass there).
+            let rejections = if exact < hi { 3 } else { 0 };
+            assert!(
+                inside_accepted >= 3 && inside_rejected >= rejections,
+                "{filter:?}: {inside_accepted} {inside_rejected}"
+            );
         }
-        assert!(
-            inside_accepted >= 3 && inside_rejected >= 3,
-            "{inside_accepted} {inside_rejected}"
-        );
     }
 
     /// [`cut_of`] gives [`Cut::of`]'s result (threshold and kept mass) for every filter mix,

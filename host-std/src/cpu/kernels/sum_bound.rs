@@ -96,30 +96,31 @@ impl SumBound {
 }
 
 /// [`SumBound`] of `row` at temperature `t > 0` with `isa`, `None` when its maximum is not
-/// finite (no id has weight 1: the exact pass handles it).
-pub(crate) fn sum_bound(isa: Isa, row: &[f32], t: f32) -> Option<SumBound> {
+/// finite (no id has weight 1: the exact pass handles it). `known`: the row's softmax maximum
+/// when a pass already found it (the chunks' maxima are then not read, nothing is rescaled).
+pub(crate) fn sum_bound(isa: Isa, row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
     match isa {
-        Isa::Portable => bound_range::<8>(row, t),
+        Isa::Portable => bound_range::<8>(row, t, known),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { bound_avx2(row, t) },
+        Isa::Avx2 => unsafe { bound_avx2(row, t, known) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
-        Isa::Avx512 => unsafe { bound_avx512(row, t) },
+        Isa::Avx512 => unsafe { bound_avx512(row, t, known) },
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn bound_avx2(row: &[f32], t: f32) -> Option<SumBound> {
-    bound_range::<16>(row, t)
+fn bound_avx2(row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
+    bound_range::<16>(row, t, known)
 }
 
 #[cfg(specula_avx512)]
 #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-fn bound_avx512(row: &[f32], t: f32) -> Option<SumBound> {
-    bound_range::<32>(row, t)
+fn bound_avx512(row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
+    bound_range::<32>(row, t, known)
 }
 
 /// The running maximum and sum, and how they move when a larger `z` arrives.
@@ -144,35 +145,20 @@ impl Running {
 }
 
 #[inline(always)]
-fn bound_range<const N: usize>(row: &[f32], t: f32) -> Option<SumBound> {
+fn bound_range<const N: usize>(row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
     let len = row.len();
     let body = len - len % N;
     let mut run = Running {
-        m: f32::NEG_INFINITY,
+        m: known.unwrap_or(f32::NEG_INFINITY),
         sum: 0.0,
         rescales: 0,
     };
     let mut s = 0;
     while s < body {
         let chunk = &row[s..body.min(s + CHUNK_BLOCKS * N)];
-        // The chunk's largest logit per lane; divided by `t > 0` once (monotone, so it is the
-        // largest `l / t`, as `softmax_max` finds the row's).
-        let mut lane = [f32::NEG_INFINITY; N];
-        for block in chunk.chunks_exact(N) {
-            let block: &[f32; N] = block.try_into().expect("N values");
-            for i in 0..N {
-                if block[i] > lane[i] {
-                    lane[i] = block[i];
-                }
-            }
+        if known.is_none() {
+            run.raise(chunk_max::<N>(chunk) / t);
         }
-        let mut top = f32::NEG_INFINITY;
-        for l in lane {
-            if l > top {
-                top = l;
-            }
-        }
-        run.raise(top / t);
         let m = run.m;
         let mut acc = [0f32; N];
         for block in chunk.chunks_exact(N) {
@@ -196,6 +182,29 @@ fn bound_range<const N: usize>(row: &[f32], t: f32) -> Option<SumBound> {
         sum: run.sum,
         rescales: run.rescales,
     })
+}
+
+/// The largest logit of `chunk` (a multiple of `N` long; NaN never wins), lane by lane:
+/// divided by `t > 0` it is the largest `l / t` (division is monotone), as `softmax_max` finds
+/// the row's.
+#[inline(always)]
+fn chunk_max<const N: usize>(chunk: &[f32]) -> f32 {
+    let mut lane = [f32::NEG_INFINITY; N];
+    for block in chunk.chunks_exact(N) {
+        let block: &[f32; N] = block.try_into().expect("N values");
+        for i in 0..N {
+            if block[i] > lane[i] {
+                lane[i] = block[i];
+            }
+        }
+    }
+    let mut top = f32::NEG_INFINITY;
+    for l in lane {
+        if l > top {
+            top = l;
+        }
+    }
+    top
 }
 
 #[cfg(test)]

@@ -675,7 +675,7 @@ fn softmax_pass_timing() {
             ));
         });
         time(&format!("{isa:?} max + sum bound"), || {
-            std::hint::black_box(sum_bound(isa, std::hint::black_box(&row[..]), t));
+            std::hint::black_box(sum_bound(isa, std::hint::black_box(&row[..]), t, None));
         });
         let bf: Vec<u16> = row.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
         time(&format!("{isa:?} pass bf16 (sum)"), || {

@@ -112,7 +112,8 @@ fn sum_bound_holds() {
     for isa in Isa::available() {
         for (name, row, t) in rows() {
             let m = softmax_max(isa, &row[..], t);
-            let b = sum_bound(isa, &row, t).unwrap_or_else(|| panic!("{name}: a finite maximum"));
+            let b =
+                sum_bound(isa, &row, t, None).unwrap_or_else(|| panic!("{name}: a finite maximum"));
             assert_eq!(b.m.to_bits(), m.to_bits(), "{isa:?} {name}: maximum");
             let fixed = softmax_pass(isa, &row[..], t, m, None);
             let s = (fixed as f64) * TWO_M64;
@@ -123,6 +124,15 @@ fn sum_bound_holds() {
                 row.len(),
                 b.sum(),
                 b.width()
+            );
+            // With the maximum given: the same bound without rescales.
+            let k = sum_bound(isa, &row, t, Some(m)).expect("finite");
+            let err = (s - k.sum()).abs() / k.sum();
+            assert!(
+                k.m.to_bits() == m.to_bits()
+                    && k.width() == 3.0 * f64::from(f32::from_bits(0x3980_0000))
+                    && err <= k.width() / 2.0,
+                "{isa:?} {name}, maximum given: {k:?} error {err:e}"
             );
             let cut = Cut {
                 threshold: 0,
@@ -152,14 +162,17 @@ fn sum_bound_refuses_and_widens() {
             vec![],
             [1.0, f32::INFINITY, 2.0].repeat(40),
         ] {
-            assert!(sum_bound(isa, &row, 1.0).is_none(), "{isa:?} {row:?}");
+            assert!(sum_bound(isa, &row, 1.0, None).is_none(), "{isa:?} {row:?}");
         }
-        let flat = sum_bound(isa, &[0.5; 4096], 1.0).expect("finite");
+        let flat = sum_bound(isa, &[0.5; 4096], 1.0, None).expect("finite");
         assert_eq!(flat.width(), 3.0 * f64::from(f32::from_bits(0x3980_0000)));
         let rising: Vec<f32> = (0..4096).map(|i| i as f32).collect();
-        let b = sum_bound(isa, &rising, 1.0).expect("finite");
+        let b = sum_bound(isa, &rising, 1.0, None).expect("finite");
         assert!(b.width() > flat.width(), "{isa:?}: {b:?}");
         // A tiny temperature overflows `l / t` to +inf: no bound.
-        assert!(sum_bound(isa, &[1.0, 3.0e38], 1e-3).is_none(), "{isa:?}");
+        assert!(
+            sum_bound(isa, &[1.0, 3.0e38], 1e-3, None).is_none(),
+            "{isa:?}"
+        );
     }
 }
