@@ -309,6 +309,60 @@ impl RowState {
     }
 }
 
+/// The acceptance of id `x` on the logits row `src` at `t > 0`, decided without the exact
+/// softmax pass (and the filter's cut) where that can be done with the rules' bits: a value
+/// `pt ≤ p(x)` for which `test(pt)` holds, and the row's maximum when it was found (for the
+/// exact path, which then needs no maximum pass of its own).
+///
+/// * Without a filter, a binary32 row: the bound on the softmax sum from one read of the row
+///   ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
+/// * With a filter, `x` of weight 1 (the row's largest): every filter keeps it (its threshold
+///   is at most the key of 1) and keeps at most the whole sum, so its filtered `p` is at least
+///   the plain softmax's, whose lower bound comes from the sum bound (binary32 rows) or is the
+///   plain `p` itself, from the exact pass (half rows: their pass reads the weights from a
+///   table, cheaper than the cut it saves).
+///
+/// A position decided here is accepted by the one-request batch's test with `pt` in place of
+/// `p(x)` (the same test, the same verdict); any other position takes the exact path.
+fn quick_accept(
+    src: Src<'_>,
+    t: f32,
+    filter: Filter,
+    x: usize,
+    test: impl Fn(f32) -> bool,
+) -> (Option<f32>, Option<kernels::Max>) {
+    let isa = kernels::Isa::detect();
+    let (lo, max) = if filter.is_active() {
+        let max = src.max(isa, t);
+        if !(max.m.is_finite() && softmax_exp(src.at(x), t, max.m) == 1.0) {
+            return (None, Some(max));
+        }
+        let lo = match src {
+            Src::F32(l) => kernels::sum_bound(isa, l, t, Some(max.m))
+                .and_then(|b| b.p_range(1.0))
+                .map(|(lo, _)| lo),
+            _ => Some(
+                Cut {
+                    threshold: 0,
+                    fixed: src.pass(isa, t, max, None),
+                }
+                .p(1.0),
+            ),
+        };
+        (lo, max)
+    } else {
+        let Src::F32(l) = src else {
+            return (None, None);
+        };
+        let Some(b) = kernels::sum_bound(isa, l, t, None) else {
+            return (None, None);
+        };
+        let lo = b.p_range(softmax_exp(l[x], t, b.m)).map(|(lo, _)| lo);
+        (lo, kernels::Max::from(b.m))
+    };
+    (lo.filter(|&lo| test(lo)), Some(max))
+}
+
 /// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
 /// inputs), lazily: the acceptance test of row `j` needs only the row's reduction
 /// ([`RowState`]) and `p(x_j)`, so rows are reduced one by one until the first rejection `r`;
@@ -399,7 +453,6 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     // Rows written in full (zeroed again before the buffers are handed back).
     let mut full_rows = 0..0;
     let mut r = k;
-    let isa = kernels::Isa::detect();
     for (j, &x) in ids.iter().enumerate() {
         let x = x as usize;
         let Some(row) = batch.target_values_checked(b, j) else {
@@ -409,31 +462,10 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
         let u = accept_draw(seed, offset, j as u32);
-        // A binary32 logits row: the test decided from a bound on the softmax sum where it can
-        // be (`kernels::SumBound`), a lower bound of `p(x)` that passes it stored for the
-        // one-request batch's test; the exact pass only for the other rows, reusing the
-        // maximum already found. With a filter, only for the row's largest weight (1): every
-        // filter keeps it (its threshold is at most the key of 1) and keeps at most the whole
-        // sum, so its `p` is at least the plain softmax's.
-        let (mut pt, mut known) = (None, None);
-        if let (Some(t), Src::F32(l)) = (t, src) {
-            let bound = if filter.is_active() {
-                let m = kernels::softmax_max(isa, l, t);
-                known = Some(kernels::Max::from(m));
-                let top = m.is_finite() && softmax_exp(l[x], t, m) == 1.0;
-                top.then(|| kernels::sum_bound(isa, l, t, Some(m)))
-                    .flatten()
-            } else {
-                kernels::sum_bound(isa, l, t, None)
-            };
-            if let Some(bound) = bound {
-                known = Some(kernels::Max::from(bound.m));
-                pt = bound
-                    .p_range(softmax_exp(l[x], t, bound.m))
-                    .map(|(lo, _)| lo)
-                    .filter(|&lo| accepts(u, lo, pd));
-            }
-        }
+        let (pt, known) = match t {
+            Some(t) => quick_accept(src, t, filter, x, |pt| accepts(u, pt, pd)),
+            None => (None, None),
+        };
         let mut state = None;
         let pt = pt.unwrap_or_else(|| {
             let s = state.insert(RowState::of(src, t, filter, true, known, weights, cands));
@@ -985,7 +1017,7 @@ mod tests {
     /// (the drafted token the row's largest weight, as the filtered rows' bound needs).
     #[test]
     fn sum_bound_decides_as_the_exact_test() {
-        use specula_core::verify::{Logits, Processed, softmax_exp};
+        use specula_core::verify::{HalfLogits, Logits, Processed, softmax_exp};
         let (v, k, t) = (32_000, 2, 0.8f32);
         let mut x = 0x5EED_u64;
         let mut unif = || {
@@ -994,10 +1026,14 @@ mod tests {
             x ^= x << 17;
             ((x >> 40) as f32 + 0.5) / 16_777_216.0
         };
-        let mut logits: Vec<f32> = (0..(k + 1) * v).map(|_| 6.0 * unif() - 3.0).collect();
+        // bf16 values, so that the bf16 rows (the half rows' path) hold the same logits.
+        let mut logits: Vec<f32> = (0..(k + 1) * v)
+            .map(|_| f32::from_bits((6.0 * unif() - 3.0).to_bits() & 0xFFFF_0000))
+            .collect();
         // The drafted tokens hold a good part of their rows' mass.
         logits[17] = 9.0;
         logits[v + 4242] = 9.5;
+        let bits: Vec<u16> = logits.iter().map(|l| (l.to_bits() >> 16) as u16).collect();
         let draft: Vec<f32> = (0..k * v)
             .map(|i| match (i / v, i % v) {
                 (0, 17) => 0.4,
@@ -1014,6 +1050,7 @@ mod tests {
         let bound = kernels::sum_bound(isa, row, t, None).expect("finite");
         let e = softmax_exp(row[17], t, bound.m);
         let (lo, hi) = bound.p_range(e).expect("narrow");
+        let plain = Processed::of(Values::F32(row), Some(t), Filter::NONE).p(row[17]);
         let verifier = CpuVerifier::<8>::new(1).expect("pool");
         for filter in [
             Filter::NONE,
@@ -1025,67 +1062,84 @@ mod tests {
             let exact = Processed::of(Values::F32(row), Some(t), filter).p(row[17]);
             assert!(lo <= exact && lo < hi, "{filter:?}: {lo} {exact} {hi}");
             let top = exact.max(hi);
-            let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
-            for seed in 0..60_000u64 {
-                let u = accept_draw(seed, 0, 0);
-                let class = if accepts(u, lo, pd) || !accepts(u, top, pd) {
-                    &mut outside
-                } else if accepts(u, exact, pd) {
-                    &mut inside_accepted
-                } else {
-                    &mut inside_rejected
-                };
-                *class += 1;
-                if *class > 30 {
-                    continue;
-                }
-                // And a drafted token that is not its row's largest (a filter may cut it).
-                for ids in [[17u32, 4242], [18, 4242]] {
-                    if ids[0] == 18 && seed >= 40 {
+            for half in [false, true] {
+                // A half row's lower bound is the plain softmax's `p` (from its exact pass).
+                let lo = if half { plain } else { lo };
+                let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
+                for seed in 0..60_000u64 {
+                    let u = accept_draw(seed, 0, 0);
+                    let class = if accepts(u, lo, pd) || !accepts(u, top, pd) {
+                        &mut outside
+                    } else if accepts(u, exact, pd) {
+                        &mut inside_accepted
+                    } else {
+                        &mut inside_rejected
+                    };
+                    *class += 1;
+                    if *class > 30 {
                         continue;
                     }
-                    let (ks, seeds, temps, filters) = ([k as u32], [seed], [t], [filter]);
-                    let batch = Batch::dense(
-                        Dims { vocab: v, k_max: k },
-                        Drafts { k: &ks, ids: &ids },
-                        &[],
-                        Streams {
-                            seed: &seeds,
-                            offset: &[0],
-                        },
-                    )
-                    .with_target_logits(Logits {
-                        values: &logits,
-                        temperature: &temps,
-                    })
-                    .with_draft_probs(&draft)
-                    .with_filters(&filters);
-                    let mut want = [0u32; 3];
-                    let acc = verify_request(&ScalarOps, Method::Rejection, &batch, 0, &mut want);
-                    let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 3]);
-                    verifier
-                        .verify(
-                            Method::Rejection,
-                            Check::STRICT,
-                            &batch,
-                            &mut Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens)),
+                    // And a drafted token that is not its row's largest (a filter may cut it).
+                    for ids in [[17u32, 4242], [18, 4242]] {
+                        if ids[0] == 18 && seed >= 40 {
+                            continue;
+                        }
+                        let (ks, seeds, temps, filters) = ([k as u32], [seed], [t], [filter]);
+                        let batch = Batch::dense(
+                            Dims { vocab: v, k_max: k },
+                            Drafts { k: &ks, ids: &ids },
+                            &[],
+                            Streams {
+                                seed: &seeds,
+                                offset: &[0],
+                            },
                         )
-                        .expect("valid");
-                    assert_eq!(
-                        (accepted[0], tokens),
-                        (acc, want),
-                        "{filter:?} {ids:?} seed {seed}"
-                    );
+                        .with_draft_probs(&draft)
+                        .with_filters(&filters);
+                        let batch = if half {
+                            batch.with_target_logits_half(HalfLogits {
+                                values: Half::Bf16(&bits),
+                                temperature: &temps,
+                            })
+                        } else {
+                            batch.with_target_logits(Logits {
+                                values: &logits,
+                                temperature: &temps,
+                            })
+                        };
+                        let mut want = [0u32; 3];
+                        let acc =
+                            verify_request(&ScalarOps, Method::Rejection, &batch, 0, &mut want);
+                        let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 3]);
+                        verifier
+                            .verify(
+                                Method::Rejection,
+                                Check::STRICT,
+                                &batch,
+                                &mut Outputs::new(
+                                    AcceptedOut(&mut accepted),
+                                    TokensOut(&mut tokens),
+                                ),
+                            )
+                            .expect("valid");
+                        assert_eq!(
+                            (accepted[0], tokens),
+                            (acc, want),
+                            "{filter:?} {ids:?} half {half} seed {seed}"
+                        );
+                    }
                 }
+                // Seeds the bound leaves to the exact test and it rejects, where there are: none
+                // when a filter's `p(x)` lies above the bound's range (rejected rows always take
+                // the exact pass there).
+                let rejections = if exact < hi { 3 } else { 0 };
+                // Without a filter a half row has no bound: nothing to attack.
+                let accepted = if half && filter == Filter::NONE { 0 } else { 3 };
+                assert!(
+                    inside_accepted >= accepted && inside_rejected >= rejections,
+                    "{filter:?} half {half}: {inside_accepted} {inside_rejected}"
+                );
             }
-            // Seeds the bound leaves to the exact test and it rejects, where there are: none
-            // when a filter's `p(x)` lies above the bound's range (rejected rows always take
-            // the exact pass there).
-            let rejections = if exact < hi { 3 } else { 0 };
-            assert!(
-                inside_accepted >= 3 && inside_rejected >= rejections,
-                "{filter:?}: {inside_accepted} {inside_rejected}"
-            );
         }
     }
 

@@ -142,9 +142,13 @@ fn a_second_signal_a_millisecond_after_the_first_ends_the_linger() {
             out.last().is_some_and(|l| l.starts_with("FINAL ")),
             "{out:?}"
         );
+        // The second signal usually arrives before the linger starts, which then never does;
+        // on a loaded machine the sender can be descheduled past the flush, and the linger
+        // starts and is ended by that signal at once (the exit time above says so).
+        let lingered = err.iter().any(|l| l.contains("serving final totals"));
         assert!(
-            !err.iter().any(|l| l.contains("serving final totals")),
-            "the linger started: {err:?}"
+            !lingered || err.iter().any(|l| l.contains("linger ended by request")),
+            "the linger started and was not ended by the signal: {err:?}"
         );
         println!("two SIGTERMs: exit 0 {took:.1?} after the burst, no linger");
     }
