@@ -46,6 +46,7 @@ use specula_core::verify::{
     AcceptedOut, Batch, Check, Cut, Dims, Drafts, Filter, Half, Method, Outputs, RequestPlan,
     RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values, Verifier, VerifyError,
     softmax_exp, validate_recovered, validate_request_with, validate_shape_with, verify_request,
+    weight_key,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -224,13 +225,13 @@ impl RowState {
     /// per row for nothing (a third of the `memset` time of `verify_inputs`' logits rows).
     /// `approx`: a softmax cut by min-p alone may keep an approximate sum
     /// ([`RowState::Approx`]), worth it for rows that will likely only be asked for one
-    /// `p(x)`. `known`: the row's softmax maximum at `t` when a pass already found it.
+    /// `p(x)`. `known`: what a pass already found of the row ([`quick_accept`]).
     fn of(
         src: Src<'_>,
         t: Option<f32>,
         filter: Filter,
         approx: bool,
-        known: Option<kernels::Max>,
+        known: Option<Found>,
         weights: &mut Vec<f32>,
         cands: &mut Vec<u32>,
     ) -> Self {
@@ -241,7 +242,9 @@ impl RowState {
             (Some(t), _) if approx && cut::plain_threshold(filter, src.len()) > Some(0) => {
                 let threshold = cut::plain_threshold(filter, src.len()).unwrap_or(0);
                 let isa = kernels::Isa::detect();
-                let max = known.unwrap_or_else(|| src.max(isa, t));
+                let max = known
+                    .and_then(Found::max)
+                    .unwrap_or_else(|| src.max(isa, t));
                 if max.m.is_finite() {
                     weights.resize(src.len(), 0.0);
                     Self::Approx {
@@ -260,14 +263,17 @@ impl RowState {
                 }
             }
             (Some(t), _) => {
+                let known = known.and_then(Found::max);
                 Self::Softmax(softmax_weights_cut(src, t, filter, known, weights, cands))
             }
-            (None, Src::F32(p)) if filter.is_active() => Self::Probs(cut_of(p, filter, cands)),
+            (None, Src::F32(p)) if filter.is_active() => {
+                Self::Probs(cut_of(p, filter, known.and_then(Found::max_mass), cands))
+            }
             // Half probabilities (rare: engines hand over half logits) are cut on their widened
             // values; the widening buffer is local because only this case needs it.
             (None, src) if filter.is_active() => {
                 let mut wide = Vec::new();
-                Self::Probs(cut_of(src.as_f32(&mut wide), filter, cands))
+                Self::Probs(cut_of(src.as_f32(&mut wide), filter, None, cands))
             }
             (None, _) => Self::Identity,
         }
@@ -309,58 +315,100 @@ impl RowState {
     }
 }
 
-/// The acceptance of id `x` on the logits row `src` at `t > 0`, decided without the exact
-/// softmax pass (and the filter's cut) where that can be done with the rules' bits: a value
-/// `pt ≤ p(x)` for which `test(pt)` holds, and the row's maximum when it was found (for the
-/// exact path, which then needs no maximum pass of its own).
+/// What [`quick_accept`] found of a row in its pass, for the exact path not to find again.
+#[derive(Clone, Copy)]
+enum Found {
+    /// A logits row's softmax maximum.
+    Max(kernels::Max),
+    /// A probability row's largest key and mass ([`kernels::max_mass`]).
+    MaxMass(u32, u128),
+}
+
+impl Found {
+    fn max(self) -> Option<kernels::Max> {
+        match self {
+            Self::Max(m) => Some(m),
+            Self::MaxMass(..) => None,
+        }
+    }
+
+    fn max_mass(self) -> Option<(u32, u128)> {
+        match self {
+            Self::MaxMass(key, mass) => Some((key, mass)),
+            Self::Max(_) => None,
+        }
+    }
+}
+
+/// The acceptance of id `x` on the target row `src` (logits at `t > 0`, or probabilities for
+/// `None`), decided without the exact softmax pass and the filter's cut where that can be done
+/// with the rules' bits: a value `pt ≤ p(x)` for which `test(pt)` holds, and what the pass
+/// found of the row (for the exact path, which then need not find it again).
 ///
-/// * Without a filter, a binary32 row: the bound on the softmax sum from one read of the row
-///   ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
-/// * With a filter, `x` of weight 1 (the row's largest): every filter keeps it (its threshold
-///   is at most the key of 1) and keeps at most the whole sum, so its filtered `p` is at least
-///   the plain softmax's, whose lower bound comes from the sum bound (binary32 rows) or is the
-///   plain `p` itself, from the exact pass (half rows: their pass reads the weights from a
-///   table, cheaper than the cut it saves).
+/// * Logits without a filter, a binary32 row: the bound on the softmax sum from one read of
+///   the row ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
+/// * With a filter, `x` of the row's largest weight (logits: weight 1): every filter keeps it
+///   (its threshold is at most that weight's key) and keeps at most the whole mass, so its
+///   renormalised `p` is at least the unfiltered one: the sum bound's lower bound of it
+///   (binary32 logits), the plain softmax's `p` from the exact pass (half logits: their pass
+///   reads the weights from a table, cheaper than the cut it saves), or the stored value over
+///   the row's exact mass (binary32 probabilities, both from one pass, which the cut then
+///   reuses).
 ///
 /// A position decided here is accepted by the one-request batch's test with `pt` in place of
 /// `p(x)` (the same test, the same verdict); any other position takes the exact path.
 fn quick_accept(
     src: Src<'_>,
-    t: f32,
+    t: Option<f32>,
     filter: Filter,
     x: usize,
     test: impl Fn(f32) -> bool,
-) -> (Option<f32>, Option<kernels::Max>) {
+) -> (Option<f32>, Option<Found>) {
     let isa = kernels::Isa::detect();
-    let (lo, max) = if filter.is_active() {
-        let max = src.max(isa, t);
-        if !(max.m.is_finite() && softmax_exp(src.at(x), t, max.m) == 1.0) {
-            return (None, Some(max));
+    let (lo, found) = match (t, src) {
+        (None, Src::F32(p)) if filter.is_active() => {
+            let (key, mass) = kernels::max_mass(isa, p);
+            let found = Found::MaxMass(key, mass);
+            // Values above 1 (the mass could saturate) and rows without a positive value
+            // take the exact path.
+            let top = key > 0 && key <= 1f32.to_bits() && weight_key(p[x]) == key;
+            let lo = Cut {
+                threshold: 0,
+                fixed: mass,
+            }
+            .p(p[x]);
+            (top.then_some(lo), found)
         }
-        let lo = match src {
-            Src::F32(l) => kernels::sum_bound(isa, l, t, Some(max.m))
-                .and_then(|b| b.p_range(1.0))
-                .map(|(lo, _)| lo),
-            _ => Some(
-                Cut {
-                    threshold: 0,
-                    fixed: src.pass(isa, t, max, None),
-                }
-                .p(1.0),
-            ),
-        };
-        (lo, max)
-    } else {
-        let Src::F32(l) = src else {
-            return (None, None);
-        };
-        let Some(b) = kernels::sum_bound(isa, l, t, None) else {
-            return (None, None);
-        };
-        let lo = b.p_range(softmax_exp(l[x], t, b.m)).map(|(lo, _)| lo);
-        (lo, kernels::Max::from(b.m))
+        (None, _) => return (None, None),
+        (Some(t), _) if filter.is_active() => {
+            let max = src.max(isa, t);
+            if !(max.m.is_finite() && softmax_exp(src.at(x), t, max.m) == 1.0) {
+                return (None, Some(Found::Max(max)));
+            }
+            let lo = match src {
+                Src::F32(l) => kernels::sum_bound(isa, l, t, Some(max.m))
+                    .and_then(|b| b.p_range(1.0))
+                    .map(|(lo, _)| lo),
+                _ => Some(
+                    Cut {
+                        threshold: 0,
+                        fixed: src.pass(isa, t, max, None),
+                    }
+                    .p(1.0),
+                ),
+            };
+            (lo, Found::Max(max))
+        }
+        (Some(t), Src::F32(l)) => {
+            let Some(b) = kernels::sum_bound(isa, l, t, None) else {
+                return (None, None);
+            };
+            let lo = b.p_range(softmax_exp(l[x], t, b.m)).map(|(lo, _)| lo);
+            (lo, Found::Max(kernels::Max::from(b.m)))
+        }
+        (Some(_), _) => return (None, None),
     };
-    (lo.filter(|&lo| test(lo)), Some(max))
+    (lo.filter(|&lo| test(lo)), Some(found))
 }
 
 /// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
@@ -462,10 +510,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
         let u = accept_draw(seed, offset, j as u32);
-        let (pt, known) = match t {
-            Some(t) => quick_accept(src, t, filter, x, |pt| accepts(u, pt, pd)),
-            None => (None, None),
-        };
+        let (pt, known) = quick_accept(src, t, filter, x, |pt| accepts(u, pt, pd));
         let mut state = None;
         let pt = pt.unwrap_or_else(|| {
             let s = state.insert(RowState::of(src, t, filter, true, known, weights, cands));
@@ -554,8 +599,8 @@ fn process_into(row: Values<'_>, t: Option<f32>, filter: Filter, out: &mut [f32]
 
 /// [`Cut::of`] the weights `w` (stored probabilities, or softmax weights that are all 0), the
 /// same result, from candidates where they decide it ([`cut::probs_cut`]); `cands`: scratch.
-fn cut_of(w: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
-    cut::probs_cut(kernels::Isa::detect(), w, filter, cands)
+fn cut_of(w: &[f32], filter: Filter, known: Option<(u32, u128)>, cands: &mut Vec<u32>) -> Cut {
+    cut::probs_cut(kernels::Isa::detect(), w, filter, known, cands)
 }
 
 /// `out[v] = cut.p(w[v])` for the [`Cut`] of the weights `w` by `filter`.
@@ -563,7 +608,7 @@ fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
     kernels::cut_write(
         kernels::Isa::detect(),
         w,
-        cut_of(w, filter, &mut Vec::new()),
+        cut_of(w, filter, None, &mut Vec::new()),
         out,
     );
 }
@@ -1051,6 +1096,15 @@ mod tests {
         let e = softmax_exp(row[17], t, bound.m);
         let (lo, hi) = bound.p_range(e).expect("narrow");
         let plain = Processed::of(Values::F32(row), Some(t), Filter::NONE).p(row[17]);
+        // The same rows as stored probabilities (their softmax).
+        let stored: Vec<f32> = logits
+            .chunks_exact(v)
+            .flat_map(|r| {
+                let pr = Processed::of(Values::F32(r), Some(t), Filter::NONE);
+                r.iter().map(move |&l| pr.p(l))
+            })
+            .collect();
+        let prow = &stored[..v];
         let verifier = CpuVerifier::<8>::new(1).expect("pool");
         for filter in [
             Filter::NONE,
@@ -1061,10 +1115,24 @@ mod tests {
         ] {
             let exact = Processed::of(Values::F32(row), Some(t), filter).p(row[17]);
             assert!(lo <= exact && lo < hi, "{filter:?}: {lo} {exact} {hi}");
-            let top = exact.max(hi);
-            for half in [false, true] {
-                // A half row's lower bound is the plain softmax's `p` (from its exact pass).
-                let lo = if half { plain } else { lo };
+            for kind in ["f32", "bf16", "probs"] {
+                // The lower bound each kind's shortcut uses: the sum bound's; a half row's
+                // plain softmax `p` (from its exact pass); a probability's stored value over
+                // the row's mass.
+                let (lo, exact, top) = match kind {
+                    "f32" => (lo, exact, exact.max(hi)),
+                    "bf16" => (plain, exact, exact.max(hi)),
+                    _ => {
+                        let mass = kernels::max_mass(isa, prow).1;
+                        let lo = Cut {
+                            threshold: 0,
+                            fixed: mass,
+                        }
+                        .p(prow[17]);
+                        let exact = Processed::of(Values::F32(prow), None, filter).p(prow[17]);
+                        (lo, exact, exact.max(lo))
+                    }
+                };
                 let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
                 for seed in 0..60_000u64 {
                     let u = accept_draw(seed, 0, 0);
@@ -1085,10 +1153,11 @@ mod tests {
                             continue;
                         }
                         let (ks, seeds, temps, filters) = ([k as u32], [seed], [t], [filter]);
+                        let target: &[f32] = if kind == "probs" { &stored } else { &[] };
                         let batch = Batch::dense(
                             Dims { vocab: v, k_max: k },
                             Drafts { k: &ks, ids: &ids },
-                            &[],
+                            target,
                             Streams {
                                 seed: &seeds,
                                 offset: &[0],
@@ -1096,16 +1165,16 @@ mod tests {
                         )
                         .with_draft_probs(&draft)
                         .with_filters(&filters);
-                        let batch = if half {
-                            batch.with_target_logits_half(HalfLogits {
+                        let batch = match kind {
+                            "bf16" => batch.with_target_logits_half(HalfLogits {
                                 values: Half::Bf16(&bits),
                                 temperature: &temps,
-                            })
-                        } else {
-                            batch.with_target_logits(Logits {
+                            }),
+                            "f32" => batch.with_target_logits(Logits {
                                 values: &logits,
                                 temperature: &temps,
-                            })
+                            }),
+                            _ => batch,
                         };
                         let mut want = [0u32; 3];
                         let acc =
@@ -1125,19 +1194,23 @@ mod tests {
                         assert_eq!(
                             (accepted[0], tokens),
                             (acc, want),
-                            "{filter:?} {ids:?} half {half} seed {seed}"
+                            "{filter:?} {ids:?} {kind} seed {seed}"
                         );
                     }
                 }
                 // Seeds the bound leaves to the exact test and it rejects, where there are: none
                 // when a filter's `p(x)` lies above the bound's range (rejected rows always take
                 // the exact pass there).
-                let rejections = if exact < hi { 3 } else { 0 };
-                // Without a filter a half row has no bound: nothing to attack.
-                let accepted = if half && filter == Filter::NONE { 0 } else { 3 };
+                let rejections = if kind != "probs" && exact < hi { 3 } else { 0 };
+                // Without a filter only binary32 logits have a shortcut to attack.
+                let accepted = if kind != "f32" && filter == Filter::NONE {
+                    0
+                } else {
+                    3
+                };
                 assert!(
                     inside_accepted >= accepted && inside_rejected >= rejections,
-                    "{filter:?} half {half}: {inside_accepted} {inside_rejected}"
+                    "{filter:?} {kind}: {inside_accepted} {inside_rejected}"
                 );
             }
         }
@@ -1168,7 +1241,7 @@ mod tests {
                 .with_top_p([1.0, 0.9, 0.5, 0.01][(next() % 4) as usize])
                 .with_min_p([0.0, 0.01, 0.3][(next() % 3) as usize]);
             assert_eq!(
-                cut_of(&w, f, &mut Vec::new()),
+                cut_of(&w, f, None, &mut Vec::new()),
                 Cut::of(&w[..], f),
                 "round {round}: {f:?}"
             );

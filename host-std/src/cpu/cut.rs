@@ -60,23 +60,38 @@ pub(crate) fn softmax_cut(
 /// and each value's mass is read off its key), else the whole-row search. Unlike softmax
 /// weights, the largest value is not known to be `1`: min-p and top-p alone (whose sample is
 /// placed below it) first find it (one vector pass; top-p alone sums the row's mass in the same
-/// pass); with top-k the candidates hold the largest value and are checked instead.
-pub(crate) fn probs_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Cut {
-    probs_candidate_cut(isa, p, filter, cands).unwrap_or_else(|| Cut::of(p, filter))
+/// pass); with top-k the candidates hold the largest value and are checked instead. `known`:
+/// the row's [`kernels::max_mass`], when a pass already found it.
+pub(crate) fn probs_cut(
+    isa: Isa,
+    p: &[f32],
+    filter: Filter,
+    known: Option<(u32, u128)>,
+    cands: &mut Vec<u32>,
+) -> Cut {
+    probs_candidate_cut(isa, p, filter, known, cands).unwrap_or_else(|| Cut::of(p, filter))
 }
 
 /// [`probs_cut`] from candidates, if they decide it.
-fn probs_candidate_cut(isa: Isa, p: &[f32], filter: Filter, cands: &mut Vec<u32>) -> Option<Cut> {
+fn probs_candidate_cut(
+    isa: Isa,
+    p: &[f32],
+    filter: Filter,
+    known: Option<(u32, u128)>,
+    cands: &mut Vec<u32>,
+) -> Option<Cut> {
     let top_p_alone = filter.top_p < 1.0 && !top_k_binds(filter, p.len());
     let needs_total = top_p_alone && filter.min_p <= 0.0;
     let (max_key, total) = if needs_total {
         // The largest key and the row's mass in one pass (the mass is meaningful only when
         // that key is at most 1's, checked below).
-        let (key, total) = kernels::max_mass(isa, p);
+        let (key, total) = known.unwrap_or_else(|| kernels::max_mass(isa, p));
         (key, Some(total))
     } else if filter.min_p > 0.0 || top_p_alone {
-        // The largest value (NaN never wins).
-        (weight_key(kernels::softmax_max(isa, p, 1.0)), None)
+        // The largest value (NaN never wins): `max_mass`'s key, the key of the largest
+        // positive value, is its key too.
+        let key = known.map_or_else(|| weight_key(kernels::softmax_max(isa, p, 1.0)), |k| k.0);
+        (key, None)
     } else {
         (ONE_KEY, None)
     };

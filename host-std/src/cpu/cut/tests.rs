@@ -209,13 +209,18 @@ fn probs_cut_is_the_cut() {
                     let want = Cut::of(&p[..], f);
                     // As in `candidate_cut_is_the_cut`: the wrapper once, the candidates on
                     // every set.
-                    assert_eq!(
-                        probs_cut(Isa::detect(), &p, f, &mut cands),
-                        want,
-                        "V {vocab} kind {kind} {odd:?} {f:?}"
-                    );
+                    // Also with the row's maximum and mass handed in, as the CPU backend's
+                    // lazy rows do.
+                    let found = Some(kernels::max_mass(Isa::detect(), &p));
+                    for known in [None, found] {
+                        assert_eq!(
+                            probs_cut(Isa::detect(), &p, f, known, &mut cands),
+                            want,
+                            "V {vocab} kind {kind} {odd:?} {f:?} {known:?}"
+                        );
+                    }
                     for isa in Isa::available() {
-                        if let Some(got) = probs_candidate_cut(isa, &p, f, &mut cands) {
+                        if let Some(got) = probs_candidate_cut(isa, &p, f, None, &mut cands) {
                             assert_eq!(got, want, "{isa:?} V {vocab} kind {kind} {odd:?} {f:?}");
                         }
                     }
@@ -224,7 +229,7 @@ fn probs_cut_is_the_cut() {
                         && f.top_k < 10_000
                         && (0.1..=0.95).contains(&f.top_p)
                     {
-                        let fast = probs_candidate_cut(Isa::detect(), &p, f, &mut cands);
+                        let fast = probs_candidate_cut(Isa::detect(), &p, f, None, &mut cands);
                         assert_eq!(fast, Some(want), "V {vocab} kind {kind} {f:?}: not decided");
                     }
                 }
@@ -317,13 +322,13 @@ fn peaked_rows_with_ties_and_masks_at_real_vocabularies() {
                 for isa in Isa::available() {
                     let got = softmax_cut(isa, &w, f, Some(total), &mut cands);
                     assert_eq!(got, want, "{isa:?} V {vocab} shape {shape} {f:?}");
-                    let got = probs_cut(isa, &probs, f, &mut cands);
+                    let got = probs_cut(isa, &probs, f, None, &mut cands);
                     assert_eq!(got, want_p, "{isa:?} V {vocab} shape {shape} {f:?} probs");
                 }
                 if f.min_p == 0.0 {
                     let fast = try_cut(Isa::detect(), &w, f, ONE_KEY, Some(total), &mut cands, 0);
                     assert_eq!(fast, Some(want), "V {vocab} shape {shape}: not decided");
-                    let fast = probs_candidate_cut(Isa::detect(), &probs, f, &mut cands);
+                    let fast = probs_candidate_cut(Isa::detect(), &probs, f, None, &mut cands);
                     assert_eq!(
                         fast,
                         Some(want_p),
