@@ -320,7 +320,8 @@ impl RowState {
 enum Found {
     /// A logits row's softmax maximum.
     Max(kernels::Max),
-    /// A probability row's largest key and mass ([`kernels::max_mass`]).
+    /// A probability row's largest key and mass ([`kernels::max_mass`]), where the cut reads
+    /// them ([`cut::probs_needs_mass`]).
     MaxMass(u32, u128),
 }
 
@@ -366,7 +367,9 @@ fn quick_accept(
 ) -> (Option<f32>, Option<Found>) {
     let isa = kernels::Isa::detect();
     let (lo, found) = match (t, src) {
-        (None, Src::F32(p)) if filter.is_active() => {
+        // Top-p alone, whose cut costs a few passes and starts with this one; with min-p or
+        // top-k the cut is about as cheap as the mass it would save.
+        (None, Src::F32(p)) if cut::probs_needs_mass(filter, p.len()) => {
             let (key, mass) = kernels::max_mass(isa, p);
             let found = Found::MaxMass(key, mass);
             // Values above 1 (the mass could saturate) and rows without a positive value

@@ -61,7 +61,8 @@ pub(crate) fn softmax_cut(
 /// weights, the largest value is not known to be `1`: min-p and top-p alone (whose sample is
 /// placed below it) first find it (one vector pass; top-p alone sums the row's mass in the same
 /// pass); with top-k the candidates hold the largest value and are checked instead. `known`:
-/// the row's [`kernels::max_mass`], when a pass already found it.
+/// the row's [`kernels::max_mass`], when a pass already found it (read where
+/// [`probs_needs_mass`]).
 pub(crate) fn probs_cut(
     isa: Isa,
     p: &[f32],
@@ -81,17 +82,14 @@ fn probs_candidate_cut(
     cands: &mut Vec<u32>,
 ) -> Option<Cut> {
     let top_p_alone = filter.top_p < 1.0 && !top_k_binds(filter, p.len());
-    let needs_total = top_p_alone && filter.min_p <= 0.0;
-    let (max_key, total) = if needs_total {
+    let (max_key, total) = if probs_needs_mass(filter, p.len()) {
         // The largest key and the row's mass in one pass (the mass is meaningful only when
         // that key is at most 1's, checked below).
         let (key, total) = known.unwrap_or_else(|| kernels::max_mass(isa, p));
         (key, Some(total))
     } else if filter.min_p > 0.0 || top_p_alone {
-        // The largest value (NaN never wins): `max_mass`'s key, the key of the largest
-        // positive value, is its key too.
-        let key = known.map_or_else(|| weight_key(kernels::softmax_max(isa, p, 1.0)), |k| k.0);
-        (key, None)
+        // The largest value (NaN never wins).
+        (weight_key(kernels::softmax_max(isa, p, 1.0)), None)
     } else {
         (ONE_KEY, None)
     };
@@ -100,6 +98,12 @@ fn probs_candidate_cut(
         return None;
     }
     candidate_cut(isa, p, filter, max_key, total, cands)
+}
+
+/// Whether [`probs_cut`] reads a probability row's mass (top-p alone): its first pass then
+/// finds the largest key and the mass together.
+pub(crate) fn probs_needs_mass(filter: Filter, len: usize) -> bool {
+    filter.top_p < 1.0 && !top_k_binds(filter, len) && filter.min_p <= 0.0
 }
 
 /// The cut from candidates, if two tries decide it. `max_key`: the largest key of `w` (at
