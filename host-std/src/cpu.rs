@@ -353,9 +353,8 @@ impl Found {
 ///   renormalised `p` is at least the unfiltered one: the sum bound's lower bound of it
 ///   (binary32 logits), the plain softmax's `p` from the exact pass (half logits with top-k or
 ///   top-p: their pass reads the weights from a table, cheaper than the cut it saves), or the
-///   stored value over
-///   the row's exact mass (binary32 probabilities, both from one pass, which the cut then
-///   reuses).
+///   stored value over the row's exact mass (binary32 probabilities with top-p alone: the
+///   largest key and the mass from one pass, which the cut then reuses).
 ///
 /// A position decided here is accepted by the one-request batch's test with `pt` in place of
 /// `p(x)` (the same test, the same verdict); any other position takes the exact path.
@@ -426,9 +425,11 @@ fn quick_accept(
 /// inputs), lazily: the acceptance test of row `j` needs only the row's reduction
 /// ([`RowState`]) and `p(x_j)`, so rows are reduced one by one until the first rejection `r`;
 /// only row `r` (the residual's, or the bonus row when all are accepted) is written out in
-/// full, rows after it are never read. The one-request batch handed to [`verify_request`]
-/// holds exactly the values the rules read (`p(x_j)` and `d(x_j)` at accepted positions, full
-/// rows at `r`), so the bits are those of the full rows.
+/// full, rows after it are never read; many accepted positions are decided without their
+/// row's exact reduction ([`quick_accept`]). The one-request batch handed to
+/// [`verify_request`] holds the values the rules read (`d(x_j)` and `p(x_j)` at accepted
+/// positions, or a lower bound of `p(x_j)` that passes the same test; full rows at `r`), so
+/// the outputs are those of the full rows.
 fn verify_rejection_lazy<O: RowOps + ?Sized>(
     ops: &O,
     batch: &Batch<'_>,
@@ -521,26 +522,27 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         let d = batch.draft_values_checked(b, j);
         let pd = d.map_or(1.0, |d| d.at(x));
         let u = accept_draw(seed, offset, j as u32);
-        let (pt, known) = quick_accept(src, t, filter, x, |pt| accepts(u, pt, pd));
-        let mut state = None;
-        let pt = pt.unwrap_or_else(|| {
-            let s = state.insert(RowState::of(src, t, filter, true, known, weights, cands));
-            s.p(src, weights, x)
-        });
-        if accepts(u, pt, pd) {
-            probs[j * v + x] = pt;
-            if let Some(dr) = &mut draft {
-                dr[j * v + x] = pd;
+        let (quick, known) = quick_accept(src, t, filter, x, |pt| accepts(u, pt, pd));
+        let pt = match quick {
+            Some(pt) => pt,
+            None => {
+                let mut state = RowState::of(src, t, filter, true, known, weights, cands);
+                let pt = state.p(src, weights, x);
+                if !accepts(u, pt, pd) {
+                    state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
+                    full_rows = j..j + 1;
+                    if let (Some(dr), Some(d)) = (&mut draft, d) {
+                        kernels::widen_into(d, &mut dr[j * v..(j + 1) * v]);
+                    }
+                    r = j;
+                    break;
+                }
+                pt
             }
-        } else if let Some(mut state) = state {
-            // (`state` is `None` only where the bound's `p` passed the test.)
-            state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
-            full_rows = j..j + 1;
-            if let (Some(dr), Some(d)) = (&mut draft, d) {
-                kernels::widen_into(d, &mut dr[j * v..(j + 1) * v]);
-            }
-            r = j;
-            break;
+        };
+        probs[j * v + x] = pt;
+        if let Some(dr) = &mut draft {
+            dr[j * v + x] = pd;
         }
     }
     if r == k && batch.bonus.is_none() {
