@@ -439,6 +439,22 @@ pub trait RowOps {
         entropy_by(row.len(), |v| sm.p(row[v]))
     }
 
+    /// Whether the softmax probability `p` of id `x` of the binary32 logits row `row` at
+    /// temperature `t > 0` passes `test`, decided without the row's exact reduction: `true`
+    /// only where a value `lo ≤ p` passes it (`test` is monotone: a value that passes makes
+    /// every larger one pass), so the verdict is the one `p` gets. `false` decides nothing (the
+    /// caller reduces the row); the default, which bounds nothing.
+    fn softmax_passes(
+        &self,
+        row: &[f32],
+        t: f32,
+        x: usize,
+        test: &mut dyn FnMut(f32) -> bool,
+    ) -> bool {
+        let _ = (row, t, x, test);
+        false
+    }
+
     /// Calls `f` with the probability row `p_v = sm.p(row[v])` (`sm`: this row's
     /// [`softmax`](Self::softmax)) where the implementation keeps one, for the reductions that
     /// have no hook of their own (SpecInfer's residuals); the default keeps none and does not

@@ -142,10 +142,19 @@ impl<'a, R: NodeRows + ?Sized> Shape<'a> for TreeShape<'a, '_, R> {
     }
 
     fn dist<O: RowOps + ?Sized>(&self, ops: &O, u: usize) -> Dist<'a> {
+        if let Some((row, t)) = self.logits(u) {
+            return Dist::Soft(row, ops.softmax(row, t));
+        }
+        match self.rows.target(self.batch, self.b, u) {
+            Values::F32(row) => Dist::Probs(row),
+            row => Dist::Processed(row, Processed::of(row, self.temperature, Filter::NONE)),
+        }
+    }
+
+    fn logits(&self, u: usize) -> Option<(&'a [f32], f32)> {
         match (self.rows.target(self.batch, self.b, u), self.temperature) {
-            (Values::F32(row), Some(t)) if t > 0.0 => Dist::Soft(row, ops.softmax(row, t)),
-            (Values::F32(row), _) => Dist::Probs(row),
-            (row, t) => Dist::Processed(row, Processed::of(row, t, Filter::NONE)),
+            (Values::F32(row), Some(t)) if t > 0.0 => Some((row, t)),
+            _ => None,
         }
     }
 

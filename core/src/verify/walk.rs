@@ -224,6 +224,12 @@ pub(super) trait Shape<'r> {
     fn token(&self, c: usize) -> u32;
     /// Node `u`'s target distribution, reduced now (its softmax, its filter).
     fn dist<O: RowOps + ?Sized>(&self, ops: &O, u: usize) -> Dist<'r>;
+    /// Node `u`'s row and temperature where [`dist`](Self::dist) reduces it through
+    /// [`RowOps::softmax`] (binary32 logits at `t > 0`), before it does.
+    fn logits(&self, u: usize) -> Option<(&'r [f32], f32)> {
+        let _ = u;
+        None
+    }
     /// The draft row that proposed node `c`'s token (`c ≥ 1`), `None` for a one-hot drafter.
     fn draft(&self, c: usize) -> Option<Values<'r>>;
     /// The caller's token for a walk that stops at a leaf (a chain's bonus tokens), if any.
@@ -330,10 +336,15 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
     /// rule (one uniform against the cumulative mass of the siblings' distinct tokens). A leaf
     /// emits the race over its row. Without `test`, every child is taken as rejected.
     fn rejection(&self, u: usize, test: bool) -> Step {
-        let d = self.shape.dist(self.ops, u);
         let mut kids = [0u32; MAX_TREE_NODES];
         let m = self.children(u, &mut kids);
         let kids = &kids[..m];
+        if let (true, Some(&first)) = (test, kids.first()) {
+            if self.first_passes(u, first) {
+                return Step::Accept(first as usize);
+            }
+        }
+        let d = self.shape.dist(self.ops, u);
         let Some(&first) = kids.first() else {
             return Step::Emit(d.sample(self.ops, self.rng(u)));
         };
@@ -361,6 +372,24 @@ impl<'r, O: RowOps + ?Sized, S: Shape<'r>> Walk<'_, O, S> {
         }
         let residual = d.race_excluding(self.ops, self.rng(u), &tried[..m]);
         Step::Emit(residual.unwrap_or_else(|| d.sample(self.ops, self.rng(u))))
+    }
+
+    /// Whether node `u`'s first child `first` passes the test the rules run first, decided by
+    /// the ops without reducing the node's logits row ([`RowOps::softmax_passes`]): SpecInfer's
+    /// `U·q(x) < p(x)` (`z₀ = 1`, no residual before it) or, without draft rows, the target-only
+    /// rule's `U < p(x)` (the cumulative mass of the first distinct token). `false`: not decided.
+    fn first_passes(&self, u: usize, first: u32) -> bool {
+        let Some((row, t)) = self.shape.logits(u) else {
+            return false;
+        };
+        let x = self.shape.token(first as usize) as usize;
+        let den = self
+            .shape
+            .draft(first as usize)
+            .map_or(1.0, |q| f64::from(q.at(x)));
+        let u01 = uniform53(sibling_draw(self.seed, self.offset, u as u32, 0));
+        self.ops
+            .softmax_passes(row, t, x, &mut |p| u01 * den < f64::from(p))
     }
 
     /// SpecInfer's multi-step speculative sampling at node `u` over its children `kids`

@@ -15,7 +15,7 @@ use specula_core::verify::tree::{
 };
 use specula_core::verify::{
     AcceptedOut, Check, Cut, Method, RaceRng, RowOps, ScalarOps, Softmax, Support, TokensOut,
-    VerifyError,
+    VerifyError, softmax_exp,
 };
 use std::cell::Cell;
 use widen::Widening;
@@ -301,6 +301,21 @@ impl RowOps for TreeRows<'_> {
 
     fn softmax_argmax(&self, row: &[f32], sm: &Softmax) -> u32 {
         self.with_probs(row, sm, |p| self.split.argmax(p))
+    }
+
+    /// The chain's shortcut ([`kernels::sum_bound`]): the row's maximum and a bound on its
+    /// softmax sum from one read, whose lower bound of `p(x)` decides a passing test; a node
+    /// whose first child it does not decide is reduced as before.
+    fn softmax_passes(
+        &self,
+        row: &[f32],
+        t: f32,
+        x: usize,
+        test: &mut dyn FnMut(f32) -> bool,
+    ) -> bool {
+        kernels::sum_bound(self.split.isa(), row, t, None)
+            .and_then(|b| b.p_range(softmax_exp(row[x], t, b.m)))
+            .is_some_and(|(lo, _)| test(lo))
     }
 
     fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {

@@ -559,6 +559,124 @@ fn logits_give_the_bits_of_their_softmax_rows() {
     }
 }
 
+/// [`RowOps::softmax_passes`] decides a node's first child as the node's own test would: ops
+/// whose hook answers with the exact `p` give the plain ops' bits (and the walk asks them:
+/// they decide some nodes), ops whose hook passes every first child change the outcome (the
+/// walk reads the answer), with and without draft rows.
+#[test]
+fn the_softmax_hook_decides_first_children_as_their_test() {
+    struct Hook {
+        lie: bool,
+        decided: core::cell::Cell<u32>,
+    }
+    impl RowOps for Hook {
+        fn argmax(&self, row: &[f32]) -> u32 {
+            ScalarOps.argmax(row)
+        }
+        fn entropy(&self, row: &[f32]) -> f32 {
+            ScalarOps.entropy(row)
+        }
+        fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
+            ScalarOps.race(rng, row)
+        }
+        fn race_residual(
+            &self,
+            rng: RaceRng,
+            target: &[f32],
+            draft: Option<&[f32]>,
+            token: u32,
+        ) -> Option<u32> {
+            ScalarOps.race_residual(rng, target, draft, token)
+        }
+        fn softmax_passes(
+            &self,
+            row: &[f32],
+            t: f32,
+            x: usize,
+            test: &mut dyn FnMut(f32) -> bool,
+        ) -> bool {
+            let p = if self.lie {
+                1.0
+            } else {
+                Softmax::of(row, t).p(row[x])
+            };
+            let passed = test(p);
+            self.decided.set(self.decided.get() + u32::from(passed));
+            passed
+        }
+    }
+    let t = 0.8f32;
+    let logits: std::vec::Vec<f32> = (0..6 * 4)
+        .map(|i| ((i * 5 + 2) % 9) as f32 * 0.7 - 2.0)
+        .collect();
+    let draft: std::vec::Vec<f32> = (0..6).flat_map(|_| Q).collect();
+    let temps = [t];
+    let (exact, lying) = (
+        Hook {
+            lie: false,
+            decided: 0.into(),
+        },
+        Hook {
+            lie: true,
+            decided: 0.into(),
+        },
+    );
+    let mut lies_showed = 0;
+    for kids in [[2u32, 1, 3], [0, 0, 1], [3, 2, 1]] {
+        let s = small(kids);
+        for with_draft in [false, true] {
+            for off in 0..if cfg!(miri) { 4u64 } else { 100 } {
+                let offset = [off];
+                let batch = TreeBatch::new(
+                    TreeDims {
+                        vocab: 4,
+                        max_nodes: 6,
+                        max_depth: 2,
+                    },
+                    Tree {
+                        nodes: &[6],
+                        tokens: &s.tokens,
+                        first_child: &s.fc,
+                        next_sibling: &s.ns,
+                    },
+                    &[],
+                    Streams {
+                        seed: &[11],
+                        offset: &offset,
+                    },
+                )
+                .with_target_logits(Logits {
+                    values: &logits,
+                    temperature: &temps,
+                });
+                let batch = if with_draft {
+                    batch.with_draft_probs(&draft)
+                } else {
+                    batch
+                };
+                let run = |ops: &dyn RowOps| {
+                    let (mut path, mut tokens) = ([0u32; 3], [0u32; 3]);
+                    let acc = verify_tree_request(
+                        ops,
+                        &BatchRows,
+                        Method::Rejection,
+                        &batch,
+                        0,
+                        &mut path,
+                        &mut tokens,
+                    );
+                    (acc, path, tokens)
+                };
+                let want = run(&ScalarOps);
+                assert_eq!(run(&exact), want, "{kids:?} {with_draft} {off}");
+                lies_showed += usize::from(run(&lying) != want);
+            }
+        }
+    }
+    assert!(exact.decided.get() > 10, "{}", exact.decided.get());
+    assert!(lies_showed > 10, "{lies_showed}");
+}
+
 #[test]
 fn a_token_both_models_rule_out_is_never_accepted() {
     // Child token 0 with q(0) = 0 and p(0) = 0: `U·0 < 0` is false for every U, so it is

@@ -583,3 +583,116 @@ fn half_rows_are_widened_when_read_and_only_then() {
         "{visited_rows} of {rows_in_trees} rows widened"
     );
 }
+
+/// The first-child shortcut ([`TreeRows`]' `softmax_passes`, the chain's sum bound) decides as
+/// the node's own test, attacked where it is closest: at the seeds whose `U·q(x)` (or `U`,
+/// without draft rows) lies inside the bound's range of `p(x)`, on both sides of `p(x)`, and at
+/// others, the CPU backend's tree outputs are the core reference's (V = 32000, a root whose
+/// first child holds a good part of the mass, then a second child).
+#[test]
+fn the_first_child_shortcut_decides_as_the_test() {
+    use specula_core::verify::exponential::uniform53;
+    use specula_core::verify::tree::sibling_draw;
+    use specula_core::verify::{Check, Method, Softmax, softmax_exp};
+    let (v, t) = (32_000usize, 0.8f32);
+    let mut g = Rng(0x71EE);
+    let mut logits: Vec<f32> = (0..3 * v).map(|_| 6.0 * g.unit() - 3.0).collect();
+    logits[17] = 9.0;
+    // Draft rows for nodes 1 and 2 (row 0 unread): q(17) = 0.4.
+    let draft: Vec<f32> = (0..3 * v)
+        .map(|i| match (i / v, i % v) {
+            (0, _) => 0.0,
+            (_, 17) => 0.4,
+            _ => 0.6 / (v - 1) as f32,
+        })
+        .collect();
+    let row = &logits[..v];
+    let bound = kernels::sum_bound(Isa::detect(), row, t, None).expect("finite");
+    let (lo, hi) = bound
+        .p_range(softmax_exp(row[17], t, bound.m))
+        .expect("narrow");
+    let exact = Softmax::of(row, t).p(row[17]);
+    assert!(lo <= exact && exact < hi, "{lo} {exact} {hi}");
+    let (mut fc, mut ns) = ([0i32; 3], [0i32; 3]);
+    links_from_parents(&[-1, 0, 0], &mut fc, &mut ns).expect("a tree");
+    let tokens = [0u32, 17, 5];
+    let verifier = CpuVerifier::<K>::new(1).expect("pool");
+    for with_draft in [false, true] {
+        let den = if with_draft { 0.4f64 } else { 1.0 };
+        let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
+        for seed in 0..60_000u64 {
+            let u = uniform53(sibling_draw(seed, 0, 0, 0)) * den;
+            let class = if u < f64::from(lo) || u >= f64::from(hi) {
+                &mut outside
+            } else if u < f64::from(exact) {
+                &mut inside_accepted
+            } else {
+                &mut inside_rejected
+            };
+            *class += 1;
+            if *class > 30 {
+                continue;
+            }
+            let (seeds, temps) = ([seed], [t]);
+            let batch = TreeBatch::new(
+                TreeDims {
+                    vocab: v,
+                    max_nodes: 3,
+                    max_depth: 1,
+                },
+                Tree {
+                    nodes: &[3],
+                    tokens: &tokens,
+                    first_child: &fc,
+                    next_sibling: &ns,
+                },
+                &[],
+                Streams {
+                    seed: &seeds,
+                    offset: &[0],
+                },
+            )
+            .with_target_logits(Logits {
+                values: &logits,
+                temperature: &temps,
+            });
+            let batch = if with_draft {
+                batch.with_draft_probs(&draft)
+            } else {
+                batch
+            };
+            let mut want = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            let mut counters = specula_core::Counters::<K>::ZERO;
+            verify_tree_batch(
+                Method::Rejection,
+                Check::STRICT,
+                &batch,
+                &mut TreeOutputs::new(
+                    AcceptedOut(&mut want.0),
+                    PathOut(&mut want.1),
+                    TokensOut(&mut want.2),
+                ),
+                &mut counters,
+            )
+            .expect("valid");
+            let mut got = ([0u32; 1], [0u32; 2], [0u32; 2]);
+            verifier
+                .verify_tree(
+                    Method::Rejection,
+                    Check::STRICT,
+                    &batch,
+                    &mut TreeOutputs::new(
+                        AcceptedOut(&mut got.0),
+                        PathOut(&mut got.1),
+                        TokensOut(&mut got.2),
+                    ),
+                )
+                .expect("valid");
+            assert_eq!(got, want, "draft rows {with_draft}, seed {seed}");
+        }
+        assert!(
+            inside_accepted >= 3 && inside_rejected >= 3,
+            "draft rows {with_draft}: {inside_accepted} {inside_rejected} {outside}"
+        );
+    }
+}
