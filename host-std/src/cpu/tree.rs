@@ -303,9 +303,12 @@ impl RowOps for TreeRows<'_> {
         self.with_probs(row, sm, |p| self.split.argmax(p))
     }
 
-    /// The chain's shortcut ([`kernels::sum_bound`]): the row's maximum and a bound on its
-    /// softmax sum from one read, whose lower bound of `p(x)` decides a passing test; a node
-    /// whose first child it does not decide is reduced as before.
+    /// The chain's shortcut ([`kernels::sum_bound`]): the row's maximum, then a bound on its
+    /// softmax sum, whose lower bound of `p(x)` decides a passing test; a node whose first
+    /// child it does not decide is reduced as before. First the maximum alone: `p(x) ≤ e_x`
+    /// (the sum is at least the maximum's weight, 1), so where `e_x` fails the test the bound
+    /// is not read (a tree's first children are often rejected: measured, reading it anyway
+    /// made the target-only rule 15–27 % slower on rows that reject them).
     fn softmax_passes(
         &self,
         row: &[f32],
@@ -313,9 +316,14 @@ impl RowOps for TreeRows<'_> {
         x: usize,
         test: &mut dyn FnMut(f32) -> bool,
     ) -> bool {
-        kernels::sum_bound(self.split.isa(), row, t, None)
-            .and_then(|b| b.p_range(softmax_exp(row[x], t, b.m)))
-            .is_some_and(|(lo, _)| test(lo))
+        let isa = self.split.isa();
+        let m = kernels::softmax_max(isa, row, t);
+        let e = softmax_exp(row[x], t, m);
+        m.is_finite()
+            && test(e)
+            && kernels::sum_bound(isa, row, t, Some(m))
+                .and_then(|b| b.p_range(e))
+                .is_some_and(|(lo, _)| test(lo))
     }
 
     fn with_softmax_probs(&self, row: &[f32], sm: &Softmax, f: &mut dyn FnMut(&[f32])) {
