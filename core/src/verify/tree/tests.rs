@@ -668,7 +668,19 @@ fn the_softmax_hook_decides_first_children_as_their_test() {
                     (acc, path, tokens)
                 };
                 let want = run(&ScalarOps);
+                let before = exact.decided.get();
                 assert_eq!(run(&exact), want, "{kids:?} {with_draft} {off}");
+                // With the exact `p`, the hook passes exactly the first children the walk
+                // accepts (the first test at their parent is theirs).
+                let (acc, path, _) = want;
+                let firsts = (1..=acc as usize)
+                    .filter(|&i| s.fc[path[i - 1] as usize] == path[i] as i32)
+                    .count() as u32;
+                assert_eq!(
+                    exact.decided.get() - before,
+                    firsts,
+                    "{kids:?} {with_draft} {off}: {want:?}"
+                );
                 lies_showed += usize::from(run(&lying) != want);
             }
         }
