@@ -32,12 +32,14 @@
 mod cut;
 mod kernels;
 mod ops;
+mod shortcut;
 mod tree;
 
 pub use ops::ChunkedOps;
 use ops::SplitOps;
 
 use rayon::prelude::*;
+use shortcut::{Found, quick_accept};
 use specula_core::verify::exponential::accepts;
 use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
@@ -45,8 +47,7 @@ use specula_core::verify::tree::{TreeBatch, TreeOutputs};
 use specula_core::verify::{
     AcceptedOut, Batch, Check, Cut, Dims, Drafts, Filter, Half, Method, Outputs, RequestPlan,
     RowOps, SENTINEL, ScalarOps, Streams, Support, TokensOut, Values, Verifier, VerifyError,
-    softmax_exp, validate_recovered, validate_request_with, validate_shape_with, verify_request,
-    weight_key,
+    validate_recovered, validate_request_with, validate_shape_with, verify_request,
 };
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -313,112 +314,6 @@ impl RowState {
             Self::Identity | Self::Approx { .. } => out.copy_from_slice(src.as_f32(wide)),
         }
     }
-}
-
-/// What [`quick_accept`] found of a row in its pass, for the exact path not to find again.
-#[derive(Clone, Copy)]
-enum Found {
-    /// A logits row's softmax maximum.
-    Max(kernels::Max),
-    /// A probability row's largest key and mass ([`kernels::max_mass`]), where the cut reads
-    /// them ([`cut::probs_needs_mass`]).
-    MaxMass(u32, u128),
-}
-
-impl Found {
-    fn max(self) -> Option<kernels::Max> {
-        match self {
-            Self::Max(m) => Some(m),
-            Self::MaxMass(..) => None,
-        }
-    }
-
-    fn max_mass(self) -> Option<(u32, u128)> {
-        match self {
-            Self::MaxMass(key, mass) => Some((key, mass)),
-            Self::Max(_) => None,
-        }
-    }
-}
-
-/// The acceptance of id `x` on the target row `src` (logits at `t > 0`, or probabilities for
-/// `None`), decided without the exact softmax pass and the filter's cut where that can be done
-/// with the rules' bits: a value `pt ≤ p(x)` for which `test(pt)` holds, and what the pass
-/// found of the row (for the exact path, which then need not find it again).
-///
-/// * Logits without a filter, a binary32 row: the bound on the softmax sum from one read of
-///   the row ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
-/// * With a filter, `x` of the row's largest weight (logits: weight 1): every filter keeps it
-///   (its threshold is at most that weight's key) and keeps at most the whole mass, so its
-///   renormalised `p` is at least the unfiltered one: the sum bound's lower bound of it
-///   (binary32 logits), the plain softmax's `p` from the exact pass (half logits with top-k or
-///   top-p: their pass reads the weights from a table, cheaper than the cut it saves), or the
-///   stored value over the row's exact mass (binary32 probabilities with top-p alone: the
-///   largest key and the mass from one pass, which the cut then reuses).
-///
-/// A position decided here is accepted by the one-request batch's test with `pt` in place of
-/// `p(x)` (the same test, the same verdict); any other position takes the exact path.
-fn quick_accept(
-    src: Src<'_>,
-    t: Option<f32>,
-    filter: Filter,
-    x: usize,
-    test: impl Fn(f32) -> bool,
-) -> (Option<f32>, Option<Found>) {
-    let isa = kernels::Isa::detect();
-    let (lo, found) = match (t, src) {
-        // Top-p alone, whose cut costs a few passes and starts with this one; with min-p or
-        // top-k the cut is about as cheap as the mass it would save.
-        (None, Src::F32(p)) if cut::probs_needs_mass(filter, p.len()) => {
-            let (key, mass) = kernels::max_mass(isa, p);
-            let found = Found::MaxMass(key, mass);
-            // Values above 1 (the mass could saturate) and rows without a positive value
-            // take the exact path.
-            let top = key > 0 && key <= 1f32.to_bits() && weight_key(p[x]) == key;
-            let lo = Cut {
-                threshold: 0,
-                fixed: mass,
-            }
-            .p(p[x]);
-            (top.then_some(lo), found)
-        }
-        (None, _) => return (None, None),
-        // Half logits with min-p alone keep their cheaper approximate sum (`RowState::Approx`:
-        // one table pass); measured, the exact pass here made them 12–17 % slower.
-        (Some(_), Src::Bf16(_) | Src::F16(_))
-            if cut::plain_threshold(filter, src.len()).is_some() =>
-        {
-            return (None, None);
-        }
-        (Some(t), _) if filter.is_active() => {
-            let max = src.max(isa, t);
-            if !(max.m.is_finite() && softmax_exp(src.at(x), t, max.m) == 1.0) {
-                return (None, Some(Found::Max(max)));
-            }
-            let lo = match src {
-                Src::F32(l) => kernels::sum_bound(isa, l, t, Some(max.m))
-                    .and_then(|b| b.p_range(1.0))
-                    .map(|(lo, _)| lo),
-                _ => Some(
-                    Cut {
-                        threshold: 0,
-                        fixed: src.pass(isa, t, max, None),
-                    }
-                    .p(1.0),
-                ),
-            };
-            (lo, Found::Max(max))
-        }
-        (Some(t), Src::F32(l)) => {
-            let Some(b) = kernels::sum_bound(isa, l, t, None) else {
-                return (None, None);
-            };
-            let lo = b.p_range(softmax_exp(l[x], t, b.m)).map(|(lo, _)| lo);
-            (lo, Found::Max(kernels::Max::from(b.m)))
-        }
-        (Some(_), _) => return (None, None),
-    };
-    (lo.filter(|&lo| test(lo)), Some(found))
 }
 
 /// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
@@ -1066,168 +961,6 @@ impl<const K: usize> Readback<K> for CpuReadback<K> {
 mod tests {
     use super::*;
     use specula_core::verify::{Dims, Drafts, Streams, f16_to_f32};
-
-    /// The sum bound's acceptance (`verify_rejection_lazy_in`) is the exact test's, attacked
-    /// where it is closest: at the seeds whose `U·q(x)` lies between the bound's lower bound of
-    /// `p(x)` and its upper bound or the filtered `p(x)` (the exact pass decides there, on
-    /// both sides of `p(x)` where `p(x) < q(x)`), and at others, the CPU backend's tokens are
-    /// the core reference's on the logits themselves, without a filter and with each filter
-    /// (the drafted token the row's largest weight, as the filtered rows' bound needs).
-    #[test]
-    fn sum_bound_decides_as_the_exact_test() {
-        use specula_core::verify::{HalfLogits, Logits, Processed, softmax_exp};
-        let (v, k, t) = (32_000, 2, 0.8f32);
-        let mut x = 0x5EED_u64;
-        let mut unif = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 + 0.5) / 16_777_216.0
-        };
-        // bf16 values, so that the bf16 rows (the half rows' path) hold the same logits.
-        let mut logits: Vec<f32> = (0..(k + 1) * v)
-            .map(|_| f32::from_bits((6.0 * unif() - 3.0).to_bits() & 0xFFFF_0000))
-            .collect();
-        // The drafted tokens hold a good part of their rows' mass.
-        logits[17] = 9.0;
-        logits[v + 4242] = 9.5;
-        let bits: Vec<u16> = logits.iter().map(|l| (l.to_bits() >> 16) as u16).collect();
-        let draft: Vec<f32> = (0..k * v)
-            .map(|i| match (i / v, i % v) {
-                (0, 17) => 0.4,
-                // Below its plain softmax `p`: a cut token the bound must not accept.
-                (0, 18) => 1e-6,
-                (0, _) => 0.6 / (v - 2) as f32,
-                (_, 4242) => 0.5,
-                _ => 0.5 / (v - 1) as f32,
-            })
-            .collect();
-        let pd = draft[17];
-        let isa = kernels::Isa::detect();
-        let row = &logits[..v];
-        let bound = kernels::sum_bound(isa, row, t, None).expect("finite");
-        let e = softmax_exp(row[17], t, bound.m);
-        let (lo, hi) = bound.p_range(e).expect("narrow");
-        let plain = Processed::of(Values::F32(row), Some(t), Filter::NONE).p(row[17]);
-        // The same rows as stored probabilities (their softmax).
-        let stored: Vec<f32> = logits
-            .chunks_exact(v)
-            .flat_map(|r| {
-                let pr = Processed::of(Values::F32(r), Some(t), Filter::NONE);
-                r.iter().map(move |&l| pr.p(l))
-            })
-            .collect();
-        let prow = &stored[..v];
-        let verifier = CpuVerifier::<8>::new(1).expect("pool");
-        for filter in [
-            Filter::NONE,
-            Filter::NONE.with_top_p(0.9),
-            Filter::NONE.with_top_k(50).with_top_p(0.9),
-            Filter::NONE.with_min_p(0.05),
-            Filter::NONE.with_top_k(1),
-        ] {
-            let exact = Processed::of(Values::F32(row), Some(t), filter).p(row[17]);
-            assert!(lo <= exact && lo < hi, "{filter:?}: {lo} {exact} {hi}");
-            for kind in ["f32", "bf16", "probs"] {
-                // The lower bound each kind's shortcut uses: the sum bound's; a half row's
-                // plain softmax `p` (from its exact pass); a probability's stored value over
-                // the row's mass.
-                let (lo, exact, top) = match kind {
-                    "f32" => (lo, exact, exact.max(hi)),
-                    "bf16" => (plain, exact, exact.max(hi)),
-                    _ => {
-                        let mass = kernels::max_mass(isa, prow).1;
-                        let lo = Cut {
-                            threshold: 0,
-                            fixed: mass,
-                        }
-                        .p(prow[17]);
-                        let exact = Processed::of(Values::F32(prow), None, filter).p(prow[17]);
-                        (lo, exact, exact.max(lo))
-                    }
-                };
-                let (mut inside_accepted, mut inside_rejected, mut outside) = (0, 0, 0);
-                for seed in 0..60_000u64 {
-                    let u = accept_draw(seed, 0, 0);
-                    let class = if accepts(u, lo, pd) || !accepts(u, top, pd) {
-                        &mut outside
-                    } else if accepts(u, exact, pd) {
-                        &mut inside_accepted
-                    } else {
-                        &mut inside_rejected
-                    };
-                    *class += 1;
-                    if *class > 30 {
-                        continue;
-                    }
-                    // And a drafted token that is not its row's largest (a filter may cut it).
-                    for ids in [[17u32, 4242], [18, 4242]] {
-                        if ids[0] == 18 && seed >= 40 {
-                            continue;
-                        }
-                        let (ks, seeds, temps, filters) = ([k as u32], [seed], [t], [filter]);
-                        let target: &[f32] = if kind == "probs" { &stored } else { &[] };
-                        let batch = Batch::dense(
-                            Dims { vocab: v, k_max: k },
-                            Drafts { k: &ks, ids: &ids },
-                            target,
-                            Streams {
-                                seed: &seeds,
-                                offset: &[0],
-                            },
-                        )
-                        .with_draft_probs(&draft)
-                        .with_filters(&filters);
-                        let batch = match kind {
-                            "bf16" => batch.with_target_logits_half(HalfLogits {
-                                values: Half::Bf16(&bits),
-                                temperature: &temps,
-                            }),
-                            "f32" => batch.with_target_logits(Logits {
-                                values: &logits,
-                                temperature: &temps,
-                            }),
-                            _ => batch,
-                        };
-                        let mut want = [0u32; 3];
-                        let acc =
-                            verify_request(&ScalarOps, Method::Rejection, &batch, 0, &mut want);
-                        let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 3]);
-                        verifier
-                            .verify(
-                                Method::Rejection,
-                                Check::STRICT,
-                                &batch,
-                                &mut Outputs::new(
-                                    AcceptedOut(&mut accepted),
-                                    TokensOut(&mut tokens),
-                                ),
-                            )
-                            .expect("valid");
-                        assert_eq!(
-                            (accepted[0], tokens),
-                            (acc, want),
-                            "{filter:?} {ids:?} {kind} seed {seed}"
-                        );
-                    }
-                }
-                // Seeds the bound leaves to the exact test and it rejects, where there are: none
-                // when a filter's `p(x)` lies above the bound's range (rejected rows always take
-                // the exact pass there).
-                let rejections = if kind != "probs" && exact < hi { 3 } else { 0 };
-                // Without a filter only binary32 logits have a shortcut to attack.
-                let accepted = if kind != "f32" && filter == Filter::NONE {
-                    0
-                } else {
-                    3
-                };
-                assert!(
-                    inside_accepted >= accepted && inside_rejected >= rejections,
-                    "{filter:?} {kind}: {inside_accepted} {inside_rejected}"
-                );
-            }
-        }
-    }
 
     /// [`cut_of`] gives [`Cut::of`]'s result (threshold and kept mass) for every filter mix,
     /// with ties and zeros, whether or not it takes the gathered path.
