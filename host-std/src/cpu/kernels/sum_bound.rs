@@ -25,7 +25,7 @@
 //! [`SumBound::width`] takes twice that, `(rescales + 3)·2⁻¹²`; `sum_bound_holds` checks it
 //! on model-like, flat, rising (a rescale per chunk) and hostile rows.
 
-use super::{E6, E24, INV_LN2, Isa};
+use super::{E6, E24, INV_LN2, Isa, logit_max_range};
 
 /// `ln 2` rounded to binary32 (one constant: the reduction's error, below `2⁻¹⁷` of the
 /// result, is inside `exp_rough`'s bound).
@@ -157,7 +157,9 @@ fn bound_range<const N: usize>(row: &[f32], t: f32, known: Option<f32>) -> Optio
     while s < body {
         let chunk = &row[s..body.min(s + CHUNK_BLOCKS * N)];
         if known.is_none() {
-            run.raise(chunk_max::<N>(chunk) / t);
+            // The chunk's largest logit divided by `t > 0` once: division is monotone, so it is
+            // the largest `l / t`, as `softmax_max` finds the row's.
+            run.raise(logit_max_range::<&[f32], N>(chunk) / t);
         }
         let m = run.m;
         let mut acc = [0f32; N];
@@ -182,29 +184,6 @@ fn bound_range<const N: usize>(row: &[f32], t: f32, known: Option<f32>) -> Optio
         sum: run.sum,
         rescales: run.rescales,
     })
-}
-
-/// The largest logit of `chunk` (a multiple of `N` long; NaN never wins), lane by lane:
-/// divided by `t > 0` it is the largest `l / t` (division is monotone), as `softmax_max` finds
-/// the row's.
-#[inline(always)]
-fn chunk_max<const N: usize>(chunk: &[f32]) -> f32 {
-    let mut lane = [f32::NEG_INFINITY; N];
-    for block in chunk.chunks_exact(N) {
-        let block: &[f32; N] = block.try_into().expect("N values");
-        for i in 0..N {
-            if block[i] > lane[i] {
-                lane[i] = block[i];
-            }
-        }
-    }
-    let mut top = f32::NEG_INFINITY;
-    for l in lane {
-        if l > top {
-            top = l;
-        }
-    }
-    top
 }
 
 #[cfg(test)]
