@@ -38,6 +38,7 @@ mod tree;
 pub use ops::ChunkedOps;
 use ops::SplitOps;
 
+use kernels::SumBound;
 use rayon::prelude::*;
 use shortcut::{Found, quick_accept};
 use specula_core::verify::exponential::accepts;
@@ -136,6 +137,15 @@ impl<'a> Src<'a> {
             Self::F32(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
             Self::Bf16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
             Self::F16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
+        }
+    }
+
+    /// The row's maximum and a bound on its softmax sum at `t` ([`kernels::sum_bound`]).
+    fn sum_bound(&self, isa: kernels::Isa, t: f32, known: Option<f32>) -> Option<SumBound> {
+        match *self {
+            Self::F32(x) => kernels::sum_bound(isa, x, t, known),
+            Self::Bf16(x) => kernels::sum_bound(isa, x, t, known),
+            Self::F16(x) => kernels::sum_bound(isa, x, t, known),
         }
     }
 

@@ -37,15 +37,14 @@ impl Found {
 /// with the rules' bits: a value `pt ≤ p(x)` for which `test(pt)` holds, and what the pass
 /// found of the row (for the exact path, which then need not find it again).
 ///
-/// * Logits without a filter, a binary32 row: the bound on the softmax sum from one read of
-///   the row ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
+/// * Logits without a filter (binary32, bf16 or f16): the bound on the softmax sum from one
+///   read of the row ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
 /// * With a filter, `x` of the row's largest weight (logits: weight 1): every filter keeps it
 ///   (its threshold is at most that weight's key) and keeps at most the whole mass, so its
 ///   renormalised `p` is at least the unfiltered one: the sum bound's lower bound of it
-///   (binary32 logits), the plain softmax's `p` from the exact pass (half logits with top-k or
-///   top-p: their pass reads the weights from a table, cheaper than the cut it saves), or the
-///   stored value over the row's exact mass (binary32 probabilities with top-p alone: the
-///   largest key and the mass from one pass, which the cut then reuses).
+///   (logits, after the maximum alone, which the exact path reuses when `x` is not the
+///   largest), or the stored value over the row's exact mass (binary32 probabilities with
+///   top-p alone: the largest key and the mass from one pass, which the cut then reuses).
 ///
 /// A position decided here is accepted by the one-request batch's test with `pt` in place of
 /// `p(x)` (the same test, the same verdict); any other position takes the exact path.
@@ -74,40 +73,24 @@ pub(super) fn quick_accept(
             (top.then_some(lo), found)
         }
         (None, _) => return (None, None),
-        // Half logits with min-p alone keep their cheaper approximate sum (`RowState::Approx`:
-        // one table pass); measured, the exact pass here made them 12–17 % slower.
-        (Some(_), Src::Bf16(_) | Src::F16(_))
-            if cut::plain_threshold(filter, src.len()).is_some() =>
-        {
-            return (None, None);
-        }
         (Some(t), _) if filter.is_active() => {
             let max = src.max(isa, t);
             if !(max.m.is_finite() && softmax_exp(src.at(x), t, max.m) == 1.0) {
                 return (None, Some(Found::Max(max)));
             }
-            let lo = match src {
-                Src::F32(l) => kernels::sum_bound(isa, l, t, Some(max.m))
-                    .and_then(|b| b.p_range(1.0))
-                    .map(|(lo, _)| lo),
-                _ => Some(
-                    Cut {
-                        threshold: 0,
-                        fixed: src.pass(isa, t, max, None),
-                    }
-                    .p(1.0),
-                ),
-            };
+            let lo = src
+                .sum_bound(isa, t, Some(max.m))
+                .and_then(|b| b.p_range(1.0))
+                .map(|(lo, _)| lo);
             (lo, Found::Max(max))
         }
-        (Some(t), Src::F32(l)) => {
-            let Some(b) = kernels::sum_bound(isa, l, t, None) else {
+        (Some(t), _) => {
+            let Some(b) = src.sum_bound(isa, t, None) else {
                 return (None, None);
             };
-            let lo = b.p_range(softmax_exp(l[x], t, b.m)).map(|(lo, _)| lo);
+            let lo = b.p_range(softmax_exp(src.at(x), t, b.m)).map(|(lo, _)| lo);
             (lo, Found::Max(kernels::Max::from(b.m)))
         }
-        (Some(_), _) => return (None, None),
     };
     (lo.filter(|&lo| test(lo)), Some(found))
 }

@@ -1,60 +1,88 @@
-//! A cheap two-sided bound on the softmax sum of a binary32 logits row ([`SumBound`]), for the
-//! acceptance test of rejection sampling.
+//! A cheap two-sided bound on the softmax sum of a logits row ([`SumBound`]; binary32, bf16 or
+//! f16), for the acceptance test of rejection sampling.
 //!
 //! An accepted position reads one probability of its row, `p(x) = RN(e_x / S)`, and compares
-//! it with `U·q(x)`; the exact sum `S` (`exp_p` and the fixed-point pieces per id) costs about
-//! twice this pass's work, and most rows of a request are accepted ones. This pass finds the
-//! row's maximum `m` exactly (the rules' `m`) and a sum `S̃` with `S ∈ [S̃(1 − E), S̃(1 + E)]`;
-//! where `U·q(x)` lies outside the probabilities that range allows, the test is decided with
-//! the rules' bits, and only the other rows (about one in a thousand, plus every rejected
-//! one) take the exact pass. The maximum and the sum come from one read of the row: a chunk
-//! of ids is read for its maximum, then again from L1 for its weights, so the row streams
-//! from memory once.
+//! it with `U·q(x)`; the exact sum `S` (`exp_p` with its division and the fixed-point pieces
+//! per id) costs about three times this pass's work, and most rows of a request are accepted
+//! ones. This pass finds the row's maximum `m` exactly (the rules' `m`) and a sum `S̃` with
+//! `S ∈ [S̃(1 − E), S̃(1 + E)]`; where `U·q(x)` lies outside the probabilities that range
+//! allows, the test is decided with the rules' bits, and only the other rows (about one in a
+//! thousand, plus every rejected one) take the exact pass. The maximum and the sum come from
+//! one read of the row: a chunk of ids is read for its maximum, then again from L1 for its
+//! weights, so the row streams from memory once. Per id: one multiply-add for the base-2
+//! exponent (no division by `t`), a degree-3 polynomial, an exponent add.
 //!
 //! Why `E` holds (`core/DETERMINISM.md` defines `e_v = exp_p(RN(z_v − m))`, `z_v = RN(l_v /
-//! t)`, `S = RN64(Σ ⌊e_v·2⁶⁴⌋)·2⁻⁶⁴`): each id's rough weight is `exp_rough` of `RN(z_v − M)`
-//! with `M ≤ m` the running maximum when its chunk was read, times one `exp_rough(RN(M − M'))`
-//! per later rise of the maximum (`rescales` of them). The arguments' roundings move the
-//! exponent by at most `(m − z_v)·2⁻²³` in all (they have one sign and sum to `z_v − m`):
-//! below `2⁻¹⁶` where `m − z_v < 87`, and where it is larger both weights are below `e⁻⁸⁷`
-//! (at most `V·2⁻¹²⁵` in all, against `S ≥ 1`: the maximum's weight is 1). `exp_rough` is within
-//! `2⁻¹³` of `eˣ` and `exp_p` within `2⁻²⁰` (both checked on every binary32 `x ∈ (−87, 0]`,
+//! t)`, `S = RN64(Σ ⌊e_v·2⁶⁴⌋)·2⁻⁶⁴`): each id's rough weight is `exp2_rough(Y_v)`, `Y_v =
+//! l_v·c − RN(M·log₂e)` in binary32 (`c = RN(log₂e / t)`; fused where the instruction set has
+//! FMA, rounded twice otherwise), `M ≤ m` the running maximum when its chunk was read, times
+//! one `exp2_rough(RN(RN(M − M')·log₂e))` per later rise of the maximum to `M'` (`rescales` of
+//! them). Against the rules' exponent `x_v = RN(z_v − m)`, `Y_v·ln 2` differs by the roundings
+//! of `log₂e`, `c`, the product and the difference (`2⁻²⁴` relative each, on `|z_v|`, `|M|`,
+//! `|z_v − M|`), the rules' own two, and the rescale arguments' (on rises summing to at most
+//! `m − z_v`); with `|z_v| ≤ |M| + |z_v − M|`, at most `9·2⁻²⁴·(|M| + m − z_v)` in all (a
+//! subnormal intermediate errs by at most `2⁻¹⁴⁹`). Where `m − z_v ≤ 88` that is at most
+//! `9·2⁻²⁴·(reach + 88)`, `reach` the largest `|M|` the weights were taken against; where it
+//! is larger both weights are below `2⁻¹²⁴` (`exp2_rough` clamps its argument at `−125`,
+//! `exp_p` gives 0 below `−87`; a rise of the maximum past that drops the sum so far), at
+//! most `V·2⁻¹²⁴` in all, against `S ≥ 1` (the maximum's weight is 1). `exp2_rough` is within
+//! `2⁻¹³` of `2ʸ` and `exp_p` within `2⁻²⁰` of `eˣ` (checked on every binary32 argument,
 //! `exp_rough_is_within_its_bound`); the binary32 lanes add at most 64 weights each before
 //! they are emptied into binary64 (`< 2⁻¹⁸`), the floors and the final rounding of `S` cost
-//! `V·2⁻⁶⁴` and `2⁻⁵³`. So `S̃ / S` lies within `(rescales + 2)·2⁻¹³ + 2⁻¹⁵` of 1, and
-//! [`SumBound::width`] takes twice that, `(rescales + 3)·2⁻¹²`; `sum_bound_holds` checks it
-//! on model-like, flat, rising (a rescale per chunk) and hostile rows.
+//! `V·2⁻⁶⁴` and `2⁻⁵³`. So `S̃ / S` lies within `(rescales + 2)·2⁻¹³ + 2⁻¹⁵ +
+//! 9.01·2⁻²⁴·(reach + 88)` of 1, and [`SumBound::width`] takes twice that or more,
+//! `(rescales + 3)·2⁻¹² + (reach + 88)·2⁻¹⁹`; `sum_bound_holds` checks it on model-like,
+//! flat, rising (a rescale per chunk), wide (`|m|` near 10⁶) and hostile rows in all three
+//! formats. A bound of width `≥ ¼` (`reach` beyond about 2¹⁷) is not used
+//! ([`SumBound::p_range`]), so `Y_v` stays below 4 wherever it is.
 
-use super::{E6, E24, INV_LN2, Isa, logit_max_range};
+use super::{Isa, LogitRow};
+use specula_core::verify::softmax_max;
 
-/// `ln 2` rounded to binary32 (one constant: the reduction's error, below `2⁻¹⁷` of the
-/// result, is inside `exp_rough`'s bound).
-const LN2: f32 = f32::from_bits(0x3F31_7218);
+/// `log₂ e` rounded to binary32.
+const LOG2E: f32 = f32::from_bits(0x3FB8_AA3B);
+
+/// `1.5·2²³`: adding it rounds a binary32 `|y| < 2²²` to an integer (to nearest), which the
+/// sum then holds in its low significand bits.
+const ROUND: f32 = 12_582_912.0;
+
+/// The degree-3 polynomial within `2⁻¹³·⁷` (relative) of `2ᶠ` on `f ∈ [−½, ½]` (a minimax fit
+/// of the relative error, rounded to binary32; `exp_rough_is_within_its_bound` checks the
+/// result, roundings included, on every argument).
+const P0: f32 = f32::from_bits(0x3F7F_FB4A);
+const P1: f32 = f32::from_bits(0x3F31_798D);
+const P2: f32 = f32::from_bits(0x3E78_6EF8);
+const P3: f32 = f32::from_bits(0x3D61_FB70);
 
 /// Blocks of `N` ids per chunk: a chunk is read twice (its maximum, then its weights), the
 /// second time from L1 (`64·N` binary32 values: 8 KiB with AVX-512), and each binary32 lane
 /// adds at most 64 weights.
 const CHUNK_BLOCKS: usize = 64;
 
-/// `eˣ` within `2⁻¹³` (relative) for binary32 `x ∈ (−87, 0]`, `0` for `x ≤ −87` and NaN (as
-/// `exp_p`): the same range reduction, a degree-4 polynomial.
+/// `2ʸ` within `2⁻¹³` (relative) for binary32 `y ∈ [−125, 4]`; `y < −125` and NaN count as
+/// `−125` (a weight below `2⁻¹²⁴`, where the rules' is at most that: module docs). Range
+/// reduction to `y = n + f`, `f ∈ [−½, ½]`, the polynomial, and `n` added to the exponent
+/// bits (the result stays normal: `n ≥ −125`, the polynomial above `½`).
+/// `FMA`: whether the polynomial's steps are fused (where the instruction set has FMA; without
+/// it `mul_add` is a library call): the bound holds either way.
 #[inline(always)]
-pub(super) fn exp_rough(x: f32) -> f32 {
-    let xc = if x > -87.0 { x } else { -87.0 };
-    let xc = if xc < 0.0 { xc } else { 0.0 };
-    let t = xc * INV_LN2;
-    // SAFETY: xc ∈ [−87, 0], so t − 0.5 ∈ [−126.1, −0.5]: representable in i32 after
-    // truncation.
-    let n: i32 = unsafe { (t - 0.5).to_int_unchecked() };
-    let nf = n as f32;
-    let r = xc - nf * LN2;
-    let mut p = E24;
-    p = E6 + r * p;
-    p = 0.5 + r * p;
-    p = 1.0 + r * p;
-    p = 1.0 + r * p;
-    let v = p * f32::from_bits(((n + 127) as u32) << 23);
-    if x > -87.0 { v } else { 0.0 }
+pub(super) fn exp2_rough<const FMA: bool>(y: f32) -> f32 {
+    let y = if y > -125.0 { y } else { -125.0 };
+    let k = y + ROUND;
+    let f = y - (k - ROUND);
+    let mut p = P3;
+    p = madd::<FMA>(f, p, P2);
+    p = madd::<FMA>(f, p, P1);
+    p = madd::<FMA>(f, p, P0);
+    // The low bits of `k` hold `n` (two's complement against ROUND's).
+    let n = k.to_bits().wrapping_sub(ROUND.to_bits());
+    f32::from_bits(p.to_bits().wrapping_add(n << 23))
+}
+
+/// `a·b + c`, fused or not.
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
 /// A logits row's softmax maximum and a bound on its exact softmax sum (module docs).
@@ -66,17 +94,21 @@ pub(crate) struct SumBound {
     sum: f64,
     /// How often the running maximum rose over a nonzero sum.
     rescales: u32,
+    /// The largest `|M|` of a running maximum the weights were taken against.
+    reach: f32,
 }
 
 impl SumBound {
     /// `E`: the exact sum lies in `[S̃(1 − E), S̃(1 + E)]`.
     pub(crate) fn width(&self) -> f64 {
         f64::from(self.rescales.saturating_add(3)) * f64::from(f32::from_bits(0x3980_0000))
+            + (f64::from(self.reach) + 88.0) * f64::from(f32::from_bits(0x3600_0000))
     }
 
     /// `(lo, hi)` with `lo ≤ RN32(e / S) ≤ hi` for the exact sum `S` (`e` a weight of the
     /// row: `Cut::p(e)` of its unfiltered softmax), `None` when the bound is too wide to
-    /// decide anything (a row whose maximum rose thousands of times).
+    /// decide anything (a row whose maximum rose thousands of times, or whose `|m|` is in the
+    /// hundred thousands).
     pub(crate) fn p_range(&self, e: f32) -> Option<(f32, f32)> {
         let w = self.width();
         if w >= 0.25 {
@@ -96,14 +128,25 @@ impl SumBound {
 }
 
 /// [`SumBound`] of `row` at temperature `t > 0` with `isa`, `None` when its maximum is not
-/// finite (no id has weight 1: the exact pass handles it). `known`: the row's softmax maximum
-/// when a pass already found it (the chunks' maxima are then not read, nothing is rescaled).
-pub(crate) fn sum_bound(isa: Isa, row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
+/// finite (no id has weight 1: the exact pass handles it) or `log₂ e / t` is not a normal
+/// binary32 number. `known`: the row's softmax maximum when a pass already found it (the
+/// chunks' maxima are then not read, nothing is rescaled).
+pub(crate) fn sum_bound<R: LogitRow>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    known: Option<f32>,
+) -> Option<SumBound> {
     match isa {
-        Isa::Portable => bound_range::<8>(row, t, known),
-        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
+        Isa::Portable => bound_range::<R, 8, false>(row, t, known),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`, and
+        // FMA is checked here.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { bound_avx2(row, t, known) },
+        Isa::Avx2 if std::arch::is_x86_feature_detected!("fma") => unsafe {
+            bound_avx2(row, t, known)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => bound_range::<R, 16, false>(row, t, known),
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
@@ -112,15 +155,16 @@ pub(crate) fn sum_bound(isa: Isa, row: &[f32], t: f32, known: Option<f32>) -> Op
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn bound_avx2(row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
-    bound_range::<16>(row, t, known)
+#[target_feature(enable = "avx2,fma")]
+fn bound_avx2<R: LogitRow>(row: R, t: f32, known: Option<f32>) -> Option<SumBound> {
+    bound_range::<R, 16, true>(row, t, known)
 }
 
 #[cfg(specula_avx512)]
 #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-fn bound_avx512(row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
-    bound_range::<32>(row, t, known)
+fn bound_avx512<R: LogitRow>(row: R, t: f32, known: Option<f32>) -> Option<SumBound> {
+    // AVX-512F implies FMA.
+    bound_range::<R, 32, true>(row, t, known)
 }
 
 /// The running maximum and sum, and how they move when a larger `z` arrives.
@@ -128,6 +172,7 @@ struct Running {
     m: f32,
     sum: f64,
     rescales: u32,
+    reach: f32,
 }
 
 impl Running {
@@ -135,54 +180,89 @@ impl Running {
     #[inline(always)]
     fn raise(&mut self, z: f32) {
         if z > self.m {
-            if self.sum > 0.0 {
-                self.sum *= f64::from(exp_rough(self.m - z));
+            let y = (self.m - z) * LOG2E;
+            if y <= -125.0 {
+                // Every weight so far is below `2⁻¹²⁴` of the new maximum's (module docs).
+                self.sum = 0.0;
+            } else if self.sum > 0.0 {
+                self.sum *= f64::from(exp2_rough::<false>(y));
                 self.rescales = self.rescales.saturating_add(1);
             }
             self.m = z;
         }
     }
+
+    /// Adds the rough weights of the ids in `blocks` (`c = log₂ e / t`), against the current
+    /// maximum.
+    #[inline(always)]
+    fn add<const N: usize, const FMA: bool>(
+        &mut self,
+        c: f32,
+        blocks: impl Iterator<Item = [f32; N]>,
+    ) {
+        if self.m == f32::NEG_INFINITY {
+            // Every id so far is −∞ or NaN: weight 0.
+            return;
+        }
+        self.reach = self.reach.max(self.m.abs());
+        let mc = self.m * LOG2E;
+        let mut acc = [0f32; N];
+        for l in blocks {
+            for i in 0..N {
+                acc[i] += exp2_rough::<FMA>(madd::<FMA>(l[i], c, -mc));
+            }
+        }
+        for a in acc {
+            self.sum += f64::from(a);
+        }
+    }
 }
 
 #[inline(always)]
-fn bound_range<const N: usize>(row: &[f32], t: f32, known: Option<f32>) -> Option<SumBound> {
+fn bound_range<R: LogitRow, const N: usize, const FMA: bool>(
+    row: R,
+    t: f32,
+    known: Option<f32>,
+) -> Option<SumBound> {
+    let c = LOG2E / t;
+    if !c.is_normal() {
+        return None;
+    }
     let len = row.len();
     let body = len - len % N;
     let mut run = Running {
         m: known.unwrap_or(f32::NEG_INFINITY),
         sum: 0.0,
         rescales: 0,
+        reach: 0.0,
     };
     let mut s = 0;
     while s < body {
-        let chunk = &row[s..body.min(s + CHUNK_BLOCKS * N)];
+        let end = body.min(s + CHUNK_BLOCKS * N);
         if known.is_none() {
             // The chunk's largest logit divided by `t > 0` once: division is monotone, so it is
-            // the largest `l / t`, as `softmax_max` finds the row's.
-            run.raise(logit_max_range::<&[f32], N>(chunk) / t);
-        }
-        let m = run.m;
-        let mut acc = [0f32; N];
-        for block in chunk.chunks_exact(N) {
-            let block: &[f32; N] = block.try_into().expect("N values");
-            for i in 0..N {
-                acc[i] += exp_rough(block[i] / t - m);
+            // the largest `l / t`, as `softmax_max` finds the row's (NaN never wins).
+            let mut mx = [f32::NEG_INFINITY; N];
+            for b in (s..end).step_by(N) {
+                let l: [f32; N] = row.block(b);
+                for i in 0..N {
+                    mx[i] = if l[i] > mx[i] { l[i] } else { mx[i] };
+                }
             }
+            run.raise(mx.into_iter().fold(f32::NEG_INFINITY, softmax_max) / t);
         }
-        for a in acc {
-            run.sum += f64::from(a);
-        }
-        s += chunk.len();
+        run.add::<N, FMA>(c, (s..end).step_by(N).map(|b| row.block(b)));
+        s = end;
     }
-    for &l in &row[body..] {
-        let z = l / t;
-        run.raise(z);
-        run.sum += f64::from(exp_rough(z - run.m));
+    for i in body..len {
+        run.raise(row.at(i) / t);
+        run.add::<1, FMA>(c, std::iter::once([row.at(i)]));
     }
     run.m.is_finite().then_some(SumBound {
         m: run.m,
         sum: run.sum,
         rescales: run.rescales,
+        reach: run.reach,
     })
 }
 

@@ -46,7 +46,9 @@ fn sum_bound_decides_as_the_exact_test() {
     let bound = kernels::sum_bound(isa, row, t, None).expect("finite");
     let e = softmax_exp(row[17], t, bound.m);
     let (lo, hi) = bound.p_range(e).expect("narrow");
-    let plain = Processed::of(Values::F32(row), Some(t), Filter::NONE).p(row[17]);
+    // The bf16 row holds the same values: the same bound.
+    let half = kernels::sum_bound(isa, kernels::Bf16Row(&bits[..v]), t, None).expect("finite");
+    assert_eq!(half.p_range(e), Some((lo, hi)));
     // The same rows as stored probabilities (their softmax).
     let stored: Vec<f32> = logits
         .chunks_exact(v)
@@ -67,12 +69,10 @@ fn sum_bound_decides_as_the_exact_test() {
         let exact = Processed::of(Values::F32(row), Some(t), filter).p(row[17]);
         assert!(lo <= exact && lo < hi, "{filter:?}: {lo} {exact} {hi}");
         for kind in ["f32", "bf16", "probs"] {
-            // The lower bound each kind's shortcut uses: the sum bound's; a half row's
-            // plain softmax `p` (from its exact pass); a probability's stored value over
-            // the row's mass.
+            // The lower bound each kind's shortcut uses: the sum bound's (logits), a
+            // probability's stored value over the row's mass.
             let (lo, exact, top) = match kind {
-                "f32" => (lo, exact, exact.max(hi)),
-                "bf16" => (plain, exact, exact.max(hi)),
+                "f32" | "bf16" => (lo, exact, exact.max(hi)),
                 _ => {
                     let mass = kernels::max_mass(isa, prow).1;
                     let lo = Cut {
@@ -149,8 +149,8 @@ fn sum_bound_decides_as_the_exact_test() {
             // when a filter's `p(x)` lies above the bound's range (rejected rows always take
             // the exact pass there).
             let rejections = if kind != "probs" && exact < hi { 3 } else { 0 };
-            // Without a filter only binary32 logits have a shortcut to attack.
-            let accepted = if kind != "f32" && filter == Filter::NONE {
+            // Without a filter stored probabilities have no shortcut to attack.
+            let accepted = if kind == "probs" && filter == Filter::NONE {
                 0
             } else {
                 3

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cpu::kernels::{softmax_max, softmax_pass};
+use crate::cpu::kernels::{Bf16Row, F16Row, softmax_max, softmax_pass};
 use rayon::prelude::*;
 use specula_core::verify::fmath::exp_p;
 use specula_core::verify::{Cut, softmax_exp};
@@ -7,49 +7,74 @@ use specula_core::verify::{Cut, softmax_exp};
 /// `2⁻⁶⁴`.
 const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
-/// The largest relative distance of `f(x)` from `eˣ` (binary64 `exp`, within an ulp of the real
-/// value: far inside the bounds checked) over the binary32 `x ∈ (−87, 0]` whose bits are
-/// `step` apart (1: every one).
-fn worst(step: usize, f: fn(f32) -> f32) -> f64 {
-    // −0 … the last pattern above −87 (negative values order as their bits).
-    let last = (-87.0f32).to_bits();
-    (0x8000_0000u32..last)
+/// The largest relative distance of `f(x)` from `base^x` (binary64, within an ulp of the real
+/// value: far inside the bounds checked) over the binary32 `x` from `hi` down to `lo` (both
+/// `≤ 0`, `lo` excluded) whose bits are `step` apart (1: every one).
+fn worst(step: usize, hi: f32, lo: f32, base: f64, f: fn(f32) -> f32) -> f64 {
+    // Negative values order as their bits.
+    (hi.to_bits()..lo.to_bits())
         .into_par_iter()
         .step_by(step)
         .map(|b| {
             let x = f32::from_bits(b);
-            let want = f64::from(x).exp();
+            let want = base.powf(f64::from(x));
             (f64::from(f(x)) - want).abs() / want
         })
         .reduce(|| 0.0, f64::max)
 }
 
-/// The two bounds the module's argument reads, on every binary32 `x ∈ (−87, 0]` where the
-/// tests run optimised (`cargo test --release -p specula --lib -- sum_bound`, about 10 s on
-/// 2 cores), every 241st otherwise: `exp_rough` within `2⁻¹³` of `eˣ`, the rules' `exp_p`
-/// within `2⁻²⁰`; and `exp_rough` is 0 where `exp_p` is (`x ≤ −87`, NaN).
+/// The two bounds the module's argument reads, on every binary32 argument where the tests run
+/// optimised (`cargo test --release -p specula --lib -- sum_bound`, about 40 s on 2 cores),
+/// every 241st otherwise: `exp2_rough(y)` within `2⁻¹³` of `2ʸ` for `y ∈ (−125, 4]`, the
+/// rules' `exp_p(x)` within `2⁻²⁰` of `eˣ` for `x ∈ (−87, 0]`; and below `y = −125` (and NaN)
+/// `exp2_rough` gives at most `2⁻¹²⁴`, as the module's argument counts.
 #[test]
 fn exp_rough_is_within_its_bound() {
     let step = if cfg!(debug_assertions) { 241 } else { 1 };
-    let rough = worst(step, exp_rough);
-    let rules = worst(step, exp_p);
+    // Fused and not: both forms the kernels compile (fused only where FMA is an instruction).
+    let fused = worst(step, -0.0, -125.0, 2.0, exp2_rough::<true>);
+    let rough = worst(step, -0.0, -125.0, 2.0, exp2_rough::<false>).max(fused);
+    let above = (0..4f32.to_bits() + 1)
+        .into_par_iter()
+        .step_by(step)
+        .map(|b| {
+            let y = f32::from_bits(b);
+            let want = 2f64.powf(f64::from(y));
+            let got = [exp2_rough::<false>(y), exp2_rough::<true>(y)];
+            got.map(|g| (f64::from(g) - want).abs() / want)
+                .into_iter()
+                .fold(0.0, f64::max)
+        })
+        .reduce(|| 0.0, f64::max);
+    let rules = worst(step, -0.0, -87.0, std::f64::consts::E, exp_p);
     println!(
-        "exp_rough {rough:e} (2^{:.2}), exp_p {rules:e} (2^{:.2})",
+        "exp2_rough {rough:e} (2^{:.2}), above 0 {above:e}, exp_p {rules:e} (2^{:.2})",
         rough.log2(),
         rules.log2()
     );
+    let two_m13 = f64::from(f32::from_bits(0x3900_0000));
     assert!(
-        rough <= f64::from(f32::from_bits(0x3900_0000)),
-        "exp_rough: {rough:e}"
-    ); // 2⁻¹³
+        rough <= two_m13 && above <= two_m13,
+        "exp2_rough: {rough:e} {above:e}"
+    );
     assert!(
         rules <= f64::from(f32::from_bits(0x3580_0000)),
         "exp_p: {rules:e}"
     ); // 2⁻²⁰
-    assert_eq!(exp_rough(0.0), 1.0);
-    assert_eq!(exp_rough(-0.0), 1.0);
-    for x in [-87.0, -87.5, -1e30, f32::NEG_INFINITY, f32::NAN, -f32::NAN] {
-        assert_eq!(exp_rough(x).to_bits(), 0, "{x}");
+    let floor = f32::from_bits(0x0180_0000); // 2⁻¹²⁴
+    for y in [
+        -125.0,
+        -125.5,
+        -1e30,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+    ] {
+        for v in [exp2_rough::<false>(y), exp2_rough::<true>(y)] {
+            assert!(v > 0.0 && v <= floor, "{y}: {v:e}");
+        }
+    }
+    for x in [-87.0, -87.5, f32::NEG_INFINITY, f32::NAN] {
         assert_eq!(exp_p(x).to_bits(), 0, "{x}");
     }
 }
@@ -104,48 +129,72 @@ fn rows() -> Vec<(&'static str, Vec<f32>, f32)> {
     rows
 }
 
-/// On every row of [`rows`] and every instruction set: the bound's maximum is the rules' `m`
-/// (bit for bit), the exact sum `S` lies within `S̃(1 ± E)` (with room: within half of it,
-/// the bound before `width`'s factor 2), and `p_range` brackets `Cut::p` of the row's weights.
+/// The bound of `row` checked against the exact pass of the same row (`name`: for messages):
+/// the bound's maximum is the rules' `m` (bit for bit), the exact sum `S` lies within
+/// `S̃(1 ± E)` (with room: within half of it, the bound before `width`'s factor 2), with and
+/// without the maximum given, and `p_range` brackets `Cut::p` of the row's weights.
+fn check_bound<R: LogitRow>(isa: Isa, name: &str, row: R, t: f32) {
+    let m = softmax_max(isa, row, t);
+    let b = sum_bound(isa, row, t, None).unwrap_or_else(|| panic!("{name}: a finite maximum"));
+    assert_eq!(b.m.to_bits(), m.to_bits(), "{isa:?} {name}: maximum");
+    let fixed = softmax_pass(isa, row, t, m, None);
+    let s = (fixed as f64) * TWO_M64;
+    let err = (s - b.sum()).abs() / b.sum();
+    assert!(
+        err <= b.width() / 2.0,
+        "{isa:?} {name} V {}: S {s} S~ {} error {err:e} width {:e}",
+        row.len(),
+        b.sum(),
+        b.width()
+    );
+    // With the maximum given: the same bound without rescales.
+    let k = sum_bound(isa, row, t, Some(m)).expect("finite");
+    let err = (s - k.sum()).abs() / k.sum();
+    assert!(
+        k.m.to_bits() == m.to_bits() && k.width() <= b.width() && err <= k.width() / 2.0,
+        "{isa:?} {name}, maximum given: {k:?} error {err:e}"
+    );
+    let cut = Cut {
+        threshold: 0,
+        fixed,
+    };
+    for i in (0..row.len())
+        .step_by(row.len() / 29 + 1)
+        .chain([row.len() / 3])
+    {
+        let e = softmax_exp(row.at(i), t, m);
+        // Logits in the tens of thousands at T 0.01 leave the bound too wide.
+        let Some((lo, hi)) = b.p_range(e) else {
+            assert!(
+                name.starts_with("wide") && b.width() >= 0.25,
+                "{isa:?} {name}: {b:?}"
+            );
+            continue;
+        };
+        let p = cut.p(e);
+        assert!(lo <= p && p <= hi, "{isa:?} {name} id {i}: {lo} {p} {hi}");
+    }
+}
+
+/// [`check_bound`] on every row of [`rows`], as binary32, bf16 and f16 logits, on every
+/// instruction set.
 #[test]
 fn sum_bound_holds() {
     for isa in Isa::available() {
         for (name, row, t) in rows() {
-            let m = softmax_max(isa, &row[..], t);
-            let b =
-                sum_bound(isa, &row, t, None).unwrap_or_else(|| panic!("{name}: a finite maximum"));
-            assert_eq!(b.m.to_bits(), m.to_bits(), "{isa:?} {name}: maximum");
-            let fixed = softmax_pass(isa, &row[..], t, m, None);
-            let s = (fixed as f64) * TWO_M64;
-            let err = (s - b.sum()).abs() / b.sum();
-            assert!(
-                err <= b.width() / 2.0,
-                "{isa:?} {name} V {}: S {s} S~ {} error {err:e} width {:e}",
-                row.len(),
-                b.sum(),
-                b.width()
-            );
-            // With the maximum given: the same bound without rescales.
-            let k = sum_bound(isa, &row, t, Some(m)).expect("finite");
-            let err = (s - k.sum()).abs() / k.sum();
-            assert!(
-                k.m.to_bits() == m.to_bits()
-                    && k.width() == 3.0 * f64::from(f32::from_bits(0x3980_0000))
-                    && err <= k.width() / 2.0,
-                "{isa:?} {name}, maximum given: {k:?} error {err:e}"
-            );
-            let cut = Cut {
-                threshold: 0,
-                fixed,
-            };
-            for i in (0..row.len())
-                .step_by(row.len() / 29 + 1)
-                .chain([row.len() / 3])
-            {
-                let e = softmax_exp(row[i], t, m);
-                let (lo, hi) = b.p_range(e).expect("a narrow bound");
-                let p = cut.p(e);
-                assert!(lo <= p && p <= hi, "{isa:?} {name} id {i}: {lo} {p} {hi}");
+            check_bound(isa, name, &row[..], t);
+            let bf: Vec<u16> = row
+                .iter()
+                .map(|&l| half::bf16::from_f32(l).to_bits())
+                .collect();
+            check_bound(isa, &format!("{name} bf16"), Bf16Row(&bf), t);
+            let hf: Vec<u16> = row
+                .iter()
+                .map(|&l| half::f16::from_f32(l).to_bits())
+                .collect();
+            // Beyond f16's range (the wide row, the far-rising one at 151936) logits are ±∞.
+            if softmax_max(isa, F16Row(&hf), t).is_finite() {
+                check_bound(isa, &format!("{name} f16"), F16Row(&hf), t);
             }
         }
     }
@@ -162,16 +211,23 @@ fn sum_bound_refuses_and_widens() {
             vec![],
             [1.0, f32::INFINITY, 2.0].repeat(40),
         ] {
-            assert!(sum_bound(isa, &row, 1.0, None).is_none(), "{isa:?} {row:?}");
+            assert!(
+                sum_bound(isa, &row[..], 1.0, None).is_none(),
+                "{isa:?} {row:?}"
+            );
         }
-        let flat = sum_bound(isa, &[0.5; 4096], 1.0, None).expect("finite");
-        assert_eq!(flat.width(), 3.0 * f64::from(f32::from_bits(0x3980_0000)));
+        let flat = sum_bound(isa, &[0.5f32; 4096][..], 1.0, None).expect("finite");
+        let reach = (0.5 + 88.0) * f64::from(f32::from_bits(0x3600_0000));
+        assert_eq!(
+            flat.width(),
+            3.0 * f64::from(f32::from_bits(0x3980_0000)) + reach
+        );
         let rising: Vec<f32> = (0..4096).map(|i| i as f32).collect();
-        let b = sum_bound(isa, &rising, 1.0, None).expect("finite");
+        let b = sum_bound(isa, &rising[..], 1.0, None).expect("finite");
         assert!(b.width() > flat.width(), "{isa:?}: {b:?}");
         // A tiny temperature overflows `l / t` to +inf: no bound.
         assert!(
-            sum_bound(isa, &[1.0, 3.0e38], 1e-3, None).is_none(),
+            sum_bound(isa, &[1.0f32, 3.0e38][..], 1e-3, None).is_none(),
             "{isa:?}"
         );
     }
