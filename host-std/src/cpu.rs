@@ -149,6 +149,15 @@ impl<'a> Src<'a> {
         }
     }
 
+    /// [`kernels::mass_above`] of the row.
+    fn mass_above(&self, isa: kernels::Isa, t: f32, m: f32, e: f32) -> Option<kernels::MassAbove> {
+        match *self {
+            Self::F32(x) => kernels::mass_above(isa, x, t, m, e),
+            Self::Bf16(x) => kernels::mass_above(isa, x, t, m, e),
+            Self::F16(x) => kernels::mass_above(isa, x, t, m, e),
+        }
+    }
+
     /// The row length.
     fn len(&self) -> usize {
         match self {

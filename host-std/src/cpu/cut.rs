@@ -103,6 +103,11 @@ fn probs_candidate_cut(
 /// Whether [`probs_cut`] reads a probability row's mass (top-p alone): its first pass then
 /// finds the largest key and the mass together.
 pub(crate) fn probs_needs_mass(filter: Filter, len: usize) -> bool {
+    top_p_alone(filter, len)
+}
+
+/// Whether top-p is the filter's only binding part (top-k off or unable to bind, min-p off).
+pub(crate) fn top_p_alone(filter: Filter, len: usize) -> bool {
     filter.top_p < 1.0 && !top_k_binds(filter, len) && filter.min_p <= 0.0
 }
 

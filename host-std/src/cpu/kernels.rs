@@ -1956,7 +1956,7 @@ pub(crate) fn entropy_sum(isa: Isa, row: &[f32], start: usize, end: usize) -> i6
 mod sum_bound;
 mod weight_table;
 
-pub(crate) use sum_bound::{SumBound, sum_bound};
+pub(crate) use sum_bound::{MassAbove, SumBound, mass_above, sum_bound};
 
 #[cfg(test)]
 mod tests;

@@ -64,25 +64,29 @@ pub(super) fn quick_accept(
             let found = Found::MaxMass(key, mass);
             // Values above 1 (the mass could saturate) and rows without a positive value
             // take the exact path.
-            let top = key > 0 && key <= 1f32.to_bits() && weight_key(p[x]) == key;
-            let lo = Cut {
+            let a = weight_key(p[x]);
+            if key == 0 || key > 1f32.to_bits() || a == 0 {
+                return (None, Some(found));
+            }
+            let whole = Cut {
                 threshold: 0,
                 fixed: mass,
-            }
-            .p(p[x]);
-            (top.then_some(lo), found)
+            };
+            let lo = whole.p(p[x]);
+            (
+                probs_kept(isa, p, filter.top_p, key, a, mass, &test).then_some(lo),
+                found,
+            )
         }
         (None, _) => return (None, None),
         (Some(t), _) if filter.is_active() => {
             let max = src.max(isa, t);
-            if !(max.m.is_finite() && softmax_exp(src.at(x), t, max.m) == 1.0) {
-                return (None, Some(Found::Max(max)));
+            let found = Found::Max(max);
+            if !max.m.is_finite() {
+                return (None, Some(found));
             }
-            let lo = src
-                .sum_bound(isa, t, Some(max.m))
-                .and_then(|b| b.p_range(1.0))
-                .map(|(lo, _)| lo);
-            (lo, Found::Max(max))
+            let e = softmax_exp(src.at(x), t, max.m);
+            (kept_lo(isa, src, t, filter, max.m, e, &test), found)
         }
         (Some(t), _) => {
             let Some(b) = src.sum_bound(isa, t, None) else {
@@ -93,6 +97,80 @@ pub(super) fn quick_accept(
         }
     };
     (lo.filter(|&lo| test(lo)), Some(found))
+}
+
+/// Whether top-p `top_p` alone certainly keeps a drafted id of key `a` on the stored
+/// probabilities `p` (every value in `[0, 1]`, largest key `key`, mass `mass`), and the test
+/// is worth asking of its `p`: the largest value is kept; another id when the exact mass of
+/// the larger values (one more pass, [`kernels::gather_keys`]) stays below the rules' target,
+/// which decides it exactly. First the test is asked of an upper bound of `p(x)` (at least
+/// `top_p` of the mass is kept): a row it rejects is not read again here.
+fn probs_kept(
+    isa: kernels::Isa,
+    p: &[f32],
+    top_p: f32,
+    key: u32,
+    a: u32,
+    mass: u128,
+    test: &impl Fn(f32) -> bool,
+) -> bool {
+    if a == key {
+        return true;
+    }
+    let target = f64::from(top_p) * (mass as f64);
+    let most = f64::from(f32::from_bits(a)) / (target * (1.0 - 2f64.powi(-40)) * TWO_M64);
+    // No key lies in `[u32::MAX, a + 1)`: no candidates, only the mass of the keys above `a`.
+    test(most as f32)
+        && kernels::gather_keys(isa, p, u32::MAX, a + 1, &mut Vec::new(), 0)
+            .is_some_and(|above| (above as f64) < target)
+}
+
+/// `2⁻⁶⁴`.
+const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+
+/// A lower bound of the filtered `p(x)` of a drafted id of weight `e` on a logits row of
+/// softmax maximum `m`, where the filter certainly keeps the id: a kept id's renormalised `p`
+/// is at least its unfiltered one (the kept mass is at most the whole), whose lower bound
+/// [`kernels::sum_bound`] gives. Certainly kept: the row's largest weight (`e = 1`, by every
+/// filter); with min-p alone, a weight of key at least min-p's threshold (known exactly before
+/// any pass: `key(min_p × 1)`); with top-p alone, an id whose larger weights' mass stays below
+/// `top_p` of the row's ([`kernels::mass_above`]). Before the bound's pass, the test is asked
+/// of an upper bound of `p(x)` (the kept mass is at least the largest weight, 1, and with
+/// top-p at least `top_p` of the whole): a row it rejects is not read again here.
+fn kept_lo(
+    isa: kernels::Isa,
+    src: Src<'_>,
+    t: f32,
+    filter: Filter,
+    m: f32,
+    e: f32,
+    test: &impl Fn(f32) -> bool,
+) -> Option<f32> {
+    let lo = |b: kernels::SumBound| b.p_range(e).map(|(lo, _)| lo);
+    if e == 1.0 {
+        return src.sum_bound(isa, t, Some(m)).and_then(lo);
+    }
+    if let Some(theta) = cut::plain_threshold(filter, src.len()) {
+        // Min-p alone.
+        if weight_key(e) < theta || !test(e) {
+            return None;
+        }
+        return src.sum_bound(isa, t, Some(m)).and_then(lo);
+    }
+    if !cut::top_p_alone(filter, src.len()) {
+        return None;
+    }
+    // At least `top_p` of the mass is kept: `p(x) ≤ e / top_p`, rounded up.
+    let most = (f64::from(e) / (f64::from(filter.top_p) * (1.0 - 2f64.powi(-40)))) as f32;
+    if !test(most) {
+        return None;
+    }
+    let a = src.mass_above(isa, t, m, e)?;
+    if a.keeps(filter.top_p) {
+        lo(a.bound)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

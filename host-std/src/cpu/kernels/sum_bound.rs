@@ -101,8 +101,7 @@ pub(crate) struct SumBound {
 impl SumBound {
     /// `E`: the exact sum lies in `[S̃(1 − E), S̃(1 + E)]`.
     pub(crate) fn width(&self) -> f64 {
-        f64::from(self.rescales.saturating_add(3)) * f64::from(f32::from_bits(0x3980_0000))
-            + (f64::from(self.reach) + 88.0) * f64::from(f32::from_bits(0x3600_0000))
+        width_of(self.rescales, self.reach)
     }
 
     /// `(lo, hi)` with `lo ≤ RN32(e / S) ≤ hi` for the exact sum `S` (`e` a weight of the
@@ -127,6 +126,12 @@ impl SumBound {
     }
 }
 
+/// [`SumBound::width`] of a bound with `rescales` rises of its maximum and `reach`.
+fn width_of(rescales: u32, reach: f32) -> f64 {
+    f64::from(rescales.saturating_add(3)) * f64::from(f32::from_bits(0x3980_0000))
+        + (f64::from(reach) + 88.0) * f64::from(f32::from_bits(0x3600_0000))
+}
+
 /// [`SumBound`] of `row` at temperature `t > 0` with `isa`, `None` when its maximum is not
 /// finite (no id has weight 1: the exact pass handles it) or `log₂ e / t` is not a normal
 /// binary32 number. `known`: the row's softmax maximum when a pass already found it (the
@@ -137,34 +142,100 @@ pub(crate) fn sum_bound<R: LogitRow>(
     t: f32,
     known: Option<f32>,
 ) -> Option<SumBound> {
+    bound::<R, false>(isa, row, t, known, f32::INFINITY).map(|(b, _)| b)
+}
+
+/// The mass above a weight: for a drafted id of weight `e < 1` on a row of softmax maximum
+/// `m`, [`SumBound`] and an upper bound `B` of `Σ e_v` over the ids with `e_v > e` (in the
+/// units of `S̃`): a top-p filter certainly keeps the id when `B` lies below `top_p` of the
+/// sum ([`MassAbove::keeps`]). `None` as [`sum_bound`].
+pub(crate) fn mass_above<R: LogitRow>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    m: f32,
+    e: f32,
+) -> Option<MassAbove> {
+    // Every id with `e_v > e` has a rough weight above `e·(1 − width)`: each rough weight
+    // is within the width of its weight too (module docs: the width is more than twice the
+    // per-id error), and the probe is rounded below that.
+    let probe = (f64::from(e) * (1.0 - 2.0 * width_of(0, m.abs()))) as f32;
+    let (bound, above) = bound::<R, true>(isa, row, t, Some(m), probe)?;
+    Some(MassAbove { bound, above })
+}
+
+/// What [`mass_above`] found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MassAbove {
+    /// The row's bound.
+    pub bound: SumBound,
+    /// The rough weights above the probe, summed as `S̃` is.
+    above: f64,
+}
+
+impl MassAbove {
+    /// Whether top-p `top_p` alone certainly keeps the id (`core/DETERMINISM.md`: kept when
+    /// the mass of the larger weights stays below `top_p·F`): the larger weights' exact mass
+    /// is at most `above·(1 + 2⁻¹⁷)/(1 − width)` (their rough weights are within the width,
+    /// the lanes' sums within `2⁻¹⁸`), the target at least `top_p·S̃(1 − width)(1 − 2⁻⁵⁰)`.
+    pub(crate) fn keeps(&self, top_p: f32) -> bool {
+        let w = self.bound.width();
+        if w >= 0.25 {
+            return false;
+        }
+        let most = self.above * (1.0 + f64::from(f32::from_bits(0x3700_0000))) / (1.0 - w);
+        let least = f64::from(top_p) * self.bound.sum * (1.0 - w) * (1.0 - 2f64.powi(-50));
+        most < least
+    }
+}
+
+/// [`sum_bound`] (and with `PROBE` the sum of the rough weights above `probe`, for a known
+/// maximum) on `isa`.
+fn bound<R: LogitRow, const PROBE: bool>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    known: Option<f32>,
+    probe: f32,
+) -> Option<(SumBound, f64)> {
     match isa {
-        Isa::Portable => bound_range::<R, 8, false>(row, t, known),
+        Isa::Portable => bound_range::<R, 8, false, PROBE>(row, t, known, probe),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`, and
         // FMA is checked here.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if std::arch::is_x86_feature_detected!("fma") => unsafe {
-            bound_avx2(row, t, known)
+            bound_avx2::<R, PROBE>(row, t, known, probe)
         },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => bound_range::<R, 16, false>(row, t, known),
+        Isa::Avx2 => bound_range::<R, 16, false, PROBE>(row, t, known, probe),
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
-        Isa::Avx512 => unsafe { bound_avx512(row, t, known) },
+        Isa::Avx512 => unsafe { bound_avx512::<R, PROBE>(row, t, known, probe) },
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn bound_avx2<R: LogitRow>(row: R, t: f32, known: Option<f32>) -> Option<SumBound> {
-    bound_range::<R, 16, true>(row, t, known)
+fn bound_avx2<R: LogitRow, const PROBE: bool>(
+    row: R,
+    t: f32,
+    known: Option<f32>,
+    probe: f32,
+) -> Option<(SumBound, f64)> {
+    bound_range::<R, 16, true, PROBE>(row, t, known, probe)
 }
 
 #[cfg(specula_avx512)]
 #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-fn bound_avx512<R: LogitRow>(row: R, t: f32, known: Option<f32>) -> Option<SumBound> {
+fn bound_avx512<R: LogitRow, const PROBE: bool>(
+    row: R,
+    t: f32,
+    known: Option<f32>,
+    probe: f32,
+) -> Option<(SumBound, f64)> {
     // AVX-512F implies FMA.
-    bound_range::<R, 32, true>(row, t, known)
+    bound_range::<R, 32, true, PROBE>(row, t, known, probe)
 }
 
 /// The running maximum and sum, and how they move when a larger `z` arrives.
@@ -173,6 +244,9 @@ struct Running {
     sum: f64,
     rescales: u32,
     reach: f32,
+    /// The rough weights above `probe` (with a known maximum only: never rescaled).
+    probe: f32,
+    above: f64,
 }
 
 impl Running {
@@ -195,7 +269,7 @@ impl Running {
     /// Adds the rough weights of the ids in `blocks` (`c = log₂ e / t`), against the current
     /// maximum.
     #[inline(always)]
-    fn add<const N: usize, const FMA: bool>(
+    fn add<const N: usize, const FMA: bool, const PROBE: bool>(
         &mut self,
         c: f32,
         blocks: impl Iterator<Item = [f32; N]>,
@@ -206,24 +280,30 @@ impl Running {
         }
         self.reach = self.reach.max(self.m.abs());
         let mc = self.m * LOG2E;
-        let mut acc = [0f32; N];
+        let (mut acc, mut hi) = ([0f32; N], [0f32; N]);
         for l in blocks {
             for i in 0..N {
-                acc[i] += exp2_rough::<FMA>(madd::<FMA>(l[i], c, -mc));
+                let w = exp2_rough::<FMA>(madd::<FMA>(l[i], c, -mc));
+                acc[i] += w;
+                if PROBE {
+                    hi[i] += if w > self.probe { w } else { 0.0 };
+                }
             }
         }
-        for a in acc {
+        for (a, h) in acc.into_iter().zip(hi) {
             self.sum += f64::from(a);
+            self.above += f64::from(h);
         }
     }
 }
 
 #[inline(always)]
-fn bound_range<R: LogitRow, const N: usize, const FMA: bool>(
+fn bound_range<R: LogitRow, const N: usize, const FMA: bool, const PROBE: bool>(
     row: R,
     t: f32,
     known: Option<f32>,
-) -> Option<SumBound> {
+    probe: f32,
+) -> Option<(SumBound, f64)> {
     let c = LOG2E / t;
     if !c.is_normal() {
         return None;
@@ -235,6 +315,8 @@ fn bound_range<R: LogitRow, const N: usize, const FMA: bool>(
         sum: 0.0,
         rescales: 0,
         reach: 0.0,
+        probe,
+        above: 0.0,
     };
     let mut s = 0;
     while s < body {
@@ -251,19 +333,24 @@ fn bound_range<R: LogitRow, const N: usize, const FMA: bool>(
             }
             run.raise(mx.into_iter().fold(f32::NEG_INFINITY, softmax_max) / t);
         }
-        run.add::<N, FMA>(c, (s..end).step_by(N).map(|b| row.block(b)));
+        run.add::<N, FMA, PROBE>(c, (s..end).step_by(N).map(|b| row.block(b)));
         s = end;
     }
     for i in body..len {
         run.raise(row.at(i) / t);
-        run.add::<1, FMA>(c, std::iter::once([row.at(i)]));
+        run.add::<1, FMA, PROBE>(c, std::iter::once([row.at(i)]));
     }
-    run.m.is_finite().then_some(SumBound {
-        m: run.m,
-        sum: run.sum,
-        rescales: run.rescales,
-        reach: run.reach,
-    })
+    // A probe's sum is never rescaled: it needs the maximum given.
+    debug_assert!(!PROBE || known.is_some());
+    run.m.is_finite().then_some((
+        SumBound {
+            m: run.m,
+            sum: run.sum,
+            rescales: run.rescales,
+            reach: run.reach,
+        },
+        run.above,
+    ))
 }
 
 #[cfg(test)]

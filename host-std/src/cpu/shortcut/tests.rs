@@ -162,3 +162,93 @@ fn sum_bound_decides_as_the_exact_test() {
         }
     }
 }
+
+/// Drafted ids that are not their row's largest but that a filter keeps (min-p alone, top-p
+/// alone), attacked where the shortcut is closest to being wrong: ids of every rank, the ids
+/// around top-p's crossing (kept by a hair, cut by a hair) and min-p's threshold, at the seeds
+/// whose `U·q(x)` falls just below, at and above the exact filtered `p(x)`. Every position
+/// [`quick_accept`] decides is one the exact test accepts, with a value at most `p(x)`; and it
+/// decides most of the clearly kept ids' seeds that their unfiltered `p` accepts (else the
+/// shortcut would be dead).
+/// binary32 and bf16 logits and stored binary32 probabilities, a flat row and a peaked one.
+#[test]
+fn kept_ids_decide_as_the_exact_test() {
+    use super::quick_accept;
+    use crate::cpu::Src;
+    let (v, t) = (32_000, 0.8f32);
+    let mut x = 0x00C0_FFEE_u64;
+    let mut unif = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 40) as f32 + 0.5) / 16_777_216.0
+    };
+    for shape in ["flat", "peaked"] {
+        // bf16 values, so that the bf16 row holds the same logits.
+        let mut logits: Vec<f32> = (0..v)
+            .map(|_| f32::from_bits((3.0 * unif().ln()).to_bits() & 0xFFFF_0000))
+            .collect();
+        if shape == "peaked" {
+            logits[v / 2] = 12.0;
+        }
+        let bits: Vec<u16> = logits.iter().map(|l| (l.to_bits() >> 16) as u16).collect();
+        let plain = Processed::of(Values::F32(&logits), Some(t), Filter::NONE);
+        let probs: Vec<f32> = logits.iter().map(|&l| plain.p(l)).collect();
+        // Ids from the largest weight down.
+        let mut order: Vec<usize> = (0..v).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        for filter in [
+            Filter::NONE.with_top_p(0.9),
+            Filter::NONE.with_top_p(0.3),
+            Filter::NONE.with_min_p(0.05),
+            Filter::NONE.with_min_p(0.3),
+        ] {
+            for kind in ["f32", "bf16", "probs"] {
+                let (src, tt, values) = match kind {
+                    "f32" => (Src::F32(&logits), Some(t), Values::F32(&logits)),
+                    "bf16" => (
+                        Src::Bf16(kernels::Bf16Row(&bits)),
+                        Some(t),
+                        Values::Half(Half::Bf16(&bits)),
+                    ),
+                    _ => (Src::F32(&probs), None, Values::F32(&probs)),
+                };
+                let exact = Processed::of(values, tt, filter);
+                let value = |i: usize| if kind == "probs" { probs[i] } else { logits[i] };
+                let p = |i: usize| exact.p(value(i));
+                // The last kept rank, and ranks around it and across the row.
+                let last = order.iter().rposition(|&i| p(i) > 0.0).expect("one kept");
+                let mut ranks: Vec<usize> = vec![1, 2, 5, 20, 100, last / 2];
+                ranks.extend(last.saturating_sub(3)..(last + 4).min(v));
+                let (mut decided, mut clear_accepted) = (0, 0);
+                for rank in ranks {
+                    let id = order[rank];
+                    let pe = p(id);
+                    // U·q(x) ranges over [0, 2·p(x)]: half the seeds accept.
+                    let q = if pe > 0.0 { pe * 2.0 } else { 1e-3 };
+                    for seed in 0..400u64 {
+                        let u = accept_draw(seed, 0, 0);
+                        let (quick, _) = quick_accept(src, tt, filter, id, |pt| accepts(u, pt, q));
+                        let what = format!("{shape} {filter:?} {kind} rank {rank} seed {seed}");
+                        if let Some(pt) = quick {
+                            assert!(accepts(u, pe, q) && pt <= pe, "{what}: {pt} {pe}");
+                            decided += 1;
+                        }
+                        // Accepted with room by the id's unfiltered `p` (the lower bound a
+                        // kept id's shortcut reads: the bound's width is far below 1 %),
+                        // an id far from the filter's edge.
+                        if rank <= last / 2 && accepts(u, plain.p(logits[id]) * 0.99, q) {
+                            clear_accepted += 1;
+                        }
+                    }
+                }
+                // Stored probabilities with min-p have no shortcut (their cut is one pass).
+                let has = kind != "probs" || filter.min_p == 0.0;
+                assert!(
+                    !has || decided * 10 >= clear_accepted * 9,
+                    "{shape} {filter:?} {kind}: {decided} of {clear_accepted} decided"
+                );
+            }
+        }
+    }
+}
