@@ -36,9 +36,9 @@
 //! formats. A bound of width `≥ ¼` (`reach` beyond about 2¹⁷) is not used
 //! ([`SumBound::p_range`]), so `Y_v` stays below 4 wherever it is.
 
-use super::{Isa, LogitRow};
 #[cfg(target_arch = "x86_64")]
-use super::Half16;
+use super::{F16Wide, Half16};
+use super::{Isa, LogitRow};
 use specula_core::verify::softmax_max;
 
 /// `log₂ e` rounded to binary32.
@@ -202,25 +202,15 @@ fn bound<R: LogitRow, const PROBE: bool>(
 ) -> Option<(SumBound, f64)> {
     match isa {
         Isa::Portable => bound_range::<R, 8, false, PROBE>(row, t, known, probe),
+        // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!` confirmed
+        // avx2, fma and f16c.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 if fma_f16c() => {
-            // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`,
-            // and `fma_f16c` checked FMA and F16C.
-            unsafe { bound_avx2::<R, PROBE>(row, t, known, probe) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => bound_range::<R, 16, false, PROBE>(row, t, known, probe),
+        Isa::Avx2 => unsafe { bound_avx2::<R, PROBE>(row, t, known, probe) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
         Isa::Avx512 => unsafe { bound_avx512::<R, PROBE>(row, t, known, probe) },
     }
-}
-
-/// Whether the CPU has FMA and F16C (every AVX2 CPU we know of does; checked all the same).
-#[cfg(target_arch = "x86_64")]
-fn fma_f16c() -> bool {
-    std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("f16c")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -251,47 +241,6 @@ fn bound_avx512<R: LogitRow, const PROBE: bool>(
         return bound_range::<F16Wide<'_>, 32, true, PROBE>(F16Wide(bits), t, known, probe);
     }
     bound_range::<R, 32, true, PROBE>(row, t, known, probe)
-}
-
-/// An f16 row widened by F16C's `vcvtph2ps` (exact for every number; a NaN stays a NaN, and
-/// the only weight that reads one is 0), 8 ids an instruction instead of the lane code's ~8
-/// operations per id. Only built inside the bound's x86 functions, whose target features
-/// (F16C, implied by AVX-512F) its loads need.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct F16Wide<'a>(&'a [u16]);
-
-#[cfg(target_arch = "x86_64")]
-impl LogitRow for F16Wide<'_> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    #[inline(always)]
-    fn block<const N: usize>(&self, start: usize) -> [f32; N] {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
-        let src = &self.0[start..start + N];
-        let mut out = [0f32; N];
-        if N % 8 != 0 {
-            for (o, &b) in out.iter_mut().zip(src) {
-                *o = Half16::F16.value(b);
-            }
-            return out;
-        }
-        for (o, b) in out.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-            // SAFETY: `b` holds 8 u16 (16 bytes, an unaligned load) and `o` 8 f32; this type
-            // is only read inside `bound_avx2` / `bound_avx512`, which enable F16C.
-            unsafe {
-                let h = _mm_loadu_si128(b.as_ptr().cast::<__m128i>());
-                _mm256_storeu_ps(o.as_mut_ptr(), _mm256_cvtph_ps(h));
-            }
-        }
-        out
-    }
-    #[inline(always)]
-    fn at(&self, i: usize) -> f32 {
-        Half16::F16.value(self.0[i])
-    }
 }
 
 /// The running maximum and sum, and how they move when a larger `z` arrives.

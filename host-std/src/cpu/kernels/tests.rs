@@ -863,6 +863,48 @@ fn entropy_term_matches_core() {
     }
 }
 
+/// F16C's widening ([`F16Wide`], the x86 kernels' f16 loads) is the core's `f16_to_f32` for
+/// every pattern that is a number, bit for bit, and a NaN for every NaN pattern (whose weight
+/// is 0 however its payload reads), in blocks of 8 and 32 and with a tail.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn f16c_widening_is_the_cores_for_every_number() {
+    #[target_feature(enable = "f16c")]
+    unsafe fn wide<const N: usize>(bits: &[u16], start: usize) -> [f32; N] {
+        F16Wide(bits).block::<N>(start)
+    }
+    if !std::arch::is_x86_feature_detected!("f16c") {
+        assert!(std::env::var_os("CI").is_none(), "CI machines have F16C");
+        println!("SKIPPED: this CPU has no F16C");
+        return;
+    }
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let check = |b: u16, got: f32| {
+        let want = specula_core::verify::f16_to_f32(b);
+        if want.is_nan() {
+            assert!(got.is_nan(), "pattern {b:#06x}: {got}");
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "pattern {b:#06x}");
+        }
+    };
+    for start in (0..all.len()).step_by(32) {
+        // SAFETY: F16C is present (checked above).
+        let (w8, w32) = unsafe { (wide::<8>(&all, start), wide::<32>(&all, start)) };
+        for (l, &w) in w32.iter().enumerate() {
+            check(all[start + l], w);
+        }
+        for (l, &w) in w8.iter().enumerate() {
+            check(all[start + l], w);
+        }
+    }
+    // A block length the instruction does not divide: the lane code.
+    // SAFETY: as above.
+    let odd = unsafe { wide::<5>(&all, 0x7BFE) };
+    for (l, &w) in odd.iter().enumerate() {
+        check(0x7BFE + l as u16, w);
+    }
+}
+
 /// The lane code's f16 widening is the core's `f16_to_f32`, for every pattern, one at a time
 /// and in blocks (as the kernels load them).
 #[test]
