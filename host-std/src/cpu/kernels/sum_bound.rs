@@ -221,10 +221,7 @@ fn bound_avx2<R: LogitRow, const PROBE: bool>(
     known: Option<f32>,
     probe: f32,
 ) -> Option<(SumBound, f64)> {
-    if let Some((Half16::F16, bits)) = row.half_bits() {
-        return bound_range::<F16Wide<'_>, 16, true, PROBE>(F16Wide(bits), t, known, probe);
-    }
-    bound_range::<R, 16, true, PROBE>(row, t, known, probe)
+    bound_x86::<R, 16, PROBE>(row, t, known, probe)
 }
 
 #[cfg(specula_avx512)]
@@ -235,12 +232,23 @@ fn bound_avx512<R: LogitRow, const PROBE: bool>(
     known: Option<f32>,
     probe: f32,
 ) -> Option<(SumBound, f64)> {
-    // AVX-512F implies FMA.
+    bound_x86::<R, 32, PROBE>(row, t, known, probe)
+}
+
+/// The bound with FMA, and f16 rows widened by F16C instead of the lane code ([`F16Wide`]):
+/// both callers enable both (AVX-512F implies them).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn bound_x86<R: LogitRow, const N: usize, const PROBE: bool>(
+    row: R,
+    t: f32,
+    known: Option<f32>,
+    probe: f32,
+) -> Option<(SumBound, f64)> {
     if let Some((Half16::F16, bits)) = row.half_bits() {
-        // f16 rows widened by the instruction instead of the lane code.
-        return bound_range::<F16Wide<'_>, 32, true, PROBE>(F16Wide(bits), t, known, probe);
+        return bound_range::<F16Wide<'_>, N, true, PROBE>(F16Wide(bits), t, known, probe);
     }
-    bound_range::<R, 32, true, PROBE>(row, t, known, probe)
+    bound_range::<R, N, true, PROBE>(row, t, known, probe)
 }
 
 /// The running maximum and sum, and how they move when a larger `z` arrives.
