@@ -1,7 +1,7 @@
 //! The CPU backend's shortcut for accepted positions ([`quick_accept`]): a drafted position's
-//! rejection test decided from a bound on its row's softmax sum (or, filtered, from the
-//! unfiltered `p` of the row's largest weight), without the exact pass and the filter's cut
-//! (`core/DETERMINISM.md`, "Logits": why the bits stay).
+//! rejection test decided from a bound on its row's softmax sum (filtered: for an id the
+//! filter certainly keeps, from its unfiltered `p`), without the exact pass and the filter's
+//! cut (`core/DETERMINISM.md`, "Logits": why the bits stay).
 
 use super::{Src, cut, kernels};
 use specula_core::verify::{Cut, Filter, softmax_exp, weight_key};
