@@ -39,7 +39,7 @@ const MAX_BINS: usize = 1024;
 const ONE_KEY: u32 = 0x3F80_0000;
 
 /// `2⁻⁶⁴`.
-const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+pub(crate) const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
 
 /// [`Cut::of`] the softmax weights `w` (each `e_v ∈ [0, 1]`, from a row whose maximum is
 /// finite, so the largest is exactly `1`) by `filter`, the same result. `total` is the whole

@@ -3,7 +3,8 @@
 //! filter certainly keeps, from its unfiltered `p`), without the exact pass and the filter's
 //! cut (`core/DETERMINISM.md`, "Logits": why the bits stay).
 
-use super::{Src, cut, kernels};
+use super::cut::{self, TWO_M64};
+use super::{Src, kernels};
 use specula_core::verify::{Cut, Filter, softmax_exp, weight_key};
 
 /// What [`quick_accept`] found of a row in its pass, for the exact path not to find again.
@@ -39,12 +40,12 @@ impl Found {
 ///
 /// * Logits without a filter (binary32, bf16 or f16): the bound on the softmax sum from one
 ///   read of the row ([`kernels::sum_bound`]) gives `lo ≤ p(x)`.
-/// * With a filter, `x` of the row's largest weight (logits: weight 1): every filter keeps it
-///   (its threshold is at most that weight's key) and keeps at most the whole mass, so its
-///   renormalised `p` is at least the unfiltered one: the sum bound's lower bound of it
-///   (logits, after the maximum alone, which the exact path reuses when `x` is not the
-///   largest), or the stored value over the row's exact mass (binary32 probabilities with
-///   top-p alone: the largest key and the mass from one pass, which the cut then reuses).
+/// * With a filter, `x` an id the filter certainly keeps ([`kept_lo`], [`probs_kept`]): a kept
+///   id's renormalised `p` is at least its unfiltered one (the kept mass is at most the
+///   whole), so the unfiltered lower bound decides it: the sum bound's (logits, after the
+///   maximum alone, which the exact path reuses when the test is not decided), or the stored
+///   value over the row's exact mass (binary32 probabilities with top-p alone: the largest key
+///   and the mass from one pass, which the cut then reuses).
 ///
 /// A position decided here is accepted by the one-request batch's test with `pt` in place of
 /// `p(x)` (the same test, the same verdict); any other position takes the exact path.
@@ -118,15 +119,18 @@ fn probs_kept(
         return true;
     }
     let target = f64::from(top_p) * (mass as f64);
-    let most = f64::from(f32::from_bits(a)) / (target * (1.0 - 2f64.powi(-40)) * TWO_M64);
     // No key lies in `[u32::MAX, a + 1)`: no candidates, only the mass of the keys above `a`.
-    test(most as f32)
+    test(at_most(f32::from_bits(a), target * TWO_M64))
         && kernels::gather_keys(isa, p, u32::MAX, a + 1, &mut Vec::new(), 0)
             .is_some_and(|above| (above as f64) < target)
 }
 
-/// `2⁻⁶⁴`.
-const TWO_M64: f64 = 1.0 / 18_446_744_073_709_551_616.0;
+/// An upper bound of a kept id's `p` = `RN32(w / S_K)` from its weight `w` and a lower bound
+/// `kept ≤ S_K` of the kept mass (rounded up by a margin far above the roundings'), for the
+/// test to rule a row out before any further pass.
+fn at_most(w: f32, kept: f64) -> f32 {
+    (f64::from(w) / (kept * (1.0 - 2f64.powi(-40)))) as f32
+}
 
 /// A lower bound of the filtered `p(x)` of a drafted id of weight `e` on a logits row of
 /// softmax maximum `m`, where the filter certainly keeps the id: a kept id's renormalised `p`
@@ -160,9 +164,8 @@ fn kept_lo(
     if !cut::top_p_alone(filter, src.len()) {
         return None;
     }
-    // At least `top_p` of the mass is kept: `p(x) ≤ e / top_p`, rounded up.
-    let most = (f64::from(e) / (f64::from(filter.top_p) * (1.0 - 2f64.powi(-40)))) as f32;
-    if !test(most) {
+    // At least `top_p` of the mass is kept, and the mass is at least 1.
+    if !test(at_most(e, f64::from(filter.top_p))) {
         return None;
     }
     let a = src.mass_above(isa, t, m, e)?;
