@@ -15,7 +15,7 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DriverError, SyncOnDrop};
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch, View, ViewMut,
+    Driver, Element, GpuReadback, GpuVerifier, Launch, Memory, Status, TreeLaunch, View, ViewMut,
 };
 use specula_core::verify::{Device, DeviceOut, Format, Rows};
 use std::ffi::c_void;
@@ -40,9 +40,23 @@ pub struct CudaDriver {
 /// [`CudaDriver::borrow`]) or a [`VerifyGraph`](specula_core::gpu::VerifyGraph) replay:
 /// neither makes a synchronising driver call. Its errors are
 /// [`GpuError`](specula_core::gpu::GpuError)`<`[`CudaError`]`>`, which `?` turns into a [`CudaError`]. Take its readbacks
-/// with [`CudaReadback::new`](crate::CudaReadback::new), which waits for copies still in
-/// flight before it frees their page-locked memory ([`GpuVerifier::readback`] does not).
+/// with [`CudaReadback::new`] (or [`GpuVerifier::readback`], the same).
 pub type CudaVerifier<const K: usize> = GpuVerifier<CudaDriver, K>;
+
+/// A [`Readback`](specula_core::Readback) of a [`CudaVerifier`]'s device counters: the shared
+/// readback ring [`GpuReadback`] over [`CudaDriver`], up to
+/// [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies in flight on its own copy stream into
+/// page-locked memory, abandoned ones included. Make one with `CudaReadback::new(&verifier)`
+/// ([`GpuReadback::new`]); its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`CudaError`]`>`,
+/// which `?` turns into a [`CudaError`]. Its drop waits for the copy stream
+/// ([`Driver::drain_copies`]'s default), so no copy lands in freed page-locked memory.
+pub type CudaReadback<const K: usize> = GpuReadback<CudaDriver, K>;
+
+// The collector runs on its own thread: the readback must move there.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<CudaReadback<8>>();
+};
 
 impl CudaDevice {
     /// A verifier on this device, ordered on its compute stream, with zeroed device counters.

@@ -61,16 +61,15 @@ mod driver;
 mod error;
 mod ffi;
 mod memory;
-mod readback;
 
 pub use compile::{
     compile_ptx, compile_source_ptx, compile_tree_ptx, nvrtc_options, nvrtc_present, nvrtc_version,
 };
 pub use device::{CudaDevice, CudaEvent};
 pub use driver::{
-    CudaDriver, CudaForeign, CudaForeignMut, CudaGraph, CudaRows, CudaVerifier, RowElement,
+    CudaDriver, CudaForeign, CudaForeignMut, CudaGraph, CudaReadback, CudaRows, CudaVerifier,
+    RowElement,
 };
 pub use error::CudaError;
 pub use ffi::{CallCounts, DRIVER_SYMBOLS, NVRTC_ENV, call_counts, driver_present};
 pub use memory::{CudaDeviceBuffer, CudaPinnedBuffer};
-pub use readback::CudaReadback;

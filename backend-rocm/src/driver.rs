@@ -13,7 +13,8 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, GpuVerifier, Launch, Memory, Status, TreeLaunch, View, ViewMut,
+    Driver, ENTRY_NAMES, Element, GpuReadback, GpuVerifier, Launch, Memory, Status, TreeLaunch,
+    View, ViewMut,
 };
 use specula_core::verify::{Device, DeviceOut, Format, Rows};
 use std::sync::Arc;
@@ -65,10 +66,24 @@ impl core::fmt::Debug for RocmDriver {
 /// [`launch`](GpuVerifier::launch) on typed views or a
 /// [`VerifyGraph`](specula_core::gpu::VerifyGraph) replay: neither makes a synchronising
 /// call. Its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`RocmError`]`>`, which `?`
-/// turns into a [`RocmError`]. Take its readbacks with
-/// [`RocmReadback::new`](crate::RocmReadback::new), which waits for copies still in flight
-/// before it frees their page-locked memory ([`GpuVerifier::readback`] does not).
+/// turns into a [`RocmError`]. Take its readbacks with [`RocmReadback::new`] (or
+/// [`GpuVerifier::readback`], the same).
 pub type RocmVerifier<const K: usize> = GpuVerifier<RocmDriver, K>;
+
+/// A [`Readback`](specula_core::Readback) of a [`RocmVerifier`]'s device counters: the shared
+/// readback ring [`GpuReadback`] over [`RocmDriver`], up to
+/// [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies in flight on its own copy stream into
+/// page-locked memory, abandoned ones included. Make one with `RocmReadback::new(&verifier)`
+/// ([`GpuReadback::new`]); its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`RocmError`]`>`,
+/// which `?` turns into a [`RocmError`]. Its drop waits for the copy stream
+/// ([`Driver::drain_copies`]'s default), so no copy lands in freed page-locked memory.
+pub type RocmReadback<const K: usize> = GpuReadback<RocmDriver, K>;
+
+// The collector runs on its own thread: the readback must move there.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<RocmReadback<8>>();
+};
 
 impl RocmDevice {
     /// A verifier on this device with its own compute stream and zeroed counters: compiles the
@@ -313,7 +328,7 @@ impl Driver for RocmDriver {
         let hip = self.device.hip();
         // SAFETY: both ranges in bounds (checked above); the pinned destination is read only
         // after an event recorded after this copy completes, and is not freed before the copy
-        // stream is synchronised (`RocmReadback`'s drop).
+        // stream is synchronised (`GpuReadback`'s drop, `drain_copies`).
         hip.check("hipMemcpyAsync", unsafe {
             (hip.api.hipMemcpyAsync)(
                 dst.as_mut_ptr().cast::<u8>().add(dst_offset).cast(),

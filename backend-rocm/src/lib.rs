@@ -8,13 +8,13 @@ mod driver;
 mod error;
 mod ffi;
 mod memory;
-mod readback;
 
 pub use compile::{
     COMPILE_OPTIONS, CodeObject, EM_AMDGPU, compile, hiprtc_version, unbundle, valid_target_id,
 };
 pub use device::{RocmDevice, RocmEvent, RocmStream, device_count, runtime_version};
-pub use driver::{RocmDriver, RocmGraph, RocmOut, RocmRows, RocmVerifier, RowElement};
+pub use driver::{
+    RocmDriver, RocmGraph, RocmOut, RocmReadback, RocmRows, RocmVerifier, RowElement,
+};
 pub use error::RocmError;
 pub use memory::{DeviceCopy, RocmDeviceBuffer, RocmPinnedBuffer};
-pub use readback::RocmReadback;

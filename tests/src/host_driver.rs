@@ -666,6 +666,10 @@ impl Driver for HostDriver {
         self.sync_event(&ev)
     }
 
+    /// Nothing to wait for: page-locked buffers are reference-counted by the copies into them,
+    /// and a shutdown must return while an injected hang holds a copy.
+    fn drain_copies(&self, _: &Stream) {}
+
     fn launch(&self, stream: &Stream, l: &Launch<'_, '_, Self>) -> Result<(), HostDriverError> {
         // The kernel's one parameter, as `Launch::arg_block` gives every driver: host addresses
         // of the buffers (which `keep` holds alive until the launch has run).

@@ -348,6 +348,16 @@ pub trait Driver: Memory + Clone {
     fn sync_event(&self, event: &Self::Event) -> Result<(), Self::Error>;
     /// Waits on the host for everything queued on `stream`. Synchronising.
     fn sync_stream(&self, stream: &Self::Stream) -> Result<(), Self::Error>;
+    /// Called once by a [`GpuReadback`](super::GpuReadback)'s drop, right before its
+    /// page-locked buffers are freed, with the stream its copies into them run on. The default
+    /// waits for that stream ([`sync_stream`](Self::sync_stream); a drop cannot report its
+    /// error), so no copy still in flight or abandoned lands in freed memory: what CUDA and HIP
+    /// need. A driver whose page-locked buffers, like its device buffers, live until the work
+    /// that uses them has completed may do nothing instead (the host driver of
+    /// `specula-tests`, whose shutdown never waits for a copy that may never complete).
+    fn drain_copies(&self, stream: &Self::Stream) {
+        let _ = self.sync_stream(stream);
+    }
     /// Enqueues one launch of the kernel.
     fn launch(
         &self,

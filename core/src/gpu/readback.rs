@@ -12,9 +12,13 @@
 //! flight at once and finish in start order (one copy stream). A stale copy can be abandoned:
 //! its slot is set aside, not reused, until its completion event is seen (a later `start`
 //! queries it), so the device never writes a buffer the host is reading.
+//!
+//! The drop hands the copy stream to [`Driver::drain_copies`] before the page-locked buffers are
+//! freed: CUDA and HIP wait for it there, so no copy lands in freed memory.
 
 use super::driver::{Driver, Status};
 use super::error::GpuError;
+use super::verifier::GpuVerifier;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::{Flight, MAX_IN_FLIGHT};
@@ -89,9 +93,14 @@ pub(crate) unsafe fn read_stats<D: Driver, const K: usize>(
 }
 
 impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
-    /// A readback of `stats` (the verifier's counters), snapshotted on `compute` (the
-    /// verifier's stream), with its own copy stream and `N` slots (`N ≥ 1`).
-    pub fn new(drv: D, compute: D::Stream, stats: D::Buffer) -> Result<Self, GpuError<D::Error>> {
+    /// A readback of `verifier`'s counters, snapshotted on its compute stream, with its own
+    /// copy stream and `N` slots (`N ≥ 1`), each with its events, staging buffer and page-locked
+    /// buffer.
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`] when creating a stream, an event or a buffer fails.
+    pub fn new(verifier: &GpuVerifier<D, K>) -> Result<Self, GpuError<D::Error>> {
+        let drv = verifier.driver().clone();
         let bytes = kernels::stats_words(K) * 8;
         let e = GpuError::Driver;
         let mut slots = heapless::Vec::new();
@@ -110,8 +119,8 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
         Ok(Self {
             copy: drv.stream().map_err(e)?,
             drv,
-            compute,
-            stats,
+            compute: verifier.stream().clone(),
+            stats: verifier.stats().clone(),
             slots,
             flight: Flight::new(),
             error_flags: 0,
@@ -126,7 +135,7 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
     }
 
     /// Synchronising driver calls this readback has made (only [`flush`](Readback::flush)
-    /// makes any).
+    /// makes any; the drop may make one more, [`Driver::drain_copies`]).
     pub fn sync_calls(&self) -> u64 {
         self.syncs
     }
@@ -136,8 +145,8 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
         &self.drv
     }
 
-    /// The stream the copies to the host run on (a driver glue whose page-locked memory must
-    /// not be freed under a copy synchronises it before dropping the readback).
+    /// The stream the copies to the host run on (what the drop hands to
+    /// [`Driver::drain_copies`]).
     pub fn copy_stream(&self) -> &D::Stream {
         &self.copy
     }
@@ -182,6 +191,14 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
         let (c, flags) = unsafe { read_stats::<D, K>(&self.drv, &self.slots[i].host) };
         self.error_flags = flags;
         c
+    }
+}
+
+impl<D: Driver, const K: usize, const N: usize> Drop for GpuReadback<D, K, N> {
+    fn drop(&mut self) {
+        // The page-locked buffers are freed right after this: the driver lets copies still in
+        // flight (or abandoned) land first where it must.
+        self.drv.drain_copies(&self.copy);
     }
 }
 

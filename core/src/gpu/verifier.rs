@@ -133,7 +133,7 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
     /// A readback of this verifier's counters with up to [`MAX_IN_FLIGHT`] copies in flight,
     /// ordered on its compute stream.
     pub fn readback(&self) -> Result<GpuReadback<D, K, MAX_IN_FLIGHT>, GpuError<D::Error>> {
-        GpuReadback::new(self.drv.clone(), self.stream.clone(), self.stats.clone())
+        GpuReadback::new(self)
     }
 
     /// Blocks per request a launch of `capacity` requests uses: below one request per

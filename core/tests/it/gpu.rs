@@ -752,8 +752,7 @@ fn the_error_word_comes_back_with_the_counters() {
 #[test]
 fn a_failed_copy_is_one_error_and_frees_its_slot() {
     let (drv, v, s, d) = rig(2);
-    let mut rb =
-        GpuReadback::<Fake, K, 1>::new(drv.clone(), v.stream().clone(), v.stats().clone()).unwrap();
+    let mut rb = GpuReadback::<Fake, K, 1>::new(&v).unwrap();
     assert_eq!(rb.max_in_flight(), 1);
     step(&v, &s, &d);
     drv.st.fail_downloads.set(1);
@@ -781,8 +780,7 @@ fn a_failed_copy_is_one_error_and_frees_its_slot() {
 #[test]
 fn abandoned_slots_wait_for_their_copy_before_reuse() {
     let (drv, v, s, d) = rig(1);
-    let mut rb =
-        GpuReadback::<Fake, K, 2>::new(drv.clone(), v.stream().clone(), v.stats().clone()).unwrap();
+    let mut rb = GpuReadback::<Fake, K, 2>::new(&v).unwrap();
     assert!(!rb.abandon(), "nothing in flight");
     step(&v, &s, &d);
     rb.start().unwrap();
@@ -815,8 +813,7 @@ fn abandoned_slots_wait_for_their_copy_before_reuse() {
 #[test]
 fn flush_waits_for_abandoned_copies_when_no_slot_is_free() {
     let (drv, v, s, d) = rig(2);
-    let mut rb =
-        GpuReadback::<Fake, K, 1>::new(drv.clone(), v.stream().clone(), v.stats().clone()).unwrap();
+    let mut rb = GpuReadback::<Fake, K, 1>::new(&v).unwrap();
     step(&v, &s, &d);
     rb.start().unwrap();
     assert!(rb.abandon());
@@ -834,6 +831,25 @@ fn flush_waits_for_abandoned_copies_when_no_slot_is_free() {
     rb.start().unwrap();
     drv.st.fail_downloads.set(1);
     assert!(matches!(rb.flush(), Err(GpuError::Driver(_))));
+}
+
+/// Dropping a readback hands its copy stream to `Driver::drain_copies`, whose default waits for
+/// it (one synchronising call): copies in flight and abandoned ones land before the page-locked
+/// buffers are freed. Nothing else waits.
+#[test]
+fn drop_waits_for_the_copy_stream() {
+    let (drv, v, s, d) = rig(1);
+    let mut rb = v.readback().unwrap();
+    step(&v, &s, &d);
+    rb.start().unwrap();
+    rb.start().unwrap();
+    assert!(rb.abandon());
+    let copy = rb.copy_stream().clone();
+    assert!(!copy.queue.borrow().is_empty(), "two copies queued");
+    assert_eq!(drv.st.syncs.get(), 0);
+    drop(rb);
+    assert_eq!(drv.st.syncs.get(), 1, "one wait, for the copy stream");
+    assert!(copy.queue.borrow().is_empty(), "every copy landed");
 }
 
 #[test]
