@@ -44,12 +44,10 @@ pub struct CudaDriver {
 pub type CudaVerifier<const K: usize> = GpuVerifier<CudaDriver, K>;
 
 /// A [`Readback`](specula_core::Readback) of a [`CudaVerifier`]'s device counters: the shared
-/// readback ring [`GpuReadback`] over [`CudaDriver`], up to
-/// [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies in flight on its own copy stream into
-/// page-locked memory, abandoned ones included. Make one with `CudaReadback::new(&verifier)`
-/// ([`GpuReadback::new`]); its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`CudaError`]`>`,
-/// which `?` turns into a [`CudaError`]. Its drop waits for the copy stream
-/// ([`Driver::drain_copies`]'s default), so no copy lands in freed page-locked memory.
+/// ring [`GpuReadback`] over [`CudaDriver`] (`CudaReadback::new(&verifier)`, the same as
+/// [`GpuVerifier::readback`]), whose drop waits for its copy stream ([`Driver::drain_copies`]).
+/// Its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`CudaError`]`>`, which `?` turns
+/// into a [`CudaError`].
 pub type CudaReadback<const K: usize> = GpuReadback<CudaDriver, K>;
 
 // The collector runs on its own thread: the readback must move there.
@@ -228,16 +226,10 @@ impl Driver for CudaDriver {
     }
 
     unsafe fn read_host<T: Element>(&self, buf: &CudaPinnedBuffer, offset: usize, out: &mut [T]) {
-        let bytes = buf.bytes();
-        for (i, x) in out.iter_mut().enumerate() {
-            let at = offset + i * T::BYTES;
-            if at + T::BYTES > bytes {
-                return; // out of bounds: the orchestration never asks
-            }
-            // SAFETY: in bounds; the caller guarantees no copy into `buf` is in flight.
-            let b = unsafe { core::slice::from_raw_parts(buf.as_byte_ptr().add(at), T::BYTES) };
-            *x = T::read_ne(b);
-        }
+        // SAFETY: the buffer's `bytes()` bytes of page-locked memory, initialised (zeroed at
+        // allocation); the caller guarantees no copy into `buf` is in flight.
+        let bytes = unsafe { core::slice::from_raw_parts(buf.as_byte_ptr(), buf.bytes()) };
+        T::read_slice_ne(bytes, offset, out);
     }
 
     fn record(&self, event: &Arc<CudaEvent>, stream: &Arc<CudaStream>) -> Result<(), CudaError> {

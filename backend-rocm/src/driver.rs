@@ -13,8 +13,8 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use specula_core::gpu::kernels;
 use specula_core::gpu::{
-    Driver, ENTRY_NAMES, Element, GpuReadback, GpuVerifier, Launch, Memory, Status, TreeLaunch,
-    View, ViewMut,
+    ArgBlock, Driver, ENTRY_NAMES, Element, GpuReadback, GpuVerifier, Launch, Memory, Status,
+    TreeLaunch, View, ViewMut,
 };
 use specula_core::verify::{Device, DeviceOut, Format, Rows};
 use std::sync::Arc;
@@ -71,12 +71,10 @@ impl core::fmt::Debug for RocmDriver {
 pub type RocmVerifier<const K: usize> = GpuVerifier<RocmDriver, K>;
 
 /// A [`Readback`](specula_core::Readback) of a [`RocmVerifier`]'s device counters: the shared
-/// readback ring [`GpuReadback`] over [`RocmDriver`], up to
-/// [`MAX_IN_FLIGHT`](specula_core::MAX_IN_FLIGHT) copies in flight on its own copy stream into
-/// page-locked memory, abandoned ones included. Make one with `RocmReadback::new(&verifier)`
-/// ([`GpuReadback::new`]); its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`RocmError`]`>`,
-/// which `?` turns into a [`RocmError`]. Its drop waits for the copy stream
-/// ([`Driver::drain_copies`]'s default), so no copy lands in freed page-locked memory.
+/// ring [`GpuReadback`] over [`RocmDriver`] (`RocmReadback::new(&verifier)`, the same as
+/// [`GpuVerifier::readback`]), whose drop waits for its copy stream ([`Driver::drain_copies`]).
+/// Its errors are [`GpuError`](specula_core::gpu::GpuError)`<`[`RocmError`]`>`, which `?` turns
+/// into a [`RocmError`].
 pub type RocmReadback<const K: usize> = GpuReadback<RocmDriver, K>;
 
 // The collector runs on its own thread: the readback must move there.
@@ -174,6 +172,43 @@ impl RocmDriver {
         Ok(())
     }
 
+    /// Enqueues `grid` blocks of `block` threads of `function` on `stream`, with `arg` (device
+    /// addresses, 0 = null) as its one parameter, copied at launch.
+    ///
+    /// # Safety
+    /// `function` is a loaded entry point of this device whose one parameter is the argument
+    /// block `sp_args` (laid out as [`ArgBlock`]), and what `arg` and the shape words in device
+    /// memory say is what it may read and write.
+    unsafe fn launch_block(
+        &self,
+        function: RawFunction,
+        stream: &RocmStream,
+        grid: u32,
+        block: u32,
+        mut arg: ArgBlock,
+    ) -> Result<(), RocmError> {
+        let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
+        self.device.bind()?;
+        let hip = self.device.hip();
+        // SAFETY: as the caller vouches; `params[0]` points to `arg`, live until the call
+        // returns; block = 256, a multiple of both AMD wave sizes.
+        hip.check("hipModuleLaunchKernel", unsafe {
+            (hip.api.hipModuleLaunchKernel)(
+                function,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                core::ptr::null_mut(),
+            )
+        })
+    }
+
     fn graph_api(&self) -> Result<&'static ffi::GraphApi, RocmError> {
         self.device.hip().graph.as_ref().ok_or(RocmError::Unsupported(
             "HIP graph capture: the runtime lacks hipStreamBeginCapture/EndCapture/GraphInstantiate/GraphLaunch",
@@ -213,6 +248,11 @@ impl Drop for RocmGraph {
         }
     }
 }
+
+/// What a tree launch on a driver made without the kernel answers ([`RocmDriver::new`]).
+const NO_TREE_KERNEL: RocmError = RocmError::Unsupported(
+    "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
+);
 
 fn bytes_in(words: usize) -> usize {
     words.saturating_mul(8)
@@ -346,18 +386,12 @@ impl Driver for RocmDriver {
         offset: usize,
         out: &mut [T],
     ) {
-        let len = bytes_in(buf.len());
-        for (i, x) in out.iter_mut().enumerate() {
-            let at = offset + i * T::BYTES;
-            if at + T::BYTES > len {
-                return; // out of bounds: the orchestration never asks
-            }
-            // SAFETY: in bounds; the caller guarantees no copy into `buf` is in flight.
-            let b = unsafe {
-                core::slice::from_raw_parts(buf.as_mut_ptr().cast::<u8>().add(at), T::BYTES)
-            };
-            *x = T::read_ne(b);
-        }
+        // SAFETY: the buffer's `len()` words of page-locked memory, initialised (zeroed at
+        // allocation); the caller guarantees no copy into `buf` is in flight.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(buf.as_mut_ptr().cast::<u8>(), bytes_in(buf.len()))
+        };
+        T::read_slice_ne(bytes, offset, out);
     }
 
     fn record(&self, event: &Arc<RocmEvent>, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
@@ -398,33 +432,12 @@ impl Driver for RocmDriver {
             .functions
             .get(l.entry_index())
             .ok_or(RocmError::TooLarge)?;
-        // The kernel's one parameter, its argument block (`Launch::arg_block`: device
-        // addresses, 0 = null); `params[0]` points to it.
-        let mut arg = l.arg_block(address);
-        let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
-        self.device.bind()?;
-        let hip = self.device.hip();
         // SAFETY: `function` is the loaded entry `l.entry_name()` of the module, whose one
         // parameter is the argument block `sp_args`, laid out as `ArgBlock` (the kernel text
-        // checks size and offsets on every compile); `params[0]` points to a live `ArgBlock`
-        // (copied at launch); the orchestration sized stats and scratch and checked the views against the
-        // capacity, and the caller of its launch vouched for the shape words (and the
-        // cumulative counts) in device memory; block = 256, a multiple of both AMD wave sizes.
-        hip.check("hipModuleLaunchKernel", unsafe {
-            (hip.api.hipModuleLaunchKernel)(
-                function,
-                l.grid,
-                1,
-                1,
-                l.block,
-                1,
-                1,
-                0,
-                stream.raw,
-                params.as_mut_ptr(),
-                core::ptr::null_mut(),
-            )
-        })
+        // checks size and offsets on every compile); the orchestration sized stats and scratch
+        // and checked the views against the capacity, and the caller of its launch vouched for
+        // the shape words (and the cumulative counts) in device memory.
+        unsafe { self.launch_block(function, stream, l.grid, l.block, l.arg_block(address)) }
     }
 
     fn begin_capture(&self, stream: &Arc<RocmStream>) -> Result<(), RocmError> {
@@ -497,11 +510,7 @@ impl Driver for RocmDriver {
 
     /// Compiles (hiprtc) and loads the tree module on the first call, once per device.
     fn prepare_tree(&self) -> Result<(), RocmError> {
-        if self.kernels.is_none() {
-            return Err(RocmError::Unsupported(
-                "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
-            ));
-        }
+        self.kernels.as_ref().ok_or(NO_TREE_KERNEL)?;
         self.device.tree_function(0).map(|_| ())
     }
 
@@ -515,36 +524,13 @@ impl Driver for RocmDriver {
         stream: &Arc<RocmStream>,
         l: &TreeLaunch<'_, '_, Self>,
     ) -> Result<(), RocmError> {
-        if self.kernels.is_none() {
-            return Err(RocmError::Unsupported(
-                "tree launch on a RocmDriver made without the kernel (use RocmDriver::with_kernel)",
-            ));
-        }
+        self.kernels.as_ref().ok_or(NO_TREE_KERNEL)?;
         let function = self.device.tree_function(l.entry_index())?;
-        let mut arg = l.arg_block(address);
-        let mut params: [*mut c_void; 1] = [core::ptr::from_mut(&mut arg).cast()];
-        self.device.bind()?;
-        let hip = self.device.hip();
-        // SAFETY: `function` is the tree entry `l.entry_name()` of the loaded tree module, whose one
-        // parameter is the argument block (`TreeLaunch::arg_block`); `params[0]` points to it
-        // (copied at launch); the orchestration sized stats and checked
-        // the views against the capacity, and the caller of its tree launch vouched for the
-        // shape words in device memory; block = 256, a multiple of both AMD wave sizes.
-        hip.check("hipModuleLaunchKernel", unsafe {
-            (hip.api.hipModuleLaunchKernel)(
-                function,
-                l.grid,
-                1,
-                1,
-                l.block,
-                1,
-                1,
-                0,
-                stream.raw,
-                params.as_mut_ptr(),
-                core::ptr::null_mut(),
-            )
-        })
+        // SAFETY: `function` is the tree entry `l.entry_name()` of the loaded tree module, whose
+        // one parameter is the argument block (`TreeLaunch::arg_block`); the orchestration
+        // sized stats and checked the views against the capacity, and the caller of its tree
+        // launch vouched for the shape words in device memory.
+        unsafe { self.launch_block(function, stream, l.grid, l.block, l.arg_block(address)) }
     }
 }
 

@@ -22,6 +22,18 @@ pub trait Element: sealed::Sealed + Copy + Default {
     fn write_ne(self, out: &mut [u8]);
     /// The value of native-endian `bytes[..BYTES]`.
     fn read_ne(bytes: &[u8]) -> Self;
+    /// Fills `out` with the consecutive elements of `bytes` from byte `offset`, up to the last
+    /// that fits (the rest of `out` keeps its values): a driver's
+    /// [`read_host`](super::Driver::read_host) once it holds its page-locked buffer as bytes.
+    fn read_slice_ne(bytes: &[u8], offset: usize, out: &mut [Self]) {
+        let elements = bytes
+            .get(offset..)
+            .unwrap_or_default()
+            .chunks_exact(Self::BYTES);
+        for (x, b) in out.iter_mut().zip(elements) {
+            *x = Self::read_ne(b);
+        }
+    }
 }
 
 macro_rules! element {

@@ -833,6 +833,32 @@ fn flush_waits_for_abandoned_copies_when_no_slot_is_free() {
     assert!(matches!(rb.flush(), Err(GpuError::Driver(_))));
 }
 
+/// `Element::read_slice_ne`, what the CUDA and ROCm `read_host` read with: consecutive
+/// native-endian elements from a byte offset, up to the last that fits; the rest kept.
+#[test]
+fn read_slice_ne_reads_whole_elements_from_the_offset() {
+    use specula_core::gpu::Element;
+    let bytes: Vec<u8> = [7u32, 8, 9].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut out = [0u32; 4];
+    u32::read_slice_ne(&bytes, 4, &mut out);
+    assert_eq!(out, [8, 9, 0, 0]);
+    let mut out = [1u32; 2];
+    u32::read_slice_ne(&bytes, 6, &mut out); // 6 bytes left: one whole element
+    assert_eq!(
+        out,
+        [
+            u32::from_ne_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]),
+            1
+        ]
+    );
+    let mut out = [5u32; 2];
+    u32::read_slice_ne(&bytes, 13, &mut out); // past the end: nothing read
+    assert_eq!(out, [5, 5]);
+    let mut wide = [0u64; 1];
+    u64::read_slice_ne(&bytes, 0, &mut wide);
+    assert_eq!(wide[0].to_ne_bytes(), bytes[..8]);
+}
+
 /// Dropping a readback hands its copy stream to `Driver::drain_copies`, whose default waits for
 /// it (one synchronising call): copies in flight and abandoned ones land before the page-locked
 /// buffers are freed. Nothing else waits.
