@@ -717,23 +717,6 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Request `b`'s first draft slot: `b·k_max` (padded) or `cu[b−1]` (ragged).
-    #[inline]
-    fn draft_start(&self, b: usize) -> usize {
-        match self.layout {
-            Layout::Ragged {
-                cu_num_draft_tokens: cu,
-            } => {
-                if b == 0 {
-                    0
-                } else {
-                    cu[b - 1] as usize
-                }
-            }
-            Layout::Padded { .. } => b * self.k_max,
-        }
-    }
-
     /// Request `b`'s draft length `k_b` (wrapping for a decreasing ragged `cu`, which validation
     /// refuses). Panics if `b ≥ B`.
     #[must_use]
@@ -744,12 +727,6 @@ impl<'a> Batch<'a> {
             } => cu[b].wrapping_sub(if b == 0 { 0 } else { cu[b - 1] }),
             Layout::Padded { k } => k[b],
         }
-    }
-
-    /// Request `b`'s draft ids (`k_b` values). Only for a validated batch.
-    #[inline]
-    pub(crate) fn draft_ids_of(&self, b: usize) -> &[u32] {
-        &self.draft_ids[self.draft_start(b)..][..self.draft_len(b) as usize]
     }
 
     /// The index of target row `(b, j)` in the target tensor, `None` on overflow or a `b`
@@ -857,37 +834,6 @@ impl<'a> Batch<'a> {
     pub fn draft_values_checked(&self, b: usize, j: usize) -> Option<Values<'a>> {
         let row = self.draft_first_row_checked(b)?.checked_add(j)?;
         self.draft?.rows.row(row, self.vocab)
-    }
-
-    /// Binary32 target row `(b, j)`, exactly `V` values. Only for a validated batch whose
-    /// request `b` is [plain](Batch::is_plain).
-    #[inline]
-    pub(crate) fn target_row(&self, b: usize, j: usize) -> &'a [f32] {
-        let row = match self.layout {
-            Layout::Ragged { .. } if self.bonus.is_some() => self.draft_start(b) + j,
-            Layout::Ragged { .. } => self.draft_start(b) + b + j,
-            Layout::Padded { .. } => b * (self.k_max + 1) + j,
-        };
-        let rows = self.target.rows();
-        let start = row * rows.stride;
-        // Plain requests only exist in batches without half-precision rows.
-        let values = rows.as_f32().unwrap_or(&[]);
-        &values[start..start + self.vocab]
-    }
-
-    /// Binary32 draft row `(b, j)`, exactly `V` values, if the drafter gave probabilities. Only
-    /// for a validated batch whose request `b` is [plain](Batch::is_plain).
-    #[inline]
-    pub(crate) fn draft_row(&self, b: usize, j: usize) -> Option<&'a [f32]> {
-        let d = self.draft?;
-        let first = match d.first_row {
-            None => self.draft_start(b),
-            Some(f) if f[b] == NO_DRAFT_ROWS => return None,
-            Some(f) => f[b] as usize,
-        };
-        let start = (first + j) * d.rows.stride;
-        let values = d.rows.as_f32().unwrap_or(&[]);
-        Some(&values[start..start + self.vocab])
     }
 }
 

@@ -474,7 +474,9 @@ pub fn validate_request_with(
         });
     }
     let k = k as usize;
-    for (position, &token) in batch.draft_ids_of(b).iter().enumerate() {
+    // Validated shape and `k ≤ k_max`: the ids are inside the slice.
+    let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
+    for (position, &token) in ids.iter().enumerate() {
         check_token(b, position, token, batch.vocab)?;
     }
     if let Some(bonus) = batch.bonus {
