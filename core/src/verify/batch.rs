@@ -152,6 +152,11 @@ impl<'a> Rows<'a> {
         self.values.format()
     }
 
+    /// The same rows with row stride `stride`.
+    pub(crate) const fn with_stride(self, stride: usize) -> Self {
+        Self { stride, ..self }
+    }
+
     /// Row `r` (`vocab` values), `None` if outside the tensor or the offset overflows.
     #[must_use]
     pub fn row(&self, r: usize, vocab: usize) -> Option<Values<'a>> {
@@ -196,8 +201,7 @@ impl<'a> Target<'a> {
     /// The same target with row stride `stride`.
     #[must_use]
     pub const fn with_stride(self, stride: usize) -> Self {
-        let rows = self.rows();
-        self.with_rows(Rows { stride, ..rows })
+        self.with_rows(self.rows().with_stride(stride))
     }
 
     /// The same kind of target (probabilities, or logits with the same temperatures) over
@@ -227,6 +231,16 @@ pub struct Draft<'a> {
     pub first_row: Option<&'a [u32]>,
 }
 
+impl Draft<'_> {
+    /// The same rows with row stride `stride` (and the same requests).
+    pub(crate) const fn with_stride(self, stride: usize) -> Self {
+        Self {
+            rows: self.rows.with_stride(stride),
+            ..self
+        }
+    }
+}
+
 /// Rows for every request, where the layout puts them.
 impl<'a> From<Rows<'a>> for Draft<'a> {
     fn from(rows: Rows<'a>) -> Self {
@@ -236,6 +250,162 @@ impl<'a> From<Rows<'a>> for Draft<'a> {
         }
     }
 }
+
+/// The builders and per-request accessors that chains ([`Batch`]) and trees
+/// ([`TreeBatch`](super::tree::TreeBatch)) share, written once over the fields both have
+/// (`vocab`, `target`, `draft`, `eps`, `delta`) and expanded into each `impl` block. `draft` is
+/// an `Option` of a type with a `with_stride` method ([`Draft`], [`Rows`]); `$d => $rows`
+/// projects one onto its [`Rows`]; the type has its own `with_draft(Rows)`. The names in it
+/// resolve where it is expanded: both files import them.
+macro_rules! rows_builders {
+    ($d:ident => $rows:expr) => {
+        /// The same batch with these target rows (probabilities or logits, any format and
+        /// stride; what a verifier reads is its [`Support`](crate::verify::Support)).
+        #[must_use]
+        pub const fn with_target(self, target: Target<'a>) -> Self {
+            Self { target, ..self }
+        }
+
+        /// The same batch with binary32 draft probabilities
+        /// ([`with_draft`](Self::with_draft)), at the stride of the draft rows they replace, or
+        /// packed back to back (stride `V`) if there were none
+        /// ([`with_strides`](Self::with_strides) afterwards, or
+        /// [`with_draft`](Self::with_draft), for another stride).
+        #[must_use]
+        pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
+            let stride = self.draft_stride();
+            self.with_draft(Rows::f32(draft_probs, stride))
+        }
+
+        /// [`with_draft_probs`](Self::with_draft_probs) for bf16 / f16 draft probabilities
+        /// (the same stride rule), widened exactly to binary32 on read.
+        #[must_use]
+        pub const fn with_draft_probs_half(self, draft_probs: Half<'a>) -> Self {
+            let stride = self.draft_stride();
+            self.with_draft(Rows::half(draft_probs, stride))
+        }
+
+        /// The same batch verified against binary32 target **logits** instead of
+        /// probabilities ([`Logits`](crate::verify::Logits)): rows laid out as the target
+        /// probabilities (at their stride), one temperature per request. `T > 0`: each row is
+        /// the softmax of `logits / T` defined in `core/DETERMINISM.md` (bit-exact,
+        /// order-independent), then the method's rules apply to it; `T = 0`: the request is
+        /// verified greedily on the logits (argmax), whatever the method.
+        #[must_use]
+        pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
+            let rows = Rows::f32(logits.values, self.target.rows().stride);
+            self.with_target(Target::Logits {
+                rows,
+                temperature: logits.temperature,
+            })
+        }
+
+        /// [`with_target_logits`](Self::with_target_logits) for bf16 / f16 logits
+        /// ([`HalfLogits`](crate::verify::HalfLogits): the engine's own tensor, reinterpreted
+        /// as 16-bit patterns): each value is widened exactly to binary32, then everything is
+        /// as with binary32 logits.
+        #[must_use]
+        pub const fn with_target_logits_half(self, logits: HalfLogits<'a>) -> Self {
+            let rows = Rows::half(logits.values, self.target.rows().stride);
+            self.with_target(Target::Logits {
+                rows,
+                temperature: logits.temperature,
+            })
+        }
+
+        /// The same batch with per-request typical-acceptance `ε` and `δ` (`B` values each).
+        #[must_use]
+        pub const fn with_typical(self, eps: &'a [f32], delta: &'a [f32]) -> Self {
+            Self {
+                eps: Some(eps),
+                delta: Some(delta),
+                ..self
+            }
+        }
+
+        /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the
+        /// batch has them, the draft rows (call it after
+        /// [`with_draft_probs`](Self::with_draft_probs)).
+        #[must_use]
+        pub const fn with_strides(self, strides: Strides) -> Self {
+            Self {
+                target: self.target.with_stride(strides.target),
+                draft: match self.draft {
+                    Some(d) => Some(d.with_stride(strides.draft)),
+                    None => None,
+                },
+                ..self
+            }
+        }
+
+        /// The draft rows, if the drafter gave probabilities.
+        const fn draft_rows(&self) -> Option<Rows<'a>> {
+            match self.draft {
+                Some($d) => Some($rows),
+                None => None,
+            }
+        }
+
+        /// The stride of the draft rows, `V` where there are none.
+        const fn draft_stride(&self) -> usize {
+            match self.draft_rows() {
+                Some(d) => d.stride,
+                None => self.vocab,
+            }
+        }
+
+        /// Whether the batch has target logits (binary32 or half).
+        #[must_use]
+        pub fn has_logits(&self) -> bool {
+            matches!(self.target, Target::Logits { .. })
+        }
+
+        /// Whether the batch holds a half-precision tensor (target or draft rows, in host or
+        /// device memory).
+        #[must_use]
+        pub fn has_half(&self) -> bool {
+            let half = |r: Rows<'_>| r.format() != Format::F32;
+            half(self.target.rows()) || self.draft_rows().is_some_and(half)
+        }
+
+        /// Whether the batch holds a tensor in device memory (target or draft rows).
+        #[must_use]
+        pub fn has_device(&self) -> bool {
+            self.target.rows().values.is_device()
+                || self.draft_rows().is_some_and(|d| d.values.is_device())
+        }
+
+        /// Request `b`'s temperature, if the batch has logits.
+        #[inline]
+        pub(crate) fn temperature_of(&self, b: usize) -> Option<f32> {
+            self.target.temperature().map(|t| t[b])
+        }
+
+        /// Request `b`'s typical-acceptance `ε`: its own, or [`DEFAULT_EPS`].
+        #[inline]
+        pub(crate) fn eps_of(&self, b: usize) -> f32 {
+            self.eps.map_or(DEFAULT_EPS, |e| e[b])
+        }
+
+        /// Request `b`'s typical-acceptance `δ`: its own, or [`DEFAULT_DELTA`].
+        #[inline]
+        pub(crate) fn delta_of(&self, b: usize) -> f32 {
+            self.delta.map_or(DEFAULT_DELTA, |d| d[b])
+        }
+
+        /// How request `b` is verified by `method` with `filter` (`RequestPlan::resolve`).
+        fn resolve_plan(&self, b: usize, method: Method, filter: Filter) -> RequestPlan {
+            RequestPlan::resolve(
+                method,
+                self.temperature_of(b),
+                filter,
+                (self.eps_of(b), self.delta_of(b)),
+                !self.has_half() && !self.has_device(),
+            )
+        }
+    };
+}
+pub(super) use rows_builders;
 
 /// A borrowed view of one verification step of `B` requests, laid out as
 /// `core/DETERMINISM.md` describes (the same layout a GPU kernel reads).
@@ -285,6 +455,8 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
+    rows_builders!(d => d.rows);
+
     /// A batch in the padded layout whose rows are packed back to back (both strides equal
     /// `vocab`), from a drafter without probabilities and with the default typical-acceptance
     /// parameters; add those with [`with_draft_probs`](Batch::with_draft_probs) and
@@ -365,39 +537,15 @@ impl<'a> Batch<'a> {
             prev = cu[i];
             i += 1;
         }
+        let padded = Drafts {
+            k: &[],
+            ids: drafts.ids,
+        };
         Self {
-            vocab,
-            k_max,
             layout: Layout::Ragged {
                 cu_num_draft_tokens: cu,
             },
-            draft_ids: drafts.ids,
-            draft: None,
-            target: Target::Probs(Rows::f32(target_probs, vocab)),
-            seed: streams.seed,
-            offset: streams.offset,
-            eps: None,
-            delta: None,
-            bonus: None,
-            filters: None,
-            methods: None,
-        }
-    }
-
-    /// The same batch with binary32 draft probabilities, at the stride of the draft rows they
-    /// replace, or packed back to back (stride `V`) if there were none
-    /// ([`with_strides`](Batch::with_strides) afterwards, or [`with_draft`](Batch::with_draft),
-    /// for another stride).
-    #[must_use]
-    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
-        self.with_draft(Rows::f32(draft_probs, self.draft_stride()))
-    }
-
-    /// The stride of the draft rows, `V` where there are none.
-    const fn draft_stride(&self) -> usize {
-        match self.draft {
-            Some(d) => d.rows.stride,
-            None => self.vocab,
+            ..Self::dense(Dims { vocab, k_max }, padded, target_probs, streams)
         }
     }
 
@@ -443,22 +591,6 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// The same batch with these target rows (probabilities or logits, any format and stride).
-    #[must_use]
-    pub const fn with_target(self, target: Target<'a>) -> Self {
-        Self { target, ..self }
-    }
-
-    /// The same batch with per-request typical-acceptance `ε` and `δ`.
-    #[must_use]
-    pub const fn with_typical(self, eps: &'a [f32], delta: &'a [f32]) -> Self {
-        Self {
-            eps: Some(eps),
-            delta: Some(delta),
-            ..self
-        }
-    }
-
     /// The same batch with caller-supplied bonus tokens (`B` values, the engine's own sampler
     /// made them): a request that accepts all its drafts emits `bonus[b]`. In the ragged layout
     /// the target tensor then has no bonus rows (`num_tokens` rows, as vLLM's).
@@ -468,76 +600,6 @@ impl<'a> Batch<'a> {
             bonus: Some(bonus),
             ..self
         }
-    }
-
-    /// The same batch verified against target **logits** instead of probabilities: rows laid
-    /// out as the target probabilities (the same stride, padded or ragged), one temperature per
-    /// request. `T > 0`: each row is the softmax of `logits / T` defined in
-    /// `core/DETERMINISM.md` (bit-exact, order-independent), then the method's rules apply to
-    /// it; `T = 0`: the request is verified greedily on the logits (argmax), whatever the
-    /// method. `target_probs` is set empty.
-    ///
-    /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Logits, Method, Outputs, AcceptedOut, TokensOut, Streams};
-    /// use specula_core::Counters;
-    /// let logits = [0.0, 3.0, 0.0, /* bonus row */ 5.0, 0.0, 0.0]; // V = 3, k_max = 1
-    /// let batch = Batch::dense(
-    ///     Dims { vocab: 3, k_max: 1 },
-    ///     Drafts { k: &[1], ids: &[1] },
-    ///     &[],
-    ///     Streams { seed: &[1], offset: &[0] },
-    /// )
-    /// .with_target_logits(Logits { values: &logits, temperature: &[0.0] });
-    /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
-    /// let mut counters = Counters::<4>::ZERO;
-    /// verify_batch(Method::Rejection, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
-    /// assert_eq!((accepted, tokens), ([1], [1, 0])); // T = 0: greedy
-    /// ```
-    #[must_use]
-    pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
-        self.with_target(Target::Logits {
-            rows: Rows::f32(logits.values, self.target.rows().stride),
-            temperature: logits.temperature,
-        })
-    }
-
-    /// [`with_target_logits`](Batch::with_target_logits) for bf16 / f16 logits (the engine's
-    /// own tensor, reinterpreted as 16-bit patterns): each value is widened exactly to binary32,
-    /// then everything is as with binary32 logits. `target_probs` is set empty and
-    /// `target_logits` to `None`.
-    ///
-    /// ```
-    /// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Half, HalfLogits, Method, Outputs, AcceptedOut, TokensOut, Streams};
-    /// use specula_core::Counters;
-    /// // bf16 bit patterns of 0, 3, 0 and (bonus row) 5, 0, 0.
-    /// let logits = [0x0000, 0x4040, 0x0000, 0x40A0, 0x0000, 0x0000];
-    /// let batch = Batch::dense(
-    ///     Dims { vocab: 3, k_max: 1 },
-    ///     Drafts { k: &[1], ids: &[1] },
-    ///     &[],
-    ///     Streams { seed: &[1], offset: &[0] },
-    /// )
-    /// .with_target_logits_half(HalfLogits { values: Half::Bf16(&logits), temperature: &[0.0] });
-    /// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
-    /// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
-    /// let mut counters = Counters::<4>::ZERO;
-    /// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
-    /// assert_eq!((accepted, tokens), ([1], [1, 0]));
-    /// ```
-    #[must_use]
-    pub const fn with_target_logits_half(self, logits: HalfLogits<'a>) -> Self {
-        self.with_target(Target::Logits {
-            rows: Rows::half(logits.values, self.target.rows().stride),
-            temperature: logits.temperature,
-        })
-    }
-
-    /// [`with_draft_probs`](Batch::with_draft_probs) for bf16 / f16 draft probabilities (the
-    /// same stride rule), widened exactly to binary32 on read.
-    #[must_use]
-    pub const fn with_draft_probs_half(self, draft_probs: Half<'a>) -> Self {
-        self.with_draft(Rows::half(draft_probs, self.draft_stride()))
     }
 
     /// The same batch with a sampling filter per request (`B` values): each request's target
@@ -615,33 +677,7 @@ impl<'a> Batch<'a> {
     /// if a per-request slice is shorter than `b + 1`.
     #[must_use]
     pub fn plan(&self, b: usize, call: Method) -> RequestPlan {
-        RequestPlan::resolve(
-            self.method_of(b, call),
-            self.temperature_of(b),
-            self.filter_of(b),
-            (self.eps_of(b), self.delta_of(b)),
-            !self.has_half() && !self.has_device(),
-        )
-    }
-
-    /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the batch
-    /// has them, the draft rows (call it after [`with_draft_probs`](Batch::with_draft_probs)).
-    #[must_use]
-    pub const fn with_strides(self, strides: Strides) -> Self {
-        Self {
-            target: self.target.with_stride(strides.target),
-            draft: match self.draft {
-                Some(d) => Some(Draft {
-                    rows: Rows {
-                        stride: strides.draft,
-                        ..d.rows
-                    },
-                    ..d
-                }),
-                None => None,
-            },
-            ..self
-        }
+        self.resolve_plan(b, self.method_of(b, call), self.filter_of(b))
     }
 
     /// The batch size `B`.
@@ -681,23 +717,6 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Request `b`'s first draft slot: `b·k_max` (padded) or `cu[b−1]` (ragged).
-    #[inline]
-    fn draft_start(&self, b: usize) -> usize {
-        match self.layout {
-            Layout::Ragged {
-                cu_num_draft_tokens: cu,
-            } => {
-                if b == 0 {
-                    0
-                } else {
-                    cu[b - 1] as usize
-                }
-            }
-            Layout::Padded { .. } => b * self.k_max,
-        }
-    }
-
     /// Request `b`'s draft length `k_b` (wrapping for a decreasing ragged `cu`, which validation
     /// refuses). Panics if `b ≥ B`.
     #[must_use]
@@ -708,12 +727,6 @@ impl<'a> Batch<'a> {
             } => cu[b].wrapping_sub(if b == 0 { 0 } else { cu[b - 1] }),
             Layout::Padded { k } => k[b],
         }
-    }
-
-    /// Request `b`'s draft ids (`k_b` values). Only for a validated batch.
-    #[inline]
-    pub(crate) fn draft_ids_of(&self, b: usize) -> &[u32] {
-        &self.draft_ids[self.draft_start(b)..][..self.draft_len(b) as usize]
     }
 
     /// The index of target row `(b, j)` in the target tensor, `None` on overflow or a `b`
@@ -800,32 +813,11 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Whether the batch has target logits (binary32 or half).
-    #[must_use]
-    pub fn has_logits(&self) -> bool {
-        matches!(self.target, Target::Logits { .. })
-    }
-
     /// Request `b`'s sampling filter ([`Filter::NONE`] without filters). Panics if the
     /// filters are fewer than `b + 1`.
     #[must_use]
     pub fn filter_of(&self, b: usize) -> Filter {
         self.filters.map_or(Filter::NONE, |f| f[b])
-    }
-
-    /// Whether the batch holds a half-precision tensor (target or draft rows, in host or device
-    /// memory).
-    #[must_use]
-    pub fn has_half(&self) -> bool {
-        self.target.rows().format() != Format::F32
-            || self.draft.is_some_and(|d| d.rows.format() != Format::F32)
-    }
-
-    /// Whether the batch holds a tensor in device memory (target or draft rows).
-    #[must_use]
-    pub fn has_device(&self) -> bool {
-        self.target.rows().values.is_device()
-            || self.draft.is_some_and(|d| d.rows.values.is_device())
     }
 
     /// Target row `(b, j)` in any format, `None` if outside the tensor (see
@@ -843,63 +835,27 @@ impl<'a> Batch<'a> {
         let row = self.draft_first_row_checked(b)?.checked_add(j)?;
         self.draft?.rows.row(row, self.vocab)
     }
-
-    /// Whether the drafter gave probabilities (in any format), for some request at least
-    /// ([`has_draft_rows`](Batch::has_draft_rows) tells which).
-    #[must_use]
-    pub fn has_draft_probs(&self) -> bool {
-        self.draft.is_some()
-    }
-
-    /// Request `b`'s temperature, if the batch has logits.
-    #[inline]
-    pub(crate) fn temperature_of(&self, b: usize) -> Option<f32> {
-        self.target.temperature().map(|t| t[b])
-    }
-
-    /// Binary32 target row `(b, j)`, exactly `V` values. Only for a validated batch whose
-    /// request `b` is [plain](Batch::is_plain).
-    #[inline]
-    pub(crate) fn target_row(&self, b: usize, j: usize) -> &'a [f32] {
-        let row = match self.layout {
-            Layout::Ragged { .. } if self.bonus.is_some() => self.draft_start(b) + j,
-            Layout::Ragged { .. } => self.draft_start(b) + b + j,
-            Layout::Padded { .. } => b * (self.k_max + 1) + j,
-        };
-        let rows = self.target.rows();
-        let start = row * rows.stride;
-        // Plain requests only exist in batches without half-precision rows.
-        let values = rows.as_f32().unwrap_or(&[]);
-        &values[start..start + self.vocab]
-    }
-
-    /// Binary32 draft row `(b, j)`, exactly `V` values, if the drafter gave probabilities. Only
-    /// for a validated batch whose request `b` is [plain](Batch::is_plain).
-    #[inline]
-    pub(crate) fn draft_row(&self, b: usize, j: usize) -> Option<&'a [f32]> {
-        let d = self.draft?;
-        let first = match d.first_row {
-            None => self.draft_start(b),
-            Some(f) if f[b] == NO_DRAFT_ROWS => return None,
-            Some(f) => f[b] as usize,
-        };
-        let start = (first + j) * d.rows.stride;
-        let values = d.rows.as_f32().unwrap_or(&[]);
-        Some(&values[start..start + self.vocab])
-    }
-
-    #[inline]
-    pub(crate) fn eps_of(&self, b: usize) -> f32 {
-        self.eps.map_or(DEFAULT_EPS, |e| e[b])
-    }
-
-    #[inline]
-    pub(crate) fn delta_of(&self, b: usize) -> f32 {
-        self.delta.map_or(DEFAULT_DELTA, |d| d[b])
-    }
 }
 
 /// Target logits with a temperature per request (see [`Batch::with_target_logits`]).
+///
+/// ```
+/// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Logits, Method, Outputs, AcceptedOut, TokensOut, Streams};
+/// use specula_core::Counters;
+/// let logits = [0.0, 3.0, 0.0, /* bonus row */ 5.0, 0.0, 0.0]; // V = 3, k_max = 1
+/// let batch = Batch::dense(
+///     Dims { vocab: 3, k_max: 1 },
+///     Drafts { k: &[1], ids: &[1] },
+///     &[],
+///     Streams { seed: &[1], offset: &[0] },
+/// )
+/// .with_target_logits(Logits { values: &logits, temperature: &[0.0] });
+/// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+/// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
+/// let mut counters = Counters::<4>::ZERO;
+/// verify_batch(Method::Rejection, Check::Cheap, &batch, &mut out, &mut counters).unwrap();
+/// assert_eq!((accepted, tokens), ([1], [1, 0])); // T = 0: greedy
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Logits<'a> {
     /// The logits, laid out exactly as the target probabilities would be (same rows, same
@@ -912,6 +868,25 @@ pub struct Logits<'a> {
 
 /// bf16 / f16 target logits with a temperature per request (see
 /// [`Batch::with_target_logits_half`]).
+///
+/// ```
+/// use specula_core::verify::{verify_batch, Batch, Check, Dims, Drafts, Half, HalfLogits, Method, Outputs, AcceptedOut, TokensOut, Streams};
+/// use specula_core::Counters;
+/// // bf16 bit patterns of 0, 3, 0 and (bonus row) 5, 0, 0.
+/// let logits = [0x0000, 0x4040, 0x0000, 0x40A0, 0x0000, 0x0000];
+/// let batch = Batch::dense(
+///     Dims { vocab: 3, k_max: 1 },
+///     Drafts { k: &[1], ids: &[1] },
+///     &[],
+///     Streams { seed: &[1], offset: &[0] },
+/// )
+/// .with_target_logits_half(HalfLogits { values: Half::Bf16(&logits), temperature: &[0.0] });
+/// let (mut accepted, mut tokens) = ([0u32; 1], [0u32; 2]);
+/// let mut out = Outputs::new(AcceptedOut(&mut accepted), TokensOut(&mut tokens));
+/// let mut counters = Counters::<4>::ZERO;
+/// verify_batch(Method::Rejection, Check::STRICT, &batch, &mut out, &mut counters).unwrap();
+/// assert_eq!((accepted, tokens), ([1], [1, 0]));
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct HalfLogits<'a> {
     /// The logits' 16-bit patterns, laid out exactly as the target probabilities would be.

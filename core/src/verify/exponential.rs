@@ -20,17 +20,20 @@
 /// cell midpoint: 2⁻⁴⁸. The derivation in `DETERMINISM.md` uses it; the exhaustive test checks it.
 pub const ETA: f64 = 3.552_713_678_800_501e-15;
 
-/// 1, 1/3, 1/5, …, 1/19 (the odd reciprocals of the `atanh` series), correctly rounded.
-const C1: f64 = 1.0;
-const C3: f64 = f64::from_bits(0x3FD5_5555_5555_5555);
-const C5: f64 = f64::from_bits(0x3FC9_9999_9999_999A);
-const C7: f64 = f64::from_bits(0x3FC2_4924_9249_2492);
-const C9: f64 = f64::from_bits(0x3FBC_71C7_1C71_C71C);
-const C11: f64 = f64::from_bits(0x3FB7_45D1_745D_1746);
-const C13: f64 = f64::from_bits(0x3FB3_B13B_13B1_3B14);
-const C15: f64 = f64::from_bits(0x3FB1_1111_1111_1111);
-const C17: f64 = f64::from_bits(0x3FAE_1E1E_1E1E_1E1E);
-const C19: f64 = f64::from_bits(0x3FAA_F286_BCA1_AF28);
+/// 1/19, 1/17, …, 1/3, 1 (the odd reciprocals of the `atanh` series, correctly rounded),
+/// highest first: the order [`horner`] takes them in.
+const ODD_RECIPROCALS: [f64; 10] = [
+    f64::from_bits(0x3FAA_F286_BCA1_AF28),
+    f64::from_bits(0x3FAE_1E1E_1E1E_1E1E),
+    f64::from_bits(0x3FB1_1111_1111_1111),
+    f64::from_bits(0x3FB3_B13B_13B1_3B14),
+    f64::from_bits(0x3FB7_45D1_745D_1746),
+    f64::from_bits(0x3FBC_71C7_1C71_C71C),
+    f64::from_bits(0x3FC2_4924_9249_2492),
+    f64::from_bits(0x3FC9_9999_9999_999A),
+    f64::from_bits(0x3FD5_5555_5555_5555),
+    1.0,
+];
 /// `ln 2` split so that `e × LN2_HI` is exact for `|e| < 2¹¹` (its low 21 bits are zero).
 const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
 /// `ln 2 − LN2_HI`.
@@ -63,16 +66,7 @@ pub fn exponential(x: u64) -> f64 {
         let v = ((x as f64) + 0.5) * TWO_M64;
         let s = v / (2.0 - v);
         let z = s * s;
-        let mut q = C17;
-        q = C15 + z * q;
-        q = C13 + z * q;
-        q = C11 + z * q;
-        q = C9 + z * q;
-        q = C7 + z * q;
-        q = C5 + z * q;
-        q = C3 + z * q;
-        q = C1 + z * q;
-        (s + s) * q
+        (s + s) * horner(z, &ODD_RECIPROCALS[1..])
     } else {
         // v ≥ ¼: E = −ln u with u = 1 − v = (!x + ½)·2⁻⁶⁴ in (2⁻⁶⁵, ¾], computed exactly up to
         // the one rounding of `!x as f64`; u = 2ᵉ·m with m in [√½, √2] and ln m = 2·atanh(s),
@@ -87,21 +81,22 @@ pub fn exponential(x: u64) -> f64 {
         }
         let s = (m - 1.0) / (m + 1.0);
         let z = s * s;
-        let mut q = C19;
-        q = C17 + z * q;
-        q = C15 + z * q;
-        q = C13 + z * q;
-        q = C11 + z * q;
-        q = C9 + z * q;
-        q = C7 + z * q;
-        q = C5 + z * q;
-        q = C3 + z * q;
-        q = C1 + z * q;
-        let ln_m = (s + s) * q;
+        let ln_m = (s + s) * horner(z, &ODD_RECIPROCALS);
         let ef = e as f64;
         let ln_u = ef * LN2_HI + (ef * LN2_LO + ln_m);
         -ln_u
     }
+}
+
+/// The polynomial with coefficients `c` (highest first) at `z` by Horner's rule, `q = c + z·q`
+/// from `q = c[0]`: the operations and their order are the rules' (`DETERMINISM.md`).
+#[inline(always)]
+fn horner(z: f64, c: &[f64]) -> f64 {
+    let mut q = c[0];
+    for &c in &c[1..] {
+        q = c + z * q;
+    }
+    q
 }
 
 /// The 64-bit race draw of one vocabulary id: the stream-1 word high, the stream-2 word low.

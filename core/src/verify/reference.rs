@@ -310,25 +310,22 @@ impl<'r> Shape<'r> for Chain<'_, 'r> {
     }
 
     fn dist<O: RowOps + ?Sized>(&self, _: &O, u: usize) -> Dist<'r> {
-        if self.plan.plain {
-            return Dist::Probs(self.batch.target_row(self.b, u));
-        }
+        // Validated: the row is inside the tensor (and binary32 for a plain request).
         let row = self
             .batch
             .target_values_checked(self.b, u)
             .unwrap_or(Values::F32(&[]));
-        Dist::Processed(
-            row,
-            Processed::of(row, self.plan.temperature, self.plan.filter),
-        )
+        match row {
+            Values::F32(x) if self.plan.plain => Dist::Probs(x),
+            _ => Dist::Processed(
+                row,
+                Processed::of(row, self.plan.temperature, self.plan.filter),
+            ),
+        }
     }
 
     fn draft(&self, c: usize) -> Option<Values<'r>> {
-        if self.plan.plain {
-            self.batch.draft_row(self.b, c - 1).map(Values::F32)
-        } else {
-            self.batch.draft_values_checked(self.b, c - 1)
-        }
+        self.batch.draft_values_checked(self.b, c - 1)
     }
 
     fn bonus(&self) -> Option<u32> {
@@ -349,7 +346,8 @@ fn chain<'a, 'r, O: RowOps + ?Sized>(
         shape: Chain {
             batch,
             b,
-            ids: batch.draft_ids_of(b),
+            // Validated: inside the slice.
+            ids: batch.draft_ids_checked(b).unwrap_or(&[]),
             plan,
         },
         plan,

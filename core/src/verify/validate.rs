@@ -163,23 +163,42 @@ pub(super) fn rows_readable(has_device: bool) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// [`Check::Strict`]'s reading of request `request`'s rows of `tensor` at `positions` (draft
+/// positions of a chain, nodes of a tree), each found by `row` (`None`: no such row, nothing
+/// read) and checked by [`check_row`] with `tolerance`.
+pub(super) fn check_rows<'v>(
+    request: usize,
+    tensor: Tensor,
+    positions: core::ops::Range<usize>,
+    tolerance: Option<f32>,
+    row: impl Fn(usize) -> Option<Values<'v>>,
+) -> Result<(), VerifyError> {
+    for position in positions {
+        if let Some(values) = row(position) {
+            let at = RowAt {
+                request,
+                tensor,
+                position,
+            };
+            check_row(values, tolerance, at)?;
+        }
+    }
+    Ok(())
+}
+
 /// Where a checked row lies, for its error: request, tensor, and the row's draft position
 /// (chains) or node (trees).
 #[derive(Clone, Copy)]
-pub(super) struct RowAt {
-    pub(super) request: usize,
-    pub(super) tensor: Tensor,
-    pub(super) position: usize,
+struct RowAt {
+    request: usize,
+    tensor: Tensor,
+    position: usize,
 }
 
 /// The strict check of one host row in any format, read as its exact binary32 widening (the
 /// values a verifier reads): probabilities (`Some(tolerance)`: each in `[0, +∞)`, the sum
 /// within `tolerance` of 1), or logits (`None`: no NaN, no `+∞`; `−∞` masks a token).
-pub(super) fn check_row(
-    row: Values<'_>,
-    tolerance: Option<f32>,
-    at: RowAt,
-) -> Result<(), VerifyError> {
+fn check_row(row: Values<'_>, tolerance: Option<f32>, at: RowAt) -> Result<(), VerifyError> {
     // One loop per format (monomorphised): the binary32 check stays a plain slice loop.
     match row {
         Values::F32(x) => check_values(x.iter().copied(), tolerance, at),
@@ -455,7 +474,9 @@ pub fn validate_request_with(
         });
     }
     let k = k as usize;
-    for (position, &token) in batch.draft_ids_of(b).iter().enumerate() {
+    // Validated shape and `k ≤ k_max`: the ids are inside the slice.
+    let ids = batch.draft_ids_checked(b).unwrap_or(&[]);
+    for (position, &token) in ids.iter().enumerate() {
         check_token(b, position, token, batch.vocab)?;
     }
     if let Some(bonus) = batch.bonus {
@@ -470,25 +491,14 @@ pub fn validate_request_with(
     }
     if let Check::Strict { sum_tolerance } = check {
         rows_readable(batch.has_device())?;
-        let at = |tensor, position| RowAt {
-            request: b,
-            tensor,
-            position,
-        };
         // Only rows a method can read: draft rows 0..k, target rows 0..=k (never the padding;
         // row k only when the bonus is sampled).
-        for j in 0..k {
-            if let Some(row) = batch.draft_values_checked(b, j) {
-                check_row(row, Some(sum_tolerance), at(Tensor::Draft, j))?;
-            }
-        }
+        let draft = |j| batch.draft_values_checked(b, j);
+        check_rows(b, Tensor::Draft, 0..k, Some(sum_tolerance), draft)?;
         let tolerance = (!batch.has_logits()).then_some(sum_tolerance);
         let rows = if batch.bonus.is_some() { k } else { k + 1 };
-        for j in 0..rows {
-            if let Some(row) = batch.target_values_checked(b, j) {
-                check_row(row, tolerance, at(Tensor::Target, j))?;
-            }
-        }
+        let target = |j| batch.target_values_checked(b, j);
+        check_rows(b, Tensor::Target, 0..rows, tolerance, target)?;
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The verification batch's builders and accessors: what each one sets, and only that.
 
+use specula_core::verify::tree::{Tree, TreeBatch, TreeDims};
 use specula_core::verify::{
-    Batch, Dims, Drafts, Half, Logits, Rows, Streams, Strides, Target, advance_offsets,
+    Batch, Dims, Drafts, Format, Half, HalfLogits, Logits, NO_DRAFT_ROWS, Rows, Streams, Strides,
+    Target, advance_offsets,
 };
 
 const V: usize = 2;
@@ -117,6 +119,69 @@ fn half_rows_are_seen_in_the_target_or_the_draft() {
     assert!(half_target.has_half(), "half target rows");
     let half_draft = batch(&target).with_draft_probs_half(Half::Bf16(&bits[..2]));
     assert!(half_draft.has_half(), "half draft rows only");
+}
+
+#[test]
+fn strides_keep_the_mixed_drafters_rows() {
+    let target = [0.5f32; 4];
+    let draft = [0.5f32; 6];
+    let b = batch(&target)
+        .with_mixed_drafters(Rows::f32(&draft, 2), &[NO_DRAFT_ROWS])
+        .with_strides(Strides {
+            draft: 3,
+            target: 2,
+        });
+    let d = b.draft.expect("draft rows");
+    assert_eq!(
+        (d.rows.stride, d.first_row),
+        (3, Some(&[NO_DRAFT_ROWS][..]))
+    );
+    assert!(!b.has_draft_rows(0));
+}
+
+/// Trees have the chain's builders and accessors over the same fields.
+#[test]
+fn tree_batches_build_their_rows_as_chains_do() {
+    let target = [0.5f32; 8];
+    let bits = [0x3F00u16; 8];
+    let temperature = [0.5f32];
+    let tree = TreeBatch::new(
+        TreeDims {
+            vocab: V,
+            max_nodes: 2,
+            max_depth: 1,
+        },
+        Tree {
+            nodes: &[2],
+            tokens: &[0, 1],
+            first_child: &[1, -1],
+            next_sibling: &[-1, -1],
+        },
+        &target,
+        Streams {
+            seed: &[1],
+            offset: &[0],
+        },
+    );
+    assert!(!tree.has_half() && !tree.has_logits() && !tree.has_device());
+    let b = tree.with_draft_probs_half(Half::F16(&bits[..4]));
+    assert_eq!(
+        b.draft.map(|d| (d.stride, d.format())),
+        Some((V, Format::F16))
+    );
+    assert!(b.has_half() && !b.has_logits());
+    let b = tree
+        .with_strides(Strides {
+            draft: 3,
+            target: 4,
+        })
+        .with_target_logits_half(HalfLogits {
+            values: Half::Bf16(&bits),
+            temperature: &temperature,
+        });
+    assert_eq!(b.target.rows().stride, 4, "the target rows' stride kept");
+    assert_eq!(b.target.temperature(), Some(&temperature[..]));
+    assert!(b.has_half() && b.has_logits() && b.draft.is_none());
 }
 
 /// Mixed drafters: each request's draft rows where `first_row` says (packed in any order),

@@ -7,7 +7,7 @@ use specula_core::verify::philox::{race_words, race_words_lo};
 use specula_core::verify::{
     Batch, Check, DEFAULT_DELTA, DEFAULT_EPS, Dims, Drafts, Logits, Method, Outputs, RaceRng,
     Reference, RowOps, SENTINEL, ScalarOps, Streams, Verifier, argmax, race, race_key,
-    race_residual, verify_batch,
+    race_residual, verify_batch, verify_request,
 };
 
 const RNG: RaceRng = RaceRng {
@@ -276,6 +276,52 @@ fn random_batches_are_pinned() {
         ],
         "rejection, greedy, typical"
     );
+}
+
+/// A plain request's stored rows are reduced by the caller's [`RowOps`] (a backend's vectorised
+/// ones); a request with a filter goes through its processed rows and the plain loops instead.
+#[test]
+fn plain_requests_are_reduced_by_the_callers_ops() {
+    struct Counting(core::cell::Cell<usize>);
+    impl RowOps for Counting {
+        fn argmax(&self, row: &[f32]) -> u32 {
+            self.0.set(self.0.get() + 1);
+            ScalarOps.argmax(row)
+        }
+        fn entropy(&self, row: &[f32]) -> f32 {
+            ScalarOps.entropy(row)
+        }
+        fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
+            ScalarOps.race(rng, row)
+        }
+        fn race_residual(
+            &self,
+            rng: RaceRng,
+            target: &[f32],
+            draft: Option<&[f32]>,
+            token: u32,
+        ) -> Option<u32> {
+            ScalarOps.race_residual(rng, target, draft, token)
+        }
+    }
+    let target = [0.1, 0.6, 0.3, /* bonus row */ 0.0, 0.0, 1.0];
+    let batch = Batch::dense(
+        Dims { vocab: 3, k_max: 1 },
+        Drafts { k: &[1], ids: &[1] },
+        &target,
+        Streams {
+            seed: &[1],
+            offset: &[0],
+        },
+    );
+    let filters = [specula_core::verify::Filter::NONE.with_top_k(2)];
+    for (batch, calls) in [(batch, 2), (batch.with_filters(&filters), 0)] {
+        let ops = Counting(core::cell::Cell::new(0));
+        let mut tokens = [0u32; 2];
+        let accepted = verify_request(&ops, Method::Greedy, &batch, 0, &mut tokens);
+        assert_eq!((accepted, tokens), (1, [1, 2]));
+        assert_eq!(ops.0.get(), calls, "argmax calls through the ops");
+    }
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! [`TreeBatch`]: one step of token trees (SGLang's layout), and [`TreeOutputs`].
 
 use super::*;
+use crate::verify::batch::rows_builders;
 use crate::verify::validate::expect_len;
-use crate::verify::{AcceptedOut, DeviceOut, Filter, RequestPlan, TokensOut};
+use crate::verify::{AcceptedOut, DeviceOut, Filter, Half, HalfLogits, RequestPlan, TokensOut};
 
 /// The sizes of a [`TreeBatch`] (named fields: they cannot be swapped silently).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -79,6 +80,8 @@ pub struct TreeBatch<'a> {
 }
 
 impl<'a> TreeBatch<'a> {
+    rows_builders!(d => d);
+
     /// A batch of trees with binary32 target probabilities, packed rows (stride `V`), no draft
     /// probabilities.
     #[must_use]
@@ -102,68 +105,12 @@ impl<'a> TreeBatch<'a> {
         }
     }
 
-    /// The same batch with these target rows (probabilities or logits, any format and stride;
-    /// what a verifier reads is its [`Support`](crate::verify::Support)).
-    #[must_use]
-    pub const fn with_target(self, target: Target<'a>) -> Self {
-        Self { target, ..self }
-    }
-
     /// The same batch with the drafter's probabilities in any format and stride (one row per
     /// node, see [`draft`](Self::draft)).
     #[must_use]
     pub const fn with_draft(self, draft: Rows<'a>) -> Self {
         Self {
             draft: Some(draft),
-            ..self
-        }
-    }
-
-    /// The same batch with binary32 draft probabilities, at the stride of the draft rows they
-    /// replace, or packed (stride `V`) if there were none.
-    #[must_use]
-    pub const fn with_draft_probs(self, draft_probs: &'a [f32]) -> Self {
-        let stride = match self.draft {
-            Some(d) => d.stride,
-            None => self.vocab,
-        };
-        self.with_draft(Rows::f32(draft_probs, stride))
-    }
-
-    /// The same batch with binary32 target logits and a temperature per request instead of
-    /// probabilities (the chain path's softmax, `core/DETERMINISM.md`), at the target rows'
-    /// stride.
-    #[must_use]
-    pub const fn with_target_logits(self, logits: Logits<'a>) -> Self {
-        self.with_target(Target::Logits {
-            rows: Rows::f32(logits.values, self.target.rows().stride),
-            temperature: logits.temperature,
-        })
-    }
-
-    /// The same batch with typical-acceptance parameters (`B` values each).
-    #[must_use]
-    pub const fn with_typical(self, eps: &'a [f32], delta: &'a [f32]) -> Self {
-        Self {
-            eps: Some(eps),
-            delta: Some(delta),
-            ..self
-        }
-    }
-
-    /// The same batch with explicit row strides (`≥ V`) for the target rows and, if the batch
-    /// has them, the draft rows (call it after [`with_draft_probs`](Self::with_draft_probs)).
-    #[must_use]
-    pub const fn with_strides(self, strides: Strides) -> Self {
-        Self {
-            target: self.target.with_stride(strides.target),
-            draft: match self.draft {
-                Some(d) => Some(Rows {
-                    stride: strides.draft,
-                    ..d
-                }),
-                None => None,
-            },
             ..self
         }
     }
@@ -186,31 +133,7 @@ impl<'a> TreeBatch<'a> {
     /// than `b + 1`.
     #[must_use]
     pub fn plan(&self, b: usize, method: Method) -> RequestPlan {
-        let half = |r: Rows<'_>| r.format() != Format::F32;
-        RequestPlan::resolve(
-            method,
-            self.target.temperature().map(|t| t[b]),
-            Filter::NONE,
-            (self.eps_of(b), self.delta_of(b)),
-            !self.has_device() && !half(self.target.rows()) && !self.draft.is_some_and(half),
-        )
-    }
-
-    /// Request `b`'s typical-acceptance `ε`: its own, or [`DEFAULT_EPS`].
-    pub(super) fn eps_of(&self, b: usize) -> f32 {
-        self.eps.map_or(DEFAULT_EPS, |e| e[b])
-    }
-
-    /// Request `b`'s typical-acceptance `δ`: its own, or [`DEFAULT_DELTA`].
-    pub(super) fn delta_of(&self, b: usize) -> f32 {
-        self.delta.map_or(DEFAULT_DELTA, |d| d[b])
-    }
-
-    /// Whether any row is in device memory.
-    #[must_use]
-    pub fn has_device(&self) -> bool {
-        self.target.rows().as_device().is_some()
-            || self.draft.is_some_and(|d| d.as_device().is_some())
+        self.resolve_plan(b, method, Filter::NONE)
     }
 
     /// Node `i`'s token. Only for a validated batch.

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::verify::validate::{
-    RowAt, check_row, check_temperature, check_token, check_typical, expect_len, rows_fit,
-    rows_readable, streams_fit, target_fits,
+    check_rows, check_temperature, check_token, check_typical, expect_len, rows_fit, rows_readable,
+    streams_fit, target_fits,
 };
 
 /// The batch-wide checks of the reference ([`Support::ALL`]: binary32 rows in host memory):
@@ -21,8 +21,7 @@ pub fn validate_tree_shape<const K: usize>(
 /// [`Feature::HalfProbs`] for half target probabilities, [`Feature::Device`].
 fn rows_supported(support: Support, batch: &TreeBatch<'_>) -> Result<(), VerifyError> {
     let half = |r: Rows<'_>| r.format() != Format::F32 && !support.tree_half;
-    let logits = batch.target.temperature().is_some();
-    if batch.draft.is_some_and(half) || (logits && half(batch.target.rows())) {
+    if batch.draft.is_some_and(half) || (batch.has_logits() && half(batch.target.rows())) {
         return Err(VerifyError::Unsupported {
             feature: Feature::Half,
         });
@@ -210,34 +209,18 @@ pub fn validate_tree_request(
     for node in 1..n {
         check_token(b, node, batch.token(b, node), batch.vocab)?;
     }
-    check_temperature(b, batch.target.temperature().map(|t| t[b]))?;
+    check_temperature(b, batch.temperature_of(b))?;
     if method == Method::Typical {
         check_typical(b, batch.eps_of(b), batch.delta_of(b))?;
     }
     if let Check::Strict { sum_tolerance } = check {
         rows_readable(batch.has_device())?;
-        let at = |tensor, position| RowAt {
-            request: b,
-            tensor,
-            position,
-        };
-        if batch.draft.is_some() {
-            for node in 1..n {
-                if let Some(row) = batch.draft_values_checked(b, node) {
-                    check_row(row, Some(sum_tolerance), at(Tensor::Draft, node))?;
-                }
-            }
-        }
-        let tolerance = match batch.target {
-            Target::Logits { .. } => None,
-            Target::Probs(_) => Some(sum_tolerance),
-        };
-        for node in 0..n {
-            // Validated shape: every node slot's row is inside the tensor.
-            if let Some(row) = batch.target_values_checked(b, node) {
-                check_row(row, tolerance, at(Tensor::Target, node))?;
-            }
-        }
+        // Validated shape: every node slot's row is inside the tensors.
+        let draft = |node| batch.draft_values_checked(b, node);
+        check_rows(b, Tensor::Draft, 1..n, Some(sum_tolerance), draft)?;
+        let tolerance = (!batch.has_logits()).then_some(sum_tolerance);
+        let target = |node| batch.target_values_checked(b, node);
+        check_rows(b, Tensor::Target, 0..n, tolerance, target)?;
     }
     Ok(depth)
 }
