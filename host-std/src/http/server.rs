@@ -261,23 +261,19 @@ impl MetricsServer {
 
     /// Stops accepting, gives the connections being served up to
     /// [`ServerConfig::shutdown_grace`] to finish, closes the rest and joins the thread.
-    pub fn shutdown(mut self) {
-        self.stop_thread();
+    pub fn shutdown(self) {
+        // Dropping the server does it.
     }
+}
 
-    fn stop_thread(&mut self) {
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop_thread();
     }
 }
 
