@@ -227,53 +227,38 @@ impl From<CpuReadbackError> for BackendError {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl From<specula_cuda::CudaError> for BackendError {
-    fn from(e: specula_cuda::CudaError) -> Self {
-        let verify = match &e {
-            specula_cuda::CudaError::Verify(v) => Some(*v),
-            _ => None,
-        };
-        Self {
-            backend: Some(BackendKind::Cuda),
-            kind: e.kind(),
-            verify,
-            message: e.to_string(),
+/// A GPU backend's errors, and its verifier's (the shared orchestration's `GpuError`),
+/// flattened as the backend's own: its kind, its `Verify` variant's [`VerifyError`].
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+macro_rules! from_gpu_error {
+    ($backend:ident, $krate:ident::$error:ident) => {
+        impl From<$krate::$error> for BackendError {
+            fn from(e: $krate::$error) -> Self {
+                let verify = match &e {
+                    $krate::$error::Verify(v) => Some(*v),
+                    _ => None,
+                };
+                Self {
+                    backend: Some(BackendKind::$backend),
+                    kind: e.kind(),
+                    verify,
+                    message: e.to_string(),
+                }
+            }
         }
-    }
-}
 
-/// The CUDA verifier's errors (the shared orchestration's), flattened as the backend's own.
-#[cfg(feature = "cuda")]
-impl From<specula_core::gpu::GpuError<specula_cuda::CudaError>> for BackendError {
-    fn from(e: specula_core::gpu::GpuError<specula_cuda::CudaError>) -> Self {
-        specula_cuda::CudaError::from(e).into()
-    }
-}
-
-#[cfg(feature = "rocm")]
-impl From<specula_rocm::RocmError> for BackendError {
-    fn from(e: specula_rocm::RocmError) -> Self {
-        let verify = match &e {
-            specula_rocm::RocmError::Verify(v) => Some(*v),
-            _ => None,
-        };
-        Self {
-            backend: Some(BackendKind::Rocm),
-            kind: e.kind(),
-            verify,
-            message: e.to_string(),
+        impl From<specula_core::gpu::GpuError<$krate::$error>> for BackendError {
+            fn from(e: specula_core::gpu::GpuError<$krate::$error>) -> Self {
+                $krate::$error::from(e).into()
+            }
         }
-    }
+    };
 }
 
-/// The ROCm verifier's errors (the shared orchestration's), flattened as the backend's own.
+#[cfg(feature = "cuda")]
+from_gpu_error!(Cuda, specula_cuda::CudaError);
 #[cfg(feature = "rocm")]
-impl From<specula_core::gpu::GpuError<specula_rocm::RocmError>> for BackendError {
-    fn from(e: specula_core::gpu::GpuError<specula_rocm::RocmError>) -> Self {
-        specula_rocm::RocmError::from(e).into()
-    }
-}
+from_gpu_error!(Rocm, specula_rocm::RocmError);
 
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -432,6 +417,20 @@ impl<const K: usize> Backend<K> {
     }
 }
 
+/// `$body` with `$v` bound to the backend `$self` holds: the same arms for [`Backend`] and
+/// [`AnyReadback`], whose variants have the same names under the same features.
+macro_rules! each {
+    ($self:expr, $v:ident => $body:expr) => {
+        match $self {
+            Self::Cpu($v) => $body,
+            #[cfg(feature = "cuda")]
+            Self::Cuda($v) => $body,
+            #[cfg(feature = "rocm")]
+            Self::Rocm($v) => $body,
+        }
+    };
+}
+
 impl<const K: usize> Verifier<K> for Backend<K> {
     type Error = BackendError;
 
@@ -443,16 +442,8 @@ impl<const K: usize> Verifier<K> for Backend<K> {
         out: &mut Outputs<'_>,
     ) -> Result<(), BackendError> {
         let kind = self.kind();
-        match self {
-            Self::Cpu(v) => v
-                .verify(method, check, batch, out)
-                .map_err(BackendError::from),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(v) => Verifier::verify(v, method, check, batch, out).map_err(Into::into),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(v) => Verifier::verify(v, method, check, batch, out).map_err(Into::into),
-        }
-        .map_err(|e| e.at(kind))
+        each!(self, v => Verifier::verify(v, method, check, batch, out).map_err(Into::into))
+            .map_err(|e: BackendError| e.at(kind))
     }
 
     /// Verifies a batch of token trees (`core/DETERMINISM.md`, "Token trees"; bit-identical
@@ -474,41 +465,18 @@ impl<const K: usize> Verifier<K> for Backend<K> {
         out: &mut TreeOutputs<'_>,
     ) -> Result<(), BackendError> {
         let kind = self.kind();
-        match self {
-            Self::Cpu(v) => v
-                .verify_tree(method, check, batch, out)
-                .map_err(BackendError::from),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(v) => {
-                Verifier::verify_tree(v, method, check, batch, out).map_err(Into::into)
-            }
-            #[cfg(feature = "rocm")]
-            Self::Rocm(v) => {
-                Verifier::verify_tree(v, method, check, batch, out).map_err(Into::into)
-            }
-        }
-        .map_err(|e| e.at(kind))
+        each!(self, v => Verifier::verify_tree(v, method, check, batch, out).map_err(Into::into))
+            .map_err(|e: BackendError| e.at(kind))
     }
 
     fn totals(&mut self) -> Result<Counters<K>, BackendError> {
-        match self {
-            Self::Cpu(v) => Ok(CpuVerifier::totals(v)),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(v) => Verifier::totals(v).map_err(Into::into),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(v) => Verifier::totals(v).map_err(Into::into),
-        }
+        each!(self, v => Verifier::totals(v).map_err(Into::into))
     }
+
     /// The backend's own [`Support`](specula_core::verify::Support): everything for the CPU
     /// backend and the reference, what the GPU backend declares otherwise.
     fn support(&self) -> specula_core::verify::Support {
-        match self {
-            Self::Cpu(v) => Verifier::<K>::support(v),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(v) => Verifier::support(v),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(v) => Verifier::support(v),
-        }
+        each!(self, v => Verifier::<K>::support(v))
     }
 }
 
@@ -530,53 +498,23 @@ impl<const K: usize> Readback<K> for AnyReadback<K> {
     type Error = BackendError;
 
     fn start(&mut self) -> Result<(), BackendError> {
-        match self {
-            Self::Cpu(r) => r.start().map_err(Into::into),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(r) => r.start().map_err(Into::into),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(r) => r.start().map_err(Into::into),
-        }
+        each!(self, r => r.start().map_err(Into::into))
     }
 
     fn poll(&mut self) -> Poll<Result<Counters<K>, BackendError>> {
-        match self {
-            Self::Cpu(r) => r.poll().map_err(Into::into),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(r) => r.poll().map_err(Into::into),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(r) => r.poll().map_err(Into::into),
-        }
+        each!(self, r => r.poll().map_err(Into::into))
     }
 
     fn flush(&mut self) -> Result<Counters<K>, BackendError> {
-        match self {
-            Self::Cpu(r) => r.flush().map_err(Into::into),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(r) => r.flush().map_err(Into::into),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(r) => r.flush().map_err(Into::into),
-        }
+        each!(self, r => r.flush().map_err(Into::into))
     }
 
     fn max_in_flight(&self) -> usize {
-        match self {
-            Self::Cpu(r) => r.max_in_flight(),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(r) => r.max_in_flight(),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(r) => r.max_in_flight(),
-        }
+        each!(self, r => r.max_in_flight())
     }
 
     fn abandon(&mut self) -> bool {
-        match self {
-            Self::Cpu(r) => r.abandon(),
-            #[cfg(feature = "cuda")]
-            Self::Cuda(r) => r.abandon(),
-            #[cfg(feature = "rocm")]
-            Self::Rocm(r) => r.abandon(),
-        }
+        each!(self, r => r.abandon())
     }
 }
 

@@ -52,7 +52,7 @@ use crate::OutputBuffers;
 use crate::backend::Backend;
 use crate::cpu::CpuVerifier;
 use crate::half_tensors;
-use candle_core::{CpuStorage, DType, Device, DeviceLocation, Storage, Tensor};
+use candle_core::{CpuStorage, DType, Device, DeviceLocation, Shape, Storage, Tensor};
 use specula_core::verify::{
     Batch, Check, Filter, Method, NO_DRAFT_ROWS, RaggedDrafts, Rows, SENTINEL, Streams, Target,
     Verifier, VerifyError, to_vllm_tokens,
@@ -926,15 +926,12 @@ impl Step {
     /// [`with_recovered`](Self::with_recovered); otherwise as
     /// [`vllm_tokens`](Self::vllm_tokens).
     pub fn vllm_recovered(&self, device: &Device) -> Result<Tensor, TensorError> {
-        let err = |kind| TensorError::new(Role::Recovered, kind);
         let r = self
             .recovered()
-            .ok_or_else(|| err(TensorErrorKind::NotVerified))?;
+            .ok_or_else(|| TensorError::new(Role::Recovered, TensorErrorKind::NotVerified))?;
         // The ragged layout's recovered tokens already are vLLM's order, and every slot is a
         // token (no sentinel): the conversion is the tokens' checked one.
-        let mut vllm = vec![0i32; r.len()];
-        to_vllm_tokens(r, &mut vllm).map_err(|e| err(TensorErrorKind::Vllm(e)))?;
-        Tensor::from_vec(vllm, r.len(), device).map_err(|e| err(TensorErrorKind::Candle(e)))
+        vllm_tensor(r, r.len(), device, Role::Recovered)
     }
 
     fn verified(&self, role: Role) -> Result<usize, TensorError> {
@@ -974,12 +971,22 @@ impl Step {
     pub fn vllm_tokens(&self, device: &Device) -> Result<Tensor, TensorError> {
         let width = self.verified(Role::Tokens)?;
         let t = self.out.tokens();
-        let mut vllm = vec![0i32; t.len()];
-        to_vllm_tokens(t, &mut vllm)
-            .map_err(|e| TensorError::new(Role::Tokens, TensorErrorKind::Vllm(e)))?;
-        Tensor::from_vec(vllm, (t.len() / width, width), device)
-            .map_err(|e| TensorError::new(Role::Tokens, TensorErrorKind::Candle(e)))
+        vllm_tensor(t, (t.len() / width, width), device, Role::Tokens)
     }
+}
+
+/// `tokens` in vLLM's i32 layout ([`to_vllm_tokens`]), as a tensor of `shape` on `device`;
+/// `role` names it in errors.
+fn vllm_tensor(
+    tokens: &[u32],
+    shape: impl Into<Shape>,
+    device: &Device,
+    role: Role,
+) -> Result<Tensor, TensorError> {
+    let err = |kind| TensorError::new(role, kind);
+    let mut vllm = vec![0i32; tokens.len()];
+    to_vllm_tokens(tokens, &mut vllm).map_err(|e| err(TensorErrorKind::Vllm(e)))?;
+    Tensor::from_vec(vllm, shape, device).map_err(|e| err(TensorErrorKind::Candle(e)))
 }
 
 #[cfg(test)]

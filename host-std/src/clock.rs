@@ -50,7 +50,7 @@ impl Default for StdClock {
 impl Clock for StdClock {
     fn now_ns(&self) -> u64 {
         // u64 nanoseconds last 584 years; saturate rather than wrap past that.
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        duration_ns(self.epoch.elapsed())
     }
 }
 

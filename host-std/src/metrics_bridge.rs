@@ -6,7 +6,7 @@
 
 use crate::advice::{CostReading, Sources};
 use crate::clock::StdClock;
-use crate::prom::{ConstLabels, DraftLenError, check_draft_len};
+use crate::prom::{ConstLabels, DraftLenError, WINDOWS, check_draft_len};
 use crate::wiring::Slots;
 use metrics::Label;
 use specula_core::metrics::RATE_BOUNDS_PERCENT;
@@ -148,9 +148,6 @@ impl<const K: usize> MetricsBridge<K> {
     }
 }
 
-/// The label values of the derived gauges' `window`, in the order [`derived`] takes them.
-const WINDOWS: [&str; 2] = ["recent", "lifetime"];
-
 /// The conditional-acceptance and advice gauges over `[recent, lifetime]` counts, with their
 /// cost models (`None`: no cost source; an inner `None`: no timings yet).
 fn derived<const K: usize>(
@@ -224,14 +221,7 @@ fn emit<const K: usize>(base: &[Label], draft_len: usize, d: &Counters<K>, error
     metrics::counter!("specula_tree_draft_tokens_total", l()).increment(d.tree_draft_tokens);
     metrics::counter!("specula_readback_errors_total", l()).increment(errors);
     // The acceptance-length distribution of the take, exact: 0..n, the last n or more.
-    let n = draft_len.min(K);
-    for j in 0..=n {
-        let v = if j < n {
-            d.accepted_exactly(j).unwrap_or(0)
-        } else {
-            n.checked_sub(1)
-                .map_or(d.drafts, |i| d.accepted_per_position[i])
-        };
+    for (j, v) in crate::prom::by_accepted_length(d, draft_len.min(K)).enumerate() {
         let mut l = l();
         l.push(Label::new("length", j.to_string()));
         metrics::counter!("specula_drafts_by_accepted_length_total", l).increment(v);

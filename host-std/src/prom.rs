@@ -44,7 +44,7 @@ use specula_core::metrics::CostModel;
 use specula_core::metrics::RATE_BOUNDS_PERCENT;
 use specula_core::metrics::{Advice, AdviceError, advise};
 use specula_core::{Clock, Counters, FinishedRequests, Snapshot};
-use std::fmt::{self, Write};
+use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -394,13 +394,7 @@ impl<const K: usize> SpecCollector<K> {
 
 /// Position label values "0", "1", … (one small string each per scrape).
 fn position_labels(n: usize) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let mut s = String::new();
-            let _ = write!(s, "{i}");
-            s
-        })
-        .collect()
+    (0..n).map(|i| i.to_string()).collect()
 }
 
 /// The label set of one series: the constant labels, then `engine`, then `extra`.
@@ -413,6 +407,21 @@ fn label_set<'a>(
     v.push(("engine", engine));
     v.extend_from_slice(extra);
     v
+}
+
+/// `specula_drafts_by_accepted_length_total`'s `n + 1` values (`n ≤ K`): the drafts in `c`
+/// that accepted exactly `0, 1, …, n - 1` tokens, then those that accepted `n` or more
+/// (`A[n-1]`, all drafts when `n = 0`). The `metrics` bridge feeds the same from its deltas.
+pub(crate) fn by_accepted_length<const K: usize>(
+    c: &Counters<K>,
+    n: usize,
+) -> impl Iterator<Item = u64> + '_ {
+    let at_least_n = n
+        .checked_sub(1)
+        .map_or(c.drafts, |i| c.accepted_per_position[i]);
+    (0..n)
+        .map(|j| c.accepted_exactly(j).unwrap_or(0))
+        .chain([at_least_n])
 }
 
 fn counter_family(
@@ -468,8 +477,9 @@ struct Derived<const K: usize> {
     requests: Option<FinishedRequests>,
 }
 
-/// The `window` label values of the derived gauges, in the order of [`Derived::advice`].
-const WINDOWS: [&str; 2] = ["recent", "lifetime"];
+/// The `window` label values of the derived gauges, in the order of [`Derived::advice`] (and
+/// of the `metrics` bridge's counts).
+pub(crate) const WINDOWS: [&str; 2] = ["recent", "lifetime"];
 
 /// One encoding pass: the snapshots, their engine label values and the settings.
 struct Scrape<'a, const K: usize> {
@@ -493,15 +503,7 @@ impl<const K: usize> Scrape<'_, K> {
             MetricType::Counter,
         )?;
         for (engine, s) in &self.snaps {
-            let c = &s.counters;
-            for (j, length) in lengths.iter().enumerate() {
-                let v = if j < n {
-                    c.accepted_exactly(j).unwrap_or(0)
-                } else {
-                    // Drafts that accepted n or more: A[n-1] (all drafts when n = 0).
-                    n.checked_sub(1)
-                        .map_or(c.drafts, |i| c.accepted_per_position[i])
-                };
+            for (length, v) in lengths.iter().zip(by_accepted_length(&s.counters, n)) {
                 m.encode_family(&label_set(
                     self.labels,
                     engine,
@@ -763,11 +765,8 @@ impl<const K: usize> Collector for SpecCollector<K> {
         let rows = |f: fn(&Snapshot<K>) -> u64| -> Vec<(&str, u64)> {
             sc.snaps.iter().map(|(l, s)| (*l, f(s))).collect()
         };
-        let ratios = |f: fn(&Snapshot<K>) -> Option<f64>| -> Vec<(&str, f64)> {
-            sc.snaps
-                .iter()
-                .map(|(l, s)| (*l, f(s).unwrap_or(f64::NAN)))
-                .collect()
+        let gauges = |f: &dyn Fn(&Snapshot<K>) -> f64| -> Vec<(&str, f64)> {
+            sc.snaps.iter().map(|(l, s)| (*l, f(s))).collect()
         };
 
         let drafts = rows(|s| s.counters.drafts);
@@ -842,22 +841,12 @@ impl<const K: usize> Collector for SpecCollector<K> {
         if let Some(clock) = self.clock {
             // One reading of both clocks per scrape: every engine's age is against the same now.
             let (now_ns, now) = (clock.now_ns(), SystemTime::now());
-            let stamps: Vec<(&str, f64)> = sc
-                .snaps
-                .iter()
-                .map(|(l, s)| (*l, unix_seconds(s.at_ns, now_ns, now)))
-                .collect();
-            let ages: Vec<(&str, f64)> = sc
-                .snaps
-                .iter()
-                .map(|(l, s)| (*l, age(s.at_ns, now_ns).as_secs_f64()))
-                .collect();
             gauge_family(
                 &mut enc,
                 labels,
                 "specula_last_collection_timestamp_seconds",
                 "Unix time the counters of the last successful collection are as of.",
-                &stamps,
+                &gauges(&|s| unix_seconds(s.at_ns, now_ns, now)),
             )?;
             gauge_family(
                 &mut enc,
@@ -865,7 +854,7 @@ impl<const K: usize> Collector for SpecCollector<K> {
                 "specula_last_collection_age_seconds",
                 "Age of the last successful collection at this scrape; grows while collection \
                  is stalled.",
-                &ages,
+                &gauges(&|s| age(s.at_ns, now_ns).as_secs_f64()),
             )?;
         }
         {
@@ -927,14 +916,14 @@ impl<const K: usize> Collector for SpecCollector<K> {
                 // vLLM v0's help text, its spelling included: exact, so tools that compare
                 // metadata see the same family.
                 "Speulative token acceptance rate.",
-                &ratios(|s| s.counters.acceptance_rate()),
+                &gauges(&|s| s.counters.acceptance_rate().unwrap_or(f64::NAN)),
             )?;
             gauge_family(
                 &mut enc,
                 labels,
                 "vllm:spec_decode_efficiency",
                 "Speculative decoding system efficiency.",
-                &ratios(|s| s.counters.system_efficiency()),
+                &gauges(&|s| s.counters.system_efficiency().unwrap_or(f64::NAN)),
             )?;
         }
         Ok(())

@@ -73,11 +73,7 @@ impl Shutdown {
     /// Requests shutdown (again): counts the request, remembers the first reason and wakes
     /// every waiter. Never blocks for long and never panics (a poisoned lock is still used).
     pub fn request(&self, reason: Reason) {
-        let mut s = self
-            .inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut s = self.lock();
         s.first.get_or_insert(reason);
         s.output_failed |= reason == Reason::Output;
         self.inner.requests.fetch_add(1, Ordering::SeqCst);

@@ -57,16 +57,9 @@ struct Entry<const K: usize> {
 
 /// The readable side of every wired slot, with its label; cheap to clone and `Send + Sync`,
 /// so every consumer (log sink, Prometheus collector, `metrics` bridge) gets its own.
+#[derive(Clone)]
 pub struct Slots<const K: usize> {
     entries: Arc<[Entry<K>]>,
-}
-
-impl<const K: usize> Clone for Slots<K> {
-    fn clone(&self) -> Self {
-        Self {
-            entries: Arc::clone(&self.entries),
-        }
-    }
 }
 
 impl<const K: usize> fmt::Debug for Slots<K> {

@@ -49,18 +49,12 @@ fn answer(registry: &Registry, headers: &HeaderMap) -> Response {
             .map(HeaderValue::as_bytes),
     );
     let status = StatusCode::from_u16(s.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let content_type = [(header::CONTENT_TYPE, s.content_type)];
+    let mut r = (status, [(header::CONTENT_TYPE, s.content_type)], s.body).into_response();
     if status == StatusCode::OK {
-        (
-            status,
-            content_type,
-            [(header::CACHE_CONTROL, "no-store")],
-            s.body,
-        )
-            .into_response()
-    } else {
-        (status, content_type, s.body).into_response()
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
+    r
 }
 
 #[cfg(test)]

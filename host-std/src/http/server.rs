@@ -1,6 +1,6 @@
 //! The `/metrics` server: hyper 1 (HTTP/1.x only) on a one-thread tokio runtime.
 
-use super::{PATH, scrape};
+use super::{PATH, Scrape, scrape};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_TYPE, HOST, HeaderValue};
@@ -261,23 +261,19 @@ impl MetricsServer {
 
     /// Stops accepting, gives the connections being served up to
     /// [`ServerConfig::shutdown_grace`] to finish, closes the rest and joins the thread.
-    pub fn shutdown(mut self) {
-        self.stop_thread();
+    pub fn shutdown(self) {
+        // Dropping the server does it.
     }
+}
 
-    fn stop_thread(&mut self) {
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop_thread();
     }
 }
 
@@ -773,18 +769,23 @@ impl tokio::io::AsyncWrite for Replay {
     }
 }
 
+/// `answer` as hyper's response, with `Cache-Control: no-store` on `200`.
+fn send(answer: Scrape) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(answer.body)));
+    *r.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
+    if answer.status == 200 {
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
+}
+
+/// The plain-text answer of an error `status`.
 fn text(status: StatusCode) -> Response<Full<Bytes>> {
     let reason = status.canonical_reason().unwrap_or("");
-    let mut r = Response::new(Full::new(Bytes::from(format!(
-        "{} {reason}\n",
-        status.as_u16()
-    ))));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
+    send(Scrape::error(status.as_u16(), reason))
 }
 
 /// The answer to one parsed request.
@@ -807,23 +808,13 @@ fn respond(registry: &Registry, req: &Request<Incoming>) -> Response<Full<Bytes>
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    let answer = scrape(
+    send(scrape(
         registry,
         req.headers()
             .get_all(ACCEPT)
             .iter()
             .map(HeaderValue::as_bytes),
-    );
-    let mut r = Response::new(Full::new(Bytes::from(answer.body)));
-    *r.status_mut() =
-        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let h = r.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
-    if answer.status != 200 {
-        return r;
-    }
-    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    ))
 }
 
 #[cfg(test)]
