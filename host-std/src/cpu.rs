@@ -123,23 +123,6 @@ impl<'a> Src<'a> {
         }
     }
 
-    /// The weights at `t` and `max` into `out` and the approximate sum of those with key
-    /// `≥ threshold` ([`kernels::approx_p`]).
-    fn weights(
-        &self,
-        isa: kernels::Isa,
-        t: f32,
-        max: kernels::Max,
-        threshold: u32,
-        out: &mut [f32],
-    ) -> f64 {
-        match *self {
-            Self::F32(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
-            Self::Bf16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
-            Self::F16(x) => kernels::softmax_weights(isa, x, t, max, threshold, out),
-        }
-    }
-
     /// The row's maximum and a bound on its softmax sum at `t` ([`kernels::sum_bound`]).
     fn sum_bound(&self, isa: kernels::Isa, t: f32, known: Option<f32>) -> Option<SumBound> {
         match *self {
@@ -167,12 +150,21 @@ impl<'a> Src<'a> {
         }
     }
 
-    /// The exact fixed-point sum at `t` and `max`, and the weights into `out` when given.
-    fn pass(&self, isa: kernels::Isa, t: f32, max: kernels::Max, out: Option<&mut [f32]>) -> u128 {
+    /// The exact fixed-point sum at `t` and `max` of the weights with key `≥ threshold`, and
+    /// every weight into `out` ([`kernels::softmax_pass_kept`]).
+    fn pass(
+        &self,
+        isa: kernels::Isa,
+        t: f32,
+        max: kernels::Max,
+        threshold: u32,
+        out: &mut [f32],
+    ) -> u128 {
+        let out = Some(out);
         match *self {
-            Self::F32(x) => kernels::softmax_pass(isa, x, t, max, out),
-            Self::Bf16(x) => kernels::softmax_pass(isa, x, t, max, out),
-            Self::F16(x) => kernels::softmax_pass(isa, x, t, max, out),
+            Self::F32(x) => kernels::softmax_pass_kept(isa, x, t, max, threshold, out),
+            Self::Bf16(x) => kernels::softmax_pass_kept(isa, x, t, max, threshold, out),
+            Self::F16(x) => kernels::softmax_pass_kept(isa, x, t, max, threshold, out),
         }
     }
 }
@@ -193,7 +185,9 @@ fn f32_row<'a>(row: Values<'a>, buf: &'a mut Vec<f32>) -> &'a [f32] {
 /// The weights `e_v` of the logits `src` at `t > 0` into `weights`, and their [`Cut`] by
 /// `filter` (`cands`: scratch). Without a filter the cut keeps every id (threshold 0) and its
 /// mass is the softmax's `F`, so `Cut::p(e_v)` is the softmax's `p_v`, bit for bit: the
-/// write-out then divides the stored weights instead of recomputing `exp_p`.
+/// write-out then divides the stored weights instead of recomputing `exp_p`. With min-p alone
+/// the cut's threshold is known before the weights are (`key(min_p × 1)`), so the same pass sums
+/// the kept mass.
 fn softmax_weights_cut(
     src: Src<'_>,
     t: f32,
@@ -206,10 +200,11 @@ fn softmax_weights_cut(
     let max = known.unwrap_or_else(|| src.max(isa, t));
     let len = src.len();
     weights.resize(len, 0.0);
-    let total = src.pass(isa, t, max, Some(weights));
-    if !filter.is_active() {
+    let min_p = cut::plain_threshold(filter, len).filter(|&k| k > 0 && max.m.is_finite());
+    let total = src.pass(isa, t, max, min_p.unwrap_or(0), weights);
+    if !filter.is_active() || min_p.is_some() {
         Cut {
-            threshold: 0,
+            threshold: min_p.unwrap_or(0),
             fixed: total,
         }
     } else if max.m.is_finite() {
@@ -228,12 +223,6 @@ enum RowState {
     Softmax(Cut),
     /// The stored probabilities and their [`Cut`] by a filter (`weights` not used).
     Probs(Cut),
-    /// The softmax weights of logits with min-p alone (the cut's key threshold), with only an
-    /// approximate binary64 sum of the kept weights ([`kernels::approx_p`]): enough for
-    /// `p(x)` of an accepted position almost always; the exact mass (a second pass over the
-    /// stored weights) only when it is not, or when the row is written out. Saves that second
-    /// pass on every accepted row.
-    Approx { sum: f64, threshold: u32 },
     /// The stored values as they are (unfiltered probabilities, e.g. with half drafts).
     Identity,
 }
@@ -243,45 +232,16 @@ impl RowState {
     /// `weights` receives the softmax weights (`cands`: scratch). Its length is set to the
     /// row's, not cleared first: every weight is written, so zeroing it cost a pass of stores
     /// per row for nothing (a third of the `memset` time of `verify_inputs`' logits rows).
-    /// `approx`: a softmax cut by min-p alone may keep an approximate sum
-    /// ([`RowState::Approx`]), worth it for rows that will likely only be asked for one
-    /// `p(x)`. `known`: what a pass already found of the row ([`quick_accept`]).
+    /// `known`: what a pass already found of the row ([`quick_accept`]).
     fn of(
         src: Src<'_>,
         t: Option<f32>,
         filter: Filter,
-        approx: bool,
         known: Option<Found>,
         weights: &mut Vec<f32>,
         cands: &mut Vec<u32>,
     ) -> Self {
         match (t, src) {
-            // Min-p alone only: without a filter the exact sum costs ~15 % of the pass, less
-            // than a rejected row's second pass (measured with `verify_inputs`), whereas the
-            // exact min-p cut is a second pass on every row.
-            (Some(t), _) if approx && cut::plain_threshold(filter, src.len()) > Some(0) => {
-                let threshold = cut::plain_threshold(filter, src.len()).unwrap_or(0);
-                let isa = kernels::Isa::detect();
-                let max = known
-                    .and_then(Found::max)
-                    .unwrap_or_else(|| src.max(isa, t));
-                if max.m.is_finite() {
-                    weights.resize(src.len(), 0.0);
-                    Self::Approx {
-                        sum: src.weights(isa, t, max, threshold, weights),
-                        threshold,
-                    }
-                } else {
-                    Self::Softmax(softmax_weights_cut(
-                        src,
-                        t,
-                        filter,
-                        Some(max),
-                        weights,
-                        cands,
-                    ))
-                }
-            }
             (Some(t), _) => {
                 let known = known.and_then(Found::max);
                 Self::Softmax(softmax_weights_cut(src, t, filter, known, weights, cands))
@@ -299,38 +259,21 @@ impl RowState {
         }
     }
 
-    /// Replaces an approximate sum by the exact one (from the stored `weights`).
-    fn exact(&mut self, weights: &[f32]) {
-        if let Self::Approx { threshold, .. } = *self {
-            *self = Self::Softmax(Cut {
-                threshold,
-                fixed: kernels::weights_fixed(kernels::Isa::detect(), weights, threshold),
-            });
-        }
-    }
-
     /// `p` of id `x` (`src` the row, `weights` as left by [`of`](Self::of)).
-    fn p(&mut self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
-        if let Self::Approx { sum, threshold } = *self {
-            if let Some(p) = kernels::approx_p(weights[x], sum, weights.len(), threshold) {
-                return p;
-            }
-            self.exact(weights);
-        }
+    fn p(&self, src: Src<'_>, weights: &[f32], x: usize) -> f32 {
         match self {
             Self::Softmax(c) => c.p(weights[x]),
             Self::Probs(c) => c.p(src.at(x)),
-            Self::Identity | Self::Approx { .. } => src.at(x),
+            Self::Identity => src.at(x),
         }
     }
 
     /// Writes the whole probability row (`wide`: scratch).
-    fn write(&mut self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
-        self.exact(weights);
+    fn write(&self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
         match self {
             Self::Softmax(c) => kernels::cut_write(kernels::Isa::detect(), weights, *c, out),
             Self::Probs(c) => kernels::cut_write(kernels::Isa::detect(), src.as_f32(wide), *c, out),
-            Self::Identity | Self::Approx { .. } => out.copy_from_slice(src.as_f32(wide)),
+            Self::Identity => out.copy_from_slice(src.as_f32(wide)),
         }
     }
 }
@@ -440,7 +383,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
         let pt = match quick {
             Some(pt) => pt,
             None => {
-                let mut state = RowState::of(src, t, filter, true, known, weights, cands);
+                let state = RowState::of(src, t, filter, known, weights, cands);
                 let pt = state.p(src, weights, x);
                 if !accepts(u, pt, pd) {
                     state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
@@ -462,7 +405,7 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     if r == k && batch.bonus.is_none() {
         if let Some(row) = batch.target_values_checked(b, k) {
             let src = Src::of(row, buf);
-            let mut state = RowState::of(src, t, filter, false, None, weights, cands);
+            let state = RowState::of(src, t, filter, None, weights, cands);
             state.write(src, weights, &mut probs[k * v..], wide);
             full_rows = k..k + 1;
         }
@@ -1042,6 +985,7 @@ mod tests {
             f(50, 0.9, 0.0),
             f(0, 0.9, 0.05),
             f(0, 1.0, 0.05),
+            f(1_000_000, 1.0, 0.3),
         ];
         let (mut weights, mut cands) = (Vec::new(), Vec::new());
         for vocab in [32_000usize, 128_256, 151_936] {

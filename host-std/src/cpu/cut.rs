@@ -189,14 +189,9 @@ fn try_cut(
             fixed,
         });
     }
-    // Top-k's τ (no key reaches `u32::MAX`, the bits of +∞ being the largest: nothing above).
-    let lo = if top_k {
-        sample_tau_count(w, filter.top_k as usize, attempt)
-    } else {
-        0
-    };
-    // Min-p alone (or under top-k's τ): every kept key is ≥ its threshold.
-    let lo = lo.max(min_key);
+    // Top-k's τ, and min-p's threshold under it: every kept key is ≥ both (no key reaches
+    // `u32::MAX`, the bits of +∞ being the largest: nothing above).
+    let lo = sample_tau_count(w, filter.top_k as usize, attempt).max(min_key);
     if lo == 0 {
         return None;
     }
@@ -209,13 +204,9 @@ fn try_cut(
         return None;
     }
     // θ₁: min-p, then top-k (the `top_k`-th largest key, ties kept; top-k never brackets).
-    let mut theta = min_key;
-    if top_k {
-        let k = filter.top_k as usize;
-        if k <= cands.len() {
-            theta = theta.max(cands[k - 1]);
-        }
-    }
+    let theta = cands
+        .get(filter.top_k as usize - 1)
+        .map_or(min_key, |&k| min_key.max(k));
     // Whole-row mass above θ₁: from the candidates when θ₁ ≥ lo (they hold every key ≥ lo).
     if theta < lo {
         // Top-k's key lies below lo: the candidates do not decide it.

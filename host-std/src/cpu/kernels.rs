@@ -912,15 +912,35 @@ fn fixed_pieces(e: f32) -> (u32, u32, u32) {
 const PIECE_BLOCKS: usize = 255;
 
 /// The exact fixed-point softmax sum `Σ ⌊e_v · 2⁶⁴⌋` of a whole row, `e_v = exp_p(l_v / t −
-/// max)`, with the pieces of [`fixed_pieces`] summed per lane (and `e_v` written to `out` when
-/// given: the filters' weights). Needs `max` = the row's softmax maximum (then `e_v ∈ [0, 1]`).
+/// max)`, of the weights `≥ floor` (all for `floor ≤ 0`), with the pieces of [`fixed_pieces`]
+/// summed per lane (and every `e_v` written to `out` when given: the filters' weights). Needs
+/// `max` = the row's softmax maximum (then `e_v ∈ [0, 1]`).
 #[inline(always)]
 fn softmax_pass_range<R: LogitRow, const N: usize>(
     row: R,
     t: f32,
     max: f32,
+    floor: f32,
+    out: Option<&mut [f32]>,
+) -> u128 {
+    // Two instances: the unmasked one (no floor) keeps the pass free of the compare.
+    if floor > 0.0 {
+        softmax_pass_lanes::<R, N, true>(row, t, max, floor, out)
+    } else {
+        softmax_pass_lanes::<R, N, false>(row, t, max, floor, out)
+    }
+}
+
+/// [`softmax_pass_range`], summing only the weights `≥ floor` if `MASKED`.
+#[inline(always)]
+fn softmax_pass_lanes<R: LogitRow, const N: usize, const MASKED: bool>(
+    row: R,
+    t: f32,
+    max: f32,
+    floor: f32,
     mut out: Option<&mut [f32]>,
 ) -> u128 {
+    let kept = |e: f32| if !MASKED || e >= floor { e } else { 0.0 };
     let len = row.len();
     let body = len - len % N;
     let (mut a64, mut b64, mut c64) = ([0u64; N], [0u64; N], [0u64; N]);
@@ -931,7 +951,7 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
         while s < stop {
             let e: [f32; N] = row.weights(s, t, max);
             for i in 0..N {
-                let (a, b, c) = fixed_pieces(e[i]);
+                let (a, b, c) = fixed_pieces(kept(e[i]));
                 a32[i] += a;
                 b32[i] += b;
                 c32[i] += c;
@@ -956,82 +976,26 @@ fn softmax_pass_range<R: LogitRow, const N: usize>(
         if let Some(o) = out.as_deref_mut() {
             o[i] = e;
         }
-        total += specula_core::verify::softmax_fixed(e);
+        total += specula_core::verify::softmax_fixed(kept(e));
     }
     total
 }
 
-/// The softmax weights `e_v = exp_p(l_v / t − max)` of a whole row into `out`, and the sum of
-/// those `≥ floor` in binary64, **not** exact: each `e_v` converts exactly and the additions
-/// round (per lane, then across lanes), so for weights in `[0, 1]` the result is within
-/// `1.0001·(V − 1)·2⁻⁵³` (relative) of the real sum, in any order. [`approx_p`] turns that
-/// into exact probabilities where the bound decides them. Cheaper than
-/// [`softmax_pass_range`]'s exact 32-bit pieces (two conversions and two additions per 16 ids
-/// instead of ~17 instructions).
+/// The softmax weights `e_v = exp_p(l_v / t − max)` of a whole row into `out`, without a sum:
+/// what a weight table's fill needs ([`weight_table`]).
 #[inline(always)]
-fn softmax_weights_range<R: LogitRow, const N: usize>(
-    row: R,
-    t: f32,
-    max: f32,
-    floor: f32,
-    out: &mut [f32],
-) -> f64 {
+fn softmax_weights_range<R: LogitRow, const N: usize>(row: R, t: f32, max: f32, out: &mut [f32]) {
     let len = row.len();
     let body = len - len % N;
-    let mut acc = [0f64; N];
     let mut s = 0;
     while s < body {
         let e: [f32; N] = row.weights(s, t, max);
-        // A loop of its own: in one loop with the binary32 work, LLVM vectorises both at the
-        // width of the binary64 lanes (half the binary32 width), which cost as much as the
-        // exact pieces saved.
-        for i in 0..N {
-            acc[i] += f64::from(if e[i] >= floor { e[i] } else { 0.0 });
-        }
         out[s..s + N].copy_from_slice(&e);
         s += N;
     }
-    let mut total = 0f64;
-    for a in acc {
-        total += a;
-    }
     for i in body..len {
-        let e = row.weight_at(i, t, max);
-        out[i] = e;
-        total += f64::from(if e >= floor { e } else { 0.0 });
+        out[i] = row.weight_at(i, t, max);
     }
-    total
-}
-
-/// `Cut::p(w)` for the cut with key threshold `threshold` of the `len` softmax weights of a row
-/// (their largest exactly 1, `threshold` at most the key of 1), from an approximate sum
-/// `approx` of the weights with key `≥ threshold` (from [`softmax_weights`]), when the
-/// approximation decides it: `None` when it may not (about one call in 2¹² at `V = 32k`), and
-/// the caller then computes the exact mass `F`.
-///
-/// Why it is exact: the kept weights lie in `[0, 1]` and include the 1, so their real sum
-/// `Σ ≥ 1`. `approx` is within `γ·Σ` of `Σ` (`γ ≤ 1.0001·(len − 1)·2⁻⁵³`, recursive summation
-/// of non-negative terms in any order), `F·2⁻⁶⁴` within `len·2⁻⁶⁴ ≤ len·2⁻⁶⁴·Σ` (each floor
-/// drops less than 1), and the three binary64 roundings (`F` to binary64, the division
-/// `w / S`, the division `w / approx`) add `3·2⁻⁵³`: the binary64 quotient `q₆₄ = w / S` that
-/// `Cut::p` rounds to binary32 lies within `(len + 4)·2⁻⁵²` of `q = w / approx`, relative.
-/// `[lo, hi]` is `q` widened by twice that (covering the roundings of `lo` and `hi`
-/// themselves); binary32 rounding is monotone, so if both ends round to the same binary32
-/// value, `q₆₄` does too. Zero and subnormal results are covered alike (`w ≥ 0`, `q` a normal
-/// or zero binary64). A weight below the threshold is 0, as in `Cut::p`.
-#[inline]
-pub(crate) fn approx_p(w: f32, approx: f64, len: usize, threshold: u32) -> Option<f32> {
-    // Not a sum of weights with a finite maximum (or NaN): let the caller be exact.
-    if !((1.0..f64::INFINITY).contains(&approx) && (0.0..=1.0).contains(&w)) {
-        return None;
-    }
-    if specula_core::verify::weight_key(w) < threshold {
-        return Some(0.0);
-    }
-    let q = f64::from(w) / approx;
-    let d = (len as f64 + 4.0) * f64::from_bits(0x3CC0_0000_0000_0000); // 2⁻⁵¹
-    let (lo, hi) = ((q * (1.0 - d)) as f32, (q * (1.0 + d)) as f32);
-    (lo == hi).then_some(lo)
 }
 
 /// `out[i] = Cut::p(w[i])` for a cut with key threshold `threshold` and sum `sum > 0`:
@@ -1664,10 +1628,9 @@ mod x86 {
         row: R,
         t: f32,
         max: f32,
-        floor: f32,
         out: &mut [f32],
-    ) -> f64 {
-        super::softmax_weights_range::<R, 16>(row, t, max, floor, out)
+    ) {
+        super::softmax_weights_range::<R, 16>(row, t, max, out)
     }
 
     #[cfg(specula_avx512)]
@@ -1676,10 +1639,9 @@ mod x86 {
         row: R,
         t: f32,
         max: f32,
-        floor: f32,
         out: &mut [f32],
-    ) -> f64 {
-        super::softmax_weights_range::<R, 32>(row, t, max, floor, out)
+    ) {
+        super::softmax_weights_range::<R, 32>(row, t, max, out)
     }
 
     #[target_feature(enable = "avx2")]
@@ -1687,9 +1649,10 @@ mod x86 {
         row: R,
         t: f32,
         max: f32,
+        floor: f32,
         out: Option<&mut [f32]>,
     ) -> u128 {
-        super::softmax_pass_range::<R, 16>(row, t, max, out)
+        super::softmax_pass_range::<R, 16>(row, t, max, floor, out)
     }
 
     #[cfg(specula_avx512)]
@@ -1698,9 +1661,10 @@ mod x86 {
         row: R,
         t: f32,
         max: f32,
+        floor: f32,
         out: Option<&mut [f32]>,
     ) -> u128 {
-        super::softmax_pass_range::<R, 32>(row, t, max, out)
+        super::softmax_pass_range::<R, 32>(row, t, max, floor, out)
     }
 }
 
@@ -1838,12 +1802,29 @@ pub(crate) fn softmax_pass<R: LogitRow>(
     max: impl Into<Max>,
     out: Option<&mut [f32]>,
 ) -> u128 {
+    softmax_pass_kept(isa, row, t, max, 0, out)
+}
+
+/// [`softmax_pass`] summing only the weights with key `≥ threshold` (every weight is written):
+/// min-p's exact kept mass in the same pass, its threshold being known before the weights are.
+#[inline]
+pub(crate) fn softmax_pass_kept<R: LogitRow>(
+    isa: Isa,
+    row: R,
+    t: f32,
+    max: impl Into<Max>,
+    threshold: u32,
+    out: Option<&mut [f32]>,
+) -> u128 {
     let max: Max = max.into();
+    // Key ≥ threshold ⇔ weight ≥ floor for weights in [0, 1] (positive binary32 values order
+    // as their bits; a zero weight, key 0, adds nothing either way).
+    let floor = f32::from_bits(threshold);
     match row.half_bits() {
         Some((format, bits)) => weight_table::with_table(isa, format, bits, t, max, false, |l| {
-            weight_table::on_lookup!(l, row, |r| softmax_pass_plain(isa, r, t, max.m, out))
+            weight_table::on_lookup!(l, row, |r| softmax_pass_plain(isa, r, t, max.m, floor, out))
         }),
-        None => softmax_pass_plain(isa, row, t, max.m, out),
+        None => softmax_pass_plain(isa, row, t, max.m, floor, out),
     }
 }
 
@@ -1854,82 +1835,35 @@ fn softmax_pass_plain<R: LogitRow>(
     row: R,
     t: f32,
     max: f32,
+    floor: f32,
     out: Option<&mut [f32]>,
 ) -> u128 {
     match isa {
-        Isa::Portable => softmax_pass_range::<R, 8>(row, t, max, out),
+        Isa::Portable => softmax_pass_range::<R, 8>(row, t, max, floor, out),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::softmax_pass_avx2(row, t, max, out) },
+        Isa::Avx2 => unsafe { x86::softmax_pass_avx2(row, t, max, floor, out) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
-        Isa::Avx512 => unsafe { x86::softmax_pass_avx512(row, t, max, out) },
+        Isa::Avx512 => unsafe { x86::softmax_pass_avx512(row, t, max, floor, out) },
     }
 }
 
 /// The softmax weights of `row` at `t` with maximum `max` (the row's [`softmax_max`]) into
-/// `out` (same length), and the approximate binary64 sum of those with key `≥ threshold` for
-/// [`approx_p`], with `isa` (a half row as in [`softmax_pass`]).
+/// `out` (same length), each as the row's kernel computes it, with `isa`.
 #[inline]
-pub(crate) fn softmax_weights<R: LogitRow>(
-    isa: Isa,
-    row: R,
-    t: f32,
-    max: impl Into<Max>,
-    threshold: u32,
-    out: &mut [f32],
-) -> f64 {
-    let max: Max = max.into();
-    match row.half_bits() {
-        Some((format, bits)) => weight_table::with_table(isa, format, bits, t, max, false, |l| {
-            weight_table::on_lookup!(l, row, |r| softmax_weights_plain(
-                isa, r, t, max.m, threshold, out
-            ))
-        }),
-        None => softmax_weights_plain(isa, row, t, max.m, threshold, out),
-    }
-}
-
-/// [`softmax_weights`] with each weight computed as the row's kernel does.
-#[inline]
-fn softmax_weights_plain<R: LogitRow>(
-    isa: Isa,
-    row: R,
-    t: f32,
-    max: f32,
-    threshold: u32,
-    out: &mut [f32],
-) -> f64 {
-    // Key ≥ threshold ⇔ weight ≥ floor for weights ≥ 0 (positive binary32 values order as
-    // their bits; a zero weight, key 0, adds nothing either way).
-    let floor = f32::from_bits(threshold);
+pub(crate) fn softmax_weights<R: LogitRow>(isa: Isa, row: R, t: f32, max: f32, out: &mut [f32]) {
     match isa {
-        Isa::Portable => softmax_weights_range::<R, 8>(row, t, max, floor, out),
+        Isa::Portable => softmax_weights_range::<R, 8>(row, t, max, out),
         // SAFETY: `Isa::Avx2` is only produced after `is_x86_feature_detected!("avx2")`.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::softmax_weights_avx2(row, t, max, floor, out) },
+        Isa::Avx2 => unsafe { x86::softmax_weights_avx2(row, t, max, out) },
         // SAFETY: `Isa::Avx512` is only produced after `is_x86_feature_detected!` confirmed
         // avx512f, avx512dq, avx512bw and avx512vl.
         #[cfg(specula_avx512)]
-        Isa::Avx512 => unsafe { x86::softmax_weights_avx512(row, t, max, floor, out) },
+        Isa::Avx512 => unsafe { x86::softmax_weights_avx512(row, t, max, out) },
     }
-}
-
-/// The exact fixed-point mass `Σ ⌊w·2⁶⁴⌋` of the softmax weights `w` (each in `[0, 1]`) with
-/// key `≥ threshold`: a cut's `fixed` from weights already written, with `isa`.
-#[inline]
-pub(crate) fn weights_fixed(isa: Isa, w: &[f32], threshold: u32) -> u128 {
-    // No key lies in [u32::MAX, hi): nothing is gathered, only the mass of the keys ≥ hi is
-    // summed (hi ≥ 1: a zero weight, key 0, adds nothing anyway).
-    let hi = threshold.max(1);
-    gather_keys(isa, w, u32::MAX, hi, &mut Vec::new(), 0).unwrap_or_else(|| {
-        w.iter()
-            .filter(|&&x| specula_core::verify::weight_key(x) >= hi)
-            .fold(0u128, |a, &x| {
-                a.wrapping_add(specula_core::verify::weight_fixed(x))
-            })
-    })
 }
 
 /// Writes `cut.p(w[v])` of every weight into `out` (same length) with `isa`: `0` for ids below

@@ -444,13 +444,10 @@ fn cut_write_matches_the_core() {
     }
 }
 
-/// The approximate sum path gives `Cut::p` bit for bit whenever it answers, at the
-/// vocabularies users run, for f32 and bf16 rows, with and without min-p's threshold, on
-/// every instruction set, and answers for nearly every id (else it would save nothing);
-/// its weights are the exact pass's and [`weights_fixed`] is the exact mass.
+/// [`softmax_weights`] (the weight tables' fill) writes the exact pass's weights, at the
+/// vocabularies users run, for f32 and bf16 rows, on every instruction set.
 #[test]
-fn approx_p_is_the_cut_p() {
-    use specula_core::verify::{Cut, weight_fixed, weight_key};
+fn softmax_weights_are_the_pass_weights() {
     let mut s = 0xA99_0C5u64;
     let mut next = || {
         s ^= s << 13;
@@ -482,53 +479,24 @@ fn approx_p_is_the_cut_p() {
             let t = [0.8f32, 1.0, 0.37][kind];
             for isa in Isa::available() {
                 for half in [false, true] {
-                    let max = if half {
-                        softmax_max(isa, Bf16Row(&bf), t)
-                    } else {
-                        softmax_max(isa, &row[..], t)
-                    };
+                    let what = format!("{isa:?} V {vocab} kind {kind} bf16 {half}");
                     let mut exact_w = vec![0f32; vocab];
-                    let total = if half {
-                        softmax_pass(isa, Bf16Row(&bf), t, max, Some(&mut exact_w))
+                    let mut w = vec![7f32; vocab];
+                    if half {
+                        let max = softmax_max(isa, Bf16Row(&bf), t);
+                        softmax_pass(isa, Bf16Row(&bf), t, max, Some(&mut exact_w));
+                        softmax_weights(isa, Bf16Row(&bf), t, max, &mut w);
                     } else {
-                        softmax_pass(isa, &row[..], t, max, Some(&mut exact_w))
-                    };
-                    for min_p in [0.0f32, 0.05, 0.3] {
-                        let threshold = if min_p > 0.0 { weight_key(min_p) } else { 0 };
-                        let what = format!("{isa:?} V {vocab} kind {kind} bf16 {half} {min_p}");
-                        let mut w = vec![7f32; vocab];
-                        let approx = if half {
-                            softmax_weights(isa, Bf16Row(&bf), t, max, threshold, &mut w)
-                        } else {
-                            softmax_weights(isa, &row[..], t, max, threshold, &mut w)
-                        };
-                        assert!(
-                            w.iter()
-                                .zip(&exact_w)
-                                .all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{what}: weights"
-                        );
-                        let fixed: u128 = w
-                            .iter()
-                            .filter(|&&x| weight_key(x) >= threshold)
-                            .map(|&x| weight_fixed(x))
-                            .sum();
-                        if threshold == 0 {
-                            assert_eq!(fixed, total, "{what}");
-                        }
-                        assert_eq!(weights_fixed(isa, &w, threshold), fixed, "{what}");
-                        let cut = Cut { threshold, fixed };
-                        let mut undecided = 0;
-                        for &x in &w {
-                            match approx_p(x, approx, vocab, threshold) {
-                                Some(p) => {
-                                    assert_eq!(p.to_bits(), cut.p(x).to_bits(), "{what} w {x}");
-                                }
-                                None => undecided += 1,
-                            }
-                        }
-                        assert!(undecided * 100 < vocab, "{what}: {undecided} undecided");
+                        let max = softmax_max(isa, &row[..], t);
+                        softmax_pass(isa, &row[..], t, max, Some(&mut exact_w));
+                        softmax_weights(isa, &row[..], t, max, &mut w);
                     }
+                    assert!(
+                        w.iter()
+                            .zip(&exact_w)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}"
+                    );
                 }
             }
         }
@@ -570,51 +538,6 @@ fn gather_mass_is_exact_on_the_binary64_route() {
             }
         }
     }
-}
-
-/// [`approx_p`] near binary32 rounding boundaries: exact masses `F` chosen so that `w / S`
-/// lies within a few `2⁻⁶⁴` of a midpoint between two binary32 values, and approximate
-/// sums off by up to the bound `len·2⁻⁵³`: every answer is `Cut::p`'s (without the widening
-/// by the bound, about half of these would be wrong), and most are `None`.
-#[test]
-fn approx_p_is_exact_at_rounding_boundaries() {
-    use specula_core::verify::Cut;
-    let mut s = 0xB0_0DA5u64;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let two64 = 18_446_744_073_709_551_616.0f64;
-    let (mut answered, mut asked) = (0, 0);
-    for len in [32_000usize, 151_936, 262_144] {
-        for _ in 0..20_000 {
-            let w = ((next() >> 40) as f32 + 1.0) / 16_777_216.0;
-            let s_target = 1.0 + (next() >> 11) as f64 / (1u64 << 53) as f64 * (len as f64);
-            let p = (f64::from(w) / s_target) as f32;
-            let mid = (f64::from(p) + f64::from(f32::from_bits(p.to_bits() + 1))) / 2.0;
-            let f0 = (f64::from(w) / mid * two64) as u128;
-            for df in [-2i128, -1, 0, 1, 2] {
-                let fixed = (f0 as i128 + df) as u128;
-                let want = Cut {
-                    threshold: 0,
-                    fixed,
-                }
-                .p(w);
-                let exact_s = (fixed as f64) / two64;
-                for e in [-1.0, -0.5, 0.0, 0.5, 1.0] {
-                    let approx = exact_s * (1.0 + e * len as f64 / two64 * 2048.0);
-                    asked += 1;
-                    if let Some(got) = approx_p(w, approx, len, 0) {
-                        answered += 1;
-                        assert_eq!(got.to_bits(), want.to_bits(), "w {w} F {fixed} e {e}");
-                    }
-                }
-            }
-        }
-    }
-    assert!(answered * 10 < asked, "{answered} of {asked} answered");
 }
 
 /// Times the softmax passes on one 128k row (`cargo test --release -p specula --lib --
@@ -687,25 +610,9 @@ fn softmax_pass_timing() {
                 None,
             ));
         });
-        time(&format!("{isa:?} weights + approx sum"), || {
-            std::hint::black_box(softmax_weights(
-                isa,
-                std::hint::black_box(&row[..]),
-                t,
-                m,
-                0,
-                &mut out,
-            ));
-        });
-        time(&format!("{isa:?} bf16 weights + approx"), || {
-            std::hint::black_box(softmax_weights(
-                isa,
-                Bf16Row(std::hint::black_box(&bf)),
-                t,
-                m,
-                0,
-                &mut out,
-            ));
+        time(&format!("{isa:?} weights"), || {
+            softmax_weights(isa, std::hint::black_box(&row[..]), t, m, &mut out);
+            std::hint::black_box(&out);
         });
         time(&format!("{isa:?} bf16 pass (sum + weights)"), || {
             std::hint::black_box(softmax_pass(
@@ -791,17 +698,8 @@ fn softmax_pass_timing() {
                 F16Row(std::hint::black_box(&hf)),
                 t,
                 hm,
+                0.0,
                 None,
-            ));
-        });
-        time(&format!("{isa:?} f16 weights + approx"), || {
-            std::hint::black_box(softmax_weights(
-                isa,
-                F16Row(std::hint::black_box(&hf)),
-                t,
-                hm,
-                0,
-                &mut out,
             ));
         });
         time(&format!("{isa:?} f16 pass (sum + weights)"), || {

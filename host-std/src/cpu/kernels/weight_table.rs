@@ -293,8 +293,7 @@ fn fill(
                 first: start as u32,
                 len: n,
             };
-            // The threshold's floor is NaN: no sum, only the weights.
-            super::softmax_weights(isa, patterns, t, max, u32::MAX, &mut table[start..end]);
+            super::softmax_weights(isa, patterns, t, max, &mut table[start..end]);
         }
     }
     true

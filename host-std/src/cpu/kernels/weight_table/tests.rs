@@ -76,7 +76,7 @@ fn tabled_pass(isa: Isa, format: Half16, bits: &[u16], t: f32, max: f32) -> (u12
         assert!(!matches!(lookup, Lookup::Plain), "forced");
         // The plain row is never run: any row of the right type.
         on_lookup!(lookup, Bf16Row(bits), |r| {
-            super::super::softmax_pass_plain(isa, r, t, max, Some(&mut w))
+            super::super::softmax_pass_plain(isa, r, t, max, 0.0, Some(&mut w))
         })
     });
     (f, w)
@@ -309,12 +309,12 @@ fn model_rows_take_the_table() {
                         Half16::Bf16 => {
                             let mx = softmax_max_of(isa, Bf16Row(bits), t);
                             assert_eq!(mx.span, Some(half_span(isa, format, bits)));
-                            softmax_weights(isa, Bf16Row(bits), t, mx, 0, &mut w2);
+                            softmax_weights(isa, Bf16Row(bits), t, mx.m, &mut w2);
                             softmax_pass(isa, Bf16Row(bits), t, mx, Some(&mut w))
                         }
                         Half16::F16 => {
                             let mx = softmax_max_of(isa, F16Row(bits), t);
-                            softmax_weights(isa, F16Row(bits), t, mx, 0, &mut w2);
+                            softmax_weights(isa, F16Row(bits), t, mx.m, &mut w2);
                             softmax_pass(isa, F16Row(bits), t, mx, Some(&mut w))
                         }
                     };
