@@ -4,7 +4,7 @@
 
 use super::args::{StepViews, field};
 use super::block::ArgBlock;
-use super::tree::args::TreeLaunch;
+use super::tree::TreeLaunch;
 use super::view::{Element, Memory, View, ViewMut};
 use crate::error_kind::HasKind;
 use core::fmt::Debug;

@@ -5,7 +5,7 @@ use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::sealed::{Download, Launch as Launches, Stage, download};
 use super::staging::{ChainStep, SUPPORT, Staged, Staging, Step, grow_host};
-use super::tree::staging::TreeStep;
+use super::tree::TreeStep;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::MAX_IN_FLIGHT;
