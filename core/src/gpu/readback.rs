@@ -185,6 +185,14 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
         d.record(&s.done, &self.copy)
     }
 
+    /// Waits on the host for slot `i`'s copy (a synchronising call, counted).
+    fn wait(&mut self, i: usize) -> Result<(), GpuError<D::Error>> {
+        self.syncs += 1;
+        self.drv
+            .sync_event(&self.slots[i].done)
+            .map_err(GpuError::Driver)
+    }
+
     fn retire(&mut self, i: usize) -> Counters<K> {
         self.slots[i].state = State::Free;
         // SAFETY: slot `i`'s completion event, recorded after its only download, was seen.
@@ -239,10 +247,7 @@ impl<D: Driver, const K: usize, const N: usize> Readback<K> for GpuReadback<D, K
         // Retire what is in flight (its values are superseded by the final copy).
         while let Some(i) = self.flight.pop() {
             self.slots[i].state = State::Free;
-            self.syncs += 1;
-            self.drv
-                .sync_event(&self.slots[i].done)
-                .map_err(GpuError::Driver)?;
+            self.wait(i)?;
         }
         let i = match self.free_slot() {
             Some(i) => i,
@@ -253,19 +258,13 @@ impl<D: Driver, const K: usize, const N: usize> Readback<K> for GpuReadback<D, K
                     .iter()
                     .position(|s| s.state == State::Abandoned)
                     .ok_or(GpuError::Stalled)?;
-                self.syncs += 1;
-                self.drv
-                    .sync_event(&self.slots[i].done)
-                    .map_err(GpuError::Driver)?;
+                self.wait(i)?;
                 self.slots[i].state = State::Free;
                 i
             }
         };
         self.enqueue(i).map_err(GpuError::Driver)?;
-        self.syncs += 1;
-        self.drv
-            .sync_event(&self.slots[i].done)
-            .map_err(GpuError::Driver)?;
+        self.wait(i)?;
         Ok(self.retire(i))
     }
 

@@ -39,20 +39,6 @@ pub const SUPPORT: Support = Support {
     device: true,
 };
 
-/// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
-pub(super) fn grow_host<D: Driver>(
-    drv: &D,
-    host: &mut Option<(D::HostBuffer, usize)>,
-    bytes: usize,
-) -> Result<(), GpuError<D::Error>> {
-    if host.as_ref().is_some_and(|(_, n)| *n >= bytes) {
-        return Ok(());
-    }
-    *host = None; // free before allocating the larger one
-    *host = Some((drv.alloc_host(bytes).map_err(GpuError::Driver)?, bytes));
-    Ok(())
-}
-
 /// The buffer slots of the views every step kind has ([`StepViews`]), the first of every
 /// kind's (a row tensor's buffer holds it in its format, binary32 or half).
 const SHAPE: usize = 0;
@@ -96,11 +82,26 @@ pub(super) enum Src<'h, 'd, D: Memory, T: Element> {
 }
 
 impl<D: Memory, T: Element> Src<'_, '_, D, T> {
-    /// Elements the staging copies (none for device memory).
-    pub(super) fn staged_len(&self) -> usize {
+    /// Bytes the staging copies (none for device memory).
+    fn staged_bytes(&self) -> Option<usize> {
         match self {
-            Self::Host(x) => x.len(),
-            Self::Device(_) => 0,
+            Self::Host(x) => x.len().checked_mul(T::BYTES),
+            Self::Device(_) => Some(0),
+        }
+    }
+}
+
+impl<'d, D: Driver, T: Element> Src<'_, 'd, D, T> {
+    /// The view: the caller's device memory as it is, or host values uploaded into `dst`.
+    fn view(
+        self,
+        drv: &D,
+        stream: &D::Stream,
+        dst: Option<&'d D::Buffer>,
+    ) -> Result<View<'d, D, T>, GpuError<D::Error>> {
+        match self {
+            Self::Device(v) => Ok(v),
+            Self::Host(x) => upload(drv, stream, dst.ok_or(GpuError::ViewTooShort)?, x),
         }
     }
 }
@@ -113,17 +114,15 @@ pub(super) enum Arg<'h, 'd, D: Memory> {
 
 impl<D: Memory> Arg<'_, '_, D> {
     /// Bytes the staging copies (none for device memory).
-    pub(super) fn staged_bytes(&self) -> Option<usize> {
+    fn staged_bytes(&self) -> Option<usize> {
         match self {
-            Self::F32(x) => x.staged_len().checked_mul(4),
-            Self::Half(x, _) => x.staged_len().checked_mul(2),
+            Self::F32(x) => x.staged_bytes(),
+            Self::Half(x, _) => x.staged_bytes(),
         }
     }
-}
 
-impl<D: Memory> Arg<'_, '_, D> {
     /// The element format.
-    pub(super) fn format(&self) -> Format {
+    fn format(&self) -> Format {
         match self {
             Self::F32(_) => Format::F32,
             Self::Half(_, f) => *f,
@@ -827,33 +826,17 @@ impl sealed::Stage for ChainStep {
     }
 }
 
-/// A row tensor's view: the caller's device memory as it is, or host values uploaded into
-/// `dst` (`None`: the kernel gets a null pointer).
-pub(super) fn tensor<'a, D: Driver, T: Element>(
-    drv: &D,
-    stream: &D::Stream,
-    dst: Option<&'a D::Buffer>,
-    src: Option<Src<'_, 'a, D, T>>,
-) -> Result<Option<View<'a, D, T>>, GpuError<D::Error>> {
-    match src {
-        Some(Src::Device(v)) => Ok(Some(v)),
-        Some(Src::Host(x)) => optional(drv, stream, dst, Some(x)),
-        None => Ok(None),
-    }
-}
-
 /// A row tensor's view in its format: the caller's device memory as it is, or host values
 /// uploaded into `dst`.
-pub(super) fn rows<'a, D: Driver>(
+fn rows<'a, D: Driver>(
     drv: &D,
     stream: &D::Stream,
     dst: Option<&'a D::Buffer>,
     arg: Arg<'_, 'a, D>,
 ) -> Result<RowsView<'a, D>, GpuError<D::Error>> {
-    let short = GpuError::ViewTooShort;
     Ok(match arg {
-        Arg::F32(x) => RowsView::F32(tensor(drv, stream, dst, Some(x))?.ok_or(short)?),
-        Arg::Half(h, _) => RowsView::Half(tensor(drv, stream, dst, Some(h))?.ok_or(short)?),
+        Arg::F32(x) => RowsView::F32(x.view(drv, stream, dst)?),
+        Arg::Half(h, _) => RowsView::Half(h.view(drv, stream, dst)?),
     })
 }
 
