@@ -67,13 +67,6 @@ const FIRST_ROW: usize = COMMON + 6;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
 const OPTIONAL: [usize; 6] = [TEMP, CU, BONUS, SAMPLING, RECOVERED, FIRST_ROW];
 
-/// The 16-bit patterns of a half tensor (its format goes into the shape flags).
-fn patterns(h: Half<'_>) -> &[u16] {
-    match h {
-        Half::Bf16(x) | Half::F16(x) => x,
-    }
-}
-
 /// Where a tensor argument of the kernel comes from: host values (`'h`) the staging uploads
 /// into its own buffer, or the caller's device memory (`'d`), read in place (no copy).
 pub(super) enum Src<'h, 'd, D: Memory, T: Element> {
@@ -106,10 +99,11 @@ impl<'d, D: Driver, T: Element> Src<'_, 'd, D, T> {
     }
 }
 
-/// One row tensor by its kernel argument: binary32, or 16-bit patterns of a half format.
+/// One row tensor by its kernel argument: binary32, or 16-bit patterns of a half format (which
+/// one, the batch's [`Values::format`] says: the shape flags).
 pub(super) enum Arg<'h, 'd, D: Memory> {
     F32(Src<'h, 'd, D, f32>),
-    Half(Src<'h, 'd, D, u16>, Format),
+    Half(Src<'h, 'd, D, u16>),
 }
 
 impl<D: Memory> Arg<'_, '_, D> {
@@ -117,36 +111,7 @@ impl<D: Memory> Arg<'_, '_, D> {
     fn staged_bytes(&self) -> Option<usize> {
         match self {
             Self::F32(x) => x.staged_bytes(),
-            Self::Half(x, _) => x.staged_bytes(),
-        }
-    }
-
-    /// The element format.
-    fn format(&self) -> Format {
-        match self {
-            Self::F32(_) => Format::F32,
-            Self::Half(_, f) => *f,
-        }
-    }
-}
-
-impl<'h, 'd, D: Driver> Arg<'h, 'd, D> {
-    /// Host values as they are (a half tensor as its patterns), device values as `device` makes
-    /// their view (or refuses them).
-    pub(super) fn of(
-        v: Values<'h>,
-        device: impl FnOnce(Device<'h>) -> Result<Self, GpuError<D::Error>>,
-    ) -> Result<Self, GpuError<D::Error>> {
-        match v {
-            Values::F32(x) => Ok(Self::F32(Src::Host(x))),
-            Values::Half(h) => Ok(Self::Half(
-                Src::Host(patterns(h)),
-                match h {
-                    Half::Bf16(_) => Format::Bf16,
-                    Half::F16(_) => Format::F16,
-                },
-            )),
-            Values::Device(d) => device(d),
+            Self::Half(x) => x.staged_bytes(),
         }
     }
 }
@@ -154,18 +119,17 @@ impl<'h, 'd, D: Driver> Arg<'h, 'd, D> {
 impl<'b, D: Driver> Arg<'b, 'b, D> {
     /// Device values as a view of `drv`'s memory, in their format: [`GpuError::ForeignMemory`]
     /// for another driver's or device's buffer.
-    pub(super) fn owned(drv: &D, d: Device<'b>, param: Param) -> Result<Self, GpuError<D::Error>> {
-        let foreign = GpuError::ForeignMemory { param };
-        match d.format() {
-            Format::F32 => match d.view::<D, f32>() {
-                Some(v) if drv.owns(v.buffer()) => Ok(Self::F32(Src::Device(v))),
-                _ => Err(foreign),
-            },
-            f => match d.view::<D, u16>() {
-                Some(v) if drv.owns(v.buffer()) => Ok(Self::Half(Src::Device(v), f)),
-                _ => Err(foreign),
-            },
+    fn owned(drv: &D, d: Device<'b>, param: Param) -> Result<Self, GpuError<D::Error>> {
+        fn view<'b, D: Driver, T: Element>(drv: &D, d: Device<'b>) -> Option<Src<'b, 'b, D, T>> {
+            d.view::<D, T>()
+                .filter(|v| drv.owns(v.buffer()))
+                .map(Src::Device)
         }
+        match d.format() {
+            Format::F32 => view(drv, d).map(Self::F32),
+            Format::Bf16 | Format::F16 => view(drv, d).map(Self::Half),
+        }
+        .ok_or(GpuError::ForeignMemory { param })
     }
 }
 
@@ -198,7 +162,13 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
         (draft, target, streams, typical): Common<'h>,
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
-        let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
+        // Host values as they are (a half tensor as its patterns), device values as `device`
+        // makes their view (or refuses them).
+        let arg = |v: Values<'h>, param: Param| match v {
+            Values::F32(x) => Ok(Arg::F32(Src::Host(x))),
+            Values::Half(Half::Bf16(x) | Half::F16(x)) => Ok(Arg::Half(Src::Host(x))),
+            Values::Device(d) => device(d, param),
+        };
         let param = if target.temperature().is_some() {
             Param::TargetLogits
         } else {
@@ -792,8 +762,8 @@ impl sealed::Stage for ChainStep {
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        let draft = t.draft.as_ref().map(Arg::format);
-        shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(t.target.format(), draft);
+        let draft = batch.draft.map(|d| d.rows.format());
+        shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(batch.target.rows().format(), draft);
         if let (Some(Format::Bf16 | Format::F16), Some(d)) = (draft, batch.draft) {
             shape[kernels::SHAPE_DRAFT_STRIDE] =
                 u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
@@ -836,7 +806,7 @@ fn rows<'a, D: Driver>(
 ) -> Result<RowsView<'a, D>, GpuError<D::Error>> {
     Ok(match arg {
         Arg::F32(x) => RowsView::F32(x.view(drv, stream, dst)?),
-        Arg::Half(h, _) => RowsView::Half(h.view(drv, stream, dst)?),
+        Arg::Half(h) => RowsView::Half(h.view(drv, stream, dst)?),
     })
 }
 
