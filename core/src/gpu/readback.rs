@@ -78,18 +78,7 @@ pub(crate) unsafe fn read_stats<D: Driver, const K: usize>(
         unsafe { drv.read_host(host, i * 8, &mut w) };
         w[0]
     };
-    let mut c = Counters::<K>::ZERO;
-    c.drafts = word(0);
-    c.draft_tokens = word(1);
-    c.accepted_tokens = word(2);
-    c.emitted_tokens = word(3);
-    for j in 0..K {
-        c.accepted_per_position[j] = word(4 + j);
-        c.drafted_per_position[j] = word(4 + K + j);
-    }
-    c.tree_drafts = word(kernels::tree_drafts_word(K));
-    c.tree_draft_tokens = word(kernels::tree_draft_tokens_word(K));
-    (c, word(kernels::error_word(K)))
+    (kernels::counters_of(word), word(kernels::error_word(K)))
 }
 
 impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
