@@ -442,7 +442,6 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
         };
         let launch = Launch {
             entry,
-            family: self.inputs().family(),
             grid: capacity.saturating_mul(slices),
             block: v.drv.block_threads(),
             args: self,
