@@ -34,12 +34,6 @@ pub enum Entry {
 }
 
 impl Entry {
-    /// The kernel entry point this block layout runs for `family` (one of [`ENTRY_NAMES`]).
-    #[must_use]
-    pub const fn name(self, family: Family) -> &'static str {
-        ENTRY_NAMES[self.index(family)]
-    }
-
     /// The index in [`ENTRY_NAMES`] of the entry point this block layout runs for `family`:
     /// what a driver (or the host shim's launcher) loads the entries by.
     #[must_use]
