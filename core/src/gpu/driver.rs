@@ -4,7 +4,7 @@
 
 use super::args::{StepViews, field};
 use super::block::ArgBlock;
-use super::tree::args::TreeLaunch;
+use super::tree::TreeLaunch;
 use super::view::{Element, Memory, View, ViewMut};
 use crate::error_kind::HasKind;
 use core::fmt::Debug;
@@ -34,12 +34,6 @@ pub enum Entry {
 }
 
 impl Entry {
-    /// The kernel entry point this block layout runs for `family` (one of [`ENTRY_NAMES`]).
-    #[must_use]
-    pub const fn name(self, family: Family) -> &'static str {
-        ENTRY_NAMES[self.index(family)]
-    }
-
     /// The index in [`ENTRY_NAMES`] of the entry point this block layout runs for `family`:
     /// what a driver (or the host shim's launcher) loads the entries by.
     #[must_use]
@@ -215,10 +209,9 @@ impl<D: Driver> VerifyArgs<'_, D> {
 /// turns into its launch parameters, in the kernel's parameter order.
 #[derive(Debug)]
 pub struct Launch<'l, 'a, D: Driver> {
-    /// Which block layout (one block per request, or rows split).
+    /// Which block layout (one block per request, or rows split); the entry family is the
+    /// views' ([`args.inputs().family()`](VerifyArgs::inputs)).
     pub entry: Entry,
-    /// Which entry family ([`args.inputs().family()`](VerifyArgs::inputs)).
-    pub family: Family,
     /// Blocks: `capacity` for [`Entry::Single`], `capacity · slices` for [`Entry::Split`].
     pub grid: u32,
     /// Threads per block ([`Driver::block_threads`]).
@@ -234,13 +227,13 @@ pub struct Launch<'l, 'a, D: Driver> {
 impl<'l, D: Driver> Launch<'l, '_, D> {
     /// The index of the entry point in [`ENTRY_NAMES`] (what a driver loaded them by).
     #[must_use]
-    pub const fn entry_index(&self) -> usize {
-        self.entry.index(self.family)
+    pub fn entry_index(&self) -> usize {
+        self.entry.index(self.args.inputs().family())
     }
 
     /// The name of the entry point this launch runs.
     #[must_use]
-    pub const fn entry_name(&self) -> &'static str {
+    pub fn entry_name(&self) -> &'static str {
         ENTRY_NAMES[self.entry_index()]
     }
 

@@ -393,20 +393,24 @@ pub const fn tree_draft_tokens_word(k: usize) -> usize {
 /// the two tree words after the flag word); `None` if it is shorter.
 #[must_use]
 pub fn counters_from_stats<const K: usize>(stats: &[u64]) -> Option<Counters<K>> {
-    if stats.len() < stats_words(K) {
-        return None;
-    }
+    (stats.len() >= stats_words(K)).then(|| counters_of(|i| stats[i]))
+}
+
+/// The counters of a `stats` buffer whose word `i` is `word(i)` (called once per counter word;
+/// the error word is not read).
+pub(crate) fn counters_of<const K: usize>(word: impl Fn(usize) -> u64) -> Counters<K> {
     let mut c = Counters::<K>::ZERO;
-    c.drafts = stats[0];
-    c.draft_tokens = stats[1];
-    c.accepted_tokens = stats[2];
-    c.emitted_tokens = stats[3];
-    c.accepted_per_position.copy_from_slice(&stats[4..4 + K]);
-    c.drafted_per_position
-        .copy_from_slice(&stats[4 + K..4 + 2 * K]);
-    c.tree_drafts = stats[tree_drafts_word(K)];
-    c.tree_draft_tokens = stats[tree_draft_tokens_word(K)];
-    Some(c)
+    c.drafts = word(0);
+    c.draft_tokens = word(1);
+    c.accepted_tokens = word(2);
+    c.emitted_tokens = word(3);
+    for j in 0..K {
+        c.accepted_per_position[j] = word(4 + j);
+        c.drafted_per_position[j] = word(4 + K + j);
+    }
+    c.tree_drafts = word(tree_drafts_word(K));
+    c.tree_draft_tokens = word(tree_draft_tokens_word(K));
+    c
 }
 
 #[cfg(all(test, not(loom)))]

@@ -78,18 +78,7 @@ pub(crate) unsafe fn read_stats<D: Driver, const K: usize>(
         unsafe { drv.read_host(host, i * 8, &mut w) };
         w[0]
     };
-    let mut c = Counters::<K>::ZERO;
-    c.drafts = word(0);
-    c.draft_tokens = word(1);
-    c.accepted_tokens = word(2);
-    c.emitted_tokens = word(3);
-    for j in 0..K {
-        c.accepted_per_position[j] = word(4 + j);
-        c.drafted_per_position[j] = word(4 + K + j);
-    }
-    c.tree_drafts = word(kernels::tree_drafts_word(K));
-    c.tree_draft_tokens = word(kernels::tree_draft_tokens_word(K));
-    (c, word(kernels::error_word(K)))
+    (kernels::counters_of(word), word(kernels::error_word(K)))
 }
 
 impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
@@ -185,6 +174,14 @@ impl<D: Driver, const K: usize, const N: usize> GpuReadback<D, K, N> {
         d.record(&s.done, &self.copy)
     }
 
+    /// Waits on the host for slot `i`'s copy (a synchronising call, counted).
+    fn wait(&mut self, i: usize) -> Result<(), GpuError<D::Error>> {
+        self.syncs += 1;
+        self.drv
+            .sync_event(&self.slots[i].done)
+            .map_err(GpuError::Driver)
+    }
+
     fn retire(&mut self, i: usize) -> Counters<K> {
         self.slots[i].state = State::Free;
         // SAFETY: slot `i`'s completion event, recorded after its only download, was seen.
@@ -239,10 +236,7 @@ impl<D: Driver, const K: usize, const N: usize> Readback<K> for GpuReadback<D, K
         // Retire what is in flight (its values are superseded by the final copy).
         while let Some(i) = self.flight.pop() {
             self.slots[i].state = State::Free;
-            self.syncs += 1;
-            self.drv
-                .sync_event(&self.slots[i].done)
-                .map_err(GpuError::Driver)?;
+            self.wait(i)?;
         }
         let i = match self.free_slot() {
             Some(i) => i,
@@ -253,19 +247,13 @@ impl<D: Driver, const K: usize, const N: usize> Readback<K> for GpuReadback<D, K
                     .iter()
                     .position(|s| s.state == State::Abandoned)
                     .ok_or(GpuError::Stalled)?;
-                self.syncs += 1;
-                self.drv
-                    .sync_event(&self.slots[i].done)
-                    .map_err(GpuError::Driver)?;
+                self.wait(i)?;
                 self.slots[i].state = State::Free;
                 i
             }
         };
         self.enqueue(i).map_err(GpuError::Driver)?;
-        self.syncs += 1;
-        self.drv
-            .sync_event(&self.slots[i].done)
-            .map_err(GpuError::Driver)?;
+        self.wait(i)?;
         Ok(self.retire(i))
     }
 

@@ -39,20 +39,6 @@ pub const SUPPORT: Support = Support {
     device: true,
 };
 
-/// Grows the page-locked host buffer to at least `bytes` (never shrinks it).
-pub(super) fn grow_host<D: Driver>(
-    drv: &D,
-    host: &mut Option<(D::HostBuffer, usize)>,
-    bytes: usize,
-) -> Result<(), GpuError<D::Error>> {
-    if host.as_ref().is_some_and(|(_, n)| *n >= bytes) {
-        return Ok(());
-    }
-    *host = None; // free before allocating the larger one
-    *host = Some((drv.alloc_host(bytes).map_err(GpuError::Driver)?, bytes));
-    Ok(())
-}
-
 /// The buffer slots of the views every step kind has ([`StepViews`]), the first of every
 /// kind's (a row tensor's buffer holds it in its format, binary32 or half).
 const SHAPE: usize = 0;
@@ -81,13 +67,6 @@ const FIRST_ROW: usize = COMMON + 6;
 /// The buffers of the optional inputs and outputs (allocated only for a batch that has them).
 const OPTIONAL: [usize; 6] = [TEMP, CU, BONUS, SAMPLING, RECOVERED, FIRST_ROW];
 
-/// The 16-bit patterns of a half tensor (its format goes into the shape flags).
-fn patterns(h: Half<'_>) -> &[u16] {
-    match h {
-        Half::Bf16(x) | Half::F16(x) => x,
-    }
-}
-
 /// Where a tensor argument of the kernel comes from: host values (`'h`) the staging uploads
 /// into its own buffer, or the caller's device memory (`'d`), read in place (no copy).
 pub(super) enum Src<'h, 'd, D: Memory, T: Element> {
@@ -96,58 +75,43 @@ pub(super) enum Src<'h, 'd, D: Memory, T: Element> {
 }
 
 impl<D: Memory, T: Element> Src<'_, '_, D, T> {
-    /// Elements the staging copies (none for device memory).
-    pub(super) fn staged_len(&self) -> usize {
+    /// Bytes the staging copies (none for device memory).
+    fn staged_bytes(&self) -> Option<usize> {
         match self {
-            Self::Host(x) => x.len(),
-            Self::Device(_) => 0,
+            Self::Host(x) => x.len().checked_mul(T::BYTES),
+            Self::Device(_) => Some(0),
         }
     }
 }
 
-/// One row tensor by its kernel argument: binary32, or 16-bit patterns of a half format.
+impl<'d, D: Driver, T: Element> Src<'_, 'd, D, T> {
+    /// The view: the caller's device memory as it is, or host values uploaded into `dst`.
+    fn view(
+        self,
+        drv: &D,
+        stream: &D::Stream,
+        dst: Option<&'d D::Buffer>,
+    ) -> Result<View<'d, D, T>, GpuError<D::Error>> {
+        match self {
+            Self::Device(v) => Ok(v),
+            Self::Host(x) => upload(drv, stream, dst.ok_or(GpuError::ViewTooShort)?, x),
+        }
+    }
+}
+
+/// One row tensor by its kernel argument: binary32, or 16-bit patterns of a half format (which
+/// one, the batch's [`Values::format`] says: the shape flags).
 pub(super) enum Arg<'h, 'd, D: Memory> {
     F32(Src<'h, 'd, D, f32>),
-    Half(Src<'h, 'd, D, u16>, Format),
+    Half(Src<'h, 'd, D, u16>),
 }
 
 impl<D: Memory> Arg<'_, '_, D> {
     /// Bytes the staging copies (none for device memory).
-    pub(super) fn staged_bytes(&self) -> Option<usize> {
+    fn staged_bytes(&self) -> Option<usize> {
         match self {
-            Self::F32(x) => x.staged_len().checked_mul(4),
-            Self::Half(x, _) => x.staged_len().checked_mul(2),
-        }
-    }
-}
-
-impl<D: Memory> Arg<'_, '_, D> {
-    /// The element format.
-    pub(super) fn format(&self) -> Format {
-        match self {
-            Self::F32(_) => Format::F32,
-            Self::Half(_, f) => *f,
-        }
-    }
-}
-
-impl<'h, 'd, D: Driver> Arg<'h, 'd, D> {
-    /// Host values as they are (a half tensor as its patterns), device values as `device` makes
-    /// their view (or refuses them).
-    pub(super) fn of(
-        v: Values<'h>,
-        device: impl FnOnce(Device<'h>) -> Result<Self, GpuError<D::Error>>,
-    ) -> Result<Self, GpuError<D::Error>> {
-        match v {
-            Values::F32(x) => Ok(Self::F32(Src::Host(x))),
-            Values::Half(h) => Ok(Self::Half(
-                Src::Host(patterns(h)),
-                match h {
-                    Half::Bf16(_) => Format::Bf16,
-                    Half::F16(_) => Format::F16,
-                },
-            )),
-            Values::Device(d) => device(d),
+            Self::F32(x) => x.staged_bytes(),
+            Self::Half(x) => x.staged_bytes(),
         }
     }
 }
@@ -155,18 +119,17 @@ impl<'h, 'd, D: Driver> Arg<'h, 'd, D> {
 impl<'b, D: Driver> Arg<'b, 'b, D> {
     /// Device values as a view of `drv`'s memory, in their format: [`GpuError::ForeignMemory`]
     /// for another driver's or device's buffer.
-    pub(super) fn owned(drv: &D, d: Device<'b>, param: Param) -> Result<Self, GpuError<D::Error>> {
-        let foreign = GpuError::ForeignMemory { param };
-        match d.format() {
-            Format::F32 => match d.view::<D, f32>() {
-                Some(v) if drv.owns(v.buffer()) => Ok(Self::F32(Src::Device(v))),
-                _ => Err(foreign),
-            },
-            f => match d.view::<D, u16>() {
-                Some(v) if drv.owns(v.buffer()) => Ok(Self::Half(Src::Device(v), f)),
-                _ => Err(foreign),
-            },
+    fn owned(drv: &D, d: Device<'b>, param: Param) -> Result<Self, GpuError<D::Error>> {
+        fn view<'b, D: Driver, T: Element>(drv: &D, d: Device<'b>) -> Option<Src<'b, 'b, D, T>> {
+            d.view::<D, T>()
+                .filter(|v| drv.owns(v.buffer()))
+                .map(Src::Device)
         }
+        match d.format() {
+            Format::F32 => view(drv, d).map(Self::F32),
+            Format::Bf16 | Format::F16 => view(drv, d).map(Self::Half),
+        }
+        .ok_or(GpuError::ForeignMemory { param })
     }
 }
 
@@ -199,7 +162,13 @@ impl<'h, 'd, D: Driver> Split<'h, 'd, D> {
         (draft, target, streams, typical): Common<'h>,
         device: impl Fn(Device<'h>, Param) -> Result<Arg<'h, 'd, D>, GpuError<D::Error>>,
     ) -> Result<Self, GpuError<D::Error>> {
-        let arg = |v: Values<'h>, param: Param| Arg::of(v, |d| device(d, param));
+        // Host values as they are (a half tensor as its patterns), device values as `device`
+        // makes their view (or refuses them).
+        let arg = |v: Values<'h>, param: Param| match v {
+            Values::F32(x) => Ok(Arg::F32(Src::Host(x))),
+            Values::Half(Half::Bf16(x) | Half::F16(x)) => Ok(Arg::Half(Src::Host(x))),
+            Values::Device(d) => device(d, param),
+        };
         let param = if target.temperature().is_some() {
             Param::TargetLogits
         } else {
@@ -793,8 +762,8 @@ impl sealed::Stage for ChainStep {
         let mut shape = kernels::batch_shape::<K>(method, batch).map_err(|_| GpuError::TooLarge)?;
         // Half tensors: the flags that make the kernel read u16 patterns (as the host shim of
         // the kernel text sets them), and the draft stride `batch_shape` sets for f32 only.
-        let draft = t.draft.as_ref().map(Arg::format);
-        shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(t.target.format(), draft);
+        let draft = batch.draft.map(|d| d.rows.format());
+        shape[kernels::SHAPE_FLAGS] |= kernels::half_flags(batch.target.rows().format(), draft);
         if let (Some(Format::Bf16 | Format::F16), Some(d)) = (draft, batch.draft) {
             shape[kernels::SHAPE_DRAFT_STRIDE] =
                 u32::try_from(d.rows.stride).map_err(|_| GpuError::TooLarge)?;
@@ -827,33 +796,17 @@ impl sealed::Stage for ChainStep {
     }
 }
 
-/// A row tensor's view: the caller's device memory as it is, or host values uploaded into
-/// `dst` (`None`: the kernel gets a null pointer).
-pub(super) fn tensor<'a, D: Driver, T: Element>(
-    drv: &D,
-    stream: &D::Stream,
-    dst: Option<&'a D::Buffer>,
-    src: Option<Src<'_, 'a, D, T>>,
-) -> Result<Option<View<'a, D, T>>, GpuError<D::Error>> {
-    match src {
-        Some(Src::Device(v)) => Ok(Some(v)),
-        Some(Src::Host(x)) => optional(drv, stream, dst, Some(x)),
-        None => Ok(None),
-    }
-}
-
 /// A row tensor's view in its format: the caller's device memory as it is, or host values
 /// uploaded into `dst`.
-pub(super) fn rows<'a, D: Driver>(
+fn rows<'a, D: Driver>(
     drv: &D,
     stream: &D::Stream,
     dst: Option<&'a D::Buffer>,
     arg: Arg<'_, 'a, D>,
 ) -> Result<RowsView<'a, D>, GpuError<D::Error>> {
-    let short = GpuError::ViewTooShort;
     Ok(match arg {
-        Arg::F32(x) => RowsView::F32(tensor(drv, stream, dst, Some(x))?.ok_or(short)?),
-        Arg::Half(h, _) => RowsView::Half(tensor(drv, stream, dst, Some(h))?.ok_or(short)?),
+        Arg::F32(x) => RowsView::F32(x.view(drv, stream, dst)?),
+        Arg::Half(h) => RowsView::Half(h.view(drv, stream, dst)?),
     })
 }
 

@@ -4,8 +4,8 @@ use super::driver::{Driver, Entry, Inputs, Launch, VerifyArgs};
 use super::error::GpuError;
 use super::readback::{GpuReadback, read_stats};
 use super::staging::sealed::{Download, Launch as Launches, Stage, download};
-use super::staging::{ChainStep, SUPPORT, Staged, Staging, Step, grow_host};
-use super::tree::staging::TreeStep;
+use super::staging::{ChainStep, SUPPORT, Staged, Staging, Step};
+use super::tree::TreeStep;
 use crate::gpu::kernels;
 use crate::metrics::Counters;
 use crate::metrics::MAX_IN_FLIGHT;
@@ -344,11 +344,16 @@ impl<D: Driver, const K: usize> GpuVerifier<D, K> {
         for (_, _, out) in parts.iter().flatten() {
             total = total.checked_add(out.len() * 4).ok_or(GpuError::TooLarge)?;
         }
-        grow_host(&self.drv, &mut self.host, total)?;
-        let Some((host, _)) = self.host.as_ref() else {
-            return Err(GpuError::TooLarge);
-        };
         let (d, s) = (&self.drv, &self.stream);
+        let host = match &mut self.host {
+            Some((host, n)) if *n >= total => host,
+            host => {
+                *host = None; // free before allocating the larger one
+                &host
+                    .insert((d.alloc_host(total).map_err(GpuError::Driver)?, total))
+                    .0
+            }
+        };
         // Stats words first (8-aligned), then the outputs in order.
         d.download(s, host, 0, &self.stats, 0, s_bytes)
             .map_err(GpuError::Driver)?;
@@ -437,7 +442,6 @@ impl<D: Driver> Launches<D> for VerifyArgs<'_, D> {
         };
         let launch = Launch {
             entry,
-            family: self.inputs().family(),
             grid: capacity.saturating_mul(slices),
             block: v.drv.block_threads(),
             args: self,

@@ -424,7 +424,7 @@ impl Driver for Fake {
             stats: l.stats.id,
             scratch: l.scratch.map(|b| (b.id, Self::bytes(b))),
             draft_probs: a.step.draft_probs.is_some_and(|d| !d.is_half()),
-            family: l.family,
+            family: a.inputs().family(),
             name: l.entry_name(),
             args: l.arg_block(address),
         };

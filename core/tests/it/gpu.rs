@@ -120,7 +120,9 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
         "the plain entry: every later field null"
     );
     assert_eq!((a.slices, a.reserved), (1, 0));
-    // A second, smaller batch reuses the staging buffers (same ids).
+    // A second, smaller batch reuses the staging buffers (same ids), and the page-locked
+    // buffer of the copy down (no buffer allocated at all).
+    let allocated = drv.st.next_id.get();
     let d2 = Owned::new(3);
     let (mut acc2, mut tok2) = outputs(3);
     v.verify(
@@ -142,6 +144,7 @@ fn verify_stages_launches_and_downloads_with_one_sync() {
     assert_eq!(acc2, vec![101, 102, 101]);
     assert_eq!(tok2, (200..209).collect::<Vec<u32>>());
     assert_eq!(v.totals().unwrap().drafts, 8);
+    assert_eq!(drv.st.next_id.get(), allocated);
     // A larger batch than any before: the host buffer grows.
     let d3 = Owned::new(9);
     let (mut acc3, mut tok3) = outputs(9);
@@ -1026,7 +1029,7 @@ fn entry_names_and_families() {
         (split, Family::Logits, VERIFY_SPLIT_LOGITS_ENTRY),
     ];
     for (i, (entry, family, name)) in want.into_iter().enumerate() {
-        assert_eq!(entry.name(family), name);
+        assert_eq!(ENTRY_NAMES[entry.index(family)], name);
         assert_eq!(ENTRY_NAMES[i], name);
         // Defined by the kernel text, where drivers load it by this name, taking the one
         // argument block.

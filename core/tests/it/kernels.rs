@@ -194,7 +194,7 @@ fn a_block_names_the_inputs_it_was_filled_from() {
     use specula_core::gpu::kernels::{
         FLAG_DRAFT_BF16, FLAG_DRAFT_F16, FLAG_TARGET_BF16, FLAG_TARGET_F16,
     };
-    use specula_core::gpu::{ArgBlock, ENTRY_NAMES, Entry, Family, Inputs};
+    use specula_core::gpu::{ArgBlock, Entry, Family, Inputs};
     let mut seen = 0;
     for bits in 0u32..1 << 9 {
         let on = |i: u32| bits & (1 << i) != 0;
@@ -239,8 +239,6 @@ fn a_block_names_the_inputs_it_was_filled_from() {
     for (family, first) in [(Family::Plain, 0), (Family::Logits, 2)] {
         assert_eq!(Entry::Single.index(family), first);
         assert_eq!(Entry::Split { slices: 2 }.index(family), first + 1);
-        for e in [Entry::Single, Entry::Split { slices: 5 }] {
-            assert_eq!(ENTRY_NAMES[e.index(family)], e.name(family));
-        }
+        assert_eq!(Entry::Split { slices: 5 }.index(family), first + 1);
     }
 }
