@@ -36,6 +36,8 @@ pub const SUPPORT: Support = Support {
     trees: true,
     // Tree rows of any format: the tree entry reads them as the logits entries do.
     tree_half: true,
+    // The tree entries have no filter pass.
+    tree_filters: false,
     device: true,
 };
 

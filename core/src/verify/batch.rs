@@ -253,7 +253,7 @@ impl<'a> From<Rows<'a>> for Draft<'a> {
 
 /// The builders and per-request accessors that chains ([`Batch`]) and trees
 /// ([`TreeBatch`](super::tree::TreeBatch)) share, written once over the fields both have
-/// (`vocab`, `target`, `draft`, `eps`, `delta`) and expanded into each `impl` block. `draft` is
+/// (`vocab`, `target`, `draft`, `eps`, `delta`, `filters`) and expanded into each `impl` block. `draft` is
 /// an `Option` of a type with a `with_stride` method ([`Draft`], [`Rows`]); `$d => $rows`
 /// projects one onto its [`Rows`]; the type has its own `with_draft(Rows)`. The names in it
 /// resolve where it is expanded: both files import them.
@@ -379,6 +379,13 @@ macro_rules! rows_builders {
         #[inline]
         pub(crate) fn temperature_of(&self, b: usize) -> Option<f32> {
             self.target.temperature().map(|t| t[b])
+        }
+
+        /// Request `b`'s sampling filter ([`Filter::NONE`] without filters). Panics if the
+        /// filters are fewer than `b + 1`.
+        #[must_use]
+        pub fn filter_of(&self, b: usize) -> Filter {
+            self.filters.map_or(Filter::NONE, |f| f[b])
         }
 
         /// Request `b`'s typical-acceptance `ε`: its own, or [`DEFAULT_EPS`].
@@ -811,13 +818,6 @@ impl<'a> Batch<'a> {
                 .checked_sub(if b == 0 { 0 } else { *cu.get(b - 1)? }),
             Layout::Padded { k } => k.get(b).copied(),
         }
-    }
-
-    /// Request `b`'s sampling filter ([`Filter::NONE`] without filters). Panics if the
-    /// filters are fewer than `b + 1`.
-    #[must_use]
-    pub fn filter_of(&self, b: usize) -> Filter {
-        self.filters.map_or(Filter::NONE, |f| f[b])
     }
 
     /// Target row `(b, j)` in any format, `None` if outside the tensor (see

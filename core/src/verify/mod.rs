@@ -171,6 +171,10 @@ pub struct Support {
     /// tree entry also reads half target probabilities, which their chain entries do not).
     /// Without it: [`Feature::Half`] / [`Feature::HalfProbs`].
     pub tree_half: bool,
+    /// Sampling filters in token trees ([`TreeBatch::with_filters`](tree::TreeBatch::with_filters)):
+    /// each node's target row filtered as a chain position's (the reference and the CPU
+    /// backend; the GPU tree entries have no filter pass). Without it: [`Feature::Filters`].
+    pub tree_filters: bool,
     /// Tensors in device memory: [`Values::Device`] rows, [`Outputs::on_device`] and
     /// [`TreeOutputs::on_device`](tree::TreeOutputs::on_device) (the GPU verifiers; a host
     /// verifier cannot read them).
@@ -192,6 +196,7 @@ impl Support {
         recovered: false,
         trees: false,
         tree_half: false,
+        tree_filters: false,
         device: false,
     };
     /// The padded layout with `k = 0` allowed, sampled bonus tokens. (The GPU backends take more:
@@ -201,7 +206,7 @@ impl Support {
         ..Self::PADDED
     };
     /// Everything in host memory the reference verifies (it cannot read
-    /// [`device`](Self::device) tensors, nor [`tree_half`](Self::tree_half) rows).
+    /// [`device`](Self::device) tensors).
     pub const ALL: Self = Self {
         empty_drafts: true,
         ragged: true,
@@ -214,6 +219,7 @@ impl Support {
         recovered: true,
         trees: true,
         tree_half: true,
+        tree_filters: true,
         // The reference reads every value on the host.
         device: false,
     };

@@ -113,7 +113,7 @@ impl NodeRows for BatchRows {}
 
 /// A tree request as the [`Walk`] reads it: its links and tokens from the batch, its rows
 /// from `rows` (binary32 ones reduced by the ops, a logits row through their softmax; half
-/// ones through their [`Processed`] form), its parents (for typical acceptance's path) found
+/// and filtered ones through their [`Processed`] form), its parents (for typical acceptance's path) found
 /// once from the links.
 struct TreeShape<'a, 'r, R: ?Sized> {
     rows: &'a R,
@@ -121,6 +121,8 @@ struct TreeShape<'a, 'r, R: ?Sized> {
     b: usize,
     /// The plan's temperature: `Some(t)` with `t > 0`, the rows are read through their softmax.
     temperature: Option<f32>,
+    /// The plan's sampling filter: active, every row is read through its [`Processed`] form.
+    filter: Filter,
     parent: [u16; MAX_TREE_NODES],
 }
 
@@ -146,14 +148,14 @@ impl<'a, R: NodeRows + ?Sized> Shape<'a> for TreeShape<'a, '_, R> {
             return Dist::Soft(row, ops.softmax(row, t));
         }
         match self.rows.target(self.batch, self.b, u) {
-            Values::F32(row) => Dist::Probs(row),
-            row => Dist::Processed(row, Processed::of(row, self.temperature, Filter::NONE)),
+            Values::F32(row) if !self.filter.is_active() => Dist::Probs(row),
+            row => Dist::Processed(row, Processed::of(row, self.temperature, self.filter)),
         }
     }
 
     fn logits(&self, u: usize) -> Option<(&'a [f32], f32)> {
         match (self.rows.target(self.batch, self.b, u), self.temperature) {
-            (Values::F32(row), Some(t)) if t > 0.0 => Some((row, t)),
+            (Values::F32(row), Some(t)) if t > 0.0 && !self.filter.is_active() => Some((row, t)),
             _ => None,
         }
     }
@@ -204,6 +206,7 @@ pub fn verify_tree_request<O: RowOps + ?Sized, R: NodeRows + ?Sized>(
             batch,
             b,
             temperature: plan.temperature,
+            filter: plan.filter,
             parent,
         },
         plan,

@@ -14,8 +14,8 @@ use specula_core::verify::tree::{
     DeviceTreeOutputs, PathOut, Tree, TreeBatch, TreeDims, TreeOutputs,
 };
 use specula_core::verify::{
-    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Half, Logits, Method, Param,
-    Rows, Streams, Target, TokensOut, Verifier, VerifyError,
+    AcceptedOut, Check, DEFAULT_DELTA, DEFAULT_EPS, Device, DeviceOut, Feature, Filter, Half,
+    Logits, Method, Param, Rows, Streams, Target, TokensOut, Verifier, VerifyError,
 };
 
 use crate::fake_driver::*;
@@ -217,6 +217,22 @@ fn a_refused_tree_batch_enqueues_nothing() {
         GpuError::Verify(VerifyError::BadParam {
             request: 1,
             param: Param::Temperature
+        })
+    );
+    // Sampling filters: the tree entries have no filter pass.
+    let filters = [Filter::NONE.with_top_p(0.9); 2];
+    let e = v
+        .verify_tree(
+            Method::Rejection,
+            Check::Cheap,
+            &d.view().with_filters(&filters),
+            &mut o.view(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GpuError::Verify(VerifyError::Unsupported {
+            feature: Feature::Filters
         })
     );
     let mut short = Outs::new(2);

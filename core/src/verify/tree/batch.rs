@@ -77,6 +77,9 @@ pub struct TreeBatch<'a> {
     pub eps: Option<&'a [f32]>,
     /// Typical acceptance `δ` per request; `None`: [`DEFAULT_DELTA`].
     pub delta: Option<&'a [f32]>,
+    /// Per-request sampling filter (`B` values; [`Filter::NONE`] turns a request's off): every
+    /// node's target row filtered as a chain position's. `None`: no filter.
+    pub filters: Option<&'a [Filter]>,
 }
 
 impl<'a> TreeBatch<'a> {
@@ -102,6 +105,20 @@ impl<'a> TreeBatch<'a> {
             offset: streams.offset,
             eps: None,
             delta: None,
+            filters: None,
+        }
+    }
+
+    /// The same batch with a sampling filter per request (`B` values): each node's target row
+    /// keeps what its request's [`Filter`] keeps (top-k, top-p, min-p) and is renormalised, as
+    /// a chain position's ([`Batch::with_filters`](crate::verify::Batch::with_filters); a
+    /// chain-shaped tree gives the chain's bits). Verifiers with
+    /// [`Support::tree_filters`](crate::verify::Support::tree_filters) only.
+    #[must_use]
+    pub const fn with_filters(self, filters: &'a [Filter]) -> Self {
+        Self {
+            filters: Some(filters),
+            ..self
         }
     }
 
@@ -129,11 +146,10 @@ impl<'a> TreeBatch<'a> {
 
     /// How request `b` of a validated batch is verified by `method`, resolved as a chain's
     /// request is ([`Batch::plan`](crate::verify::Batch::plan)): logits at `T = 0` are greedy
-    /// on the logits; a tree has no sampling filter. Panics if a per-request slice is shorter
-    /// than `b + 1`.
+    /// on the logits (and unfiltered). Panics if a per-request slice is shorter than `b + 1`.
     #[must_use]
     pub fn plan(&self, b: usize, method: Method) -> RequestPlan {
-        self.resolve_plan(b, method, Filter::NONE)
+        self.resolve_plan(b, method, self.filter_of(b))
     }
 
     /// Node `i`'s token. Only for a validated batch.

@@ -45,7 +45,15 @@ fn a_chain_shaped_tree_gives_the_chain_bits() {
     // Logits whose softmax is near the rows (a different rounding: a separate check).
     let logits: std::vec::Vec<f32> = target.iter().map(|&p| (p + 0.01).ln()).collect();
     let seeds = if cfg!(miri) { 3 } else { 100u64 };
-    for seed in 0..seeds {
+    // Without a filter, and filters that cut some of the drafted ids (V = 5).
+    let filters = [
+        None,
+        Some(Filter::NONE.with_top_k(2)),
+        Some(Filter::NONE.with_top_p(0.6)),
+        Some(Filter::NONE.with_min_p(0.3)),
+        Some(Filter::NONE.with_top_k(4).with_top_p(0.8).with_min_p(0.1)),
+    ];
+    for (seed, filter) in (0..seeds).flat_map(|s| filters.map(|f| (s, f))) {
         for method in [Method::Rejection, Method::Greedy, Method::Typical] {
             for (with_draft, temperature) in [
                 (false, None),
@@ -92,6 +100,11 @@ fn a_chain_shaped_tree_gives_the_chain_bits() {
                     chain = chain.with_target_logits(l);
                     tree = tree.with_target_logits(l);
                 }
+                let f = filter.map(|f| [f]);
+                if let Some(f) = &f {
+                    chain = chain.with_filters(f);
+                    tree = tree.with_filters(f);
+                }
                 let (mut a1, mut t1) = ([0u32; 1], [0u32; 4]);
                 let mut c1 = Counters::<4>::ZERO;
                 verify_batch(
@@ -122,7 +135,7 @@ fn a_chain_shaped_tree_gives_the_chain_bits() {
                 assert_eq!(
                     (a1, t1),
                     (a2, t2),
-                    "{method:?} {seed} {with_draft} {temperature:?}"
+                    "{method:?} {seed} {with_draft} {temperature:?} {filter:?}"
                 );
                 // The chain fields are the chain's; the tree fields count one 3-node tree.
                 assert_eq!((c2.tree_drafts, c2.tree_draft_tokens), (1, 3));
@@ -1384,6 +1397,31 @@ fn shapes_and_lengths_are_checked_before_anything_else() {
         ),
         len(Param::Temperature, 2, 1)
     );
+    // Filters: one per request, in range; and only where the verifier filters tree rows.
+    let two = [Filter::NONE.with_top_k(1); 2];
+    assert_eq!(
+        check(ok.with_filters(&two), outs),
+        len(Param::Filters, 2, 1)
+    );
+    assert_eq!(check(ok.with_filters(&two[..1]), outs), Ok(()));
+    let bad = [Filter::NONE.with_top_p(1.5)];
+    assert!(matches!(
+        check(ok.with_filters(&bad), outs),
+        Err(VerifyError::BadParam { request: 0, .. })
+    ));
+    let no_filters = Support {
+        tree_filters: false,
+        ..Support::ALL
+    };
+    let (mut a, mut p, mut t) = ([0u32; 1], [0u32; 2], [0u32; 2]);
+    let out = TreeOutputs::new(AcceptedOut(&mut a), PathOut(&mut p), TokensOut(&mut t));
+    assert_eq!(
+        validate_tree_shape_with::<4>(no_filters, &ok.with_filters(&two[..1]), &out),
+        Err(VerifyError::Unsupported {
+            feature: Feature::Filters
+        })
+    );
+    assert_eq!(validate_tree_shape_with::<4>(no_filters, &ok, &out), Ok(()));
     assert_eq!(
         check(TreeBatch { seed: &[], ..ok }, outs),
         len(Param::Seed, 0, 1)

@@ -36,6 +36,11 @@ fn rows_supported(support: Support, batch: &TreeBatch<'_>) -> Result<(), VerifyE
             feature: Feature::Device,
         });
     }
+    if batch.filters.is_some() && !support.tree_filters {
+        return Err(VerifyError::Unsupported {
+            feature: Feature::Filters,
+        });
+    }
     Ok(())
 }
 
@@ -111,6 +116,9 @@ pub(crate) fn validate_tree_inputs_with<const K: usize>(
     target_fits(batch.target, v, slots)?;
     if let Some(t) = batch.target.temperature() {
         expect_len(Param::Temperature, t.len(), Some(b))?;
+    }
+    if let Some(f) = batch.filters {
+        expect_len(Param::Filters, f.len(), Some(b))?;
     }
     streams_fit(b, batch.seed, batch.offset, batch.eps, batch.delta)
 }
@@ -210,6 +218,9 @@ pub fn validate_tree_request(
         check_token(b, node, batch.token(b, node), batch.vocab)?;
     }
     check_temperature(b, batch.temperature_of(b))?;
+    if let Some(param) = batch.filter_of(b).out_of_range() {
+        return Err(VerifyError::BadParam { request: b, param });
+    }
     if method == Method::Typical {
         check_typical(b, batch.eps_of(b), batch.delta_of(b))?;
     }

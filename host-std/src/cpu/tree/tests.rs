@@ -5,10 +5,11 @@
 
 use super::*;
 use crate::cpu::ChunkedOps;
+use crate::cpu::CpuVerifier;
 use specula_core::verify::tree::{
     BatchRows, PathOut, Tree, TreeDims, links_from_parents, validate_tree, verify_tree_batch,
 };
-use specula_core::verify::{AcceptedOut, Half, Logits, Rows, Streams, Target, TokensOut};
+use specula_core::verify::{AcceptedOut, Filter, Half, Logits, Rows, Streams, Target, TokensOut};
 
 const K: usize = 6;
 
@@ -102,6 +103,8 @@ struct Data {
     temps: Vec<f32>,
     seed: Vec<u64>,
     offset: Vec<u64>,
+    /// Per-request sampling filters (none when empty).
+    filters: Vec<Filter>,
 }
 
 impl Data {
@@ -128,9 +131,14 @@ impl Data {
             values: &self.target,
             temperature: &self.temps,
         });
-        match &self.draft {
+        let b = match &self.draft {
             Some(d) => b.with_draft_probs(d),
             None => b,
+        };
+        if self.filters.is_empty() {
+            b
+        } else {
+            b.with_filters(&self.filters)
         }
     }
 }
@@ -162,6 +170,7 @@ fn random_data(
         temps: temps.clone(),
         seed: (0..requests).map(|_| g.next()).collect(),
         offset: (0..requests).map(|_| g.next() >> 20).collect(),
+        filters: vec![],
     };
     for (r, &t) in temps.iter().enumerate() {
         let count = 1 + g.below(n);
@@ -293,6 +302,58 @@ fn logits_trees_match_the_reference_on_every_instruction_set() {
         let requests = 1 + g.below(4);
         let d = random_data(&mut g, requests, 10, 4, v, i % 3 == 0);
         assert_same_bits(&d, &format!("case {i} V {v}"));
+    }
+}
+
+/// Trees with a sampling filter per request (each node's row filtered as a chain position's):
+/// the CPU backend's reductions and its public verifier (one and two threads) give the
+/// reference's outputs and counts.
+#[test]
+fn filtered_trees_match_the_reference() {
+    let mut g = Rng(0xF117_E125);
+    let choices = [
+        Filter::NONE,
+        Filter::NONE.with_top_k(3),
+        Filter::NONE.with_top_p(0.9),
+        Filter::NONE.with_min_p(0.05),
+        Filter::NONE.with_top_k(20).with_top_p(0.8).with_min_p(0.01),
+    ];
+    for i in 0..24 {
+        let v = [5, 37, 64, 1000][i % 4];
+        let requests = 1 + g.below(4);
+        let mut d = random_data(&mut g, requests, 8, 3, v, i % 2 == 0);
+        d.filters = (0..requests)
+            .map(|_| choices[g.below(choices.len())])
+            .collect();
+        assert_same_bits(&d, &format!("filtered case {i} V {v}"));
+        let batch = d.view();
+        let w = d.depth + 1;
+        for method in [Method::Greedy, Method::Rejection, Method::Typical] {
+            let run = |verify: &mut dyn FnMut(&mut TreeOutputs<'_>)| {
+                let (mut a, mut p, mut t) = (
+                    vec![0u32; requests],
+                    vec![0u32; requests * w],
+                    vec![0u32; requests * w],
+                );
+                verify(&mut TreeOutputs::new(
+                    AcceptedOut(&mut a),
+                    PathOut(&mut p),
+                    TokensOut(&mut t),
+                ));
+                (a, p, t)
+            };
+            let mut c = Counters::<K>::ZERO;
+            let want = run(&mut |out| {
+                verify_tree_batch(method, Check::STRICT, &batch, out, &mut c).unwrap();
+            });
+            for threads in [1, 2] {
+                let cpu = CpuVerifier::<K>::new(threads).unwrap();
+                let got =
+                    run(&mut |out| cpu.verify_tree(method, Check::STRICT, &batch, out).unwrap());
+                assert_eq!(got, want, "case {i} {method:?} {threads} threads");
+                assert_eq!(cpu.totals(), c, "case {i} {method:?} {threads} threads");
+            }
+        }
     }
 }
 
