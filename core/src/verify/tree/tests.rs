@@ -1826,3 +1826,67 @@ fn excluding_weight_subtracts_one_once_per_tried_token() {
     );
     assert!(matches!(hit, Some(1 | 2)), "{hit:?}");
 }
+
+/// An unfiltered tree's stored rows are reduced by the caller's [`RowOps`] (a backend's
+/// vectorised ones); a filtered one goes through its processed rows and the plain loops.
+#[test]
+fn unfiltered_tree_rows_are_reduced_by_the_callers_ops() {
+    struct Counting(core::cell::Cell<usize>);
+    impl RowOps for Counting {
+        fn argmax(&self, row: &[f32]) -> u32 {
+            self.0.set(self.0.get() + 1);
+            ScalarOps.argmax(row)
+        }
+        fn entropy(&self, row: &[f32]) -> f32 {
+            ScalarOps.entropy(row)
+        }
+        fn race(&self, rng: RaceRng, row: &[f32]) -> Option<u32> {
+            ScalarOps.race(rng, row)
+        }
+        fn race_residual(
+            &self,
+            rng: RaceRng,
+            target: &[f32],
+            draft: Option<&[f32]>,
+            token: u32,
+        ) -> Option<u32> {
+            ScalarOps.race_residual(rng, target, draft, token)
+        }
+    }
+    let (fc, ns) = chain_links(1);
+    let target = [0.1f32, 0.6, 0.3, /* node 1 */ 0.0, 0.0, 1.0];
+    let batch = TreeBatch::new(
+        TreeDims {
+            vocab: 3,
+            max_nodes: 2,
+            max_depth: 1,
+        },
+        Tree {
+            nodes: &[2],
+            tokens: &[0, 1],
+            first_child: &fc[..2],
+            next_sibling: &ns[..2],
+        },
+        &target,
+        Streams {
+            seed: &[1],
+            offset: &[0],
+        },
+    );
+    let filters = [Filter::NONE.with_top_k(2)];
+    for (batch, calls) in [(batch, 2), (batch.with_filters(&filters), 0)] {
+        let ops = Counting(core::cell::Cell::new(0));
+        let (mut path, mut tokens) = ([0u32; 2], [0u32; 2]);
+        let accepted = verify_tree_request(
+            &ops,
+            &BatchRows,
+            Method::Greedy,
+            &batch,
+            0,
+            &mut path,
+            &mut tokens,
+        );
+        assert_eq!((accepted, path, tokens), (1, [0, 1], [1, 2]));
+        assert_eq!(ops.0.get(), calls, "argmax calls through the ops");
+    }
+}
