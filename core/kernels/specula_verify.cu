@@ -1099,11 +1099,13 @@ __device__ __forceinline__ float sp_skip_key(double key) {
 }
 
 // The race over processed rows (P != SP_P_RAW) without the binary64 division e / S per id on the
-// hot path: the row loop holds each id's weight before that division (sp_weight: e, or the stored
-// value; 0 when cut) and the skip test reads the f32 product weight x sinv, which is never below
-// the exact p = sp_scale(weight) (an upper bound), so it rules out no id the exact test would
-// keep. The ids it keeps get their exact p (in the cold region, where the keys are computed) and
-// the exact test. Same winner, same key: a skipped id still provably has the smaller key.
+// hot path, nor (logits) the exact weight: the row loop holds an upper bound of each id's weight
+// before that division (sp_weight_ub: at least sp_weight's e, the stored value itself for stored
+// values; 0 where it proves the weight 0) and the skip test reads the f32 product bound x sinv,
+// which is never below the exact p = sp_scale(sp_weight(x)) (RN32 is monotone), so it rules out
+// no id the exact test would keep. The ids it keeps get their exact weight and p (in the cold
+// region, where the keys are computed) and the exact test. Same winner, same key: a skipped id
+// still provably has the smaller key.
 //
 // sp_weight then sp_scale is sp_proc, except that a cut id's p is (float)(0.0 / S) instead of
 // +0: -0 when S < 0, which only ever enters `w > 0` (false either way) and w - d (a zero of
@@ -1135,7 +1137,9 @@ __device__ __forceinline__ float sp_scale(float w, const sp_soft& st) {
 // Raw rows: sinv = 1 (w x 1 is w). Any other row (stored values without a threshold, which may
 // be negative, or S out of that range): NaN. For the residual, RN32(pu - d) >= RN32(p - d)
 // likewise (or NaN), so the race's test `w > 0 && !(w < bound)` on the upper value, with NaN
-// counted as passing, keeps every id the exact test keeps.
+// counted as passing, keeps every id the exact test keeps. The race multiplies sinv by a
+// bound u >= w instead (sp_weight_ub, u in [0, 4.6] for logits): RN32(u x sinv) >= RN32(w x
+// sinv) >= p (or NaN), the same conclusion.
 template <sp_u32 P>
 __device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
     if (P == SP_P_RAW) return 1.0f;
@@ -1149,21 +1153,181 @@ __device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
     return d >= sp_d(0x3810000000000000ull) && d < 3.4028234663852886e38 ? (float)d : sp_f(0x7FC00000u);
 }
 
+// ---- the skip test's upper bound of a logit's weight (issue 30)
+// The race's row loop does not compute a logit's weight e = exp_p(RN(RN(l / T) - m)) (an IEEE
+// division and exp_p: ~32 instructions) for the skip test: it computes u >= e in 5 (sp_exp2_ub
+// of y = RN(RN(l c) - b), with the row's c and b below), and the skip test reads u where it read
+// e. Only an id the bound cannot rule out (sp_race_group's cold region) gets its exact e, its
+// exact p and the exact test, so the winner and its key are the exact path's. Proof that u >= e
+// for every id of a row whose softmax maximum is m (the state's m: sp_softmax_state's maximum
+// of RN(l / T) over the row, NaN aside), L = log2 e, every step binary32 with one rounding
+// (no FMA contraction: NVRTC --fmad=false, hipcc/g++ -ffp-contract=off; 2^-24 relative per
+// rounding in the normal range, 2^-150 absolute below it):
+//   * e = 0 (l NaN or -inf, x = RN(z - m) <= -87, or no finite maximum): u >= 0 always.
+//   * Otherwise x in (-87, 0] (z <= m), and exp_p(x) <= e^x (1 + 2^-21.9) there (checked on
+//     every such binary32 x), so e <= 2^(xL + 2^-21.3). Bounded rows (c a normal binary32,
+//     |m| <= 2^20): with w = l / T exact, z = w(1 + e1) (+ 2^-150), x = (z - m)(1 + e2),
+//     c = (L / T)(1 + e3) (LOG2E's own rounding, 2^-26.2, included: |e3| <= 1.25 2^-24),
+//     RN(l c) = wL(1 + e3)(1 + e4), y = (RN(l c) - b)(1 + e5): y - xL = (mL - b) + wL(e3 + e4
+//     + e3 e4) - L(w e1 + (z - m) e2) + (RN(l c) - b) e5, and |z - m| <= 87.01,
+//     |w| <= |m| + 88, |RN(l c) - b| <= 128 give |y - xL - (mL - b)| <= 2^-24 (4.8 |m| + 680).
+//     b = RN(RN(m LOG2E) - d), d = RN(|m| 2^-20 + 2^-14), so mL - b >= d - 2^-24 (3.4 |m| + 1)
+//     >= 2^-24 (12.5 |m| + 1020): y >= xL + 2^-24 (7.7 |m| + 340) > xL + 2^-21.3, e <= 2^y.
+//     Off rows (c not normal, m not finite or |m| > 2^20): c = 0, b = -1, y = 1 for every
+//     finite l (u > 2 > 1.000001 >= e), NaN for l infinite or NaN (then e = 0: l = +inf only
+//     where m = +inf, x NaN).
+//   * sp_exp2_ub(y) >= 2^max(y, -126) >= 2^y (its comment), with NaN as -126.
+// y <= xL + (mL - b) + 2^-24 (4.8 |m| + 680) <= 2^-24 (24.2 |m| + 1706) < 1.6 on bounded rows,
+// and off rows' y <= 1: within sp_exp2_ub's range. A row's state whose m is not its maximum (x > 0) would break the proof: every state
+// the race reads comes from sp_softmax_state or the split entries' maximum pass over the row.
+// The threshold: a cut id (key(e) < theta) has weight 0. u >= e >= 0 gives key(u) >= key(e),
+// so key(u) < theta proves the cut; and every nonzero e is at least 0x1.666dcp-126 (exp_p's
+// least nonzero value, x just above -87), so key(u) below that of 1.25 2^-126 proves e = 0:
+// the row's bound threshold is max(theta, that key), and ids below it are no candidate (their
+// groups skip the draws, as when e = 0: the pad, -inf masks).
+struct sp_race_ub {
+    float c;      // RN(LOG2E / T), or 0 (off rows)
+    float b;      // RN(RN(m LOG2E) - d), or -1 (off rows)
+    sp_u32 theta; // the bound's threshold (logit rows), or the row's own theta (stored values)
+};
+#define SP_UB_EMIN_KEY 0x00A00000u // key of 1.25 2^-126 < exp_p's least nonzero value
+// lg16: the row's values are read as sp_f16_scaled's l 2^-112, so c is RN(LOG2E / T) 2^112
+// (exact where finite: the products l c and (l 2^-112)(c 2^112) are the same real number, and so
+// round to the same binary32); an infinite one makes the row an off row.
+template <sp_u32 P>
+__device__ __forceinline__ sp_race_ub sp_race_ub_of(const sp_soft* st, bool lg16) {
+    sp_race_ub r;
+    r.c = 0.0f;
+    r.b = -1.0f;
+    r.theta = 0u;
+    if (P == SP_P_RAW) return r;
+    const sp_u32 kind = P == SP_P_ANY ? st->kind : P;
+    const bool lg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT;
+    const sp_u32 theta = P == SP_P_SOFT ? 0u : st->theta;
+    r.theta = kind == SP_P_RAW ? 0u : lg && theta < SP_UB_EMIN_KEY ? SP_UB_EMIN_KEY : theta;
+    const float m = st->m;
+    const float c = sp_f(0x3FB8AA3Bu) / st->t; // LOG2E / T
+    const float cs = lg16 ? c * sp_f(0x77800000u) : c; // 2^112
+    const float am = m < 0.0f ? -m : m;
+    if (c >= sp_f(0x00800000u) && cs <= sp_f(0x7F7FFFFFu) && am <= 1048576.0f) {
+        const float d = am * sp_f(0x35800000u) + sp_f(0x38800000u); // |m| 2^-20 + 2^-14
+        r.c = cs;
+        r.b = m * sp_f(0x3FB8AA3Bu) - d;
+    }
+    return r;
+}
+// An upper bound of 2^y: u >= 2^max(y, -126) (NaN as -126), a normal binary32 for y < 127
+// (every y of sp_race_ub_of's rows is below 1.6). k = RN(Y + 1.5 2^15), Y = max(y, -126),
+// lies in [2^15, 2^16), whose spacing is 2^-8: k = 1.5 2^15 + N / 256 with
+// N = round(256 Y) (so N + 1 >= 256 Y + 1/2), and bits(k) = bits(1.5 2^15) + N. The result's
+// bits are (N + 1) 2^15 + 127 2^23 (wrapping u32 arithmetic, bits(1.5 2^15) 2^15 = 0 mod 2^32):
+// with N + 1 = 256 q + r, 0 <= r < 256, that is 2^q (1 + r / 256) >= 2^q 2^(r / 256)
+// (1 + f >= 2^f on [0, 1]) = 2^((N + 1) / 256) > 2^Y, q in [-126, 127]. At most 1.091 times
+// 2^Y (the linear interpolation's 1.0861, the rounding's 2^(3/512)): the skip test still rules
+// out nearly every id.
+__device__ __forceinline__ float sp_exp2_ub(float y) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    const float yc = fmaxf(y, -126.0f); // max.f32: NaN -> -126
+#else
+    const float yc = y > -126.0f ? y : -126.0f;
+#endif
+    const float k = yc + 49152.0f; // 1.5 2^15
+    return __uint_as_float(__float_as_uint(k) * 32768u + 0x3F808000u);
+}
+// The weight the skip test reads, before the threshold: the stored value itself (raw rows and
+// stored values), or for logits an upper bound u >= e (the cut is sp_race_wcut's test).
+template <sp_u32 P>
+__device__ __forceinline__ float sp_weight_ub(float x, const sp_soft& st, const sp_race_ub& ub) {
+    if (P == SP_P_RAW) return x;
+    const sp_u32 kind = P == SP_P_ANY ? st.kind : P;
+    const bool lg = kind == SP_P_SOFT || kind == SP_P_SOFT_CUT;
+    return lg ? sp_exp2_ub(x * ub.c - ub.b) : x;
+}
+// The threshold on the scaled bound pu = RN32(u x sinv) below which an id's p is provably <= 0
+// (so it is no candidate, and 0 is an upper value of its p for the residual): W = the larger of
+// RN32(thr x sinv), thr the binary32 of bits ub.theta (0 for raw rows), and 2^-149. Proof that
+// pu < W gives p <= 0: (1) pu < 2^-149 is pu <= 0, and pu >= p (sp_race_sinv). (2) pu <
+// RN32(thr x sinv) with sinv in (0, +inf): RN32 is monotone, so u sinv < thr sinv and u < thr
+// (u >= 0 for logits, u = x for stored values); for a logit row key(u) = bits(u) < ub.theta
+// proves the weight 0 (sp_race_ub), p = +-0; for stored values with a threshold, u <= 0 has key
+// 0 < theta and 0 < u < thr has key below theta: cut, p = +-0; raw rows: u < 0, p = u. Any other
+// sinv (0, NaN) or thr (NaN: theta above +inf's bits) gives RN32(thr x sinv) = 0 or NaN and so
+// W = 2^-149, case (1). Ids below W are no candidate: a group of them (the pad, -inf masks,
+// weights below the threshold) skips its draws, as before.
+template <sp_u32 P>
+__device__ __forceinline__ float sp_race_wcut(const sp_soft* st, const sp_race_ub& ub, float sinv) {
+    if (P == SP_P_RAW) return 0.0f;
+    const float w = __uint_as_float(ub.theta) * sinv;
+    return w > sp_f(0x00000001u) ? w : sp_f(0x00000001u);
+}
+
+// An f16 value's bits h (low 16 bits) as the binary32 l 2^-112, exactly, for every finite h: the
+// sign, exponent and significand moved to their binary32 places (an arithmetic shift by 3 of
+// h << 16 puts the sign at bit 31 and the rest at bits 27..13; the mask clears the sign's
+// copies), i.e. a binary32 of exponent field e16 and significand m16 2^13: 2^(e16 - 127)(1 + m16
+// 2^-10) = l 2^-112 for e16 >= 1, m16 2^-136 = (m16 2^-24) 2^-112 for e16 = 0. Infinities and
+// NaN give finite values: only ever fed to sp_weight_ub on logit rows, where their e is 0 (a
+// NaN or -inf logit) or the row is an off row (+inf: m = +inf), so any value bounds it.
+__device__ __forceinline__ float sp_f16_scaled(sp_u32 h) {
+    return __uint_as_float((sp_u32)((sp_i32)(h << 16) >> 3) & 0x8FFFE000u);
+}
+// The race's tile (sp_load_tile), except that the values of an f16 logit row (lg16) come as
+// sp_f16_scaled's l 2^-112, the pad as is (-inf): 2 or 3 instructions per value instead of the
+// exact widening's case analysis. The cold region reads the exact values again (sp_race_group).
+template <sp_u32 U, sp_u32 FX>
+__device__ __forceinline__ void sp_race_load(const float* row, sp_u32 g0, sp_u32 g_step,
+                                             sp_u32 vocab, sp_u32 full, float pad, float w[U][4],
+                                             sp_u32 fmt, bool lg16) {
+    if (FX == 0u || FX == SP_FMT_BF16 || !lg16) {
+        sp_load_tile<U, FX>(row, g0, g_step, vocab, full, pad, w, fmt);
+        return;
+    }
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(row);
+    if (g0 + (U - 1u) * g_step < full) {
+        const sp_u64* p = reinterpret_cast<const sp_u64*>(row) + g0;
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) {
+            const sp_u64 q = p[(sp_u64)u * g_step];
+            for (sp_u32 i = 0; i < 4u; ++i) w[u][i] = sp_f16_scaled((sp_u32)(q >> (16u * i)) & 0xFFFFu);
+        }
+    } else {
+        SP_COLD_MARK(); // at most one tile per thread and row: the row's end
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) {
+            const sp_u32 v0 = (g0 + u * g_step) * 4u;
+            for (sp_u32 i = 0; i < 4u; ++i) w[u][i] = v0 + i < vocab ? sp_f16_scaled(h[v0 + i]) : pad;
+        }
+    }
+}
+
 // One group of 4 ids (g*4 .. g*4+3) of the race, visited in increasing order; updates the thread's
-// best (key, f32 skip bound, id). d holds zeros for the plain race. P != SP_P_RAW: t holds the
-// weights (sp_weight) and sinv the row's (sp_race_sinv).
+// best (key, f32 skip bound, id). d holds zeros for the plain race. P != SP_P_RAW: t holds upper
+// bounds of the weights (sp_weight_ub), sinv and wcut the row's (sp_race_sinv, sp_race_wcut),
+// and the cold region reads the ids' values again from trow (vocab ids of format tf; past the
+// end: the pad), so that the hot loop need not keep them in registers (nor widen f16 logits
+// exactly: sp_race_load).
 template <sp_u32 P, class KS>
 __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4], bool residual,
                                               sp_u32 g, sp_u32 position, sp_u32 off_lo,
                                               sp_u32 off_hi, const KS& ks, double& best,
                                               float& best_skip, sp_u32& best_id,
-                                              const sp_soft* st, float sinv) {
+                                              const sp_soft* st, float sinv, float wcut,
+                                              const float* trow, sp_u32 vocab, sp_u32 tf) {
     float w[4];
+    bool cand[4];
     bool any = false;
     for (sp_u32 i = 0; i < 4u; ++i) {
-        const float pu = P == SP_P_RAW ? t[i] : t[i] * sinv;
-        w[i] = residual ? pu - d[i] : pu;
-        any = any || (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f));
+        if (P == SP_P_RAW) {
+            w[i] = residual ? t[i] - d[i] : t[i];
+            cand[i] = w[i] > 0.0f;
+        } else {
+            // pu < wcut proves p <= 0 (sp_race_wcut): 0 is then an upper value of p too.
+            const float pu = t[i] * sinv;
+            const bool none = pu < wcut;
+            w[i] = residual ? (none ? 0.0f : pu) - d[i] : pu;
+            cand[i] = residual ? !(w[i] <= 0.0f) : !none; // NaN: unknown, a candidate
+        }
+        any = any || cand[i];
     }
     if (!any) return; // no candidate here: the random words are not needed
     sp_u32 c[4];
@@ -1175,7 +1339,7 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
         const float floor_e = (float)(c[i] >> 8) * sp_f(0x33800000u); // 2^-24
         const float p = best_skip * floor_e;
         bound[i] = p * sp_f(0x3F7FFFF0u); // 1 - 2^-20
-        open[i] = (P == SP_P_RAW ? w[i] > 0.0f : !(w[i] <= 0.0f)) && !(w[i] < bound[i]);
+        open[i] = cand[i] && !(w[i] < bound[i]);
         need = need || open[i];
     }
     if (!need) return;
@@ -1183,11 +1347,13 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
     float tp[4];
     for (sp_u32 i = 0; i < 4u; ++i) tp[i] = t[i];
     if (P != SP_P_RAW) {
-        // The exact p of the ids the upper bound kept, and the exact test.
+        // The exact weight and p of the ids the upper bound kept, and the exact test.
         need = false;
         for (sp_u32 i = 0; i < 4u; ++i) {
             if (!open[i]) continue;
-            tp[i] = sp_scale<P>(t[i], *st);
+            const sp_u32 v = g * 4u + i;
+            const float xv = v < vocab ? sp_rd(trow, v, tf) : sp_lg<P>(st) ? SP_NEG_INF : 0.0f;
+            tp[i] = sp_scale<P>(sp_weight<P>(xv, *st), *st);
             const float wi = residual ? tp[i] - d[i] : tp[i];
             open[i] = wi > 0.0f && !(wi < bound[i]);
             need = need || open[i];
@@ -1234,6 +1400,10 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
                                  : (ROW && sp_full(drow, vocab, df) == 0u ? 0u : sp_full(trow, vocab, tf));
     const sp_u32 step = g_step * SP_UNROLL_RACE;
     const float sinv = sp_race_sinv<P>(st);
+    // f16 logits without a draft row: read scaled by 2^-112 (sp_race_load), c scaled by 2^112.
+    const bool lg16 = P != SP_P_RAW && !ROW && FX != 0u && tf == SP_FMT_F16 && sp_lg<P>(st);
+    const sp_race_ub ub = sp_race_ub_of<P>(st, lg16);
+    const float wcut = sp_race_wcut<P>(st, ub, sinv);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
@@ -1242,8 +1412,8 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
             sp_load_tile2<SP_UNROLL_RACE, FX>(trow, drow, g0, g_step, vocab, full,
                                               sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, d, tf, df);
         } else {
-            sp_load_tile<SP_UNROLL_RACE, FX>(trow, g0, g_step, vocab, full,
-                                             sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, tf);
+            sp_race_load<SP_UNROLL_RACE, FX>(trow, g0, g_step, vocab, full,
+                                             sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, tf, lg16);
             SP_UNROLLED
             for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
                 const sp_u32 v0 = (g0 + u * g_step) * 4u;
@@ -1254,12 +1424,12 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
         if (P != SP_P_RAW) {
             SP_UNROLLED
             for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u)
-                for (sp_u32 i = 0; i < 4u; ++i) t[u][i] = sp_weight<P>(t[u][i], *st);
+                for (sp_u32 i = 0; i < 4u; ++i) t[u][i] = sp_weight_ub<P>(t[u][i], *st, ub);
         }
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
             sp_race_group<P>(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
-                             best, best_skip, best_id, st, sinv);
+                             best, best_skip, best_id, st, sinv, wcut, trow, vocab, tf);
         }
     }
 }
