@@ -1155,7 +1155,7 @@ __device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
 
 // ---- the skip test's upper bound of a logit's weight (issue 30)
 // The race's row loop does not compute a logit's weight e = exp_p(RN(RN(l / T) - m)) (an IEEE
-// division and exp_p: ~32 instructions) for the skip test: it computes u >= e in 5 (sp_exp2_ub
+// division and exp_p: ~32 instructions) for the skip test: it computes u >= e in 6 (sp_exp2_ub
 // of y = RN(RN(l c) - b), with the row's c and b below), and the skip test reads u where it read
 // e. Only an id the bound cannot rule out (sp_race_group's cold region) gets its exact e, its
 // exact p and the exact test, so the winner and its key are the exact path's. Proof that u >= e
@@ -1176,9 +1176,10 @@ __device__ __forceinline__ float sp_race_sinv(const sp_soft* st) {
 //     Off rows (c not normal, m not finite or |m| > 2^20): c = 0, b = -1, y = 1 for every
 //     finite l (u > 2 > 1.000001 >= e), NaN for l infinite or NaN (then e = 0: l = +inf only
 //     where m = +inf, x NaN).
-//   * sp_exp2_ub(y) >= 2^max(y, -126) >= 2^y (its comment), with NaN as -126.
-// y <= xL + (mL - b) + 2^-24 (4.8 |m| + 680) <= 2^-24 (24.2 |m| + 1706) < 1.6 on bounded rows,
-// and off rows' y <= 1: within sp_exp2_ub's range. A row's state whose m is not its maximum (x > 0) would break the proof: every state
+//   * sp_exp2_ub(y) >= 2^max(y, -126) >= 2^y where y <= 64 (its comment), with NaN as -126.
+// (y <= xL + (mL - b) + 2^-24 (4.8 |m| + 680) <= 2^-24 (24.2 |m| + 1706) < 1.6 on bounded rows,
+// and off rows' y <= 1: sp_exp2_ub's clamp at 64 never binds there, except on the finite values
+// sp_f16_scaled gives f16 infinities and NaN, whose e is 0.) A row's state whose m is not its maximum (x > 0) would break the proof: every state
 // the race reads comes from sp_softmax_state or the split entries' maximum pass over the row.
 // The threshold: a cut id (key(e) < theta) has weight 0. u >= e >= 0 gives key(u) >= key(e),
 // so key(u) < theta proves the cut; and every nonzero e is at least 0x1.666dcp-126 (exp_p's
@@ -1216,20 +1217,20 @@ __device__ __forceinline__ sp_race_ub sp_race_ub_of(const sp_soft* st, bool lg16
     }
     return r;
 }
-// An upper bound of 2^y: u >= 2^max(y, -126) (NaN as -126), a normal binary32 for y < 127
-// (every y of sp_race_ub_of's rows is below 1.6). k = RN(Y + 1.5 2^15), Y = max(y, -126),
-// lies in [2^15, 2^16), whose spacing is 2^-8: k = 1.5 2^15 + N / 256 with
+// An upper bound of 2^y where y <= 64 (and of 1 where y > 64): u >= 2^Y, Y = min(max(y, -126),
+// 64) (NaN as -126), a normal binary32. k = RN(Y + 1.5 2^15) lies in [2^15, 2^16), whose
+// spacing is 2^-8: k = 1.5 2^15 + N / 256 with
 // N = round(256 Y) (so N + 1 >= 256 Y + 1/2), and bits(k) = bits(1.5 2^15) + N. The result's
 // bits are (N + 1) 2^15 + 127 2^23 (wrapping u32 arithmetic, bits(1.5 2^15) 2^15 = 0 mod 2^32):
 // with N + 1 = 256 q + r, 0 <= r < 256, that is 2^q (1 + r / 256) >= 2^q 2^(r / 256)
-// (1 + f >= 2^f on [0, 1]) = 2^((N + 1) / 256) > 2^Y, q in [-126, 127]. At most 1.091 times
+// (1 + f >= 2^f on [0, 1]) = 2^((N + 1) / 256) > 2^Y, q in [-126, 64]. At most 1.091 times
 // 2^Y (the linear interpolation's 1.0861, the rounding's 2^(3/512)): the skip test still rules
 // out nearly every id.
 __device__ __forceinline__ float sp_exp2_ub(float y) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    const float yc = fmaxf(y, -126.0f); // max.f32: NaN -> -126
+    const float yc = fminf(fmaxf(y, -126.0f), 64.0f); // max.f32: NaN -> -126
 #else
-    const float yc = y > -126.0f ? y : -126.0f;
+    const float yc = y > -126.0f ? (y < 64.0f ? y : 64.0f) : -126.0f;
 #endif
     const float k = yc + 49152.0f; // 1.5 2^15
     return __uint_as_float(__float_as_uint(k) * 32768u + 0x3F808000u);
@@ -1266,8 +1267,10 @@ __device__ __forceinline__ float sp_race_wcut(const sp_soft* st, const sp_race_u
 // h << 16 puts the sign at bit 31 and the rest at bits 27..13; the mask clears the sign's
 // copies), i.e. a binary32 of exponent field e16 and significand m16 2^13: 2^(e16 - 127)(1 + m16
 // 2^-10) = l 2^-112 for e16 >= 1, m16 2^-136 = (m16 2^-24) 2^-112 for e16 = 0. Infinities and
-// NaN give finite values: only ever fed to sp_weight_ub on logit rows, where their e is 0 (a
-// NaN or -inf logit) or the row is an off row (+inf: m = +inf), so any value bounds it.
+// NaN give finite values (as if l were +-2^16 (1 + m16 2^-10), above any finite f16 and so
+// possibly above the row's maximum, where sp_exp2_ub's clamp at 64 keeps its result a bound):
+// only ever fed to sp_weight_ub on logit rows, where their e is 0 (a NaN or -inf logit) or the
+// row is an off row (+inf: m = +inf), so any value bounds it.
 __device__ __forceinline__ float sp_f16_scaled(sp_u32 h) {
     return __uint_as_float((sp_u32)((sp_i32)(h << 16) >> 3) & 0x8FFFE000u);
 }

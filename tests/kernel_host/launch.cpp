@@ -14,6 +14,7 @@
 #define specula_verify_tree specula_kernel_tree_hip
 #define specula_verify_tree_half specula_kernel_tree_half_hip
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_hip
+#define SPECULA_HOST_RACE_BOUND specula_host_race_bound_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
@@ -23,6 +24,7 @@
 #define specula_verify_tree specula_kernel_tree_cuda
 #define specula_verify_tree_half specula_kernel_tree_half_cuda
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_cuda
+#define SPECULA_HOST_RACE_BOUND specula_host_race_bound_cuda
 #endif
 
 #include "../../core/kernels/specula_verify.cu"
@@ -37,6 +39,32 @@
 extern "C" void SPECULA_HOST_SKIP_BARRIER(unsigned int n, bool ascending_only) {
     specula_shim::g_skip_barrier.store(n, std::memory_order_relaxed);
     specula_shim::g_ascending_only.store(ascending_only, std::memory_order_relaxed);
+}
+
+// The race's skip-test values of n ids of one logit row (temperature t > 0, softmax maximum m,
+// threshold theta, kept mass s), as sp_race_scan computes them: out[4 i ..] = the bound u
+// (sp_weight_ub), the exact weight e before the threshold (sp_soft_e), the scaled bound pu =
+// u x sinv, and 1 where pu is below the row's wcut (the claim "p <= 0"), else 0; p[i] the exact p
+// (sp_scale of sp_weight). f16: the ids are f16 bit patterns in bits[] (the row read as
+// sp_f16_scaled's l 2^-112), else binary32 values in l[].
+extern "C" void SPECULA_HOST_RACE_BOUND(const float* l, const unsigned short* bits, unsigned int n,
+                                        float t, float m, unsigned int theta, double s, bool f16,
+                                        float* out, float* p) {
+    const sp_u32 fmt = f16 ? SP_FMT_F16 : SP_FMT_F32;
+    const sp_soft st = sp_soft_of(t, m, s, theta, SP_P_SOFT_CUT, fmt, SP_FMT_F32);
+    const sp_race_ub ub = sp_race_ub_of<SP_P_ANY>(&st, f16);
+    const float sinv = sp_race_sinv<SP_P_ANY>(&st);
+    const float wcut = sp_race_wcut<SP_P_ANY>(&st, ub, sinv);
+    for (unsigned int i = 0; i < n; ++i) {
+        const float x = f16 ? sp_widen(bits[i], SP_FMT_F16) : l[i];
+        const float u = sp_weight_ub<SP_P_ANY>(f16 ? sp_f16_scaled(bits[i]) : x, st, ub);
+        const float pu = u * sinv;
+        out[4 * i] = u;
+        out[4 * i + 1] = sp_soft_e(x, t, m);
+        out[4 * i + 2] = pu;
+        out[4 * i + 3] = pu < wcut ? 1.0f : 0.0f;
+        p[i] = sp_scale<SP_P_ANY>(sp_weight<SP_P_ANY>(x, st), st);
+    }
 }
 
 // Launches entry point `entry` on `grid` blocks of `block` threads with the argument block `a`:

@@ -149,6 +149,110 @@ pub unsafe fn launch_block(mode: Mode, grid: u32, block: u32, entry: u32, a: &Ar
     unsafe { f(grid, block, entry, a) }
 }
 
+// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
+// exactly this signature: `n` values read from `l` (binary32) or `bits` (f16, when `f16`), four
+// floats per value written to `out` and one to `p`.
+unsafe extern "C" {
+    fn specula_host_race_bound_cuda(
+        l: *const f32,
+        bits: *const u16,
+        n: u32,
+        t: f32,
+        m: f32,
+        theta: u32,
+        s: f64,
+        f16: bool,
+        out: *mut f32,
+        p: *mut f32,
+    );
+    fn specula_host_race_bound_hip(
+        l: *const f32,
+        bits: *const u16,
+        n: u32,
+        t: f32,
+        m: f32,
+        theta: u32,
+        s: f64,
+        f16: bool,
+        out: *mut f32,
+        p: *mut f32,
+    );
+}
+
+/// A logit row for [`race_bound`]: binary32 values, or f16 bit patterns.
+#[derive(Clone, Copy, Debug)]
+pub enum BoundRow<'a> {
+    /// Binary32 logits.
+    F32(&'a [f32]),
+    /// F16 logits (bit patterns).
+    F16(&'a [u16]),
+}
+
+/// What the race's skip test reads of one id of a logit row ([`race_bound`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RaceBound {
+    /// The weight's upper bound (`sp_weight_ub`).
+    pub u: f32,
+    /// The exact weight `e = exp_p(RN(l / T) − m)` before the threshold (`sp_soft_e`).
+    pub e: f32,
+    /// The scaled bound `u × sinv` the skip test compares.
+    pub pu: f32,
+    /// Whether `pu` lies below the row's `wcut` (the kernel's claim that `p ≤ 0`).
+    pub none: bool,
+    /// The exact probability (`sp_scale` of `sp_weight`, the threshold applied).
+    pub p: f32,
+}
+
+/// The race's skip-test values of every id of a logit row at temperature `t` with softmax
+/// maximum `m` (the maximum of `RN(l / t)` over the row, the kernel's precondition), threshold
+/// `theta` (a key, 0: none) and kept mass `s`, computed by the kernel text compiled in `mode`.
+#[must_use]
+pub fn race_bound(
+    mode: Mode,
+    row: BoundRow<'_>,
+    t: f32,
+    m: f32,
+    theta: u32,
+    s: f64,
+) -> Vec<RaceBound> {
+    let (l, bits, n, f16) = match row {
+        BoundRow::F32(v) => (v.as_ptr(), std::ptr::null(), v.len(), false),
+        BoundRow::F16(v) => (std::ptr::null(), v.as_ptr(), v.len(), true),
+    };
+    let n32 = u32::try_from(n).expect("a row below 2^32 ids");
+    let mut out = vec![0f32; 4 * n];
+    let mut p = vec![0f32; n];
+    let f = match mode {
+        Mode::Cuda => specula_host_race_bound_cuda,
+        Mode::Hip => specula_host_race_bound_hip,
+    };
+    // SAFETY: `l` or `bits` (the one `f16` selects) holds `n` values, `out` 4n and `p` n floats,
+    // all live and unaliased for the call; the function reads and writes nothing else.
+    unsafe {
+        f(
+            l,
+            bits,
+            n32,
+            t,
+            m,
+            theta,
+            s,
+            f16,
+            out.as_mut_ptr(),
+            p.as_mut_ptr(),
+        )
+    };
+    (0..n)
+        .map(|i| RaceBound {
+            u: out[4 * i],
+            e: out[4 * i + 1],
+            pu: out[4 * i + 2],
+            none: out[4 * i + 3] != 0.0,
+            p: p[i],
+        })
+        .collect()
+}
+
 /// What a launcher returns when the shim stopped a launch whose block diverged at a barrier.
 const DIVERGED: i32 = 2;
 

@@ -12,6 +12,7 @@ mod gpu_tree_device;
 mod gpu_tree_host;
 mod kernel_host;
 mod kernel_host_inputs;
+mod kernel_host_race_bound;
 mod kernel_host_shim;
 mod readback_conformance;
 mod recovered;
