@@ -1256,7 +1256,7 @@ __device__ __forceinline__ float sp_weight_ub(float x, const sp_soft& st, const 
 // W = 2^-149, case (1). Ids below W are no candidate: a group of them (the pad, -inf masks,
 // weights below the threshold) skips its draws, as before.
 template <sp_u32 P>
-__device__ __forceinline__ float sp_race_wcut(const sp_soft* st, const sp_race_ub& ub, float sinv) {
+__device__ __forceinline__ float sp_race_wcut(const sp_race_ub& ub, float sinv) {
     if (P == SP_P_RAW) return 0.0f;
     const float w = __uint_as_float(ub.theta) * sinv;
     return w > sp_f(0x00000001u) ? w : sp_f(0x00000001u);
@@ -1406,7 +1406,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     // f16 logits without a draft row: read scaled by 2^-112 (sp_race_load), c scaled by 2^112.
     const bool lg16 = P != SP_P_RAW && !ROW && FX != 0u && tf == SP_FMT_F16 && sp_lg<P>(st);
     const sp_race_ub ub = sp_race_ub_of<P>(st, lg16);
-    const float wcut = sp_race_wcut<P>(st, ub, sinv);
+    const float wcut = sp_race_wcut<P>(ub, sinv);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];

@@ -54,7 +54,7 @@ extern "C" void SPECULA_HOST_RACE_BOUND(const float* l, const unsigned short* bi
     const sp_soft st = sp_soft_of(t, m, s, theta, SP_P_SOFT_CUT, fmt, SP_FMT_F32);
     const sp_race_ub ub = sp_race_ub_of<SP_P_ANY>(&st, f16);
     const float sinv = sp_race_sinv<SP_P_ANY>(&st);
-    const float wcut = sp_race_wcut<SP_P_ANY>(&st, ub, sinv);
+    const float wcut = sp_race_wcut<SP_P_ANY>(ub, sinv);
     for (unsigned int i = 0; i < n; ++i) {
         const float x = f16 ? sp_widen(bits[i], SP_FMT_F16) : l[i];
         const float u = sp_weight_ub<SP_P_ANY>(f16 ? sp_f16_scaled(bits[i]) : x, st, ub);

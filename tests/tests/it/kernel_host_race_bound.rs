@@ -134,7 +134,7 @@ fn the_weight_bound_holds_at_the_exp_cut_off_and_on_special_values() {
                 -f32::MAX,
                 f32::MIN_POSITIVE * 0.5,
             ]);
-            row.retain(|l| !(l / t > m));
+            row.retain(|l| (l / t).partial_cmp(&m) != Some(std::cmp::Ordering::Greater));
             let m = max_z(&row, t);
             let s = mass(&row, t, m);
             let none = check(BoundRow::F32(&row), t, m, 0, s, "cut-off");
