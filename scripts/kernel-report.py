@@ -65,7 +65,7 @@ BUDGET = {
     # race_logits_f16 114.8 (118.2) -> 81.8 (80.9); race_cut 107.8 (110.9) -> 71.8 (72.2);
     # filter_count 85.4 (83.2) -> 62.9 (63.9); filter_mass 176.1 (173.2) -> 98.9 (99.9).
     # 2026-12-07 (the filters' pass without bounds tests, one atomic per mass): filter_count
-    # 62.9 (63.9) -> 53.8 (54.6); filter_mass 98.9 (99.9) -> 65.8 (66.6).
+    # 62.9 (63.9) -> 53.8 (54.6); filter_mass 98.9 (99.9) -> 64.8 (65.6).
     # Budgets a little above the larger of the two.
     "softmax_max": 10.0,
     "softmax_sum": 56.0,
@@ -74,7 +74,7 @@ BUDGET = {
     "race_logits_f16": 83.0,
     "race_cut": 74.0,
     "filter_count": 56.0,
-    "filter_mass": 68.0,
+    "filter_mass": 67.0,
 }
 TARGET_INSTR = 30.0  # the issue's target, per element, every pass
 TARGET_INSTR_LOGITS = 40.0  # issue 30's target, per element, the logits and filter passes

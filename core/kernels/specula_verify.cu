@@ -1683,6 +1683,12 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
     const sp_u32 span = hi_key - lo_key;
     // No key in range (floor_ above the prefix's keys): the pass adds nothing.
     const bool none = mode != SP_FP_MAX && lo_key > hi_key;
+    // The mass histogram's hot range: its keys below 2^64 ([hot_lo, hot_lo + hot_span], empty
+    // as [~0, ~0] when every key in range is saturated: no key reaches ~0); the saturated ones
+    // are tested only for the ids outside it.
+    const sp_u32 hot_hi = hi_key < 0x5F800000u ? hi_key : 0x5F7FFFFFu;
+    const sp_u32 hot_lo = lo_key <= hot_hi ? lo_key : 0xFFFFFFFFu;
+    const sp_u32 hot_span = lo_key <= hot_hi ? hot_hi - lo_key : 0u;
     // The state's values in registers: read through the reference inside the loop they are
     // reloaded from the caller's stack at every id (the histogram's atomics may alias it).
     const float st_t = st.t, st_m = st.m;
@@ -1705,19 +1711,25 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
                     mx = key > mx ? key : mx;
                     continue;
                 }
-                if (key - lo_key > span) continue; // also key 0 and the padded ids
+                if (mode == SP_FP_MASS_HIST && key - hot_lo > hot_span) {
+                    // Outside the hot range: out of the pass's range, or w >= 2^64 (stored
+                    // values that are not probabilities), counted as saturated.
+                    if (key - lo_key <= span) {
+                        SP_COLD_MARK();
+                        sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
+                        atomicAdd(reinterpret_cast<unsigned int*>(bin + 1u), 1u); // < V, no wrap
+                    }
+                    continue;
+                }
+                // (The hot range is inside the pass's: the mass histogram needs no second test.)
+                if (mode != SP_FP_MASS_HIST && key - lo_key > span) continue; // also key 0, pads
                 // w > 0 here: key is w's bits.
                 sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
                 if (mode == SP_FP_COUNT) {
                     // A count: at most V < 2^32 in a bin's low word, which never wraps.
                     atomicAdd(reinterpret_cast<unsigned int*>(bin), 1u);
                 } else if (mode == SP_FP_MASS_HIST) {
-                    if (key >= 0x5F800000u) {
-                        SP_COLD_MARK(); // w >= 2^64: stored values that are not probabilities
-                        atomicAdd(reinterpret_cast<unsigned int*>(bin + 1u), 1u); // < V, no wrap
-                    } else {
-                        sp_hist_add(bin, sp_fix_scaled(w, key));
-                    }
+                    sp_hist_add(bin, sp_fix_scaled(w, key)); // w < 2^64 (the hot range)
                 } else if (key >= 0x3F800000u) {
                     // The kept mass, w >= 1: the largest weight of a logit row (e = 1) and
                     // stored values of 1 or more; sp_fix_of's general limbs.
