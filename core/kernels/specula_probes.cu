@@ -133,9 +133,10 @@ specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stri
 }
 
 // One histogram pass of the filters' radix descent: counts (top-k), or masses (top-p), by key
-// digit, of a logit row's softmax weights. sp_filter_pass is compiled once (SP_NOINLINE, the
-// mode chosen at run time) and these probes call it: both report the same function's loop, the
-// longest path through it (the mass histogram's), as the logits entries run it.
+// digit, of a logit row's softmax weights, at level 1 (the prefix test on). sp_filter_pass is
+// SP_NOINLINE; each probe's call has its mode as a constant, which ptxas propagates into the
+// probe's copy, so each reports its own mode's loop. The logits entries run one copy with the
+// mode chosen at run time (the same per-element operations, plus a uniform branch on the mode).
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_filter_count(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
                            float m, sp_u32 fmt, sp_u32 prefix, sp_u64* __restrict__ out) {
@@ -145,7 +146,7 @@ specula_probe_filter_count(const float* __restrict__ rows, sp_u32 vocab, sp_u32 
     sp_u64 o[4];
     sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_COUNT, 1u,
                               prefix, 0u, s_hist, s_red, o);
-    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & 1023u];
+    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & (SP_HIST_HAND - 1u)];
 }
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_filter_mass(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
@@ -157,5 +158,5 @@ specula_probe_filter_mass(const float* __restrict__ rows, sp_u32 vocab, sp_u32 s
     sp_u64 o[4];
     sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_MASS_HIST,
                               1u, prefix, floor_, s_hist, s_red, o);
-    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & 1023u];
+    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & (SP_HIST_HAND - 1u)];
 }

@@ -1720,12 +1720,20 @@ __device__ __forceinline__ sp_u128 sp_from_limbs(sp_u64 s0, sp_u64 s1, sp_u64 s2
     r.hi = s2 + (s1 >> 32) + (s3 << 32) + (r.lo < s0 ? 1ull : 0ull);
     return r;
 }
+// x << s (mod 2^128) of a u64 x, s < 128.
+__device__ __forceinline__ sp_u128 sp_shl128(sp_u64 x, sp_u32 s) {
+    sp_u128 r;
+    r.lo = s >= 64u ? 0ull : x << s;
+    r.hi = s >= 64u ? x << (s - 64u) : s == 0u ? 0ull : x >> (64u - s);
+    return r;
+}
 // (x as f64), to nearest, ties to even (Rust's u128 as f64): the top 64 bits with the lost bits
 // ORed into the lowest one (far below the 53-bit rounding point), converted, times 2^n.
 __device__ __forceinline__ double sp_u128_f64(sp_u128 x) {
     if (x.hi == 0ull) return (double)x.lo;
-    sp_u32 n = 0u; // bits of hi
-    for (sp_u64 t = x.hi; t != 0ull; t >>= 1) ++n;
+    // bits of hi (1..64): one leading-zero count; the descent converts up to 256 bins a level on
+    // one thread, where a loop over the bits took up to 64 iterations each.
+    const sp_u32 n = 64u - (sp_u32)__clzll((long long)x.hi);
     const sp_u64 top = n == 64u ? x.hi | (x.lo != 0ull ? 1ull : 0ull)
                                 : (x.hi << (64u - n)) | (x.lo >> n) |
                                       ((x.lo & ((1ull << n) - 1ull)) != 0ull ? 1ull : 0ull);
@@ -1769,14 +1777,63 @@ __device__ __forceinline__ void sp_hist_add(sp_u64* bin, sp_u32 v) {
     const sp_u32 old = atomicAdd(w, v);
     if (old + v < old) atomicAdd(w + 1, 1u);
 }
+// fix(w) of a weight 0 < w < 1 as its two low limbs: fix(w) = hi 2^32 + lo, both below 2^32
+// (fix(w) < 2^64). Exact in binary32: x = w 2^32 is a power-of-two scaling (w >= 2^-149 gives
+// x >= 2^-117, normal; x < 2^32); hi = floor(x) (truncation, x >= 0) is x itself when x >= 2^23
+// and below 2^23 otherwise, representable either way; x - hi is x's fraction, whose bits are
+// some of x's, exact; (x - hi) 2^32 < 2^32 is exact again and truncates to floor(x 2^32) - hi 2^32.
+// sp_fix_of's limbs j = 0 and 1 for such a w (its sh <= 63), as integers: the same fix(w).
+__device__ __forceinline__ void sp_fix_small(float w, sp_u32& lo, sp_u32& hi) {
+    const float x = w * 4294967296.0f;
+    hi = (sp_u32)x;
+    lo = (sp_u32)((x - (float)hi) * 4294967296.0f);
+}
+// The mass histogram's one value per weight: fix(w) = v 2^s exactly, v < 2^25, with the scale s
+// a function of the key's top digit t = key >> 24 alone (sp_fix_scale), so a bin's mass is its
+// sum of v shifted once. For 0 < w < 2^64 (key < 0x5F800000, t <= 95): t' = max(t, 43);
+// v = trunc(w 2^(150 - 2t')), s = 2t' - 86. Proof: w's biased exponent field is 2t or 2t + 1
+// and w = M' 2^(2t - 150) with M' < 2^25 an integer (the significand, times 2 for the odd
+// exponent, and for t = 0 a subnormal's field is read as exponent 1: M' = 2 x its mantissa).
+// t >= 43: w 2^(150 - 2t) = M' exactly (a power-of-two scaling to a 24-bit integer), and
+// fix(w) = floor(M' 2^(2t - 86)) = M' << s, s >= 0. t < 43: w < 2^-41, w 2^64 < 2^23 is exact
+// (scaling up) and truncates to floor(w 2^64) = fix(w), s = 0. The multiplier 2^(150 - 2t') has
+// the biased exponent 277 - 2t' in [87, 191]: a normal binary32. The sum of v over a bin's ids
+// is below V 2^25 < 2^57 (u64), and (sum v) << s = sum (v << s) = sum fix (mod 2^128).
+__device__ __forceinline__ sp_u32 sp_fix_scale(sp_u32 top) { return top > 43u ? 2u * top - 86u : 0u; }
+__device__ __forceinline__ sp_u32 sp_fix_scaled(float w, sp_u32 key) {
+    // (277 - 2t') << 23 = (277 << 23) - (t' << 24), and t' << 24 = max(key's top byte, 43 << 24).
+    const sp_u32 top = key & 0xFF000000u;
+    return (sp_u32)(w * __uint_as_float(0x8A800000u - (top > 0x2B000000u ? top : 0x2B000000u)));
+}
 
-// The filters' shared memory: 256 bins of 4 limb sums, then 6 words the deciding thread hands
-// to the block. Declared by the logits entries only.
-#define SP_HIST_WORDS (256u * 4u + 6u)
+// The filters' shared memory: 256 bins of 2 words, then 6 words the deciding thread hands to
+// the block. Declared by the logits entries only. A bin's words: the count (mode 1), or the sum
+// of sp_fix_scaled's v (mode 2) and the number of saturated weights (w >= 2^64, fix 2^128 - 1):
+// its mass is (sum << s) - saturated (mod 2^128), sp_bin_mass.
+#define SP_HIST_BIN_WORDS 2u
+#define SP_HIST_WORDS (256u * SP_HIST_BIN_WORDS + 6u)
+#define SP_HIST_HAND (256u * SP_HIST_BIN_WORDS)
 // One pass of the filters over the whole row (every thread of the block; the result in every
 // thread): mode 0 the largest key; 3 the kept mass (key >= floor_) as limb sums in out[0..3];
 // 1 / 2 the histogram (count / mass) by key digit (key >> shift) & 0xFF of the keys >= floor_
 // whose higher digits equal prefix's (level 0: every key), into hist (zero before the pass).
+//
+// Which ids a pass adds, as one unsigned range test: key - lo_key <= hi_key - lo_key, with
+// [lo_key, hi_key] the keys >= floor_ with prefix's higher digits, and key 0 left out: ids of key
+// 0 change nothing. Their fix is 0 (no mass, modes 2 and 3; no key above the largest, mode 0 has
+// its own test); in a count (mode 1, top-k) they are in bin 0 at level 0 and then only below a
+// prefix of zeros, so they could only change the descent's choice where it chooses digit 0 at
+// every level down to the last key-0 bin, i.e. theta_k = 0 or "none": with them, #{key >= 0} = V
+// (theta_k = 0 if top_k <= V, none otherwise), without them the descent finds no digit (false).
+// Either way sp_row_state keeps theta as it was (theta = max(theta, 0)). When theta_k > 0, the
+// ids of key >= theta_k are all counted in every bin the descent chooses, so it chooses the same
+// digits. The padded ids past the row's end (read as NaN: e = 0 for logits, key 0 for stored
+// values) are left out by the same test, so the hot loop has no bounds test. Attacked by
+// kernel_host_inputs.rs filter_key_zero_and_row_end_cases (top-k at the number of positive
+// weights and above, rows ending inside a tile); a pad of 0 (e > 0 for logits) fails the
+// logits conformance cases. (Leaving out key 1 as well would give theta 0 for top-k at the
+// count of keys >= 1 where the rule gives 1: a difference in the key-0 ids only, whose weights
+// are <= 0 or NaN, which no output shows.)
 #define SP_FP_MAX 0u
 #define SP_FP_COUNT 1u
 #define SP_FP_MASS_HIST 2u
@@ -1790,52 +1847,76 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
     const sp_u32 full = sp_full(row, vocab, fmt);
     const sp_u32 shift = 24u - 8u * level;
     const sp_u32 step = blockDim.x * SP_UNROLL_RACE;
+    // The keys a histogram or mass pass adds: [lo_key, lo_key + span]. 256 << 24 wraps to 0 in
+    // u32: at level 0 the prefix's digits are none and the span every key.
+    const sp_u32 width = (256u << shift) - 1u; // the keys under one prefix, less one
+    const sp_u32 base = prefix & ~width; // 0 at level 0
+    const sp_u32 lo_key = base > floor_ ? (base > 1u ? base : 1u) : (floor_ > 1u ? floor_ : 1u);
+    const sp_u32 hi_key = base + width;
+    const sp_u32 span = hi_key - lo_key;
+    // No key in range (floor_ above the prefix's keys): the pass adds nothing.
+    const bool none = mode != SP_FP_MAX && lo_key > hi_key;
+    // The mass histogram's hot range: its keys below 2^64 ([hot_lo, hot_lo + hot_span], empty
+    // as [~0, ~0] when every key in range is saturated: no key reaches ~0); the saturated ones
+    // are tested only for the ids outside it.
+    const sp_u32 hot_hi = hi_key < 0x5F800000u ? hi_key : 0x5F7FFFFFu;
+    const sp_u32 hot_lo = lo_key <= hot_hi ? lo_key : 0xFFFFFFFFu;
+    const sp_u32 hot_span = lo_key <= hot_hi ? hot_hi - lo_key : 0u;
     // The state's values in registers: read through the reference inside the loop they are
     // reloaded from the caller's stack at every id (the histogram's atomics may alias it).
     const float st_t = st.t, st_m = st.m;
     sp_u32 mx = 0u;
     sp_u64 acc[4] = {0ull, 0ull, 0ull, 0ull};
-    for (sp_u32 g0 = threadIdx.x; g0 < groups; g0 += step) {
+    for (sp_u32 g0 = threadIdx.x; !none && g0 < groups; g0 += step) {
         float x[SP_UNROLL_RACE][4];
-        sp_load_tile<SP_UNROLL_RACE, FX>(row, g0, blockDim.x, vocab, full, 0.0f, x, fmt);
+        // Past the row's end: NaN, whose weight has key 0 (e = 0 for logits), which no pass adds.
+        sp_load_tile<SP_UNROLL_RACE, FX>(row, g0, blockDim.x, vocab, full, sp_f(0x7FC00000u), x, fmt);
         SP_UNROLLED
         for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
-            const sp_u32 v0 = (g0 + u * blockDim.x) * 4u;
             // Unrolled, as every loop over a tile's or a mass's 4 elements here: an index known
             // at compile time keeps x, l and acc in registers (a loop left rolled indexes them
             // in local memory).
             SP_UNROLLED
             for (sp_u32 i = 0; i < 4u; ++i) {
-                if (v0 + i >= vocab) continue; // past the row's end: no id
                 const float w = lg ? sp_soft_e(x[u][i], st_t, st_m) : x[u][i];
                 const sp_u32 key = sp_wkey(w);
                 if (mode == SP_FP_MAX) {
                     mx = key > mx ? key : mx;
                     continue;
                 }
-                if (key < floor_) continue;
-                if (mode == SP_FP_MASS) {
+                if (mode == SP_FP_MASS_HIST && key - hot_lo > hot_span) {
+                    // Outside the hot range: out of the pass's range, or w >= 2^64 (stored
+                    // values that are not probabilities), counted as saturated.
+                    if (key - lo_key <= span) {
+                        SP_COLD_MARK();
+                        sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
+                        atomicAdd(reinterpret_cast<unsigned int*>(bin + 1u), 1u); // < V, no wrap
+                    }
+                    continue;
+                }
+                // (The hot range is inside the pass's: the mass histogram needs no second test.)
+                if (mode != SP_FP_MASS_HIST && key - lo_key > span) continue; // also key 0, pads
+                // w > 0 here: key is w's bits.
+                sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
+                if (mode == SP_FP_COUNT) {
+                    // A count: at most V < 2^32 in a bin's low word, which never wraps.
+                    atomicAdd(reinterpret_cast<unsigned int*>(bin), 1u);
+                } else if (mode == SP_FP_MASS_HIST) {
+                    sp_hist_add(bin, sp_fix_scaled(w, key)); // w < 2^64 (the hot range)
+                } else if (key >= 0x3F800000u) {
+                    // The kept mass, w >= 1: the largest weight of a logit row (e = 1) and
+                    // stored values of 1 or more; sp_fix_of's general limbs.
+                    SP_COLD_MARK();
                     const sp_fix f = sp_fix_of(w);
                     SP_UNROLLED
                     for (sp_u32 q = 0; q < 4u; ++q)
                         acc[q] += f.sat ? 0xFFFFFFFFull
                                         : (sp_u64)(q == f.j ? f.lo : q == f.j + 1u ? f.hi : 0u);
-                    continue;
-                }
-                if (level != 0u && (key >> (shift + 8u)) != (prefix >> (shift + 8u))) continue;
-                sp_u64* bin = hist + 4u * ((key >> shift) & 0xFFu);
-                if (mode == SP_FP_COUNT) {
-                    sp_hist_add(bin, 1u); // a count: below 2^32 (V < 2^32), never wraps
                 } else {
-                    const sp_fix f = sp_fix_of(w);
-                    if (f.sat) {
-                        SP_COLD_MARK(); // w >= 2^64: stored values that are not probabilities
-                        SP_UNROLLED
-                        for (sp_u32 q = 0; q < 4u; ++q) sp_hist_add(bin + q, 0xFFFFFFFFu);
-                    } else {
-                        if (f.lo != 0u) sp_hist_add(bin + f.j, f.lo);
-                        if (f.hi != 0u) sp_hist_add(bin + f.j + 1u, f.hi);
-                    }
+                    sp_u32 lo, hi;
+                    sp_fix_small(w, lo, hi);
+                    acc[0] += lo;
+                    acc[1] += hi;
                 }
             }
         }
@@ -1849,6 +1930,16 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
         __syncthreads(); // the histogram is complete
     }
 }
+// A mass histogram bin's mass (sp_fix_scaled), u128: (sum << s) - saturated, s of the bin's keys'
+// top digit; s >= 128 only for keys >= 2^64, all saturated (sum 0).
+__device__ __forceinline__ sp_u128 sp_bin_mass(const sp_u64* bin, sp_u32 top) {
+    const sp_u32 s = sp_fix_scale(top);
+    sp_u128 m = s < 128u ? sp_shl128(bin[0], s) : sp_shl128(0ull, 0u);
+    const sp_u64 sat = bin[1];
+    m.hi -= m.lo < sat ? 1ull : 0ull;
+    m.lo -= sat;
+    return m;
+}
 // The kept mass of the keys >= floor_.
 template <sp_u32 FX>
 __device__ sp_u128 sp_filter_mass(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
@@ -1860,7 +1951,7 @@ __device__ sp_u128 sp_filter_mass(const float* row, sp_u32 vocab, const sp_soft&
 // The radix descent (the reference's `descend`): the largest theta >= floor_ whose F(theta)
 // (count, or mass when `mass`, of the keys >= theta) satisfies the predicate (count >= topk, or
 // (F as f64) >= target); false if F(floor_) does not. Four histogram passes; thread 0 scans the
-// 256 bins from the top and hands the digit to the block through hist[1024..].
+// 256 bins from the top and hands the digit to the block through hist[SP_HIST_HAND..].
 template <sp_u32 FX>
 __device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
                            sp_u32 floor_, bool mass, sp_u32 topk, double target, sp_u64* hist,
@@ -1869,7 +1960,7 @@ __device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bo
     sp_u128 above;
     above.lo = above.hi = 0ull;
     for (sp_u32 level = 0; level < 4u; ++level) {
-        for (sp_u32 i = threadIdx.x; i < 1024u; i += blockDim.x) hist[i] = 0ull;
+        for (sp_u32 i = threadIdx.x; i < SP_HIST_HAND; i += blockDim.x) hist[i] = 0ull;
         __syncthreads();
         sp_u64 unused[4];
         sp_filter_pass<FX>(row, vocab, st, lg, mass ? SP_FP_MASS_HIST : SP_FP_COUNT, level, prefix,
@@ -1879,8 +1970,16 @@ __device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bo
             sp_u64 chosen = 256ull; // none
             for (sp_u32 n = 0; n < 256u; ++n) {
                 const sp_u32 d = 255u - n;
-                const sp_u64* bin = hist + 4u * d;
-                with = sp_add128(acc, sp_from_limbs(bin[0], bin[1], bin[2], bin[3]));
+                const sp_u64* bin = hist + SP_HIST_BIN_WORDS * d;
+                sp_u128 g;
+                if (mass) {
+                    // The ids' top key digit: the bin's at level 0, the prefix's below.
+                    g = sp_bin_mass(bin, level == 0u ? d : prefix >> 24);
+                } else {
+                    g.lo = bin[0];
+                    g.hi = 0ull;
+                }
+                with = sp_add128(acc, g);
                 const bool ok = mass ? sp_u128_f64(with) >= target
                                      : (with.hi != 0ull || with.lo >= (sp_u64)topk);
                 if (ok) {
@@ -1889,19 +1988,19 @@ __device__ bool sp_descend(const float* row, sp_u32 vocab, const sp_soft& st, bo
                 }
                 acc = with;
             }
-            hist[1024] = chosen;
-            hist[1025] = acc.lo;
-            hist[1026] = acc.hi;
-            hist[1027] = with.lo;
-            hist[1028] = with.hi;
+            hist[SP_HIST_HAND + 0u] = chosen;
+            hist[SP_HIST_HAND + 1u] = acc.lo;
+            hist[SP_HIST_HAND + 2u] = acc.hi;
+            hist[SP_HIST_HAND + 3u] = with.lo;
+            hist[SP_HIST_HAND + 4u] = with.hi;
         }
         __syncthreads();
-        const sp_u64 chosen = hist[1024];
+        const sp_u64 chosen = hist[SP_HIST_HAND + 0u];
         sp_u128 acc, with;
-        acc.lo = hist[1025];
-        acc.hi = hist[1026];
-        with.lo = hist[1027];
-        with.hi = hist[1028];
+        acc.lo = hist[SP_HIST_HAND + 1u];
+        acc.hi = hist[SP_HIST_HAND + 2u];
+        with.lo = hist[SP_HIST_HAND + 3u];
+        with.hi = hist[SP_HIST_HAND + 4u];
         __syncthreads(); // read by every thread before the next level clears and writes
         if (chosen == 256ull) return false;
         above = acc;

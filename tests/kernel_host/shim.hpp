@@ -344,6 +344,9 @@ static inline float __uint_as_float(unsigned int u) { return std::bit_cast<float
 static inline long long __double_as_longlong(double d) { return std::bit_cast<long long>(d); }
 static inline double __longlong_as_double(long long u) { return std::bit_cast<double>(u); }
 
+// CUDA's and HIP's leading-zero count of a 64-bit word (64 for 0).
+static inline int __clzll(long long x) { return std::countl_zero(static_cast<unsigned long long>(x)); }
+
 static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
     return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
 }

@@ -401,6 +401,140 @@ fn mixed_methods_differ_from_a_single_method() {
     assert_ne!(mixed, single);
 }
 
+/// The filters' histogram shortcuts (core/kernels/specula_verify.cu, `sp_filter_pass`): the
+/// ids of key 0 left out of every pass (and with them the ids past the row's end), and the mass
+/// histogram's one scaled value per weight (`sp_fix_scaled`: its scale's break at top key digit
+/// 43, i.e. weights around 2^-41, weights of 1 and more, and weights of 2^64 and more, which
+/// saturate: exactly 2^64 among them, where treating it as unsaturated changes the mass most). Stored target rows, each scaled by a power of two from the subnormals to beyond
+/// 2^64, with zeros, negative, NaN and infinite values, the smallest subnormal and ties; top-k
+/// around the number of positive weights, top-p and min-p; vocabularies that end inside a
+/// tile: every host gives the reference's bits. (Scaled rows make the kept set, not only the
+/// low bits of the kept mass, depend on the tiny or huge weights' masses.)
+#[test]
+fn filter_key_zero_and_row_end_cases() {
+    // 2^64 <= w < 2^65 (scale 65, and 69 for the ties) is the first saturated digit.
+    let scales = [
+        -140i32, -100, -60, -46, -43, -42, -41, -38, 0, 20, 40, 62, 63, 64, 65, 69, 90,
+    ];
+    let specials = [
+        0.0f32,
+        -0.0,
+        -0.5,
+        f32::NAN,
+        f32::NEG_INFINITY,
+        1e-45,
+        f32::INFINITY,
+    ];
+    for vocab in [37usize, 1003] {
+        let mut g = Gen(0x13_F117 ^ vocab as u64);
+        let k_max = 2usize;
+        // Each (scale, row shape) in 4 requests of their own rows and streams: a request shows
+        // its filtered rows through a token or two only.
+        let b = 8 * scales.len();
+        let mut target = vec![0f32; b * (k_max + 1) * vocab];
+        let mut peaks = vec![0usize; b * (k_max + 1)];
+        for (r, row) in target.chunks_exact_mut(vocab).enumerate() {
+            let req = r / (k_max + 1);
+            let scale = 2f32.powi(scales[req % scales.len()]);
+            let peak = g.below(vocab);
+            peaks[r] = peak;
+            // The first request of each scale: a peaked row (one weight of about 0.6, groups
+            // of ties) with every special; the second: a flat one (ties and a spread
+            // background), whose kept set then decides the outputs, without infinities.
+            let tie = g.unit();
+            let first = (req / scales.len()) % 2 == 0;
+            for (i, x) in row.iter_mut().enumerate() {
+                let base = if i == peak && first {
+                    0.6
+                } else if g.chance(1, 4) {
+                    tie * 0.05
+                } else {
+                    let u = g.unit();
+                    u * u * u * 0.1
+                };
+                *x = base * scale;
+                // Exactly 2^64 (the smallest saturated weight) among the large scales.
+                if scales[req % scales.len()] >= 62 && g.chance(1, 16) {
+                    *x = 2f32.powi(64);
+                }
+                if g.chance(1, 8) {
+                    let n = if first { 7 } else { 6 };
+                    *x = specials[g.below(n)];
+                }
+            }
+        }
+        let mut draft = vec![0f32; b * k_max * vocab];
+        for r in draft.chunks_exact_mut(vocab) {
+            let peak = g.below(vocab);
+            for (i, x) in r.iter_mut().enumerate() {
+                *x = if i == peak {
+                    0.5
+                } else {
+                    0.5 / (vocab - 1) as f32
+                };
+            }
+        }
+        // Draft ids: the target row's peak half of the time (acceptance is then decided by
+        // the filtered, renormalised target), else any id (often cut by the filter).
+        let ids: Vec<u32> = (0..b * k_max)
+            .map(|i| {
+                let r = (i / k_max) * (k_max + 1) + i % k_max;
+                if g.chance(1, 2) {
+                    peaks[r] as u32
+                } else {
+                    g.below(vocab) as u32
+                }
+            })
+            .collect();
+        let positive = |r: usize| {
+            target[r * vocab..(r + 1) * vocab]
+                .iter()
+                .filter(|&&x| x > 0.0)
+                .count()
+        };
+        // Every scale with top-p below 1 in both of its requests, top-k and min-p in turn.
+        let filters: Vec<Filter> = (0..b)
+            .map(|q| {
+                let (i, j) = (q % scales.len(), (q / scales.len()) % 2);
+                let row = q * (k_max + 1);
+                let top_k = match (i + 3 * j) % 6 {
+                    0 => 0,
+                    1 => 1,
+                    2 => positive(row) as u32, // the last positive weight's key
+                    3 => positive(row) as u32 + 1, // more than the positive weights, <= V
+                    4 => vocab as u32,
+                    _ => vocab as u32 + 3,
+                };
+                let top_p = [0.9f32, 0.5, 0.999, 0.1][(i + j) % 4];
+                let min_p = [0.0f32, 1e-3, 0.0, 0.5][(i + 2 * j) % 4];
+                Filter::NONE
+                    .with_top_k(top_k)
+                    .with_top_p(top_p)
+                    .with_min_p(min_p)
+            })
+            .collect();
+        let k: Vec<u32> = (0..b).map(|i| [2u32, 1, 0][i % 3]).collect();
+        let seed: Vec<u64> = (0..b as u64).map(|i| 17 + i).collect();
+        let offset: Vec<u64> = (0..b as u64).map(|i| 5 * i).collect();
+        let batch = Batch::dense(
+            Dims { vocab, k_max },
+            Drafts { k: &k, ids: &ids },
+            &target,
+            Streams {
+                seed: &seed,
+                offset: &offset,
+            },
+        )
+        .with_draft_probs(&draft)
+        .with_filters(&filters);
+        for method in METHODS {
+            for h in &mut hosts() {
+                check(h, method, &batch, &format!("scaled rows, V={vocab}"));
+            }
+        }
+    }
+}
+
 /// The softmax maximum of logit rows whose largest value is a hostile one (NaN, ±0, ±∞,
 /// subnormals, values whose quotient by `t` overflows or underflows), at temperatures from
 /// tiny to huge, with and without a filter: every host gives the reference's bits. (The
