@@ -243,6 +243,129 @@ impl Weights for OneHot<'_> {
     }
 }
 
+/// What a [`CutRow`]'s race subtracts from the probabilities: nothing (the plain race), a
+/// binary32 draft row (the residual), or `1.0` at one token (a drafter without probabilities).
+#[derive(Clone, Copy)]
+pub(crate) enum Minus<'a> {
+    Nothing,
+    Draft(&'a [f32]),
+    OneHot(u32),
+}
+
+/// The race weights of the probabilities `p_v = cut.p(w_v)` of weights `w` that were never
+/// written out (a softmax row's weights, or stored probabilities), minus [`Minus`]: the race
+/// reads the weights and divides only at the ids its skip test leaves open (about `ln V` per
+/// race), where the written-out row cost a division per id, a store and a reload of every id.
+///
+/// Why the race gives the bits of the written row's race (`Row`, `Residual`, `OneHot` over
+/// `p`): [`block`](Weights::block) returns, for each id, `RN32(w·u)` with `u = up ≥ 1/S` for
+/// `w > 0` and `u = down ≤ 1/S` otherwise (`0` below the cut's threshold, as `p`), minus the
+/// draft part in binary32, as those rows' blocks subtract it. Rounding is monotone, so
+/// `RN32(w·u) ≥ RN32(w/S) = p` (for `w ≤ 0` too: `w·down ≥ w/S` there; NaN stays NaN), and
+/// then `RN32(that − q) ≥ RN32(p − q)`: each block value is at least the written row's. The
+/// skip test rules an id out only when its value lies below a bound, so every id it rules out
+/// here it rules out there (whose proof covers the key), and every id open there (value `> 0`)
+/// is open here. An id open here alone gets its exact key from [`exact`](Weights::exact),
+/// which is the written row's weight where it is `> 0` and `−∞` (never a best: every best has
+/// a key `≥ 0`, [`Best::NO_RACE`] is `−1`) where it is not, the weight for which the written
+/// row has no candidate. So the race sees the same candidates with the same keys plus
+/// candidates that never win: the same best.
+#[derive(Clone, Copy)]
+pub(crate) struct CutRow<'a> {
+    w: &'a [f32],
+    cut: specula_core::verify::Cut,
+    up: f32,
+    down: f32,
+    minus: Minus<'a>,
+}
+
+impl<'a> CutRow<'a> {
+    /// The race weights `cut.p(w_v)` minus `minus` (`minus`'s draft row as long as `w`), or
+    /// `None` where the cut's sum is 0 or its reciprocal out of the normal binary32 range
+    /// (the caller writes the row out then).
+    pub(crate) fn new(w: &'a [f32], cut: specula_core::verify::Cut, minus: Minus<'a>) -> Option<Self> {
+        let s = (cut.fixed as f64) * (1.0 / 18_446_744_073_709_551_616.0);
+        // `1/s` to within a binary64 rounding, widened by far more than that and rounded
+        // outwards to binary32: `down ≤ 1/S ≤ up`.
+        let r = 1.0 / s;
+        let (hi, lo) = (r * (1.0 + 1e-12), r * (1.0 - 1e-12));
+        let mut up = hi as f32;
+        if f64::from(up) < hi {
+            up = f32::from_bits(up.to_bits() + 1);
+        }
+        let mut down = lo as f32;
+        if f64::from(down) > lo {
+            down = f32::from_bits(down.to_bits() - 1);
+        }
+        if cut.fixed == 0 || !up.is_finite() || !down.is_normal() {
+            return None;
+        }
+        if let Minus::Draft(d) = minus {
+            debug_assert_eq!(d.len(), w.len());
+        }
+        Some(Self {
+            w,
+            cut,
+            up,
+            down,
+            minus,
+        })
+    }
+
+    /// The same probabilities minus `minus` instead.
+    pub(crate) fn minus(self, minus: Minus<'a>) -> Self {
+        if let Minus::Draft(d) = minus {
+            debug_assert_eq!(d.len(), self.w.len());
+        }
+        Self { minus, ..self }
+    }
+}
+
+impl Weights for CutRow<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.w.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        let mut w = [0f32; N];
+        load(self.w, start, end, &mut w);
+        let th = self.cut.threshold;
+        // Padding is 0: `0·u = 0`, minus a padded 0: never a candidate.
+        for i in 0..N {
+            let key = if w[i] > 0.0 { w[i].to_bits() } else { 0 };
+            let u = if w[i] > 0.0 { self.up } else { self.down };
+            out[i] = if key >= th { w[i] * u } else { 0.0 };
+        }
+        match self.minus {
+            Minus::Nothing => {}
+            Minus::Draft(d) => {
+                let mut q = [0f32; N];
+                load(d, start, end, &mut q);
+                for i in 0..N {
+                    out[i] -= q[i];
+                }
+            }
+            Minus::OneHot(t) => {
+                let t = t as usize;
+                if t >= start && t < end && t - start < N {
+                    out[t - start] -= 1.0;
+                }
+            }
+        }
+    }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        let p = f64::from(self.cut.p(self.w[v]));
+        let x = match self.minus {
+            Minus::Nothing => p,
+            Minus::Draft(d) => p - f64::from(d[v]),
+            Minus::OneHot(t) => p - if v == t as usize { 1.0 } else { 0.0 },
+        };
+        if x > 0.0 { x } else { f64::NEG_INFINITY }
+    }
+}
+
 /// The skip test's margin: absorbs the roundings between the `f32` test and the exact key
 /// (the `f32` copy of the lane's best key, two `f32` products, the `f32` weight, the `f64`
 /// division and the map's error `ETA`), together below `(1 + 2⁻²⁴)⁴·(1 + 2⁻⁴⁷) < 1 + 2⁻²¹`.
