@@ -42,7 +42,6 @@ use ops::SplitOps;
 use kernels::SumBound;
 use rayon::prelude::*;
 use shortcut::{Found, quick_accept};
-use unwritten::{CpuOps, UnwrittenRow};
 use specula_core::verify::exponential::accepts;
 use specula_core::verify::philox::accept_draw;
 use specula_core::verify::recovered_at;
@@ -55,6 +54,7 @@ use specula_core::verify::{
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
+use unwritten::{CpuOps, UnwrittenRow};
 
 /// Locks the counters. A panic while holding the lock is impossible (the critical sections only
 /// copy and add integers), and even then the counters would be whole, so poison is ignored.

@@ -283,7 +283,11 @@ impl<'a> CutRow<'a> {
     /// The race weights `cut.p(w_v)` minus `minus` (`minus`'s draft row as long as `w`), or
     /// `None` where the cut's sum is 0 or its reciprocal out of the normal binary32 range
     /// (the caller writes the row out then).
-    pub(crate) fn new(w: &'a [f32], cut: specula_core::verify::Cut, minus: Minus<'a>) -> Option<Self> {
+    pub(crate) fn new(
+        w: &'a [f32],
+        cut: specula_core::verify::Cut,
+        minus: Minus<'a>,
+    ) -> Option<Self> {
         let s = (cut.fixed as f64) * (1.0 / 18_446_744_073_709_551_616.0);
         // `1/s` to within a binary64 rounding, widened by far more than that and rounded
         // outwards to binary32: `down ≤ 1/S ≤ up`.
