@@ -1067,3 +1067,71 @@ fn unwritten_row_blocks_bound_the_written_ones() {
     }
     assert!(checked > 100_000);
 }
+
+/// Times the first reads of rows that are not in the cache (each pass over 64 rows of 128k
+/// binary32 logits, 32 MiB, in turn; `cargo test --release -p specula --lib -- --ignored
+/// --nocapture first_read_timing`), µs per row, in this thread's CPU time.
+#[test]
+#[ignore = "timing, run by hand"]
+fn first_read_timing() {
+    fn cpu_s() -> f64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    }
+    let (v, rows) = (128 * 1024, 64);
+    let mut x = 0x1234_5678u32;
+    let data: Vec<f32> = (0..v * rows)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            3.0 * ((x >> 8) as f32 / 16_777_216.0 + 1e-6).ln()
+        })
+        .collect();
+    let bf: Vec<u16> = data.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+    let t = 0.8;
+    let time = |name: &str, f: &mut dyn FnMut(usize)| {
+        let c0 = cpu_s();
+        let mut n = 0;
+        while cpu_s() - c0 < 1.0 {
+            for r in 0..rows {
+                f(r);
+            }
+            n += rows;
+        }
+        println!("{name:<36} {:8.1} us", (cpu_s() - c0) / n as f64 * 1e6);
+    };
+    for isa in Isa::available() {
+        let row = |r: usize| &data[r * v..(r + 1) * v];
+        let brow = |r: usize| Bf16Row(&bf[r * v..(r + 1) * v]);
+        time(&format!("{isa:?} read (sum)"), &mut |r| {
+            std::hint::black_box(row(r).iter().fold(0f32, |a, &b| a + b));
+        });
+        time(&format!("{isa:?} max"), &mut |r| {
+            std::hint::black_box(softmax_max(isa, row(r), t));
+        });
+        time(&format!("{isa:?} max, then bound"), &mut |r| {
+            let m = softmax_max(isa, row(r), t);
+            std::hint::black_box(sum_bound(isa, row(r), t, Some(m)));
+        });
+        time(&format!("{isa:?} bound (max in chunks)"), &mut |r| {
+            std::hint::black_box(sum_bound(isa, row(r), t, None));
+        });
+        time(&format!("{isa:?} bf16 span"), &mut |r| {
+            std::hint::black_box(softmax_max_of(isa, brow(r), t));
+        });
+        time(&format!("{isa:?} bf16 span, then bound"), &mut |r| {
+            let m = softmax_max_of(isa, brow(r), t);
+            std::hint::black_box(sum_bound(isa, brow(r), t, Some(m.m)));
+        });
+        time(&format!("{isa:?} bf16 bound (max in chunks)"), &mut |r| {
+            std::hint::black_box(sum_bound(isa, brow(r), t, None));
+        });
+    }
+}
