@@ -298,12 +298,13 @@ impl RowState {
 /// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
 /// inputs), lazily: the acceptance test of row `j` needs only the row's reduction
 /// ([`RowState`]) and `p(x_j)`, so rows are reduced one by one until the first rejection `r`;
-/// only row `r` (the residual's, or the bonus row when all are accepted) is written out in
-/// full, rows after it are never read; many accepted positions are decided without their
-/// row's exact reduction ([`quick_accept`]). The one-request batch handed to
-/// [`verify_request`] holds the values the rules read (`d(x_j)` and `p(x_j)` at accepted
-/// positions, or a lower bound of `p(x_j)` that passes the same test; full rows at `r`), so
-/// the outputs are those of the full rows.
+/// only row `r` (the residual's, or the bonus row when all are accepted) is reduced in full,
+/// rows after it are never read; many accepted positions are decided without their row's
+/// exact reduction ([`quick_accept`]). The one-request batch handed to [`verify_request`]
+/// holds the values the rules read (`d(x_j)` and `p(x_j)` at accepted positions, or a lower
+/// bound of `p(x_j)` that passes the same test; at `r`, `p(x_r)` and `d(x_r)`, and row `r`
+/// either written out in full or, with the vectorised ops, raced over its weights in its
+/// slot's place: [`UnwrittenRow`]), so the outputs are those of the full rows.
 fn verify_rejection_lazy<O: CpuOps + ?Sized>(
     ops: &O,
     batch: &Batch<'_>,
