@@ -34,6 +34,7 @@ mod kernels;
 mod ops;
 mod shortcut;
 mod tree;
+mod unwritten;
 
 pub use ops::ChunkedOps;
 use ops::SplitOps;
@@ -53,6 +54,7 @@ use specula_core::verify::{
 use specula_core::{Counters, Readback};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
+use unwritten::{CpuOps, UnwrittenRow};
 
 /// Locks the counters. A panic while holding the lock is impossible (the critical sections only
 /// copy and add integers), and even then the counters would be whole, so poison is ignored.
@@ -268,6 +270,21 @@ impl RowState {
         }
     }
 
+    /// Where the row's values are for its race to run over them unwritten
+    /// ([`kernels::CutRow`]): the softmax weights, or binary32 stored probabilities with a cut;
+    /// `None` for the rest (unfiltered or half probabilities, or a cut whose sum's reciprocal
+    /// is out of range), which are written out.
+    /// `row`: the row as the batch holds it.
+    fn unwritten<'a>(&self, row: Values<'a>) -> Option<Unwritten<'a>> {
+        let at = match (self, row) {
+            (Self::Softmax(c), _) => Unwritten::Weights(*c),
+            (Self::Probs(c), Values::F32(p)) => Unwritten::Probs(p, *c),
+            _ => return None,
+        };
+        let (Unwritten::Weights(c) | Unwritten::Probs(_, c)) = at;
+        kernels::CutRow::new(&[], c, kernels::Minus::Nothing).map(|_| at)
+    }
+
     /// Writes the whole probability row (`wide`: scratch).
     fn write(&self, src: Src<'_>, weights: &[f32], out: &mut [f32], wide: &mut Vec<f32>) {
         match self {
@@ -281,13 +298,14 @@ impl RowState {
 /// Rejection sampling of a request that is not plain (logits at `t > 0`, filters, half
 /// inputs), lazily: the acceptance test of row `j` needs only the row's reduction
 /// ([`RowState`]) and `p(x_j)`, so rows are reduced one by one until the first rejection `r`;
-/// only row `r` (the residual's, or the bonus row when all are accepted) is written out in
-/// full, rows after it are never read; many accepted positions are decided without their
-/// row's exact reduction ([`quick_accept`]). The one-request batch handed to
-/// [`verify_request`] holds the values the rules read (`d(x_j)` and `p(x_j)` at accepted
-/// positions, or a lower bound of `p(x_j)` that passes the same test; full rows at `r`), so
-/// the outputs are those of the full rows.
-fn verify_rejection_lazy<O: RowOps + ?Sized>(
+/// only row `r` (the residual's, or the bonus row when all are accepted) is reduced in full,
+/// rows after it are never read; many accepted positions are decided without their row's
+/// exact reduction ([`quick_accept`]). The one-request batch handed to [`verify_request`]
+/// holds the values the rules read (`d(x_j)` and `p(x_j)` at accepted positions, or a lower
+/// bound of `p(x_j)` that passes the same test; at `r`, `p(x_r)` and `d(x_r)`, and row `r`
+/// either written out in full or, with the vectorised ops, raced over its weights in its
+/// slot's place: [`UnwrittenRow`]), so the outputs are those of the full rows.
+fn verify_rejection_lazy<O: CpuOps + ?Sized>(
     ops: &O,
     batch: &Batch<'_>,
     b: usize,
@@ -342,7 +360,7 @@ impl LazyScratch {
     }
 }
 
-fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
+fn verify_rejection_lazy_in<O: CpuOps + ?Sized>(
     ops: &O,
     batch: &Batch<'_>,
     b: usize,
@@ -367,8 +385,13 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     } = scratch;
     let probs = &mut probs[..(k + 1) * v];
     let mut draft = has_draft.then(|| &mut draft[..k * v]);
-    // Rows written in full (zeroed again before the buffers are handed back).
-    let mut full_rows = 0..0;
+    // The vectorised ops race over a row's weights: the full row is then not written.
+    let split = ops.split();
+    // Rows written in full (zeroed again before the buffers are handed back): of `probs`, and
+    // of `draft`.
+    let (mut full_row, mut full_draft) = (None, None);
+    // The full row raced unwritten: its position and where its values are.
+    let mut unwritten: Option<(usize, Unwritten)> = None;
     let mut r = k;
     for (j, &x) in ids.iter().enumerate() {
         let x = x as usize;
@@ -386,28 +409,50 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
                 let state = RowState::of(src, t, filter, known, weights, cands);
                 let pt = state.p(src, weights, x);
                 if !accepts(u, pt, pd) {
-                    state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
-                    full_rows = j..j + 1;
-                    if let (Some(dr), Some(d)) = (&mut draft, d) {
-                        kernels::widen_into(d, &mut dr[j * v..(j + 1) * v]);
-                    }
                     r = j;
-                    break;
+                    let at = split.and_then(|_| state.unwritten(row));
+                    // Unwritten, the race reads a binary32 draft row in place; a half one
+                    // is widened.
+                    let in_place = matches!(d, None | Some(Values::F32(_)));
+                    if at.is_none() || !in_place {
+                        if let (Some(dr), Some(d)) = (&mut draft, d) {
+                            kernels::widen_into(d, &mut dr[j * v..(j + 1) * v]);
+                            full_draft = Some(j);
+                        }
+                    }
+                    match at {
+                        Some(at) => unwritten = Some((j, at)),
+                        None => {
+                            state.write(src, weights, &mut probs[j * v..(j + 1) * v], wide);
+                            full_row = Some(j);
+                            break;
+                        }
+                    }
                 }
                 pt
             }
         };
         probs[j * v + x] = pt;
-        if let Some(dr) = &mut draft {
-            dr[j * v + x] = pd;
+        if full_draft.is_none() {
+            if let Some(dr) = &mut draft {
+                dr[j * v + x] = pd;
+            }
+        }
+        if r == j {
+            break;
         }
     }
     if r == k && batch.bonus.is_none() {
         if let Some(row) = batch.target_values_checked(b, k) {
             let src = Src::of(row, buf);
             let state = RowState::of(src, t, filter, None, weights, cands);
-            state.write(src, weights, &mut probs[k * v..], wide);
-            full_rows = k..k + 1;
+            match split.and_then(|_| state.unwritten(row)) {
+                Some(at) => unwritten = Some((k, at)),
+                None => {
+                    state.write(src, weights, &mut probs[k * v..], wide);
+                    full_row = Some(k);
+                }
+            }
         }
     }
     let k32 = [k as u32];
@@ -427,26 +472,63 @@ fn verify_rejection_lazy_in<O: RowOps + ?Sized>(
     if let Some(x) = &bonus {
         one = one.with_bonus(x);
     }
-    let acc = verify_request(ops, Method::Rejection, &one, 0, &mut tokens[..=k]);
+    // The unwritten row's weights and cut, raced in its slot's place.
+    let fused = match (unwritten, split) {
+        (Some((j, at)), Some(split)) => {
+            let (w, cut) = match at {
+                Unwritten::Weights(c) => (&weights[..v], c),
+                Unwritten::Probs(p, c) => (p, c),
+            };
+            let row = kernels::CutRow::new(w, cut, kernels::Minus::Nothing)
+                .expect("a row is left unwritten only where its cut allows it");
+            let draft = match full_draft {
+                Some(f) => draft.as_deref().map(|d| &d[f * v..(f + 1) * v]),
+                None if j < k => match batch.draft_values_checked(b, j) {
+                    Some(Values::F32(q)) => Some(q),
+                    _ => None,
+                },
+                None => None,
+            };
+            Some(UnwrittenRow {
+                inner: ops,
+                split,
+                slot: probs[j * v..].as_ptr(),
+                row,
+                draft,
+            })
+        }
+        _ => None,
+    };
+    let acc = match &fused {
+        Some(f) => verify_request(f, Method::Rejection, &one, 0, &mut tokens[..=k]),
+        None => verify_request(ops, Method::Rejection, &one, 0, &mut tokens[..=k]),
+    };
     for x in &mut tokens[k + 1..] {
         *x = SENTINEL;
     }
-    // Back to all zeros: the accepted positions' single values, then the full rows.
-    for (j, &x) in ids.iter().enumerate().take(r) {
+    // Back to all zeros: the drafted ids' single values, then the full rows.
+    for (j, &x) in ids.iter().enumerate().take((r + 1).min(k)) {
         probs[j * v + x as usize] = 0.0;
         if let Some(dr) = &mut draft {
             dr[j * v + x as usize] = 0.0;
         }
     }
-    for j in full_rows {
+    if let Some(j) = full_row {
         probs[j * v..(j + 1) * v].fill(0.0);
-        if j < k {
-            if let Some(dr) = &mut draft {
-                dr[j * v..(j + 1) * v].fill(0.0);
-            }
-        }
+    }
+    if let (Some(j), Some(dr)) = (full_draft, &mut draft) {
+        dr[j * v..(j + 1) * v].fill(0.0);
     }
     acc
+}
+
+/// Where an unwritten row's values are ([`RowState::unwritten`]).
+#[derive(Clone, Copy)]
+enum Unwritten<'a> {
+    /// The softmax weights, in the lazy path's `weights`, and their cut.
+    Weights(Cut),
+    /// The stored binary32 probabilities (the target row itself), and their cut.
+    Probs(&'a [f32], Cut),
 }
 
 /// Writes target row `row` as the probabilities request processing gives
@@ -491,7 +573,7 @@ fn cut_into(w: &[f32], filter: Filter, out: &mut [f32]) {
 ///
 /// With `rec` (the request's slots of the outputs' `recovered`), its recovered tokens are written
 /// too ([`fill_recovered_one`]), from the rows verification used.
-fn verify_one<O: RowOps + ?Sized>(
+fn verify_one<O: CpuOps + ?Sized>(
     ops: &O,
     method: Method,
     batch: &Batch<'_>,

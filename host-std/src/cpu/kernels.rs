@@ -243,6 +243,133 @@ impl Weights for OneHot<'_> {
     }
 }
 
+/// What a [`CutRow`]'s race subtracts from the probabilities: nothing (the plain race), a
+/// binary32 draft row (the residual), or `1.0` at one token (a drafter without probabilities).
+#[derive(Clone, Copy)]
+pub(crate) enum Minus<'a> {
+    Nothing,
+    Draft(&'a [f32]),
+    OneHot(u32),
+}
+
+/// The race weights of the probabilities `p_v = cut.p(w_v)` of weights `w` that were never
+/// written out (a softmax row's weights, or stored probabilities), minus [`Minus`]: the race
+/// reads the weights and divides only at the ids its skip test leaves open (about `ln V` per
+/// race), where the written-out row cost a division per id, a store and a reload of every id.
+///
+/// Why the race gives the bits of the written row's race (`Row`, `Residual`, `OneHot` over
+/// `p`): [`block`](Weights::block) returns, for each id, `RN32(w·u)` with `u = up ≥ 1/S` for
+/// `w > 0` and `u = down ≤ 1/S` otherwise (`0` below the cut's threshold, as `p`), minus the
+/// draft part in binary32, as those rows' blocks subtract it. Rounding is monotone, so
+/// `RN32(w·u) ≥ RN32(w/S) = p` (for `w ≤ 0` too: `w·down ≥ w/S` there; NaN stays NaN), and
+/// then `RN32(that − q) ≥ RN32(p − q)`: each block value is at least the written row's. The
+/// skip test rules an id out only when its value lies below a bound, so every id it rules out
+/// here it rules out there (whose proof covers the key), and every id open there (value `> 0`)
+/// is open here. An id open here alone gets its exact key from [`exact`](Weights::exact),
+/// which is the written row's weight where it is `> 0` and `−∞` (never a best: every best has
+/// a key `≥ 0`, [`Best::NO_RACE`] is `−1`) where it is not, the weight for which the written
+/// row has no candidate. So the race sees the same candidates with the same keys plus
+/// candidates that never win: the same best.
+#[derive(Clone, Copy)]
+pub(crate) struct CutRow<'a> {
+    w: &'a [f32],
+    cut: specula_core::verify::Cut,
+    up: f32,
+    down: f32,
+    minus: Minus<'a>,
+}
+
+impl<'a> CutRow<'a> {
+    /// The race weights `cut.p(w_v)` minus `minus` (`minus`'s draft row as long as `w`), or
+    /// `None` where the cut's sum is 0 or its reciprocal out of the normal binary32 range
+    /// (the caller writes the row out then).
+    pub(crate) fn new(
+        w: &'a [f32],
+        cut: specula_core::verify::Cut,
+        minus: Minus<'a>,
+    ) -> Option<Self> {
+        let s = (cut.fixed as f64) * (1.0 / 18_446_744_073_709_551_616.0);
+        // `1/s` to within a binary64 rounding, widened by far more than that and rounded
+        // outwards to binary32: `down ≤ 1/S ≤ up`.
+        let r = 1.0 / s;
+        let (hi, lo) = (r * (1.0 + 1e-12), r * (1.0 - 1e-12));
+        let mut up = hi as f32;
+        if f64::from(up) < hi {
+            up = f32::from_bits(up.to_bits() + 1);
+        }
+        let mut down = lo as f32;
+        if f64::from(down) > lo {
+            down = f32::from_bits(down.to_bits() - 1);
+        }
+        if cut.fixed == 0 || !up.is_finite() || !down.is_normal() {
+            return None;
+        }
+        if let Minus::Draft(d) = minus {
+            debug_assert_eq!(d.len(), w.len());
+        }
+        Some(Self {
+            w,
+            cut,
+            up,
+            down,
+            minus,
+        })
+    }
+
+    /// The same probabilities minus `minus` instead.
+    pub(crate) fn minus(self, minus: Minus<'a>) -> Self {
+        if let Minus::Draft(d) = minus {
+            debug_assert_eq!(d.len(), self.w.len());
+        }
+        Self { minus, ..self }
+    }
+}
+
+impl Weights for CutRow<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.w.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]) {
+        let mut w = [0f32; N];
+        load(self.w, start, end, &mut w);
+        let th = self.cut.threshold;
+        // Padding is 0: `0·u = 0`, minus a padded 0: never a candidate.
+        for i in 0..N {
+            let key = if w[i] > 0.0 { w[i].to_bits() } else { 0 };
+            let u = if w[i] > 0.0 { self.up } else { self.down };
+            out[i] = if key >= th { w[i] * u } else { 0.0 };
+        }
+        match self.minus {
+            Minus::Nothing => {}
+            Minus::Draft(d) => {
+                let mut q = [0f32; N];
+                load(d, start, end, &mut q);
+                for i in 0..N {
+                    out[i] -= q[i];
+                }
+            }
+            Minus::OneHot(t) => {
+                let t = t as usize;
+                if t >= start && t < end && t - start < N {
+                    out[t - start] -= 1.0;
+                }
+            }
+        }
+    }
+    #[inline(always)]
+    fn exact(&self, v: usize) -> f64 {
+        let p = f64::from(self.cut.p(self.w[v]));
+        let x = match self.minus {
+            Minus::Nothing => p,
+            Minus::Draft(d) => p - f64::from(d[v]),
+            Minus::OneHot(t) => p - if v == t as usize { 1.0 } else { 0.0 },
+        };
+        if x > 0.0 { x } else { f64::NEG_INFINITY }
+    }
+}
+
 /// The skip test's margin: absorbs the roundings between the `f32` test and the exact key
 /// (the `f32` copy of the lane's best key, two `f32` products, the `f32` weight, the `f64`
 /// division and the map's error `ETA`), together below `(1 + 2⁻²⁴)⁴·(1 + 2⁻⁴⁷) < 1 + 2⁻²¹`.
@@ -636,6 +763,8 @@ fn logit_max_range<R: LogitRow, const N: usize>(row: R) -> f32 {
     let body = len - len % N;
     let mut s = 0;
     while s < body {
+        // A row's first read: its lines asked for ahead ([`FIRST_READ_AHEAD`]).
+        row.prefetch::<N>(s + FIRST_READ_AHEAD);
         let c: [f32; N] = row.block(s);
         for l in 0..N {
             m[l] = if c[l] > m[l] { c[l] } else { m[l] };
@@ -685,6 +814,40 @@ pub(crate) trait LogitRow: Copy {
     fn half_bits(&self) -> Option<(Half16, &[u16])> {
         None
     }
+
+    /// Asks for the cache lines of ids `start .. start + N` ahead of their first read (a hint:
+    /// nothing past the row, no effect on any result); the default asks for nothing.
+    #[inline(always)]
+    fn prefetch<const N: usize>(&self, start: usize) {
+        let _ = start;
+    }
+}
+
+/// How far ahead of its reads a pass that reads a row first (from memory, not from the cache)
+/// asks for the row's lines, in ids: 8 KiB of binary32 values, 4 KiB of half ones. Without it
+/// such passes stalled on their loads wherever the lanes' work kept too few of them in flight
+/// (the sum bound's and the half rows' pattern span: about half of their time).
+const FIRST_READ_AHEAD: usize = 2048;
+
+/// Asks for the cache lines of `s[start .. start + n]` (clipped to `s`) to be brought into L1
+/// ahead of their first read, on x86-64; elsewhere nothing. A hint: no effect on any result.
+#[inline(always)]
+fn prefetch_lines<T>(s: &[T], start: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let per_line = (64 / std::mem::size_of::<T>()).max(1);
+        let end = s.len().min(start.saturating_add(n));
+        let mut i = start;
+        while i < end {
+            // SAFETY: `i < s.len()`, so the address lies inside `s`; a prefetch reads nothing
+            // into the program and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().add(i).cast::<i8>()) };
+            i += per_line;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, start, n);
 }
 
 impl LogitRow for &[f32] {
@@ -699,6 +862,10 @@ impl LogitRow for &[f32] {
     #[inline(always)]
     fn at(&self, i: usize) -> f32 {
         self[i]
+    }
+    #[inline(always)]
+    fn prefetch<const N: usize>(&self, start: usize) {
+        prefetch_lines(self, start, N);
     }
 }
 
@@ -824,6 +991,10 @@ impl LogitRow for F16Wide<'_> {
     fn at(&self, i: usize) -> f32 {
         Half16::F16.value(self.0[i])
     }
+    #[inline(always)]
+    fn prefetch<const N: usize>(&self, start: usize) {
+        prefetch_lines(self.0, start, N);
+    }
 }
 
 /// `LogitRow` for a half row type: the format's widening on load, its patterns for the table.
@@ -846,6 +1017,10 @@ macro_rules! half_row {
             #[inline(always)]
             fn half_bits(&self) -> Option<(Half16, &[u16])> {
                 Some(($format, self.0))
+            }
+            #[inline(always)]
+            fn prefetch<const N: usize>(&self, start: usize) {
+                prefetch_lines(self.0, start, N);
             }
         }
     };
@@ -1041,6 +1216,8 @@ fn max_mass_range<const N: usize>(p: &[f32]) -> (u32, u128) {
         let stop = body.min(s + PIECE_BLOCKS * N);
         let (mut a32, mut b32, mut c32) = ([0u32; N], [0u32; N], [0u32; N]);
         while s < stop {
+            // A row's first read: its lines asked for ahead ([`FIRST_READ_AHEAD`]).
+            prefetch_lines(p, s + FIRST_READ_AHEAD, N);
             let c: &[f32; N] = p[s..s + N].try_into().expect("N values");
             for l in 0..N {
                 let k = key(c[l]);

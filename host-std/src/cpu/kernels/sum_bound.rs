@@ -346,7 +346,17 @@ fn bound_range<R: LogitRow, const N: usize, const FMA: bool, const PROBE: bool>(
             }
             run.raise(mx.into_iter().fold(f32::NEG_INFINITY, softmax_max) / t);
         }
-        run.add::<N, FMA, PROBE>(c, (s..end).step_by(N).map(|b| row.block(b)));
+        // The next chunk is asked for while this one's weights are computed: the row's first
+        // read (from memory) then overlaps the arithmetic instead of following it (the chunk's
+        // maximum loop stalled on its loads for about half the pass's time).
+        let ahead = end - s;
+        run.add::<N, FMA, PROBE>(
+            c,
+            (s..end).step_by(N).map(|b| {
+                row.prefetch::<N>(b + ahead);
+                row.block(b)
+            }),
+        );
         s = end;
     }
     for i in body..len {

@@ -1,4 +1,5 @@
 use super::*;
+use specula_core::verify::Cut;
 
 /// The lane-wise softmax kernels give the core's bits (`softmax_max`, `softmax_fixed` of
 /// `softmax_exp`, `Softmax::p`) on every instruction set, for rows with −∞, NaN, +∞, huge
@@ -406,7 +407,6 @@ fn reciprocal_products_are_the_divisions_or_flagged() {
 /// `cut_write` gives `Cut::p` of every weight on every instruction set, kept or not.
 #[test]
 fn cut_write_matches_the_core() {
-    use specula_core::verify::Cut;
     let mut s = 0xC07_0F5u64;
     let mut next = || {
         s ^= s << 13;
@@ -836,5 +836,302 @@ fn f16_widening_is_the_cores_for_every_pattern() {
                 "len {len}"
             );
         }
+    }
+}
+
+/// Rows of weights for the [`CutRow`] tests: softmax-like weights in `(0, 1]`, some zero,
+/// NaN, negative, subnormal and above-1 values (stored probabilities are not checked for
+/// those), at lengths that leave partial blocks.
+fn cut_rows() -> Vec<Vec<f32>> {
+    let mut s = 0x0C07_2025u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut rows = Vec::new();
+    for (i, len) in [1usize, 5, 63, 64, 65, 200, 1000, 4099]
+        .into_iter()
+        .enumerate()
+    {
+        for mode in 0..3 {
+            let row = (0..len)
+                .map(|_| {
+                    let u = (next() >> 40) as f32 / (1u64 << 24) as f32;
+                    match (mode, next() % 50) {
+                        (1, 0) => f32::NAN,
+                        (1, 1) => -u,
+                        (1, 2) => f32::from_bits((next() % 0x0080_0000) as u32),
+                        (1, 3) => 1.0 + 3.0 * u,
+                        (_, 4..=9) => 0.0,
+                        // A peaked row: one large weight, a background spread over decades.
+                        (2, _) => (-30.0 * u).exp(),
+                        _ => u,
+                    }
+                })
+                .collect::<Vec<f32>>();
+            let mut row = row;
+            if mode == 2 {
+                row[(i * 7) % len] = 1.0;
+            }
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// The cuts of a row the tests race: every id (the softmax's own sum), a threshold in the
+/// middle of the keys, sums far from the row's (reciprocals just above and below binary32
+/// values), and sums whose reciprocals leave the binary32 range (no unwritten row).
+fn cuts_of(row: &[f32], next: &mut impl FnMut() -> u64) -> Vec<Cut> {
+    let fixed: u128 = row
+        .iter()
+        .map(|&w| specula_core::verify::weight_fixed(w.min(1.0)))
+        .fold(0, u128::wrapping_add);
+    let mid = row
+        .iter()
+        .copied()
+        .find(|w| *w > 0.0)
+        .map_or(0, f32::to_bits);
+    let mut cuts = vec![
+        Cut {
+            threshold: 0,
+            fixed,
+        },
+        Cut {
+            threshold: mid,
+            fixed,
+        },
+        Cut {
+            threshold: 0,
+            fixed: 1,
+        },
+        Cut {
+            threshold: 0,
+            fixed: 0,
+        },
+    ];
+    for _ in 0..6 {
+        // Sums between 2⁻³⁰ and 2³⁰ with random low bits.
+        let e = next() % 60;
+        cuts.push(Cut {
+            threshold: if next() % 2 == 0 { 0 } else { mid },
+            fixed: (u128::from(next()) | 1) << e >> 4,
+        });
+    }
+    cuts
+}
+
+/// The race over a [`CutRow`] (weights never written out) is the race over the written row
+/// (`cut_write`, then `Row`, `Residual` or `OneHot`), on every instruction set: rows with NaN,
+/// negative, subnormal and above-1 values, draft rows above and below the target, thresholds,
+/// and sums far from the row's.
+#[test]
+fn unwritten_rows_race_as_written_ones() {
+    let mut s = 0x5EED_0C07u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut raced = 0;
+    for (r, w) in cut_rows().iter().enumerate() {
+        let len = w.len();
+        let draft: Vec<f32> = w
+            .iter()
+            .map(|&x| {
+                let f = 0.5 + (next() >> 40) as f32 / (1u64 << 24) as f32;
+                if next() % 9 == 0 { -x } else { x * f }
+            })
+            .collect();
+        for cut in cuts_of(w, &mut next) {
+            let Some(row) = CutRow::new(w, cut, Minus::Nothing) else {
+                assert!(
+                    cut.fixed < 2,
+                    "row {r}: a plain sum must be raced unwritten"
+                );
+                continue;
+            };
+            let mut p = vec![0f32; len];
+            cut_write(Isa::Portable, w, cut, &mut p);
+            let token = (next() % len as u64) as u32;
+            for isa in Isa::available() {
+                for position in 0..3 {
+                    let rng = RaceRng {
+                        seed: next(),
+                        offset: next() % 1000,
+                        position,
+                    };
+                    let name = format!("{isa:?} row {r} cut {cut:?} position {position}");
+                    assert_eq!(
+                        race(isa, rng, row, 0, len),
+                        race(isa, rng, Row(&p), 0, len),
+                        "plain {name}"
+                    );
+                    assert_eq!(
+                        race(isa, rng, row.minus(Minus::Draft(&draft)), 0, len),
+                        race(
+                            isa,
+                            rng,
+                            Residual {
+                                target: &p,
+                                draft: &draft
+                            },
+                            0,
+                            len
+                        ),
+                        "residual {name}"
+                    );
+                    assert_eq!(
+                        race(isa, rng, row.minus(Minus::OneHot(token)), 0, len),
+                        race(isa, rng, OneHot { target: &p, token }, 0, len),
+                        "one-hot {name}"
+                    );
+                    raced += 1;
+                }
+            }
+        }
+    }
+    assert!(raced > 500);
+}
+
+/// What the proof of [`CutRow`] rests on, id by id: each block value is at least the written
+/// row's (so the skip test rules out no id the written row's keeps open), positive wherever
+/// the written row's is, and `exact` is the written row's weight where that is positive, else
+/// `−∞`. Fails when `up` is the nearest binary32 reciprocal instead of one rounded upwards.
+#[test]
+fn unwritten_row_blocks_bound_the_written_ones() {
+    let mut s = 0xB10C_0C07u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut checked = 0u64;
+    for w in &cut_rows() {
+        let len = w.len();
+        let draft: Vec<f32> = w.iter().map(|&x| x * 0.75).collect();
+        for cut in cuts_of(w, &mut next) {
+            let Some(row) = CutRow::new(w, cut, Minus::Nothing) else {
+                continue;
+            };
+            let mut p = vec![0f32; len];
+            cut_write(Isa::Portable, w, cut, &mut p);
+            for (un, wr) in [
+                (row, None),
+                (row.minus(Minus::Draft(&draft)), Some(&draft[..])),
+            ] {
+                for start in (0..len).step_by(16) {
+                    let (mut a, mut b) = ([0f32; 16], [0f32; 16]);
+                    un.block(start, len, &mut a);
+                    match wr {
+                        None => Row(&p).block(start, len, &mut b),
+                        Some(d) => Residual {
+                            target: &p,
+                            draft: d,
+                        }
+                        .block(start, len, &mut b),
+                    }
+                    for i in 0..16 {
+                        let (x, y) = (a[i], b[i]);
+                        assert!(
+                            x >= y || (x.is_nan() && y.is_nan()),
+                            "id {} cut {cut:?}: {x:e} below {y:e}",
+                            start + i
+                        );
+                        assert!(y <= 0.0 || y.is_nan() || x > 0.0);
+                        if start + i < len {
+                            let want = match wr {
+                                None => Row(&p).exact(start + i),
+                                Some(d) => Residual {
+                                    target: &p,
+                                    draft: d,
+                                }
+                                .exact(start + i),
+                            };
+                            let got = un.exact(start + i);
+                            if want > 0.0 {
+                                assert_eq!(got.to_bits(), want.to_bits());
+                            } else {
+                                assert_eq!(got, f64::NEG_INFINITY);
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100_000);
+}
+
+/// Times the first reads of rows that are not in the cache (each pass over 64 rows of 128k
+/// binary32 logits, 32 MiB, in turn; `cargo test --release -p specula --lib -- --ignored
+/// --nocapture first_read_timing`), µs per row, in this thread's CPU time.
+#[test]
+#[ignore = "timing, run by hand"]
+fn first_read_timing() {
+    fn cpu_s() -> f64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    }
+    let (v, rows) = (128 * 1024, 64);
+    let mut x = 0x1234_5678u32;
+    let data: Vec<f32> = (0..v * rows)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            3.0 * ((x >> 8) as f32 / 16_777_216.0 + 1e-6).ln()
+        })
+        .collect();
+    let bf: Vec<u16> = data.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+    let t = 0.8;
+    let time = |name: &str, f: &mut dyn FnMut(usize)| {
+        let c0 = cpu_s();
+        let mut n = 0;
+        while cpu_s() - c0 < 1.0 {
+            for r in 0..rows {
+                f(r);
+            }
+            n += rows;
+        }
+        println!("{name:<36} {:8.1} us", (cpu_s() - c0) / n as f64 * 1e6);
+    };
+    for isa in Isa::available() {
+        let row = |r: usize| &data[r * v..(r + 1) * v];
+        let brow = |r: usize| Bf16Row(&bf[r * v..(r + 1) * v]);
+        time(&format!("{isa:?} read (sum)"), &mut |r| {
+            std::hint::black_box(row(r).iter().fold(0f32, |a, &b| a + b));
+        });
+        time(&format!("{isa:?} max"), &mut |r| {
+            std::hint::black_box(softmax_max(isa, row(r), t));
+        });
+        time(&format!("{isa:?} max, then bound"), &mut |r| {
+            let m = softmax_max(isa, row(r), t);
+            std::hint::black_box(sum_bound(isa, row(r), t, Some(m)));
+        });
+        time(&format!("{isa:?} bound (max in chunks)"), &mut |r| {
+            std::hint::black_box(sum_bound(isa, row(r), t, None));
+        });
+        time(&format!("{isa:?} bf16 span"), &mut |r| {
+            std::hint::black_box(softmax_max_of(isa, brow(r), t));
+        });
+        time(&format!("{isa:?} bf16 span, then bound"), &mut |r| {
+            let m = softmax_max_of(isa, brow(r), t);
+            std::hint::black_box(sum_bound(isa, brow(r), t, Some(m.m)));
+        });
+        time(&format!("{isa:?} bf16 bound (max in chunks)"), &mut |r| {
+            std::hint::black_box(sum_bound(isa, brow(r), t, None));
+        });
     }
 }

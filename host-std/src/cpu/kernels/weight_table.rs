@@ -176,13 +176,19 @@ impl Span {
     }
 }
 
+/// How far ahead of its reads [`span_range`] asks for a row's lines, in ids (8 KiB).
+const SPAN_AHEAD: usize = 4096;
+
 /// The [`Span`] of a row's bits, `inf` the format's pattern of `+∞` (larger magnitudes NaN).
 #[inline(always)]
 pub(super) fn span_range<const N: usize>(row: &[u16], inf: u16) -> Span {
     let (mut pos, mut neg) = ([0u16; N], [0u16; N]);
     let (mut pos_v, mut neg_v) = ([0u16; N], [0x8000u16; N]);
     let mut chunks = row.chunks_exact(N);
-    for c in &mut chunks {
+    for (i, c) in (&mut chunks).enumerate() {
+        // This pass is a half row's first read: its lines are asked for well ahead (the
+        // lanes' work alone kept too few loads in flight to stream the row from memory).
+        super::prefetch_lines(row, i * N + SPAN_AHEAD, N);
         let c: &[u16; N] = c.try_into().expect("N values");
         for l in 0..N {
             let b = c[l];
