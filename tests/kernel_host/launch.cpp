@@ -14,6 +14,7 @@
 #define specula_verify_tree specula_kernel_tree_hip
 #define specula_verify_tree_half specula_kernel_tree_half_hip
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_hip
+#define SPECULA_HOST_SOFTMAX_TERMS specula_host_softmax_terms_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
@@ -23,6 +24,7 @@
 #define specula_verify_tree specula_kernel_tree_cuda
 #define specula_verify_tree_half specula_kernel_tree_half_cuda
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_cuda
+#define SPECULA_HOST_SOFTMAX_TERMS specula_host_softmax_terms_cuda
 #endif
 
 #include "../../core/kernels/specula_verify.cu"
@@ -61,4 +63,23 @@ extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block, unsi
     case 5: return specula_shim::launch(grid, block, [&] { specula_verify_tree_half(args); });
     default: return 1;
     }
+}
+
+// The softmax sum pass's per-id steps, for the tests that attack their proofs: for each of the
+// n logits l[i] at temperature t with row maximum m, q[i] = the bits of sp_quot (the quotient
+// without a division), w[i] = floor(exp_p(q - m) 2^64) as the pass adds it (sp_exp_w then
+// sp_soft_fixed_w, as h 2^32 + l: two u64 words, w[2i] = h, w[2i + 1] = l). Returns the row's
+// rc.ok (whether the pass takes sp_quot for this row).
+extern "C" int SPECULA_HOST_SOFTMAX_TERMS(float t, float m, const float* l, unsigned long long n,
+                                          unsigned int* q, unsigned long long* w) {
+    const sp_rcp rc = sp_rcp_of(t, m);
+    for (unsigned long long i = 0; i < n; ++i) {
+        const float z = sp_quot(l[i], t, rc);
+        q[i] = __float_as_uint(z);
+        sp_u64 h = 0ull, lo = 0ull;
+        sp_soft_fixed_w(sp_exp_w(z - m, 0x3F000000u), h, lo);
+        w[2 * i] = h;
+        w[2 * i + 1] = lo;
+    }
+    return rc.ok ? 1 : 0;
 }

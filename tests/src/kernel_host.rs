@@ -173,6 +173,57 @@ pub fn skip_barrier(mode: Mode, n: u32, ascending_only: bool) {
     }
 }
 
+unsafe extern "C" {
+    fn specula_host_softmax_terms_cuda(
+        t: f32,
+        m: f32,
+        l: *const f32,
+        n: u64,
+        q: *mut u32,
+        w: *mut u64,
+    ) -> i32;
+    fn specula_host_softmax_terms_hip(
+        t: f32,
+        m: f32,
+        l: *const f32,
+        n: u64,
+        q: *mut u32,
+        w: *mut u64,
+    ) -> i32;
+}
+
+/// The softmax sum pass's per-id steps, as the kernel text compiled in `mode` computes them, for
+/// the logits `l` of a row at temperature `t` whose largest quotient is `m`: the bits of the
+/// quotient without a division (`sp_quot`) and the pass's term `floor(exp_p(q - m) 2^64)` (as a
+/// `u128`) for each logit, and whether the pass takes that quotient for this row (`rc.ok`;
+/// otherwise it divides).
+#[must_use]
+pub fn softmax_terms(mode: Mode, t: f32, m: f32, l: &[f32]) -> (Vec<u32>, Vec<u128>, bool) {
+    let mut q = vec![0u32; l.len()];
+    let mut w = vec![0u64; 2 * l.len()];
+    let f = match mode {
+        Mode::Cuda => specula_host_softmax_terms_cuda,
+        Mode::Hip => specula_host_softmax_terms_hip,
+    };
+    // SAFETY: `l` holds `l.len()` floats, `q` as many u32 and `w` twice as many u64, each valid
+    // and unaliased for the call; the function reads and writes only those.
+    let ok = unsafe {
+        f(
+            t,
+            m,
+            l.as_ptr(),
+            l.len() as u64,
+            q.as_mut_ptr(),
+            w.as_mut_ptr(),
+        )
+    };
+    let terms = w
+        .chunks_exact(2)
+        .map(|p| (u128::from(p[0]) << 32) + u128::from(p[1]))
+        .collect();
+    (q, terms, ok != 0)
+}
+
 /// The kernel text run on the host as a [`Verifier`].
 #[derive(Clone, Debug)]
 pub struct KernelHost<const K: usize> {

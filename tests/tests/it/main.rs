@@ -13,6 +13,7 @@ mod gpu_tree_host;
 mod kernel_host;
 mod kernel_host_inputs;
 mod kernel_host_shim;
+mod kernel_host_softmax;
 mod readback_conformance;
 mod recovered;
 mod tree_half;
