@@ -749,6 +749,9 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 #ifndef SP_UNROLL_SOFTMAX
 #define SP_UNROLL_SOFTMAX 4u
 #endif
+#ifndef SP_UNROLL_SOFTMAX_HALF
+#define SP_UNROLL_SOFTMAX_HALF 8u
+#endif
 // A row is visited in groups of 4 ids (one Philox block each for the race): thread t takes groups
 // t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
 // group is whole, else as scalars. Each result is order-independent, so the split never matters.
@@ -1014,32 +1017,44 @@ __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, s
 // Its quotients z = RN(l / t) come from a reciprocal computed once per row (sp_rcp_of) and four
 // operations per id (sp_quot) where the row allows it (rc.ok, see the proof there), else from
 // the division, one uniform branch per tile.
+// One thread's tiles of U groups (fmt as FX allows, see sp_load_tile) into its (h, l).
+template <sp_u32 U, sp_u32 FX>
+__device__ __forceinline__ void sp_softmax_sum_tiles(const float* row, sp_u32 vocab, float t, float m,
+                                                     sp_u32 g_first, sp_u32 g_step, sp_u32 fmt,
+                                                     const sp_rcp& rc, sp_u32 hb, sp_u64& h, sp_u64& l) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const sp_u32 full = sp_full(row, vocab, fmt);
+    const sp_u32 step = g_step * U;
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float w[U][4];
+        sp_load_tile<U, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
+        if (rc.ok) {
+            SP_UNROLLED
+            for (sp_u32 n = 0; n < U * 4u; ++n) w[n / 4u][n % 4u] = sp_quot(w[n / 4u][n % 4u], t, rc);
+        } else {
+            SP_COLD_MARK(); // rows outside the proven range: the division
+            SP_UNROLLED
+            for (sp_u32 n = 0; n < U * 4u; ++n) w[n / 4u][n % 4u] = w[n / 4u][n % 4u] / t;
+        }
+        SP_UNROLLED
+        for (sp_u32 n = 0; n < U * 4u; ++n) sp_soft_fixed_w(sp_exp_w(w[n / 4u][n % 4u] - m, hb), h, l);
+    }
+}
+// Half rows take tiles of SP_UNROLL_SOFTMAX_HALF groups (8-byte loads: twice the groups of a
+// binary32 tile for the same bytes in flight per thread).
 template <sp_u32 FX = 0u>
 __device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, float m,
                                     sp_u32 g_first, sp_u32 g_step, sp_u64* s_red, sp_u64& hsum,
                                     sp_u64& lsum, sp_u32 fmt = SP_FMT_F32) {
     fmt = FX == SP_FX_ANY ? fmt : FX;
-    const sp_u32 groups = (vocab + 3u) / 4u;
-    const sp_u32 full = sp_full(row, vocab, fmt);
-    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
     const sp_rcp rc = sp_rcp_of(t, m);
     sp_u32 hb = 0x3F000000u; // 0.5, kept in a register (sp_exp_poly)
     SP_KEEP_IN_REGISTER(hb);
     sp_u64 h = 0ull, l = 0ull;
-    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
-        float w[SP_UNROLL_SOFTMAX][4];
-        sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
-        if (rc.ok) {
-            SP_UNROLLED
-            for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) w[n / 4u][n % 4u] = sp_quot(w[n / 4u][n % 4u], t, rc);
-        } else {
-            SP_COLD_MARK(); // rows outside the proven range: the division
-            SP_UNROLLED
-            for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) w[n / 4u][n % 4u] = w[n / 4u][n % 4u] / t;
-        }
-        SP_UNROLLED
-        for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) sp_soft_fixed_w(sp_exp_w(w[n / 4u][n % 4u] - m, hb), h, l);
-    }
+    if (fmt == SP_FMT_F32)
+        sp_softmax_sum_tiles<SP_UNROLL_SOFTMAX, 0u>(row, vocab, t, m, g_first, g_step, SP_FMT_F32, rc, hb, h, l);
+    else
+        sp_softmax_sum_tiles<SP_UNROLL_SOFTMAX_HALF, FX>(row, vocab, t, m, g_first, g_step, fmt, rc, hb, h, l);
     hsum = sp_block_reduce(h, false, s_red);
     lsum = sp_block_reduce(l, false, s_red);
 }
