@@ -538,3 +538,47 @@ fn logits_outside_the_fast_quotients_range_match_the_reference() {
         }
     }
 }
+
+/// Half logit rows with no filter (the softmax's own sum pass, which reads half rows in tiles
+/// of 8 groups: rows long enough for whole tiles at every block size here), bf16 and f16, at
+/// temperatures inside and outside the range of the quotients without a division, every
+/// method, one-block and split entries in both macro forms.
+#[test]
+fn half_logits_without_a_filter_match_in_whole_tiles() {
+    const V: usize = 9000;
+    let mut g = Gen(0x4A1F_7113);
+    let (k_max, b) = (2usize, 3usize);
+    let logits: Vec<f32> = (0..b * (k_max + 1) * V)
+        .map(|_| 16.0 * g.unit() - 12.0)
+        .collect();
+    let (lb, lh) = (to_bf16(&logits), to_f16(&logits));
+    let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(V) as u32).collect();
+    let draft: Vec<f32> = vec![1.0 / V as f32; b * k_max * V];
+    let k = [2u32, 1, 2];
+    let temps = [0.7f32, 1e-6, 1.3];
+    let (seed, offset) = ([4u64, 5, 6], [1u64, 2, 3]);
+    for values in [Half::Bf16(&lb), Half::F16(&lh)] {
+        let batch = Batch::dense(
+            Dims { vocab: V, k_max },
+            Drafts { k: &k, ids: &ids },
+            &draft,
+            Streams {
+                seed: &seed,
+                offset: &offset,
+            },
+        )
+        .with_target_logits_half(HalfLogits {
+            values,
+            temperature: &temps,
+        });
+        for method in METHODS {
+            for mut h in [
+                KernelHost::<K>::new(Mode::Cuda, 128).unwrap(),
+                KernelHost::<K>::with_slices(Mode::Cuda, 128, 3).unwrap(),
+                KernelHost::<K>::new(Mode::Hip, 64).unwrap(),
+            ] {
+                check(&mut h, method, &batch, "half rows, no filter");
+            }
+        }
+    }
+}
