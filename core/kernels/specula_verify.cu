@@ -527,7 +527,6 @@ struct sp_soft {
     sp_u32 tf;    // target format (SP_FMT_*)
     sp_u32 df;    // draft format
 };
-__device__ __forceinline__ float sp_soft_e(float l, float t, float m) { return sp_exp(l / t - m); }
 // ---- the quotient RN(l / t) without a division per id (the softmax's sum pass)
 // Per row (sp_rcp_of): y = RN(1 / t), one IEEE division, and y_lo = RN(fma(-t, y, 1) y). Per id
 // (sp_quot), four operations:
@@ -587,6 +586,16 @@ __device__ __forceinline__ float sp_quot(float l, float t, const sp_rcp& rc) {
     const float q0 = sp_fma(l, rc.y, p);
     const float r = sp_fma(-q0, t, l);
     return sp_fma(r, rc.y, q0);
+}
+// e = exp_p(RN(l / t) - m) for a logit l of the row whose largest quotient is m (every caller's
+// m: the row's softmax state). The quotient as the sum pass takes it, sp_quot in the proven
+// range: the reciprocal and the range test depend on t and m only, the same for every id of a
+// row pass, which the compiler computes once per row (hoisted out of the loops).
+__device__ __forceinline__ float sp_soft_e(float l, float t, float m) {
+    const sp_rcp rc = sp_rcp_of(t, m);
+    if (rc.ok) return sp_exp(sp_quot(l, t, rc) - m);
+    SP_COLD_MARK(); // rows outside the proven range: the division
+    return sp_exp(l / t - m);
 }
 __device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
     const float e = sp_soft_e(l, st.t, st.m);
