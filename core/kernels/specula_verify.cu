@@ -226,10 +226,14 @@ __device__ __forceinline__ sp_i32 sp_f2i32_fast(float x) {
 // RN(a b + c), one rounding (IEEE fusedMultiplyAdd). Only where a comment proves the fused
 // result is the one the rules' separate operations give (DETERMINISM.md: no contraction). The
 // kernel is compiled with contraction off everywhere (NVRTC --fmad=false, the host shim
-// -ffp-contract=off); this is the one way in.
+// -ffp-contract=off); this is the one way in. On CUDA devices an inline-asm block of the one
+// instruction: backend-cuda's toolchain test allows FMAs in the PTX only inside such blocks
+// (and ln_p's series division), so a contraction anywhere else still fails it.
 __device__ __forceinline__ float sp_fma(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
-    return __fmaf_rn(a, b, c);
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
 #else
     return __builtin_fmaf(a, b, c);
 #endif
@@ -587,13 +591,29 @@ __device__ __forceinline__ float sp_quot(float l, float t, const sp_rcp& rc) {
     const float r = sp_fma(-q0, t, l);
     return sp_fma(r, rc.y, q0);
 }
+// The same quotient from y alone (no y_lo: for loops that take e per id through sp_soft_e, where
+// ptxas recomputes y_lo's fused step per id instead of once per tile), five operations:
+//   q0 = RN(l y),  q1 = RN(q0 + RN(l - t q0) y),  q = RN(q1 + (l - t q1) y)   (the last three fused)
+// Under the same premises, the same claim. In (1), q0 = RN(l y) is within ulp(Q) / 2 + |Q| u <
+// 1.5 ulp(Q) of Q (not always faithful); r0 = RN(l - t q0) = -t e0 (1 + d), e0 = q0 - Q, |d| <= u
+// (r0 subnormal: within 2^-150 instead, which adds at most 2^-134 below), so q0 + r0 y = Q +
+// e0 (1 - t y (1 + d)) with |1 - t y (1 + d)| <= 2.01 u: within 2^-21 ulp(Q) of Q, and q1, its
+// rounding, is faithful; Markstein's theorem then gives q = RN(Q) (r1 exact: e_t + e_q1 >= -87).
+// (2) to (4) as above: |q| < 2^-69 for |Q| < 2^-70 (each step adds at most 2^-20 relatively and
+// 2^-134); for Q < -2^100 and l = -inf, q0 = -inf gives r0 = +inf and q1 = NaN, anything finite
+// stays within 2^-20 of Q relatively.
+__device__ __forceinline__ float sp_quot2(float l, float t, float y) {
+    const float q0 = l * y;
+    const float q1 = sp_fma(sp_fma(-q0, t, l), y, q0);
+    return sp_fma(sp_fma(-q1, t, l), y, q1);
+}
 // e = exp_p(RN(l / t) - m) for a logit l of the row whose largest quotient is m (every caller's
-// m: the row's softmax state). The quotient as the sum pass takes it, sp_quot in the proven
-// range: the reciprocal and the range test depend on t and m only, the same for every id of a
-// row pass, which the compiler computes once per row (hoisted out of the loops).
+// m: the row's softmax state). The quotient without a division in the proven range, sp_quot2:
+// the reciprocal and the range test depend on t and m only, the same for every id of a row
+// pass, and the compiler computes the reciprocal once per row (hoisted out of the loops).
 __device__ __forceinline__ float sp_soft_e(float l, float t, float m) {
     const sp_rcp rc = sp_rcp_of(t, m);
-    if (rc.ok) return sp_exp(sp_quot(l, t, rc) - m);
+    if (rc.ok) return sp_exp(sp_quot2(l, t, rc.y) - m);
     SP_COLD_MARK(); // rows outside the proven range: the division
     return sp_exp(l / t - m);
 }

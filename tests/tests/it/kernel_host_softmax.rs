@@ -1,8 +1,9 @@
-//! The softmax sum pass's per-id shortcuts in the kernel text (`core/kernels/specula_verify.cu`:
-//! `sp_quot`, the quotient `RN(l / t)` from a per-row reciprocal without a division, and
-//! `sp_exp_w` / `sp_soft_fixed_w`, the term `floor(exp_p(z - m) 2^64)` in one multiply and one
-//! conversion), executed on the host in both macro forms and attacked where their proofs (the
-//! comment above `sp_rcp`) are thin: whole binades of logits and near-midpoint quotients at
+//! The softmax passes' per-id shortcuts in the kernel text (`core/kernels/specula_verify.cu`:
+//! `sp_quot` and `sp_quot2`, the quotient `RN(l / t)` from a per-row reciprocal without a
+//! division, in the sum pass and in `sp_soft_e`; `sp_exp_w` / `sp_soft_fixed_w`, the sum's term
+//! `floor(exp_p(z - m) 2^64)` in one multiply and one conversion), executed on the host in both
+//! macro forms and attacked where their proofs (the comments above `sp_rcp` and `sp_quot2`) are
+//! thin: whole binades of logits and near-midpoint quotients at
 //! temperatures across the proven range and at its edges, bit for bit against the IEEE division;
 //! hostile logits (NaN, ±0, −∞, subnormals, quotients that underflow or overflow) against the
 //! rules' terms; and the cases that fail outside the range, so that a range test that let them in
@@ -85,10 +86,12 @@ fn quotients_without_a_division_are_the_ieee_quotients() {
         .collect();
     for mode in MODES {
         for &t in &whole {
-            let (q, _, ok) = softmax_terms(mode, t, 0.0, &binade);
-            assert!(ok, "{mode:?}: t = {t:e} is in the range");
-            for (&l, &q) in binade.iter().zip(&q) {
-                assert_eq!(q, (l / t).to_bits(), "{mode:?}: {l:e} / {t:e}");
+            let r = softmax_terms(mode, t, 0.0, &binade);
+            assert!(r.ok, "{mode:?}: t = {t:e} is in the range");
+            for (i, &l) in binade.iter().enumerate() {
+                let want = (l / t).to_bits();
+                assert_eq!(r.quot[i], want, "{mode:?}: sp_quot {l:e} / {t:e}");
+                assert_eq!(r.quot2[i], want, "{mode:?}: sp_quot2 {l:e} / {t:e}");
             }
         }
     }
@@ -117,13 +120,15 @@ fn quotients_without_a_division_are_the_ieee_quotients() {
             }
         }
         for mode in MODES {
-            let (q, _, ok) = softmax_terms(mode, t, 0.0, &logits);
-            assert!(ok, "{mode:?}: t = {t:e} is in the range");
+            let r = softmax_terms(mode, t, 0.0, &logits);
+            assert!(r.ok, "{mode:?}: t = {t:e} is in the range");
             let mut checked = 0usize;
-            for (&l, &q) in logits.iter().zip(&q) {
+            for (i, &l) in logits.iter().enumerate() {
                 let exact = (f64::from(l) / f64::from(t)).abs();
                 if (f64::from(pow2(-70))..=f64::from(pow2(100))).contains(&exact) {
-                    assert_eq!(q, (l / t).to_bits(), "{mode:?}: {l:e} / {t:e}");
+                    let want = (l / t).to_bits();
+                    assert_eq!(r.quot[i], want, "{mode:?}: sp_quot {l:e} / {t:e}");
+                    assert_eq!(r.quot2[i], want, "{mode:?}: sp_quot2 {l:e} / {t:e}");
                     checked += 1;
                 }
             }
@@ -137,8 +142,9 @@ fn quotients_without_a_division_are_the_ieee_quotients() {
 
 /// Hostile logits of the kinds the proof treats apart (NaN, ±0, −∞, subnormals, quotients below
 /// `2^-70`, quotients below `-2^100` and overflowing ones) and ordinary ones near the maximum,
-/// in rows whose maximum is 0, tiny, ordinary or at the range's end `±2^80`: the pass's term is
-/// the rules' for every logit whose quotient is at most the maximum (the premise; NaN included).
+/// in rows whose maximum is 0, tiny, ordinary or at the range's end `±2^80`: the sum pass's term
+/// and `sp_soft_e`'s `e` are the rules' for every logit whose quotient is at most the maximum
+/// (the premise; NaN included).
 #[test]
 fn softmax_terms_match_the_rules_for_hostile_logits() {
     let mut g = Gen(0x7E_A115);
@@ -202,14 +208,13 @@ fn softmax_terms_match_the_rules_for_hostile_logits() {
             // The premise: every quotient at most m (NaN never counts).
             logits.retain(|&l| (l / t).partial_cmp(&m) != Some(std::cmp::Ordering::Greater));
             for mode in MODES {
-                let (_, w, ok) = softmax_terms(mode, t, m, &logits);
-                assert!(ok, "{mode:?}: t = {t:e}, m = {m:e} is in the range");
-                for (&l, &w) in logits.iter().zip(&w) {
-                    assert_eq!(
-                        w,
-                        term(l, t, m),
-                        "{mode:?}: temperature {i} ({t:e}), m {j} ({m:e}), l = {l:e}"
-                    );
+                let r = softmax_terms(mode, t, m, &logits);
+                assert!(r.ok, "{mode:?}: t = {t:e}, m = {m:e} is in the range");
+                for (n, &l) in logits.iter().enumerate() {
+                    let what =
+                        format!("{mode:?}: temperature {i} ({t:e}), m {j} ({m:e}), l = {l:e}");
+                    assert_eq!(r.terms[n], term(l, t, m), "{what}: the sum's term");
+                    assert_eq!(r.e[n], exp_p(l / t - m).to_bits(), "{what}: sp_soft_e");
                 }
             }
         }
@@ -237,13 +242,25 @@ fn outside_the_range_the_pass_divides() {
             (3e-39, 1.0),
             (1e-40, 1e20),
         ] {
-            let (_, _, ok) = softmax_terms(mode, t, m, &[1.0]);
-            assert!(!ok, "{mode:?}: t = {t:e}, m = {m:e} must take the division");
+            let ls = [1.0f32, 0.5, -2.0];
+            let r = softmax_terms(mode, t, m, &ls);
+            assert!(
+                !r.ok,
+                "{mode:?}: t = {t:e}, m = {m:e} must take the division"
+            );
+            // sp_soft_e divides there: the rules' e.
+            for (&l, &e) in ls.iter().zip(&r.e) {
+                assert_eq!(
+                    e,
+                    exp_p(l / t - m).to_bits(),
+                    "{mode:?}: t = {t:e}, m = {m:e}"
+                );
+            }
         }
         // Inside the range: the ends themselves.
         for (t, m) in [(pow2(-16), pow2(80)), (pow2(16), -pow2(80))] {
             assert!(
-                softmax_terms(mode, t, m, &[1.0]).2,
+                softmax_terms(mode, t, m, &[1.0]).ok,
                 "{mode:?}: t = {t:e}, m = {m:e}"
             );
         }
@@ -259,25 +276,38 @@ fn outside_the_range_the_pass_divides() {
                 f32::from_bits(top.to_bits() - if i == 0 { 0 } else { g.below(1 << 10) as u32 })
             })
             .collect();
-        let (_, w, _) = softmax_terms(mode, t, m, &logits);
+        let r = softmax_terms(mode, t, m, &logits);
         let wrong = logits
             .iter()
-            .zip(&w)
+            .zip(&r.terms)
             .filter(|&(&l, &w)| w != term(l, t, m))
             .count();
         assert!(
             wrong > 0,
             "{mode:?}: the control found no wrong term at t = 1e-40"
         );
+        // sp_soft_e divides there (rc.ok is false): the rules' e for every logit.
+        for (&l, &e) in logits.iter().zip(&r.e) {
+            assert_eq!(
+                e,
+                exp_p(l / t - m).to_bits(),
+                "{mode:?}: sp_soft_e at t = 1e-40"
+            );
+        }
 
         // Control: l = +inf with a finite maximum (impossible in a row: its quotient is the
         // maximum) gives the term 0 where the rules give 2^64.
-        let (_, w, ok) = softmax_terms(mode, 1.0, 3.0, &[f32::INFINITY]);
-        assert!(ok);
+        let r = softmax_terms(mode, 1.0, 3.0, &[f32::INFINITY]);
+        assert!(r.ok);
         assert_ne!(
-            w[0],
+            r.terms[0],
             term(f32::INFINITY, 1.0, 3.0),
             "{mode:?}: +inf control"
+        );
+        assert_ne!(
+            r.e[0],
+            exp_p(f32::INFINITY).to_bits(),
+            "{mode:?}: +inf control, sp_soft_e"
         );
     }
 }
