@@ -1020,24 +1020,35 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 // entry, kept the division per id there (ptxas spilled more with it); since the tree entry calls
 // its softmax state out of line (sp_tree_state_f32) it takes the same one division per row.
 // FX as for sp_load_tile: the row's format is `fmt` (the softmax probes: FX = 0, binary32).
-template <sp_u32 FX = 0u>
-__device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
-                                      sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
-    fmt = FX == SP_FX_ANY ? fmt : FX;
+// One thread's tiles of U groups (fmt as FX allows) into its largest key.
+template <sp_u32 U, sp_u32 FX>
+__device__ __forceinline__ sp_u32 sp_softmax_max_tiles(const float* row, sp_u32 vocab, sp_u32 g_first,
+                                                       sp_u32 g_step, sp_u32 fmt) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const sp_u32 full = sp_full(row, vocab, fmt);
-    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
+    const sp_u32 step = g_step * U;
     sp_u32 key = sp_max_key(SP_NEG_INF);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
-        float w[SP_UNROLL_SOFTMAX][4];
-        sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
+        float w[U][4];
+        sp_load_tile<U, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
         SP_UNROLLED
-        for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) {
+        for (sp_u32 n = 0; n < U * 4u; ++n) {
             const float z = w[n / 4u][n % 4u];
             const sp_u32 kz = sp_max_key(z);
             key = kz > key ? kz : key;
         }
     }
+    return key;
+}
+// Half rows take tiles of SP_UNROLL_SOFTMAX_HALF groups, as in the sum pass (the same bytes in
+// flight per thread as a binary32 tile).
+template <sp_u32 FX = 0u>
+__device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
+                                      sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
+    fmt = FX == SP_FX_ANY ? fmt : FX;
+    const sp_u32 key = fmt == SP_FMT_F32
+                           ? sp_softmax_max_tiles<SP_UNROLL_SOFTMAX, 0u>(row, vocab, g_first, g_step, SP_FMT_F32)
+                           : sp_softmax_max_tiles<SP_UNROLL_SOFTMAX_HALF, FX>(row, vocab, g_first, g_step, fmt);
     const sp_u32 top = (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
     return sp_max_key(sp_max_of_key(top) / t);
 }
