@@ -223,6 +223,30 @@ __device__ __forceinline__ sp_i32 sp_f2i32_fast(float x) {
     return sp_f2i32(x);
 #endif
 }
+// RN(a b + c), one rounding (IEEE fusedMultiplyAdd). Only where a comment proves the fused
+// result is the one the rules' separate operations give (DETERMINISM.md: no contraction). The
+// kernel is compiled with contraction off everywhere (NVRTC --fmad=false, the host shim
+// -ffp-contract=off); this is the one way in. On CUDA devices an inline-asm block of the one
+// instruction: backend-cuda's toolchain test allows FMAs in the PTX only inside such blocks
+// (and ln_p's series division), so a contraction anywhere else still fails it.
+__device__ __forceinline__ float sp_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+    return r;
+#else
+    return __builtin_fmaf(a, b, c);
+#endif
+}
+// float -> u64 for x >= 0 (not NaN): truncation, 2^64 - 1 from 2^64 up (PTX cvt.rzi.u64.f32 on
+// CUDA devices, which saturates; an explicit test elsewhere, where C++ leaves it undefined).
+__device__ __forceinline__ sp_u64 sp_f2u64_sat(float x) {
+#if defined(__CUDA_ARCH__)
+    return __float2ull_rz(x);
+#else
+    return x >= 18446744073709551616.0f ? 0xFFFFFFFFFFFFFFFFull : (sp_u64)x;
+#endif
+}
 __device__ __forceinline__ sp_i64 sp_f2i64(float x) {
 #if defined(__CUDA_ARCH__)
     // PTX cvt.rzi.s64.f32 is exactly Rust's `as`: truncation, saturation to the i64 range, and
@@ -271,14 +295,19 @@ __device__ __forceinline__ float sp_ln(float x) {
 // is t's sign bit (one bit operation): the two differ from `t < 0` only at t = -0, where both
 // sums truncate to n = 0. With the early returns ptxas branched six times per element (the
 // range tests and sp_f2i32's).
-__device__ __forceinline__ float sp_exp(float x) {
+// The rules' (x - n C1) - n C2 takes one fused step for its first half: n C1 is exact wherever
+// the result is used (x in (-87, 88], so |n| <= 127: 7 bits times C1's 15 significant bits,
+// 0x3F317200), so RN(x - RN(n C1)) = RN(x - n C1) = fma(-n, C1, x); elsewhere the range cases
+// replace the result.
+// exp_p's steps up to the polynomial: n and p, exp_p(x) = p 2^n in its range. hb holds the bits
+// of 0.5 (0x3F000000; a register the caller keeps makes the +-0.5 one logic operation).
+__device__ __forceinline__ float sp_exp_poly(float x, sp_u32 hb, sp_i32& n) {
     const float t = x * sp_f(0x3FB8AA3Bu);
-    const float half = __uint_as_float(0x3F000000u | (__float_as_uint(t) & 0x80000000u)); // +-0.5
-    const sp_i32 n = sp_f2i32_fast(t + half);
+    const float half = __uint_as_float(hb | (__float_as_uint(t) & 0x80000000u)); // +-0.5
+    n = sp_f2i32_fast(t + half);
     const float nf = (float)n;
-    const float r1 = nf * sp_f(0x3F317200u);
     const float r2 = nf * sp_f(0x35BFBE8Eu);
-    const float r = (x - r1) - r2;
+    const float r = sp_fma(-nf, sp_f(0x3F317200u), x) - r2;
     float p = sp_f(0x3AB60B61u);
     float t2;
     t2 = r * p; p = sp_f(0x3C088889u) + t2;
@@ -287,12 +316,31 @@ __device__ __forceinline__ float sp_exp(float x) {
     t2 = r * p; p = 0.5f + t2;
     t2 = r * p; p = 1.0f + t2;
     t2 = r * p; p = 1.0f + t2;
+    return p;
+}
+__device__ __forceinline__ float sp_exp(float x) {
+    sp_i32 n;
+    const float p = sp_exp_poly(x, 0x3F000000u, n);
     float v = p * __uint_as_float(((sp_u32)n + 127u) << 23);
     // Not in DETERMINISM.md (which defines x <= 0 only) but in the Rust reference: above 88 the
     // power of two would not be a normal float. Only reachable with a negative "entropy", i.e.
     // target rows that are not probabilities.
     v = x > 88.0f ? sp_f(0x7F800000u) : v;
     return x > -87.0f ? v : 0.0f; // also NaN -> 0
+}
+// exp_p(x) 2^64 for the sum pass, for x <= 0 or NaN (there x = z - m with z <= m: m is the row's
+// largest quotient): the value whose floor sp_soft_fixed_w takes, p 2^(n + 64) in one multiply.
+// The same floor as floor(exp_p(x) 2^64), and >= 2^64 exactly when exp_p(x) >= 1: for x in
+// (-87, 0], n is in [-126, 0] (t <= 0 gives t +- 0.5 <= 0.5, see sp_exp for the lower end), so
+// 2^(n + 64) is normal and p 2^(n + 64) (p in [0.7, 1.5]) is p exactly scaled; when p 2^n is
+// normal it is exp_p(x) exactly scaled, and when it is not (exp_p(x) < 2^-126 or its rounding
+// up to 2^-126) both values are below 2^-61 and floor to 0. !(x > -87) (NaN too) gives 0, as
+// exp_p does; the rules' x > 88 case cannot occur.
+__device__ __forceinline__ float sp_exp_w(float x, sp_u32 hb) {
+    sp_i32 n;
+    const float p = sp_exp_poly(x, hb, n);
+    const float v = p * __uint_as_float(((sp_u32)n + 191u) << 23);
+    return x > -87.0f ? v : 0.0f;
 }
 
 // An empty asm that takes x and gives it back: the compiler can no longer recompute x from what
@@ -483,7 +531,92 @@ struct sp_soft {
     sp_u32 tf;    // target format (SP_FMT_*)
     sp_u32 df;    // draft format
 };
-__device__ __forceinline__ float sp_soft_e(float l, float t, float m) { return sp_exp(l / t - m); }
+// ---- the quotient RN(l / t) without a division per id (the softmax's sum pass)
+// Per row (sp_rcp_of): y = RN(1 / t), one IEEE division, and y_lo = RN(fma(-t, y, 1) y). Per id
+// (sp_quot), four operations:
+//   p = RN(l y_lo),  q0 = RN(l y + p),  r = RN(l - t q0),  q = RN(q0 + r y)   (the last three fused)
+// Claim: when rc.ok (2^-16 <= t <= 2^16 and |m| <= 2^80, NaN failing both) and m is the row's
+// largest quotient (RN(l / t) <= m for every l of the row, as sp_softmax_max_part gives m),
+// exp_p(q - m) = exp_p(RN(l / t) - m) for every l of the row, NaN and infinities included, and
+// q = RN(l / t) itself where 2^-70 <= |l / t| <= 2^100. Proof (binary32: p = 24, emin = -126;
+// Q = l / t, the real quotient; u = 2^-24):
+// (1) 2^-70 <= |Q| <= 2^100: q = RN(Q). y is normal and within half an ulp of 1 / t, so
+//     |1 - t y| <= u. rho = 1 - t y is exactly representable (the residual of a correctly rounded
+//     reciprocal, e_t + e_y >= -1 >= emin + p - 1), so fma(-t, y, 1) = rho, and y + rho / t = 1 / t.
+//     y_lo = rho y (1 + d1) with |d1| <= 2u (the roundings of y and of the product; rho = 0 when t
+//     is a power of two: y_lo = 0, y = 1 / t exactly). Hence l y + l y_lo = Q (1 + d) with |d| <=
+//     |rho| 2u <= 2u^2, and p = RN(l y_lo) adds at most |l y_lo| u + 2^-150 <= |Q| 1.01 u^2 + 2^-150
+//     (2^-150: p subnormal). So |l y + p - Q| <= 3.01 u^2 |Q| + 2^-150 < 2^-20 ulp(Q) (ulp(Q) >
+//     u |Q| and ulp(Q) >= 2^-93), and q0 = RN(l y + p) is within ulp(Q) / 2 + 2^-20 ulp(Q) of Q: one
+//     of the two binary32 numbers around Q (faithful), and normal. Markstein's theorem (P.
+//     Markstein, IBM J. Res. Dev. 34(1), 1990; machine-checked by D. Russinoff, ACL2 "markstein",
+//     and J. Harrison for the IA-64 division): |1 - t y| <= 2^-p and q0 faithful give r = l - t q0
+//     exactly representable and RN(q0 + r y) = RN(l / t), barring underflow and overflow: r's
+//     exactness needs e_t + e_q0 >= emin + p - 1 = -103 (here >= -16 - 71 = -87); |r| <= t ulp(Q)
+//     and |r y| <= 2 ulp(Q) are far from overflow (|Q| <= 2^100, t <= 2^16), and the fused
+//     q0 + r y rounds once, so q = fma(r, y, q0) = RN(Q).
+// (2) |Q| < 2^-70 (zeros included): |z| <= 2^-70 for z = RN(Q), and |q| < 2^-69 (as in (1), q0
+//     is within 2^-20 |Q| + 2^-149 of Q, |r y| within 1.01 times that plus 2^-133). If |m| >=
+//     2^-40, RN(x - m) = -m for |x| < 2^-67, a quarter of the smallest gap around m (ulp(m) / 2 >=
+//     2^-65), so z - m and q - m both round to -m. If |m| < 2^-40, both differences have magnitude
+//     below 2^-39, where exp_p is 1 (|x| < 2^-25: n = 0, r = x, the polynomial's last step RN(1 + x
+//     (1 + ..)) = 1, whatever the sign of a zero). Either way the same exp_p.
+// (3) Q > 2^100 cannot happen: RN(Q) <= m <= 2^80. Q < -2^100 (finite l): z - m < -2^99 and exp_p
+//     gives 0; q is -inf, or NaN (an infinite intermediate: l y overflows to -inf, then r = +inf
+//     and q = +inf - inf), or finite within 2^-20 relatively of Q as in (1), below -2^99: exp_p of
+//     q - m is 0 (NaN and anything below -87 give 0).
+// (4) l = -inf: z - m = -inf, exp_p 0; q is NaN (p is NaN when y_lo = 0, else +-inf; q0 is -inf or
+//     NaN; r = fma(+inf, t, -inf) = NaN), exp_p 0. l = NaN: both NaN, 0. l = +inf: RN(+inf / t) =
+//     +inf > m, excluded by the premise (q would be NaN, 0, where exp_p(+inf - m) is +inf).
+// Attacked on the host (tests/tests/it/kernel_host_softmax.rs): sp_quot against the IEEE division
+// bit for bit over whole binades of logits and near-midpoint quotients at temperatures across
+// the range and at its edges, the pass's terms against the rules' for hostile logits, and the
+// cases that fail outside the range (a subnormal temperature, whose y overflows; l = +inf).
+struct sp_rcp {
+    float y;   // RN(1 / t)
+    float ylo; // RN(RN(1 - t y) y)
+    bool ok;   // the row is in the range of the proof above
+};
+__device__ __forceinline__ sp_rcp sp_rcp_of(float t, float m) {
+    sp_rcp rc;
+    rc.y = 1.0f / t;
+    rc.ylo = sp_fma(-t, rc.y, 1.0f) * rc.y;
+    const float am = __uint_as_float(__float_as_uint(m) & 0x7FFFFFFFu); // |m|; NaN stays NaN
+    rc.ok = t >= sp_f(0x37800000u) && t <= sp_f(0x47800000u) && am <= sp_f(0x67800000u); // 2^-16, 2^16, 2^80
+    return rc;
+}
+__device__ __forceinline__ float sp_quot(float l, float t, const sp_rcp& rc) {
+    const float p = l * rc.ylo;
+    const float q0 = sp_fma(l, rc.y, p);
+    const float r = sp_fma(-q0, t, l);
+    return sp_fma(r, rc.y, q0);
+}
+// The same quotient from y alone (no y_lo: for loops that take e per id through sp_soft_e, where
+// ptxas recomputes y_lo's fused step per id instead of once per tile), five operations:
+//   q0 = RN(l y),  q1 = RN(q0 + RN(l - t q0) y),  q = RN(q1 + (l - t q1) y)   (the last three fused)
+// Under the same premises, the same claim. In (1), q0 = RN(l y) is within ulp(Q) / 2 + |Q| u <
+// 1.5 ulp(Q) of Q (not always faithful); r0 = RN(l - t q0) = -t e0 (1 + d), e0 = q0 - Q, |d| <= u
+// (r0 subnormal: within 2^-150 instead, which adds at most 2^-134 below), so q0 + r0 y = Q +
+// e0 (1 - t y (1 + d)) with |1 - t y (1 + d)| <= 2.01 u: within 2^-21 ulp(Q) of Q, and q1, its
+// rounding, is faithful; Markstein's theorem then gives q = RN(Q) (r1 exact: e_t + e_q1 >= -87).
+// (2) to (4) as above: |q| < 2^-69 for |Q| < 2^-70 (each step adds at most 2^-20 relatively and
+// 2^-134); for Q < -2^100 and l = -inf, q0 = -inf gives r0 = +inf and q1 = NaN, anything finite
+// stays within 2^-20 of Q relatively.
+__device__ __forceinline__ float sp_quot2(float l, float t, float y) {
+    const float q0 = l * y;
+    const float q1 = sp_fma(sp_fma(-q0, t, l), y, q0);
+    return sp_fma(sp_fma(-q1, t, l), y, q1);
+}
+// e = exp_p(RN(l / t) - m) for a logit l of the row whose largest quotient is m (every caller's
+// m: the row's softmax state). The quotient without a division in the proven range, sp_quot2:
+// the reciprocal and the range test depend on t and m only, the same for every id of a row
+// pass, and the compiler computes the reciprocal once per row (hoisted out of the loops).
+__device__ __forceinline__ float sp_soft_e(float l, float t, float m) {
+    const sp_rcp rc = sp_rcp_of(t, m);
+    if (rc.ok) return sp_exp(sp_quot2(l, t, rc.y) - m);
+    SP_COLD_MARK(); // rows outside the proven range: the division
+    return sp_exp(l / t - m);
+}
 __device__ __forceinline__ float sp_soft_p(float l, const sp_soft& st) {
     const float e = sp_soft_e(l, st.t, st.m);
     return st.s == 0.0 ? 0.0f : (float)((double)e / st.s);
@@ -556,16 +689,22 @@ __device__ __forceinline__ sp_u32 sp_max_key(float z) {
 __device__ __forceinline__ float sp_max_of_key(sp_u32 key) {
     return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
 }
-// floor(e 2^64) for e in [0, 1] as h 2^32 + l with h <= 2^32, l < 2^32 (both exact in binary32:
-// x = e 2^32 is exact, h = floor(x) is exactly representable, x - h exact, (x - h) 2^32 exact).
-// Per-thread and per-block sums of h and of l stay below 2^64 for any V < 2^32, so each is an
-// exact, order-free u64 sum (plain or atomicAdd), and F = H 2^32 + L.
+// floor(e 2^64) for e in [0, 1] (and +inf, which counts as 1: e = exp_p(..) is never NaN) as
+// h 2^32 + l, the words of one 64-bit conversion: e < 1 gives W = floor(e 2^64) < 2^64 (e 2^64
+// is exact in binary32, a power-of-two scaling of a normal or subnormal value, below 2^64, and
+// the conversion truncates, so W is the floor), h += W >> 32 and l += W mod 2^32; e >= 1
+// saturates the conversion to 2^64 - 1, and the 1 added to l makes it 2^64. Per-thread and
+// per-block sums of h (each < 2^32) and of l (each <= 2^32) stay below 2^64 for any V < 2^32,
+// so each is an exact, order-free u64 sum (plain or atomicAdd), and F = H 2^32 + L. The same
+// F as the split by binary32 steps it replaces (2026-12-07), in one conversion instead of three.
+__device__ __forceinline__ void sp_soft_fixed_w(float ew, sp_u64& h, sp_u64& l) {
+    const sp_u64 w = sp_f2u64_sat(ew);
+    h += w >> 32;
+    l += (w & 0xFFFFFFFFull) + (ew >= 18446744073709551616.0f ? 1ull : 0ull);
+}
+// The same for e itself (ew = e 2^64, exact).
 __device__ __forceinline__ void sp_soft_fixed(float e, sp_u64& h, sp_u64& l) {
-    const float x = e * 4294967296.0f;
-    const sp_u32 hi = x >= 4294967296.0f ? 0u : (sp_u32)x;
-    h += x >= 4294967296.0f ? 4294967296ull : (sp_u64)hi;
-    const float frac = x >= 4294967296.0f ? 0.0f : x - (float)hi;
-    l += (sp_u64)(sp_u32)(frac * 4294967296.0f);
+    sp_soft_fixed_w(e * 18446744073709551616.0f, h, l); // 2^64
 }
 // S = (F as f64) 2^-64 with F = H 2^32 + L as a 128-bit integer converted to nearest (ties to
 // even), as Rust's `u128 as f64`: the top 64 bits with the lost bits ORed into the lowest one
@@ -638,6 +777,9 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 #endif
 #ifndef SP_UNROLL_SOFTMAX
 #define SP_UNROLL_SOFTMAX 4u
+#endif
+#ifndef SP_UNROLL_SOFTMAX_HALF
+#define SP_UNROLL_SOFTMAX_HALF 8u
 #endif
 // A row is visited in groups of 4 ids (one Philox block each for the race): thread t takes groups
 // t, t + blockDim, ...; a group is loaded as one float4 when the row is 16-byte aligned and the
@@ -878,45 +1020,81 @@ __device__ __forceinline__ void sp_soft_tile(float w[U][4], const sp_soft* st) {
 // entry, kept the division per id there (ptxas spilled more with it); since the tree entry calls
 // its softmax state out of line (sp_tree_state_f32) it takes the same one division per row.
 // FX as for sp_load_tile: the row's format is `fmt` (the softmax probes: FX = 0, binary32).
-template <sp_u32 FX = 0u>
-__device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
-                                      sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
-    fmt = FX == SP_FX_ANY ? fmt : FX;
+// One thread's tiles of U groups (fmt as FX allows) into its largest key.
+template <sp_u32 U, sp_u32 FX>
+__device__ __forceinline__ sp_u32 sp_softmax_max_tiles(const float* row, sp_u32 vocab, sp_u32 g_first,
+                                                       sp_u32 g_step, sp_u32 fmt) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const sp_u32 full = sp_full(row, vocab, fmt);
-    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
+    const sp_u32 step = g_step * U;
     sp_u32 key = sp_max_key(SP_NEG_INF);
     for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
-        float w[SP_UNROLL_SOFTMAX][4];
-        sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
+        float w[U][4];
+        sp_load_tile<U, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
         SP_UNROLLED
-        for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n) {
+        for (sp_u32 n = 0; n < U * 4u; ++n) {
             const float z = w[n / 4u][n % 4u];
             const sp_u32 kz = sp_max_key(z);
             key = kz > key ? kz : key;
         }
     }
+    return key;
+}
+// Half rows take tiles of SP_UNROLL_SOFTMAX_HALF groups, as in the sum pass (the same bytes in
+// flight per thread as a binary32 tile).
+template <sp_u32 FX = 0u>
+__device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, sp_u32 g_first,
+                                      sp_u32 g_step, sp_u64* s_red, sp_u32 fmt = SP_FMT_F32) {
+    fmt = FX == SP_FX_ANY ? fmt : FX;
+    const sp_u32 key = fmt == SP_FMT_F32
+                           ? sp_softmax_max_tiles<SP_UNROLL_SOFTMAX, 0u>(row, vocab, g_first, g_step, SP_FMT_F32)
+                           : sp_softmax_max_tiles<SP_UNROLL_SOFTMAX_HALF, FX>(row, vocab, g_first, g_step, fmt);
     const sp_u32 top = (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
     return sp_max_key(sp_max_of_key(top) / t);
 }
 // The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
 // row's end read as -inf (e = 0).
+// Its quotients z = RN(l / t) come from a reciprocal computed once per row (sp_rcp_of) and four
+// operations per id (sp_quot) where the row allows it (rc.ok, see the proof there), else from
+// the division, one uniform branch per tile.
+// One thread's tiles of U groups (fmt as FX allows, see sp_load_tile) into its (h, l).
+template <sp_u32 U, sp_u32 FX>
+__device__ __forceinline__ void sp_softmax_sum_tiles(const float* row, sp_u32 vocab, float t, float m,
+                                                     sp_u32 g_first, sp_u32 g_step, sp_u32 fmt,
+                                                     const sp_rcp& rc, sp_u32 hb, sp_u64& h, sp_u64& l) {
+    const sp_u32 groups = (vocab + 3u) / 4u;
+    const sp_u32 full = sp_full(row, vocab, fmt);
+    const sp_u32 step = g_step * U;
+    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+        float w[U][4];
+        sp_load_tile<U, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
+        if (rc.ok) {
+            SP_UNROLLED
+            for (sp_u32 n = 0; n < U * 4u; ++n) w[n / 4u][n % 4u] = sp_quot(w[n / 4u][n % 4u], t, rc);
+        } else {
+            SP_COLD_MARK(); // rows outside the proven range: the division
+            SP_UNROLLED
+            for (sp_u32 n = 0; n < U * 4u; ++n) w[n / 4u][n % 4u] = w[n / 4u][n % 4u] / t;
+        }
+        SP_UNROLLED
+        for (sp_u32 n = 0; n < U * 4u; ++n) sp_soft_fixed_w(sp_exp_w(w[n / 4u][n % 4u] - m, hb), h, l);
+    }
+}
+// Half rows take tiles of SP_UNROLL_SOFTMAX_HALF groups (8-byte loads: twice the groups of a
+// binary32 tile for the same bytes in flight per thread).
 template <sp_u32 FX = 0u>
 __device__ void sp_softmax_sum_part(const float* row, sp_u32 vocab, float t, float m,
                                     sp_u32 g_first, sp_u32 g_step, sp_u64* s_red, sp_u64& hsum,
                                     sp_u64& lsum, sp_u32 fmt = SP_FMT_F32) {
     fmt = FX == SP_FX_ANY ? fmt : FX;
-    const sp_u32 groups = (vocab + 3u) / 4u;
-    const sp_u32 full = sp_full(row, vocab, fmt);
-    const sp_u32 step = g_step * SP_UNROLL_SOFTMAX;
+    const sp_rcp rc = sp_rcp_of(t, m);
+    sp_u32 hb = 0x3F000000u; // 0.5, kept in a register (sp_exp_poly)
+    SP_KEEP_IN_REGISTER(hb);
     sp_u64 h = 0ull, l = 0ull;
-    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
-        float w[SP_UNROLL_SOFTMAX][4];
-        sp_load_tile<SP_UNROLL_SOFTMAX, FX>(row, g0, g_step, vocab, full, SP_NEG_INF, w, fmt);
-        SP_UNROLLED
-        for (sp_u32 n = 0; n < SP_UNROLL_SOFTMAX * 4u; ++n)
-            sp_soft_fixed(sp_soft_e(w[n / 4u][n % 4u], t, m), h, l);
-    }
+    if (fmt == SP_FMT_F32)
+        sp_softmax_sum_tiles<SP_UNROLL_SOFTMAX, 0u>(row, vocab, t, m, g_first, g_step, SP_FMT_F32, rc, hb, h, l);
+    else
+        sp_softmax_sum_tiles<SP_UNROLL_SOFTMAX_HALF, FX>(row, vocab, t, m, g_first, g_step, fmt, rc, hb, h, l);
     hsum = sp_block_reduce(h, false, s_red);
     lsum = sp_block_reduce(l, false, s_red);
 }

@@ -15,6 +15,7 @@
 #define specula_verify_tree_half specula_kernel_tree_half_hip
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_hip
 #define SPECULA_HOST_RACE_BOUND specula_host_race_bound_hip
+#define SPECULA_HOST_SOFTMAX_TERMS specula_host_softmax_terms_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
@@ -25,6 +26,7 @@
 #define specula_verify_tree_half specula_kernel_tree_half_cuda
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_cuda
 #define SPECULA_HOST_RACE_BOUND specula_host_race_bound_cuda
+#define SPECULA_HOST_SOFTMAX_TERMS specula_host_softmax_terms_cuda
 #endif
 
 #include "../../core/kernels/specula_verify.cu"
@@ -89,4 +91,26 @@ extern "C" int SPECULA_HOST_LAUNCHER(unsigned int grid, unsigned int block, unsi
     case 5: return specula_shim::launch(grid, block, [&] { specula_verify_tree_half(args); });
     default: return 1;
     }
+}
+
+// The softmax passes' per-id steps, for the tests that attack their proofs: for each of the n
+// logits l[i] at temperature t with row maximum m, q[2i] = the bits of sp_quot (the sum pass's
+// quotient without a division), q[2i + 1] those of sp_quot2 (sp_soft_e's), w[2i], w[2i + 1] the
+// sum pass's term floor(exp_p(q - m) 2^64) as it adds it (sp_exp_w then sp_soft_fixed_w: h and
+// l, the term h 2^32 + l), e[i] the bits of sp_soft_e(l[i], t, m). Returns the row's rc.ok
+// (whether the passes take those quotients for this row).
+extern "C" int SPECULA_HOST_SOFTMAX_TERMS(float t, float m, const float* l, unsigned long long n,
+                                          unsigned int* q, unsigned long long* w, unsigned int* e) {
+    const sp_rcp rc = sp_rcp_of(t, m);
+    for (unsigned long long i = 0; i < n; ++i) {
+        const float z = sp_quot(l[i], t, rc);
+        q[2 * i] = __float_as_uint(z);
+        q[2 * i + 1] = __float_as_uint(sp_quot2(l[i], t, rc.y));
+        sp_u64 h = 0ull, lo = 0ull;
+        sp_soft_fixed_w(sp_exp_w(z - m, 0x3F000000u), h, lo);
+        w[2 * i] = h;
+        w[2 * i + 1] = lo;
+        e[i] = __float_as_uint(sp_soft_e(l[i], t, m));
+    }
+    return rc.ok ? 1 : 0;
 }

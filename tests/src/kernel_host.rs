@@ -277,6 +277,78 @@ pub fn skip_barrier(mode: Mode, n: u32, ascending_only: bool) {
     }
 }
 
+unsafe extern "C" {
+    fn specula_host_softmax_terms_cuda(
+        t: f32,
+        m: f32,
+        l: *const f32,
+        n: u64,
+        q: *mut u32,
+        w: *mut u64,
+        e: *mut u32,
+    ) -> i32;
+    fn specula_host_softmax_terms_hip(
+        t: f32,
+        m: f32,
+        l: *const f32,
+        n: u64,
+        q: *mut u32,
+        w: *mut u64,
+        e: *mut u32,
+    ) -> i32;
+}
+
+/// The softmax passes' per-id steps as the kernel text computes them ([`softmax_terms`]).
+#[derive(Clone, Debug)]
+pub struct SoftmaxTerms {
+    /// The bits of the sum pass's quotient without a division (`sp_quot`), per logit.
+    pub quot: Vec<u32>,
+    /// The bits of `sp_soft_e`'s quotient without a division (`sp_quot2`), per logit.
+    pub quot2: Vec<u32>,
+    /// The sum pass's term `floor(exp_p(q - m) 2^64)`, per logit.
+    pub terms: Vec<u128>,
+    /// The bits of `sp_soft_e(l, t, m)` (`exp_p(RN(l / t) - m)` as every other pass reads it).
+    pub e: Vec<u32>,
+    /// Whether the passes take those quotients for this row (`rc.ok`; otherwise they divide).
+    pub ok: bool,
+}
+
+/// The softmax passes' per-id steps, as the kernel text compiled in `mode` computes them, for
+/// the logits `l` of a row at temperature `t` whose largest quotient is `m`.
+#[must_use]
+pub fn softmax_terms(mode: Mode, t: f32, m: f32, l: &[f32]) -> SoftmaxTerms {
+    let mut q = vec![0u32; 2 * l.len()];
+    let mut w = vec![0u64; 2 * l.len()];
+    let mut e = vec![0u32; l.len()];
+    let f = match mode {
+        Mode::Cuda => specula_host_softmax_terms_cuda,
+        Mode::Hip => specula_host_softmax_terms_hip,
+    };
+    // SAFETY: `l` holds `l.len()` floats, `q` and `w` twice as many u32 / u64, `e` as many u32,
+    // each valid and unaliased for the call; the function reads and writes only those.
+    let ok = unsafe {
+        f(
+            t,
+            m,
+            l.as_ptr(),
+            l.len() as u64,
+            q.as_mut_ptr(),
+            w.as_mut_ptr(),
+            e.as_mut_ptr(),
+        )
+    };
+    SoftmaxTerms {
+        quot: q.iter().step_by(2).copied().collect(),
+        quot2: q.iter().skip(1).step_by(2).copied().collect(),
+        terms: w
+            .chunks_exact(2)
+            .map(|p| (u128::from(p[0]) << 32) + u128::from(p[1]))
+            .collect(),
+        e,
+        ok: ok != 0,
+    }
+}
+
 /// The kernel text run on the host as a [`Verifier`].
 #[derive(Clone, Debug)]
 pub struct KernelHost<const K: usize> {

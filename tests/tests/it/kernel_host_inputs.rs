@@ -604,3 +604,115 @@ fn hostile_logit_maxima_match_the_reference() {
         }
     }
 }
+
+/// Logit rows the softmax sum pass must divide (the quotient without a division is proven for
+/// temperatures in `[2^-16, 2^16]` and maxima of magnitude at most `2^80` only: the comment above
+/// `sp_rcp` in the kernel text): subnormal and huge temperatures, maxima beyond `2^80`, and rows
+/// beside them inside the range, every method, with and without a filter, on every host. (Read
+/// without the division, the row at `t = 1e-40` gives every weight 0: its reciprocal overflows.)
+#[test]
+fn logits_outside_the_fast_quotients_range_match_the_reference() {
+    const V: usize = 1000;
+    let mut g = Gen(0x0D17_1DE5);
+    // (temperature, largest logit, spread of the others below it, in units of the temperature)
+    let rows: [(f32, f32, f32); 8] = [
+        (1e-40, 1e-20, 0.0),
+        (3e-39, 2.5e-37, 40.0),
+        (1.2e-5, 3.0, 60.0),
+        (1.5e-5, 3.0, 60.0),
+        (7.0e4, 1.0e5, 30.0),
+        (1.0, -3.0e25, 5.0e19),
+        (2.0, 4.0e24, 3.0e18),
+        (0.8, 12.0, 20.0),
+    ];
+    let b = rows.len();
+    let mut target = vec![0f32; b * 2 * V];
+    let mut temps = Vec::new();
+    for (r, row) in target.chunks_exact_mut(V).enumerate() {
+        let (t, top, spread) = rows[r / 2];
+        if r % 2 == 0 {
+            temps.push(t);
+        }
+        for (i, x) in row.iter_mut().enumerate() {
+            *x = if i == 7 || g.chance(1, 20) {
+                top
+            } else {
+                top - spread * t * g.unit()
+            };
+        }
+    }
+    let ids: Vec<u32> = (0..b).map(|_| g.below(V) as u32).collect();
+    let k = vec![1u32; b];
+    let (seed, offset) = (vec![5u64; b], vec![2u64; b]);
+    let filters: Vec<Filter> = (0..b)
+        .map(|i| Filter::NONE.with_top_p([1.0, 0.5][i % 2]))
+        .collect();
+    let batch = Batch::dense(
+        Dims { vocab: V, k_max: 1 },
+        Drafts { k: &k, ids: &ids },
+        &[],
+        Streams {
+            seed: &seed,
+            offset: &offset,
+        },
+    )
+    .with_target_logits(Logits {
+        values: &target,
+        temperature: &temps,
+    });
+    for method in METHODS {
+        for h in &mut hosts() {
+            check(h, method, &batch, "outside the fast quotients' range");
+            check(
+                h,
+                method,
+                &batch.with_filters(&filters),
+                "outside the fast quotients' range",
+            );
+        }
+    }
+}
+
+/// Half logit rows with no filter (the softmax's own sum pass, which reads half rows in tiles
+/// of 8 groups: rows long enough for whole tiles at every block size here), bf16 and f16, at
+/// temperatures inside and outside the range of the quotients without a division, every
+/// method, one-block and split entries in both macro forms.
+#[test]
+fn half_logits_without_a_filter_match_in_whole_tiles() {
+    const V: usize = 9000;
+    let mut g = Gen(0x4A1F_7113);
+    let (k_max, b) = (2usize, 3usize);
+    let logits: Vec<f32> = (0..b * (k_max + 1) * V)
+        .map(|_| 16.0 * g.unit() - 12.0)
+        .collect();
+    let (lb, lh) = (to_bf16(&logits), to_f16(&logits));
+    let ids: Vec<u32> = (0..b * k_max).map(|_| g.below(V) as u32).collect();
+    let draft: Vec<f32> = vec![1.0 / V as f32; b * k_max * V];
+    let k = [2u32, 1, 2];
+    let temps = [0.7f32, 1e-6, 1.3];
+    let (seed, offset) = ([4u64, 5, 6], [1u64, 2, 3]);
+    for values in [Half::Bf16(&lb), Half::F16(&lh)] {
+        let batch = Batch::dense(
+            Dims { vocab: V, k_max },
+            Drafts { k: &k, ids: &ids },
+            &draft,
+            Streams {
+                seed: &seed,
+                offset: &offset,
+            },
+        )
+        .with_target_logits_half(HalfLogits {
+            values,
+            temperature: &temps,
+        });
+        for method in METHODS {
+            for mut h in [
+                KernelHost::<K>::new(Mode::Cuda, 128).unwrap(),
+                KernelHost::<K>::with_slices(Mode::Cuda, 128, 3).unwrap(),
+                KernelHost::<K>::new(Mode::Hip, 64).unwrap(),
+            ] {
+                check(&mut h, method, &batch, "half rows, no filter");
+            }
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod kernel_host;
 mod kernel_host_inputs;
 mod kernel_host_race_bound;
 mod kernel_host_shim;
+mod kernel_host_softmax;
 mod readback_conformance;
 mod recovered;
 mod tree_half;
