@@ -398,7 +398,8 @@ __device__ __forceinline__ void sp_race_words(sp_u32 c[4], const sp_keys& ks, sp
     sp_philox_ks(c, ks);
 }
 __device__ __forceinline__ void sp_keys_init(sp_keys& ks, sp_u32 k0, sp_u32 k1, sp_u32 position,
-                                             sp_u32 off_lo, sp_u32 off_hi) {
+                                             sp_u32 off_lo, sp_u32 off_hi, sp_u32 g_step) {
+    (void)g_step;
     (void)position;
     (void)off_lo;
     (void)off_hi;
@@ -411,19 +412,21 @@ __device__ __forceinline__ void sp_keys_init(sp_keys& ks, sp_u32 k0, sp_u32 k1, 
 // the way. Without this the loop kept the 20 round keys and those words in local memory and
 // reloaded them for every draw (docs/PERFORMANCE.md, "The logits entries' spills").
 struct sp_key_shared {
-    const volatile sp_u32* w; // key k0, k1, position << 2, off_lo, off_hi
+    const volatile sp_u32* w; // key k0, k1, position << 2, off_lo, off_hi, the row loop's g_step
 };
 __device__ __forceinline__ void sp_keys_init(sp_key_shared& ks, sp_u32 k0, sp_u32 k1,
-                                             sp_u32 position, sp_u32 off_lo, sp_u32 off_hi) {
+                                             sp_u32 position, sp_u32 off_lo, sp_u32 off_hi,
+                                             sp_u32 g_step) {
     // Written by thread 0 after every thread's last read of the previous race (the block
     // reductions that end it have barriers), read after this barrier.
-    __shared__ sp_u32 s_words[5];
+    __shared__ sp_u32 s_words[6];
     if (threadIdx.x == 0) {
         s_words[0] = k0;
         s_words[1] = k1;
         s_words[2] = position << 2;
         s_words[3] = off_lo;
         s_words[4] = off_hi;
+        s_words[5] = g_step; // the same for every thread of the block
     }
     __syncthreads();
     ks.w = s_words;
@@ -451,6 +454,19 @@ __device__ __forceinline__ void sp_race_words(sp_u32 c[4], const sp_key_shared& 
         k1 += 0xBB67AE85u;
     }
 }
+
+// The row loop's group step (the same for every thread of the block), read where the loop
+// needs it: for the shared-key race from shared memory, so that it is not one more value kept
+// live through the loop (it was the value the loop spilled and reloaded per tile, on sm_90).
+__device__ __forceinline__ sp_u32 sp_keys_step(const sp_keys&, sp_u32 g_step) { return g_step; }
+__device__ __forceinline__ sp_u32 sp_keys_step(const sp_key_shared& ks, sp_u32 g_step) {
+    (void)g_step;
+    return ks.w[5];
+}
+// Whether the race's cold region draws its stream-1 words again (sp_race_group): for the
+// shared-key race only, whose loop has no registers to keep them in.
+__device__ __forceinline__ bool sp_keys_redraw(const sp_keys&) { return false; }
+__device__ __forceinline__ bool sp_keys_redraw(const sp_key_shared&) { return true; }
 
 // Philox4x32-10 on counter c, key (k0, k1); c is replaced by the output block.
 __device__ __forceinline__ void sp_philox(sp_u32 c[4], sp_u32 k0, sp_u32 k1) {
@@ -1541,6 +1557,10 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
         }
         if (!need) return;
     }
+    // The shared-key race (sp_race_part_any, under its register cap) draws its stream-1 words
+    // again here rather than keep them live through the exact re-read above: the same words (the
+    // same counter and key), so the same bits, and no spill of them on the hot path.
+    if (sp_keys_redraw(ks)) sp_race_words(c, ks, g, position, 1u, off_lo, off_hi);
     sp_u32 c2[4];
     sp_race_words(c2, ks, g, position, 2u, off_lo, off_hi);
     for (sp_u32 i = 0; i < 4u; ++i) {
@@ -1572,20 +1592,20 @@ template <bool ROW, sp_u32 P, sp_u32 FX, class KS>
 __device__ __forceinline__ void sp_race_scan(const float* trow, const float* drow, bool residual,
                                              sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                              const KS& ks, sp_u32 off_lo, sp_u32 off_hi,
-                                             sp_u32 g_first, sp_u32 g_step, double& best,
+                                             sp_u32 g_first, sp_u32 g_step_in, double& best,
                                              float& best_skip, sp_u32& best_id, const sp_soft* st) {
     const sp_u32 groups = (vocab + 3u) / 4u;
     const sp_u32 tf = FX == SP_FX_ANY ? st->tf : FX;
     const sp_u32 df = FX == SP_FX_ANY ? st->df : FX;
     const sp_u32 full = FX == 0u ? (sp_aligned16(trow) && (!ROW || sp_aligned16(drow)) ? vocab / 4u : 0u)
                                  : (ROW && sp_full(drow, vocab, df) == 0u ? 0u : sp_full(trow, vocab, tf));
-    const sp_u32 step = g_step * SP_UNROLL_RACE;
     const float sinv = sp_race_sinv<P>(st);
     // f16 logits without a draft row: read scaled by 2^-112 (sp_race_load), c scaled by 2^112.
     const bool lg16 = P != SP_P_RAW && !ROW && FX != 0u && tf == SP_FMT_F16 && sp_lg<P>(st);
     const sp_race_ub ub = sp_race_ub_of<P>(st, lg16);
     const float wcut = sp_race_wcut<P>(ub, sinv);
-    for (sp_u32 g0 = g_first; g0 < groups; g0 += step) {
+    for (sp_u32 g0 = g_first; g0 < groups;) {
+        const sp_u32 g_step = sp_keys_step(ks, g_step_in); // (see sp_keys_step)
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
         // Every load first, then the draws; past the end: 0, never a candidate.
@@ -1612,6 +1632,7 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
             sp_race_group<P>(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
                              best, best_skip, best_id, st, sinv, wcut, trow, vocab, tf);
         }
+        g0 += g_step * SP_UNROLL_RACE;
     }
 }
 
@@ -1624,7 +1645,7 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
     KS ks;
-    sp_keys_init(ks, k0, k1, position, off_lo, off_hi);
+    sp_keys_init(ks, k0, k1, position, off_lo, off_hi, g_step);
     if (residual && drow != 0)
         sp_race_scan<true, P, FX>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
                                g_first, g_step, best, best_skip, best_id, st);
