@@ -456,7 +456,7 @@ __device__ __forceinline__ void sp_race_words(sp_u32 c[4], const sp_key_shared& 
 }
 
 // The row loop's group step (the same for every thread of the block), read where the loop
-// needs it: for the shared-key race from shared memory, so that it is not one more value kept
+// needs it: for the any-format race (sp_race_scan) from shared memory, so that it is not one more value kept
 // live through the loop (it was the value the loop spilled and reloaded per tile, on sm_90).
 __device__ __forceinline__ sp_u32 sp_keys_step(const sp_keys&, sp_u32 g_step) { return g_step; }
 __device__ __forceinline__ sp_u32 sp_keys_step(const sp_key_shared& ks, sp_u32 g_step) {
@@ -464,7 +464,8 @@ __device__ __forceinline__ sp_u32 sp_keys_step(const sp_key_shared& ks, sp_u32 g
     return ks.w[5];
 }
 // Whether the race's cold region draws its stream-1 words again (sp_race_group): for the
-// shared-key race only, whose loop has no registers to keep them in.
+// shared-key race only (and of it the any-format race, sp_race_group), whose loop has no
+// registers to keep them in.
 __device__ __forceinline__ bool sp_keys_redraw(const sp_keys&) { return false; }
 __device__ __forceinline__ bool sp_keys_redraw(const sp_key_shared&) { return true; }
 
@@ -1557,10 +1558,10 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
         }
         if (!need) return;
     }
-    // The shared-key race (sp_race_part_any, under its register cap) draws its stream-1 words
-    // again here rather than keep them live through the exact re-read above: the same words (the
+    // The any-format race (sp_race_part_any, shared keys, under its register cap) draws its
+    // stream-1 words again here rather than keep them live through the exact re-read above: the same words (the
     // same counter and key), so the same bits, and no spill of them on the hot path.
-    if (sp_keys_redraw(ks)) sp_race_words(c, ks, g, position, 1u, off_lo, off_hi);
+    if (P == SP_P_ANY && sp_keys_redraw(ks)) sp_race_words(c, ks, g, position, 1u, off_lo, off_hi);
     sp_u32 c2[4];
     sp_race_words(c2, ks, g, position, 2u, off_lo, off_hi);
     for (sp_u32 i = 0; i < 4u; ++i) {
@@ -1605,7 +1606,8 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
     const sp_race_ub ub = sp_race_ub_of<P>(st, lg16);
     const float wcut = sp_race_wcut<P>(ub, sinv);
     for (sp_u32 g0 = g_first; g0 < groups;) {
-        const sp_u32 g_step = sp_keys_step(ks, g_step_in); // (see sp_keys_step)
+        // The any-format race reads it from shared memory (sp_keys_step); the others keep it.
+        const sp_u32 g_step = P != SP_P_ANY ? g_step_in : sp_keys_step(ks, g_step_in);
         float t[SP_UNROLL_RACE][4];
         float d[SP_UNROLL_RACE][4];
         // Every load first, then the draws; past the end: 0, never a candidate.
