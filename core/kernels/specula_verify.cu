@@ -719,10 +719,6 @@ __device__ __forceinline__ void sp_soft_fixed_w(float ew, sp_u64& h, sp_u64& l) 
     h += w >> 32;
     l += (w & 0xFFFFFFFFull) + (ew >= 18446744073709551616.0f ? 1ull : 0ull);
 }
-// The same for e itself (ew = e 2^64, exact).
-__device__ __forceinline__ void sp_soft_fixed(float e, sp_u64& h, sp_u64& l) {
-    sp_soft_fixed_w(e * 18446744073709551616.0f, h, l); // 2^64
-}
 // S = (F as f64) 2^-64 with F = H 2^32 + L as a 128-bit integer converted to nearest (ties to
 // even), as Rust's `u128 as f64`: the top 64 bits with the lost bits ORed into the lowest one
 // (a sticky bit well below the 53-bit rounding point), converted to nearest, times 2^n.
@@ -1069,7 +1065,7 @@ __device__ sp_u32 sp_softmax_max_part(const float* row, sp_u32 vocab, float t, s
     const sp_u32 top = (sp_u32)sp_block_reduce((sp_u64)key, true, s_red);
     return sp_max_key(sp_max_of_key(top) / t);
 }
-// The exact sum: the two u64 sums of sp_soft_fixed (h, l) of e = exp_p(l / t - m); ids past the
+// The exact sum: the two u64 sums of sp_soft_fixed_w (h, l) of e = exp_p(l / t - m); ids past the
 // row's end read as -inf (e = 0).
 // Its quotients z = RN(l / t) come from a reciprocal computed once per row (sp_rcp_of) and four
 // operations per id (sp_quot) where the row allows it (rc.ok, see the proof there), else from
