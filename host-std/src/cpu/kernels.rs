@@ -153,6 +153,26 @@ pub(crate) trait Weights: Copy {
     fn block<const N: usize>(&self, start: usize, end: usize, out: &mut [f32; N]);
     /// The weight of id `v` as the rules define it, in `f64` (the key's input).
     fn exact(&self, v: usize) -> f64;
+    /// The weights as [`CutParts`], where they are of that form, for kernels that compute
+    /// [`block`](Self::block) themselves; `None`: only `block` gives them.
+    #[inline(always)]
+    fn cut_parts(&self) -> Option<CutParts<'_>> {
+        None
+    }
+}
+
+/// Weights of the form [`CutRow::block`] computes (and [`Row`] and [`Residual`] are, with
+/// `up = down = 1` and threshold 0: `x·1 = x` for every `x`, NaN included up to its payload,
+/// which no test reads): id `i`'s value is `w_i·u_i` with `u_i = up` where `w_i > 0` and `down`
+/// otherwise, or `0` where the key (`w_i`'s bits where `w_i > 0`, else 0) is below
+/// `threshold`, minus `draft_i` where there is a draft row.
+#[derive(Clone, Copy)]
+pub(crate) struct CutParts<'a> {
+    pub w: &'a [f32],
+    pub threshold: u32,
+    pub up: f32,
+    pub down: f32,
+    pub draft: Option<&'a [f32]>,
 }
 
 /// Copies `row[start..end]` (at most `N` values) into `out`, zero-padding the rest.
@@ -186,6 +206,16 @@ impl Weights for Row<'_> {
     fn exact(&self, v: usize) -> f64 {
         f64::from(self.0[v])
     }
+    #[inline(always)]
+    fn cut_parts(&self) -> Option<CutParts<'_>> {
+        Some(CutParts {
+            w: self.0,
+            threshold: 0,
+            up: 1.0,
+            down: 1.0,
+            draft: None,
+        })
+    }
 }
 
 /// `target − draft`, one `f32` subtraction per id (the residual of rejection sampling).
@@ -213,6 +243,16 @@ impl Weights for Residual<'_> {
     #[inline(always)]
     fn exact(&self, v: usize) -> f64 {
         f64::from(self.target[v]) - f64::from(self.draft[v])
+    }
+    #[inline(always)]
+    fn cut_parts(&self) -> Option<CutParts<'_>> {
+        Some(CutParts {
+            w: self.target,
+            threshold: 0,
+            up: 1.0,
+            down: 1.0,
+            draft: Some(self.draft),
+        })
     }
 }
 
@@ -368,6 +408,21 @@ impl Weights for CutRow<'_> {
         };
         if x > 0.0 { x } else { f64::NEG_INFINITY }
     }
+    #[inline(always)]
+    fn cut_parts(&self) -> Option<CutParts<'_>> {
+        let draft = match self.minus {
+            Minus::Nothing => None,
+            Minus::Draft(d) => Some(d),
+            Minus::OneHot(_) => return None,
+        };
+        Some(CutParts {
+            w: self.w,
+            threshold: self.cut.threshold,
+            up: self.up,
+            down: self.down,
+            draft,
+        })
+    }
 }
 
 /// The skip test's margin: absorbs the roundings between the `f32` test and the exact key
@@ -437,6 +492,45 @@ fn exponential_cold(x: u64) -> f64 {
     exponential(x)
 }
 
+/// The ids of one race block that the skip test left open (bit `i` of `open`: id `s + i`, its
+/// stream-1 word `words[i]`), in increasing order: each needs its stream-2 word (one Philox
+/// block per group of four ids, computed once; `lo_ctr`: the block's first group and the
+/// stream-2 counter) and the binary64 map, and replaces `best` only on a strictly larger key,
+/// so a range's result is its largest key with the lowest id among equals.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn visit_open<W: Weights>(
+    w: &W,
+    mut open: u64,
+    s: usize,
+    words: &[u32],
+    lo_ctr: [u32; 4],
+    k: [u32; 2],
+    best: &mut Best,
+    best_skip: &mut f32,
+) {
+    let [base, ctr_lo @ ..] = lo_ctr;
+    let mut lo_group = u32::MAX;
+    let mut lo = [0u32; 4];
+    while open != 0 {
+        let i = open.trailing_zeros() as usize;
+        open &= open - 1;
+        let group = base + (i / 4) as u32;
+        if group != lo_group {
+            lo = philox4x32_10([group, ctr_lo[0], ctr_lo[1], ctr_lo[2]], k);
+            lo_group = group;
+        }
+        let key = w.exact(s + i) / exponential_cold(draw(words[i], lo[i % 4]));
+        if key > best.key {
+            *best = Best {
+                key,
+                id: (s + i) as u32,
+            };
+            *best_skip = skip_key(key);
+        }
+    }
+}
+
 /// The race over ids `start..end` of `w` (`start` a multiple of 4, so blocks start on Philox
 /// group boundaries): the best (key, id) among candidates, or [`Best::NO_RACE`].
 ///
@@ -491,27 +585,16 @@ fn race_range<W: Weights, const G: usize, const N: usize>(
                 let proven = wt[i] < bound;
                 open |= u64::from(wt[i] > 0.0 && !proven) << i;
             }
-            // The open ids in increasing order: each needs its stream-2 word (one Philox block
-            // per group of four ids, computed once) and the binary64 map.
-            let mut lo_group = u32::MAX;
-            let mut lo = [0u32; 4];
-            while open != 0 {
-                let i = open.trailing_zeros() as usize;
-                open &= open - 1;
-                let group = base + (i / 4) as u32;
-                if group != lo_group {
-                    lo = philox4x32_10([group, ctr_lo[0], ctr_lo[1], ctr_lo[2]], k);
-                    lo_group = group;
-                }
-                let key = w.exact(s + i) / exponential_cold(draw(words[i], lo[i % 4]));
-                if key > best.key {
-                    best = Best {
-                        key,
-                        id: (s + i) as u32,
-                    };
-                    best_skip = skip_key(key);
-                }
-            }
+            visit_open(
+                &w,
+                open,
+                s,
+                &words,
+                [base, ctr_lo[0], ctr_lo[1], ctr_lo[2]],
+                k,
+                &mut best,
+                &mut best_skip,
+            );
         }
         s += N;
     }
@@ -1621,6 +1704,217 @@ mod avx512 {
         }
         (out.len() <= cap).then_some(above)
     }
+
+    /// Philox4x32-10 of the 32 groups `base .. base + 32` (counter words 1–3 `ctr`, round keys
+    /// `keys`: the seed's key bumped before each round after the first), the words in id order:
+    /// `out[q]` holds the stream words of ids `16q .. 16q + 16` of the 128 ids, as
+    /// [`philox_block`](super::philox_block)`::<16, 64>` returns them for each half.
+    ///
+    /// As there, a group's word sits in the low half of a 64-bit lane with garbage above it
+    /// (`vpmuludq` reads the low halves, XORs keep them exact). What LLVM made of that loop kept
+    /// four shifts per round on port 0 beside the four multiplies; the products' high halves
+    /// move down by a shuffle here (port 5), and the words leave through two shuffles and two
+    /// unpacks per eight groups instead of a round trip through the stack, and four vectors of
+    /// groups in flight give each round's multiplies (latency 5) independent work. Lane `i` of
+    /// vector `h` holds group `8h + ORDER[i]`, so that the final 64-bit unpacks, which work
+    /// within 128-bit lanes, put the groups in order.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn philox32(base: u32, ctr: [u32; 3], keys: &[[u32; 2]; 10]) -> [__m512i; 8] {
+        let order = _mm512_add_epi64(
+            _mm512_set1_epi64(i64::from(base)),
+            _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7),
+        );
+        // The low halves are `base + g` modulo 2³², as `philox_block`'s wrapping add.
+        let mut c0 = [0i64, 8, 16, 24].map(|g| _mm512_add_epi64(order, _mm512_set1_epi64(g)));
+        let mut c1 = [_mm512_set1_epi64(i64::from(ctr[0])); 4];
+        let mut c2 = [_mm512_set1_epi64(i64::from(ctr[1])); 4];
+        let mut c3 = [_mm512_set1_epi64(i64::from(ctr[2])); 4];
+        let m0 = _mm512_set1_epi64(0xD251_1F53);
+        let m1 = _mm512_set1_epi64(0xCD9E_8D57);
+        for &[k0, k1] in keys {
+            let k0 = _mm512_set1_epi64(i64::from(k0));
+            let k1 = _mm512_set1_epi64(i64::from(k1));
+            for h in 0..4 {
+                let p0 = _mm512_mul_epu32(c0[h], m0);
+                let p1 = _mm512_mul_epu32(c2[h], m1);
+                // Each product's high half into its low half (dwords 1, 1, 3, 3).
+                let hi0 = _mm512_shuffle_epi32::<0xF5>(p0);
+                let hi1 = _mm512_shuffle_epi32::<0xF5>(p1);
+                // 0x96: the XOR of the three operands.
+                c0[h] = _mm512_ternarylogic_epi64::<0x96>(hi1, c1[h], k0);
+                c2[h] = _mm512_ternarylogic_epi64::<0x96>(hi0, c3[h], k1);
+                c1[h] = p1;
+                c3[h] = p0;
+            }
+        }
+        let mut out = [_mm512_setzero_si512(); 8];
+        for h in 0..4 {
+            // Words 0 and 1 of each group side by side in its 64-bit lane (the odd dwords take
+            // the even dwords of the second operand: dwords 0, 0, 2, 2), and words 2 and 3.
+            let w01 = _mm512_mask_shuffle_epi32::<0xA0>(c0[h], 0xAAAA, c1[h]);
+            let w23 = _mm512_mask_shuffle_epi32::<0xA0>(c2[h], 0xAAAA, c3[h]);
+            // 128-bit lane `l`: the lanes `2l` (groups 0–3) and `2l + 1` (groups 4–7).
+            out[2 * h] = _mm512_unpacklo_epi64(w01, w23);
+            out[2 * h + 1] = _mm512_unpackhi_epi64(w01, w23);
+        }
+        out
+    }
+
+    /// The race values of ids `s .. s + 64` (all below `p.w`'s length) as
+    /// [`CutRow::block`](super::CutRow) computes them from `p`, with the same binary32
+    /// operations (a product rounded once, the draft value subtracted after it): the same bits,
+    /// without the round trip through an array that LLVM made of that loop.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn parts64(p: &super::CutParts<'_>, s: usize) -> [__m512; 4] {
+        let w = &p.w[s..s + 64];
+        let draft = p.draft.map(|d| &d[s..s + 64]);
+        let th = _mm512_set1_epi32(p.threshold as i32);
+        let (up, down) = (_mm512_set1_ps(p.up), _mm512_set1_ps(p.down));
+        let mut out = [_mm512_setzero_ps(); 4];
+        for (q, o) in out.iter_mut().enumerate() {
+            // SAFETY: `w[16q..16q + 16]` is 64 readable bytes (an unaligned load).
+            let x = unsafe { _mm512_loadu_ps(w.as_ptr().add(16 * q)) };
+            let gt = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
+            let u = _mm512_mask_blend_ps(gt, down, up);
+            // The key: the bits of a positive weight, else 0; kept when `≥ threshold`.
+            let key = _mm512_maskz_mov_epi32(gt, _mm512_castps_si512(x));
+            let kept = _mm512_cmpge_epu32_mask(key, th);
+            *o = _mm512_maskz_mul_ps(kept, x, u);
+            if let Some(d) = draft {
+                // SAFETY: `d[16q..16q + 16]` is 64 readable bytes (an unaligned load).
+                *o = _mm512_sub_ps(*o, unsafe { _mm512_loadu_ps(d.as_ptr().add(16 * q)) });
+            }
+        }
+        out
+    }
+
+    /// The race values of ids `s .. s + 64` from [`Weights::block`](super::Weights::block)
+    /// (zeros from `end` on; all zeros where `s ≥ end`).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn block64<W: super::Weights>(w: &W, s: usize, end: usize) -> [__m512; 4] {
+        let mut out = [_mm512_setzero_ps(); 4];
+        if s < end {
+            let mut wt = [0f32; 64];
+            w.block(s, end, &mut wt);
+            for (q, o) in out.iter_mut().enumerate() {
+                // SAFETY: `wt[16q..16q + 16]` is 64 readable bytes (an unaligned load).
+                *o = unsafe { _mm512_loadu_ps(wt.as_ptr().add(16 * q)) };
+            }
+        }
+        out
+    }
+
+    /// Bit `i` set where `wt[i] > 0` (NaN is not).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn positive64(wt: &[__m512; 4]) -> u64 {
+        let mut pos = 0u64;
+        for (q, &x) in wt.iter().enumerate() {
+            let m = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
+            pos |= u64::from(m) << (16 * q);
+        }
+        pos
+    }
+
+    /// The ids of `pos` that the race's skip test cannot rule out with the best key's stand-in
+    /// `b`: those where `!(wt[i] < (b × F) × SHRINK)`, `F` the [`exponential_floor`] of the
+    /// id's high word: the same binary32 operations in the same order as
+    /// [`race_range`](super::race_range)'s test (`(hi >> 8)` is below 2²⁴, so its conversion is
+    /// exact, and so is the product by 2⁻²⁴), hence the same mask.
+    ///
+    /// [`exponential_floor`]: specula_core::verify::exponential::exponential_floor
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    fn open64(wt: &[__m512; 4], pos: u64, words: &[__m512i], b: f32) -> u64 {
+        let bv = _mm512_set1_ps(b);
+        let shrink = _mm512_set1_ps(super::SHRINK);
+        let scale = _mm512_set1_ps(f32::from_bits(0x3380_0000));
+        let mut proven = 0u64;
+        for q in 0..4 {
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32::<8>(words[q])), scale);
+            let bound = _mm512_mul_ps(_mm512_mul_ps(bv, f), shrink);
+            // Ordered: a NaN bound proves nothing, the id stays open.
+            let m = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(wt[q], bound);
+            proven |= u64::from(m) << (16 * q);
+        }
+        pos & !proven
+    }
+
+    /// [`race_range`](super::race_range)`::<W, 16, 64>` with its Philox words and skip test in
+    /// intrinsics ([`philox32`], [`open64`]), two of its blocks at a time: the same words, the
+    /// same open ids (the second block is tested after the first's open ids are visited, with
+    /// the best they leave), visited in the same order by the same code
+    /// ([`visit_open`](super::visit_open)), so the same best.
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    pub(super) fn race<W: super::Weights>(
+        rng: super::RaceRng,
+        w: W,
+        start: usize,
+        end: usize,
+    ) -> super::Best {
+        use super::{STREAM_RACE, STREAM_RACE_LO};
+        debug_assert!(start.is_multiple_of(4) && end <= w.len());
+        let k = super::key(rng.seed);
+        let ctr = [
+            (rng.position << 2) | STREAM_RACE,
+            rng.offset as u32,
+            (rng.offset >> 32) as u32,
+        ];
+        let ctr_lo = [(rng.position << 2) | STREAM_RACE_LO, ctr[1], ctr[2]];
+        // The key is bumped between rounds only, never after the tenth.
+        let mut keys = [k; 10];
+        for r in 1..10 {
+            keys[r] = [
+                keys[r - 1][0].wrapping_add(0x9E37_79B9),
+                keys[r - 1][1].wrapping_add(0xBB67_AE85),
+            ];
+        }
+        let mut best = super::Best::NO_RACE;
+        let mut best_skip = -1.0f32;
+        let parts = w.cut_parts();
+        let mut wt = [[_mm512_setzero_ps(); 4]; 2];
+        let mut s = start;
+        while s < end {
+            for (half, v) in wt.iter_mut().enumerate() {
+                let sh = s + 64 * half;
+                *v = match &parts {
+                    Some(p) if sh + 64 <= end => parts64(p, sh),
+                    // A tail, or weights of another form; past `end`, no candidate.
+                    _ => block64(&w, sh, end),
+                };
+            }
+            // A block without a positive weight has no candidate: skip its random numbers.
+            let pos = [positive64(&wt[0]), positive64(&wt[1])];
+            if pos != [0, 0] {
+                // V ≤ u32::MAX, so the group index s / 4 fits 32 bits (and s / 4 + 16 too: the
+                // second block holds an id below V when it has a positive weight).
+                let words = philox32((s / 4) as u32, ctr, &keys);
+                for half in 0..2 {
+                    if pos[half] == 0 {
+                        continue;
+                    }
+                    let sh = s + 64 * half;
+                    let words = &words[4 * half..4 * half + 4];
+                    let open = open64(&wt[half], pos[half], words, best_skip);
+                    if open != 0 {
+                        let mut hi = [0u32; 64];
+                        for (q, v) in words.iter().enumerate() {
+                            // SAFETY: `hi[16q..16q + 16]` is 64 writable bytes (an unaligned
+                            // store).
+                            unsafe { _mm512_storeu_si512(hi.as_mut_ptr().add(16 * q).cast(), *v) };
+                        }
+                        let lo_ctr = [(sh / 4) as u32, ctr_lo[0], ctr_lo[1], ctr_lo[2]];
+                        super::visit_open(&w, open, sh, &hi, lo_ctr, k, &mut best, &mut best_skip);
+                    }
+                }
+            }
+            s += 128;
+        }
+        best
+    }
 }
 
 /// The cut write-out for AVX2, with intrinsics for the same reason as [`avx512`]: the
@@ -1715,23 +2009,186 @@ mod avx2 {
             *o = scalar(x);
         }
     }
+
+    /// Philox4x32-10 of the 8 groups `base .. base + 8`, the words in id order (`out[q]`: ids
+    /// `8q .. 8q + 8` of the block), as [`philox_block`](super::philox_block)`::<8, 32>` returns
+    /// them: the AVX-512 kernel's scheme ([`avx512`](super::avx512)'s `philox32`) on 256-bit
+    /// vectors, without a three-way XOR (two XORs), the group of lane `i` of vector `h` being
+    /// `4h + [0, 2, 1, 3][i]` so that the 64-bit unpacks put the groups in order.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn philox8(base: u32, ctr: [u32; 3], keys: &[[u32; 2]; 10]) -> [__m256i; 4] {
+        let order = _mm256_add_epi64(
+            _mm256_set1_epi64x(i64::from(base)),
+            _mm256_setr_epi64x(0, 2, 1, 3),
+        );
+        // The low halves are `base + g` modulo 2³², as `philox_block`'s wrapping add.
+        let mut c0 = [order, _mm256_add_epi64(order, _mm256_set1_epi64x(4))];
+        let mut c1 = [_mm256_set1_epi64x(i64::from(ctr[0])); 2];
+        let mut c2 = [_mm256_set1_epi64x(i64::from(ctr[1])); 2];
+        let mut c3 = [_mm256_set1_epi64x(i64::from(ctr[2])); 2];
+        let m0 = _mm256_set1_epi64x(0xD251_1F53);
+        let m1 = _mm256_set1_epi64x(0xCD9E_8D57);
+        for &[k0, k1] in keys {
+            let k0 = _mm256_set1_epi64x(i64::from(k0));
+            let k1 = _mm256_set1_epi64x(i64::from(k1));
+            for h in 0..2 {
+                let p0 = _mm256_mul_epu32(c0[h], m0);
+                let p1 = _mm256_mul_epu32(c2[h], m1);
+                // Each product's high half into its low half (dwords 1, 1, 3, 3).
+                let hi0 = _mm256_shuffle_epi32::<0xF5>(p0);
+                let hi1 = _mm256_shuffle_epi32::<0xF5>(p1);
+                c0[h] = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[h]), k0);
+                c2[h] = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[h]), k1);
+                c1[h] = p1;
+                c3[h] = p0;
+            }
+        }
+        let mut out = [_mm256_setzero_si256(); 4];
+        for h in 0..2 {
+            // Words 0 and 1 of each group side by side in its 64-bit lane (dwords 0, 0, 2, 2 of
+            // the second operand into the odd dwords), and words 2 and 3.
+            let w01 = _mm256_blend_epi32::<0xAA>(c0[h], _mm256_shuffle_epi32::<0xA0>(c1[h]));
+            let w23 = _mm256_blend_epi32::<0xAA>(c2[h], _mm256_shuffle_epi32::<0xA0>(c3[h]));
+            out[2 * h] = _mm256_unpacklo_epi64(w01, w23);
+            out[2 * h + 1] = _mm256_unpackhi_epi64(w01, w23);
+        }
+        out
+    }
+
+    /// The race values of ids `s .. s + 32` (all below `p.w`'s length) as
+    /// [`CutRow::block`](super::CutRow) computes them from `p`: the same binary32 operations,
+    /// hence the same bits (as `avx512`'s `parts64`; the unsigned key test as
+    /// `max(key, threshold) = key`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn parts32(p: &super::CutParts<'_>, s: usize) -> [__m256; 4] {
+        let w = &p.w[s..s + 32];
+        let draft = p.draft.map(|d| &d[s..s + 32]);
+        let th = _mm256_set1_epi32(p.threshold as i32);
+        let (up, down) = (_mm256_set1_ps(p.up), _mm256_set1_ps(p.down));
+        let mut out = [_mm256_setzero_ps(); 4];
+        for (q, o) in out.iter_mut().enumerate() {
+            // SAFETY: `w[8q..8q + 8]` is 32 readable bytes (an unaligned load).
+            let x = unsafe { _mm256_loadu_ps(w.as_ptr().add(8 * q)) };
+            let gt = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_setzero_ps());
+            let u = _mm256_blendv_ps(down, up, gt);
+            // The key: the bits of a positive weight, else 0; kept when `≥ threshold`.
+            let key = _mm256_and_si256(_mm256_castps_si256(x), _mm256_castps_si256(gt));
+            let kept = _mm256_cmpeq_epi32(_mm256_max_epu32(key, th), key);
+            *o = _mm256_and_ps(_mm256_mul_ps(x, u), _mm256_castsi256_ps(kept));
+            if let Some(d) = draft {
+                // SAFETY: `d[8q..8q + 8]` is 32 readable bytes (an unaligned load).
+                *o = _mm256_sub_ps(*o, unsafe { _mm256_loadu_ps(d.as_ptr().add(8 * q)) });
+            }
+        }
+        out
+    }
+
+    /// [`race_range`](super::race_range)`::<W, 8, 32>` with its Philox words, cut-row values
+    /// and skip test in intrinsics ([`philox8`], [`parts32`]): the same words, the same open
+    /// ids (the test's binary32 operations in the same order, as `avx512`'s `open64`), visited
+    /// by the same code ([`visit_open`](super::visit_open)), so the same best.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn race<W: super::Weights>(
+        rng: super::RaceRng,
+        w: W,
+        start: usize,
+        end: usize,
+    ) -> super::Best {
+        use super::{STREAM_RACE, STREAM_RACE_LO};
+        debug_assert!(start % 4 == 0 && end <= w.len());
+        let k = super::key(rng.seed);
+        let ctr = [
+            (rng.position << 2) | STREAM_RACE,
+            rng.offset as u32,
+            (rng.offset >> 32) as u32,
+        ];
+        let ctr_lo = [(rng.position << 2) | STREAM_RACE_LO, ctr[1], ctr[2]];
+        // The key is bumped between rounds only, never after the tenth.
+        let mut keys = [k; 10];
+        for r in 1..10 {
+            keys[r] = [
+                keys[r - 1][0].wrapping_add(0x9E37_79B9),
+                keys[r - 1][1].wrapping_add(0xBB67_AE85),
+            ];
+        }
+        let parts = w.cut_parts();
+        let zero = _mm256_setzero_ps();
+        let shrink = _mm256_set1_ps(super::SHRINK);
+        let scale = _mm256_set1_ps(f32::from_bits(0x3380_0000));
+        let mut best = super::Best::NO_RACE;
+        let mut best_skip = -1.0f32;
+        let mut s = start;
+        while s < end {
+            let wt = match &parts {
+                Some(p) if s + 32 <= end => parts32(p, s),
+                // A tail, or weights of another form.
+                _ => {
+                    let mut a = [0f32; 32];
+                    w.block(s, end, &mut a);
+                    // SAFETY: `a[8q..8q + 8]` is 32 readable bytes (unaligned loads).
+                    [0, 1, 2, 3].map(|q| unsafe { _mm256_loadu_ps(a.as_ptr().add(8 * q)) })
+                }
+            };
+            let mut pos = 0u64;
+            for (q, &x) in wt.iter().enumerate() {
+                let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(x, zero)) as u32;
+                pos |= u64::from(m) << (8 * q);
+            }
+            // A block without a positive weight has no candidate: skip its random numbers.
+            if pos != 0 {
+                // V ≤ u32::MAX, so the group index s / 4 fits 32 bits.
+                let base = (s / 4) as u32;
+                let words = philox8(base, ctr, &keys);
+                let bv = _mm256_set1_ps(best_skip);
+                let mut proven = 0u64;
+                for q in 0..4 {
+                    let f = _mm256_cvtepi32_ps(_mm256_srli_epi32::<8>(words[q]));
+                    let bound = _mm256_mul_ps(_mm256_mul_ps(bv, _mm256_mul_ps(f, scale)), shrink);
+                    // Ordered: a NaN bound proves nothing, the id stays open.
+                    let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(wt[q], bound)) as u32;
+                    proven |= u64::from(m) << (8 * q);
+                }
+                let open = pos & !proven;
+                if open != 0 {
+                    let mut hi = [0u32; 32];
+                    for (q, v) in words.iter().enumerate() {
+                        // SAFETY: `hi[8q..8q + 8]` is 32 writable bytes (an unaligned store).
+                        unsafe { _mm256_storeu_si256(hi.as_mut_ptr().add(8 * q).cast(), *v) };
+                    }
+                    let lo_ctr = [base, ctr_lo[0], ctr_lo[1], ctr_lo[2]];
+                    super::visit_open(&w, open, s, &hi, lo_ctr, k, &mut best, &mut best_skip);
+                }
+            }
+            s += 32;
+        }
+        best
+    }
 }
 
 /// The kernels inside `#[target_feature]` functions, so the generic code above is compiled (it is
 /// `#[inline(always)]`) for wider vectors. Only reachable after [`Isa::detect`] said so.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Best, RaceRng, Weights, argmax_range, entropy_range, race_range};
+    use super::{Best, RaceRng, Weights, argmax_range, entropy_range};
 
     #[target_feature(enable = "avx2")]
     pub(super) fn race_avx2<W: Weights>(rng: RaceRng, w: W, start: usize, end: usize) -> Best {
-        race_range::<W, 8, 32>(rng, w, start, end)
+        #[cfg(specula_avx2_intrinsics)]
+        {
+            super::avx2::race(rng, w, start, end)
+        }
+        #[cfg(not(specula_avx2_intrinsics))]
+        {
+            super::race_range::<W, 8, 32>(rng, w, start, end)
+        }
     }
 
     #[cfg(specula_avx512)]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
     pub(super) fn race_avx512<W: Weights>(rng: RaceRng, w: W, start: usize, end: usize) -> Best {
-        race_range::<W, 16, 64>(rng, w, start, end)
+        super::avx512::race(rng, w, start, end)
     }
 
     #[target_feature(enable = "avx2")]

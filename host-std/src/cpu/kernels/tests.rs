@@ -997,6 +997,78 @@ fn unwritten_rows_race_as_written_ones() {
     assert!(raced > 500);
 }
 
+/// The hand-written AVX-512 race (two Philox blocks at a time, the values of cut rows computed
+/// in registers) gives the lane race's best on every form of weights, from starts that are and
+/// are not on a 64- or 128-id boundary, to ends inside a block pair, on rows whose blocks hold
+/// no candidate in one half of a pair (the half whose random numbers are skipped).
+#[test]
+fn every_race_kernel_gives_the_lane_race() {
+    let mut s = 0x2ACE_0001u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut raced = 0;
+    for (r, w) in cut_rows().iter().enumerate() {
+        let len = w.len();
+        // Whole 64-id blocks of zeros, so one half of a pair may have no candidate.
+        let mut sparse = w.clone();
+        for (i, x) in sparse.iter_mut().enumerate() {
+            if (i / 64) % 3 == 1 {
+                *x = 0.0;
+            }
+        }
+        let draft: Vec<f32> = w
+            .iter()
+            .map(|&x| if next() % 5 == 0 { -x } else { x * 0.75 })
+            .collect();
+        for row in [w, &sparse] {
+            for cut in cuts_of(row, &mut next) {
+                let Some(c) = CutRow::new(row, cut, Minus::Nothing) else {
+                    continue;
+                };
+                let token = (next() % len as u64) as u32;
+                let rng = RaceRng {
+                    seed: next(),
+                    offset: next() % 1000,
+                    position: (next() % 5) as u32,
+                };
+                for start in [0usize, 4, 60, 64, 124, 128, 132] {
+                    if start >= len {
+                        continue;
+                    }
+                    for end in [len, len - (len - start) / 3] {
+                        let ends = format!("row {r} cut {cut:?} {start}..{end}");
+                        let lane = |w: &dyn Fn(Isa) -> Best, name: &str| {
+                            for isa in Isa::available() {
+                                assert_eq!(w(isa), w(Isa::Portable), "{isa:?} {name} {ends}");
+                            }
+                        };
+                        let plain = Row(row);
+                        let res = Residual {
+                            target: row,
+                            draft: &draft,
+                        };
+                        let hot = OneHot { target: row, token };
+                        let cd = c.minus(Minus::Draft(&draft));
+                        let ch = c.minus(Minus::OneHot(token));
+                        lane(&|isa| race(isa, rng, plain, start, end), "row");
+                        lane(&|isa| race(isa, rng, res, start, end), "residual");
+                        lane(&|isa| race(isa, rng, hot, start, end), "one-hot");
+                        lane(&|isa| race(isa, rng, c, start, end), "cut");
+                        lane(&|isa| race(isa, rng, cd, start, end), "cut residual");
+                        lane(&|isa| race(isa, rng, ch, start, end), "cut one-hot");
+                        raced += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(raced > 300, "{raced}");
+}
+
 /// What the proof of [`CutRow`] rests on, id by id: each block value is at least the written
 /// row's (so the skip test rules out no id the written row's keeps open), positive wherever
 /// the written row's is, and `exact` is the written row's weight where that is positive, else
@@ -1132,6 +1204,74 @@ fn first_read_timing() {
         });
         time(&format!("{isa:?} bf16 bound (max in chunks)"), &mut |r| {
             std::hint::black_box(sum_bound(isa, brow(r), t, None));
+        });
+    }
+}
+
+/// Times the race over one 128k row of softmax weights raced unwritten ([`CutRow`]: the
+/// stopping row of a logits request), plain and as a residual, and over the written row
+/// (`cargo test --release -p specula --lib -- --ignored --nocapture race_timing`), µs per race,
+/// in this thread's CPU time.
+#[test]
+#[ignore = "timing, run by hand"]
+fn race_timing() {
+    fn cpu_s() -> f64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    }
+    fn time(name: &str, mut f: impl FnMut(u64)) {
+        f(0);
+        let c0 = cpu_s();
+        let mut n = 0;
+        while cpu_s() - c0 < 0.5 || n < 3 {
+            n += 1;
+            f(n);
+        }
+        println!("{name:<28} {:8.1} us", (cpu_s() - c0) / n as f64 * 1e6);
+    }
+    let v = 128 * 1024;
+    let mut x = 0x1234_5678u32;
+    let row: Vec<f32> = (0..v)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            3.0 * ((x >> 8) as f32 / 16_777_216.0 + 1e-6).ln()
+        })
+        .collect();
+    let t = 0.8;
+    let isa = Isa::detect();
+    let m = softmax_max(isa, &row[..], t);
+    let mut w = vec![0f32; v];
+    let cut = Cut {
+        threshold: 0,
+        fixed: softmax_pass(isa, &row[..], t, m, Some(&mut w)),
+    };
+    let mut p = vec![0f32; v];
+    cut_write(isa, &w, cut, &mut p);
+    let draft: Vec<f32> = p.iter().map(|&x| x * 0.9).collect();
+    let unwritten = CutRow::new(&w, cut, Minus::Nothing).unwrap();
+    for isa in Isa::available() {
+        let rng = |n: u64| RaceRng {
+            seed: 0x5EED ^ n,
+            offset: n,
+            position: 2,
+        };
+        time(&format!("{isa:?} race unwritten"), |n| {
+            std::hint::black_box(race(isa, rng(n), unwritten, 0, v));
+        });
+        time(&format!("{isa:?} residual unwritten"), |n| {
+            let r = unwritten.minus(Minus::Draft(&draft));
+            std::hint::black_box(race(isa, rng(n), r, 0, v));
+        });
+        time(&format!("{isa:?} race written"), |n| {
+            std::hint::black_box(race(isa, rng(n), Row(&p), 0, v));
         });
     }
 }
