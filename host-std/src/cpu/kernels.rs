@@ -1705,37 +1705,46 @@ mod avx512 {
         (out.len() <= cap).then_some(above)
     }
 
-    /// Philox4x32-10 of the 32 groups `base .. base + 32` (counter words 1–3 `ctr`, round keys
-    /// `keys`: the seed's key bumped before each round after the first), the words in id order:
-    /// `out[q]` holds the stream words of ids `16q .. 16q + 16` of the 128 ids, as
-    /// [`philox_block`](super::philox_block)`::<16, 64>` returns them for each half.
+    /// Philox4x32-10 of the `8H` groups `base .. base + 8H` (counter words 1–3 `ctr`, round
+    /// keys `keys`: the seed's key bumped before each round after the first), the words in id
+    /// order: `out[q]` (`q < 2H`) holds the stream words of ids `16q .. 16q + 16` of the `32H`
+    /// ids, as [`philox_block`](super::philox_block)`::<16, 64>` returns them for each 64.
     ///
     /// As there, a group's word sits in the low half of a 64-bit lane with garbage above it
     /// (`vpmuludq` reads the low halves, XORs keep them exact). What LLVM made of that loop kept
     /// four shifts per round on port 0 beside the four multiplies; the products' high halves
     /// move down by a shuffle here (port 5), and the words leave through two shuffles and two
     /// unpacks per eight groups instead of a round trip through the stack, and four vectors of
-    /// groups in flight give each round's multiplies (latency 5) independent work. Lane `i` of
-    /// vector `h` holds group `8h + ORDER[i]`, so that the final 64-bit unpacks, which work
-    /// within 128-bit lanes, put the groups in order.
+    /// groups in flight (`H = 4`) give each round's multiplies (latency 5) independent work.
+    /// `OUT` must be `2H`. Lane `i` of vector `h` holds group `8h + [0, 4, 1, 5, 2, 6, 3, 7][i]`,
+    /// so that the final 64-bit unpacks, which work within 128-bit lanes, put the groups in
+    /// order.
     #[inline]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
-    fn philox32(base: u32, ctr: [u32; 3], keys: &[[u32; 2]; 10]) -> [__m512i; 8] {
+    fn philox<const H: usize, const OUT: usize>(
+        base: u32,
+        ctr: [u32; 3],
+        keys: &[[u32; 2]; 10],
+    ) -> [__m512i; OUT] {
+        debug_assert!(OUT == 2 * H && H <= 4);
         let order = _mm512_add_epi64(
             _mm512_set1_epi64(i64::from(base)),
             _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7),
         );
         // The low halves are `base + g` modulo 2³², as `philox_block`'s wrapping add.
-        let mut c0 = [0i64, 8, 16, 24].map(|g| _mm512_add_epi64(order, _mm512_set1_epi64(g)));
-        let mut c1 = [_mm512_set1_epi64(i64::from(ctr[0])); 4];
-        let mut c2 = [_mm512_set1_epi64(i64::from(ctr[1])); 4];
-        let mut c3 = [_mm512_set1_epi64(i64::from(ctr[2])); 4];
+        let mut c0 = [_mm512_setzero_si512(); H];
+        for (h, c) in c0.iter_mut().enumerate() {
+            *c = _mm512_add_epi64(order, _mm512_set1_epi64(8 * h as i64));
+        }
+        let mut c1 = [_mm512_set1_epi64(i64::from(ctr[0])); H];
+        let mut c2 = [_mm512_set1_epi64(i64::from(ctr[1])); H];
+        let mut c3 = [_mm512_set1_epi64(i64::from(ctr[2])); H];
         let m0 = _mm512_set1_epi64(0xD251_1F53);
         let m1 = _mm512_set1_epi64(0xCD9E_8D57);
         for &[k0, k1] in keys {
             let k0 = _mm512_set1_epi64(i64::from(k0));
             let k1 = _mm512_set1_epi64(i64::from(k1));
-            for h in 0..4 {
+            for h in 0..H {
                 let p0 = _mm512_mul_epu32(c0[h], m0);
                 let p1 = _mm512_mul_epu32(c2[h], m1);
                 // Each product's high half into its low half (dwords 1, 1, 3, 3).
@@ -1748,8 +1757,8 @@ mod avx512 {
                 c3[h] = p0;
             }
         }
-        let mut out = [_mm512_setzero_si512(); 8];
-        for h in 0..4 {
+        let mut out = [_mm512_setzero_si512(); OUT];
+        for h in 0..H {
             // Words 0 and 1 of each group side by side in its 64-bit lane (the odd dwords take
             // the even dwords of the second operand: dwords 0, 0, 2, 2), and words 2 and 3.
             let w01 = _mm512_mask_shuffle_epi32::<0xA0>(c0[h], 0xAAAA, c1[h]);
@@ -1843,8 +1852,35 @@ mod avx512 {
         pos & !proven
     }
 
+    /// One block's part of [`race`]: ids `s .. s + 64` with values `wt`, positive at `pos`,
+    /// stream-1 words `words`; the open ones visited with the best so far (`state`).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
+    fn block_best<W: super::Weights>(
+        w: &W,
+        wt: &[__m512; 4],
+        pos: u64,
+        words: &[__m512i],
+        s: usize,
+        ctr_lo: [u32; 3],
+        k: [u32; 2],
+        state: &mut (&mut super::Best, &mut f32),
+    ) {
+        let open = open64(wt, pos, words, *state.1);
+        if open != 0 {
+            let mut hi = [0u32; 64];
+            for (q, v) in words.iter().enumerate() {
+                // SAFETY: `hi[16q..16q + 16]` is 64 writable bytes (an unaligned store).
+                unsafe { _mm512_storeu_si512(hi.as_mut_ptr().add(16 * q).cast(), *v) };
+            }
+            let lo_ctr = [(s / 4) as u32, ctr_lo[0], ctr_lo[1], ctr_lo[2]];
+            super::visit_open(w, open, s, &hi, lo_ctr, k, state.0, state.1);
+        }
+    }
+
     /// [`race_range`](super::race_range)`::<W, 16, 64>` with its Philox words and skip test in
-    /// intrinsics ([`philox32`], [`open64`]), two of its blocks at a time: the same words, the
+    /// intrinsics ([`philox`], [`open64`]), two of its blocks at a time: the same words, the
     /// same open ids (the second block is tested after the first's open ids are visited, with
     /// the best they leave), visited in the same order by the same code
     /// ([`visit_open`](super::visit_open)), so the same best.
@@ -1890,25 +1926,23 @@ mod avx512 {
             let pos = [positive64(&wt[0]), positive64(&wt[1])];
             if pos != [0, 0] {
                 // V ≤ u32::MAX, so the group index s / 4 fits 32 bits (and s / 4 + 16 too: the
-                // second block holds an id below V when it has a positive weight).
-                let words = philox32((s / 4) as u32, ctr, &keys);
-                for half in 0..2 {
-                    if pos[half] == 0 {
-                        continue;
+                // second block holds an id below V when it has a positive weight). Both
+                // blocks' words at once where both have a candidate, else the one's alone
+                // (sparse rows, e.g. a top-k cut, keep skipping per 64 ids).
+                let base = (s / 4) as u32;
+                let mut state = (&mut best, &mut best_skip);
+                if pos[0] != 0 && pos[1] != 0 {
+                    let words = philox::<4, 8>(base, ctr, &keys);
+                    for half in 0..2 {
+                        let words = &words[4 * half..4 * half + 4];
+                        let sh = s + 64 * half;
+                        block_best(&w, &wt[half], pos[half], words, sh, ctr_lo, k, &mut state);
                     }
+                } else {
+                    let half = usize::from(pos[0] == 0);
+                    let words = philox::<2, 4>(base + 16 * half as u32, ctr, &keys);
                     let sh = s + 64 * half;
-                    let words = &words[4 * half..4 * half + 4];
-                    let open = open64(&wt[half], pos[half], words, best_skip);
-                    if open != 0 {
-                        let mut hi = [0u32; 64];
-                        for (q, v) in words.iter().enumerate() {
-                            // SAFETY: `hi[16q..16q + 16]` is 64 writable bytes (an unaligned
-                            // store).
-                            unsafe { _mm512_storeu_si512(hi.as_mut_ptr().add(16 * q).cast(), *v) };
-                        }
-                        let lo_ctr = [(sh / 4) as u32, ctr_lo[0], ctr_lo[1], ctr_lo[2]];
-                        super::visit_open(&w, open, sh, &hi, lo_ctr, k, &mut best, &mut best_skip);
-                    }
+                    block_best(&w, &wt[half], pos[half], &words, sh, ctr_lo, k, &mut state);
                 }
             }
             s += 128;

@@ -1209,8 +1209,8 @@ fn first_read_timing() {
 }
 
 /// Times the race over one 128k row of softmax weights raced unwritten ([`CutRow`]: the
-/// stopping row of a logits request), plain and as a residual, and over the written row
-/// (`cargo test --release -p specula --lib -- --ignored --nocapture race_timing`), µs per race,
+/// stopping row of a logits request), plain and as a residual, over the written row, and over
+/// a row with 50 candidates (a top-k cut's) (`cargo test --release -p specula --lib -- --ignored --nocapture race_timing`), µs per race,
 /// in this thread's CPU time.
 #[test]
 #[ignore = "timing, run by hand"]
@@ -1272,6 +1272,13 @@ fn race_timing() {
         });
         time(&format!("{isa:?} race written"), |n| {
             std::hint::black_box(race(isa, rng(n), Row(&p), 0, v));
+        });
+        // A top-k-like row: 50 candidates spread over the row, the rest 0.
+        let sparse: Vec<f32> = (0..v)
+            .map(|i| if i % (v / 50) == 7 { 0.02 } else { 0.0 })
+            .collect();
+        time(&format!("{isa:?} race 50 of V"), |n| {
+            std::hint::black_box(race(isa, rng(n), Row(&sparse), 0, v));
         });
     }
 }
