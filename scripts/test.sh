@@ -384,8 +384,8 @@ no_std_builds() {
 # collector, delivery and unaligned-timers simulations (safe code on one thread: no unsafe
 # operation and no second thread for Miri to check; the short ones still run here), and
 # `gpu::methods_and_filters_are_staged_and_passed` takes 5 of its 15 input combinations and 4 of
-# its 16 replays (each the same unsafe launch). The `it` binary under Miri, by libtest's clock:
-# 402 -> 106 s (docs/PERFORMANCE.md, "The full CI run").
+# its 16 replays (each the same unsafe launch). The `it` binary under Miri: 468 -> 131 s of CPU
+# (docs/PERFORMANCE.md, "The full CI run").
 miri() {
     cargo +nightly miri test -p specula-core -- --skip verify:: --skip reference:: \
         --skip validate:: --skip numerics:: --skip batch:: --skip recovered::
