@@ -7,7 +7,7 @@
 #   2. docs.rs    each published crate's docs as docs.rs builds them: nightly, `--cfg docsrs`,
 #                 the features of its [package.metadata.docs.rs], warnings denied, links to the
 #                 other crates resolved as on docs.rs; then no intra-doc link left unresolved.
-#   3. examples   every host-std/examples/*.rs built as the only file of a fresh crate that
+#   3. examples   every host-std/examples/*.rs checked as the only file of a fresh crate that
 #                 depends on `specula` alone (path dependency, the example's required
 #                 features), plus only the integration crate the example shows (EXTRA_DEPS).
 #   4. publish    `cargo publish --workspace --dry-run` (packages every published crate, with
@@ -154,7 +154,11 @@ docs_rs() {
 # ---------------------------------------------------------------------------------------- 3
 # The crates an example may use besides `specula`: the server or signal library it shows.
 # Everything of Specula's own, `log`, `prometheus_client` and `half` included, comes through
-# `specula`'s re-exports; an example that needs anything else fails to build here.
+# `specula`'s re-exports; an example that needs anything else fails to build here. `cargo check`:
+# what is checked is which crates an example can name, which type checking decides;
+# scripts/test.sh compiles, links and runs every example in the workspace (its examples and
+# pick_backend steps, engine_step in the candle step), and a build here cost, besides, a cold
+# debug build of the examples' dependencies (candle's too).
 declare -A EXTRA_DEPS=(
     [axum_metrics]='axum = { version = "0.8", default-features = false, features = ["http1", "tokio"] }
 tokio = { version = "1.44", default-features = false, features = ["rt", "net", "macros"] }'
@@ -211,7 +215,7 @@ EOF
         [ -z "${EXTRA_DEPS[$e]:-}" ] || with="$with + $(grep -oE '^[a-z-]+ =' <<<"${EXTRA_DEPS[$e]}" | tr -d ' =' | paste -sd, -)"
         echo "--- $e: $with"
         # One package at a time: its own features, not the union of all the examples'.
-        (cd "$ws" && cargo build -q -p "ex-${e//_/-}") || rc=1
+        (cd "$ws" && cargo check -q -p "ex-${e//_/-}") || rc=1
     done <<<"$list"
     return $rc
 }

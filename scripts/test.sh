@@ -379,6 +379,13 @@ no_std_builds() {
 # (`--test-threads=1 -Zunstable-options --report-time`): about 60 s of 490 (lib 61 -> 33 s,
 # doc tests 11 -> 2.5 s, `it` 24 s); the rest is the collector and delivery simulations and
 # the gpu/ tests over the fake driver.
+# Also left to the debug step, by `#[cfg_attr(miri, ignore)]` or `cfg!(miri)` in the tests: the
+# scans of the kernel text (160 KB of `str` searches, about 4 minutes under Miri) and the longest
+# collector, delivery and unaligned-timers simulations (safe code on one thread: no unsafe
+# operation and no second thread for Miri to check; the short ones still run here), and
+# `gpu::methods_and_filters_are_staged_and_passed` takes 5 of its 15 input combinations and 4 of
+# its 16 replays (each the same unsafe launch). The `it` binary under Miri: 468 -> 131 s of CPU
+# (docs/PERFORMANCE.md, "The full CI run").
 miri() {
     cargo +nightly miri test -p specula-core -- --skip verify:: --skip reference:: \
         --skip validate:: --skip numerics:: --skip batch:: --skip recovered::
@@ -404,10 +411,15 @@ package_check() {
 }
 
 prometheus_checks() {
-    cargo build -q --release -p specula-cli
-    SPECULA_BIN="$target/release/specula" scripts/prometheus-check.sh
+    # The program the debug tests built (every feature): the check compares what Prometheus
+    # scraped with what the demo printed, whatever its speed; a release build for this step
+    # alone was a cold build of the program and its dependencies, 120 s of CPU
+    # (docs/PERFORMANCE.md, "The full CI run"). Built here only when run out of order.
+    local bin="$target/debug/specula"
+    [ -x "$bin" ] || cargo build -q -p specula-cli --features "$FEATURES"
+    SPECULA_BIN="$bin" scripts/prometheus-check.sh
     # Again on the tree drafter: the tree families, the dashboard's tree panels with data.
-    SPECULA_BIN="$target/release/specula" DEMO_ARGS="--tree 2x4" scripts/prometheus-check.sh
+    SPECULA_BIN="$bin" DEMO_ARGS="--tree 2x4" scripts/prometheus-check.sh
 }
 
 if [ "$tier" = quick ]; then

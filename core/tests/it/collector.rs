@@ -46,6 +46,10 @@ fn record(d: &mut &mut SimDevice<'_, 2>) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "safe code on one thread: nothing for Miri to check; slow there"
+)]
 fn a_readback_that_never_completes_is_reported_within_one_deadline() {
     let clock = VirtualClock::new(0);
     let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
@@ -86,6 +90,10 @@ fn a_readback_that_never_completes_is_reported_within_one_deadline() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "safe code on one thread: nothing for Miri to check; slow there"
+)]
 fn a_stale_readback_is_abandoned_when_the_backend_can_and_collection_goes_on() {
     let clock = VirtualClock::new(0);
     let mut slot = SeqSlot::new(Snapshot::<2>::ZERO);
@@ -204,6 +212,10 @@ fn the_ring_is_never_larger_than_the_core_allows() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "safe code on one thread: nothing for Miri to check; slow there"
+)]
 fn deadlines_put_one_publication_before_each_log_tick() {
     // Collection every 5 s; the log grid is 20 ms after the collection grid, so collecting on
     // the grid would publish just after each log tick (3 ms latency, 10 ms steps).
@@ -325,6 +337,10 @@ fn a_backend_that_cannot_start_is_retried_on_the_schedule_not_every_step() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "safe code on one thread: nothing for Miri to check; slow there"
+)]
 fn tree_counts_reach_every_consumer_exactly_once_a_late_one_included() {
     // Chain steps and token trees counted on one device; consumers take on their own
     // schedules, one attaches late. Every consumer's deltas sum to the totals it was there for,

@@ -157,6 +157,7 @@ proptest! {
     /// counts, and every count is logged once. (Coarser steps, two or three per log interval,
     /// leave about one tick in 10 000 stale: core/tests/statistics/freshness.rs.)
     #[test]
+    #[cfg_attr(miri, ignore = "safe code on one thread: nothing for Miri to check; slow there")]
     fn with_deadlines_every_log_tick_has_new_counts(
         log_phase_ms in 0u64..5_000,
         step_exp in 0.0f64..=3.0,
@@ -170,6 +171,7 @@ proptest! {
     /// The same with the readback latency varying by up to ±25 % from copy to copy, for steps
     /// from 1 ms to a third of a second (coarser steps: core/tests/statistics/freshness.rs).
     #[test]
+    #[cfg_attr(miri, ignore = "safe code on one thread: nothing for Miri to check; slow there")]
     fn with_deadlines_every_log_tick_has_new_counts_despite_latency_jitter(
         log_phase_ms in 0u64..5_000,
         step_exp in 0.0f64..=2.52,

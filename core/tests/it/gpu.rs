@@ -1032,16 +1032,17 @@ fn entry_names_and_families() {
         assert_eq!(ENTRY_NAMES[entry.index(family)], name);
         assert_eq!(ENTRY_NAMES[i], name);
         // Defined by the kernel text, where drivers load it by this name, taking the one
-        // argument block.
+        // argument block. (Not under Miri: a scan of 160 KB of text, over a minute there, in
+        // safe code; the debug run checks it.)
         assert!(
-            SOURCE.contains(&format!("\n{name}(const sp_args a) {{")),
+            cfg!(miri) || SOURCE.contains(&format!("\n{name}(const sp_args a) {{")),
             "{name}"
         );
     }
     // The tree entries: binary32 rows, then half rows (`TreeLaunch::entry_index`), each
-    // defined by the tree text with the same one argument block.
+    // defined by the tree text with the same one argument block (scans: not under Miri).
     assert_eq!(TREE_ENTRY_NAMES, [TREE_ENTRY, TREE_HALF_ENTRY]);
-    for name in TREE_ENTRY_NAMES {
+    for name in TREE_ENTRY_NAMES.into_iter().filter(|_| !cfg!(miri)) {
         assert!(
             TREE_SOURCE.contains(&format!("\n{name}(const sp_args a) {{")),
             "{name}"
@@ -1631,7 +1632,14 @@ fn methods_and_filters_are_staged_and_passed() {
         12,
         "then the sampling words' one"
     );
-    for bits in 1..16u8 {
+    // Under Miri, each input alone and all of them (every combination goes through the same
+    // unsafe launch; each write of 70 requests takes Miri seconds): the debug run takes all.
+    let combos: Vec<u8> = if cfg!(miri) {
+        vec![0b0001, 0b0010, 0b0100, 0b1000, 0b1111]
+    } else {
+        (1..16).collect()
+    };
+    for bits in combos {
         let a = staging
             .write::<K>(
                 &drv,
@@ -1710,7 +1718,13 @@ fn methods_and_filters_are_staged_and_passed() {
     // SAFETY: staged views; every replay below follows a write with the graph's inputs.
     let g = unsafe { v.capture_staged(&a) }.unwrap();
     drv.run();
-    for bits in 0..16u8 {
+    // Under Miri: none (refused), the graph's own, one other and all.
+    let replays: Vec<u8> = if cfg!(miri) {
+        vec![0, 0b0011, 0b0100, 0b1111]
+    } else {
+        (0..16).collect()
+    };
+    for bits in replays {
         let s = staging
             .write::<K>(
                 &drv,

@@ -145,6 +145,7 @@ fn stats_layout() {
 /// state (which the C compilers check on every compile, NVRTC through the size and the uniform
 /// 8-byte fields) are the Rust ones.
 #[test]
+#[cfg_attr(miri, ignore = "a scan of the kernel text; too slow under Miri")]
 fn the_argument_block_is_one_layout() {
     use specula_core::gpu::ArgBlock;
     let text = specula_core::gpu::kernels::SOURCE;

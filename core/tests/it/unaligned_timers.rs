@@ -117,6 +117,10 @@ fn aligned_five_second_timers_log_every_tick() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "safe code on one thread: nothing for Miri to check; slow there"
+)]
 fn misaligned_timers_log_every_tick_and_lose_nothing() {
     // Phases away from the collect grid by more than latency + two steps: every log tick after
     // the first collection has a new snapshot.

@@ -12,6 +12,7 @@ mod entropy_exact;
 mod gpu_tree_stats;
 mod race_tails;
 mod race_variates;
+mod recovered;
 mod tree_stats;
 mod verify_filters;
 mod verify_logits;
