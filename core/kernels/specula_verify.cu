@@ -2083,17 +2083,22 @@ __device__ __forceinline__ void sp_filter_elem(sp_u32 mode, float w, sp_u32 key,
         acc[1] += hi;
     }
 }
-// ---- sp_filter_sparse: the passes over few ids without every id's exact weight (issue 30)
-// A pass of mode 1, 2 or 3 adds only the ids whose key lies in [lo_key, hi_key]. At a descent
-// level >= 1 that range is one bin of the level above (a 2^-7 part of it from level 2 on), and
-// with a floor (the kept mass or the top-p descent after top-k or min-p) the keys above the
-// threshold: on real rows (one token of p ~ 0.7 at T 0.8 over a randn 2 background, or that
-// background alone, 128k ids; counted by kernel_host_inputs.rs filter_sparse_passes_are_exact,
-// which prints the fractions) a few percent of the ids at level 1, far fewer below it. Those
-// passes read a bound of each id's key first, and compute the exact weight (sp_soft_e: the
-// quotient and exp_p, ~30 instructions) only for the ids the bound cannot place outside the
-// range, in a cold region; the others are skipped, which the exact path does too. Same adds,
-// same bins, same bits. The bound, for logit rows (lg): u = sp_weight_ub (the race's, with the
+// ---- sp_filter_sparse: the histogram passes over few ids without every id's exact weight
+// (issue 30). A count or mass histogram pass (modes 1, 2) adds only the ids whose key lies in
+// [lo_key, hi_key]. At a descent level >= 1 that range is one bin of the level above (two
+// octaves of weights at level 1, 2^-7 of that at level 2, 2^-15 at level 3), and with a floor
+// (top-p's descent after top-k or min-p) the keys above the threshold: few ids on real rows.
+// kernel_host_inputs.rs filter_sparse_passes_are_rare_on_real_rows counts them on 128256
+// logits at T 0.8, one token of p ~ 0.7 over a 2 randn background ("peaked") and that
+// background alone ("flat"): the exact weights a pass takes are 0.005-0.06 % of the ids in
+// top-k 50's levels 1-3 and in top-p's first level above top-k 50's threshold, 0.14-0.55 % in
+// top-p 0.9's levels 2-3, and 4.3 % (peaked) / 11.2 % (flat) in top-p 0.9's level 1 (the ids
+// of the two octaves around the threshold). Those passes read a bound of each id's key first,
+// and compute the exact weight (sp_soft_e: the quotient and exp_p, ~30 instructions) only for
+// the ids the bound cannot place outside the range, in a cold region; the others are skipped,
+// as the exact path skips them. Level 0 without a floor (every id with a weight is in range),
+// the maximum and the kept mass keep the dense loop. Same adds, same bins, same bits.
+// The bound, for logit rows (lg): u = sp_weight_ub (the race's, with the
 // row's c and b: sp_race_ub_of), ku = bits(u) (u is a positive normal binary32, sp_exp2_ub).
 //   * Below: u >= e >= 0 (sp_race_ub's proof: every row, bounded or off, whose m is the row's
 //     softmax maximum, as sp_row_state's is), so key(e) <= ku (key(e) = bits(e), or 0 for
