@@ -56,9 +56,11 @@ BUDGET = {
     # exp_p (~22); the sum the fixed-point split; the
     # race the plain race's Philox and skip test; the half paths their widening (f16 needs its
     # exponent cases); race_cut the threshold test; the filters' histogram pass (sp_filter_pass;
-    # each probe's call has its mode as a constant: filter_count the count's one shared atomic,
-    # filter_mass the mass's scaled value and one 32-bit shared atomic with its carry test) a
-    # range test on the key per element.
+    # each probe's call has its mode and level as constants: filter_count0 the count's one shared
+    # atomic, filter_mass0 the mass's scaled value and one 32-bit shared atomic with its carry
+    # test, and a range test on the key per element, at level 0; filter_count and filter_mass
+    # at level 1, where only the bound of each weight and one range test on its key are on the
+    # hot path).
     # sm_90 (sm_80), first measured 2026-12-02 -> 2026-12-06 (exp_p without branches, the
     # races without e / S per id on the hot path, the filters' limbs and 32-bit atomics):
     # softmax_max 19.7 (20.8) unchanged; softmax_sum 71.7 (72.8) -> 53.8 (55.0); race_logits
@@ -79,6 +81,11 @@ BUDGET = {
     # filter_mass -> 94.2 (94.2).
     # Merged (2026-12-07 20:40 UTC): race_logits 38.9 (39.2), race_logits_f16 40.6 (39.2),
     # race_cut 38.9 (39.2), filter_count 48.9 (48.8), filter_mass 59.9 (59.8).
+    # 2026-12-07 (the filters' sparse passes: at a descent level >= 1 or with a floor, each id's
+    # bound first, its exact weight only in a cold region, sp_filter_sparse): the probes now
+    # measure two loops, filter_count / filter_mass at level 1 (the sparse loop) 48.9 (48.8) ->
+    # 11.9 (12.1) and 59.9 (59.8) -> 11.9 (12.1), filter_count0 / filter_mass0 at level 0
+    # without a floor (the dense loop: every id's exact weight) 48.6 (48.4) and 59.6 (58.4).
     # Budgets a little above the larger of the two.
     "softmax_max": 9.5,
     "softmax_sum": 38.5,
@@ -86,13 +93,16 @@ BUDGET = {
     "softmax_sum_bf16": 39.5,
     "race_logits_f16": 41.0,
     "race_cut": 40.0,
-    "filter_count": 50.0,
-    "filter_mass": 61.0,
+    "filter_count": 13.0,
+    "filter_mass": 13.0,
+    "filter_count0": 49.5,
+    "filter_mass0": 60.5,
 }
 TARGET_INSTR = 30.0  # the issue's target, per element, every pass
 TARGET_INSTR_LOGITS = 40.0  # issue 30's target, per element, the logits and filter passes
 LOGITS_PASSES = ("softmax_max", "softmax_sum", "race_logits", "softmax_sum_bf16",
-                 "race_logits_f16", "race_cut", "filter_count", "filter_mass")
+                 "race_logits_f16", "race_cut", "filter_count", "filter_mass", "filter_count0",
+                 "filter_mass0")
 TARGET_INFLIGHT = 32 * 1024  # bytes in flight per SM (issue 17)
 
 # ---------------------------------------------------------------- the machine model (H200 SXM)
@@ -133,6 +143,8 @@ PASSES = {
     "race_cut": ("specula_probe_race_cut", 1, 4),
     "filter_count": ("specula_probe_filter_count", 1, 4),
     "filter_mass": ("specula_probe_filter_mass", 1, 4),
+    "filter_count0": ("specula_probe_filter_count0", 1, 4),
+    "filter_mass0": ("specula_probe_filter_mass0", 1, 4),
 }
 
 

@@ -133,10 +133,14 @@ specula_probe_race_cut(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stri
 }
 
 // One histogram pass of the filters' radix descent: counts (top-k), or masses (top-p), by key
-// digit, of a logit row's softmax weights, at level 1 (the prefix test on). sp_filter_pass is
-// SP_NOINLINE; each probe's call has its mode as a constant, which ptxas propagates into the
-// probe's copy, so each reports its own mode's loop. The logits entries run one copy with the
-// mode chosen at run time (the same per-element operations, plus a uniform branch on the mode).
+// digit, of a logit row's softmax weights. sp_filter_pass is SP_NOINLINE; each probe's call has
+// its mode, level and (count) floor as constants, which ptxas propagates into the probe's copy,
+// so each reports one loop: at level 1 (filter_count, filter_mass) the sparse loop that every
+// level >= 1 and every pass with a floor runs (sp_filter_sparse: the bound's test on the hot
+// path, the exact weight in its cold region), at level 0 without a floor (filter_count0,
+// filter_mass0) the dense loop (every id's exact weight), which the top-k descent's first
+// pass and a top-p descent without a floor run. The logits entries run one copy with the mode,
+// level and floor read at run time: both loops, chosen by a uniform branch.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_filter_count(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
                            float m, sp_u32 fmt, sp_u32 prefix, sp_u64* __restrict__ out) {
@@ -158,5 +162,27 @@ specula_probe_filter_mass(const float* __restrict__ rows, sp_u32 vocab, sp_u32 s
     sp_u64 o[4];
     sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_MASS_HIST,
                               1u, prefix, floor_, s_hist, s_red, o);
+    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & (SP_HIST_HAND - 1u)];
+}
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_filter_count0(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                            float m, sp_u32 fmt, sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u64 s_hist[SP_HIST_WORDS];
+    const sp_soft st = sp_soft_of(t, m, 0.0, 0u, SP_P_SOFT, fmt, SP_FMT_F32);
+    sp_u64 o[4];
+    sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_COUNT, 0u,
+                              0u, 0u, s_hist, s_red, o);
+    if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & (SP_HIST_HAND - 1u)];
+}
+extern "C" __global__ void SP_LAUNCH_BOUNDS
+specula_probe_filter_mass0(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride, float t,
+                           float m, sp_u32 fmt, sp_u64* __restrict__ out) {
+    __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+    __shared__ sp_u64 s_hist[SP_HIST_WORDS];
+    const sp_soft st = sp_soft_of(t, m, 0.0, 0u, SP_P_SOFT, fmt, SP_FMT_F32);
+    sp_u64 o[4];
+    sp_filter_pass<SP_FX_ANY>(rows + (sp_u64)blockIdx.x * stride, vocab, st, true, SP_FP_MASS_HIST,
+                              0u, 0u, 0u, s_hist, s_red, o);
     if (threadIdx.x == 0u) out[blockIdx.x] = s_hist[blockIdx.x & (SP_HIST_HAND - 1u)];
 }

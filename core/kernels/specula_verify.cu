@@ -83,6 +83,11 @@
 #ifndef SP_COLD_MARK
 #define SP_COLD_MARK()
 #endif
+// Counts the filters' exact weights in their sparse passes (sp_filter_sparse): empty in every
+// real build; the host tests define it to count how rare that cold region is on real rows.
+#ifndef SP_FILTER_EXACT
+#define SP_FILTER_EXACT()
+#endif
 
 typedef unsigned int sp_u32;
 typedef int sp_i32;
@@ -2035,6 +2040,100 @@ __device__ __forceinline__ sp_u32 sp_fix_scaled(float w, sp_u32 key) {
 #define SP_FP_COUNT 1u
 #define SP_FP_MASS_HIST 2u
 #define SP_FP_MASS 3u
+// One id of a filter pass, its weight w and key sp_wkey(w) known: what mode adds of it (the
+// pass's comment above; the ranges are sp_filter_pass's).
+__device__ __forceinline__ void sp_filter_elem(sp_u32 mode, float w, sp_u32 key, sp_u32 lo_key,
+                                               sp_u32 span, sp_u32 hot_lo, sp_u32 hot_span,
+                                               sp_u32 shift, sp_u64* hist, sp_u64 acc[4], sp_u32& mx) {
+    if (mode == SP_FP_MAX) {
+        mx = key > mx ? key : mx;
+        return;
+    }
+    if (mode == SP_FP_MASS_HIST && key - hot_lo > hot_span) {
+        // Outside the hot range: out of the pass's range, or w >= 2^64 (stored values that are
+        // not probabilities), counted as saturated.
+        if (key - lo_key <= span) {
+            SP_COLD_MARK();
+            sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
+            atomicAdd(reinterpret_cast<unsigned int*>(bin + 1u), 1u); // < V, no wrap
+        }
+        return;
+    }
+    // (The hot range is inside the pass's: the mass histogram needs no second test.)
+    if (mode != SP_FP_MASS_HIST && key - lo_key > span) return; // also key 0, pads
+    // w > 0 here: key is w's bits.
+    sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
+    if (mode == SP_FP_COUNT) {
+        // A count: at most V < 2^32 in a bin's low word, which never wraps.
+        atomicAdd(reinterpret_cast<unsigned int*>(bin), 1u);
+    } else if (mode == SP_FP_MASS_HIST) {
+        sp_hist_add(bin, sp_fix_scaled(w, key)); // w < 2^64 (the hot range)
+    } else if (key >= 0x3F800000u) {
+        // The kept mass, w >= 1: the largest weight of a logit row (e = 1) and stored values
+        // of 1 or more; sp_fix_of's general limbs.
+        SP_COLD_MARK();
+        const sp_fix f = sp_fix_of(w);
+        SP_UNROLLED
+        for (sp_u32 q = 0; q < 4u; ++q)
+            acc[q] += f.sat ? 0xFFFFFFFFull : (sp_u64)(q == f.j ? f.lo : q == f.j + 1u ? f.hi : 0u);
+    } else {
+        sp_u32 lo, hi;
+        sp_fix_small(w, lo, hi);
+        acc[0] += lo;
+        acc[1] += hi;
+    }
+}
+// ---- sp_filter_sparse: the histogram passes over few ids without every id's exact weight
+// (issue 30). A count or mass histogram pass (modes 1, 2) adds only the ids whose key lies in
+// [lo_key, hi_key]. At a descent level >= 1 that range is one bin of the level above (two
+// octaves of weights at level 1, 2^-7 of that at level 2, 2^-15 at level 3), and with a floor
+// (top-p's descent after top-k or min-p) the keys above the threshold: few ids on real rows.
+// kernel_host_inputs.rs filter_sparse_passes_are_rare_on_real_rows counts them on 128256
+// logits at T 0.8, one token of p ~ 0.7 over a 2 randn background ("peaked") and that
+// background alone ("flat"): the exact weights a pass takes are 0.005-0.06 % of the ids in
+// top-k 50's levels 1-3 and in top-p's first level above top-k 50's threshold, 0.14-0.55 % in
+// top-p 0.9's levels 2-3, and 4.3 % (peaked) / 11.2 % (flat) in top-p 0.9's level 1 (the ids
+// of the two octaves around the threshold). Those passes read a bound of each id's key first,
+// and compute the exact weight (sp_soft_e: the quotient and exp_p, ~30 instructions) only for
+// the ids the bound cannot place outside the range, in a cold region; the others are skipped,
+// as the exact path skips them. Level 0 without a floor (every id with a weight is in range),
+// the maximum and the kept mass keep the dense loop. Same adds, same bins, same bits.
+// The bound, for logit rows (lg): u = sp_weight_ub (the race's, with the
+// row's c and b: sp_race_ub_of), ku = bits(u) (u is a positive normal binary32, sp_exp2_ub).
+//   * Below: u >= e >= 0 (sp_race_ub's proof: every row, bounded or off, whose m is the row's
+//     softmax maximum, as sp_row_state's is), so key(e) <= ku (key(e) = bits(e), or 0 for
+//     e = 0), and ku < lo_key proves key(e) < lo_key.
+//   * Above (bounded rows only: c != 0, so c is normal and |m| <= 2^20): ku > sk_hi =
+//     hi_key + C (saturating) with C = 2^23 (|m| 2^-19 + 2^-13 + 0.0920) proves key(e) > hi_key
+//     or e = 0 (key 0, below lo_key >= 1). Proof, for e > 0 (x = RN(z - m) > -87): sp_exp2_ub
+//     builds bits(u) = 2^23 (127 + (N + 1) / 256) exactly with N <= 256 Y + 1/2, Y = min(max(y,
+//     -126), 64), so ku <= 2^23 (127 + Y + 3/512). Here Y = y: sp_race_ub's proof gives y >= x
+//     log2(e) > -125.6 (its d outweighs the roundings) and y < 1.6. e is normal (exp_p's least
+//     nonzero value is 0x1.666dcp-126), and for a normal v = 2^E (1 + f), bits(v) = 2^23 (127 +
+//     E + f) >= 2^23 (127 + log2 v - 0.08608) (log2(1 + f) - f <= log2(1 / ln 2) - 1 / ln 2 + 1
+//     < 0.08608 on [0, 1)). exp_p is within 2^-20 of e^x on (-87, 0] (relative; checked on
+//     every binary32 argument, host-std sum_bound's exp_rough_is_within_its_bound), so log2 e
+//     >= x log2(e) - 1.5e-6, and sp_race_ub's proof gives |y - x log2(e) - (m log2(e) - b)| <=
+//     2^-24 (4.8 |m| + 680) with m log2(e) - b <= d + 2^-24 (3.4 |m| + 1) (the same roundings
+//     as its lower bound), d <= |m| 2^-20 + 2^-14 + 2^-150: y - log2 e <= |m| 2^-20 + 2^-14 +
+//     2^-24 (8.2 |m| + 681) + 1.5e-6 < |m| 2^-19 + 2^-13 + 1.5e-6. So ku - key(e) <= 2^23 (y -
+//     log2 e + 3/512 + 0.08608) < 2^23 (|m| 2^-19 + 2^-13 + 0.09195) <= C, and key(e) >= ku - C
+//     > sk_hi - C >= hi_key. C as computed: |m| 16 is exact (|m| <= 2^20), its truncation loses
+//     less than 1, and 0xBD000 = 774144 >= 2^23 (2^-13 + 0.09195) + 1 = 772348.
+//     Off rows (c = 0): sk_hi = ~0, no claim above.
+// Stored values (!lg): ku is the key itself and sk_hi = hi_key: the test is the exact one.
+// One unsigned test ku - lo_key > sk_hi - lo_key skips both sides (lo_key <= hi_key <= sk_hi
+// whenever the pass has any range, !none). Attacked by kernel_host_inputs.rs
+// filter_sparse_passes_are_exact (the passes against their definition on hostile rows: ids at
+// the ranges' edges, |m| up to and past 2^20, off rows, NaN, infinities).
+__device__ __forceinline__ sp_u32 sp_filter_skip_hi(bool lg, const sp_race_ub& rub, float m,
+                                                    sp_u32 hi_key) {
+    if (!lg) return hi_key;
+    if (rub.c == 0.0f) return 0xFFFFFFFFu;
+    const float am = m < 0.0f ? -m : m; // |m| <= 2^20 on a bounded row
+    const sp_u32 c = (sp_u32)(am * 16.0f) + 0xBD000u;
+    return hi_key > 0xFFFFFFFFu - c ? 0xFFFFFFFFu : hi_key + c;
+}
 template <sp_u32 FX>
 SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const sp_soft& st, bool lg,
                                sp_u32 mode, sp_u32 level, sp_u32 prefix, sp_u32 floor_,
@@ -2064,56 +2163,61 @@ SP_NOINLINE __device__ void sp_filter_pass(const float* row, sp_u32 vocab, const
     const float st_t = st.t, st_m = st.m;
     sp_u32 mx = 0u;
     sp_u64 acc[4] = {0ull, 0ull, 0ull, 0ull};
-    for (sp_u32 g0 = threadIdx.x; !none && g0 < groups; g0 += step) {
-        float x[SP_UNROLL_RACE][4];
-        // Past the row's end: NaN, whose weight has key 0 (e = 0 for logits), which no pass adds.
-        sp_load_tile<SP_UNROLL_RACE, FX>(row, g0, blockDim.x, vocab, full, sp_f(0x7FC00000u), x, fmt);
-        SP_UNROLLED
-        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
-            // Unrolled, as every loop over a tile's or a mass's 4 elements here: an index known
-            // at compile time keeps x, l and acc in registers (a loop left rolled indexes them
-            // in local memory).
+    // The histogram passes whose range [lo_key, hi_key] holds few ids on real rows (a descent
+    // level >= 1, or a floor from top-k / min-p): each id's bound first, its exact weight only
+    // where the bound cannot place it outside the range (sp_filter_skip_hi's comment). The
+    // tile's values die with their bounds: the few ids left are read again, one at a time, in
+    // the cold region (ptxas spilled on a race loop's hot path in the logits entries while this
+    // loop kept its tile for the cold region).
+    const bool sparse = (mode == SP_FP_COUNT || mode == SP_FP_MASS_HIST) && (level != 0u || floor_ != 0u);
+    if (sparse) {
+        const sp_race_ub rub = sp_race_ub_of<SP_P_SOFT>(&st, false);
+        const sp_u32 sk_span = sp_filter_skip_hi(lg, rub, st_m, hi_key) - lo_key; // lo_key <= hi_key
+        for (sp_u32 g0 = threadIdx.x; !none && g0 < groups; g0 += step) {
+            float x[SP_UNROLL_RACE][4];
+            sp_load_tile<SP_UNROLL_RACE, FX>(row, g0, blockDim.x, vocab, full, sp_f(0x7FC00000u), x, fmt);
+            // Bit 4 u + i: id i of group u may lie in the range. The bound's key: sp_weight_ub (a
+            // positive normal binary32 for logits: its bits are its key; the pad's NaN gives
+            // 2^-126), or the stored value's own key (the pad's NaN: 0, never in the range).
+            sp_u32 may = 0u;
             SP_UNROLLED
-            for (sp_u32 i = 0; i < 4u; ++i) {
-                const float w = lg ? sp_soft_e(x[u][i], st_t, st_m) : x[u][i];
-                const sp_u32 key = sp_wkey(w);
-                if (mode == SP_FP_MAX) {
-                    mx = key > mx ? key : mx;
-                    continue;
+            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+                SP_UNROLLED
+                for (sp_u32 i = 0; i < 4u; ++i) {
+                    const sp_u32 ku = lg ? __float_as_uint(sp_weight_ub<SP_P_SOFT>(x[u][i], st, rub))
+                                         : sp_wkey(x[u][i]);
+                    may |= (ku - lo_key <= sk_span ? 1u : 0u) << (4u * u + i);
                 }
-                if (mode == SP_FP_MASS_HIST && key - hot_lo > hot_span) {
-                    // Outside the hot range: out of the pass's range, or w >= 2^64 (stored
-                    // values that are not probabilities), counted as saturated.
-                    if (key - lo_key <= span) {
-                        SP_COLD_MARK();
-                        sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
-                        atomicAdd(reinterpret_cast<unsigned int*>(bin + 1u), 1u); // < V, no wrap
-                    }
-                    continue;
-                }
-                // (The hot range is inside the pass's: the mass histogram needs no second test.)
-                if (mode != SP_FP_MASS_HIST && key - lo_key > span) continue; // also key 0, pads
-                // w > 0 here: key is w's bits.
-                sp_u64* bin = hist + SP_HIST_BIN_WORDS * ((key >> shift) & 0xFFu);
-                if (mode == SP_FP_COUNT) {
-                    // A count: at most V < 2^32 in a bin's low word, which never wraps.
-                    atomicAdd(reinterpret_cast<unsigned int*>(bin), 1u);
-                } else if (mode == SP_FP_MASS_HIST) {
-                    sp_hist_add(bin, sp_fix_scaled(w, key)); // w < 2^64 (the hot range)
-                } else if (key >= 0x3F800000u) {
-                    // The kept mass, w >= 1: the largest weight of a logit row (e = 1) and
-                    // stored values of 1 or more; sp_fix_of's general limbs.
-                    SP_COLD_MARK();
-                    const sp_fix f = sp_fix_of(w);
-                    SP_UNROLLED
-                    for (sp_u32 q = 0; q < 4u; ++q)
-                        acc[q] += f.sat ? 0xFFFFFFFFull
-                                        : (sp_u64)(q == f.j ? f.lo : q == f.j + 1u ? f.hi : 0u);
-                } else {
-                    sp_u32 lo, hi;
-                    sp_fix_small(w, lo, hi);
-                    acc[0] += lo;
-                    acc[1] += hi;
+            }
+            if (may == 0u) continue; // every id provably outside [lo_key, hi_key]
+            SP_COLD_MARK(); // the few ids in or near the range
+            do {
+                const sp_u32 j = (sp_u32)__ffs((int)may) - 1u;
+                may &= may - 1u;
+                const sp_u32 v = (g0 + (j >> 2) * blockDim.x) * 4u + (j & 3u);
+                const float xv = v < vocab ? sp_rd(row, v, fmt) : sp_f(0x7FC00000u);
+                SP_FILTER_EXACT();
+                const float w = lg ? sp_soft_e(xv, st_t, st_m) : xv;
+                sp_filter_elem(mode, w, sp_wkey(w), lo_key, span, hot_lo, hot_span, shift, hist, acc, mx);
+            } while (may != 0u);
+        }
+        // Returned from here, the other modes' acc and mx are not live across this loop.
+        __syncthreads(); // the histogram is complete
+        return;
+    } else {
+        for (sp_u32 g0 = threadIdx.x; !none && g0 < groups; g0 += step) {
+            float x[SP_UNROLL_RACE][4];
+            // Past the row's end: NaN, whose weight has key 0 (e = 0 for logits), which no pass adds.
+            sp_load_tile<SP_UNROLL_RACE, FX>(row, g0, blockDim.x, vocab, full, sp_f(0x7FC00000u), x, fmt);
+            SP_UNROLLED
+            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+                // Unrolled, as every loop over a tile's or a mass's 4 elements here: an index known
+                // at compile time keeps x, l and acc in registers (a loop left rolled indexes them
+                // in local memory).
+                SP_UNROLLED
+                for (sp_u32 i = 0; i < 4u; ++i) {
+                    const float w = lg ? sp_soft_e(x[u][i], st_t, st_m) : x[u][i];
+                    sp_filter_elem(mode, w, sp_wkey(w), lo_key, span, hot_lo, hot_span, shift, hist, acc, mx);
                 }
             }
         }

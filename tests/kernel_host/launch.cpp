@@ -16,6 +16,7 @@
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_hip
 #define SPECULA_HOST_RACE_BOUND specula_host_race_bound_hip
 #define SPECULA_HOST_SOFTMAX_TERMS specula_host_softmax_terms_hip
+#define SPECULA_HOST_FILTER_PASS specula_host_filter_pass_hip
 #else
 #define specula_verify specula_kernel_body_cuda
 #define specula_verify_split specula_kernel_split_cuda
@@ -27,7 +28,14 @@
 #define SPECULA_HOST_SKIP_BARRIER specula_host_skip_barrier_cuda
 #define SPECULA_HOST_RACE_BOUND specula_host_race_bound_cuda
 #define SPECULA_HOST_SOFTMAX_TERMS specula_host_softmax_terms_cuda
+#define SPECULA_HOST_FILTER_PASS specula_host_filter_pass_cuda
 #endif
+
+#include <atomic>
+// The exact weights the filters' sparse passes take (their cold region, sp_filter_sparse),
+// counted for SPECULA_HOST_FILTER_PASS.
+static std::atomic<unsigned long long> g_filter_exact{0};
+#define SP_FILTER_EXACT() g_filter_exact.fetch_add(1, std::memory_order_relaxed)
 
 #include "../../core/kernels/specula_verify.cu"
 // The tree kernel text; its own include of specula_verify.cu is skipped (already here).
@@ -113,4 +121,36 @@ extern "C" int SPECULA_HOST_SOFTMAX_TERMS(float t, float m, const float* l, unsi
         e[i] = __float_as_uint(sp_soft_e(l[i], t, m));
     }
     return rc.ok ? 1 : 0;
+}
+
+// One pass of the filters (sp_filter_pass) over a binary32 logit row of n ids at temperature
+// t > 0 with softmax maximum m (the row's largest RN(l / t)), in mode `mode` at descent `level`
+// under `prefix` with `floor_`, on one block of `block` threads: hist[0 .. 512) the histogram's
+// bins as the pass leaves them (2 words a bin), out[0 .. 4) its result words (modes 0 and 3).
+// Returns the number of exact weights the pass computed in its sparse passes' cold region, or
+// ~0 when `block` is not a launchable size or the launch failed.
+extern "C" unsigned long long SPECULA_HOST_FILTER_PASS(const float* l, unsigned int n, float t,
+                                                       float m, unsigned int mode,
+                                                       unsigned int level, unsigned int prefix,
+                                                       unsigned int floor_, unsigned int block,
+                                                       unsigned long long* hist,
+                                                       unsigned long long* out) {
+    if (block == 0 || block > SPECULA_BLOCK_THREADS || block % specula_shim::kWarpSize != 0) {
+        return ~0ull;
+    }
+    g_filter_exact.store(0, std::memory_order_relaxed);
+    const sp_soft st = sp_soft_of(t, m, 0.0, 0u, SP_P_RAW, SP_FMT_F32, SP_FMT_F32);
+    const int rc = specula_shim::launch(1, block, [&] {
+        __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
+        __shared__ sp_u64 s_hist[SP_HIST_WORDS];
+        for (sp_u32 i = threadIdx.x; i < SP_HIST_HAND; i += blockDim.x) s_hist[i] = 0ull;
+        __syncthreads();
+        sp_u64 o[4];
+        sp_filter_pass<SP_FX_ANY>(l, n, st, true, mode, level, prefix, floor_, s_hist, s_red, o);
+        if (threadIdx.x == 0u) {
+            for (sp_u32 i = 0; i < SP_HIST_HAND; ++i) hist[i] = s_hist[i];
+            for (sp_u32 i = 0; i < 4u; ++i) out[i] = mode == SP_FP_MAX || mode == SP_FP_MASS ? o[i] : 0ull;
+        }
+    });
+    return rc == 0 ? g_filter_exact.load(std::memory_order_relaxed) : ~0ull;
 }

@@ -346,6 +346,8 @@ static inline double __longlong_as_double(long long u) { return std::bit_cast<do
 
 // CUDA's and HIP's leading-zero count of a 64-bit word (64 for 0).
 static inline int __clzll(long long x) { return std::countl_zero(static_cast<unsigned long long>(x)); }
+// The 1-based position of the lowest set bit, 0 for 0 (CUDA and HIP alike).
+static inline int __ffs(int x) { return x == 0 ? 0 : std::countr_zero(static_cast<unsigned int>(x)) + 1; }
 
 static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
     return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);

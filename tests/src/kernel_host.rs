@@ -253,6 +253,108 @@ pub fn race_bound(
         .collect()
 }
 
+// SAFETY: both symbols are defined by tests/kernel_host/launch.cpp (compiled by build.rs) with
+// exactly this signature: `n` binary32 values read from `l`, 512 u64 written to `hist` and 4 to
+// `out`, a u64 result.
+unsafe extern "C" {
+    fn specula_host_filter_pass_cuda(
+        l: *const f32,
+        n: u32,
+        t: f32,
+        m: f32,
+        mode: u32,
+        level: u32,
+        prefix: u32,
+        floor: u32,
+        block: u32,
+        hist: *mut u64,
+        out: *mut u64,
+    ) -> u64;
+    fn specula_host_filter_pass_hip(
+        l: *const f32,
+        n: u32,
+        t: f32,
+        m: f32,
+        mode: u32,
+        level: u32,
+        prefix: u32,
+        floor: u32,
+        block: u32,
+        hist: *mut u64,
+        out: *mut u64,
+    ) -> u64;
+}
+
+/// Which result one pass of the filters computes ([`filter_pass`]; the kernel's `SP_FP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterPassMode {
+    /// The largest key (`out[0]`).
+    Max = 0,
+    /// The count histogram by key digit (word 0 of each bin).
+    Count = 1,
+    /// The mass histogram by key digit (word 0: the sum of the scaled values, word 1: the
+    /// saturated weights).
+    MassHist = 2,
+    /// The kept mass of the keys at or above the floor, as four limb sums (`out`).
+    Mass = 3,
+}
+
+/// What one filter pass left ([`filter_pass`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterPass {
+    /// The histogram's 256 bins, two words each (the kernel's shared memory after the pass).
+    pub hist: Vec<u64>,
+    /// The pass's result words (modes [`FilterPassMode::Max`] and [`FilterPassMode::Mass`]).
+    pub out: [u64; 4],
+    /// How many ids the pass took the exact weight of in its sparse passes' cold region.
+    pub exact: u64,
+}
+
+/// One pass of the filters' radix descent (`sp_filter_pass`) over a binary32 logit row at
+/// temperature `t` with softmax maximum `m` (the largest `RN(l / t)`, the kernel's
+/// precondition), at descent `level` under `prefix` with `floor`, on one block of `block`
+/// threads, computed by the kernel text compiled in `mode`. `None` when `block` is not a
+/// launchable size or the launch failed.
+#[must_use]
+#[allow(clippy::too_many_arguments)]
+pub fn filter_pass(
+    mode: Mode,
+    l: &[f32],
+    t: f32,
+    m: f32,
+    pass: FilterPassMode,
+    level: u32,
+    prefix: u32,
+    floor: u32,
+    block: u32,
+) -> Option<FilterPass> {
+    let n = u32::try_from(l.len()).expect("a row below 2^32 ids");
+    let mut hist = vec![0u64; 512];
+    let mut out = [0u64; 4];
+    let f = match mode {
+        Mode::Cuda => specula_host_filter_pass_cuda,
+        Mode::Hip => specula_host_filter_pass_hip,
+    };
+    // SAFETY: `l` holds `n` values, `hist` 512 and `out` 4 words, all live and unaliased for
+    // the call; the function reads and writes nothing else.
+    let exact = unsafe {
+        f(
+            l.as_ptr(),
+            n,
+            t,
+            m,
+            pass as u32,
+            level,
+            prefix,
+            floor,
+            block,
+            hist.as_mut_ptr(),
+            out.as_mut_ptr(),
+        )
+    };
+    (exact != u64::MAX).then_some(FilterPass { hist, out, exact })
+}
+
 /// What a launcher returns when the shim stopped a launch whose block diverged at a barrier.
 const DIVERGED: i32 = 2;
 

@@ -15,7 +15,7 @@ use specula_core::verify::{
 use specula_tests::conformance::{
     self as c, Gen, K, METHODS, OutData, RandomSpec, random_batch, random_filters, to_bf16, to_f16,
 };
-use specula_tests::kernel_host::{KernelHost, Mode, at, at_mut};
+use specula_tests::kernel_host::{FilterPassMode, KernelHost, Mode, at, at_mut, filter_pass};
 
 /// One-block and split hosts in both macro forms.
 fn hosts() -> Vec<KernelHost<K>> {
@@ -714,5 +714,296 @@ fn half_logits_without_a_filter_match_in_whole_tiles() {
                 check(&mut h, method, &batch, "half rows, no filter");
             }
         }
+    }
+}
+
+// ---- the filters' sparse passes (core/kernels/specula_verify.cu, sp_filter_sparse)
+
+/// The softmax maximum of a logit row (the kernel's `m`: the largest `RN(l / t)`, NaN aside).
+fn max_quotient(l: &[f32], t: f32) -> f32 {
+    l.iter()
+        .map(|&x| x / t)
+        .filter(|z| !z.is_nan())
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// The filters' key of each id of a logit row: the bits of `e = exp_p(RN(l / t) − m)`, 0 for
+/// `e = 0` (the rules' weights, computed here from `specula_core`'s `exp_p`).
+fn filter_keys(l: &[f32], t: f32, m: f32) -> Vec<u32> {
+    l.iter()
+        .map(|&x| {
+            let e = specula_core::verify::fmath::exp_p(x / t - m);
+            if e > 0.0 { e.to_bits() } else { 0 }
+        })
+        .collect()
+}
+
+/// The keys a pass at `level` under `prefix` with `floor` adds (`sp_filter_pass`'s range; key
+/// 0 never), and the digit's shift.
+fn pass_range(level: u32, prefix: u32, floor: u32) -> (u32, u32, u32) {
+    let shift = 24 - 8 * level;
+    let width = ((256u64 << shift) - 1) as u32;
+    let base = prefix & !width;
+    let lo = base.max(floor).max(1);
+    (lo, base + width, shift)
+}
+
+/// One filter pass as the rules define it, on the keys of a logit row: the histogram's bins
+/// (2 words each: the count, or the sum of the mass's scaled values `v` and 0 saturated
+/// weights: logit weights are at most 1) and the result words (the largest key; the kept
+/// mass `Σ ⌊e·2⁶⁴⌋` of the keys at or above the floor, as a u128 in `out[0]`, `out[1]`).
+fn filter_pass_ref(
+    keys: &[u32],
+    pass: FilterPassMode,
+    level: u32,
+    prefix: u32,
+    floor: u32,
+) -> (Vec<u64>, u128) {
+    let (lo, hi, shift) = pass_range(level, prefix, floor);
+    let mut hist = vec![0u64; 512];
+    let mut out = 0u128;
+    for &k in keys {
+        match pass {
+            FilterPassMode::Max => out = out.max(u128::from(k)),
+            _ if k < lo || k > hi => {}
+            FilterPassMode::Count => hist[2 * ((k >> shift) & 0xFF) as usize] += 1,
+            FilterPassMode::MassHist => {
+                // fix(w) = v 2^s with v = trunc(w 2^(150 - 2 t')), t' = max(top digit, 43).
+                let w = f64::from(f32::from_bits(k));
+                let t = (k >> 24).max(43) as i32;
+                hist[2 * ((k >> shift) & 0xFF) as usize] += (w * 2f64.powi(150 - 2 * t)) as u64;
+            }
+            FilterPassMode::Mass => {
+                let w = f64::from(f32::from_bits(k));
+                out += (w * 2f64.powi(64)) as u128; // exact: w has 24 bits, w <= 1
+            }
+        }
+    }
+    (hist, out)
+}
+
+/// A logit row at temperature `t` with its softmax maximum `m` and its ids' keys
+/// ([`filter_keys`]).
+struct FilterRow<'a> {
+    l: &'a [f32],
+    t: f32,
+    m: f32,
+    keys: Vec<u32>,
+}
+
+impl<'a> FilterRow<'a> {
+    fn new(l: &'a [f32], t: f32) -> Self {
+        let m = max_quotient(l, t);
+        Self {
+            l,
+            t,
+            m,
+            keys: filter_keys(l, t, m),
+        }
+    }
+}
+
+/// Runs one pass in both macro forms against [`filter_pass_ref`]; returns the exact weights
+/// the CUDA form took.
+fn check_filter_pass(
+    row: &FilterRow<'_>,
+    pass: FilterPassMode,
+    level: u32,
+    prefix: u32,
+    floor: u32,
+    what: &str,
+) -> u64 {
+    let FilterRow { l, t, m, ref keys } = *row;
+    let (want_hist, want_out) = filter_pass_ref(keys, pass, level, prefix, floor);
+    let mut exact = 0;
+    for (mode, block) in [(Mode::Cuda, 64), (Mode::Hip, 128)] {
+        let got = filter_pass(mode, l, t, m, pass, level, prefix, floor, block).expect("launch");
+        let ctx = format!(
+            "{what} {mode:?}: {pass:?} level {level} prefix {prefix:#010x} floor {floor:#010x}, t {t:e}, m {m:e}"
+        );
+        match pass {
+            FilterPassMode::Max => assert_eq!(u128::from(got.out[0]), want_out, "{ctx}"),
+            FilterPassMode::Mass => {
+                let [s0, s1, s2, s3] = got.out.map(u128::from);
+                let f = s0
+                    .wrapping_add(s1 << 32)
+                    .wrapping_add(s2 << 64)
+                    .wrapping_add(s3 << 96);
+                assert_eq!(f, want_out, "{ctx}");
+            }
+            _ => {
+                for d in 0..256 {
+                    assert_eq!(
+                        (got.hist[2 * d], got.hist[2 * d + 1]),
+                        (want_hist[2 * d], want_hist[2 * d + 1]),
+                        "{ctx}: bin {d}"
+                    );
+                }
+            }
+        }
+        if mode == Mode::Cuda {
+            exact = got.exact;
+        }
+    }
+    exact
+}
+
+/// The filters' sparse passes (`sp_filter_sparse`: at descent levels ≥ 1, and with a floor,
+/// the ids a bound of their key places outside the pass's range are skipped without their
+/// exact weight), attacked where their margins are thinnest: every pass against the rules'
+/// definition, with ranges chosen from the ids' own keys (so ids sit at both ends of a range,
+/// where the bound's slack `C` decides), on rows swept densely enough that every significand
+/// position (the `log₂(1 + f) − f` term of `C` peaks near `f = 0.44`) and every rounding of the
+/// bound's exponent occur; softmax maxima up to `2²⁰` (the `|m|` term of `C`) and past it, tiny
+/// and huge temperatures (off rows: no claim above the range), NaN, ±∞ and `−∞`-masked ids.
+/// Fails with the `|m|` term, the `log₂(1 + f) − f` term or the exponent's rounding term of
+/// `C` dropped, and with the off rows' case removed.
+#[test]
+fn filter_sparse_passes_are_exact() {
+    let mut g = Gen(0x005B_A25E);
+    // (temperature, the row's largest logit, the spread of its logits below it)
+    let rows: [(f32, f32, f32); 9] = [
+        (0.8, 3.0, 40.0),
+        (1.0, 0.0, 70.0),
+        (0.7, -25.0, 15.0),
+        (1.0, 524_288.0, 60.0),    // |m| = 2^19
+        (1.0, -1_048_576.0, 60.0), // |m| = 2^20, the last bounded row
+        (2.0, 3_000_000.0, 60.0),  // |m| > 2^20: an off row
+        (1e-39, 1e-38, 1e-37),     // subnormal temperature: c overflows, an off row
+        (3e38, 3e38, 3.3e38),      // c subnormal: an off row
+        (0.05, 1.0, 4.0),
+    ];
+    for (r, &(t, top, spread)) in rows.iter().enumerate() {
+        let n = 3001usize;
+        // The row ends inside a tile, and the memory past its end holds the row's largest
+        // logit (weight 1): a pass that read past the end would add it.
+        let buf: Vec<f32> = (0..n + 64)
+            .map(|i| {
+                if i >= n {
+                    top
+                } else if i % 97 == 5 {
+                    [f32::NAN, f32::NEG_INFINITY, -f32::NAN][i % 3]
+                } else if i == 0 {
+                    top
+                } else {
+                    top - spread * g.unit()
+                }
+            })
+            .collect();
+        let l = &buf[..n];
+        let row = FilterRow::new(l, t);
+        let what = format!("row {r}");
+        // Ranges from the ids' own keys: each level under a sampled id's prefix, and floors at
+        // and just above sampled keys.
+        let mut picks: Vec<u32> = (0..24)
+            .map(|_| row.keys[g.below(n)])
+            .filter(|&k| k != 0)
+            .collect();
+        picks.push(row.keys[0]);
+        for pass in [FilterPassMode::Count, FilterPassMode::MassHist] {
+            check_filter_pass(&row, pass, 0, 0, 0, &what);
+            // A floor of 1: every id in the range, the pad's bound (2^-126) included.
+            check_filter_pass(&row, pass, 0, 0, 1, &what);
+            for &k in &picks {
+                for level in 1..4 {
+                    check_filter_pass(&row, pass, level, k, 0, &what);
+                    check_filter_pass(&row, pass, level, k, k, &what);
+                }
+                check_filter_pass(&row, pass, 0, 0, k, &what);
+                check_filter_pass(&row, pass, 0, 0, k + 1, &what);
+            }
+        }
+        check_filter_pass(&row, FilterPassMode::Max, 0, 0, 0, &what);
+        check_filter_pass(&row, FilterPassMode::Mass, 0, 0, 0, &what);
+        for &k in &picks {
+            check_filter_pass(&row, FilterPassMode::Mass, 0, 0, k, &what);
+        }
+    }
+}
+
+/// How rare the sparse passes' cold region is on rows shaped like real LLM output (128256
+/// logits: one token of `p ≈ 0.7` at `T = 0.8` over a `2·randn` background, and that background
+/// alone, "flat"): the fraction of ids whose exact weight each pass of a top-k 50 and a top-p
+/// 0.9 descent computes (levels 1 to 3 under the threshold's own digits, and top-p's first
+/// level above top-k's threshold), printed, and bounded so that a change that made the bound
+/// useless on these rows fails. Each pass also matches the rules' histogram
+/// ([`check_filter_pass`]).
+#[test]
+fn filter_sparse_passes_are_rare_on_real_rows() {
+    const V: usize = 128_256;
+    let t = 0.8f32;
+    let mut g = Gen(0x005B_A25E_0002);
+    let mut randn = move || {
+        let u1 = f64::from(g.unit()) + 1e-9;
+        let u2 = f64::from(g.unit());
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    };
+    let flat: Vec<f32> = (0..V).map(|_| 2.0 * randn()).collect();
+    let mut peaked = flat.clone();
+    // The peak's logit: p = 0.7 of the row at T, the background's mass 0.3.
+    let bg: f64 = flat[1..]
+        .iter()
+        .map(|&l| (f64::from(l) / f64::from(t)).exp())
+        .sum();
+    peaked[0] = (f64::from(t) * (bg * 0.7 / 0.3).ln()) as f32;
+    for (shape, l) in [("peaked", &peaked), ("flat", &flat)] {
+        let row = FilterRow::new(l, t);
+        let mut sorted = row.keys.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        let theta_k = sorted[49];
+        // Top-p 0.9's threshold: the largest key whose mass at and above it reaches the target.
+        let fix = |k: u32| (f64::from(f32::from_bits(k)) * 2f64.powi(64)) as u128;
+        let total: u128 = sorted.iter().map(|&k| fix(k)).sum();
+        let target = f64::from(0.9f32) * total as f64;
+        let mut run = 0u128;
+        let mut theta_p = 0;
+        for &k in &sorted {
+            run += fix(k);
+            if run as f64 >= target {
+                theta_p = k;
+                break;
+            }
+        }
+        let mut report = Vec::new();
+        let mut pass =
+            |what: &str, p: FilterPassMode, level: u32, prefix: u32, floor: u32, most: f64| {
+                let exact = check_filter_pass(&row, p, level, prefix, floor, shape);
+                let frac = exact as f64 / V as f64;
+                report.push(format!("{what} {:.3} %", 100.0 * frac));
+                assert!(frac <= most, "{shape} {what}: {exact} exact weights of {V}");
+            };
+        for level in 1..4 {
+            pass(
+                &format!("top-k 50 level {level}"),
+                FilterPassMode::Count,
+                level,
+                theta_k,
+                0,
+                0.01,
+            );
+        }
+        pass(
+            "top-p after top-k 50, level 0",
+            FilterPassMode::MassHist,
+            0,
+            0,
+            theta_k,
+            0.01,
+        );
+        for level in 1..4 {
+            let most = if level == 1 { 0.25 } else { 0.05 };
+            pass(
+                &format!("top-p 0.9 level {level}"),
+                FilterPassMode::MassHist,
+                level,
+                theta_p,
+                0,
+                most,
+            );
+        }
+        println!(
+            "{shape} rows, exact weights per pass: {}",
+            report.join(", ")
+        );
     }
 }
