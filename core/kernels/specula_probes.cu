@@ -103,17 +103,18 @@ specula_probe_softmax_sum_bf16(const float* __restrict__ rows, sp_u32 vocab, sp_
     if (threadIdx.x == 0u) out[blockIdx.x] = sp_soft_sum(h, l);
 }
 
-// The race over an f16 logit row's probabilities (the half path alone).
+// The race over an f16 logit row's probabilities: what the logits entries run for a half row
+// (sp_race_part_any_half: SP_P_ANY, HALF), with the kind and format as constants, so that only
+// its loop for f16 logits (sp_race_scan_half) is compiled here.
 extern "C" __global__ void SP_LAUNCH_BOUNDS
 specula_probe_race_logits_f16(const float* __restrict__ rows, sp_u32 vocab, sp_u32 stride,
                               float t, float m, double s, sp_u64 seed, sp_u64 offset,
                               sp_u64* __restrict__ out) {
     __shared__ sp_u64 s_red[SPECULA_MAX_WARPS];
     const sp_soft st = sp_soft_of(t, m, s, 0u, SP_P_SOFT, SP_FMT_F16, SP_FMT_F16);
-    const sp_u64 w = sp_race<SP_P_SOFT, SP_FMT_F16>(sp_at(rows, (sp_u64)blockIdx.x * stride, SP_FMT_F16),
-                                                    0, false, 0u, vocab, 1u, (sp_u32)seed,
-                                                    (sp_u32)(seed >> 32), (sp_u32)offset,
-                                                    (sp_u32)(offset >> 32), s_red, &st);
+    const sp_u64 w = sp_race<SP_P_ANY, SP_FX_ANY, true>(
+        sp_at(rows, (sp_u64)blockIdx.x * stride, SP_FMT_F16), 0, false, 0u, vocab, 1u,
+        (sp_u32)seed, (sp_u32)(seed >> 32), (sp_u32)offset, (sp_u32)(offset >> 32), s_red, &st);
     if (threadIdx.x == 0u) out[blockIdx.x] = w;
 }
 

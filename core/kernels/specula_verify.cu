@@ -403,8 +403,11 @@ __device__ __forceinline__ void sp_race_words(sp_u32 c[4], const sp_keys& ks, sp
     sp_philox_ks(c, ks);
 }
 __device__ __forceinline__ void sp_keys_init(sp_keys& ks, sp_u32 k0, sp_u32 k1, sp_u32 position,
-                                             sp_u32 off_lo, sp_u32 off_hi, sp_u32 g_step) {
+                                             sp_u32 off_lo, sp_u32 off_hi, sp_u32 g_step,
+                                             sp_u32 groups = 0u, sp_u32 full = 0u) {
     (void)g_step;
+    (void)groups;
+    (void)full;
     (void)position;
     (void)off_lo;
     (void)off_hi;
@@ -417,14 +420,16 @@ __device__ __forceinline__ void sp_keys_init(sp_keys& ks, sp_u32 k0, sp_u32 k1, 
 // the way. Without this the loop kept the 20 round keys and those words in local memory and
 // reloaded them for every draw (docs/PERFORMANCE.md, "The logits entries' spills").
 struct sp_key_shared {
-    const volatile sp_u32* w; // key k0, k1, position << 2, off_lo, off_hi, the row loop's g_step
+    // key k0, k1, position << 2, off_lo, off_hi, the row loop's g_step, and for a half row's loop
+    // (sp_race_scan's HALF) its groups and whole groups (sp_keys_groups, sp_keys_full)
+    const volatile sp_u32* w;
 };
 __device__ __forceinline__ void sp_keys_init(sp_key_shared& ks, sp_u32 k0, sp_u32 k1,
                                              sp_u32 position, sp_u32 off_lo, sp_u32 off_hi,
-                                             sp_u32 g_step) {
+                                             sp_u32 g_step, sp_u32 groups = 0u, sp_u32 full = 0u) {
     // Written by thread 0 after every thread's last read of the previous race (the block
     // reductions that end it have barriers), read after this barrier.
-    __shared__ sp_u32 s_words[6];
+    __shared__ sp_u32 s_words[8];
     if (threadIdx.x == 0) {
         s_words[0] = k0;
         s_words[1] = k1;
@@ -432,6 +437,8 @@ __device__ __forceinline__ void sp_keys_init(sp_key_shared& ks, sp_u32 k0, sp_u3
         s_words[3] = off_lo;
         s_words[4] = off_hi;
         s_words[5] = g_step; // the same for every thread of the block
+        s_words[6] = groups;
+        s_words[7] = full;
     }
     __syncthreads();
     ks.w = s_words;
@@ -467,6 +474,19 @@ __device__ __forceinline__ sp_u32 sp_keys_step(const sp_keys&, sp_u32 g_step) { 
 __device__ __forceinline__ sp_u32 sp_keys_step(const sp_key_shared& ks, sp_u32 g_step) {
     (void)g_step;
     return ks.w[5];
+}
+// A half row's loop bounds (sp_race_scan's HALF: the row's groups, and its whole groups `full`),
+// read where the loop tests them: from shared memory for the any-format race (in the logits
+// entries ptxas kept both in local memory and reloaded them at every tile).
+__device__ __forceinline__ sp_u32 sp_keys_groups(const sp_keys&, sp_u32 groups) { return groups; }
+__device__ __forceinline__ sp_u32 sp_keys_groups(const sp_key_shared& ks, sp_u32 groups) {
+    (void)groups;
+    return ks.w[6];
+}
+__device__ __forceinline__ sp_u32 sp_keys_full(const sp_keys&, sp_u32 full) { return full; }
+__device__ __forceinline__ sp_u32 sp_keys_full(const sp_key_shared& ks, sp_u32 full) {
+    (void)full;
+    return ks.w[7];
 }
 // Whether the race's cold region draws its stream-1 words again (sp_race_group): for the
 // shared-key race only (and of it the any-format race, sp_race_group), whose loop has no
@@ -792,6 +812,14 @@ __device__ __forceinline__ sp_u64 sp_block_reduce(sp_u64 v, bool is_max, sp_u64*
 #endif
 #ifndef SP_UNROLL_RACE
 #define SP_UNROLL_RACE 2u
+#endif
+// The any-format race over a half row without a draft row (sp_race_part_any_half: the logits
+// entries' races over half logits, filtered half rows and stored half values; the tree's half
+// entry): tiles of SP_UNROLL_RACE_HALF groups of 8 bytes, 32 B per thread as the binary32
+// race's SP_UNROLL_RACE groups of 16 (with 2 groups, 16 B: 12 KB per SM at the logits entries'
+// 3 blocks). 6 groups (36 KB) spilled in the report's probe (docs/PERFORMANCE.md).
+#ifndef SP_UNROLL_RACE_HALF
+#define SP_UNROLL_RACE_HALF 4u
 #endif
 #ifndef SP_UNROLL_SOFTMAX
 #define SP_UNROLL_SOFTMAX 4u
@@ -1470,6 +1498,32 @@ __device__ __forceinline__ float sp_race_wcut(const sp_race_ub& ub, float sinv) 
 __device__ __forceinline__ float sp_f16_scaled(sp_u32 h) {
     return __uint_as_float((sp_u32)((sp_i32)(h << 16) >> 3) & 0x8FFFE000u);
 }
+// The any-format race's tile of a half row (sp_race_scan, SP_P_ANY): the U 8-byte words as
+// loaded, widened group by group where they are used, so that a tile holds half the registers
+// of its widened values. Past the row's end (the tail tile) the pattern `pad`: for a logit row
+// -inf's (bf16: widened, the pass's pad itself; f16 logits: sp_f16_scaled's finite value, a
+// -inf logit's, whose weight is 0 as the pad's), else +0 (widened: the pad 0).
+template <sp_u32 U>
+__device__ __forceinline__ void sp_race_load_half(const float* row, sp_u32 g0, sp_u32 g_step,
+                                                  sp_u32 vocab, sp_u32 full, sp_u32 pad,
+                                                  sp_u64 q[U]) {
+    if (g0 + (U - 1u) * g_step < full) {
+        const sp_u64* p = reinterpret_cast<const sp_u64*>(row) + g0;
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) q[u] = p[(sp_u64)u * g_step];
+    } else {
+        SP_COLD_MARK(); // at most one tile per thread and row: the row's end
+        const unsigned short* h = reinterpret_cast<const unsigned short*>(row);
+        SP_UNROLLED
+        for (sp_u32 u = 0; u < U; ++u) {
+            const sp_u32 v0 = (g0 + u * g_step) * 4u;
+            sp_u64 w = 0ull;
+            for (sp_u32 i = 0; i < 4u; ++i)
+                w |= (sp_u64)(v0 + i < vocab ? (sp_u32)h[v0 + i] : pad) << (16u * i);
+            q[u] = w;
+        }
+    }
+}
 // The race's tile (sp_load_tile), except that the values of an f16 logit row (lg16) come as
 // sp_f16_scaled's l 2^-112, the pad as is (-inf): 2 or 3 instructions per value instead of the
 // exact widening's case analysis. The cold region reads the exact values again (sp_race_group).
@@ -1590,7 +1644,9 @@ __device__ __forceinline__ void sp_race_group(const float t[4], const float d[4]
 // the largest key's bits (0: no candidate in the block) and the lowest id holding it.
 // The row loop of the race, for a draft row (ROW: residual t - d) or none (plain, or residual
 // with a one-hot draft): two loops, so that neither branches on the kind of draft per tile.
-template <bool ROW, sp_u32 P, sp_u32 FX, class KS>
+// U: groups per tile. L16: whether the row is f16 logits (read as sp_f16_scaled's values):
+// 0 no, 1 yes (the caller tested it), 2 tested here.
+template <bool ROW, sp_u32 P, sp_u32 FX, class KS, sp_u32 U = SP_UNROLL_RACE, sp_u32 L16 = 2u>
 __device__ __forceinline__ void sp_race_scan(const float* trow, const float* drow, bool residual,
                                              sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
                                              const KS& ks, sp_u32 off_lo, sp_u32 off_hi,
@@ -1603,43 +1659,95 @@ __device__ __forceinline__ void sp_race_scan(const float* trow, const float* dro
                                  : (ROW && sp_full(drow, vocab, df) == 0u ? 0u : sp_full(trow, vocab, tf));
     const float sinv = sp_race_sinv<P>(st);
     // f16 logits without a draft row: read scaled by 2^-112 (sp_race_load), c scaled by 2^112.
-    const bool lg16 = P != SP_P_RAW && !ROW && FX != 0u && tf == SP_FMT_F16 && sp_lg<P>(st);
+    const bool lg16 = L16 != 2u ? L16 == 1u
+                                : P != SP_P_RAW && !ROW && FX != 0u && tf == SP_FMT_F16 && sp_lg<P>(st);
+    // The any-format race's half rows (sp_race_scan_half): tiles of 8-byte words (sp_race_load_half).
+    const bool HALF = !ROW && P == SP_P_ANY && (FX == SP_FMT_BF16 || FX == SP_FMT_F16);
     const sp_race_ub ub = sp_race_ub_of<P>(st, lg16);
     const float wcut = sp_race_wcut<P>(ub, sinv);
-    for (sp_u32 g0 = g_first; g0 < groups;) {
+    for (sp_u32 g0 = g_first; g0 < (HALF ? sp_keys_groups(ks, groups) : groups);) {
         // The any-format race reads it from shared memory (sp_keys_step); the others keep it.
         const sp_u32 g_step = P != SP_P_ANY ? g_step_in : sp_keys_step(ks, g_step_in);
-        float t[SP_UNROLL_RACE][4];
-        float d[SP_UNROLL_RACE][4];
+        float t[U][4];
+        float d[U][4];
+        sp_u64 q[U]; // HALF: the tile's words, widened group by group below
         // Every load first, then the draws; past the end: 0, never a candidate.
         if (ROW) {
-            sp_load_tile2<SP_UNROLL_RACE, FX>(trow, drow, g0, g_step, vocab, full,
-                                              sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, d, tf, df);
+            sp_load_tile2<U, FX>(trow, drow, g0, g_step, vocab, full,
+                                 sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, d, tf, df);
+        } else if (HALF) {
+            sp_race_load_half<U>(trow, g0, g_step, vocab, sp_keys_full(ks, full),
+                                 sp_lg<P>(st) ? (FX == SP_FMT_BF16 ? 0xFF80u : 0xFC00u) : 0u, q);
         } else {
-            sp_race_load<SP_UNROLL_RACE, FX>(trow, g0, g_step, vocab, full,
-                                             sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t, tf, lg16);
+            sp_race_load<U, FX>(trow, g0, g_step, vocab, full, sp_lg<P>(st) ? SP_NEG_INF : 0.0f, t,
+                                tf, lg16);
             SP_UNROLLED
-            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
+            for (sp_u32 u = 0; u < U; ++u) {
+                if (HALF) break; // below, group by group
                 const sp_u32 v0 = (g0 + u * g_step) * 4u;
                 for (sp_u32 i = 0; i < 4u; ++i)
                     d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
             }
         }
-        if (P != SP_P_RAW) {
+        if (P != SP_P_RAW && !HALF) {
             SP_UNROLLED
-            for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u)
+            for (sp_u32 u = 0; u < U; ++u)
                 for (sp_u32 i = 0; i < 4u; ++i) t[u][i] = sp_weight_ub<P>(t[u][i], *st, ub);
         }
         SP_UNROLLED
-        for (sp_u32 u = 0; u < SP_UNROLL_RACE; ++u) {
-            sp_race_group<P>(t[u], d[u], residual, g0 + u * g_step, position, off_lo, off_hi, ks,
-                             best, best_skip, best_id, st, sinv, wcut, trow, vocab, tf);
+        for (sp_u32 u = 0; u < U; ++u) {
+            // A half row's tile (HALF): each group's values widened, their one-hot draft words and
+            // bounds just before its draws, so that only the tile's loaded words, not also their
+            // widened values, are live across the draws of the groups before it.
+            // HALF: the group's index from the shared step again (sp_keys_step), not kept live
+            // through the draws of the groups before it (in the logits entries ptxas spilled the
+            // tile's indices and reloaded them on the hot path).
+            const sp_u32 gu = HALF ? g0 + u * sp_keys_step(ks, g_step_in) : g0 + u * g_step;
+            if (HALF) {
+                const sp_u32 v0 = gu * 4u;
+                for (sp_u32 i = 0; i < 4u; ++i) {
+                    const sp_u32 h = (sp_u32)(q[u] >> (16u * i)) & 0xFFFFu;
+                    t[u][i] = sp_weight_ub<P>(lg16 ? sp_f16_scaled(h) : sp_widen(h, FX), *st, ub);
+                    d[u][i] = (residual && v0 + i == onehot_id) ? 1.0f : 0.0f;
+                }
+            }
+            sp_race_group<P>(t[u], d[u], residual, gu, position, off_lo, off_hi, ks, best,
+                             best_skip, best_id, st, sinv, wcut, trow, vocab, tf);
         }
-        g0 += g_step * SP_UNROLL_RACE;
+        g0 += g_step * U;
     }
 }
 
-template <sp_u32 P = 0u, sp_u32 FX = 0u, class KS = sp_keys>
+// The any-format race over a half row without a draft row (P = SP_P_ANY, HALF of
+// sp_race_part): one loop per half format, each in tiles of SP_UNROLL_RACE_HALF groups of
+// 8-byte words (sp_race_load_half), so that a half row's tile holds as many bytes as a binary32
+// one's (SP_UNROLL_RACE groups of 16 bytes); f16 rows take two loops, logits (read as
+// sp_f16_scaled's values) and stored values (widened exactly). The tile changes only which
+// groups a thread holds at once, not the groups it visits nor their order (g_first, g_first +
+// g_step, ...): the same keys, the same winner. Binary32 rows and draft rows take the loops
+// they always took (sp_race_part_any), compiled apart from these (sp_race_part_any_half).
+template <class KS>
+__device__ __forceinline__ void sp_race_scan_half(const float* trow, bool residual, sp_u32 onehot_id,
+                                                  sp_u32 vocab, sp_u32 position, const KS& ks,
+                                                  sp_u32 off_lo, sp_u32 off_hi, sp_u32 g_first,
+                                                  sp_u32 g_step, double& best, float& best_skip,
+                                                  sp_u32& best_id, const sp_soft* st) {
+    if (st->tf == SP_FMT_BF16)
+        sp_race_scan<false, SP_P_ANY, SP_FMT_BF16, KS, SP_UNROLL_RACE_HALF, 0u>(
+            trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi, g_first, g_step,
+            best, best_skip, best_id, st);
+    else if (sp_lg<SP_P_ANY>(st))
+        sp_race_scan<false, SP_P_ANY, SP_FMT_F16, KS, SP_UNROLL_RACE_HALF, 1u>(
+            trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi, g_first, g_step,
+            best, best_skip, best_id, st);
+    else
+        sp_race_scan<false, SP_P_ANY, SP_FMT_F16, KS, SP_UNROLL_RACE_HALF, 0u>(
+            trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi, g_first, g_step,
+            best, best_skip, best_id, st);
+}
+
+// HALF (P = SP_P_ANY only): the row is a half row without a draft row (sp_race_scan_half).
+template <sp_u32 P = 0u, sp_u32 FX = 0u, class KS = sp_keys, bool HALF = false>
 __device__ void sp_race_part(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                              sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                              sp_u32 off_hi, sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
@@ -1648,10 +1756,18 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
     float best_skip = -1.0f;
     sp_u32 best_id = SP_SENTINEL;
     KS ks;
-    sp_keys_init(ks, k0, k1, position, off_lo, off_hi, g_step);
+    // HALF: the half row's loop bounds (sp_race_scan reads them through ks).
+    if (HALF)
+        sp_keys_init(ks, k0, k1, position, off_lo, off_hi, g_step, (vocab + 3u) / 4u,
+                     sp_full(trow, vocab, st->tf));
+    else
+        sp_keys_init(ks, k0, k1, position, off_lo, off_hi, g_step);
     if (residual && drow != 0)
         sp_race_scan<true, P, FX>(trow, drow, true, onehot_id, vocab, position, ks, off_lo, off_hi,
                                g_first, g_step, best, best_skip, best_id, st);
+    else if (P == SP_P_ANY && HALF)
+        sp_race_scan_half(trow, residual, onehot_id, vocab, position, ks, off_lo, off_hi, g_first,
+                          g_step, best, best_skip, best_id, st);
     else
         sp_race_scan<false, P, FX>(trow, 0, residual, onehot_id, vocab, position, ks, off_lo, off_hi,
                                 g_first, g_step, best, best_skip, best_id, st);
@@ -1666,14 +1782,14 @@ __device__ void sp_race_part(const float* trow, const float* drow, bool residual
 }
 
 // The whole race in one block: (1 << 32) | winner, or 0 when there is no candidate.
-template <sp_u32 P = 0u, sp_u32 FX = 0u>
+template <sp_u32 P = 0u, sp_u32 FX = 0u, bool HALF = false>
 __device__ sp_u64 sp_race(const float* trow, const float* drow, bool residual, sp_u32 onehot_id,
                           sp_u32 vocab, sp_u32 position, sp_u32 k0, sp_u32 k1, sp_u32 off_lo,
                           sp_u32 off_hi, sp_u64* s_red, const sp_soft* st = 0) {
     sp_u64 top;
     sp_u32 id;
-    sp_race_part<P, FX>(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
-                     threadIdx.x, blockDim.x, s_red, top, id, st);
+    sp_race_part<P, FX, sp_keys, HALF>(trow, drow, residual, onehot_id, vocab, position, k0, k1,
+                                       off_lo, off_hi, threadIdx.x, blockDim.x, s_red, top, id, st);
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
@@ -1703,6 +1819,32 @@ SP_NOINLINE __device__ void sp_race_part_any(const float* trow, const float* dro
                                                    position, k0, k1, off_lo, off_hi, g_first,
                                                    g_step, s_red, top, id, &l);
 }
+// sp_race_part_any for a half row without a draft row (sp_race_scan_half), a function of its
+// own: in sp_race_part_any's, ptxas kept values of its loops in local memory on their hot paths.
+SP_NOINLINE __device__ void sp_race_part_any_half(const float* trow, bool residual,
+                                                  sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
+                                                  sp_u32 k0, sp_u32 k1, sp_u32 off_lo, sp_u32 off_hi,
+                                                  sp_u32 g_first, sp_u32 g_step, sp_u64* s_red,
+                                                  sp_u64& top, sp_u32& id, const sp_soft& st) {
+    const sp_soft l = st; // in registers (see sp_race_part_any)
+    sp_race_part<SP_P_ANY, SP_FX_ANY, sp_key_shared, true>(trow, 0, residual, onehot_id, vocab,
+                                                         position, k0, k1, off_lo, off_hi, g_first,
+                                                         g_step, s_red, top, id, &l);
+}
+// The any-format race's part, by row: a half row without a draft row in its own function.
+__device__ __forceinline__ void sp_race_part_any_of(const float* trow, const float* drow,
+                                                    bool residual, sp_u32 onehot_id, sp_u32 vocab,
+                                                    sp_u32 position, sp_u32 k0, sp_u32 k1,
+                                                    sp_u32 off_lo, sp_u32 off_hi, sp_u32 g_first,
+                                                    sp_u32 g_step, sp_u64* s_red, sp_u64& top,
+                                                    sp_u32& id, const sp_soft& st) {
+    if (st.tf != SP_FMT_F32 && !(residual && drow != 0))
+        sp_race_part_any_half(trow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                              g_first, g_step, s_red, top, id, st);
+    else
+        sp_race_part_any(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                         g_first, g_step, s_red, top, id, st);
+}
 // The whole race in one block (as sp_race): (1 << 32) | winner, or 0.
 __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* drow, bool residual,
                                               sp_u32 onehot_id, sp_u32 vocab, sp_u32 position,
@@ -1710,8 +1852,8 @@ __device__ __forceinline__ sp_u64 sp_race_any(const float* trow, const float* dr
                                               sp_u64* s_red, const sp_soft& st) {
     sp_u64 top;
     sp_u32 id;
-    sp_race_part_any(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
-                     threadIdx.x, blockDim.x, s_red, top, id, st);
+    sp_race_part_any_of(trow, drow, residual, onehot_id, vocab, position, k0, k1, off_lo, off_hi,
+                        threadIdx.x, blockDim.x, s_red, top, id, st);
     return top == 0ull ? 0ull : (1ull << 32) | (sp_u64)id;
 }
 
@@ -1846,8 +1988,8 @@ __device__ __forceinline__ void sp_pass_race_part(const float* trow, const float
                                                   sp_u64* s_red, sp_u64& top, sp_u32& id,
                                                   const sp_soft& st, bool soft) {
     if (ANY)
-        sp_race_part_any(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1, rq.off_lo,
-                         rq.off_hi, g_first, g_step, s_red, top, id, st);
+        sp_race_part_any_of(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1,
+                            rq.off_lo, rq.off_hi, g_first, g_step, s_red, top, id, st);
     else if (soft)
         sp_race_part<SP_P_SOFT>(trow, drow, residual, onehot_id, vocab, position, rq.k0, rq.k1,
                                 rq.off_lo, rq.off_hi, g_first, g_step, s_red, top, id, &st);
