@@ -1080,6 +1080,99 @@ impl LogitRow for F16Wide<'_> {
     }
 }
 
+/// An f16 row widened as [`F16Wide`] 16 ids an instruction (`vcvtph2ps` on 512 bits, the same
+/// conversion: exact for every number, a NaN for every NaN): with 256 bits LLVM converted each
+/// 16 ids in two halves and joined them (five operations instead of two). Only built inside
+/// the sum bound's AVX-512 function, whose target features (AVX-512F) its loads need; a block
+/// that 16 does not divide is [`F16Wide`]'s.
+#[cfg(specula_avx512)]
+#[derive(Clone, Copy)]
+struct F16Wide512<'a>(pub &'a [u16]);
+
+// The AVX-512 intrinsics are stable from 1.89, which `specula_avx512` requires (build.rs).
+#[cfg(specula_avx512)]
+#[clippy::msrv = "1.89"]
+impl LogitRow for F16Wide512<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize) -> [f32; N] {
+        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+        if !N.is_multiple_of(16) {
+            return F16Wide(self.0).block::<N>(start);
+        }
+        let src = &self.0[start..start + N];
+        let mut out = [0f32; N];
+        for (o, b) in out.chunks_exact_mut(16).zip(src.chunks_exact(16)) {
+            // SAFETY: `b` holds 16 u16 (32 bytes, an unaligned load) and `o` 16 f32; this type
+            // is only read inside the AVX-512 function, which enables AVX-512F.
+            unsafe {
+                let h = _mm256_loadu_si256(b.as_ptr().cast::<__m256i>());
+                _mm512_storeu_ps(o.as_mut_ptr(), _mm512_cvtph_ps(h));
+            }
+        }
+        out
+    }
+    #[inline(always)]
+    fn at(&self, i: usize) -> f32 {
+        Half16::F16.value(self.0[i])
+    }
+    #[inline(always)]
+    fn prefetch<const N: usize>(&self, start: usize) {
+        prefetch_lines(self.0, start, N);
+    }
+}
+
+/// A bf16 row read a 32-bit word (two ids) at a time, for the sum bound only: a block of `N`
+/// (even) ids holds the even ids' values first, then the odd ids' (`block(s)[k]` is id
+/// `s + 2k`, `block(s)[N/2 + k]` id `s + 2k + 1`). On little-endian x86-64 the word's low half
+/// is the even id's pattern, its high half the odd one's, so the even value is `w << 16` and
+/// the odd one `w & 0xFFFF_0000`, both exact ([`Half16::value`]): one operation per 16 ids a
+/// vector instead of a zero-extension and a shift. Only a pass whose result does not depend on
+/// the order of the ids within a block may read it (a maximum, a bound's sum); an odd `N` reads
+/// in id order.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Bf16Pairs<'a>(pub &'a [u16]);
+
+#[cfg(target_arch = "x86_64")]
+impl LogitRow for Bf16Pairs<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    fn block<const N: usize>(&self, start: usize) -> [f32; N] {
+        let src = &self.0[start..start + N];
+        let mut out = [0f32; N];
+        if N % 2 != 0 {
+            for (o, &b) in out.iter_mut().zip(src) {
+                *o = Half16::Bf16.value(b);
+            }
+            return out;
+        }
+        let words = src.as_ptr().cast::<u32>();
+        for k in 0..N / 2 {
+            // SAFETY: `src` holds `N` u16, so the 4 bytes at `2k < N − 1` lie inside it (an
+            // unaligned read); x86-64 is little-endian, so the low half is id `start + 2k`.
+            let w = unsafe { words.add(k).read_unaligned() };
+            out[k] = f32::from_bits(w << 16);
+            out[N / 2 + k] = f32::from_bits(w & 0xFFFF_0000);
+        }
+        out
+    }
+    #[inline(always)]
+    fn at(&self, i: usize) -> f32 {
+        Half16::Bf16.value(self.0[i])
+    }
+    #[inline(always)]
+    fn prefetch<const N: usize>(&self, start: usize) {
+        prefetch_lines(self.0, start, N);
+    }
+}
+
 /// `LogitRow` for a half row type: the format's widening on load, its patterns for the table.
 macro_rules! half_row {
     ($row:ident, $format:expr) => {

@@ -36,8 +36,10 @@
 //! formats. A bound of width `≥ ¼` (`reach` beyond about 2¹⁷) is not used
 //! ([`SumBound::p_range`]), so `Y_v` stays below 4 wherever it is.
 
+#[cfg(specula_avx512)]
+use super::F16Wide512;
 #[cfg(target_arch = "x86_64")]
-use super::{F16Wide, Half16};
+use super::{Bf16Pairs, F16Wide, Half16};
 use super::{Isa, LogitRow};
 use specula_core::verify::softmax_max;
 
@@ -232,11 +234,15 @@ fn bound_avx512<R: LogitRow, const PROBE: bool>(
     known: Option<f32>,
     probe: f32,
 ) -> Option<(SumBound, f64)> {
+    if let Some((Half16::F16, bits)) = row.half_bits() {
+        return bound_range::<F16Wide512<'_>, 32, true, PROBE>(F16Wide512(bits), t, known, probe);
+    }
     bound_x86::<R, 32, PROBE>(row, t, known, probe)
 }
 
-/// The bound with FMA, and f16 rows widened by F16C instead of the lane code ([`F16Wide`]):
-/// both callers enable both (AVX-512F implies them).
+/// The bound with FMA, f16 rows widened by F16C instead of the lane code ([`F16Wide`]) and bf16
+/// rows two ids a 32-bit word ([`Bf16Pairs`]): both callers enable FMA and F16C (AVX-512F
+/// implies them).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn bound_x86<R: LogitRow, const N: usize, const PROBE: bool>(
@@ -245,8 +251,22 @@ fn bound_x86<R: LogitRow, const N: usize, const PROBE: bool>(
     known: Option<f32>,
     probe: f32,
 ) -> Option<(SumBound, f64)> {
-    if let Some((Half16::F16, bits)) = row.half_bits() {
-        return bound_range::<F16Wide<'_>, N, true, PROBE>(F16Wide(bits), t, known, probe);
+    match row.half_bits() {
+        Some((Half16::F16, bits)) => {
+            return bound_range::<F16Wide<'_>, N, true, PROBE>(F16Wide(bits), t, known, probe);
+        }
+        // The even ids of a block before its odd ones ([`Bf16Pairs`]): each lane still adds
+        // at most 64 weights and each id's weight is the same function of its value, so the
+        // bound's proof holds id by id (the lanes' sums are a bound, not the rules' bits); the
+        // chunk's maximum is the largest value whichever lane holds it, NaN never winning. Only
+        // where that value is a zero of both signs may `m`'s sign differ from the id-order
+        // lanes' (as it already could between chunks, where the first chunk's zero stays):
+        // `RN(z − m)` then differs only in the sign of a zero, and `exp_p(±0)` is 1 both ways.
+        // The tail is read in id order as before.
+        Some((Half16::Bf16, bits)) => {
+            return bound_range::<Bf16Pairs<'_>, N, true, PROBE>(Bf16Pairs(bits), t, known, probe);
+        }
+        None => {}
     }
     bound_range::<R, N, true, PROBE>(row, t, known, probe)
 }

@@ -761,6 +761,86 @@ fn entropy_term_matches_core() {
     }
 }
 
+/// The 512-bit widening ([`F16Wide512`], the sum bound's f16 loads on AVX-512) is the core's
+/// `f16_to_f32` for every pattern that is a number, bit for bit, and a NaN for every NaN
+/// pattern, in blocks of 16 and 32 and, through [`F16Wide`], of 8.
+#[cfg(specula_avx512)]
+#[test]
+fn f16_512_widening_is_the_cores_for_every_number() {
+    #[target_feature(enable = "avx512f")]
+    fn wide<const N: usize>(bits: &[u16], start: usize) -> [f32; N] {
+        F16Wide512(bits).block::<N>(start)
+    }
+    if Isa::best() != Isa::Avx512 {
+        println!("SKIPPED: this CPU has no AVX-512");
+        return;
+    }
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let check = |b: u16, got: f32| {
+        let want = specula_core::verify::f16_to_f32(b);
+        if want.is_nan() {
+            assert!(got.is_nan(), "pattern {b:#06x}: {got}");
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "pattern {b:#06x}");
+        }
+    };
+    for start in (0..all.len()).step_by(32) {
+        // SAFETY: AVX-512F is present (checked above).
+        let (w8, w16, w32) = unsafe {
+            (
+                wide::<8>(&all, start),
+                wide::<16>(&all, start + 16),
+                wide::<32>(&all, start),
+            )
+        };
+        for (l, &w) in w32.iter().enumerate() {
+            check(all[start + l], w);
+        }
+        for (l, &w) in w16.iter().enumerate() {
+            check(all[start + 16 + l], w);
+        }
+        for (l, &w) in w8.iter().enumerate() {
+            check(all[start + l], w);
+        }
+    }
+}
+
+/// The sum bound's bf16 reads two ids a word ([`Bf16Pairs`]): a block of `N` holds id
+/// `s + 2k` at `k` and id `s + 2k + 1` at `N/2 + k`, each the exact widening of its pattern,
+/// for every pattern, in blocks of 8, 16 and 32, from a slice that starts off a word's
+/// alignment too, and an odd block in id order.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_pairs_hold_the_even_ids_then_the_odd_ones() {
+    fn check<const N: usize>(bits: &[u16], start: usize) {
+        let got = Bf16Pairs(bits).block::<N>(start);
+        for k in 0..N / 2 {
+            for (slot, id) in [(k, start + 2 * k), (N / 2 + k, start + 2 * k + 1)] {
+                assert_eq!(
+                    got[slot].to_bits(),
+                    Half16::Bf16.value(bits[id]).to_bits(),
+                    "N {N} start {start} slot {slot} id {id}"
+                );
+            }
+        }
+    }
+    let all: Vec<u16> = (0..=u16::MAX).chain(0..=7).collect();
+    for bits in [&all[..], &all[1..]] {
+        for start in (0..1 << 16).step_by(32) {
+            check::<32>(bits, start);
+            check::<16>(bits, start);
+            check::<8>(bits, start + 8);
+        }
+    }
+    let odd = Bf16Pairs(&all[1..]).block::<5>(0x7F7E);
+    for (l, &w) in odd.iter().enumerate() {
+        assert_eq!(
+            w.to_bits(),
+            Half16::Bf16.value(all[1 + 0x7F7E + l]).to_bits()
+        );
+    }
+}
+
 /// F16C's widening ([`F16Wide`], the x86 kernels' f16 loads) is the core's `f16_to_f32` for
 /// every pattern that is a number, bit for bit, and a NaN for every NaN pattern (whose weight
 /// is 0 however its payload reads), in blocks of 8 and 32 and with a tail.

@@ -125,6 +125,17 @@ fn rows() -> Vec<(&'static str, Vec<f32>, f32)> {
         rows.push(("NaN and -inf", hostile, 1.3));
         // Every weight 1 (the sum is V), and ties at the maximum.
         rows.push(("ties", vec![2.5; v], 0.9));
+        // The mass and the maximum on the odd ids only, then on the even ones only: a bf16
+        // row is read two ids a word, even ids and odd ones in separate lanes (`Bf16Pairs`),
+        // so a pass that dropped either half, or read one half twice, would lose the maximum
+        // or half the sum.
+        for (name, keep) in [("odd ids", 1), ("even ids", 0)] {
+            let mut row: Vec<f32> = (0..v)
+                .map(|i| if i % 2 == keep { 2.0 * u() } else { -40.0 })
+                .collect();
+            row[(v / 3) & !1 | keep] = 9.0;
+            rows.push((name, row, 1.1));
+        }
     }
     rows
 }
@@ -231,4 +242,116 @@ fn sum_bound_refuses_and_widens() {
             "{isa:?}"
         );
     }
+}
+
+/// Times the bound on one 128k bf16 row in cache (a model's and a flat one, at T 0.8), read two
+/// ids a word as `sum_bound` reads it ([`Bf16Pairs`]) and in id order as before (`Bf16Row`),
+/// alternately, the fastest of 15 batches of 20 (`cargo test --release -p specula --lib --
+/// --ignored --nocapture sum_bound_timing`): µs per row.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore = "timing, run by hand"]
+fn sum_bound_timing() {
+    type Bound = fn(&[u16], f32) -> Option<(SumBound, f64)>;
+    fn fastest(f: Bound, bits: &[u16]) -> f64 {
+        (0..15)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                for _ in 0..20 {
+                    std::hint::black_box(f(std::hint::black_box(bits), 0.8));
+                }
+                t0.elapsed().as_secs_f64() / 20.0 * 1e6
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+    let mut kernels: Vec<(&str, Bound, Bound)> = Vec::new();
+    if Isa::available().contains(&Isa::Avx2) {
+        kernels.push((
+            "Avx2",
+            // SAFETY: AVX2, FMA and F16C are present (`Isa::available`).
+            |b, t| unsafe { bound_avx2::<Bf16Row<'_>, false>(Bf16Row(b), t, None, f32::INFINITY) },
+            // SAFETY: as above.
+            |b, t| unsafe { in_order_avx2(b, t) },
+        ));
+    }
+    #[cfg(specula_avx512)]
+    if Isa::available().contains(&Isa::Avx512) {
+        kernels.push((
+            "Avx512",
+            // SAFETY: AVX-512 F/DQ/BW/VL are present (`Isa::available`).
+            |b, t| unsafe {
+                bound_avx512::<Bf16Row<'_>, false>(Bf16Row(b), t, None, f32::INFINITY)
+            },
+            // SAFETY: as above.
+            |b, t| unsafe { in_order_avx512(b, t) },
+        ));
+    }
+    let mut u = uniforms(7);
+    let mut peaked: Vec<f32> = (0..128_256).map(|_| 2.0 * (u() - 0.5)).collect();
+    peaked[1000] = 16.0;
+    let flat: Vec<f32> = (0..128_256).map(|_| 0.01 * (u() - 0.5)).collect();
+    let mut f16_kernels: Vec<(&str, Bound, Bound)> = Vec::new();
+    #[cfg(specula_avx512)]
+    if Isa::available().contains(&Isa::Avx512) {
+        f16_kernels.push((
+            "Avx512",
+            // SAFETY: AVX-512 F/DQ/BW/VL are present (`Isa::available`).
+            |b, t| unsafe { bound_avx512::<F16Row<'_>, false>(F16Row(b), t, None, f32::INFINITY) },
+            // SAFETY: as above.
+            |b, t| unsafe { f16_256_avx512(b, t) },
+        ));
+    }
+    for (name, row) in [("peaked", &peaked), ("flat", &flat)] {
+        let bits: Vec<u16> = row
+            .iter()
+            .map(|&l| half::f16::from_f32(l).to_bits())
+            .collect();
+        for (isa, new, old) in &f16_kernels {
+            for round in 0..3 {
+                let (a, b) = (fastest(*old, &bits), fastest(*new, &bits));
+                println!(
+                    "{isa:<7} {name:<7} f16 round {round}: 256-bit {a:7.1} us, 512-bit {b:7.1} us ({:.2}x)",
+                    b / a
+                );
+            }
+        }
+    }
+    for (name, row) in [("peaked", peaked), ("flat", flat)] {
+        let bits: Vec<u16> = row
+            .iter()
+            .map(|&l| half::bf16::from_f32(l).to_bits())
+            .collect();
+        for (isa, pairs, in_order) in &kernels {
+            for round in 0..3 {
+                let (a, b) = (fastest(*in_order, &bits), fastest(*pairs, &bits));
+                println!(
+                    "{isa:<7} {name:<7} round {round}: in id order {a:7.1} us, pairs {b:7.1} us ({:.2}x)",
+                    b / a
+                );
+            }
+        }
+    }
+}
+
+/// The bound on a bf16 row read in id order (`Bf16Row`), the x86 kernels' code before
+/// [`Bf16Pairs`] ([`sum_bound_timing`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn in_order_avx2(bits: &[u16], t: f32) -> Option<(SumBound, f64)> {
+    bound_range::<Bf16Row<'_>, 16, true, false>(Bf16Row(bits), t, None, f32::INFINITY)
+}
+
+/// As [`in_order_avx2`] with AVX-512's 32 lanes.
+#[cfg(specula_avx512)]
+#[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+fn in_order_avx512(bits: &[u16], t: f32) -> Option<(SumBound, f64)> {
+    bound_range::<Bf16Row<'_>, 32, true, false>(Bf16Row(bits), t, None, f32::INFINITY)
+}
+
+/// The bound on an f16 row on AVX-512 with F16C's 256-bit widening (`F16Wide`), the code
+/// before `F16Wide512` ([`sum_bound_timing`]).
+#[cfg(specula_avx512)]
+#[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl")]
+fn f16_256_avx512(bits: &[u16], t: f32) -> Option<(SumBound, f64)> {
+    bound_range::<F16Wide<'_>, 32, true, false>(F16Wide(bits), t, None, f32::INFINITY)
 }
